@@ -1,0 +1,114 @@
+"""The ``abh`` command: ``run`` (Hydra app), ``eval``, ``compare``, ``power``, ``report``.
+
+Each subcommand lives in its own module and is imported only when used, so ``abh eval`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import exitcodes
+
+USAGE = """usage: abh <command> [options]
+
+commands:
+  run      launch each arm's server, assert its side, evaluate, compare (Hydra: abh run experiment=NAME ...)
+  eval     one eval against a server that is already running
+  compare  paired comparison of stored evals
+  power    minimum detectable effect and repeats needed
+  report   (re)write report.html for a run or comparison directory
+
+`abh <command> --help` for the options of one command."""
+
+
+def eval_main(argv: list[str]) -> int:
+    from harness.client import ClientConfig
+    from harness.evaluate import EvalOptions, ServerGone, format_summary, run_eval
+    from harness.tasks import gsm8k
+
+    ap = argparse.ArgumentParser(prog="abh eval", description="Run GSM8K against a running server.")
+    ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    ap.add_argument("--api", choices=["sglang", "openai"], default="sglang")
+    ap.add_argument("--out", required=True, help="eval directory (rerun the same command to resume)")
+    ap.add_argument("--num-questions", type=int, default=1319)
+    ap.add_argument("--parallel", type=int, default=1319)
+    ap.add_argument("--data", default=None,
+                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl); default: openai/gsm8k "
+                         "through `datasets`")
+    ap.add_argument("--train-data", default=None, help="train JSONL for --recipe heldout (default: beside --data)")
+    ap.add_argument("--recipe", choices=list(gsm8k.RECIPES), default="sglang")
+    ap.add_argument("--num-shots", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=512)
+    ap.add_argument("--model-path", default=None, help="override the model path the stop list is chosen by")
+    ap.add_argument("--model", default="", help="OpenAI model name (default: first of /v1/models)")
+    ap.add_argument("--retries", type=int, default=3)
+    ap.add_argument("--request-timeout", type=float, default=3600.0, help="seconds per request, queueing included")
+    ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        test = gsm8k.load(a.data, "test", a.allow_noncanonical)
+        train = None
+        if a.recipe == "heldout":
+            train_path = a.train_data or (Path(a.data).parent / "train.jsonl" if a.data and not Path(a.data).is_dir()
+                                          else a.data)
+            train = gsm8k.load(train_path, "train", a.allow_noncanonical)
+        recipe = gsm8k.RecipeConfig(name=a.recipe, num_questions=a.num_questions, num_shots=a.num_shots,
+                                    max_new_tokens=a.max_new_tokens, model_path=a.model_path)
+        ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
+                            request_timeout_s=a.request_timeout, model=a.model)
+    except (gsm8k.DatasetError, ValueError) as e:
+        print(f"abh eval: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    try:
+        summary = run_eval(test, recipe, ccfg, a.out, train, EvalOptions(progress=not a.no_progress))
+    except ServerGone as e:
+        print(f"abh eval: server failure: {e}", file=sys.stderr)
+        return exitcodes.SERVER_FAILURE
+    except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
+        from harness.store import StoreError
+
+        if isinstance(e, StoreError | gsm8k.DatasetError):
+            print(f"abh eval: error: {e}", file=sys.stderr)
+            return exitcodes.BAD_CONFIG
+        raise
+    print(format_summary(summary))
+    if summary["errors"]:
+        print(f"{summary['errors']} request(s) failed after retries; rerun the same command to retry them.",
+              file=sys.stderr)
+        return exitcodes.TOO_MANY_ERRORS
+    return exitcodes.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else exitcodes.BAD_CONFIG
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "eval":
+        return eval_main(rest)
+    if cmd == "compare":
+        from harness.compare import main as compare_main
+
+        return compare_main(rest)
+    if cmd == "power":
+        from harness.compare import power_main
+
+        return power_main(rest)
+    if cmd == "report":
+        from harness.report import main as report_main
+
+        return report_main(rest)
+    if cmd == "run":
+        from harness.run import main as run_main
+
+        return run_main(rest)
+    print(f"abh: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+    return exitcodes.BAD_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

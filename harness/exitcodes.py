@@ -1,0 +1,17 @@
+"""Exit codes of ``abh`` (documented in the README)."""
+
+OK = 0
+#: Something went wrong that has no code of its own (a bug: please report it).
+UNEXPECTED = 1
+#: Bad command line, config, data or output directory: nothing was started.
+BAD_CONFIG = 2
+#: A side assertion failed: the arm's server is not on the side of the fix it claims.
+SIDE_ASSERTION_FAILED = 3
+#: A server failed to start, died, hung or could not be stopped cleanly.
+SERVER_FAILURE = 4
+#: Too many requests failed after retries: the arm is not comparable.
+TOO_MANY_ERRORS = 5
+#: The arms differ in something the experiment does not allow.
+ARMS_DIFFER = 6
+#: Interrupted by Ctrl-C or SIGTERM; the run is resumable by rerunning the same command.
+INTERRUPTED = 130

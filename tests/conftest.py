@@ -1,0 +1,84 @@
+"""Shared fixtures: the canonical GSM8K files beside the checkout, free ports, simulated servers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT.parent / "shared" / "data" / "gsm8k"
+TEST_JSONL = DATA_DIR / "test.jsonl"
+TRAIN_JSONL = DATA_DIR / "train.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class SimServer:
+    """A simulated engine in a real subprocess, for tests."""
+
+    def __init__(self, *args: str, port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.simulator", "--port", str(self.port), "--data", str(TEST_JSONL), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 30.0, path: str = "/health") -> SimServer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"simulator exited: {self.proc.stdout.read().decode()[-2000:]}")
+            try:
+                if requests.get(self.url + path, timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError("simulator not ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def sim_server():
+    servers: list[SimServer] = []
+
+    def start(*args: str, ready_path: str = "/health") -> SimServer:
+        s = SimServer(*args)
+        servers.append(s)
+        return s.wait_ready(path=ready_path)
+
+    yield start
+    for s in servers:
+        s.stop()

@@ -1,0 +1,153 @@
+"""The GSM8K task reproduces SGLang's recipe byte for byte (prompts, sampling fields, warm-up, parser)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+import pytest
+from conftest import TEST_JSONL, TRAIN_JSONL
+
+from harness.tasks import gsm8k
+from harness.tasks.gsm8k import GSM8K, INVALID, DatasetError, RecipeConfig, get_answer_value
+
+
+def sglang_reference_parser(answer_str: str) -> int:
+    """SGLang's `get_answer_value`, as written in benchmark/gsm8k/bench_sglang.py."""
+    answer_str = answer_str.replace(",", "")
+    numbers = re.findall(r"\d+", answer_str)
+    if len(numbers) < 1:
+        return INVALID
+    try:
+        return ast.literal_eval(numbers[-1])
+    except SyntaxError:
+        return INVALID
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return [json.loads(line) for line in TEST_JSONL.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def test_set():
+    return gsm8k.load(TEST_JSONL)
+
+
+def test_canonical_set_loads_and_is_checked(test_set):
+    assert len(test_set) == 1319
+    assert test_set.canonical
+    assert test_set.sha256 == gsm8k.CANONICAL_TEST_HASH
+    assert gsm8k.load(TEST_JSONL.parent).sha256 == test_set.sha256  # directory form
+
+
+def test_noncanonical_set_is_refused_with_one_clear_message(tmp_path, rows):
+    p = tmp_path / "test.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in rows[:100]) + "\n")
+    with pytest.raises(DatasetError, match="not the canonical GSM8K test set: 100 rows"):
+        gsm8k.load(p)
+    ds = gsm8k.load(p, allow_noncanonical=True)
+    assert not ds.canonical and len(ds) == 100
+    # same row count, one character changed: the hash catches it
+    edited = [dict(r) for r in rows]
+    edited[7]["answer"] = edited[7]["answer"].replace("####", "#### 1")
+    p.write_text("\n".join(json.dumps(r) for r in edited) + "\n")
+    with pytest.raises(DatasetError, match="content sha256"):
+        gsm8k.load(p)
+
+
+@pytest.mark.parametrize("content,msg", [("not json\n", "not valid JSON"), ('{"q": 1}\n', "string fields")])
+def test_malformed_data_is_refused(tmp_path, content, msg):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    with pytest.raises(DatasetError, match=msg):
+        gsm8k.load(p, allow_noncanonical=True)
+    with pytest.raises(DatasetError, match="not found"):
+        gsm8k.load(tmp_path / "missing.jsonl")
+
+
+def test_all_1319_prompts_match_the_brief_byte_for_byte(test_set, rows):
+    task = GSM8K(test_set, RecipeConfig())
+    assert len(task.questions) == 1319
+    shots = ""
+    for i in range(5):
+        shots += "Question: " + rows[i]["question"] + "\nAnswer:" + " " + rows[i]["answer"] + "\n\n"
+    for i, q in enumerate(task.questions):
+        assert q.index == i
+        assert q.prompt == shots + "Question: " + rows[i]["question"] + "\nAnswer:"
+        assert q.label == sglang_reference_parser(rows[i]["answer"])
+    assert task.questions[0].prompt.endswith("Answer:")
+    assert task.few_shot == shots
+
+
+def test_sampling_fields_and_warmup_match_the_brief(test_set):
+    task = GSM8K(test_set, RecipeConfig())
+    expected = {
+        "skip_special_tokens": True, "spaces_between_special_tokens": True, "max_new_tokens": 512,
+        "min_new_tokens": 0, "n": 1, "stop": ["Question", "Assistant:", "<|separator|>"], "stop_token_ids": [],
+        "stop_regex": [], "temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
+        "frequency_penalty": 0.0, "presence_penalty": 0.0, "ignore_eos": False, "regex": None,
+        "json_schema": None,
+    }
+    body = task.generate_body(task.questions[3])
+    assert json.dumps(body["sampling_params"], sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert body["text"] == task.questions[3].prompt
+    warm = task.warmup_body()
+    assert warm["text"] == task.few_shot
+    assert warm["sampling_params"] == {**expected, "max_new_tokens": 0}
+
+
+@pytest.mark.parametrize("model_path,extra", [
+    ("Qwen/Qwen2.5-7B-Instruct", "<|im_end|>"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "<|eot_id|>"),
+    ("deepseek-ai/DeepSeek-V3", "<｜end▁of▁sentence｜>"),
+    ("deepseek-ai/DeepSeek-R1", "<｜end▁of▁sentence｜>"),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "</s>"),
+    ("deepseek-ai/DeepSeek-V4-Pro", None),
+    ("Qwen/Qwen2.5-7B", None),
+    (None, None),
+])
+def test_stop_list_follows_model_path(test_set, model_path, extra):
+    task = GSM8K(test_set, RecipeConfig(model_path=model_path))
+    assert task.stop() == ["Question", "Assistant:", "<|separator|>"] + ([extra] if extra else [])
+
+
+TRICKY = [
+    "The answer is 1,234", "#### 72", "-5", "3.50", "It is 05", "no digits here", "", "1,000,000 dollars",
+    "#### 18\n\nQuestion", "answer: 0", "007", "x = 12 and y = 0012", "١٢", "１２", "costs $1,2,3", "12.",
+    "The total is 4 + 5 = 9.", "Answer: -0", "10e5", "1_000", "a 5 then 6abc", "\u0661", "9" * 40,
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_parser_matches_sglang_on_tricky_outputs(text):
+    assert get_answer_value(text) == sglang_reference_parser(text)
+
+
+def test_parser_known_values():
+    assert get_answer_value("-5") == 5
+    assert get_answer_value("3.50") == 50
+    assert get_answer_value("05") == INVALID
+    assert get_answer_value("none") == INVALID
+    assert get_answer_value("1,234") == 1234
+
+
+def test_heldout_recipe_takes_shots_from_train(test_set):
+    train = gsm8k.load(TRAIN_JSONL, split="train")
+    task = GSM8K(test_set, RecipeConfig(name="heldout", num_questions=10), train)
+    test_questions = {r["question"] for r in test_set.rows}
+    assert train.rows[0]["question"] in task.few_shot
+    assert not any(q in task.few_shot for q in test_questions)
+    with pytest.raises(DatasetError, match="train split"):
+        GSM8K(test_set, RecipeConfig(name="heldout"))
+
+
+def test_options_and_bad_values(test_set):
+    task = GSM8K(test_set, RecipeConfig(num_questions=10, num_shots=2, max_new_tokens=64))
+    assert len(task.questions) == 10 and task.few_shot.count("Question: ") == 2
+    assert task.sampling_params()["max_new_tokens"] == 64
+    with pytest.raises(DatasetError, match="unknown recipe"):
+        GSM8K(test_set, RecipeConfig(name="nope"))
+    with pytest.raises(DatasetError):
+        GSM8K(test_set, RecipeConfig(num_questions=0))
