@@ -123,6 +123,9 @@ class SimulatedEngineConfig(EngineConfig):
     seed: int = 0
     #: Per-launch noise seed; -1 = random per launch, like SGLang's --random-seed.
     run_seed: int = -1
+    #: Re-draw the noise on every pass over the questions ("pass", as a real server under dynamic batching
+    #: does) or once per launch ("launch").
+    noise: str = "pass"
     latency_s: float = 0.0
     max_running_requests: int = 0
     build: str = ""

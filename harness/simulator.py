@@ -92,6 +92,9 @@ class SimConfig:
     flip_rate: float = 0.02
     #: per-launch seed; None draws a random one (reported by /get_server_info)
     run_seed: int | None = None
+    #: where run-to-run noise is re-drawn: "launch" (once per server launch) or "pass" (also on every
+    #: further pass over the questions on the same server, as dynamic batching does on a real server)
+    noise: str = "launch"
     invalid_rate: float = 0.0
     latency_s: float = 0.0
     max_running_requests: int = 0
@@ -111,6 +114,8 @@ class SimConfig:
             raise ValueError("give either --ability or --accuracy, not both")
         if self.accuracy is not None and not 0.0 < self.accuracy < 1.0:
             raise ValueError("--accuracy must be strictly between 0 and 1")
+        if self.noise not in ("launch", "pass"):
+            raise ValueError("--noise must be launch or pass")
         for name in ("flip_rate", "invalid_rate", "error_rate", "malformed_rate"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -197,7 +202,7 @@ def flip_probabilities(base_accuracy: float, flip_rate: float) -> tuple[float, f
     return min(1.0, flip_rate / (4 * a)), min(1.0, flip_rate / (4 * (1 - a)))
 
 
-def run_outcomes(base: list[bool], flip_rate: float, run_seed: int) -> list[bool]:
+def run_outcomes(base: list[bool], flip_rate: float, run_seed: int | str) -> list[bool]:
     """One launch's outcomes: the base outcomes with this launch's flips (deterministic in run_seed)."""
     if not base:
         return []
@@ -229,7 +234,8 @@ def _label(answer: str) -> tuple[str, int]:
 
 
 def _rationale_lines(answer: str) -> list[str]:
-    lines = [ln.strip() for ln in _ANNOT.sub("", answer).split("\n")]
+    # "Question" would hit SGLang's stop string mid-answer (test row 138 starts "Questions Mark ...").
+    lines = [ln.strip().replace("Question", "question") for ln in _ANNOT.sub("", answer).split("\n")]
     return [ln for ln in lines if ln and not ln.startswith("####")]
 
 
@@ -315,7 +321,10 @@ class SimState:
         self.exiting = False
         self.sem = asyncio.Semaphore(cfg.max_running_requests) if cfg.max_running_requests > 0 else None
         self.prefix_cache: set[str] = set()
-        self._answers: dict[int, str] = {}
+        self._answers: dict[tuple[int, int], str] = {}
+        #: how many times each question has been asked on this launch (noise="pass" re-draws per pass)
+        self._asked: dict[int, int] = {}
+        self._pass_outcomes: dict[int, list[bool]] = {0: self.outcomes}
 
     # ------------------------------------------------------------------ status
     def starting(self) -> bool:
@@ -353,9 +362,19 @@ class SimState:
         }
 
     # ------------------------------------------------------------------ text
+    def _outcome(self, i: int, k: int) -> bool:
+        """Outcome of question i on its k-th pass (k=0: this launch's outcomes)."""
+        if k not in self._pass_outcomes:
+            self._pass_outcomes[k] = run_outcomes(self.base, self.cfg.flip_rate, f"{self.run_seed}/pass{k}")
+        return self._pass_outcomes[k][i]
+
     def _answer_text(self, i: int) -> str:
         """The answer (without continuation) this launch gives question i; cached, deterministic."""
-        txt = self._answers.get(i)
+        k = 0
+        if self.cfg.noise == "pass":
+            k = self._asked.get(i, 0)
+            self._asked[i] = k + 1
+        txt = self._answers.get((i, k))
         if txt is not None:
             return txt
         row = self.rows[i]
@@ -363,13 +382,13 @@ class SimState:
         lines = _rationale_lines(row["answer"])
         if self.invalid[i]:
             txt = " I am not sure how to work this out from the information given."
-        elif self.outcomes[i]:
+        elif self._outcome(i, k):
             txt = " " + "\n".join([*lines, f"#### {label_text}"])
         else:
             w = _wrong_number(label_value, f"{self.cfg.seed}/{i}")
             body = lines[:-1] if len(lines) > 1 else []
             txt = " " + "\n".join([*body, f"So the answer is {w}.", f"#### {w}"])
-        self._answers[i] = txt
+        self._answers[(i, k)] = txt
         return txt
 
     def _unknown_text(self, prompt: str) -> str:
@@ -398,6 +417,8 @@ class SimState:
                  ignore_eos: bool, no_stop_trim: bool) -> dict[str, Any]:
         """One generation: text, finish reason and token counts."""
         prompt_tokens = max(1, len(prompt) // CHARS_PER_TOKEN)
+        # A crude prefix cache: the few-shot block (everything before the last question) is cached once a
+        # prompt with it, or the warm-up that is that block alone, has been seen; /flush_cache empties it.
         cached = 0
         k = prompt.rfind("Question:")
         if k > 0:
@@ -406,6 +427,7 @@ class SimState:
                 cached = k // CHARS_PER_TOKEN
             else:
                 self.prefix_cache.add(key)
+        self.prefix_cache.add(hashlib.sha256(prompt.encode()).hexdigest())
         if max_new <= 0:
             return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_tokens": prompt_tokens,
                     "completion_tokens": 0, "cached_tokens": cached}
@@ -715,6 +737,8 @@ def parse_args(argv: list[str] | None = None) -> SimConfig:
                    help="share of questions two launches of this arm disagree on (run-to-run noise)")
     p.add_argument("--run-seed", "--random-seed", dest="run_seed", type=int, default=None,
                    help="per-launch noise seed (default: random per launch)")
+    p.add_argument("--noise", choices=["launch", "pass"], default=d.noise,
+                   help="re-draw run-to-run noise once per launch, or on every pass over the questions")
     p.add_argument("--invalid-rate", type=float, default=d.invalid_rate, help="share of outputs with no digits")
     p.add_argument("--latency-s", type=float, default=d.latency_s, help="service time per request")
     p.add_argument("--max-running-requests", type=int, default=d.max_running_requests,

@@ -109,9 +109,10 @@ def paired_wald_ci(a_only: np.ndarray | int, b_only: np.ndarray | int, n: np.nda
 
 def newcombe_paired_ci(both: np.ndarray | int, a_only: np.ndarray | int, b_only: np.ndarray | int,
                        neither: np.ndarray | int, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """Newcombe's (1998, method 10) hybrid score interval for the paired difference Δ = p_B - p_A.
+    """Newcombe's (1998, method 10) square-and-add hybrid score interval for the paired Δ = p_B - p_A.
 
-    Combines the Wilson intervals of the two marginal accuracies with the phi correlation of the table.
+    Combines the Wilson intervals of the two marginal accuracies with the (corrected) phi correlation of
+    the table, as in Newcombe (1998) and Fagerland, Lydersen & Laake (2017, ch. 8).
     Vectorised over arrays of tables.
     """
     e = np.asarray(both, dtype=float)       # both right
@@ -124,8 +125,11 @@ def newcombe_paired_ci(both: np.ndarray | int, a_only: np.ndarray | int, b_only:
     l1, u1 = wilson_interval(e + f, n, alpha)
     l2, u2 = wilson_interval(e + g, n, alpha)
     den = (e + f) * (g + h) * (e + g) * (f + h)
+    cross = e * h - f * g
+    # Newcombe's phi: shrunk towards 0 by n/2 when positive (as in Newcombe 1998 and Fagerland et al. 2017)
+    num = np.where(cross > n / 2, cross - n / 2, np.where(cross < 0, cross, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
-        phi = np.where(den > 0, (e * h - f * g) / np.sqrt(np.where(den > 0, den, 1)), 0.0)
+        phi = np.where(den > 0, num / np.sqrt(np.where(den > 0, den, 1)), 0.0)
     theta = p1 - p2
     dl = np.sqrt(np.maximum((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
     du = np.sqrt(np.maximum((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))

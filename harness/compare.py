@@ -1,0 +1,375 @@
+"""Compare stored evals of two arms: ``abh compare`` and ``abh power``.
+
+Each ``--a``/``--b`` directory is one stored eval (``harness.store``); several per arm are repeats.
+Questions are aligned by index. Questions whose request errored (or is missing) in any run of either arm
+are dropped from the paired analysis — an error is never a wrong answer — and counted; when that share
+exceeds ``max_error_rate`` the verdict is ``not_comparable``.
+
+With one run per arm the test is the exact McNemar test and Δ's interval the paired bootstrap (BCa) over
+questions. With repeats, Δ is the mean over questions of the per-question mean score difference, its
+interval the question-level cluster bootstrap and its test the within-question permutation test of arm
+labels; the 2x2 table, McNemar p and ``flips`` are then those of **repeat 1** of each arm (the first
+``--a`` and the first ``--b``), kept for reading, not for the verdict.
+
+ψ_AA (A/A discordance) is the mean discordance over all pairs of runs of the same configuration: the A
+runs together with the ``--aa`` runs, and the B runs. None when no configuration has two runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import stats
+from harness.store import StoreError, atomic_write_json, load_eval
+
+SCHEMA_VERSION = 1
+KIND = "abh.comparison"
+IDENTITY_KEYS = ("dataset_sha256", "recipe", "indices")
+DEFAULT_MAX_ERROR_RATE = 0.02
+
+
+class CompareError(RuntimeError):
+    """The evals cannot be compared (different question sets, recipes or datasets; unreadable dirs)."""
+
+
+# ------------------------------------------------------------------------------------------ loading
+def _load_run(path: Path) -> dict[str, Any]:
+    """One eval directory as {dir, meta, summary, scores}: scores[i] is 1/0, or NaN when errored/missing."""
+    try:
+        meta, samples, summary = load_eval(path)
+    except (StoreError, OSError, json.JSONDecodeError) as e:
+        raise CompareError(f"cannot read eval {path}: {e}") from None
+    missing = [k for k in IDENTITY_KEYS if k not in meta]
+    if missing:
+        raise CompareError(f"{path}/eval.json lacks {', '.join(missing)}")
+    by_index = {s.index: s for s in samples}
+    scores = np.full(len(meta["indices"]), np.nan)
+    for j, idx in enumerate(meta["indices"]):
+        s = by_index.get(idx)
+        if s is not None and s.error is None and s.correct is not None:
+            scores[j] = 1.0 if s.correct else 0.0
+    return {"dir": str(path), "meta": meta, "summary": summary, "scores": scores}
+
+
+def _check_same_questions(runs: Sequence[dict[str, Any]]) -> None:
+    ref = runs[0]
+    for r in runs[1:]:
+        for key in IDENTITY_KEYS:
+            if r["meta"].get(key) != ref["meta"].get(key):
+                what = {"dataset_sha256": "dataset", "recipe": "recipe", "indices": "question set"}[key]
+                raise CompareError(
+                    f"refusing to compare: {r['dir']} and {ref['dir']} have a different {what} ({key}); "
+                    "only runs of the same dataset, recipe and question indices are comparable")
+
+
+def _failures(run: dict[str, Any], arm: str) -> list[str]:
+    """Reasons why a run cannot be used, from eval.json / summary.json.
+
+    Recognised: ``failed: true``, ``status: "failed"`` or ``arm_failed: true`` (the arm failed) and
+    ``side_check_passed: false`` or ``side_check: {"passed": false}`` (its side assertion failed), in
+    either file.
+    """
+    out: list[str] = []
+    for src in (run["meta"], run["summary"] or {}):
+        if src.get("failed") is True or src.get("arm_failed") is True or src.get("status") == "failed":
+            out.append(f"arm {arm} failed ({run['dir']})")
+        side = src.get("side_check")
+        if src.get("side_check_passed") is False or (isinstance(side, dict) and side.get("passed") is False):
+            out.append(f"side check of arm {arm} failed ({run['dir']})")
+    return sorted(set(out))
+
+
+def _is_simulated(run: dict[str, Any]) -> bool:
+    return bool(run["meta"].get("simulated")) or bool((run["summary"] or {}).get("simulated"))
+
+
+def _pair(lo_hi: tuple[float, float] | tuple[np.ndarray, np.ndarray]) -> list[float]:
+    return [float(lo_hi[0]), float(lo_hi[1])]
+
+
+# ------------------------------------------------------------------------------------------ comparison
+def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float | None = None,
+                 alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
+                 max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
+                 n_resamples: int = 10_000, failures: Sequence[str] = ()) -> dict[str, Any]:
+    """The comparison of arm B against arm A (the content of comparison.json; proportions as fractions).
+
+    ``margin`` (fraction) enables TOST equivalence / non-inferiority; ``min_effect`` (fraction) is the
+    declared practical effect size a verdict needs; ``failures`` are extra not-comparable reasons from
+    the caller (e.g. a runner that knows an arm failed).
+    """
+    if not a_dirs or not b_dirs:
+        raise CompareError("need at least one eval directory per arm (--a and --b)")
+    a_runs = [_load_run(Path(p)) for p in a_dirs]
+    b_runs = [_load_run(Path(p)) for p in b_dirs]
+    aa_runs = [_load_run(Path(p)) for p in aa_dirs]
+    _check_same_questions(a_runs + b_runs + aa_runs)
+    indices = np.asarray(a_runs[0]["meta"]["indices"])
+    n_total = int(indices.size)
+
+    a_mat = np.vstack([r["scores"] for r in a_runs])
+    b_mat = np.vstack([r["scores"] for r in b_runs])
+    keep = ~(np.isnan(a_mat).any(axis=0) | np.isnan(b_mat).any(axis=0))
+    n = int(keep.sum())
+    dropped = n_total - n
+    error_rate = dropped / n_total if n_total else 0.0
+    per_run_errors = {r["dir"]: float(np.isnan(r["scores"]).mean()) if n_total else 0.0
+                      for r in a_runs + b_runs}
+    if n < 2:
+        raise CompareError(f"only {n} question(s) answered by every run of both arms; nothing to compare")
+
+    A = a_mat[:, keep]
+    B = b_mat[:, keep]
+    ra, rb = A.shape[0], B.shape[0]
+    repeats = ra > 1 or rb > 1
+    am = stats.per_question_means(A)
+    bm = stats.per_question_means(B)
+    d = bm - am
+    delta = float(d.mean())
+
+    def arm_block(mat: np.ndarray, runs: list[dict[str, Any]], s: int) -> dict[str, Any]:
+        m = mat.mean(axis=0)
+        acc = float(m.mean())
+        return {
+            "accuracy": acc,
+            "wilson": _pair(stats.wilson_interval(acc * n, n, alpha)),
+            "bootstrap": _pair(stats.accuracy_bootstrap_ci(m, alpha, n_resamples, seed=s)),
+            "repeats": [float(x) for x in mat.mean(axis=1)],
+            "n_runs": int(mat.shape[0]),
+            "dirs": [r["dir"] for r in runs],
+        }
+
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, 2**32, size=6)
+    table = stats.paired_table(A[0].astype(bool), B[0].astype(bool))
+    flips = [int(i) for i in indices[keep][A[0] != B[0]]]
+    mc_p = float(stats.mcnemar_exact(table.a_only, table.b_only))
+    mc_midp = float(stats.mcnemar_midp(table.a_only, table.b_only))
+
+    ci_bca = stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "bca", seed=int(seeds[2]))
+    ci_pct = stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "percentile", seed=int(seeds[2]))
+    if repeats:
+        perm = stats.permutation_test(A, B, n_permutations=n_resamples, seed=int(seeds[3]))
+        p_value, test = perm["p_value"], "within_question_permutation"
+        ci_score = None
+    else:
+        p_value, test = mc_p, "mcnemar_exact"
+        ci_score = _pair(stats.newcombe_paired_ci(table.both, table.a_only, table.b_only, table.neither,
+                                                  alpha))
+    se = float(np.std(d, ddof=1) / np.sqrt(n))
+
+    psi = table.psi
+    aa_mat = np.vstack([r["scores"] for r in aa_runs])[:, keep] if aa_runs else np.empty((0, n))
+    psi_aa = stats.psi_aa(np.vstack([A, aa_mat]), B)
+    r_eff = stats.effective_repeats(ra, rb)
+    noise = stats.noise_band(psi_aa, n, ra, rb, alpha) if psi_aa is not None else None
+    p_pool = float((am.mean() + bm.mean()) / 2)
+    mde_unp = stats.mde_unpaired(n, p_pool, alpha)
+    mde_par = stats.mde_paired(n, psi, alpha) if psi > 0 else 0.0
+    mde_rep = stats.mde_repeats(n, psi_aa, r_eff, alpha) if psi_aa is not None else None
+    mde = mde_rep if (repeats and mde_rep is not None) else mde_par
+
+    tost_res = stats.tost(d, margin, alpha) if margin is not None else None
+
+    fails = list(failures)
+    for r in a_runs + aa_runs:
+        fails += _failures(r, "A")
+    for r in b_runs:
+        fails += _failures(r, "B")
+    v = stats.decide(delta=delta, p_value=p_value, alpha=alpha, mde=mde, margin=margin,
+                     equivalence_p=tost_res["p_equivalence"] if tost_res else None, min_effect=min_effect,
+                     failures=fails, error_rate=error_rate, max_error_rate=max_error_rate)
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "simulated": any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
+        "n": n,
+        "n_total": n_total,
+        "dropped_errors": dropped,
+        "error_rate": error_rate,
+        "error_rate_per_run": per_run_errors,
+        "max_error_rate": max_error_rate,
+        "alpha": alpha,
+        "seed": seed,
+        "n_resamples": n_resamples,
+        "dataset_sha256": a_runs[0]["meta"].get("dataset_sha256"),
+        "recipe": a_runs[0]["meta"].get("recipe"),
+        "arms": {"a": arm_block(A, a_runs, int(seeds[0])), "b": arm_block(B, b_runs, int(seeds[1]))},
+        "aa_dirs": [r["dir"] for r in aa_runs],
+        "table_source": "repeat 1 of each arm" if repeats else "single run per arm",
+        **table.as_dict(),
+        "delta": delta,
+        "delta_se": se,
+        "delta_ci": _pair(ci_bca),
+        "delta_ci_method": "cluster bootstrap over questions, BCa" if repeats else "paired bootstrap, BCa",
+        "delta_ci_percentile": _pair(ci_pct),
+        "delta_ci_score": ci_score,
+        "delta_ci_unpaired": _pair(stats.unpaired_diff_ci(am.sum(), n, bm.sum(), n, alpha)),
+        "test": test,
+        "p_value": float(p_value),
+        "mcnemar_p": mc_p,
+        "mcnemar_midp": mc_midp,
+        "psi": psi,
+        "psi_aa": psi_aa,
+        "noise_band": [-noise, noise] if noise is not None else None,
+        "repeats_effective": r_eff,
+        "mde": mde,
+        "mde_unpaired": mde_unp,
+        "mde_paired": mde_par,
+        "mde_repeats": mde_rep,
+        "margin": margin,
+        "min_effect": min_effect,
+        "tost": tost_res,
+        "verdict": v.word,
+        "verdict_reason": v.reason,
+        "flips": flips,
+    }
+
+
+def _pp(x: float | None, signed: bool = True) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "n/a" if ci is None else f"[{_pp(ci[0])}, {_pp(ci[1])}] pp"
+
+
+def format_summary(c: dict[str, Any]) -> str:
+    """A readable summary of a comparison, in percentage points."""
+    a, b = c["arms"]["a"], c["arms"]["b"]
+    lines = []
+    if c["simulated"]:
+        lines.append("*** SIMULATED: results come from the simulated engine, not a real server ***")
+    lines.append(f"questions: {c['n']} compared of {c['n_total']} ({c['dropped_errors']} dropped for request "
+                 f"errors, {100 * c['error_rate']:.2f} %); runs: A {a['n_runs']}, B {b['n_runs']}")
+    for name, arm in (("A", a), ("B", b)):
+        lines.append(f"  {name}: accuracy {_pp(arm['accuracy'], False)} %  Wilson "
+                     f"[{_pp(arm['wilson'][0], False)}, {_pp(arm['wilson'][1], False)}]  bootstrap "
+                     f"[{_pp(arm['bootstrap'][0], False)}, {_pp(arm['bootstrap'][1], False)}]")
+    lines.append(f"  table ({c['table_source']}): both {c['both']}, A only {c['a_only']}, "
+                 f"B only {c['b_only']}, neither {c['neither']}; psi {_pp(c['psi'], False)} %")
+    lines.append(f"  delta (B - A) {_pp(c['delta'])} pp, SE {_pp(c['delta_se'], False)} pp; "
+                 f"{100 * (1 - c['alpha']):g} % CI {_ci(c['delta_ci'])} ({c['delta_ci_method']})")
+    if c["delta_ci_score"] is not None:
+        lines.append(f"  score interval (Newcombe) {_ci(c['delta_ci_score'])}; unpaired {_ci(c['delta_ci_unpaired'])}")
+    lines.append(f"  McNemar exact p {c['mcnemar_p']:.3g} (mid-p {c['mcnemar_midp']:.3g}); "
+                 f"test used: {c['test']} p = {c['p_value']:.3g}")
+    if c["psi_aa"] is not None:
+        lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} %, noise band of delta "
+                     f"±{_pp(c['noise_band'][1], False)} pp")
+    mde = f"  MDE at 80 % power: {_pp(c['mde'], False)} pp (paired {_pp(c['mde_paired'], False)}, " \
+          f"unpaired {_pp(c['mde_unpaired'], False)}"
+    if c["mde_repeats"] is not None:
+        mde += f", repeats {_pp(c['mde_repeats'], False)}"
+    lines.append(mde + ")")
+    if c["tost"] is not None:
+        t = c["tost"]
+        lines.append(f"  TOST margin ±{_pp(t['margin'], False)} pp: equivalence p {t['p_equivalence']:.3g}, "
+                     f"non-inferiority p {t['p_noninferiority']:.3g}")
+    lines.append(f"verdict: {c['verdict'].upper()} — {c['verdict_reason']}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    """``abh compare``: compare stored evals and write <out>/comparison.json. Exit 0, or 2 when refused."""
+    ap = argparse.ArgumentParser(prog="abh compare", description="Paired comparison of two arms' stored evals.")
+    ap.add_argument("--a", action="append", required=True, type=Path, metavar="DIR",
+                    help="eval directory of arm A (repeat the option for repeats)")
+    ap.add_argument("--b", action="append", required=True, type=Path, metavar="DIR",
+                    help="eval directory of arm B (repeat the option for repeats)")
+    ap.add_argument("--aa", action="append", default=[], type=Path, metavar="DIR",
+                    help="extra A/A runs of arm A's configuration (noise floor)")
+    ap.add_argument("--out", required=True, type=Path, metavar="DIR")
+    ap.add_argument("--margin", type=float, default=None, metavar="PP",
+                    help="equivalence / non-inferiority margin in percentage points")
+    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
+                    help="practical effect size (pp) a verdict of improved/regressed needs")
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resamples", type=int, default=10_000)
+    ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
+                    help="share of questions dropped for request errors above which arms are not comparable")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    try:
+        c = compare_dirs(args.a, args.b, margin=None if args.margin is None else args.margin / 100,
+                         alpha=args.alpha, seed=args.seed, aa_dirs=args.aa, max_error_rate=args.max_error_rate,
+                         min_effect=None if args.min_effect is None else args.min_effect / 100,
+                         n_resamples=args.resamples)
+    except CompareError as e:
+        print(f"abh compare: {e}", file=sys.stderr)
+        return 2
+    atomic_write_json(args.out / "comparison.json", c)
+    print(format_summary(c))
+    print(f"wrote {args.out / 'comparison.json'}")
+    return 0
+
+
+def power_figures(n: int, p: float, discordance: float | None = None, repeats: int | None = None,
+                  effect: float | None = None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """MDEs (fractions) for n questions at accuracy p, and the repeats / questions needed for ``effect``."""
+    out: dict[str, Any] = {"n": n, "p": p, "alpha": alpha, "power": power, "discordance": discordance,
+                           "repeats": repeats, "effect": effect,
+                           "mde_unpaired": stats.mde_unpaired(n, p, alpha, power),
+                           "mde_paired": None, "mde_repeats": None, "repeats_needed": None,
+                           "n_needed_paired": None}
+    if discordance is not None:
+        out["mde_paired"] = stats.mde_paired(n, discordance, alpha, power)
+        if repeats is not None:
+            out["mde_repeats"] = stats.mde_repeats(n, discordance, repeats, alpha, power)
+        if effect is not None:
+            out["repeats_needed"] = stats.repeats_needed(effect, n, discordance, alpha, power)
+            out["n_needed_paired"] = stats.n_needed_paired(effect, discordance, alpha, power)
+    out["mde"] = next(v for v in (out["mde_repeats"], out["mde_paired"], out["mde_unpaired"]) if v is not None)
+    return out
+
+
+def power_main(argv: Sequence[str] | None = None) -> int:
+    """``abh power``: minimum detectable effect and repeats needed (inputs as fractions)."""
+    ap = argparse.ArgumentParser(prog="abh power", description="MDE at the given power and repeats needed.")
+    ap.add_argument("--n", type=int, required=True, help="questions per run")
+    ap.add_argument("--p", type=float, required=True, help="accuracy (fraction)")
+    ap.add_argument("--discordance", type=float, default=None, metavar="PSI",
+                    help="paired discordance psi, or A/A discordance psi_AA with --repeats (fraction)")
+    ap.add_argument("--repeats", type=int, default=None, metavar="R", help="runs per arm")
+    ap.add_argument("--effect", type=float, default=None, metavar="E", help="target effect (fraction)")
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--power", type=float, default=0.8)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON (fractions)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    for name, val in (("p", args.p), ("discordance", args.discordance), ("effect", args.effect)):
+        if val is not None and not 0 <= val <= 1:
+            ap.error(f"--{name} is a fraction in [0, 1], got {val}")
+    if args.n <= 0 or (args.repeats is not None and args.repeats <= 0):
+        ap.error("--n and --repeats must be positive")
+    if args.effect is not None and args.effect <= 0:
+        ap.error("--effect must be positive")
+    f = power_figures(args.n, args.p, args.discordance, args.repeats, args.effect, args.alpha, args.power)
+    if args.json:
+        print(json.dumps(f, indent=2))
+        return 0
+    pw = f"{100 * args.power:g} % power, alpha {args.alpha:g}"
+    print(f"n = {args.n} questions, accuracy {100 * args.p:.2f} %; MDE at {pw}:")
+    print(f"  unpaired          {100 * f['mde_unpaired']:.2f} pp")
+    if f["mde_paired"] is not None:
+        print(f"  paired (psi {100 * args.discordance:.2f} %)  {100 * f['mde_paired']:.2f} pp")
+    else:
+        print("  paired            give --discordance PSI")
+    if f["mde_repeats"] is not None:
+        print(f"  {args.repeats} repeats per arm  {100 * f['mde_repeats']:.2f} pp")
+    if f["repeats_needed"] is not None:
+        print(f"  to detect {100 * args.effect:.2f} pp ({args.effect * args.n:.1f} questions): "
+              f"{f['repeats_needed']} repeats per arm, or {f['n_needed_paired']} questions in one paired run")
+    elif args.effect is not None:
+        print("  repeats needed: give --discordance PSI (the A/A discordance)")
+    return 0

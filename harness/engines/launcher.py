@@ -1,0 +1,331 @@
+"""Stdlib-only launcher: fingerprint the serving process from inside, guard against orphaning, hand over.
+
+Run BY FILE PATH with the arm's own interpreter (the harness need not be installed there)::
+
+    python launcher.py --fingerprint FP.json [--dist sglang] [--module sglang.srt.layers.moe.topk]...
+                       [--hash python/sglang/srt/layers/moe/topk.py]... [--tree DIR] [--no-pdeathsig]
+                       -m sglang.launch_server --model-path ... --port ...
+
+1. Records, in this process (the one that then becomes the server), a JSON fingerprint written atomically
+   to ``--fingerprint``: interpreter, pid, the installed version of each ``--dist`` (importlib.metadata) and
+   the ``__version__`` found in the package's own ``version.py``, the file each ``--module`` resolves to on
+   this ``sys.path``, the sha256 of each ``--hash`` file (a path relative to ``--tree``, an absolute path,
+   or a dotted module name), and the git commit and dirty state of ``--tree``.
+2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills
+   the whole process group (``os.killpg(0, SIGKILL)``) when the parent pid changes; on Linux
+   ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` kills this process the moment its parent exits; and a tiny forked
+   watchdog process in the same group (it ignores SIGTERM/SIGINT) kills the group when this process or
+   the harness is gone, so the server's own child processes go too.
+   Note: PR_SET_PDEATHSIG fires when the parent *thread* that started us exits; the harness launches
+   servers from a thread that lives as long as the server (normally the main thread).
+3. Hands over with ``runpy.run_module(MODULE, run_name="__main__", alter_sys=True)``: exactly what
+   ``python -m MODULE args...`` does, including ``sys.path[0]`` = the working directory.
+"""
+
+import os
+import sys
+
+# Running a script puts its folder first on sys.path; `python -m` puts the working directory there instead.
+# This folder holds sglang.py, vllm.py, ... which would shadow the real packages: replace it first.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
+    sys.path[0] = os.getcwd()
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import runpy  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+SCHEMA_VERSION = 1
+USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module NAME]... [--hash SPEC]... "
+         "[--tree DIR] [--no-pdeathsig] [--no-watchdog] -m MODULE [ARGS...]")
+
+
+def parse(argv):
+    opts = {"fingerprint": None, "dist": [], "module": [], "hash": [], "tree": None, "pdeathsig": True,
+            "watchdog": True}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m":
+            if i + 1 >= len(argv):
+                break
+            return opts, argv[i + 1], list(argv[i + 2:])
+        if a in ("--no-pdeathsig", "--no-watchdog"):
+            opts[a[5:]] = False
+            i += 1
+            continue
+        key = a[2:] if a.startswith("--") else None
+        if key not in opts or i + 1 >= len(argv):
+            sys.exit(f"launcher: unexpected argument {a!r}\n{USAGE}")
+        if isinstance(opts[key], list):
+            opts[key].append(argv[i + 1])
+        else:
+            opts[key] = argv[i + 1]
+        i += 2
+    sys.exit(f"launcher: missing -m MODULE\n{USAGE}")
+
+
+# ------------------------------------------------------------------------------------ orphan guard
+def _proc_ppid(pid):
+    """Parent pid of ``pid`` from /proc (None where there is no /proc or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _kill_group():
+    try:
+        os.killpg(0, signal.SIGKILL)
+    except OSError:
+        os._exit(137)
+
+
+def set_pdeathsig():
+    """Linux: the kernel sends SIGKILL to this process when its parent exits."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        return libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
+    except Exception:  # noqa: BLE001 - best effort; the watchdogs below still work
+        return False
+
+
+def start_parent_thread(harness_pid):
+    """Daemon thread: when our parent changes (the harness died), kill the whole process group."""
+
+    def watch():
+        while True:
+            if os.getppid() != harness_pid:
+                _kill_group()
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="abh-parent-watchdog", daemon=True).start()
+
+
+def fork_watchdog(harness_pid):
+    """A small process in our group that kills the group once the server or the harness is gone."""
+    if not hasattr(os, "fork"):
+        return None
+    server_pid = os.getpid()
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    # child: outlive SIGTERM/SIGINT to the group so it can clean up whatever the server leaves behind
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            time.sleep(0.2)
+            if os.getppid() != server_pid:
+                break  # the server process exited (or was killed)
+            ppid = _proc_ppid(server_pid)
+            if (ppid is not None and ppid != harness_pid) or (ppid is None and _pid_gone(harness_pid)):
+                break  # the harness is gone
+        _kill_group()
+    finally:
+        os._exit(0)
+
+
+# ------------------------------------------------------------------------------------- fingerprint
+def find_module_file(name):
+    """(file, how): the file ``import name`` would load on this sys.path, without importing it if possible."""
+    parts = name.split(".")
+    for entry in sys.path:
+        base = os.path.join(entry or os.getcwd(), *parts)
+        for cand in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(cand):
+                return os.path.abspath(cand), "sys.path"
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)  # may import the parent packages
+    except Exception as e:  # noqa: BLE001
+        return None, f"not found ({type(e).__name__}: {e})"
+    if spec is None:
+        return None, "not found"
+    origin = spec.origin
+    if origin in (None, "namespace") and spec.submodule_search_locations:
+        origin = list(spec.submodule_search_locations)[0]
+    return origin, "importlib"
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def source_version(pkg_file):
+    """``__version__`` from the package's version.py / _version.py next to its __init__ (no import)."""
+    if not pkg_file:
+        return None
+    d = os.path.dirname(pkg_file)
+    for fn in ("version.py", "_version.py", "__init__.py"):
+        p = os.path.join(d, fn)
+        try:
+            with open(p, encoding="utf-8", errors="replace") as f:
+                m = re.search(r"^__version__\s*(?::\s*str\s*)?=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    return None
+
+
+def dist_version(name):
+    try:
+        from importlib import metadata
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return None
+    try:
+        return metadata.version(name)
+    except Exception:  # noqa: BLE001 - PackageNotFoundError or broken metadata
+        return None
+
+
+def git_state(tree):
+    if not tree or not os.path.isdir(tree):
+        return None
+
+    def git(*args):
+        r = subprocess.run(["git", "-c", "safe.directory=*", "-C", tree, *args], capture_output=True,
+                           text=True, timeout=20)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    try:
+        top = git("rev-parse", "--show-toplevel")
+        if top is None:
+            return {"tree": tree, "commit": None, "dirty": None, "error": "not a git checkout"}
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {"tree": tree, "toplevel": top, "commit": git("rev-parse", "HEAD"),
+                "dirty": None if status is None else bool(status), "describe": git("describe", "--always",
+                                                                                     "--dirty", "--tags")}
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"tree": tree, "commit": None, "dirty": None, "error": f"{type(e).__name__}: {e}"}
+
+
+def resolve_hash_target(spec, tree):
+    if "/" in spec or os.sep in spec or spec.endswith(".py") or not re.match(r"^[A-Za-z_][\w.]*$", spec):
+        if os.path.isabs(spec):
+            return spec
+        return os.path.join(tree, spec) if tree else os.path.abspath(spec)
+    path, _how = find_module_file(spec)
+    return path
+
+
+def fingerprint(opts, module, args, harness_pid):
+    tree = os.path.abspath(opts["tree"]) if opts["tree"] else None
+    modules = {}
+    top = module.split(".")[0]
+    for name in [top, *opts["module"]]:
+        if name in modules:
+            continue
+        path, how = find_module_file(name)
+        modules[name] = {"file": path, "found_by": how}
+    dists = {}
+    for d in opts["dist"]:
+        dists[d] = dist_version(d)
+    files = {}
+    for spec in opts["hash"]:
+        path = resolve_hash_target(spec, tree)
+        entry = {"path": path}
+        try:
+            entry["sha256"] = sha256_file(path)
+            entry["size"] = os.path.getsize(path)
+        except (OSError, TypeError) as e:
+            entry["sha256"] = None
+            entry["error"] = f"{type(e).__name__}: {e}"
+        files[spec] = entry
+    git_tree = tree or (os.path.dirname(os.path.dirname(modules[top]["file"])) if modules[top]["file"] else None)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "abh.fingerprint",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "pid": os.getpid(),
+        "ppid": harness_pid,
+        "python": {"executable": sys.executable, "version": sys.version.split()[0],
+                   "prefix": sys.prefix},
+        "cwd": os.getcwd(),
+        "module": module,
+        "argv": [module, *args],
+        "dist": dists,
+        "version": source_version(modules[top]["file"]),
+        "modules": modules,
+        "files": files,
+        "git": git_state(git_tree),
+        "sys_path": list(sys.path),
+        "pythonpath": os.environ.get("PYTHONPATH", ""),
+    }
+
+
+def write_atomic(path, obj):
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".fingerprint.", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def main(argv):
+    opts, module, args = parse(argv)
+    harness_pid = os.getppid()
+    pdeathsig = set_pdeathsig() if opts["pdeathsig"] else False
+    if os.getppid() != harness_pid:  # the harness died before the guard was armed
+        _kill_group()
+    watchdog_pid = fork_watchdog(harness_pid) if opts["watchdog"] else None
+    start_parent_thread(harness_pid)
+    if opts["fingerprint"]:
+        try:
+            fp = fingerprint(opts, module, args, harness_pid)
+        except Exception as e:  # noqa: BLE001 - never block the server on a fingerprint bug
+            fp = {"schema_version": SCHEMA_VERSION, "kind": "abh.fingerprint", "pid": os.getpid(),
+                  "error": f"{type(e).__name__}: {e}"}
+        fp["guards"] = {"pdeathsig": pdeathsig, "watchdog_pid": watchdog_pid, "parent_thread": True}
+        write_atomic(opts["fingerprint"], fp)
+        print(f"abh launcher: fingerprint written to {opts['fingerprint']}; starting python -m {module}",
+              file=sys.stderr, flush=True)
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,63 @@
+"""Redaction of secrets in what the harness shows and stores: environment variables and command-line flags.
+
+A name is secret when it contains TOKEN, KEY, SECRET, PASSWORD (also PASSWD, CREDENTIAL), case-insensitive,
+like ``HF_TOKEN``, ``OPENAI_API_KEY``, ``--api-key``. Words that merely contain TOKEN without being one
+(``TOKENIZER``, ``TOKENS`` as in ``--max-new-tokens``, ``TOKEN_ID(S)``) are left alone, so a run's
+tokenizer path and token limits stay reproducible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+REDACTED = "***REDACTED***"
+
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL")
+#: Occurrences of a secret word that are not secrets: TOKENIZER, TOKENS, TOKEN_ID, TOKEN_IDS.
+_BENIGN_AFTER = {"TOKEN": re.compile(r"^(IZER|S(?![A-Z])|_IDS?(?![A-Z]))")}
+
+
+def is_secret_name(name: str) -> bool:
+    """True when an env var or flag name looks like it holds a secret."""
+    n = re.sub(r"[^A-Z0-9]", "_", name.upper())
+    for m in _SECRET.finditer(n):
+        benign = _BENIGN_AFTER.get(m.group(0))
+        if benign is not None and benign.match(n[m.end():]):
+            continue
+        return True
+    return False
+
+
+def redact_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """Copy of ``env`` with the values of secret-looking names replaced by ``***REDACTED***``."""
+    return {k: (REDACTED if is_secret_name(k) else v) for k, v in (env or {}).items()}
+
+
+def _is_flag(tok: str) -> bool:
+    return tok.startswith("-") and len(tok) > 1 and not tok[1:2].isdigit() and tok[1:2] != "."
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """Copy of ``argv`` with the values of secret-looking flags redacted.
+
+    Handles ``--api-key X`` (the next token, unless it is itself a flag) and ``--api-key=X``.
+    """
+    out: list[str] = []
+    redact_next = False
+    for tok in argv:
+        tok = str(tok)
+        if redact_next:
+            redact_next = False
+            if not _is_flag(tok):
+                out.append(REDACTED)
+                continue
+        if _is_flag(tok):
+            name, eq, _value = tok.partition("=")
+            if is_secret_name(name.lstrip("-")):
+                if eq:
+                    out.append(f"{name}={REDACTED}")
+                    continue
+                redact_next = True
+        out.append(tok)
+    return out

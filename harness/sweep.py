@@ -1,0 +1,75 @@
+"""Sweeps: after a Hydra multirun, one table of every comparison with p adjusted across the sweep.
+
+Registered as a Hydra callback in configs/config.yaml; also usable on its own over a sweep directory
+(``summarize_sweep(dir, method)``). Reads stored ``comparison.json`` files; never talks to servers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from harness.store import atomic_write_json, read_json
+
+SWEEP_SUMMARY = "sweep_summary.json"
+
+
+def summarize_sweep(sweep_dir: str | Path, method: str = "holm") -> dict[str, Any]:
+    """Collect each job's comparison.json under ``sweep_dir``; adjust McNemar p by Holm or BH."""
+    import numpy as np
+
+    from harness.stats import adjust
+
+    root = Path(sweep_dir)
+    rows: list[dict[str, Any]] = []
+    for path in sorted(root.glob("*/comparison.json")):
+        c = read_json(path)
+        rows.append({"job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
+                     "accuracy_a": c["arms"]["a"]["accuracy"], "accuracy_b": c["arms"]["b"]["accuracy"],
+                     "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value", c.get("mcnemar_p")),
+                     "mde": c.get("mde"), "verdict": c.get("verdict"), "simulated": bool(c.get("simulated"))})
+    ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
+    adj = adjust(ps, method) if len(rows) else ps
+    for r, pa in zip(rows, adj, strict=True):
+        r["p_adjusted"] = float(pa)
+    summary = {"schema_version": 1, "kind": "abh.sweep", "correction": method, "comparisons": rows,
+               "simulated": any(r["simulated"] for r in rows)}
+    atomic_write_json(root / SWEEP_SUMMARY, summary)
+    return summary
+
+
+def format_sweep(s: dict[str, Any]) -> str:
+    lines = []
+    if s.get("simulated"):
+        lines.append("*** SIMULATED sweep ***")
+    lines.append(f"{'comparison':<48} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}  verdict")
+    for r in s["comparisons"]:
+        ci = r.get("delta_ci") or [None, None]
+        ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci[0] is not None else ""
+        d = f"{100 * r['delta']:+.2f}pp" if r.get("delta") is not None else "n/a"
+        p = f"{r['p']:.3g}" if r.get("p") is not None else "n/a"
+        lines.append(f"{r['job'][:48]:<48} {d:>9} {ci_s:>20} {p:>8} {r['p_adjusted']:>8.3g}  {r['verdict']}")
+    lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
+    return "\n".join(lines)
+
+
+class SweepSummary(Callback):
+    """Hydra callback: at the end of a multirun, write sweep_summary.json (+ report) and print the table."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.exists():
+            return
+        s = summarize_sweep(sweep_dir, str(config.stats.correction))
+        print(format_sweep(s), file=sys.stdout, flush=True)
+        if config.get("report", True):
+            try:
+                from harness.report import write_sweep_report
+
+                write_sweep_report(sweep_dir)
+            except ImportError:
+                pass

@@ -1,0 +1,254 @@
+"""The simulated engine as a real subprocess: APIs, correctness model, run-to-run noise, faults, load."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+import requests
+
+from harness.simulator import (
+    ability_for_accuracy,
+    base_outcomes,
+    expected_accuracy,
+    extract_question,
+    flip_probabilities,
+    run_outcomes,
+)
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"GSM8K test set not found at {DATA}")
+
+SP = {"skip_special_tokens": True, "spaces_between_special_tokens": True, "max_new_tokens": 512,
+      "min_new_tokens": 0, "n": 1, "stop": ["Question", "Assistant:", "<|separator|>"], "stop_token_ids": [],
+      "stop_regex": [], "temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
+      "frequency_penalty": 0.0, "presence_penalty": 0.0, "ignore_eos": False, "regex": None,
+      "json_schema": None}
+
+
+def _rows() -> list[dict[str, str]]:
+    with DATA.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+ROWS = _rows() if DATA.exists() else []
+SHOTS = "".join("Question: " + r["question"] + "\nAnswer: " + r["answer"] + "\n\n" for r in ROWS[:5])
+
+
+def prompt(i: int) -> str:
+    return SHOTS + "Question: " + ROWS[i]["question"] + "\nAnswer:"
+
+
+def parse(text: str) -> int:
+    nums = re.findall(r"\d+", text.replace(",", ""))
+    return int(nums[-1]) if nums else -9999999
+
+
+def label(i: int) -> int:
+    return parse(ROWS[i]["answer"])
+
+
+async def _batch(url: str, bodies: list[dict], path: str = "/generate", timeout: float = 60) -> list:
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+        async def one(b: dict):
+            async with s.post(url + path, json=b) as r:
+                return r.status, await r.text()
+        return await asyncio.gather(*(one(b) for b in bodies))
+
+
+def batch(url: str, indices, sp: dict | None = None, path: str = "/generate") -> list:
+    bodies = [{"text": prompt(i), "sampling_params": sp or SP} for i in indices]
+    return asyncio.run(_batch(url, bodies, path))
+
+
+def texts(url: str, indices) -> list[str]:
+    out = batch(url, indices)
+    assert all(st == 200 for st, _ in out), [o for o in out if o[0] != 200][:3]
+    return [json.loads(body)["text"] for _, body in out]
+
+
+# ------------------------------------------------------------------------------------- pure model
+def test_python_api_model():
+    a80, a85 = ability_for_accuracy(0.80), ability_for_accuracy(0.85)
+    assert a80 < a85
+    assert expected_accuracy(a80) == pytest.approx(0.80, abs=1e-6)
+    lo, hi = base_outcomes(a80), base_outcomes(a85)
+    assert all(h or not low for low, h in zip(lo, hi, strict=True))  # higher ability only gains
+    assert base_outcomes(a80) == lo  # deterministic
+    down, up = flip_probabilities(0.9, 0.02)
+    assert 0.9 * down == pytest.approx(0.1 * up)
+    r1, r2 = run_outcomes(lo, 0.1, 1), run_outcomes(lo, 0.1, 2)
+    assert 0.06 < sum(x != y for x, y in zip(r1, r2, strict=True)) / len(lo) < 0.14
+    assert extract_question(prompt(7)) == ROWS[7]["question"].strip()
+
+
+# ------------------------------------------------------------------------------------------ APIs
+def test_side_endpoints_and_warmup(sim_server):
+    s = sim_server("--build", "fix", "--model-path", "sim/Qwen-7B", "--accuracy", "0.9")
+    for path in ("/get_server_info", "/server_info"):
+        info = requests.get(s.url + path, timeout=5).json()
+        assert info["simulated"] is True and info["engine"] == "simulated"
+        assert info["build"] == "fix" and info["version"].startswith("simulated-")
+        assert info["model_path"] == "sim/Qwen-7B" and "--build fix" in info["launch_command"]
+        assert info["accuracy"] == 0.9 and isinstance(info["run_seed"], int)
+    for path in ("/get_model_info", "/model_info"):
+        mi = requests.get(s.url + path, timeout=5).json()
+        assert mi == mi | {"model_path": "sim/Qwen-7B", "is_generation": True, "simulated": True}
+    assert requests.get(s.url + "/v1/models", timeout=5).json()["data"][0]["id"] == "sim/Qwen-7B"
+    assert requests.get(s.url + "/health_generate", timeout=5).status_code == 200
+    assert requests.post(s.url + "/flush_cache", timeout=5).status_code == 200
+    assert requests.get(s.url + "/flush_cache", timeout=5).status_code == 200
+    # SGLang's warm-up: the shots alone with max_new_tokens 0
+    w = requests.post(s.url + "/generate", json={"text": SHOTS, "sampling_params": {**SP, "max_new_tokens": 0}},
+                      timeout=5).json()
+    assert w["text"] == "" and w["meta_info"]["completion_tokens"] == 0
+    assert w["meta_info"]["finish_reason"]["type"] == "length"
+    r = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": SP}, timeout=5).json()
+    meta = r["meta_info"]
+    assert set(meta) >= {"id", "prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason",
+                         "e2e_latency"}
+    assert meta["finish_reason"] == {"type": "stop", "matched": "Question"} and "Question" not in r["text"]
+    assert meta["cached_tokens"] > 0 and meta["prompt_tokens"] == len(prompt(5)) // 4
+    # unknown sampling_params key -> 400, as newer SGLang
+    bad = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": {**SP, "bogus": 1}},
+                        timeout=5)
+    assert bad.status_code == 400 and "bogus" in bad.text
+    # no stop strings: the "base model" runs on into the next question until max_new_tokens
+    r = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": {"max_new_tokens": 64}},
+                      timeout=5).json()
+    assert r["meta_info"]["finish_reason"]["type"] == "length" and r["meta_info"]["completion_tokens"] == 64
+    assert len(r["text"]) == 256
+    # OpenAI completions
+    o = requests.post(s.url + "/v1/completions", json={"model": "sim/Qwen-7B", "prompt": prompt(5),
+                                                       "max_tokens": 512, "stop": SP["stop"]}, timeout=5).json()
+    assert o["object"] == "text_completion" and o["choices"][0]["finish_reason"] == "stop"
+    full = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": SP}, timeout=5).json()
+    assert o["choices"][0]["text"] == full["text"] and full["text"].startswith(r["text"])
+    assert o["usage"]["total_tokens"] == o["usage"]["prompt_tokens"] + o["usage"]["completion_tokens"]
+
+
+# --------------------------------------------------------------------------- correctness model
+def test_two_arms_paired_and_correct(sim_server):
+    n = len(ROWS)
+    lo = sim_server("--accuracy", "0.80", "--flip-rate", "0", "--build", "baseline")
+    hi = sim_server("--accuracy", "0.85", "--flip-rate", "0", "--build", "fix")
+    res = {}
+    for name, s in (("lo", lo), ("hi", hi)):
+        out = texts(s.url, range(n))
+        res[name] = [parse(t) == label(i) for i, t in enumerate(out)]
+        for i, t in enumerate(out):
+            if res[name][i]:
+                assert t.rstrip().endswith("#### " + ROWS[i]["answer"].split("####")[-1].strip())
+            else:
+                assert t.rstrip().splitlines()[-1].startswith("#### ")
+        # no run noise: exactly the base outcomes of the solved ability
+        target = 0.80 if name == "lo" else 0.85
+        assert res[name] == base_outcomes(ability_for_accuracy(target, 0, n), 0, n)
+        assert abs(sum(res[name]) / n - target) < 0.03
+    b = sum(x and not y for x, y in zip(res["lo"], res["hi"], strict=True))
+    c = sum(y and not x for x, y in zip(res["lo"], res["hi"], strict=True))
+    assert b == 0 and c > 0  # the better arm is strictly better and only gains
+    assert (b + c) / n < 0.10  # ... and agrees on most questions
+
+
+def test_high_accuracy_arm_and_invalid(sim_server):
+    s = sim_server("--accuracy", "0.98", "--flip-rate", "0")
+    out = texts(s.url, range(100))
+    assert sum(parse(t) == label(i) for i, t in enumerate(out)) >= 93
+    inv = sim_server("--invalid-rate", "1.0")
+    assert all(not re.search(r"\d", t) for t in texts(inv.url, range(20)))
+
+
+def test_run_to_run_noise(sim_server):
+    n = len(ROWS)
+    runs = []
+    for rs in ("1", "2"):
+        s = sim_server("--accuracy", "0.9", "--flip-rate", "0.1", "--run-seed", rs)
+        first = texts(s.url, range(n))
+        again = texts(s.url, range(0, n, 7))
+        assert again == first[::7]  # within a launch: deterministic
+        runs.append([parse(t) == label(i) for i, t in enumerate(first)])
+    disagree = sum(x != y for x, y in zip(*runs, strict=True)) / n
+    assert 0.06 < disagree < 0.14, disagree
+    for r in runs:
+        assert abs(sum(r) / n - 0.9) < 0.04
+
+
+# ------------------------------------------------------------------------------------------ faults
+def test_error_rate_and_malformed(sim_server):
+    s = sim_server("--error-rate", "1.0")
+    assert all(st in (500, 503) for st, _ in batch(s.url, range(10)))
+    m = sim_server("--malformed-rate", "1.0")
+    for st, body in batch(m.url, range(10)):
+        assert st == 200
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(body)
+
+
+def test_crash_after(sim_server):
+    s = sim_server("--crash-after", "3")
+    for i in range(3):
+        assert requests.post(s.url + "/generate", json={"text": prompt(i), "sampling_params": SP},
+                             timeout=5).status_code == 200
+    assert s.proc.wait(timeout=5) == 1
+    with pytest.raises(requests.ConnectionError):
+        requests.post(s.url + "/generate", json={"text": prompt(4), "sampling_params": SP}, timeout=2)
+
+
+def test_hang_after(sim_server):
+    s = sim_server("--hang-after", "1")
+    assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
+                         timeout=5).status_code == 200
+    with pytest.raises(requests.Timeout):
+        requests.post(s.url + "/generate", json={"text": prompt(1), "sampling_params": SP}, timeout=0.5)
+    with pytest.raises(requests.Timeout):
+        requests.get(s.url + "/health_generate", timeout=0.5)
+
+
+def test_startup_delay(sim_server):
+    s = sim_server("--startup-s", "1.5")
+    assert requests.get(s.url + "/health_generate", timeout=5).status_code == 503
+    assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
+                         timeout=5).status_code == 503
+    deadline = time.monotonic() + 10
+    while requests.get(s.url + "/health_generate", timeout=5).status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
+                         timeout=5).status_code == 200
+
+
+def test_sigterm(sim_server):
+    s = sim_server()
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=5) == 0
+    stubborn = sim_server("--ignore-sigterm")
+    stubborn.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert stubborn.proc.poll() is None
+    assert requests.get(stubborn.url + "/health", timeout=5).status_code == 200
+
+
+# ------------------------------------------------------------------------------------------- load
+def test_full_concurrency_1319(sim_server):
+    s = sim_server("--latency-s", "0.5")
+    t0 = time.monotonic()
+    out = batch(s.url, range(len(ROWS)))
+    elapsed = time.monotonic() - t0
+    assert len(out) == 1319 and all(st == 200 for st, _ in out)
+    assert elapsed < 6, elapsed  # served concurrently, not one by one
+
+
+def test_max_running_requests_queue(sim_server):
+    s = sim_server("--latency-s", "0.2", "--max-running-requests", "5")
+    t0 = time.monotonic()
+    out = batch(s.url, range(20))
+    assert all(st == 200 for st, _ in out)
+    assert time.monotonic() - t0 >= 0.75  # 4 waves of 5

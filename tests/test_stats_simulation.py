@@ -1,0 +1,196 @@
+"""Seeded simulation checks: false-positive rates, interval coverage, power at the MDE, and why runs must
+not be resampled as independent. Simulations are vectorised across experiments where the statistic allows
+it; resampling-based intervals are computed per experiment with the library functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import stats as S
+
+EXPS = 2000
+ALPHA = 0.05
+
+
+def mc_upper(rate: float = ALPHA, exps: int = EXPS) -> float:
+    """Nominal rate plus two Monte-Carlo standard errors (bound for exact / conservative procedures)."""
+    return rate + 2 * np.sqrt(rate * (1 - rate) / exps)
+
+
+def tables(rng: np.random.Generator, n: int, probs: list[float], exps: int = EXPS) -> np.ndarray:
+    """exps paired tables (both, a_only, b_only, neither) drawn from cell probabilities."""
+    return rng.multinomial(n, probs, size=exps)
+
+
+def vectors(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-question 0/1 vectors of arms A and B for one table."""
+    both, a_only, b_only, neither = (int(x) for x in t)
+    a = np.r_[np.ones(both), np.ones(a_only), np.zeros(b_only), np.zeros(neither)]
+    b = np.r_[np.ones(both), np.zeros(a_only), np.ones(b_only), np.zeros(neither)]
+    return a, b
+
+
+# ------------------------------------------------------------------------------ false-positive rates
+def test_null_false_positive_rates_single_run():
+    rng = np.random.default_rng(11)
+    t = tables(rng, 500, [0.80, 0.05, 0.05, 0.10])   # ψ = 0.10, Δ = 0
+    b, c = t[:, 1], t[:, 2]
+    exact = np.mean(S.mcnemar_exact(b, c) < ALPHA)
+    midp = np.mean(S.mcnemar_midp(b, c) < ALPHA)
+    asym = np.mean(S.mcnemar_asymptotic(b, c) < ALPHA)
+    lo, hi = S.newcombe_paired_ci(t[:, 0], b, c, t[:, 3])
+    newc = np.mean((lo > 0) | (hi < 0))
+    wlo, whi = S.paired_wald_ci(b, c, 500)
+    wald = np.mean((wlo > 0) | (whi < 0))
+    print(f"FPR exact {exact:.4f} mid-p {midp:.4f} asymptotic {asym:.4f} Newcombe {newc:.4f} Wald {wald:.4f}")
+    assert exact <= mc_upper()
+    for r in (midp, asym, newc, wald):
+        assert 0.035 <= r <= 0.065
+
+
+def test_exact_mcnemar_stays_below_alpha_with_few_discordant_pairs():
+    rng = np.random.default_rng(12)
+    t = tables(rng, 400, [0.93, 0.01, 0.01, 0.05], exps=4000)  # ~8 discordant pairs
+    assert np.mean(S.mcnemar_exact(t[:, 1], t[:, 2]) < ALPHA) <= mc_upper(exps=4000)
+
+
+def test_unpaired_z_test_false_positive_rate():
+    rng = np.random.default_rng(13)
+    ka = rng.binomial(800, 0.85, EXPS)
+    kb = rng.binomial(800, 0.85, EXPS)
+    r = np.mean(S.two_proportion_z_test(ka, 800, kb, 800) < ALPHA)
+    assert 0.035 <= r <= 0.065
+
+
+def test_permutation_test_is_exact_under_sharp_null_with_repeats():
+    rng = np.random.default_rng(14)
+    n, R = 100, 3
+    q = rng.uniform(0, 1, n)          # per-question accuracy, the same for both arms
+    rej = 0
+    for _ in range(EXPS):
+        a = (rng.random((R, n)) < q).astype(float)
+        b = (rng.random((R, n)) < q).astype(float)
+        rej += S.permutation_test(a, b, n_permutations=199, seed=rng)["p_value"] < ALPHA
+    print(f"permutation FPR {rej / EXPS:.4f}")
+    assert rej / EXPS <= mc_upper()
+
+
+def test_multiple_testing_error_rates_under_global_null():
+    rng = np.random.default_rng(15)
+    p = rng.uniform(0, 1, (EXPS, 10))
+    fwer = np.mean([np.any(S.holm(row) < ALPHA) for row in p])
+    fdr = np.mean([np.any(S.benjamini_hochberg(row) < ALPHA) for row in p])  # = FDR under the global null
+    unadjusted = np.mean(np.any(p < ALPHA, axis=1))
+    assert fwer <= mc_upper() and fdr <= mc_upper()
+    assert unadjusted > 0.3
+
+
+def test_tost_error_rates_at_the_margin():
+    """At true Δ = -margin, non-inferiority is (wrongly) claimed at rate ~α; equivalence at most α."""
+    rng = np.random.default_rng(16)
+    n, margin = 600, 0.02
+    psi = 0.12
+    t = tables(rng, n, [0.78, (psi + margin) / 2, (psi - margin) / 2, 0.10])
+    ni = eq = 0
+    for row in t:
+        a, b = vectors(row)
+        r = S.tost(b - a, margin, ALPHA)
+        ni += r["noninferior"]
+        eq += r["equivalent"]
+    assert 0.035 <= ni / EXPS <= 0.065
+    assert eq / EXPS <= mc_upper()
+    # and with no true difference and enough questions, equivalence is usually shown
+    t0 = tables(rng, 5000, [0.78, 0.06, 0.06, 0.10], exps=300)
+    shown = np.mean([S.tost(np.subtract(*vectors(r)[::-1]), margin)["equivalent"] for r in t0])
+    assert shown > 0.9
+
+
+# ------------------------------------------------------------------------------ coverage
+def test_paired_intervals_cover_true_delta():
+    rng = np.random.default_rng(21)
+    n, probs = 300, [0.75, 0.06, 0.09, 0.10]
+    true = probs[2] - probs[1]
+    t = tables(rng, n, probs)
+    lo, hi = S.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+    cov = {"newcombe": np.mean((lo <= true) & (true <= hi))}
+    pct = bca = 0
+    for row in t:
+        a, b = vectors(row)
+        d = b - a
+        theta_b = S.bootstrap_means(d, 999, seed=rng)
+        lo_, hi_ = S.percentile_interval(theta_b)
+        pct += lo_ <= true <= hi_
+        lo_, hi_ = S.bca_interval(theta_b, float(d.mean()), S.jackknife_means(d))
+        bca += lo_ <= true <= hi_
+    cov["percentile"] = pct / EXPS
+    cov["bca"] = bca / EXPS
+    print("coverage", cov)
+    for v in cov.values():
+        assert 0.93 <= v <= 0.97
+
+
+def _heterogeneous_runs(rng: np.random.Generator, n: int, R: int) -> tuple[np.ndarray, np.ndarray]:
+    """R runs per arm on n questions drawn from a population where B fixes some questions and breaks
+    others (per-question effect ±0.35, population mean effect exactly 0)."""
+    pa = rng.uniform(0.35, 0.65, n)
+    pb = pa + np.where(rng.random(n) < 0.5, 0.35, -0.35)
+    return (rng.random((R, n)) < pa).astype(float), (rng.random((R, n)) < pb).astype(float)
+
+
+def test_cluster_bootstrap_calibrated_naive_run_resampling_not():
+    rng = np.random.default_rng(31)
+    n, R = 200, 6
+    cluster = naive = 0
+    for _ in range(EXPS):
+        a, b = _heterogeneous_runs(rng, n, R)
+        lo, hi = S.cluster_bootstrap_ci(a, b, n_resamples=500, method="percentile", seed=rng)
+        cluster += lo <= 0 <= hi
+        lo, hi = S.naive_run_bootstrap_ci(a, b, n_resamples=500, seed=rng)
+        naive += lo <= 0 <= hi
+    print(f"coverage of true Δ = 0: cluster {cluster / EXPS:.4f}, naive run-level {naive / EXPS:.4f}")
+    assert 0.93 <= cluster / EXPS <= 0.97
+    assert naive / EXPS < 0.85   # far too narrow: treats R·n outcomes as independent
+
+
+# ------------------------------------------------------------------------------ power at the MDE
+def test_power_at_paired_mde():
+    rng = np.random.default_rng(41)
+    n, psi = 1000, 0.10
+    mde = S.mde_paired(n, psi)
+    t = tables(rng, n, [0.80, (psi - mde) / 2, (psi + mde) / 2, 0.10])
+    asym = np.mean(S.mcnemar_asymptotic(t[:, 1], t[:, 2]) < ALPHA)
+    exact = np.mean(S.mcnemar_exact(t[:, 1], t[:, 2]) < ALPHA)
+    print(f"power at paired MDE {100 * mde:.2f} pp: asymptotic {asym:.3f}, exact {exact:.3f}")
+    assert 0.73 <= asym <= 0.87
+    assert 0.73 <= exact <= 0.87
+
+
+def test_power_at_unpaired_mde():
+    rng = np.random.default_rng(42)
+    n, p = 1000, 0.8
+    mde = S.mde_unpaired(n, p)
+    ka = rng.binomial(n, p - mde / 2, EXPS)
+    kb = rng.binomial(n, p + mde / 2, EXPS)
+    power = np.mean(S.two_proportion_z_test(ka, n, kb, n) < ALPHA)
+    assert 0.73 <= power <= 0.87
+
+
+def test_power_at_repeats_mde_and_repeats_needed():
+    rng = np.random.default_rng(43)
+    n, R = 300, 4
+    q = rng.uniform(0.2, 0.8, n)
+    psi_aa = float(np.mean(2 * q * (1 - q)))
+    mde = S.mde_repeats(n, psi_aa, R)
+    a = (rng.random((EXPS, R, n)) < q).mean(axis=1)
+    b = (rng.random((EXPS, R, n)) < q + mde).mean(axis=1)
+    d = b - a
+    z = d.mean(axis=1) / (d.std(axis=1, ddof=1) / np.sqrt(n))
+    power = np.mean(np.abs(z) > S.z_crit())
+    print(f"power at repeats MDE {100 * mde:.2f} pp (psi_AA {psi_aa:.3f}, R {R}): {power:.3f}")
+    assert 0.73 <= power <= 0.87
+    assert S.repeats_needed(mde, n, psi_aa) == R
+    # the empirical A/A discordance recovers ψ_AA
+    runs = (rng.random((6, n)) < q).astype(float)
+    assert S.psi_aa(runs) == pytest.approx(psi_aa, abs=0.02)
+    assert S.power_at(mde, np.sqrt(psi_aa / (n * R))) == pytest.approx(0.8, abs=0.001)
