@@ -13,6 +13,12 @@ labels; the 2x2 table, McNemar p and ``flips`` are then those of **repeat 1** of
 
 ψ_AA (A/A discordance) is the mean discordance over all pairs of runs of the same configuration: the A
 runs together with the ``--aa`` runs, and the B runs. None when no configuration has two runs.
+
+MDEs (80 % power): ``mde_unpaired`` = 2.8016·sqrt(2p(1-p)/n) at the mean accuracy p; ``mde_paired`` =
+2.8016·sqrt(ψ/n) from the (repeat-1) table; ``mde_repeats`` = 2.8016·sqrt(ψ_AA/(n R)) with R the
+effective (harmonic-mean) repeats per arm; ``mde_observed`` = 2.8016 × the observed SE of Δ. ``mde`` is
+the design's formula (repeats when R > 1 and ψ_AA is known, else paired) or ``mde_observed`` if larger,
+so it never claims more power than the data show. Arm accuracies are over the n compared questions.
 """
 
 from __future__ import annotations
@@ -174,7 +180,9 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     mde_unp = stats.mde_unpaired(n, p_pool, alpha)
     mde_par = stats.mde_paired(n, psi, alpha) if psi > 0 else 0.0
     mde_rep = stats.mde_repeats(n, psi_aa, r_eff, alpha) if psi_aa is not None else None
-    mde = mde_rep if (repeats and mde_rep is not None) else mde_par
+    mde_obs = stats.z_sum(alpha) * se
+    # never claim more power than the data show: the design formula, or the observed SE if larger
+    mde = max(mde_rep if (repeats and mde_rep is not None) else mde_par, mde_obs)
 
     tost_res = stats.tost(d, margin, alpha) if margin is not None else None
 
@@ -225,6 +233,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         "mde_unpaired": mde_unp,
         "mde_paired": mde_par,
         "mde_repeats": mde_rep,
+        "mde_observed": mde_obs,
         "margin": margin,
         "min_effect": min_effect,
         "tost": tost_res,
@@ -270,8 +279,8 @@ def format_summary(c: dict[str, Any]) -> str:
     mde = f"  MDE at 80 % power: {_pp(c['mde'], False)} pp (paired {_pp(c['mde_paired'], False)}, " \
           f"unpaired {_pp(c['mde_unpaired'], False)}"
     if c["mde_repeats"] is not None:
-        mde += f", repeats {_pp(c['mde_repeats'], False)}"
-    lines.append(mde + ")")
+        mde += f", from psi_AA at R={c['repeats_effective']:g} {_pp(c['mde_repeats'], False)}"
+    lines.append(mde + f", from observed SE {_pp(c['mde_observed'], False)})")
     if c["tost"] is not None:
         t = c["tost"]
         lines.append(f"  TOST margin ±{_pp(t['margin'], False)} pp: equivalence p {t['p_equivalence']:.3g}, "

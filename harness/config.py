@@ -113,6 +113,8 @@ class SimulatedEngineConfig(EngineConfig):
     kind: str = "simulated"
     module: str = "harness.simulator"
     model_path: str = "simulated/gsm8k"
+    #: GSM8K test JSONL the simulator answers from; empty = the simulator's default (the shared copy).
+    data: str = ""
     ready_timeout_s: float = 60.0
     poll_interval_s: float = 0.1
     stop_timeout_s: float = 10.0

@@ -125,40 +125,42 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                 if warm.error is not None:
                     print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
 
+            abort: list[str] = []
+
             async def one(q):  # type: ignore[no-untyped-def]
                 body = (task.generate_body(q) if client_cfg.api == "sglang"
                         else task.completions_body(q, client_cfg.model))
-                return q, await client.generate(body)
+                reply = await client.generate(body)
+                if reply.error is not None and opts.abort_check is not None and not abort:
+                    reason = opts.abort_check()
+                    if reason is not None:
+                        abort.append(reason)
+                # A reply that failed because the server died is "missing" (sent again on resume), not an error.
+                if abort and reply.error is not None:
+                    return
+                rec = _record(q.index, q.prompt_sha256, q.label, reply)
+                store.append(rec, q.prompt)
+                progress.update(rec)
 
             tasks = [asyncio.ensure_future(one(q)) for q in pending]
-            watcher = asyncio.ensure_future(_watch(opts.abort_check)) if opts.abort_check else None
+            everything = asyncio.gather(*tasks)
+            watcher = asyncio.ensure_future(_watch(opts.abort_check, abort)) if opts.abort_check else None
             try:
-                remaining = set(tasks)
-                while remaining:
-                    wait_set = remaining | ({watcher} if watcher else set())
-                    finished, _ = await asyncio.wait(wait_set, return_when=asyncio.FIRST_COMPLETED)
-                    if watcher is not None and watcher in finished:
-                        abort_reason = watcher.result()
-                        finished.discard(watcher)
-                    for t in finished:
-                        remaining.discard(t)
-                        q, reply = t.result()
-                        # A reply that failed because the server died is "missing", not an error.
-                        if abort_reason is not None and reply.error is not None:
-                            continue
-                        rec = _record(q.index, q.prompt_sha256, q.label, reply)
-                        store.append(rec, q.prompt)
-                        progress.update(rec)
-                    if abort_reason is not None:
-                        for t in remaining:
-                            t.cancel()
-                        break
+                if watcher is None:
+                    await everything
+                else:
+                    await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                    if abort:
+                        abort_reason = abort[0]
+                    else:
+                        await everything
             finally:
                 if watcher is not None:
                     watcher.cancel()
                 for t in tasks:
                     if not t.done():
                         t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             progress.close()
             wall = time.perf_counter() - t0
@@ -181,12 +183,15 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
     return summary
 
 
-async def _watch(check: Callable[[], str | None]) -> str:
+async def _watch(check: Callable[[], str | None], abort: list[str]) -> str:
     while True:
+        if abort:
+            return abort[0]
         reason = check()
         if reason is not None:
+            abort.append(reason)
             return reason
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.5)
 
 
 def run_eval(*args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -28,8 +28,8 @@ def wilson_interval(k: np.ndarray | float, n: np.ndarray | float,
         denom = 1 + z**2 / n
         centre = (p + z**2 / (2 * n)) / denom
         half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-        lo = np.where(n > 0, np.clip(centre - half, 0.0, 1.0), 0.0)
-        hi = np.where(n > 0, np.clip(centre + half, 0.0, 1.0), 1.0)
+        lo = np.where((n > 0) & (k > 0), np.clip(centre - half, 0.0, 1.0), 0.0)
+        hi = np.where((n > 0) & (k < n), np.clip(centre + half, 0.0, 1.0), 1.0)
     return lo, hi
 
 

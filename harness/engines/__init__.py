@@ -1,0 +1,88 @@
+"""Engines: what serves an arm. ``create_engine`` picks the implementation by ``engine.kind``.
+
+Registry: the engine kind is the module name under ``harness/engines/``; the module exposes ``ENGINE``
+(an :class:`~harness.engines.base.Engine` subclass) and optionally ``CONFIG`` (its schema dataclass, when it
+is not one of ``harness.config.ENGINE_SCHEMAS``). Adding an engine is one module here plus
+``configs/engine/NAME.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
+from harness.engines.process import PortInUseError, install_termination_handlers
+
+if TYPE_CHECKING:
+    from harness.arms import ResolvedArm
+
+__all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
+           "engine_class", "engine_config", "install_termination_handlers", "known_engines"]
+
+_NOT_ENGINES = {"base", "process", "launcher"}
+
+
+def known_engines() -> list[str]:
+    here = Path(__file__).resolve().parent
+    return sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_") and p.stem not in _NOT_ENGINES)
+
+
+def engine_class(kind: str) -> type[Engine]:
+    if not re.match(r"^[a-z][a-z0-9_]*$", kind or "") or kind in _NOT_ENGINES:
+        raise EngineError(f"unknown engine kind {kind!r} (known: {', '.join(known_engines())})")
+    try:
+        mod = importlib.import_module(f"harness.engines.{kind}")
+    except ModuleNotFoundError as e:
+        if e.name == f"harness.engines.{kind}":
+            raise EngineError(f"unknown engine kind {kind!r} (known: {', '.join(known_engines())})") from None
+        raise
+    cls = getattr(mod, "ENGINE", None)
+    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        raise EngineError(f"harness/engines/{kind}.py defines no ENGINE class")
+    return cls
+
+
+def _schema(kind: str) -> type:
+    from harness.config import ENGINE_SCHEMAS, EngineConfig
+
+    if kind in ENGINE_SCHEMAS:
+        return ENGINE_SCHEMAS[kind]
+    mod = importlib.import_module(f"harness.engines.{kind}")
+    return getattr(mod, "CONFIG", EngineConfig)
+
+
+def engine_config(engine_cfg: Any, overrides: dict[str, Any] | None = None) -> Any:
+    """The engine's schema dataclass from a DictConfig / dict / dataclass plus per-arm overrides (typed)."""
+    if dataclasses.is_dataclass(engine_cfg) and not isinstance(engine_cfg, type):
+        kind = engine_cfg.kind
+        node = OmegaConf.structured(engine_cfg)
+    else:
+        if isinstance(engine_cfg, DictConfig):
+            data = OmegaConf.to_container(engine_cfg, resolve=True, throw_on_missing=False)
+        else:
+            data = dict(engine_cfg)
+        kind = str(data.get("kind", ""))
+        node = OmegaConf.create(data)
+    engine_class(kind)  # clear error for an unknown kind first
+    schema = _schema(kind)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node, OmegaConf.create(dict(overrides or {})))
+    except Exception as e:  # noqa: BLE001 - omegaconf raises several types for unknown keys / bad values
+        raise EngineError(f"bad {kind} engine config: {e}") from e
+    missing = sorted(OmegaConf.missing_keys(merged))
+    if missing:
+        raise EngineError(f"the {kind} engine needs {', '.join('engine.' + m for m in missing)}")
+    return OmegaConf.to_object(merged)
+
+
+def create_engine(engine_cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str) -> Engine:
+    """The engine serving ``arm``: ``engine_cfg`` (``cfg.engine``, possibly already merged with the arm's
+    ``engine:`` overrides, or a schema dataclass); the arm's overrides are applied (again: idempotent)."""
+    cfg = engine_config(engine_cfg, arm.engine_overrides)
+    return engine_class(cfg.kind)(cfg, arm, run_dir, label)

@@ -1,0 +1,397 @@
+"""The one engine interface: build a launch, launch, wait until ready, probe, stop, tell whether it serves.
+
+An engine module subclasses :class:`Engine` (or :class:`LaunchedEngine` for anything started as
+``python -m MODULE``), sets ``kind``, and implements ``server_args()`` and ``ready_check()``. The
+registry in ``harness.engines`` finds it by module name, so adding an engine is one module plus one file
+``configs/engine/NAME.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import requests
+
+from harness.engines.process import (
+    EngineError,
+    ServerProcess,
+    StatusFn,
+    check_port_free,
+    connect_host,
+    pick_free_port,
+    port_in_use,
+    wait_until_ready,
+)
+from harness.redact import redact_argv, redact_env
+
+if TYPE_CHECKING:
+    from harness.arms import ResolvedArm
+
+#: The stdlib-only launcher, run by file path with the arm's interpreter.
+LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
+
+__all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "LAUNCHER"]
+
+
+@dataclass
+class LaunchSpec:
+    """Everything about one launch, computed without side effects (printed by dry runs)."""
+
+    #: Exactly what is executed (through the fingerprinting launcher when ``engine.fingerprint``).
+    argv: list[str]
+    #: The equivalent plain command (``python -m MODULE ...``) the launcher hands over to.
+    server_argv: list[str]
+    #: What the harness adds to the inherited environment: engine env, arm env, PYTHONPATH (shown to users).
+    env_delta: dict[str, str]
+    #: The full environment of the server process.
+    env: dict[str, str] = field(repr=False)
+    cwd: str = ""
+    log_path: str = ""
+    fingerprint_path: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    url: str = ""
+    launched: bool = True
+
+    def command_line(self, redact: bool = True) -> str:
+        """One line, shell-quoted, secrets redacted: ``NAME=value ... python -m MODULE --flag value ...``."""
+        argv = redact_argv(self.server_argv) if redact else self.server_argv
+        env = redact_env(self.env_delta) if redact else self.env_delta
+        return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
+
+    def env_lines(self, redact: bool = True) -> list[str]:
+        """One ``NAME=value`` per variable the harness sets."""
+        env = redact_env(self.env_delta) if redact else self.env_delta
+        return [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+
+    def argv_lines(self, redact: bool = True, which: str = "server") -> list[str]:
+        """The command as lines: the program, then one ``--flag value`` (or positional) per line."""
+        argv = self.server_argv if which == "server" else self.argv
+        argv = redact_argv(argv) if redact else list(argv)
+        lines: list[str] = []
+        i = 0
+        # keep "python -m MODULE" (or "python launcher.py") together on the first line
+        head = 3 if len(argv) >= 3 and argv[1] == "-m" else min(2, len(argv))
+        lines.append(shlex.join(argv[:head]))
+        i = head
+        while i < len(argv):
+            tok = argv[i]
+            if tok.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                lines.append(shlex.join([tok, argv[i + 1]]))
+                i += 2
+            else:
+                lines.append(shlex.quote(tok))
+                i += 1
+        return lines
+
+    def pretty(self, redact: bool = True) -> str:
+        """Multi-line shell form: env lines, then the command with one flag per line."""
+        return " \\\n".join([*self.env_lines(redact), *(
+            ("  " + ln) if n else ln for n, ln in enumerate(self.argv_lines(redact)))])
+
+    def to_dict(self, redact: bool = True) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("env")
+        if redact:
+            d["argv"] = redact_argv(self.argv)
+            d["server_argv"] = redact_argv(self.server_argv)
+            d["env_delta"] = redact_env(self.env_delta)
+        d["command_line"] = self.command_line(redact)
+        return d
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return dict(cfg)
+
+
+class Engine:
+    """Base class of every engine. ``cfg`` is the engine's schema dataclass (arm overrides applied)."""
+
+    kind: ClassVar[str] = ""
+    #: Distribution whose installed version the fingerprint records.
+    dist: ClassVar[str | None] = None
+    #: What readiness means, shown while waiting.
+    ready_what: ClassVar[str] = "the server to answer"
+    #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
+    probe_timeout_s: ClassVar[float] = 30.0
+
+    def __init__(self, cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str):
+        self.cfg = cfg
+        self.arm = arm
+        self.run_dir = Path(run_dir).resolve()
+        self.label = label
+        self.host: str = cfg.host or "127.0.0.1"
+        self._port: int | None = int(cfg.port) if getattr(cfg, "port", 0) else None
+        self._spec: LaunchSpec | None = None
+        self._simulated_seen = False
+        self.ready_s: float | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            self._port = pick_free_port(self.host)
+        return self._port
+
+    @property
+    def url(self) -> str:
+        h = connect_host(self.host)
+        return f"http://[{h}]:{self.port}" if ":" in h else f"http://{h}:{self.port}"
+
+    @property
+    def api(self) -> str:
+        return str(self.cfg.api)
+
+    @property
+    def simulated(self) -> bool:
+        return self._simulated_seen
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def config_dict(self) -> dict[str, Any]:
+        return _plain(self.cfg)
+
+    # ------------------------------------------------------------------ lifecycle (override)
+    def launch_spec(self) -> LaunchSpec:
+        raise NotImplementedError
+
+    def launch(self) -> None:
+        raise NotImplementedError
+
+    def ready_check(self) -> tuple[bool, str]:
+        """(ready, what the last poll saw). Called repeatedly by :meth:`wait_ready`."""
+        raise NotImplementedError
+
+    def wait_ready(self, on_status: StatusFn | None = None) -> float:
+        raise NotImplementedError
+
+    def stop(self, on_status: StatusFn | None = None) -> dict[str, Any] | None:
+        return None
+
+    def alive(self) -> str | None:
+        """None while the server serves; otherwise the reason it does not (for EvalOptions.abort_check)."""
+        return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return ""
+
+    def fingerprint(self) -> dict[str, Any] | None:
+        return None
+
+    # ------------------------------------------------------------------ HTTP helpers
+    def _get(self, path: str, timeout: float = 10.0) -> requests.Response:
+        return requests.get(self.url + path, timeout=timeout)
+
+    def get_json(self, path: str, timeout: float = 10.0) -> Any:
+        r = self._get(path, timeout)
+        r.raise_for_status()
+        return r.json()
+
+    def _first_json(self, *paths: str) -> Any:
+        for p in paths:
+            try:
+                return self.get_json(p)
+            except (requests.RequestException, ValueError):
+                continue
+        return None
+
+    def openai_model(self) -> str:
+        """The served model name: first of /v1/models, else engine.model_path."""
+        try:
+            data = self.get_json("/v1/models", timeout=self.probe_timeout_s)
+            return str(data["data"][0]["id"])
+        except (requests.RequestException, ValueError, KeyError, IndexError, TypeError):
+            return str(self.cfg.model_path or "default")
+
+    def _check_health(self, path: str) -> tuple[bool, str]:
+        try:
+            r = self._get(path, timeout=self.probe_timeout_s)
+        except requests.RequestException as e:
+            return False, f"GET {path}: {type(e).__name__}"
+        return r.status_code == 200, f"GET {path}: HTTP {r.status_code}"
+
+    def _check_one_token(self) -> tuple[bool, str]:
+        try:
+            model = self.openai_model()
+            r = requests.post(self.url + "/v1/completions", timeout=max(self.probe_timeout_s, 60.0),
+                              json={"model": model, "prompt": "1 + 1 =", "max_tokens": 1, "temperature": 0.0})
+        except requests.RequestException as e:
+            return False, f"1-token /v1/completions: {type(e).__name__}"
+        if r.status_code != 200:
+            return False, f"1-token /v1/completions: HTTP {r.status_code}"
+        try:
+            r.json()["choices"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return False, "1-token /v1/completions: no choices in the reply"
+        return True, "1-token /v1/completions works"
+
+    def probe(self) -> dict[str, Any]:
+        """Snapshot of the running server: server info, model info, models, fingerprint."""
+        server_info = self._first_json("/get_server_info", "/server_info")
+        model_info = self._first_json("/get_model_info", "/model_info")
+        models = self._first_json("/v1/models") if self.api == "openai" else None
+        if isinstance(server_info, dict) and server_info.get("simulated"):
+            self._simulated_seen = True
+        version = server_info.get("version") if isinstance(server_info, dict) else None
+        return {"engine": self.kind, "label": self.label, "url": self.url, "api": self.api, "pid": self.pid,
+                "simulated": self.simulated, "version": version, "server_info": server_info,
+                "model_info": model_info, "models": models, "fingerprint": self.fingerprint(),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    # ------------------------------------------------------------------ context manager
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LaunchedEngine(Engine):
+    """An engine the harness starts as ``python -m MODULE ...`` through the launcher and stops again."""
+
+    def __init__(self, cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str):
+        super().__init__(cfg, arm, run_dir, label)
+        self.proc: ServerProcess | None = None
+        self.server_dir = self.run_dir / "servers"
+
+    # ------------------------------------------------------------------ to override
+    @property
+    def module(self) -> str:
+        return str(self.cfg.module)
+
+    def server_args(self) -> list[str]:
+        """Engine-specific flags that come before ``engine.args`` and the arm's ``args``."""
+        raise NotImplementedError
+
+    def extra_pythonpath(self) -> list[str]:
+        """PYTHONPATH entries the engine itself needs (after the arm's)."""
+        return []
+
+    # ------------------------------------------------------------------ launch spec
+    @property
+    def python(self) -> str:
+        return self.arm.python or sys.executable
+
+    def _check_reserved(self, args: list[str]) -> None:
+        for tok in args:
+            name = tok.split("=", 1)[0]
+            if name in ("--host", "--port"):
+                raise EngineError(f"arm {self.arm.key!r}: set engine.{name[2:]} instead of passing {name} in "
+                                  f"args (the harness must know where the server listens)")
+
+    def user_args(self) -> list[str]:
+        args = [str(a) for a in (*self.cfg.args, *self.arm.args)]
+        self._check_reserved(args)
+        return args
+
+    def env_delta(self) -> dict[str, str]:
+        delta: dict[str, str] = {}
+        delta.update({str(k): str(v) for k, v in (self.cfg.env or {}).items()})
+        delta.update({str(k): str(v) for k, v in (self.arm.env or {}).items()})
+        entries = [*self.arm.pythonpath, *self.extra_pythonpath()]
+        if entries:
+            inherited = delta.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+            delta["PYTHONPATH"] = os.pathsep.join([*entries, *([inherited] if inherited else [])])
+        delta.setdefault("PYTHONUNBUFFERED", "1")
+        return delta
+
+    def fingerprint_modules(self) -> list[str]:
+        mods: list[str] = []
+        for c in self.arm.checks:
+            if c.kind == "source" and c.module and c.module not in mods:
+                mods.append(c.module)
+        return mods
+
+    def launch_spec(self) -> LaunchSpec:
+        if self._spec is not None:
+            return self._spec
+        server_argv = [self.python, "-m", self.module, *self.server_args(), *self.user_args()]
+        log_path = self.server_dir / f"{self.label}.log"
+        fp_path: Path | None = None
+        argv = list(server_argv)
+        if self.cfg.fingerprint:
+            fp_path = self.server_dir / f"{self.label}.fingerprint.json"
+            argv = [self.python, str(LAUNCHER), "--fingerprint", str(fp_path)]
+            if self.dist:
+                argv += ["--dist", self.dist]
+            for m in self.fingerprint_modules():
+                argv += ["--module", m]
+            for f in self.cfg.fingerprint_files:
+                argv += ["--hash", str(f)]
+            if self.arm.source.tree:
+                argv += ["--tree", self.arm.source.tree]
+            argv += ["-m", self.module, *server_argv[3:]]
+        delta = self.env_delta()
+        self._spec = LaunchSpec(argv=argv, server_argv=server_argv, env_delta=delta,
+                                env={**os.environ, **delta}, cwd=str(self.server_dir), log_path=str(log_path),
+                                fingerprint_path=str(fp_path) if fp_path else None, host=self.host,
+                                port=self.port, url=self.url)
+        return self._spec
+
+    # ------------------------------------------------------------------ lifecycle
+    def launch(self) -> None:
+        if self.proc is not None:
+            raise EngineError(f"{self.label}: already launched")
+        spec = self.launch_spec()
+        if self.cfg.port:
+            check_port_free(self.host, self.port)
+        elif port_in_use(self.host, self.port):  # the free port we picked got taken: pick again
+            self._port, self._spec = None, None
+            spec = self.launch_spec()
+        if spec.fingerprint_path:
+            Path(spec.fingerprint_path).unlink(missing_ok=True)
+        self.proc = ServerProcess(spec.argv, spec.env, spec.cwd, spec.log_path,
+                                  name=f"{self.kind} server {self.label}")
+        self.proc.start()
+
+    def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
+        if self.proc is None:
+            raise EngineError(f"{self.label}: wait_ready() before launch()")
+        self.ready_s = wait_until_ready(self.proc, self.ready_check, f"{self.ready_what} at {self.url}",
+                                        float(self.cfg.ready_timeout_s), float(self.cfg.poll_interval_s),
+                                        on_status)
+        return self.ready_s
+
+    def stop(self, on_status: StatusFn | None = None) -> dict[str, Any] | None:
+        if self.proc is None:
+            return None
+        return self.proc.stop(float(self.cfg.stop_timeout_s), on_status, host=self.host, port=self.port,
+                              release_timeout_s=float(self.cfg.release_timeout_s))
+
+    def alive(self) -> str | None:
+        if self.proc is None:
+            return "server was not launched"
+        if self.proc.stop_info is not None:
+            return "server was stopped by the harness"
+        return self.proc.exit_reason()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self.proc.tail(lines) if self.proc else ""
+
+    def fingerprint(self) -> dict[str, Any] | None:
+        spec = self.launch_spec()
+        if not spec.fingerprint_path:
+            return None
+        try:
+            with open(spec.fingerprint_path, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None

@@ -1,0 +1,102 @@
+"""External: a server someone already started, given by ``engine.url``. Nothing is launched or stopped.
+
+Ready per its API: ``sglang`` -> ``GET /health_generate`` is 200; ``openai`` -> a 1-token
+``/v1/completions`` works. ``alive()`` reports the server gone after three failed TCP connects in a row.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from harness.engines.base import Engine, EngineError, LaunchSpec
+from harness.engines.process import StatusFn
+
+if TYPE_CHECKING:
+    from harness.arms import ResolvedArm
+
+
+class ExternalEngine(Engine):
+    kind = "external"
+
+    def __init__(self, cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str):
+        super().__init__(cfg, arm, run_dir, label)
+        url = str(getattr(cfg, "url", "") or "").rstrip("/")
+        if not url or url == "???":
+            raise EngineError("the external engine needs engine.url=http://HOST:PORT")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise EngineError(f"engine.url must look like http://HOST:PORT, not {url!r}")
+        self._url = url
+        self.host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._failures = 0
+        self._last_check = 0.0
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def ready_what(self) -> str:  # type: ignore[override]
+        return "GET /health_generate = 200" if self.api == "sglang" else "a 1-token /v1/completions"
+
+    def launch_spec(self) -> LaunchSpec:
+        if self._spec is None:
+            self._spec = LaunchSpec(argv=[], server_argv=[], env_delta={}, env={}, cwd="", log_path="",
+                                    fingerprint_path=None, host=self.host, port=self.port, url=self.url,
+                                    launched=False)
+        return self._spec
+
+    def launch(self) -> None:
+        """Nothing to launch: the server is someone else's."""
+
+    def ready_check(self) -> tuple[bool, str]:
+        if self.api == "sglang":
+            return self._check_health("/health_generate")
+        return self._check_one_token()
+
+    def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
+        t0 = time.monotonic()
+        timeout = float(self.cfg.ready_timeout_s)
+        last = -1e9
+        while True:
+            ok, detail = self.ready_check()
+            elapsed = time.monotonic() - t0
+            if ok:
+                self.ready_s = elapsed
+                return elapsed
+            if elapsed >= timeout:
+                raise EngineError(f"external server {self.url}: not ready after {timeout:.0f} s waiting for "
+                                  f"{self.ready_what} (last answer: {detail})")
+            if on_status and time.monotonic() - last >= 5:
+                last = time.monotonic()
+                on_status(f"external server {self.url}: waiting for {self.ready_what} ({elapsed:.0f}/"
+                          f"{timeout:.0f} s, {detail})")
+            time.sleep(max(0.0, min(float(self.cfg.poll_interval_s), timeout - elapsed)))
+
+    def stop(self, on_status: StatusFn | None = None) -> dict[str, Any] | None:
+        """Nothing to stop: the server is someone else's."""
+        return None
+
+    def alive(self) -> str | None:
+        now = time.monotonic()
+        if now - self._last_check < 5.0:
+            return None if self._failures < 3 else self._reason()
+        self._last_check = now
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1.0):
+                self._failures = 0
+        except OSError:
+            self._failures += 1
+        return None if self._failures < 3 else self._reason()
+
+    def _reason(self) -> str:
+        return f"external server {self.url} is not accepting connections"
+
+
+ENGINE = ExternalEngine

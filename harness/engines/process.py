@@ -1,0 +1,487 @@
+"""Process management shared by every engine that launches a server.
+
+* :class:`ServerProcess` starts an argv list (never a shell string) in its own session / process group,
+  stdout+stderr appended to a log file in the run directory, and stops it on every path: SIGTERM to the
+  group, ``stop_timeout_s``, SIGKILL to the group and to any descendant that left it; then it waits until
+  the port is free and, where ``nvidia-smi`` / ``amd-smi`` / ``rocm-smi`` exists, until the GPU memory the
+  server held is released (best effort, bounded by ``release_timeout_s``).
+* :func:`wait_until_ready` polls a readiness check, checking before each poll that the process is alive,
+  reporting what it waits for and the last log line through ``on_status``; on death or timeout it raises
+  :class:`EngineError` carrying the log tail.
+* Ports: :func:`pick_free_port`, :func:`check_port_free` ("port N on HOST is already in use").
+* Every live server is also stopped at interpreter exit (atexit); :func:`install_termination_handlers`
+  turns SIGTERM/SIGHUP into KeyboardInterrupt so ``with engine:`` blocks unwind and stop their servers.
+  A harness killed with SIGKILL is covered by the launcher's parent-death guards (see launcher.py).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+StatusFn = Callable[[str], None]
+
+
+class EngineError(RuntimeError):
+    """A server failed to start, died, hung or could not be stopped; ``log_tail`` holds its last output."""
+
+    def __init__(self, message: str, log_tail: str = "", log_path: str | None = None):
+        full = message
+        if log_tail:
+            full += f"\n--- last lines of {log_path or 'the server log'} ---\n{log_tail.rstrip()}"
+        super().__init__(full)
+        self.reason = message
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+
+class PortInUseError(EngineError):
+    """The configured port is taken by another process."""
+
+
+# ----------------------------------------------------------------------------------------- ports
+def connect_host(host: str) -> str:
+    """The address to connect to for a server bound to ``host`` (wildcards mean loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when a socket is bound/listening on (host, port): the check servers with SO_REUSEADDR face."""
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def check_port_free(host: str, port: int) -> None:
+    if port_in_use(host, port):
+        raise PortInUseError(f"port {port} on {host} is already in use (set engine.port=0 to pick a free "
+                             f"one, or stop whatever listens there)")
+
+
+def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if not port_in_use(host, port):
+                return True
+        except OSError:
+            return True  # an address we cannot bind at all: nothing to wait for
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+# ------------------------------------------------------------------------------------------ logs
+def read_log_tail(path: str | Path | None, start: int = 0, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
+    """The last ``lines`` lines of a log file from byte offset ``start`` on ('' when there is none)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            end = f.tell()
+            begin = max(start, end - max_bytes)
+            f.seek(begin)
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def last_log_line(path: str | Path | None, start: int = 0) -> str:
+    for line in reversed(read_log_tail(path, start, lines=20, max_bytes=8192).splitlines()):
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+# ------------------------------------------------------------------------------------------ GPUs
+def _run(argv: Sequence[str], timeout: float = 15.0) -> str | None:
+    try:
+        r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def gpu_tool() -> str | None:
+    for tool in ("nvidia-smi", "amd-smi", "rocm-smi"):
+        if shutil.which(tool):
+            return tool
+    return None
+
+
+def gpu_snapshot() -> dict[str, Any] | None:
+    """GPU processes and used memory per GPU (MiB), from whichever vendor tool exists; None without one."""
+    tool = gpu_tool()
+    if tool is None:
+        return None
+    pids: set[int] = set()
+    used: dict[str, float] = {}
+    if tool == "nvidia-smi":
+        out = _run([tool, "--query-compute-apps=pid", "--format=csv,noheader,nounits"])
+        pids = {int(x) for x in re.findall(r"^\s*(\d+)", out or "", re.M)}
+        out = _run([tool, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"])
+        for m in re.finditer(r"^\s*(\d+)\s*,\s*([\d.]+)", out or "", re.M):
+            used[m.group(1)] = float(m.group(2))
+    elif tool == "amd-smi":
+        out = _run([tool, "process", "--json"])
+        pids = {int(x) for x in re.findall(r'"pid"\s*:\s*(\d+)', out or "")}
+    else:  # rocm-smi
+        out = _run([tool, "--showpids"])
+        pids = {int(x) for x in re.findall(r"^\s*(\d+)\s+\S", out or "", re.M)}
+        out = _run([tool, "--showmeminfo", "vram", "--json"])
+        try:
+            for card, vals in (json.loads(out) if out else {}).items():
+                for k, v in vals.items():
+                    if "used" in k.lower() and "(b)" in k.lower():
+                        used[card] = float(v) / (1 << 20)
+        except (ValueError, AttributeError):
+            pass
+    return {"tool": tool, "pids": sorted(pids), "used_mib": used}
+
+
+def wait_gpu_release(server_pids: set[int], baseline: dict[str, Any] | None, timeout_s: float,
+                     on_status: StatusFn | None = None, slack_mib: float = 1024.0) -> dict[str, Any]:
+    """Wait until no server pid holds a GPU and used memory is back near its pre-launch level (best effort)."""
+    t0 = time.monotonic()
+    snap = gpu_snapshot()
+    if snap is None:
+        return {"tool": None, "released": True, "waited_s": 0.0}
+    last_note = 0.0
+    while True:
+        holders = sorted(set(snap["pids"]) & server_pids)
+        over = {}
+        if baseline and baseline.get("used_mib"):
+            for gpu, mib in snap["used_mib"].items():
+                base = baseline["used_mib"].get(gpu)
+                if base is not None and mib > base + slack_mib:
+                    over[gpu] = mib - base
+        waited = time.monotonic() - t0
+        if not holders and not over:
+            return {"tool": snap["tool"], "released": True, "waited_s": waited}
+        if waited >= timeout_s:
+            msg = (f"GPU memory not released after {timeout_s:.0f} s ({snap['tool']}): "
+                   f"server pids still on a GPU {holders}, MiB above the pre-launch level {over}")
+            if on_status:
+                on_status(msg)
+            return {"tool": snap["tool"], "released": False, "waited_s": waited, "holders": holders,
+                    "over_mib": over}
+        if on_status and time.monotonic() - last_note > 10:
+            last_note = time.monotonic()
+            on_status(f"waiting for the GPU memory of the stopped server to be released ({snap['tool']}: "
+                      f"pids {holders}, MiB above baseline {over}; {waited:.0f}/{timeout_s:.0f} s)")
+        time.sleep(1.0)
+        snap = gpu_snapshot() or {"tool": None, "pids": [], "used_mib": {}}
+
+
+# ------------------------------------------------------------------------------------- processes
+_LIVE: set[ServerProcess] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"server process was killed by {name} (exit code {code})"
+    return f"server process exited with code {code}"
+
+
+class ServerProcess:
+    """One server process group: start, poll, log tail, stop (idempotent)."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | Path, log_path: str | Path,
+                 name: str = "server"):
+        if isinstance(argv, str) or not argv:
+            raise ValueError("argv must be a non-empty list of strings (never a shell string)")
+        self.argv = [str(a) for a in argv]
+        self.env = dict(env)
+        self.cwd = str(cwd)
+        self.log_path = Path(log_path)
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_offset = 0
+        self._log: IO[bytes] | None = None
+        self._known: dict[int, float] = {}  # pid -> create_time of the group and its descendants
+        self.stop_info: dict[str, Any] | None = None
+        self.gpu_baseline: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        if self.proc is not None:
+            raise RuntimeError(f"{self.name}: already started")
+        self.gpu_baseline = gpu_snapshot()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        Path(self.cwd).mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
+        self._log.write(f"\n===== abh: {time.strftime('%Y-%m-%d %H:%M:%S')} launching {self.name}: "
+                        f"{subprocess.list2cmdline(self.argv)}\n".encode())
+        self._log.flush()
+        self.log_offset = self._log.tell()
+        try:
+            self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                         stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                         close_fds=True)
+        except OSError as e:
+            self._log.close()
+            self._log = None
+            raise EngineError(f"cannot start {self.name}: {self.argv[0]}: {e}") from e
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        self._remember_tree()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def poll(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def exit_reason(self) -> str | None:
+        """None while the process runs; otherwise how it ended."""
+        if self.proc is None:
+            return "server process was never started"
+        code = self.proc.poll()
+        return None if code is None else _describe_exit(code)
+
+    def tail(self, lines: int = 40) -> str:
+        return read_log_tail(self.log_path, self.log_offset, lines)
+
+    def last_line(self) -> str:
+        return last_log_line(self.log_path, self.log_offset)
+
+    # ------------------------------------------------------------------ the process tree
+    def _remember_tree(self) -> None:
+        """Record the pids of the group and of all descendants (some servers start new sessions)."""
+        if self.proc is None:
+            return
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency
+            self._known.setdefault(self.proc.pid, 0.0)
+            return
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        pgid = self.proc.pid
+        try:
+            for p in psutil.process_iter(["pid"]):
+                with contextlib.suppress(OSError):
+                    if os.getpgid(p.pid) == pgid:
+                        procs.append(p)
+        except psutil.Error:
+            pass
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                self._known[p.pid] = p.create_time()
+
+    def known_pids(self) -> set[int]:
+        return set(self._known)
+
+    def _alive_known(self) -> list[int]:
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover
+            return []
+        out = []
+        for pid, ctime in self._known.items():
+            try:
+                p = psutil.Process(pid)
+                if (ctime and abs(p.create_time() - ctime) > 0.01) or p.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                out.append(pid)
+            except psutil.Error:
+                continue
+        return out
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def _group_exists(self) -> bool:
+        if self.proc is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:
+            import psutil
+
+            for p in psutil.process_iter(["pid", "status"]):
+                with contextlib.suppress(OSError):
+                    if os.getpgid(p.pid) == self.proc.pid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                        return True
+            return False
+        except ImportError:  # pragma: no cover
+            return True
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, stop_timeout_s: float = 60.0, on_status: StatusFn | None = None, host: str | None = None,
+             port: int | None = None, release_timeout_s: float = 300.0) -> dict[str, Any]:
+        """Stop the server (idempotent): SIGTERM to the group, wait, SIGKILL; then wait for port and GPUs."""
+        if self.stop_info is not None:
+            return self.stop_info
+        info: dict[str, Any] = {"pid": self.pid}
+        t0 = time.monotonic()
+        if self.proc is None:
+            self.stop_info = {**info, "how": "never started"}
+            return self.stop_info
+        if self.proc.poll() is None:
+            self._remember_tree()
+        server_pids = self.known_pids()
+        if self.proc.poll() is None:
+            if on_status:
+                on_status(f"stopping {self.name} (pid {self.proc.pid}): SIGTERM to its process group")
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(stop_timeout_s)
+                info["how"] = "SIGTERM"
+            except subprocess.TimeoutExpired:
+                if on_status:
+                    on_status(f"{self.name} (pid {self.proc.pid}) ignored SIGTERM for {stop_timeout_s:.0f} s: "
+                              f"SIGKILL")
+                self._signal_group(signal.SIGKILL)
+                info["how"] = "SIGKILL"
+                try:
+                    self.proc.wait(30)
+                except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+                    info["how"] = "SIGKILL (still running)"
+        else:
+            info["how"] = "already exited"
+        info["returncode"] = self.proc.poll()
+        # Whatever is left of the group or its descendants (workers, the launcher's watchdog) goes now.
+        self._signal_group(signal.SIGKILL)
+        for pid in self._alive_known():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (self._group_exists() or self._alive_known()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        info["leftover_pids"] = self._alive_known()
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if host is not None and port:
+            if not wait_port_free(host, port, min(release_timeout_s, 60.0)):
+                info["port_free"] = False
+                if on_status:
+                    on_status(f"port {port} on {host} is still in use after stopping {self.name}")
+            else:
+                info["port_free"] = True
+        info["gpu"] = wait_gpu_release(server_pids, self.gpu_baseline, release_timeout_s, on_status)
+        info["seconds"] = time.monotonic() - t0
+        self.stop_info = info
+        return info
+
+
+def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]], what: str, timeout_s: float,
+                     interval_s: float = 2.0, on_status: StatusFn | None = None,
+                     status_every_s: float = 5.0) -> float:
+    """Poll ``check`` until it returns (True, _); return the seconds waited.
+
+    Before each poll the process must be alive. On death or timeout: :class:`EngineError` with the log tail.
+    """
+    t0 = time.monotonic()
+    last_status = -1e9
+    detail = "not polled yet"
+    while True:
+        reason = proc.exit_reason()
+        if reason is not None:
+            raise EngineError(f"{proc.name}: {reason} while waiting for {what} (after "
+                              f"{time.monotonic() - t0:.1f} s)", proc.tail(), str(proc.log_path))
+        ok, detail = check()
+        elapsed = time.monotonic() - t0
+        if ok:
+            proc._remember_tree()
+            return elapsed
+        if elapsed >= timeout_s:
+            raise EngineError(f"{proc.name}: not ready after {timeout_s:.0f} s waiting for {what} "
+                              f"(last answer: {detail}); raise engine.ready_timeout_s if it is still loading",
+                              proc.tail(), str(proc.log_path))
+        if on_status and time.monotonic() - last_status >= status_every_s:
+            last_status = time.monotonic()
+            line = proc.last_line()
+            on_status(f"{proc.name}: waiting for {what} ({elapsed:.0f}/{timeout_s:.0f} s, pid {proc.pid}, "
+                      f"{detail})" + (f"; log: {line}" if line else ""))
+        time.sleep(max(0.0, min(interval_s, timeout_s - elapsed)))
+
+
+# ------------------------------------------------------------------------------ exit-path safety
+def live_servers() -> list[ServerProcess]:
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
+def stop_all(stop_timeout_s: float = 10.0) -> None:
+    """Stop every server this interpreter started that is still running (atexit, signal handlers)."""
+    for p in live_servers():
+        with contextlib.suppress(Exception):
+            p.stop(stop_timeout_s=stop_timeout_s, release_timeout_s=5.0)
+
+
+atexit.register(stop_all)
+
+_HANDLERS_INSTALLED = False
+
+
+def install_termination_handlers() -> None:
+    """Make SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread (like Ctrl-C).
+
+    ``with engine:`` blocks and ``finally`` clauses then stop their servers; a second signal while
+    unwinding is ignored so cleanup can finish. Call once from the main thread of the harness.
+    """
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED or threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, handler)
+    _HANDLERS_INSTALLED = True

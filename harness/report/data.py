@@ -1,0 +1,387 @@
+"""Gather what a report shows from stored files: comparison.json, manifest.json, the eval directories.
+
+Everything here reads defensively: a field that is missing or of an unexpected shape is shown as what it
+is (or left out), never a crash, because the report is most needed when a run went wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import statistics
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.redact import redact_argv, redact_env
+from harness.store import SampleRecord, load_eval, read_json, read_jsonl
+
+#: At most this many flipped questions are listed (a broken arm can flip most of the set).
+MAX_FLIPS = 600
+#: Model outputs longer than this are cut in the page (the full text stays in samples.jsonl).
+MAX_OUTPUT_CHARS = 4000
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def jread(path: Path) -> Any:
+    try:
+        return read_json(path)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def as_text(v: Any) -> str:
+    """A value as display text: scalars as they are, containers as indented JSON."""
+    if v is None:
+        return "—"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool | int):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return json.dumps(v, indent=2, ensure_ascii=False, default=str, sort_keys=False)
+
+
+def is_block(v: Any) -> bool:
+    return isinstance(v, dict | list) or (isinstance(v, str) and ("\n" in v or len(v) > 120))
+
+
+def kv_rows(d: Any, skip: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """[{key, text, block}] of a dict (or of a list, by position)."""
+    skip = set(skip)
+    if isinstance(d, dict):
+        items = [(str(k), v) for k, v in d.items() if k not in skip]
+    elif isinstance(d, list):
+        items = [(str(i), v) for i, v in enumerate(d)]
+    elif d is None:
+        return []
+    else:
+        items = [("value", d)]
+    return [{"key": k, "text": as_text(v), "block": is_block(v)} for k, v in items]
+
+
+def fmt_time(ts: Any) -> str:
+    if isinstance(ts, int | float) and not isinstance(ts, bool) and ts > 0:
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ts))
+    return as_text(ts)
+
+
+def shell_command(argv: Any, env: Any = None) -> str:
+    """The exact command as one copyable shell snippet (env prefix, one flag per line), secrets redacted."""
+    lines: list[str] = []
+    if isinstance(env, dict):
+        for k, v in redact_env({str(k): str(v) for k, v in env.items()}).items():
+            lines.append(f"{k}={shlex.quote(v)}")
+    elif isinstance(env, list):
+        lines += [str(e) for e in env]
+    if isinstance(argv, str):
+        cmd = [argv]
+    elif isinstance(argv, list | tuple) and argv:
+        toks = [shlex.quote(t) for t in redact_argv([str(t) for t in argv])]
+        cmd, i = [toks[0]], 1
+        # Keep interpreter + "-m module" together, then one flag (with its value) per line.
+        while i < len(toks) and not toks[i].startswith("--"):
+            cmd[0] += " " + toks[i]
+            i += 1
+        while i < len(toks):
+            if toks[i].startswith("-") and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+                cmd.append(f"  {toks[i]} {toks[i + 1]}")
+                i += 2
+            else:
+                cmd.append(f"  {toks[i]}")
+                i += 1
+    else:
+        cmd = []
+    return " \\\n".join(lines + cmd) if (lines or cmd) else ""
+
+
+def resolve_dir(p: Any, base: Path) -> Path | None:
+    """An eval directory recorded in comparison.json, found again even if the run dir was moved."""
+    if not p:
+        return None
+    path = Path(str(p))
+    cands = [path, base / path]
+    parts = path.parts
+    if "evals" in parts:
+        cands.append(base.joinpath(*parts[parts.index("evals"):]))
+    for c in cands:
+        if (c / "eval.json").exists():
+            return c
+    return None
+
+
+# ------------------------------------------------------------------------------------------ evals
+class Run:
+    """One stored eval: meta, summary and samples by index."""
+
+    def __init__(self, role: str, repeat: int, recorded: str, path: Path | None):
+        self.role, self.repeat, self.recorded, self.path = role, repeat, recorded, path
+        self.meta: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {}
+        self.samples: dict[int, SampleRecord] = {}
+        self.error: str | None = None
+        if path is None:
+            self.error = f"eval directory not found: {recorded}"
+            return
+        try:
+            meta, samples, summary = load_eval(path)
+            self.meta, self.summary = meta or {}, summary or {}
+            self.samples = {s.index: s for s in samples}
+        except Exception as e:  # noqa: BLE001 - shown in the report instead
+            self.error = f"cannot read {path}: {e}"
+
+    def row(self, label: str) -> dict[str, Any]:
+        s = self.summary
+        lat = [r.latency_s for r in self.samples.values() if isinstance(r.latency_s, int | float)]
+        q = statistics.quantiles(lat, n=10) if len(lat) >= 2 else None
+        return {
+            "role": self.role, "label": label, "repeat": self.repeat, "dir": str(self.path or self.recorded),
+            "error": self.error, "accuracy": s.get("accuracy"), "correct": s.get("correct"),
+            "answered": s.get("answered", s.get("n")), "n": s.get("n"), "invalid": s.get("invalid"),
+            "errors": s.get("errors"), "latency_s": s.get("latency_s"),
+            "throughput": s.get("output_throughput"), "output_tokens": s.get("output_tokens"),
+            "p50": statistics.median(lat) if lat else None, "p90": q[-1] if q else None,
+            "complete": s.get("complete"), "resumed": s.get("resumed"),
+        }
+
+
+def load_runs(c: dict[str, Any], base: Path) -> dict[str, list[Run]]:
+    arms = c.get("arms") or {}
+    out: dict[str, list[Run]] = {"a": [], "b": [], "aa": []}
+    for role in ("a", "b"):
+        for k, d in enumerate((arms.get(role) or {}).get("dirs") or [], 1):
+            out[role].append(Run(role, k, str(d), resolve_dir(d, base)))
+    for k, d in enumerate(c.get("aa_dirs") or [], 1):
+        out["aa"].append(Run("aa", k, str(d), resolve_dir(d, base)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ questions
+def question_texts(runs: list[Run], indices: set[int]) -> dict[int, str]:
+    """Question text by index: from the dataset file the eval recorded, else from the stored prompts."""
+    out: dict[int, str] = {}
+    if not indices:
+        return out
+    for r in runs:
+        src = r.meta.get("dataset_source")
+        if isinstance(src, str) and src and not src.startswith("hf:") and Path(src).is_file():
+            try:
+                with Path(src).open(encoding="utf-8") as f:
+                    for i, line in enumerate(f):
+                        if i in indices and line.strip():
+                            q = json.loads(line).get("question")
+                            if isinstance(q, str):
+                                out[i] = q
+            except (OSError, json.JSONDecodeError, AttributeError):
+                out.clear()
+            if out:
+                return out
+    for r in runs:
+        if r.path is None:
+            continue
+        for row in read_jsonl(r.path / "prompts.jsonl"):
+            i, p = row.get("index"), row.get("prompt")
+            if i in indices and i not in out and isinstance(p, str):
+                out[i] = question_from_prompt(p)
+        if len(out) == len(indices):
+            break
+    return out
+
+
+def question_from_prompt(prompt: str) -> str:
+    """The evaluated question of a GSM8K prompt: its last "Question: ...\\nAnswer:" block."""
+    tail = prompt.rsplit("Question: ", 1)[-1]
+    return tail[: -len("\nAnswer:")] if tail.endswith("\nAnswer:") else tail
+
+
+def _cut(s: str | None) -> tuple[str, bool]:
+    if s is None:
+        return "", False
+    return (s[:MAX_OUTPUT_CHARS], True) if len(s) > MAX_OUTPUT_CHARS else (s, False)
+
+
+def _answer(rec: SampleRecord | None, repeat: int) -> dict[str, Any]:
+    if rec is None:
+        return {"repeat": repeat, "missing": True, "correct": None, "pred": "—", "output": "", "cut": False,
+                "finish": None, "error": None}
+    out, cut = _cut(rec.output)
+    pred = "invalid" if rec.invalid else ("—" if rec.pred is None else str(rec.pred))
+    return {"repeat": repeat, "missing": False, "correct": rec.correct, "pred": pred, "output": out, "cut": cut,
+            "finish": rec.finish_reason, "error": rec.error}
+
+
+def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
+    """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped.
+
+    Returns (rows, total) with at most MAX_FLIPS rows.
+    """
+    a_runs = [r for r in runs["a"] if r.error is None]
+    b_runs = [r for r in runs["b"] if r.error is None]
+    if not a_runs or not b_runs:
+        return [], 0
+    idx = a_runs[0].meta.get("indices") or sorted(a_runs[0].samples)
+    flips_r1 = {int(i) for i in c.get("flips") or [] if isinstance(i, int)}
+    chosen: list[tuple[int, str]] = []
+    for i in idx:
+        sa = [r.samples.get(i) for r in a_runs]
+        sb = [r.samples.get(i) for r in b_runs]
+        if any(s is None or s.correct is None for s in sa + sb):
+            continue  # dropped from the paired analysis (request error or missing)
+        ma = sum(bool(s.correct) for s in sa) / len(sa)  # type: ignore[union-attr]
+        mb = sum(bool(s.correct) for s in sb) / len(sb)  # type: ignore[union-attr]
+        if ma == mb and i not in flips_r1:
+            continue
+        cat = "b" if (ma == 0 and mb == 1) else "a" if (ma == 1 and mb == 0) else "mixed"
+        chosen.append((i, cat))
+    total = len(chosen)
+    chosen = chosen[:MAX_FLIPS]
+    texts = question_texts(a_runs + b_runs, {i for i, _ in chosen})
+    rows = []
+    for i, cat in chosen:
+        rec_a = next((r.samples.get(i) for r in a_runs), None)
+        rows.append({
+            "index": i, "cat": cat, "question": texts.get(i, "(question text not available)"),
+            "label": rec_a.label if rec_a is not None else "—",
+            "a": [_answer(r.samples.get(i), r.repeat) for r in a_runs],
+            "b": [_answer(r.samples.get(i), r.repeat) for r in b_runs],
+        })
+    return rows, total
+
+
+# ------------------------------------------------------------------------------------------ arms
+def _find_arm_key(role: str, manifest: dict[str, Any], names: dict[str, str]) -> str | None:
+    arms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
+    exp = ((manifest.get("config") or {}).get("experiment") or {}) if isinstance(manifest.get("config"), dict) else {}
+    key = exp.get(role) if isinstance(exp, dict) else None
+    if isinstance(key, str) and key in arms:
+        return key
+    for k, v in arms.items():
+        if isinstance(v, dict) and v.get("name") == names.get(role):
+            return str(k)
+    keys = list(arms)
+    pos = 0 if role == "a" else 1
+    return str(keys[pos]) if len(keys) > pos else None
+
+
+def _checks(v: Any) -> list[dict[str, Any]]:
+    if not isinstance(v, list):
+        return []
+    out = []
+    for ch in v:
+        if not isinstance(ch, dict):
+            out.append({"name": as_text(ch), "kind": "", "passed": None, "expected": "", "found": "",
+                        "evidence": "", "evidence_block": False, "extra": []})
+            continue
+        ev = ch.get("evidence")
+        known = {"name", "kind", "passed", "expected", "found", "evidence"}
+        out.append({"name": as_text(ch.get("name")), "kind": as_text(ch.get("kind")) if ch.get("kind") else "",
+                    "passed": ch.get("passed"), "expected": as_text(ch.get("expected")),
+                    "found": as_text(ch.get("found")), "evidence": as_text(ev) if ev is not None else "",
+                    "evidence_block": is_block(ev),
+                    "extra": kv_rows({k: w for k, w in ch.items() if k not in known})})
+    return out
+
+
+def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    arms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
+    views = []
+    for role in ("a", "b"):
+        key = _find_arm_key(role, manifest, names)
+        arm = arms.get(key) if key is not None else None
+        if not isinstance(arm, dict):
+            continue
+        launch = arm.get("launch")
+        env: Any = None
+        argv: Any = None
+        other: list[dict[str, Any]] = []
+        if isinstance(launch, dict):
+            argv = launch.get("argv", launch.get("command", launch.get("cmd")))
+            env = launch.get("env", launch.get("env_delta"))
+            other = kv_rows(launch, skip=("argv", "command", "cmd", "env", "env_delta"))
+        elif launch is not None:
+            other = kv_rows(launch)
+        env_rows = []
+        if isinstance(env, dict):
+            env_rows = [{"key": k, "text": v} for k, v in redact_env({str(k): as_text(v) for k, v in env.items()}).items()]
+        known = {"name", "side", "launch", "static_checks", "live_checks", "instances"}
+        views.append({
+            "role": role, "key": key, "name": arm.get("name") or names.get(role) or key, "side": arm.get("side"),
+            "command": shell_command(argv, env), "env": env_rows, "launch_other": other,
+            "static_checks": _checks(arm.get("static_checks")), "live_checks": _checks(arm.get("live_checks")),
+            "instances": [{"id": as_text(i.get("id")), "url": as_text(i.get("url")),
+                           "probe": as_text(i.get("probe")) if i.get("probe") is not None else ""}
+                          if isinstance(i, dict) else {"id": as_text(i), "url": "", "probe": ""}
+                          for i in (arm.get("instances") or [])] if isinstance(arm.get("instances"), list) else [],
+            "extra": kv_rows({k: v for k, v in arm.items() if k not in known}),
+        })
+    return views
+
+
+def diff_view(manifest: dict[str, Any], names: dict[str, str]) -> dict[str, Any] | None:
+    ad = manifest.get("arm_diff")
+    if not isinstance(ad, dict):
+        return None
+    key_a, key_b = _find_arm_key("a", manifest, names), _find_arm_key("b", manifest, names)
+    dis = ad.get("disallowed") or []
+    dis_keys = {d.get("key") if isinstance(d, dict) else d for d in dis}
+    rows = []
+    for d in ad.get("differences") or []:
+        if not isinstance(d, dict):
+            rows.append({"key": as_text(d), "a": "", "b": "", "others": [], "allowed": str(d) not in dis_keys})
+            continue
+        vals = d.get("values") if isinstance(d.get("values"), dict) else {}
+        others = [{"key": str(k), "text": as_text(v)} for k, v in vals.items() if k not in (key_a, key_b)]
+        others += kv_rows({k: v for k, v in d.items() if k not in ("key", "values")})
+        rows.append({"key": as_text(d.get("key")),
+                     "a": as_text(vals.get(key_a)) if key_a in vals else "(not set)",
+                     "b": as_text(vals.get(key_b)) if key_b in vals else "(not set)",
+                     "others": others, "allowed": d.get("key") not in dis_keys})
+    keys = [r["key"] for r in rows]
+    if not rows:
+        sentence = "No difference was recorded between the two arms' launches."
+    elif not dis_keys - {None}:
+        sentence = "The arms differ only in: " + ", ".join(keys) + " (each declared as an allowed difference)."
+    else:
+        sentence = ("The arms differ in something the experiment does not allow: "
+                    + ", ".join(str(k) for k in dis_keys if k) + ".")
+    return {"rows": rows, "sentence": sentence, "ok": not (dis_keys - {None}),
+            "allowed": [as_text(a) for a in ad.get("allowed") or []]}
+
+
+# ------------------------------------------------------------------------------------------ provenance
+def provenance_rows(manifest: dict[str, Any], runs: dict[str, list[Run]], c: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    prov = manifest.get("provenance")
+    rows += kv_rows(prov)
+    ds = manifest.get("dataset")
+    if isinstance(ds, dict):
+        rows += [{"key": f"dataset {r['key']}", "text": r["text"], "block": r["block"]} for r in kv_rows(ds)]
+    first = next((r for rs in runs.values() for r in rs if r.error is None), None)
+    if first is not None and not isinstance(ds, dict):
+        for k in ("dataset_source", "dataset_sha256", "dataset_canonical"):
+            if k in first.meta:
+                rows.append({"key": k.replace("_", " "), "text": as_text(first.meta[k]), "block": False})
+    if first is not None:
+        for k in ("recipe", "stop", "api"):
+            if k in first.meta:
+                v = first.meta[k]
+                rows.append({"key": k, "text": as_text(v), "block": is_block(v)})
+    for k in ("alpha", "seed", "n_resamples", "delta_ci_method", "test", "max_error_rate", "table_source"):
+        if c.get(k) is not None:
+            rows.append({"key": f"statistics {k.replace('_', ' ')}", "text": as_text(c[k]), "block": False})
+    for i, s in enumerate(manifest.get("sessions") or [], 1):
+        if isinstance(s, dict):
+            txt = (f"{fmt_time(s.get('started'))} → {fmt_time(s.get('ended')) if s.get('ended') else 'not ended'}"
+                   f"{' (resume)' if s.get('resume') else ''}; pid {s.get('pid')}; argv: "
+                   + " ".join(shlex.quote(str(a)) for a in redact_argv([str(a) for a in s.get("argv") or []])))
+            rows.append({"key": f"session {i}", "text": txt, "block": False})
+    if manifest.get("status") is not None:
+        rows.append({"key": "run status", "text": as_text(manifest["status"]), "block": is_block(manifest["status"])})
+    return rows
+
+
+def finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and not math.isnan(x)
