@@ -205,6 +205,8 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         "error_rate": error_rate,
         "error_rate_per_run": per_run_errors,
         "max_error_rate": max_error_rate,
+        "error_rate_exceeded": bool(error_rate > max_error_rate),
+        "failures": sorted(set(fails)),
         "alpha": alpha,
         "seed": seed,
         "n_resamples": n_resamples,

@@ -171,6 +171,7 @@ def test_errors_are_dropped_not_wrong(tmp_path: Path):
     db2 = make_eval(tmp_path / "b2", b, errors=tuple(both_right[5:40]))
     c2 = compare_dirs([da], [db2], None, 0.05, 0)
     assert c2["verdict"] == "not_comparable" and "request errors" in c2["verdict_reason"]
+    assert c2["error_rate_exceeded"] is True and c["error_rate_exceeded"] is False
     c3 = compare_dirs([da], [db2], None, 0.05, 0, max_error_rate=0.05)
     assert c3["verdict"] != "not_comparable"
 
@@ -182,6 +183,7 @@ def test_failed_arm_side_check_and_simulated_flag(tmp_path: Path):
     c = compare_dirs([da], [db], None, 0.05, 0)
     assert c["simulated"] is True
     assert c["verdict"] == "not_comparable" and "side check of arm B" in c["verdict_reason"]
+    assert c["failures"] and c["error_rate_exceeded"] is False
     dc = make_eval(tmp_path / "c", b, status="failed")
     c = compare_dirs([da], [dc], None, 0.05, 0)
     assert c["verdict"] == "not_comparable" and "arm B failed" in c["verdict_reason"]

@@ -1,0 +1,131 @@
+"""Every shipped config composes with Hydra's compose API; bad keys and values fail with one clear message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+import harness.config as hc
+from harness import exitcodes
+
+EXPERIMENTS = sorted(p.stem for p in (hc.CONFIG_DIR / "experiment").glob("*.yaml"))
+ENGINES = sorted(p.stem for p in (hc.CONFIG_DIR / "engine").glob("*.yaml"))
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(str(hc.CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=False)
+
+
+def test_shipped_experiments_are_found():
+    assert {"demo", "cpu_smollm2", "dsv4_pro_mi355x_shared_slot"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_and_validates(experiment):
+    cfg = _compose(f"experiment={experiment}")
+    hc.validate(cfg)
+    assert cfg.experiment.a in cfg.arms and cfg.experiment.b in cfg.arms
+    assert cfg.engine.host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_composes(engine):
+    overrides = ["experiment=cpu_smollm2", f"engine={engine}"]
+    if engine == "external":
+        overrides.append("engine.url=http://127.0.0.1:30000")
+    cfg = _compose(*overrides)
+    assert cfg.engine.kind == engine
+
+
+@pytest.mark.parametrize("group,option", [("task", "gsm8k_heldout"), ("stats", "noninferiority"),
+                                          ("task", "gsm8k"), ("stats", "default")])
+def test_other_groups_compose(group, option):
+    cfg = _compose(f"{group}={option}")
+    assert cfg[group] is not None
+
+
+def test_launchers_compose():
+    with initialize_config_dir(str(hc.CONFIG_DIR), version_base="1.3"):
+        for launcher in ("slurm", "local"):
+            cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+            assert "submitit" in cfg.hydra.launcher._target_
+    assert (hc.CONFIG_DIR / "hydra" / "launcher" / "slurm.yaml").read_text().count("partition") >= 1
+
+
+def test_demo_defaults():
+    cfg = _compose()
+    assert cfg.experiment.name == "demo" and cfg.engine.kind == "simulated"
+    assert cfg.task.num_questions == 1319 and cfg.client.parallel == 1319
+    assert cfg.experiment.aa_control
+    assert cfg.arms.a.engine.accuracy < cfg.arms.b.engine.accuracy
+
+
+@pytest.mark.parametrize("override,exc", [
+    ("experiment.no_such_key=1", (ConfigCompositionException, ConfigKeyError)),
+    ("task.num_questions=lots", (ConfigCompositionException, ValidationError)),
+    ("engine.latency_s=fast", (ConfigCompositionException, ValidationError)),
+])
+def test_unknown_keys_and_bad_types_fail_at_composition(override, exc):
+    with pytest.raises(exc):
+        _compose(override)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("experiment.repeats=0", "experiment.repeats"),
+    ("experiment.order=random", "experiment.order"),
+    ("experiment.b=nope", "is not an arm"),
+    ("stats.alpha=2", "stats.alpha"),
+    ("task.recipe=mine", "task.recipe"),
+    ("client.parallel=0", "client.parallel"),
+    ("engine.api=grpc", "engine.api"),
+])
+def test_bad_values_fail_validation_with_a_clear_message(override, message):
+    cfg = _compose(override)
+    with pytest.raises(hc.ConfigError, match=message):
+        hc.validate(cfg)
+
+
+def test_typo_in_an_arm_file_fails_at_composition(tmp_path, monkeypatch):
+    arms = tmp_path / "arms" / "demo"
+    arms.mkdir(parents=True)
+    good = (hc.PROJECT_ROOT / "arms" / "demo" / "baseline.yaml").read_text()
+    (arms / "baseline.yaml").write_text(good + "\nsied: oops\n")
+    (arms / "fix.yaml").write_text((hc.PROJECT_ROOT / "arms" / "demo" / "fix.yaml").read_text())
+    monkeypatch.setenv("ABH_ARMS_ROOT", str(tmp_path))
+    with pytest.raises((ConfigCompositionException, ConfigKeyError), match="sied"):
+        _compose()
+
+
+def test_unknown_arm_engine_key_is_caught():
+    cfg = _compose("+arms.a.engine.no_such_knob=1")
+    with pytest.raises(hc.ConfigError, match="no_such_knob"):
+        hc.validate(cfg)
+
+
+def _abh(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_cfg_job_prints_the_resolved_config(tmp_path):
+    r = _abh("run", "--cfg", "job", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "experiment:" in r.stdout and "name: demo" in r.stdout and "accuracy: 0.93" in r.stdout
+
+
+def test_bad_config_on_the_command_line_exits_2_before_any_server(tmp_path):
+    r = _abh("run", "task.num_questions=lots", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert r.returncode == exitcodes.BAD_CONFIG
+    assert "num_questions" in r.stderr
+    assert not (tmp_path / "run" / "manifest.json").exists()
+    r = _abh("run", "experiment.repeats=0", f"hydra.run.dir={tmp_path}/run2", cwd=tmp_path)
+    assert r.returncode == exitcodes.BAD_CONFIG and "experiment.repeats" in r.stderr
+    r = _abh("run", "experiment=no_such_experiment", cwd=tmp_path)
+    assert r.returncode == exitcodes.BAD_CONFIG and "no_such_experiment" in r.stderr
