@@ -400,19 +400,27 @@ def _short(v: Any, n: int = 200) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def compare(found: Any, c: CheckConfig) -> tuple[bool, str]:
+def expand(value: Any, arm: ResolvedArm | None) -> Any:
+    """``<source>`` in an expected string stands for the arm's source tree (resolved path)."""
+    if isinstance(value, str) and arm is not None and "<source>" in value and arm.source.tree:
+        return value.replace("<source>", arm.source.tree)
+    return value
+
+
+def compare(found: Any, c: CheckConfig, arm: ResolvedArm | None = None) -> tuple[bool, str]:
     """Apply a check's equals / contains / lacks to ``found``; (passed, expected-description)."""
     parts: list[str] = []
     ok = found is not MISSING
-    if c.equals is not None:
-        ok = ok and _scalar_eq(found, c.equals)
-        parts.append(f"== {_short(c.equals)}")
-    if c.contains is not None:
-        ok = ok and _contains(found, c.contains)
-        parts.append(f"contains {_short(c.contains)}")
-    if c.lacks is not None:
-        ok = ok and not _contains(found, c.lacks)
-        parts.append(f"lacks {_short(c.lacks)}")
+    equals, contains, lacks = expand(c.equals, arm), expand(c.contains, arm), expand(c.lacks, arm)
+    if equals is not None:
+        ok = ok and _scalar_eq(found, equals)
+        parts.append(f"== {_short(equals)}")
+    if contains is not None:
+        ok = ok and _contains(found, contains)
+        parts.append(f"contains {_short(contains)}")
+    if lacks is not None:
+        ok = ok and not _contains(found, lacks)
+        parts.append(f"lacks {_short(lacks)}")
     return ok, " and ".join(parts) or "present"
 
 
@@ -641,7 +649,7 @@ def _fingerprint_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: 
         return CheckResult(name, c.kind, False, f"fingerprint {c.key} present",
                            "no fingerprint (engine.fingerprint is false, or the launcher wrote none)", {}, arm.key)
     found = lookup(fp, c.key)
-    ok, exp = compare(found, c)
+    ok, exp = compare(found, c, arm)
     return CheckResult(name, c.kind, ok, f"fingerprint {c.key} {exp}", _short(found, 400),
                        {"key": c.key, "value": None if found is MISSING else found,
                         "fingerprint_path": engine.launch_spec().fingerprint_path}, arm.key)
@@ -661,7 +669,7 @@ def _http_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) ->
         return CheckResult(name, c.kind, False, f"GET {path} {c.key} ...", f"GET {url} failed: {e}",
                            {"url": url}, arm.key)
     found = lookup(body, c.key)
-    ok, exp = compare(found, c)
+    ok, exp = compare(found, c, arm)
     ok = ok and status == 200
     return CheckResult(name, c.kind, ok, f"GET {path} -> {c.key or '(body)'} {exp}",
                        _short(found, 400) + ("" if status == 200 else f" (HTTP {status})"),

@@ -361,7 +361,7 @@ def finish(cfg: DictConfig, run_dir: Path, manifest: Manifest) -> int:
     comparison["arm_names"] = {"a": m["arms"][x.a]["name"], "b": m["arms"][x.b]["name"]}
     atomic_write_json(run_dir / COMPARISON, comparison)
     code = exitcodes.OK
-    if comparison.get("verdict") == "not_comparable" and "error" in (comparison.get("verdict_reason") or ""):
+    if comparison.get("error_rate_exceeded"):
         code = exitcodes.TOO_MANY_ERRORS
     summary = {
         "schema_version": 1, "kind": "abh.run.summary", "experiment": x.name,
@@ -413,6 +413,18 @@ def format_table(summary: dict[str, Any], c: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ Hydra
+def write_failure_summary(run_dir: Path, experiment: str, code: int, reason: str) -> None:
+    """A run that stopped on a failure still says so in summary.json: the arms are not comparable."""
+    if not (run_dir / MANIFEST).exists():
+        return  # nothing was started (bad config): leave no run directory content behind
+    atomic_write_json(run_dir / RUN_SUMMARY, {
+        "schema_version": 1, "kind": "abh.run.summary", "experiment": experiment, "verdict": "not_comparable",
+        "verdict_reason": reason, "exit_code": code})
+    manifest = Manifest(run_dir)
+    manifest.data["status"] = {"code": code, "verdict": "not_comparable", "error": reason}
+    manifest.save()
+
+
 def _hydra_task(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
@@ -427,6 +439,8 @@ def _hydra_task(cfg: DictConfig) -> None:
     except RunFailure as e:
         _say(f"error: {e}")
         code = e.code
+        if code != exitcodes.BAD_CONFIG:
+            write_failure_summary(run_dir, str(cfg.experiment.name), code, str(e))
     except Interrupted as e:
         _say(f"interrupted by {e}; servers stopped, results kept. Rerun the same command to resume.")
         code = exitcodes.INTERRUPTED if e.signum == signal.SIGINT else 128 + e.signum

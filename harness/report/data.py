@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.redact import redact_argv, redact_env
+from harness.redact import REDACTED, is_secret_name, redact_argv, redact_env
 from harness.store import SampleRecord, load_eval, read_json, read_jsonl
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
@@ -69,6 +69,17 @@ def fmt_time(ts: Any) -> str:
     return as_text(ts)
 
 
+def redact_tokens(argv: Iterable[Any]) -> list[str]:
+    """redact_argv, plus ``name=value`` tokens with a secret-looking name (Hydra overrides, env prefixes)."""
+    out = []
+    for tok in redact_argv([str(t) for t in argv]):
+        name, eq, _ = tok.partition("=")
+        if eq and not tok.startswith("-") and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")):
+            tok = f"{name}={REDACTED}"
+        out.append(tok)
+    return out
+
+
 def shell_command(argv: Any, env: Any = None) -> str:
     """The exact command as one copyable shell snippet (env prefix, one flag per line), secrets redacted."""
     lines: list[str] = []
@@ -80,7 +91,7 @@ def shell_command(argv: Any, env: Any = None) -> str:
     if isinstance(argv, str):
         cmd = [argv]
     elif isinstance(argv, list | tuple) and argv:
-        toks = [shlex.quote(t) for t in redact_argv([str(t) for t in argv])]
+        toks = [shlex.quote(t) for t in redact_tokens(argv)]
         cmd, i = [toks[0]], 1
         # Keep interpreter + "-m module" together, then one flag (with its value) per line.
         while i < len(toks) and not toks[i].startswith("--"):
@@ -376,7 +387,7 @@ def provenance_rows(manifest: dict[str, Any], runs: dict[str, list[Run]], c: dic
         if isinstance(s, dict):
             txt = (f"{fmt_time(s.get('started'))} → {fmt_time(s.get('ended')) if s.get('ended') else 'not ended'}"
                    f"{' (resume)' if s.get('resume') else ''}; pid {s.get('pid')}; argv: "
-                   + " ".join(shlex.quote(str(a)) for a in redact_argv([str(a) for a in s.get("argv") or []])))
+                   + " ".join(shlex.quote(a) for a in redact_tokens(s.get("argv") or [])))
             rows.append({"key": f"session {i}", "text": txt, "block": False})
     if manifest.get("status") is not None:
         rows.append({"key": "run status", "text": as_text(manifest["status"]), "block": is_block(manifest["status"])})

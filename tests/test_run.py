@@ -1,0 +1,144 @@
+"""`abh run` end to end on the simulated engine: the demo, resume after interruption, sweeps, submitit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import pid_alive
+
+from harness import exitcodes
+from harness.store import read_json, read_jsonl
+
+
+def abh_run(*args: str, cwd: Path, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _server_pids(run_dir: Path) -> list[int]:
+    m = read_json(run_dir / "manifest.json")
+    pids = []
+    for arm in m["arms"].values():
+        for inst in arm.get("instances", []):
+            pid = (inst.get("probe") or {}).get("pid")
+            if pid:
+                pids.append(int(pid))
+    return pids
+
+
+def test_demo_end_to_end(tmp_path):
+    run_dir = tmp_path / "demo"
+    t0 = time.monotonic()
+    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", cwd=tmp_path)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "SIMULATED" in r.stdout and "VERDICT:" in r.stdout
+    summary = read_json(run_dir / "summary.json")
+    assert summary["simulated"] is True
+    assert summary["verdict"] in {"improved", "regressed", "equivalent", "inconclusive"}
+    assert summary["exit_code"] == 0
+    comparison = read_json(run_dir / "comparison.json")
+    assert comparison["n"] == 1319 and comparison["arms"]["a"]["n_runs"] == 2
+    assert comparison["psi_aa"] is not None and comparison["psi_aa"] > 0
+    assert comparison["both"] + comparison["a_only"] + comparison["b_only"] + comparison["neither"] == 1319
+    manifest = read_json(run_dir / "manifest.json")
+    assert set(manifest["evals"]) == {"evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2", "evals/aa/r1",
+                                      "evals/aa/r2"}
+    for rel, ev in manifest["evals"].items():
+        assert ev["status"] == "complete"
+        rows = read_jsonl(run_dir / rel / "samples.jsonl")
+        assert sorted(x["index"] for x in rows) == list(range(1319)), rel
+    assert manifest["provenance"]["harness_version"]
+    assert manifest["dataset"]["sha256"] and manifest["config"]["experiment"]["name"] == "demo"
+    for key in ("a", "b"):
+        arm = manifest["arms"][key]
+        assert arm["launch"]["argv"] and all(c["passed"] for c in arm["live_checks"])
+    # the order was interleaved: a r1 before b r1 before a r2
+    for pid in _server_pids(run_dir):
+        assert not pid_alive(pid)
+    assert (run_dir / "report.html").exists()
+    print(f"demo took {elapsed:.1f} s")
+
+
+def test_interrupt_and_resume_to_completion(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "engine.latency_s=0.02",
+            "engine.max_running_requests=64"]
+    cmd = [sys.executable, "-m", "harness.cli", "run", *args]
+    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    target = run_dir / "evals" / "b" / "r1" / "samples.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if target.exists() and len(read_jsonl(target)) > 100:
+            break
+        time.sleep(0.05)
+    pids = _server_pids(run_dir)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "resume" in err
+    for pid in pids:
+        assert not pid_alive(pid), "server outlived the harness"
+    partial = len(read_jsonl(target))
+    assert 0 < partial < 1319
+    r = abh_run(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    manifest = read_json(run_dir / "manifest.json")
+    assert len(manifest["sessions"]) == 2 and manifest["sessions"][1]["resume"] is True
+    assert manifest["evals"]["evals/b/r1"].get("resumed_on")
+    for rel in ("evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2"):
+        rows = read_jsonl(run_dir / rel / "samples.jsonl")
+        assert sorted(x["index"] for x in rows) == list(range(1319)), rel
+    assert read_json(run_dir / "summary.json")["verdict"]
+
+
+def test_failed_side_assertion_stops_before_measuring(tmp_path):
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "arms.b.engine.build=baseline", cwd=tmp_path)
+    assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-2000:]
+    assert "expected 'fix'" in r.stderr and "found 'baseline'" in r.stderr
+    assert not (run_dir / "evals" / "b").exists()
+    for pid in _server_pids(run_dir):
+        assert not pid_alive(pid)
+
+
+def test_server_death_mid_run_marks_the_arm_failed(tmp_path):
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "+arms.a.engine.crash_after=300",
+                "experiment.aa_control=false", "experiment.repeats=1", cwd=tmp_path)
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
+    m = read_json(run_dir / "manifest.json")
+    assert m["evals"]["evals/a/r1"]["status"] == "failed"
+    kept = read_jsonl(run_dir / "evals" / "a" / "r1" / "samples.jsonl")
+    assert 0 < len(kept) < 1319 and all(x["error"] is None for x in kept)
+
+
+def test_sweep_2x2_with_multirun(tmp_path):
+    r = abh_run("-m", "experiment.aa_control=false", "experiment.repeats=1", "task.num_questions=200",
+                "client.parallel=200", "progress=false", "engine.flip_rate=0.01,0.05",
+                "arms.b.engine.accuracy=0.93,0.97", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = read_json(tmp_path / "sweep" / "sweep_summary.json")
+    assert len(s["comparisons"]) == 4 and s["correction"] == "holm"
+    assert all(c["p_adjusted"] >= c["p"] - 1e-12 for c in s["comparisons"])
+    assert "p adjusted across 4 comparisons" in r.stdout
+
+
+def test_job_through_the_submitit_local_launcher(tmp_path):
+    r = abh_run("-m", "hydra/launcher=local", "experiment.aa_control=false", "experiment.repeats=1",
+                "task.num_questions=100", "client.parallel=100", "progress=false", "engine.flip_rate=0.02",
+                f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = list((tmp_path / "sweep").glob("*/comparison.json"))
+    assert len(jobs) == 1
+    assert list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))
+    s = read_json(tmp_path / "sweep" / "sweep_summary.json")
+    assert s["comparisons"][0]["verdict"]
+    json.dumps(s)
