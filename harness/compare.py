@@ -323,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     atomic_write_json(args.out / "comparison.json", c)
     print(format_summary(c))
     print(f"wrote {args.out / 'comparison.json'}")
+    from harness.report import write_report  # plotting is imported only here, after the statistics
+
+    print(f"wrote {write_report(args.out)}")
     return 0
 
 

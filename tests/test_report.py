@@ -159,7 +159,7 @@ def _manifest(root: Path, names: tuple[str, str], repeats: int, aa: bool, simula
 
     evals = {}
     for role, ds in dirs.items():
-        for k, d in enumerate(ds, 1):
+        for k in range(1, len(ds) + 1):
             evals[f"evals/{role}/r{k}"] = {"arm": names[1] if role == "b" else names[0], "role": role, "repeat": k,
                                           "status": "done", "summary": {"n": n}}
     return {
@@ -214,6 +214,7 @@ def test_run_report_content(tmp_path: Path) -> None:
     assert "--enforce-shared-experts-fusion" in text and "SGLANG_USE_AITER=1" in text
     assert "***REDACTED***" in text and "hf_token=abc" not in text
     assert "The arms differ only in: source.patch, python" in text
+    assert re.search(r'class="dl"[^>]*>/opt/venv-fix/bin/python3 -m sglang.launch_server', html)
     assert "patch applied" in text and "has_per_rank_fused_shared_slots" in text
     assert "4 of 4 passed" not in text and "2 of 2 passed" in text
     # flipped questions, question text from the dataset, latency/throughput, provenance
@@ -221,7 +222,7 @@ def test_run_report_content(tmp_path: Path) -> None:
     assert "output tok/s" in text and "mi355x-node07" in text and "4996bf4" in text
     # self-contained: no external resources
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
-    assert "@import" not in html and "url(" not in html
+    assert "@import" not in html and not re.search(r"url\((?!#)", html)  # only in-page SVG references
     assert "Content-Security-Policy" in html
 
 

@@ -363,7 +363,8 @@ class LaunchedEngine(Engine):
             raise EngineError(f"{self.label}: wait_ready() before launch()")
         self.ready_s = wait_until_ready(self.proc, self.ready_check, f"{self.ready_what} at {self.url}",
                                         float(self.cfg.ready_timeout_s), float(self.cfg.poll_interval_s),
-                                        on_status)
+                                        on_status,
+                                        status_every_s=max(1.0, min(5.0, 10 * float(self.cfg.poll_interval_s))))
         return self.ready_s
 
     def stop(self, on_status: StatusFn | None = None) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ is (or left out), never a crash, because the report is most needed when a run we
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shlex
@@ -128,8 +129,8 @@ def resolve_dir(p: Any, base: Path) -> Path | None:
 class Run:
     """One stored eval: meta, summary and samples by index."""
 
-    def __init__(self, role: str, repeat: int, recorded: str, path: Path | None):
-        self.role, self.repeat, self.recorded, self.path = role, repeat, recorded, path
+    def __init__(self, role: str, repeat: int, recorded: str, path: Path | None, base: Path | None = None):
+        self.role, self.repeat, self.recorded, self.path, self.base = role, repeat, recorded, path, base
         self.meta: dict[str, Any] = {}
         self.summary: dict[str, Any] = {}
         self.samples: dict[int, SampleRecord] = {}
@@ -148,8 +149,12 @@ class Run:
         s = self.summary
         lat = [r.latency_s for r in self.samples.values() if isinstance(r.latency_s, int | float)]
         q = statistics.quantiles(lat, n=10) if len(lat) >= 2 else None
+        shown = str(self.path or self.recorded)
+        if self.path is not None and self.base is not None:
+            with contextlib.suppress(ValueError):
+                shown = str(self.path.resolve().relative_to(self.base.resolve()))
         return {
-            "role": self.role, "label": label, "repeat": self.repeat, "dir": str(self.path or self.recorded),
+            "role": self.role, "label": label, "repeat": self.repeat, "dir": shown,
             "error": self.error, "accuracy": s.get("accuracy"), "correct": s.get("correct"),
             "answered": s.get("answered", s.get("n")), "n": s.get("n"), "invalid": s.get("invalid"),
             "errors": s.get("errors"), "latency_s": s.get("latency_s"),
@@ -164,9 +169,9 @@ def load_runs(c: dict[str, Any], base: Path) -> dict[str, list[Run]]:
     out: dict[str, list[Run]] = {"a": [], "b": [], "aa": []}
     for role in ("a", "b"):
         for k, d in enumerate((arms.get(role) or {}).get("dirs") or [], 1):
-            out[role].append(Run(role, k, str(d), resolve_dir(d, base)))
+            out[role].append(Run(role, k, str(d), resolve_dir(d, base), base))
     for k, d in enumerate(c.get("aa_dirs") or [], 1):
-        out["aa"].append(Run("aa", k, str(d), resolve_dir(d, base)))
+        out["aa"].append(Run("aa", k, str(d), resolve_dir(d, base), base))
     return out
 
 
@@ -246,18 +251,28 @@ def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[li
         if ma == mb and i not in flips_r1:
             continue
         cat = "b" if (ma == 0 and mb == 1) else "a" if (ma == 1 and mb == 0) else "mixed"
-        chosen.append((i, cat))
+        chosen.append((i, cat, mb - ma))
     total = len(chosen)
+    # Consistent flips first (B fixed, then B broke), then the unstable ones by how far the arms differ.
+    order = {"b": 0, "a": 1, "mixed": 2}
+    chosen.sort(key=lambda t: (order[t[1]], -abs(t[2]), t[0]))
     chosen = chosen[:MAX_FLIPS]
-    texts = question_texts(a_runs + b_runs, {i for i, _ in chosen})
+    texts = question_texts(a_runs + b_runs, {i for i, _, _ in chosen})
     rows = []
-    for i, cat in chosen:
+    for i, cat, _ in chosen:
         rec_a = next((r.samples.get(i) for r in a_runs), None)
+        # Lead with a repeat in which the arms disagree, so the two outputs shown first differ in outcome.
+        k = next((k for k, (ra, rb) in enumerate(zip(a_runs, b_runs, strict=False))
+                  if ra.samples[i].correct != rb.samples[i].correct), 0)
+        a_ord = a_runs[k:k + 1] + a_runs[:k] + a_runs[k + 1:]
+        b_ord = b_runs[k:k + 1] + b_runs[:k] + b_runs[k + 1:]
         rows.append({
             "index": i, "cat": cat, "question": texts.get(i, "(question text not available)"),
             "label": rec_a.label if rec_a is not None else "—",
-            "a": [_answer(r.samples.get(i), r.repeat) for r in a_runs],
-            "b": [_answer(r.samples.get(i), r.repeat) for r in b_runs],
+            "score_a": f"{sum(bool(r.samples[i].correct) for r in a_runs)}/{len(a_runs)}",
+            "score_b": f"{sum(bool(r.samples[i].correct) for r in b_runs)}/{len(b_runs)}",
+            "a": [_answer(r.samples.get(i), r.repeat) for r in a_ord],
+            "b": [_answer(r.samples.get(i), r.repeat) for r in b_ord],
         })
     return rows, total
 
@@ -328,6 +343,12 @@ def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str,
                           for i in (arm.get("instances") or [])] if isinstance(arm.get("instances"), list) else [],
             "extra": kv_rows({k: v for k, v in arm.items() if k not in known}),
         })
+    # Mark the command lines that the other arm's command does not have.
+    norm = [{ln.rstrip(" \\").strip() for ln in v["command"].splitlines()} for v in views]
+    for j, v in enumerate(views):
+        other = norm[1 - j] if len(views) == 2 else None
+        v["command_lines"] = [{"text": ln, "differs": other is not None and ln.rstrip(" \\").strip() not in other}
+                              for ln in v["command"].splitlines()]
     return views
 
 

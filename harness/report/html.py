@@ -171,7 +171,7 @@ def sweep_context(root: Path) -> dict[str, Any]:
             link.parent.parent.resolve() == Path(root).resolve() else None
         r["_color"] = plots.VERDICT_COLORS.get(r.get("verdict") or "", "#333333")
     return {
-        "title": f"sweep {Path(root).resolve().name}", "simulated": bool(s.get("simulated")) or any(
+        "title": f"Sweep: {Path(root).resolve().name}", "simulated": bool(s.get("simulated")) or any(
             r.get("simulated") for r in rows),
         "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.get("correction"),
         "forest_svg": Markup(plots.forest_svg(rows)) if rows else None, "root": str(root),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,8 +32,9 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
-def _rc() -> dict[str, Any]:
-    return {"svg.fonttype": "path", "svg.hashsalt": "abh-report", "font.size": 10,
+def _rc(salt: str) -> dict[str, Any]:
+    # A distinct salt per plot keeps clip-path ids unique when several SVGs share one page.
+    return {"svg.fonttype": "path", "svg.hashsalt": f"abh-{salt}", "font.size": 10,
             "axes.spines.top": False, "axes.spines.right": False, "axes.titlesize": 11}
 
 
@@ -64,8 +66,6 @@ def _to_svg(fig: Any) -> str:
     s = s[s.index("<svg"):]
     # Scale with the page: drop the fixed size, keep the viewBox.
     head, rest = s.split(">", 1)
-    import re
-
     head = re.sub(r'\s(width|height)="[^"]*"', "", head)
     return head + ' class="plot" preserveAspectRatio="xMinYMin meet">' + rest
 
@@ -77,8 +77,8 @@ def accuracy_svg(arms: Sequence[dict[str, Any]]) -> str:
     ``arms``: [{label, accuracy, wilson, bootstrap, repeats, color}] from top to bottom.
     """
     plt = _plt()
-    with plt.rc_context(_rc()):
-        fig, ax = plt.subplots(figsize=(9, 0.75 * len(arms) + 1.1))
+    with plt.rc_context(_rc("accuracy")):
+        fig, ax = plt.subplots(figsize=(11, 0.7 * len(arms) + 1.0))
         ys = list(range(len(arms)))[::-1]
         xs: list[float] = []
         for y, arm in zip(ys, arms, strict=True):
@@ -112,7 +112,7 @@ def accuracy_svg(arms: Sequence[dict[str, Any]]) -> str:
         ax.set_xlabel("accuracy (%)")
         ax.grid(axis="x", color="#e5e5e5")
         ax.set_axisbelow(True)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3, frameon=False, fontsize=9)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False, fontsize=9)
         return _to_svg(fig)
 
 
@@ -130,8 +130,8 @@ def delta_svg(c: dict[str, Any]) -> str:
     margin = _finite(c.get("margin"))
     verdict = c.get("verdict") or ""
     col = VERDICT_COLORS.get(verdict, "#333333")
-    with plt.rc_context(_rc()):
-        fig, ax = plt.subplots(figsize=(9, 2.5))
+    with plt.rc_context(_rc("delta")):
+        fig, ax = plt.subplots(figsize=(11, 2.6))
         xs = [0.0]
         if nb:
             ax.axvspan(100 * nb[0], 100 * nb[1], color="#9e9e9e", alpha=0.25, lw=0,
@@ -161,7 +161,8 @@ def delta_svg(c: dict[str, Any]) -> str:
             if unp:
                 ax.plot([100 * delta], [0], "D", color="#9e9e9e", ms=6, mec="white", zorder=5)
             ax.annotate(f"Δ = {100 * delta:+.2f} pp".replace("-", "\u2212"), (100 * delta, 1), xytext=(0, 10),
-                        textcoords="offset points", ha="center", fontsize=10, fontweight="bold", color=col)
+                        textcoords="offset points", ha="center", fontsize=10, fontweight="bold", color=col,
+                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.9}, zorder=6)
         span = max(abs(v) for v in xs) if xs else 1.0
         span = max(span, 0.25) * 1.18
         ax.set_xlim(-span, span)
@@ -170,7 +171,7 @@ def delta_svg(c: dict[str, Any]) -> str:
         ax.set_xlabel("Δ = accuracy(B) − accuracy(A)   (percentage points)")
         ax.grid(axis="x", color="#eeeeee")
         ax.set_axisbelow(True)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.38), ncol=3, frameon=False, fontsize=9)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False, fontsize=9)
         return _to_svg(fig)
 
 
@@ -178,9 +179,9 @@ def delta_svg(c: dict[str, Any]) -> str:
 def forest_svg(rows: Sequence[dict[str, Any]]) -> str:
     """One row per comparison: Δ with its interval, coloured by verdict; grey bar = ±MDE around 0."""
     plt = _plt()
-    with plt.rc_context(_rc()):
+    with plt.rc_context(_rc("forest")):
         n = max(1, len(rows))
-        fig, ax = plt.subplots(figsize=(9, 0.42 * n + 1.3))
+        fig, ax = plt.subplots(figsize=(11, 0.42 * n + 1.3))
         xs = [0.0]
         ys = list(range(n))[::-1]
         seen: set[str] = set()
@@ -211,6 +212,5 @@ def forest_svg(rows: Sequence[dict[str, Any]]) -> str:
         ax.set_xlabel("Δ = accuracy(B) − accuracy(A)   (percentage points)")
         ax.grid(axis="x", color="#eeeeee")
         ax.set_axisbelow(True)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -1.2 / (0.42 * n + 1.3)), ncol=6, frameon=False,
-                  fontsize=9)
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=6, frameon=False, fontsize=9)
         return _to_svg(fig)

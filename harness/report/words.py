@@ -58,7 +58,7 @@ def pval(p: Any) -> str:
     v = _num(p)
     if v is None:
         return "n/a"
-    return "< 0.0001" if v < 1e-4 else f"{v:.3g}"
+    return f"{v:.3g}"
 
 
 def verdict_label(word: str | None) -> str:

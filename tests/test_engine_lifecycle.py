@@ -1,0 +1,220 @@
+"""Engine lifecycle on the SIMULATED engine, through the Engine classes: start, ready, faults, stop, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TEST_JSONL, free_port, pid_alive
+
+from harness.arms import ResolvedArm
+from harness.client import ClientConfig
+from harness.config import SimulatedEngineConfig
+from harness.engines import EngineError, PortInUseError, create_engine
+from harness.evaluate import EvalOptions, ServerGone, run_eval
+from harness.store import SUMMARY, load_samples, read_json
+from harness.tasks import gsm8k
+
+pytestmark = pytest.mark.skipif(not TEST_JSONL.exists(), reason=f"GSM8K test set not found at {TEST_JSONL}")
+
+
+def sim(run_dir: Path, label: str = "s", **kw):
+    kw.setdefault("ready_timeout_s", 30.0)
+    cfg = SimulatedEngineConfig(data=str(TEST_JSONL), **kw)
+    return create_engine(cfg, ResolvedArm(key="a", name="a"), run_dir, label)
+
+
+def wait_gone(pid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def eval_args(url: str, out: Path, n: int, parallel: int = 4, **client):
+    test = gsm8k.load(TEST_JSONL, "test")
+    recipe = gsm8k.RecipeConfig(num_questions=n)
+    ccfg = ClientConfig(url=url, api="sglang", parallel=parallel, **client)
+    return test, recipe, ccfg, out
+
+
+def test_ready_probe_stop(tmp_path):
+    with sim(tmp_path, build="b7") as e:
+        e.launch()
+        assert e.alive() is None
+        e.wait_ready()
+        info = e.probe()
+        assert e.simulated and info["simulated"] is True
+        assert info["server_info"]["build"] == "b7" and info["server_info"]["simulated"] is True
+        fp = info["fingerprint"]
+        assert fp["pid"] == e.pid and fp["module"] == "harness.simulator"
+        assert fp["modules"]["harness"]["file"].endswith("harness/__init__.py")
+        assert fp["guards"]["pdeathsig"] is True and fp["guards"]["watchdog_pid"]
+        pid, watchdog = e.pid, fp["guards"]["watchdog_pid"]
+        assert pid_alive(watchdog)
+    assert e.alive() == "server was stopped by the harness"
+    assert wait_gone(pid) and wait_gone(watchdog)
+    first = e.stop()
+    assert first["how"] == "SIGTERM" and first["port_free"] is True and first["leftover_pids"] == []
+    assert e.stop() is first  # idempotent
+
+
+def test_slow_start_reports_what_it_waits_for(tmp_path):
+    seen: list[str] = []
+    with sim(tmp_path, startup_s=1.5) as e:
+        e.launch()
+        waited = e.wait_ready(seen.append)
+        assert waited >= 1.3
+    assert seen and all("waiting for GET /health_generate" in s for s in seen)
+    assert any("; log: simulated server ready" in s or "; log: SIMULATED engine" in s for s in seen)
+
+
+def test_ready_timeout_carries_the_log_tail(tmp_path):
+    with sim(tmp_path, startup_s=30, ready_timeout_s=1.0) as e:
+        e.launch()
+        with pytest.raises(EngineError, match=r"not ready after 1 s") as ei:
+            e.wait_ready()
+    assert "SIMULATED engine" in ei.value.log_tail
+
+
+def test_death_while_starting_carries_the_log_tail(tmp_path):
+    with sim(tmp_path, accuracy=1.5) as e:  # the simulator refuses it and exits 2
+        e.launch()
+        with pytest.raises(EngineError, match="server process exited with code 2 while waiting") as ei:
+            e.wait_ready()
+        assert "--accuracy must be strictly between 0 and 1" in ei.value.log_tail
+        assert "--accuracy must be strictly between 0 and 1" in str(ei.value)
+        assert e.alive() == "server process exited with code 2"
+
+
+def test_death_mid_run_keeps_samples_and_resumes(tmp_path):
+    out = tmp_path / "eval"
+    with sim(tmp_path, "crash", crash_after=20, latency_s=0.02) as e:
+        e.launch()
+        e.wait_ready()
+        with pytest.raises(ServerGone, match="server process exited with code 1"):
+            run_eval(*eval_args(e.url, out, 60), opts=EvalOptions(progress=False, abort_check=e.alive))
+        assert "simulated crash" in e.log_tail()
+    kept = load_samples(out)
+    assert 5 <= len(kept) < 60 and all(r.error is None for r in kept)
+    summary = read_json(out / SUMMARY)
+    assert summary["aborted"] == "server process exited with code 1" and summary["complete"] is False
+    # a fresh server: the rerun sends only the missing questions
+    with sim(tmp_path, "again") as e2:
+        e2.launch()
+        e2.wait_ready()
+        s = run_eval(*eval_args(e2.url, out, 60), opts=EvalOptions(progress=False, abort_check=e2.alive))
+    assert s["complete"] and len(load_samples(out)) == 60 and s["resumed"]
+
+
+def test_hang_times_out_requests_as_errors(tmp_path):
+    out = tmp_path / "eval"
+    with sim(tmp_path, hang_after=5) as e:  # the warm-up + 4 questions are answered, then nothing
+        e.launch()
+        e.wait_ready()
+        t0 = time.monotonic()
+        s = run_eval(*eval_args(e.url, out, 10, parallel=3, request_timeout_s=1.0, retries=0),
+                     opts=EvalOptions(progress=False, abort_check=e.alive))
+        assert time.monotonic() - t0 < 20
+        assert e.alive() is None  # hung, not dead
+        stop = e.stop()
+    assert stop["how"] == "SIGTERM"
+    rows = load_samples(out)
+    errors = [r for r in rows if r.error is not None]
+    assert s["errors"] == len(errors) == 6
+    assert all(r.correct is None for r in errors)  # an error is never a wrong answer
+    assert all("Timeout" in r.error for r in errors)
+
+
+def test_server_ignoring_sigterm_gets_sigkill(tmp_path):
+    e = sim(tmp_path, ignore_sigterm=True, stop_timeout_s=1.0)
+    e.launch()
+    e.wait_ready()
+    pid = e.pid
+    t0 = time.monotonic()
+    info = e.stop()
+    assert info["how"] == "SIGKILL" and info["returncode"] == -signal.SIGKILL
+    assert 1.0 <= time.monotonic() - t0 < 10
+    assert wait_gone(pid) and info["leftover_pids"] == []
+
+
+def test_configured_port_taken_is_a_clear_error(tmp_path):
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        e = sim(tmp_path, port=port)
+        with pytest.raises(PortInUseError, match=f"port {port} on 127.0.0.1 is already in use"):
+            e.launch()
+        assert e.pid is None and e.alive() == "server was not launched"
+
+
+DRIVER = textwrap.dedent("""
+    import sys, time
+    from harness.arms import ResolvedArm
+    from harness.config import SimulatedEngineConfig
+    from harness.engines import create_engine, install_termination_handlers
+
+    install_termination_handlers()
+    cfg = SimulatedEngineConfig(data=sys.argv[2], ready_timeout_s=30, stop_timeout_s=5)
+    engine = create_engine(cfg, ResolvedArm(key="a", name="a"), sys.argv[1], "driver")
+    with engine:
+        engine.launch()
+        engine.wait_ready()
+        fp = engine.fingerprint() or {}
+        print("PIDS", engine.pid, fp.get("guards", {}).get("watchdog_pid"), flush=True)
+        while True:
+            time.sleep(0.1)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_no_server_outlives_the_harness(tmp_path, sig):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.Popen([sys.executable, str(driver), str(tmp_path), str(TEST_JSONL)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
+    try:
+        line = b""
+        deadline = time.monotonic() + 30
+        while not line.startswith(b"PIDS") and time.monotonic() < deadline:
+            r, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if r:
+                line = proc.stdout.readline()
+                if not line and proc.poll() is not None:
+                    break
+        assert line.startswith(b"PIDS"), f"driver did not start a server: {line!r}"
+        _, server_pid, watchdog_pid = line.decode().split()
+        server_pid, watchdog_pid = int(server_pid), int(watchdog_pid)
+        assert pid_alive(server_pid) and pid_alive(watchdog_pid)
+        os.kill(proc.pid, sig)
+        proc.wait(15)
+        assert wait_gone(server_pid, 5.0), f"server pid {server_pid} outlived the harness ({sig.name})"
+        assert wait_gone(watchdog_pid, 5.0), f"watchdog pid {watchdog_pid} outlived the harness ({sig.name})"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def test_fingerprint_written_atomically_as_json(tmp_path):
+    with sim(tmp_path) as e:
+        e.launch()
+        e.wait_ready()
+        path = Path(e.launch_spec().fingerprint_path)
+        fp = json.loads(path.read_text())
+        assert fp["kind"] == "abh.fingerprint" and fp["python"]["executable"]
+        assert not list(path.parent.glob(".fingerprint.*"))  # no temp file left behind
