@@ -294,30 +294,43 @@ def remove_worktree(arm: ResolvedArm) -> None:
 # ------------------------------------------------------------------------------------ check results
 @dataclass
 class CheckResult:
+    """One side assertion's outcome. ``expected`` / ``found`` are the raw values where the check compares
+    one value (http / fingerprint ``equals``: e.g. ``'fix'`` and ``'baseline'``), else short descriptions;
+    ``what`` says what was looked at (``GET /get_server_info -> build``)."""
+
     name: str
     kind: str
     passed: bool
-    expected: str
-    found: str
+    expected: Any
+    found: Any
     evidence: dict[str, Any] = field(default_factory=dict)
     arm: str = ""
+    what: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def describe(self) -> str:
+        what = f"{self.kind}: {self.what}" if self.what else self.kind
+        return f"check {self.name!r} ({what}): expected {_short(self.expected, 300)}; found {_short(self.found, 300)}"
+
     def line(self) -> str:
-        mark = "PASS" if self.passed else "FAIL"
-        return f"[{mark}] {self.name} ({self.kind}): expected {self.expected}; found {self.found}"
+        return ("[PASS] " if self.passed else "[FAIL] ") + self.describe()
 
 
 class SideAssertionError(RuntimeError):
     """A side assertion failed: the arm's server is not on the side of the fix it claims."""
 
-    def __init__(self, failures: Sequence[CheckResult], arm: str = ""):
+    def __init__(self, failures: Sequence[CheckResult] | str, arm: str = ""):
+        if isinstance(failures, str):  # a ready-made message
+            self.failures: list[CheckResult] = []
+            self.arm = arm
+            super().__init__(failures)
+            return
         self.failures = list(failures)
         self.arm = arm
         who = f" for arm {arm!r}" if arm else ""
-        lines = [f"check {f.name!r} ({f.kind}): expected {f.expected}; found {f.found}" for f in self.failures]
+        lines = [f.describe() for f in self.failures]
         super().__init__(f"side assertion failed{who}: " + "\n  ".join(lines))
 
 
@@ -396,7 +409,7 @@ def _contains(found: Any, needle: Any) -> bool:
 
 
 def _short(v: Any, n: int = 200) -> str:
-    s = repr(v) if not isinstance(v, str) else repr(v)
+    s = repr(v)
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
@@ -407,8 +420,9 @@ def expand(value: Any, arm: ResolvedArm | None) -> Any:
     return value
 
 
-def compare(found: Any, c: CheckConfig, arm: ResolvedArm | None = None) -> tuple[bool, str]:
-    """Apply a check's equals / contains / lacks to ``found``; (passed, expected-description)."""
+def compare(found: Any, c: CheckConfig, arm: ResolvedArm | None = None) -> tuple[bool, Any]:
+    """Apply a check's equals / contains / lacks to ``found``: (passed, expected), where ``expected`` is the
+    ``equals`` value itself when that is the whole check, else a description such as ``contains 'x'``."""
     parts: list[str] = []
     ok = found is not MISSING
     equals, contains, lacks = expand(c.equals, arm), expand(c.contains, arm), expand(c.lacks, arm)
@@ -421,6 +435,8 @@ def compare(found: Any, c: CheckConfig, arm: ResolvedArm | None = None) -> tuple
     if lacks is not None:
         ok = ok and not _contains(found, lacks)
         parts.append(f"lacks {_short(lacks)}")
+    if equals is not None and contains is None and lacks is None:
+        return ok, equals
     return ok, " and ".join(parts) or "present"
 
 
@@ -570,13 +586,13 @@ def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str
         exp.append(f"module file under {under}")
     expected = "; ".join(exp) or f"{target} exists"
     if not c.module:
-        return CheckResult(name, c.kind, False, expected, "the check names no module", arm=arm.key)
+        return CheckResult(name, c.kind, False, expected, "the check names no module", arm=arm.key, what=target)
     res = probe_source(arm, c.module, c.object, env)
     ev = {k: v for k, v in res.items() if k != "source"}
     ev["interpreter"] = arm.interpreter
     src = res.get("source")
     if src is None:
-        return CheckResult(name, c.kind, False, expected, res.get("error", "no source"), ev, arm.key)
+        return CheckResult(name, c.kind, False, expected, res.get("error", "no source"), ev, arm.key, target)
     found: list[str] = []
     ok = True
     first = int(res.get("first_line") or 1)
@@ -602,7 +618,7 @@ def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str
     if res.get("mode") == "ast":
         found.append("read from the file: the module does not import in this interpreter "
                      f"({_short(res.get('import_error', ''), 120)})")
-    return CheckResult(name, c.kind, ok, expected, "; ".join(found), ev, arm.key)
+    return CheckResult(name, c.kind, ok, expected, "; ".join(found), ev, arm.key, target)
 
 
 def run_static_checks(arm: ResolvedArm, env: Mapping[str, str] | None = None) -> list[CheckResult]:
@@ -642,17 +658,22 @@ def load_callable(spec: str, arm: ResolvedArm | None = None) -> Callable[..., An
     return fn
 
 
+def _found(value: Any) -> Any:
+    return "<absent>" if value is MISSING else value
+
+
 def _fingerprint_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) -> CheckResult:
     name = check_name(c, index)
+    what = f"fingerprint {c.key}"
     fp = engine.fingerprint()
+    ok, exp = compare(MISSING, c, arm)
     if fp is None:
-        return CheckResult(name, c.kind, False, f"fingerprint {c.key} present",
-                           "no fingerprint (engine.fingerprint is false, or the launcher wrote none)", {}, arm.key)
+        return CheckResult(name, c.kind, False, exp, "no fingerprint (engine.fingerprint is false, or the launcher "
+                           "wrote none)", {}, arm.key, what)
     found = lookup(fp, c.key)
     ok, exp = compare(found, c, arm)
-    return CheckResult(name, c.kind, ok, f"fingerprint {c.key} {exp}", _short(found, 400),
-                       {"key": c.key, "value": None if found is MISSING else found,
-                        "fingerprint_path": engine.launch_spec().fingerprint_path}, arm.key)
+    return CheckResult(name, c.kind, ok, exp, _found(found),
+                       {"key": c.key, "fingerprint_path": engine.launch_spec().fingerprint_path}, arm.key, what)
 
 
 def _http_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) -> CheckResult:
@@ -660,39 +681,37 @@ def _http_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) ->
 
     name = check_name(c, index)
     path = c.path or "/get_server_info"
+    what = f"GET {path} -> {c.key or '(body)'}"
     url = engine.url + (path if path.startswith("/") else "/" + path)
     try:
         r = requests.get(url, timeout=30)
         status = r.status_code
         body = r.json()
     except (requests.RequestException, ValueError) as e:
-        return CheckResult(name, c.kind, False, f"GET {path} {c.key} ...", f"GET {url} failed: {e}",
-                           {"url": url}, arm.key)
+        return CheckResult(name, c.kind, False, compare(MISSING, c, arm)[1], f"GET {url} failed: {e}",
+                           {"url": url}, arm.key, what)
     found = lookup(body, c.key)
     ok, exp = compare(found, c, arm)
-    ok = ok and status == 200
-    return CheckResult(name, c.kind, ok, f"GET {path} -> {c.key or '(body)'} {exp}",
-                       _short(found, 400) + ("" if status == 200 else f" (HTTP {status})"),
-                       {"url": url, "status": status, "key": c.key, "value": None if found is MISSING else found},
-                       arm.key)
+    ev = {"url": url, "status": status, "key": c.key}
+    if status != 200:
+        return CheckResult(name, c.kind, False, exp, f"HTTP {status}", ev, arm.key, what)
+    return CheckResult(name, c.kind, ok, exp, _found(found), ev, arm.key, what)
 
 
 def _custom_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) -> CheckResult:
     name = check_name(c, index)
-    expected = f"{c.function}({engine.url}) is true"
+    what = f"{c.function}({engine.url})"
     try:
         fn = load_callable(c.function, arm)
         out = fn(engine.url)
     except Exception as e:  # noqa: BLE001 - a probe's failure is the check's failure, with its message
-        return CheckResult(name, c.kind, False, expected, f"{type(e).__name__}: {e}", {"function": c.function},
-                           arm.key)
+        return CheckResult(name, c.kind, False, True, f"{type(e).__name__}: {e}", {"function": c.function},
+                           arm.key, what)
     evidence: Any = None
     if isinstance(out, tuple) and len(out) == 2:
         out, evidence = out
     ok = bool(out)
-    return CheckResult(name, c.kind, ok, expected, f"{bool(out)}" + (f": {_short(evidence, 300)}"
-                                                                      if evidence is not None else ""),
-                       {"function": c.function, "evidence": evidence}, arm.key)
+    return CheckResult(name, c.kind, ok, True, ok, {"function": c.function, "evidence": evidence}, arm.key, what)
 
 
 def run_live_checks(arm: ResolvedArm, engine: Engine) -> list[CheckResult]:
@@ -711,7 +730,8 @@ def run_live_checks(arm: ResolvedArm, engine: Engine) -> list[CheckResult]:
 # -------------------------------------------------------------------------------------- arm diff
 #: Keys (dotted prefixes) that differ per launch and never count as a difference between arms.
 NOISE_PREFIXES = (
-    "arm", "command", "normalize", "engine.port", "engine.label",
+    # argv is derived from python, module, engine fields and args, which are all compared on their own
+    "arm", "argv", "command", "normalize", "harness", "engine.port",
     "source.worktree", "source.problems",
     "fingerprint.pid", "fingerprint.ppid", "fingerprint.time", "fingerprint.argv", "fingerprint.cwd",
     "fingerprint.sys_path", "fingerprint.pythonpath", "fingerprint.guards", "fingerprint.error",
@@ -764,8 +784,10 @@ def describe_launch(arm: ResolvedArm, engine: Engine) -> dict[str, Any]:
     fp = engine.fingerprint()
     fp_view = None if fp is None else {k: v for k, v in fp.items() if k not in _FP_DROP}
     launched = spec.launched
+    ignore = set(getattr(engine, "diff_ignore", ()))
     return {
         "arm": {"key": arm.key, "name": arm.name, "side": arm.side},
+        "argv": redact_argv(spec.server_argv),
         "engine_kind": engine.kind,
         "simulated": engine.simulated,
         "python": arm.interpreter if launched else None,
@@ -774,7 +796,9 @@ def describe_launch(arm: ResolvedArm, engine: Engine) -> dict[str, Any]:
                     "command_line": spec.command_line() if launched else "", "env_delta": redact_env(spec.env_delta),
                     "cwd": spec.cwd, "log_path": spec.log_path, "fingerprint_path": spec.fingerprint_path,
                     "url": spec.url},
-        "engine": {k: v for k, v in cfg.items() if k not in ("args", "env")},
+        "engine": {k: v for k, v in cfg.items() if k not in ("args", "env") and k not in ignore},
+        # how the harness drives the server (timeouts, simulated fault injection): not a difference of arms
+        "harness": {k: v for k, v in cfg.items() if k in ignore},
         "args": parse_flags(redact_argv(user_args)),
         "env": redact_env(env),
         "source": arm.source.to_dict(),
@@ -797,8 +821,8 @@ def _normalize(value: Any, roots: list[tuple[str, str]]) -> Any:
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts -> {dotted key: leaf}; lists and scalars are leaves; an empty dict is a leaf."""
-    if isinstance(obj, Mapping) and obj:
+    """Nested dicts -> {dotted key: leaf}; lists and scalars are leaves; an empty dict has no keys."""
+    if isinstance(obj, Mapping):
         out: dict[str, Any] = {}
         for k, v in obj.items():
             out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))

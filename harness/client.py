@@ -155,7 +155,7 @@ class Client:
                     obj = json.loads(raw)
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     raise _Retryable(f"malformed JSON body ({len(raw)} bytes): {raw[:80]!r}") from None
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
             raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": ")) from None
         return _parse_sglang(obj) if self.cfg.api == "sglang" else _parse_openai(obj)
 

@@ -154,29 +154,26 @@ def _engine_cfg(cfg: DictConfig, arm_cfg: DictConfig) -> DictConfig:
 
 
 def _print_launch(key: str, arm: Any, spec: Any) -> None:
-    from harness.redact import redact_argv, redact_env
-
+    """The arm's exact server command: one NAME=value per env var, then one ``--flag value`` per line."""
     print(f"\n=== arm {key}: {arm.name} ({arm.side or 'no side declared'}) ===")
-    print("env:")
-    for k, v in redact_env(dict(spec.env_delta)).items():
-        print(f"  {k}={v}")
-    argv = redact_argv(list(spec.argv))
-    print("command:")
-    lines, i = [argv[0]], 1
-    while i < len(argv):
-        if argv[i].startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            lines.append(f"{argv[i]} {argv[i + 1]}")
-            i += 2
-        else:
-            lines.append(argv[i])
-            i += 1
-    print("  " + " \\\n    ".join(lines))
+    print(spec.pretty())
+    if list(spec.argv) != list(spec.server_argv):
+        print(f"# started through the fingerprint launcher: {' '.join(spec.argv[:len(spec.argv) - len(spec.server_argv) + 1])} ...")
+    for problem in getattr(arm.source, "problems", None) or []:
+        print(f"# WARNING: {problem}")
 
 
 def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
     """Run (or resume) the experiment in ``run_dir``; return the exit code."""
-    from harness.arms import (SideAssertionError, arm_diff, describe_launch, disallowed, resolve_arm,
-                              run_live_checks, run_static_checks)
+    from harness.arms import (
+        SideAssertionError,
+        arm_diff,
+        describe_launch,
+        disallowed,
+        resolve_arm,
+        run_live_checks,
+        run_static_checks,
+    )
     from harness.client import ClientConfig
     from harness.config import arms_root
     from harness.engines import EngineError, create_engine
@@ -211,7 +208,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
     try:
         for role, key in keys.items():
             arm_cfg = cfg.arms[key]
-            arm = resolve_arm(key, arm_cfg, run_dir, arms_root())
+            arm = resolve_arm(key, arm_cfg, run_dir, arms_root(), strict=not cfg.dry_run)
             engine = create_engine(_engine_cfg(cfg, arm_cfg), arm, run_dir, label=f"{role}-{key}")
             resolved[key], engines[key] = arm, engine
             descs[key] = describe_launch(arm, engine)
@@ -244,7 +241,10 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
             for r in results:
                 print(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected {r.expected!r}, "
                       f"found {r.found!r})")
-        if failed:
+        if failed and cfg.dry_run:
+            print(f"# arm {key}: {len(failed)} side check(s) fail here; a real run would stop before measuring "
+                  f"(exit {exitcodes.SIDE_ASSERTION_FAILED})")
+        elif failed:
             r = failed[0]
             raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
                              f"side assertion failed for arm {key}: {r.name}: expected {r.expected!r}, "
@@ -406,7 +406,8 @@ def format_table(summary: dict[str, Any], c: dict[str, Any]) -> str:
                  f"table both={c.get('both')} A-only={c.get('a_only')} B-only={c.get('b_only')} "
                  f"neither={c.get('neither')}  McNemar p={c.get('mcnemar_p'):.3g}")
     if c.get("psi_aa") is not None:
-        lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band {c.get('noise_band')}")
+        band = c.get("noise_band") or [None, None]
+        lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band of delta [{pp(band[0])}, {pp(band[1])}]")
     lines.append(f"  MDE (80% power) {pp(c.get('mde'))}")
     lines.append(f"VERDICT: {summary['verdict']}: {summary.get('verdict_reason') or ''}")
     return "\n".join(lines)

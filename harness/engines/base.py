@@ -125,6 +125,10 @@ class Engine:
     ready_what: ClassVar[str] = "the server to answer"
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
     probe_timeout_s: ClassVar[float] = 30.0
+    #: Config fields that say how the harness drives the server, not what the server is: the arm diff
+    #: ignores them (shown under ``harness`` in :func:`harness.arms.describe_launch`).
+    diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s",
+                                              "release_timeout_s")
 
     def __init__(self, cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str):
         self.cfg = cfg
@@ -344,8 +348,11 @@ class LaunchedEngine(Engine):
 
     # ------------------------------------------------------------------ lifecycle
     def launch(self) -> None:
-        if self.proc is not None:
-            raise EngineError(f"{self.label}: already launched")
+        """Start the server (again, after :meth:`stop`: same command, log appended, fresh fingerprint)."""
+        if self.proc is not None and self.proc.stop_info is None and self.proc.poll() is None:
+            raise EngineError(f"{self.label}: already launched and running (stop() it first)")
+        if self.proc is not None and self.proc.stop_info is None:
+            self.proc.stop(float(self.cfg.stop_timeout_s))  # it died: clean up what it left behind
         spec = self.launch_spec()
         if self.cfg.port:
             check_port_free(self.host, self.port)

@@ -15,6 +15,9 @@ class SimulatedEngine(LaunchedEngine):
     dist = "abh"
     ready_what = "GET /health_generate = 200 (SIMULATED)"
     probe_timeout_s = 10.0
+    #: Fault injection simulates what happens to a server, not what an arm is: not an arm difference.
+    diff_ignore = (*LaunchedEngine.diff_ignore, "startup_s", "crash_after", "hang_after", "error_rate",
+                   "malformed_rate", "ignore_sigterm")
 
     @property
     def simulated(self) -> bool:

@@ -1,0 +1,74 @@
+"""Real end-to-end: the llamacpp engine serving SmolLM2-135M (CPU), through the harness's Engine and eval."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+from conftest import TEST_JSONL, pid_alive
+
+from harness.arms import ResolvedArm, run_live_checks
+from harness.client import ClientConfig
+from harness.config import CheckConfig, LlamaCppEngineConfig
+from harness.engines import EngineError, create_engine
+from harness.engines.llamacpp import default_gguf
+from harness.evaluate import EvalOptions, run_eval
+from harness.store import load_samples
+from harness.tasks import gsm8k
+
+
+def _gguf_missing() -> str | None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed"
+    try:
+        default_gguf()
+    except EngineError as e:
+        return str(e)
+    if not TEST_JSONL.exists():
+        return f"GSM8K test set not found at {TEST_JSONL}"
+    return None
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_model,
+              pytest.mark.skipif(_gguf_missing() is not None, reason=str(_gguf_missing()))]
+
+
+def test_llamacpp_smollm2_end_to_end(tmp_path):
+    arm = ResolvedArm(key="a", name="smollm2", checks=[
+        CheckConfig(kind="fingerprint", name="llama-cpp-python in the serving process", key="dist.llama_cpp_python",
+                    contains="."),
+        CheckConfig(kind="http", name="serves the SmolLM2 GGUF", path="/v1/models", key="data.0.id",
+                    contains="SmolLM2-135M-Instruct"),
+    ])
+    engine = create_engine(LlamaCppEngineConfig(n_ctx=2048, n_threads=2, ready_timeout_s=120, stop_timeout_s=20),
+                           arm, tmp_path, "smollm2")
+    statuses: list[str] = []
+    with engine:
+        engine.launch()
+        pid = engine.pid
+        engine.wait_ready(statuses.append)
+        info = engine.probe()
+        assert info["engine"] == "llamacpp" and not info["simulated"]
+        assert "SmolLM2-135M-Instruct" in info["models"]["data"][0]["id"]
+        assert info["fingerprint"]["modules"]["llama_cpp"]["file"].endswith("llama_cpp/__init__.py")
+        checks = run_live_checks(arm, engine)
+        assert all(c.passed for c in checks), [c.line() for c in checks]
+        test = gsm8k.load(TEST_JSONL, "test")
+        t0 = time.monotonic()
+        summary = run_eval(test, gsm8k.RecipeConfig(num_questions=10), ClientConfig(url=engine.url, api="openai",
+                                                                                    parallel=2),
+                           tmp_path / "eval", opts=EvalOptions(progress=False, abort_check=engine.alive))
+        took = time.monotonic() - t0
+        assert engine.alive() is None
+    stop = engine.stop()
+    assert stop["how"] in ("SIGTERM", "SIGKILL") and stop["port_free"]
+    deadline = time.monotonic() + 5
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(pid)
+    rows = load_samples(tmp_path / "eval")
+    assert len(rows) == 10 and all(r.error is None and r.output is not None for r in rows)
+    assert summary["answered"] == 10 and summary["errors"] == 0 and summary["complete"]
+    assert summary["api"] == "openai" and not summary["simulated"]
+    assert took < 120
