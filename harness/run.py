@@ -296,6 +296,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
                     _say(f"  side check {r.name}: PASS")
             ev.setdefault("instances", []).append(instance[item.arm_key])
             ev["status"] = "running"
+            ev.setdefault("started", time.time())
             manifest.save()
             _say(f"[{n_item}/{len(items)}] eval {item.rel_dir} (arm {item.arm_key}) on {engine.url}")
             ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
@@ -317,6 +318,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
                                  f"server of arm {item.arm_key} failed during {item.rel_dir}: {e}. "
                                  "Answers so far are kept; rerun the same command to resume.") from None
             ev["status"] = "complete" if summary["complete"] else "incomplete"
+            ev["ended"] = time.time()
+            m["arms"][item.arm_key]["status"] = "ok" if summary["complete"] else "incomplete"
             ev["summary"] = {k: summary.get(k) for k in ("n", "correct", "errors", "accuracy", "latency_s")}
             if summary.get("resumed"):
                 ev.setdefault("resumed_on", []).append(instance[item.arm_key])
