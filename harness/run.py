@@ -148,8 +148,10 @@ def _load_data(cfg: DictConfig):  # type: ignore[no-untyped-def]
     return test, train
 
 
-def _engine_cfg(cfg: DictConfig, arm_cfg: DictConfig) -> DictConfig:
+def _engine_cfg(cfg: DictConfig, arm_cfg: DictConfig, data_source: str) -> DictConfig:
     merged = OmegaConf.merge(cfg.engine, OmegaConf.create(OmegaConf.to_container(arm_cfg.engine)))
+    if merged.kind == "simulated" and not merged.get("data") and Path(data_source).is_file():
+        merged.data = data_source  # the simulator answers the questions the run asks
     return merged  # type: ignore[return-value]
 
 
@@ -209,7 +211,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
         for role, key in keys.items():
             arm_cfg = cfg.arms[key]
             arm = resolve_arm(key, arm_cfg, run_dir, arms_root(), strict=not cfg.dry_run)
-            engine = create_engine(_engine_cfg(cfg, arm_cfg), arm, run_dir, label=f"{role}-{key}")
+            engine = create_engine(_engine_cfg(cfg, arm_cfg, test.source), arm, run_dir, label=f"{role}-{key}")
             resolved[key], engines[key] = arm, engine
             descs[key] = describe_launch(arm, engine)
     except (ValueError, OSError, RuntimeError) as e:

@@ -252,3 +252,13 @@ def test_max_running_requests_queue(sim_server):
     out = batch(s.url, range(20))
     assert all(st == 200 for st, _ in out)
     assert time.monotonic() - t0 >= 0.75  # 4 waves of 5
+
+
+def test_noise_per_pass_redraws_on_the_same_launch(sim_server):
+    """With --noise pass, a second pass on the same server differs like a new run (dynamic batching)."""
+    n = len(ROWS)
+    s = sim_server("--accuracy", "0.9", "--flip-rate", "0.1", "--run-seed", "5", "--noise", "pass")
+    first = [parse(t) == label(i) for i, t in enumerate(texts(s.url, range(n)))]
+    second = [parse(t) == label(i) for i, t in enumerate(texts(s.url, range(n)))]
+    disagree = sum(x != y for x, y in zip(first, second, strict=True)) / n
+    assert 0.06 < disagree < 0.14, disagree

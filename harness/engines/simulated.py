@@ -34,6 +34,9 @@ class SimulatedEngine(LaunchedEngine):
         if data:
             args += ["--data", str(data)]
         args += ["--accuracy", str(c.accuracy), "--flip-rate", str(c.flip_rate), "--seed", str(c.seed)]
+        noise = getattr(c, "noise", "")
+        if noise:
+            args += ["--noise", str(noise)]
         if c.run_seed is not None and int(c.run_seed) >= 0:
             args += ["--run-seed", str(c.run_seed)]
         args += ["--latency-s", str(c.latency_s), "--max-running-requests", str(c.max_running_requests)]
