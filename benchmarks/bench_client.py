@@ -40,7 +40,12 @@ app.router.add_post("/generate", generate)
 app.router.add_get("/get_model_info", info)
 app.router.add_get("/get_server_info", info)
 print("ready", flush=True)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), backlog=4096, print=None, access_log=None)
+try:
+    import uvloop
+    loop = uvloop.new_event_loop()
+except ImportError:
+    loop = None
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), backlog=4096, print=None, access_log=None, loop=loop)
 """
 
 THREADPOOL_CLIENT = r"""

@@ -182,7 +182,8 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     mde_rep = stats.mde_repeats(n, psi_aa, r_eff, alpha) if psi_aa is not None else None
     mde_obs = stats.z_sum(alpha) * se
     # never claim more power than the data show: the design formula, or the observed SE if larger
-    mde = max(mde_rep if (repeats and mde_rep is not None) else mde_par, mde_obs)
+    # With no observed discordance the ψ formulas say 0; no test detects fewer than k discordant pairs.
+    mde = max(mde_rep if (repeats and mde_rep is not None) else mde_par, mde_obs, stats.mde_floor(n, alpha))
 
     tost_res = stats.tost(d, margin, alpha) if margin is not None else None
 

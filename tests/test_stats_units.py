@@ -80,3 +80,14 @@ def test_wilson_degenerate():
     assert (float(lo), float(hi)) == (0.0, 1.0)
     lo, hi = S.wilson_interval(10, 10)
     assert float(hi) == 1.0 and 0.6 < float(lo) < 0.8
+
+
+def test_mde_floor_matches_the_exact_mcnemar_test():
+    from scipy.stats import binomtest
+
+    from harness.stats import mde_floor, min_detectable_discordant
+
+    for alpha in (0.05, 0.01, 0.1, 0.0625):
+        k = min_detectable_discordant(alpha)
+        assert binomtest(k, k, 0.5).pvalue < alpha <= binomtest(k - 1, k - 1, 0.5).pvalue
+    assert mde_floor(20, 0.05) == 6 / 20

@@ -26,9 +26,11 @@ from .paired import (
     paired_z_pvalue,
 )
 from .power import (
+    mde_floor,
     mde_paired,
     mde_repeats,
     mde_unpaired,
+    min_detectable_discordant,
     n_needed_paired,
     power_at,
     repeats_needed,
@@ -57,7 +59,7 @@ from .verdict import VERDICTS, Verdict, decide
 __all__ = [
     "VERDICTS", "PairedTable", "Verdict", "accuracy_bootstrap_ci", "adjust", "bca_interval",
     "benjamini_hochberg", "bootstrap_mean_ci", "bootstrap_means", "cluster_bootstrap_ci", "decide",
-    "discordance", "effective_repeats", "holm", "jackknife_means", "mcnemar_asymptotic", "mcnemar_exact",
+    "discordance", "effective_repeats", "mde_floor", "min_detectable_discordant", "holm", "jackknife_means", "mcnemar_asymptotic", "mcnemar_exact",
     "mcnemar_midp", "mde_paired", "mde_repeats", "mde_unpaired", "n_needed_paired", "naive_run_bootstrap_ci",
     "newcombe_paired_ci", "noise_band", "paired_bootstrap_ci", "paired_se", "paired_table", "paired_wald_ci",
     "paired_z_pvalue", "per_question_means", "percentile_interval", "permutation_test", "power_at", "psi_aa",

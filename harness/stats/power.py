@@ -52,3 +52,15 @@ def power_at(effect: float | np.ndarray, se: float | np.ndarray, alpha: float = 
     z = ndtri(1 - alpha / 2)
     e = np.abs(np.asarray(effect, dtype=float)) / np.asarray(se, dtype=float)
     return ndtr(e - z) + ndtr(-e - z)
+
+
+def min_detectable_discordant(alpha: float = 0.05) -> int:
+    """Fewest discordant pairs, all in one direction, that an exact two-sided McNemar test can call
+    significant: the smallest k with 2 * 0.5**k < alpha (6 at alpha = 0.05)."""
+    return int(math.floor(math.log2(2.0 / alpha))) + 1
+
+
+def mde_floor(n: float, alpha: float = 0.05) -> float:
+    """No paired design detects an effect below ``min_detectable_discordant(alpha) / n``: the floor of the
+    MDE when the observed discordance is zero (the ψ formulas would say 0)."""
+    return min_detectable_discordant(alpha) / n
