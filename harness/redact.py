@@ -61,3 +61,32 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 redact_next = True
         out.append(tok)
     return out
+
+
+#: Field names of the harness's own schemas that contain a secret word but hold no secret.
+_SCHEMA_FIELDS = {"key", "keys"}
+
+
+def _redact_assignment(s: str) -> str:
+    """``engine.env.HF_TOKEN=abc`` (a Hydra override) or ``HF_TOKEN=abc`` -> value redacted."""
+    name, eq, _ = s.partition("=")
+    if eq and name and " " not in name and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")):
+        return f"{name}={REDACTED}"
+    return s
+
+
+def redact_tree(obj: object) -> object:
+    """Copy of a JSON-like tree with secrets redacted everywhere: values under secret-looking keys, secret
+    flags in lists of strings (argv), and ``NAME=value`` strings whose NAME is secret."""
+    if isinstance(obj, Mapping):
+        return {k: (REDACTED if (isinstance(k, str) and k not in _SCHEMA_FIELDS and is_secret_name(k)
+                                 and v not in (None, "", [], {}) and not isinstance(v, bool))
+                    else redact_tree(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        if all(isinstance(x, str) for x in obj):
+            return [_redact_assignment(x) for x in redact_argv(list(obj))]
+        return [redact_tree(x) for x in obj]
+    if isinstance(obj, str):
+        return _redact_assignment(obj)
+    return obj

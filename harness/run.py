@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import __version__, exitcodes
 from harness.config import CONFIG_DIR, PROJECT_ROOT, ConfigError, validate
+from harness.redact import redact_tree
 from harness.store import atomic_write_json, read_json
 
 MANIFEST = "manifest.json"
@@ -130,7 +131,8 @@ class Manifest:
         self.data: dict[str, Any] = read_json(self.path) if self.path.exists() else {}
 
     def save(self) -> None:
-        atomic_write_json(self.path, self.data)
+        # Everything recorded is redacted here, once: config, argv, env, server-info snapshots.
+        atomic_write_json(self.path, redact_tree(self.data))
 
 
 # ------------------------------------------------------------------------------------------ the run

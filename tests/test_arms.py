@@ -325,3 +325,42 @@ def test_describe_launch_redacts_secrets(tmp_path):
     text = repr(d)
     assert "sk-live" not in text and "hf_live" not in text
     assert d["args"]["--api-key"] == REDACTED and d["env"]["HF_TOKEN"] == REDACTED
+
+
+def test_redact_tree_covers_config_argv_overrides_and_server_info():
+    from harness.redact import REDACTED, redact_tree
+
+    tree = {
+        "config": {"engine": {"env": {"HF_TOKEN": "hf_abc", "SGLANG_USE_AITER": "1"}, "args": ["--api-key", "s3"]},
+                   "arms": {"a": {"checks": [{"kind": "http", "key": "build", "equals": "fix"}]}},
+                   "task": {"max_new_tokens": 512}},
+        "argv": ["abh run", "engine.env.OPENAI_API_KEY=sk-1", "experiment.repeats=3"],
+        "probe": {"server_info": {"api_key": "topsecret", "tp_size": 8, "admin_api_key": None}},
+    }
+    out = redact_tree(tree)
+    text = repr(out)
+    for secret in ("hf_abc", "s3", "sk-1", "topsecret"):
+        assert secret not in text
+    assert out["config"]["engine"]["env"]["HF_TOKEN"] == REDACTED
+    assert out["config"]["engine"]["env"]["SGLANG_USE_AITER"] == "1"
+    assert out["config"]["arms"]["a"]["checks"][0]["key"] == "build"
+    assert out["config"]["task"]["max_new_tokens"] == 512
+    assert out["argv"][2] == "experiment.repeats=3"
+    assert out["probe"]["server_info"]["tp_size"] == 8
+
+
+def test_secrets_never_reach_the_run_manifest(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={tmp_path}/run", "progress=false",
+                        "task.num_questions=20", "client.parallel=20", "experiment.repeats=1",
+                        "experiment.aa_control=false", "+engine.env.HF_TOKEN=hf_leak123",
+                        "+arms.a.env.MY_SECRET=leak456", "+arms.b.env.MY_SECRET=leak456", "report=true"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for f in (tmp_path / "run").rglob("*"):
+        if f.is_file() and f.suffix in (".json", ".jsonl", ".html"):
+            text = f.read_text(errors="replace")
+            assert "hf_leak123" not in text and "leak456" not in text, f
+    assert "hf_leak123" not in r.stdout + r.stderr

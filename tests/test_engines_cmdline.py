@@ -77,7 +77,6 @@ def seed_cfg():
 
 
 # ------------------------------------------------------------------------------------------ seed
-@pytest.mark.skipif(not SEED.exists(), reason="seed write-up not found")
 def test_seed_reference_matches_the_write_up():
     env, flags = parse_seed_command(SEED.read_text())
     assert env == SEED_ENV

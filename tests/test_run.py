@@ -141,3 +141,32 @@ def test_job_through_the_submitit_local_launcher(tmp_path):
     s = read_json(tmp_path / "sweep" / "sweep_summary.json")
     assert s["comparisons"][0]["verdict"]
     json.dumps(s)
+
+
+def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path):
+    from test_engines_cmdline import SEED, parse_seed_command
+
+    env, flags = parse_seed_command(SEED.read_text())
+    r = abh_run("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry",
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    for arm in ("arm a: baseline", "arm b: fix"):
+        assert arm in out
+    lines = [ln.strip().rstrip("\\").strip() for ln in out.splitlines()]
+    for k, v in env.items():
+        assert lines.count(f"{k}={v}") == 2, k  # once per arm, as NAME=value
+    i = 0
+    pairs = []
+    while i < len(flags):
+        if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+            pairs.append(f"{flags[i]} {flags[i + 1]}")
+            i += 2
+        else:
+            pairs.append(flags[i])
+            i += 1
+    for p in pairs:
+        assert lines.count(p) == 2, p  # once per arm, as --flag value
+    assert "-m sglang.launch_server" in out
+    assert "dry run: no server started" in out
+    assert not list((tmp_path / "dry").glob("evals/*"))
