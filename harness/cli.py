@@ -25,7 +25,7 @@ commands:
 
 def eval_main(argv: list[str]) -> int:
     from harness.client import ClientConfig
-    from harness.evaluate import EvalOptions, ServerGone, format_summary, run_eval
+    from harness.evaluate import EvalInterrupted, EvalOptions, ServerGone, format_summary, run_eval
     from harness.tasks import gsm8k
 
     ap = argparse.ArgumentParser(prog="abh eval", description="Run GSM8K against a running server.")
@@ -67,6 +67,10 @@ def eval_main(argv: list[str]) -> int:
     except ServerGone as e:
         print(f"abh eval: server failure: {e}", file=sys.stderr)
         return exitcodes.SERVER_FAILURE
+    except EvalInterrupted as e:
+        print(f"abh eval: interrupted by {e}; answers so far are in {a.out}. Rerun the same command to resume.",
+              file=sys.stderr)
+        return 128 + e.signum
     except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
         from harness.store import StoreError
 

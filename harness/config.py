@@ -257,6 +257,10 @@ class ExperimentConfig:
     aa_control: bool = False
     #: Restart the server before every repeat instead of keeping it alive across its repeats.
     restart_per_repeat: bool = False
+    #: Keep both arms' servers up at once, so each is launched once and reused across its repeats even in
+    #: interleaved order. Only where both fit on the machine (simulated, CPU, or arms on separate GPUs);
+    #: by default a server is stopped before the other arm's starts (one GPU box, one server).
+    concurrent_servers: bool = False
     #: What the arms may differ in (dotted keys such as ``source``, ``env.SGLANG_X``, ``args``,
     #: ``fingerprint.files``, ``engine.accuracy``); a difference not listed stops the run before measuring.
     allowed_differences: list[str] = field(default_factory=list)

@@ -7,6 +7,7 @@ that is already up. It imports no plotting or table libraries: the eval path sta
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +22,14 @@ from harness.tasks.gsm8k import GSM8K, Dataset, RecipeConfig
 
 class ServerGone(RuntimeError):
     """The server stopped serving mid-eval (its process died); answers so far are on disk."""
+
+
+class EvalInterrupted(BaseException):
+    """SIGINT or SIGTERM arrived mid-eval; answers so far are on disk and the eval is resumable."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 @dataclass
@@ -114,6 +123,8 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                              opts.progress, label=out.name)
         t0 = time.perf_counter()
         abort_reason: str | None = None
+        interrupted: list[int] = []
+        handled: list[tuple[int, Any]] = []
         try:
             if pending and opts.warmup:
                 if client_cfg.api == "sglang":
@@ -126,6 +137,22 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                     print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
 
             abort: list[str] = []
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def on_signal(signum: int) -> None:
+                # Ctrl-C / SIGTERM mid-eval: stop sending, keep every answer already on disk.
+                interrupted.append(signum)
+                abort.append(f"interrupted by {signal.Signals(signum).name}")
+                stop.set()
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    previous = signal.getsignal(sig)
+                    loop.add_signal_handler(sig, on_signal, sig)
+                    handled.append((sig, previous))
+                except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                    pass
 
             async def one(q):  # type: ignore[no-untyped-def]
                 body = (task.generate_body(q) if client_cfg.api == "sglang"
@@ -135,6 +162,7 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                     reason = opts.abort_check()
                     if reason is not None:
                         abort.append(reason)
+                        stop.set()
                 # A reply that failed because the server died is "missing" (sent again on resume), not an error.
                 if abort and reply.error is not None:
                     return
@@ -144,22 +172,28 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
 
             tasks = [asyncio.ensure_future(one(q)) for q in pending]
             everything = asyncio.gather(*tasks)
-            watcher = asyncio.ensure_future(_watch(opts.abort_check, abort)) if opts.abort_check else None
+            stopper = asyncio.ensure_future(stop.wait())
+            watcher = asyncio.ensure_future(_watch(opts.abort_check, abort, stop)) if opts.abort_check else None
             try:
-                if watcher is None:
-                    await everything
+                await asyncio.wait({everything, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if abort:
+                    abort_reason = abort[0]
                 else:
-                    await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                    if abort:
-                        abort_reason = abort[0]
-                    else:
-                        await everything
+                    await everything
             finally:
-                if watcher is not None:
-                    watcher.cancel()
+                for sig, previous in handled:
+                    loop.remove_signal_handler(sig)
+                    signal.signal(sig, previous)  # give the caller's handler back
+                for t in (watcher, stopper):
+                    if t is not None:
+                        t.cancel()
                 for t in tasks:
                     if not t.done():
                         t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                if not everything.done():
+                    everything.cancel()
+                await asyncio.gather(everything, return_exceptions=True)  # retrieve, so nothing is logged
                 await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             progress.close()
@@ -178,19 +212,21 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
             store.meta["wall_s_total"] = prev_wall + wall
             atomic_write_json(out / META, store.meta)
             store.write_summary(summary)
+    if interrupted:
+        raise EvalInterrupted(interrupted[0])
     if abort_reason is not None:
         raise ServerGone(abort_reason)
     return summary
 
 
-async def _watch(check: Callable[[], str | None], abort: list[str]) -> str:
-    while True:
-        if abort:
-            return abort[0]
+async def _watch(check: Callable[[], str | None], abort: list[str], stop: asyncio.Event) -> None:
+    """Poll ``check`` (is the server process alive?) and trip ``stop`` when it gives a reason."""
+    while not abort:
         reason = check()
         if reason is not None:
             abort.append(reason)
-            return reason
+            stop.set()
+            return
         await asyncio.sleep(0.5)
 
 

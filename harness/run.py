@@ -181,7 +181,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
     from harness.client import ClientConfig
     from harness.config import arms_root
     from harness.engines import EngineError, create_engine
-    from harness.evaluate import EvalOptions, ServerGone, run_eval
+    from harness.evaluate import EvalInterrupted, EvalOptions, ServerGone, run_eval
     from harness.tasks.gsm8k import DatasetError, RecipeConfig
 
     try:
@@ -274,7 +274,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
                 continue
             # Stop servers the next item does not need (one GPU box runs one arm at a time).
             for key in list(live):
-                if key != item.arm_key or x.restart_per_repeat:
+                if (key != item.arm_key and not x.concurrent_servers) or (
+                        key == item.arm_key and x.restart_per_repeat):
                     _say(f"stopping server of arm {key}")
                     live.pop(key).stop()
             engine = engines[item.arm_key]
@@ -313,6 +314,10 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
                                                            "repeat": item.repeat,
                                                            "instance": instance[item.arm_key],
                                                            "simulated": engine.simulated}))
+            except EvalInterrupted as e:
+                ev["status"] = "interrupted"
+                manifest.save()
+                raise Interrupted(e.signum) from None
             except ServerGone as e:
                 ev["status"] = "failed"
                 ev["error"] = str(e)

@@ -214,3 +214,28 @@ def test_no_heavy_imports_on_the_eval_path():
             "print(bad)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
     assert json.loads(r.stdout.replace("'", '"')) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server, tmp_path, sig):
+    s = sim_server("--accuracy", "0.9", "--latency-s", "0.05", "--max-running-requests", "10")
+    out = tmp_path / "ev"
+    cmd = [sys.executable, "-m", "harness.cli", "eval", "--url", s.url, "--out", str(out), "--data",
+           str(TEST_JSONL), "--no-progress", "--num-questions", "300", "--parallel", "300"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (out / "samples.jsonl").exists() and len(read_jsonl(out / "samples.jsonl")) >= 30:
+            break
+        time.sleep(0.05)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + sig, err
+    assert "Rerun the same command to resume" in err and "Traceback" not in err
+    kept = read_jsonl(out / "samples.jsonl")
+    assert 0 < len(kept) < 300 and all(x["error"] is None for x in kept)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and "interrupted" in summary["aborted"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(x["index"] for x in read_jsonl(out / "samples.jsonl")) == list(range(300))
