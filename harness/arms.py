@@ -733,10 +733,11 @@ NOISE_PREFIXES = (
     # argv is derived from python, module, engine fields and args, which are all compared on their own
     "arm", "argv", "command", "normalize", "harness", "engine.port",
     "source.worktree", "source.problems",
-    "fingerprint.pid", "fingerprint.ppid", "fingerprint.time", "fingerprint.argv", "fingerprint.cwd",
+    "fingerprint.pid", "fingerprint.ppid", "fingerprint.time", "fingerprint.argv", "fingerprint.argv_sha256",
+    "fingerprint.cwd",
     "fingerprint.sys_path", "fingerprint.pythonpath", "fingerprint.guards", "fingerprint.error",
 )
-_FP_DROP = ("pid", "ppid", "time", "argv", "cwd", "sys_path", "pythonpath", "guards", "schema_version", "kind")
+_FP_DROP = ("pid", "ppid", "time", "argv", "argv_sha256", "cwd", "sys_path", "pythonpath", "guards", "schema_version", "kind")
 
 
 def parse_flags(argv: Sequence[str]) -> dict[str, Any]:

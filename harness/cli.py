@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from harness import exitcodes
 
@@ -35,8 +34,8 @@ def eval_main(argv: list[str]) -> int:
     ap.add_argument("--num-questions", type=int, default=1319)
     ap.add_argument("--parallel", type=int, default=1319)
     ap.add_argument("--data", default=None,
-                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl); default: openai/gsm8k "
-                         "through `datasets`")
+                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl); default: the shared copy "
+                         "beside the checkout (../shared/data/gsm8k) when present, else openai/gsm8k via `datasets`")
     ap.add_argument("--train-data", default=None, help="train JSONL for --recipe heldout (default: beside --data)")
     ap.add_argument("--recipe", choices=list(gsm8k.RECIPES), default="sglang")
     ap.add_argument("--num-shots", type=int, default=5)
@@ -49,14 +48,10 @@ def eval_main(argv: list[str]) -> int:
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     try:
-        test = gsm8k.load(a.data, "test", a.allow_noncanonical)
-        train = None
-        if a.recipe == "heldout":
-            train_path = a.train_data or (Path(a.data).parent / "train.jsonl" if a.data and not Path(a.data).is_dir()
-                                          else a.data)
-            train = gsm8k.load(train_path, "train", a.allow_noncanonical)
+        test, train = gsm8k.load_splits(a.data, a.train_data, a.recipe, a.allow_noncanonical)
         recipe = gsm8k.RecipeConfig(name=a.recipe, num_questions=a.num_questions, num_shots=a.num_shots,
                                     max_new_tokens=a.max_new_tokens, model_path=a.model_path)
+        gsm8k.GSM8K(test, recipe, train)  # bad options stop here, before any request
         ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
                             request_timeout_s=a.request_timeout, model=a.model)
     except (gsm8k.DatasetError, ValueError) as e:

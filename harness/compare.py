@@ -5,11 +5,28 @@ Questions are aligned by index. Questions whose request errored (or is missing) 
 are dropped from the paired analysis — an error is never a wrong answer — and counted; when that share
 exceeds ``max_error_rate`` the verdict is ``not_comparable``.
 
-With one run per arm the test is the exact McNemar test and Δ's interval the paired bootstrap (BCa) over
-questions. With repeats, Δ is the mean over questions of the per-question mean score difference, its
-interval the question-level cluster bootstrap and its test the within-question permutation test of arm
-labels; the 2x2 table, McNemar p and ``flips`` are then those of **repeat 1** of each arm (the first
-``--a`` and the first ``--b``), kept for reading, not for the verdict.
+With one run per arm the test is the exact McNemar test. With repeats, Δ is the mean over questions of the
+per-question mean score difference and its test the within-question permutation test of arm labels (its
+p-value has the floor 1/(R+1) for R permutations and is then written "p < 1/R"); the 2x2 table, McNemar
+p and ``flips`` are then those of **repeat 1** of each arm (the first ``--a`` and the first ``--b``), kept
+for reading, not for the verdict.
+
+The primary interval of Δ (``delta_ci``, level 1 - α; ``delta_ci_method`` names it):
+
+- one run per arm: Newcombe's paired score interval (``delta_ci_score``). It never has zero width, while
+  the paired bootstrap (``delta_ci_bootstrap``, BCa; ``delta_ci_percentile``) collapses to [0, 0] when
+  no question is discordant and is too narrow with few discordant pairs — both are still reported;
+- repeats: the question-level cluster bootstrap (BCa, ``delta_ci_bootstrap``), unless the per-question
+  differences have SE 0 (the bootstrap is then a point): then the Newcombe interval of repeat 1's table.
+
+Equivalence / non-inferiority (``--margin``): one run per arm, the (1 - 2α) Newcombe interval must lie
+inside ±margin (:func:`harness.stats.score_tost`; its bounds are ``tost.ci``); with repeats, two one-sided
+z-tests on the cluster (question-level) SE of Δ (:func:`harness.stats.tost`), which claim nothing when
+that SE is 0. An equivalence verdict never rests on a zero-width interval.
+
+Refused (exit 2): evals of different datasets, recipes or question indices (the first differing field is
+named, e.g. ``recipe.num_questions: 1319 vs 100``) and the same eval directory given twice (on both sides,
+twice for one arm, or also as ``--aa``).
 
 ψ_AA (A/A discordance) is the mean discordance over all pairs of runs of the same configuration: the A
 runs together with the ``--aa`` runs, and the B runs. None when no configuration has two runs.
@@ -39,6 +56,7 @@ SCHEMA_VERSION = 1
 KIND = "abh.comparison"
 IDENTITY_KEYS = ("dataset_sha256", "recipe", "indices")
 DEFAULT_MAX_ERROR_RATE = 0.02
+_TOST_NAMES = {"Newcombe paired score interval": "Newcombe", "z-test on the standard error of Δ": "z (cluster SE)"}
 
 
 class CompareError(RuntimeError):
@@ -64,15 +82,56 @@ def _load_run(path: Path) -> dict[str, Any]:
     return {"dir": str(path), "meta": meta, "summary": summary, "scores": scores}
 
 
+def _short(v: Any, width: int = 40) -> str:
+    s = json.dumps(v, sort_keys=True, default=str) if not isinstance(v, str) else v
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+def _first_difference(x: Any, y: Any, path: str) -> str | None:
+    """The first place where x and y differ, as ``path.key: x vs y`` (None when equal)."""
+    if x == y:
+        return None
+    if isinstance(x, dict) and isinstance(y, dict):
+        for k in sorted(set(x) | set(y), key=str):
+            if k not in x or k not in y:
+                return (f"{path}.{k}: {_short(x[k]) if k in x else '(absent)'} vs "
+                        f"{_short(y[k]) if k in y else '(absent)'}")
+            diff = _first_difference(x[k], y[k], f"{path}.{k}")
+            if diff:
+                return diff
+    if isinstance(x, list) and isinstance(y, list):
+        if len(x) != len(y):
+            return f"{path}: {len(x)} vs {len(y)} entries"
+        for i, (u, v) in enumerate(zip(x, y, strict=True)):
+            diff = _first_difference(u, v, f"{path}[{i}]")
+            if diff:
+                return diff
+    return f"{path}: {_short(x)} vs {_short(y)}"
+
+
 def _check_same_questions(runs: Sequence[dict[str, Any]]) -> None:
     ref = runs[0]
     for r in runs[1:]:
         for key in IDENTITY_KEYS:
-            if r["meta"].get(key) != ref["meta"].get(key):
+            diff = _first_difference(ref["meta"].get(key), r["meta"].get(key), key)
+            if diff:
                 what = {"dataset_sha256": "dataset", "recipe": "recipe", "indices": "question set"}[key]
                 raise CompareError(
-                    f"refusing to compare: {r['dir']} and {ref['dir']} have a different {what} ({key}); "
+                    f"refusing to compare: {ref['dir']} and {r['dir']} have a different {what} ({diff}); "
                     "only runs of the same dataset, recipe and question indices are comparable")
+
+
+def _check_distinct(a_dirs: Sequence[Path], b_dirs: Sequence[Path], aa_dirs: Sequence[Path]) -> None:
+    """Refuse an eval directory given twice: comparing a run with itself, or counting it twice as repeats."""
+    seen: dict[Path, str] = {}
+    for arm, dirs in (("--a", a_dirs), ("--b", b_dirs), ("--aa", aa_dirs)):
+        for p in dirs:
+            key = Path(p).resolve()
+            if key in seen:
+                raise CompareError(
+                    f"refusing to compare: eval {p} is given twice ({seen[key]} and {arm}); comparing a run "
+                    "with itself, or counting it twice as a repeat, is a mistake — give distinct eval directories")
+            seen[key] = arm
 
 
 def _failures(run: dict[str, Any], arm: str) -> list[str]:
@@ -113,6 +172,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     """
     if not a_dirs or not b_dirs:
         raise CompareError("need at least one eval directory per arm (--a and --b)")
+    _check_distinct(a_dirs, b_dirs, aa_dirs)
     a_runs = [_load_run(Path(p)) for p in a_dirs]
     b_runs = [_load_run(Path(p)) for p in b_dirs]
     aa_runs = [_load_run(Path(p)) for p in aa_dirs]
@@ -159,17 +219,24 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     mc_p = float(stats.mcnemar_exact(table.a_only, table.b_only))
     mc_midp = float(stats.mcnemar_midp(table.a_only, table.b_only))
 
-    ci_bca = stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "bca", seed=int(seeds[2]))
-    ci_pct = stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "percentile", seed=int(seeds[2]))
+    ci_bca = _pair(stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "bca", seed=int(seeds[2])))
+    ci_pct = _pair(stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "percentile", seed=int(seeds[2])))
+    ci_newcombe = _pair(stats.newcombe_paired_ci(table.both, table.a_only, table.b_only, table.neither, alpha))
+    se = float(np.std(d, ddof=1) / np.sqrt(n))
     if repeats:
         perm = stats.permutation_test(A, B, n_permutations=n_resamples, seed=int(seeds[3]))
         p_value, test = perm["p_value"], "within_question_permutation"
+        p_floor: float | None = 1.0 / (n_resamples + 1)
         ci_score = None
+        if se > 0:
+            delta_ci, ci_method = ci_bca, "cluster bootstrap over questions, BCa"
+        else:   # every question has the same difference: the bootstrap is a point, not an interval
+            delta_ci = ci_newcombe
+            ci_method = "Newcombe score interval of repeat 1 (cluster bootstrap degenerate: SE of Δ is 0)"
     else:
-        p_value, test = mc_p, "mcnemar_exact"
-        ci_score = _pair(stats.newcombe_paired_ci(table.both, table.a_only, table.b_only, table.neither,
-                                                  alpha))
-    se = float(np.std(d, ddof=1) / np.sqrt(n))
+        p_value, test, p_floor = mc_p, "mcnemar_exact", None
+        ci_score = ci_newcombe
+        delta_ci, ci_method = ci_newcombe, "Newcombe paired score interval"
 
     psi = table.psi
     aa_mat = np.vstack([r["scores"] for r in aa_runs])[:, keep] if aa_runs else np.empty((0, n))
@@ -185,7 +252,10 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     # With no observed discordance the ψ formulas say 0; no test detects fewer than k discordant pairs.
     mde = max(mde_rep if (repeats and mde_rep is not None) else mde_par, mde_obs, stats.mde_floor(n, alpha))
 
-    tost_res = stats.tost(d, margin, alpha) if margin is not None else None
+    tost_res = None
+    if margin is not None:
+        tost_res = (stats.tost(d, margin, alpha) if repeats else
+                    stats.score_tost(table.both, table.a_only, table.b_only, table.neither, margin, alpha))
 
     fails = list(failures)
     for r in a_runs + aa_runs:
@@ -194,7 +264,9 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         fails += _failures(r, "B")
     v = stats.decide(delta=delta, p_value=p_value, alpha=alpha, mde=mde, margin=margin,
                      equivalence_p=tost_res["p_equivalence"] if tost_res else None, min_effect=min_effect,
-                     failures=fails, error_rate=error_rate, max_error_rate=max_error_rate)
+                     failures=fails, error_rate=error_rate, max_error_rate=max_error_rate, p_floor=p_floor,
+                     equivalence_ci=tost_res["ci"] if tost_res else None,
+                     equivalence_method=_TOST_NAMES[tost_res["method"]] if tost_res else None)
 
     return {
         "schema_version": SCHEMA_VERSION,
@@ -219,13 +291,16 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         **table.as_dict(),
         "delta": delta,
         "delta_se": se,
-        "delta_ci": _pair(ci_bca),
-        "delta_ci_method": "cluster bootstrap over questions, BCa" if repeats else "paired bootstrap, BCa",
-        "delta_ci_percentile": _pair(ci_pct),
+        "delta_ci": delta_ci,
+        "delta_ci_method": ci_method,
+        "delta_ci_bootstrap": ci_bca,
+        "delta_ci_percentile": ci_pct,
         "delta_ci_score": ci_score,
         "delta_ci_unpaired": _pair(stats.unpaired_diff_ci(am.sum(), n, bm.sum(), n, alpha)),
         "test": test,
         "p_value": float(p_value),
+        "p_value_floor": p_floor,
+        "p_value_at_floor": bool(p_floor is not None and p_value <= p_floor * (1 + 1e-9)),
         "mcnemar_p": mc_p,
         "mcnemar_midp": mc_midp,
         "psi": psi,
@@ -272,10 +347,16 @@ def format_summary(c: dict[str, Any]) -> str:
                  f"B only {c['b_only']}, neither {c['neither']}; psi {_pp(c['psi'], False)} %")
     lines.append(f"  delta (B - A) {_pp(c['delta'])} pp, SE {_pp(c['delta_se'], False)} pp; "
                  f"{100 * (1 - c['alpha']):g} % CI {_ci(c['delta_ci'])} ({c['delta_ci_method']})")
-    if c["delta_ci_score"] is not None:
-        lines.append(f"  score interval (Newcombe) {_ci(c['delta_ci_score'])}; unpaired {_ci(c['delta_ci_unpaired'])}")
+    boot = "cluster bootstrap" if c["arms"]["a"]["n_runs"] > 1 or c["arms"]["b"]["n_runs"] > 1 else "paired bootstrap"
+    bci = c["delta_ci_bootstrap"]
+    if bci[1] > bci[0]:
+        boot += f" BCa {_ci(bci)}, percentile {_ci(c['delta_ci_percentile'])}"
+    else:
+        boot += " degenerate (every question has the same difference; zero-width, not shown)"
+    lines.append(f"  other intervals: {boot}; unpaired {_ci(c['delta_ci_unpaired'])}")
+    p_txt = stats.format_p(c["p_value"], c.get("p_value_floor"))
     lines.append(f"  McNemar exact p {c['mcnemar_p']:.3g} (mid-p {c['mcnemar_midp']:.3g}); "
-                 f"test used: {c['test']} p = {c['p_value']:.3g}")
+                 f"test used: {c['test']} {p_txt}")
     if c["psi_aa"] is not None:
         lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} %, noise band of delta "
                      f"±{_pp(c['noise_band'][1], False)} pp")
@@ -286,8 +367,10 @@ def format_summary(c: dict[str, Any]) -> str:
     lines.append(mde + f", from observed SE {_pp(c['mde_observed'], False)})")
     if c["tost"] is not None:
         t = c["tost"]
-        lines.append(f"  TOST margin ±{_pp(t['margin'], False)} pp: equivalence p {t['p_equivalence']:.3g}, "
-                     f"non-inferiority p {t['p_noninferiority']:.3g}")
+        lines.append(f"  TOST margin ±{_pp(t['margin'], False)} pp ({t['method']}): "
+                     f"{100 * t['ci_level']:g} % interval {_ci(t['ci'])}; equivalence "
+                     f"{stats.format_p(t['p_equivalence'])}, non-inferiority {stats.format_p(t['p_noninferiority'])}"
+                     + ("; SE of Δ is 0, nothing claimed" if t["degenerate"] else ""))
     lines.append(f"verdict: {c['verdict'].upper()} — {c['verdict_reason']}")
     return "\n".join(lines)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 #: The project checkout (holds configs/, arms/, results/).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -297,6 +297,16 @@ def register() -> None:
 register()
 
 
+def _safe_dirname(text: str) -> str:
+    from harness.redact import REDACTED, redact_text
+
+    return redact_text(text).replace(REDACTED, "REDACTED").replace("/", "_")[:200]
+
+
+if not OmegaConf.has_resolver("abh_safe_dirname"):
+    OmegaConf.register_new_resolver("abh_safe_dirname", _safe_dirname)
+
+
 # ------------------------------------------------------------------------------------------ checks
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -339,6 +349,16 @@ def validate(cfg: Any) -> None:
         problems.append("task.num_questions must be >= 1, num_shots >= 0, max_new_tokens >= 0")
     if cfg.client.parallel < 1:
         problems.append("client.parallel must be >= 1")
+    if e is not None and e.get("port") and x.get("concurrent_servers"):
+        problems.append(f"engine.port={e.port} with experiment.concurrent_servers=true: both arms' servers "
+                        "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
+    if e is not None and e.get("kind") == "simulated":
+        if not 0 < float(e.accuracy) < 1:
+            problems.append(f"engine.accuracy must be strictly between 0 and 1, not {e.accuracy}")
+        for key, arm in cfg.arms.items():
+            acc = arm.engine.get("accuracy", e.accuracy)
+            if not 0 < float(acc) < 1:
+                problems.append(f"arms.{key}: simulated accuracy must be strictly between 0 and 1, not {acc}")
     s = cfg.stats
     if not 0 < s.alpha < 1:
         problems.append("stats.alpha must be in (0, 1)")

@@ -115,6 +115,8 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
         simulated = bool(server_info.get("simulated")) or bool(opts.extra_meta.get("simulated"))
         meta = {**task.describe(), "indices": [q.index for q in task.questions], "api": client_cfg.api,
                 "url": client_cfg.url, "parallel": client_cfg.parallel, "simulated": simulated,
+                "server": {k: server_info.get(k) for k in ("version", "build", "model_path", "engine")
+                           if server_info.get(k) is not None},
                 **{k: v for k, v in opts.extra_meta.items() if k != "simulated"}}
         store = EvalStore(out)
         done = store.open(meta)
@@ -209,6 +211,8 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                        "aborted": abort_reason}
             if summary["resumed"]:
                 summary["latency_s"] = prev_wall + wall
+                total = summary["latency_s"]
+                summary["output_throughput"] = summary["output_tokens"] / total if total > 0 else None
             store.meta["wall_s_total"] = prev_wall + wall
             atomic_write_json(out / META, store.meta)
             store.write_summary(summary)

@@ -67,12 +67,34 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 _SCHEMA_FIELDS = {"key", "keys"}
 
 
+_VALUE = r"""(?P<value>'[^']*'|"[^"]*"|[^\s,\[\]\(\)'"]+)"""
+#: ``--flag value``, ``--flag=value``, ``--flag,value`` (inside a Hydra list override such as
+#: ``+engine.args=[--api-key,sk-1]``).
+_FLAG_PAIR = re.compile(r"(?P<name>--?[A-Za-z][\w.-]*)(?P<sep>\s*[=,]\s*|\s+)(?=[^-\s])" + _VALUE)
+#: ``NAME=value``, ``name='value'``, ``"name": "value"`` (env lines, SGLang's printed ServerArgs, JSON).
+_NAME_PAIR = re.compile(r"""(?P<name>(?<![\w.-])[A-Za-z_][\w.]*|"[A-Za-z_][\w.-]*")(?P<sep>\s*[=:]\s*)""" + _VALUE)
+
+
+def redact_text(text: str) -> str:
+    """Free text (log tails, overrides, printed server args) with the values of secret-looking names redacted."""
+
+    def repl(m: re.Match[str]) -> str:
+        name = m.group("name").strip('"').lstrip("-+~").rsplit(".", 1)[-1]
+        value = m.group("value")
+        if not is_secret_name(name) or value in ("None", "null", "''", '""'):
+            return m.group(0)
+        quote = value[0] if value[:1] in ("'", '"') else ""
+        return f"{m.group('name')}{m.group('sep')}{quote}{REDACTED}{quote}"
+
+    return _NAME_PAIR.sub(repl, _FLAG_PAIR.sub(repl, text))
+
+
 def _redact_assignment(s: str) -> str:
-    """``engine.env.HF_TOKEN=abc`` (a Hydra override) or ``HF_TOKEN=abc`` -> value redacted."""
+    """``engine.env.HF_TOKEN=abc`` (a Hydra override), ``HF_TOKEN=abc`` or text holding such pairs."""
     name, eq, _ = s.partition("=")
     if eq and name and " " not in name and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")):
         return f"{name}={REDACTED}"
-    return s
+    return redact_text(s)
 
 
 def redact_tree(obj: object) -> object:

@@ -126,27 +126,63 @@ def provenance() -> dict[str, Any]:
 class Manifest:
     """manifest.json, rewritten atomically at every step so a crash leaves an accurate record."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, enabled: bool = True):
         self.path = run_dir / MANIFEST
+        self.enabled = enabled  # a dry run records nothing
         self.data: dict[str, Any] = read_json(self.path) if self.path.exists() else {}
 
     def save(self) -> None:
+        if not self.enabled:
+            return
         # Everything recorded is redacted here, once: config, argv, env, server-info snapshots.
         atomic_write_json(self.path, redact_tree(self.data))
 
 
 # ------------------------------------------------------------------------------------------ the run
+#: Config keys that do not change what is measured: a rerun may change them and still resume.
+_NON_SEMANTIC = ("progress", "report", "dry_run", "client.request_timeout_s", "client.retries",
+                 "client.backoff_s", "engine.ready_timeout_s", "engine.poll_interval_s", "engine.stop_timeout_s",
+                 "engine.release_timeout_s", "stats")
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def config_fingerprint(cfg: DictConfig) -> dict[str, Any]:
+    """sha256 of the resolved config minus the keys that do not change what is measured (statistics settings
+    may change between reruns: they are recomputed from the stored answers)."""
+    import hashlib
+
+    flat = {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items()
+            if not any(k == n or k.startswith(n + ".") for n in _NON_SEMANTIC)}
+    semantic = redact_tree(flat)
+    digest = hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
+    return {"sha256": digest, "semantic": semantic}
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def _static_description(desc: dict[str, Any]) -> dict[str, Any]:
+    """A launch description without what only the serving process knows (its live fingerprint)."""
+    return {k: v for k, v in desc.items() if k != "fingerprint"}
+
+
 def _load_data(cfg: DictConfig):  # type: ignore[no-untyped-def]
+    """Load and check the data, and build the task once, so bad data or options stop before any server."""
     from harness.tasks import gsm8k
 
     t = cfg.task
-    data = t.data_path or (str(gsm8k.default_data_dir()) if gsm8k.default_data_dir() else None)
-    test = gsm8k.load(data, "test", t.allow_noncanonical)
-    train = None
-    if t.recipe == "heldout":
-        tp = t.train_path or (str(Path(data) / "train.jsonl") if data and Path(data).is_dir() else
-                              str(Path(data).parent / "train.jsonl") if data else None)
-        train = gsm8k.load(tp, "train", t.allow_noncanonical)
+    test, train = gsm8k.load_splits(t.data_path, t.train_path, t.recipe, t.allow_noncanonical)
+    gsm8k.GSM8K(test, gsm8k.RecipeConfig(name=t.recipe, num_questions=t.num_questions, num_shots=t.num_shots,
+                                         max_new_tokens=t.max_new_tokens), train)
     return test, train
 
 
@@ -180,7 +216,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
     )
     from harness.client import ClientConfig
     from harness.config import arms_root
-    from harness.engines import EngineError, create_engine
+    from harness.engines import EngineError, PortInUseError, create_engine
     from harness.evaluate import EvalInterrupted, EvalOptions, ServerGone, run_eval
     from harness.tasks.gsm8k import DatasetError, RecipeConfig
 
@@ -192,14 +228,22 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
 
     x = cfg.experiment
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest(run_dir)
+    manifest = Manifest(run_dir, enabled=not cfg.dry_run)
     m = manifest.data
-    resumed = bool(m.get("sessions"))
+    fingerprint = config_fingerprint(cfg)
+    if m.get("config_sha256") and m["config_sha256"] != fingerprint["sha256"] and not cfg.dry_run:
+        changed = _changed_keys(m.get("config_semantic") or {}, fingerprint["semantic"])
+        raise RunFailure(exitcodes.BAD_CONFIG,
+                         f"{run_dir} holds a run of a different config (changed: {', '.join(changed[:8]) or '?'}); "
+                         "its results would be mixed with this one's. Use another hydra.run.dir, or delete it.")
+    resumed = any(run_dir.glob("evals/*/*/samples.jsonl"))
     session = {"started": time.time(), "pid": os.getpid(), "argv": sys.argv, "resume": resumed}
     m.setdefault("schema_version", 1)
     m["kind"] = "abh.run"
     m["experiment"] = x.name
     m["config"] = OmegaConf.to_container(cfg, resolve=True)
+    m["config_sha256"] = fingerprint["sha256"]
+    m["config_semantic"] = fingerprint["semantic"]
     m["provenance"] = provenance()
     m["dataset"] = {"sha256": test.sha256, "source": test.source, "canonical": test.canonical, "rows": len(test)}
     m.setdefault("sessions", []).append(session)
@@ -215,7 +259,9 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
             arm = resolve_arm(key, arm_cfg, run_dir, arms_root(), strict=not cfg.dry_run)
             engine = create_engine(_engine_cfg(cfg, arm_cfg, test.source), arm, run_dir, label=f"{role}-{key}")
             resolved[key], engines[key] = arm, engine
-            descs[key] = describe_launch(arm, engine)
+            descs[key] = _static_description(describe_launch(arm, engine))
+    except PortInUseError as e:
+        raise RunFailure(exitcodes.BAD_CONFIG, str(e)) from None
     except (ValueError, OSError, RuntimeError) as e:
         raise RunFailure(exitcodes.BAD_CONFIG, f"cannot prepare arms: {e}") from None
     diffs = arm_diff(descs)
@@ -262,6 +308,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
     recipe_kw = {"name": cfg.task.recipe, "num_questions": cfg.task.num_questions,
                  "num_shots": cfg.task.num_shots, "max_new_tokens": cfg.task.max_new_tokens}
     live: dict[str, Any] = {}  # arm key -> running engine
+    launched: set[str] = set()  # arms launched in this session
     instance: dict[str, str] = {}
     code = exitcodes.OK
     try:
@@ -299,6 +346,22 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
                                              f"found {r.found!r}")
                 for r in results:
                     _say(f"  side check {r.name}: PASS")
+                launched.add(item.arm_key)
+                if launched == set(keys.values()):
+                    # Both serving processes have reported their live fingerprints: diff them too.
+                    full = {k: describe_launch(resolved[k], engines[k]) for k in keys.values()}
+                    live_diffs = arm_diff(full)
+                    live_bad = disallowed(live_diffs, list(x.allowed_differences))
+                    m["arm_diff_live"] = {"differences": live_diffs, "disallowed": live_bad}
+                    for k in keys.values():
+                        m["arms"][k]["launch"] = full[k]
+                    manifest.save()
+                    if live_bad:
+                        raise RunFailure(exitcodes.ARMS_DIFFER,
+                                         "the serving processes differ in something the experiment does not "
+                                         "allow: " + "; ".join(d["key"] for d in live_bad)
+                                         + ". Nothing more is measured; declare it in "
+                                           "experiment.allowed_differences if it is intended.")
             ev.setdefault("instances", []).append(instance[item.arm_key])
             ev["status"] = "running"
             ev.setdefault("started", time.time())
@@ -323,9 +386,11 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
                 ev["error"] = str(e)
                 m["arms"][item.arm_key]["status"] = "failed"
                 manifest.save()
+                tail = engine.log_tail(20) if hasattr(engine, "log_tail") else ""
                 raise RunFailure(exitcodes.SERVER_FAILURE,
                                  f"server of arm {item.arm_key} failed during {item.rel_dir}: {e}. "
-                                 "Answers so far are kept; rerun the same command to resume.") from None
+                                 "Answers so far are kept; rerun the same command to resume."
+                                 + (f"\n--- last lines of its log ---\n{tail}" if tail else "")) from None
             ev["status"] = "complete" if summary["complete"] else "incomplete"
             ev["ended"] = time.time()
             m["arms"][item.arm_key]["status"] = "ok" if summary["complete"] else "incomplete"

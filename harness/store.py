@@ -56,6 +56,16 @@ class SampleRecord:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+def _describe_change(old: Any, new: Any) -> str:
+    """``num_questions: 1319 -> 100`` for dicts, else the two values (shortened)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4])
+    if isinstance(old, list) and isinstance(new, list):
+        return f"{len(old)} questions -> {len(new)} questions" if len(old) != len(new) else "other questions"
+    return f"{str(old)[:40]!r} -> {str(new)[:40]!r}"
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,17 +133,21 @@ class EvalStore:
         done: dict[int, SampleRecord] = {}
         if meta_path.exists():
             old = read_json(meta_path)
-            for key in ("dataset_sha256", "recipe", "indices"):
+            for key in ("dataset_sha256", "recipe", "indices", "api"):
                 if old.get(key) != meta.get(key):
                     raise StoreError(
-                        f"{self.root} already holds an eval with a different {key}; "
+                        f"{self.root} already holds an eval with a different {key} "
+                        f"({_describe_change(old.get(key), meta.get(key))}); "
                         "use another output directory (or delete this one) instead of mixing results")
+            wanted = set(meta["indices"])
             for row in read_jsonl(self.root / SAMPLES):
                 rec = SampleRecord.from_dict(row)
-                if rec.error is None and rec.index in set(meta["indices"]):
+                if rec.error is None and rec.index in wanted:
                     done[rec.index] = rec
             resumes = int(old.get("resumes", 0)) + (1 if done else 0)
-            meta = {**old, "resumes": resumes}
+            # Each session's target is kept: a resume on another server instance (new port) is recorded.
+            sessions = [*old.get("sessions", []), {k: meta.get(k) for k in ("url", "instance", "server")}]
+            meta = {**old, "resumes": resumes, "sessions": sessions}
             # Rewrite without error rows, duplicates and torn lines, then append from there.
             atomic_write_text(self.root / SAMPLES,
                               "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n"
@@ -143,7 +157,8 @@ class EvalStore:
                               "".join(json.dumps(seen_prompts[i], ensure_ascii=False) + "\n"
                                       for i in sorted(seen_prompts) if i in done))
         else:
-            meta = {"schema_version": SCHEMA_VERSION, "kind": "abh.eval", "resumes": 0, **meta}
+            meta = {"schema_version": SCHEMA_VERSION, "kind": "abh.eval", "resumes": 0, **meta,
+                    "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
         atomic_write_json(meta_path, meta)
         self.meta = meta
         self._samples_f = (self.root / SAMPLES).open("a", encoding="utf-8")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.compare import CompareError, compare_dirs, main, power_main
+from harness.compare import CompareError, compare_dirs, format_summary, main, power_main
 from harness.store import EvalStore, SampleRecord, summarize
 
 N = 1319
@@ -62,6 +62,8 @@ def test_worked_example_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
     assert c["delta"] == pytest.approx(4 / N)
     assert c["delta_ci"][0] < 0 < c["delta_ci"][1]
     assert c["delta_ci_score"][0] < 0 < c["delta_ci_score"][1]
+    assert c["delta_ci"] == c["delta_ci_score"] and "Newcombe" in c["delta_ci_method"]
+    assert c["delta_ci_bootstrap"][0] < 0 < c["delta_ci_bootstrap"][1]
     assert c["mcnemar_p"] == pytest.approx(0.5413, abs=1e-3)
     assert c["mcnemar_midp"] < c["mcnemar_p"]
     assert c["psi"] == pytest.approx(24 / N)
@@ -71,13 +73,15 @@ def test_worked_example_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
     assert c["mde"] == max(c["mde_paired"], c["mde_observed"])
     assert c["psi_aa"] is None and c["noise_band"] is None
     assert c["margin"] == pytest.approx(0.02)
-    assert c["tost"]["equivalent"] is True
+    assert c["tost"]["equivalent"] is True and c["tost"]["method"] == "Newcombe paired score interval"
+    assert -0.02 < c["tost"]["ci"][0] < 0 < c["tost"]["ci"][1] < 0.02
     assert c["verdict"] == "equivalent"
     assert sorted(c["flips"]) == c["flips"] and len(c["flips"]) == 24
     assert all(a[i] != b[i] for i in c["flips"])
     assert c["simulated"] is False
     out = capsys.readouterr().out
     assert "+0.30 pp" in out and "EQUIVALENT" in out and "McNemar exact p 0.541" in out
+    assert "90 % Newcombe interval" in c["verdict_reason"]
 
 
 def test_no_margin_gives_inconclusive_with_mde(tmp_path: Path):
@@ -102,6 +106,7 @@ def test_repeats_use_cluster_and_permutation(tmp_path: Path):
     assert c["delta"] == pytest.approx(np.mean(c["arms"]["b"]["repeats"]) - np.mean(c["arms"]["a"]["repeats"]))
     assert c["delta"] > 0.05 and c["delta_ci"][0] > 0
     assert c["p_value"] < 0.01 and c["verdict"] == "improved"
+    assert c["delta_ci"] == c["delta_ci_bootstrap"] and "cluster bootstrap" in c["delta_ci_method"]
     assert c["psi_aa"] is not None and 0.1 < c["psi_aa"] < 0.6
     assert c["noise_band"][1] == pytest.approx(1.96 * np.sqrt(c["psi_aa"] / (n * 3)), rel=1e-3)
     assert c["mde"] == max(c["mde_repeats"], c["mde_observed"])
@@ -216,3 +221,71 @@ def test_power_cli_json_and_text(capsys: pytest.CaptureFixture[str]):
     assert "2.47 pp" in out and "1.09 pp" in out and "repeats per arm" in out
     with pytest.raises(SystemExit):
         power_main(["--n", "1319", "--p", "94.6"])
+
+
+def test_identical_small_evals_are_not_equivalent(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """No discordant pair on 20 questions: SE 0, but no equivalence claim and no [0, 0] interval."""
+    a = np.arange(20) % 2 == 0
+    da, db = make_eval(tmp_path / "a", a), make_eval(tmp_path / "b", a)
+    assert main(["--a", str(da), "--b", str(db), "--out", str(tmp_path / "o"), "--margin", "0.5",
+                 "--resamples", "500"]) == 0
+    out = capsys.readouterr().out
+    c = json.loads((tmp_path / "o" / "comparison.json").read_text())
+    assert c["b_only"] + c["a_only"] == 0 and c["delta_se"] == 0
+    assert c["verdict"] == "inconclusive" and "EQUIVALENT" not in out
+    lo, hi = c["delta_ci"]
+    assert lo < -0.05 and hi > 0.05 and c["delta_ci"] == c["delta_ci_score"]
+    t = c["tost"]
+    assert not t["equivalent"] and t["p_equivalence"] > 0.05 and t["ci"][0] < -0.005 < 0.005 < t["ci"][1]
+    assert "Newcombe interval" in c["verdict_reason"] and "TOST p = 0 " not in c["verdict_reason"]
+    assert "[+0.00, +0.00]" not in out and "degenerate" in out
+
+
+def test_identical_repeats_refuse_equivalence_and_fall_back_to_a_score_interval(tmp_path: Path):
+    a = np.arange(30) % 3 == 0
+    a_dirs = [make_eval(tmp_path / f"a{r}", a) for r in range(2)]
+    b_dirs = [make_eval(tmp_path / f"b{r}", a) for r in range(2)]
+    c = compare_dirs(a_dirs, b_dirs, margin=0.01, alpha=0.05, seed=0, n_resamples=500)
+    assert c["delta_se"] == 0 and c["tost"]["degenerate"] and not c["tost"]["equivalent"]
+    assert c["verdict"] == "inconclusive"
+    assert c["delta_ci"][0] < -0.05 and c["delta_ci"][1] > 0.05 and "Newcombe" in c["delta_ci_method"]
+
+
+def test_permutation_p_at_its_floor_is_written_as_a_bound(tmp_path: Path):
+    rng = np.random.default_rng(8)
+    n = 300
+    a_dirs = [make_eval(tmp_path / f"a{r}", rng.random(n) < 0.5) for r in range(2)]
+    b_dirs = [make_eval(tmp_path / f"b{r}", rng.random(n) < 0.8) for r in range(2)]
+    c = compare_dirs(a_dirs, b_dirs, margin=None, alpha=0.05, seed=0, n_resamples=2000)
+    assert c["p_value"] == pytest.approx(1 / 2001) and c["p_value_at_floor"] is True
+    assert c["verdict"] == "improved" and "p < 0.0005" in c["verdict_reason"]
+    text = format_summary(c)
+    assert "within_question_permutation p < 0.0005" in text and "p = 0.0005" not in text
+
+
+def test_refusal_names_the_differing_recipe_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    a, b = seed_vectors()
+    da = make_eval(tmp_path / "a", a[:100], recipe={"name": "gsm8k-5shot", "num_questions": 1319, "shots": 5})
+    db = make_eval(tmp_path / "b", b[:100], recipe={"name": "gsm8k-5shot", "num_questions": 100, "shots": 5})
+    assert main(["--a", str(da), "--b", str(db), "--out", str(tmp_path / "o")]) == 2
+    assert "recipe.num_questions: 1319 vs 100" in capsys.readouterr().err
+    db2 = make_eval(tmp_path / "b2", b[:100], recipe={"name": "gsm8k-5shot", "num_questions": 1319})
+    with pytest.raises(CompareError, match=r"recipe\.shots: 5 vs \(absent\)"):
+        compare_dirs([da], [db2], None, 0.05, 0)
+    db3 = make_eval(tmp_path / "b3", b[:99], recipe={"name": "gsm8k-5shot", "num_questions": 1319, "shots": 5})
+    with pytest.raises(CompareError, match="indices: 100 vs 99 entries"):
+        compare_dirs([da], [db3], None, 0.05, 0)
+
+
+@pytest.mark.parametrize("layout", ["both_sides", "both_sides_other_spelling", "repeat_in_arm", "aa"])
+def test_refuses_the_same_eval_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: str):
+    a, b = seed_vectors()
+    da, db = make_eval(tmp_path / "a", a[:50]), make_eval(tmp_path / "b", b[:50])
+    args = {"both_sides": ["--a", str(da), "--b", str(da)],
+            "both_sides_other_spelling": ["--a", str(da), "--b", str(tmp_path / "." / "a") + "/"],
+            "repeat_in_arm": ["--a", str(da), "--a", str(da), "--b", str(db)],
+            "aa": ["--a", str(da), "--b", str(db), "--aa", str(da)]}[layout]
+    assert main([*args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to compare" in err and "given twice" in err
+    assert not (tmp_path / "o" / "comparison.json").exists()

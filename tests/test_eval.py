@@ -239,3 +239,35 @@ def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert sorted(x["index"] for x in read_jsonl(out / "samples.jsonl")) == list(range(300))
+
+
+def test_resume_records_each_session_and_refuses_another_api(sim_server, tmp_path, test_set):
+    s1 = sim_server("--accuracy", "0.9", "--build", "one")
+    out = tmp_path / "ev"
+    run_eval(test_set, RecipeConfig(num_questions=20), ClientConfig(url=s1.url, parallel=20), out)
+    # drop half the answers, as an interruption would, then resume on another server instance
+    rows = read_jsonl(out / "samples.jsonl")[:10]
+    (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s2 = sim_server("--accuracy", "0.9", "--build", "two")
+    summary = run_eval(test_set, RecipeConfig(num_questions=20), ClientConfig(url=s2.url, parallel=20), out)
+    meta, samples, _ = load_eval(out)
+    assert [x["url"] for x in meta["sessions"]] == [s1.url, s2.url]
+    assert [x["server"]["build"] for x in meta["sessions"]] == ["one", "two"]
+    assert summary["output_throughput"] == pytest.approx(summary["output_tokens"] / summary["latency_s"])
+    r = abh("eval", "--url", s2.url, "--api", "openai", "--out", str(out), "--data", str(TEST_JSONL),
+            "--num-questions", "20", "--no-progress")
+    assert r.returncode == exitcodes.BAD_CONFIG and "different api ('sglang' -> 'openai')" in r.stderr
+
+
+def test_too_many_questions_is_refused_before_any_request(tmp_path):
+    r = abh("eval", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "x"), "--data", str(TEST_JSONL),
+            "--num-questions", "5000")
+    assert r.returncode == exitcodes.BAD_CONFIG and "5000 questions asked for; the test set has 1319" in r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_default_data_is_the_shared_copy(sim_server, tmp_path):
+    s = sim_server("--accuracy", "0.9")
+    r = abh("eval", "--url", s.url, "--out", str(tmp_path / "x"), "--num-questions", "5", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "x" / "eval.json").read_text())["dataset_source"] == str(TEST_JSONL.resolve())

@@ -170,3 +170,48 @@ def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path):
     assert "-m sglang.launch_server" in out
     assert "dry run: no server started" in out
     assert not list((tmp_path / "dry").glob("evals/*"))
+
+
+def test_resume_after_interrupt_in_the_first_arm(tmp_path):
+    """Only arm A's server has run (and left a fingerprint): the rerun must not see the arms as different."""
+    run_dir = tmp_path / "run"
+    args = [f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "experiment.repeats=1",
+            "experiment.concurrent_servers=false", "engine.latency_s=0.02", "engine.max_running_requests=64"]
+    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    target = run_dir / "evals" / "a" / "r1" / "samples.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (target.exists() and len(read_jsonl(target)) > 50):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == exitcodes.INTERRUPTED, err[-2000:]
+    r = abh_run(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = read_json(run_dir / "manifest.json")
+    assert m["arm_diff_live"]["disallowed"] == []
+    assert m["sessions"][1]["resume"] is True
+
+
+def test_rerun_with_a_changed_config_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    base = [f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "experiment.repeats=1",
+            "task.num_questions=50", "client.parallel=50"]
+    assert abh_run(*base, cwd=tmp_path).returncode == 0
+    r = abh_run(*base, "engine.flip_rate=0.2", cwd=tmp_path)
+    assert r.returncode == exitcodes.BAD_CONFIG
+    assert "holds a run of a different config (changed: engine.flip_rate)" in r.stderr
+    assert read_json(run_dir / "manifest.json")["config"]["engine"]["flip_rate"] == 0.02
+    # statistics settings may change: they are recomputed from the stored answers
+    r = abh_run(*base, "stats.margin_pp=2.0", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert read_json(run_dir / "comparison.json")["margin"] == 0.02
+
+
+def test_arms_differing_in_something_not_allowed_are_stopped_before_measuring(tmp_path):
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "experiment.repeats=1",
+                "task.num_questions=30", "client.parallel=30", "+arms.b.env.PYTHONHASHSEED=7", cwd=tmp_path)
+    assert r.returncode == exitcodes.ARMS_DIFFER, r.stderr[-2000:]
+    assert "env.PYTHONHASHSEED" in r.stderr
+    assert not (run_dir / "evals").exists()

@@ -275,7 +275,8 @@ def fingerprint(opts, module, args, harness_pid):
                    "prefix": sys.prefix},
         "cwd": os.getcwd(),
         "module": module,
-        "argv": [module, *args],
+        # the argv itself may carry secrets (--api-key); the harness records it redacted, this proves identity
+        "argv_sha256": hashlib.sha256("\0".join([module, *args]).encode()).hexdigest(),
         "dist": dists,
         "version": source_version(modules[top]["file"]),
         "modules": modules,

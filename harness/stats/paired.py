@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.special import ndtr
 from scipy.stats import binom, chi2
 
 from ._rng import SeedLike
@@ -150,12 +149,3 @@ def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, alpha: float = 0.05, n_res
         return bca_interval(theta_b, float(d.mean()), jackknife_means(d), alpha)
     raise ValueError(f"unknown bootstrap method {method!r} (percentile or bca)")
 
-
-def paired_z_pvalue(d: np.ndarray) -> float:
-    """Two-sided p-value of the z-test of mean(d) = 0 with SE = sd(d, ddof=1) / sqrt(n)."""
-    d = np.asarray(d, dtype=float)
-    n = d.size
-    se = float(np.std(d, ddof=1) / np.sqrt(n)) if n > 1 else 0.0
-    if se == 0:
-        return 1.0 if d.mean() == 0 else 0.0
-    return float(2 * ndtr(-abs(d.mean()) / se))

@@ -120,6 +120,21 @@ def load(path: str | Path | None = None, split: str = "test", allow_noncanonical
     return Dataset(rows=rows, source=source, sha256=digest, canonical=canonical)
 
 
+def load_splits(data_path: str | Path | None, train_path: str | Path | None = None, recipe: str = "sglang",
+                allow_noncanonical: bool = False) -> tuple[Dataset, Dataset | None]:
+    """(test, train or None) as a recipe needs them. ``data_path`` empty: the shared copy beside the checkout
+    when present, else `datasets`; the train file defaults to ``train.jsonl`` beside the test file."""
+    data = str(data_path) if data_path else (str(default_data_dir()) if default_data_dir() else None)
+    test = load(data, "test", allow_noncanonical)
+    train = None
+    if recipe == "heldout":
+        if not train_path and data:
+            p = Path(data)
+            train_path = p / "train.jsonl" if p.is_dir() else p.parent / "train.jsonl"
+        train = load(train_path or None, "train", allow_noncanonical)
+    return test, train
+
+
 def default_data_dir() -> Path | None:
     """``../shared/data/gsm8k`` beside the checkout, when present (tests and CI use it)."""
     here = Path(__file__).resolve().parents[2]
@@ -218,7 +233,9 @@ class GSM8K:
         if recipe.num_shots > len(shots_from):
             raise DatasetError(f"{recipe.num_shots} shots asked for, only {len(shots_from)} rows")
         self.few_shot = few_shot_block(shots_from[: recipe.num_shots])
-        n = min(recipe.num_questions, len(test.rows))
+        if recipe.num_questions > len(test.rows):
+            raise DatasetError(f"{recipe.num_questions} questions asked for; the test set has {len(test.rows)}")
+        n = recipe.num_questions
         self.questions = [
             Question(index=i, prompt=self.few_shot + one_example(test.rows[i], False),
                      label=get_answer_value(test.rows[i]["answer"]),
