@@ -405,6 +405,9 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
         code = exitcodes.SIDE_ASSERTION_FAILED
         m["status"] = {"code": code, "error": str(e)}
         raise RunFailure(code, f"side assertion failed: {e}") from None
+    except PortInUseError as e:  # the configured port is taken: a config problem, nothing was started
+        code = exitcodes.BAD_CONFIG
+        raise RunFailure(code, str(e)) from None
     except EngineError as e:
         code = exitcodes.SERVER_FAILURE
         raise RunFailure(code, f"server failure: {e}") from None

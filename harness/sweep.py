@@ -42,17 +42,26 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm") -> dict[str, An
     return summary
 
 
+def swept_labels(jobs: list[str]) -> list[str]:
+    """Job directory names (``job3_a=1,b=2,c=9``) shortened to what varies across the sweep (``a=1,b=2``)."""
+    parts = [j.split("_", 1)[1].split(",") if "_" in j else [j] for j in jobs]
+    common = set.intersection(*(set(p) for p in parts)) if len(parts) > 1 else set()
+    return [",".join(x for x in p if x not in common) or j for p, j in zip(parts, jobs, strict=True)]
+
+
 def format_sweep(s: dict[str, Any]) -> str:
     lines = []
     if s.get("simulated"):
         lines.append("*** SIMULATED sweep ***")
-    lines.append(f"{'comparison':<48} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}  verdict")
-    for r in s["comparisons"]:
+    labels = swept_labels([r["job"] for r in s["comparisons"]]) if s["comparisons"] else []
+    width = max([10, *(len(x) for x in labels)])
+    lines.append(f"{'comparison':<{width}} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}  verdict")
+    for label, r in zip(labels, s["comparisons"], strict=True):
         ci = r.get("delta_ci") or [None, None]
         ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci[0] is not None else ""
         d = f"{100 * r['delta']:+.2f}pp" if r.get("delta") is not None else "n/a"
         p = f"{r['p']:.3g}" if r.get("p") is not None else "n/a"
-        lines.append(f"{r['job'][:48]:<48} {d:>9} {ci_s:>20} {p:>8} {r['p_adjusted']:>8.3g}  {r['verdict']}")
+        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {r['p_adjusted']:>8.3g}  {r['verdict']}")
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
     return "\n".join(lines)
 

@@ -61,6 +61,14 @@ def pval(p: Any) -> str:
     return f"{v:.3g}"
 
 
+def p_text(c: dict[str, Any]) -> str:
+    """``p = 0.0213``, or ``p < 0.0001`` when a permutation test's p sits at its floor 1/(R+1)."""
+    v, f = _num(c.get("p_value")), _num(c.get("p_value_floor"))
+    if v is not None and f is not None and c.get("p_value_at_floor"):
+        return f"p < {f:.2g}"
+    return f"p = {pval(c.get('p_value'))}"
+
+
 def verdict_label(word: str | None) -> str:
     return VERDICT_LABELS.get(word or "", (word or "unknown").upper().replace("_", " "))
 
@@ -72,7 +80,7 @@ def verdict_sentence(c: dict[str, Any]) -> str:
     level = f"{100 * (1 - alpha):g} %"
     delta = pp(c.get("delta"))
     ci = ci_pp(c.get("delta_ci"))
-    p = pval(c.get("p_value"))
+    p = p_text(c)
     margin = _num(c.get("margin"))
     mde = _num(c.get("mde"))
     tost = c.get("tost") if isinstance(c.get("tost"), dict) else None
@@ -81,7 +89,7 @@ def verdict_sentence(c: dict[str, Any]) -> str:
                 "drawn from this run")
     if word in ("improved", "regressed"):
         verb = "improves" if word == "improved" else "regresses"
-        return f"B {verb} accuracy: Δ = {delta} ({level} CI {ci}, p = {p})"
+        return f"B {verb} accuracy: Δ = {delta} ({level} CI {ci}, {p})"
     if word == "equivalent":
         tp = pval(tost.get("p_equivalence")) if tost else "n/a"
         return (f"equivalent: the arms are within ±{pp(margin, signed=False)} of each other "
@@ -93,7 +101,7 @@ def verdict_sentence(c: dict[str, Any]) -> str:
             s = "no detectable difference at this run's power"
         reason = c.get("verdict_reason") or ""
         if "significant" in reason and "below the declared effect" in reason:
-            s = (f"a statistically significant difference (p = {p}) smaller than the declared effect of "
+            s = (f"a statistically significant difference ({p}) smaller than the declared effect of "
                  f"{pp(c.get('min_effect'), signed=False)}")
         if margin is not None:
             s += f", and it could not show the arms within ±{pp(margin, signed=False)}"
@@ -115,7 +123,7 @@ def verdict_detail(c: dict[str, Any]) -> list[str]:
             s += f"; runs per arm: A {runs_a}, B {runs_b}"
         out.append(s)
     if c.get("test"):
-        out.append(f"test: {str(c['test']).replace('_', ' ')}, p = {pval(c.get('p_value'))}"
+        out.append(f"test: {str(c['test']).replace('_', ' ')}, {p_text(c)}"
                    f"; exact McNemar p = {pval(c.get('mcnemar_p'))} (repeat 1)")
     nb = c.get("noise_band")
     if isinstance(nb, list) and len(nb) == 2 and _num(nb[1]) is not None:
