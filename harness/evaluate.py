@@ -122,7 +122,7 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
         done = store.open(meta)
         pending = [q for q in task.questions if q.index not in done]
         progress = _Progress(len(task.questions), len(done), sum(1 for r in done.values() if r.correct),
-                             opts.progress, label=out.name)
+                             opts.progress, label=f"{out.parent.name}/{out.name}")
         t0 = time.perf_counter()
         abort_reason: str | None = None
         interrupted: list[int] = []
