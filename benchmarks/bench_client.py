@@ -1,6 +1,6 @@
 """Client benchmark: `abh eval` (one aiohttp session) vs a thread-per-request client shaped like SGLang's
 frontend (a pool of `parallel` threads, each doing a blocking `requests.post`), side by side in one run,
-against the same zero-latency local server (a minimal aiohttp server answering at once).
+against the same zero-latency local server (a minimal asyncio HTTP server answering at once).
 
     python benchmarks/bench_client.py [--questions 1319] [--parallel 1319] [--rounds 2]
 
@@ -23,29 +23,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
-#: A zero-latency server: reads each request and answers at once with a fixed GSM8K-style reply, so what
-#: is measured is the client, not the server.
+#: A zero-latency server (raw asyncio protocol, uvloop when present): reads each request and answers at once
+#: with a fixed GSM8K-style reply, so what is measured is the client, not the server.
 ZERO_LATENCY_SERVER = r"""
-import sys
-from aiohttp import web
-REPLY = {"text": " 2 + 2 = 4\n#### 4", "meta_info": {"prompt_tokens": 700, "completion_tokens": 8,
-         "cached_tokens": 0, "finish_reason": {"type": "stop", "matched": "Question"}, "e2e_latency": 0.0}}
-async def generate(request):
-    await request.read()
-    return web.json_response(REPLY)
-async def info(request):
-    return web.json_response({"model_path": "zero-latency"})
-app = web.Application(client_max_size=2**24)
-app.router.add_post("/generate", generate)
-app.router.add_get("/get_model_info", info)
-app.router.add_get("/get_server_info", info)
-print("ready", flush=True)
+import asyncio, json, sys
+BODY = json.dumps({"text": " 2 + 2 = 4\n#### 4", "meta_info": {"prompt_tokens": 700, "completion_tokens": 8,
+    "cached_tokens": 0, "finish_reason": {"type": "stop", "matched": "Question"}, "e2e_latency": 0.0}}).encode()
+INFO = json.dumps({"model_path": "zero-latency"}).encode()
+def response(body):
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body)
+class Http(asyncio.Protocol):
+    # minimal HTTP/1.1 with keep-alive: read headers, then Content-Length bytes, answer at once
+    def connection_made(self, transport):
+        self.t, self.buf = transport, b""
+    def data_received(self, data):
+        self.buf += data
+        while True:
+            head, sep, rest = self.buf.partition(b"\r\n\r\n")
+            if not sep:
+                return
+            n = 0
+            for line in head.split(b"\r\n")[1:]:
+                k, _, v = line.partition(b":")
+                if k.strip().lower() == b"content-length":
+                    n = int(v)
+            if len(rest) < n:
+                return
+            self.buf = rest[n:]
+            self.t.write(response(BODY if head.startswith(b"POST") else INFO))
+async def main(port):
+    server = await asyncio.get_running_loop().create_server(Http, "127.0.0.1", port, backlog=4096)
+    print("ready", flush=True)
+    await server.serve_forever()
 try:
     import uvloop
-    loop = uvloop.new_event_loop()
+    uvloop.run(main(int(sys.argv[1])))
 except ImportError:
-    loop = None
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), backlog=4096, print=None, access_log=None, loop=loop)
+    asyncio.run(main(int(sys.argv[1])))
 """
 
 THREADPOOL_CLIENT = r"""
