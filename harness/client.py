@@ -57,10 +57,14 @@ class Reply:
     attempts: int = 0
     error: str | None = None
     status: int | None = None
+    #: The last attempt found nothing listening (connection refused): the server is likely gone.
+    refused: bool = False
 
 
 class _Retryable(Exception):
-    pass
+    def __init__(self, msg: str, refused: bool = False):
+        super().__init__(msg)
+        self.refused = refused
 
 
 class _Fatal(Exception):
@@ -155,6 +159,8 @@ class Client:
                     obj = json.loads(raw)
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     raise _Retryable(f"malformed JSON body ({len(raw)} bytes): {raw[:80]!r}") from None
+        except aiohttp.ClientConnectorError as e:  # nothing listens there (any more)
+            raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": "), refused=True) from None
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
             raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": ")) from None
         return _parse_sglang(obj) if self.cfg.api == "sglang" else _parse_openai(obj)
@@ -172,13 +178,13 @@ class Client:
                     reply.error, reply.status = str(e), e.status
                     break
                 except _Retryable as e:
-                    reply.error = str(e)
+                    reply.error, reply.refused = str(e), e.refused
                     if attempt > self.cfg.retries:
                         break
                     delay = min(self.cfg.backoff_max_s, self.cfg.backoff_s * 2 ** (attempt - 1))
                     await asyncio.sleep(delay * (0.5 + random.random() / 2))
                     continue
-                reply.text, reply.finish_reason, reply.error = text, finish, None
+                reply.text, reply.finish_reason, reply.error, reply.refused = text, finish, None, False
                 reply.prompt_tokens, reply.completion_tokens = pt, ct
                 break
             reply.latency_s = time.perf_counter() - t0

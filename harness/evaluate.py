@@ -19,6 +19,9 @@ from harness.client import Client, ClientConfig, Reply
 from harness.store import META, EvalStore, SampleRecord, atomic_write_json, load_samples, summarize
 from harness.tasks.gsm8k import GSM8K, Dataset, RecipeConfig
 
+#: Requests in a row refused after all their retries before an eval decides the server is gone.
+REFUSED_STREAK = 10
+
 
 class ServerGone(RuntimeError):
     """The server stopped serving mid-eval (its process died); answers so far are on disk."""
@@ -139,6 +142,7 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                     print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
 
             abort: list[str] = []
+            refused = [0]
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
 
@@ -160,11 +164,18 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                 body = (task.generate_body(q) if client_cfg.api == "sglang"
                         else task.completions_body(q, client_cfg.model))
                 reply = await client.generate(body)
+                refused[0] = refused[0] + 1 if reply.refused else 0
                 if reply.error is not None and opts.abort_check is not None and not abort:
                     reason = opts.abort_check()
                     if reason is not None:
                         abort.append(reason)
                         stop.set()
+                if refused[0] >= REFUSED_STREAK and not abort:
+                    # Without a process to watch (abh eval), a run of refused connections after retries
+                    # means the server is gone: stop, leave the rest missing (resumable), not as errors.
+                    abort.append(f"{client_cfg.url} refuses connections ({refused[0]} requests in a row after "
+                                 "retries): the server is gone")
+                    stop.set()
                 # A reply that failed because the server died is "missing" (sent again on resume), not an error.
                 if abort and reply.error is not None:
                     return

@@ -146,19 +146,22 @@ def _serve_in_thread(app: web.Application, port: int):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     time.sleep(0.3)
-    return loop
+    return loop, runner
 
 
 def test_4xx_is_not_retried_and_errors_are_not_wrong_answers(tmp_path, test_set):
     srv = FourXX(400)
     port = free_port()
-    loop = _serve_in_thread(srv.app(), port)
+    loop, runner = _serve_in_thread(srv.app(), port)
     try:
         out = tmp_path / "ev"
         summary = run_eval(test_set, RecipeConfig(num_questions=10),
                            ClientConfig(url=f"http://127.0.0.1:{port}", parallel=10, retries=5, backoff_s=0.01),
                            out, opts=None)
     finally:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
     # 1 warm-up + 10 questions, each sent exactly once
     assert srv.count == 11
@@ -271,3 +274,15 @@ def test_default_data_is_the_shared_copy(sim_server, tmp_path):
     r = abh("eval", "--url", s.url, "--out", str(tmp_path / "x"), "--num-questions", "5", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "x" / "eval.json").read_text())["dataset_source"] == str(TEST_JSONL.resolve())
+
+
+def test_server_that_dies_under_abh_eval_is_a_server_failure_not_errors(sim_server, tmp_path):
+    s = sim_server("--accuracy", "0.9", "--crash-after", "60", "--latency-s", "0.01", "--max-running-requests", "8")
+    out = tmp_path / "ev"
+    r = abh("eval", "--url", s.url, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", "300",
+            "--parallel", "300", "--retries", "1", "--no-progress")
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
+    assert "refuses connections" in r.stderr
+    rows = read_jsonl(out / "samples.jsonl")
+    assert 0 < len(rows) < 300
+    assert sum(1 for x in rows if x["error"]) < 20  # the rest are missing (sent again on resume), not errors
