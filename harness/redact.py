@@ -68,11 +68,16 @@ _SCHEMA_FIELDS = {"key", "keys"}
 
 
 _VALUE = r"""(?P<value>'[^']*'|"[^"]*"|[^\s,\[\]\(\)'"]+)"""
+#: A name holding a secret word (checked again by :func:`is_secret_name` for TOKENIZER, TOKENS ...): only
+#: such names are matched, so a non-secret ``key: value`` never swallows a secret pair inside its value.
+_SECRET_NAME = r"[\w.-]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[\w.-]*"
 #: ``--flag value``, ``--flag=value``, ``--flag,value`` (inside a Hydra list override such as
 #: ``+engine.args=[--api-key,sk-1]``).
-_FLAG_PAIR = re.compile(r"(?P<name>--?[A-Za-z][\w.-]*)(?P<sep>\s*[=,]\s*|\s+)(?=[^-\s])" + _VALUE)
+_FLAG_PAIR = re.compile(r"(?i)(?P<name>--?" + _SECRET_NAME + r")(?P<sep>\s*[=,]\s*|\s+)(?=[^-\s])" + _VALUE)
 #: ``NAME=value``, ``name='value'``, ``"name": "value"`` (env lines, SGLang's printed ServerArgs, JSON).
-_NAME_PAIR = re.compile(r"""(?P<name>(?<![\w.-])[A-Za-z_][\w.]*|"[A-Za-z_][\w.-]*")(?P<sep>\s*[=:]\s*)""" + _VALUE)
+_NAME_PAIR = re.compile(r"""(?i)(?P<name>(?<![\w.-])[A-Za-z_]""" + _SECRET_NAME + r"""|"[A-Za-z_]"""
+                        + _SECRET_NAME + r""""|(?<![\w.-])(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[\w.-]*)"""
+                        r"""(?P<sep>\s*[=:]\s*)""" + _VALUE)
 
 
 def redact_text(text: str) -> str:
@@ -81,7 +86,7 @@ def redact_text(text: str) -> str:
     def repl(m: re.Match[str]) -> str:
         name = m.group("name").strip('"').lstrip("-+~").rsplit(".", 1)[-1]
         value = m.group("value")
-        if not is_secret_name(name) or value in ("None", "null", "''", '""'):
+        if not is_secret_name(name) or name.lower() in _SCHEMA_FIELDS or value in ("None", "null", "''", '""'):
             return m.group(0)
         quote = value[0] if value[:1] in ("'", '"') else ""
         return f"{m.group('name')}{m.group('sep')}{quote}{REDACTED}{quote}"

@@ -31,11 +31,17 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm") -> dict[str, An
         rows.append({"job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
                      "accuracy_a": c["arms"]["a"]["accuracy"], "accuracy_b": c["arms"]["b"]["accuracy"],
                      "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value", c.get("mcnemar_p")),
-                     "mde": c.get("mde"), "verdict": c.get("verdict"), "simulated": bool(c.get("simulated"))})
+                     "mde": c.get("mde"), "verdict": c.get("verdict"), "alpha": c.get("alpha", 0.05),
+                     "simulated": bool(c.get("simulated"))})
     ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
-    for r, pa in zip(rows, adj, strict=True):
+    for r, pa, label in zip(rows, adj, swept_labels([r["job"] for r in rows]) if rows else [], strict=True):
         r["p_adjusted"] = float(pa)
+        r["label"] = label
+        # A verdict that rests on significance must survive the sweep's multiple-comparison adjustment.
+        r["verdict_unadjusted"] = r["verdict"]
+        if r["verdict"] in ("improved", "regressed") and pa >= r["alpha"]:
+            r["verdict"] = "inconclusive"
     summary = {"schema_version": 1, "kind": "abh.sweep", "correction": method, "comparisons": rows,
                "simulated": any(r["simulated"] for r in rows)}
     atomic_write_json(root / SWEEP_SUMMARY, summary)
@@ -53,7 +59,7 @@ def format_sweep(s: dict[str, Any]) -> str:
     lines = []
     if s.get("simulated"):
         lines.append("*** SIMULATED sweep ***")
-    labels = swept_labels([r["job"] for r in s["comparisons"]]) if s["comparisons"] else []
+    labels = [r.get("label") or r["job"] for r in s["comparisons"]]
     width = max([10, *(len(x) for x in labels)])
     lines.append(f"{'comparison':<{width}} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}  verdict")
     for label, r in zip(labels, s["comparisons"], strict=True):
@@ -61,7 +67,9 @@ def format_sweep(s: dict[str, Any]) -> str:
         ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci[0] is not None else ""
         d = f"{100 * r['delta']:+.2f}pp" if r.get("delta") is not None else "n/a"
         p = f"{r['p']:.3g}" if r.get("p") is not None else "n/a"
-        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {r['p_adjusted']:>8.3g}  {r['verdict']}")
+        v = r["verdict"] + (f" (unadjusted: {r['verdict_unadjusted']})"
+                            if r.get("verdict_unadjusted", r["verdict"]) != r["verdict"] else "")
+        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {r['p_adjusted']:>8.3g}  {v}")
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
     return "\n".join(lines)
 
@@ -73,6 +81,11 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.exists():
             return
+        multirun = sweep_dir / "multirun.yaml"  # Hydra's record of the overrides: secrets redacted
+        if multirun.exists():
+            from harness.redact import redact_text
+
+            multirun.write_text(redact_text(multirun.read_text()))
         s = summarize_sweep(sweep_dir, str(config.stats.correction))
         print(format_sweep(s), file=sys.stdout, flush=True)
         if config.get("report", True):

@@ -122,8 +122,13 @@ def test_server_death_mid_run_marks_the_arm_failed(tmp_path):
 def test_sweep_2x2_with_multirun(tmp_path):
     r = abh_run("-m", "experiment.aa_control=false", "experiment.repeats=1", "task.num_questions=200",
                 "client.parallel=200", "progress=false", "engine.flip_rate=0.01,0.05",
-                "arms.b.engine.accuracy=0.93,0.97", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
+                "arms.b.engine.accuracy=0.93,0.97", "+engine.env.HF_TOKEN=hf_sweepleak",
+                f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
+    for f in (tmp_path / "sweep").rglob("*"):
+        assert "hf_sweepleak" not in str(f)
+        if f.is_file() and f.suffix in (".json", ".jsonl", ".html", ".yaml", ".log"):
+            assert "hf_sweepleak" not in f.read_text(errors="replace"), f
     s = read_json(tmp_path / "sweep" / "sweep_summary.json")
     assert len(s["comparisons"]) == 4 and s["correction"] == "holm"
     assert all(c["p_adjusted"] >= c["p"] - 1e-12 for c in s["comparisons"])

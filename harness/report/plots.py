@@ -205,7 +205,7 @@ def forest_svg(rows: Sequence[dict[str, Any]]) -> str:
                 seen.add(v)
                 xs.append(100 * d)
         ax.axvline(0, color="#222222", lw=0.9)
-        ax.set_yticks(ys, [_label(r.get("job", ""), 40) for r in rows] or [""])
+        ax.set_yticks(ys, [_label(r.get("label") or r.get("job", ""), 60) for r in rows] or [""])
         span = max(max(abs(x) for x in xs), 0.25) * 1.15
         ax.set_xlim(-span, span)
         ax.set_ylim(-0.7, n - 0.3)

@@ -1,0 +1,37 @@
+"""Sweep summary: p adjusted across the sweep, verdicts that survive the adjustment, labels of swept keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.store import atomic_write_json
+from harness.sweep import format_sweep, summarize_sweep, swept_labels
+
+
+def _comparison(p: float, verdict: str, delta: float) -> dict:
+    return {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9 + delta}}, "n": 1319, "delta": delta,
+            "delta_ci": [delta - 0.01, delta + 0.01], "p_value": p, "mcnemar_p": p, "mde": 0.01,
+            "verdict": verdict, "alpha": 0.05, "simulated": True}
+
+
+def test_holm_adjusted_verdicts_and_labels(tmp_path):
+    jobs = {"job0_x=1,n=100": (0.01, "improved", 0.02), "job1_x=2,n=100": (0.04, "regressed", -0.02),
+            "job2_x=3,n=100": (0.5, "inconclusive", 0.0)}
+    for job, (p, v, d) in jobs.items():
+        atomic_write_json(tmp_path / job / "comparison.json", _comparison(p, v, d))
+    s = summarize_sweep(tmp_path, "holm")
+    rows = {r["label"]: r for r in s["comparisons"]}
+    assert set(rows) == {"x=1", "x=2", "x=3"}
+    assert rows["x=1"]["p_adjusted"] == pytest.approx(0.03) and rows["x=1"]["verdict"] == "improved"
+    assert rows["x=2"]["p_adjusted"] == pytest.approx(0.08) and rows["x=2"]["verdict"] == "inconclusive"
+    assert rows["x=2"]["verdict_unadjusted"] == "regressed"
+    assert (tmp_path / "sweep_summary.json").exists()
+    text = format_sweep(s)
+    assert "inconclusive (unadjusted: regressed)" in text and "SIMULATED" in text
+    bh = summarize_sweep(tmp_path, "bh")
+    assert {r["label"]: r["p_adjusted"] for r in bh["comparisons"]}["x=2"] == pytest.approx(0.06)
+
+
+def test_swept_labels_keep_only_what_varies():
+    assert swept_labels(["job0_a=1,b=2", "job1_a=1,b=3"]) == ["b=2", "b=3"]
+    assert swept_labels(["job0_a=1"]) == ["a=1"]
