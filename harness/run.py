@@ -203,269 +203,308 @@ def _print_launch(key: str, arm: Any, spec: Any) -> None:
         print(f"# WARNING: {problem}")
 
 
-def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
-    """Run (or resume) the experiment in ``run_dir``; return the exit code."""
-    from harness.arms import (
-        SideAssertionError,
-        arm_diff,
-        describe_launch,
-        disallowed,
-        resolve_arm,
-        run_live_checks,
-        run_static_checks,
-    )
-    from harness.client import ClientConfig
-    from harness.config import arms_root
-    from harness.engines import EngineError, PortInUseError, create_engine
-    from harness.evaluate import EvalInterrupted, EvalOptions, ServerGone, run_eval
-    from harness.tasks.gsm8k import DatasetError, RecipeConfig
+def _check_dicts(results: list[Any]) -> list[dict[str, Any]]:
+    return [r.to_dict() if hasattr(r, "to_dict") else vars(r) for r in results]
 
-    try:
-        validate(cfg)
-        test, train = _load_data(cfg)
-    except (ConfigError, DatasetError) as e:
-        raise RunFailure(exitcodes.BAD_CONFIG, str(e)) from None
 
-    x = cfg.experiment
-    run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest(run_dir, enabled=not cfg.dry_run)
-    m = manifest.data
-    fingerprint = config_fingerprint(cfg)
-    if m.get("config_sha256") and m["config_sha256"] != fingerprint["sha256"] and not cfg.dry_run:
-        changed = _changed_keys(m.get("config_semantic") or {}, fingerprint["semantic"])
-        raise RunFailure(exitcodes.BAD_CONFIG,
-                         f"{run_dir} holds a run of a different config (changed: {', '.join(changed[:8]) or '?'}); "
-                         "its results would be mixed with this one's. Use another hydra.run.dir, or delete it.")
-    resumed = any(run_dir.glob("evals/*/*/samples.jsonl"))
-    session = {"started": time.time(), "pid": os.getpid(), "argv": sys.argv, "resume": resumed}
-    m.setdefault("schema_version", 1)
-    m["kind"] = "abh.run"
-    m["experiment"] = x.name
-    m["config"] = OmegaConf.to_container(cfg, resolve=True)
-    m["config_sha256"] = fingerprint["sha256"]
-    m["config_semantic"] = fingerprint["semantic"]
-    m["provenance"] = provenance()
-    m["dataset"] = {"sha256": test.sha256, "source": test.source, "canonical": test.canonical, "rows": len(test)}
-    m.setdefault("sessions", []).append(session)
-    m.setdefault("evals", {})
-    m.setdefault("arms", {})
+class Run:
+    """One experiment in its run directory. The phases, in order: prepare the arms (no server), check them
+    statically, measure (launch, assert the side, evaluate, stop; per schedule item), compare and report.
+    Everything it learns goes to the manifest as it happens."""
 
-    # ---- arms: resolve, build launches, diff, static side checks (no server needed)
-    keys = {"a": x.a, "b": x.b}
-    resolved, engines, descs = {}, {}, {}
-    try:
-        for role, key in keys.items():
-            arm_cfg = cfg.arms[key]
-            arm = resolve_arm(key, arm_cfg, run_dir, arms_root(), strict=not cfg.dry_run)
-            engine = create_engine(_engine_cfg(cfg, arm_cfg, test.source), arm, run_dir, label=f"{role}-{key}")
-            resolved[key], engines[key] = arm, engine
-            descs[key] = _static_description(describe_launch(arm, engine))
-    except PortInUseError as e:
-        raise RunFailure(exitcodes.BAD_CONFIG, str(e)) from None
-    except (ValueError, OSError, RuntimeError) as e:
-        raise RunFailure(exitcodes.BAD_CONFIG, f"cannot prepare arms: {e}") from None
-    diffs = arm_diff(descs)
-    bad = disallowed(diffs, list(x.allowed_differences))
-    m["arm_diff"] = {"differences": diffs, "disallowed": bad, "allowed": list(x.allowed_differences)}
-    for key in keys.values():
-        m["arms"].setdefault(key, {}).update({"launch": descs[key], "name": resolved[key].name,
-                                              "side": resolved[key].side})
-    manifest.save()
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        from harness.tasks.gsm8k import DatasetError
 
-    if cfg.dry_run:
-        for role, key in keys.items():
-            _print_launch(role, resolved[key], engines[key].launch_spec())
+        try:
+            validate(cfg)
+            self.test, self.train = _load_data(cfg)
+        except (ConfigError, DatasetError) as e:
+            raise RunFailure(exitcodes.BAD_CONFIG, str(e)) from None
+        self.cfg, self.run_dir, self.x = cfg, run_dir, cfg.experiment
+        self.keys = {"a": self.x.a, "b": self.x.b}  # role -> arm key
+        self.allowed = list(self.x.allowed_differences)
+        self.resolved: dict[str, Any] = {}
+        self.engines: dict[str, Any] = {}
+        self.live: dict[str, Any] = {}  # arm key -> running engine
+        self.launched: set[str] = set()  # arms launched in this session
+        self.instance: dict[str, str] = {}  # arm key -> id of its current server instance
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.manifest = self._open_manifest()
+
+    @property
+    def m(self) -> dict[str, Any]:
+        return self.manifest.data
+
+    def _open_manifest(self) -> Manifest:
+        cfg, run_dir = self.cfg, self.run_dir
+        manifest = Manifest(run_dir, enabled=not cfg.dry_run)
+        m = manifest.data
+        fingerprint = config_fingerprint(cfg)
+        if m.get("config_sha256") and m["config_sha256"] != fingerprint["sha256"] and not cfg.dry_run:
+            changed = _changed_keys(m.get("config_semantic") or {}, fingerprint["semantic"])
+            raise RunFailure(exitcodes.BAD_CONFIG,
+                             f"{run_dir} holds a run of a different config (changed: "
+                             f"{', '.join(changed[:8]) or '?'}); its results would be mixed with this one's. "
+                             "Use another hydra.run.dir, or delete it.")
+        self.session = {"started": time.time(), "pid": os.getpid(), "argv": sys.argv,
+                        "resume": any(run_dir.glob("evals/*/*/samples.jsonl"))}
+        m.setdefault("schema_version", 1)
+        m.update({"kind": "abh.run", "experiment": self.x.name, "config": OmegaConf.to_container(cfg, resolve=True),
+                  "config_sha256": fingerprint["sha256"], "config_semantic": fingerprint["semantic"],
+                  "provenance": provenance(),
+                  "dataset": {"sha256": self.test.sha256, "source": self.test.source,
+                              "canonical": self.test.canonical, "rows": len(self.test)}})
+        m.setdefault("sessions", []).append(self.session)
+        m.setdefault("evals", {})
+        m.setdefault("arms", {})
+        return manifest
+
+    # ------------------------------------------------------------------ before any server
+    def prepare_arms(self) -> list[dict[str, Any]]:
+        """Resolve each arm and its engine; return the differences between the arms' static launches."""
+        from harness.arms import arm_diff, describe_launch, resolve_arm
+        from harness.config import arms_root
+        from harness.engines import PortInUseError, create_engine
+
+        descs = {}
+        try:
+            for role, key in self.keys.items():
+                arm_cfg = self.cfg.arms[key]
+                arm = resolve_arm(key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
+                engine = create_engine(_engine_cfg(self.cfg, arm_cfg, self.test.source), arm, self.run_dir,
+                                       label=f"{role}-{key}")
+                self.resolved[key], self.engines[key] = arm, engine
+                descs[key] = _static_description(describe_launch(arm, engine))
+        except PortInUseError as e:
+            raise RunFailure(exitcodes.BAD_CONFIG, str(e)) from None
+        except (ValueError, OSError, RuntimeError) as e:
+            raise RunFailure(exitcodes.BAD_CONFIG, f"cannot prepare arms: {e}") from None
+        diffs = arm_diff(descs)
+        self.m["arm_diff"] = {"differences": diffs, "disallowed": self._disallowed(diffs), "allowed": self.allowed}
+        for key in self.keys.values():
+            self.m["arms"].setdefault(key, {}).update({"launch": descs[key], "name": self.resolved[key].name,
+                                                       "side": self.resolved[key].side})
+        self.manifest.save()
+        return diffs
+
+    def _disallowed(self, diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from harness.arms import disallowed
+
+        return disallowed(diffs, self.allowed)
+
+    def refuse_disallowed(self, diffs: list[dict[str, Any]], what: str = "the arms differ") -> None:
+        bad = self._disallowed(diffs)
+        if bad:
+            raise RunFailure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
+                             + "; ".join(d["key"] for d in bad)
+                             + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
+
+    def print_dry_run(self, diffs: list[dict[str, Any]]) -> None:
+        for role, key in self.keys.items():
+            _print_launch(role, self.resolved[key], self.engines[key].launch_spec())
         print("\nwhat differs between the arms:")
         for d in diffs or [{"key": "(nothing)", "values": {}}]:
             print(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items()))
-    if bad:
-        raise RunFailure(exitcodes.ARMS_DIFFER, "the arms differ in something the experiment does not allow: "
-                         + "; ".join(d["key"] for d in bad)
-                         + ". Declare it in experiment.allowed_differences if it is intended.")
-    for key, arm in resolved.items():
-        results = run_static_checks(arm)
-        m["arms"][key]["static_checks"] = [r.to_dict() if hasattr(r, "to_dict") else vars(r) for r in results]
-        manifest.save()
+
+    def static_checks(self) -> None:
+        """Side checks that need no server (source probes in each arm's interpreter)."""
+        from harness.arms import run_static_checks
+
+        for key, arm in self.resolved.items():
+            results = run_static_checks(arm)
+            self.m["arms"][key]["static_checks"] = _check_dicts(results)
+            self.manifest.save()
+            failed = [r for r in results if not r.passed]
+            if self.cfg.dry_run:
+                for r in results:
+                    print(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected {r.expected!r}, "
+                          f"found {r.found!r})")
+                if failed:
+                    print(f"# arm {key}: {len(failed)} side check(s) fail here; a real run would stop before "
+                          f"measuring (exit {exitcodes.SIDE_ASSERTION_FAILED})")
+            elif failed:
+                r = failed[0]
+                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
+                                 f"side assertion failed for arm {key}: {r.name}: expected {r.expected!r}, "
+                                 f"found {r.found!r}")
+
+    # ------------------------------------------------------------------ servers
+    def launch(self, key: str, label: str) -> Any:
+        """Start arm ``key``'s server, wait until it serves, record its probe, assert its side."""
+        from harness.arms import run_live_checks
+
+        engine = self.engines[key]
+        _say(f"{label} launching arm {key} ({engine.kind})")
+        engine.launch()
+        self.live[key] = engine
+        engine.wait_ready(on_status=lambda s: _say(f"  waiting: {s}"))
+        self.instance[key] = f"{key}@{time.time():.0f}"
+        arm_m = self.m["arms"][key]
+        arm_m.setdefault("instances", []).append({"id": self.instance[key], "probe": engine.probe(),
+                                                  "url": engine.url})
+        results = run_live_checks(self.resolved[key], engine)
+        arm_m["live_checks"] = _check_dicts(results)
+        self.manifest.save()
         failed = [r for r in results if not r.passed]
-        if cfg.dry_run:
-            for r in results:
-                print(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected {r.expected!r}, "
-                      f"found {r.found!r})")
-        if failed and cfg.dry_run:
-            print(f"# arm {key}: {len(failed)} side check(s) fail here; a real run would stop before measuring "
-                  f"(exit {exitcodes.SIDE_ASSERTION_FAILED})")
-        elif failed:
+        if failed:
             r = failed[0]
-            raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
-                             f"side assertion failed for arm {key}: {r.name}: expected {r.expected!r}, "
-                             f"found {r.found!r}")
+            arm_m["status"] = "side_check_failed"
+            raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED, f"side assertion failed: arm {key}: {r.name}: "
+                             f"expected {r.expected!r}, found {r.found!r}")
+        for r in results:
+            _say(f"  side check {r.name}: PASS")
+        self.launched.add(key)
+        if self.launched == set(self.keys.values()):
+            self._check_live_diff()
+        return engine
+
+    def _check_live_diff(self) -> None:
+        """Both serving processes have reported their live fingerprints: diff the full launches too."""
+        from harness.arms import arm_diff, describe_launch
+
+        full = {k: describe_launch(self.resolved[k], self.engines[k]) for k in self.keys.values()}
+        diffs = arm_diff(full)
+        self.m["arm_diff_live"] = {"differences": diffs, "disallowed": self._disallowed(diffs)}
+        for k in self.keys.values():
+            self.m["arms"][k]["launch"] = full[k]
+        self.manifest.save()
+        self.refuse_disallowed(diffs, "the serving processes differ")
+
+    def stop_unneeded(self, next_key: str) -> None:
+        """Stop the servers the next item does not need (one GPU box runs one arm at a time)."""
+        for key in list(self.live):
+            if (key != next_key and not self.x.concurrent_servers) or (
+                    key == next_key and self.x.restart_per_repeat):
+                _say(f"stopping server of arm {key}")
+                self.live.pop(key).stop()
+
+    def stop_all(self) -> None:
+        for key in list(self.live):
+            try:
+                self.live.pop(key).stop()
+            except Exception as e:  # noqa: BLE001 - keep stopping the others
+                _say(f"could not stop arm {key}: {e}")
+
+    # ------------------------------------------------------------------ measuring
+    def measure(self) -> None:
+        from harness.engines import EngineError, PortInUseError
+
+        items = schedule(self.x.a, self.x.b, self.x.repeats, self.x.order, self.x.aa_control)
+        try:
+            for n, item in enumerate(items, 1):
+                label = f"[{n}/{len(items)}]"
+                out = self.run_dir / item.rel_dir
+                self.m["evals"].setdefault(item.rel_dir, {"arm": item.arm_key, "role": item.role,
+                                                          "repeat": item.repeat})
+                if (out / "summary.json").exists() and read_json(out / "summary.json").get("complete"):
+                    _say(f"{label} {item.rel_dir}: already complete, kept")
+                    continue
+                self.stop_unneeded(item.arm_key)
+                engine = self.live.get(item.arm_key) or self.launch(item.arm_key, label)
+                _say(f"{label} eval {item.rel_dir} (arm {item.arm_key}) on {engine.url}")
+                self.evaluate(item, engine)
+        except PortInUseError as e:  # the configured port is taken: a config problem, nothing was started
+            raise RunFailure(exitcodes.BAD_CONFIG, str(e)) from None
+        except EngineError as e:
+            raise RunFailure(exitcodes.SERVER_FAILURE, f"server failure: {e}") from None
+        finally:
+            self.stop_all()
+            self.session["ended"] = time.time()
+            self.manifest.save()
+
+    def evaluate(self, item: Item, engine: Any) -> None:
+        from harness.client import ClientConfig
+        from harness.evaluate import EvalInterrupted, EvalOptions, ServerGone, run_eval
+        from harness.tasks.gsm8k import RecipeConfig
+
+        cfg, ev, key = self.cfg, self.m["evals"][item.rel_dir], item.arm_key
+        ev.setdefault("instances", []).append(self.instance[key])
+        ev["status"] = "running"
+        ev.setdefault("started", time.time())
+        self.manifest.save()
+        t = cfg.task
+        recipe = RecipeConfig(name=t.recipe, num_questions=t.num_questions, num_shots=t.num_shots,
+                              max_new_tokens=t.max_new_tokens)
+        ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
+                            request_timeout_s=cfg.client.request_timeout_s, retries=cfg.client.retries,
+                            backoff_s=cfg.client.backoff_s)
+        meta = {"arm": key, "role": item.role, "repeat": item.repeat, "instance": self.instance[key],
+                "simulated": engine.simulated}
+        try:
+            summary = run_eval(self.test, recipe, ccfg, self.run_dir / item.rel_dir, self.train,
+                               EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta))
+        except EvalInterrupted as e:
+            ev["status"] = "interrupted"
+            self.manifest.save()
+            raise Interrupted(e.signum) from None
+        except ServerGone as e:
+            ev["status"], ev["error"] = "failed", str(e)
+            self.m["arms"][key]["status"] = "failed"
+            self.manifest.save()
+            tail = engine.log_tail(20)
+            raise RunFailure(exitcodes.SERVER_FAILURE,
+                             f"server of arm {key} failed during {item.rel_dir}: {e}. "
+                             "Answers so far are kept; rerun the same command to resume."
+                             + (f"\n--- last lines of its log ---\n{tail}" if tail else "")) from None
+        ev["status"] = "complete" if summary["complete"] else "incomplete"
+        ev["ended"] = time.time()
+        self.m["arms"][key]["status"] = "ok" if summary["complete"] else "incomplete"
+        ev["summary"] = {k: summary.get(k) for k in ("n", "correct", "errors", "accuracy", "latency_s")}
+        if summary.get("resumed"):
+            ev.setdefault("resumed_on", []).append(self.instance[key])
+        self.manifest.save()
+        acc = summary["accuracy"]
+        _say(f"  {item.rel_dir}: accuracy {acc:.4f}, errors {summary['errors']}" if acc is not None
+             else f"  {item.rel_dir}: no answers")
+
+    # ------------------------------------------------------------------ statistics and report
+    def finish(self) -> int:
+        from harness.compare import compare_dirs
+
+        x, m, run_dir, s = self.x, self.m, self.run_dir, self.cfg.stats
+        dirs = {role: sorted(run_dir / k for k, v in m["evals"].items() if v["role"] == role)
+                for role in ("a", "b", "aa")}
+        comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
+                                  margin=None if s.margin_pp is None else s.margin_pp / 100,
+                                  min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
+                                  alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate)
+        names = {"a": m["arms"][x.a]["name"], "b": m["arms"][x.b]["name"]}
+        comparison["arm_names"] = names
+        atomic_write_json(run_dir / COMPARISON, comparison)
+        code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
+        summary = {
+            "schema_version": 1, "kind": "abh.run.summary", "experiment": x.name,
+            "simulated": bool(comparison.get("simulated")),
+            "verdict": comparison.get("verdict"), "verdict_reason": comparison.get("verdict_reason"),
+            "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
+            "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
+            "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
+            "arms": names, "repeats": x.repeats, "aa_control": x.aa_control, "exit_code": code,
+        }
+        atomic_write_json(run_dir / RUN_SUMMARY, summary)
+        m["status"] = {"code": code, "verdict": summary["verdict"]}
+        self.manifest.save()
+        print(format_table(summary, comparison))
+        if self.cfg.report:
+            from harness.report import write_report
+
+            _say(f"report: {write_report(run_dir)}")
+        return code
+
+
+def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
+    """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise RunFailure)."""
+    run = Run(cfg, run_dir)
+    diffs = run.prepare_arms()
+    if cfg.dry_run:
+        run.print_dry_run(diffs)
+    run.refuse_disallowed(diffs)
+    run.static_checks()
     if cfg.dry_run:
         print("\ndry run: no server started, nothing measured.")
         return exitcodes.OK
-
-    # ---- the measurements
-    items = schedule(x.a, x.b, x.repeats, x.order, x.aa_control)
-    recipe_kw = {"name": cfg.task.recipe, "num_questions": cfg.task.num_questions,
-                 "num_shots": cfg.task.num_shots, "max_new_tokens": cfg.task.max_new_tokens}
-    live: dict[str, Any] = {}  # arm key -> running engine
-    launched: set[str] = set()  # arms launched in this session
-    instance: dict[str, str] = {}
-    code = exitcodes.OK
-    try:
-        for n_item, item in enumerate(items, 1):
-            out = run_dir / item.rel_dir
-            ev = m["evals"].setdefault(item.rel_dir, {"arm": item.arm_key, "role": item.role,
-                                                      "repeat": item.repeat})
-            if (out / "summary.json").exists() and read_json(out / "summary.json").get("complete"):
-                _say(f"[{n_item}/{len(items)}] {item.rel_dir}: already complete, kept")
-                continue
-            # Stop servers the next item does not need (one GPU box runs one arm at a time).
-            for key in list(live):
-                if (key != item.arm_key and not x.concurrent_servers) or (
-                        key == item.arm_key and x.restart_per_repeat):
-                    _say(f"stopping server of arm {key}")
-                    live.pop(key).stop()
-            engine = engines[item.arm_key]
-            if item.arm_key not in live:
-                _say(f"[{n_item}/{len(items)}] launching arm {item.arm_key} ({engine.kind})")
-                engine.launch()
-                engine.wait_ready(on_status=lambda s: _say(f"  waiting: {s}"))
-                live[item.arm_key] = engine
-                probe = engine.probe()
-                instance[item.arm_key] = f"{item.arm_key}@{time.time():.0f}"
-                arm_m = m["arms"][item.arm_key]
-                arm_m.setdefault("instances", []).append({"id": instance[item.arm_key], "probe": probe,
-                                                          "url": engine.url})
-                results = run_live_checks(resolved[item.arm_key], engine)
-                arm_m["live_checks"] = [r.to_dict() if hasattr(r, "to_dict") else vars(r) for r in results]
-                manifest.save()
-                failed = [r for r in results if not r.passed]
-                if failed:
-                    r = failed[0]
-                    raise SideAssertionError(f"arm {item.arm_key}: {r.name}: expected {r.expected!r}, "
-                                             f"found {r.found!r}")
-                for r in results:
-                    _say(f"  side check {r.name}: PASS")
-                launched.add(item.arm_key)
-                if launched == set(keys.values()):
-                    # Both serving processes have reported their live fingerprints: diff them too.
-                    full = {k: describe_launch(resolved[k], engines[k]) for k in keys.values()}
-                    live_diffs = arm_diff(full)
-                    live_bad = disallowed(live_diffs, list(x.allowed_differences))
-                    m["arm_diff_live"] = {"differences": live_diffs, "disallowed": live_bad}
-                    for k in keys.values():
-                        m["arms"][k]["launch"] = full[k]
-                    manifest.save()
-                    if live_bad:
-                        raise RunFailure(exitcodes.ARMS_DIFFER,
-                                         "the serving processes differ in something the experiment does not "
-                                         "allow: " + "; ".join(d["key"] for d in live_bad)
-                                         + ". Nothing more is measured; declare it in "
-                                           "experiment.allowed_differences if it is intended.")
-            ev.setdefault("instances", []).append(instance[item.arm_key])
-            ev["status"] = "running"
-            ev.setdefault("started", time.time())
-            manifest.save()
-            _say(f"[{n_item}/{len(items)}] eval {item.rel_dir} (arm {item.arm_key}) on {engine.url}")
-            ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
-                                request_timeout_s=cfg.client.request_timeout_s, retries=cfg.client.retries,
-                                backoff_s=cfg.client.backoff_s)
-            try:
-                summary = run_eval(test, RecipeConfig(**recipe_kw), ccfg, out, train,
-                                   EvalOptions(progress=cfg.progress, abort_check=engine.alive,
-                                               extra_meta={"arm": item.arm_key, "role": item.role,
-                                                           "repeat": item.repeat,
-                                                           "instance": instance[item.arm_key],
-                                                           "simulated": engine.simulated}))
-            except EvalInterrupted as e:
-                ev["status"] = "interrupted"
-                manifest.save()
-                raise Interrupted(e.signum) from None
-            except ServerGone as e:
-                ev["status"] = "failed"
-                ev["error"] = str(e)
-                m["arms"][item.arm_key]["status"] = "failed"
-                manifest.save()
-                tail = engine.log_tail(20) if hasattr(engine, "log_tail") else ""
-                raise RunFailure(exitcodes.SERVER_FAILURE,
-                                 f"server of arm {item.arm_key} failed during {item.rel_dir}: {e}. "
-                                 "Answers so far are kept; rerun the same command to resume."
-                                 + (f"\n--- last lines of its log ---\n{tail}" if tail else "")) from None
-            ev["status"] = "complete" if summary["complete"] else "incomplete"
-            ev["ended"] = time.time()
-            m["arms"][item.arm_key]["status"] = "ok" if summary["complete"] else "incomplete"
-            ev["summary"] = {k: summary.get(k) for k in ("n", "correct", "errors", "accuracy", "latency_s")}
-            if summary.get("resumed"):
-                ev.setdefault("resumed_on", []).append(instance[item.arm_key])
-            manifest.save()
-            acc = summary["accuracy"]
-            _say(f"  {item.rel_dir}: accuracy {acc:.4f}, errors {summary['errors']}" if acc is not None
-                 else f"  {item.rel_dir}: no answers")
-    except SideAssertionError as e:
-        code = exitcodes.SIDE_ASSERTION_FAILED
-        m["status"] = {"code": code, "error": str(e)}
-        raise RunFailure(code, f"side assertion failed: {e}") from None
-    except PortInUseError as e:  # the configured port is taken: a config problem, nothing was started
-        code = exitcodes.BAD_CONFIG
-        raise RunFailure(code, str(e)) from None
-    except EngineError as e:
-        code = exitcodes.SERVER_FAILURE
-        raise RunFailure(code, f"server failure: {e}") from None
-    finally:
-        for key in list(live):
-            try:
-                live.pop(key).stop()
-            except Exception as e:  # noqa: BLE001 - keep stopping the others
-                _say(f"could not stop arm {key}: {e}")
-        session["ended"] = time.time()
-        manifest.save()
-
-    # ---- statistics, summary, report
-    return finish(cfg, run_dir, manifest)
-
-
-def finish(cfg: DictConfig, run_dir: Path, manifest: Manifest) -> int:
-    from harness.compare import compare_dirs
-
-    x = cfg.experiment
-    m = manifest.data
-    ev = m["evals"]
-    a_dirs = sorted(run_dir / k for k, v in ev.items() if v["role"] == "a")
-    b_dirs = sorted(run_dir / k for k, v in ev.items() if v["role"] == "b")
-    aa_dirs = sorted(run_dir / k for k, v in ev.items() if v["role"] == "aa")
-    s = cfg.stats
-    comparison = compare_dirs(a_dirs, b_dirs, aa_dirs=aa_dirs,
-                              margin=None if s.margin_pp is None else s.margin_pp / 100,
-                              min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
-                              alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate)
-    comparison["arm_names"] = {"a": m["arms"][x.a]["name"], "b": m["arms"][x.b]["name"]}
-    atomic_write_json(run_dir / COMPARISON, comparison)
-    code = exitcodes.OK
-    if comparison.get("error_rate_exceeded"):
-        code = exitcodes.TOO_MANY_ERRORS
-    summary = {
-        "schema_version": 1, "kind": "abh.run.summary", "experiment": x.name,
-        "simulated": bool(comparison.get("simulated")),
-        "verdict": comparison.get("verdict"), "verdict_reason": comparison.get("verdict_reason"),
-        "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
-        "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
-        "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
-        "arms": {"a": m["arms"][x.a]["name"], "b": m["arms"][x.b]["name"]},
-        "repeats": x.repeats, "aa_control": x.aa_control, "exit_code": code,
-    }
-    atomic_write_json(run_dir / RUN_SUMMARY, summary)
-    m["status"] = {"code": code, "verdict": summary["verdict"]}
-    manifest.save()
-    print(format_table(summary, comparison))
-    if cfg.report:
-        try:
-            from harness.report import write_report
-
-            path = write_report(run_dir)
-            _say(f"report: {path}")
-        except ImportError:
-            pass
-    return code
+    run.measure()
+    return run.finish()
 
 
 def format_table(summary: dict[str, Any], c: dict[str, Any]) -> str:
