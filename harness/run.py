@@ -154,7 +154,7 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: obj}
 
 
-def config_fingerprint(cfg: DictConfig) -> dict[str, Any]:
+def config_digest(cfg: DictConfig) -> dict[str, Any]:
     """sha256 of the resolved config minus the keys that do not change what is measured (statistics settings
     may change between reruns: they are recomputed from the stored answers)."""
     import hashlib
@@ -239,9 +239,9 @@ class Run:
         cfg, run_dir = self.cfg, self.run_dir
         manifest = Manifest(run_dir, enabled=not cfg.dry_run)
         m = manifest.data
-        fingerprint = config_fingerprint(cfg)
-        if m.get("config_sha256") and m["config_sha256"] != fingerprint["sha256"] and not cfg.dry_run:
-            changed = _changed_keys(m.get("config_semantic") or {}, fingerprint["semantic"])
+        digest = config_digest(cfg)
+        if m.get("config_sha256") and m["config_sha256"] != digest["sha256"] and not cfg.dry_run:
+            changed = _changed_keys(m.get("config_semantic") or {}, digest["semantic"])
             raise RunFailure(exitcodes.BAD_CONFIG,
                              f"{run_dir} holds a run of a different config (changed: "
                              f"{', '.join(changed[:8]) or '?'}); its results would be mixed with this one's. "
@@ -250,7 +250,7 @@ class Run:
                         "resume": any(run_dir.glob("evals/*/*/samples.jsonl"))}
         m.setdefault("schema_version", 1)
         m.update({"kind": "abh.run", "experiment": self.x.name, "config": OmegaConf.to_container(cfg, resolve=True),
-                  "config_sha256": fingerprint["sha256"], "config_semantic": fingerprint["semantic"],
+                  "config_sha256": digest["sha256"], "config_semantic": digest["semantic"],
                   "provenance": provenance(),
                   "dataset": {"sha256": self.test.sha256, "source": self.test.source,
                               "canonical": self.test.canonical, "rows": len(self.test)}})
@@ -597,7 +597,3 @@ def main(argv: list[str]) -> int:
     finally:
         sys.argv = saved
     return max(_EXIT) if _EXIT else exitcodes.OK
-
-
-def json_dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=str)
