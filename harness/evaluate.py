@@ -142,7 +142,6 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                     print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
 
             abort: list[str] = []
-            refused = [0]
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
 
@@ -160,28 +159,36 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                 except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
                     pass
 
+            held: list[tuple[Any, Reply]] = []  # refused replies: errors if the server lives, else missing
+
+            def write(q, reply: Reply) -> None:  # type: ignore[no-untyped-def]
+                rec = _record(q.index, q.prompt_sha256, q.label, reply)
+                store.append(rec, q.prompt)
+                progress.update(rec)
+
             async def one(q):  # type: ignore[no-untyped-def]
                 body = (task.generate_body(q) if client_cfg.api == "sglang"
                         else task.completions_body(q, client_cfg.model))
                 reply = await client.generate(body)
-                refused[0] = refused[0] + 1 if reply.refused else 0
                 if reply.error is not None and opts.abort_check is not None and not abort:
                     reason = opts.abort_check()
                     if reason is not None:
                         abort.append(reason)
                         stop.set()
-                if refused[0] >= REFUSED_STREAK and not abort:
-                    # Without a process to watch (abh eval), a run of refused connections after retries
-                    # means the server is gone: stop, leave the rest missing (resumable), not as errors.
-                    abort.append(f"{client_cfg.url} refuses connections ({refused[0]} requests in a row after "
-                                 "retries): the server is gone")
-                    stop.set()
-                # A reply that failed because the server died is "missing" (sent again on resume), not an error.
                 if abort and reply.error is not None:
+                    return  # failed because the server died: "missing" (sent again on resume), not an error
+                if reply.refused:
+                    # Hold it: a run of refused connections after retries means the server is gone (abh eval
+                    # has no process to watch); then these questions stay missing rather than errors.
+                    held.append((q, reply))
+                    if len(held) >= REFUSED_STREAK:
+                        abort.append(f"{client_cfg.url} refuses connections ({len(held)} requests in a row "
+                                     "after retries): the server is gone")
+                        stop.set()
                     return
-                rec = _record(q.index, q.prompt_sha256, q.label, reply)
-                store.append(rec, q.prompt)
-                progress.update(rec)
+                while held:  # the server answers again: the refusals were real request errors
+                    write(*held.pop(0))
+                write(q, reply)
 
             tasks = [asyncio.ensure_future(one(q)) for q in pending]
             everything = asyncio.gather(*tasks)
@@ -193,6 +200,8 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                     abort_reason = abort[0]
                 else:
                     await everything
+                    while held:
+                        write(*held.pop(0))
             finally:
                 for sig, previous in handled:
                     loop.remove_signal_handler(sig)

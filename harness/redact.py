@@ -8,6 +8,7 @@ tokenizer path and token limits stay reproducible.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 
@@ -80,6 +81,10 @@ _NAME_PAIR = re.compile(r"""(?i)(?P<name>(?<![\w.-])[A-Za-z_]""" + _SECRET_NAME 
                         r"""(?P<sep>\s*[=:]\s*)""" + _VALUE)
 
 
+#: ``Authorization: Bearer <token>`` / ``Basic <credentials>``.
+_BEARER = re.compile(r"(?i)\b((?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}")
+
+
 def redact_text(text: str) -> str:
     """Free text (log tails, overrides, printed server args) with the values of secret-looking names redacted."""
 
@@ -91,7 +96,7 @@ def redact_text(text: str) -> str:
         quote = value[0] if value[:1] in ("'", '"') else ""
         return f"{m.group('name')}{m.group('sep')}{quote}{REDACTED}{quote}"
 
-    return _NAME_PAIR.sub(repl, _FLAG_PAIR.sub(repl, text))
+    return _BEARER.sub(r"\1" + REDACTED, _NAME_PAIR.sub(repl, _FLAG_PAIR.sub(repl, text)))
 
 
 def _redact_assignment(s: str) -> str:
@@ -117,3 +122,12 @@ def redact_tree(obj: object) -> object:
     if isinstance(obj, str):
         return _redact_assignment(obj)
     return obj
+
+
+class RedactFilter(logging.Filter):
+    """A logging filter that redacts secrets in every record (used by the Hydra logging configs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact_text(record.getMessage())
+        record.args = None
+        return True

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import __version__, exitcodes
 from harness.config import CONFIG_DIR, PROJECT_ROOT, ConfigError, validate
-from harness.redact import redact_tree
+from harness.redact import redact_text, redact_tree
 from harness.store import atomic_write_json, read_json
 
 MANIFEST = "manifest.json"
@@ -54,7 +54,7 @@ class RunFailure(Exception):
 
 
 def _say(msg: str) -> None:
-    print(f"[abh] {msg}", file=sys.stderr, flush=True)
+    print(f"[abh] {redact_text(msg)}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------- schedule
@@ -142,7 +142,9 @@ class Manifest:
 #: Config keys that do not change what is measured: a rerun may change them and still resume.
 _NON_SEMANTIC = ("progress", "report", "dry_run", "client.request_timeout_s", "client.retries",
                  "client.backoff_s", "engine.ready_timeout_s", "engine.poll_interval_s", "engine.stop_timeout_s",
-                 "engine.release_timeout_s", "stats")
+                 "engine.release_timeout_s", "stats", "experiment.description", "experiment.order",
+                 "experiment.concurrent_servers", "experiment.restart_per_repeat",
+                 "experiment.allowed_differences")
 
 
 def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -161,8 +163,9 @@ def config_digest(cfg: DictConfig) -> dict[str, Any]:
 
     flat = {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items()
             if not any(k == n or k.startswith(n + ".") for n in _NON_SEMANTIC)}
+    # Secret values (a rotated token) do not change what is measured, and must not be hashed either.
     semantic = redact_tree(flat)
-    digest = hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(semantic, sort_keys=True, default=str).encode()).hexdigest()
     return {"sha256": digest, "semantic": semantic}
 
 
@@ -523,7 +526,7 @@ def format_table(summary: dict[str, Any], c: dict[str, Any]) -> str:
     lo, hi = c.get("delta_ci") or (None, None)
     lines.append(f"  delta (B - A) {pp(c.get('delta'))}  95% CI [{pp(lo)}, {pp(hi)}]  "
                  f"table both={c.get('both')} A-only={c.get('a_only')} B-only={c.get('b_only')} "
-                 f"neither={c.get('neither')}  McNemar p={c.get('mcnemar_p'):.3g}")
+                 f"neither={c.get('neither')}  McNemar p (repeat 1)={c.get('mcnemar_p'):.3g}")
     if c.get("psi_aa") is not None:
         band = c.get("noise_band") or [None, None]
         lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band of delta [{pp(band[0])}, {pp(band[1])}]")
@@ -537,9 +540,9 @@ def write_failure_summary(run_dir: Path, experiment: str, code: int, reason: str
     """A run that stopped on a failure still says so in summary.json: the arms are not comparable."""
     if not (run_dir / MANIFEST).exists():
         return  # nothing was started (bad config): leave no run directory content behind
-    atomic_write_json(run_dir / RUN_SUMMARY, {
+    atomic_write_json(run_dir / RUN_SUMMARY, redact_tree({
         "schema_version": 1, "kind": "abh.run.summary", "experiment": experiment, "verdict": "not_comparable",
-        "verdict_reason": reason, "exit_code": code})
+        "verdict_reason": reason, "exit_code": code}))
     manifest = Manifest(run_dir)
     manifest.data["status"] = {"code": code, "verdict": "not_comparable", "error": reason}
     manifest.save()
@@ -573,6 +576,18 @@ def _hydra_task(cfg: DictConfig) -> None:
     _EXIT.append(code)
     if code and _in_submitit():
         sys.exit(code)
+    if code in (exitcodes.INTERRUPTED, 128 + signal.SIGTERM) and _in_multirun():
+        sys.exit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
+
+
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
 
 
 def _in_submitit() -> bool:

@@ -26,6 +26,12 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm") -> dict[str, An
 
     root = Path(sweep_dir)
     rows: list[dict[str, Any]] = []
+    # A job that failed or was interrupted has no comparison.json, but it is still one of the family of
+    # comparisons: it counts with p = 1, so the adjustment of the others is not made laxer by its absence.
+    for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / "comparison.json").exists()):
+        rows.append({"job": job.name, "dir": str(job), "n": None, "accuracy_a": None, "accuracy_b": None,
+                     "delta": None, "delta_ci": None, "p": None, "mde": None, "verdict": "not_comparable",
+                     "alpha": 0.05, "simulated": False, "missing": True})
     for path in sorted(root.glob("*/comparison.json")):
         c = read_json(path)
         rows.append({"job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
@@ -42,7 +48,9 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm") -> dict[str, An
         r["verdict_unadjusted"] = r["verdict"]
         if r["verdict"] in ("improved", "regressed") and pa >= r["alpha"]:
             r["verdict"] = "inconclusive"
+    rows.sort(key=lambda r: r["job"])
     summary = {"schema_version": 1, "kind": "abh.sweep", "correction": method, "comparisons": rows,
+               "missing": [r["job"] for r in rows if r.get("missing")],
                "simulated": any(r["simulated"] for r in rows)}
     atomic_write_json(root / SWEEP_SUMMARY, summary)
     return summary
@@ -71,6 +79,9 @@ def format_sweep(s: dict[str, Any]) -> str:
                             if r.get("verdict_unadjusted", r["verdict"]) != r["verdict"] else "")
         lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {r['p_adjusted']:>8.3g}  {v}")
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
+    if s.get("missing"):
+        lines.append(f"{len(s['missing'])} job(s) produced no comparison (failed or interrupted; counted with "
+                     f"p = 1): {', '.join(s['missing'])}. Rerun the sweep to resume them.")
     return "\n".join(lines)
 
 

@@ -364,3 +364,19 @@ def test_secrets_never_reach_the_run_manifest(tmp_path):
             text = f.read_text(errors="replace")
             assert "hf_leak123" not in text and "leak456" not in text, f
     assert "hf_leak123" not in r.stdout + r.stderr
+
+
+def test_redact_text_in_logs_and_overrides():
+    from harness.redact import REDACTED, redact_text
+
+    cases = {
+        "ServerArgs(model_path='m', api_key='sk-123', tp_size=8)": "api_key='***REDACTED***'",
+        "+engine.args=[--api-key,sk-abcdef]": "--api-key,***REDACTED***",
+        "override_dirname: +engine.env.HF_TOKEN=hf_x,engine.flip_rate=0.01": "HF_TOKEN=***REDACTED***,engine",
+        "Authorization: Bearer sk-abcdef123": "Bearer ***REDACTED***",
+        "export OPENAI_API_KEY=sk-9": "OPENAI_API_KEY=***REDACTED***",
+    }
+    for text, want in cases.items():
+        assert want in redact_text(text), text
+    for benign in ("--max-new-tokens 512", "tokenizer_path=/m", "key: build", "api_key=None", "a basic test"):
+        assert REDACTED not in redact_text(benign), benign

@@ -220,3 +220,16 @@ def test_arms_differing_in_something_not_allowed_are_stopped_before_measuring(tm
     assert r.returncode == exitcodes.ARMS_DIFFER, r.stderr[-2000:]
     assert "env.PYTHONHASHSEED" in r.stderr
     assert not (run_dir / "evals").exists()
+
+
+def test_a_secret_flag_on_a_failing_server_leaks_nowhere(tmp_path):
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false",
+                "experiment.repeats=1", "+engine.args=[--api-key,sk-LEAKME42]", cwd=tmp_path)
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]  # the simulator rejects the flag
+    assert "sk-LEAKME42" not in r.stdout + r.stderr
+    assert "last lines of its log" in r.stderr or "log" in r.stderr
+    for f in run_dir.rglob("*"):
+        if f.is_file():
+            assert "sk-LEAKME42" not in f.read_text(errors="replace"), f
+    assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"

@@ -35,3 +35,16 @@ def test_holm_adjusted_verdicts_and_labels(tmp_path):
 def test_swept_labels_keep_only_what_varies():
     assert swept_labels(["job0_a=1,b=2", "job1_a=1,b=3"]) == ["b=2", "b=3"]
     assert swept_labels(["job0_a=1"]) == ["a=1"]
+
+
+def test_a_job_without_comparison_still_counts_in_the_family(tmp_path):
+    atomic_write_json(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
+    (tmp_path / "job1_x=2").mkdir()  # failed or interrupted: no comparison.json
+    s = summarize_sweep(tmp_path, "holm")
+    rows = {r["label"]: r for r in s["comparisons"]}
+    assert s["missing"] == ["job1_x=2"] and rows["x=2"]["verdict"] == "not_comparable"
+    assert rows["x=1"]["p_adjusted"] == pytest.approx(0.04)  # Holm over 2, not 1
+    assert "1 job(s) produced no comparison" in format_sweep(s)
+    from harness.report import write_sweep_report
+
+    assert write_sweep_report(tmp_path).exists()

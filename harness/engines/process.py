@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from harness.redact import redact_argv, redact_text
+
 StatusFn = Callable[[str], None]
 
 
@@ -101,6 +103,20 @@ def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ logs
+def redact_log_file(path: str | Path | None, max_bytes: int = 256 * 1024 * 1024) -> None:
+    """Once the server has stopped, rewrite its log with secrets redacted (a server may print its args,
+    --api-key included). Atomic; logs larger than ``max_bytes`` are left as they are."""
+    p = Path(path) if path else None
+    if p is None or not p.is_file() or p.stat().st_size > max_bytes:
+        return
+    text = p.read_text(errors="replace")
+    clean = redact_text(text)
+    if clean != text:
+        tmp = p.with_name(p.name + ".redacting")
+        tmp.write_text(clean)
+        os.replace(tmp, p)
+
+
 def read_log_tail(path: str | Path | None, start: int = 0, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
     """The last ``lines`` lines of a log file from byte offset ``start`` on ('' when there is none)."""
     if not path:
@@ -248,7 +264,7 @@ class ServerProcess:
         Path(self.cwd).mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
         self._log.write(f"\n===== abh: {time.strftime('%Y-%m-%d %H:%M:%S')} launching {self.name}: "
-                        f"{subprocess.list2cmdline(self.argv)}\n".encode())
+                        f"{subprocess.list2cmdline(redact_argv(self.argv))}\n".encode())
         self._log.flush()
         self.log_offset = self._log.tell()
         try:
@@ -278,7 +294,7 @@ class ServerProcess:
         return None if code is None else _describe_exit(code)
 
     def tail(self, lines: int = 40) -> str:
-        return read_log_tail(self.log_path, self.log_offset, lines)
+        return redact_text(read_log_tail(self.log_path, self.log_offset, lines))
 
     def last_line(self) -> str:
         return last_log_line(self.log_path, self.log_offset)
@@ -402,6 +418,7 @@ class ServerProcess:
             with contextlib.suppress(OSError):
                 self._log.close()
             self._log = None
+        redact_log_file(self.log_path)
         with _LIVE_LOCK:
             _LIVE.discard(self)
         if host is not None and port:
