@@ -552,6 +552,10 @@ def _hydra_task(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if _in_multirun():  # before anything can interrupt the sweep
+        from harness.sweep import redact_multirun_yaml
+
+        redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
 
     def on_signal(signum: int, frame: Any) -> None:
         raise Interrupted(signum)

@@ -85,6 +85,17 @@ def format_sweep(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def redact_multirun_yaml(sweep_dir: Path) -> None:
+    """Hydra writes its record of the sweep's overrides (``multirun.yaml``) unredacted: redact it in place."""
+    from harness.redact import redact_text
+
+    path = Path(sweep_dir) / "multirun.yaml"
+    if path.exists():
+        text = path.read_text()
+        if redact_text(text) != text:
+            path.write_text(redact_text(text))
+
+
 class SweepSummary(Callback):
     """Hydra callback: at the end of a multirun, write sweep_summary.json (+ report) and print the table."""
 
@@ -92,11 +103,7 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.exists():
             return
-        multirun = sweep_dir / "multirun.yaml"  # Hydra's record of the overrides: secrets redacted
-        if multirun.exists():
-            from harness.redact import redact_text
-
-            multirun.write_text(redact_text(multirun.read_text()))
+        redact_multirun_yaml(sweep_dir)
         s = summarize_sweep(sweep_dir, str(config.stats.correction))
         print(format_sweep(s), file=sys.stdout, flush=True)
         if config.get("report", True):
