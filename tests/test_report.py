@@ -292,7 +292,7 @@ def test_sweep_report(tmp_path: Path) -> None:
     html = write_sweep_report(sweep).read_text()
     text = _text(html)
     for r in s["comparisons"]:
-        assert r["job"] in text
+        assert r["label"] in text  # the swept keys, not the whole job directory name
         assert f"{100 * r['delta']:+.2f}".replace("-", "\u2212") in text
         assert r["verdict"].upper().replace("_", " ") in text
     assert "holm" in text and "<svg" in html and 'href="job1_x=1/report.html"' in html
