@@ -46,6 +46,8 @@ STATIC_KINDS = ("source",)
 LIVE_KINDS = ("fingerprint", "http", "custom")
 #: Seconds allowed for a source probe (importing a large package such as SGLang can take a while).
 SOURCE_PROBE_TIMEOUT_S = 300.0
+#: The stdlib-only launcher; the source probe borrows its module lookup.
+LAUNCHER = Path(__file__).resolve().parent / "engines" / "launcher.py"
 
 
 class ArmError(ValueError):
@@ -442,18 +444,17 @@ def compare(found: Any, c: CheckConfig, arm: ResolvedArm | None = None) -> tuple
 
 # --------------------------------------------------------------------------------- static checks
 _PROBE = textwrap.dedent(r'''
-    import ast, hashlib, importlib, inspect, json, os, sys
+    import ast, hashlib, importlib, importlib.util, inspect, json, os, sys
     req = json.loads(sys.argv[1])
     out = {"python": sys.executable, "python_version": sys.version.split()[0]}
 
+    # The stdlib-only launcher's module lookup (the same one the live fingerprint uses), loaded by path.
+    _spec = importlib.util.spec_from_file_location("abh_launcher", req["launcher"])
+    _launcher = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_launcher)
+
     def find_file(name):
-        parts = name.split(".")
-        for entry in sys.path:
-            base = os.path.join(entry or os.getcwd(), *parts)
-            for cand in (base + ".py", os.path.join(base, "__init__.py")):
-                if os.path.isfile(cand):
-                    return os.path.abspath(cand)
-        return None
+        return _launcher.find_module_file(name)[0]
 
     def ast_source(path, dotted):
         text = open(path, encoding="utf-8").read()
@@ -526,7 +527,7 @@ _PROBE = textwrap.dedent(r'''
 def probe_source(arm: ResolvedArm, module: str, obj: str, env: Mapping[str, str] | None = None,
                  timeout_s: float = SOURCE_PROBE_TIMEOUT_S) -> dict[str, Any]:
     """Run the source probe in the arm's own interpreter (with its PYTHONPATH and env)."""
-    argv = [arm.interpreter, "-c", _PROBE, json.dumps({"module": module, "object": obj})]
+    argv = [arm.interpreter, "-c", _PROBE, json.dumps({"module": module, "object": obj, "launcher": str(LAUNCHER)})]
     cwd = arm.source.tree or None
     if cwd and not Path(cwd).is_dir():
         cwd = None
