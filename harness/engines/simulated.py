@@ -28,27 +28,25 @@ class SimulatedEngine(LaunchedEngine):
         return [str(PROJECT_ROOT)]
 
     def server_args(self) -> list[str]:
+        """Every simulator knob the engine config sets becomes its flag (``flip_rate`` -> ``--flip-rate``),
+        so a knob added to the simulator needs no second list here."""
+        from dataclasses import fields
+
+        from harness.simulator import SimConfig
+
         c = self.cfg
         args = ["--host", self.host, "--port", str(self.port)]
-        data = getattr(c, "data", "")
-        if data:
-            args += ["--data", str(data)]
-        args += ["--accuracy", str(c.accuracy), "--flip-rate", str(c.flip_rate), "--seed", str(c.seed)]
-        noise = getattr(c, "noise", "")
-        if noise:
-            args += ["--noise", str(noise)]
-        if c.run_seed is not None and int(c.run_seed) >= 0:
-            args += ["--run-seed", str(c.run_seed)]
-        args += ["--latency-s", str(c.latency_s), "--max-running-requests", str(c.max_running_requests)]
-        if c.build:
-            args += ["--build", str(c.build)]
-        if c.model_path:
-            args += ["--model-path", str(c.model_path)]
-        args += ["--invalid-rate", str(c.invalid_rate), "--startup-s", str(c.startup_s),
-                 "--crash-after", str(c.crash_after), "--hang-after", str(c.hang_after),
-                 "--error-rate", str(c.error_rate), "--malformed-rate", str(c.malformed_rate)]
-        if c.ignore_sigterm:
-            args.append("--ignore-sigterm")
+        for f in fields(SimConfig):
+            if f.name in ("host", "port", "argv") or not hasattr(c, f.name):
+                continue
+            value = getattr(c, f.name)
+            if value is None or value == "" or (f.name == "run_seed" and int(value) < 0):
+                continue  # unset: the simulator's default (run_seed -1: random per launch)
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                args += [flag] if value else []
+            else:
+                args += [flag, str(value)]
         return args
 
     def ready_check(self) -> tuple[bool, str]:
