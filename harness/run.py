@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import __version__, exitcodes
 from harness.config import CONFIG_DIR, PROJECT_ROOT, ConfigError, validate
+from harness.keys import flatten, matches
 from harness.redact import redact_text, redact_tree
 from harness.store import atomic_write_json, read_json
 
@@ -147,22 +148,13 @@ _NON_SEMANTIC = ("progress", "report", "dry_run", "client.request_timeout_s", "c
                  "experiment.allowed_differences")
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: obj}
-
-
 def config_digest(cfg: DictConfig) -> dict[str, Any]:
     """sha256 of the resolved config minus the keys that do not change what is measured (statistics settings
     may change between reruns: they are recomputed from the stored answers)."""
     import hashlib
 
-    flat = {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items()
-            if not any(k == n or k.startswith(n + ".") for n in _NON_SEMANTIC)}
+    flat = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
+            if not matches(k, _NON_SEMANTIC)}
     # Secret values (a rotated token) do not change what is measured, and must not be hashed either.
     semantic = redact_tree(flat)
     digest = hashlib.sha256(json.dumps(semantic, sort_keys=True, default=str).encode()).hexdigest()
@@ -265,7 +257,8 @@ class Run:
     # ------------------------------------------------------------------ before any server
     def prepare_arms(self) -> list[dict[str, Any]]:
         """Resolve each arm and its engine; return the differences between the arms' static launches."""
-        from harness.arms import arm_diff, describe_launch, resolve_arm
+        from harness.arm import resolve_arm
+        from harness.armdiff import arm_diff, describe_launch
         from harness.config import arms_root
         from harness.engines import PortInUseError, create_engine
 
@@ -291,7 +284,7 @@ class Run:
         return diffs
 
     def _disallowed(self, diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from harness.arms import disallowed
+        from harness.armdiff import disallowed
 
         return disallowed(diffs, self.allowed)
 
@@ -311,7 +304,8 @@ class Run:
 
     def static_checks(self) -> None:
         """Side checks that need no server (source probes in each arm's interpreter)."""
-        from harness.arms import run_static_checks
+        from harness.checks.result import SideAssertionError, assert_checks
+        from harness.checks.static import run_static_checks
 
         for key, arm in self.resolved.items():
             results = run_static_checks(arm)
@@ -325,16 +319,17 @@ class Run:
                 if failed:
                     print(f"# arm {key}: {len(failed)} side check(s) fail here; a real run would stop before "
                           f"measuring (exit {exitcodes.SIDE_ASSERTION_FAILED})")
-            elif failed:
-                r = failed[0]
-                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
-                                 f"side assertion failed for arm {key}: {r.name}: expected {r.expected!r}, "
-                                 f"found {r.found!r}")
+            else:
+                try:
+                    assert_checks(results, key)
+                except SideAssertionError as e:
+                    raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED, str(e)) from None
 
     # ------------------------------------------------------------------ servers
     def launch(self, key: str, label: str) -> Any:
         """Start arm ``key``'s server, wait until it serves, record its probe, assert its side."""
-        from harness.arms import run_live_checks
+        from harness.checks.live import run_live_checks
+        from harness.checks.result import SideAssertionError, assert_checks
 
         engine = self.engines[key]
         _say(f"{label} launching arm {key} ({engine.kind})")
@@ -348,12 +343,11 @@ class Run:
         results = run_live_checks(self.resolved[key], engine)
         arm_m["live_checks"] = _check_dicts(results)
         self.manifest.save()
-        failed = [r for r in results if not r.passed]
-        if failed:
-            r = failed[0]
+        try:
+            assert_checks(results, key)
+        except SideAssertionError as e:
             arm_m["status"] = "side_check_failed"
-            raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED, f"side assertion failed: arm {key}: {r.name}: "
-                             f"expected {r.expected!r}, found {r.found!r}")
+            raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED, str(e)) from None
         for r in results:
             _say(f"  side check {r.name}: PASS")
         self.launched.add(key)
@@ -363,7 +357,7 @@ class Run:
 
     def _check_live_diff(self) -> None:
         """Both serving processes have reported their live fingerprints: diff the full launches too."""
-        from harness.arms import arm_diff, describe_launch
+        from harness.armdiff import arm_diff, describe_launch
 
         full = {k: describe_launch(self.resolved[k], self.engines[k]) for k in self.keys.values()}
         diffs = arm_diff(full)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import TEST_JSONL, free_port, pid_alive
 
-from harness.arms import ResolvedArm
+from harness.arm import ResolvedArm
 from harness.client import ClientConfig
 from harness.config import SimulatedEngineConfig
 from harness.engines import EngineError, PortInUseError, create_engine
@@ -162,7 +162,7 @@ def test_configured_port_taken_is_a_clear_error(tmp_path):
 
 DRIVER = textwrap.dedent("""
     import sys, time
-    from harness.arms import ResolvedArm
+    from harness.arm import ResolvedArm
     from harness.config import SimulatedEngineConfig
     from harness.engines import create_engine, install_termination_handlers
 

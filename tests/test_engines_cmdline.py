@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
-from harness.arms import ResolvedArm, SourceInfo, resolve_arm
+from harness.arm import ResolvedArm, SourceInfo, resolve_arm
 from harness.config import (
     ExternalEngineConfig,
     LlamaCppEngineConfig,

@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import shlex
 import statistics
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.redact import REDACTED, is_secret_name, redact_argv, redact_env
+from harness.cmdline import command_line, shell_command
+from harness.redact import redact_env
 from harness.store import SampleRecord, load_eval, read_json, read_jsonl
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
@@ -68,46 +68,6 @@ def fmt_time(ts: Any) -> str:
     if isinstance(ts, int | float) and not isinstance(ts, bool) and ts > 0:
         return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ts))
     return as_text(ts)
-
-
-def redact_tokens(argv: Iterable[Any]) -> list[str]:
-    """redact_argv, plus ``name=value`` tokens with a secret-looking name (Hydra overrides, env prefixes)."""
-    out = []
-    for tok in redact_argv([str(t) for t in argv]):
-        name, eq, _ = tok.partition("=")
-        if eq and not tok.startswith("-") and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")):
-            tok = f"{name}={REDACTED}"
-        out.append(tok)
-    return out
-
-
-def shell_command(argv: Any, env: Any = None) -> str:
-    """The exact command as one copyable shell snippet (env prefix, one flag per line), secrets redacted."""
-    lines: list[str] = []
-    if isinstance(env, dict):
-        for k, v in redact_env({str(k): str(v) for k, v in env.items()}).items():
-            lines.append(f"{k}={shlex.quote(v)}")
-    elif isinstance(env, list):
-        lines += [str(e) for e in env]
-    if isinstance(argv, str):
-        cmd = [argv]
-    elif isinstance(argv, list | tuple) and argv:
-        toks = [shlex.quote(t) for t in redact_tokens(argv)]
-        cmd, i = [toks[0]], 1
-        # Keep interpreter + "-m module" together, then one flag (with its value) per line.
-        while i < len(toks) and not toks[i].startswith("--"):
-            cmd[0] += " " + toks[i]
-            i += 1
-        while i < len(toks):
-            if toks[i].startswith("-") and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
-                cmd.append(f"  {toks[i]} {toks[i + 1]}")
-                i += 2
-            else:
-                cmd.append(f"  {toks[i]}")
-                i += 1
-    else:
-        cmd = []
-    return " \\\n".join(lines + cmd) if (lines or cmd) else ""
 
 
 def resolve_dir(p: Any, base: Path) -> Path | None:
@@ -333,9 +293,11 @@ def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str,
         if isinstance(env, dict):
             env_rows = [{"key": k, "text": v} for k, v in redact_env({str(k): as_text(v) for k, v in env.items()}).items()]
         known = {"name", "side", "launch", "static_checks", "live_checks", "instances"}
+        command = shell_command(argv if isinstance(argv, str | list | tuple) else None,
+                                env if isinstance(env, dict | list) else None)
         views.append({
             "role": role, "key": key, "name": arm.get("name") or names.get(role) or key, "side": arm.get("side"),
-            "command": shell_command(argv, env), "env": env_rows, "launch_other": other,
+            "command": command, "env": env_rows, "launch_other": other,
             "static_checks": _checks(arm.get("static_checks")), "live_checks": _checks(arm.get("live_checks")),
             "instances": [{"id": as_text(i.get("id")), "url": as_text(i.get("url")),
                            "probe": as_text(i.get("probe")) if i.get("probe") is not None else ""}
@@ -408,7 +370,7 @@ def provenance_rows(manifest: dict[str, Any], runs: dict[str, list[Run]], c: dic
         if isinstance(s, dict):
             txt = (f"{fmt_time(s.get('started'))} → {fmt_time(s.get('ended')) if s.get('ended') else 'not ended'}"
                    f"{' (resume)' if s.get('resume') else ''}; pid {s.get('pid')}; argv: "
-                   + " ".join(shlex.quote(a) for a in redact_tokens(s.get("argv") or [])))
+                   + command_line(s["argv"] if isinstance(s.get("argv"), list) else []))
             rows.append({"key": f"session {i}", "text": txt, "block": False})
     if manifest.get("status") is not None:
         rows.append({"key": "run status", "text": as_text(manifest["status"]), "block": is_block(manifest["status"])})
