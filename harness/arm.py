@@ -114,7 +114,8 @@ def _arm_config(arm_cfg: Any) -> ArmConfig:
         return arm_cfg
     node = arm_cfg
     if not OmegaConf.is_config(node):
-        node = OmegaConf.create(dataclasses.asdict(node) if dataclasses.is_dataclass(node) else dict(node))
+        plain = dataclasses.asdict(node) if dataclasses.is_dataclass(node) and not isinstance(node, type) else dict(node)
+        node = OmegaConf.create(plain)
     else:
         node = OmegaConf.create(OmegaConf.to_container(node, resolve=True, throw_on_missing=False))
     try:

@@ -14,7 +14,7 @@ def test_shell_command_one_flag_per_line_secrets_redacted():
             "--enable-dp-attention", "--api-key", "sk-1", "--lr", "-1e-3", "--x=1", "pos"]
     text = shell_command(argv, {"HF_TOKEN": "hf_1", "A": "x y"})
     assert text.split(" \\\n") == [
-        f"HF_TOKEN={REDACTED}", "A='x y'", "/env/bin/python -m sglang.launch_server", "  --model-path '/m odel'",
+        f"HF_TOKEN='{REDACTED}'", "A='x y'", "/env/bin/python -m sglang.launch_server", "  --model-path '/m odel'",
         "  --tp 8", "  --enable-dp-attention", f"  --api-key '{REDACTED}'", "  --lr -1e-3", "  --x=1", "  pos"]
     # positionals right after the program stay with it; a ready-made command line is shown as it is
     assert shell_command(["llama-server", "serve", "--port", "8"]) == "llama-server serve \\\n  --port 8"
@@ -40,6 +40,6 @@ def test_launch_spec_and_report_show_the_same_command(tmp_path):
     spec = create_engine(cfg, ResolvedArm(key="a", name="a"), tmp_path, "a").launch_spec()
     shown = spec.pretty()
     assert shown == shell_command(spec.server_argv, spec.env_delta)
-    assert "sk-live" not in shown and f"HF_TOKEN={REDACTED}" in shown and "  --port 30123 \\" in shown
+    assert "sk-live" not in shown and f"HF_TOKEN='{REDACTED}'" in shown and "  --port 30123 \\" in shown
     manifest = {"arms": {"a": {"name": "a", "launch": {"argv": spec.server_argv, "env": spec.env_delta}}}}
     assert arm_views(manifest, {"a": "a"})[0]["command"] == shown

@@ -102,7 +102,8 @@ def test_failed_side_assertion_stops_before_measuring(tmp_path):
     run_dir = tmp_path / "run"
     r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "arms.b.engine.build=baseline", cwd=tmp_path)
     assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-2000:]
-    assert "expected 'fix'" in r.stderr and "found 'baseline'" in r.stderr
+    assert ("side assertion failed for arm 'b': check 'server reports the fix build' (http: GET /get_server_info "
+            "-> build): expected 'fix'; found 'baseline'") in r.stderr  # the message of checks.result.assert_checks
     assert not (run_dir / "evals" / "b").exists()
     for pid in _server_pids(run_dir):
         assert not pid_alive(pid)

@@ -21,7 +21,6 @@ import requests
 
 from harness.arm import ResolvedArm
 from harness.cmdline import command_line, shell_command
-
 from harness.engines.process import (
     EngineError,
     ServerProcess,
@@ -81,7 +80,7 @@ class LaunchSpec:
 
 
 def _plain(cfg: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(cfg):
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         return dataclasses.asdict(cfg)
     return dict(cfg)
 

@@ -273,7 +273,7 @@ def _checks(v: Any) -> list[dict[str, Any]]:
 
 def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
     arms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
-    views = []
+    views: list[dict[str, Any]] = []
     for role in ("a", "b"):
         key = _find_arm_key(role, manifest, names)
         arm = arms.get(key) if key is not None else None
@@ -308,8 +308,8 @@ def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str,
     # Mark the command lines that the other arm's command does not have.
     norm = [{ln.rstrip(" \\").strip() for ln in v["command"].splitlines()} for v in views]
     for j, v in enumerate(views):
-        other = norm[1 - j] if len(views) == 2 else None
-        v["command_lines"] = [{"text": ln, "differs": other is not None and ln.rstrip(" \\").strip() not in other}
+        theirs = norm[1 - j] if len(views) == 2 else None
+        v["command_lines"] = [{"text": ln, "differs": theirs is not None and ln.rstrip(" \\").strip() not in theirs}
                               for ln in v["command"].splitlines()]
     return views
 
