@@ -75,7 +75,7 @@ def spend(t: float | np.ndarray, alpha: float, kind: str = "obf") -> np.ndarray:
     if kind == "obf":
         with np.errstate(divide="ignore"):
             z = ndtri(1 - alpha / 2) / np.sqrt(tt)
-        return 2 - 2 * ndtr(z)
+        return 2 * ndtr(-z)  # = 2 - 2 Φ(z), without cancellation at small t
     if kind == "pocock":
         return alpha * np.log1p((math.e - 1) * tt)
     raise ValueError(f"spending must be one of {SPENDING}, not {kind!r}")
