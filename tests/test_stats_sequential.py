@@ -325,25 +325,25 @@ def test_sequential_equivalence_at_the_margin_keeps_alpha() -> None:
 
 @pytest.mark.slow
 def test_expected_repeats_table() -> None:
-    """Expected repeats of the sequential run against the fixed design (6 repeats) for a null, a small and a
-    large effect, with the verdict rates of both (printed with -s)."""
+    """Expected repeats of the sequential run (at most 6) against the fixed design (6 repeats) for a null, a
+    small and a large effect, with the verdict rates of both (printed with -s)."""
     rng = np.random.default_rng(41)
     rows = []
-    for label, acc_b in (("null", 0.945), ("small +1 pp", 0.955), ("large +3 pp", 0.975)):
+    for label, acc_b in (("null", 0.945), ("small +0.5 pp", 0.950), ("large +2 pp", 0.965)):
         for noise, passes in (("launch", 1), ("pass", 1), ("mixed", 2)):
             r = calibration_row(rng, 2000, acc_b, noise, passes)
             rows.append((label, f"{noise} x{passes}", r))
-    print("\neffect        noise     seq improved  seq regressed  early eff  futility  E[repeats]  "
-          "fixed improved (6 repeats)")
+    print("\neffect         noise      seq: improved regressed early-eff futility E[repeats] | fixed 6: improved "
+          "regressed")
     for label, noise, r in rows:
-        print(f"{label:<13} {noise:<9} {100 * r['improved']:11.1f}% {100 * r['regressed']:13.1f}% "
-              f"{100 * r['early_efficacy']:9.1f}% {100 * r['futility']:8.1f}% {r['expected_repeats']:11.2f}  "
-              f"{100 * r['fixed_improved']:10.1f}%")
+        print(f"{label:<14} {noise:<10} {100 * r['improved']:13.1f}% {100 * r['regressed']:8.1f}% "
+              f"{100 * r['early_efficacy']:8.1f}% {100 * r['futility']:7.1f}% {r['expected_repeats']:10.2f} | "
+              f"{100 * r['fixed_improved']:16.1f}% {100 * (r['fixed_reject'] - r['fixed_improved']):8.1f}%")
     for label, _, r in rows:
         if label == "null":
-            assert r["expected_repeats"] < 5 and r["improved"] + r["regressed"] <= 0.07
+            assert r["expected_repeats"] < 5.5 and r["improved"] + r["regressed"] <= 0.065
         elif label.startswith("large"):
-            assert r["improved"] > 0.95 and r["expected_repeats"] < 3
+            assert r["improved"] > 0.95 and r["expected_repeats"] < 3.5
         else:
-            # power within a few points of the fixed design, at fewer repeats on average
-            assert r["improved"] >= r["fixed_improved"] - 0.06 and r["expected_repeats"] < 6
+            # power within a few points of the fixed design's, at fewer repeats on average
+            assert r["improved"] >= r["fixed_improved"] - 0.05 and r["expected_repeats"] < 6

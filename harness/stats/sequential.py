@@ -292,7 +292,7 @@ class SequentialDesign:
     #: fixed design's TOST; alpha / 2 for non-inferiority)
     alpha_equivalence: float | None = None
     futility: bool = True
-    futility_power: float = 0.05
+    futility_power: float = 0.02
     futility_from: float = 0.5
 
     def __post_init__(self) -> None:
