@@ -100,6 +100,65 @@ def _continuation(lo: float, hi: float, gap_lo: float, gap_hi: float) -> list[tu
     return [(a, b) for a, b in ((lo, gap_lo), (gap_hi, hi)) if b > a]
 
 
+class _Recursion:
+    """The density of the score ``S_k = Z_k sqrt(t_k)`` over the continuation region of the looks so far
+    (Armitage, McPherson and Rowe 1969; Jennison and Turnbull 2000, ch. 19): increments of S are independent
+    ``N(drift dt, dt)``; Simpson's rule on a grid of spacing ``sqrt(dt) / resolution``."""
+
+    def __init__(self, drift: float = 0.0, resolution: int = 16):
+        self.drift, self.resolution = drift, resolution
+        self.t_prev = 0.0
+        self.x: np.ndarray | None = None
+        self.w: np.ndarray | None = None
+        self.f: np.ndarray | None = None
+
+    def mass_between(self, tk: float, a_z: float, b_z: float) -> float:
+        """P(reach the look at information tk and a_z < Z < b_z)."""
+        if b_z <= a_z:
+            return 0.0
+        sk = math.sqrt(tk)
+        a, b = a_z * sk, b_z * sk
+        if self.f is None:
+            m = self.drift * tk
+            return float(ndtr((b - m) / sk) - ndtr((a - m) / sk))
+        dt = tk - self.t_prev
+        sd, ms = math.sqrt(dt), self.drift * dt
+        return float(np.sum(self.w * self.f * (ndtr((b - self.x - ms) / sd) - ndtr((a - self.x - ms) / sd))))
+
+    def reach(self) -> float:
+        return 1.0 if self.f is None else float(np.sum(self.w * self.f))
+
+    def advance(self, tk: float, lower: float, upper: float, gap: tuple[float, float], t_next: float) -> bool:
+        """Condition on continuing at the look at tk (lower < Z < upper, outside the gap); False when no
+        path continues."""
+        sk = math.sqrt(tk)
+        dt = tk - self.t_prev
+        sd, ms = math.sqrt(dt), self.drift * dt
+        mean_k = self.drift * tk
+        lo_r = max(lower * sk, mean_k - _TAIL_SD * sk)
+        hi_r = min(upper * sk, mean_k + _TAIL_SD * sk)
+        h = min(sd, math.sqrt(t_next - tk)) / self.resolution
+        pieces = [_simpson(a, b, h) for a, b in _continuation(lo_r, hi_r, gap[0] * sk, gap[1] * sk)]
+        if not pieces:
+            self.f = np.zeros(1)
+            self.x, self.w = np.zeros(1), np.zeros(1)
+            self.t_prev = tk
+            return False
+        y = np.concatenate([q[0] for q in pieces])
+        wy = np.concatenate([q[1] for q in pieces])
+        if self.f is None:
+            fy = np.exp(-0.5 * ((y - mean_k) / sk) ** 2) / (sk * math.sqrt(2 * math.pi))
+        else:
+            fy = np.empty_like(y)
+            wf = self.w * self.f
+            for i in range(0, y.size, 512):  # bounded memory on fine grids
+                blk = y[i:i + 512]
+                kern = np.exp(-0.5 * ((blk[:, None] - self.x[None, :] - ms) / sd) ** 2)
+                fy[i:i + 512] = kern @ wf / (sd * math.sqrt(2 * math.pi))
+        self.x, self.w, self.f, self.t_prev = y, wy, fy, tk
+        return True
+
+
 def exit_probabilities(t: Sequence[float], upper: Sequence[float], lower: Sequence[float] | None = None,
                        drift: float = 0.0, gap: Sequence[tuple[float, float]] | None = None,
                        resolution: int = 16) -> dict[str, np.ndarray]:
@@ -125,52 +184,15 @@ def exit_probabilities(t: Sequence[float], upper: Sequence[float], lower: Sequen
     if np.any(np.diff(t_arr) <= 0) or t_arr[0] <= 0:
         raise ValueError("information times must be positive and increasing")
     out = {name: np.zeros(k_n) for name in ("up", "down", "gap", "continue")}
-    x = w = f = None  # grid, weights, density of S at the previous look over its continuation region
+    rec = _Recursion(drift, resolution)
     for k in range(k_n):
-        tk = t_arr[k]
-        sk = math.sqrt(tk)
-        dt = tk if k == 0 else tk - t_arr[k - 1]
-        sd = math.sqrt(dt)
-        mean_step = drift * dt
-        u_s, l_s = up_b[k] * sk, lo_b[k] * sk
-        g_lo, g_hi = gaps[k][0] * sk, gaps[k][1] * sk
-
-        def mass_between(a: float, b: float) -> float:
-            """P(reach look k and a < S_k < b)."""
-            if b <= a:
-                return 0.0
-            if f is None:
-                return float(ndtr((b - drift * tk) / sk) - ndtr((a - drift * tk) / sk))
-            return float(np.sum(w * f * (ndtr((b - x - mean_step) / sd) - ndtr((a - x - mean_step) / sd))))
-
-        reach = 1.0 if f is None else float(np.sum(w * f))
-        out["up"][k] = mass_between(u_s, math.inf)
-        out["down"][k] = mass_between(-math.inf, l_s)
-        lo_c, hi_c = max(g_lo, l_s), min(g_hi, u_s)
-        out["gap"][k] = mass_between(lo_c, hi_c)
-        out["continue"][k] = max(0.0, reach - out["up"][k] - out["down"][k] - out["gap"][k])
-        if k == k_n - 1:
+        tk = float(t_arr[k])
+        out["up"][k] = rec.mass_between(tk, up_b[k], math.inf)
+        out["down"][k] = rec.mass_between(tk, -math.inf, lo_b[k])
+        out["gap"][k] = rec.mass_between(tk, max(gaps[k][0], lo_b[k]), min(gaps[k][1], up_b[k]))
+        out["continue"][k] = max(0.0, rec.reach() - out["up"][k] - out["down"][k] - out["gap"][k])
+        if k == k_n - 1 or not rec.advance(tk, lo_b[k], up_b[k], gaps[k], float(t_arr[k + 1])):
             break
-        # density of S_k on the continuation region, for the next look
-        mean_k, sd_k = drift * tk, sk
-        lo_r = max(l_s, mean_k - _TAIL_SD * sd_k)
-        hi_r = min(u_s, mean_k + _TAIL_SD * sd_k)
-        sd_next = math.sqrt(t_arr[k + 1] - tk)
-        h = min(sd, sd_next) / resolution
-        pieces = [_simpson(a, b, h) for a, b in _continuation(lo_r, hi_r, g_lo, g_hi)]
-        if not pieces:
-            out["continue"][k] = 0.0
-            for name in ("up", "down", "gap"):
-                out[name][k + 1:] = 0.0
-            break
-        y = np.concatenate([p[0] for p in pieces])
-        wy = np.concatenate([p[1] for p in pieces])
-        if f is None:
-            fy = np.exp(-0.5 * ((y - mean_k) / sk) ** 2) / (sk * math.sqrt(2 * math.pi))
-        else:
-            kern = np.exp(-0.5 * ((y[:, None] - x[None, :] - mean_step) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
-            fy = kern @ (w * f)
-        x, w, f = y, wy, fy
     return out
 
 
@@ -181,24 +203,28 @@ def _spending_boundaries(t: tuple[float, ...], alpha: float, kind: str, sides: i
         raise ValueError("sides must be 1 or 2")
     per_side = alpha / 2 if sides == 2 else alpha
     cum = spend(np.asarray(t), per_side, kind) * sides
-    cum[-1] = sides * per_side if t[-1] >= 1 else cum[-1]
+    if t[-1] >= 1:
+        cum[-1] = alpha
     bounds: list[float] = []
-    for k in range(len(t)):
+    rec = _Recursion()
+    for k, tk in enumerate(t):
         target = float(cum[k] - (cum[k - 1] if k else 0.0))
-        tk = list(t[:k + 1])
 
-        def excess(c: float, tk: list[float] = tk, target: float = target) -> float:
-            up = [*bounds, c]
-            lo = [-b for b in up] if sides == 2 else [-math.inf] * len(up)
-            p = exit_probabilities(tk, up, lo)
-            return float(p["up"][-1] + p["down"][-1]) - target
+        def excess(c: float, tk: float = tk, target: float = target) -> float:
+            p = rec.mass_between(tk, c, math.inf)
+            if sides == 2:
+                p += rec.mass_between(tk, -math.inf, -c)
+            return p - target
 
         if target <= 1e-15 or excess(Z_MAX) >= 0:
-            bounds.append(Z_MAX)
+            c_k = Z_MAX
         elif excess(0.0) <= 0:
-            bounds.append(0.0)
+            c_k = 0.0
         else:
-            bounds.append(float(brentq(excess, 0.0, Z_MAX, xtol=1e-7)))
+            c_k = float(brentq(excess, 0.0, Z_MAX, xtol=1e-7))
+        bounds.append(c_k)
+        if k + 1 < len(t):
+            rec.advance(tk, -c_k if sides == 2 else -math.inf, c_k, (0.0, 0.0), t[k + 1])
     return tuple(bounds)
 
 
