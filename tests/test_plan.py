@@ -8,14 +8,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_compare import make_eval
 
 from harness import plan as P
 from harness import stats
 from harness.stats import sequential as sq
-from harness.store import atomic_write_json
+from harness.store import EvalStore, SampleRecord, atomic_write_json, summarize
 
 N = 1319
+
+
+def make_eval(root: Path, correct: np.ndarray, simulated: bool = False, **meta: object) -> None:
+    """An eval directory whose question i is right iff correct[i]."""
+    store = EvalStore(root)
+    store.open({"dataset_sha256": "d" * 64, "recipe": "sglang", "indices": list(range(len(correct))),
+                "simulated": simulated, **meta})
+    rows = [SampleRecord(index=i, prompt_sha256="0" * 64, output="#### 1", pred=1, label=1, correct=bool(ok),
+                         invalid=False, finish_reason="stop", prompt_tokens=1, completion_tokens=1, latency_s=0.1,
+                         attempts=1) for i, ok in enumerate(correct)]
+    for r in rows:
+        store.append(r)
+    store.write_summary(summarize(rows, len(rows), 300.0))
+    store.close()
 
 
 def make_run(root: Path, *, flips: float = 0.02, same_launch: bool = False, with_manifest: bool = True,
@@ -31,9 +44,6 @@ def make_run(root: Path, *, flips: float = 0.02, same_launch: bool = False, with
             x[redraw] = rng.random(int(redraw.sum())) < 0.5
             inst = f"{role}@{1000 if same_launch else 1000 * r}"
             make_eval(root / f"evals/{role}/r{r}", x, role=role, repeat=r, instance=inst, simulated=simulated)
-            atomic_write_json(root / f"evals/{role}/r{r}/summary.json",
-                              {**json.loads((root / f"evals/{role}/r{r}/summary.json").read_text()),
-                               "latency_s": 300.0})
     if with_manifest:
         insts = {role: [{"id": f"{role}@{1000 * r}", "role": role, "launch_s": 600.0, "server_s": 960.0}
                         for r in (1, 2)] for role in ("a", "b")}
