@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.compare import CompareError, compare_dirs, format_summary, main, power_main
-from harness.store import EvalStore, SampleRecord, summarize
+from harness.cli_compare import compare_main as main
+from harness.cli_compare import power_main
+from harness.compare import CompareError, compare_dirs, format_summary
+from harness.schema import SampleRecord
+from harness.store import EvalStore, summarize
 
 N = 1319
 
@@ -32,7 +35,7 @@ def make_eval(root: Path, correct: np.ndarray | list, *, errors: tuple[int, ...]
                            prompt_tokens=10, completion_tokens=5, latency_s=0.1, attempts=1, error=err)
         store.append(rec, prompt=f"Question {i}")
         rows.append(rec)
-    store.write_summary(summarize(rows, n, 1.0))
+    store.write_summary({**summarize(rows, n, 1.0), "complete": True})
     store.close()
     return root
 

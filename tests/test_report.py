@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from harness import schema
+from harness.cli_report import report_main as main
 from harness.compare import compare_dirs
-from harness.report import detect, main, write_report, write_sweep_report
+from harness.report import detect, write_report, write_sweep_report
 from harness.report.data import question_from_prompt
 from harness.report.words import verdict_sentence
-from harness.store import EvalStore, SampleRecord, atomic_write_json, summarize
+from harness.schema import SampleRecord
+from harness.store import EvalStore, summarize
 
 SCRIPT_ALERT = "<script>alert(1)</script>"
 SCRIPT_TITLE = "<script>document.title='pwned'</script>"
@@ -123,12 +126,12 @@ def build_run_dir(root: Path, *, n: int = 60, repeats: int = 1, aa: bool = False
         dirs[role].append(d)
     out = root if run else root / "cmp"
     comp = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"], margin=margin, n_resamples=n_resamples)
+    comp["arm_names"] = {"a": names[0], "b": names[1]}  # the caller of compare_dirs names the arms
     if run:
-        comp["arm_names"] = {"a": names[0], "b": names[1]}
-        atomic_write_json(root / "manifest.json", _manifest(root, names, repeats, aa, simulated, dirs, n))
-        atomic_write_json(root / "summary.json", {"kind": "abh.run.summary", "verdict": comp["verdict"],
-                                                  "simulated": simulated, "experiment": "shared-slot-fix"})
-    atomic_write_json(out / "comparison.json", comp)
+        schema.write_manifest(root / "manifest.json", _manifest(root, names, repeats, aa, simulated, dirs, n))
+        schema.write_run_summary(root / "summary.json", {"verdict": comp["verdict"], "simulated": simulated,
+                                                         "experiment": "shared-slot-fix"})
+    schema.write_comparison(out / "comparison.json", comp)
     return out
 
 

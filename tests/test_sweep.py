@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.store import atomic_write_json
+from harness.schema import write_comparison
 from harness.sweep import format_sweep, summarize_sweep, swept_labels
 
 
@@ -18,7 +18,7 @@ def test_holm_adjusted_verdicts_and_labels(tmp_path):
     jobs = {"job0_x=1,n=100": (0.01, "improved", 0.02), "job1_x=2,n=100": (0.04, "regressed", -0.02),
             "job2_x=3,n=100": (0.5, "inconclusive", 0.0)}
     for job, (p, v, d) in jobs.items():
-        atomic_write_json(tmp_path / job / "comparison.json", _comparison(p, v, d))
+        write_comparison(tmp_path / job / "comparison.json", _comparison(p, v, d))
     s = summarize_sweep(tmp_path, "holm")
     rows = {r["label"]: r for r in s["comparisons"]}
     assert set(rows) == {"x=1", "x=2", "x=3"}
@@ -38,7 +38,7 @@ def test_swept_labels_keep_only_what_varies():
 
 
 def test_a_job_without_comparison_still_counts_in_the_family(tmp_path):
-    atomic_write_json(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
+    write_comparison(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
     (tmp_path / "job1_x=2").mkdir()  # failed or interrupted: no comparison.json
     s = summarize_sweep(tmp_path, "holm")
     rows = {r["label"]: r for r in s["comparisons"]}
