@@ -124,14 +124,23 @@ def _commands(c: Mapping[str, Any], manifest: Mapping[str, Any], names: dict[str
         out.append(_fence(" ".join(shlex.quote(t) for t in data.redact_tokens(cmd))))
     for s in manifest.get("sessions") or []:
         if isinstance(s, dict) and s.get("argv"):
-            argv = ["abh", "run", *[str(a) for a in s["argv"][1:]]]
-            out.append(_fence(" ".join(shlex.quote(t) for t in data.redact_tokens(argv))))
+            out.append(_fence(" ".join(shlex.quote(t) for t in data.redact_tokens(_abh_run_argv(s["argv"])))))
             break  # the first session's command; resumes repeat it
     for view in data.arm_views(manifest, names):
         if view["command"]:
             out.append(f"<details><summary>server command of arm {view['role'].upper()} "
                        f"({cell(view['name'])})</summary>\n\n{_fence(view['command'])}\n\n</details>")
     return out
+
+
+def _abh_run_argv(recorded: Sequence[Any]) -> list[str]:
+    """The ``abh run`` command line of a session (``abh run`` records its argv as ``["abh run", ...]``)."""
+    argv = [str(a) for a in recorded]
+    if argv[0] == "abh run":
+        return ["abh", "run", *argv[1:]]
+    if Path(argv[0]).name == "abh" and argv[1:2] == ["run"]:
+        return ["abh", "run", *argv[2:]]
+    return argv
 
 
 def render(root: Path) -> str:
