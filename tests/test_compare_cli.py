@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers.evals import make_eval, seed_vectors
+from helpers.markdown import parse_table
 from helpers.rundirs import build_run_dir
 
 from harness.cli import main as abh
 from harness.fileio import atomic_write_text, read_json, read_jsonl
-from harness.report.markdown import cell, parse_table, table
+from harness.report.markdown import cell, table
 
 
 def _pair(tmp_path: Path, n: int = 300, **b_extra: object) -> tuple[Path, Path]:
