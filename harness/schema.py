@@ -2,17 +2,17 @@
 
 Every stored JSON document carries ``kind`` and ``schema_version``:
 
-===================  ========================  =================================================
-file                 kind                      model
-===================  ========================  =================================================
-``eval.json``        ``abh.eval``              :class:`EvalMeta` (what one eval asked, of whom)
-``summary.json``     ``abh.eval.summary``      :class:`EvalSummary` (in an eval directory)
-``samples.jsonl``    (rows of the eval above)  :class:`SampleRecord`, one per question
-``manifest.json``    ``abh.run``               :class:`Manifest` (provenance of an ``abh run``)
-``summary.json``     ``abh.run.summary``       :class:`RunSummary` (in a run directory)
-``comparison.json``  ``abh.comparison``        :class:`Comparison`
-``sweep_summary``    ``abh.sweep``             :class:`SweepSummary`
-===================  ========================  =================================================
+======================  ========================  ==============================================
+file                    kind                      model
+======================  ========================  ==============================================
+``eval.json``           ``abh.eval``              :class:`EvalMeta` (what one eval asked, of whom)
+``summary.json``        ``abh.eval.summary``      :class:`EvalSummary` (in an eval directory)
+``samples.jsonl``       (rows of the eval above)  :class:`SampleRecord`, one per question
+``manifest.json``       ``abh.run``               :class:`Manifest` (provenance of an ``abh run``)
+``summary.json``        ``abh.run.summary``       :class:`RunSummary` (in a run directory)
+``comparison.json``     ``abh.comparison``        :class:`Comparison`
+``sweep_summary.json``  ``abh.sweep``             :class:`SweepSummary`
+======================  ========================  ==============================================
 
 ``samples.jsonl`` and ``prompts.jsonl`` rows belong to their ``eval.json``: its ``schema_version`` is
 theirs. A loader refuses a document of another kind, or of a ``schema_version`` this abh does not read,
