@@ -13,5 +13,7 @@ SERVER_FAILURE = 4
 TOO_MANY_ERRORS = 5
 #: The arms differ in something the experiment does not allow.
 ARMS_DIFFER = 6
+#: The verdict is one the caller asked to fail on (``--fail-on``).
+GATE_FAILED = 7
 #: Interrupted by Ctrl-C or SIGTERM; the run is resumable by rerunning the same command.
 INTERRUPTED = 130

@@ -65,8 +65,9 @@ import numpy as np
 
 from harness import stats
 from harness.cost import cost_from_manifest
+from harness.fileio import StoreError, read_json
 from harness.stats import sequential as sq
-from harness.store import StoreError, load_eval, read_json
+from harness.store import load_eval
 
 SCHEMA_VERSION = 1
 KIND = "abh.plan"

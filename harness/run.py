@@ -26,15 +26,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness import __version__, exitcodes
+from harness import __version__, exitcodes, schema
 from harness.config import CONFIG_DIR, PROJECT_ROOT, ConfigError, validate
 from harness.keys import flatten, matches
 from harness.redact import redact_text, redact_tree
-from harness.store import atomic_write_json, read_json
 
-MANIFEST = "manifest.json"
-RUN_SUMMARY = "summary.json"
-COMPARISON = "comparison.json"
+MANIFEST = schema.MANIFEST_FILE
+RUN_SUMMARY = schema.RUN_SUMMARY_FILE
+COMPARISON = schema.COMPARISON_FILE
 
 #: Exit code of the last job run in this process (Hydra's decorated main returns nothing).
 _EXIT: list[int] = []
@@ -130,13 +129,13 @@ class Manifest:
     def __init__(self, run_dir: Path, enabled: bool = True):
         self.path = run_dir / MANIFEST
         self.enabled = enabled  # a dry run records nothing
-        self.data: dict[str, Any] = read_json(self.path) if self.path.exists() else {}
+        self.data: dict[str, Any] = dict(schema.load_manifest(self.path)) if self.path.exists() else {}
 
     def save(self) -> None:
         if not self.enabled:
             return
         # Everything recorded is redacted here, once: config, argv, env, server-info snapshots.
-        atomic_write_json(self.path, redact_tree(self.data))
+        schema.write_manifest(self.path, redact_tree(self.data))
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -232,7 +231,10 @@ class Run:
 
     def _open_manifest(self) -> Manifest:
         cfg, run_dir = self.cfg, self.run_dir
-        manifest = Manifest(run_dir, enabled=not cfg.dry_run)
+        try:
+            manifest = Manifest(run_dir, enabled=not cfg.dry_run)
+        except schema.SchemaError as e:
+            raise RunFailure(exitcodes.BAD_CONFIG, str(e)) from None
         m = manifest.data
         digest = config_digest(cfg)
         if m.get("config_sha256") and m["config_sha256"] != digest["sha256"] and not cfg.dry_run:
@@ -243,8 +245,7 @@ class Run:
                              "Use another hydra.run.dir, or delete it.")
         self.session = {"started": time.time(), "pid": os.getpid(), "argv": sys.argv,
                         "resume": any(run_dir.glob("evals/*/*/samples.jsonl"))}
-        m.setdefault("schema_version", 1)
-        m.update({"kind": "abh.run", "experiment": self.x.name, "config": OmegaConf.to_container(cfg, resolve=True),
+        m.update({"experiment": self.x.name, "config": OmegaConf.to_container(cfg, resolve=True),
                   "config_sha256": digest["sha256"], "config_semantic": digest["semantic"],
                   "provenance": provenance(),
                   "dataset": {"sha256": self.test.sha256, "source": self.test.source,
@@ -393,7 +394,8 @@ class Run:
                 out = self.run_dir / item.rel_dir
                 self.m["evals"].setdefault(item.rel_dir, {"arm": item.arm_key, "role": item.role,
                                                           "repeat": item.repeat})
-                if (out / "summary.json").exists() and read_json(out / "summary.json").get("complete"):
+                summary_path = out / schema.EVAL_SUMMARY_FILE
+                if summary_path.exists() and schema.load_eval_summary(summary_path).get("complete"):
                     _say(f"{label} {item.rel_dir}: already complete, kept")
                     continue
                 self.stop_unneeded(item.arm_key)
@@ -467,10 +469,10 @@ class Run:
                                   alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate)
         names = {"a": m["arms"][x.a]["name"], "b": m["arms"][x.b]["name"]}
         comparison["arm_names"] = names
-        atomic_write_json(run_dir / COMPARISON, comparison)
+        schema.write_comparison(run_dir / COMPARISON, comparison)
         code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
-        summary = {
-            "schema_version": 1, "kind": "abh.run.summary", "experiment": x.name,
+        summary: schema.RunSummary = {
+            "experiment": x.name,
             "simulated": bool(comparison.get("simulated")),
             "verdict": comparison.get("verdict"), "verdict_reason": comparison.get("verdict_reason"),
             "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
@@ -478,7 +480,7 @@ class Run:
             "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
             "arms": names, "repeats": x.repeats, "aa_control": x.aa_control, "exit_code": code,
         }
-        atomic_write_json(run_dir / RUN_SUMMARY, summary)
+        schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m["status"] = {"code": code, "verdict": summary["verdict"]}
         self.manifest.save()
         print(format_table(summary, comparison))
@@ -534,9 +536,8 @@ def write_failure_summary(run_dir: Path, experiment: str, code: int, reason: str
     """A run that stopped on a failure still says so in summary.json: the arms are not comparable."""
     if not (run_dir / MANIFEST).exists():
         return  # nothing was started (bad config): leave no run directory content behind
-    atomic_write_json(run_dir / RUN_SUMMARY, redact_tree({
-        "schema_version": 1, "kind": "abh.run.summary", "experiment": experiment, "verdict": "not_comparable",
-        "verdict_reason": reason, "exit_code": code}))
+    schema.write_run_summary(run_dir / RUN_SUMMARY, redact_tree({
+        "experiment": experiment, "verdict": "not_comparable", "verdict_reason": reason, "exit_code": code}))
     manifest = Manifest(run_dir)
     manifest.data["status"] = {"code": code, "verdict": "not_comparable", "error": reason}
     manifest.save()

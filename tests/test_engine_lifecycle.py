@@ -21,7 +21,8 @@ from harness.client import ClientConfig
 from harness.config import SimulatedEngineConfig
 from harness.engines import EngineError, PortInUseError, create_engine
 from harness.evaluate import EvalOptions, ServerGone, run_eval
-from harness.store import SUMMARY, load_samples, read_json
+from harness.fileio import read_json
+from harness.store import SUMMARY, load_samples
 from harness.tasks import gsm8k
 
 pytestmark = pytest.mark.skipif(not TEST_JSONL.exists(), reason=f"GSM8K test set not found at {TEST_JSONL}")

@@ -11,8 +11,10 @@ import pytest
 
 from harness import plan as P
 from harness import stats
+from harness.fileio import atomic_write_json
+from harness.schema import SampleRecord
 from harness.stats import sequential as sq
-from harness.store import EvalStore, SampleRecord, atomic_write_json, summarize
+from harness.store import EvalStore, summarize
 
 N = 1319
 

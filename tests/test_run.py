@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import pid_alive
 
 from harness import exitcodes
-from harness.store import read_json, read_jsonl
+from harness.fileio import read_json, read_jsonl
 
 
 def abh_run(*args: str, cwd: Path, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:

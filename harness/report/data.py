@@ -11,13 +11,16 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import schema
 from harness.cmdline import command_line, shell_command
+from harness.fileio import read_jsonl
 from harness.redact import redact_env
-from harness.store import SampleRecord, load_eval, read_json, read_jsonl
+from harness.schema import Comparison, Manifest, SampleRecord
+from harness.store import load_eval
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
 MAX_FLIPS = 600
@@ -25,12 +28,30 @@ MAX_FLIPS = 600
 MAX_OUTPUT_CHARS = 4000
 
 
+# ------------------------------------------------------------------------------------------ stored documents
+def load_comparison(root: Path) -> Comparison | None:
+    """``root/comparison.json``, or None when there is none. A comparison of another schema_version is
+    refused (SchemaError): a report of a misread file would be worse than none."""
+    path = Path(root) / schema.COMPARISON_FILE
+    return schema.load_comparison(path) if path.exists() else None
+
+
+def load_manifest(root: Path) -> Manifest:
+    """``root/manifest.json`` of a run, or {} for a comparison directory (SchemaError as above)."""
+    path = Path(root) / schema.MANIFEST_FILE
+    return schema.load_manifest(path) if path.exists() else {}
+
+
+def arm_names(c: Mapping[str, Any]) -> dict[str, str]:
+    """The arms' names, as the comparison's writer recorded them ("A" / "B" when it recorded none)."""
+    names = obj(c.get("arm_names"))
+    return {role: str(names.get(role) or role.upper()) for role in ("a", "b")}
+
+
 # ------------------------------------------------------------------------------------------ helpers
-def jread(path: Path) -> Any:
-    try:
-        return read_json(path)
-    except (OSError, json.JSONDecodeError):
-        return None
+def obj(v: Any) -> dict[str, Any]:
+    """``v`` if it is a JSON object, else an empty one (stored files are read defensively for display)."""
+    return v if isinstance(v, dict) else {}
 
 
 def as_text(v: Any) -> str:
@@ -91,7 +112,7 @@ class Run:
 
     def __init__(self, role: str, repeat: int, recorded: str, path: Path | None, base: Path | None = None):
         self.role, self.repeat, self.recorded, self.path, self.base = role, repeat, recorded, path, base
-        self.meta: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}  # eval.json and summary.json, read defensively for display
         self.summary: dict[str, Any] = {}
         self.samples: dict[int, SampleRecord] = {}
         self.error: str | None = None
@@ -100,10 +121,16 @@ class Run:
             return
         try:
             meta, samples, summary = load_eval(path)
-            self.meta, self.summary = meta or {}, summary or {}
+            self.meta, self.summary = dict(meta), dict(summary or {})
             self.samples = {s.index: s for s in samples}
         except Exception as e:  # noqa: BLE001 - shown in the report instead
             self.error = f"cannot read {path}: {e}"
+
+    def server(self) -> dict[str, Any]:
+        """Which server answered: its URL, build and version, as the eval recorded them."""
+        facts = self.meta.get("server") or {}
+        return {"url": self.meta.get("url"), "build": facts.get("build"), "version": facts.get("version"),
+                "model_path": facts.get("model_path")}
 
     def row(self, label: str) -> dict[str, Any]:
         s = self.summary
@@ -120,11 +147,11 @@ class Run:
             "errors": s.get("errors"), "latency_s": s.get("latency_s"),
             "throughput": s.get("output_throughput"), "output_tokens": s.get("output_tokens"),
             "p50": statistics.median(lat) if lat else None, "p90": q[-1] if q else None,
-            "complete": s.get("complete"), "resumed": s.get("resumed"),
+            "complete": s.get("complete"), "resumed": s.get("resumed"), "server": self.server(),
         }
 
 
-def load_runs(c: dict[str, Any], base: Path) -> dict[str, list[Run]]:
+def load_runs(c: Mapping[str, Any], base: Path) -> dict[str, list[Run]]:
     arms = c.get("arms") or {}
     out: dict[str, list[Run]] = {"a": [], "b": [], "aa": []}
     for role in ("a", "b"):
@@ -159,9 +186,9 @@ def question_texts(runs: list[Run], indices: set[int]) -> dict[int, str]:
         if r.path is None:
             continue
         for row in read_jsonl(r.path / "prompts.jsonl"):
-            i, p = row.get("index"), row.get("prompt")
-            if i in indices and i not in out and isinstance(p, str):
-                out[i] = question_from_prompt(p)
+            idx, prompt = row.get("index"), row.get("prompt")
+            if isinstance(idx, int) and idx in indices and idx not in out and isinstance(prompt, str):
+                out[idx] = question_from_prompt(prompt)
         if len(out) == len(indices):
             break
     return out
@@ -189,7 +216,7 @@ def _answer(rec: SampleRecord | None, repeat: int) -> dict[str, Any]:
             "finish": rec.finish_reason, "error": rec.error}
 
 
-def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
+def flipped_questions(c: Mapping[str, Any], runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
     """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped.
 
     Returns (rows, total) with at most MAX_FLIPS rows.
@@ -200,7 +227,7 @@ def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[li
         return [], 0
     idx = a_runs[0].meta.get("indices") or sorted(a_runs[0].samples)
     flips_r1 = {int(i) for i in c.get("flips") or [] if isinstance(i, int)}
-    chosen: list[tuple[int, str]] = []
+    chosen: list[tuple[int, str, float]] = []
     for i in idx:
         sa = [r.samples.get(i) for r in a_runs]
         sb = [r.samples.get(i) for r in b_runs]
@@ -238,10 +265,9 @@ def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[li
 
 
 # ------------------------------------------------------------------------------------------ arms
-def _find_arm_key(role: str, manifest: dict[str, Any], names: dict[str, str]) -> str | None:
-    arms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
-    exp = ((manifest.get("config") or {}).get("experiment") or {}) if isinstance(manifest.get("config"), dict) else {}
-    key = exp.get(role) if isinstance(exp, dict) else None
+def _find_arm_key(role: str, manifest: Mapping[str, Any], names: dict[str, str]) -> str | None:
+    arms = obj(manifest.get("arms"))
+    key = obj(obj(manifest.get("config")).get("experiment")).get(role)
     if isinstance(key, str) and key in arms:
         return key
     for k, v in arms.items():
@@ -255,7 +281,7 @@ def _find_arm_key(role: str, manifest: dict[str, Any], names: dict[str, str]) ->
 def _checks(v: Any) -> list[dict[str, Any]]:
     if not isinstance(v, list):
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for ch in v:
         if not isinstance(ch, dict):
             out.append({"name": as_text(ch), "kind": "", "passed": None, "expected": "", "found": "",
@@ -271,8 +297,8 @@ def _checks(v: Any) -> list[dict[str, Any]]:
     return out
 
 
-def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
-    arms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
+def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    arms = obj(manifest.get("arms"))
     views: list[dict[str, Any]] = []
     for role in ("a", "b"):
         key = _find_arm_key(role, manifest, names)
@@ -307,26 +333,26 @@ def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str,
         })
     # Mark the command lines that the other arm's command does not have.
     norm = [{ln.rstrip(" \\").strip() for ln in v["command"].splitlines()} for v in views]
-    for j, v in enumerate(views):
+    for j, view in enumerate(views):
         theirs = norm[1 - j] if len(views) == 2 else None
-        v["command_lines"] = [{"text": ln, "differs": theirs is not None and ln.rstrip(" \\").strip() not in theirs}
-                              for ln in v["command"].splitlines()]
+        view["command_lines"] = [{"text": ln, "differs": theirs is not None and ln.rstrip(" \\").strip() not in theirs}
+                                 for ln in view["command"].splitlines()]
     return views
 
 
-def diff_view(manifest: dict[str, Any], names: dict[str, str]) -> dict[str, Any] | None:
+def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> dict[str, Any] | None:
     ad = manifest.get("arm_diff")
     if not isinstance(ad, dict):
         return None
     key_a, key_b = _find_arm_key("a", manifest, names), _find_arm_key("b", manifest, names)
     dis = ad.get("disallowed") or []
-    dis_keys = {d.get("key") if isinstance(d, dict) else d for d in dis}
-    rows = []
+    dis_keys: set[Any] = {d.get("key") if isinstance(d, dict) else d for d in dis}
+    rows: list[dict[str, Any]] = []
     for d in ad.get("differences") or []:
         if not isinstance(d, dict):
             rows.append({"key": as_text(d), "a": "", "b": "", "others": [], "allowed": str(d) not in dis_keys})
             continue
-        vals = d.get("values") if isinstance(d.get("values"), dict) else {}
+        vals = obj(d.get("values"))
         others = [{"key": str(k), "text": as_text(v)} for k, v in vals.items() if k not in (key_a, key_b)]
         others += kv_rows({k: v for k, v in d.items() if k not in ("key", "values")})
         rows.append({"key": as_text(d.get("key")),
@@ -346,7 +372,8 @@ def diff_view(manifest: dict[str, Any], names: dict[str, str]) -> dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------ provenance
-def provenance_rows(manifest: dict[str, Any], runs: dict[str, list[Run]], c: dict[str, Any]) -> list[dict[str, Any]]:
+def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
+                    c: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     prov = manifest.get("provenance")
     rows += kv_rows(prov)
