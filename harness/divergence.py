@@ -122,22 +122,29 @@ def _text_rate(ref: Mapping[int, str | None], other: Mapping[int, str | None]) -
 
 def _first_div(q: int, row: slice, ref: ScoreTable, cmp_top: np.ndarray | None, rows_in_pair: slice | None,
                t_ref: Mapping[int, str | None], t_cmp: Mapping[int, str | None]) -> dict[str, Any]:
-    """First divergence of the two greedy texts of question q: char index, token index and its source."""
+    """First divergence of the two greedy texts of question q: the character index, the token index (from the
+    reference pass's ``text_offset`` when stored, else the first position where the compared server's
+    argmax leaves the reference tokens) with its source, and the diverging reference token's character span
+    in the reference text (``text_offset`` only)."""
     a, b = t_ref.get(q), t_cmp.get(q)
     if a is None or b is None:
         return {"text_identical": None, "first_divergence": None, "first_divergence_char": None,
-                "first_divergence_source": None}
+                "first_divergence_source": None, "first_divergence_span": None}
     c = dv.first_divergence(a, b)
     if c is None:
         return {"text_identical": True, "first_divergence": None, "first_divergence_char": None,
-                "first_divergence_source": None}
-    tok, src = None, None
+                "first_divergence_source": None, "first_divergence_span": None}
+    tok, src, span = None, None, None
     if ref.text_offset is not None and np.all(ref.text_offset[row] >= 0) and row.stop > row.start:
-        tok, src = dv.char_to_token(c, ref.text_offset[row]), "text_offset"
+        offs = ref.text_offset[row]
+        tok, src = dv.char_to_token(c, offs), "text_offset"
+        if tok is not None:
+            end = int(offs[tok + 1]) if tok + 1 < offs.size else len(a)
+            span = [int(offs[tok]), max(end, c + 1)]
     elif cmp_top is not None and rows_in_pair is not None:
         tok, src = dv.first_argmax_miss(ref.token_id[row], cmp_top[rows_in_pair]), "argmax"
     return {"text_identical": False, "first_divergence": tok, "first_divergence_char": c,
-            "first_divergence_source": src}
+            "first_divergence_source": src, "first_divergence_span": span}
 
 
 def _hist(x: np.ndarray) -> dict[str, Any]:
