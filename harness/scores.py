@@ -5,7 +5,8 @@ without generating. It is stored in the eval directory of the server's run, besi
 
     scores.parquet   one row per (question, position) of the reference completion (columns below)
     scores.json      {"schema_version", "kind": "abh.scores", "status": "ok" | "not_measured", "reason",
-                      "top_k", "questions", "tokens", "errors", "error_examples",
+                      "top_k", "questions", "tokens", "errors", "error_examples", "top_width",
+                      "ref_width", "text_offsets" (list widths, whether offsets were stored),
                       ... the caller's meta (reference dir, engine, wall_s)}
 
 ``scores.parquet`` columns (Parquet via pyarrow, zstd, row groups of ``row_group_rows`` tokens):
@@ -118,6 +119,8 @@ class ScoresWriter:
         self._buffered = 0
         self._seen: set[int] = set()
         self.errors: dict[int, str] = {}
+        self._width = self._ref_width = 0
+        self._offsets = False
         self.tokens = 0
         self._closed = False
 
@@ -150,6 +153,9 @@ class ScoresWriter:
         if off is not None and off.size != t:
             raise ScoresError(f"question {q}: {off.size} text offsets for {t} tokens")
         self._seen.add(q)
+        self._width = max(self._width, ids.shape[1])
+        self._ref_width = max(self._ref_width, 0 if ref is None else ref.shape[1])
+        self._offsets = self._offsets or off is not None
         self._buf.append({"question": np.full(t, q, dtype=np.int32), "position": np.arange(t, dtype=np.int32),
                           "token_id": tok, "logprob": lp, "top_ids": ids, "top_logprobs": tlp,
                           "ref_top_logprobs": ref, "text_offset": off})
@@ -227,6 +233,7 @@ class ScoresWriter:
         atomic_write_json(self.root / SCORES_META, {
             "schema_version": SCHEMA_VERSION, "kind": KIND, **self.meta, "status": "ok", "reason": None,
             "top_k": self.top_k, "questions": len(self._seen), "tokens": self.tokens,
+            "top_width": self._width, "ref_width": self._ref_width, "text_offsets": self._offsets,
             "errors": len(self.errors),
             "error_examples": {str(q): m for q, m in sorted(self.errors.items())[:MAX_ERROR_EXAMPLES]}})
         return self.root / SCORES
@@ -359,14 +366,15 @@ def load_scores(root: str | Path) -> ScoreTable:
     meta = read_json(root / SCORES_META)
     pf = pq.ParquetFile(root / SCORES)
     n = pf.metadata.num_rows
-    k = 0
-    k_ref = 0
-    has_off = False
-    for g in range(pf.num_row_groups):   # first pass: widths (only the list columns' lengths)
-        t = pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
-        k = max(k, _list_width(t.column("top_ids").combine_chunks()))
-        k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs").combine_chunks()))
-        has_off = has_off or t.column("text_offset").null_count < t.num_rows
+    if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
+        k, k_ref, has_off = int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
+    else:   # written by another tool: one pass over the list columns for their widths
+        k, k_ref, has_off = 0, 0, False
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
+            k = max(k, _list_width(t.column("top_ids").combine_chunks()))
+            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs").combine_chunks()))
+            has_off = has_off or t.column("text_offset").null_count < t.num_rows
     question = np.empty(n, np.int32)
     position = np.empty(n, np.int32)
     token_id = np.empty(n, np.int32)

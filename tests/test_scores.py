@@ -102,3 +102,18 @@ def test_inconsistent_positions_are_an_error(tmp_path):
     pq.write_table(t, tmp_path / S.SCORES)
     with pytest.raises(S.ScoresError, match="positions"):
         S.load_scores(tmp_path)
+
+
+def test_reader_scans_widths_when_scores_json_lacks_them(tmp_path):
+    with S.ScoresWriter(tmp_path, top_k=3) as w:
+        w.add(0, [5, 6], [-0.1, -0.2], [[5, 1, 2], [6]], [[-0.1, -2.0, -3.0], [-0.2]],
+              ref_top_logprobs=[[-0.1, -0.2], [-0.3, -1.0]], text_offsets=[0, 2])
+    meta = json.loads((tmp_path / S.SCORES_META).read_text())
+    assert (meta["top_width"], meta["ref_width"], meta["text_offsets"]) == (3, 2, True)
+    fast = S.load_scores(tmp_path)
+    for key in ("top_width", "ref_width", "text_offsets"):
+        del meta[key]
+    (tmp_path / S.SCORES_META).write_text(json.dumps(meta))
+    slow = S.load_scores(tmp_path)
+    for col in ("top_ids", "top_logprobs", "ref_top_logprobs", "text_offset"):
+        np.testing.assert_array_equal(getattr(fast, col), getattr(slow, col))

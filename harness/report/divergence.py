@@ -200,10 +200,9 @@ def kld_svg(div: Mapping[str, Any]) -> str | None:
                     continue
                 zeros = 100 * int(h.get("zeros", 0)) / total
                 label = name + (f", {zeros:.0f} % exactly 0" if zeros >= 0.5 else "")
-                ax.stairs(shares, edges, color=color, lw=1.8, label=label,
-                          fill=side == "ab", alpha=0.35 if side == "ab" else 1.0)
-                if side == "aa":
-                    ax.stairs(shares, edges, color=color, lw=1.8)
+                if side == "ab":
+                    ax.stairs(shares, edges, color=color, fill=True, alpha=0.35, lw=0)
+                ax.stairs(shares, edges, color=color, lw=1.6, label=label)
             mean_ab = _num(div.get("kld_mean")) if unit == "token" else None
             mean_aa = _num(div.get("kld_mean_aa")) if unit == "token" else None
             for m, color in ((mean_ab, COLOR_AB), (mean_aa, COLOR_AA)):
@@ -211,7 +210,7 @@ def kld_svg(div: Mapping[str, Any]) -> str | None:
                     ax.axvline(min(max(m, edges[0]), edges[-1]), color=color, ls="--", lw=1.2)
             ax.set_xscale("log")
             ax.set_xlim(edges[0], edges[-1])
-            ax.set_xlabel(f"KLD {title} (nats)")
+            ax.set_xlabel(f"KLD {title} (nats)" + ("; dashed: means" if unit == "token" else ""))
             ax.set_ylabel("share (%)")
             ax.grid(axis="x", color="#eeeeee")
             ax.set_axisbelow(True)
