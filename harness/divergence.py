@@ -25,7 +25,7 @@ from harness.stats import divergence as dv
 from harness.store import load_samples
 
 #: tokens per chunk of the per-token computation (bounds the (chunk, k, k) id-matching temporaries)
-CHUNK_TOKENS = 32_768
+CHUNK_TOKENS = 8_192
 #: per-token and per-question KLD histogram: log-spaced bins, 4 per decade, 1e-8 .. 1e2 nats
 HIST_EDGES = [float(x) for x in 10.0 ** np.arange(-8.0, 2.0001, 0.25)]
 KL_METHOD = ("KL(A||B) per token over A's top-k ids that B also reported, all other mass lumped into one "

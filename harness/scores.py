@@ -385,7 +385,7 @@ def load_scores(root: str | Path) -> ScoreTable:
     text_off = np.full(n, -1, np.int32) if has_off else None
     start = 0
     for g in range(pf.num_row_groups):
-        t = pf.read_row_group(g)
+        t = pf.read_row_group(g, use_threads=False)
         m = t.num_rows
         question[start:start + m] = t.column("question").to_numpy()
         position[start:start + m] = t.column("position").to_numpy()
@@ -401,11 +401,16 @@ def load_scores(root: str | Path) -> ScoreTable:
         start += m
         del t
     order = np.lexsort((position, question))
-    if not np.all(order[1:] > order[:-1]):   # not already sorted: permute (one copy per column)
-        question, position, token_id, logprob = question[order], position[order], token_id[order], logprob[order]
-        top_ids, top_lps = top_ids[order], top_lps[order]
+    if not np.all(order[1:] > order[:-1]):   # not already sorted: permute, one column at a time
+        question = question[order]
+        position = position[order]
+        token_id = token_id[order]
+        logprob = logprob[order]
+        top_ids = top_ids[order]
+        top_lps = top_lps[order]
         ref_lps = ref_lps[order] if ref_lps is not None else None
         text_off = text_off[order] if text_off is not None else None
+    del order
     qs, first = np.unique(question, return_index=True)
     offsets = np.append(first, n).astype(np.int64)
     expect = np.arange(n) - np.repeat(first, np.diff(offsets))
