@@ -33,6 +33,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from harness import exitcodes, schema
+from harness.compare import DEFAULT_MAX_ERROR_RATE
 from harness.gate import FAIL_ON
 
 T = TypeVar("T")
@@ -184,7 +185,7 @@ class ABOptions:
     parallel: int = 1319
     margin: float | None = None
     alpha: float = 0.05
-    max_error_rate: float | None = None
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     fail_on: str | None = None
     progress: bool = True
     command: tuple[str, ...] = ()
@@ -305,15 +306,14 @@ class AB:
     # ------------------------------------------------------------------ statistics and report
     def finish(self) -> int:
         from harness.cli_compare import explain_exit
-        from harness.compare import DEFAULT_MAX_ERROR_RATE, CompareError, compare_dirs, format_summary
+        from harness.compare import CompareError, compare_dirs, format_summary
         from harness.gate import comparison_exit
         from harness.report import write_markdown, write_report
 
         o = self.o
         dirs = {role: [o.out / _rel(role, r) for r in range(1, o.repeats + 1)] for role in ROLES}
-        max_err = DEFAULT_MAX_ERROR_RATE if o.max_error_rate is None else o.max_error_rate
         try:
-            c = compare_dirs(dirs["a"], dirs["b"], margin=o.margin, alpha=o.alpha, max_error_rate=max_err)
+            c = compare_dirs(dirs["a"], dirs["b"], margin=o.margin, alpha=o.alpha, max_error_rate=o.max_error_rate)
         except CompareError as e:
             raise ABFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command "
                             "to retry the failed requests") from None
@@ -333,13 +333,14 @@ class AB:
 
 def run_summary(c: schema.Comparison, repeats: int, code: int) -> schema.RunSummary:
     """``summary.json`` of an ``abh ab`` run directory: the verdict and the exit code, as ``abh run`` writes."""
+    arms, names = c["arms"], c.get("arm_names")
     return {
         "experiment": "ab", "simulated": bool(c.get("simulated")),
         "verdict": c.get("verdict", "not_comparable"), "verdict_reason": c.get("verdict_reason"),
         "n": c.get("n"), "delta": c.get("delta"), "delta_ci": c.get("delta_ci"),
         "mcnemar_p": c.get("mcnemar_p"), "mde": c.get("mde"),
-        "accuracy": {r: c["arms"][r]["accuracy"] for r in ROLES},
-        "arms": dict(c.get("arm_names") or {}), "repeats": repeats, "aa_control": False, "exit_code": code,
+        "accuracy": {"a": arms["a"]["accuracy"], "b": arms["b"]["accuracy"]},
+        "arms": {"a": names["a"], "b": names["b"]} if names else {}, "repeats": repeats, "aa_control": False, "exit_code": code,
     }
 
 
@@ -371,25 +372,26 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("url_a", metavar="URL_A", help="base URL of arm A's server (the baseline)")
     ap.add_argument("url_b", metavar="URL_B", help="base URL of arm B's server (the change)")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
-    ap.add_argument("--api", choices=["sglang", "openai"], default="sglang")
+    ap.add_argument("--api", choices=["sglang", "openai"], default="sglang",
+                    help="SGLang's /generate or OpenAI's /v1/completions")
     ap.add_argument("--repeats", type=int, default=1, metavar="R", help="evals per arm")
     ap.add_argument("--names", default=",".join(DEFAULT_NAMES), metavar="A,B", help="the arms' names")
     ap.add_argument("--data", default=None, metavar="PATH",
-                    help="GSM8K test JSONL (default: as abh eval: the shared copy beside the checkout, else "
-                         "openai/gsm8k)")
+                    help="GSM8K test JSONL; None: as abh eval, the shared copy beside the checkout, else "
+                         "openai/gsm8k")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--num-questions", type=int, default=1319, metavar="N")
+    ap.add_argument("--num-questions", type=int, default=1319, metavar="N", help="questions per eval (the first N)")
     ap.add_argument("--parallel", type=int, default=1319, metavar="P", help="requests in flight")
     ap.add_argument("--margin", type=float, default=None, metavar="PP",
                     help="equivalence / non-inferiority margin in percentage points")
-    ap.add_argument("--alpha", type=float, default=0.05, metavar="A")
-    ap.add_argument("--max-error-rate", type=float, default=None, metavar="FRACTION",
+    ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
+    ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
-                         f"(exit {exitcodes.TOO_MANY_ERRORS}; default as abh compare)")
+                         f"(exit {exitcodes.TOO_MANY_ERRORS})")
     ap.add_argument("--fail-on", choices=FAIL_ON, default=None,
                     help=f"exit {exitcodes.GATE_FAILED} when the verdict is regressed / not shown non-inferior / "
                          "a difference either way")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return ap
 
 
@@ -418,8 +420,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
                                                                       a.num_questions >= 1),
                          ("--parallel", a.parallel, a.parallel >= 1), ("--alpha", a.alpha, 0 < a.alpha < 0.5),
                          ("--margin", a.margin, a.margin is None or a.margin > 0),
-                         ("--max-error-rate", a.max_error_rate,
-                          a.max_error_rate is None or 0 <= a.max_error_rate <= 1)):
+                         ("--max-error-rate", a.max_error_rate, 0 <= a.max_error_rate <= 1)):
         if not ok:
             ap.error(f"{opt} {val} is out of range")
     opts = ABOptions(urls=(a.url_a, a.url_b), out=a.out, api=a.api, repeats=a.repeats, names=names, data=a.data,

@@ -239,3 +239,19 @@ def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path):
     assert r.returncode == 0, r.stderr
     assert sorted(x["index"] for x in read_jsonl(samples)) == list(range(100))
     assert json.loads((root / "evals/a/r1/eval.json").read_text())["resumes"] == 1
+
+
+def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_server, tmp_path, capsys):
+    sa, _ = servers
+    flaky = sim_server("--accuracy", "0.9", "--run-seed", "9", "--error-rate", "0.6")  # 0.6^4: ~13 % fail 4 times
+    root = tmp_path / "run"
+    code, out, err = ab_here(capsys, sa.url, flaky.url, root)
+    assert code == exitcodes.TOO_MANY_ERRORS, err
+    errors = read_json(root / "evals/b/r1/summary.json")["errors"]
+    assert errors > 2 and read_json(root / "summary.json")["exit_code"] == exitcodes.TOO_MANY_ERRORS
+    assert "lost to request errors exceeds --max-error-rate 2 %" in err and "verdict:" in out
+    before = _received(sa), _received(flaky)
+    code, _, err = ab_here(capsys, sa.url, flaky.url, root, "--max-error-rate", "0.5")
+    assert code == 0, err
+    assert "evals/a/r1: already complete, kept" in err and "evals/b/r1 (B) on" in err
+    assert _received(sa) == before[0] and _received(flaky) - before[1] >= errors + 1  # the failed ones again
