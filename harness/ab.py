@@ -30,11 +30,14 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness import exitcodes, schema
 from harness.compare import DEFAULT_MAX_ERROR_RATE
 from harness.gate import FAIL_ON
+
+if TYPE_CHECKING:
+    from harness.tasks.gsm8k import RecipeConfig
 
 T = TypeVar("T")
 
@@ -227,31 +230,44 @@ class AB:
             raise ABFailure(exitcodes.BAD_CONFIG, f"--out {opts.out} exists and is not a directory")
         try:
             self.test, _ = gsm8k.load_splits(opts.data, None, "sglang", opts.allow_noncanonical)
-            gsm8k.GSM8K(self.test, self._recipe())  # bad options stop here, before any request
+            task = gsm8k.GSM8K(self.test, self._recipe())  # bad options stop here, before any request
             for url in self.urls.values():
                 ClientConfig(url=url, api=opts.api, parallel=opts.parallel)
         except (gsm8k.DatasetError, ValueError) as e:
             raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
+        self._refuse_other_questions({"dataset_sha256": self.test.sha256, "api": opts.api,
+                                      "indices": [q.index for q in task.questions]})
         self._refuse_swapped()
 
-    def _recipe(self) -> Any:
+    def _recipe(self) -> RecipeConfig:
         from harness.tasks.gsm8k import RecipeConfig
 
         return RecipeConfig(name="sglang", num_questions=self.o.num_questions)
 
-    def _recorded_launches(self, role: str) -> set[str]:
-        """The launch ids the stored evals of ``role`` recorded (none before a first run)."""
-        out = set()
-        for d in sorted((self.o.out / "evals" / role).glob("r*")):
+    def _stored(self) -> list[tuple[str, Path]]:
+        """(role, eval directory) of every eval already in the run directory."""
+        return [(role, d) for role in ROLES for d in sorted((self.o.out / "evals" / role).glob("r*"))
+                if (d / schema.EVAL_FILE).exists()]
+
+    def _refuse_other_questions(self, asked: dict[str, Any]) -> None:
+        """A rerun that asks other questions (``--num-questions``, ``--data``, ``--api``) would compare the
+        stored evals, kept as finished, instead of what it asks: refused, as ``abh run`` refuses a changed config."""
+        what = {"dataset_sha256": "dataset (--data)", "api": "API (--api)", "indices": "question set (--num-questions)"}
+        for _, d in self._stored():
             try:
-                launch = schema.load_eval_meta(d / schema.EVAL_FILE).get("launch")
-            except FileNotFoundError:
-                continue
+                meta = schema.load_eval_meta(d / schema.EVAL_FILE)
             except schema.SchemaError as e:
                 raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
-            if launch:
-                out.add(str(launch))
-        return out
+            for key, want in asked.items():
+                if meta.get(key) != want:
+                    raise ABFailure(exitcodes.BAD_CONFIG,
+                                    f"{d} holds an eval of another {what[key]} than this command asks; its results "
+                                    "would be mixed with this one's. Use another --out, or delete it")
+
+    def _recorded_launches(self, role: str) -> set[str]:
+        """The launch ids the stored evals of ``role`` recorded (none before a first run)."""
+        launches = (schema.load_eval_meta(d / schema.EVAL_FILE).get("launch") for r, d in self._stored() if r == role)
+        return {str(x) for x in launches if x}
 
     def _refuse_swapped(self) -> None:
         """A rerun with URL_A and URL_B swapped would mix each arm's answers into the other's evals."""

@@ -120,6 +120,9 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
     code, _, err = ab_here(capsys, sb.url, sa.url, root)
     assert code == exitcodes.BAD_CONFIG
     assert "swapped" in err and len(err.strip().splitlines()) == 1
+    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--num-questions", "50")  # kept evals are of 100
+    assert code == exitcodes.BAD_CONFIG and "another question set (--num-questions)" in err
+    assert (_received(sa), _received(sb)) == before
 
 
 def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
