@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from harness.wire import API_NAMES, Api, Generation, MalformedResponse, for_api
+from harness.wire import API_NAMES, Api, Generation, MalformedResponse, ScoreRequest, TokenScores, for_api
 
 #: HTTP statuses that say "this URL does not serve that API" (no route, no such method, not implemented).
 NOT_SERVED = (404, 405, 501)
@@ -92,13 +92,9 @@ def check_url(url: str) -> str:
 
 
 @dataclass
-class Reply:
-    """One generation request's outcome (after retries)."""
+class Outcome:
+    """How one request went, after its retries (``error`` None: it succeeded)."""
 
-    text: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
     latency_s: float = 0.0
     attempts: int = 0
     error: str | None = None
@@ -112,6 +108,23 @@ class Reply:
     def not_served(self) -> bool:
         """The server answered that it does not serve this endpoint (404, 405 or 501)."""
         return self.status in NOT_SERVED
+
+
+@dataclass
+class Reply(Outcome):
+    """One generation request's outcome."""
+
+    text: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass
+class ScoreReply(Outcome):
+    """One scoring request's outcome: the reference tokens' scores, or ``error``."""
+
+    scores: TokenScores | None = None
 
 
 class _Retryable(Exception):
@@ -296,7 +309,7 @@ class Client:
         except MalformedResponse as e:
             raise _Retryable(str(e)) from None
 
-    async def _with_retries(self, reply: Reply, attempt_once: Callable[[], Awaitable[Any]]) -> Any:
+    async def _with_retries(self, reply: Outcome, attempt_once: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``attempt_once`` with retries, bounded by the concurrency semaphore; fill ``reply``'s
         attempts, error, status, refused, server and latency; return the result (None on failure)."""
         async with self._sem:
@@ -328,4 +341,62 @@ class Client:
         if gen is not None:
             reply.text, reply.finish_reason = gen.text, gen.finish_reason
             reply.prompt_tokens, reply.completion_tokens = gen.prompt_tokens, gen.completion_tokens
+        return reply
+
+    # ------------------------------------------------------------------ teacher-forced scoring
+    #: The text of the alignment probe (:meth:`prepare_scoring`).
+    PROBE_TEXT = "Question: Tom has 3 apples and buys 4 more. How many apples does he have?\nAnswer:"
+
+    async def prepare_scoring(self) -> Api:
+        """Learn how this server aligns echoed logprobs, where the protocol needs to (OpenAI: one greedy
+        token, then the scoring of the text followed by it). Raises :class:`ServerGone` when the server
+        cannot be asked and ``ValueError`` when it cannot score (e.g. llama-cpp-python without
+        ``--logits_all true``): the caller reports divergence as not measured."""
+        probe = self.api.scoring_probe(self.PROBE_TEXT)
+        if probe is None:
+            return self.api
+        gen = await self.post_json(self.api.generate_path, probe)
+        try:
+            reference = gen["choices"][0]["text"]
+        except (KeyError, IndexError, TypeError):
+            reference = None
+        if not isinstance(reference, str) or not reference:
+            raise ValueError("the scoring probe generated no token: this server cannot score")
+        scored = await self.post_json(self.api.score_path,
+                                       self.api.scoring_body(ScoreRequest(self.PROBE_TEXT, reference, top_k=1)))
+        try:
+            self.api = self.api.with_scoring_probe(self.PROBE_TEXT, gen, scored)
+        except MalformedResponse as e:
+            raise ValueError(str(e)) from None
+        return self.api
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` as JSON with the usual retries; the parsed answer. ServerGone if it still fails,
+        ValueError on a 4xx (or 501)."""
+        out = Outcome()
+
+        async def once() -> Any:
+            return await self._post(path, body)
+
+        obj = await self._with_retries(out, once)
+        if out.error is not None:
+            if (out.status is not None and out.status < 500) or out.not_served:
+                raise ValueError(f"POST {path} answered {out.error[:200]}: this server cannot score")
+            raise ServerGone(f"POST {self.cfg.url}{path} failed: {out.error}")
+        return obj
+
+    async def score(self, req: ScoreRequest) -> ScoreReply:
+        """Score one reference teacher-forced (same session, concurrency and retry rules as
+        :meth:`generate`); never raises for HTTP. Call :meth:`prepare_scoring` once first."""
+        reply = ScoreReply()
+        body = self.api.scoring_body(req)
+
+        async def once() -> TokenScores:
+            obj = await self._post(self.api.score_path, body)
+            try:
+                return self.api.parse_scores(obj, req)
+            except MalformedResponse as e:
+                raise _Retryable(str(e)) from None
+
+        reply.scores = await self._with_retries(reply, once)
         return reply
