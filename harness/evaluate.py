@@ -165,7 +165,7 @@ def _signals_to(stop: _Stop) -> Iterator[None]:
     """SIGINT/SIGTERM trip ``stop`` for as long as the eval runs, setup and warm-up included. The handlers are
     the loop's own: under uvloop an exception raised in a Python-level signal handler is swallowed."""
     loop = asyncio.get_running_loop()
-    handled: list[tuple[int, Any]] = []
+    handled: list[tuple[signal.Signals, Any]] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             previous = signal.getsignal(sig)
@@ -176,9 +176,9 @@ def _signals_to(stop: _Stop) -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, previous in handled:
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, previous)  # give the caller's handler back
+        for handled_sig, previous in handled:
+            loop.remove_signal_handler(handled_sig)
+            signal.signal(handled_sig, previous)  # give the caller's handler back
 
 
 async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: ClientConfig, out_dir: str | Path,
@@ -224,12 +224,14 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
                        if server_info.get(k) is not None},
             **{k: v for k, v in opts.extra_meta.items() if k != "simulated"}}
 
-    async def warm_up() -> None:
-        """SGLang's frontend warm-up; a URL that does not serve the API is refused here, once."""
+    async def warm_up() -> float:
+        """SGLang's frontend warm-up (inside its timed batch, so its time counts in the latency); a URL that
+        does not serve the API is refused here, once. Returns its duration."""
+        t = time.perf_counter()
         body = api.warmup_body(task.few_shot, task.questions[0].prompt, sampling)
         warm = await stop.race(client.generate(body))
         if warm is None or warm.error is None:
-            return
+            return time.perf_counter() - t
         if warm.not_served:
             found = f" (Server: {warm.server})" if warm.server else ""
             raise WrongServer(f"{cfg.url} does not serve the {api.name} API: POST {api.generate_path} answered "
@@ -237,6 +239,7 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
         if warm.refused:
             raise ServerGone(f"nothing listens at {cfg.url} ({warm.error})")
         print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
+        return time.perf_counter() - t
 
     watchers = [asyncio.ensure_future(_stall_guard(client, stop))]
     if opts.abort_check is not None:
@@ -245,16 +248,17 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
         # A fresh eval warms up before its directory is made, so a wrong URL or Ctrl-C leaves nothing behind;
         # a resumed one checks its directory first (a mismatch is refused before any request).
         fresh = not (out / META).exists()
+        warm_s = 0.0
         if fresh and opts.warmup and task.questions:
-            await warm_up()
+            warm_s = await warm_up()
         if stop.event.is_set():
             return {}
         store = EvalStore(out)
         done = store.open(meta)
         pending = [q for q in task.questions if q.index not in done]
         if not fresh and opts.warmup and pending:
-            await warm_up()
-        return await _ask(task, client, store, pending, done, opts, stop, test, simulated)
+            warm_s = await warm_up()
+        return await _ask(task, client, store, pending, done, opts, stop, test, simulated, warm_s)
     finally:
         for w in watchers:
             w.cancel()
@@ -263,8 +267,9 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
 
 async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Question],
                done: dict[int, SampleRecord], opts: EvalOptions, stop: _Stop, test: Dataset,
-               simulated: bool) -> dict[str, Any]:
-    """Send the pending questions, store each answer as it arrives; write the summary however it ends."""
+               simulated: bool, warm_s: float) -> dict[str, Any]:
+    """Send the pending questions, store each answer as it arrives; write the summary however it ends.
+    ``warm_s``: the warm-up's duration, counted in the wall time as SGLang's script counts it."""
     cfg, api, out = client.cfg, client.api, store.root
     sampling = task.sampling_params()
     progress = _Progress(len(task.questions), len(done), sum(1 for r in done.values() if r.correct),
@@ -308,7 +313,7 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
                 t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)  # retrieve, so nothing is logged
         progress.close()
-        wall = time.perf_counter() - t0
+        wall = time.perf_counter() - t0 + warm_s
         store.close()
         samples = load_samples(out)
         prev_wall = float(store.meta.get("wall_s_total", 0.0))
