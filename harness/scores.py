@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.store import atomic_write_json, read_json
+from harness.fileio import atomic_write_json, read_json
 
 SCHEMA_VERSION = 1
 SCORES = "scores.parquet"

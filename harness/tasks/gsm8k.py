@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.wire import SGLangApi
+
 INVALID = -9999999
 
 #: Canonical test split: row count and content hash (see :func:`content_hash`).
@@ -275,17 +277,14 @@ class GSM8K:
         }
 
     def warmup_body(self) -> dict[str, Any]:
-        """The frontend's prefix-cache warm-up: the few-shot block alone, zero new tokens."""
-        return {"text": self.few_shot, "sampling_params": self.sampling_params(max_new_tokens=0)}
+        """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone, zero
+        new tokens); the body itself is built by :mod:`harness.wire`, which owns the protocols."""
+        return SGLangApi().warmup_body(self.few_shot, self.questions[0].prompt if self.questions else "",
+                                       self.sampling_params())
 
     def generate_body(self, q: Question) -> dict[str, Any]:
-        return {"text": q.prompt, "sampling_params": self.sampling_params()}
-
-    def completions_body(self, q: Question, model: str) -> dict[str, Any]:
-        """OpenAI ``/v1/completions`` equivalent of the same request (greedy, same stops and length)."""
-        return {"model": model, "prompt": q.prompt, "max_tokens": self.recipe.max_new_tokens,
-                "temperature": 0.0, "top_p": 1.0, "n": 1, "stop": self.stop(),
-                "frequency_penalty": 0.0, "presence_penalty": 0.0, "stream": False}
+        """``q`` as SGLang's ``/generate`` body."""
+        return SGLangApi().generation_body(q.prompt, self.sampling_params())
 
     # ------------------------------------------------------------------ scoring
     @staticmethod

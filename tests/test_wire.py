@@ -1,0 +1,89 @@
+"""The wire protocols: request bodies byte for byte as before the protocol objects, response parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import TEST_JSONL
+
+from harness.client import ClientConfig
+from harness.tasks import gsm8k
+from harness.tasks.gsm8k import GSM8K, RecipeConfig
+from harness.wire import API_NAMES, Generation, MalformedResponse, OpenAIApi, SGLangApi, for_api
+
+#: SGLang's frontend sampling params, in its order (the order is part of the bytes sent).
+SAMPLING = ('{"skip_special_tokens": true, "spaces_between_special_tokens": true, "max_new_tokens": %d, '
+            '"min_new_tokens": 0, "n": 1, "stop": ["Question", "Assistant:", "<|separator|>"], '
+            '"stop_token_ids": [], "stop_regex": [], "temperature": 0.0, "top_p": 1.0, "top_k": -1, '
+            '"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "ignore_eos": false, '
+            '"regex": null, "json_schema": null}')
+
+
+@pytest.fixture(scope="module")
+def task() -> GSM8K:
+    return GSM8K(gsm8k.load(TEST_JSONL), RecipeConfig(num_questions=10))
+
+
+def test_for_api_is_the_only_chooser():
+    assert API_NAMES == ("sglang", "openai")
+    assert isinstance(for_api("sglang"), SGLangApi)
+    api = for_api("openai", "m")
+    assert isinstance(api, OpenAIApi) and api.model == "m" and not api.needs_model
+    assert for_api("openai").needs_model
+    with pytest.raises(ValueError, match="api must be one of sglang, openai"):
+        for_api("vllm")
+    with pytest.raises(ValueError, match="api must be one of"):
+        ClientConfig(url="http://x:1", api="tgi")
+
+
+def test_sglang_bodies_are_byte_identical_to_the_frontend(task):
+    api, q, sp = SGLangApi(), task.questions[3], task.sampling_params()
+    body = json.dumps(api.generation_body(q.prompt, sp))
+    assert body == '{"text": ' + json.dumps(q.prompt) + ', "sampling_params": ' + SAMPLING % 512 + "}"
+    assert body == json.dumps(task.generate_body(q))  # the task's own view goes through the same object
+    warm = json.dumps(api.warmup_body(task.few_shot, task.questions[0].prompt, sp))
+    assert warm == '{"text": ' + json.dumps(task.few_shot) + ', "sampling_params": ' + SAMPLING % 0 + "}"
+    assert warm == json.dumps(task.warmup_body())
+    assert api.generate_path == "/generate" and api.health_path == "/health_generate"
+
+
+def test_openai_bodies_are_byte_identical_to_before(task):
+    api, q, sp = OpenAIApi("m"), task.questions[3], task.sampling_params()
+    stop = '["Question", "Assistant:", "<|separator|>"]'
+    expected = ('{"model": "m", "prompt": %s, "max_tokens": %d, "temperature": 0.0, "top_p": 1.0, "n": 1, '
+                '"stop": ' + stop + ', "frequency_penalty": 0.0, "presence_penalty": 0.0, "stream": false}')
+    assert json.dumps(api.generation_body(q.prompt, sp)) == expected % (json.dumps(q.prompt), 512)
+    # warm-up: the few-shot block, one token; with no shots, the first prompt
+    assert json.dumps(api.warmup_body(task.few_shot, task.questions[0].prompt, sp)) == \
+        expected % (json.dumps(task.few_shot), 1)
+    assert json.dumps(api.warmup_body("", "P", sp)) == expected % ('"P"', 1)
+    assert api.generate_path == "/v1/completions" and api.models_path == "/v1/models"
+
+
+def test_parse_generation():
+    sg = SGLangApi()
+    obj = {"text": " 18.", "meta_info": {"finish_reason": {"type": "stop", "matched": "Question"},
+                                         "prompt_tokens": 900, "completion_tokens": 40}}
+    assert sg.parse_generation(obj) == Generation(" 18.", "stop", 900, 40)
+    assert sg.parse_generation([obj]).text == " 18."
+    assert sg.parse_generation({"text": "x", "meta_info": {"finish_reason": "length"}}).finish_reason == "length"
+    for bad in ({"error": "x"}, {"text": None}, [], "<html>", None):
+        with pytest.raises(MalformedResponse):
+            sg.parse_generation(bad)
+    oa = OpenAIApi("m")
+    obj = {"choices": [{"text": " 5", "finish_reason": "stop"}], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}
+    assert oa.parse_generation(obj) == Generation(" 5", "stop", 7, 2)
+    assert oa.parse_generation({"choices": [{"text": ""}]}) == Generation("", None, None, None)
+    for bad in ({"choices": []}, {"choices": [{"text": 3}]}, {"object": "error"}, None):
+        with pytest.raises(MalformedResponse):
+            oa.parse_generation(bad)
+
+
+def test_model_listing():
+    api = OpenAIApi().with_model_listing({"object": "list", "data": [{"id": "smol", "object": "model"}]})
+    assert api.model == "smol" and not api.needs_model
+    for bad in ({"data": []}, {"data": [{"id": ""}]}, {}, None):
+        with pytest.raises(MalformedResponse):
+            OpenAIApi().with_model_listing(bad)
+    assert SGLangApi().with_model_listing({"data": [{"id": "x"}]}) == SGLangApi()

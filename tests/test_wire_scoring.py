@@ -1,0 +1,288 @@
+"""Teacher-forced scoring requests and their parsing: real llama-cpp-python answers (recorded, and live in a
+slow test), hand-made answers in SGLang's and vLLM's shapes, and the client's scoring path."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from conftest import free_port
+
+from harness.client import Client, ClientConfig
+from harness.wire import MalformedResponse, OpenAIApi, ScoreRequest, SGLangApi
+
+RECORD = json.loads((Path(__file__).parent / "data" / "llamacpp_scoring.json").read_text())
+
+
+# ------------------------------------------------------------------------------------------ llama-cpp-python
+def test_llamacpp_echo_is_shifted_and_the_probe_finds_it():
+    p = RECORD["probe"]
+    api = OpenAIApi("m").with_scoring_probe(p["text"], p["generation"], p["scoring"])
+    assert api.echo_shift == 1 and api.model == "m"
+
+
+def test_llamacpp_scores_reproduce_the_servers_own_generation_logprobs():
+    """Scoring the server's greedy completion teacher-forced must give the logprobs and top-k it reported
+    while generating it: the realigned echo does, the echo taken at face value does not."""
+    gen = RECORD["generation"]["choices"][0]["logprobs"]
+    req = ScoreRequest(RECORD["prompt"], RECORD["reference"], top_k=5)
+    s = OpenAIApi("m", echo_shift=1).parse_scores(RECORD["scoring"], req)
+    assert len(s) == len(gen["tokens"]) == 13
+    assert s.texts == gen["tokens"] and "".join(s.texts) == RECORD["reference"]
+    assert s.ids == [None] * 13  # llama-cpp-python gives texts, not ids
+    assert s.logprobs == pytest.approx(gen["token_logprobs"], abs=1e-5)
+    for i, top in enumerate(gen["top_logprobs"]):
+        best = sorted(top.items(), key=lambda kv: -kv[1])[:5]
+        assert s.top_texts[i] == [k for k, _ in best]
+        assert s.top_logprobs[i] == pytest.approx([v for _, v in best], abs=1e-5)
+        assert s.top_logprobs[i] == sorted(s.top_logprobs[i], reverse=True)
+    assert s.text_offsets[0] == 0 and s.text_offsets == sorted(s.text_offsets)
+    assert [RECORD["reference"][o:o + len(t)] for o, t in zip(s.text_offsets, s.texts, strict=True)] == s.texts
+    assert s.input_tokens == RECORD["scoring"]["usage"]["prompt_tokens"]
+    assert s.id_logprobs == [{}] * 13
+    naive = OpenAIApi("m").parse_scores(RECORD["scoring"], req)
+    assert naive.texts == s.texts
+    assert max(abs(a - b) for a, b in zip(naive.logprobs, gen["token_logprobs"], strict=True)) > 1.0
+
+
+def test_openai_scoring_body():
+    req = ScoreRequest("P:", " x", top_k=20)
+    assert OpenAIApi("m").scoring_body(req) == {"model": "m", "prompt": "P: x", "max_tokens": 1,
+                                                "temperature": 0.0, "echo": True, "logprobs": 20,
+                                                "stream": False}
+    assert OpenAIApi("m").scoring_body(ScoreRequest([1, 2], [3], top_k=2))["prompt"] == [1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------------ vLLM's shape
+def _vllm_echo(tokens: list[str], lps: list[float | None], tops: list[dict[str, float] | None],
+               offsets: list[int]) -> dict[str, Any]:
+    return {"id": "cmpl-1", "object": "text_completion", "model": "m",
+            "choices": [{"index": 0, "text": "".join(tokens), "finish_reason": "length",
+                         "logprobs": {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens,
+                                      "top_logprobs": tops}}],
+            "usage": {"prompt_tokens": len(tokens) - 1, "completion_tokens": 1, "total_tokens": len(tokens)}}
+
+
+def test_openai_text_mode_picks_the_reference_by_offset_and_keeps_k():
+    # echo of "Q:" + " 5." then one generated token ("\n"), as vLLM answers max_tokens 1
+    obj = _vllm_echo(["Q", ":", " 5", ".", "\n"], [None, -3.0, -0.5, -0.25, -1.0],
+                     [None, {":": -3.0, "A": -0.1}, {" 5": -0.5, " 4": -1.2, " 6": -2.0},
+                      {".": -0.25, "\n": -1.5, "!": -3.5}, {"\n": -1.0, "Q": -0.9}], [0, 1, 2, 4, 5])
+    s = OpenAIApi("m").parse_scores(obj, ScoreRequest("Q:", " 5.", top_k=2))
+    assert s.texts == [" 5", "."] and s.logprobs == [-0.5, -0.25] and s.text_offsets == [0, 2]
+    assert s.top_texts == [[" 5", " 4"], [".", "\n"]] and s.top_logprobs == [[-0.5, -1.2], [-0.25, -1.5]]
+    assert s.input_tokens == 4
+
+
+def test_openai_token_id_mode_takes_positions_and_ids():
+    tokens = ["token_id:1", "token_id:50", "token_id:7", "token_id:9", "token_id:2"]
+    obj = _vllm_echo(tokens, [None, -1.0, -0.5, -0.75, -2.0],
+                     [None, {"token_id:50": -1.0}, {"token_id:7": -0.5, "token_id:8": -1.0},
+                      {"token_id:9": -0.75, "token_id:3": -0.8}, {"token_id:2": -2.0}], [0, 10, 20, 29, 38])
+    s = OpenAIApi("m").parse_scores(obj, ScoreRequest([1, 50], [7, 9], top_k=5))
+    assert s.ids == [7, 9] and s.texts == [None, None] and s.logprobs == [-0.5, -0.75]
+    assert s.top_ids == [[7, 8], [9, 3]] and s.text_offsets == [None, None]
+
+
+def test_openai_scoring_malformed():
+    api, req = OpenAIApi("m"), ScoreRequest("a", "b")
+    for bad in ({"choices": [{"text": "x"}]}, {"choices": []}, {"error": "x"},
+                _vllm_echo(["a", "b"], [None], [None, None], [0, 1]),
+                {"choices": [{"logprobs": {"tokens": ["a", "b"], "token_logprobs": [None, -1.0]}}]}):
+        with pytest.raises(MalformedResponse):
+            api.parse_scores(bad, req)
+    with pytest.raises(MalformedResponse):  # fewer echoed tokens than the ids sent
+        api.parse_scores(_vllm_echo(["token_id:1"], [None], [None], [0]), ScoreRequest([1], [2, 3]))
+    with pytest.raises(ValueError, match="both be text or both"):
+        ScoreRequest("a", [1])
+
+
+# ------------------------------------------------------------------------------------------ SGLang's shape
+def _sglang_answer(ids: list[int], start: int, top_k: int, asked: list[int] | None) -> dict[str, Any]:
+    """What SGLang's /generate returns for return_logprob with max_new_tokens 0 (tokenizer_manager's
+    add_logprob_to_meta_info): [logprob, id, text] triples from position logprob_start_len on."""
+    rows, tops, by_id = [], [], []
+    for pos in range(start, len(ids)):
+        lp = None if pos == 0 else -0.1 * pos
+        rows.append([lp, ids[pos], f"t{ids[pos]}"])
+        tops.append(None if pos == 0 else [[-0.1 * pos + 0.05 * (r == 0) - 0.5 * r, 100 + r, f"a{r}"]
+                                           for r in range(top_k)][::-1])  # deliberately unsorted
+        by_id.append(None if pos == 0 else [[-1.0 - 0.01 * t, t, f"t{t}"] for t in (asked or [])])
+    meta: dict[str, Any] = {"id": "x", "finish_reason": {"type": "length", "length": 0}, "prompt_tokens": len(ids),
+                            "completion_tokens": 0, "cached_tokens": 0, "e2e_latency": 0.01,
+                            "input_token_logprobs": rows, "output_token_logprobs": []}
+    if top_k:
+        meta["input_top_logprobs"], meta["output_top_logprobs"] = tops, []
+    if asked is not None:
+        meta["input_token_ids_logprobs"], meta["output_token_ids_logprobs"] = by_id, []
+    return {"text": "", "output_ids": [], "meta_info": meta}
+
+
+def test_sglang_scoring_body_by_ids_and_by_text():
+    req = ScoreRequest([11, 12, 13], [14, 15], top_k=20, token_ids=[100, 101])
+    assert json.dumps(SGLangApi().scoring_body(req)) == json.dumps(
+        {"input_ids": [11, 12, 13, 14, 15], "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+         "logprob_start_len": 3, "top_logprobs_num": 20, "return_text_in_logprobs": True,
+         "token_ids_logprob": [100, 101]})
+    body = SGLangApi().scoring_body(ScoreRequest("Q: x\nAnswer:", " 5", top_k=3, prompt_tokens=7))
+    assert body["text"] == "Q: x\nAnswer: 5" and body["logprob_start_len"] == 7 and "input_ids" not in body
+    assert "token_ids_logprob" not in body
+    with pytest.raises(ValueError, match="needs prompt_tokens"):
+        SGLangApi().scoring_body(ScoreRequest("Q", " 5"))
+
+
+def test_sglang_scores_parse():
+    ids = [11, 12, 13, 14, 15]
+    req = ScoreRequest(ids[:3], ids[3:], top_k=3, token_ids=[100, 7])
+    s = SGLangApi().parse_scores(_sglang_answer(ids, 3, 3, [100, 7]), req)
+    assert s.ids == [14, 15] and s.texts == ["t14", "t15"] and s.logprobs == pytest.approx([-0.3, -0.4])
+    assert s.top_ids == [[100, 101, 102]] * 2 and s.top_texts == [["a0", "a1", "a2"]] * 2
+    assert s.top_logprobs[0] == pytest.approx([-0.25, -0.8, -1.3])
+    assert s.id_logprobs == [{100: -2.0, 7: pytest.approx(-1.07)}] * 2
+    assert s.input_tokens == 5 and s.text_offsets == [None, None]
+    # from position 0: the first token has no logprob and no alternatives
+    s = SGLangApi().parse_scores(_sglang_answer([5, 6], 0, 2, None), ScoreRequest([], [5, 6], top_k=2))
+    assert s.logprobs == [None, pytest.approx(-0.1)] and s.top_ids[0] == [] and s.id_logprobs == [{}, {}]
+    # batched answer (a list) and text mode
+    s = SGLangApi().parse_scores([_sglang_answer(ids, 3, 0, None)], ScoreRequest("a", "b", prompt_tokens=3))
+    assert s.ids == [14, 15] and s.top_ids == [[], []]
+
+
+def test_sglang_scores_malformed():
+    req = ScoreRequest([1, 2], [3, 4])
+    good = _sglang_answer([1, 2, 3, 4], 2, 1, None)
+    short = json.loads(json.dumps(good))
+    short["meta_info"]["input_token_logprobs"].pop()
+    uneven = json.loads(json.dumps(good))
+    uneven["meta_info"]["input_top_logprobs"].pop()
+    for bad in ({"text": "x", "meta_info": {}}, {"error": "x"}, short, uneven, [],
+                {"meta_info": {"input_token_logprobs": [["x", 1, None], [0.0, 2, None]]}}):
+        with pytest.raises(MalformedResponse):
+            SGLangApi().parse_scores(bad, req)
+
+
+# ------------------------------------------------------------------------------------------ the client's path
+class Replay:
+    """Serves the recorded llama-cpp-python answers; the first scoring request gets a torn body."""
+
+    def __init__(self) -> None:
+        self.port, self.posts, self.torn = free_port(), [], False
+
+    def __enter__(self) -> Replay:
+        async def completions(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.posts.append(body)
+            if not body.get("echo"):
+                return web.json_response(RECORD["probe"]["generation"])
+            if body["prompt"] == RECORD["probe"]["text"] + RECORD["probe"]["generation"]["choices"][0]["text"]:
+                return web.json_response(RECORD["probe"]["scoring"])
+            if not self.torn:
+                self.torn = True
+                return web.Response(text='{"choices": [{"logp', content_type="application/json")
+            return web.json_response(RECORD["scoring"])
+
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        self.loop = asyncio.new_event_loop()
+        self.runner = web.AppRunner(app)
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.runner.setup())
+            self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+            ready.set()
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def test_client_prepares_and_scores_with_retries():
+    async def go(url: str):
+        cfg = ClientConfig(url=url, api="openai", model="m", retries=2, backoff_s=0.001)
+        async with Client(cfg) as c:
+            api = await c.prepare_scoring()
+            reply = await c.score(ScoreRequest(RECORD["prompt"], RECORD["reference"], top_k=5))
+            return api, reply
+
+    with Replay() as srv:
+        api, reply = asyncio.run(go(f"http://127.0.0.1:{srv.port}"))
+    assert api.echo_shift == 1
+    assert reply.error is None and reply.attempts == 2  # the torn body was retried
+    gen = RECORD["generation"]["choices"][0]["logprobs"]
+    assert reply.scores is not None and reply.scores.logprobs == pytest.approx(gen["token_logprobs"], abs=1e-5)
+    assert [p.get("echo", False) for p in srv.posts] == [False, True, True, True]
+
+
+# ------------------------------------------------------------------------------------------ the real server
+def _llamacpp_missing() -> str | None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed"
+    from harness.engines import EngineError
+    from harness.engines.llamacpp import default_gguf
+
+    try:
+        default_gguf()
+    except EngineError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@pytest.mark.skipif(_llamacpp_missing() is not None, reason=str(_llamacpp_missing()))
+def test_real_llamacpp_scores_its_own_greedy_text(tmp_path):
+    from harness.engines.llamacpp import default_gguf
+
+    port = free_port()
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(default_gguf()),
+                             "--logits_all", "true", "--n_ctx", "2048", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    async def go():
+        async with Client(ClientConfig(url=url, api="openai", parallel=1)) as c:
+            await c.wait_ready(120)
+            await c.prepare()
+            api = await c.prepare_scoring()
+            prompt = "Question: A farmer has 7 cows and buys 5 more. How many cows does he have?\nAnswer:"
+            gen = await c.post_json(api.generate_path, {"model": api.model, "prompt": prompt, "max_tokens": 10,
+                                                         "temperature": 0.0, "logprobs": 3, "stream": False})
+            reply = await c.score(ScoreRequest(prompt, gen["choices"][0]["text"], top_k=3))
+            return api, gen, reply
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the port opens only once the model is loaded
+            try:
+                api, gen, reply = asyncio.run(go())
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(1)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+    assert api.echo_shift == 1  # SmolLM2 adds no BOS: llama-cpp-python's echo is one entry off
+    lp = gen["choices"][0]["logprobs"]
+    assert reply.error is None and reply.scores is not None
+    assert reply.scores.texts == lp["tokens"]
+    assert reply.scores.logprobs == pytest.approx(lp["token_logprobs"], abs=1e-3)
