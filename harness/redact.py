@@ -38,8 +38,9 @@ _BENIGN_BEFORE = {
     "KEY": frozenset("SORT CACHE HASH GROUP PRIMARY FOREIGN PARTITION ROUTING LOOKUP DICT METRIC INDEX JOIN PUBLIC "
                      "ARM".split()),
 }
-_HINT = r"(?:token|key|secret|passw|passphrase|credential)"
+#: What a secret name contains, lower-cased (PASSWORD and PASSWD share passw): a line without any is let through.
 _HINTS = ("token", "key", "secret", "passw", "passphrase", "credential")
+_HINT = "(?:" + "|".join(_HINTS) + ")"
 
 
 def _words(name: str) -> list[str]:

@@ -6,13 +6,15 @@ standard streams and before any of the harness's code runs. :func:`redacted_stdi
 :class:`RedactingWriter` s for the duration: text is redacted a line at a time (a line ends at ``\\n`` or
 ``\\r``), and a ``flush()`` forwards the pending part of a line at once, so progress bars (tqdm writes
 ``\\r...`` and flushes) and prompts show as before. Everything else (``isatty``, ``fileno``, ``encoding``) is
-the wrapped stream's.
+the wrapped stream's. An exception that leaves the block (``HYDRA_FULL_ERROR=1``, a bug) has its traceback,
+printed later by the interpreter, redacted too.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -57,6 +59,15 @@ class RedactingWriter:
         return getattr(self._target, name)
 
 
+def _redacting_excepthook(secrets: set[str]) -> Any:
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        w = RedactingWriter(sys.stderr, Redactor(secrets))
+        w.write("".join(traceback.format_exception(kind, value, tb)))
+        w.flush()
+
+    return hook
+
+
 @contextmanager
 def redacted_stdio(argv: Sequence[str] = ()) -> Iterator[None]:
     """While the block runs, ``sys.stdout`` and ``sys.stderr`` redact secrets: by name (``HF_TOKEN: x``,
@@ -69,6 +80,10 @@ def redacted_stdio(argv: Sequence[str] = ()) -> Iterator[None]:
     sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
     try:
         yield
+    except BaseException as e:
+        if not isinstance(e, SystemExit | GeneratorExit) and sys.excepthook is sys.__excepthook__:
+            sys.excepthook = _redacting_excepthook(secrets)
+        raise
     finally:
         for w in (out, err):
             try:

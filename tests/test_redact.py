@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -226,9 +227,9 @@ def test_multirun_yaml_keeps_no_sweep_value(tmp_path):
     assert f"override_dirname: +arms.a.env.HF_TOKEN={R},task.num_questions=20" in text
 
 
-def _abh_run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _abh_run(args: list[str], cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+                          cwd=cwd, timeout=timeout, env={**os.environ, **env})
 
 
 @pytest.mark.parametrize("args", [
@@ -250,6 +251,12 @@ def test_hydra_never_prints_a_secret(tmp_path, args):
         assert r.returncode == 0 and "max_new_tokens: 512" in r.stdout  # the rest of the config is intact
     else:
         assert r.returncode in (0, 2)
+
+
+def test_a_traceback_through_hydra_full_error_is_redacted(tmp_path):
+    r = _abh_run(["+arms.a.env.HF_TOKEN=sekrit123{"], tmp_path, HYDRA_FULL_ERROR="1")
+    assert "Traceback" in r.stderr and "OverrideParseException" in r.stderr
+    assert "sekrit123" not in r.stdout + r.stderr and REDACTED in r.stderr
 
 
 def test_sweep_keeps_no_secret_anywhere(tmp_path):
