@@ -601,8 +601,11 @@ def main(argv: list[str]) -> int:
     app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_hydra_task)
     saved = sys.argv
     sys.argv = ["abh run", *argv]
+    from harness.redact_stdio import redacted_stdio
+
     try:
-        app()
+        with redacted_stdio(argv):  # issue 14.4: Hydra prints the config and repeats overrides; redact both
+            app()
     except SystemExit as e:
         # Hydra exits 1 on composition errors (unknown key, bad value, missing config): bad config.
         if e.code not in (0, None):

@@ -7,6 +7,7 @@ Registered as a Hydra callback in configs/config.yaml; also usable on its own ov
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +108,19 @@ def format_sweep(s: schema.SweepSummary) -> str:
     return "\n".join(lines)
 
 
-def redact_multirun_yaml(sweep_dir: Path) -> None:
-    """Hydra writes its record of the sweep's overrides (``multirun.yaml``) unredacted: redact it in place."""
-    from harness.redact import redact_text
+def redact_multirun_yaml(sweep_dir: Path, argv: Sequence[str] | None = None) -> None:
+    """Hydra writes its record of the sweep (``multirun.yaml``: the overrides, each sweep's every value, and the
+    config) unredacted: redact it in place, by name and the secret values on the command line (``argv``;
+    default ``sys.argv[1:]``, what Hydra parsed)."""
+    from harness.fileio import atomic_write_text
+    from harness.redact import Redactor, secret_values
 
     path = Path(sweep_dir) / "multirun.yaml"
     if path.exists():
         text = path.read_text()
-        if redact_text(text) != text:
-            path.write_text(redact_text(text))
+        clean = Redactor(secret_values(sys.argv[1:] if argv is None else argv)).text(text)
+        if clean != text:
+            atomic_write_text(path, clean)
 
 
 class SweepSummary(Callback):

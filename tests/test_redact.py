@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import io
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from harness.redact import REDACTED, is_secret_name, redact_argv, redact_env, redact_text, redact_tree
+import pytest
+
+from harness.redact import (
+    REDACTED,
+    Redactor,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_text,
+    redact_tree,
+    secret_values,
+)
+from harness.redact_stdio import RedactingWriter, redacted_stdio
+from harness.sweep import redact_multirun_yaml
+
+R = REDACTED
 
 
 def test_redaction_of_env_and_argv():
@@ -72,3 +90,187 @@ def test_redact_text_in_logs_and_overrides():
         assert want in redact_text(text), text
     for benign in ("--max-new-tokens 512", "tokenizer_path=/m", "key: build", "api_key=None", "a basic test"):
         assert REDACTED not in redact_text(benign), benign
+
+
+#: Real text, each line with exactly what redaction must make of it: secrets hidden, and nothing else.
+HIDDEN = [
+    ("HF_TOKEN=abc", f"HF_TOKEN={R}"),
+    ("--api-key abc", f"--api-key {R}"),
+    ('"api_key": "abc"', f'"api_key": "{R}"'),
+    ("password: x", f"password: {R}"),
+    ("db password = hunter2", f"db password = {R}"),
+    ("Authorization: Bearer sk-abcdef123", f"Authorization: Bearer {R}"),
+    ("curl -H 'Authorization: Basic dXNlcjpwYXNz' http://h", f"curl -H 'Authorization: Basic {R}' http://h"),
+    ("ServerArgs(model_path='m', tokenizer_path='m', api_key='sk-123', tp_size=8, max_prefill_tokens=16384)",
+     f"ServerArgs(model_path='m', tokenizer_path='m', api_key='{R}', tp_size=8, max_prefill_tokens=16384)"),
+    ("export OPENAI_API_KEY=sk-9", f"export OPENAI_API_KEY={R}"),
+    ("abh run -m +arms.a.env.HF_TOKEN=s1,s2 task.num_questions=20",
+     f"abh run -m +arms.a.env.HF_TOKEN={R} task.num_questions=20"),
+    ("override_dirname: +engine.env.HF_TOKEN=hf_x,engine.flip_rate=0.01",
+     f"override_dirname: +engine.env.HF_TOKEN={R},engine.flip_rate=0.01"),
+    ("+arms.a.env.HF_TOKEN=choice(s1,s2)", f"+arms.a.env.HF_TOKEN={R}"),
+    ("+engine.args=[--api-key,sk-abcdef]", f"+engine.args=[--api-key,{R}]"),
+    ("['python', '-m', 'sglang.launch_server', '--api-key', 'sk-1']",
+     f"['python', '-m', 'sglang.launch_server', '--api-key', '{R}']"),
+    ('{"apiKey":"abc","max_tokens":512}', f'{{"apiKey":"{R}","max_tokens":512}}'),
+    ("x-api-key: abc123", f"x-api-key: {R}"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI", f"AWS_SECRET_ACCESS_KEY={R}"),
+    ("abh run: error: unrecognized arguments: --hf-token=sekrit2",
+     f"abh run: error: unrecognized arguments: --hf-token={R}"),
+    ("Either remove + prefix: 'arms.a.env.HF_TOKEN=sekrit8'", f"Either remove + prefix: 'arms.a.env.HF_TOKEN={R}'"),
+    ("{'access_token': 'ya29.x', 'token_type': 'Bearer'}", f"{{'access_token': '{R}', 'token_type': 'Bearer'}}"),
+    ("--token hf_abc --tp 8", f"--token {R} --tp 8"),
+]
+KEPT = [  # llama.cpp and SGLang logs, tokenizer configs, the harness's own options and prose
+    "print_info: EOS token        = 2 '</s>'",
+    "print_info: BOS token        = 1 '<s>'",
+    "print_info: EOG token        = 2 '</s>'",
+    "print_info: max token length = 48",
+    "llama_model_loader: - kv  21:            tokenizer.ggml.eos_token_id u32              = 2",
+    "llama_model_loader: - kv  24:               tokenizer.ggml.add_bos_token bool             = true",
+    "slot update_slots: id  0 | task 0 | new prompt, n_ctx_slot = 4096, n_keep = 0, n_prompt_tokens = 102",
+    "prompt eval time =      12.30 ms /   102 tokens (    0.12 ms per token,  8292.68 tokens per second)",
+    "Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0",
+    "Decode batch. #running-req: 1, #token: 38, token usage: 0.00, cuda graph: True, gen throughput (token/s): 12.34",
+    "KV Cache is allocated. #tokens: 1048576, K size: 6.00 GB, V size: 6.00 GB",
+    "max_total_num_tokens=1048576, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=2048",
+    '"num_key_value_heads": 8, "max_position_embeddings": 4096',
+    '"bos_token": "<s>", "eos_token": "</s>", "pad_token": null',
+    "--max-new-tokens 512 --tokenizer-path /m --skip-tokenizer-init",
+    "task.max_new_tokens=512 stop_token_ids=[2, 32000] token_type_ids: [0, 0]",
+    "scored 12 1-token answers; the 1-token rule: strict",
+    "api_key=None, admin_api_key=None",
+    "key: build",
+    "a basic test: basic settings apply; the bearer of bad news",
+    "monkey_patch: enabled, sort_key: name, cache_key: abc",
+    "job0_+engine.env.HF_TOKEN=REDACTED,experiment.repeats=1",  # a sweep dir name, already redacted
+]
+
+
+@pytest.mark.parametrize(("text", "want"), HIDDEN)
+def test_redact_text_hides_secret_values(text, want):
+    assert redact_text(text) == want
+
+
+@pytest.mark.parametrize("text", KEPT)
+def test_redact_text_keeps_what_is_not_secret(text):
+    assert redact_text(text) == text
+
+
+def test_secret_names_by_word():
+    secret = ["HF_TOKEN", "api_key", "--api-key", "OPENAI_API_KEY", "password", "secret_key", "apiKey", "HFToken",
+              "hf_token2", "x-api-key", "access_token", "APIKEY", "api_keys", "token", "my_secret", "DB_PASSWD",
+              "GOOGLE_APPLICATION_CREDENTIALS"]
+    benign = ["tokenizer", "TOKENIZER_PATH", "max_new_tokens", "TOKENS", "token_ids", "stop_token_ids",
+              "num_key_value_heads", "eos_token", "pad_token", "key", "keys", "sort_keys", "monkey", "token_type_ids"]
+    assert [n for n in secret if not is_secret_name(n)] == []
+    assert [n for n in benign if is_secret_name(n)] == []
+
+
+def test_printed_yaml_lists_and_blocks_under_secret_names():
+    text = ("engine:\n  args:\n  - --api-key\n  - sk-1\n  - --tp\n  - '8'\n  env:\n    HF_TOKEN: hf_abc\n"
+            "    api_keys:\n    - k1\n    - k2\n    PRIVATE_KEY: |\n      -----BEGIN\n      xyz\n    OTHER: '1'\n"
+            "  kind: sim\n")
+    want = (f"engine:\n  args:\n  - --api-key\n  - {R}\n  - --tp\n  - '8'\n  env:\n    HF_TOKEN: {R}\n"
+            f"    api_keys:\n    - {R}\n    - {R}\n    PRIVATE_KEY: {R}\n      {R}\n      {R}\n    OTHER: '1'\n"
+            "  kind: sim\n")
+    assert redact_text(text) == want
+
+
+def test_secret_values_of_a_command_line_and_literal_redaction():
+    argv = ["+arms.a.env.HF_TOKEN=[sekrit5", "--api-key", "sk-xyz", "+engine.args=[--api-key,sk-abc]",
+            "+x.HF_TOKEN=choice(aaa1,bbb2)", "HF_TOKEN=s1,s2", "task.num_questions=300", "--tp", "8"]
+    found = secret_values(argv)
+    assert {"sekrit5", "sk-xyz", "sk-abc", "aaa1", "bbb2"} <= found
+    assert not found & {"choice", "300", "8", "task.num_questions", "s1", "s2"}  # no function names, no 2-char parts
+    r = Redactor(found)
+    # Hydra's parse error repeats the value without its name
+    assert r.line("no viable alternative at input '[sekrit5'") == f"no viable alternative at input '{R}'"
+    assert r.line("sekrit55 and xsk-xyz stay") == "sekrit55 and xsk-xyz stay"  # whole values only
+
+
+def test_redacting_writer_keeps_progress_live_and_lines_whole():
+    target = io.StringIO()
+    w = RedactingWriter(target, Redactor())
+    w.write("\rgsm8k a r1:  10%|#         | 2/20")
+    w.flush()  # tqdm flushes after each update: it shows at once
+    assert target.getvalue() == "\rgsm8k a r1:  10%|#         | 2/20"
+    w.write("\rgsm8k a r1: 100%|##########| 20/20\n")
+    # a secret written in pieces, with no flush between (print() writes its arguments one by one)
+    w.write("HF_TOKEN")
+    w.write("=")
+    assert "HF_TOKEN" not in target.getvalue()  # held until the line ends
+    w.write("sekrit\n")
+    assert target.getvalue().endswith(f"20/20\nHF_TOKEN={R}\n")
+    assert w.isatty() is False and w.getvalue() == target.getvalue()  # the rest is the wrapped stream's
+
+
+def test_redacted_stdio_swaps_and_restores_the_streams(capsys):
+    before = sys.stdout, sys.stderr
+    with redacted_stdio(["+arms.a.env.HF_TOKEN=sekrit123"]):
+        assert isinstance(sys.stdout, RedactingWriter) and isinstance(sys.stderr, RedactingWriter)
+        print("HF_TOKEN: sekrit123")
+        print("error at input 'sekrit123'", file=sys.stderr, end="")  # a partial line, flushed at exit
+    assert (sys.stdout, sys.stderr) == before
+    out, err = capsys.readouterr()
+    assert out == f"HF_TOKEN: {R}\n" and err == f"error at input '{R}'"
+
+
+def test_multirun_yaml_keeps_no_sweep_value(tmp_path):
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - +arms.a.env.HF_TOKEN=s1,s2\n    - +engine.args=[--api-key,sk-one]\n"
+        "  job:\n    override_dirname: +arms.a.env.HF_TOKEN=s1,s2,task.num_questions=20\n"
+        "arms:\n  a:\n    env:\n      HF_TOKEN: s1,s2\n")
+    redact_multirun_yaml(tmp_path, argv=["-m", "+arms.a.env.HF_TOKEN=s1,s2", "+engine.args=[--api-key,sk-one]"])
+    text = (tmp_path / "multirun.yaml").read_text()
+    assert "s1" not in text and "s2" not in text and "sk-one" not in text
+    assert f"override_dirname: +arms.a.env.HF_TOKEN={R},task.num_questions=20" in text
+
+
+def _abh_run(args: list[str], cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("args", [
+    ["--cfg", "job", "+arms.a.env.HF_TOKEN=sekrit123"],
+    ["--cfg", "job", "--resolve", "+arms.a.env.HF_TOKEN=sekrit123"],
+    ["--cfg", "all", "+engine.env.HF_TOKEN=sekrit123", "+engine.args=[--api-key,sekrit123]"],
+    ["--help", "+arms.a.env.HF_TOKEN=sekrit123"],
+    ["--hf-token=sekrit123"],  # argparse: unrecognized arguments
+    ["+arms.a.env.HF_TOKEN=[sekrit123"],  # override grammar error
+    ["+arms.a.env.HF_TOKEN=sekrit123", "+arms.a.env.HF_TOKEN=sekrit123"],  # "Could not append to config"
+    ["arms.a.env.HF_TOKEN=sekrit123"],  # "To append to your config use +..."
+])
+def test_hydra_never_prints_a_secret(tmp_path, args):
+    r = _abh_run(args, tmp_path)
+    both = r.stdout + r.stderr
+    assert "sekrit123" not in both
+    assert REDACTED in both  # the line was there, redacted (not merely absent)
+    if args[0] == "--cfg":
+        assert r.returncode == 0 and "max_new_tokens: 512" in r.stdout  # the rest of the config is intact
+    else:
+        assert r.returncode in (0, 2)
+
+
+def test_a_traceback_through_hydra_full_error_is_redacted(tmp_path):
+    r = _abh_run(["+arms.a.env.HF_TOKEN=sekrit123{"], tmp_path, HYDRA_FULL_ERROR="1")
+    assert "Traceback" in r.stderr and "OverrideParseException" in r.stderr
+    assert "sekrit123" not in r.stdout + r.stderr and REDACTED in r.stderr
+
+
+def test_sweep_keeps_no_secret_anywhere(tmp_path):
+    r = _abh_run(["-m", "task.num_questions=20", "experiment.repeats=1", "experiment.aa_control=false",
+                  "report=false", "progress=false", "+engine.env.HF_TOKEN=sekA1xx,sekB2yy"], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "sekA1xx" not in r.stdout + r.stderr and "sekB2yy" not in r.stdout + r.stderr
+    assert "inconclusive" in r.stdout or "improved" in r.stdout  # the sweep ran and printed its table
+    sweep = tmp_path / "results" / "demo-sweep"
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 2 and all("HF_TOKEN=REDACTED" in j for j in jobs)
+    for f in sweep.rglob("*"):
+        assert "sek" not in f.name
+        if f.is_file():
+            text = f.read_text(errors="replace")
+            assert "sekA1xx" not in text and "sekB2yy" not in text, f
+    assert f"HF_TOKEN={R}" in (sweep / "multirun.yaml").read_text()
