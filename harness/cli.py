@@ -34,9 +34,9 @@ def eval_main(argv: list[str]) -> int:
     ap.add_argument("--num-questions", type=int, default=1319)
     ap.add_argument("--parallel", type=int, default=1319)
     ap.add_argument("--data", default=None,
-                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl); default: the shared copy "
-                         "beside the checkout (../shared/data/gsm8k) when present, else openai/gsm8k via `datasets`")
-    ap.add_argument("--train-data", default=None, help="train JSONL for --recipe heldout (default: beside --data)")
+                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl, or hf:openai/gsm8k through "
+                         "`datasets`); default: the canonical test set embedded in the package")
+    ap.add_argument("--train-data", default=None, help="train JSONL (or hf:openai/gsm8k) for --recipe heldout (default: beside --data)")
     ap.add_argument("--recipe", choices=list(gsm8k.RECIPES), default="sglang")
     ap.add_argument("--num-shots", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=512)
