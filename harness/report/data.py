@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.redact import REDACTED, is_secret_name, redact_argv, redact_env
 from harness.store import SampleRecord, load_eval, read_json, read_jsonl
+from harness.tasks.gsm8k import question_from_prompt
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
 MAX_FLIPS = 600
@@ -201,16 +202,11 @@ def question_texts(runs: list[Run], indices: set[int]) -> dict[int, str]:
         for row in read_jsonl(r.path / "prompts.jsonl"):
             i, p = row.get("index"), row.get("prompt")
             if i in indices and i not in out and isinstance(p, str):
-                out[i] = question_from_prompt(p)
+                q = question_from_prompt(p)
+                out[i] = p if q is None else q
         if len(out) == len(indices):
             break
     return out
-
-
-def question_from_prompt(prompt: str) -> str:
-    """The evaluated question of a GSM8K prompt: its last "Question: ...\\nAnswer:" block."""
-    tail = prompt.rsplit("Question: ", 1)[-1]
-    return tail[: -len("\nAnswer:")] if tail.endswith("\nAnswer:") else tail
 
 
 def _cut(s: str | None) -> tuple[str, bool]:
