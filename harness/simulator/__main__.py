@@ -58,10 +58,10 @@ def parse_args(argv: list[str] | None = None) -> SimConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.simulator.server import serve
-
     args = sys.argv[1:] if argv is None else list(argv)
     cfg = parse_args(args)
+    from harness.simulator.server import serve  # aiohttp: after the flags are known good
+
     _raise_nofile()
     try:
         asyncio.run(serve(cfg, [sys.argv[0], *args]))

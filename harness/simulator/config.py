@@ -47,6 +47,20 @@ class SimConfig:
     max_running_requests: int = _knob(0, "requests served at once, others queue (0 = unlimited)")
     build: str = _knob("", "build label reported by /get_server_info")
     model_path: str = _knob("simulated/gsm8k", "model path reported by the server")
+    # ---- teacher-forced scoring: the next-token model behind logprobs (harness.simulator.logprobs)
+    vocab_size: int = _knob(32000, "vocabulary size of the toy tokenizer and the next-token model")
+    logit_shift: float = _knob(0.0, "size (nats, sd per logit) of this build's perturbation of the next-token "
+                                    "logits, keyed by the build label; 0 = identical to any other build; never "
+                                    "changes the answers (accuracy)")
+    logprob_noise: float = _knob(0.025, "run-to-run noise on the logits (sd, nats), drawn where noise says")
+    # ---- MoE routing as SGLang returns it (harness.simulator.experts)
+    enable_return_routed_experts: bool = _knob(True, "serve return_routed_experts (SGLang's "
+                                                     "--enable-return-routed-experts; on by default here)")
+    routed_experts_bug: bool = _knob(False, "the shared-slot bug: the gate routes top-(k-1) and returns its shared "
+                                            "marker (id num_experts) in the last slot")
+    num_experts: int = _knob(256, "routed experts per MoE layer (ids 0..num_experts-1)")
+    topk: int = _knob(6, "routed experts per token (num_experts_per_tok)")
+    num_layers: int = _knob(4, "MoE layers in the routed-experts capture")
     # ---- faults (what happens to a server; not a property of the arm)
     startup_s: float = _knob(0.0, "seconds before the server is ready: /health and /health_generate answer "
                                   "503 meanwhile, as SGLang does until its warm-up ends")
@@ -68,9 +82,17 @@ class SimConfig:
             if not 0.0 <= v <= 1.0:
                 out.append(f"{name} must be in [0, 1], not {v}")
         for name in ("latency_s", "startup_s", "difficulty_sd", "max_running_requests", "crash_after",
-                     "hang_after"):
+                     "hang_after", "logit_shift", "logprob_noise"):
             if getattr(self, name) < 0:
                 out.append(f"{name} must be >= 0, not {getattr(self, name)}")
+        if self.vocab_size < 1000:
+            out.append(f"vocab_size must be >= 1000, not {self.vocab_size}")
+        if self.num_layers < 1:
+            out.append(f"num_layers must be >= 1, not {self.num_layers}")
+        if not 1 <= self.topk <= self.num_experts:
+            out.append(f"topk must be in [1, num_experts={self.num_experts}], not {self.topk}")
+        if self.routed_experts_bug and self.topk < 2:
+            out.append("topk must be >= 2 with routed_experts_bug (k-1 routed ids plus the shared marker)")
         return out
 
     def validate(self) -> None:

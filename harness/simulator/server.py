@@ -1,8 +1,9 @@
 """The simulated engine's HTTP server (aiohttp): SGLang's and OpenAI's wire protocols plus the side endpoints.
 
-Routes: ``POST /generate`` (SGLang), ``POST /v1/completions`` (OpenAI), ``GET /health`` and
-``/health_generate`` (one handler, 503 until ready, as SGLang), ``/get_server_info`` and ``/server_info``,
-``/get_model_info`` and ``/model_info``, ``/flush_cache``, ``/v1/models``, ``/version``.
+Routes: ``POST /generate`` (SGLang), ``POST /v1/completions`` (OpenAI/vLLM), ``POST /tokenize`` and
+``/detokenize`` (also under ``/v1``), ``GET /health`` and ``/health_generate`` (one handler, 503 until ready,
+as SGLang), ``/get_server_info`` and ``/server_info``, ``/get_model_info`` and ``/model_info``,
+``/flush_cache``, ``/v1/models``, ``/version``. Request and response shapes: ``harness.simulator.protocol``.
 """
 
 from __future__ import annotations
@@ -13,23 +14,14 @@ import os
 import signal
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from harness.simulator import protocol
 from harness.simulator.config import SimConfig
 from harness.simulator.state import SIM_VERSION, SimError, SimState
-
-#: sampling_params keys SGLang accepts; anything else is HTTP 400 (as newer SGLang does).
-ALLOWED_SAMPLING_KEYS = frozenset({
-    "skip_special_tokens", "spaces_between_special_tokens", "max_new_tokens", "min_new_tokens", "n",
-    "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos", "regex", "json_schema",
-    "ebnf", "structural_tag", "no_stop_trim", "custom_params", "sampling_seed", "logit_bias",
-    "stream_interval", "thinking_budget",
-})
 
 Work = Callable[..., Any]
 
@@ -37,31 +29,6 @@ Work = Callable[..., Any]
 def _err(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "code": status, "object": "error"},
                               "object": "error", "message": message, "code": status}, status=status)
-
-
-def _as_str_list(v: Any, name: str) -> list[str]:
-    if v is None:
-        return []
-    if isinstance(v, str):
-        return [v]
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return list(v)
-    raise SimError(400, f"{name} must be a string or a list of strings")
-
-
-def _as_int(v: Any, name: str, default: int, lo: int = 0) -> int:
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise SimError(400, f"{name} must be an integer >= {lo}, not {v!r}")
-    return v
-
-
-def _check_common(temperature: Any, top_p: Any) -> None:
-    if temperature is not None and (not isinstance(temperature, int | float) or temperature < 0):
-        raise SimError(400, f"temperature must be a number >= 0, not {temperature!r}")
-    if top_p is not None and (not isinstance(top_p, int | float) or not 0 < top_p <= 1):
-        raise SimError(400, f"top_p must be in (0, 1], not {top_p!r}")
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
@@ -133,47 +100,9 @@ class Handlers:
     def _sglang(self, body: dict[str, Any], validate_only: bool = False, prepared: Any = None,
                 t0: float = 0.0) -> Any:
         if validate_only:
-            if body.get("stream"):
-                raise SimError(400, "streaming is not supported by the simulated engine")
-            text = body.get("text")
-            if text is None:
-                raise SimError(400, "the simulated engine needs 'text' (input_ids are not supported)")
-            texts = [text] if isinstance(text, str) else text
-            if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-                raise SimError(400, "text must be a string or a non-empty list of strings")
-            sp = body.get("sampling_params") or {}
-            if isinstance(sp, list):
-                sp = sp[0] if sp else {}
-            if not isinstance(sp, dict):
-                raise SimError(400, "sampling_params must be an object")
-            unknown = sorted(set(sp) - ALLOWED_SAMPLING_KEYS)
-            if unknown:
-                raise SimError(400, f"Unknown sampling parameter(s): {', '.join(unknown)}")
-            _check_common(sp.get("temperature"), sp.get("top_p"))
-            params = {
-                "max_new": _as_int(sp.get("max_new_tokens"), "max_new_tokens", 128),
-                "min_new": _as_int(sp.get("min_new_tokens"), "min_new_tokens", 0),
-                "stops": _as_str_list(sp.get("stop"), "stop"),
-                "stop_regex": _as_str_list(sp.get("stop_regex"), "stop_regex"),
-                "ignore_eos": bool(sp.get("ignore_eos") or False),
-                "no_stop_trim": bool(sp.get("no_stop_trim") or False),
-            }
-            n = _as_int(sp.get("n"), "n", 1, lo=1)
-            return texts, params, n, isinstance(text, list)
-        texts, params, n, batched = prepared
-        out = []
-        for t in texts:
-            for _ in range(n):
-                r = self.st.complete(t, **params)
-                out.append({"text": r["text"], "meta_info": {
-                    "id": uuid.uuid4().hex,
-                    "prompt_tokens": r["prompt_tokens"],
-                    "completion_tokens": r["completion_tokens"],
-                    "cached_tokens": r["cached_tokens"],
-                    "finish_reason": r["finish"],
-                    "e2e_latency": time.perf_counter() - t0,
-                    "simulated": True,
-                }})
+            return protocol.parse_generate(self.st, body)
+        items, n, batched, opts = prepared
+        out = [protocol.generate_one(self.st, it, opts, t0) for it in items for _ in range(n)]
         return out if (batched or n > 1) else out[0]
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -183,41 +112,26 @@ class Handlers:
     def _openai(self, body: dict[str, Any], validate_only: bool = False, prepared: Any = None,
                 t0: float = 0.0) -> Any:
         if validate_only:
-            if body.get("stream"):
-                raise SimError(400, "streaming is not supported by the simulated engine")
-            prompt = body.get("prompt")
-            prompts = [prompt] if isinstance(prompt, str) else prompt
-            if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-                raise SimError(400, "prompt must be a string or a non-empty list of strings")
-            _check_common(body.get("temperature"), body.get("top_p"))
-            params = {
-                "max_new": _as_int(body.get("max_tokens"), "max_tokens", 16),
-                "min_new": _as_int(body.get("min_tokens"), "min_tokens", 0),
-                "stops": _as_str_list(body.get("stop"), "stop"),
-                "stop_regex": [],
-                "ignore_eos": bool(body.get("ignore_eos") or False),
-                "no_stop_trim": bool(body.get("include_stop_str_in_output") or False),
-            }
-            n = _as_int(body.get("n"), "n", 1, lo=1)
-            model = body.get("model") or self.st.cfg.model_path
-            return prompts, params, n, model
-        prompts, params, n, model = prepared
-        choices: list[dict[str, Any]] = []
-        pt = ct = 0
-        for p in prompts:
-            for _ in range(n):
-                r = self.st.complete(p, **params)
-                choices.append({"index": len(choices), "text": r["text"],
-                                "finish_reason": r["finish"]["type"], "logprobs": None,
-                                "stop_reason": r["finish"].get("matched")})
-                ct += r["completion_tokens"]
-            pt += r["prompt_tokens"]
-        return {"id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
-                "model": model, "choices": choices, "simulated": True,
-                "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
+            return protocol.parse_completions(self.st, body)
+        return protocol.completions_response(self.st, prepared)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self._openai)
+
+    # -------------------------------------------------------------- tokenizer
+    async def _plain(self, request: web.Request, fn: Callable[[SimState, dict[str, Any]], Any]) -> web.Response:
+        if self.st.starting():
+            return _err(503, "simulated server is starting (--startup-s)")
+        try:
+            return web.json_response(fn(self.st, await _read_json(request)))
+        except SimError as e:
+            return _err(e.status, str(e))
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        return await self._plain(request, protocol.tokenize)
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        return await self._plain(request, protocol.detokenize)
 
     # -------------------------------------------------------------- side endpoints
     async def health(self, request: web.Request) -> web.Response:
@@ -273,6 +187,9 @@ def build_app(cfg: SimConfig, argv: list[str] | None = None) -> web.Application:
     r.add_get("/flush_cache", h.flush_cache)
     r.add_get("/v1/models", h.models)
     r.add_get("/version", h.version)
+    for prefix in ("", "/v1"):
+        r.add_post(prefix + "/tokenize", h.tokenize)
+        r.add_post(prefix + "/detokenize", h.detokenize)
     return app
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
+import itertools
 import os
 import random
 import re
@@ -11,17 +13,21 @@ import shlex
 import sys
 import time
 from dataclasses import asdict
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import __version__
 from harness.simulator import model, text
 from harness.simulator.config import SimConfig
+from harness.simulator.tokens import EOS_ID, Tokenizer
 from harness.tasks import gsm8k
 
+if TYPE_CHECKING:  # numpy-backed; imported on first use so that the server starts fast
+    from harness.simulator.logprobs import NextTokenModel, Scores
+
 SIM_VERSION = f"simulated-{__version__}"
-EOS_TOKEN_ID = 2
-CHARS_PER_TOKEN = 4
+EOS_TOKEN_ID = EOS_ID
 
 
 class SimError(Exception):
@@ -39,6 +45,14 @@ def data_file(data: str) -> Path:
         return gsm8k.EMBEDDED_TEST
     p = Path(data).expanduser()
     return p / "test.jsonl" if p.is_dir() else p
+
+
+def known_texts(rows: list[dict[str, str]]) -> list[str]:
+    """Every text the simulator reads or writes, so the tokenizer gives each of their pieces its own id."""
+    fixed = [text.INVALID_TEXT, text.unknown_text(0, ""), text.continuation_block("q", "a"),
+             " So the answer is 0.\n#### 0", "0123456789"]
+    return fixed + [r["question"] for r in rows] + [r["answer"] for r in rows] \
+        + [text.strip_annotations(r["answer"]) for r in rows]
 
 
 def load_rows(data: str) -> list[dict[str, str]]:
@@ -84,10 +98,25 @@ class SimState:
         self.exiting = False
         self.sem = asyncio.Semaphore(cfg.max_running_requests) if cfg.max_running_requests > 0 else None
         self.prefix_cache: set[str] = set()
+        #: how many times each token sequence has been scored on this launch (its scoring pass number)
+        self._scored: dict[bytes, int] = {}
         self._answers: dict[tuple[int, int], str] = {}
         #: how many times each question has been asked on this launch (its pass number)
         self._asked: dict[int, int] = {}
         self._pass: dict[int, list[bool]] = {}
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The toy tokenizer (built on first use: it reads every row)."""
+        return Tokenizer(self.cfg.vocab_size, known_texts(self.rows))
+
+    @cached_property
+    def lm(self) -> NextTokenModel:
+        """The next-token model behind logprobs."""
+        from harness.simulator.logprobs import NextTokenModel
+
+        c = self.cfg
+        return NextTokenModel(c.seed, c.vocab_size, c.build, c.logit_shift, c.logprob_noise, c.noise, self.run_seed)
 
     # ------------------------------------------------------------------ status
     def starting(self) -> bool:
@@ -148,8 +177,8 @@ class SimState:
             self._answers[(i, k)] = txt
         return txt
 
-    def raw_generation(self, prompt: str, ignore_eos: bool, min_chars: int) -> tuple[str, bool]:
-        """(text the "model" writes, whether it ends in EOS). Without EOS it is at least min_chars long."""
+    def raw_generation(self, prompt: str, ignore_eos: bool, min_tokens: int) -> tuple[str, bool]:
+        """(text the "model" writes, whether it ends in EOS). Without EOS it has more than min_tokens tokens."""
         q = gsm8k.question_from_prompt(prompt)
         i = self.index.get(q) if q is not None else None
         if i is None:
@@ -158,17 +187,21 @@ class SimState:
         else:
             raw, start = self.answer_text(i), i + 1
         n = len(self.rows)
+        count = len(self.tokenizer.encode(raw)) if ignore_eos else 0
         k = 0
-        while k < text.CONTINUATION_BLOCKS or (ignore_eos and len(raw) < min_chars):
+        while k < text.CONTINUATION_BLOCKS or (ignore_eos and count <= min_tokens):
             r = self.rows[(start + k) % n]
-            raw += text.continuation_block(r["question"], r["answer"])
+            block = text.continuation_block(r["question"], r["answer"])
+            raw += block
+            count += len(self.tokenizer.encode(block)) if ignore_eos else 0
             k += 1
         return raw, not ignore_eos
 
     def complete(self, prompt: str, max_new: int, min_new: int, stops: list[str], stop_regex: list[str],
-                 ignore_eos: bool, no_stop_trim: bool) -> dict[str, Any]:
-        """One generation: text, finish reason and token counts (about 4 characters per token)."""
-        prompt_tokens = max(1, len(prompt) // CHARS_PER_TOKEN)
+                 ignore_eos: bool, no_stop_trim: bool, prompt_ids: list[int] | None = None) -> dict[str, Any]:
+        """One generation: the returned text, the finish reason, the generated token ids (stop-string tokens
+        and EOS included, as SGLang counts them) and token counts, all in the toy tokenizer's tokens."""
+        ids = self.tokenizer.encode(prompt) if prompt_ids is None else list(prompt_ids)
         # A crude prefix cache: the few-shot block (everything before the last question) is cached once a
         # prompt with it, or the warm-up that is that block alone, has been seen; /flush_cache empties it.
         cached = 0
@@ -176,17 +209,19 @@ class SimState:
         if k > 0:
             key = hashlib.sha256(prompt[:k].encode()).hexdigest()
             if key in self.prefix_cache:
-                cached = k // CHARS_PER_TOKEN
+                cached = len(self.tokenizer.encode(prompt[:k]))
             else:
                 self.prefix_cache.add(key)
         self.prefix_cache.add(hashlib.sha256(prompt.encode()).hexdigest())
         if max_new <= 0:
-            return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_tokens": prompt_tokens,
-                    "completion_tokens": 0, "cached_tokens": cached}
-        limit = max_new * CHARS_PER_TOKEN
-        raw, eos = self.raw_generation(prompt, ignore_eos, limit + 1)
-        floor = min_new * CHARS_PER_TOKEN
-        best: tuple[int, int, Any] | None = None  # (start, end, matched)
+            return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_ids": ids,
+                    "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}
+        raw, eos = self.raw_generation(prompt, ignore_eos, max_new)
+        pieces, raw_ids = self.tokenizer.encode_pieces(raw)
+        ends = list(itertools.accumulate(len(p) for p in pieces))
+        limit = ends[max_new - 1] if len(pieces) >= max_new else len(raw)
+        floor = ends[min_new - 1] if 0 < min_new <= len(pieces) else (len(raw) if min_new > 0 else 0)
+        best: tuple[int, int, Any] | None = None  # (start, end, matched), in characters
         for s in stops:
             if s:
                 j = raw.find(s, max(0, floor - len(s) + 1))
@@ -204,11 +239,33 @@ class SimState:
         if best is not None:
             out = raw[:best[1]] if no_stop_trim else raw[:best[0]]
             finish: dict[str, Any] = {"type": "stop", "matched": best[2]}
-            ctoks = min(max_new, best[1] // CHARS_PER_TOKEN + 1)
-        elif eos and len(raw) <= limit:
+            out_ids = raw_ids[:bisect.bisect_left(ends, best[1]) + 1]  # up to the token ending the stop
+        elif eos and len(pieces) < max_new:
             out, finish = raw, {"type": "stop", "matched": EOS_TOKEN_ID}
-            ctoks = min(max_new, len(raw) // CHARS_PER_TOKEN + 1)
+            out_ids = [*raw_ids, EOS_TOKEN_ID]
         else:
-            out, finish, ctoks = raw[:limit], {"type": "length", "length": max_new}, max_new
-        return {"text": out, "finish": finish, "prompt_tokens": prompt_tokens, "completion_tokens": ctoks,
-                "cached_tokens": cached}
+            out, finish, out_ids = raw[:limit], {"type": "length", "length": max_new}, raw_ids[:max_new]
+        return {"text": out, "finish": finish, "prompt_ids": ids, "output_ids": out_ids, "prompt_tokens": len(ids),
+                "completion_tokens": len(out_ids), "cached_tokens": cached}
+
+    # ------------------------------------------------------------------ token-level models
+    def score(self, ids: list[int], start: int, top_k: int = 0, requested: list[int] | None = None,
+              states: list[int] | None = None) -> Scores:
+        """Teacher-forced scores of positions max(start, 1)..len(ids)-1; repeated scoring of the same
+        sequence on this launch counts as a new pass (for pass/mixed noise)."""
+        key = hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
+        k = self._scored.get(key, 0)
+        self._scored[key] = k + 1
+        return self.lm.score(ids, range(max(start, 1), len(ids)), top_k, requested or (), k, states)
+
+    def routed_experts(self, ids: list[int], start: int, states: list[int] | None = None) -> str:
+        """SGLang's ``meta_info["routed_experts"]`` for the sequence ``ids`` (prompt + generated tokens):
+        rows for positions start..len(ids)-2, base64 int32 (see harness.simulator.experts)."""
+        from harness.simulator import experts
+        from harness.simulator.hashing import context_states
+
+        cfg = self.cfg
+        st = states if states is not None else context_states(ids, cfg.seed)
+        arr = experts.routed_experts(st, start, len(ids) - 1, cfg.seed, cfg.num_experts, cfg.topk,
+                                     cfg.num_layers, cfg.routed_experts_bug)
+        return experts.encode(arr)
