@@ -224,3 +224,28 @@ def test_options_and_bad_values(test_set):
         GSM8K(test_set, RecipeConfig(name="nope"))
     with pytest.raises(DatasetError):
         GSM8K(test_set, RecipeConfig(num_questions=0))
+
+
+@pytest.mark.slow
+def test_fresh_copy_without_shared_data_runs_offline(tmp_path):
+    """A checkout with no ../shared beside it and no network (HF_HUB_OFFLINE=1) runs `abh run` on the embedded set."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    copy = tmp_path / "clone" / "abh"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git", "results", "__pycache__", "*.egg-info",
+                                                             ".pytest_cache", ".ruff_cache", ".mypy_cache"))
+    assert not (copy.parent.parent / "shared").exists() and not (copy.parent / "shared").exists()
+    env = {**os.environ, "PYTHONPATH": str(copy), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={run}", "task.num_questions=100",
+                        "experiment.repeats=1", "report=false"], cwd=copy, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert str(copy / "harness" / "tasks" / "data" / "gsm8k" / "test.jsonl") in json.dumps(manifest)

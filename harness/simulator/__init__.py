@@ -8,7 +8,10 @@ Everything it reports says ``simulated``. Start it as a real process::
 
 Modules: ``config`` (SimConfig: every knob and its default), ``model`` (question difficulties, an arm's
 outcomes, run-to-run noise), ``text`` (the answers it writes), ``state`` (one launch: data, outcomes per pass,
-generation), ``server`` (aiohttp app and handlers), ``__main__`` (command line -> SimConfig).
+generation), ``tokens`` (toy tokenizer), ``logprobs`` (next-token model for teacher-forced scoring),
+``experts`` (MoE routing for ``return_routed_experts``), ``hashing`` (stable hashes they share),
+``protocol`` (SGLang and OpenAI/vLLM request and response shapes, documented there), ``server`` (aiohttp app
+and handlers), ``__main__`` (command line -> SimConfig).
 
 A request's question is the LAST ``Question: ...\\nAnswer:`` block of its prompt
 (:func:`harness.tasks.gsm8k.question_from_prompt`); unknown questions get a random (wrong) number. Output
