@@ -90,9 +90,9 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--num-questions", type=int, metavar="N", default=1319, help="evaluate the first N questions")
     ap.add_argument("--parallel", type=int, metavar="P", default=d["parallel"].default, help="requests in flight")
     ap.add_argument("--data", default=None, metavar="PATH",
-                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl); default: the shared copy "
-                         "beside the checkout (../shared/data/gsm8k) when present, else openai/gsm8k via `datasets`")
-    ap.add_argument("--train-data", default=None, metavar="PATH", help="train JSONL for --recipe heldout (default: beside --data)")
+                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl, or hf:openai/gsm8k through "
+                         "`datasets`); default: the canonical test set embedded in the package")
+    ap.add_argument("--train-data", default=None, metavar="PATH", help="train JSONL (or hf:openai/gsm8k) for --recipe heldout (default: beside --data)")
     ap.add_argument("--recipe", choices=list(gsm8k.RECIPES), default="sglang",
                     help="sglang: shots are test rows 0..k-1 (SGLang's script); heldout: shots from train")
     ap.add_argument("--num-shots", type=int, metavar="K", default=5, help="few-shot examples in each prompt")

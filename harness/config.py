@@ -25,6 +25,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from harness.simulator.config import SimConfig
+
 #: The project checkout (holds configs/, arms/, results/).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = PROJECT_ROOT / "configs"
@@ -107,38 +109,19 @@ class ExternalEngineConfig(EngineConfig):
 
 
 @dataclass
-class SimulatedEngineConfig(EngineConfig):
-    """The project's GSM8K server simulator (SIMULATED: rehearsal, tests, power planning)."""
+class SimulatedEngineConfig(SimConfig, EngineConfig):
+    """The project's GSM8K server simulator (SIMULATED: rehearsal, tests, power planning).
+
+    Every knob of :class:`harness.simulator.config.SimConfig` is a field here with SimConfig's own default
+    (``engine.accuracy``, ``engine.flip_rate``, ``engine.noise``, ...; SimConfig comes first in the bases, so
+    its defaults win, also for ``host``, ``port`` and ``model_path``). Only how the harness runs it is set here.
+    """
 
     kind: str = "simulated"
     module: str = "harness.simulator"
-    model_path: str = "simulated/gsm8k"
-    #: GSM8K test JSONL the simulator answers from; empty = the simulator's default (the shared copy).
-    data: str = ""
     ready_timeout_s: float = 60.0
     poll_interval_s: float = 0.1
     stop_timeout_s: float = 10.0
-    #: Target accuracy of the arm (an arm overrides it to simulate an effect).
-    accuracy: float = 0.945
-    #: Share of questions re-drawn per launch: run-to-run noise at temperature 0.
-    flip_rate: float = 0.02
-    seed: int = 0
-    #: Per-launch noise seed; -1 = random per launch, like SGLang's --random-seed.
-    run_seed: int = -1
-    #: Re-draw the noise on every pass over the questions ("pass", as a real server under dynamic batching
-    #: does) or once per launch ("launch").
-    noise: str = "pass"
-    latency_s: float = 0.0
-    max_running_requests: int = 0
-    build: str = ""
-    invalid_rate: float = 0.0
-    # faults
-    startup_s: float = 0.0
-    crash_after: int = 0
-    hang_after: int = 0
-    error_rate: float = 0.0
-    malformed_rate: float = 0.0
-    ignore_sigterm: bool = False
 
 
 ENGINE_SCHEMAS: dict[str, type[EngineConfig]] = {
@@ -312,6 +295,32 @@ if not OmegaConf.has_resolver("abh_safe_dirname"):
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
+def _simulated_problems(cfg: Any) -> list[str]:
+    """The simulator's own value checks (SimConfig.problems) on the engine and on each arm's merged engine."""
+    from harness.simulator.config import knob_types
+
+    types = knob_types()
+
+    def check(values: dict[str, Any], where: str) -> list[str]:
+        kw: dict[str, Any] = {}
+        for name, v in values.items():
+            if name not in types or v is None:
+                continue
+            try:
+                kw[name] = types[name](v) if types[name] is not bool else bool(v)
+            except (TypeError, ValueError):
+                return [f"{where}.{name} must be a {types[name].__name__}, not {v!r}"]
+        return [f"{where}.{p}" for p in SimConfig(**kw).problems()]
+
+    base = dict(cfg.engine.items())
+    out = check(base, "engine")
+    for key, arm in cfg.arms.items():
+        if arm.engine:
+            out += [p for p in check({**base, **dict(arm.engine.items())}, f"arms.{key}.engine")
+                    if p.replace(f"arms.{key}.engine", "engine", 1) not in out]
+    return out
+
+
 def validate(cfg: Any) -> None:
     """Checks a type cannot express. Raises ConfigError with one clear message."""
     problems: list[str] = []
@@ -354,12 +363,7 @@ def validate(cfg: Any) -> None:
         problems.append(f"engine.port={e.port} with experiment.concurrent_servers=true: both arms' servers "
                         "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
     if e is not None and e.get("kind") == "simulated":
-        if not 0 < float(e.accuracy) < 1:
-            problems.append(f"engine.accuracy must be strictly between 0 and 1, not {e.accuracy}")
-        for key, arm in cfg.arms.items():
-            acc = arm.engine.get("accuracy", e.accuracy)
-            if not 0 < float(acc) < 1:
-                problems.append(f"arms.{key}: simulated accuracy must be strictly between 0 and 1, not {acc}")
+        problems += _simulated_problems(cfg)
     s = cfg.stats
     if not 0 < s.alpha < 1:
         problems.append("stats.alpha must be in (0, 1)")

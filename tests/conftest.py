@@ -1,4 +1,5 @@
-"""Shared fixtures: the canonical GSM8K files beside the checkout, free ports, simulated servers."""
+"""Shared fixtures: the GSM8K files (the test set embedded in the package; the train set from ../shared
+beside the checkout), free ports, simulated servers."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness.tasks.gsm8k import EMBEDDED_TEST
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data" / "gsm8k"
-TEST_JSONL = DATA_DIR / "test.jsonl"
+TEST_JSONL = EMBEDDED_TEST
 TRAIN_JSONL = DATA_DIR / "train.jsonl"
 
 

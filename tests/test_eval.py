@@ -270,7 +270,7 @@ def test_too_many_questions_is_refused_before_any_request(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_default_data_is_the_shared_copy(sim_server, tmp_path):
+def test_default_data_is_the_embedded_set(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.9")
     r = abh("eval", "--url", s.url, "--out", str(tmp_path / "x"), "--num-questions", "5", "--no-progress")
     assert r.returncode == 0, r.stderr

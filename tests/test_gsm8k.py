@@ -67,6 +67,78 @@ def test_malformed_data_is_refused(tmp_path, content, msg):
         gsm8k.load(tmp_path / "missing.jsonl")
 
 
+def test_embedded_test_set_is_the_default_and_checked(tmp_path, monkeypatch):
+    ds = gsm8k.load()
+    assert ds.canonical and len(ds) == 1319 and ds.source == str(gsm8k.EMBEDDED_TEST)
+    assert gsm8k.load("").sha256 == ds.sha256 == gsm8k.CANONICAL_TEST_HASH
+    import hashlib
+
+    assert hashlib.sha256(gsm8k.EMBEDDED_TEST.read_bytes()).hexdigest() == gsm8k.EMBEDDED_TEST_FILE_SHA256
+    lic = (gsm8k.EMBEDDED_DIR / "LICENSE").read_text()
+    assert "MIT License" in lic and "OpenAI" in lic
+    assert gsm8k.EMBEDDED_TEST_FILE_SHA256 in (gsm8k.EMBEDDED_DIR / "README.md").read_text()
+    test, train = gsm8k.load_splits(None)
+    assert test.source == ds.source and train is None
+    # a damaged embedded copy is refused in one line, not read
+    bad = tmp_path / "test.jsonl"
+    bad.write_bytes(gsm8k.EMBEDDED_TEST.read_bytes().replace(b"Janet", b"Jane", 1))
+    monkeypatch.setattr(gsm8k, "EMBEDDED_TEST", bad)
+    with pytest.raises(DatasetError, match="embedded GSM8K test set .* damaged"):
+        gsm8k.load()
+
+
+def test_train_split_is_not_shipped_and_heldout_says_so_in_one_line(tmp_path):
+    with pytest.raises(DatasetError) as e:
+        gsm8k.load_splits(None, None, "heldout")
+    msg = str(e.value)
+    assert "\n" not in msg and "task.train_path" in msg and "hf:openai/gsm8k" in msg
+    with pytest.raises(DatasetError, match="only the GSM8K test split"):
+        gsm8k.load(None, "train")
+    # the train file beside a local test file (or in its directory) is found
+    (tmp_path / "test.jsonl").write_bytes(gsm8k.EMBEDDED_TEST.read_bytes())
+    assert gsm8k.train_source_for(tmp_path / "test.jsonl") is None  # no train.jsonl there
+    (tmp_path / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    assert gsm8k.train_source_for(tmp_path / "test.jsonl") == str(tmp_path / "train.jsonl")
+    assert gsm8k.train_source_for(tmp_path) == str(tmp_path / "train.jsonl")
+    assert gsm8k.train_source_for("hf:openai/gsm8k") == "hf:openai/gsm8k"
+    test, train = gsm8k.load_splits(tmp_path, None, "heldout", allow_noncanonical=True)
+    assert train is not None and train.rows == [{"question": "q", "answer": "#### 1"}] and not train.canonical
+
+
+def test_non_utf8_data_is_one_clear_line(tmp_path):
+    p = tmp_path / "latin1.jsonl"
+    p.write_bytes('{"question": "caf\u00e9", "answer": "#### 1"}\n'.encode("latin-1"))
+    with pytest.raises(DatasetError) as e:
+        gsm8k.load(p, allow_noncanonical=True)
+    assert "not UTF-8" in str(e.value) and "0xe9" in str(e.value) and f"{p}:1" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_non_utf8_data_exits_2_from_both_commands(tmp_path):
+    import subprocess
+    import sys
+
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(b"\xff\xfe not utf8\n")
+    env_run = [sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={tmp_path / 'run'}",
+               f"task.data_path={p}", "dry_run=true"]
+    env_eval = [sys.executable, "-m", "harness.cli", "eval", "--url", "http://127.0.0.1:9", "--out",
+                str(tmp_path / "ev"), "--data", str(p)]
+    for cmd in (env_run, env_eval):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert "not UTF-8" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_question_from_prompt_is_the_inverse_of_the_prompt_builder(test_set):
+    task = GSM8K(test_set, RecipeConfig(num_questions=50))
+    for q in task.questions:
+        assert gsm8k.question_from_prompt(q.prompt) == q.question.strip()
+    assert gsm8k.question_from_prompt("Question: a\nAnswer: 1\n\nQuestion: b?\nAnswer:") == "b?"
+    assert gsm8k.question_from_prompt("Question: tail only") == "tail only"
+    assert gsm8k.question_from_prompt("no block here") is None
+
+
 def test_all_1319_prompts_match_the_brief_byte_for_byte(test_set, rows):
     task = GSM8K(test_set, RecipeConfig())
     assert len(task.questions) == 1319
@@ -133,6 +205,7 @@ def test_parser_known_values():
     assert get_answer_value("1,234") == 1234
 
 
+@pytest.mark.skipif(not TRAIN_JSONL.exists(), reason=f"GSM8K train set (not shipped) not found at {TRAIN_JSONL}")
 def test_heldout_recipe_takes_shots_from_train(test_set):
     train = gsm8k.load(TRAIN_JSONL, split="train")
     task = GSM8K(test_set, RecipeConfig(name="heldout", num_questions=10), train)
@@ -151,3 +224,28 @@ def test_options_and_bad_values(test_set):
         GSM8K(test_set, RecipeConfig(name="nope"))
     with pytest.raises(DatasetError):
         GSM8K(test_set, RecipeConfig(num_questions=0))
+
+
+@pytest.mark.slow
+def test_fresh_copy_without_shared_data_runs_offline(tmp_path):
+    """A checkout with no ../shared beside it and no network (HF_HUB_OFFLINE=1) runs `abh run` on the embedded set."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    copy = tmp_path / "clone" / "abh"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git", "results", "__pycache__", "*.egg-info",
+                                                             ".pytest_cache", ".ruff_cache", ".mypy_cache"))
+    assert not (copy.parent.parent / "shared").exists() and not (copy.parent / "shared").exists()
+    env = {**os.environ, "PYTHONPATH": str(copy), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={run}", "task.num_questions=100",
+                        "experiment.repeats=1", "report=false"], cwd=copy, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert str(copy / "harness" / "tasks" / "data" / "gsm8k" / "test.jsonl") in json.dumps(manifest)

@@ -7,23 +7,26 @@ import json
 import re
 import signal
 import time
-from pathlib import Path
+from dataclasses import fields
 
 import aiohttp
 import pytest
 import requests
+from conftest import SimServer
 
-from harness.simulator import (
+from harness.simulator.config import SimConfig
+from harness.simulator.model import (
     ability_for_accuracy,
     base_outcomes,
     expected_accuracy,
-    extract_question,
     flip_probabilities,
+    launch_outcomes,
+    pass_outcomes,
     run_outcomes,
+    split_flip_rate,
 )
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"GSM8K test set not found at {DATA}")
+from harness.tasks.gsm8k import EMBEDDED_TEST as DATA
+from harness.tasks.gsm8k import question_from_prompt
 
 SP = {"skip_special_tokens": True, "spaces_between_special_tokens": True, "max_new_tokens": 512,
       "min_new_tokens": 0, "n": 1, "stop": ["Question", "Assistant:", "<|separator|>"], "stop_token_ids": [],
@@ -37,7 +40,7 @@ def _rows() -> list[dict[str, str]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-ROWS = _rows() if DATA.exists() else []
+ROWS = _rows()
 SHOTS = "".join("Question: " + r["question"] + "\nAnswer: " + r["answer"] + "\n\n" for r in ROWS[:5])
 
 
@@ -86,7 +89,76 @@ def test_python_api_model():
     assert 0.9 * down == pytest.approx(0.1 * up)
     r1, r2 = run_outcomes(lo, 0.1, 1), run_outcomes(lo, 0.1, 2)
     assert 0.06 < sum(x != y for x, y in zip(r1, r2, strict=True)) / len(lo) < 0.14
-    assert extract_question(prompt(7)) == ROWS[7]["question"].strip()
+    assert question_from_prompt(prompt(7)) == ROWS[7]["question"].strip()
+
+
+# ------------------------------------------------------------------------------- one SimConfig
+def _compose(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    import harness.config as hc
+
+    with initialize_config_dir(str(hc.CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=["engine=simulated", *overrides])
+
+
+def _other_value(name: str, default):
+    """A valid value of knob ``name`` that is not its default."""
+    special = {"noise": "mixed", "data": "/some/test.jsonl", "host": "127.0.0.2", "port": 12345,
+               "run_seed": 7, "ability": 1.5, "accuracy": 0.5, "build": "b1", "model_path": "m/x"}
+    if name in special:
+        return special[name]
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 3
+    if isinstance(default, float):
+        return round(min(0.9, default + 0.125), 3)
+    return "x"
+
+
+def test_every_simconfig_knob_is_an_engine_key_with_the_same_default():
+    """SimConfig is the only source of the simulator's defaults: each field is engine.<field> with the same
+    default, settable from the command line, and reaches the simulator's flags unchanged (round trip)."""
+    from harness.config import SimulatedEngineConfig
+    from harness.simulator.__main__ import parse_args
+    from harness.simulator.config import knob_types, to_argv
+
+    engine = _compose().engine
+    names = [f.name for f in fields(SimConfig)]
+    assert len(names) >= 20
+    for f in fields(SimConfig):
+        assert engine[f.name] == f.default, f.name
+        assert getattr(SimulatedEngineConfig(), f.name) == f.default, f.name
+    assert engine.accuracy == 0.945 and engine.noise == "pass" and engine.port == 0  # one value, not two
+    overrides = {n: _other_value(n, getattr(SimConfig(), n)) for n in names}
+    cli = [f"engine.{n}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
+           for n, v in overrides.items()]
+    set_engine = _compose(*cli).engine
+    types = knob_types()
+    for n, v in overrides.items():
+        assert set_engine[n] == v, n
+        assert isinstance(set_engine[n], types[n]), n
+    values = {n: set_engine[n] for n in names}
+    parsed = parse_args(to_argv(values))
+    want = {**values, "accuracy": SimConfig().accuracy}  # ability is set, so accuracy is not passed
+    assert {n: getattr(parsed, n) for n in names} == want
+    without_ability = {**values, "ability": None}
+    assert parse_args(to_argv(without_ability)).accuracy == values["accuracy"]
+    assert parse_args([]) == SimConfig()  # the command line's defaults are SimConfig's
+
+
+def test_bad_simulator_values_fail_config_validation_in_one_message():
+    import harness.config as hc
+
+    cfg = _compose("engine.noise=sometimes", "engine.flip_rate=1.5")
+    with pytest.raises(hc.ConfigError) as e:
+        hc.validate(cfg)
+    assert "engine.noise must be one of launch, pass, mixed" in str(e.value)
+    assert "engine.flip_rate must be in [0, 1]" in str(e.value)
+    cfg = _compose("arms.b.engine.accuracy=1.5")
+    with pytest.raises(hc.ConfigError, match="arms.b.engine.accuracy must be strictly between 0 and 1"):
+        hc.validate(cfg)
 
 
 # ------------------------------------------------------------------------------------------ APIs
@@ -115,7 +187,8 @@ def test_side_endpoints_and_warmup(sim_server):
     assert set(meta) >= {"id", "prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason",
                          "e2e_latency"}
     assert meta["finish_reason"] == {"type": "stop", "matched": "Question"} and "Question" not in r["text"]
-    assert meta["cached_tokens"] > 0 and meta["prompt_tokens"] == len(prompt(5)) // 4
+    n_prompt = requests.post(s.url + "/tokenize", json={"prompt": prompt(5)}, timeout=5).json()["count"]
+    assert meta["cached_tokens"] > 0 and meta["prompt_tokens"] == n_prompt
     # unknown sampling_params key -> 400, as newer SGLang
     bad = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": {**SP, "bogus": 1}},
                         timeout=5)
@@ -124,7 +197,7 @@ def test_side_endpoints_and_warmup(sim_server):
     r = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": {"max_new_tokens": 64}},
                       timeout=5).json()
     assert r["meta_info"]["finish_reason"]["type"] == "length" and r["meta_info"]["completion_tokens"] == 64
-    assert len(r["text"]) == 256
+    assert requests.post(s.url + "/tokenize", json={"prompt": r["text"]}, timeout=5).json()["count"] == 64
     # OpenAI completions
     o = requests.post(s.url + "/v1/completions", json={"model": "sim/Qwen-7B", "prompt": prompt(5),
                                                        "max_tokens": 512, "stop": SP["stop"]}, timeout=5).json()
@@ -166,19 +239,51 @@ def test_high_accuracy_arm_and_invalid(sim_server):
     assert all(not re.search(r"\d", t) for t in texts(inv.url, range(20)))
 
 
-def test_run_to_run_noise(sim_server):
-    n = len(ROWS)
-    runs = []
-    for rs in ("1", "2"):
-        s = sim_server("--accuracy", "0.9", "--flip-rate", "0.1", "--run-seed", rs)
-        first = texts(s.url, range(n))
-        again = texts(s.url, range(0, n, 7))
-        assert again == first[::7]  # within a launch: deterministic
-        runs.append([parse(t) == label(i) for i, t in enumerate(first)])
-    disagree = sum(x != y for x, y in zip(*runs, strict=True)) / n
-    assert 0.06 < disagree < 0.14, disagree
-    for r in runs:
-        assert abs(sum(r) / n - 0.9) < 0.04
+def _disagree(x: list[bool], y: list[bool]) -> float:
+    return sum(a != b for a, b in zip(x, y, strict=True)) / len(x)
+
+
+def test_noise_modes_in_the_pure_model():
+    """Where the flips are drawn: launch (once per launch), pass (every pass), mixed (half each)."""
+    base = base_outcomes(ability_for_accuracy(0.9))
+    f = 0.1
+    rates = {}
+    for noise in ("launch", "pass", "mixed"):
+        l1, l2 = launch_outcomes(base, f, noise, 1), launch_outcomes(base, f, noise, 2)
+        p11, p12 = pass_outcomes(l1, f, noise, 1, 0), pass_outcomes(l1, f, noise, 1, 1)
+        p21 = pass_outcomes(l2, f, noise, 2, 0)
+        rates[noise] = (_disagree(p11, p12), _disagree(p11, p21))
+        for out in (p11, p12, p21):
+            assert abs(sum(out) / len(out) - sum(base) / len(base)) < 0.02  # balanced: accuracy kept
+    assert rates["launch"][0] == 0.0 and 0.07 < rates["launch"][1] < 0.13
+    assert 0.07 < rates["pass"][0] < 0.13 and 0.07 < rates["pass"][1] < 0.13
+    assert 0.03 < rates["mixed"][0] < 0.07 and 0.07 < rates["mixed"][1] < 0.13
+    assert split_flip_rate(f, "mixed") == (f / 2, f / 2)
+    with pytest.raises(ValueError, match="noise"):
+        split_flip_rate(f, "sometimes")
+
+
+@pytest.mark.parametrize("noise", ["launch", "pass", "mixed"])
+def test_noise_modes_on_real_servers(sim_server, noise):
+    """Two passes on one launch: verbatim under launch, different under pass; under mixed they differ less
+    than two launches do (500 questions at flip rate 0.2 keep it quick; at accuracy 0.7 two draws disagree on
+    about 0.18 of them, half of that per component under mixed)."""
+    n = 500
+    a = sim_server("--accuracy", "0.7", "--flip-rate", "0.2", "--run-seed", "1", "--noise", noise)
+    b = sim_server("--accuracy", "0.7", "--flip-rate", "0.2", "--run-seed", "2", "--noise", noise)
+    a1, a2 = texts(a.url, range(n)), texts(a.url, range(n))
+    b1 = texts(b.url, range(n))
+    right = [[parse(t) == label(i) for i, t in enumerate(run)] for run in (a1, a2, b1)]
+    within, between = _disagree(right[0], right[1]), _disagree(right[0], right[2])
+    for r in right:
+        assert abs(sum(r) / n - 0.7) < 0.08
+    if noise == "launch":
+        assert a1 == a2 and 0.12 < between < 0.24, between  # every pass on one launch repeats verbatim
+    elif noise == "pass":
+        assert a1 != a2 and 0.12 < within < 0.24 and 0.12 < between < 0.24, (within, between)
+    else:
+        assert 0.05 < within < 0.14 and 0.12 < between < 0.24 and within < between, (within, between)
+    assert requests.get(a.url + "/server_info", timeout=5).json()["simulation"]["noise"] == noise
 
 
 # ------------------------------------------------------------------------------------------ faults
@@ -208,21 +313,33 @@ def test_hang_after(sim_server):
                          timeout=5).status_code == 200
     with pytest.raises(requests.Timeout):
         requests.post(s.url + "/generate", json={"text": prompt(1), "sampling_params": SP}, timeout=0.5)
-    with pytest.raises(requests.Timeout):
-        requests.get(s.url + "/health_generate", timeout=0.5)
+    for path in ("/health_generate", "/health"):
+        with pytest.raises(requests.Timeout):
+            requests.get(s.url + path, timeout=0.5)
 
 
-def test_startup_delay(sim_server):
-    s = sim_server("--startup-s", "1.5")
-    assert requests.get(s.url + "/health_generate", timeout=5).status_code == 503
-    assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
-                         timeout=5).status_code == 503
-    deadline = time.monotonic() + 10
-    while requests.get(s.url + "/health_generate", timeout=5).status_code != 200:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
-                         timeout=5).status_code == 200
+def test_startup_delay_answers_503_on_health_until_ready():
+    """Like SGLang until its warm-up ends: /health and /health_generate (one handler) and requests say 503."""
+    s = SimServer("--startup-s", "1.5")
+    try:
+        t0 = time.monotonic()
+        while True:  # the process is listening (not ready) within a second or so
+            try:
+                codes = {p: requests.get(s.url + p, timeout=5).status_code for p in ("/health", "/health_generate")}
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() - t0 < 10
+                time.sleep(0.05)
+        assert codes == {"/health": 503, "/health_generate": 503}
+        assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
+                             timeout=5).status_code == 503
+        s.wait_ready(timeout=10, path="/health")
+        assert time.monotonic() - t0 >= 1.4
+        assert requests.get(s.url + "/health_generate", timeout=5).status_code == 200
+        assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
+                             timeout=5).status_code == 200
+    finally:
+        s.stop()
 
 
 def test_sigterm(sim_server):
@@ -252,13 +369,3 @@ def test_max_running_requests_queue(sim_server):
     out = batch(s.url, range(20))
     assert all(st == 200 for st, _ in out)
     assert time.monotonic() - t0 >= 0.75  # 4 waves of 5
-
-
-def test_noise_per_pass_redraws_on_the_same_launch(sim_server):
-    """With --noise pass, a second pass on the same server differs like a new run (dynamic batching)."""
-    n = len(ROWS)
-    s = sim_server("--accuracy", "0.9", "--flip-rate", "0.1", "--run-seed", "5", "--noise", "pass")
-    first = [parse(t) == label(i) for i, t in enumerate(texts(s.url, range(n)))]
-    second = [parse(t) == label(i) for i, t in enumerate(texts(s.url, range(n)))]
-    disagree = sum(x != y for x, y in zip(first, second, strict=True)) / n
-    assert 0.06 < disagree < 0.14, disagree

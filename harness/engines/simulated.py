@@ -1,6 +1,6 @@
 """SIMULATED engine: the project's GSM8K server simulator (``python -m harness.simulator``) as a real process.
 
-Every SimulatedEngineConfig knob becomes a flag; ready when ``GET /health_generate`` is 200. It says
+Every SimConfig knob of the engine config becomes a flag; ready when ``GET /health_generate`` is 200. It says
 SIMULATED: ``simulated`` is True and the simulator's own /get_server_info reports ``"simulated": true``.
 """
 
@@ -28,26 +28,15 @@ class SimulatedEngine(LaunchedEngine):
         return [str(PROJECT_ROOT)]
 
     def server_args(self) -> list[str]:
-        """Every simulator knob the engine config sets becomes its flag (``flip_rate`` -> ``--flip-rate``),
-        so a knob added to the simulator needs no second list here."""
+        """Every simulator knob of the engine config becomes its flag (``flip_rate`` -> ``--flip-rate``) through
+        the simulator's own mapping, so a knob added to SimConfig needs no second list here."""
         from dataclasses import fields
 
-        from harness.simulator import SimConfig
+        from harness.simulator.config import SimConfig, to_argv
 
-        c = self.cfg
-        args = ["--host", self.host, "--port", str(self.port)]
-        for f in fields(SimConfig):
-            if f.name in ("host", "port", "argv") or not hasattr(c, f.name):
-                continue
-            value = getattr(c, f.name)
-            if value is None or value == "" or (f.name == "run_seed" and int(value) < 0):
-                continue  # unset: the simulator's default (run_seed -1: random per launch)
-            flag = "--" + f.name.replace("_", "-")
-            if isinstance(value, bool):
-                args += [flag] if value else []
-            else:
-                args += [flag, str(value)]
-        return args
+        values = {f.name: getattr(self.cfg, f.name) for f in fields(SimConfig) if hasattr(self.cfg, f.name)}
+        values.update(host=self.host, port=self.port)
+        return to_argv(values)
 
     def ready_check(self) -> tuple[bool, str]:
         return self._check_health("/health_generate")

@@ -21,6 +21,7 @@ from harness.fileio import read_jsonl
 from harness.redact import redact_env
 from harness.schema import Comparison, Manifest, SampleRecord
 from harness.store import load_eval
+from harness.tasks.gsm8k import question_from_prompt
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
 MAX_FLIPS = 600
@@ -186,18 +187,13 @@ def question_texts(runs: list[Run], indices: set[int]) -> dict[int, str]:
         if r.path is None:
             continue
         for row in read_jsonl(r.path / "prompts.jsonl"):
-            idx, prompt = row.get("index"), row.get("prompt")
-            if isinstance(idx, int) and idx in indices and idx not in out and isinstance(prompt, str):
-                out[idx] = question_from_prompt(prompt)
+            idx, p = row.get("index"), row.get("prompt")
+            if isinstance(idx, int) and idx in indices and idx not in out and isinstance(p, str):
+                q = question_from_prompt(p)
+                out[idx] = p if q is None else q
         if len(out) == len(indices):
             break
     return out
-
-
-def question_from_prompt(prompt: str) -> str:
-    """The evaluated question of a GSM8K prompt: its last "Question: ...\\nAnswer:" block."""
-    tail = prompt.rsplit("Question: ", 1)[-1]
-    return tail[: -len("\nAnswer:")] if tail.endswith("\nAnswer:") else tail
 
 
 def _cut(s: str | None) -> tuple[str, bool]:

@@ -7,7 +7,15 @@ Two recipes:
   already quote.
 * ``heldout``: shots are train rows ``0..k-1``; no evaluated question is leaked.
 
-Nothing here talks to a server: this module builds prompts and request bodies and parses answers.
+Data: the canonical test split ships inside the package (``data/gsm8k/test.jsonl``, MIT licence, sha256
+checked on every read) and is the default, so a fresh offline machine runs everything. Other copies:
+``task.data_path`` / ``--data`` = a JSONL file or a directory with ``test.jsonl``/``train.jsonl``, or
+``hf:openai/gsm8k`` (any ``hf:REPO[:CONFIG]``) through `datasets`. The train split (the ``heldout`` recipe's
+shots) is not shipped: ``task.train_path`` (default: ``train.jsonl`` beside a local test file, or the same
+``hf:`` dataset).
+
+Nothing here talks to a server: this module builds prompts and request bodies, parses answers, and is the
+one parser of its own prompts (:func:`question_from_prompt`).
 """
 
 from __future__ import annotations
@@ -41,6 +49,15 @@ class DatasetError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------- data
+#: The canonical test split shipped inside the package (MIT licence, see data/gsm8k/README.md): the default.
+EMBEDDED_DIR = Path(__file__).resolve().parent / "data" / "gsm8k"
+EMBEDDED_TEST = EMBEDDED_DIR / "test.jsonl"
+#: sha256 of the embedded file's bytes, checked on every read.
+EMBEDDED_TEST_FILE_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
+#: ``task.data_path=hf:REPO[:CONFIG]`` loads a copy through `datasets` (config ``main`` by default).
+HF_PREFIX = "hf:"
+
+
 @dataclass(frozen=True)
 class Dataset:
     rows: list[dict[str, str]]
@@ -61,52 +78,81 @@ def content_hash(rows: list[dict[str, str]]) -> str:
     return h.hexdigest()
 
 
-def _read_jsonl(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        raise DatasetError(f"GSM8K data file not found: {path}")
+def read_jsonl(path: Path) -> list[dict[str, str]]:
+    """The rows of a GSM8K JSONL file (``question`` and ``answer`` strings); any problem is one DatasetError line."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetError(f"GSM8K data file not found: {path}") from None
+    except OSError as e:
+        raise DatasetError(f"cannot read GSM8K data file {path}: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad_line = raw.count(b"\n", 0, e.start) + 1
+        raise DatasetError(f"{path}:{bad_line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                           "GSM8K files are UTF-8 JSONL") from None
     rows: list[dict[str, str]] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) \
-                    or not isinstance(obj.get("answer"), str):
-                raise DatasetError(f"{path}:{lineno}: each line needs string fields 'question' and 'answer'")
-            rows.append({"question": obj["question"], "answer": obj["answer"]})
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) \
+                or not isinstance(obj.get("answer"), str):
+            raise DatasetError(f"{path}:{lineno}: each line needs string fields 'question' and 'answer'")
+        rows.append({"question": obj["question"], "answer": obj["answer"]})
     return rows
 
 
-def _load_hf(split: str) -> list[dict[str, str]]:  # pragma: no cover - needs the Hugging Face hub
+def read_embedded_test() -> list[dict[str, str]]:
+    """The embedded canonical test split, after checking the file's sha256."""
+    digest = hashlib.sha256(EMBEDDED_TEST.read_bytes()).hexdigest() if EMBEDDED_TEST.is_file() else "missing"
+    if digest != EMBEDDED_TEST_FILE_SHA256:
+        raise DatasetError(f"the embedded GSM8K test set {EMBEDDED_TEST} is damaged or missing (sha256 "
+                           f"{digest[:12]}..., want {EMBEDDED_TEST_FILE_SHA256[:12]}...): reinstall abh")
+    return read_jsonl(EMBEDDED_TEST)
+
+
+def _load_hf(spec: str, split: str) -> list[dict[str, str]]:  # pragma: no cover - needs the Hugging Face hub
+    """``hf:REPO[:CONFIG]`` through `datasets` (imported only when asked for: it is slow to import)."""
+    repo, _, config = spec[len(HF_PREFIX):].partition(":")
     try:
-        import datasets  # heavy: imported only when asked for
-    except ImportError as e:
-        raise DatasetError("no --data path given and the `datasets` package is not installed") from e
+        import datasets
+    except ImportError:
+        raise DatasetError(f"{spec}: the `datasets` package is not installed") from None
     try:
-        ds = datasets.load_dataset("openai/gsm8k", "main", split=split)
+        ds = datasets.load_dataset(repo, config or "main", split=split)
     except Exception as e:
-        raise DatasetError(f"could not load openai/gsm8k ({split}) through `datasets`: {e}. "
-                           "Pass a local JSONL file with --data / task.data_path.") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DatasetError(f"could not load {repo} ({config or 'main'}, {split}) through `datasets`: {first}. "
+                           "Leave task.data_path unset for the embedded test set, or pass a local JSONL file.") from None
     return [{"question": r["question"], "answer": r["answer"]} for r in ds]
 
 
 def load(path: str | Path | None = None, split: str = "test", allow_noncanonical: bool = False) -> Dataset:
     """Load a GSM8K split and check it is the canonical one.
 
-    ``path`` is a JSONL file (or a directory holding ``test.jsonl``/``train.jsonl``); ``None`` loads
-    ``openai/gsm8k`` through `datasets`. A set whose row count or content hash differs from the canonical
-    split is refused unless ``allow_noncanonical`` (the Dataset then says ``canonical=False``).
+    ``path``: unset (None or "") = the embedded test set (there is no embedded train set); ``hf:REPO[:CONFIG]``
+    = that dataset through `datasets`; otherwise a JSONL file, or a directory holding ``test.jsonl`` /
+    ``train.jsonl``. A set whose row count or content hash differs from the canonical split is refused unless
+    ``allow_noncanonical`` (the Dataset then says ``canonical=False``).
     """
-    if path is None or str(path) == "":
-        rows, source = _load_hf(split), f"hf:openai/gsm8k/main/{split}"
+    spec = "" if path is None else str(path)
+    if not spec:
+        if split != "test":
+            raise DatasetError(f"abh ships only the GSM8K test split; give a path to the {split} split "
+                               f"(a {split}.jsonl file, or hf:openai/gsm8k)")
+        rows, source = read_embedded_test(), str(EMBEDDED_TEST)
+    elif spec.startswith(HF_PREFIX):
+        rows, source = _load_hf(spec, split), f"{spec}/{split}"
     else:
-        p = Path(path).expanduser()
+        p = Path(spec).expanduser()
         if p.is_dir():
             p = p / f"{split}.jsonl"
-        rows, source = _read_jsonl(p), str(p.resolve())
+        rows, source = read_jsonl(p), str(p.resolve())
     digest = content_hash(rows)
     want_rows, want_hash = ((CANONICAL_TEST_ROWS, CANONICAL_TEST_HASH) if split == "test"
                             else (CANONICAL_TRAIN_ROWS, CANONICAL_TRAIN_HASH))
@@ -122,28 +168,45 @@ def load(path: str | Path | None = None, split: str = "test", allow_noncanonical
     return Dataset(rows=rows, source=source, sha256=digest, canonical=canonical)
 
 
+def train_source_for(data_path: str | Path | None) -> str | None:
+    """Where the train split is, given only the test data: ``train.jsonl`` beside a local test file or in a
+    test directory, the same ``hf:`` dataset; None for the embedded set (no train split is shipped)."""
+    spec = "" if data_path is None else str(data_path)
+    if not spec:
+        return None
+    if spec.startswith(HF_PREFIX):
+        return spec
+    p = Path(spec).expanduser()
+    cand = p / "train.jsonl" if p.is_dir() else p.parent / "train.jsonl"
+    return str(cand) if cand.is_file() else None
+
+
 def load_splits(data_path: str | Path | None, train_path: str | Path | None = None, recipe: str = "sglang",
                 allow_noncanonical: bool = False) -> tuple[Dataset, Dataset | None]:
-    """(test, train or None) as a recipe needs them. ``data_path`` empty: the shared copy beside the checkout
-    when present, else `datasets`; the train file defaults to ``train.jsonl`` beside the test file."""
-    data = str(data_path) if data_path else (str(default_data_dir()) if default_data_dir() else None)
-    test = load(data, "test", allow_noncanonical)
+    """(test, train or None) as a recipe needs them. ``data_path`` unset: the embedded test set. The heldout
+    recipe's train split: ``train_path``, else :func:`train_source_for` the test data, else one clear error."""
+    test = load(data_path or None, "test", allow_noncanonical)
     train = None
     if recipe == "heldout":
-        if not train_path and data:
-            p = Path(data)
-            train_path = p / "train.jsonl" if p.is_dir() else p.parent / "train.jsonl"
-        train = load(train_path or None, "train", allow_noncanonical)
+        source = str(train_path) if train_path else train_source_for(data_path)
+        if source is None:
+            raise DatasetError("the heldout recipe takes its shots from the GSM8K train split, which abh does not "
+                               "ship: set task.train_path=/path/to/train.jsonl (abh eval: --train-data) or "
+                               "task.train_path=hf:openai/gsm8k")
+        train = load(source, "train", allow_noncanonical)
     return test, train
 
 
-def default_data_dir() -> Path | None:
-    """``../shared/data/gsm8k`` beside the checkout, when present (tests and CI use it)."""
-    here = Path(__file__).resolve().parents[2]
-    for cand in (here.parent / "shared" / "data" / "gsm8k", here / "data" / "gsm8k"):
-        if (cand / "test.jsonl").exists():
-            return cand
-    return None
+def question_from_prompt(prompt: str) -> str | None:
+    """The evaluated question of a prompt built by :func:`one_example`: the text of its LAST
+    ``Question: ...\\nAnswer:`` block, stripped; None when the prompt holds no ``Question:`` at all.
+    The one parser of prompts: the simulator (to know what it is asked) and the report use it."""
+    k = prompt.rfind("Question:")
+    if k < 0:
+        return None
+    rest = prompt[k + len("Question:"):]
+    j = rest.find("\nAnswer:")
+    return (rest[:j] if j >= 0 else rest).strip()
 
 
 # ------------------------------------------------------------------------------------------ parsing

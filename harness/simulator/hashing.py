@@ -1,0 +1,64 @@
+"""Stable 64-bit hashing for the simulator's token-level models (same values in every process and Python)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+M64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def mix(x: int) -> int:
+    """splitmix64's finaliser on a Python int."""
+    x &= M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def mix_np(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def key_of(*parts: object) -> int:
+    """A 64-bit key from any labels."""
+    h = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little")
+
+
+def context_states(ids: Sequence[int], seed: int) -> list[int]:
+    """``s[p]`` = hash of ``ids[:p]`` (seeded) for p = 0..len(ids): what a position's distribution depends on."""
+    s = mix(key_of("abh-sim/ctx", seed))
+    out = [s]
+    for t in ids:
+        s = mix(s ^ ((int(t) + GOLDEN) & M64))
+        out.append(s)
+    return out
+
+
+def uniform(keys: np.ndarray) -> np.ndarray:
+    """U(0, 1) (never 0) from uint64 keys."""
+    return ((mix_np(keys) >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+
+
+def normal(keys: np.ndarray) -> np.ndarray:
+    """N(0, 1) from uint64 keys (Box-Muller on two derived uniforms)."""
+    u1 = uniform(keys ^ np.uint64(0x5851F42D4C957F2D))
+    u2 = uniform(keys ^ np.uint64(0x14057B7EF767814F))
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
+
+
+def pair_keys(states: np.ndarray, ids: np.ndarray, salt: int) -> np.ndarray:
+    """One uint64 key per (state, id) pair (states broadcast over the id columns)."""
+    with np.errstate(over="ignore"):
+        return mix_np(states[:, None] * np.uint64(GOLDEN) ^ (ids.astype(np.uint64) + np.uint64(salt & M64)))

@@ -1,0 +1,151 @@
+"""The simulated engine's next-token model, for teacher-forced scoring (issue 11's divergence measures).
+
+For a token sequence ``ids`` the model gives, at every position ``p >= 1``, a distribution over the whole
+vocabulary for the token at ``p`` given ``ids[:p]``. It is built so that the measures a client computes mean
+something, cheaply (numpy, no per-vocabulary work):
+
+* The context is a rolling 64-bit hash of ``ids[:p]`` (seeded by ``seed``, shared by all arms), so the
+  distribution is a pure function of (seed, the tokens before p, the token at p).
+* ``CANDIDATES`` candidate ids get explicit logits: the token actually at ``p`` (the text being scored, as a
+  confident model would rate its own greedy output: it leads by a random margin, mean ``MARGIN_MEAN``
+  nats, sometimes near 0) and ``CANDIDATES - 1`` alternatives drawn from the context hash. Every other id
+  shares one tail logit (``TAIL_LOGIT``); the probabilities sum to 1 over the whole vocabulary.
+* Build perturbation: ``logit_shift * z`` added to each candidate's logit, with ``z ~ N(0, 1)`` drawn from
+  (build label, context, candidate id). Two servers with the same build label and shift produce identical
+  distributions; a different build label (or shift) moves them apart by about ``logit_shift`` nats per
+  logit. 0 = identical builds. It never touches the accuracy model (the answers stay what they were).
+* Run-to-run noise ``logprob_noise * z'`` on the candidates' logits, drawn where ``engine.noise`` says:
+  ``launch`` (once per server launch: repeated scoring on one launch is identical), ``pass`` (anew for
+  every repeat of the same request on a launch) or ``mixed`` (both, each with ``logprob_noise / sqrt 2``).
+
+Positions are scored in one vectorised pass; :meth:`NextTokenModel.score` returns, per position, the
+logprob of the token there, the top-k (id, logprob) list and the logprobs of any requested ids.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.simulator.hashing import GOLDEN, context_states, key_of, mix, mix_np, normal, pair_keys, uniform
+from harness.simulator.tokens import N_SPECIAL
+
+CANDIDATES = 48
+MARGIN_MEAN = 2.5
+TAIL_LOGIT = -14.0
+@dataclass
+class Scores:
+    """Scores of positions ``positions`` (each >= 1) of one sequence."""
+
+    positions: list[int]
+    #: logprob of the token at each position
+    token_logprobs: list[float]
+    #: per position, the top-k [(id, logprob)] (empty when k = 0)
+    top: list[list[tuple[int, float]]]
+    #: per position, the logprob of each requested id (empty when none were requested)
+    requested: list[list[float]]
+    #: per position, the 1-based rank of the token at that position
+    ranks: list[int]
+
+
+class NextTokenModel:
+    """The distributions one server launch serves (see the module docstring)."""
+
+    def __init__(self, seed: int, vocab_size: int, build: str = "", logit_shift: float = 0.0,
+                 logprob_noise: float = 0.0, noise: str = "pass", run_seed: int = 0):
+        self.seed, self.vocab_size = seed, vocab_size
+        self.logit_shift, self.logprob_noise, self.noise = logit_shift, logprob_noise, noise
+        self.run_seed = run_seed
+        self._build_key = key_of("abh-sim/build", build)
+        self._launch_key = key_of("abh-sim/launch-noise", run_seed)
+        if noise == "launch":
+            self._sd_launch, self._sd_pass = logprob_noise, 0.0
+        elif noise == "pass":
+            self._sd_launch, self._sd_pass = 0.0, logprob_noise
+        else:  # mixed: half the variance each
+            self._sd_launch = self._sd_pass = logprob_noise / math.sqrt(2.0)
+
+    def score(self, ids: Sequence[int], positions: Sequence[int], top_k: int = 0,
+              requested: Sequence[int] = (), pass_index: int = 0,
+              states: Sequence[int] | None = None) -> Scores:
+        """Score ``positions`` (each in 1..len(ids)-1) of ``ids``; ``pass_index`` = how many times this same
+        request was scored before on this launch (only ``pass``/``mixed`` noise uses it)."""
+        pos = [int(p) for p in positions]
+        if not pos:
+            return Scores([], [], [], [], [])
+        if min(pos) < 1 or max(pos) >= len(ids):
+            raise ValueError("positions must lie in 1..len(ids)-1")
+        st = states if states is not None else context_states(ids, self.seed)
+        s = np.array([st[p] for p in pos], dtype=np.uint64)
+        target = np.array([int(ids[p]) for p in pos], dtype=np.int64)
+        n, k_c, span = len(pos), CANDIDATES, self.vocab_size - N_SPECIAL
+        cols = np.arange(1, k_c, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            alt_keys = mix_np(s[:, None] * np.uint64(GOLDEN) + cols[None, :] * np.uint64(0xD1B54A32D192ED03))
+        alts = (N_SPECIAL + (alt_keys % np.uint64(span)).astype(np.int64))
+        cand = np.concatenate([target[:, None], alts], axis=1)  # (n, K)
+        # duplicates (an alternative equal to the target or to an earlier alternative) are dropped
+        order = np.argsort(cand, axis=1, kind="stable")
+        srt = np.take_along_axis(cand, order, axis=1)
+        dup_sorted = np.zeros_like(srt, dtype=bool)
+        dup_sorted[:, 1:] = srt[:, 1:] == srt[:, :-1]
+        dup = np.zeros_like(dup_sorted)
+        np.put_along_axis(dup, order, dup_sorted, axis=1)
+        # base logits: alternatives decay with their column, the token at p leads by a random margin
+        alt_logit = -2.0 - 0.08 * np.arange(1, k_c)[None, :] + normal(alt_keys ^ np.uint64(0xA5A5A5A5))
+        alt_logit = np.where(dup[:, 1:], -np.inf, alt_logit)
+        margin = -MARGIN_MEAN * np.log(uniform(s ^ np.uint64(0x3C6EF372FE94F82B)))
+        logits = np.concatenate([(alt_logit.max(axis=1) + margin)[:, None], alt_logit], axis=1)
+        if self.logit_shift > 0:
+            logits = logits + self.logit_shift * normal(pair_keys(s, cand, self._build_key))
+        if self._sd_launch > 0:
+            logits = logits + self._sd_launch * normal(pair_keys(s, cand, self._launch_key))
+        if self._sd_pass > 0:
+            pass_key = key_of("abh-sim/pass-noise", self.run_seed, pass_index)
+            logits = logits + self._sd_pass * normal(pair_keys(s, cand, pass_key))
+        logits = np.where(dup, -np.inf, logits)
+        n_cand = (~dup).sum(axis=1)
+        tail_log_mass = np.log((self.vocab_size - n_cand).astype(np.float64)) + TAIL_LOGIT
+        top = logits.max(axis=1)
+        log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1) + np.exp(tail_log_mass - top))
+        lp = logits - log_z[:, None]
+        lp_tail = TAIL_LOGIT - log_z
+        token_lp = lp[:, 0]
+        ranks = 1 + (lp > token_lp[:, None]).sum(axis=1)
+        tops: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        if top_k > 0:
+            best = np.argsort(-lp, axis=1, kind="stable")[:, :min(top_k, k_c)]
+            ids_b = np.take_along_axis(cand, best, axis=1).tolist()
+            lp_b = np.take_along_axis(lp, best, axis=1).tolist()
+            ok = ~np.take_along_axis(dup, best, axis=1)
+            for r in range(n):
+                row = list(zip(ids_b[r], lp_b[r], strict=True))
+                if not ok[r].all():
+                    row = [x for x, keep in zip(row, ok[r], strict=True) if keep]
+                if len(row) < top_k:  # past the candidates: tail ids, all with the tail logprob
+                    row += self._tail_ids(int(s[r]), set(cand[r][~dup[r]].tolist()), top_k - len(row),
+                                          float(lp_tail[r]))
+                tops[r] = row
+        req: list[list[float]] = [[] for _ in range(n)]
+        if len(requested):
+            want = np.array([int(i) for i in requested], dtype=np.int64)
+            hit = (cand[:, None, :] == want[None, :, None]) & ~dup[:, None, :]  # (n, R, K)
+            found = hit.any(axis=2)
+            val = np.where(hit, lp[:, None, :], -np.inf).max(axis=2)
+            req = np.where(found, val, lp_tail[:, None]).tolist()
+        return Scores(pos, token_lp.tolist(), tops, req, ranks.tolist())
+
+    def _tail_ids(self, state: int, taken: set[int], count: int, lp_tail: float) -> list[tuple[int, float]]:
+        out: list[tuple[int, float]] = []
+        j = 0
+        span = self.vocab_size - N_SPECIAL
+        while len(out) < count and j < 4 * count + 64:
+            i = N_SPECIAL + mix(state ^ key_of("abh-sim/tail", j)) % span
+            j += 1
+            if i not in taken:
+                taken.add(i)
+                out.append((i, lp_tail))
+        return out

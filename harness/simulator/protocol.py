@@ -1,0 +1,425 @@
+"""Request parsing and response shapes of the simulated engine's wire protocols (SGLang and OpenAI/vLLM).
+
+The shapes below follow SGLang's ``GenerateReqInput`` (``python/sglang/srt/managers/io_struct.py``), its
+scheduler's logprob processing (the first input position's logprob is always ``null``, the last one is
+dropped) and ``TokenizerManager.detokenize_logprob_tokens`` (each entry ``[logprob, token_id, text|null]``),
+SGLang's ``/tokenize`` (``TokenizeRequest``/``TokenizeResponse``) and vLLM's ``/v1/completions``
+(``CompletionLogProbs``, ``echo`` with ``max_tokens: 0``, the ``prompt_logprobs`` extension). Token ids are
+the simulator's toy tokenizer's (``harness.simulator.tokens``); get them from ``/tokenize``.
+
+SGLang ``POST /generate``
+-------------------------
+Request (exactly one of ``text`` / ``input_ids``; a list of prompts is a batch and gets a list back)::
+
+    {"text": str | [str], "input_ids": [int] | [[int]],
+     "sampling_params": {"max_new_tokens": int >= 0, "temperature": 0, "stop": [...], ...},
+     "return_logprob": bool = false,
+     "logprob_start_len": int = -1,          # -1 = len(input_ids) - 1; must be < len(input_ids), else HTTP 400
+     "top_logprobs_num": int = 0,
+     "token_ids_logprob": [int] | null,      # the same ids scored at every position
+     "return_text_in_logprobs": bool = false,
+     "return_routed_experts": bool = false,
+     "routed_experts_start_len": int = 0}    # 0 <= it <= len(input_ids), else HTTP 400
+
+``return_logprob``, ``logprob_start_len``, ``top_logprobs_num`` and ``token_ids_logprob`` may also be
+per-prompt lists in a batch. Response (one prompt)::
+
+    {"text": str,
+     "meta_info": {"id": str, "prompt_tokens": L, "completion_tokens": G, "cached_tokens": int,
+                   "finish_reason": {"type": "stop", "matched": str | int} | {"type": "length", "length": int},
+                   "e2e_latency": float, "simulated": true,
+                   # only with return_logprob (s = resolved logprob_start_len, L = prompt tokens):
+                   "input_token_logprobs":  [[null, ids[s], t], [lp, ids[s+1], t], ..., [lp, ids[L-1], t]],
+                   "output_token_logprobs": [[lp, out_id, t], ...],          # G entries; [] for max_new_tokens 0
+                   # only with top_logprobs_num = k > 0 (sorted by logprob, descending):
+                   "input_top_logprobs":  [null, [[lp, id, t] x k], ...],   # aligned with input_token_logprobs
+                   "output_top_logprobs": [[[lp, id, t] x k], ...],
+                   # only with token_ids_logprob = [i1, ..., iR] (in that order):
+                   "input_token_ids_logprobs":  [null, [[lp, i1, t], ..., [lp, iR, t]], ...],
+                   "output_token_ids_logprobs": [[[lp, i1, t], ...], ...],
+                   # only with return_routed_experts (and engine.enable_return_routed_experts):
+                   "routed_experts": base64}}
+
+``t`` is the token's text with ``return_text_in_logprobs``, else ``null``. Entry ``j`` of the input arrays is
+input position ``s + j`` and its logprob is that of ``ids[s + j]`` given ``ids[:s + j]``, except entry 0,
+whose logprob is always ``null`` (as in SGLang). So to score reference tokens ``ids[P:]`` after a prompt of
+``P`` tokens, send ``logprob_start_len = P - 1`` and read entries ``1..``. ``routed_experts``: base64 of
+little-endian int32, C order, shape ``(L + G - 1 - routed_experts_start_len, num_layers, topk)`` (see
+``harness.simulator.experts``). Output ids include the tokens of a matched stop string and the EOS id (2).
+
+SGLang ``POST /tokenize`` and ``POST /detokenize`` (also under ``/v1/``)
+------------------------------------------------------------------------
+``{"prompt": str | [str], "add_special_tokens": bool = true}`` ->
+``{"tokens": [int] | [[int]], "count": int | [int], "max_model_len": int}`` (no special token is added);
+``{"tokens": [int] | [[int]]}`` -> ``{"text": str | [str]}``.
+
+OpenAI/vLLM ``POST /v1/completions``
+------------------------------------
+Request: ``{"model", "prompt": str | [str] | [int] | [[int]], "max_tokens": int >= 0 = 16, "echo": bool,
+"logprobs": int 0..20 | null, "prompt_logprobs": int 0..20 | null, "n", "stop", "temperature", ...,
+"return_routed_experts": bool}``. ``max_tokens: 0`` with ``echo: true`` scores the prompt only (vLLM;
+SGLang's own OpenAI server refuses 0). Response::
+
+    {"id", "object": "text_completion", "created", "model",
+     "choices": [{"index": 0,
+                  "text": (echo ? prompt : "") + completion,
+                  "finish_reason": "stop" | "length", "stop_reason": str | int | null,
+                  "logprobs": null | {                          # with "logprobs": k
+                      "tokens": [str],                          # echo: prompt tokens then completion tokens
+                      "token_logprobs": [float | null],         # null for the very first prompt token
+                      "top_logprobs": [null | {token: float}],  # top k plus the token itself: k or k+1 keys
+                      "text_offset": [int]},                    # offset of each token in "text"
+                  "prompt_logprobs": [null, {"<id>": {"logprob": f, "rank": int, "decoded_token": str}}, ...]}],
+                                                                # only with "prompt_logprobs": k (vLLM)
+     "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
+     "sglext": {"routed_experts": base64}}                      # only with return_routed_experts (SGLang)
+
+Completion tokens in ``logprobs`` are the tokens of the returned completion text (so ``"".join(tokens) ==
+text``); ``usage.completion_tokens`` counts every generated token (stop string and EOS included).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from harness.simulator.state import SimError, SimState
+
+if TYPE_CHECKING:
+    from harness.simulator.logprobs import Scores
+
+#: sampling_params keys SGLang accepts; anything else is HTTP 400 (as newer SGLang does).
+ALLOWED_SAMPLING_KEYS = frozenset({
+    "skip_special_tokens", "spaces_between_special_tokens", "max_new_tokens", "min_new_tokens", "n",
+    "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos", "regex", "json_schema",
+    "ebnf", "structural_tag", "no_stop_trim", "custom_params", "sampling_seed", "logit_bias",
+    "stream_interval", "thinking_budget",
+})
+#: vLLM's default --max-logprobs.
+MAX_OPENAI_LOGPROBS = 20
+MAX_MODEL_LEN = 32768
+
+
+# ------------------------------------------------------------------------------------------ values
+def as_str_list(v: Any, name: str) -> list[str]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return list(v)
+    raise SimError(400, f"{name} must be a string or a list of strings")
+
+
+def as_int(v: Any, name: str, default: int, lo: int = 0) -> int:
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise SimError(400, f"{name} must be an integer >= {lo}, not {v!r}")
+    return v
+
+
+def _is_ids(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+def check_common(temperature: Any, top_p: Any) -> None:
+    if temperature is not None and (not isinstance(temperature, int | float) or temperature < 0):
+        raise SimError(400, f"temperature must be a number >= 0, not {temperature!r}")
+    if top_p is not None and (not isinstance(top_p, int | float) or not 0 < top_p <= 1):
+        raise SimError(400, f"top_p must be in (0, 1], not {top_p!r}")
+
+
+def _per_item(v: Any, i: int, batched: bool) -> Any:
+    return v[i] if batched and isinstance(v, list) else v
+
+
+def _check_vocab(st: SimState, ids: list[int], name: str) -> None:
+    if any(t < 0 or t >= st.cfg.vocab_size for t in ids):
+        raise SimError(400, f"{name} holds a token id outside [0, {st.cfg.vocab_size})")
+
+
+# --------------------------------------------------------------------------------------- requests
+@dataclass
+class Item:
+    """One prompt of a request, validated."""
+
+    text: str
+    ids: list[int]
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    token_ids_logprob: list[int] | None = None
+    gen: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_generate(st: SimState, body: dict[str, Any]) -> tuple[list[Item], int, bool, dict[str, Any]]:
+    """(items, n, batched, request options) of an SGLang /generate body; SimError 400 on anything invalid."""
+    if body.get("stream"):
+        raise SimError(400, "streaming is not supported by the simulated engine")
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (input_ids is None):
+        raise SimError(400, "Either text or input_ids should be provided (exactly one).")
+    if text is not None:
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise SimError(400, "text must be a string or a non-empty list of strings")
+        batched = isinstance(text, list)
+        prompts = [(t, st.tokenizer.encode(t)) for t in texts]
+    else:
+        if _is_ids(input_ids) and input_ids:
+            lists, batched = [input_ids], False
+        elif isinstance(input_ids, list) and input_ids and all(_is_ids(x) and x for x in input_ids):
+            lists, batched = input_ids, True
+        else:
+            raise SimError(400, "input_ids must be a non-empty list of ints or a list of such lists")
+        for ids in lists:
+            _check_vocab(st, ids, "input_ids")
+        prompts = [(st.tokenizer.decode(ids), list(ids)) for ids in lists]
+    sp = body.get("sampling_params") or {}
+    if isinstance(sp, list):
+        sp = sp[0] if sp else {}
+    if not isinstance(sp, dict):
+        raise SimError(400, "sampling_params must be an object")
+    unknown = sorted(set(sp) - ALLOWED_SAMPLING_KEYS)
+    if unknown:
+        raise SimError(400, f"Unknown sampling parameter(s): {', '.join(unknown)}")
+    check_common(sp.get("temperature"), sp.get("top_p"))
+    gen = {
+        "max_new": as_int(sp.get("max_new_tokens"), "max_new_tokens", 128),
+        "min_new": as_int(sp.get("min_new_tokens"), "min_new_tokens", 0),
+        "stops": as_str_list(sp.get("stop"), "stop"),
+        "stop_regex": as_str_list(sp.get("stop_regex"), "stop_regex"),
+        "ignore_eos": bool(sp.get("ignore_eos") or False),
+        "no_stop_trim": bool(sp.get("no_stop_trim") or False),
+    }
+    n = as_int(sp.get("n"), "n", 1, lo=1)
+    tids = body.get("token_ids_logprob")
+    items = []
+    for i, (t, ids) in enumerate(prompts):
+        want = tids[i] if batched and isinstance(tids, list) and tids and isinstance(tids[0], list) else tids
+        if want is not None and not _is_ids(want):
+            raise SimError(400, "token_ids_logprob must be a list of token ids (or one list per prompt)")
+        if want is not None:
+            _check_vocab(st, want, "token_ids_logprob")
+        item = Item(text=t, ids=ids, gen=gen,
+                    return_logprob=bool(_per_item(body.get("return_logprob"), i, batched) or False),
+                    logprob_start_len=as_int(_per_item(body.get("logprob_start_len"), i, batched),
+                                             "logprob_start_len", -1, lo=-1),
+                    top_logprobs_num=as_int(_per_item(body.get("top_logprobs_num"), i, batched),
+                                            "top_logprobs_num", 0),
+                    token_ids_logprob=want)
+        if item.return_logprob and item.logprob_start_len >= len(ids):
+            raise SimError(400, f"logprob_start_len ({item.logprob_start_len}) is higher than the number of input "
+                                f"tokens ({len(ids)}). Request with a lower logprob_start_len.")
+        items.append(item)
+    opts = {"return_text_in_logprobs": bool(body.get("return_text_in_logprobs") or False),
+            "return_routed_experts": bool(body.get("return_routed_experts") or False),
+            "routed_experts_start_len": as_int(body.get("routed_experts_start_len"), "routed_experts_start_len", 0)}
+    if opts["return_routed_experts"]:
+        for it in items:
+            if opts["routed_experts_start_len"] > len(it.ids):
+                raise SimError(400, f"routed_experts_start_len ({opts['routed_experts_start_len']}) must be in "
+                                    f"[0, prompt_tokens={len(it.ids)}]")
+    return items, n, batched, opts
+
+
+# -------------------------------------------------------------------------------------- responses
+def _entry(st: SimState, lp: float | None, tid: int, with_text: bool) -> list[Any]:
+    return [lp, tid, st.tokenizer.token_text(tid) if with_text else None]
+
+
+def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> dict[str, Any]:
+    """Run one prompt and build SGLang's ``{"text", "meta_info"}`` for it."""
+    r = st.complete(item.text, prompt_ids=item.ids, **item.gen)
+    meta: dict[str, Any] = {
+        "id": uuid.uuid4().hex,
+        "prompt_tokens": r["prompt_tokens"],
+        "completion_tokens": r["completion_tokens"],
+        "cached_tokens": r["cached_tokens"],
+        "finish_reason": r["finish"],
+    }
+    full = item.ids + r["output_ids"]
+    states = None
+    if item.return_logprob or (opts["return_routed_experts"] and st.cfg.enable_return_routed_experts):
+        from harness.simulator.hashing import context_states  # numpy: only when asked for
+
+        states = context_states(full, st.cfg.seed)
+    if item.return_logprob:
+        meta.update(_sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states))
+    if opts["return_routed_experts"] and st.cfg.enable_return_routed_experts:
+        meta["routed_experts"] = st.routed_experts(full, opts["routed_experts_start_len"], states)
+    meta["e2e_latency"] = time.perf_counter() - t0
+    meta["simulated"] = True
+    return {"text": r["text"], "meta_info": meta}
+
+
+def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
+                     states: list[int] | None) -> dict[str, Any]:
+    n_in = len(item.ids)
+    s = item.logprob_start_len if item.logprob_start_len >= 0 else n_in - 1
+    sc = st.score(full, s + 1, item.top_logprobs_num, item.token_ids_logprob, states)
+    at = {p: j for j, p in enumerate(sc.positions)}
+
+    def lp(p: int) -> float | None:
+        return sc.token_logprobs[at[p]] if p in at else None
+
+    out: dict[str, Any] = {
+        "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
+        "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
+    }
+    if item.top_logprobs_num > 0:
+        def top(p: int) -> list[list[Any]]:
+            return [_entry(st, v, i, with_text) for i, v in sc.top[at[p]]]
+        out["input_top_logprobs"] = [None if p == s else top(p) for p in range(s, n_in)]
+        out["output_top_logprobs"] = [top(p) for p in range(n_in, len(full))]
+    if item.token_ids_logprob is not None:
+        want = item.token_ids_logprob
+
+        def asked(p: int) -> list[list[Any]]:
+            return [_entry(st, v, i, with_text) for i, v in zip(want, sc.requested[at[p]], strict=True)]
+        out["input_token_ids_logprobs"] = [None if p == s else asked(p) for p in range(s, n_in)]
+        out["output_token_ids_logprobs"] = [asked(p) for p in range(n_in, len(full))]
+    return out
+
+
+def parse_completions(st: SimState, body: dict[str, Any]) -> dict[str, Any]:
+    """The validated options of an OpenAI /v1/completions body; SimError 400 on anything invalid."""
+    if body.get("stream"):
+        raise SimError(400, "streaming is not supported by the simulated engine")
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        prompts = [(prompt, st.tokenizer.encode(prompt))]
+    elif _is_ids(prompt) and prompt:
+        _check_vocab(st, prompt, "prompt")
+        prompts = [(st.tokenizer.decode(prompt), list(prompt))]
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompts = [(p, st.tokenizer.encode(p)) for p in prompt]
+    elif isinstance(prompt, list) and prompt and all(_is_ids(p) and p for p in prompt):
+        for p in prompt:
+            _check_vocab(st, p, "prompt")
+        prompts = [(st.tokenizer.decode(p), list(p)) for p in prompt]
+    else:
+        raise SimError(400, "prompt must be a string, a list of strings, a list of token ids or a list of such lists")
+    check_common(body.get("temperature"), body.get("top_p"))
+    logprobs, prompt_logprobs = body.get("logprobs"), body.get("prompt_logprobs")
+    for name, v in (("logprobs", logprobs), ("prompt_logprobs", prompt_logprobs)):
+        if v is not None:
+            as_int(v, name, 0)
+            if v > MAX_OPENAI_LOGPROBS:
+                raise SimError(400, f"{name} must be <= {MAX_OPENAI_LOGPROBS} (vLLM's --max-logprobs), not {v}")
+    return {
+        "prompts": prompts,
+        "gen": {"max_new": as_int(body.get("max_tokens"), "max_tokens", 16),
+                "min_new": as_int(body.get("min_tokens"), "min_tokens", 0),
+                "stops": as_str_list(body.get("stop"), "stop"), "stop_regex": [],
+                "ignore_eos": bool(body.get("ignore_eos") or False),
+                "no_stop_trim": bool(body.get("include_stop_str_in_output") or False)},
+        "n": as_int(body.get("n"), "n", 1, lo=1),
+        "model": body.get("model") or st.cfg.model_path,
+        "echo": bool(body.get("echo") or False),
+        "logprobs": logprobs,
+        "prompt_logprobs": prompt_logprobs,
+        "return_routed_experts": bool(body.get("return_routed_experts") or False),
+    }
+
+
+def completions_response(st: SimState, req: dict[str, Any]) -> dict[str, Any]:
+    """Run an OpenAI /v1/completions request and build vLLM's response for it."""
+    choices: list[dict[str, Any]] = []
+    pt = ct = 0
+    routed: str | None = None
+    for text, ids in req["prompts"]:
+        for _ in range(req["n"]):
+            r = st.complete(text, prompt_ids=ids, **req["gen"])
+            completion_ids = st.tokenizer.encode(r["text"])
+            choice: dict[str, Any] = {"index": len(choices), "text": (text if req["echo"] else "") + r["text"],
+                                      "finish_reason": r["finish"]["type"], "logprobs": None,
+                                      "stop_reason": r["finish"].get("matched")}
+            full = ids + completion_ids
+            need_scores = req["logprobs"] is not None or req["prompt_logprobs"] is not None
+            k = max(req["logprobs"] or 0, req["prompt_logprobs"] or 0)
+            sc = st.score(full, 1, k) if need_scores else None
+            if sc is not None and req["logprobs"] is not None:
+                first = 0 if req["echo"] else len(ids)
+                choice["logprobs"] = _openai_logprobs(st, full, first, sc, req["logprobs"])
+            if sc is not None and req["prompt_logprobs"] is not None:
+                choice["prompt_logprobs"] = _prompt_logprobs(st, full, len(ids), sc, req["prompt_logprobs"])
+            if req["return_routed_experts"] and st.cfg.enable_return_routed_experts and routed is None:
+                routed = st.routed_experts(ids + r["output_ids"], 0)
+            choices.append(choice)
+            ct += r["completion_tokens"]
+        pt += len(ids)
+    out: dict[str, Any] = {"id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion",
+                           "created": int(time.time()), "model": req["model"], "choices": choices,
+                           "simulated": True,
+                           "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
+    if routed is not None:
+        out["sglext"] = {"routed_experts": routed}
+    return out
+
+
+def _openai_logprobs(st: SimState, full: list[int], first: int, sc: Scores, k: int) -> dict[str, Any]:
+    at = {p: j for j, p in enumerate(sc.positions)}
+    tokens: list[str] = []
+    token_lps: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    off = 0
+    for p in range(first, len(full)):
+        tok = st.tokenizer.token_text(full[p])
+        tokens.append(tok)
+        offsets.append(off)
+        off += len(tok)
+        if p not in at:  # the very first token has nothing before it
+            token_lps.append(None)
+            tops.append(None)
+            continue
+        j = at[p]
+        token_lps.append(sc.token_logprobs[j])
+        d: dict[str, float] = {}
+        for i, v in sc.top[j][:k]:
+            d.setdefault(st.tokenizer.token_text(i), v)
+        d.setdefault(tok, sc.token_logprobs[j])
+        tops.append(d)
+    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def _prompt_logprobs(st: SimState, full: list[int], n_prompt: int, sc: Scores, k: int) -> list[Any]:
+    at = {p: j for j, p in enumerate(sc.positions)}
+    out: list[Any] = []
+    for p in range(n_prompt):
+        if p not in at:
+            out.append(None)
+            continue
+        j = at[p]
+        d = {str(i): {"logprob": v, "rank": r + 1, "decoded_token": st.tokenizer.token_text(i)}
+             for r, (i, v) in enumerate(sc.top[j][:k])}
+        d.setdefault(str(full[p]), {"logprob": sc.token_logprobs[j], "rank": sc.ranks[j],
+                                    "decoded_token": st.tokenizer.token_text(full[p])})
+        out.append(d)
+    return out
+
+
+def tokenize(st: SimState, body: dict[str, Any]) -> dict[str, Any]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        ids = st.tokenizer.encode(prompt)
+        return {"tokens": ids, "count": len(ids), "max_model_len": MAX_MODEL_LEN}
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        lists = [st.tokenizer.encode(p) for p in prompt]
+        return {"tokens": lists, "count": [len(x) for x in lists], "max_model_len": MAX_MODEL_LEN}
+    raise SimError(400, "prompt must be a string or a list of strings")
+
+
+def detokenize(st: SimState, body: dict[str, Any]) -> dict[str, Any]:
+    tokens = body.get("tokens")
+    skip = body.get("skip_special_tokens", True) is not False
+    if tokens is not None and _is_ids(tokens):
+        return {"text": st.tokenizer.decode(tokens, skip)}
+    if isinstance(tokens, list) and all(_is_ids(t) for t in tokens):
+        return {"text": [st.tokenizer.decode(t, skip) for t in tokens]}
+    raise SimError(400, "tokens must be a list of token ids or a list of such lists")

@@ -1,0 +1,271 @@
+"""What one launch of the simulated engine knows: the data, the arm's outcomes per pass, counters, generation."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import hashlib
+import itertools
+import os
+import random
+import re
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness import __version__
+from harness.simulator import model, text
+from harness.simulator.config import SimConfig
+from harness.simulator.tokens import EOS_ID, Tokenizer
+from harness.tasks import gsm8k
+
+if TYPE_CHECKING:  # numpy-backed; imported on first use so that the server starts fast
+    from harness.simulator.logprobs import NextTokenModel, Scores
+
+SIM_VERSION = f"simulated-{__version__}"
+EOS_TOKEN_ID = EOS_ID
+
+
+class SimError(Exception):
+    """A request the engine refuses: HTTP ``status`` with ``message``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def data_file(data: str) -> Path:
+    """The JSONL file the simulator answers from: ``data`` (a file, or a directory with test.jsonl), or the
+    embedded test set when ``data`` is empty."""
+    if not data:
+        return gsm8k.EMBEDDED_TEST
+    p = Path(data).expanduser()
+    return p / "test.jsonl" if p.is_dir() else p
+
+
+def known_texts(rows: list[dict[str, str]]) -> list[str]:
+    """Every text the simulator reads or writes, so the tokenizer gives each of their pieces its own id."""
+    fixed = [text.INVALID_TEXT, text.unknown_text(0, ""), text.continuation_block("q", "a"),
+             " So the answer is 0.\n#### 0", "0123456789"]
+    return fixed + [r["question"] for r in rows] + [r["answer"] for r in rows] \
+        + [text.strip_annotations(r["answer"]) for r in rows]
+
+
+def load_rows(data: str) -> list[dict[str, str]]:
+    """The rows (any GSM8K-shaped JSONL; canonical or not: the run checks that, the simulator answers)."""
+    rows = gsm8k.read_embedded_test() if not data else gsm8k.read_jsonl(data_file(data))
+    if not rows:
+        raise gsm8k.DatasetError(f"{data_file(data)} holds no rows")
+    return rows
+
+
+class SimState:
+    """Everything one server launch knows: the data, the arm's outcomes and the fault counters."""
+
+    def __init__(self, cfg: SimConfig, argv: list[str] | None = None):
+        cfg.validate()
+        self.cfg = cfg
+        self.argv = list(argv) if argv is not None else list(sys.argv)
+        self.rows = load_rows(cfg.data)
+        path = data_file(cfg.data)
+        self.data_sha256 = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        n = len(self.rows)
+        self.index: dict[str, int] = {}
+        for i, r in enumerate(self.rows):
+            self.index.setdefault(r["question"].strip(), i)
+        if cfg.ability is not None:
+            self.ability = float(cfg.ability)
+            self.target_accuracy: float | None = None
+        else:
+            self.ability = model.ability_for_accuracy(cfg.accuracy, cfg.seed, n, cfg.difficulty_sd)
+            self.target_accuracy = cfg.accuracy
+        self.run_seed = cfg.run_seed if cfg.run_seed >= 0 else int.from_bytes(os.urandom(4), "little") >> 1
+        self.expected_accuracy = model.expected_accuracy(self.ability, cfg.seed, n, cfg.difficulty_sd)
+        self.base = model.base_outcomes(self.ability, cfg.seed, n, cfg.difficulty_sd)
+        self.base_accuracy = sum(self.base) / n
+        self.launch = model.launch_outcomes(self.base, cfg.flip_rate, cfg.noise, self.run_seed)
+        self.launch_accuracy = sum(self.launch) / n
+        inv = random.Random(f"abh-sim/invalid/{self.run_seed}")
+        self.invalid = [inv.random() < cfg.invalid_rate for _ in range(n)]
+        self.fault_rng = random.Random(f"abh-sim/faults/{self.run_seed}")
+        self.t0 = time.monotonic()
+        self.received = 0
+        self.completed = 0
+        self.exiting = False
+        self.sem = asyncio.Semaphore(cfg.max_running_requests) if cfg.max_running_requests > 0 else None
+        self.prefix_cache: set[str] = set()
+        #: how many times each token sequence has been scored on this launch (its scoring pass number)
+        self._scored: dict[bytes, int] = {}
+        self._answers: dict[tuple[int, int], str] = {}
+        #: how many times each question has been asked on this launch (its pass number)
+        self._asked: dict[int, int] = {}
+        self._pass: dict[int, list[bool]] = {}
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The toy tokenizer (built on first use: it reads every row)."""
+        return Tokenizer(self.cfg.vocab_size, known_texts(self.rows))
+
+    @cached_property
+    def lm(self) -> NextTokenModel:
+        """The next-token model behind logprobs."""
+        from harness.simulator.logprobs import NextTokenModel
+
+        c = self.cfg
+        return NextTokenModel(c.seed, c.vocab_size, c.build, c.logit_shift, c.logprob_noise, c.noise, self.run_seed)
+
+    # ------------------------------------------------------------------ status
+    def starting(self) -> bool:
+        return time.monotonic() - self.t0 < self.cfg.startup_s
+
+    def hung(self) -> bool:
+        return self.cfg.hang_after > 0 and self.received >= self.cfg.hang_after
+
+    def server_info(self) -> dict[str, Any]:
+        args = asdict(self.cfg)
+        args.update(random_seed=self.run_seed, run_seed=self.run_seed, ability=self.ability)
+        launch_rate, pass_rate = model.split_flip_rate(self.cfg.flip_rate, self.cfg.noise)
+        return {
+            **args,
+            "version": SIM_VERSION,
+            "simulated": True,
+            "engine": "simulated",
+            "build": self.cfg.build,
+            "model_path": self.cfg.model_path,
+            "served_model_name": self.cfg.model_path,
+            "launch_command": shlex.join([sys.executable, "-m", "harness.simulator", *self.argv[1:]]),
+            "server_args": args,
+            "simulation": {
+                "num_questions": len(self.rows),
+                "data_file": str(data_file(self.cfg.data)),
+                "data_file_sha256": self.data_sha256,
+                "target_accuracy": self.target_accuracy,
+                "ability": self.ability,
+                "expected_accuracy": self.expected_accuracy,
+                "base_accuracy": self.base_accuracy,
+                "launch_accuracy": self.launch_accuracy,
+                "noise": self.cfg.noise,
+                "flip_rate_per_launch": launch_rate,
+                "flip_rate_per_pass": pass_rate,
+                "flip_probabilities": model.flip_probabilities(self.base_accuracy, self.cfg.flip_rate),
+            },
+            "requests_received": self.received,
+            "requests_completed": self.completed,
+        }
+
+    # ------------------------------------------------------------------ outcomes and text
+    def outcome(self, i: int, k: int) -> bool:
+        """Outcome of question i on its pass k on this launch."""
+        if k not in self._pass:
+            self._pass[k] = model.pass_outcomes(self.launch, self.cfg.flip_rate, self.cfg.noise, self.run_seed, k)
+        return self._pass[k][i]
+
+    def answer_text(self, i: int) -> str:
+        """The answer (without continuation) this launch gives question i on its next pass; deterministic."""
+        k = self._asked.get(i, 0)
+        self._asked[i] = k + 1
+        if model.split_flip_rate(self.cfg.flip_rate, self.cfg.noise)[1] == 0:
+            k = 0  # no per-pass noise: every pass is pass 0
+        txt = self._answers.get((i, k))
+        if txt is None:
+            txt = text.answer_text(self.rows[i]["answer"], self.outcome(i, k), self.invalid[i],
+                                   f"{self.cfg.seed}/{i}")
+            self._answers[(i, k)] = txt
+        return txt
+
+    def raw_generation(self, prompt: str, ignore_eos: bool, min_tokens: int) -> tuple[str, bool]:
+        """(text the "model" writes, whether it ends in EOS). Without EOS it has more than min_tokens tokens."""
+        q = gsm8k.question_from_prompt(prompt)
+        i = self.index.get(q) if q is not None else None
+        if i is None:
+            raw = text.unknown_text(self.run_seed, prompt)
+            start = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:4], "little")
+        else:
+            raw, start = self.answer_text(i), i + 1
+        n = len(self.rows)
+        count = len(self.tokenizer.encode(raw)) if ignore_eos else 0
+        k = 0
+        while k < text.CONTINUATION_BLOCKS or (ignore_eos and count <= min_tokens):
+            r = self.rows[(start + k) % n]
+            block = text.continuation_block(r["question"], r["answer"])
+            raw += block
+            count += len(self.tokenizer.encode(block)) if ignore_eos else 0
+            k += 1
+        return raw, not ignore_eos
+
+    def complete(self, prompt: str, max_new: int, min_new: int, stops: list[str], stop_regex: list[str],
+                 ignore_eos: bool, no_stop_trim: bool, prompt_ids: list[int] | None = None) -> dict[str, Any]:
+        """One generation: the returned text, the finish reason, the generated token ids (stop-string tokens
+        and EOS included, as SGLang counts them) and token counts, all in the toy tokenizer's tokens."""
+        ids = self.tokenizer.encode(prompt) if prompt_ids is None else list(prompt_ids)
+        # A crude prefix cache: the few-shot block (everything before the last question) is cached once a
+        # prompt with it, or the warm-up that is that block alone, has been seen; /flush_cache empties it.
+        cached = 0
+        k = prompt.rfind("Question:")
+        if k > 0:
+            key = hashlib.sha256(prompt[:k].encode()).hexdigest()
+            if key in self.prefix_cache:
+                cached = len(self.tokenizer.encode(prompt[:k]))
+            else:
+                self.prefix_cache.add(key)
+        self.prefix_cache.add(hashlib.sha256(prompt.encode()).hexdigest())
+        if max_new <= 0:
+            return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_ids": ids,
+                    "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}
+        raw, eos = self.raw_generation(prompt, ignore_eos, max_new)
+        pieces, raw_ids = self.tokenizer.encode_pieces(raw)
+        ends = list(itertools.accumulate(len(p) for p in pieces))
+        limit = ends[max_new - 1] if len(pieces) >= max_new else len(raw)
+        floor = ends[min_new - 1] if 0 < min_new <= len(pieces) else (len(raw) if min_new > 0 else 0)
+        best: tuple[int, int, Any] | None = None  # (start, end, matched), in characters
+        for s in stops:
+            if s:
+                j = raw.find(s, max(0, floor - len(s) + 1))
+                while 0 <= j and j + len(s) <= floor:
+                    j = raw.find(s, j + 1)
+                if j >= 0 and j + len(s) <= limit and (best is None or j < best[0]):
+                    best = (j, j + len(s), s)
+        for pat in stop_regex:
+            try:
+                m = re.compile(pat).search(raw, max(0, floor))
+            except re.error:
+                raise SimError(400, f"invalid stop_regex {pat!r}") from None
+            if m and m.end() <= limit and (best is None or m.start() < best[0]):
+                best = (m.start(), m.end(), pat)
+        if best is not None:
+            out = raw[:best[1]] if no_stop_trim else raw[:best[0]]
+            finish: dict[str, Any] = {"type": "stop", "matched": best[2]}
+            out_ids = raw_ids[:bisect.bisect_left(ends, best[1]) + 1]  # up to the token ending the stop
+        elif eos and len(pieces) < max_new:
+            out, finish = raw, {"type": "stop", "matched": EOS_TOKEN_ID}
+            out_ids = [*raw_ids, EOS_TOKEN_ID]
+        else:
+            out, finish, out_ids = raw[:limit], {"type": "length", "length": max_new}, raw_ids[:max_new]
+        return {"text": out, "finish": finish, "prompt_ids": ids, "output_ids": out_ids, "prompt_tokens": len(ids),
+                "completion_tokens": len(out_ids), "cached_tokens": cached}
+
+    # ------------------------------------------------------------------ token-level models
+    def score(self, ids: list[int], start: int, top_k: int = 0, requested: list[int] | None = None,
+              states: list[int] | None = None) -> Scores:
+        """Teacher-forced scores of positions max(start, 1)..len(ids)-1; repeated scoring of the same
+        sequence on this launch counts as a new pass (for pass/mixed noise)."""
+        key = hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
+        k = self._scored.get(key, 0)
+        self._scored[key] = k + 1
+        return self.lm.score(ids, range(max(start, 1), len(ids)), top_k, requested or (), k, states)
+
+    def routed_experts(self, ids: list[int], start: int, states: list[int] | None = None) -> str:
+        """SGLang's ``meta_info["routed_experts"]`` for the sequence ``ids`` (prompt + generated tokens):
+        rows for positions start..len(ids)-2, base64 int32 (see harness.simulator.experts)."""
+        from harness.simulator import experts
+        from harness.simulator.hashing import context_states
+
+        cfg = self.cfg
+        st = states if states is not None else context_states(ids, cfg.seed)
+        arr = experts.routed_experts(st, start, len(ids) - 1, cfg.seed, cfg.num_experts, cfg.topk,
+                                     cfg.num_layers, cfg.routed_experts_bug)
+        return experts.encode(arr)

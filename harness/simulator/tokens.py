@@ -1,0 +1,87 @@
+"""The simulated engine's toy tokenizer: words, digits, punctuation and spaces -> stable ids.
+
+Text splits into pieces the way GPT-2-style tokenizers do, only simpler: a word with its leading space
+(``" apples"``), a single digit (``" 4"``, ``"8"``), a run of punctuation (``"$"``, ``"."``), underscores, or
+whitespace; the pieces concatenate back to the text exactly. A piece's id is a hash of its text modulo
+``vocab_size`` (ids 0-2 are ``<unk>``, ``<bos>``, ``<eos>``). The pieces of the data file (and of the texts the
+simulator writes) get distinct ids by probing in sorted order, so every text the simulator reads or writes
+decodes back exactly; any other piece keeps its plain hash id (which may alias a known one). The mapping is a
+function of (vocab_size, data file) only, so two servers on the same data agree on every id.
+
+No special token is added to encoded text (``add_special_tokens`` is accepted and has nothing to add).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+
+UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
+SPECIAL = {UNK_ID: "<unk>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
+N_SPECIAL = len(SPECIAL)
+_PIECE = re.compile(r" ?[^\W\d_]+| ?\d| ?[^\w\s]+|_+|\s+(?!\S)|\s+")
+
+
+def pieces(text: str) -> list[str]:
+    """The text split into pieces; ``"".join(pieces(t)) == t``."""
+    return _PIECE.findall(text)
+
+
+def hash_id(piece: str, vocab_size: int) -> int:
+    h = hashlib.blake2b(piece.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return N_SPECIAL + int.from_bytes(h, "little") % (vocab_size - N_SPECIAL)
+
+
+class Tokenizer:
+    """Encode text to ids and decode ids to text (see the module docstring)."""
+
+    def __init__(self, vocab_size: int, known_texts: Iterable[str] = ()):
+        if vocab_size <= N_SPECIAL + 1:
+            raise ValueError(f"vocab_size must be > {N_SPECIAL + 1}")
+        self.vocab_size = vocab_size
+        self._ids: dict[str, int] = {}
+        self._pieces: dict[int, str] = dict(SPECIAL)
+        known = sorted({p for t in known_texts for p in pieces(t)})
+        span = vocab_size - N_SPECIAL
+        if len(known) < span:  # distinct ids for every known piece: linear probing in sorted order
+            for p in known:
+                i = hash_id(p, vocab_size)
+                while i in self._pieces:
+                    i = N_SPECIAL + (i - N_SPECIAL + 1) % span
+                self._ids[p], self._pieces[i] = i, p
+        else:  # more pieces than ids: plain hashes, first one wins the decode
+            for p in known:
+                i = hash_id(p, vocab_size)
+                self._ids[p] = i
+                self._pieces.setdefault(i, p)
+        self.known = len(self._ids)
+
+    def piece_id(self, piece: str) -> int:
+        i = self._ids.get(piece)
+        if i is None:
+            i = hash_id(piece, self.vocab_size)
+            if len(self._ids) < 4 * self.vocab_size:  # bounded cache of unknown pieces
+                self._ids[piece] = i
+            self._pieces.setdefault(i, piece)
+        return i
+
+    def encode(self, text: str) -> list[int]:
+        return [self.piece_id(p) for p in pieces(text)]
+
+    def encode_pieces(self, text: str) -> tuple[list[str], list[int]]:
+        ps = pieces(text)
+        return ps, [self.piece_id(p) for p in ps]
+
+    def token_text(self, token_id: int) -> str:
+        """The text of one id (special ids: their name; an id never seen: ``<tok_N>``)."""
+        p = self._pieces.get(token_id)
+        return p if p is not None else f"<tok_{token_id}>"
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        out = []
+        for i in ids:
+            if skip_special_tokens and i in SPECIAL:
+                continue
+            out.append(self.token_text(i))
+        return "".join(out)
