@@ -391,9 +391,11 @@ class Run:
         infos = {k: (self.m["arms"][k].get("instances") or [{}])[-1].get("probe", {}).get("server_info")
                  for k in self.keys.values()}
         self.m["server_info_diff"] = server_info_diff(infos)
-        for d in self.m["server_info_diff"]:
+        for d in self.m["server_info_diff"][:10]:
             _say("  /server_info differs: " + d["key"] + ": " + "  vs  ".join(f"{k}={v!r}"
                                                                             for k, v in d["values"].items()))
+        if len(self.m["server_info_diff"]) > 10:
+            _say(f"  ... and {len(self.m['server_info_diff']) - 10} more (manifest.json: server_info_diff)")
         for k in self.keys.values():
             self.m["arms"][k]["launch"] = full[k]
         self.manifest.save()
