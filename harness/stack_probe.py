@@ -47,7 +47,7 @@ def distributions() -> dict[str, str]:
     """{distribution: version} of the stack's installed distributions."""
     out: dict[str, str] = {}
     for d in md.distributions():
-        name = _norm(d.metadata.get("Name") or "")
+        name = _norm(d.metadata["Name"] or "")
         if name in DISTS and name not in out:
             out[name] = d.version
     return dict(sorted(out.items()))
@@ -75,12 +75,16 @@ def _assignments(path: str) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
         for t in targets:
             if isinstance(t, ast.Name):
                 try:
-                    out[t.id] = ast.literal_eval(node.value)  # type: ignore[arg-type]
+                    out[t.id] = ast.literal_eval(value)
                 except (ValueError, TypeError, SyntaxError):
                     continue
     return out

@@ -150,9 +150,8 @@ def test_job_through_the_submitit_local_launcher(tmp_path):
 
 
 def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path):
-    from test_engines_cmdline import SEED, parse_seed_command
-
     from helpers.sglang_repo import make_sglang_repo
+    from test_engines_cmdline import SEED, parse_seed_command
 
     env, flags = parse_seed_command(SEED.read_text())
     repo = make_sglang_repo(tmp_path / "sglang")  # the arms are git refs of an SGLang repository

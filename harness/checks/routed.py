@@ -122,7 +122,7 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
     if engine.api != "sglang":
         return CheckResult(name, c.kind, False, expected, f"the {engine.api} API cannot return routed experts "
                            "here (needs SGLang's native /generate)", {}, arm.key, what)
-    body = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens), "temperature": 0.0},
+    body: dict[str, Any] = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens), "temperature": 0.0},
             "return_routed_experts": True}
     url = engine.url + "/generate"
     try:
