@@ -5,6 +5,11 @@
 * :func:`arm_diff`: the flattened dotted keys whose values differ between arms, with paths inside each arm's
   own tree and the run directory normalised and per-launch noise (ports, pids, worktree paths) ignored.
 * :func:`disallowed`: the differences not covered by the experiment's ``allowed_differences``.
+* :func:`server_info_diff`: what the running servers report about themselves (``/server_info``) that differs
+  between the arms (``max_total_num_tokens`` ...): shown and recorded, not enforced.
+
+A GPU engine's launch also carries its ``stack`` (:mod:`harness.stack`: the arm interpreter's torch, triton,
+aiter, mori ... versions, the container, the model's revision), so a difference there is a difference of arms.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from harness import stack
 from harness.arm import ResolvedArm
 from harness.cmdline import is_flag
 from harness.engines.base import Engine
@@ -95,6 +101,7 @@ def describe_launch(arm: ResolvedArm, engine: Engine) -> dict[str, Any]:
         "env": redact_env(env),
         "source": arm.source.to_dict(),
         "fingerprint": fp_view,
+        "stack": stack.describe(arm, cfg) if engine.stack_probe else None,
         "normalize": {"<source>": arm.source.tree, "<run_dir>": str(engine.run_dir),
                       "<worktree>": arm.source.worktree},
     }
@@ -140,3 +147,26 @@ def disallowed(diffs: Iterable[Mapping[str, Any]], allowed: Iterable[str]) -> li
     ``engine.accuracy``, ``fingerprint.files`` ...)."""
     allowed = [str(a) for a in allowed]
     return [dict(d) for d in diffs if not matches(str(d["key"]), allowed)]
+
+
+#: ``/server_info`` keys that differ per launch or per port, never between arms.
+SERVER_INFO_NOISE = ("port", "nccl_port", "dist_init_addr", "host", "launch_command", "pid", "start_time",
+                     "metrics_port", "grpc_port", "file_storage_path", "tokenizer_worker_ipc_name")
+
+
+def server_info_diff(infos: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Dotted keys of ``/server_info`` (``{arm: server_info}``) whose values differ between the arms, like
+    :func:`arm_diff` (per-launch noise such as the port left out): what the servers resolved differently from
+    the same flags, e.g. ``max_total_num_tokens`` when one arm's build uses more memory."""
+    flat: dict[str, dict[str, Any]] = {}
+    for name, info in infos.items():
+        tree = info if isinstance(info, Mapping) else {}
+        flat[name] = {k: v for k, v in flatten(tree).items()
+                      if k.split(".")[-1] not in SERVER_INFO_NOISE}
+    keys = sorted(set().union(*[set(f) for f in flat.values()])) if flat else []
+    out: list[dict[str, Any]] = []
+    for k in keys:
+        vals = {name: f.get(k, ABSENT) for name, f in flat.items()}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in vals.values()}) > 1:
+            out.append({"key": k, "values": vals})
+    return out

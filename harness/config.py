@@ -155,7 +155,7 @@ class SourceConfig:
 class CheckConfig:
     """One side assertion, run before any question is sent."""
 
-    #: ``source`` | ``fingerprint`` | ``http`` | ``custom``.
+    #: ``source`` | ``fingerprint`` | ``http`` | ``custom`` | ``process_env`` | ``log_line`` | ``routed_experts``.
     kind: str = MISSING
     name: str = ""
     # source: import `module` in the arm's interpreter; `object` is a dotted attribute inside it.
@@ -169,10 +169,31 @@ class CheckConfig:
     file_under: str | None = None
     # fingerprint / http: a dotted key into the fingerprint or the JSON of `path`.
     key: str = ""
-    path: str = "/get_server_info"
+    #: http: the endpoint; ``/server_info`` and ``/model_info`` fall back to their deprecated names
+    #: ``/get_server_info`` / ``/get_model_info`` on servers that lack them (and the other way round).
+    path: str = "/server_info"
     equals: Any = None
     # custom: "module:function", called with the server URL; returns True/False or (ok, evidence).
     function: str = ""
+    #: process_env: the serving processes looked at are the launcher's descendants whose command line contains
+    #: this text (SGLang's schedulers: ``sglang::scheduler``); empty = every descendant. ``key`` is the variable.
+    process: str = ""
+    #: process_env / log_line: at least this many processes / log lines must match.
+    min_count: int = 1
+    # routed_experts: one short ``POST /generate`` with ``return_routed_experts: true`` (the server needs
+    # ``--enable-return-routed-experts``); the ids come back per token and MoE layer.
+    prompt: str = "The capital of France is"
+    max_new_tokens: int = 4
+    #: The model's routed experts: valid routed ids are 0 .. num_experts-1.
+    num_experts: int = 0
+    #: Ids per token and layer (the model's num_experts_per_tok).
+    top_k: int = 0
+    #: In-range ids expected per token and layer.
+    routed_per_token: int | None = None
+    #: true: an id outside 0..num_experts-1 must show in each routed row; false: no such id may show anywhere.
+    out_of_range: bool | None = None
+    #: Share of the routed rows that must meet ``routed_per_token`` and ``out_of_range: true``.
+    min_share: float = 1.0
 
 
 @dataclass
@@ -245,6 +266,10 @@ class ExperimentConfig:
     #: interleaved order. Only where both fit on the machine (simulated, CPU, or arms on separate GPUs);
     #: by default a server is stopped before the other arm's starts (one GPU box, one server).
     concurrent_servers: bool = False
+    #: The files the fix may touch (paths relative to the source tree's root, shell patterns allowed). When
+    #: set, the arms' sources are diffed (git refs, or sha256 of every file under the package dir) and any
+    #: other changed file stops the run before a server starts (exit 6). Empty: the diff is shown, not enforced.
+    fix_files: list[str] = field(default_factory=list)
     #: What the arms may differ in (dotted keys such as ``source``, ``env.SGLANG_X``, ``args``,
     #: ``fingerprint.files``, ``engine.accuracy``); a difference not listed stops the run before measuring.
     allowed_differences: list[str] = field(default_factory=list)
@@ -292,6 +317,8 @@ if not OmegaConf.has_resolver("abh_safe_dirname"):
 
 
 # ------------------------------------------------------------------------------------------ checks
+#: Side check kinds (harness/checks/): ``source`` needs no server, the others run against it.
+CHECK_KINDS = ("source", "fingerprint", "http", "custom", "process_env", "log_line", "routed_experts")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -345,8 +372,12 @@ def validate(cfg: Any) -> None:
         if arm.source.kind in ("pythonpath", "git") and not arm.source.path:
             problems.append(f"arms.{key}.source.path is required for source.kind={arm.source.kind}")
         for i, c in enumerate(arm.checks):
-            if c.kind not in ("source", "fingerprint", "http", "custom"):
-                problems.append(f"arms.{key}.checks[{i}].kind must be source, fingerprint, http or custom")
+            if c.kind not in CHECK_KINDS:
+                problems.append(f"arms.{key}.checks[{i}].kind must be one of {', '.join(CHECK_KINDS)}")
+            elif c.kind == "routed_experts" and (c.num_experts < 1 or c.top_k < 1):
+                problems.append(f"arms.{key}.checks[{i}] (routed_experts) needs num_experts >= 1 and top_k >= 1")
+            elif c.kind == "process_env" and not c.key:
+                problems.append(f"arms.{key}.checks[{i}] (process_env) needs key: the environment variable")
         if e is not None and e.get("kind") in ENGINE_SCHEMAS:
             unknown = set(arm.engine) - set(e.keys())
             if unknown:

@@ -144,7 +144,7 @@ _NON_SEMANTIC = ("progress", "report", "dry_run", "client.request_timeout_s", "c
                  "client.backoff_s", "engine.ready_timeout_s", "engine.poll_interval_s", "engine.stop_timeout_s",
                  "engine.release_timeout_s", "stats", "experiment.description", "experiment.order",
                  "experiment.concurrent_servers", "experiment.restart_per_repeat",
-                 "experiment.allowed_differences")
+                 "experiment.allowed_differences", "experiment.fix_files")
 
 
 def config_digest(cfg: DictConfig) -> dict[str, Any]:
@@ -278,6 +278,11 @@ class Run:
             raise RunFailure(exitcodes.BAD_CONFIG, f"cannot prepare arms: {e}") from None
         diffs = arm_diff(descs)
         self.m["arm_diff"] = {"differences": diffs, "disallowed": self._disallowed(diffs), "allowed": self.allowed}
+        # the source diff, computed from the arms' trees or refs (harness.sourcediff); enforced by enforce_sources
+        from harness import sourcediff
+
+        self.source_diff = sourcediff.compute(self.resolved[self.x.a], self.resolved[self.x.b], self.x.fix_files)
+        self.m["source_diff"] = self.source_diff.to_dict()
         for key in self.keys.values():
             self.m["arms"].setdefault(key, {}).update({"launch": descs[key], "name": self.resolved[key].name,
                                                        "side": self.resolved[key].side})
@@ -302,14 +307,30 @@ class Run:
         print("\nwhat differs between the arms:")
         for d in diffs or [{"key": "(nothing)", "values": {}}]:
             print(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items()))
+        print(self.source_diff.line())
+        if self.source_diff.outside:
+            print(f"  {self.source_diff.outside_line()}")
+
+    def enforce_sources(self) -> None:
+        """The arms' sources differ only in ``experiment.fix_files`` (exit 6 otherwise), before any server."""
+        from harness.sourcediff import SourceDiffError, enforce
+
+        if not self.cfg.dry_run:
+            _say(self.source_diff.line())
+        try:
+            enforce(self.source_diff)
+        except SourceDiffError as e:
+            raise RunFailure(e.code, str(e)) from None
 
     def static_checks(self) -> None:
         """Side checks that need no server (source probes in each arm's interpreter)."""
         from harness.checks.result import SideAssertionError, assert_checks
         from harness.checks.static import run_static_checks
 
+        failures = []
         for key, arm in self.resolved.items():
-            results = run_static_checks(arm)
+            # with the engine's env too: SGLANG_USE_AITER and friends change what SGLang's modules do at import
+            results = run_static_checks(arm, self.engines[key].cfg.env)
             self.m["arms"][key]["static_checks"] = _check_dicts(results)
             self.manifest.save()
             failed = [r for r in results if not r.passed]
@@ -320,11 +341,14 @@ class Run:
                 if failed:
                     print(f"# arm {key}: {len(failed)} side check(s) fail here; a real run would stop before "
                           f"measuring (exit {exitcodes.SIDE_ASSERTION_FAILED})")
-            else:
+            failures += failed
+            if not self.cfg.dry_run:
                 try:
                     assert_checks(results, key)
                 except SideAssertionError as e:
                     raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED, str(e)) from None
+        if failures:  # a dry run exits as the real run would
+            raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED, str(SideAssertionError(failures)))
 
     # ------------------------------------------------------------------ servers
     def launch(self, key: str, label: str) -> Any:
@@ -363,6 +387,16 @@ class Run:
         full = {k: describe_launch(self.resolved[k], self.engines[k]) for k in self.keys.values()}
         diffs = arm_diff(full)
         self.m["arm_diff_live"] = {"differences": diffs, "disallowed": self._disallowed(diffs)}
+        from harness.armdiff import server_info_diff  # shown and recorded, not enforced
+
+        infos = {k: (self.m["arms"][k].get("instances") or [{}])[-1].get("probe", {}).get("server_info")
+                 for k in self.keys.values()}
+        self.m["server_info_diff"] = server_info_diff(infos)
+        for d in self.m["server_info_diff"][:10]:
+            _say("  /server_info differs: " + d["key"] + ": " + "  vs  ".join(f"{k}={v!r}"
+                                                                            for k, v in d["values"].items()))
+        if len(self.m["server_info_diff"]) > 10:
+            _say(f"  ... and {len(self.m['server_info_diff']) - 10} more (manifest.json: server_info_diff)")
         for k in self.keys.values():
             self.m["arms"][k]["launch"] = full[k]
         self.manifest.save()
@@ -498,6 +532,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> int:
     if cfg.dry_run:
         run.print_dry_run(diffs)
     run.refuse_disallowed(diffs)
+    run.enforce_sources()
     run.static_checks()
     if cfg.dry_run:
         print("\ndry run: no server started, nothing measured.")

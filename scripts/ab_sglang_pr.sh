@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# A/B-test an SGLang pull request: make worktrees of the base and the PR, then run an experiment with the
-# two trees as the arms (default: the seed's DeepSeek-V4-Pro shared-slot experiment).
+# A/B-test an SGLang pull request: the PR's head against its merge base with --base (default origin/main), as
+# git arms of one repository (the harness makes the worktrees and diffs the two refs), then run an experiment
+# (default: the seed's DeepSeek-V4-Pro shared-slot experiment; its fix_files must cover what the PR changes).
 #
-#   scripts/ab_sglang_pr.sh --repo ~/sglang --base origin/main --pr 12345 [--experiment NAME] [-- overrides...]
+#   scripts/ab_sglang_pr.sh --repo ~/sglang --pr 12345 [--base origin/main] [--experiment NAME] [-- overrides...]
 #   scripts/ab_sglang_pr.sh --repo ~/sglang --base v0.5.6 --head my-branch -- experiment.repeats=3
-#
-# The worktrees go to $WORKTREES (default ~/.cache/abh/worktrees/<base>..<head>); they are reused if present.
 set -euo pipefail
 
-repo="" base="" head="" pr="" experiment="dsv4_pro_mi355x_shared_slot"
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+repo="" base="origin/main" head="" pr="" experiment="dsv4_pro_mi355x_shared_slot"
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --repo) repo="$2"; shift 2 ;;
@@ -22,27 +21,23 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
 done
-[ -n "$repo" ] && [ -n "$base" ] || { echo "error: --repo and --base are required" >&2; usage; }
+[ -n "$repo" ] || { echo "error: --repo is required" >&2; usage; }
 [ -n "$head" ] || [ -n "$pr" ] || { echo "error: give --head REF or --pr NUMBER" >&2; usage; }
 git -C "$repo" rev-parse --git-dir >/dev/null 2>&1 || { echo "error: $repo is not a git repository" >&2; exit 2; }
+repo=$(cd "$repo" && pwd)
 
 if [ -n "$pr" ]; then
   head="refs/abh/pr-$pr"
   git -C "$repo" fetch --quiet origin "pull/$pr/head:$head"
 fi
-base_sha=$(git -C "$repo" rev-parse --verify "$base^{commit}")
 head_sha=$(git -C "$repo" rev-parse --verify "$head^{commit}")
-root="${WORKTREES:-$HOME/.cache/abh/worktrees}/${base_sha:0:12}..${head_sha:0:12}"
-mkdir -p "$root"
-for side in base fix; do
-  sha=$base_sha; [ "$side" = fix ] && sha=$head_sha
-  if [ ! -d "$root/$side" ]; then
-    git -C "$repo" worktree add --detach "$root/$side" "$sha" >/dev/null
-  fi
-  echo "$side tree: $root/$side at ${sha:0:12}"
-done
+# the PR against the commit it branched from, not against whatever main has become since
+base_sha=$(git -C "$repo" merge-base "$base" "$head_sha")
+echo "baseline: ${base_sha:0:12} (merge base of $base)   change: ${head_sha:0:12} ($head)"
+echo "files the change touches:"; git -C "$repo" diff --name-only "$base_sha" "$head_sha" | sed 's/^/  /'
 
-export SGLANG_BASE_TREE="$root/base" SGLANG_FIX_TREE="$root/fix"
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-exec abh run "experiment=$experiment" "hydra.run.dir=results/$experiment/${base_sha:0:12}..${head_sha:0:12}" "$@"
+exec abh run "experiment=$experiment" "hydra.run.dir=results/$experiment/${base_sha:0:12}..${head_sha:0:12}" \
+  "arms.a.source.kind=git" "arms.a.source.path=$repo" "arms.a.source.ref=$base_sha" \
+  "arms.b.source.kind=git" "arms.b.source.path=$repo" "arms.b.source.ref=$head_sha" "$@"

@@ -163,7 +163,7 @@ def test_http_fingerprint_custom_checks_on_the_simulated_engine(tmp_path):
     assert res["build is fix"].passed and res["build is fix"].found == "fix"
     assert not res["build is baseline"].passed
     assert res["build is baseline"].expected == "baseline" and res["build is baseline"].found == "fix"
-    assert res["build is baseline"].what == "GET /get_server_info -> build"
+    assert res["build is baseline"].what == "GET /server_info -> build"  # the current name by default
     assert res["simulated"].passed
     assert res["simulator module"].passed and res["python"].passed and not res["wrong dist"].passed
     assert res["custom ok"].passed and res["custom ok"].evidence["evidence"] == {"build": "fix"}
@@ -173,7 +173,7 @@ def test_http_fingerprint_custom_checks_on_the_simulated_engine(tmp_path):
         assert_checks(list(res.values()))
     msg = str(ei.value)
     assert msg.startswith("side assertion failed for arm 'b': ")
-    assert "check 'build is baseline' (http: GET /get_server_info -> build): expected 'baseline'; found 'fix'" in msg
+    assert "check 'build is baseline' (http: GET /server_info -> build): expected 'baseline'; found 'fix'" in msg
     assert "'build is fix'" not in msg
 
 

@@ -89,7 +89,7 @@ def test_seed_experiment_has_every_env_var_and_flag(seed_cfg, tmp_path):
     specs = {}
     for key in ("a", "b"):
         a = resolve_arm(key, seed_cfg.arms[key], tmp_path, hc.arms_root(), strict=False)
-        assert a.source.kind == "pythonpath" and a.source.subdir == "python"
+        assert a.source.kind == "git" and a.source.subdir == "python"
         spec = create_engine(seed_cfg.engine, a, tmp_path, f"{key}-r0").launch_spec()
         specs[key] = spec
         # every env var of the seed, with its value, in the env the server gets and in the shown delta
@@ -105,8 +105,6 @@ def test_seed_experiment_has_every_env_var_and_flag(seed_cfg, tmp_path):
         assert spec.argv[1] == str(LAUNCHER) and spec.argv[spec.argv.index("-m") + 1] == "sglang.launch_server"
         assert spec.argv[spec.argv.index("-m") + 2:] == spec.server_argv[3:]
         assert "--hash" in spec.argv and "python/sglang/srt/layers/moe/topk.py" in spec.argv
-        # the arm's tree comes first on PYTHONPATH
-        assert spec.env_delta["PYTHONPATH"].split(":")[0] == str(Path(a.source.tree) / "python")
         # printed form: one NAME=value per variable, flags as --flag value
         text = spec.pretty()
         for k, v in SEED_ENV.items():
@@ -125,7 +123,24 @@ def test_seed_arms_checks(seed_cfg):
     fix = next(c for c in seed_cfg.arms.b.checks if c.kind == "source")
     assert base.module == fix.module == "sglang.srt.layers.moe.topk" and base.object == "select_experts"
     assert base.lacks == fix.contains and "has_per_rank_fused_shared_slots" in fix.contains
-    assert seed_cfg.experiment.allowed_differences[0] == "source"
+    # the arms are pinned to the fix's commit and its first parent, and may differ only in fix_files
+    assert seed_cfg.arms.a.source.kind == seed_cfg.arms.b.source.kind == "git"
+    assert seed_cfg.arms.a.source.ref == seed_cfg.arms.b.source.ref + "^1"
+    assert list(seed_cfg.experiment.fix_files) == ["python/sglang/srt/layers/moe/topk.py"]
+    allowed = list(seed_cfg.experiment.allowed_differences)
+    assert "source" not in allowed and "fingerprint.git" not in allowed and "fingerprint" not in allowed
+    assert "fingerprint.files.python/sglang/srt/layers/moe/utils.py" not in allowed
+    # the live checks read the serving processes: scheduler env, log line, the gate's routed experts
+    for key, per_token, out_of_range in (("a", 5, True), ("b", 6, False)):
+        checks = {c.kind: c for c in seed_cfg.arms[key].checks}
+        assert checks["process_env"].key == "SGLANG_USE_AITER" and checks["process_env"].equals == "1"
+        assert checks["process_env"].process == "sglang::scheduler" and checks["process_env"].min_count == 8
+        assert checks["log_line"].contains == "Shared experts fusion optimization enabled."
+        r = checks["routed_experts"]
+        assert (r.num_experts, r.top_k, r.routed_per_token, r.out_of_range) == (384, 6, per_token, out_of_range)
+    assert "--enable-return-routed-experts" in seed_cfg.engine.args
+    x = seed_cfg.experiment
+    assert (x.repeats, x.restart_per_repeat, x.aa_control) == (3, True, True)
 
 
 # --------------------------------------------------------------------------------------- engines

@@ -150,11 +150,14 @@ def test_job_through_the_submitit_local_launcher(tmp_path):
 
 
 def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path):
+    from helpers.sglang_repo import make_sglang_repo
     from test_engines_cmdline import SEED, parse_seed_command
 
     env, flags = parse_seed_command(SEED.read_text())
+    repo = make_sglang_repo(tmp_path / "sglang")  # the arms are git refs of an SGLang repository
     r = abh_run("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry",
-                cwd=tmp_path)
+                f"arms.a.source.ref={repo.base}", f"arms.b.source.ref={repo.fix}", cwd=tmp_path,
+                env={"SGLANG_REPO": str(repo.path)})
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     for arm in ("arm a: baseline", "arm b: fix"):

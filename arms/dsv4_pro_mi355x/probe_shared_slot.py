@@ -1,4 +1,6 @@
-"""Custom side probe (stdlib only): is the server in the regime where the per-rank fused shared-slot path runs?
+"""Custom side probe (stdlib only): is the server configured for the regime where the per-rank fused
+shared-slot path runs? This reads the HTTP process's copy of the server args; the arms' ``process_env``,
+``log_line`` and ``routed_experts`` checks read what the serving processes really do.
 
 SGLang takes that path when shared experts are fused into the MoE (``--enforce-shared-experts-fusion``, as
 the DeepEP family does not fuse by default) and the MoE all-to-all backend is DeepEP-class or MegaMoE
@@ -17,7 +19,7 @@ PER_RANK_BACKENDS = {"deepep", "mooncake", "mori", "megamoe"}
 
 def _server_info(url: str) -> dict[str, Any]:
     last: Exception | None = None
-    for path in ("/get_server_info", "/server_info"):
+    for path in ("/server_info", "/get_server_info"):  # the deprecated name for older servers
         try:
             with urllib.request.urlopen(url.rstrip("/") + path, timeout=30) as r:
                 return json.loads(r.read().decode())

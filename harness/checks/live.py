@@ -1,6 +1,7 @@
 """Side checks against the running server: ``fingerprint`` (a dotted key of the launcher's fingerprint of the
-serving process), ``http`` (a dotted key of a GET endpoint's JSON) and ``custom`` (a function called with the
-server URL)."""
+serving process), ``http`` (a dotted key of a GET endpoint's JSON), ``custom`` (a function called with the
+server URL), and those of :mod:`harness.checks.serving` (``process_env``, ``log_line``: the serving processes'
+environment and log) and :mod:`harness.checks.routed` (``routed_experts``: what the MoE gate picks)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import requests
 from harness.arm import ArmError, ResolvedArm, find_arm_file
 from harness.checks.match import MISSING, compare, lookup, shown
 from harness.checks.result import CheckResult, check_name
+from harness.checks.routed import routed_experts_check
+from harness.checks.serving import log_line_check, process_env_check
 from harness.config import CheckConfig
 from harness.engines.base import Engine
 
@@ -61,13 +64,22 @@ def _fingerprint_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: 
                        {"key": c.key, "fingerprint_path": engine.launch_spec().fingerprint_path}, arm.key, what)
 
 
+#: Endpoints SGLang renamed: each is tried after the other when the server answers 404.
+ENDPOINT_ALIASES = {"/server_info": "/get_server_info", "/get_server_info": "/server_info",
+                    "/model_info": "/get_model_info", "/get_model_info": "/model_info"}
+
+
 def _http_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) -> CheckResult:
     name = check_name(c, index)
-    path = c.path or "/get_server_info"
+    path = c.path or "/server_info"
+    path = path if path.startswith("/") else "/" + path
     what = f"GET {path} -> {c.key or '(body)'}"
-    url = engine.url + (path if path.startswith("/") else "/" + path)
+    url = engine.url + path
     try:
         r = requests.get(url, timeout=30)
+        if r.status_code == 404 and path in ENDPOINT_ALIASES:
+            url = engine.url + ENDPOINT_ALIASES[path]
+            r = requests.get(url, timeout=30)
         status = r.status_code
         body = r.json()
     except (requests.RequestException, ValueError) as e:
@@ -97,9 +109,11 @@ def _custom_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) 
     return CheckResult(name, c.kind, ok, True, ok, {"function": c.function, "evidence": evidence}, arm.key, what)
 
 
-_CHECKS = {"fingerprint": _fingerprint_check, "http": _http_check, "custom": _custom_check}
+_CHECKS = {"fingerprint": _fingerprint_check, "http": _http_check, "custom": _custom_check,
+           "process_env": process_env_check, "log_line": log_line_check, "routed_experts": routed_experts_check}
 
 
 def run_live_checks(arm: ResolvedArm, engine: Engine) -> list[CheckResult]:
-    """The checks against the running server: ``fingerprint``, ``http``, ``custom`` (in the arm's order)."""
+    """The checks against the running server: ``fingerprint``, ``http``, ``custom``, ``process_env``,
+    ``log_line``, ``routed_experts`` (in the arm's order)."""
     return [_CHECKS[c.kind](arm, engine, c, i) for i, c in enumerate(arm.checks) if c.kind in _CHECKS]

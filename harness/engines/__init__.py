@@ -23,7 +23,7 @@ from harness.engines.process import PortInUseError, install_termination_handlers
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
            "engine_class", "engine_config", "install_termination_handlers", "known_engines"]
 
-_NOT_ENGINES = {"base", "process", "launcher"}
+_NOT_ENGINES = {"base", "process", "launcher", "vram"}
 
 
 def known_engines() -> list[str]:

@@ -25,7 +25,9 @@ from harness.engines.process import (
     EngineError,
     ServerProcess,
     StatusFn,
+    busy_ports,
     check_port_free,
+    check_ports_free,
     connect_host,
     pick_free_port,
     port_in_use,
@@ -95,6 +97,9 @@ class Engine:
     ready_what: ClassVar[str] = "the server to answer"
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
     probe_timeout_s: ClassVar[float] = 30.0
+    #: Record the software stack of the arm's interpreter (torch, triton, aiter, ROCm/CUDA...) in its launch
+    #: description (:mod:`harness.stack`): the GPU engines.
+    stack_probe: ClassVar[bool] = False
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff
     #: ignores them (shown under ``harness`` in :func:`harness.armdiff.describe_launch`).
     diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s",
@@ -163,6 +168,14 @@ class Engine:
     def log_tail(self, lines: int = 40) -> str:
         return ""
 
+    def log_location(self) -> tuple[str | None, int]:
+        """(the server's log file, the byte offset where this launch's output starts); (None, 0) without one."""
+        return None, 0
+
+    def derived_ports(self) -> list[int]:
+        """Ports the server opens besides ``port`` that follow from its flags (checked free before launch)."""
+        return []
+
     def fingerprint(self) -> dict[str, Any] | None:
         return None
 
@@ -215,8 +228,9 @@ class Engine:
 
     def probe(self) -> dict[str, Any]:
         """Snapshot of the running server: server info, model info, models, fingerprint."""
-        server_info = self._first_json("/get_server_info", "/server_info")
-        model_info = self._first_json("/get_model_info", "/model_info")
+        # the current names first; the deprecated ones for older servers
+        server_info = self._first_json("/server_info", "/get_server_info")
+        model_info = self._first_json("/model_info", "/get_model_info")
         models = self._first_json("/v1/models") if self.api == "openai" else None
         if isinstance(server_info, dict) and server_info.get("simulated"):
             self._simulated_seen = True
@@ -311,9 +325,15 @@ class LaunchedEngine(Engine):
         spec = self.launch_spec()
         if self.cfg.port:
             check_port_free(self.host, self.port)
-        elif port_in_use(self.host, self.port):  # the free port we picked got taken: pick again
-            self._port, self._spec = None, None
-            spec = self.launch_spec()
+            check_ports_free(self.derived_ports(), f"the server derives from --port {self.port}")
+        else:
+            for _ in range(20):  # a free port whose derived ports are free too
+                if not port_in_use(self.host, self.port) and not busy_ports(self.derived_ports()):
+                    break
+                self._port, self._spec = None, None
+                spec = self.launch_spec()
+            else:
+                check_ports_free([self.port, *self.derived_ports()], "picked for the server")
         if spec.fingerprint_path:
             Path(spec.fingerprint_path).unlink(missing_ok=True)
         self.proc = ServerProcess(spec.argv, spec.env, spec.cwd, spec.log_path,
@@ -348,6 +368,11 @@ class LaunchedEngine(Engine):
 
     def log_tail(self, lines: int = 40) -> str:
         return self.proc.tail(lines) if self.proc else ""
+
+    def log_location(self) -> tuple[str | None, int]:
+        if self.proc is None:
+            return None, 0
+        return str(self.proc.log_path), self.proc.log_offset
 
     def fingerprint(self) -> dict[str, Any] | None:
         spec = self.launch_spec()

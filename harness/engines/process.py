@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
-import json
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from harness.engines.vram import amd_vram_used_mib
 from harness.redact import redact_argv, redact_text
 
 StatusFn = Callable[[str], None]
@@ -87,6 +87,29 @@ def check_port_free(host: str, port: int) -> None:
     if port_in_use(host, port):
         raise PortInUseError(f"port {port} on {host} is already in use (set engine.port=0 to pick a free "
                              f"one, or stop whatever listens there)")
+
+
+def busy_ports(ports: Sequence[int], host: str = "127.0.0.1") -> list[int]:
+    """The ports of ``ports`` something listens on or has bound (on ``host``; loopback by default, where
+    SGLang binds its derived ports)."""
+    out = []
+    for p in ports:
+        try:
+            if port_in_use(host, int(p)):
+                out.append(int(p))
+        except OSError:
+            continue  # an address we cannot bind at all: not ours to check
+    return out
+
+
+def check_ports_free(ports: Sequence[int], why: str, host: str = "127.0.0.1") -> None:
+    """:class:`PortInUseError` naming every port of ``ports`` (``why``: how the server comes to use them)
+    that is taken."""
+    busy = busy_ports(ports, host)
+    if busy:
+        raise PortInUseError(f"port(s) {', '.join(map(str, busy))} on {host} ({why}) already in use: the server "
+                             "would fail to bind them (set engine.port=0 to pick a free range, or stop whatever "
+                             "listens there)")
 
 
 def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
@@ -173,17 +196,11 @@ def gpu_snapshot() -> dict[str, Any] | None:
     elif tool == "amd-smi":
         out = _run([tool, "process", "--json"])
         pids = {int(x) for x in re.findall(r'"pid"\s*:\s*(\d+)', out or "")}
+        used = amd_vram_used_mib(tool)
     else:  # rocm-smi
         out = _run([tool, "--showpids"])
         pids = {int(x) for x in re.findall(r"^\s*(\d+)\s+\S", out or "", re.M)}
-        out = _run([tool, "--showmeminfo", "vram", "--json"])
-        try:
-            for card, vals in (json.loads(out) if out else {}).items():
-                for k, v in vals.items():
-                    if "used" in k.lower() and "(b)" in k.lower():
-                        used[card] = float(v) / (1 << 20)
-        except (ValueError, AttributeError):
-            pass
+        used = amd_vram_used_mib(tool)
     return {"tool": tool, "pids": sorted(pids), "used_mib": used}
 
 

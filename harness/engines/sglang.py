@@ -1,11 +1,91 @@
 """SGLang: ``python -m sglang.launch_server --model-path M --host H --port P`` + engine.args + arm.args.
 
 Ready when ``GET /health_generate`` is 200 (it runs a 1-token generation; 503 while starting).
+
+Besides ``--port``, SGLang binds ports it derives from it (``PortArgs.init_new`` in
+``python/sglang/srt/server_args.py``): with ``--enable-dp-attention`` on one node and no ``--dist-init-addr``,
+torch.distributed's store listens on ``--port + ZMQ_TCP_PORT_DELTA`` (233) and the tokenizer, detokenizer,
+rpc, metrics and scheduler-input ZMQ sockets on the ports just above it (older versions: one scheduler-input
+port per DP rank); near the top of the port space the block mirrors to ``--port - 233``. An explicit
+``--dist-init-addr host:port`` moves the block to that port, and ``--nccl-port`` is bound as given. All of
+them are checked free before launch (:meth:`SGLangEngine.derived_ports`), so a taken one is a clear error
+instead of a server that dies while loading.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+from harness.cmdline import is_flag
 from harness.engines.base import LaunchedEngine
+from harness.engines.process import EngineError
+
+#: SGLang's ``ZMQ_TCP_PORT_DELTA``.
+ZMQ_TCP_PORT_DELTA = 233
+#: Ports of the block besides the per-DP-rank ones (dist-init, tokenizer, detokenizer, rpc, metrics,
+#: scheduler-input, load collector, nccl in newer versions), with room to spare.
+_BLOCK = 8
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]", ""}
+
+#: Appended to the ready-timeout message: what to do when the weights were not on disk yet.
+COLD_START_HINT = (
+    "If this was the first launch on this machine, the weights may still be downloading from the Hugging Face "
+    "hub (the server log shows the download): fetch them once beforehand (`hf download MODEL` or "
+    "`huggingface-cli download MODEL`, with HF_TOKEN set if the repo is gated), then rerun with "
+    "engine.env.HF_HUB_OFFLINE=1 or engine.model_path=/path/to/the/local/snapshot, or raise "
+    "engine.ready_timeout_s. A rerun of the same command resumes the run.")
+
+
+def _flags(args: Sequence[str]) -> dict[str, str | bool]:
+    out: dict[str, str | bool] = {}
+    i = 0
+    while i < len(args):
+        t = str(args[i])
+        if is_flag(t):
+            name, eq, val = t.partition("=")
+            if eq:
+                out[name] = val
+            elif i + 1 < len(args) and not is_flag(str(args[i + 1])):
+                out[name] = str(args[i + 1])
+                i += 1
+            else:
+                out[name] = True
+        i += 1
+    return out
+
+
+def _int(v: str | bool | None, default: int) -> int:
+    try:
+        return int(v) if isinstance(v, str) else default
+    except ValueError:
+        return default
+
+
+def derived_ports(port: int, args: Sequence[str]) -> list[int]:
+    """The ports an SGLang server started with ``--port port`` and ``args`` binds besides ``port``."""
+    f = _flags(args)
+    ports: list[int] = []
+    nccl = _int(f.get("--nccl-port"), 0)
+    if nccl:
+        ports.append(nccl)
+    dist = f.get("--dist-init-addr")
+    dist_port = 0
+    if isinstance(dist, str) and ":" in dist:
+        host, _, p = dist.rpartition(":")
+        dist_port = _int(p, 0) if host in _LOCAL_HOSTS else 0
+    if f.get("--enable-dp-attention") and _int(f.get("--nnodes"), 1) == 1:
+        dp = _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1)
+        span = _BLOCK + max(dp, 1)
+        if dist_port:
+            base = dist_port
+        else:
+            base = port + ZMQ_TCP_PORT_DELTA
+            if base + span > 65535:
+                base = port - ZMQ_TCP_PORT_DELTA
+        ports += range(base, base + span + 1)
+    elif dist_port:
+        ports.append(dist_port)
+    return sorted(set(p for p in ports if 0 < p < 65536 and p != port))
 
 
 class SGLangEngine(LaunchedEngine):
@@ -13,6 +93,7 @@ class SGLangEngine(LaunchedEngine):
     dist = "sglang"
     ready_what = "GET /health_generate = 200"
     probe_timeout_s = 60.0
+    stack_probe = True
 
     def server_args(self) -> list[str]:
         args: list[str] = []
@@ -22,6 +103,17 @@ class SGLangEngine(LaunchedEngine):
 
     def ready_check(self) -> tuple[bool, str]:
         return self._check_health("/health_generate")
+
+    def derived_ports(self) -> list[int]:
+        return derived_ports(self.port, self.user_args())
+
+    def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
+        try:
+            return super().wait_ready(on_status)
+        except EngineError as e:
+            if "not ready after" not in e.reason:
+                raise
+            raise EngineError(f"{e.reason}. {COLD_START_HINT}", e.log_tail, e.log_path) from None
 
 
 ENGINE = SGLangEngine

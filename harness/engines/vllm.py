@@ -13,6 +13,7 @@ class VLLMEngine(LaunchedEngine):
     dist = "vllm"
     ready_what = "GET /health = 200 and a 1-token /v1/completions"
     probe_timeout_s = 60.0
+    stack_probe = True
 
     def server_args(self) -> list[str]:
         if not self.cfg.model_path:
