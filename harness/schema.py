@@ -258,6 +258,54 @@ class Comparison(TypedDict, total=False):
     verdict: str
     verdict_reason: str
     flips: list[int]
+    # owned by abh run when experiment.sequential: the sequential decision is ``verdict``; the fixed-design
+    # test of the same data is kept beside it
+    sequential: SequentialRecord
+    verdict_fixed: str
+    verdict_reason_fixed: str
+
+
+# ------------------------------------------------------------------------------------------ cost
+class CostBlock(TypedDict, total=False):
+    """GPU time of one role (or the total): sums over its server launches and evals (harness.cost)."""
+
+    launches: int
+    evals: int
+    launch_s: float
+    eval_s: float
+    server_s: float
+    gpus: int
+    gpu_hours: float
+
+
+class Cost(TypedDict, total=False):
+    """``cost`` of a run summary, the manifest and a sweep summary: per role and in total. ``aa`` only when
+    the A/A control had launches of its own; ``estimated`` names what was inferred from timestamps."""
+
+    a: CostBlock
+    b: CostBlock
+    aa: CostBlock
+    total: CostBlock
+    estimated: list[str]
+
+
+# ------------------------------------------------------------------------------------------ sequential
+class SequentialRecord(TypedDict, total=False):
+    """``sequential`` of a sequential run (experiment.sequential=true), in the manifest (as the looks happen)
+    and in summary.json / comparison.json: the design, every look (LookDecision.as_dict) and the outcome."""
+
+    design: dict[str, Any]
+    estimator: str
+    looks: list[dict[str, Any]]
+    stopped: bool
+    repeats_run: int
+    max_repeats: int
+    verdict: str | None
+    reason: str | None
+    sentence: str | None
+    repeats_saved: int
+    gpu_hours_per_repeat: float | None
+    gpu_hours_saved: float | None
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -279,6 +327,10 @@ class RunSummary(TypedDict, total=False):
     arms: dict[str, str]
     repeats: int
     aa_control: bool
+    #: GPU time per role and in total (harness.cost)
+    cost: Cost
+    #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
+    sequential: SequentialRecord
     exit_code: int
 
 
@@ -298,6 +350,8 @@ class Manifest(TypedDict, total=False):
     arms: dict[str, dict[str, Any]]
     arm_diff: dict[str, Any]
     arm_diff_live: dict[str, Any]
+    cost: Cost
+    sequential: SequentialRecord
     status: dict[str, Any]
 
 
@@ -321,6 +375,7 @@ class SweepRow(TypedDict, total=False):
     alpha: float
     simulated: bool
     missing: bool
+    gpu_hours: float | None
 
 
 class SweepSummary(TypedDict, total=False):
@@ -331,6 +386,8 @@ class SweepSummary(TypedDict, total=False):
     comparisons: list[SweepRow]
     missing: list[str]
     simulated: bool
+    #: the jobs' costs summed (harness.cost.sum_costs)
+    cost: Cost
 
 
 # ------------------------------------------------------------------------------------------ checking

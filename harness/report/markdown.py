@@ -19,7 +19,7 @@ from typing import Any
 from harness import schema
 from harness.cmdline import redact_command
 from harness.fileio import atomic_write_text
-from harness.report import data, words
+from harness.report import cost, data, words
 
 MARKDOWN = "comparison.md"
 
@@ -177,6 +177,12 @@ def render(root: Path) -> str:
         facts.append(f"**Questions:** {n} paired of {nt} ({c.get('dropped_errors', 0)} dropped for request errors); "
                      f"MDE at 80 % power {words.pp(c.get('mde'), signed=False)}"
                      + (f"; margin ±{words.pp(c.get('margin'), signed=False)}" if c.get("margin") is not None else ""))
+    seq = cost.load_sequential(root, manifest, c)
+    if seq:
+        facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")
+    run_cost = cost.load_cost(root, manifest)
+    if run_cost:
+        facts.append(f"**Cost:** {cell(cost.cost_line(run_cost))}")
     parts.append("  \n".join(facts))
 
     parts.append("#### Side checks")
