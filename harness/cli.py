@@ -102,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(rest)
     if cmd == "run":
-        from harness.run import main as run_main
-
+        try:
+            from harness.orchestrate.run import main as run_main
+        except KeyboardInterrupt:  # Ctrl-C while loading: nothing was started
+            return exitcodes.INTERRUPTED
         return run_main(rest)
     print(f"abh: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
     return exitcodes.BAD_CONFIG

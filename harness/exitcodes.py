@@ -13,5 +13,7 @@ SERVER_FAILURE = 4
 TOO_MANY_ERRORS = 5
 #: The arms differ in something the experiment does not allow.
 ARMS_DIFFER = 6
-#: Interrupted by Ctrl-C or SIGTERM; the run is resumable by rerunning the same command.
+#: Interrupted by Ctrl-C (SIGINT) or SIGTERM (128 + the signal number); the run is resumable by rerunning
+#: the same command.
 INTERRUPTED = 130
+TERMINATED = 143

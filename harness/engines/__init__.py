@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
            "engine_class", "engine_config", "install_termination_handlers", "known_engines"]
 
-_NOT_ENGINES = {"base", "process", "launcher"}
+_NOT_ENGINES = {"base", "process", "launcher", "gpu"}
 
 
 def known_engines() -> list[str]:
