@@ -360,9 +360,9 @@ def validate(cfg: Any) -> None:
     """The schema, strictly (no unknown key, ``+`` or not), then the checks a type cannot express. Raises
     ConfigError with one clear message."""
     problems: list[str] = []
-    unknown = unknown_keys(cfg)
-    if unknown:
-        problems.append(f"unknown config key(s): {', '.join(unknown)} (`abh run --cfg job` prints every key)")
+    strays = unknown_keys(cfg)
+    if strays:
+        problems.append(f"unknown config key(s): {', '.join(strays)} (`abh run --cfg job` prints every key)")
     e = cfg.engine
     if e is None or e.get("kind") not in ENGINE_SCHEMAS:
         problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
-from harness.engines.process import PortInUseError, install_termination_handlers
+from harness.engines.process import PortInUseError
 
 if TYPE_CHECKING:
     from harness.arms import ResolvedArm
 
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
-           "engine_class", "engine_config", "install_termination_handlers", "known_engines"]
+           "engine_class", "engine_config", "known_engines"]
 
 _NOT_ENGINES = {"base", "process", "launcher", "gpu"}
 

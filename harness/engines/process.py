@@ -9,9 +9,9 @@
   reporting what it waits for and the last log line through ``on_status``; on death or timeout it raises
   :class:`EngineError` carrying the log tail.
 * Ports: :func:`pick_free_port`, :func:`check_port_free` ("port N on HOST is already in use").
-* Every live server is also stopped at interpreter exit (atexit); :func:`install_termination_handlers`
-  turns SIGTERM/SIGHUP into KeyboardInterrupt so ``with engine:`` blocks unwind and stop their servers.
-  A harness killed with SIGKILL is covered by the launcher's parent-death guards (see launcher.py).
+* Every live server is also stopped at interpreter exit (atexit); ``abh run`` turns SIGINT/SIGTERM into an
+  exception that unwinds and stops its servers (harness.orchestrate.interrupts). A harness killed with
+  SIGKILL is covered by the launcher's parent-death guards (see launcher.py).
 """
 
 from __future__ import annotations
@@ -403,25 +403,3 @@ def stop_all(stop_timeout_s: float = 10.0) -> None:
 
 
 atexit.register(stop_all)
-
-_HANDLERS_INSTALLED = False
-
-
-def install_termination_handlers() -> None:
-    """Make SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread (like Ctrl-C).
-
-    ``with engine:`` blocks and ``finally`` clauses then stop their servers; a second signal while
-    unwinding is ignored so cleanup can finish. Call once from the main thread of the harness.
-    """
-    global _HANDLERS_INSTALLED
-    if _HANDLERS_INSTALLED or threading.current_thread() is not threading.main_thread():
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        for s in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_IGN)
-        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
-
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, handler)
-    _HANDLERS_INSTALLED = True

@@ -25,8 +25,10 @@ from typing import Any, TypeVar
 
 try:  # uvloop (Linux/macOS) roughly halves the client's per-request overhead at parallel 1319
     import uvloop
+
+    HAVE_UVLOOP = True
 except ImportError:  # pragma: no cover - optional on other platforms
-    uvloop = None
+    HAVE_UVLOOP = False
 
 T = TypeVar("T")
 
@@ -105,7 +107,7 @@ class Interrupts:
 
         with self.deferred():
             try:
-                result = uvloop.run(guarded()) if uvloop is not None else asyncio.run(guarded())
+                result = uvloop.run(guarded()) if HAVE_UVLOOP else asyncio.run(guarded())
             except asyncio.CancelledError:
                 self.check()
                 raise

@@ -101,9 +101,10 @@ def load_data(cfg: DictConfig) -> tuple[Dataset, Dataset | None]:
 def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str) -> DictConfig:
     """The run's engine config with the arm's ``engine:`` overrides; the simulator answers the run's data."""
     merged = OmegaConf.merge(cfg.engine, OmegaConf.create(OmegaConf.to_container(arm_cfg.engine)))
+    assert isinstance(merged, DictConfig)
     if merged.kind == "simulated" and not merged.get("data") and Path(data_source).is_file():
         merged.data = data_source
-    return merged  # type: ignore[return-value]
+    return merged
 
 
 def static_description(desc: dict[str, Any]) -> dict[str, Any]:
@@ -165,8 +166,7 @@ class Run:
         self.engines: dict[str, Engine] = {}
         self.live_diff_checked = False
         run_dir.mkdir(parents=True, exist_ok=True)
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(resolved, dict)
+        resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
         ignores = engine_class(str(cfg.engine.kind)).diff_ignore
         digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
@@ -359,6 +359,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
     for key, results in run.static_checks().items():
         assert_checks(results, key)
     run.measure()
+    interrupts.check()  # a signal that arrived while the last servers were being stopped
     return run.finish()
 
 
