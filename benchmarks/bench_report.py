@@ -2,7 +2,7 @@
 
     python benchmarks/bench_report.py [--dir DIR] [--screenshot PNG] [--real]
 
-Builds a run directory as the harness stores it (tests/test_report.py's builder; GSM8K questions from
+Builds a run directory as the harness stores it (tests/helpers/rundirs.py's builder; GSM8K questions from
 ../shared/data/gsm8k when present), then times ``write_report`` (target: under 5 s). ``--screenshot``
 also renders the page in headless Chromium and saves a full-page PNG; ``--real`` marks the data as from
 a real engine (no SIMULATED banner), for looking at the layout a reviewer of a real run gets.
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_report import build_run_dir  # noqa: E402
+from helpers.rundirs import build_run_dir  # noqa: E402
 
 from harness.report import write_report  # noqa: E402
 

@@ -1,6 +1,7 @@
 """The ``abh`` command: ``run`` (Hydra app), ``eval``, ``compare``, ``power``, ``report``.
 
-Each subcommand lives in its own module and is imported only when used, so ``abh eval`` stays light.
+Each subcommand's code is imported only when used, so ``abh eval`` stays light: ``compare`` and ``power`` are
+in :mod:`harness.cli_compare`, ``report`` in :mod:`harness.cli_report`, ``run`` in :mod:`harness.orchestrate.run`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ commands:
   eval     one eval against a server that is already running
   compare  paired comparison of stored evals
   power    minimum detectable effect and repeats needed
-  report   (re)write report.html for a run or comparison directory
+  report   (re)write report.html (and comparison.md) for a run, comparison or sweep directory
 
 `abh <command> --help` for the options of one command."""
 
@@ -90,15 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "eval":
         return eval_main(rest)
     if cmd == "compare":
-        from harness.compare import main as compare_main
+        from harness.cli_compare import compare_main
 
         return compare_main(rest)
     if cmd == "power":
-        from harness.compare import power_main
+        from harness.plan import power_main
 
         return power_main(rest)
     if cmd == "report":
-        from harness.report import main as report_main
+        from harness.cli_report import report_main
 
         return report_main(rest)
     if cmd == "run":

@@ -1,6 +1,7 @@
-"""Compare stored evals of two arms: ``abh compare`` and ``abh power``.
+"""Compare stored evals of two arms: :func:`compare_dirs` -> :class:`harness.schema.Comparison`.
 
-Each ``--a``/``--b`` directory is one stored eval (``harness.store``); several per arm are repeats.
+Pure of any command line (``abh compare`` and ``abh power`` are in :mod:`harness.cli_compare`). Each A or
+B directory is one stored eval (``harness.store``); several per arm are repeats.
 Questions are aligned by index. Questions whose request errored (or is missing) in any run of either arm
 are dropped from the paired analysis — an error is never a wrong answer — and counted; when that share
 exceeds ``max_error_rate`` the verdict is ``not_comparable``.
@@ -40,20 +41,19 @@ so it never claims more power than the data show. Arm accuracies are over the n 
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness import stats
-from harness.store import StoreError, atomic_write_json, load_eval
+from harness import exitcodes, schema, stats
+from harness.schema import Comparison, EvalMeta, EvalSummary
+from harness.store import StoreError, load_eval
 
-SCHEMA_VERSION = 1
-KIND = "abh.comparison"
+KIND = schema.COMPARISON
+SCHEMA_VERSION = schema.WRITES[KIND]
 IDENTITY_KEYS = ("dataset_sha256", "recipe", "indices")
 DEFAULT_MAX_ERROR_RATE = 0.02
 _TOST_NAMES = {"Newcombe paired score interval": "Newcombe", "z-test on the standard error of Δ": "z (cluster SE)"}
@@ -134,6 +134,15 @@ def _check_distinct(a_dirs: Sequence[Path], b_dirs: Sequence[Path], aa_dirs: Seq
             seen[key] = arm
 
 
+def _arm_failed(src: Any) -> bool:
+    return src.get("failed") is True or src.get("arm_failed") is True or src.get("status") == "failed"
+
+
+def _side_check_failed(src: Any) -> bool:
+    side = src.get("side_check")
+    return src.get("side_check_passed") is False or (isinstance(side, dict) and side.get("passed") is False)
+
+
 def _failures(run: dict[str, Any], arm: str) -> list[str]:
     """Reasons why a run cannot be used, from eval.json / summary.json.
 
@@ -143,12 +152,22 @@ def _failures(run: dict[str, Any], arm: str) -> list[str]:
     """
     out: list[str] = []
     for src in (run["meta"], run["summary"] or {}):
-        if src.get("failed") is True or src.get("arm_failed") is True or src.get("status") == "failed":
+        if _arm_failed(src):
             out.append(f"arm {arm} failed ({run['dir']})")
-        side = src.get("side_check")
-        if src.get("side_check_passed") is False or (isinstance(side, dict) and side.get("passed") is False):
+        if _side_check_failed(src):
             out.append(f"side check of arm {arm} failed ({run['dir']})")
     return sorted(set(out))
+
+
+def failure_exit(meta: EvalMeta, summary: EvalSummary | None) -> int:
+    """The exit code ``abh run`` gives the failure an eval records (0 when none): a failed side check is 3
+    (side assertion failed), a failed arm 4 (server failure)."""
+    srcs = (meta, summary or {})
+    if any(_side_check_failed(s) for s in srcs):
+        return exitcodes.SIDE_ASSERTION_FAILED
+    if any(_arm_failed(s) for s in srcs):
+        return exitcodes.SERVER_FAILURE
+    return exitcodes.OK
 
 
 def _is_simulated(run: dict[str, Any]) -> bool:
@@ -163,7 +182,7 @@ def _pair(lo_hi: tuple[float, float] | tuple[np.ndarray, np.ndarray]) -> list[fl
 def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float | None = None,
                  alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
-                 n_resamples: int = 10_000, failures: Sequence[str] = ()) -> dict[str, Any]:
+                 n_resamples: int = 10_000, failures: Sequence[str] = ()) -> Comparison:
     """The comparison of arm B against arm A (the content of comparison.json; proportions as fractions).
 
     ``margin`` (fraction) enables TOST equivalence / non-inferiority; ``min_effect`` (fraction) is the
@@ -331,7 +350,7 @@ def _ci(ci: list[float] | None) -> str:
     return "n/a" if ci is None else f"[{_pp(ci[0])}, {_pp(ci[1])}] pp"
 
 
-def format_summary(c: dict[str, Any]) -> str:
+def format_summary(c: Comparison) -> str:
     """A readable summary of a comparison, in percentage points."""
     a, b = c["arms"]["a"], c["arms"]["b"]
     lines = []
@@ -357,9 +376,10 @@ def format_summary(c: dict[str, Any]) -> str:
     p_txt = stats.format_p(c["p_value"], c.get("p_value_floor"))
     lines.append(f"  McNemar exact p {c['mcnemar_p']:.3g} (mid-p {c['mcnemar_midp']:.3g}); "
                  f"test used: {c['test']} {p_txt}")
-    if c["psi_aa"] is not None:
+    band = c["noise_band"]
+    if c["psi_aa"] is not None and band is not None:
         lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} %, noise band of delta "
-                     f"±{_pp(c['noise_band'][1], False)} pp")
+                     f"±{_pp(band[1], False)} pp")
     mde = f"  MDE at 80 % power: {_pp(c['mde'], False)} pp (paired {_pp(c['mde_paired'], False)}, " \
           f"unpaired {_pp(c['mde_unpaired'], False)}"
     if c["mde_repeats"] is not None:
@@ -373,101 +393,3 @@ def format_summary(c: dict[str, Any]) -> str:
                      + ("; SE of Δ is 0, nothing claimed" if t["degenerate"] else ""))
     lines.append(f"verdict: {c['verdict'].upper()} — {c['verdict_reason']}")
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------ CLI
-def main(argv: Sequence[str] | None = None) -> int:
-    """``abh compare``: compare stored evals and write <out>/comparison.json. Exit 0, or 2 when refused."""
-    ap = argparse.ArgumentParser(prog="abh compare", description="Paired comparison of two arms' stored evals.")
-    ap.add_argument("--a", action="append", required=True, type=Path, metavar="DIR",
-                    help="eval directory of arm A (repeat the option for repeats)")
-    ap.add_argument("--b", action="append", required=True, type=Path, metavar="DIR",
-                    help="eval directory of arm B (repeat the option for repeats)")
-    ap.add_argument("--aa", action="append", default=[], type=Path, metavar="DIR",
-                    help="extra A/A runs of arm A's configuration (noise floor)")
-    ap.add_argument("--out", required=True, type=Path, metavar="DIR")
-    ap.add_argument("--margin", type=float, default=None, metavar="PP",
-                    help="equivalence / non-inferiority margin in percentage points")
-    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
-                    help="practical effect size (pp) a verdict of improved/regressed needs")
-    ap.add_argument("--alpha", type=float, default=0.05)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--resamples", type=int, default=10_000)
-    ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
-                    help="share of questions dropped for request errors above which arms are not comparable")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    try:
-        c = compare_dirs(args.a, args.b, margin=None if args.margin is None else args.margin / 100,
-                         alpha=args.alpha, seed=args.seed, aa_dirs=args.aa, max_error_rate=args.max_error_rate,
-                         min_effect=None if args.min_effect is None else args.min_effect / 100,
-                         n_resamples=args.resamples)
-    except CompareError as e:
-        print(f"abh compare: {e}", file=sys.stderr)
-        return 2
-    atomic_write_json(args.out / "comparison.json", c)
-    print(format_summary(c))
-    print(f"wrote {args.out / 'comparison.json'}")
-    from harness.report import write_report  # plotting is imported only here, after the statistics
-
-    print(f"wrote {write_report(args.out)}")
-    return 0
-
-
-def power_figures(n: int, p: float, discordance: float | None = None, repeats: int | None = None,
-                  effect: float | None = None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
-    """MDEs (fractions) for n questions at accuracy p, and the repeats / questions needed for ``effect``."""
-    out: dict[str, Any] = {"n": n, "p": p, "alpha": alpha, "power": power, "discordance": discordance,
-                           "repeats": repeats, "effect": effect,
-                           "mde_unpaired": stats.mde_unpaired(n, p, alpha, power),
-                           "mde_paired": None, "mde_repeats": None, "repeats_needed": None,
-                           "n_needed_paired": None}
-    if discordance is not None:
-        out["mde_paired"] = stats.mde_paired(n, discordance, alpha, power)
-        if repeats is not None:
-            out["mde_repeats"] = stats.mde_repeats(n, discordance, repeats, alpha, power)
-        if effect is not None:
-            out["repeats_needed"] = stats.repeats_needed(effect, n, discordance, alpha, power)
-            out["n_needed_paired"] = stats.n_needed_paired(effect, discordance, alpha, power)
-    out["mde"] = next(v for v in (out["mde_repeats"], out["mde_paired"], out["mde_unpaired"]) if v is not None)
-    return out
-
-
-def power_main(argv: Sequence[str] | None = None) -> int:
-    """``abh power``: minimum detectable effect and repeats needed (inputs as fractions)."""
-    ap = argparse.ArgumentParser(prog="abh power", description="MDE at the given power and repeats needed.")
-    ap.add_argument("--n", type=int, required=True, help="questions per run")
-    ap.add_argument("--p", type=float, required=True, help="accuracy (fraction)")
-    ap.add_argument("--discordance", type=float, default=None, metavar="PSI",
-                    help="paired discordance psi, or A/A discordance psi_AA with --repeats (fraction)")
-    ap.add_argument("--repeats", type=int, default=None, metavar="R", help="runs per arm")
-    ap.add_argument("--effect", type=float, default=None, metavar="E", help="target effect (fraction)")
-    ap.add_argument("--alpha", type=float, default=0.05)
-    ap.add_argument("--power", type=float, default=0.8)
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON (fractions)")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    for name, val in (("p", args.p), ("discordance", args.discordance), ("effect", args.effect)):
-        if val is not None and not 0 <= val <= 1:
-            ap.error(f"--{name} is a fraction in [0, 1], got {val}")
-    if args.n <= 0 or (args.repeats is not None and args.repeats <= 0):
-        ap.error("--n and --repeats must be positive")
-    if args.effect is not None and args.effect <= 0:
-        ap.error("--effect must be positive")
-    f = power_figures(args.n, args.p, args.discordance, args.repeats, args.effect, args.alpha, args.power)
-    if args.json:
-        print(json.dumps(f, indent=2))
-        return 0
-    pw = f"{100 * args.power:g} % power, alpha {args.alpha:g}"
-    print(f"n = {args.n} questions, accuracy {100 * args.p:.2f} %; MDE at {pw}:")
-    print(f"  unpaired          {100 * f['mde_unpaired']:.2f} pp")
-    if f["mde_paired"] is not None:
-        print(f"  paired (psi {100 * args.discordance:.2f} %)  {100 * f['mde_paired']:.2f} pp")
-    else:
-        print("  paired            give --discordance PSI")
-    if f["mde_repeats"] is not None:
-        print(f"  {args.repeats} repeats per arm  {100 * f['mde_repeats']:.2f} pp")
-    if f["repeats_needed"] is not None:
-        print(f"  to detect {100 * args.effect:.2f} pp ({args.effect * args.n:.1f} questions): "
-              f"{f['repeats_needed']} repeats per arm, or {f['n_needed_paired']} questions in one paired run")
-    elif args.effect is not None:
-        print("  repeats needed: give --discordance PSI (the A/A discordance)")
-    return 0

@@ -163,7 +163,8 @@ class SourceConfig:
     #: pythonpath: the source tree; git: the repository to make the worktree from.
     path: str = ""
     ref: str = ""
-    #: Patch files (relative to the arm file's folder under arms/, or absolute) applied in the worktree.
+    #: Patch files applied in the worktree: absolute, or found under arms/ (a path relative to arms/, or a file
+    #: name only one arm folder holds).
     patches: list[str] = field(default_factory=list)
     #: Directory inside the tree that goes on PYTHONPATH (SGLang: ``python``).
     subdir: str = ""

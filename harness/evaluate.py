@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.client import Client, ClientConfig, Reply
-from harness.store import META, EvalStore, SampleRecord, atomic_write_json, load_samples, summarize
+from harness.store import EvalStore, SampleRecord, load_samples, summarize
 from harness.tasks.gsm8k import GSM8K, Dataset, RecipeConfig
 
 #: Requests in a row refused after all their retries before an eval decides the server is gone.
@@ -234,7 +234,7 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                 total = summary["latency_s"]
                 summary["output_throughput"] = summary["output_tokens"] / total if total > 0 else None
             store.meta["wall_s_total"] = prev_wall + wall
-            atomic_write_json(out / META, store.meta)
+            store.save_meta()
             store.write_summary(summary)
     if interrupted:
         raise EvalInterrupted(interrupted[0])

@@ -13,6 +13,8 @@ SERVER_FAILURE = 4
 TOO_MANY_ERRORS = 5
 #: The arms differ in something the experiment does not allow.
 ARMS_DIFFER = 6
+#: The verdict is one the caller asked to fail on (``--fail-on``).
+GATE_FAILED = 7
 #: Interrupted by Ctrl-C (SIGINT) or SIGTERM (128 + the signal number); the run is resumable by rerunning
 #: the same command.
 INTERRUPTED = 130

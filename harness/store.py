@@ -1,11 +1,11 @@
-"""On-disk results of one eval: a versioned, typed, crash-safe and resumable schema.
+"""On-disk results of one eval: crash-safe and resumable (the models are in :mod:`harness.schema`).
 
 One directory per eval::
 
     eval.json       what was asked (task, recipe, dataset hash, question indices, target); written first
     prompts.jsonl   {"index", "prompt_sha256", "prompt"}: the exact text of every prompt sent
     samples.jsonl   one SampleRecord per question, appended and flushed as each answer arrives
-    summary.json    SummaryRecord, written atomically at the end (and after a resume)
+    summary.json    EvalSummary, written atomically at the end (and after a resume)
 
 Rerunning into the same directory resumes: questions with an answered row are kept, rows that carry a
 request error (and a torn last line from a crash) are dropped and sent again. The file is rewritten
@@ -15,45 +15,22 @@ atomically before appending, so every question appears exactly once.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-SCHEMA_VERSION = 1
+from harness import schema
+from harness.fileio import StoreError, atomic_write_text, read_jsonl
+from harness.schema import EvalMeta, EvalSummary, SampleRecord
 
-SAMPLES = "samples.jsonl"
-PROMPTS = "prompts.jsonl"
-SUMMARY = "summary.json"
-META = "eval.json"
+__all__ = ["META", "PROMPTS", "SAMPLES", "SUMMARY", "EvalStore", "SampleRecord", "StoreError",
+           "incomplete_reason", "load_eval", "load_samples", "summarize"]
 
-
-class StoreError(RuntimeError):
-    """The eval directory cannot be used (e.g. it holds an eval of a different question set)."""
-
-
-@dataclass
-class SampleRecord:
-    index: int
-    prompt_sha256: str
-    output: str | None
-    pred: int | None
-    label: int
-    correct: bool | None  # None when the request failed: an error is never a wrong answer
-    invalid: bool | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_s: float | None
-    attempts: int
-    error: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SampleRecord:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+SAMPLES = schema.SAMPLES_FILE
+PROMPTS = schema.PROMPTS_FILE
+SUMMARY = schema.EVAL_SUMMARY_FILE
+META = schema.EVAL_FILE
 
 
 def _describe_change(old: Any, new: Any) -> str:
@@ -66,63 +43,17 @@ def _describe_change(old: Any, new: Any) -> str:
     return f"{str(old)[:40]!r} -> {str(new)[:40]!r}"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
-def read_json(path: Path) -> Any:
-    with Path(path).open(encoding="utf-8") as f:
-        return json.load(f)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a torn (unterminated, unparsable) last line from a crash is ignored."""
-    out: list[dict[str, Any]] = []
-    p = Path(path)
-    if not p.exists():
-        return out
-    with p.open(encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # torn tail
-                continue
-            raise StoreError(f"{p}: line {i + 1} is not valid JSON") from None
-    return out
-
-
 class EvalStore:
     """Append-as-you-go storage for one eval directory."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self._samples_f = None
-        self._prompts_f = None
+        self.meta: dict[str, Any] = {}
+        self._samples_f: IO[str] | None = None
+        self._prompts_f: IO[str] | None = None
 
     # ------------------------------------------------------------------ opening / resuming
-    def open(self, meta: dict[str, Any]) -> dict[int, SampleRecord]:
+    def open(self, meta: EvalMeta | dict[str, Any]) -> dict[int, SampleRecord]:
         """Create or resume the eval; return the answered samples already on disk, by index.
 
         ``meta`` must carry ``dataset_sha256``, ``recipe`` and ``indices``; a directory holding an eval
@@ -132,7 +63,7 @@ class EvalStore:
         meta_path = self.root / META
         done: dict[int, SampleRecord] = {}
         if meta_path.exists():
-            old = read_json(meta_path)
+            old: dict[str, Any] = dict(schema.load_eval_meta(meta_path))
             for key in ("dataset_sha256", "recipe", "indices", "api"):
                 if old.get(key) != meta.get(key):
                     raise StoreError(
@@ -147,20 +78,19 @@ class EvalStore:
             resumes = int(old.get("resumes", 0)) + (1 if done else 0)
             # Each session's target is kept: a resume on another server instance (new port) is recorded.
             sessions = [*old.get("sessions", []), {k: meta.get(k) for k in ("url", "instance", "server")}]
-            meta = {**old, "resumes": resumes, "sessions": sessions}
+            new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions}
             # Rewrite without error rows, duplicates and torn lines, then append from there.
             atomic_write_text(self.root / SAMPLES,
                               "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n"
                                       for r in sorted(done.values(), key=lambda r: r.index)))
-            seen_prompts = {r.get("index"): r for r in read_jsonl(self.root / PROMPTS)}
+            seen_prompts = {int(r["index"]): r for r in read_jsonl(self.root / PROMPTS) if isinstance(r.get("index"), int)}
             atomic_write_text(self.root / PROMPTS,
                               "".join(json.dumps(seen_prompts[i], ensure_ascii=False) + "\n"
                                       for i in sorted(seen_prompts) if i in done))
         else:
-            meta = {"schema_version": SCHEMA_VERSION, "kind": "abh.eval", "resumes": 0, **meta,
-                    "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
-        atomic_write_json(meta_path, meta)
-        self.meta = meta
+            new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
+        self.meta = schema.stamp(schema.EVAL, new)
+        self.save_meta()
         self._samples_f = (self.root / SAMPLES).open("a", encoding="utf-8")
         self._prompts_f = (self.root / PROMPTS).open("a", encoding="utf-8")
         return done
@@ -188,9 +118,12 @@ class EvalStore:
         self._samples_f.write(json.dumps(asdict(rec), ensure_ascii=False) + "\n")
         self._samples_f.flush()
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write_json(self.root / SUMMARY, {"schema_version": SCHEMA_VERSION, "kind": "abh.eval.summary",
-                                                **summary})
+    def save_meta(self) -> None:
+        """Rewrite eval.json from ``self.meta`` (e.g. after adding the wall time of a session)."""
+        schema.write_eval_meta(self.root / META, self.meta)  # type: ignore[arg-type]
+
+    def write_summary(self, summary: EvalSummary | dict[str, Any]) -> None:
+        schema.write_eval_summary(self.root / SUMMARY, summary)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -203,13 +136,33 @@ def load_samples(root: str | Path) -> list[SampleRecord]:
     return [by_index[i] for i in sorted(by_index)]
 
 
-def load_eval(root: str | Path) -> tuple[dict[str, Any], list[SampleRecord], dict[str, Any] | None]:
-    """(eval.json, samples, summary.json or None) of an eval directory."""
+def load_eval(root: str | Path) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
+    """(eval.json, samples, summary.json or None) of an eval directory; StoreError (a SchemaError for a
+    file of another kind or an unknown schema_version) when it cannot be read."""
     root = Path(root)
     if not (root / META).exists():
         raise StoreError(f"{root} is not an eval directory (no {META})")
-    summary = read_json(root / SUMMARY) if (root / SUMMARY).exists() else None
-    return read_json(root / META), load_samples(root), summary
+    meta = schema.load_eval_meta(root / META)
+    summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
+    return meta, load_samples(root), summary
+
+
+def incomplete_reason(meta: EvalMeta, samples: list[SampleRecord], summary: EvalSummary | None) -> str | None:
+    """Why an eval is not complete (None when it is): no summary (it never finished), a summary that says
+    incomplete (an aborted or interrupted eval), or fewer stored rows than questions (a truncated
+    samples.jsonl, whatever its summary says). Request errors do not make an eval incomplete: they are
+    counted, and rerunning ``abh eval`` retries them."""
+    n = len(meta.get("indices") or [])
+    wanted = set(meta.get("indices") or [])
+    rows = sum(1 for s in samples if s.index in wanted)
+    if summary is None:
+        return f"it has no {SUMMARY} (it never finished; {rows} of {n} questions stored)"
+    if summary.get("complete") is not True:
+        why = summary.get("aborted") or "its summary says incomplete"
+        return f"{why} ({rows} of {n} questions stored)"
+    if rows < n:
+        return f"samples.jsonl holds {rows} of {n} questions although its summary says complete"
+    return None
 
 
 def summarize(samples: Iterable[SampleRecord], n_expected: int, wall_s: float) -> dict[str, Any]:

@@ -13,31 +13,38 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from harness.store import atomic_write_json, read_json
+from harness import schema
+from harness.report.words import p_bound
+from harness.schema import SweepRow
 
-SWEEP_SUMMARY = "sweep_summary.json"
+SWEEP_SUMMARY = schema.SWEEP_FILE
 
 
-def summarize_sweep(sweep_dir: str | Path, method: str = "holm") -> dict[str, Any]:
-    """Collect each job's comparison.json under ``sweep_dir``; adjust McNemar p by Holm or BH."""
+def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str | None = None) -> schema.SweepSummary:
+    """Collect each job's comparison.json under ``sweep_dir``; adjust their p by Holm or BH.
+
+    ``experiment`` names the sweep (its report's title); by default the experiment the jobs' manifests
+    record. A comparison.json of an unknown schema_version is refused (SchemaError), not misread.
+    """
     import numpy as np
 
     from harness.stats import adjust
 
     root = Path(sweep_dir)
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepRow] = []
     # A job that failed or was interrupted has no comparison.json, but it is still one of the family of
     # comparisons: it counts with p = 1, so the adjustment of the others is not made laxer by its absence.
-    for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / "comparison.json").exists()):
+    for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / schema.COMPARISON_FILE).exists()):
         rows.append({"job": job.name, "dir": str(job), "n": None, "accuracy_a": None, "accuracy_b": None,
-                     "delta": None, "delta_ci": None, "p": None, "mde": None, "verdict": "not_comparable",
-                     "alpha": 0.05, "simulated": False, "missing": True})
-    for path in sorted(root.glob("*/comparison.json")):
-        c = read_json(path)
+                     "delta": None, "delta_ci": None, "p": None, "p_value_floor": None, "p_value_at_floor": False,
+                     "mde": None, "verdict": "not_comparable", "alpha": 0.05, "simulated": False, "missing": True})
+    for path in sorted(root.glob(f"*/{schema.COMPARISON_FILE}")):
+        c = schema.load_comparison(path)
         rows.append({"job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
                      "accuracy_a": c["arms"]["a"]["accuracy"], "accuracy_b": c["arms"]["b"]["accuracy"],
-                     "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value", c.get("mcnemar_p")),
-                     "mde": c.get("mde"), "verdict": c.get("verdict"), "alpha": c.get("alpha", 0.05),
+                     "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value"),
+                     "p_value_floor": c.get("p_value_floor"), "p_value_at_floor": bool(c.get("p_value_at_floor")),
+                     "mde": c.get("mde"), "verdict": c.get("verdict", "not_comparable"), "alpha": c.get("alpha", 0.05),
                      "simulated": bool(c.get("simulated"))})
     ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
@@ -49,11 +56,22 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm") -> dict[str, An
         if r["verdict"] in ("improved", "regressed") and pa >= r["alpha"]:
             r["verdict"] = "inconclusive"
     rows.sort(key=lambda r: r["job"])
-    summary = {"schema_version": 1, "kind": "abh.sweep", "correction": method, "comparisons": rows,
-               "missing": [r["job"] for r in rows if r.get("missing")],
-               "simulated": any(r["simulated"] for r in rows)}
-    atomic_write_json(root / SWEEP_SUMMARY, summary)
+    summary: schema.SweepSummary = {
+        "experiment": experiment if experiment is not None else _experiment_of(root),
+        "correction": method, "comparisons": rows, "missing": [r["job"] for r in rows if r.get("missing")],
+        "simulated": any(r["simulated"] for r in rows)}
+    schema.write_sweep_summary(root / SWEEP_SUMMARY, summary)
     return summary
+
+
+def _experiment_of(root: Path) -> str | None:
+    """The experiment the sweep's runs record in their manifests (names joined if a sweep spans several)."""
+    names: list[str] = []
+    for path in sorted(root.glob(f"*/{schema.MANIFEST_FILE}")):
+        name = schema.load_manifest(path).get("experiment")
+        if name and name not in names:
+            names.append(str(name))
+    return ", ".join(names) or None
 
 
 def swept_labels(jobs: list[str]) -> list[str]:
@@ -63,21 +81,25 @@ def swept_labels(jobs: list[str]) -> list[str]:
     return [",".join(x for x in p if x not in common) or j for p, j in zip(parts, jobs, strict=True)]
 
 
-def format_sweep(s: dict[str, Any]) -> str:
+def format_sweep(s: schema.SweepSummary) -> str:
     lines = []
     if s.get("simulated"):
         lines.append("*** SIMULATED sweep ***")
+    if s.get("experiment"):
+        lines.append(f"sweep of {s['experiment']}")
     labels = [r.get("label") or r["job"] for r in s["comparisons"]]
     width = max([10, *(len(x) for x in labels)])
     lines.append(f"{'comparison':<{width}} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}  verdict")
     for label, r in zip(labels, s["comparisons"], strict=True):
-        ci = r.get("delta_ci") or [None, None]
-        ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci[0] is not None else ""
-        d = f"{100 * r['delta']:+.2f}pp" if r.get("delta") is not None else "n/a"
-        p = f"{r['p']:.3g}" if r.get("p") is not None else "n/a"
+        ci = r.get("delta_ci")
+        ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else ""
+        delta = r.get("delta")
+        d = f"{100 * delta:+.2f}pp" if delta is not None else "n/a"
+        p = p_bound(r.get("p"), r.get("p_value_floor"), r.get("p_value_at_floor"))
+        p_adj = p_bound(r.get("p_adjusted"), r.get("p_value_floor"), r.get("p_value_at_floor"), adjusted=True)
         v = r["verdict"] + (f" (unadjusted: {r['verdict_unadjusted']})"
                             if r.get("verdict_unadjusted", r["verdict"]) != r["verdict"] else "")
-        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {r['p_adjusted']:>8.3g}  {v}")
+        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}  {v}")
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
     if s.get("missing"):
         lines.append(f"{len(s['missing'])} job(s) produced no comparison (failed or interrupted; counted with "
@@ -104,7 +126,11 @@ class SweepSummary(Callback):
         if not sweep_dir.exists():
             return
         redact_multirun_yaml(sweep_dir)
-        s = summarize_sweep(sweep_dir, str(config.stats.correction))
+        try:
+            s = summarize_sweep(sweep_dir, str(config.stats.correction))
+        except schema.SchemaError as e:
+            print(f"abh: sweep summary not written: {e}", file=sys.stderr, flush=True)
+            return
         print(format_sweep(s), file=sys.stdout, flush=True)
         if config.get("report", True):
             try:

@@ -7,41 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.evals import N, make_eval, seed_vectors
 
-from harness.compare import CompareError, compare_dirs, format_summary, main, power_main
-from harness.store import EvalStore, SampleRecord, summarize
-
-N = 1319
-
-
-def make_eval(root: Path, correct: np.ndarray | list, *, errors: tuple[int, ...] = (), sha: str = "d" * 64,
-              recipe: str = "sglang-gsm8k-5shot", simulated: bool = False, **extra) -> Path:
-    """Write an eval directory: question i is right iff correct[i]; indices in ``errors`` errored."""
-    n = len(correct)
-    meta = {"dataset_sha256": sha, "recipe": recipe, "indices": list(range(n)), "task": "gsm8k", **extra}
-    if simulated:
-        meta["simulated"] = True
-    store = EvalStore(root)
-    store.open(meta)
-    rows = []
-    for i, ok in enumerate(correct):
-        err = "HTTP 500" if i in errors else None
-        rec = SampleRecord(index=i, prompt_sha256="0" * 64, output=None if err else "#### 1",
-                           pred=None if err else 1, label=1, correct=None if err else bool(ok),
-                           invalid=None if err else False, finish_reason=None if err else "stop",
-                           prompt_tokens=10, completion_tokens=5, latency_s=0.1, attempts=1, error=err)
-        store.append(rec, prompt=f"Question {i}")
-        rows.append(rec)
-    store.write_summary(summarize(rows, n, 1.0))
-    store.close()
-    return root
-
-
-def seed_vectors() -> tuple[np.ndarray, np.ndarray]:
-    """The seed's arms in a shuffled question order: 1237 both, 10 A only, 14 B only, 58 neither."""
-    cells = np.r_[np.zeros(1237), np.ones(10), 2 * np.ones(14), 3 * np.ones(58)]
-    cells = np.random.default_rng(0).permutation(cells)
-    return np.isin(cells, (0, 1)), np.isin(cells, (0, 2))
+from harness.cli_compare import compare_main as main
+from harness.compare import CompareError, compare_dirs, format_summary
+from harness.plan import power_main
 
 
 def test_worked_example_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -206,7 +176,7 @@ def test_simulated_banner_in_summary(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_power_cli_json_and_text(capsys: pytest.CaptureFixture[str]):
     assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect",
-                       str(4 / 1319), "--json"]) == 0
+                       str(400 / 1319), "--json"]) == 0
     f = json.loads(capsys.readouterr().out)
     assert f["mde_unpaired"] == pytest.approx(0.0245, abs=0.001)
     assert round(f["mde_paired"], 3) == 0.011
@@ -216,7 +186,7 @@ def test_power_cli_json_and_text(capsys: pytest.CaptureFixture[str]):
                        "--json"]) == 0
     f = json.loads(capsys.readouterr().out)
     assert f["mde"] == f["mde_repeats"] and f["mde_repeats"] < 4 / 1319
-    assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect", "0.003"]) == 0
+    assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect", "0.3"]) == 0
     out = capsys.readouterr().out
     assert "2.47 pp" in out and "1.09 pp" in out and "repeats per arm" in out
     with pytest.raises(SystemExit):

@@ -10,7 +10,7 @@ from helpers.seed import SEED, SEED_ARGS, SEED_ENV, parse_seed_command
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
-from harness.arms import ResolvedArm, SourceInfo, resolve_arm
+from harness.arm import ResolvedArm, SourceInfo, resolve_arm
 from harness.config import (
     ExternalEngineConfig,
     LlamaCppEngineConfig,

@@ -16,7 +16,8 @@ from conftest import TEST_JSONL, free_port
 from harness import exitcodes
 from harness.client import ClientConfig
 from harness.evaluate import run_eval
-from harness.store import load_eval, read_jsonl
+from harness.fileio import read_jsonl
+from harness.store import load_eval
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import RecipeConfig
 

@@ -8,7 +8,8 @@ import time
 import pytest
 from conftest import TEST_JSONL, pid_alive
 
-from harness.arms import ResolvedArm, run_live_checks
+from harness.arm import ResolvedArm
+from harness.checks.live import run_live_checks
 from harness.client import ClientConfig
 from harness.config import CheckConfig, LlamaCppEngineConfig
 from harness.engines import EngineError, create_engine

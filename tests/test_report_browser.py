@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_report import BOLD, SCRIPT_ALERT, SCRIPT_TITLE, build_run_dir
+from helpers.rundirs import BOLD, SCRIPT_ALERT, SCRIPT_TITLE, build_run_dir
 
 from harness.report import write_report, write_sweep_report
 from harness.report.browser import find_chromium, render_page

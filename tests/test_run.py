@@ -27,9 +27,10 @@ from helpers.seed import SEED, flag_lines, parse_seed_command
 
 import harness.orchestrate.run as orchestrate_run
 from harness import exitcodes
+from harness.cost import cost_from_manifest
+from harness.fileio import read_json, read_jsonl
 from harness.orchestrate.run import main as run_main
 from harness.report.data import arm_views
-from harness.store import read_json, read_jsonl
 
 
 # ------------------------------------------------------------------------------------ the demo, once
@@ -98,6 +99,9 @@ def test_demo_records_which_launch_served_each_eval(demo: Demo) -> None:
     assert summary["design"] == {"launches": {"a": 1, "b": 1, "aa": 2}, "passes_per_launch": {"a": 2, "b": 2, "aa": 1},
                                  "concurrent_servers": True, "restart_per_repeat": False, "aa_fresh_launch": True,
                                  "order": "interleaved"}
+    assert [x["role"] for x in (launches["a-1"], launches["a-2"], launches["b-1"])] == ["a", "aa", "b"]
+    cost = cost_from_manifest(manifest, run_dir)  # every launch's spawn, ready and stop times are recorded
+    assert cost["estimated"] == [] and cost["total"]["launches"] == 4
 
 
 def test_demo_asserts_both_arms_live_before_the_first_question(demo: Demo) -> None:
@@ -213,7 +217,8 @@ def test_failed_live_side_check_stops_before_any_question(tmp_path: Path) -> Non
     run_dir = tmp_path / "run"
     r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, "arms.b.engine.build=baseline", cwd=tmp_path)
     assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-2000:]
-    assert "expected 'fix'" in r.stderr and "found 'baseline'" in r.stderr
+    assert ("side assertion failed for arm 'b': check 'server reports the fix build' (http: GET /get_server_info "
+            "-> build): expected 'fix'; found 'baseline'") in r.stderr  # the message of checks.result.assert_checks
     assert not (run_dir / "evals").exists()  # arm B is asserted before arm A's first question
     assert read_json(run_dir / "manifest.json")["arms"]["b"]["status"] == "side_check_failed"
     for pid in server_pids(run_dir):

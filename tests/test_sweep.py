@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.store import atomic_write_json
+from harness.schema import write_comparison
 from harness.sweep import format_sweep, summarize_sweep, swept_labels
 
 
@@ -18,7 +18,7 @@ def test_holm_adjusted_verdicts_and_labels(tmp_path):
     jobs = {"job0_x=1,n=100": (0.01, "improved", 0.02), "job1_x=2,n=100": (0.04, "regressed", -0.02),
             "job2_x=3,n=100": (0.5, "inconclusive", 0.0)}
     for job, (p, v, d) in jobs.items():
-        atomic_write_json(tmp_path / job / "comparison.json", _comparison(p, v, d))
+        write_comparison(tmp_path / job / "comparison.json", _comparison(p, v, d))
     s = summarize_sweep(tmp_path, "holm")
     rows = {r["label"]: r for r in s["comparisons"]}
     assert set(rows) == {"x=1", "x=2", "x=3"}
@@ -38,7 +38,7 @@ def test_swept_labels_keep_only_what_varies():
 
 
 def test_a_job_without_comparison_still_counts_in_the_family(tmp_path):
-    atomic_write_json(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
+    write_comparison(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
     (tmp_path / "job1_x=2").mkdir()  # failed or interrupted: no comparison.json
     s = summarize_sweep(tmp_path, "holm")
     rows = {r["label"]: r for r in s["comparisons"]}
@@ -48,3 +48,38 @@ def test_a_job_without_comparison_still_counts_in_the_family(tmp_path):
     from harness.report import write_sweep_report
 
     assert write_sweep_report(tmp_path).exists()
+
+
+def test_floored_p_reads_as_a_bound_and_the_sweep_is_titled_by_its_experiment(tmp_path):
+    from harness import schema
+    from harness.report import write_sweep_report
+
+    floor = 1 / 10001  # a permutation test on 10000 permutations: p is at most 1/R
+    at_floor = {**_comparison(floor, "improved", 0.03), "p_value_floor": floor, "p_value_at_floor": True}
+    write_comparison(tmp_path / "job0_x=1" / "comparison.json", at_floor)
+    write_comparison(tmp_path / "job1_x=2" / "comparison.json", _comparison(0.2, "inconclusive", 0.0))
+    for job in ("job0_x=1", "job1_x=2"):
+        schema.write_manifest(tmp_path / job / "manifest.json", {"experiment": "shared-slot-fix"})
+    s = summarize_sweep(tmp_path, "holm")
+    assert s["experiment"] == "shared-slot-fix"
+    assert schema.load_sweep_summary(tmp_path / "sweep_summary.json")["experiment"] == "shared-slot-fix"
+    text = format_sweep(s)
+    row = next(line for line in text.splitlines() if line.startswith("x=1"))
+    assert "< 0.0001" in row and "≤ 0.0002" in row  # Holm: 2 x the bound is a bound
+    assert "sweep of shared-slot-fix" in text
+    html = write_sweep_report(tmp_path).read_text()
+    assert "<h1>Sweep: shared-slot-fix</h1>" in html and tmp_path.name not in html.split("<h1>")[1].split("</h1>")[0]
+    assert "&lt; 0.0001" in html and ">0.0001<" not in html
+    # named explicitly, it wins
+    assert summarize_sweep(tmp_path, "holm", experiment="other")["experiment"] == "other"
+
+
+def test_a_comparison_of_unknown_version_is_refused_not_misread(tmp_path):
+    from harness import schema
+    from harness.fileio import atomic_write_json, read_json
+
+    write_comparison(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
+    doc = read_json(tmp_path / "job0_x=1" / "comparison.json")
+    atomic_write_json(tmp_path / "job0_x=1" / "comparison.json", {**doc, "schema_version": 5})
+    with pytest.raises(schema.SchemaError, match="schema_version 5"):
+        summarize_sweep(tmp_path, "holm")

@@ -12,15 +12,13 @@ import dataclasses
 import importlib
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.arm import ResolvedArm
 from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
 from harness.engines.process import PortInUseError
-
-if TYPE_CHECKING:
-    from harness.arms import ResolvedArm
 
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
            "engine_class", "engine_config", "known_engines"]

@@ -11,16 +11,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import requests
 
+from harness.arm import ResolvedArm
+from harness.cmdline import command_line, shell_command
 from harness.engines.process import (
     EngineError,
     ServerProcess,
@@ -33,10 +33,8 @@ from harness.engines.process import (
 )
 from harness.redact import redact_argv, redact_env
 
-if TYPE_CHECKING:
-    from harness.arms import ResolvedArm
-
-#: The stdlib-only launcher, run by file path with the arm's interpreter.
+#: The stdlib-only launcher, run by file path with the arm's interpreter (the source probe borrows its module
+#: lookup).
 LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
 
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "LAUNCHER"]
@@ -64,39 +62,11 @@ class LaunchSpec:
 
     def command_line(self, redact: bool = True) -> str:
         """One line, shell-quoted, secrets redacted: ``NAME=value ... python -m MODULE --flag value ...``."""
-        argv = redact_argv(self.server_argv) if redact else self.server_argv
-        env = redact_env(self.env_delta) if redact else self.env_delta
-        return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
-
-    def env_lines(self, redact: bool = True) -> list[str]:
-        """One ``NAME=value`` per variable the harness sets."""
-        env = redact_env(self.env_delta) if redact else self.env_delta
-        return [f"{k}={shlex.quote(v)}" for k, v in env.items()]
-
-    def argv_lines(self, redact: bool = True, which: str = "server") -> list[str]:
-        """The command as lines: the program, then one ``--flag value`` (or positional) per line."""
-        argv = self.server_argv if which == "server" else self.argv
-        argv = redact_argv(argv) if redact else list(argv)
-        lines: list[str] = []
-        i = 0
-        # keep "python -m MODULE" (or "python launcher.py") together on the first line
-        head = 3 if len(argv) >= 3 and argv[1] == "-m" else min(2, len(argv))
-        lines.append(shlex.join(argv[:head]))
-        i = head
-        while i < len(argv):
-            tok = argv[i]
-            if tok.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                lines.append(shlex.join([tok, argv[i + 1]]))
-                i += 2
-            else:
-                lines.append(shlex.quote(tok))
-                i += 1
-        return lines
+        return command_line(self.server_argv, self.env_delta, redact)
 
     def pretty(self, redact: bool = True) -> str:
-        """Multi-line shell form: env lines, then the command with one flag per line."""
-        return " \\\n".join([*self.env_lines(redact), *(
-            ("  " + ln) if n else ln for n, ln in enumerate(self.argv_lines(redact)))])
+        """Multi-line shell form: one ``NAME=value`` per variable, then the command with one flag per line."""
+        return shell_command(self.server_argv, self.env_delta, redact)
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -110,7 +80,7 @@ class LaunchSpec:
 
 
 def _plain(cfg: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(cfg):
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         return dataclasses.asdict(cfg)
     return dict(cfg)
 
@@ -126,7 +96,7 @@ class Engine:
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
     probe_timeout_s: ClassVar[float] = 30.0
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff
-    #: ignores them (shown under ``harness`` in :func:`harness.arms.describe_launch`).
+    #: ignores them (shown under ``harness`` in :func:`harness.armdiff.describe_launch`).
     diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s",
                                               "release_timeout_s")
 
@@ -286,10 +256,6 @@ class LaunchedEngine(Engine):
         return []
 
     # ------------------------------------------------------------------ launch spec
-    @property
-    def python(self) -> str:
-        return self.arm.python or sys.executable
-
     def _check_reserved(self, args: list[str]) -> None:
         for tok in args:
             name = tok.split("=", 1)[0]
@@ -303,36 +269,25 @@ class LaunchedEngine(Engine):
         return args
 
     def env_delta(self) -> dict[str, str]:
-        delta: dict[str, str] = {}
-        delta.update({str(k): str(v) for k, v in (self.cfg.env or {}).items()})
-        delta.update({str(k): str(v) for k, v in (self.arm.env or {}).items()})
-        entries = [*self.arm.pythonpath, *self.extra_pythonpath()]
-        if entries:
-            inherited = delta.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-            delta["PYTHONPATH"] = os.pathsep.join([*entries, *([inherited] if inherited else [])])
+        """The engine's env, the arm's env and PYTHONPATH (see :meth:`ResolvedArm.env_delta`), unbuffered output."""
+        delta = self.arm.env_delta(self.cfg.env, self.extra_pythonpath())
         delta.setdefault("PYTHONUNBUFFERED", "1")
         return delta
-
-    def fingerprint_modules(self) -> list[str]:
-        mods: list[str] = []
-        for c in self.arm.checks:
-            if c.kind == "source" and c.module and c.module not in mods:
-                mods.append(c.module)
-        return mods
 
     def launch_spec(self) -> LaunchSpec:
         if self._spec is not None:
             return self._spec
-        server_argv = [self.python, "-m", self.module, *self.server_args(), *self.user_args()]
+        python = self.arm.interpreter
+        server_argv = [python, "-m", self.module, *self.server_args(), *self.user_args()]
         log_path = self.server_dir / f"{self.label}.log"
         fp_path: Path | None = None
         argv = list(server_argv)
         if self.cfg.fingerprint:
             fp_path = self.server_dir / f"{self.label}.fingerprint.json"
-            argv = [self.python, str(LAUNCHER), "--fingerprint", str(fp_path)]
+            argv = [python, str(LAUNCHER), "--fingerprint", str(fp_path)]
             if self.dist:
                 argv += ["--dist", self.dist]
-            for m in self.fingerprint_modules():
+            for m in self.arm.source_modules():
                 argv += ["--module", m]
             for f in self.cfg.fingerprint_files:
                 argv += ["--hash", str(f)]

@@ -10,14 +10,12 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
+from harness.arm import ResolvedArm
 from harness.engines.base import Engine, EngineError, LaunchSpec
 from harness.engines.process import StatusFn
-
-if TYPE_CHECKING:
-    from harness.arms import ResolvedArm
 
 
 class ExternalEngine(Engine):

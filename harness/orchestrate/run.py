@@ -21,6 +21,7 @@ import contextlib
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +32,17 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness import exitcodes
-from harness.arms import (
-    ArmError,
-    CheckResult,
-    ResolvedArm,
-    SideAssertionError,
-    arm_diff,
-    assert_checks,
-    describe_launch,
-    disallowed,
-    resolve_arm,
-    run_static_checks,
-)
+from harness import exitcodes, schema
+from harness.arm import ArmError, ResolvedArm, resolve_arm
+from harness.armdiff import arm_diff, describe_launch, disallowed
+from harness.checks.result import CheckResult, SideAssertionError, assert_checks
+from harness.checks.static import run_static_checks
 from harness.client import ClientConfig
 from harness.compare import CompareError, compare_dirs
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.evaluate import EvalInterrupted, EvalOptions, ServerGone, run_eval_async
+from harness.fileio import StoreError
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import (
     COMPARISON,
@@ -66,7 +60,6 @@ from harness.orchestrate.schedule import Item, schedule
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.redact import redact_text
 from harness.report import write_report
-from harness.store import StoreError, atomic_write_json
 from harness.sweep import redact_multirun_yaml
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 
@@ -123,7 +116,7 @@ def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
         print(f"# WARNING: {problem}")
 
 
-def format_table(summary: dict[str, Any], c: dict[str, Any]) -> str:
+def format_table(summary: Mapping[str, Any], c: Mapping[str, Any]) -> str:
     """The result on the terminal: accuracies, delta with its interval, the 2x2 table, A/A, verdict."""
     pp = lambda v: "n/a" if v is None else f"{100 * v:+.2f} pp"  # noqa: E731
     lines = []
@@ -217,10 +210,10 @@ class Run:
                       f"found {r.found!r})")
 
     # ------------------------------------------------------------------ measuring
-    def acquire(self, item: Item | None, key: str, label: str) -> Launch:
-        """The arm's server for the next eval; once both arms have served in this session, their live
-        launches (fingerprints included) are diffed and a disallowed difference stops the run."""
-        launch = self.pool.acquire(key, fresh=item.fresh if item else False, label=label)
+    def acquire(self, item: Item, label: str) -> Launch:
+        """The server for ``item``'s eval; once both arms have served in this session, their live launches
+        (fingerprints included) are diffed and a disallowed difference stops the run."""
+        launch = self.pool.acquire(item.arm_key, item.role, fresh=item.fresh, label=label)
         if not self.live_diff_checked and self.pool.launched >= set(self.keys.values()):
             self.live_diff_checked = True
             full = {k: describe_launch(self.arms[k], self.engines[k]) for k in self.keys.values()}
@@ -243,13 +236,16 @@ class Run:
                 pending.append(item)
         try:
             if x.concurrent_servers:
-                # Every arm's server up and asserted before the first question.
-                for key in dict.fromkeys(it.arm_key for it in pending):
-                    self.acquire(None, key, "")
+                # Every arm's server up and asserted before the first question (each for its first item).
+                firsts: dict[str, Item] = {}
+                for it in pending:
+                    firsts.setdefault(it.arm_key, it)
+                for first in firsts.values():
+                    self.acquire(first, "")
             for n, item in enumerate(items, 1):
                 if item in pending:
                     label = f"[{n}/{len(items)}]"
-                    self.evaluate(item, self.acquire(item, item.arm_key, label), label)
+                    self.evaluate(item, self.acquire(item, label), label)
         finally:
             self.pool.stop_all()
             self.manifest.end_session()
@@ -303,23 +299,24 @@ class Run:
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
-        names = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
+        names: schema.ArmNames = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
         comparison["arm_names"] = names
-        atomic_write_json(run_dir / COMPARISON, comparison)
+        schema.write_comparison(run_dir / COMPARISON, comparison)
         code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
         design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
                   "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
                   "order": str(x.order)}
-        summary = {
-            "schema_version": 1, "kind": "abh.run.summary", "experiment": x.name,
+        summary: schema.RunSummary = {
+            "experiment": x.name,
             "simulated": bool(comparison.get("simulated")),
-            "verdict": comparison.get("verdict"), "verdict_reason": comparison.get("verdict_reason"),
+            "verdict": comparison["verdict"], "verdict_reason": comparison.get("verdict_reason"),
             "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
             "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
             "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
-            "arms": names, "repeats": x.repeats, "aa_control": x.aa_control, "design": design, "exit_code": code,
+            "arms": {"a": names["a"], "b": names["b"]}, "repeats": x.repeats, "aa_control": x.aa_control,
+            "design": design, "exit_code": code,
         }
-        atomic_write_json(run_dir / RUN_SUMMARY, summary)
+        schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary["verdict"])
         print(format_table(summary, comparison))
         if code == exitcodes.TOO_MANY_ERRORS:

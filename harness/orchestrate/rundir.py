@@ -29,15 +29,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
+from harness import __version__, schema
 from harness.config import PROJECT_ROOT, ConfigError
 from harness.engines.gpu import gpu_inventory
+from harness.keys import flatten, matches
 from harness.redact import redact_text, redact_tree
-from harness.store import SUMMARY, atomic_write_json, read_json
 
-MANIFEST = "manifest.json"
-RUN_SUMMARY = "summary.json"
-COMPARISON = "comparison.json"
+MANIFEST = schema.MANIFEST_FILE
+RUN_SUMMARY = schema.RUN_SUMMARY_FILE
+COMPARISON = schema.COMPARISON_FILE
 RUN_LOG = "run.log"
 
 #: Config keys (dotted prefixes) that do not change what is measured: a rerun may change them and resume.
@@ -56,27 +56,14 @@ def eval_rel_dir(role: str, repeat: int) -> str:
 def eval_done(eval_dir: Path) -> bool:
     """The resume rule for one eval: kept when its summary says complete and it has no error rows. An eval with
     errors is sent again (only its failed and missing questions), as ``abh eval`` does on a rerun."""
-    path = eval_dir / SUMMARY
+    path = eval_dir / schema.EVAL_SUMMARY_FILE
     if not path.exists():
         return False
-    s = read_json(path)
+    s = schema.load_eval_summary(path)
     return bool(s.get("complete")) and not s.get("errors")
 
 
 # -------------------------------------------------------------------------------------- the digest
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: obj}
-
-
-def _covered(key: str, prefixes: Iterable[str]) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in prefixes)
-
-
 def non_semantic_keys(engine_ignores: Iterable[str], arm_keys: Iterable[str]) -> list[str]:
     """:data:`NON_SEMANTIC` plus the engine fields that say how the harness drives a server (timeouts, port,
     a simulator's fault injection: ``Engine.diff_ignore``), at ``engine.`` and in each arm's overrides."""
@@ -89,7 +76,7 @@ def config_digest(resolved: Mapping[str, Any], non_semantic: Iterable[str] = NON
     """sha256 of the resolved config minus the keys that do not change what is measured; secret values are
     redacted first (a rotated token changes nothing measured and must not be hashed either)."""
     skip = list(non_semantic)
-    flat = {k: v for k, v in _flat(resolved).items() if not _covered(k, skip)}
+    flat = {k: v for k, v in flatten(resolved).items() if not matches(k, skip)}
     semantic = redact_tree(flat)
     digest = hashlib.sha256(json.dumps(semantic, sort_keys=True, default=str).encode()).hexdigest()
     return {"sha256": digest, "semantic": semantic}
@@ -138,12 +125,13 @@ class Manifest:
         self.run_dir = run_dir
         self.path = run_dir / MANIFEST
         self.enabled = enabled
-        self.data: dict[str, Any] = read_json(self.path) if self.path.exists() else {}
+        # A manifest this abh cannot read (another kind, an unknown schema_version) raises SchemaError.
+        self.data: dict[str, Any] = dict(schema.load_manifest(self.path)) if self.path.exists() else {}
         self.session: dict[str, Any] = {}
 
     def _commit(self) -> None:
         if self.enabled:
-            atomic_write_json(self.path, redact_tree(self.data))
+            schema.write_manifest(self.path, redact_tree(self.data))  # type: ignore[arg-type]
 
     def _arm(self, key: str) -> dict[str, Any]:
         arm: dict[str, Any] = self.data.setdefault("arms", {}).setdefault(key, {})
@@ -159,8 +147,7 @@ class Manifest:
         m = self.data
         self.session = {"started": time.time(), "pid": os.getpid(), "argv": list(sys.argv),
                         "resume": any(self.run_dir.glob("evals/*/*/samples.jsonl"))}
-        m.setdefault("schema_version", 1)
-        m.update({"kind": "abh.run", "experiment": experiment, "config": config,
+        m.update({"experiment": experiment, "config": config,
                   "config_sha256": digest["sha256"], "config_semantic": digest["semantic"],
                   "provenance": provenance(), "dataset": dataset})
         m.setdefault("sessions", []).append(self.session)
@@ -195,10 +182,14 @@ class Manifest:
         """``<arm>-<n>``: the n-th launch of the arm's server in this run directory, over all sessions."""
         return f"{key}-{len(self._arm(key).get('launches', [])) + 1}"
 
-    def record_launch(self, key: str, launch_id: str, *, url: str, probe: dict[str, Any] | None,
-                      live_checks: list[dict[str, Any]], ready_s: float | None) -> None:
+    def record_launch(self, key: str, launch_id: str, *, role: str, url: str, spawned: float,
+                      probe: dict[str, Any] | None, live_checks: list[dict[str, Any]]) -> None:
+        """A server launch that is ready: when it was spawned and became ready (``launch_s`` between them, for
+        the cost accounting), the role of the eval it was started for, its probe and live checks."""
+        ready = time.time()
         self._arm(key).setdefault("launches", []).append(
-            {"id": launch_id, "url": url, "started": time.time(), "ready_s": ready_s, "probe": probe})
+            {"id": launch_id, "role": role, "url": url, "spawned": spawned, "ready": ready,
+             "launch_s": ready - spawned, "probe": probe})
         self._arm(key)["live_checks"] = live_checks
         self._commit()
 
@@ -206,6 +197,8 @@ class Manifest:
         for launch in self._arm(key).get("launches", []):
             if launch.get("id") == launch_id:
                 launch["stopped"] = time.time()
+                if launch.get("spawned") is not None:
+                    launch["server_s"] = launch["stopped"] - launch["spawned"]
                 launch["stop"] = info
         self._commit()
 
@@ -273,9 +266,8 @@ def write_failure_summary(run_dir: Path, experiment: str, code: int, reason: str
     never started (bad config: no manifest) leaves nothing behind."""
     if not (run_dir / MANIFEST).exists():
         return
-    atomic_write_json(run_dir / RUN_SUMMARY, redact_tree({
-        "schema_version": 1, "kind": "abh.run.summary", "experiment": experiment, "verdict": "not_comparable",
-        "verdict_reason": reason, "exit_code": code}))
+    schema.write_run_summary(run_dir / RUN_SUMMARY, redact_tree({  # type: ignore[arg-type]
+        "experiment": experiment, "verdict": "not_comparable", "verdict_reason": reason, "exit_code": code}))
     Manifest(run_dir).record_status(code, "not_comparable", reason)
 
 

@@ -8,11 +8,14 @@ server stops the other arms' first (one GPU box runs one server at a time).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.arms import ResolvedArm, assert_checks, run_live_checks
+from harness.arm import ResolvedArm
+from harness.checks.live import run_live_checks
+from harness.checks.result import assert_checks
 from harness.engines import Engine
 from harness.orchestrate.interrupts import Interrupts
 from harness.orchestrate.rundir import Manifest
@@ -42,9 +45,9 @@ class ServerPool:
         #: Arms whose server was launched (and passed its live checks) in this session.
         self.launched: set[str] = set()
 
-    def acquire(self, key: str, *, fresh: bool = False, label: str = "") -> Launch:
-        """A ready server of arm ``key``: its live launch when there is one it may reuse, else a new launch.
-        ``fresh``: only a launch that has served no eval yet will do."""
+    def acquire(self, key: str, role: str, *, fresh: bool = False, label: str = "") -> Launch:
+        """A ready server of arm ``key`` for an eval of ``role``: its live launch when there is one it may
+        reuse, else a new launch. ``fresh``: only a launch that has served no eval yet will do."""
         if not self.concurrent:
             for other in [k for k in self.live if k != key]:
                 self.stop(other, "the next eval needs another arm's server")
@@ -55,22 +58,23 @@ class ServerPool:
                 self.stop(key, f"it is not serving ({gone}); launching it again")
             elif fresh and cur.passes:
                 self.stop(key, "the next eval needs a fresh launch")
-        return self.live.get(key) or self.launch(key, label)
+        return self.live.get(key) or self.launch(key, role, label)
 
-    def launch(self, key: str, label: str = "") -> Launch:
+    def launch(self, key: str, role: str, label: str = "") -> Launch:
         """Start arm ``key``'s server, wait until it serves, record its probe and assert its side live
-        (:class:`~harness.arms.SideAssertionError` when a live check fails)."""
+        (:class:`~harness.checks.result.SideAssertionError` when a live check fails)."""
         engine = self.engines[key]
         launch = Launch(self.manifest.next_launch_id(key), key, engine)
         self.say(f"{label + ' ' if label else ''}launching arm {key} ({engine.kind}), launch {launch.id}")
+        spawned = time.time()
         with self.interrupts.deferred():
             engine.launch()
             self.live[key] = launch
         self.interrupts.check()
-        ready_s = engine.wait_ready(on_status=lambda s: self.say(f"  waiting: {s}"))
+        engine.wait_ready(on_status=lambda s: self.say(f"  waiting: {s}"))
         results = run_live_checks(self.arms[key], engine)
-        self.manifest.record_launch(key, launch.id, url=engine.url, probe=engine.probe(),
-                                    live_checks=[r.to_dict() for r in results], ready_s=ready_s)
+        self.manifest.record_launch(key, launch.id, role=role, url=engine.url, spawned=spawned,
+                                    probe=engine.probe(), live_checks=[r.to_dict() for r in results])
         if not all(r.passed for r in results):
             self.manifest.record_arm_status(key, "side_check_failed")
             assert_checks(results, key)

@@ -1,8 +1,11 @@
-"""``report.html``: the self-contained page a reviewer reads for one comparison, and for a sweep.
+"""What a reviewer reads, written from stored files only (``abh report DIR`` rewrites them):
 
-- :func:`write_report` (a run directory of ``abh run`` or a comparison directory of ``abh compare``);
-- :func:`write_sweep_report` (a sweep directory holding ``sweep_summary.json``);
-- :func:`main`: ``abh report DIR`` regenerates the right one from stored files.
+- :func:`write_report`: ``report.html`` of a run directory (``abh run``) or a comparison directory
+  (``abh compare``);
+- :func:`write_markdown`: ``comparison.md``, the paste-ready result (:mod:`harness.report.markdown`);
+- :func:`export_samples`: ``samples.parquet`` / ``samples.csv``, every answer of every run in one table
+  (:mod:`harness.report.export`);
+- :func:`write_sweep_report`: ``report.html`` of a sweep directory holding ``sweep_summary.json``.
 
 The page has inline CSS, inline SVG plots and one tiny inline script (table filter); it makes no network
 request and opens from ``file://``. Model output is untrusted and always escaped.
@@ -10,14 +13,11 @@ request and opens from ``file://``. Model output is untrusted and always escaped
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-from harness import exitcodes
+from harness import schema
 
-__all__ = ["ReportError", "detect", "main", "write_report", "write_sweep_report"]
+__all__ = ["ReportError", "detect", "export_samples", "write_markdown", "write_report", "write_sweep_report"]
 
 REPORT = "report.html"
 
@@ -31,11 +31,11 @@ def detect(path: str | Path) -> str | None:
     p = Path(path)
     if not p.is_dir():
         return None
-    if (p / "manifest.json").exists():
+    if (p / schema.MANIFEST_FILE).exists():
         return "run"
-    if (p / "comparison.json").exists():
+    if (p / schema.COMPARISON_FILE).exists():
         return "comparison"
-    if (p / "sweep_summary.json").exists():
+    if (p / schema.SWEEP_FILE).exists():
         return "sweep"
     return None
 
@@ -56,42 +56,27 @@ def write_sweep_report(sweep_dir: str | Path) -> Path:
     from harness.report import html
 
     root = Path(sweep_dir)
-    if not (root / "sweep_summary.json").exists():
+    if not (root / schema.SWEEP_FILE).exists():
         raise ReportError(f"{root} is not a sweep directory (no sweep_summary.json)")
     return html.write(root / REPORT, html.render_sweep(root))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``abh report DIR``: (re)write DIR/report.html. Exit 0, or 2 when DIR holds nothing to report."""
-    ap = argparse.ArgumentParser(prog="abh report",
-                                 description="(Re)write report.html for a run, comparison or sweep directory.")
-    ap.add_argument("dir", type=Path, metavar="DIR",
-                    help="a run dir (manifest.json), a comparison dir (comparison.json) or a sweep dir "
-                         "(sweep_summary.json)")
-    ap.add_argument("--screenshot", type=Path, default=None, metavar="PNG",
-                    help="also render the page in headless Chromium and save a full-page screenshot")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    kind = detect(args.dir)
-    if kind is None:
-        why = "does not exist" if not args.dir.exists() else \
-            "holds no manifest.json (run), comparison.json (comparison) or sweep_summary.json (sweep)"
-        print(f"abh report: {args.dir} {why}; nothing to report", file=sys.stderr)
-        return exitcodes.BAD_CONFIG
-    try:
-        path = write_sweep_report(args.dir) if kind == "sweep" else write_report(args.dir)
-    except ReportError as e:
-        print(f"abh report: {e}", file=sys.stderr)
-        return exitcodes.BAD_CONFIG
-    print(f"wrote {path} ({kind})")
-    if args.screenshot is not None:
-        from harness.report.browser import BrowserError, render_page
+def write_markdown(path: str | Path) -> Path:
+    """Write ``path/comparison.md`` from its comparison.json; return its path."""
+    from harness.report import markdown
 
-        try:
-            res = render_page(path, screenshot=args.screenshot)
-        except BrowserError as e:
-            print(f"abh report: screenshot failed: {e}", file=sys.stderr)
-            return exitcodes.UNEXPECTED
-        print(f"screenshot {args.screenshot}")
-        for msg in res.console_errors:
-            print(f"  console error: {msg}", file=sys.stderr)
-    return exitcodes.OK
+    if not (Path(path) / schema.COMPARISON_FILE).exists():
+        raise ReportError(f"{path} holds no {schema.COMPARISON_FILE}: no comparison to write as markdown")
+    return markdown.write(Path(path))
+
+
+def export_samples(path: str | Path) -> list[Path]:
+    """Write ``path/samples.parquet`` and ``path/samples.csv``; return their paths."""
+    from harness.report import export
+
+    if not (Path(path) / schema.COMPARISON_FILE).exists():
+        raise ReportError(f"{path} holds no {schema.COMPARISON_FILE}: no compared runs to export")
+    try:
+        return export.export_samples(Path(path))
+    except FileNotFoundError as e:
+        raise ReportError(f"cannot export the samples of {path}: {e}") from None

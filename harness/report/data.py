@@ -9,15 +9,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import shlex
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.redact import REDACTED, is_secret_name, redact_argv, redact_env
-from harness.store import SampleRecord, load_eval, read_json, read_jsonl
+from harness import schema
+from harness.cmdline import command_line, shell_command
+from harness.fileio import read_jsonl
+from harness.redact import redact_env
+from harness.schema import Comparison, Manifest, SampleRecord
+from harness.store import load_eval
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
 MAX_FLIPS = 600
@@ -25,12 +28,30 @@ MAX_FLIPS = 600
 MAX_OUTPUT_CHARS = 4000
 
 
+# ------------------------------------------------------------------------------------------ stored documents
+def load_comparison(root: Path) -> Comparison | None:
+    """``root/comparison.json``, or None when there is none. A comparison of another schema_version is
+    refused (SchemaError): a report of a misread file would be worse than none."""
+    path = Path(root) / schema.COMPARISON_FILE
+    return schema.load_comparison(path) if path.exists() else None
+
+
+def load_manifest(root: Path) -> Manifest:
+    """``root/manifest.json`` of a run, or {} for a comparison directory (SchemaError as above)."""
+    path = Path(root) / schema.MANIFEST_FILE
+    return schema.load_manifest(path) if path.exists() else {}
+
+
+def arm_names(c: Mapping[str, Any]) -> dict[str, str]:
+    """The arms' names, as the comparison's writer recorded them ("A" / "B" when it recorded none)."""
+    names = obj(c.get("arm_names"))
+    return {role: str(names.get(role) or role.upper()) for role in ("a", "b")}
+
+
 # ------------------------------------------------------------------------------------------ helpers
-def jread(path: Path) -> Any:
-    try:
-        return read_json(path)
-    except (OSError, json.JSONDecodeError):
-        return None
+def obj(v: Any) -> dict[str, Any]:
+    """``v`` if it is a JSON object, else an empty one (stored files are read defensively for display)."""
+    return v if isinstance(v, dict) else {}
 
 
 def as_text(v: Any) -> str:
@@ -70,46 +91,6 @@ def fmt_time(ts: Any) -> str:
     return as_text(ts)
 
 
-def redact_tokens(argv: Iterable[Any]) -> list[str]:
-    """redact_argv, plus ``name=value`` tokens with a secret-looking name (Hydra overrides, env prefixes)."""
-    out = []
-    for tok in redact_argv([str(t) for t in argv]):
-        name, eq, _ = tok.partition("=")
-        if eq and not tok.startswith("-") and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")):
-            tok = f"{name}={REDACTED}"
-        out.append(tok)
-    return out
-
-
-def shell_command(argv: Any, env: Any = None) -> str:
-    """The exact command as one copyable shell snippet (env prefix, one flag per line), secrets redacted."""
-    lines: list[str] = []
-    if isinstance(env, dict):
-        for k, v in redact_env({str(k): str(v) for k, v in env.items()}).items():
-            lines.append(f"{k}={shlex.quote(v)}")
-    elif isinstance(env, list):
-        lines += [str(e) for e in env]
-    if isinstance(argv, str):
-        cmd = [argv]
-    elif isinstance(argv, list | tuple) and argv:
-        toks = [shlex.quote(t) for t in redact_tokens(argv)]
-        cmd, i = [toks[0]], 1
-        # Keep interpreter + "-m module" together, then one flag (with its value) per line.
-        while i < len(toks) and not toks[i].startswith("--"):
-            cmd[0] += " " + toks[i]
-            i += 1
-        while i < len(toks):
-            if toks[i].startswith("-") and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
-                cmd.append(f"  {toks[i]} {toks[i + 1]}")
-                i += 2
-            else:
-                cmd.append(f"  {toks[i]}")
-                i += 1
-    else:
-        cmd = []
-    return " \\\n".join(lines + cmd) if (lines or cmd) else ""
-
-
 def resolve_dir(p: Any, base: Path) -> Path | None:
     """An eval directory recorded in comparison.json, found again even if the run dir was moved."""
     if not p:
@@ -131,7 +112,7 @@ class Run:
 
     def __init__(self, role: str, repeat: int, recorded: str, path: Path | None, base: Path | None = None):
         self.role, self.repeat, self.recorded, self.path, self.base = role, repeat, recorded, path, base
-        self.meta: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}  # eval.json and summary.json, read defensively for display
         self.summary: dict[str, Any] = {}
         self.samples: dict[int, SampleRecord] = {}
         self.error: str | None = None
@@ -140,10 +121,16 @@ class Run:
             return
         try:
             meta, samples, summary = load_eval(path)
-            self.meta, self.summary = meta or {}, summary or {}
+            self.meta, self.summary = dict(meta), dict(summary or {})
             self.samples = {s.index: s for s in samples}
         except Exception as e:  # noqa: BLE001 - shown in the report instead
             self.error = f"cannot read {path}: {e}"
+
+    def server(self) -> dict[str, Any]:
+        """Which server answered: its URL, build and version, as the eval recorded them."""
+        facts = self.meta.get("server") or {}
+        return {"url": self.meta.get("url"), "build": facts.get("build"), "version": facts.get("version"),
+                "model_path": facts.get("model_path")}
 
     def row(self, label: str) -> dict[str, Any]:
         s = self.summary
@@ -160,11 +147,11 @@ class Run:
             "errors": s.get("errors"), "latency_s": s.get("latency_s"),
             "throughput": s.get("output_throughput"), "output_tokens": s.get("output_tokens"),
             "p50": statistics.median(lat) if lat else None, "p90": q[-1] if q else None,
-            "complete": s.get("complete"), "resumed": s.get("resumed"),
+            "complete": s.get("complete"), "resumed": s.get("resumed"), "server": self.server(),
         }
 
 
-def load_runs(c: dict[str, Any], base: Path) -> dict[str, list[Run]]:
+def load_runs(c: Mapping[str, Any], base: Path) -> dict[str, list[Run]]:
     arms = c.get("arms") or {}
     out: dict[str, list[Run]] = {"a": [], "b": [], "aa": []}
     for role in ("a", "b"):
@@ -199,9 +186,9 @@ def question_texts(runs: list[Run], indices: set[int]) -> dict[int, str]:
         if r.path is None:
             continue
         for row in read_jsonl(r.path / "prompts.jsonl"):
-            i, p = row.get("index"), row.get("prompt")
-            if i in indices and i not in out and isinstance(p, str):
-                out[i] = question_from_prompt(p)
+            idx, prompt = row.get("index"), row.get("prompt")
+            if isinstance(idx, int) and idx in indices and idx not in out and isinstance(prompt, str):
+                out[idx] = question_from_prompt(prompt)
         if len(out) == len(indices):
             break
     return out
@@ -229,7 +216,7 @@ def _answer(rec: SampleRecord | None, repeat: int) -> dict[str, Any]:
             "finish": rec.finish_reason, "error": rec.error}
 
 
-def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
+def flipped_questions(c: Mapping[str, Any], runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
     """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped.
 
     Returns (rows, total) with at most MAX_FLIPS rows.
@@ -240,7 +227,7 @@ def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[li
         return [], 0
     idx = a_runs[0].meta.get("indices") or sorted(a_runs[0].samples)
     flips_r1 = {int(i) for i in c.get("flips") or [] if isinstance(i, int)}
-    chosen: list[tuple[int, str]] = []
+    chosen: list[tuple[int, str, float]] = []
     for i in idx:
         sa = [r.samples.get(i) for r in a_runs]
         sb = [r.samples.get(i) for r in b_runs]
@@ -278,10 +265,9 @@ def flipped_questions(c: dict[str, Any], runs: dict[str, list[Run]]) -> tuple[li
 
 
 # ------------------------------------------------------------------------------------------ arms
-def _find_arm_key(role: str, manifest: dict[str, Any], names: dict[str, str]) -> str | None:
-    arms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
-    exp = ((manifest.get("config") or {}).get("experiment") or {}) if isinstance(manifest.get("config"), dict) else {}
-    key = exp.get(role) if isinstance(exp, dict) else None
+def _find_arm_key(role: str, manifest: Mapping[str, Any], names: dict[str, str]) -> str | None:
+    arms = obj(manifest.get("arms"))
+    key = obj(obj(manifest.get("config")).get("experiment")).get(role)
     if isinstance(key, str) and key in arms:
         return key
     for k, v in arms.items():
@@ -295,7 +281,7 @@ def _find_arm_key(role: str, manifest: dict[str, Any], names: dict[str, str]) ->
 def _checks(v: Any) -> list[dict[str, Any]]:
     if not isinstance(v, list):
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for ch in v:
         if not isinstance(ch, dict):
             out.append({"name": as_text(ch), "kind": "", "passed": None, "expected": "", "found": "",
@@ -317,9 +303,9 @@ def _line_key(line: str) -> str:
     return "--port" if text.startswith("--port ") or text.startswith("--port=") else text
 
 
-def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
-    arms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
-    views = []
+def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    arms = obj(manifest.get("arms"))
+    views: list[dict[str, Any]] = []
     for role in ("a", "b"):
         key = _find_arm_key(role, manifest, names)
         arm = arms.get(key) if key is not None else None
@@ -340,9 +326,11 @@ def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str,
             env_rows = [{"key": k, "text": v} for k, v in redact_env({str(k): as_text(v) for k, v in env.items()}).items()]
         known = {"name", "side", "launch", "static_checks", "live_checks", "instances", "launches"}
         launches = arm.get("launches", arm.get("instances"))
+        command = shell_command(argv if isinstance(argv, str | list | tuple) else None,
+                                env if isinstance(env, dict | list) else None)
         views.append({
             "role": role, "key": key, "name": arm.get("name") or names.get(role) or key, "side": arm.get("side"),
-            "command": shell_command(argv, env), "env": env_rows, "launch_other": other,
+            "command": command, "env": env_rows, "launch_other": other,
             "static_checks": _checks(arm.get("static_checks")), "live_checks": _checks(arm.get("live_checks")),
             "instances": [{"id": as_text(i.get("id")), "url": as_text(i.get("url")),
                            "probe": as_text(i.get("probe")) if i.get("probe") is not None else ""}
@@ -353,26 +341,26 @@ def arm_views(manifest: dict[str, Any], names: dict[str, str]) -> list[dict[str,
     # Mark the command lines that the other arm's command does not have (the port the harness picked for each
     # launch is not a difference between the arms).
     norm = [{_line_key(ln) for ln in v["command"].splitlines()} for v in views]
-    for j, v in enumerate(views):
-        other = norm[1 - j] if len(views) == 2 else None
-        v["command_lines"] = [{"text": ln, "differs": other is not None and _line_key(ln) not in other}
-                              for ln in v["command"].splitlines()]
+    for j, view in enumerate(views):
+        theirs = norm[1 - j] if len(views) == 2 else None
+        view["command_lines"] = [{"text": ln, "differs": theirs is not None and _line_key(ln) not in theirs}
+                                 for ln in view["command"].splitlines()]
     return views
 
 
-def diff_view(manifest: dict[str, Any], names: dict[str, str]) -> dict[str, Any] | None:
+def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> dict[str, Any] | None:
     ad = manifest.get("arm_diff")
     if not isinstance(ad, dict):
         return None
     key_a, key_b = _find_arm_key("a", manifest, names), _find_arm_key("b", manifest, names)
     dis = ad.get("disallowed") or []
-    dis_keys = {d.get("key") if isinstance(d, dict) else d for d in dis}
-    rows = []
+    dis_keys: set[Any] = {d.get("key") if isinstance(d, dict) else d for d in dis}
+    rows: list[dict[str, Any]] = []
     for d in ad.get("differences") or []:
         if not isinstance(d, dict):
             rows.append({"key": as_text(d), "a": "", "b": "", "others": [], "allowed": str(d) not in dis_keys})
             continue
-        vals = d.get("values") if isinstance(d.get("values"), dict) else {}
+        vals = obj(d.get("values"))
         others = [{"key": str(k), "text": as_text(v)} for k, v in vals.items() if k not in (key_a, key_b)]
         others += kv_rows({k: v for k, v in d.items() if k not in ("key", "values")})
         rows.append({"key": as_text(d.get("key")),
@@ -392,7 +380,8 @@ def diff_view(manifest: dict[str, Any], names: dict[str, str]) -> dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------ provenance
-def provenance_rows(manifest: dict[str, Any], runs: dict[str, list[Run]], c: dict[str, Any]) -> list[dict[str, Any]]:
+def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
+                    c: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     prov = manifest.get("provenance")
     rows += kv_rows(prov)
@@ -416,7 +405,7 @@ def provenance_rows(manifest: dict[str, Any], runs: dict[str, list[Run]], c: dic
         if isinstance(s, dict):
             txt = (f"{fmt_time(s.get('started'))} → {fmt_time(s.get('ended')) if s.get('ended') else 'not ended'}"
                    f"{' (resume)' if s.get('resume') else ''}; pid {s.get('pid')}; argv: "
-                   + " ".join(shlex.quote(a) for a in redact_tokens(s.get("argv") or [])))
+                   + command_line(s["argv"] if isinstance(s.get("argv"), list) else []))
             rows.append({"key": f"session {i}", "text": txt, "block": False})
     if manifest.get("status") is not None:
         rows.append({"key": "run status", "text": as_text(manifest["status"]), "block": is_block(manifest["status"])})

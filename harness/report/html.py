@@ -17,11 +17,10 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from harness import __version__
+from harness import __version__, schema
+from harness.fileio import atomic_write_text
 from harness.report import data, plots, words
-from harness.store import atomic_write_text
 
-REPORT = "report.html"
 TEMPLATES = Path(__file__).parent / "templates"
 
 #: The page's only script: filter the flipped-question table by text and by category.
@@ -57,8 +56,9 @@ def _csp(script: str | None) -> str:
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(pct=words.pct, pp=words.pp, ci_pp=words.ci_pp, ci_pct=words.ci_pct, pval=words.pval, p_text=words.p_text,
-                       verdict_label=words.verdict_label, colors=plots.VERDICT_COLORS, finite=data.finite)
+    env.globals.update(pct=words.pct, pp=words.pp, ci_pp=words.ci_pp, ci_pct=words.ci_pct, pval=words.pval,
+                       p_text=words.p_text, p_bound=words.p_bound, verdict_label=words.verdict_label,
+                       colors=plots.VERDICT_COLORS, finite=data.finite)
     return env
 
 
@@ -67,46 +67,30 @@ def _render(name: str, ctx: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ comparison
-def _names(c: dict[str, Any], manifest: dict[str, Any], runs: dict[str, list[data.Run]]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    an = c.get("arm_names") if isinstance(c.get("arm_names"), dict) else {}
-    marms = manifest.get("arms") if isinstance(manifest.get("arms"), dict) else {}
-    cfg_x = (manifest.get("config") or {}).get("experiment") if isinstance(manifest.get("config"), dict) else None
-    for role in ("a", "b"):
-        name = an.get(role)
-        if not name and isinstance(cfg_x, dict) and isinstance(marms.get(cfg_x.get(role)), dict):
-            name = marms[cfg_x[role]].get("name")
-        if not name:
-            name = next((r.meta.get("arm") for r in runs[role] if r.meta.get("arm")), None)
-        names[role] = str(name) if name else role.upper()
-    return names
-
-
 def comparison_context(root: Path) -> dict[str, Any]:
+    """What report.html shows. Arm names and "simulated" are the comparison's (comparison.json owns them);
+    a run directory adds its manifest (launches, side checks, provenance)."""
     root = Path(root)
-    c = data.jread(root / "comparison.json")
-    manifest = data.jread(root / "manifest.json")
-    run_summary = data.jread(root / "summary.json")
-    manifest = manifest if isinstance(manifest, dict) else {}
-    run_summary = run_summary if isinstance(run_summary, dict) and run_summary.get("kind") != "abh.eval.summary" else {}
+    loaded = data.load_comparison(root)
+    manifest: dict[str, Any] = dict(data.load_manifest(root))
     notes: list[str] = []
-    if not isinstance(c, dict):
+    c: dict[str, Any]
+    if loaded is None:
         status = manifest.get("status")
         c = {"verdict": "not_comparable",
              "verdict_reason": "the run did not produce a comparison (no comparison.json)"
                                + (f"; run status: {data.as_text(status)}" if status else "")}
         notes.append("This run has no comparison.json: it stopped before measuring or comparing. "
                      "What it recorded is shown below.")
+    else:
+        c = dict(loaded)
     runs = data.load_runs(c, root)
-    names = _names(c, manifest, runs)
+    names = data.arm_names(c)
     for rs in runs.values():
         notes += [r.error for r in rs if r.error]
-    engine_kind = ((manifest.get("config") or {}).get("engine") or {}).get("kind") \
-        if isinstance(manifest.get("config"), dict) and isinstance(manifest["config"].get("engine"), dict) else None
-    simulated = bool(c.get("simulated")) or bool(run_summary.get("simulated")) or engine_kind == "simulated" \
-        or any(r.meta.get("simulated") or r.summary.get("simulated") for rs in runs.values() for r in rs)
+    simulated = bool(c.get("simulated"))
 
-    arms_c = c.get("arms") if isinstance(c.get("arms"), dict) else {}
+    arms_c: dict[str, Any] = c["arms"] if isinstance(c.get("arms"), dict) else {}
     acc_svg = delta_svg = None
     if arms_c.get("a") and arms_c.get("b"):
         acc_svg = Markup(plots.accuracy_svg([
@@ -129,10 +113,11 @@ def comparison_context(root: Path) -> dict[str, Any]:
     counts = {k: sum(1 for f in flips if f["cat"] == k) for k in ("b", "a", "mixed")}
 
     verdict = c.get("verdict")
-    experiment = manifest.get("experiment") or run_summary.get("experiment")
+    experiment = manifest.get("experiment")
     title = f"{names['b']} vs {names['a']}" + (f" — {experiment}" if experiment else "")
     ctx = {
         "kind": "run" if manifest else "comparison",
+        "servers": any(any(v for v in r["server"].values()) for r in run_rows),
         "title": title, "experiment": experiment,
         "description": ((manifest.get("config") or {}).get("experiment") or {}).get("description")
         if isinstance(manifest.get("config"), dict) and isinstance(manifest["config"].get("experiment"), dict)
@@ -158,9 +143,8 @@ def render_comparison(root: Path) -> str:
 
 # ------------------------------------------------------------------------------------------ sweep
 def sweep_context(root: Path) -> dict[str, Any]:
-    s = data.jread(Path(root) / "sweep_summary.json")
-    s = s if isinstance(s, dict) else {}
-    rows = [r for r in s.get("comparisons") or [] if isinstance(r, dict)]
+    s = schema.load_sweep_summary(Path(root) / schema.SWEEP_FILE)
+    rows: list[dict[str, Any]] = [dict(r) for r in s.get("comparisons") or [] if isinstance(r, dict)]
     for r in rows:
         d = Path(str(r.get("dir") or ""))
         if not d.is_absolute():
@@ -170,9 +154,10 @@ def sweep_context(root: Path) -> dict[str, Any]:
         r["_link"] = (Path(str(r.get("job"))) / "report.html").as_posix() if link is not None and \
             link.parent.parent.resolve() == Path(root).resolve() else None
         r["_color"] = plots.VERDICT_COLORS.get(r.get("verdict") or "", "#333333")
+    experiment = s.get("experiment")
     return {
-        "title": f"Sweep: {Path(root).resolve().name}", "simulated": bool(s.get("simulated")) or any(
-            r.get("simulated") for r in rows),
+        "title": f"Sweep: {experiment}" if experiment else f"Sweep in {Path(root).resolve().name}",
+        "experiment": experiment, "simulated": bool(s.get("simulated")),
         "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.get("correction"),
         "forest_svg": Markup(plots.forest_svg(rows)) if rows else None, "root": str(root),
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__, "csp": _csp(None),

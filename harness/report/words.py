@@ -7,6 +7,7 @@ percentage points (pp). Functions accept ``None`` and missing keys and then say 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 VERDICT_LABELS = {
@@ -61,19 +62,29 @@ def pval(p: Any) -> str:
     return f"{v:.3g}"
 
 
-def p_text(c: dict[str, Any]) -> str:
+def p_bound(p: Any, floor: Any = None, at_floor: Any = False, adjusted: bool = False) -> str:
+    """A p-value for a table cell: ``0.0213``; ``< 0.0001`` when a resampling test's p sits at its floor
+    1/(R+1) (none of R resamples reached the observed statistic: p is only bounded by 1/R, as
+    :func:`harness.stats.format_p` writes it); an ``adjusted`` p of such a p is a bound too: ``≤ 0.0003``."""
+    v, f = _num(p), _num(floor)
+    if v is None:
+        return "n/a"
+    if at_floor is True and f is not None and 0 < f < 1:
+        return f"≤ {pval(v)}" if adjusted else f"< {f / (1 - f):.3g}"
+    return pval(v)
+
+
+def p_text(c: Mapping[str, Any]) -> str:
     """``p = 0.0213``, or ``p < 0.0001`` when a permutation test's p sits at its floor 1/(R+1)."""
-    v, f = _num(c.get("p_value")), _num(c.get("p_value_floor"))
-    if v is not None and f is not None and c.get("p_value_at_floor"):
-        return f"p < {f:.2g}"
-    return f"p = {pval(c.get('p_value'))}"
+    cell = p_bound(c.get("p_value"), c.get("p_value_floor"), c.get("p_value_at_floor"))
+    return f"p {cell}" if cell.startswith("<") else f"p = {cell}"
 
 
 def verdict_label(word: str | None) -> str:
     return VERDICT_LABELS.get(word or "", (word or "unknown").upper().replace("_", " "))
 
 
-def verdict_sentence(c: dict[str, Any]) -> str:
+def verdict_sentence(c: Mapping[str, Any]) -> str:
     """The verdict of a comparison as one quotable sentence (B against A)."""
     word = c.get("verdict")
     alpha = _num(c.get("alpha")) or 0.05
@@ -109,7 +120,7 @@ def verdict_sentence(c: dict[str, Any]) -> str:
     return f"{word or 'no verdict'}: {c.get('verdict_reason') or ''}".strip()
 
 
-def verdict_detail(c: dict[str, Any]) -> list[str]:
+def verdict_detail(c: Mapping[str, Any]) -> list[str]:
     """Short supporting facts under the verdict sentence."""
     out = []
     n, nt = c.get("n"), c.get("n_total")
@@ -135,7 +146,7 @@ def verdict_detail(c: dict[str, Any]) -> list[str]:
     return out
 
 
-def sweep_sentence(s: dict[str, Any]) -> str:
+def sweep_sentence(s: Mapping[str, Any]) -> str:
     rows = s.get("comparisons") or []
     counts: dict[str, int] = {}
     for r in rows:

@@ -1,0 +1,1 @@
+"""Builders shared by several test modules (tests never import one another)."""

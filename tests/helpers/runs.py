@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 
+from harness.fileio import read_json, read_jsonl
 from harness.orchestrate.run import main as run_main
-from harness.store import read_json, read_jsonl
 
 #: A run small enough for tests that do not test the full question set (and need no report.html).
 SMALL = ("progress=false", "report=false", "task.num_questions=200", "client.parallel=200")

@@ -1,0 +1,270 @@
+"""An arm: which server software one side of the comparison runs, turned from config into something launchable.
+
+:func:`resolve_arm` turns an :class:`~harness.config.ArmConfig` into a :class:`ResolvedArm`: interpreter,
+PYTHONPATH, env, flags, engine overrides, side checks (as configured) and its source: ``installed`` (the
+interpreter's package), ``pythonpath`` (a source tree, plus optional ``subdir``, put FIRST on PYTHONPATH: the
+fast path for pure-Python fixes) or ``git`` (a worktree of ``path`` at ``ref`` that the harness creates under
+the run directory with ``git worktree add --detach``, then ``git apply`` of each of ``patches``).
+
+:class:`ResolvedArm` owns how the arm's own processes (its server, its source probes) are started: which
+interpreter (:attr:`ResolvedArm.interpreter`) and which environment (:meth:`ResolvedArm.env_delta`).
+This module imports no engine: engines take a ResolvedArm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from harness.config import ArmConfig, CheckConfig
+
+SOURCE_KINDS = ("installed", "pythonpath", "git")
+
+
+class ArmError(ValueError):
+    """An arm cannot be prepared (missing tree, not a git repo, unknown ref, a patch that does not apply)."""
+
+
+# ------------------------------------------------------------------------------------ resolved arm
+@dataclass
+class SourceInfo:
+    """Where an arm's server software comes from (recorded in the run and the report)."""
+
+    kind: str = "installed"
+    #: pythonpath: the tree; git: the repository the worktree was made from.
+    path: str = ""
+    subdir: str = ""
+    ref: str = ""
+    #: The source tree actually used (pythonpath: ``path``; git: the worktree); empty for ``installed``.
+    tree: str = ""
+    #: git: the worktree the harness created (per-launch location; ignored by the arm diff).
+    worktree: str = ""
+    #: Entries put FIRST on the server's PYTHONPATH.
+    pythonpath: list[str] = field(default_factory=list)
+    commit: str | None = None
+    dirty: bool | None = None
+    #: git: the patches applied, in order: {"file", "sha256"}.
+    patches: list[dict[str, str]] = field(default_factory=list)
+    #: Problems found while resolving with ``strict=False`` (a dry run): e.g. the tree does not exist.
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ResolvedArm:
+    key: str
+    name: str
+    side: str = ""
+    description: str = ""
+    #: The arm's Python interpreter ("" = the harness's own, ``sys.executable``).
+    python: str = ""
+    #: PYTHONPATH entries (first) for the server and the source probes.
+    pythonpath: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    engine_overrides: dict[str, Any] = field(default_factory=dict)
+    source: SourceInfo = field(default_factory=SourceInfo)
+    checks: list[CheckConfig] = field(default_factory=list)
+    #: Directory holding ``arms/`` (patches, custom probe files are looked up under it), when known.
+    arms_root: str | None = None
+
+    @property
+    def interpreter(self) -> str:
+        """The interpreter that runs the arm's server and its source probes."""
+        return self.python or sys.executable
+
+    def env_delta(self, base: Mapping[str, Any] | None = None, extra_pythonpath: Sequence[str] = ()) -> dict[str, str]:
+        """What the arm's processes get on top of the inherited environment: ``base`` (the engine's env), then
+        the arm's env, and PYTHONPATH with the arm's entries, then ``extra_pythonpath``, first (before the
+        PYTHONPATH those set, else the inherited one)."""
+        delta = {**{str(k): str(v) for k, v in (base or {}).items()}, **{str(k): str(v) for k, v in self.env.items()}}
+        entries = [*self.pythonpath, *extra_pythonpath]
+        if entries:
+            inherited = delta.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+            delta["PYTHONPATH"] = os.pathsep.join([*entries, *([inherited] if inherited else [])])
+        return delta
+
+    def process_env(self, base: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """The full environment of an arm's process: inherited + :meth:`env_delta`."""
+        return {**os.environ, **self.env_delta(base)}
+
+    def source_modules(self) -> list[str]:
+        """The modules the arm's ``source`` checks name, once each (the launcher records where each resolves)."""
+        mods: list[str] = []
+        for c in self.checks:
+            if c.kind == "source" and c.module and c.module not in mods:
+                mods.append(c.module)
+        return mods
+
+
+def _arm_config(arm_cfg: Any) -> ArmConfig:
+    if isinstance(arm_cfg, ArmConfig):
+        return arm_cfg
+    node = arm_cfg
+    if not OmegaConf.is_config(node):
+        plain = dataclasses.asdict(node) if dataclasses.is_dataclass(node) and not isinstance(node, type) else dict(node)
+        node = OmegaConf.create(plain)
+    else:
+        node = OmegaConf.create(OmegaConf.to_container(node, resolve=True, throw_on_missing=False))
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(ArmConfig), node)
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except Exception as e:  # noqa: BLE001 - omegaconf raises several types
+        raise ArmError(f"bad arm config: {e}") from e
+
+
+def _git(args: Sequence[str], cwd: str | Path | None = None, check: bool = False,
+         timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, capture_output=True, text=True,
+                       timeout=timeout)
+    if check and r.returncode != 0:
+        raise ArmError(f"git {' '.join(args)} failed: {(r.stderr or r.stdout).strip()}")
+    return r
+
+
+def git_state(tree: str | Path) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of a git checkout; (None, None) when it is not one."""
+    try:
+        r = _git(["-C", str(tree), "rev-parse", "HEAD"])
+        if r.returncode != 0:
+            return None, None
+        s = _git(["-C", str(tree), "status", "--porcelain", "--untracked-files=no"])
+        return r.stdout.strip(), (bool(s.stdout.strip()) if s.returncode == 0 else None)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def find_arm_file(rel: str, arms_root: str | Path | None) -> Path:
+    """A file an arm names (patch, custom probe): absolute, else the one match under ``arms_root/arms`` (the
+    path as given, or a file anywhere below whose path ends with it) or ``arms_root`` itself."""
+    p = Path(rel).expanduser()
+    if p.is_absolute():
+        if not p.is_file():
+            raise ArmError(f"{p} does not exist")
+        return p
+    matches: list[Path] = []
+    if arms_root is not None:
+        root = Path(arms_root)
+        for base in (root / "arms", root):
+            if (base / p).is_file():
+                matches.append((base / p).resolve())
+        if (root / "arms").is_dir():
+            matches += [m.resolve() for m in (root / "arms").rglob(p.name) if m.is_file() and
+                        m.as_posix().endswith(p.as_posix())]
+    matches = sorted(set(matches))
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ArmError(f"{rel} not found (looked under {Path(arms_root or '.') / 'arms'})")
+    raise ArmError(f"{rel} is ambiguous: {', '.join(map(str, matches))}; give a path relative to arms/ or "
+                   f"an absolute one")
+
+
+def _make_worktree(key: str, repo: Path, ref: str, run_dir: Path) -> tuple[Path, str]:
+    if _git(["-C", str(repo), "rev-parse", "--git-dir"]).returncode != 0:
+        raise ArmError(f"arm {key!r}: source.path {repo} is not a git repository")
+    want = ref or "HEAD"
+    r = _git(["-C", str(repo), "rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"])
+    if r.returncode != 0:
+        raise ArmError(f"arm {key!r}: git ref {want!r} not found in {repo}")
+    commit = r.stdout.strip()
+    wt = (run_dir / "worktrees" / key).resolve()
+    if wt.exists():  # a rerun of the same run directory: start from a clean worktree again
+        if _git(["-C", str(repo), "worktree", "remove", "--force", str(wt)]).returncode != 0:
+            shutil.rmtree(wt, ignore_errors=True)
+    _git(["-C", str(repo), "worktree", "prune"])
+    wt.parent.mkdir(parents=True, exist_ok=True)
+    _git(["-C", str(repo), "worktree", "add", "--detach", str(wt), commit], check=True)
+    return wt, commit
+
+
+def _apply_patches(key: str, wt: Path, patches: Iterable[str], arms_root: str | None) -> list[dict[str, str]]:
+    applied: list[dict[str, str]] = []
+    for rel in patches:
+        try:
+            patch = find_arm_file(rel, arms_root)
+        except ArmError as e:
+            raise ArmError(f"arm {key!r}: patch {e}") from None
+        r = _git(["-C", str(wt), "apply", "--check", str(patch)])
+        if r.returncode != 0:
+            raise ArmError(f"arm {key!r}: patch {patch} does not apply to the worktree {wt}:\n"
+                           f"{(r.stderr or r.stdout).strip()}")
+        _git(["-C", str(wt), "apply", str(patch)], check=True)
+        applied.append({"file": str(patch), "sha256": sha256_file(patch)})
+    return applied
+
+
+def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Path | None = None, *,
+                strict: bool = True) -> ResolvedArm:
+    """Prepare arm ``key`` (``cfg.arms[key]``: DictConfig, dict or ArmConfig) for a run in ``run_dir``.
+
+    ``git`` arms get a worktree under ``run_dir/worktrees/KEY`` with their patches (found under
+    ``arms_root/arms``, see :func:`find_arm_file`) applied. With
+    ``strict=False`` (dry runs) a missing source tree is recorded in ``source.problems`` instead of raising.
+    """
+    a = _arm_config(arm_cfg)
+    run_dir = Path(run_dir).resolve()
+    root = str(Path(arms_root).resolve()) if arms_root is not None else None
+    s = a.source
+    if s.kind not in SOURCE_KINDS:
+        raise ArmError(f"arm {key!r}: source.kind must be one of {', '.join(SOURCE_KINDS)}, not {s.kind!r}")
+    src = SourceInfo(kind=s.kind, path=s.path, subdir=s.subdir, ref=s.ref)
+    if s.kind in ("pythonpath", "git") and not s.path:
+        raise ArmError(f"arm {key!r}: source.path is required for source.kind={s.kind}")
+    if s.kind == "installed" and (s.patches or s.subdir):
+        raise ArmError(f"arm {key!r}: patches/subdir need source.kind=git or pythonpath")
+    if s.kind == "pythonpath" and s.patches:
+        raise ArmError(f"arm {key!r}: patches need source.kind=git (the harness applies them in a worktree)")
+    if s.kind == "pythonpath":
+        tree = Path(s.path).expanduser().resolve()
+        src.path = str(tree)
+        src.tree = str(tree)
+        if not tree.is_dir():
+            msg = f"arm {key!r}: source tree {tree} does not exist (source.path)"
+            if strict:
+                raise ArmError(msg)
+            src.problems.append(msg)
+        else:
+            src.commit, src.dirty = git_state(tree)
+    elif s.kind == "git":
+        repo = Path(s.path).expanduser().resolve()
+        src.path = str(repo)
+        if not repo.is_dir():
+            msg = f"arm {key!r}: git repository {repo} does not exist (source.path)"
+            if strict:
+                raise ArmError(msg)
+            src.problems.append(msg)
+        else:
+            wt, _commit = _make_worktree(key, repo, s.ref, run_dir)
+            src.worktree = src.tree = str(wt)
+            src.patches = _apply_patches(key, wt, s.patches, root)
+            src.commit, src.dirty = git_state(wt)
+    if src.tree:
+        entry = Path(src.tree) / s.subdir if s.subdir else Path(src.tree)
+        if strict and not entry.is_dir():
+            raise ArmError(f"arm {key!r}: {entry} does not exist (source.subdir)")
+        src.pythonpath = [str(entry)]
+    return ResolvedArm(key=key, name=a.name, side=a.side, description=a.description, python=a.python,
+                       pythonpath=list(src.pythonpath), env={k: str(v) for k, v in a.env.items()},
+                       args=[str(x) for x in a.args], engine_overrides=dict(a.engine), source=src,
+                       checks=list(a.checks), arms_root=root)

@@ -1,0 +1,308 @@
+"""What a run cost in GPU time: per arm and in total, from per-launch and per-eval timings (pure functions).
+
+A **launch** is one server start: ``launch_s`` from spawn to ready, ``server_s`` from spawn until the
+server was stopped (its GPUs held), ``gpus`` it held. An **eval** is one pass over the questions on a
+running server: ``eval_s`` its wall time. Per arm (``a``, ``b``, and ``aa`` only when the A/A control had
+launches of its own; A/A evals served by arm A's servers count in ``a``)::
+
+    {"launches": 2, "evals": 2, "launch_s": 3600.0, "eval_s": 410.2, "server_s": 4100.7, "gpus": 8,
+     "gpu_hours": 9.113}
+
+``gpu_hours`` = sum over the arm's launches of ``server_s * gpus / 3600``; ``total`` sums the arms
+(``gpus`` there is the most any one launch held). :func:`sum_costs` adds the costs of a sweep's jobs.
+
+GPUs of an engine (:func:`count_gpus`): ``engine.gpus`` when set; else, for the GPU engines (sglang,
+vllm), TP x PP x DP from the server flags (``--tp``/``--tp-size``/``--tensor-parallel-size``,
+``--pp``/``--pp-size``/``--pipeline-parallel-size``, ``--dp``/``--dp-size``/``--data-parallel-size``;
+SGLang's ``--enable-dp-attention`` runs the DP ranks inside the TP group, so DP then adds none); else the
+devices listed in ``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES``; else 1 for
+a GPU engine and 0 for CPU, simulated and external engines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GPU_ENGINES = ("sglang", "vllm")
+TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
+PP_FLAGS = ("--pp", "--pp-size", "--pipeline-parallel-size")
+DP_FLAGS = ("--dp", "--dp-size", "--data-parallel-size")
+DP_INSIDE_TP_FLAGS = ("--enable-dp-attention",)
+VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+FIELDS = ("launch_s", "eval_s", "server_s", "gpus", "gpu_hours")
+ROLES = ("a", "b", "aa")
+
+
+# ------------------------------------------------------------------------------------------ GPUs
+def flag_value(args: Sequence[str], names: Sequence[str]) -> str | None:
+    """The value of the last of ``names`` in ``args`` (``--tp 8`` or ``--tp=8``), else None."""
+    value = None
+    argv = [str(a) for a in args]
+    for i, a in enumerate(argv):
+        flag, eq, rest = a.partition("=")
+        if flag in names:
+            if eq:
+                value = rest
+            elif i + 1 < len(argv):
+                value = argv[i + 1]
+    return value
+
+
+def _positive_int(text: str | None, what: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{what} is not an integer: {text!r}") from None
+    if v < 1:
+        raise ValueError(f"{what} must be >= 1, not {v}")
+    return v
+
+
+def _visible(env: Mapping[str, Any]) -> int | None:
+    for name in VISIBLE_DEVICES:
+        if name in env and env[name] is not None:
+            val = str(env[name]).strip()
+            if val in ("", "-1", "NoDevFiles"):
+                return 0
+            return len([x for x in val.split(",") if x.strip()])
+    return None
+
+
+def count_gpus(engine: Mapping[str, Any], args: Sequence[str] = (), env: Mapping[str, Any] | None = None
+               ) -> tuple[int, str]:
+    """(GPUs an arm's server holds, how that was found). ``engine`` is the merged engine config (``kind``,
+    ``args``, ``env``, optional ``gpus``); ``args`` / ``env`` are the arm's own flags and variables, which
+    come after (and win over) the engine's."""
+    explicit = engine.get("gpus")
+    if explicit is not None:
+        v = int(explicit)
+        if v < 0:
+            raise ValueError(f"engine.gpus must be >= 0, not {v}")
+        return v, "engine.gpus"
+    kind = str(engine.get("kind") or "")
+    if kind not in GPU_ENGINES:
+        return 0, f"{kind or 'unknown'} engine (no GPUs)"
+    all_args = [*(engine.get("args") or []), *args]
+    all_env = {**dict(engine.get("env") or {}), **dict(env or {})}
+    tp = _positive_int(flag_value(all_args, TP_FLAGS), "tensor parallel size")
+    pp = _positive_int(flag_value(all_args, PP_FLAGS), "pipeline parallel size")
+    dp = _positive_int(flag_value(all_args, DP_FLAGS), "data parallel size")
+    if tp or pp or dp:
+        dp_inside = any(str(a) in DP_INSIDE_TP_FLAGS for a in all_args)
+        n = (tp or 1) * (pp or 1) * (1 if dp_inside else (dp or 1))
+        how = f"tp {tp or 1} x pp {pp or 1}" + (" (dp attention inside tp)" if dp_inside and dp
+                                               else f" x dp {dp or 1}")
+        return n, how
+    vis = _visible(all_env)
+    if vis is not None:
+        return vis, "visible devices"
+    return 1, f"{kind} default (1 GPU)"
+
+
+def engine_gpus(engine: Mapping[str, Any], args: Sequence[str] = (), env: Mapping[str, Any] | None = None) -> int:
+    """GPUs of an engine config (see :func:`count_gpus`)."""
+    return count_gpus(engine, args, env)[0]
+
+
+# ------------------------------------------------------------------------------------------ costs
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One server launch: the role whose item started it, spawn->ready and spawn->stopped seconds, GPUs."""
+
+    role: str
+    launch_s: float
+    server_s: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One eval: its role and wall seconds."""
+
+    role: str
+    eval_s: float
+
+
+def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> dict[str, Any]:
+    """Cost of one arm: sums over its launches and evals (see the module docstring)."""
+    ls, es = list(launches), list(evals)
+    return {"launches": len(ls), "evals": len(es),
+            "launch_s": float(sum(r.launch_s for r in ls)), "eval_s": float(sum(r.eval_s for r in es)),
+            "server_s": float(sum(r.server_s for r in ls)), "gpus": max((r.gpus for r in ls), default=0),
+            "gpu_hours": float(sum(r.server_s * r.gpus for r in ls) / 3600.0)}
+
+
+def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> dict[str, Any]:
+    """``{"a": ..., "b": ..., ["aa": ...], "total": ...}``: the value of ``summary.json``'s ``cost``."""
+    ls, es = list(launches), list(evals)
+    for r in [*ls, *es]:
+        if r.role not in ROLES:
+            raise ValueError(f"unknown role {r.role!r} (expected one of {ROLES})")
+    own_aa = any(r.role == "aa" for r in ls)
+
+    def role_of(r: LaunchRecord | EvalRecord) -> str:
+        return "a" if r.role == "aa" and not own_aa else r.role
+
+    out = {role: arm_cost([r for r in ls if role_of(r) == role], [r for r in es if role_of(r) == role])
+           for role in ROLES if role != "aa" or own_aa}
+    out["total"] = _add(list(out.values()))
+    return out
+
+
+def _add(blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {k: 0.0 for k in ("launch_s", "eval_s", "server_s", "gpu_hours")}
+    total.update(launches=0, evals=0, gpus=0)
+    for b in blocks:
+        for k in ("launch_s", "eval_s", "server_s", "gpu_hours"):
+            total[k] += float(b.get(k) or 0.0)
+        total["launches"] += int(b.get("launches") or 0)
+        total["evals"] += int(b.get("evals") or 0)
+        total["gpus"] = max(total["gpus"], int(b.get("gpus") or 0))
+    return total
+
+
+def sum_costs(costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The cost of a sweep: each role and the total summed over the jobs' ``cost`` blocks (None skipped)."""
+    cs = [c for c in costs if c]
+    roles = [r for r in ROLES if any(r in c for c in cs)]
+    out = {r: _add([c[r] for c in cs if r in c]) for r in roles}
+    out["total"] = _add([c["total"] for c in cs if "total" in c])
+    return out
+
+
+def _hms(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def format_cost(cost: Mapping[str, Any]) -> str:
+    """One line per arm and the total, for the terminal summary and the report."""
+    lines = []
+    for role in (*ROLES, "total"):
+        if role not in cost:
+            continue
+        c = cost[role]
+        lines.append(f"  cost {role:<5} {c['launches']} launch(es) {_hms(c['launch_s'])} to ready, "
+                     f"{c['evals']} eval(s) {_hms(c['eval_s'])}, servers up {_hms(c['server_s'])} on "
+                     f"{c['gpus']} GPU(s): {c['gpu_hours']:.2f} GPU-hours")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ from a run
+_ID_TIME = re.compile(r"@(\d+(?:\.\d+)?)$")
+
+
+def _f(x: Any) -> float | None:
+    try:
+        return None if x is None else float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _launches(record: Mapping[str, Any]) -> list[Any]:
+    """The server launches an arm or eval record lists (``launches``; ``instances`` before launch ids)."""
+    return list(record.get("launches") or record.get("instances") or [])
+
+
+def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None = None,
+                       gpus: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The cost of a recorded run, from ``manifest.json`` (and each eval's ``summary.json`` under
+    ``run_dir`` for its wall time), with ``estimated`` listing what had to be inferred (an upper bound:
+    the gap before ready also holds the harness's own work and the previous server's stop).
+
+    Per launch it reads ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs): ``launch_s`` (or ``ready - spawned``),
+    ``server_s`` (or ``stopped - spawned``), ``gpus`` and ``role``. Older runs do not record them; then
+    ``ready`` comes from the instance id (``<key>@<epoch>``), ``launch_s`` is the gap between the previous
+    event (session start, the end of an eval, another server ready) and ready, ``server_s`` is ``launch_s`` plus the
+    evals it served, the role is that of its first eval, and GPUs come from ``gpus`` (by arm key) or the
+    run's config (:func:`count_gpus`).
+    """
+    estimated: set[str] = set()
+    evals = manifest.get("evals") or {}
+    arms = manifest.get("arms") or {}
+    cfg = manifest.get("config") or {}
+    sessions = manifest.get("sessions") or []
+
+    def eval_seconds(rel: str, ev: Mapping[str, Any]) -> float:
+        if run_dir is not None:
+            p = Path(run_dir) / rel / "summary.json"
+            if p.exists():
+                import json
+
+                lat = _f(json.loads(p.read_text(encoding="utf-8")).get("latency_s"))
+                if lat is not None:
+                    return lat
+        lat = _f((ev.get("summary") or {}).get("latency_s"))
+        if lat is not None:
+            return lat
+        start, end = _f(ev.get("started")), _f(ev.get("ended"))
+        estimated.add("eval_s")
+        return max(0.0, end - start) if start is not None and end is not None else 0.0
+
+    eval_recs, by_instance = [], {}
+    ends = [float(s["started"]) for s in sessions if _f(s.get("started")) is not None]
+    for rel, ev in sorted(evals.items()):
+        if ev.get("status") not in (None, "complete", "errors", "incomplete", "failed", "interrupted"):
+            continue
+        secs = eval_seconds(rel, ev)
+        role = str(ev.get("role") or "a")
+        eval_recs.append(EvalRecord(role, secs))
+        for inst in _launches(ev):
+            by_instance.setdefault(inst, []).append((role, secs))
+        if _f(ev.get("ended")) is not None:
+            ends.append(float(ev["ended"]))
+    for arm in arms.values():  # a launch also starts when the previous server became ready
+        for inst in _launches(arm):
+            m = _ID_TIME.search(str(inst.get("id") or ""))
+            r = _f(inst.get("ready")) if inst.get("ready") is not None else (float(m.group(1)) if m else None)
+            if r is not None:
+                ends.append(r)
+    ends.sort()
+
+    launch_recs = []
+    for key, arm in sorted(arms.items()):
+        arm_gpus = None if gpus is None else gpus.get(key)
+        if arm_gpus is None:
+            arm_gpus = _config_gpus(cfg, key)
+        for inst in _launches(arm):
+            iid = str(inst.get("id") or "")
+            served = by_instance.get(iid, [])
+            role = str(inst.get("role") or (served[0][0] if served else "a"))
+            spawned, ready, stopped = _f(inst.get("spawned")), _f(inst.get("ready")), _f(inst.get("stopped"))
+            if ready is None and _ID_TIME.search(iid):
+                ready = float(_ID_TIME.search(iid).group(1))  # type: ignore[union-attr]
+            launch_s = _f(inst.get("launch_s"))
+            if launch_s is None and spawned is not None and ready is not None:
+                launch_s = ready - spawned
+            if launch_s is None:
+                estimated.add("launch_s")
+                before = [e for e in ends if ready is not None and e < ready]
+                launch_s = max(0.0, ready - before[-1]) if before and ready is not None else 0.0
+            server_s = _f(inst.get("server_s"))
+            if server_s is None and spawned is not None and stopped is not None:
+                server_s = stopped - spawned
+            if server_s is None:
+                estimated.add("server_s")
+                server_s = launch_s + sum(s for _, s in served)
+            g = _f(inst.get("gpus"))
+            launch_recs.append(LaunchRecord(role, launch_s, server_s, int(g) if g is not None else arm_gpus))
+    out = run_cost(launch_recs, eval_recs)
+    out["estimated"] = sorted(estimated)
+    return out
+
+
+def _config_gpus(cfg: Mapping[str, Any], arm_key: str) -> int:
+    """GPUs of arm ``arm_key`` from a run's resolved config (engine merged with the arm's engine block)."""
+    engine = dict(cfg.get("engine") or {})
+    arm = (cfg.get("arms") or {}).get(arm_key) or {}
+    engine.update(arm.get("engine") or {})
+    try:
+        return engine_gpus(engine, arm.get("args") or [], arm.get("env") or {})
+    except ValueError:
+        return 0

@@ -1,0 +1,76 @@
+"""The per-question answers of a comparison as one table: ``samples.parquet`` and ``samples.csv``.
+
+One row per (question, arm run): every eval the comparison used (A and B repeats, A/A runs), each with all
+of its questions, joined long-form for pandas users::
+
+    question_index  arm       role  repeat  correct  invalid  error  missing  answer  label  output
+    17              baseline  a     1       True     False    None   False    42      42     "... 42."
+
+``correct`` is empty (null) for a request error or a question missing from samples.jsonl (``missing``);
+``answer`` is the parsed answer (null when none could be parsed); ``arm`` is the comparison's arm name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.report import data
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+COLUMNS = ("question_index", "arm", "role", "repeat", "correct", "invalid", "error", "missing", "answer", "label",
+           "output")
+PARQUET = "samples.parquet"
+CSV = "samples.csv"
+
+
+def samples_rows(root: Path) -> list[dict[str, Any]]:
+    """The rows of the table for the comparison (or run) directory ``root``."""
+    c = data.load_comparison(Path(root))
+    if c is None:
+        raise FileNotFoundError(f"{root} holds no comparison.json")
+    names = data.arm_names(c)
+    rows: list[dict[str, Any]] = []
+    for role, runs in data.load_runs(c, Path(root)).items():
+        for run in runs:
+            if run.error is not None:
+                raise FileNotFoundError(run.error)
+            for i in run.meta.get("indices") or sorted(run.samples):
+                s = run.samples.get(i)
+                rows.append({
+                    "question_index": i, "arm": names["b" if role == "b" else "a"], "role": role,
+                    "repeat": run.repeat, "correct": None if s is None else s.correct,
+                    "invalid": None if s is None else s.invalid, "error": None if s is None else s.error,
+                    "missing": s is None, "answer": None if s is None else s.pred,
+                    "label": None if s is None else s.label, "output": None if s is None else s.output})
+    return rows
+
+
+def samples_frame(root: Path) -> pd.DataFrame:
+    import pandas as pd
+
+    df = pd.DataFrame(samples_rows(root), columns=list(COLUMNS))
+    return df.astype({"question_index": "int64", "arm": "string", "role": "string", "repeat": "int64",
+                      "correct": "boolean", "invalid": "boolean", "error": "string", "missing": "bool",
+                      "answer": "Int64", "label": "Int64", "output": "string"})
+
+
+def export_samples(root: Path) -> list[Path]:
+    """Write ``root/samples.parquet`` and ``root/samples.csv`` (each atomically); return their paths."""
+    root = Path(root)
+    df = samples_frame(root)
+    out = []
+    for name, write in ((PARQUET, lambda p: df.to_parquet(p, index=False)),
+                        (CSV, lambda p: df.to_csv(p, index=False))):
+        path = root / name
+        tmp = root / f".{name}.tmp{os.getpid()}"
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        out.append(path)
+    return out

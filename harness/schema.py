@@ -1,0 +1,434 @@
+"""Typed, versioned models of every result abh stores, and the one loader and writer of each file kind.
+
+Every stored JSON document carries ``kind`` and ``schema_version``:
+
+======================  ========================  ==============================================
+file                    kind                      model
+======================  ========================  ==============================================
+``eval.json``           ``abh.eval``              :class:`EvalMeta` (what one eval asked, of whom)
+``summary.json``        ``abh.eval.summary``      :class:`EvalSummary` (in an eval directory)
+``samples.jsonl``       (rows of the eval above)  :class:`SampleRecord`, one per question
+``manifest.json``       ``abh.run``               :class:`Manifest` (provenance of an ``abh run``)
+``summary.json``        ``abh.run.summary``       :class:`RunSummary` (in a run directory)
+``comparison.json``     ``abh.comparison``        :class:`Comparison`
+``sweep_summary.json``  ``abh.sweep``             :class:`SweepSummary`
+======================  ========================  ==============================================
+
+``samples.jsonl`` and ``prompts.jsonl`` rows belong to their ``eval.json``: its ``schema_version`` is
+theirs. A loader refuses a document of another kind, or of a ``schema_version`` this abh does not read,
+with a one-line :class:`SchemaError` (the CLI exits 2 on it): a future format is refused, never misread.
+
+The models are ``TypedDict`` (the documents stay plain JSON objects; ``total=False`` where fields are
+optional or only some writers set them), except :class:`SampleRecord`, a dataclass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypedDict, cast
+
+from harness import __version__
+from harness.fileio import StoreError, atomic_write_json, read_json
+
+# ------------------------------------------------------------------------------------------ kinds
+EVAL = "abh.eval"
+EVAL_SUMMARY = "abh.eval.summary"
+MANIFEST = "abh.run"
+RUN_SUMMARY = "abh.run.summary"
+COMPARISON = "abh.comparison"
+SWEEP = "abh.sweep"
+
+#: The schema_version each kind is written with, and the versions this abh reads.
+SCHEMA_VERSION = 1
+WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP)}
+READS: dict[str, frozenset[int]] = {k: frozenset({1}) for k in WRITES}
+
+# ------------------------------------------------------------------------------------------ file names
+EVAL_FILE = "eval.json"
+EVAL_SUMMARY_FILE = "summary.json"
+SAMPLES_FILE = "samples.jsonl"
+PROMPTS_FILE = "prompts.jsonl"
+MANIFEST_FILE = "manifest.json"
+RUN_SUMMARY_FILE = "summary.json"
+COMPARISON_FILE = "comparison.json"
+SWEEP_FILE = "sweep_summary.json"
+
+
+class SchemaError(StoreError):
+    """A stored file is not of the kind expected, or of a schema_version this abh cannot read."""
+
+
+# ------------------------------------------------------------------------------------------ eval
+class ServerFacts(TypedDict, total=False):
+    """What the server said about itself (``/get_server_info``), as far as it said it."""
+
+    version: str
+    build: str
+    model_path: str
+    engine: str
+
+
+class EvalSession(TypedDict, total=False):
+    url: str | None
+    instance: str | None
+    server: ServerFacts | None
+
+
+class EvalMeta(TypedDict, total=False):
+    """``eval.json``: what one eval asks (task, recipe, dataset, questions) and of which server."""
+
+    kind: str
+    schema_version: int
+    task: str
+    recipe: Any  # the recipe as a dict (RecipeConfig.to_dict); older writers and tests: a name
+    dataset_sha256: str
+    dataset_source: str
+    dataset_canonical: bool
+    num_questions: int
+    stop: list[str]
+    shots_sha256: str
+    indices: list[int]
+    api: str
+    url: str
+    parallel: int
+    simulated: bool
+    server: ServerFacts
+    # set by abh run (extra_meta)
+    arm: str
+    role: str
+    repeat: int
+    #: which server launch served the eval (``<arm>-<n>``; runs that share one are not independent)
+    launch_id: str
+    instance: str
+    # bookkeeping of resumes
+    resumes: int
+    sessions: list[EvalSession]
+    wall_s_total: float
+
+
+class EvalSummary(TypedDict, total=False):
+    """``summary.json`` of an eval: SGLang's figures, errors counted apart from wrong answers."""
+
+    kind: str
+    schema_version: int
+    n: int
+    answered: int
+    correct: int
+    invalid: int
+    errors: int
+    missing: int
+    accuracy: float | None
+    invalid_rate: float | None
+    error_rate: float
+    latency_s: float
+    output_tokens: int
+    output_throughput: float | None
+    wall_s_this_session: float
+    resumed: bool
+    recipe: Any
+    dataset_sha256: str
+    dataset_canonical: bool
+    api: str
+    simulated: bool
+    complete: bool
+    aborted: str | None
+
+
+@dataclass
+class SampleRecord:
+    """One row of ``samples.jsonl``: one question's answer (or its request error)."""
+
+    index: int
+    prompt_sha256: str
+    output: str | None
+    pred: int | None
+    label: int
+    correct: bool | None  # None when the request failed: an error is never a wrong answer
+    invalid: bool | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float | None
+    attempts: int
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SampleRecord:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# ------------------------------------------------------------------------------------------ comparison
+class ArmNames(TypedDict):
+    a: str
+    b: str
+
+
+class ArmResult(TypedDict):
+    accuracy: float
+    wilson: list[float]
+    bootstrap: list[float]
+    repeats: list[float]
+    n_runs: int
+    dirs: list[str]
+
+
+class Arms(TypedDict):
+    a: ArmResult
+    b: ArmResult
+
+
+class Tost(TypedDict, total=False):
+    method: str
+    margin: float
+    alpha: float
+    delta: float
+    se: float
+    p_noninferiority: float
+    p_nonsuperiority: float
+    p_equivalence: float
+    ci: list[float]
+    ci_level: float
+    degenerate: bool
+    noninferior: bool
+    equivalent: bool
+
+
+class Comparison(TypedDict, total=False):
+    """``comparison.json``: arm B against arm A over stored evals (proportions as fractions).
+
+    ``compare_dirs`` computes the statistics; its caller (``abh compare``, ``abh run``) owns ``arm_names``
+    and ``command``, and may add to ``simulated`` what it knows of the arms (the report reads these facts
+    from here only).
+    """
+
+    kind: str
+    schema_version: int
+    # owned by the caller of compare_dirs
+    arm_names: ArmNames
+    command: list[str]
+    simulated: bool
+    # the statistics
+    n: int
+    n_total: int
+    dropped_errors: int
+    error_rate: float
+    error_rate_per_run: dict[str, float]
+    max_error_rate: float
+    error_rate_exceeded: bool
+    failures: list[str]
+    alpha: float
+    seed: int
+    n_resamples: int
+    dataset_sha256: str | None
+    recipe: Any
+    arms: Arms
+    aa_dirs: list[str]
+    table_source: str
+    both: int
+    a_only: int
+    b_only: int
+    neither: int
+    delta: float
+    delta_se: float
+    delta_ci: list[float]
+    delta_ci_method: str
+    delta_ci_bootstrap: list[float]
+    delta_ci_percentile: list[float]
+    delta_ci_score: list[float] | None
+    delta_ci_unpaired: list[float]
+    test: str
+    p_value: float
+    p_value_floor: float | None
+    p_value_at_floor: bool
+    mcnemar_p: float
+    mcnemar_midp: float
+    psi: float
+    psi_aa: float | None
+    noise_band: list[float] | None
+    repeats_effective: float
+    mde: float
+    mde_unpaired: float
+    mde_paired: float
+    mde_repeats: float | None
+    mde_observed: float
+    margin: float | None
+    min_effect: float | None
+    tost: Tost | None
+    verdict: str
+    verdict_reason: str
+    flips: list[int]
+
+
+# ------------------------------------------------------------------------------------------ run
+class RunSummary(TypedDict, total=False):
+    """``summary.json`` of a run directory: the verdict and the exit code of ``abh run``."""
+
+    kind: str
+    schema_version: int
+    experiment: str
+    simulated: bool
+    verdict: str
+    verdict_reason: str | None
+    n: int | None
+    delta: float | None
+    delta_ci: list[float] | None
+    mcnemar_p: float | None
+    mde: float | None
+    accuracy: dict[str, float]
+    arms: dict[str, str]
+    repeats: int
+    aa_control: bool
+    #: the design as run: server launches per role, passes per launch, concurrency, restarts
+    design: dict[str, Any]
+    exit_code: int
+
+
+class Manifest(TypedDict, total=False):
+    """``manifest.json``: provenance of a run, rewritten at every step (see harness.orchestrate.rundir)."""
+
+    kind: str
+    schema_version: int
+    experiment: str
+    config: dict[str, Any]
+    config_sha256: str
+    config_semantic: dict[str, Any]
+    provenance: dict[str, Any]
+    dataset: dict[str, Any]
+    sessions: list[dict[str, Any]]
+    evals: dict[str, dict[str, Any]]
+    arms: dict[str, dict[str, Any]]
+    arm_diff: dict[str, Any]
+    arm_diff_live: dict[str, Any]
+    status: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------ sweep
+class SweepRow(TypedDict, total=False):
+    job: str
+    dir: str
+    label: str
+    n: int | None
+    accuracy_a: float | None
+    accuracy_b: float | None
+    delta: float | None
+    delta_ci: list[float] | None
+    p: float | None
+    p_value_floor: float | None
+    p_value_at_floor: bool
+    p_adjusted: float
+    mde: float | None
+    verdict: str
+    verdict_unadjusted: str
+    alpha: float
+    simulated: bool
+    missing: bool
+
+
+class SweepSummary(TypedDict, total=False):
+    kind: str
+    schema_version: int
+    experiment: str | None
+    correction: str
+    comparisons: list[SweepRow]
+    missing: list[str]
+    simulated: bool
+
+
+# ------------------------------------------------------------------------------------------ checking
+_NAMES = {EVAL: "an eval (eval.json)", EVAL_SUMMARY: "an eval summary", MANIFEST: "a run manifest",
+          RUN_SUMMARY: "a run summary", COMPARISON: "a comparison", SWEEP: "a sweep summary"}
+
+
+def stamp(kind: str, doc: dict[str, Any] | Any) -> dict[str, Any]:
+    """``doc`` with ``kind`` and the ``schema_version`` this abh writes, both first."""
+    body = {k: v for k, v in dict(doc).items() if k not in ("kind", "schema_version")}
+    return {"kind": kind, "schema_version": WRITES[kind], **body}
+
+
+def check(doc: Any, kind: str, where: str | Path) -> dict[str, Any]:
+    """``doc`` itself if it is a document of ``kind`` in a schema_version this abh reads; else SchemaError."""
+    if not isinstance(doc, dict):
+        raise SchemaError(f"{where}: expected {_NAMES[kind]} (a JSON object), found {type(doc).__name__}")
+    found = doc.get("kind")
+    if found != kind:
+        what = f"kind {found!r}" if found is not None else "no kind"
+        raise SchemaError(f"{where}: expected {_NAMES[kind]} (kind {kind!r}), found {what}")
+    version = doc.get("schema_version")
+    if isinstance(version, bool) or version not in READS[kind]:
+        reads = ", ".join(str(v) for v in sorted(READS[kind]))
+        raise SchemaError(f"{where}: {kind} schema_version {version!r} is not one abh {__version__} reads "
+                          f"({reads}); open it with the abh version that wrote it")
+    return doc
+
+
+def load(path: str | Path, kind: str) -> dict[str, Any]:
+    """Read and check one stored document. A missing file raises FileNotFoundError; anything unreadable
+    (not JSON, not UTF-8, wrong kind, unknown version) raises SchemaError."""
+    p = Path(path)
+    try:
+        doc = read_json(p)
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"{p}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except UnicodeDecodeError:
+        raise SchemaError(f"{p}: not UTF-8 text") from None
+    except IsADirectoryError:
+        raise SchemaError(f"{p}: is a directory, not {_NAMES[kind]}") from None
+    return check(doc, kind, p)
+
+
+def dump(path: str | Path, kind: str, doc: dict[str, Any] | Any) -> None:
+    """Write one document of ``kind`` atomically, stamped with its kind and schema_version."""
+    atomic_write_json(Path(path), stamp(kind, doc))
+
+
+# One loader and one writer per file kind.
+def load_eval_meta(path: str | Path) -> EvalMeta:
+    return cast(EvalMeta, load(path, EVAL))
+
+
+def load_eval_summary(path: str | Path) -> EvalSummary:
+    return cast(EvalSummary, load(path, EVAL_SUMMARY))
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    return cast(Manifest, load(path, MANIFEST))
+
+
+def load_run_summary(path: str | Path) -> RunSummary:
+    return cast(RunSummary, load(path, RUN_SUMMARY))
+
+
+def load_comparison(path: str | Path) -> Comparison:
+    return cast(Comparison, load(path, COMPARISON))
+
+
+def load_sweep_summary(path: str | Path) -> SweepSummary:
+    return cast(SweepSummary, load(path, SWEEP))
+
+
+def write_eval_meta(path: str | Path, doc: EvalMeta) -> None:
+    dump(path, EVAL, doc)
+
+
+def write_eval_summary(path: str | Path, doc: EvalSummary) -> None:
+    dump(path, EVAL_SUMMARY, doc)
+
+
+def write_manifest(path: str | Path, doc: Manifest) -> None:
+    dump(path, MANIFEST, doc)
+
+
+def write_run_summary(path: str | Path, doc: RunSummary) -> None:
+    dump(path, RUN_SUMMARY, doc)
+
+
+def write_comparison(path: str | Path, doc: Comparison) -> None:
+    dump(path, COMPARISON, doc)
+
+
+def write_sweep_summary(path: str | Path, doc: SweepSummary) -> None:
+    dump(path, SWEEP, doc)
+

@@ -1,0 +1,154 @@
+"""Stored results are typed and versioned: a file of another kind or an unknown schema_version is refused with
+one line (exit 2), never misread; files are written with the umask's permissions."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from helpers.evals import make_eval, seed_vectors
+
+from harness import schema
+from harness.cli import main as abh
+from harness.fileio import atomic_write_json, atomic_write_text, read_json
+from harness.store import StoreError, load_eval
+
+
+def _comparison_dir(tmp_path: Path) -> Path:
+    a, b = seed_vectors()
+    da, db = make_eval(tmp_path / "a", a[:200]), make_eval(tmp_path / "b", b[:200])
+    out = tmp_path / "cmp"
+    assert abh(["compare", "--a", str(da), "--b", str(db), "--out", str(out), "--resamples", "200"]) == 0
+    return out
+
+
+def _set(path: Path, **fields: object) -> None:
+    doc = read_json(path)
+    doc.update(fields)
+    atomic_write_json(path, doc)
+
+
+# ------------------------------------------------------------------------------------------ loaders
+def test_every_writer_stamps_kind_and_version(tmp_path: Path) -> None:
+    out = _comparison_dir(tmp_path)
+    for path, kind in ((out / "comparison.json", schema.COMPARISON), (tmp_path / "a" / "eval.json", schema.EVAL),
+                       (tmp_path / "a" / "summary.json", schema.EVAL_SUMMARY)):
+        doc = read_json(path)
+        assert (doc["kind"], doc["schema_version"]) == (kind, 1), path
+        assert list(doc)[:2] == ["kind", "schema_version"]
+        assert schema.load(path, kind) == doc
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", None, True])
+def test_unknown_schema_version_is_refused(tmp_path: Path, version: object) -> None:
+    path = tmp_path / "comparison.json"
+    schema.write_comparison(path, {"verdict": "improved"})
+    _set(path, schema_version=version)
+    with pytest.raises(schema.SchemaError) as e:
+        schema.load_comparison(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg and "schema_version" in msg and repr(version) in msg
+
+
+def test_wrong_or_missing_kind_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    schema.write_eval_summary(path, {"n": 3})
+    with pytest.raises(schema.SchemaError, match="expected a run summary .* found kind 'abh.eval.summary'"):
+        schema.load_run_summary(path)
+    atomic_write_json(path, {"n": 3})
+    with pytest.raises(schema.SchemaError, match="found no kind"):
+        schema.load_eval_summary(path)
+    atomic_write_text(path, "[1, 2]")
+    with pytest.raises(schema.SchemaError, match="a JSON object"):
+        schema.load_eval_summary(path)
+    atomic_write_text(path, '{"kind": ')
+    with pytest.raises(schema.SchemaError, match="not valid JSON"):
+        schema.load_eval_summary(path)
+    assert issubclass(schema.SchemaError, StoreError)  # every reader of the store handles it
+
+
+def test_eval_of_unknown_version_cannot_be_loaded_or_resumed(tmp_path: Path) -> None:
+    d = make_eval(tmp_path / "e", [True, False, True])
+    _set(d / "eval.json", schema_version=99)
+    with pytest.raises(schema.SchemaError, match="abh.eval schema_version 99"):
+        load_eval(d)
+    from harness.store import EvalStore
+
+    with pytest.raises(StoreError, match="schema_version 99"):
+        EvalStore(d).open({"dataset_sha256": "d" * 64, "recipe": "sglang-gsm8k-5shot", "indices": [0, 1, 2]})
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+def test_report_on_a_comparison_of_unknown_version_exits_2_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _comparison_dir(tmp_path)
+    capsys.readouterr()
+    _set(out / "comparison.json", schema_version=2)
+    (out / "report.html").unlink()
+    assert abh(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("abh report: ") and "schema_version 2" in err
+    assert "comparison.json" in err and not (out / "report.html").exists()
+
+
+def test_report_on_a_manifest_of_unknown_version_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _comparison_dir(tmp_path)
+    schema.write_manifest(out / "manifest.json", {"experiment": "x"})
+    _set(out / "manifest.json", schema_version=7)
+    capsys.readouterr()
+    assert abh(["report", str(out)]) == 2
+    assert "abh.run schema_version 7" in capsys.readouterr().err
+
+
+def test_compare_on_an_eval_of_unknown_version_exits_2_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = seed_vectors()
+    da, db = make_eval(tmp_path / "a", a[:50]), make_eval(tmp_path / "b", b[:50])
+    _set(db / "summary.json", schema_version=3)
+    assert abh(["compare", "--a", str(da), "--b", str(db), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "abh.eval.summary schema_version 3" in err and str(db) in err
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------ permissions
+@pytest.fixture
+def umask():
+    def set_mask(mask: int) -> None:
+        os.umask(mask)
+
+    old = os.umask(0o022)
+    yield set_mask
+    os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_atomic_writes_respect_the_umask(tmp_path: Path, umask) -> None:
+    umask(0o022)
+    atomic_write_text(tmp_path / "a.txt", "x")
+    assert _mode(tmp_path / "a.txt") == 0o644
+    umask(0o027)
+    atomic_write_json(tmp_path / "b.json", {})
+    assert _mode(tmp_path / "b.json") == 0o640
+    # an existing file keeps its permissions when it is rewritten
+    (tmp_path / "a.txt").chmod(0o600)
+    umask(0o022)
+    atomic_write_text(tmp_path / "a.txt", "y")
+    assert _mode(tmp_path / "a.txt") == 0o600 and (tmp_path / "a.txt").read_text() == "y"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_everything_abh_compare_writes_is_readable_by_others(tmp_path: Path, umask) -> None:
+    umask(0o022)
+    out = _comparison_dir(tmp_path)
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["comparison.json", "comparison.md", "report.html", "samples.csv", "samples.parquet"]
+    assert {p.name: _mode(p) for p in out.iterdir()} == {name: 0o644 for name in written}
+    assert _mode(tmp_path / "a" / "summary.json") == _mode(tmp_path / "a" / "eval.json") == 0o644
+    assert json.loads((out / "comparison.json").read_text())["kind"] == "abh.comparison"
