@@ -59,7 +59,7 @@ from harness.orchestrate.rundir import (
 from harness.orchestrate.schedule import Item, schedule
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.redact import redact_text
-from harness.report import write_report
+from harness.report import write_markdown, write_report
 from harness.sweep import redact_multirun_yaml
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 
@@ -322,7 +322,13 @@ class Run:
         if code == exitcodes.TOO_MANY_ERRORS:
             self.log.say("too many requests failed after retries; rerun the same command to retry them")
         if self.cfg.report:
-            self.log.say(f"report: {write_report(run_dir)}")
+            try:
+                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
+                self.log.write(traceback.format_exc())
+                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
+                             f"traceback in {run_dir / RUN_LOG}")
+                return code or exitcodes.UNEXPECTED
         return code
 
 
