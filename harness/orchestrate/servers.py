@@ -33,6 +33,8 @@ class Launch:
 
 
 class ServerPool:
+    """The run's live servers, at most one launch per arm (see the module docstring)."""
+
     def __init__(self, engines: dict[str, Engine], arms: dict[str, ResolvedArm], manifest: Manifest,
                  interrupts: Interrupts, say: Callable[[str], None], *, concurrent: bool):
         self.engines = engines
@@ -57,7 +59,10 @@ class ServerPool:
             if gone is not None:
                 self.stop(key, f"it is not serving ({gone}); launching it again")
             elif fresh and cur.passes:
-                self.stop(key, "the next eval needs a fresh launch")
+                if cur.engine.launch_spec().launched:
+                    self.stop(key, "the next eval needs a fresh launch")
+                else:  # a server someone else started: the eval shares its launch, and the record says so
+                    self.say(f"arm {key}'s server is not started by abh: the next eval reuses launch {cur.id}")
         return self.live.get(key) or self.launch(key, role, label)
 
     def launch(self, key: str, role: str, label: str = "") -> Launch:
