@@ -1,7 +1,8 @@
-"""The ``abh`` command: ``run`` (Hydra app), ``eval``, ``compare``, ``power``, ``report``.
+"""The ``abh`` command: ``run`` (Hydra app), ``eval``, ``ab``, ``compare``, ``power``, ``report``.
 
-Each subcommand's code is imported only when used, so ``abh eval`` stays light: ``compare`` and ``power`` are
-in :mod:`harness.cli_compare`, ``report`` in :mod:`harness.cli_report`, ``run`` in :mod:`harness.orchestrate.run`.
+Each subcommand's code is imported only when used, so ``abh eval`` stays light: ``ab`` is in :mod:`harness.ab`,
+``compare`` in :mod:`harness.cli_compare`, ``power`` in :mod:`harness.plan`, ``report`` in
+:mod:`harness.cli_report`, ``run`` in :mod:`harness.orchestrate.run`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ USAGE = """usage: abh <command> [options]
 commands:
   run      launch each arm's server, assert its side, evaluate, compare (Hydra: abh run experiment=NAME ...)
   eval     one eval against a server that is already running
+  ab       evaluate two running servers (interleaved, with repeats) and compare them
   compare  paired comparison of stored evals
   power    minimum detectable effect and repeats needed
   report   (re)write report.html (and comparison.md) for a run, comparison or sweep directory
@@ -90,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "eval":
         return eval_main(rest)
+    if cmd == "ab":
+        from harness.ab import ab_main
+
+        return ab_main(rest)
     if cmd == "compare":
         from harness.cli_compare import compare_main
 

@@ -29,7 +29,7 @@ from harness.compare import (
 )
 from harness.gate import FAIL_ON, comparison_exit
 from harness.redact import redact_argv
-from harness.schema import ArmNames, EvalMeta, EvalSummary
+from harness.schema import ArmNames, Comparison, EvalMeta, EvalSummary
 from harness.store import StoreError, incomplete_reason, load_eval
 
 
@@ -128,13 +128,19 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     failed = next((code for code in (exitcodes.SIDE_ASSERTION_FAILED, exitcodes.SERVER_FAILURE) if code in recorded),
                   exitcodes.OK)
     code = comparison_exit(c, args.fail_on, failed)
-    if code == exitcodes.GATE_FAILED:
-        print(f"abh compare: verdict {c.get('verdict')} fails --fail-on {args.fail_on} "
-              f"(exit {exitcodes.GATE_FAILED})", file=sys.stderr)
-    elif code == exitcodes.TOO_MANY_ERRORS:
-        print(f"abh compare: {100 * c.get('error_rate', 0.0):.2f} % of questions lost to request errors exceeds "
-              f"--max-error-rate {100 * args.max_error_rate:g} %: the arms are not comparable "
-              f"(exit {exitcodes.TOO_MANY_ERRORS})", file=sys.stderr)
-    elif code != exitcodes.OK:
-        print(f"abh compare: not comparable: {c.get('verdict_reason')} (exit {code})", file=sys.stderr)
+    explain_exit("abh compare", code, c, args.fail_on)
     return code
+
+
+def explain_exit(prog: str, code: int, c: Comparison, fail_on: str | None) -> None:
+    """One line on stderr saying why a finished comparison exits ``code`` (nothing for 0); the same words for
+    ``abh compare``, ``abh ab`` and ``abh run``."""
+    if code == exitcodes.GATE_FAILED:
+        print(f"{prog}: verdict {c.get('verdict')} fails --fail-on {fail_on} (exit {exitcodes.GATE_FAILED})",
+              file=sys.stderr)
+    elif code == exitcodes.TOO_MANY_ERRORS:
+        print(f"{prog}: {100 * c.get('error_rate', 0.0):.2f} % of questions lost to request errors exceeds "
+              f"--max-error-rate {100 * c.get('max_error_rate', DEFAULT_MAX_ERROR_RATE):g} %: the arms are not "
+              f"comparable (exit {exitcodes.TOO_MANY_ERRORS})", file=sys.stderr)
+    elif code != exitcodes.OK:
+        print(f"{prog}: not comparable: {c.get('verdict_reason')} (exit {code})", file=sys.stderr)

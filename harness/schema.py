@@ -99,8 +99,9 @@ class EvalMeta(TypedDict, total=False):
     arm: str
     role: str
     repeat: int
-    #: which server launch served the eval (``<arm>-<n>``; runs that share one are not independent)
-    launch_id: str
+    #: which server launch served the eval (abh run: ``<arm>-<n>``; abh ab: ``url:...``); runs that share one
+    #: are not independent
+    launch: str
     instance: str
     # bookkeeping of resumes
     resumes: int

@@ -91,7 +91,7 @@ def test_demo_records_which_launch_served_each_eval(demo: Demo) -> None:
     # ... and the A/A control runs on fresh launches of arm A, so it samples the launch noise the arms see
     assert served["evals/aa/r1"] == ["a-2"] and served["evals/aa/r2"] == ["a-3"]
     for rel, ids in served.items():
-        assert read_json(run_dir / rel / "eval.json")["launch_id"] == ids[0], rel
+        assert read_json(run_dir / rel / "eval.json")["launch"] == ids[0], rel
     launches = {x["id"]: x for arm in manifest["arms"].values() for x in arm["launches"]}
     assert set(launches) == {"a-1", "a-2", "a-3", "b-1"}
     assert len({x["probe"]["pid"] for x in launches.values()}) == 4  # four server processes

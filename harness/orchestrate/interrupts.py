@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
+from harness.evaluate import EvalInterrupted
+
 try:  # uvloop (Linux/macOS) roughly halves the client's per-request overhead at parallel 1319
     import uvloop
 
@@ -93,7 +95,7 @@ class Interrupts:
 
     def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` in a fresh event loop (uvloop when installed); a signal cancels it and comes out as
-        :class:`Interrupted` once the coroutine has cleaned up."""
+        :class:`Interrupted` once the coroutine has cleaned up (so does an eval's own EvalInterrupted)."""
 
         async def guarded() -> T:
             task = asyncio.ensure_future(coro)
@@ -108,8 +110,10 @@ class Interrupts:
         with self.deferred():
             try:
                 result = uvloop.run(guarded()) if HAVE_UVLOOP else asyncio.run(guarded())
+            except EvalInterrupted as e:  # the eval's own handler caught the signal
+                raise Interrupted(e.signum) from None
             except asyncio.CancelledError:
                 self.check()
                 raise
-        self.check()
+        self.check()  # a signal that arrived as the coroutine ended: what it has is on disk
         return result

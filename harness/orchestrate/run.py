@@ -41,7 +41,7 @@ from harness.client import ClientConfig
 from harness.compare import CompareError, compare_dirs
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
-from harness.evaluate import EvalInterrupted, EvalOptions, ServerGone, run_eval_async
+from harness.evaluate import EvalOptions, ServerGone, run_eval_async
 from harness.fileio import StoreError
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import (
@@ -258,17 +258,14 @@ class Run:
         ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
                             request_timeout_s=cfg.client.request_timeout_s, retries=cfg.client.retries,
                             backoff_s=cfg.client.backoff_s)
-        # launch_id: which server launch served the eval (the statistics treat runs that share one as
-        # dependent); "instance" is the same id under the name the eval store records per session.
-        meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch_id": launch.id,
-                "instance": launch.id, "simulated": engine.simulated}
+        # launch: which server launch served the eval (the statistics treat runs that share one as dependent);
+        # "instance" is the same id under the name the eval store records per session.
+        meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
+                "simulated": engine.simulated}
         opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta)
         try:
             summary = self.interrupts.run_async(
                 run_eval_async(self.test, recipe_of(cfg), ccfg, self.run_dir / rel, self.train, opts))
-        except EvalInterrupted as e:
-            self.manifest.eval_ended(rel, "interrupted")
-            raise Interrupted(e.signum) from None
         except Interrupted:
             self.manifest.eval_ended(rel, "interrupted")
             raise

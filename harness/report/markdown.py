@@ -186,8 +186,8 @@ def render(root: Path) -> str:
     elif manifest:
         parts.append("No side check was recorded for either arm.")
     else:
-        parts.append("None: a comparison of stored evals (`abh compare`); abh did not launch these servers, so it "
-                     "asserted nothing about them. Their own account of themselves is below.")
+        parts.append("None: abh did not launch these servers (`abh compare` of stored evals, `abh ab` of running "
+                     "servers), so it asserted nothing about them. Their own account of themselves is below.")
 
     parts.append("#### Sources")
     if manifest.get("arms"):

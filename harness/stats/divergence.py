@@ -1,0 +1,342 @@
+"""Token-level divergence of two servers' next-token distributions, and its paired test against an A/A floor.
+
+Inputs are numpy arrays over the tokens of a reference text (arm A's greedy completion) that each server
+scored teacher-forced: for every position, the logprob of the reference token and the server's top-k
+(ids, logprobs). Nothing here does I/O; :mod:`harness.divergence` reads the stored scores and calls this.
+
+**KL over the top-k with a tail bucket.** A server reports only its top-k, so the full-vocabulary
+KL(A‖B) cannot be formed. Per token, the distributions are coarsened onto the same buckets on both sides:
+one bucket per id of A's top-k whose logprob B also reported, and ONE tail bucket holding all remaining
+mass, ``1 - Σ`` of the bucketed probabilities, on each side (A's top-k ids that B did not report fall into
+the tail on both sides, as do B's ids outside A's top-k). The result is the exact KL between the two
+coarsened distributions, so 0 <= it <= the full-vocabulary KL (data-processing inequality): it can miss
+divergence hidden inside the tail, never invent it. When B scored exactly A's top-k ids (SGLang's
+``token_ids_logprob``) every A id is bucketed and only the mass outside A's top-k is lumped. Numerics: a
+tail mass below :data:`TAIL_FLOOR` (1e-6, about the rounding error of a sum of 20 float32 probabilities)
+counts as ``TAIL_FLOOR`` on that side, so two tails that are both rounding noise contribute 0; a ``-inf``
+logprob counts as :data:`MIN_LOGPROB`; per-token KL is clipped at 0 from below (rounding).
+
+**Measures** (as llama.cpp's ``llama-perplexity --kl-divergence`` reports them, per token): mean KLD, KLD
+percentiles (99.9, 99, 95, 90, median), the same-top-token rate (A's argmax id equals B's argmax id), RMS
+of Δlogprob of the reference token (B − A), plus the first divergence position of two sequences.
+
+**Test.** Per question i, KLD_i is the mean KL over its tokens, for A‖B and for the A/A floor A‖A'; the
+paired difference is d_i = KLD_i(A‖B) − KLD_i(A‖A'). Under H0 (B is another draw of A's build), B and A'
+are exchangeable given A's reference pass, so each d_i is symmetric about 0 and independent across
+questions: the one-sided sign-flip randomisation test of the token-weighted mean of d (questions are the
+unit; weights = tokens per question, so the statistic equals ``kld_mean - kld_mean_aa`` in nats/token)
+is exact. Its p-value has the floor 1/(R+1) for R random sign vectors. The effect (mean KLD above the
+floor) gets a question-level bootstrap interval (BCa of the weighted mean). Verdict ``diverged`` when
+p < α and the effect is positive, else ``indistinguishable``; ``not_measured`` is decided by the caller
+when a side could not be scored (never a silent zero).
+
+The A/A floor must be drawn like B: if B runs on another server launch, A' must be a fresh launch of A,
+not a second pass of the same process, or per-launch noise shows up as divergence. Calibration by
+simulation (``tests/test_divergence_simulation.py``, 4000 experiments each): false-positive rate 5.45 %
+(pass noise), 5.60 % (pass + launch noise), 5.45 % (launch noise) at α = 5 %; an A' on A's own launch
+rejects every time. Not covered: a random noise *scale* per launch (shared by all questions of a launch)
+makes the questions dependent; with one A/A launch it inflates the false-positive rate (42 % at a
+lognormal scale sd of 0.3); only more A/A launches can measure that variance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtri
+
+from ._rng import SeedLike, as_rng
+from .resample import DEFAULT_MAX_ELEMS, bca_interval, percentile_interval
+
+DIVERGENCE_VERDICTS = ("diverged", "indistinguishable", "not_measured")
+#: KLD percentiles reported, as llama.cpp prints them (50 = median)
+PERCENTILES = (99.9, 99.0, 95.0, 90.0, 50.0)
+#: a tail mass below this counts as this (rounding noise of a sum of k float32 probabilities)
+TAIL_FLOOR = 1e-6
+#: a logprob of -inf (masked token) counts as this many nats, so one token's KL stays finite
+MIN_LOGPROB = -100.0
+#: padding id in top-k arrays (a server that returned fewer than k alternatives at a position)
+PAD_ID = -1
+
+
+# ------------------------------------------------------------------------------------------ per token
+def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
+    """The compared side's logprobs of the reference's top-k ids, shape of ``ref_ids`` (T, k).
+
+    ``cmp_ids``/``cmp_logprobs`` (T, k2) are the compared server's own top-k. Entries are NaN where the
+    compared server did not report that id (or the reference id is padding, ``PAD_ID``).
+    """
+    ref_ids = np.asarray(ref_ids)
+    cmp_ids = np.asarray(cmp_ids)
+    cmp_logprobs = np.asarray(cmp_logprobs, dtype=float)
+    if ref_ids.ndim != 2 or cmp_ids.shape != cmp_logprobs.shape or cmp_ids.shape[0] != ref_ids.shape[0]:
+        raise ValueError(f"misaligned top-k arrays: {ref_ids.shape}, {cmp_ids.shape}, {cmp_logprobs.shape}")
+    if cmp_ids.shape[1] == 0:
+        return np.full(ref_ids.shape, np.nan)
+    eq = (ref_ids[:, :, None] == cmp_ids[:, None, :]) & (ref_ids[:, :, None] != PAD_ID)
+    hit = eq.any(axis=2)
+    j = eq.argmax(axis=2)
+    out = np.take_along_axis(cmp_logprobs, j, axis=1)
+    out[~hit] = np.nan
+    return out
+
+
+def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
+    """KL(P‖Q) per token (nats) over the reference's top-k buckets plus one tail bucket.
+
+    ``ref_logprobs`` (T, k): log P of the reference's top-k ids (``-inf``/NaN for padding);
+    ``cmp_logprobs`` (T, k): log Q of the SAME ids (column j is the same id on both sides), NaN where the
+    compared side did not report it. Ids known on both sides are buckets of their own; everything else is
+    lumped into the tail on both sides (see the module docstring). Returns shape (T,), >= 0.
+    """
+    lp = np.asarray(ref_logprobs, dtype=float)
+    lq = np.asarray(cmp_logprobs, dtype=float)
+    if lp.shape != lq.shape or lp.ndim != 2:
+        raise ValueError(f"ref and cmp logprobs must be (T, k) of one shape, got {lp.shape} and {lq.shape}")
+    known = np.isfinite(lp) & ~np.isnan(lq)
+    lp_k = np.where(known, lp, 0.0)
+    lq_k = np.where(known, np.maximum(lq, MIN_LOGPROB), 0.0)
+    p = np.where(known, np.exp(lp_k), 0.0)
+    q = np.where(known, np.exp(lq_k), 0.0)
+    head = np.sum(p * (lp_k - lq_k), axis=1)
+    p_tail = np.maximum(1.0 - p.sum(axis=1), TAIL_FLOOR)
+    q_tail = np.maximum(1.0 - q.sum(axis=1), TAIL_FLOOR)
+    tail = p_tail * (np.log(p_tail) - np.log(q_tail))
+    # both tails at the floor: rounding noise on both sides, no contribution
+    tail = np.where((p_tail <= TAIL_FLOOR) & (q_tail <= TAIL_FLOOR), 0.0, tail)
+    return np.maximum(head + tail, 0.0)
+
+
+def token_kl(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray,
+             cmp_on_ref: np.ndarray | None = None) -> np.ndarray:
+    """Per-token lumped KL(ref‖cmp) from both sides' top-k lists.
+
+    ``cmp_on_ref`` (T, k), optional: the compared server's logprobs of exactly the reference's top-k ids
+    (SGLang ``token_ids_logprob``), NaN where missing; where given it is used, the rest is filled by matching
+    the compared server's own top-k ids.
+    """
+    aligned = align_to_reference(ref_ids, cmp_ids, cmp_logprobs)
+    if cmp_on_ref is not None:
+        cor = np.asarray(cmp_on_ref, dtype=float)
+        aligned = np.where(np.isnan(cor), aligned, cor)
+    lp = np.where(np.asarray(ref_ids) == PAD_ID, -np.inf, np.asarray(ref_logprobs, dtype=float))
+    return lumped_kl(lp, aligned)
+
+
+def top_id(ids: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+    """The argmax id of each row's top-k list (padding ignored); ``PAD_ID`` for an empty row."""
+    ids = np.asarray(ids)
+    lps = np.where(ids == PAD_ID, -np.inf, np.nan_to_num(np.asarray(logprobs, dtype=float), nan=-np.inf))
+    if ids.shape[1] == 0:
+        return np.full(ids.shape[0], PAD_ID, dtype=ids.dtype)
+    j = lps.argmax(axis=1)
+    out = ids[np.arange(ids.shape[0]), j]
+    return np.where(np.isfinite(lps.max(axis=1)), out, PAD_ID)
+
+
+def same_top(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray,
+             cmp_logprobs: np.ndarray) -> np.ndarray:
+    """Per token: both sides' most likely id is the same (bool, shape (T,)); False when either is empty."""
+    a = top_id(ref_ids, ref_logprobs)
+    b = top_id(cmp_ids, cmp_logprobs)
+    return (a == b) & (a != PAD_ID)
+
+
+# ------------------------------------------------------------------------------------------ aggregation
+def segment_means(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Means of ``values`` over the segments ``[offsets[i], offsets[i+1])`` (NaN for an empty segment).
+
+    ``offsets`` is non-decreasing from 0 to ``len(values)`` (tokens sorted by question).
+    """
+    values = np.asarray(values, dtype=float)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != values.size \
+            or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must run non-decreasing from 0 to len(values)")
+    counts = np.diff(offsets)
+    out = np.full(counts.shape, np.nan)
+    nz = counts > 0
+    if nz.any():   # between two non-empty segments only empty ones: reduceat's implicit ends are exact
+        out[nz] = np.add.reduceat(values, offsets[:-1][nz]) / counts[nz]
+    return out
+
+
+def kld_percentiles(kl: np.ndarray, percentiles: Sequence[float] = PERCENTILES) -> dict[str, float | None]:
+    """{"99.9": x, "99": x, ..., "50": median} of per-token KLD (None for no tokens)."""
+    kl = np.asarray(kl, dtype=float)
+    keys = [f"{p:g}" for p in percentiles]
+    if kl.size == 0:
+        return dict.fromkeys(keys)
+    vals = np.percentile(kl, list(percentiles))
+    return {k: float(v) for k, v in zip(keys, vals, strict=True)}
+
+
+def rms(x: np.ndarray) -> float | None:
+    x = np.asarray(x, dtype=float)
+    return float(np.sqrt(np.mean(x**2))) if x.size else None
+
+
+def first_divergence(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int | None:
+    """Index of the first element where two sequences (token ids, or characters) differ; None when equal.
+
+    When one is a proper prefix of the other, the length of the shorter (where the longer one goes on).
+    """
+    n = min(len(a), len(b))
+    if isinstance(a, str) and isinstance(b, str):
+        if a == b:
+            return None
+        lo, hi = 0, n    # binary search on prefix equality: O(n) compares in C, not a Python loop per char
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if a[:mid] == b[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+    x = np.asarray(a[:n])
+    y = np.asarray(b[:n])
+    ne = np.flatnonzero(x != y)
+    if ne.size:
+        return int(ne[0])
+    return None if len(a) == len(b) else n
+
+
+def char_to_token(char_index: int | None, text_offsets: np.ndarray | None) -> int | None:
+    """The token (index into ``text_offsets``, each token's start offset in the text) holding a character."""
+    if char_index is None or text_offsets is None or len(text_offsets) == 0:
+        return None
+    return max(0, int(np.searchsorted(np.asarray(text_offsets), char_index, side="right")) - 1)
+
+
+def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | None:
+    """First position where the compared server's argmax is not the reference token: where its greedy
+    decode of the reference prefix would leave the reference text. None when it never does."""
+    miss = np.flatnonzero(np.asarray(cmp_top) != np.asarray(ref_token_ids))
+    return int(miss[0]) if miss.size else None
+
+
+# ------------------------------------------------------------------------------------------ test
+def weighted_mean(d: np.ndarray, weights: np.ndarray | None = None) -> float:
+    d = np.asarray(d, dtype=float)
+    w = np.ones_like(d) if weights is None else np.asarray(weights, dtype=float)
+    return float(np.sum(w * d) / np.sum(w))
+
+
+def sign_flip_test(d: np.ndarray, weights: np.ndarray | None = None, n_resamples: int = 9_999,
+                   seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> dict[str, float]:
+    """One-sided randomisation test of H0: each d_i is symmetric about 0, against mean(d) > 0.
+
+    Statistic T = Σ w_i d_i / Σ w_i (``weights`` default 1). Each of ``n_resamples`` resamples flips the sign
+    of every d_i independently with probability 1/2; p = (1 + #{T* >= T}) / (R + 1), which is exact (size
+    <= α) for any distribution symmetric under H0, with the floor 1/(R+1). Resamples are drawn in chunks
+    (about ``max_elems`` signs each), never one Python iteration per resample.
+    Returns {statistic, p_value, p_floor, n_resamples}.
+    """
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    if n == 0:
+        raise ValueError("sign-flip test of an empty sample")
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != d.shape or np.any(w < 0) or not np.sum(w) > 0:
+        raise ValueError("weights must be non-negative, of the shape of d, and not all zero")
+    wd = w * d / np.sum(w)
+    total = float(wd.sum())
+    tol = 1e-12 * max(float(np.abs(wd).sum()), 1e-300)
+    rng = as_rng(seed)
+    chunk = max(1, min(n_resamples, max_elems // n))
+    ge = 0
+    for start in range(0, n_resamples, chunk):
+        m = min(chunk, n_resamples - start)
+        flip = rng.random((m, n)) < 0.5
+        t_b = total - 2.0 * (flip @ wd)
+        ge += int(np.count_nonzero(t_b >= total - tol))
+    return {"statistic": total, "p_value": (1 + ge) / (n_resamples + 1), "p_floor": 1 / (n_resamples + 1),
+            "n_resamples": n_resamples}
+
+
+def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = 0.05,
+                     n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
+                     max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
+    """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample).
+
+    ``method``: ``percentile`` or ``bca`` (jackknife acceleration of the ratio). A sample whose d are all
+    equal gives the zero-width interval [d, d].
+    """
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    if n < 2:
+        raise ValueError("a bootstrap interval needs at least two questions")
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    rng = as_rng(seed)
+    chunk = max(1, min(n_resamples, max_elems // n))
+    theta = np.empty(n_resamples)
+    wd = w * d
+    for start in range(0, n_resamples, chunk):
+        m = min(chunk, n_resamples - start)
+        idx = rng.integers(0, n, size=(m, n))
+        theta[start:start + m] = wd[idx].sum(axis=1) / w[idx].sum(axis=1)
+    if method == "percentile":
+        return percentile_interval(theta, alpha)
+    if method == "bca":
+        sw, swd = w.sum(), wd.sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jack = (swd - wd) / (sw - w)
+        jack = np.where(np.isfinite(jack), jack, swd / sw)
+        return bca_interval(theta, swd / sw, jack, alpha)
+    raise ValueError(f"unknown bootstrap method {method!r} (percentile or bca)")
+
+
+def weighted_mean_se(d: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Linearised (ratio-estimator) standard error of Σ w d / Σ w with questions as the unit."""
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    if n < 2:
+        return float("nan")
+    m = np.sum(w * d) / np.sum(w)
+    u = w * (d - m) / np.mean(w)
+    return float(np.sqrt(np.var(u, ddof=1) / n))
+
+
+def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray | None = None,
+                    alpha: float = 0.05, n_resamples: int = 9_999, seed: SeedLike = None,
+                    ci_method: str = "bca", power: float = 0.8) -> dict[str, Any]:
+    """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A').
+
+    ``kld_ab``/``kld_aa``: per-question mean KL (nats/token) over the same reference tokens; ``tokens``:
+    tokens per question (the weights; None = questions weigh alike). Returns {verdict (``diverged`` |
+    ``indistinguishable``), effect (Σ w d / Σ w, nats/token), effect_ci, effect_se, effect_mde (at
+    ``power``, one-sided α), p_value, p_floor, p_value_at_floor, n_resamples, alpha, questions}.
+    """
+    kld_ab = np.asarray(kld_ab, dtype=float)
+    kld_aa = np.asarray(kld_aa, dtype=float)
+    if kld_ab.shape != kld_aa.shape or kld_ab.ndim != 1:
+        raise ValueError(f"per-question KLDs must be 1-D of one shape, got {kld_ab.shape} and {kld_aa.shape}")
+    if np.isnan(kld_ab).any() or np.isnan(kld_aa).any():
+        raise ValueError("per-question KLD holds NaN: drop questions without tokens first")
+    d = kld_ab - kld_aa
+    rng = as_rng(seed)
+    seeds = rng.integers(0, 2**32, size=2)
+    test = sign_flip_test(d, tokens, n_resamples, seed=int(seeds[0]))
+    effect = test["statistic"]
+    ci = weighted_mean_ci(d, tokens, alpha, n_resamples, ci_method, seed=int(seeds[1])) if d.size > 1 else None
+    se = weighted_mean_se(d, tokens)
+    mde = float((ndtri(1 - alpha) + ndtri(power)) * se) if np.isfinite(se) else None
+    diverged = test["p_value"] < alpha and effect > 0
+    return {
+        "verdict": "diverged" if diverged else "indistinguishable",
+        "effect": effect,
+        "effect_ci": None if ci is None else [float(ci[0]), float(ci[1])],
+        "effect_ci_method": f"question-level bootstrap, {ci_method}",
+        "effect_se": se,
+        "effect_mde": mde,
+        "p_value": test["p_value"],
+        "p_floor": test["p_floor"],
+        "p_value_at_floor": bool(test["p_value"] <= test["p_floor"] * (1 + 1e-9)),
+        "n_resamples": n_resamples,
+        "alpha": alpha,
+        "questions": int(d.size),
+        "test": "one-sided sign-flip randomisation test of the token-weighted mean of d_i",
+    }

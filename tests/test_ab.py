@@ -1,0 +1,260 @@
+"""`abh ab URL_A URL_B`: two running simulator processes evaluated in interleaved order and compared."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import TEST_JSONL, SimServer, free_port
+from helpers.markdown import parse_table
+
+from harness import exitcodes
+from harness.ab import launch_id
+from harness.cli import main as cli_main
+from harness.fileio import read_json, read_jsonl
+
+N = "100"
+
+
+def abh(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, **kw)
+
+
+def _argv(url_a: str, url_b: str, out: Path, *extra: str) -> list[str]:
+    return ["ab", url_a, url_b, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", N, "--parallel", N,
+            "--no-progress", *extra]
+
+
+def ab(url_a: str, url_b: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``abh ab`` as a command, in its own process."""
+    return abh(*_argv(url_a, url_b, out, *extra))
+
+
+def ab_here(capsys: pytest.CaptureFixture[str], url_a: str, url_b: str, out: Path, *extra: str) -> tuple[int, str, str]:
+    """``abh ab`` in this process (what the entry point would exit with, stdout, stderr): no interpreter start
+    and no scipy import per call."""
+    try:
+        code = cli_main(_argv(url_a, url_b, out, *extra))
+    except SystemExit as e:  # argparse
+        code = int(e.code or 0)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """Arm A's server at 90 % and a worse arm B at 60 %, each one launch with a fixed noise seed."""
+    a = SimServer("--accuracy", "0.9", "--run-seed", "1")
+    b = SimServer("--accuracy", "0.6", "--run-seed", "2")
+    try:
+        yield a.wait_ready(), b.wait_ready()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def _summary_lines(stdout: str) -> list[str]:
+    """The printed comparison summary: everything before the "wrote ..." lines."""
+    lines = stdout.splitlines()
+    return lines[:next(i for i, ln in enumerate(lines) if ln.startswith("wrote "))]
+
+
+def _received(server: SimServer) -> int:
+    return int(requests.get(server.url + "/get_server_info", timeout=5).json()["requests_received"])
+
+
+STATS = ("n", "n_total", "both", "a_only", "b_only", "neither", "delta", "delta_ci", "delta_ci_method", "test",
+         "p_value", "mcnemar_p", "mde", "verdict", "verdict_reason", "flips", "simulated")
+
+
+def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys):
+    sa, sb = servers
+    r = ab(sa.url, sb.url, tmp_path / "ab")
+    assert r.returncode == 0, r.stderr
+    root = tmp_path / "ab"
+    for f in ("comparison.json", "summary.json", "report.html", "comparison.md", "evals/a/r1/eval.json",
+              "evals/a/r1/samples.jsonl", "evals/b/r1/summary.json"):
+        assert (root / f).is_file(), f
+
+    for ev, name in (("ea", sa), ("eb", sb)):
+        e = abh("eval", "--url", name.url, "--out", str(tmp_path / ev), "--data", str(TEST_JSONL),
+                "--num-questions", N, "--parallel", N, "--no-progress")
+        assert e.returncode == 0, e.stderr
+    c = abh("compare", "--a", str(tmp_path / "ea"), "--b", str(tmp_path / "eb"), "--out", str(tmp_path / "cmp"))
+    assert c.returncode == 0, c.stderr
+
+    got, want = read_json(root / "comparison.json"), read_json(tmp_path / "cmp" / "comparison.json")
+    assert {k: got[k] for k in STATS} == {k: want[k] for k in STATS}
+    for role in ("a", "b"):
+        assert got["arms"][role]["accuracy"] == want["arms"][role]["accuracy"]
+        assert got["arms"][role]["wilson"] == want["arms"][role]["wilson"]
+    assert _summary_lines(r.stdout) == _summary_lines(c.stdout)  # the same printed table, line for line
+    assert got["verdict"] == "regressed" and "verdict: REGRESSED" in r.stdout
+
+    # independently of compare: the accuracies are those of the stored answers
+    for role, server in (("a", sa), ("b", sb)):
+        rows = read_jsonl(root / "evals" / role / "r1" / "samples.jsonl")
+        assert sorted(x["index"] for x in rows) == list(range(100))
+        assert got["arms"][role]["accuracy"] == pytest.approx(sum(bool(x["correct"]) for x in rows) / 100)
+        meta = read_json(root / "evals" / role / "r1" / "eval.json")
+        assert meta["launch"] == launch_id(server.url) == f"url:{server.url}"
+        assert (meta["arm"], meta["role"], meta["repeat"], meta["url"]) == (role.upper(), role, 1, server.url)
+    summary = read_json(root / "summary.json")
+    assert summary["kind"] == "abh.run.summary" and summary["verdict"] == "regressed"
+    assert summary["accuracy"] == {"a": got["arms"]["a"]["accuracy"], "b": got["arms"]["b"]["accuracy"]}
+    assert summary["exit_code"] == 0 and summary["repeats"] == 1
+    assert got["command"][:2] == ["abh", "ab"] and sa.url in got["command"]
+
+    # a finished run recomputes without sending anything, and the same URLs swapped are refused
+    before = _received(sa), _received(sb)
+    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--fail-on", "any-difference")
+    assert code == exitcodes.GATE_FAILED, err
+    assert (_received(sa), _received(sb)) == before
+    code, _, err = ab_here(capsys, sb.url, sa.url, root)
+    assert code == exitcodes.BAD_CONFIG
+    assert "swapped" in err and len(err.strip().splitlines()) == 1
+    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--num-questions", "50")  # kept evals are of 100
+    assert code == exitcodes.BAD_CONFIG and "another question set (--num-questions)" in err
+    assert (_received(sa), _received(sb)) == before
+
+
+def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
+    sa, sb = servers
+    root = tmp_path / "run"
+    r = ab(sa.url, sb.url, root, "--repeats", "2", "--names", "base,fix", "--fail-on", "regressed")
+    assert r.returncode == exitcodes.GATE_FAILED, r.stderr
+    assert "verdict regressed fails --fail-on regressed (exit 7)" in r.stderr
+    order = [ln.split()[2] for ln in r.stderr.splitlines() if ln.startswith("[abh] [")]
+    assert order == ["evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2"]
+    c = read_json(root / "comparison.json")
+    assert c["arm_names"] == {"a": "base", "b": "fix"}
+    assert c["arms"]["a"]["n_runs"] == 2 == c["arms"]["b"]["n_runs"] and c["verdict"] == "regressed"
+    assert [Path(d).relative_to(root).as_posix() for d in c["arms"]["b"]["dirs"]] == ["evals/b/r1", "evals/b/r2"]
+    assert read_json(root / "summary.json")["exit_code"] == exitcodes.GATE_FAILED
+    assert read_json(root / "summary.json")["arms"] == {"a": "base", "b": "fix"}
+    assert "fix vs base" in (root / "report.html").read_text()
+    md = (root / "comparison.md").read_text()
+    assert {row["arm"]: row["name"] for row in parse_table(md, "arm")} == {"A": "base", "B": "fix"}
+    assert md.startswith("### [SIMULATED] abh: fix (B) vs base (A): **")
+    for rel in ("evals/a/r2", "evals/b/r2"):
+        meta = read_json(root / rel / "eval.json")
+        assert meta["repeat"] == 2 and meta["arm"] == {"a": "base", "b": "fix"}[meta["role"]]
+
+    # resume: B r2 lost its summary and 60 answers; everything else is kept as it is
+    samples = root / "evals/b/r2/samples.jsonl"
+    samples.write_text("".join(ln + "\n" for ln in samples.read_text().splitlines()[:40]))
+    (root / "evals/b/r2/summary.json").unlink()
+    kept = {p: p.stat().st_mtime_ns for p in root.glob("evals/a/*/*")}
+    before = _received(sa), _received(sb)
+    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--repeats", "2", "--names", "base,fix", "--fail-on",
+                           "regressed")
+    assert code == exitcodes.GATE_FAILED, err
+    assert err.count("already complete, kept") == 3
+    assert {p: p.stat().st_mtime_ns for p in root.glob("evals/a/*/*")} == kept
+    assert _received(sa) == before[0]
+    assert _received(sb) - before[1] == 60 + 1  # the 60 missing questions and one warm-up request
+    rows = read_jsonl(samples)
+    assert sorted(x["index"] for x in rows) == list(range(100))
+    assert read_json(root / "evals/b/r2/eval.json")["resumes"] == 1
+
+
+def test_the_gate_passes_when_b_is_better(servers, tmp_path, capsys):
+    sa, sb = servers
+    code, _, err = ab_here(capsys, sb.url, sa.url, tmp_path / "run", "--fail-on", "regressed")
+    assert code == 0, err
+    assert read_json(tmp_path / "run" / "comparison.json")["verdict"] == "improved"
+
+
+def test_an_unreachable_server_is_one_line_and_exit_4(servers, tmp_path, capsys):
+    sa, _ = servers
+    dead = f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    code, out, err = ab_here(capsys, sa.url, dead, tmp_path / "run")
+    assert code == exitcodes.SERVER_FAILURE and out == ""
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"abh ab: server B at {dead} is not reachable: ") and "refused" in line
+    assert time.monotonic() - t0 < 30
+    assert not (tmp_path / "run").exists()  # checked before anything is sent or written
+
+
+@pytest.mark.parametrize("args", [("not-a-url", "http://127.0.0.1:1"), ("http://127.0.0.1:1", "ftp://host/x"),
+                                  ("http://127.0.0.1:99999", "http://127.0.0.1:1")])
+def test_a_url_that_is_not_a_url_is_exit_2(tmp_path, capsys, args):
+    code, _, err = ab_here(capsys, *args, tmp_path / "run")
+    assert code == exitcodes.BAD_CONFIG
+    assert len(err.strip().splitlines()) == 1 and err.startswith("abh ab: error: URL_")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("extra", [("--names", "base"), ("--names", "x,x"), ("--repeats", "0")])
+def test_bad_options_are_exit_2(tmp_path, capsys, extra):
+    code, _, err = ab_here(capsys, "http://127.0.0.1:1", "http://127.0.0.1:2", tmp_path / "run", *extra)
+    assert code == exitcodes.BAD_CONFIG and extra[0] in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_out_that_is_a_file_is_exit_2(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    code, _, err = ab_here(capsys, "http://127.0.0.1:1", "http://127.0.0.1:2", tmp_path / "f")
+    assert code == exitcodes.BAD_CONFIG and "not a directory" in err
+    assert (tmp_path / "f").read_text() == "x"
+
+
+def test_a_server_that_dies_mid_eval_is_exit_4_and_resumable(servers, sim_server, tmp_path):
+    sa, _ = servers
+    dying = sim_server("--accuracy", "0.9", "--run-seed", "5", "--crash-after", "30",
+                       "--max-running-requests", "5", "--latency-s", "0.01")
+    root = tmp_path / "run"
+    r = ab(sa.url, dying.url, root)
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("abh ab:")]
+    assert len(lines) == 1 and f"server B at {dying.url} failed during evals/b/r1" in lines[0]
+    assert "Traceback" not in r.stderr
+    assert 0 < len(read_jsonl(root / "evals/b/r1/samples.jsonl")) < 100
+    assert not (root / "comparison.json").exists()
+
+
+def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path):
+    slow = sim_server("--accuracy", "0.9", "--run-seed", "7", "--latency-s", "0.05", "--max-running-requests", "5")
+    other = sim_server("--accuracy", "0.9", "--run-seed", "8")
+    root = tmp_path / "run"
+    cmd = [sys.executable, "-m", "harness.cli", "ab", slow.url, other.url, "--out", str(root), "--data",
+           str(TEST_JSONL), "--num-questions", N, "--parallel", N, "--no-progress"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    samples = root / "evals/a/r1/samples.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (samples.exists() and len(read_jsonl(samples)) >= 10):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "interrupted by SIGINT" in err and "Traceback" not in err
+    assert 10 <= len(read_jsonl(samples)) < 100 and not (root / "evals/b").exists()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(x["index"] for x in read_jsonl(samples)) == list(range(100))
+    assert json.loads((root / "evals/a/r1/eval.json").read_text())["resumes"] == 1
+
+
+def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_server, tmp_path, capsys):
+    sa, _ = servers
+    flaky = sim_server("--accuracy", "0.9", "--run-seed", "9", "--error-rate", "0.6")  # 0.6^4: ~13 % fail 4 times
+    root = tmp_path / "run"
+    code, out, err = ab_here(capsys, sa.url, flaky.url, root)
+    assert code == exitcodes.TOO_MANY_ERRORS, err
+    errors = read_json(root / "evals/b/r1/summary.json")["errors"]
+    assert errors > 2 and read_json(root / "summary.json")["exit_code"] == exitcodes.TOO_MANY_ERRORS
+    assert "lost to request errors exceeds --max-error-rate 2 %" in err and "verdict:" in out
+    before = _received(sa), _received(flaky)
+    code, _, err = ab_here(capsys, sa.url, flaky.url, root, "--max-error-rate", "0.5")
+    assert code == 0, err
+    assert "evals/a/r1: already complete, kept" in err and "evals/b/r1 (B) on" in err
+    assert _received(sa) == before[0] and _received(flaky) - before[1] >= errors + 1  # the failed ones again
