@@ -99,6 +99,9 @@ class EvalMeta(TypedDict, total=False):
     arm: str
     role: str
     repeat: int
+    #: which server launch served the eval (abh run: ``<arm>-<n>``; abh ab: ``url:...``); runs that share one
+    #: are not independent
+    launch: str
     instance: str
     # bookkeeping of resumes
     resumes: int
@@ -327,6 +330,8 @@ class RunSummary(TypedDict, total=False):
     arms: dict[str, str]
     repeats: int
     aa_control: bool
+    #: the design as run: server launches per role, passes per launch, concurrency, restarts
+    design: dict[str, Any]
     #: GPU time per role and in total (harness.cost)
     cost: Cost
     #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
@@ -335,7 +340,7 @@ class RunSummary(TypedDict, total=False):
 
 
 class Manifest(TypedDict, total=False):
-    """``manifest.json``: provenance of a run, rewritten at every step (see harness.run)."""
+    """``manifest.json``: provenance of a run, rewritten at every step (see harness.orchestrate.rundir)."""
 
     kind: str
     schema_version: int
