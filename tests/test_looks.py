@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 
 import harness.config as hc
 from harness.cost import EvalRecord, LaunchRecord, run_cost
-from harness.looks import Looks, apply_to_comparison, design_of, look_estimate
-from harness.rundesign import describe, format_design, plan_launches, times_from_cost
+from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
+from harness.orchestrate.looks import Looks, apply_to_comparison, design_of, look_estimate
 from harness.stats.sequential import SequentialDesign, decide_look
 
 
@@ -61,7 +61,7 @@ def test_passes_on_one_launch_are_averaged_first(tmp_path: Path) -> None:
     delta, _, _ = look_estimate(a_dirs, b_dirs)
     assert delta == pytest.approx((bm.mean(0) - am.mean(0)).mean())  # equal weights here: same value
     # one launch for A's two passes: A contributes one cluster (its mean), B two
-    from harness.looks import _by_launch
+    from harness.orchestrate.looks import _by_launch
 
     assert [m.shape[0] for m in _by_launch(a_dirs)] == [2] and [m.shape[0] for m in _by_launch(b_dirs)] == [1, 1]
 
@@ -156,5 +156,5 @@ def test_design_states_the_launch_noise_trade_off_and_cost() -> None:
     assert fresh["roles"]["a"] == {"launches": 3, "evals": 3, "passes_per_launch": 1, "launch_noise": "sampled"}
     assert fresh["expected"]["gpu_hours"] == pytest.approx(8 * 8 * 1000.0 / 3600)  # 8 launches, one pass each
     text = "\n".join(format_design(fresh, 3, restart_per_repeat=False))
-    assert "sequential, at most 3 repeats" in text and "restart_per_repeat=false is overridden" in text
+    assert "sequential, at most 3 repeats" in text and "restart_per_repeat=false does not apply" in text
     assert f"{8 * 8 * 1000.0 / 3600:.2f} GPU-hours" in text and "about 2.6 repeats are expected" in text

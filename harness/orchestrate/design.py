@@ -122,9 +122,9 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
                      "per repeat), but a launch-wide shift (autotuning, memory layout) cannot be told from the change; "
                      "experiment.restart_per_repeat=true samples it at one launch per repeat")
     elif seq:
-        lines.append("  each repeat of both arms is a fresh launch (the sequential design needs independent "
-                     "repeats)" + ("" if restart_per_repeat else "; experiment.restart_per_repeat=false is "
-                                   "overridden"))
+        lines.append("  each repeat of both arms is a fresh launch: the sequential design needs independent repeats"
+                     + ("" if restart_per_repeat else " (experiment.restart_per_repeat=false does not apply to a "
+                                                      "sequential run)"))
     elif restart_per_repeat:
         lines.append("  each repeat is a fresh launch (experiment.restart_per_repeat=true): launch noise is sampled, "
                      "at one launch per repeat")
