@@ -145,7 +145,7 @@ def test_design_states_the_launch_noise_trade_off_and_cost() -> None:
     reuse = describe(_items(3, False), concurrent=True, gpus={"a": 8, "b": 8, "aa": 8})
     assert reuse["roles"]["a"]["launch_noise"] == "not sampled" and reuse["roles"]["aa"]["launches"] == 2
     text = "\n".join(format_design(reuse, 3, restart_per_repeat=False))
-    assert "trade-off: A, B reuse(s) one launch" in text and "restart_per_repeat=true" in text
+    assert "trade-off: A and B each reuse one launch" in text and "restart_per_repeat=true" in text
     assert "expected cost: unknown" in text
     cost = run_cost([LaunchRecord("a", 600.0, 1000.0, 8), LaunchRecord("b", 600.0, 1000.0, 8)],
                     [EvalRecord("a", 300.0), EvalRecord("b", 300.0)])

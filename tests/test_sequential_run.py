@@ -183,3 +183,17 @@ def test_a_bad_sequential_config_exits_2_before_any_server(tmp_path: Path) -> No
     r = abh_run(f"hydra.run.dir={tmp_path / 'x'}", "experiment.sequential=true", cwd=tmp_path)
     assert r.returncode == exitcodes.BAD_CONFIG and "needs experiment.max_repeats" in r.stderr
     assert not (tmp_path / "x" / "manifest.json").exists()
+
+
+def test_a_dry_run_prints_the_design_and_its_gpus(tmp_path: Path) -> None:
+    from harness.stats.sequential import SequentialDesign, operating_characteristics
+
+    r = abh_run(f"hydra.run.dir={tmp_path / 'dry'}", "dry_run=true", *SEQ, "engine.gpus=4", "stats.margin_pp=null",
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    null = operating_characteristics(SequentialDesign(max_repeats=6, min_repeats=2), 0.0)["expected_repeats"]
+    assert 2 < null < 6
+    assert (f"design: sequential, at most 6 repeats per arm (first look after repeat 2; about {null:.1f} expected "
+            "without an effect)") in r.stderr
+    assert "6 launch(es), 6 eval(s), up to 1 pass(es) per launch, 4 GPU(s) per launch" in r.stderr
+    assert "expected cost: unknown" in r.stderr and not (tmp_path / "dry" / "manifest.json").exists()

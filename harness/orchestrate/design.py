@@ -106,8 +106,10 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
     """The lines printed before the run starts."""
     names = {"a": "A", "b": "B", "aa": "A/A control"}
     seq = d.get("sequential")
+    null = f"; about {seq['expected_if_null']:.1f} expected without an effect" if seq and seq.get(
+        "expected_if_null") is not None else ""
     head = (f"design: sequential, at most {seq['max_repeats']} repeats per arm (first look after repeat "
-            f"{seq['min_repeats']}); the schedule below is the worst case" if seq else
+            f"{seq['min_repeats']}{null}); the schedule below is the worst case" if seq else
             f"design: {repeats} repeat(s) per arm")
     lines = [head + (", both arms' servers up at once" if d.get("concurrent") else ", one server at a time")]
     for role, r in d["roles"].items():
@@ -118,7 +120,8 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
     shared = [names[k] for k, r in d["roles"].items() if k in ("a", "b") and r["launch_noise"] != "sampled"
               and r["evals"] > 1]
     if shared:
-        lines.append(f"  trade-off: {', '.join(shared)} reuse(s) one launch for several repeats: cheaper (no launch "
+        who = " and ".join(shared) + (" each reuse" if len(shared) > 1 else " reuses")
+        lines.append(f"  trade-off: {who} one launch for several repeats: cheaper (no launch "
                      "per repeat), but a launch-wide shift (autotuning, memory layout) cannot be told from the change; "
                      "experiment.restart_per_repeat=true samples it at one launch per repeat")
     elif seq:

@@ -467,6 +467,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
     if cfg.dry_run:
         checks = run.static_checks()
         run.print_dry_run(diffs, checks)
+        run.print_design(run.items())
         print("\ndry run: no server started, nothing measured.")
         # The dry run exits as the real run would before its first server: 2, 6, 3, in that order.
         problems = [p for arm in run.arms.values() for p in arm.source.problems]
