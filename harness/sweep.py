@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness import schema
-from harness.cost import format_cost, sum_costs
+from harness.cost import cost_from_manifest, format_cost, sum_costs
 from harness.report.words import p_bound
 from harness.schema import SweepRow
 
@@ -71,8 +71,8 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
 
 
 def job_costs(root: Path) -> dict[str, dict[str, Any]]:
-    """Each job's ``cost`` (its run summary's, else its manifest's), by job directory name. A failed or
-    interrupted job that held servers still cost GPU time: its manifest has the launches."""
+    """Each job's ``cost`` (its run summary's, else its manifest's, else computed from the launches its
+    manifest recorded), by job directory name: a failed or interrupted job that held servers cost GPU time."""
     out: dict[str, dict[str, Any]] = {}
     for job in sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []:
         for name, load in ((schema.RUN_SUMMARY_FILE, schema.load_run_summary), (schema.MANIFEST_FILE, schema.load_manifest)):
@@ -86,6 +86,15 @@ def job_costs(root: Path) -> dict[str, dict[str, Any]]:
             if isinstance(cost, dict) and cost.get("total"):
                 out[job.name] = dict(cost)
                 break
+        else:  # a job that stopped before its summary: the launches its manifest recorded
+            path = job / schema.MANIFEST_FILE
+            if path.exists():
+                try:
+                    manifest = schema.load_manifest(path)
+                except schema.SchemaError:
+                    continue
+                if any(arm.get("launches") for arm in (manifest.get("arms") or {}).values()):
+                    out[job.name] = cost_from_manifest(manifest, job)
     return out
 
 

@@ -153,3 +153,18 @@ def test_a_sweep_without_costs_has_no_cost_block(tmp_path: Path) -> None:
     build_run_dir(tmp_path / "job0_x=0", n=40, inject=False)
     s = summarize_sweep(tmp_path, "holm")
     assert "cost" not in s and "cost of the sweep" not in format_sweep(s)
+
+
+def test_a_job_that_stopped_early_is_costed_from_its_launches(tmp_path: Path) -> None:
+    job = tmp_path / "job0_x=0"
+    job.mkdir()
+    t0 = 1_700_000_000.0
+    manifest = {"experiment": "x", "config": {"engine": {"kind": "sglang", "args": ["--tp", "4"]},
+                                              "arms": {"a": {}, "b": {}}},
+                "arms": {"a": {"launches": [{"id": "a-1", "role": "a", "spawned": t0, "ready": t0 + 600,
+                                             "launch_s": 600.0, "stopped": t0 + 900, "server_s": 900.0}]}},
+                "evals": {}, "sessions": [{"started": t0}]}
+    schema.write_manifest(job / "manifest.json", manifest)  # type: ignore[arg-type]
+    s = summarize_sweep(tmp_path, "holm")
+    assert s["cost"]["total"]["gpu_hours"] == pytest.approx(900 * 4 / 3600)  # TP 4 from the flags
+    assert s["comparisons"][0]["missing"] and s["comparisons"][0]["gpu_hours"] == pytest.approx(1.0)
