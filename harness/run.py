@@ -470,7 +470,8 @@ class Run:
         comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
                                   margin=None if s.margin_pp is None else s.margin_pp / 100,
                                   min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
-                                  alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate)
+                                  alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
+                                  hypothesis=s.hypothesis)
         names = {"a": m["arms"][x.a]["name"], "b": m["arms"][x.b]["name"]}
         comparison["arm_names"] = names
         atomic_write_json(run_dir / COMPARISON, comparison)
@@ -480,7 +481,7 @@ class Run:
             "simulated": bool(comparison.get("simulated")),
             "verdict": comparison.get("verdict"), "verdict_reason": comparison.get("verdict_reason"),
             "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
-            "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
+            "test": comparison.get("test"), "p": comparison.get("p"), "mde": comparison.get("mde"),
             "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
             "arms": names, "repeats": x.repeats, "aa_control": x.aa_control, "exit_code": code,
         }
@@ -521,12 +522,14 @@ def format_table(summary: dict[str, Any], c: dict[str, Any]) -> str:
         arm = c["arms"][r]
         lo, hi = arm.get("wilson") or (None, None)
         ci = f"[{lo:.4f}, {hi:.4f}]" if lo is not None else ""
-        reps = ", ".join(f"{v:.4f}" for v in arm.get("repeats") or [])
+        reps = ", ".join(f"{v:.4f}" if v is not None else "n/a" for v in arm.get("repeats") or [])
         lines.append(f"  {r.upper()} {summary['arms'][r]:<20} accuracy {arm['accuracy']:.4f} {ci}  repeats: {reps}")
     lo, hi = c.get("delta_ci") or (None, None)
-    lines.append(f"  delta (B - A) {pp(c.get('delta'))}  95% CI [{pp(lo)}, {pp(hi)}]  "
-                 f"table both={c.get('both')} A-only={c.get('a_only')} B-only={c.get('b_only')} "
-                 f"neither={c.get('neither')}  McNemar p (repeat 1)={c.get('mcnemar_p'):.3g}")
+    lines.append(f"  delta (B - A) {pp(c.get('delta'))}  {100 * (1 - c.get('alpha', 0.05)):g}% CI [{pp(lo)}, {pp(hi)}]  "
+                 f"table both={c.get('both'):g} A-only={c.get('a_only'):g} B-only={c.get('b_only'):g} "
+                 f"neither={c.get('neither'):g}")
+    p_txt = f", p = {c['p']:.3g}" if c.get("p") is not None else ""
+    lines.append(f"  decided by: {c.get('test')}{p_txt}")
     if c.get("psi_aa") is not None:
         band = c.get("noise_band") or [None, None]
         lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band of delta [{pp(band[0])}, {pp(band[1])}]")
