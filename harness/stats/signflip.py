@@ -7,7 +7,7 @@ the unit: runs that repeat verbatim leave d_i unchanged and so add no evidence.
 
 The distribution is computed exactly when the d_i lie on a lattice (they do: they are differences of
 means of 0/1 scores, multiples of 1/K for a small K), by convolving the distributions of each distinct
-|d_i| value. The p-value is two-sided and **mid-p** by default: P(|T*| > |t|) + ½ P(|T*| = |t|). With one
+|d_i| value. The p-value is two-sided and **mid-p** by default: 2 (P(T* > |t|) + ½ P(T* = |t|)). With one
 run per arm this is the mid-p McNemar test (Fagerland, Lydersen & Laake 2013 recommend it over the exact
 test, whose size is far below α when discordant pairs are few: 3.0 % at 26 expected pairs); ``mid_p=False``
 gives the exact (conservative) test, the exact McNemar test for one run per arm. When the lattice is too
@@ -64,10 +64,12 @@ def null_distribution(x: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _tail_p(pmf: np.ndarray, offset: int, t: int, mid_p: bool) -> float:
+    """Two-sided p: twice the one-sided P(T > |t|) + (½ or 1)·P(T = |t|), capped at 1 (the McNemar
+    convention: 1 when t = 0)."""
     values = np.arange(pmf.size) - offset
-    more = float(pmf[np.abs(values) > abs(t)].sum())
-    equal = float(pmf[np.abs(values) == abs(t)].sum())
-    return min(1.0, more + (0.5 if mid_p else 1.0) * equal)
+    more = float(pmf[values > abs(t)].sum())
+    equal = float(pmf[values == abs(t)].sum())
+    return min(1.0, 2 * (more + (0.5 if mid_p else 1.0) * equal))
 
 
 def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
@@ -76,7 +78,7 @@ def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
 
     Returns ``p`` (mid-p by default), ``delta`` (mean d), ``n_nonzero`` (questions whose d differs from 0),
     ``exact`` (true when the distribution was enumerated) and ``p_floor`` (None when exact, else the Monte
-    Carlo floor 1/(n_resamples + 1)).
+    Carlo floor 2/(n_resamples + 1)).
     """
     d = np.asarray(d, dtype=float)
     d = d[~np.isnan(d)]
@@ -101,8 +103,8 @@ def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
     chunk = max(1, (1 << 20) // a.size)
     for start in range(0, n_resamples, chunk):
         m = min(chunk, n_resamples - start)
-        s = np.abs((rng.integers(0, 2, size=(m, a.size)) * 2 - 1) @ a)
+        s = (rng.integers(0, 2, size=(m, a.size)) * 2 - 1) @ a
         more += int(np.sum(s > t + tol))
         equal += int(np.sum(np.abs(s - t) <= tol))
-    p = (1 + more + (0.5 if mid_p else 1.0) * equal) / (n_resamples + 1)
-    return {**out, "p": float(min(1.0, p)), "exact": False, "p_floor": 1.0 / (n_resamples + 1)}
+    p = 2 * (1 + more + (0.5 if mid_p else 1.0) * equal) / (n_resamples + 1)
+    return {**out, "p": float(min(1.0, p)), "exact": False, "p_floor": 2.0 / (n_resamples + 1)}

@@ -118,3 +118,52 @@ def experiment(rng: np.random.Generator, design: Design, noise: Noise, *, n: int
     else:
         base_b = base_a & (u >= -delta / accuracy)
     return (arm_runs(base_a, design, noise, rng, error_rate, "A"), arm_runs(base_b, design, noise, rng, error_rate, "B"))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Error rates of :func:`harness.stats.compare_arms` on one design under one noise."""
+
+    design: str
+    noise: str
+    experiments: int
+    false_positive: float       # share of improved/regressed verdicts at Δ = 0
+    coverage_null: float        # share of (1 - α) intervals containing 0 at Δ = 0
+    mde: float                  # mean reported MDE at the effect below
+    effect: float               # the true effect of the power runs: the MDE reported at that effect
+    power: float                # share of improved verdicts at that effect
+    coverage_alt: float         # share of intervals containing the effect
+
+
+def calibrate(design: Design, noise: Noise, experiments: int = 2000, *, seed: int = 0, n: int = 1319,
+              accuracy: float = 0.9, error_rate: float = 0.0, alpha: float = 0.05,
+              mde_every: int = 10) -> Calibration:
+    """False-positive rate and coverage at Δ = 0, then power and coverage at the reported MDE.
+
+    The reported MDE depends on the effect (a real effect adds discordant questions), so the power runs use
+    the fixed point: the mean MDE reported at Δ = MDE_0 (the null runs' mean MDE) is the effect simulated.
+    MDEs are computed on every ``mde_every``-th experiment (they cost more than the test).
+    """
+    from .analysis import compare_arms
+
+    rng = np.random.default_rng(seed)
+    ability = solve_ability(accuracy)
+
+    def run(delta: float, count: int) -> tuple[float, float, float]:
+        hits = cover = 0
+        mdes = []
+        for i in range(count):
+            a, b = experiment(rng, design, noise, n=n, accuracy=accuracy, delta=delta, error_rate=error_rate,
+                              ability=ability)
+            r = compare_arms(a, b, alpha=alpha, compute_mde=i % mde_every == 0)
+            word = r["verdict"].word
+            hits += word in ("improved", "regressed") if delta == 0 else word == "improved"
+            cover += r["ci"][0] <= delta <= r["ci"][1]
+            if r["mde"] is not None:
+                mdes.append(r["mde"])
+        return hits / count, cover / count, float(np.mean(mdes)) if mdes else float("nan")
+
+    fp, cov0, m0 = run(0.0, experiments)
+    _, _, m1 = run(m0, max(1, experiments // 4))
+    power, cov1, m2 = run(m1, experiments)
+    return Calibration(design.name, noise.name, experiments, fp, cov0, m2, m1, power, cov1)
