@@ -163,10 +163,13 @@ def _count(x: float) -> int | float:
 
 
 def _table(am: np.ndarray, bm: np.ndarray) -> dict[str, int | float]:
-    """The paired table of per-question arm means (question mass; whole counts for one run per arm)."""
-    return {"both": _count(float(np.minimum(am, bm).sum())), "a_only": _count(float(np.maximum(am - bm, 0).sum())),
-            "b_only": _count(float(np.maximum(bm - am, 0).sum())),
-            "neither": _count(float((1 - np.maximum(am, bm)).sum()))}
+    """The paired table of per-question arm means (question mass; whole counts for one run per arm).
+    The four counts sum to n exactly and Δ = (b_only - a_only) / n."""
+    both, a_only = float(np.minimum(am, bm).sum()), float(np.maximum(am - bm, 0).sum())
+    b_only = float(np.maximum(bm - am, 0).sum())
+    counts = {"both": _count(both), "a_only": _count(a_only), "b_only": _count(b_only)}
+    counts["neither"] = _count(am.size - sum(counts.values()))
+    return counts
 
 
 def _basis(v: stats.Verdict, res: dict[str, Any], alpha: float) -> tuple[str | None, float | None, float | None]:
@@ -324,7 +327,8 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         "repeats_effective": r_eff,
         "mde": res["mde"],
         "mde_method": (f"exact power (80 %) of the {res['test']} at α = {alpha:g}" if res["unit"] == "question"
-                       else f"t approximation (80 %) for the {res['test']} at α = {alpha:g}"),
+                       else f"t approximation (80 %) for the {res['test']} at α = {alpha:g}")
+                      + (" plus the error bounds' shift of Δ" if res["errors"].get("mde_allowance") else ""),
         "mde_unpaired": stats.mde_unpaired(n, float((res["a_means"].mean() + res["b_means"].mean()) / 2), alpha),
         "detectable_floor": stats.mde_floor(n, alpha),
         "margin": margin,

@@ -349,3 +349,13 @@ def test_launch_welch_t_matches_scipy():
     ref = ttest_ind(B.scores.mean(axis=1), A.scores.mean(axis=1), equal_var=False)
     assert r["p"] == pytest.approx(ref.pvalue, rel=1e-9)
     assert r["df"] == pytest.approx(ref.df, rel=1e-9)
+
+
+def test_score_interval_array_and_scalar_paths_agree():
+    rng = np.random.default_rng(20)
+    t = random_tables(rng, 200)
+    n = t.sum(axis=1)
+    lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
+    for i in range(0, 200, 7):
+        lo1, hi1 = S.score_interval(int(t[i, 1]), int(t[i, 2]), int(n[i]))
+        assert float(lo1) == pytest.approx(lo[i], abs=1e-12) and float(hi1) == pytest.approx(hi[i], abs=1e-12)
