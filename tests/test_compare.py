@@ -406,3 +406,23 @@ def test_sweep_adjusts_every_verdict_that_rests_on_a_test(tmp_path: Path):
     assert rows["x=1"]["p_adjusted"] == pytest.approx(0.06)
     assert rows["x=1"]["verdict"] == "inconclusive" and rows["x=1"]["verdict_unadjusted"] == "equivalent"
     assert rows["x=2"]["verdict"] == "inconclusive" and rows["x=2"]["verdict_unadjusted"] == "noninferior"
+
+
+def test_launch_variation_seen_only_in_the_aa_runs_is_borrowed(tmp_path: Path):
+    """One launch per arm plus A/A runs on other launches: launch shifts are measured on arm A's
+    configuration and the arms' single launches borrow that variance."""
+    rng = np.random.default_rng(7)
+    n = 1319
+    base = rng.random(n) < 0.85
+
+    def launch(shift: float) -> np.ndarray:
+        return np.where(base, rng.random(n) >= max(0.0, -shift) / 0.85, rng.random(n) < max(0.0, shift) / 0.15)
+
+    da = make_eval(tmp_path / "a", launch(0.0), launch="A0")
+    db = make_eval(tmp_path / "b", launch(0.01), launch="B0")
+    aa = [make_eval(tmp_path / f"aa{i}", launch(s), launch=f"A{i + 1}") for i, s in enumerate((0.04, -0.04))]
+    c = compare_dirs([da], [db], None, 0.05, 0, aa_dirs=aa, n_resamples=500)
+    assert c["design"]["unit"] == "launch" and c["design"]["kind"] == "one launch per arm, repeated passes" \
+        or c["design"]["kind"] == "one run per arm"
+    assert c["test"] == "Welch t-test over launches" and c["verdict"] == "inconclusive"
+    assert c["diagnostics"]["launch_t"]["df"] == pytest.approx(2.0)

@@ -54,7 +54,8 @@ def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, Any] | None
                   "launches (experiment.restart_per_repeat=true) to resolve it")
     elif la >= 2 and lb >= 2:
         kind = "several launches per arm"
-        cannot = None
+        cannot = (f"launch-wide shifts too small for Cochran's Q over {la} + {lb} launches to detect are treated "
+                  "as absent (more launches per arm resolve smaller ones)")
     else:
         kind = "several launches for one arm only"
         cannot = ("the arm with one launch has no launch-to-launch variation of its own; it is assumed equal "
@@ -103,17 +104,21 @@ def psi_aa_block(a_cfg: ArmRuns, b: ArmRuns, psi_ab: float, n: int) -> dict[str,
 
 
 # ------------------------------------------------------------------------------------------ core
-def launch_t(a: ArmRuns, b: ArmRuns, keep: np.ndarray, delta: float) -> dict[str, float]:
-    """SE and Welch-Satterthwaite df of Δ from the arms' launch accuracies over the questions ``keep``
-    (an arm with one launch borrows the pooled launch variance of the arms that have several)."""
+def launch_t(a: ArmRuns, b: ArmRuns, keep: np.ndarray, delta: float, a_config: ArmRuns | None = None) -> dict[str, Any]:
+    """SE and Welch-Satterthwaite df of Δ from the arms' launch accuracies over the questions ``keep``.
+    An arm with one launch borrows the pooled launch variance of the configurations with several
+    (``a_config``: arm A's configuration including its A/A launches, default ``a``)."""
     ms = [m[~np.isnan(m)] for m in (launch_accuracies(a, keep), launch_accuracies(b, keep))]
-    multi = [m for m in ms if m.size >= 2]
+    src = [m[~np.isnan(m)] for m in (launch_accuracies(a_config or a, keep), ms[1])]
+    multi = [m for m in src if m.size >= 2]
     pooled_df = sum(m.size - 1 for m in multi)
     if pooled_df == 0:
-        raise ValueError("launch-level inference needs an arm with two or more launches")
+        raise ValueError("launch-level inference needs a configuration with two or more launches")
     pooled = sum(float(np.var(m, ddof=1)) * (m.size - 1) for m in multi) / pooled_df
-    comps = [(float(np.var(m, ddof=1)) / m.size, m.size - 1) if m.size >= 2 else (pooled / m.size, pooled_df)
-             for m in ms]
+    comps = [(float(np.var(m, ddof=1)) / m.size, m.size - 1) for m in ms if m.size >= 2]
+    single = [m for m in ms if m.size < 2]
+    if single:   # the arms with one launch share one borrowed estimate: one component, its df once
+        comps.append((pooled * sum(1.0 / max(m.size, 1) for m in single), pooled_df))
     var = sum(v for v, _ in comps)
     df = var**2 / sum(v**2 / d for v, d in comps) if var > 0 else float(pooled_df)
     se = math.sqrt(var)
@@ -136,7 +141,8 @@ def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float =
         raise ValueError(f"only {n} question(s) answered by both arms; nothing to compare")
     d = bm[keep] - am[keep]
     delta = float(d.mean())
-    het = launch_heterogeneity([a if aa is None else a.concat(aa), b])
+    a_cfg = a if aa is None else a.concat(aa)
+    het = launch_heterogeneity([a_cfg, b])
     unit = "launch" if het is not None and het["p"] < alpha else "question"
     table = effective_table(d)
     res: dict[str, Any] = {"keep": keep, "n": n, "a_means": am[keep], "b_means": bm[keep], "d": d,
@@ -154,7 +160,7 @@ def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float =
             psi_noise = 2 * min(table["b"], table["c"]) / table["n"]
             res["mde"] = mde_paired_exact(table["n"], psi_noise, alpha)
     else:
-        lt = launch_t(a, b, keep, delta)
+        lt = launch_t(a, b, keep, delta, a_cfg)
         tq = float(student_t.ppf(1 - alpha / 2, lt["df"]))
         res.update(test=LAUNCH_T, p=lt["p"], p_floor=None, ci=[delta - tq * lt["se"], delta + tq * lt["se"]],
                    ci_method=LAUNCH_CI, se=lt["se"], launch_t=lt)
@@ -223,9 +229,9 @@ def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesi
             why = (f"request errors could change the verdict: counting B's unanswered questions wrong and A's "
                    f"right gives {bounds['against_b']['verdict']} (Δ = {100 * bounds['against_b']['delta']:+.2f} pp), "
                    f"the reverse {bounds['against_a']['verdict']} (Δ = {100 * bounds['against_a']['delta']:+.2f} pp); "
-                   f"unanswered questions A {errs['unanswered_a']}, B {errs['unanswered_b']}, error rates A "
-                   f"{100 * errs['rate_a']:.2f} %, B {100 * errs['rate_b']:.2f} % (difference p = {errs['p']:.3g}); "
-                   f"without them: {v.word}, {v.reason}")
+                   f"unanswered questions A {errs['unanswered_a']}, B {errs['unanswered_b']} (error rates A "
+                   f"{100 * errs['rate_a']:.2f} %, B {100 * errs['rate_b']:.2f} %); without them: {v.word}, "
+                   f"Δ = {100 * res['delta']:+.2f} pp")
             v = Verdict("inconclusive", why, "errors")
         # the bounds must agree for a verdict: an effect must also clear the adverse bound's shift
         shift = max(res["delta"] - bounds["against_b"]["delta"], bounds["against_a"]["delta"] - res["delta"], 0.0)

@@ -8,7 +8,7 @@ one broken with probability |Δ| / accuracy), so the true difference is Δ.
 
 Noise, as in the engine's ``flip_probabilities``: a launch flips its arm's base outcomes at rate
 ``flip_launch`` (two launches disagree on about that share), a pass flips its launch's outcomes at rate
-``flip_pass``, both balanced so expected accuracy is unchanged; ``shift_sd`` adds a launch-wide accuracy
+``flip_pass``, both balanced at the arm's base accuracy so expected accuracy is unchanged; ``shift_sd`` adds a launch-wide accuracy
 shift ~ Normal(0, shift_sd) per launch (wrong answers turned right, or right ones wrong, alike). Errors:
 each (run, question) is missing with probability ``error_rate``.
 """
@@ -72,11 +72,13 @@ def solve_ability(accuracy: float, sd: float = DIFFICULTY_SD) -> float:
     return (lo + hi) / 2
 
 
-def _flip(y: np.ndarray, rate: float, rng: np.random.Generator) -> np.ndarray:
-    """Balanced flips at ``rate`` (the engine's flip_probabilities: f/(4a) right->wrong, f/(4(1-a)) up)."""
+def _flip(y: np.ndarray, rate: float, rng: np.random.Generator, accuracy: float) -> np.ndarray:
+    """Balanced flips at ``rate`` (the engine's flip_probabilities: f/(4a) right->wrong, f/(4(1-a)) up),
+    with a the arm's base accuracy. (Rates taken from a launch's own realised accuracy would tie every
+    question's pass noise to the launch's total, a launch-wide effect the model does not intend.)"""
     if rate <= 0:
         return y
-    acc = float(np.clip(y.mean(), 1e-9, 1 - 1e-9))
+    acc = float(np.clip(accuracy, 1e-9, 1 - 1e-9))
     down, up = min(1.0, rate / (4 * acc)), min(1.0, rate / (4 * (1 - acc)))
     u = rng.random(y.shape)
     return np.where(y, u >= down, u < up)
@@ -93,12 +95,13 @@ def _shift(y: np.ndarray, s: float, rng: np.random.Generator) -> np.ndarray:
 def arm_runs(base: np.ndarray, design: Design, noise: Noise, rng: np.random.Generator, error_rate: float = 0.0,
              prefix: str = "L") -> ArmRuns:
     runs, ids = [], []
+    acc = float(base.mean())
     for launch in range(design.launches):
-        y = _flip(base, noise.flip_launch, rng)
+        y = _flip(base, noise.flip_launch, rng, acc)
         if noise.shift_sd > 0:
             y = _shift(y, float(rng.normal(0, noise.shift_sd)), rng)
         for _ in range(design.passes):
-            runs.append(_flip(y, noise.flip_pass, rng).astype(float))
+            runs.append(_flip(y, noise.flip_pass, rng, acc).astype(float))
             ids.append(f"{prefix}{launch}")
     s = np.vstack(runs)
     if error_rate > 0:

@@ -121,8 +121,8 @@ def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = 0.05,
         return directional()
     if hypothesis == "noninferiority" and ni:
         assert margin is not None and e.p_noninferiority is not None
-        extra = (f"; B is significantly lower ({p_txt}) but by less than the margin" if sig and e.delta < 0
-                 else "")
+        extra = ("; B is significantly lower than A (the interval excludes 0) but by less than the margin"
+                 if sig and e.delta < 0 else "")
         return Verdict("noninferior", f"B is not worse than A by {100 * margin:.2f} pp or more: lower bound of the "
                                       f"{ci_txt} is above −{100 * margin:.2f} pp (one-sided "
                                       f"{format_p(e.p_noninferiority)} < {alpha / 2:g}){extra}", "noninferiority")
@@ -132,24 +132,28 @@ def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = 0.05,
         return equivalent()
 
     mde_txt = f"; MDE at 80 % power = {100 * e.mde:.2f} pp" if e.mde is not None and e.mde < 1 else ""
+    # Only the p of the claim the question asks is quoted: the superiority test's, or the TOST's, or the
+    # one-sided non-inferiority test's.
+    basis = {"superiority": "superiority", "noninferiority": "noninferiority", "equivalence": "equivalence"}[hypothesis]
+    if basis == "noninferiority":
+        assert margin is not None
+        why = (f"non-inferiority not shown: Δ = {_pp(e.delta)}, the lower bound of the {ci_txt} is not above "
+               f"−{100 * margin:.2f} pp (one-sided {format_p(e.p_noninferiority or 1.0)} >= {alpha / 2:g})")
+        return Verdict("inconclusive", why + mde_txt, basis)
+    if basis == "equivalence":
+        assert margin is not None
+        tci = f"{_ci(e.ci_tost, 1 - 2 * alpha, e.ci_method)} " if e.ci_tost is not None else "the interval "
+        why = (f"equivalence not shown: Δ = {_pp(e.delta)}, {tci}not inside {m_txt} "
+               f"(TOST {format_p(e.p_equivalence if e.p_equivalence is not None else 1.0)} >= α = {alpha:g})")
+        return Verdict("inconclusive", why + mde_txt, basis)
     if sig and min_effect is not None and e.delta != 0:
         why = (f"Δ = {_pp(e.delta)} is significant ({p_txt}) but the {ci_txt} does not exclude effects "
                f"smaller than the declared effect {100 * min_effect:.2f} pp")
+    elif sig:   # the test rejects but the interval includes 0 (they are different methods)
+        why = f"the test rejects ({p_txt}) but the {ci_txt} includes 0: not shown which way Δ = {_pp(e.delta)} goes"
     else:
         why = f"no detectable difference: Δ = {_pp(e.delta)}, {p_txt} >= α = {alpha:g}; {ci_txt}"
-        if sig:   # the test rejects but the interval includes 0 (they are different methods)
-            why = (f"the test rejects ({p_txt}) but the {ci_txt} includes 0: not shown which way Δ = "
-                   f"{_pp(e.delta)} goes")
-    basis = "superiority"
-    if hypothesis == "noninferiority":
-        assert margin is not None
-        why += (f"; non-inferiority not shown: lower bound {100 * lo:+.2f} pp is not above −{100 * margin:.2f} pp"
-                + (f" (one-sided {format_p(e.p_noninferiority)})" if e.p_noninferiority is not None else ""))
-        basis = "noninferiority"
-    elif margin is not None:
-        tp = f", TOST {format_p(e.p_equivalence)}" if e.p_equivalence is not None else ""
-        tci = f" ({_ci(e.ci_tost, 1 - 2 * alpha, e.ci_method)}{tp})" if e.ci_tost is not None else ""
+    if margin is not None:
+        tci = f" ({_ci(e.ci_tost, 1 - 2 * alpha, e.ci_method)})" if e.ci_tost is not None else ""
         why += f"; not shown within {m_txt}{tci}"
-        if hypothesis == "equivalence":
-            basis = "equivalence"
     return Verdict("inconclusive", why + mde_txt, basis)
