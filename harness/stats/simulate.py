@@ -74,8 +74,9 @@ def solve_ability(accuracy: float, sd: float = DIFFICULTY_SD) -> float:
 
 def _flip(y: np.ndarray, rate: float, rng: np.random.Generator, accuracy: float) -> np.ndarray:
     """Balanced flips at ``rate`` (the engine's flip_probabilities: f/(4a) right->wrong, f/(4(1-a)) up),
-    with a the arm's base accuracy. (Rates taken from a launch's own realised accuracy would tie every
-    question's pass noise to the launch's total, a launch-wide effect the model does not intend.)"""
+    with a the arm's expected accuracy. Rates taken from a realised accuracy (of the drawn questions, or
+    of a launch) would tie every question's noise to that total: a dependence between questions, i.e. a
+    launch-wide effect, that the model does not intend (it inflates Var Δ by about 5-10 %)."""
     if rate <= 0:
         return y
     acc = float(np.clip(accuracy, 1e-9, 1 - 1e-9))
@@ -93,9 +94,10 @@ def _shift(y: np.ndarray, s: float, rng: np.random.Generator) -> np.ndarray:
 
 
 def arm_runs(base: np.ndarray, design: Design, noise: Noise, rng: np.random.Generator, error_rate: float = 0.0,
-             prefix: str = "L") -> ArmRuns:
+             prefix: str = "L", accuracy: float | None = None) -> ArmRuns:
+    """An arm's runs from its base outcomes; ``accuracy``: its expected accuracy (default: the base's)."""
     runs, ids = [], []
-    acc = float(base.mean())
+    acc = float(base.mean()) if accuracy is None else accuracy
     for launch in range(design.launches):
         y = _flip(base, noise.flip_launch, rng, acc)
         if noise.shift_sd > 0:
@@ -120,7 +122,8 @@ def experiment(rng: np.random.Generator, design: Design, noise: Noise, *, n: int
         base_b = base_a | (u < delta / (1 - accuracy))
     else:
         base_b = base_a & (u >= -delta / accuracy)
-    return (arm_runs(base_a, design, noise, rng, error_rate, "A"), arm_runs(base_b, design, noise, rng, error_rate, "B"))
+    return (arm_runs(base_a, design, noise, rng, error_rate, "A", accuracy),
+            arm_runs(base_b, design, noise, rng, error_rate, "B", accuracy + delta))
 
 
 @dataclass(frozen=True)
