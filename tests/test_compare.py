@@ -180,6 +180,12 @@ def test_one_sided_errors_are_never_equivalent(tmp_path: Path):
         assert "request errors could change the verdict" in c["verdict_reason"]
         assert c["test"].startswith("error bounds") and c["p"] is None
     assert e["bounds"]["against_a"]["verdict"] == "noninferior"
+    # the same deterministic errors in every repeat: still unanswered, still not equivalent
+    a_dirs = [make_eval(tmp_path / f"ra{r}", a) for r in range(2)]
+    b_dirs = [make_eval(tmp_path / f"rb{r}", a, errors=errs) for r in range(2)]
+    c = compare_dirs(a_dirs, b_dirs, 0.01, 0.05, 0, hypothesis="equivalence", n_resamples=500)
+    assert c["verdict"] == "inconclusive" and c["errors"]["unanswered_b"] == 26
+    assert c["mde"] > c["errors"]["mde_allowance"] == pytest.approx(26 / N)
 
 
 def test_errors_use_each_questions_available_runs(tmp_path: Path):

@@ -1,7 +1,12 @@
 """Power and minimum detectable effect (MDE) for a two-sided test at level alpha.
 
-MDE = (z_{1-α/2} + z_{power}) · SE, with z_{0.975} + z_{0.8} = 2.8016:
-unpaired sqrt(2p(1-p)/n), paired sqrt(ψ/n), R repeats per arm sqrt(ψ_AA/(nR)).
+The comparison's MDE is that of the test it uses: :func:`mde_paired_exact` sums the exact power of the
+paired sign-flip (McNemar) test over every discordant count (:func:`power_paired_exact`), and
+:func:`mde_t` serves the t-test over launches. :func:`mde_floor` is not an MDE: it is the smallest effect
+the test can detect at all, at any power.
+
+Planning formulas (normal approximation): MDE = (z_{1-α/2} + z_{power}) · SE, with z_{0.975} + z_{0.8} =
+2.8016: unpaired sqrt(2p(1-p)/n), paired sqrt(ψ/n), R repeats per arm sqrt(ψ_AA/(nR)).
 """
 
 from __future__ import annotations
