@@ -246,10 +246,16 @@ class ClientSettings:
 
 @dataclass
 class StatsConfig:
+    #: The question asked: superiority (does B differ from A? improved / regressed), noninferiority (is B
+    #: no worse than A by more than margin_pp? noninferior, one-sided at alpha/2) or equivalence (are the
+    #: arms within ±margin_pp? equivalent, TOST at alpha). The last two need margin_pp.
+    hypothesis: str = "superiority"
+    #: Two-sided level of the tests; intervals are at 1 - alpha.
     alpha: float = 0.05
     #: Equivalence / non-inferiority margin in percentage points (None: no equivalence claim).
     margin_pp: float | None = None
-    #: Smallest effect worth calling improved/regressed, in percentage points (None: any significant one).
+    #: Smallest effect worth calling improved/regressed, in percentage points (None: any significant one);
+    #: the interval must lie beyond it, not only the point estimate.
     min_effect_pp: float | None = None
     #: An arm with a larger share of failed requests is not comparable.
     max_error_rate: float = 0.02
@@ -497,5 +503,9 @@ def validate(cfg: Any) -> None:
         problems.append("stats.alpha must be in (0, 1)")
     if s.correction not in ("holm", "bh"):
         problems.append("stats.correction must be holm or bh")
+    if s.hypothesis not in ("superiority", "noninferiority", "equivalence"):
+        problems.append("stats.hypothesis must be superiority, noninferiority or equivalence")
+    elif s.hypothesis != "superiority" and s.margin_pp is None:
+        problems.append(f"stats.hypothesis={s.hypothesis} needs stats.margin_pp")
     if problems:
         raise ConfigError("bad config:\n  - " + "\n  - ".join(problems))

@@ -38,7 +38,7 @@ from harness.armdiff import arm_diff, describe_launch, disallowed, server_info_d
 from harness.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.checks.static import run_static_checks
 from harness.client import ClientConfig
-from harness.compare import CompareError, compare_dirs
+from harness.compare import CompareError, compare_dirs, format_summary
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
 from harness.cost import config_gpus, cost_from_manifest, format_cost
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
@@ -122,31 +122,12 @@ def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
         print(f"# WARNING: {problem}")
 
 
-def format_table(summary: Mapping[str, Any], c: Mapping[str, Any]) -> str:
-    """The result on the terminal: accuracies, delta with its interval, the 2x2 table, A/A, verdict."""
-    pp = lambda v: "n/a" if v is None else f"{100 * v:+.2f} pp"  # noqa: E731
-    lines = []
-    if summary.get("simulated"):
-        lines.append("*** SIMULATED: these numbers come from the simulated engine, not a real model ***")
-    lines.append(f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
-                 f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
-    for r in ("a", "b"):
-        arm = c["arms"][r]
-        lo, hi = arm.get("wilson") or (None, None)
-        ci = f"[{lo:.4f}, {hi:.4f}]" if lo is not None else ""
-        reps = ", ".join(f"{v:.4f}" for v in arm.get("repeats") or [])
-        lines.append(f"  {r.upper()} {summary['arms'][r]:<20} accuracy {arm['accuracy']:.4f} {ci}  repeats: {reps}")
-    lo, hi = c.get("delta_ci") or (None, None)
-    p = c.get("mcnemar_p")
-    lines.append(f"  delta (B - A) {pp(c.get('delta'))}  95% CI [{pp(lo)}, {pp(hi)}]  "
-                 f"table both={c.get('both')} A-only={c.get('a_only')} B-only={c.get('b_only')} "
-                 f"neither={c.get('neither')}  McNemar p (repeat 1)={'n/a' if p is None else f'{p:.3g}'}")
-    if c.get("psi_aa") is not None:
-        band = c.get("noise_band") or [None, None]
-        lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band of delta [{pp(band[0])}, {pp(band[1])}]")
-    lines.append(f"  MDE (80% power) {pp(c.get('mde'))}")
-    lines.append(f"VERDICT: {summary['verdict']}: {summary.get('verdict_reason') or ''}")
-    return "\n".join(lines)
+def format_table(summary: Mapping[str, Any], c: schema.Comparison) -> str:
+    """The result on the terminal: one line naming the experiment and arms, then the same summary
+    ``abh compare`` and ``abh ab`` print (:func:`harness.compare.format_summary`)."""
+    head = (f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
+            f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
+    return head + "\n" + format_summary(c)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -403,7 +384,8 @@ class Run:
             comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
                                       margin=None if s.margin_pp is None else s.margin_pp / 100,
                                       min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
-                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate)
+                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
+                                      hypothesis=str(s.hypothesis))
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
@@ -426,7 +408,7 @@ class Run:
             "simulated": bool(comparison.get("simulated")),
             "verdict": comparison["verdict"], "verdict_reason": comparison.get("verdict_reason"),
             "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
-            "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
+            "test": comparison.get("test"), "p": comparison.get("p"), "mde": comparison.get("mde"),
             "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
             "arms": {"a": names["a"], "b": names["b"]},
             "repeats": x.repeats if seq is None else seq["repeats_run"], "aa_control": x.aa_control,
