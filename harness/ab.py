@@ -323,8 +323,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--parallel", type=int, default=1319, metavar="P", help="requests in flight")
     ap.add_argument("--margin", type=float, default=None, metavar="PP",
                     help="equivalence / non-inferiority margin in percentage points")
-    ap.add_argument("--hypothesis", choices=["superiority", "noninferiority", "equivalence"], default=None,
-                    help="the question asked (default: equivalence when --margin is given, else superiority)")
+    ap.add_argument("--hypothesis", choices=["superiority", "noninferiority", "equivalence"], default="superiority",
+                    help="the question asked (noninferiority and equivalence need --margin)")
     ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
@@ -367,7 +367,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     opts = ABOptions(urls=(a.url_a, a.url_b), out=a.out, api=a.api, repeats=a.repeats, names=names, data=a.data,
                      allow_noncanonical=a.allow_noncanonical, num_questions=a.num_questions, parallel=a.parallel,
                      margin=None if a.margin is None else a.margin / 100, alpha=a.alpha,
-                     hypothesis=a.hypothesis or ("equivalence" if a.margin is not None else "superiority"),
+                     hypothesis=a.hypothesis,
                      max_error_rate=a.max_error_rate, fail_on=a.fail_on, progress=not a.no_progress,
                      command=("abh", "ab", *redact_argv(argv)))
     return run_ab(opts)

@@ -365,7 +365,7 @@ def test_refuses_the_same_eval_twice(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_sweep_adjusts_every_verdict_that_rests_on_a_test(tmp_path: Path):
     """Equivalent and non-inferior verdicts are multiplicity-adjusted across a sweep like improved ones,
     each with the level its p was compared with (test_alpha)."""
-    from harness.store import atomic_write_json
+    from harness.schema import write_comparison
     from harness.sweep import summarize_sweep
 
     def comp(p: float, verdict: str, test_alpha: float) -> dict:
@@ -376,7 +376,7 @@ def test_sweep_adjusts_every_verdict_that_rests_on_a_test(tmp_path: Path):
     jobs = {"job0_x=1": (0.03, "equivalent", 0.05), "job1_x=2": (0.02, "noninferior", 0.025),
             "job2_x=3": (0.04, "equivalent", 0.05), "job3_x=4": (1e-4, "equivalent", 0.05)}
     for job, args in jobs.items():
-        atomic_write_json(tmp_path / job / "comparison.json", comp(*args))
+        write_comparison(tmp_path / job / "comparison.json", comp(*args))
     rows = {r["label"]: r for r in summarize_sweep(tmp_path, "holm")["comparisons"]}
     assert rows["x=4"]["verdict"] == "equivalent"                       # 4e-4 < 0.05
     assert rows["x=1"]["p_adjusted"] == pytest.approx(0.06)

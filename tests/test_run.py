@@ -53,7 +53,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 def test_demo_end_to_end(demo: Demo) -> None:
     r, run_dir = demo.result, demo.run_dir
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "SIMULATED" in r.stdout and "VERDICT: improved" in r.stdout
+    assert "SIMULATED" in r.stdout and "verdict: IMPROVED" in r.stdout
     summary = read_json(run_dir / "summary.json")
     # The demo's arms differ by a true +1.5 pp (93.0 % vs 94.5 %); on the simulator's question draws (seed 0)
     # that is 24 questions only B solves and none only A solves, far above the MDE of 1319 x 2 repeats.
