@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.runs import abh, abh_run, interrupt_run
+from helpers.runs import abh, abh_run, abh_run_here, interrupt_run
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
@@ -96,30 +96,32 @@ def test_power_from_the_run_prints_repeats_and_gpu_hours(improved: tuple[Path, o
     assert plan["per_repeat"]["gpus"] == {"a": 8, "b": 8} and plan["per_repeat"]["source"] == "recorded"
 
 
-def test_a_rerun_continues_from_the_recorded_looks(improved: tuple[Path, object]) -> None:
+def test_a_rerun_continues_from_the_recorded_looks(improved: tuple[Path, object],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     run_dir, first = improved
     before = read_json(run_dir / "manifest.json")
-    r = abh_run(f"hydra.run.dir={run_dir}", *FAST, *SEQ, "engine.gpus=8", "arms.b.engine.accuracy=0.99",
-                cwd=run_dir.parent)
-    assert r.returncode == 0, r.stderr[-3000:]
+    code = abh_run_here(f"hydra.run.dir={run_dir}", *FAST, *SEQ, "engine.gpus=8", "arms.b.engine.accuracy=0.99")
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
     after = read_json(run_dir / "manifest.json")
     assert after["sequential"]["looks"] == before["sequential"]["looks"]
     assert {k: len(v.get("launches", [])) for k, v in after["arms"].items()} == \
         {k: len(v.get("launches", [])) for k, v in before["arms"].items()}  # nothing launched again
-    assert "already complete, kept" in r.stderr and "launching arm" not in r.stderr
+    assert "already complete, kept" in err and "launching arm" not in err
     assert load_run_summary(run_dir / "summary.json")["verdict"] == "improved"
     # the design printed on resume knows the launch times now
-    assert "expected cost:" in r.stderr and "GPU-hours" in r.stderr.split("expected cost:")[1].splitlines()[0]
+    assert "expected cost:" in err and "GPU-hours" in err.split("expected cost:")[1].splitlines()[0]
 
 
-def test_a_changed_design_is_refused(improved: tuple[Path, object]) -> None:
+def test_a_changed_design_is_refused(improved: tuple[Path, object], capsys: pytest.CaptureFixture[str]) -> None:
     run_dir, _ = improved
-    r = abh_run(f"hydra.run.dir={run_dir}", *FAST, *SEQ, "engine.gpus=8", "arms.b.engine.accuracy=0.99",
-                "stats.spending=pocock", cwd=run_dir.parent)
-    assert r.returncode == exitcodes.BAD_CONFIG
-    assert "another sequential design (changed: spending 'obf' -> 'pocock')" in r.stderr
+    code = abh_run_here(f"hydra.run.dir={run_dir}", *FAST, *SEQ, "engine.gpus=8", "arms.b.engine.accuracy=0.99",
+                        "stats.spending=pocock")
+    assert code == exitcodes.BAD_CONFIG
+    assert "another sequential design (changed: spending 'obf' -> 'pocock')" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # stopping, looks and resume are in the default run (the improved run, test_looks)
 def test_a_null_effect_does_not_stop_for_efficacy_and_resumes_mid_way(tmp_path: Path) -> None:
     """Both arms at 93 %; fixed per-launch noise seeds per arm make the run deterministic (each arm's launches
     then answer alike, so the looks see one draw of null noise). Interrupted after its first look, the rerun
@@ -179,21 +181,23 @@ def test_the_sequential_keys_compose_with_their_defaults() -> None:
     hc.validate(_cfg("experiment.sequential=true", "experiment.max_repeats=6", "engine.gpus=8"))
 
 
-def test_a_bad_sequential_config_exits_2_before_any_server(tmp_path: Path) -> None:
-    r = abh_run(f"hydra.run.dir={tmp_path / 'x'}", "experiment.sequential=true", cwd=tmp_path)
-    assert r.returncode == exitcodes.BAD_CONFIG and "needs experiment.max_repeats" in r.stderr
+def test_a_bad_sequential_config_exits_2_before_any_server(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = abh_run_here(f"hydra.run.dir={tmp_path / 'x'}", "experiment.sequential=true")
+    assert code == exitcodes.BAD_CONFIG and "needs experiment.max_repeats" in capsys.readouterr().err
     assert not (tmp_path / "x" / "manifest.json").exists()
 
 
-def test_a_dry_run_prints_the_design_and_its_gpus(tmp_path: Path) -> None:
+def test_a_dry_run_prints_the_design_and_its_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from harness.stats.sequential import SequentialDesign, operating_characteristics
 
-    r = abh_run(f"hydra.run.dir={tmp_path / 'dry'}", "dry_run=true", *SEQ, "engine.gpus=4", "stats.margin_pp=null",
-                cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
+    code = abh_run_here(f"hydra.run.dir={tmp_path / 'dry'}", "dry_run=true", *SEQ, "engine.gpus=4",
+                        "stats.margin_pp=null")
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
     null = operating_characteristics(SequentialDesign(max_repeats=6, min_repeats=2), 0.0)["expected_repeats"]
     assert 2 < null < 6
     assert (f"design: sequential, at most 6 repeats per arm (first look after repeat 2; about {null:.1f} expected "
-            "without an effect)") in r.stderr
-    assert "6 launch(es), 6 eval(s), up to 1 pass(es) per launch, 4 GPU(s) per launch" in r.stderr
-    assert "expected cost: unknown" in r.stderr and not (tmp_path / "dry" / "manifest.json").exists()
+            "without an effect)") in err
+    assert "6 launch(es), 6 eval(s), up to 1 pass(es) per launch, 4 GPU(s) per launch" in err
+    assert "expected cost: unknown" in err and not (tmp_path / "dry" / "manifest.json").exists()
