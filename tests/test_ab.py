@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import requests
 from conftest import TEST_JSONL, SimServer, free_port
 from helpers.markdown import parse_table
 
-from harness import exitcodes
+from harness import client, exitcodes
 from harness.ab import launch_id
 from harness.cli import main as cli_main
 from harness.fileio import read_json, read_jsonl
@@ -37,15 +38,32 @@ def ab(url_a: str, url_b: str, out: Path, *extra: str) -> subprocess.CompletedPr
     return abh(*_argv(url_a, url_b, out, *extra))
 
 
-def ab_here(capsys: pytest.CaptureFixture[str], url_a: str, url_b: str, out: Path, *extra: str) -> tuple[int, str, str]:
-    """``abh ab`` in this process (what the entry point would exit with, stdout, stderr): no interpreter start
+def cli_here(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``abh ARGV`` in this process (what the entry point would exit with, stdout, stderr): no interpreter start
     and no scipy import per call."""
+    capsys.readouterr()
     try:
-        code = cli_main(_argv(url_a, url_b, out, *extra))
+        code = cli_main(list(argv))
     except SystemExit as e:  # argparse
         code = int(e.code or 0)
     cap = capsys.readouterr()
     return code, cap.out, cap.err
+
+
+def ab_here(capsys: pytest.CaptureFixture[str], url_a: str, url_b: str, out: Path, *extra: str) -> tuple[int, str, str]:
+    """``abh ab`` in this process."""
+    return cli_here(capsys, *_argv(url_a, url_b, out, *extra))
+
+
+@pytest.fixture
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's retries as they are, with a backoff of milliseconds instead of seconds: these tests check
+    which requests are retried and what is kept, not the backoff's timing (test_eval.py checks retries)."""
+    @dataclass
+    class QuickBackoff(client.ClientConfig):
+        backoff_s: float = 0.01
+
+    monkeypatch.setattr(client, "ClientConfig", QuickBackoff)
 
 
 @pytest.fixture(scope="module")
@@ -84,19 +102,21 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
               "evals/a/r1/samples.jsonl", "evals/b/r1/summary.json"):
         assert (root / f).is_file(), f
 
+    # `abh eval` twice and `abh compare`, in this process (`abh ab` above ran as the command itself)
     for ev, name in (("ea", sa), ("eb", sb)):
-        e = abh("eval", "--url", name.url, "--out", str(tmp_path / ev), "--data", str(TEST_JSONL),
-                "--num-questions", N, "--parallel", N, "--no-progress")
-        assert e.returncode == 0, e.stderr
-    c = abh("compare", "--a", str(tmp_path / "ea"), "--b", str(tmp_path / "eb"), "--out", str(tmp_path / "cmp"))
-    assert c.returncode == 0, c.stderr
+        code, _, err = cli_here(capsys, "eval", "--url", name.url, "--out", str(tmp_path / ev), "--data",
+                                str(TEST_JSONL), "--num-questions", N, "--parallel", N, "--no-progress")
+        assert code == 0, err
+    code, compare_out, err = cli_here(capsys, "compare", "--a", str(tmp_path / "ea"), "--b", str(tmp_path / "eb"),
+                                      "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
 
     got, want = read_json(root / "comparison.json"), read_json(tmp_path / "cmp" / "comparison.json")
     assert {k: got[k] for k in STATS} == {k: want[k] for k in STATS}
     for role in ("a", "b"):
         assert got["arms"][role]["accuracy"] == want["arms"][role]["accuracy"]
         assert got["arms"][role]["wilson"] == want["arms"][role]["wilson"]
-    assert _summary_lines(r.stdout) == _summary_lines(c.stdout)  # the same printed table, line for line
+    assert _summary_lines(r.stdout) == _summary_lines(compare_out)  # the same printed table, line for line
     assert got["verdict"] == "regressed" and "verdict: REGRESSED" in r.stdout
 
     # independently of compare: the accuracies are those of the stored answers
@@ -129,10 +149,11 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
 def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     sa, sb = servers
     root = tmp_path / "run"
-    r = ab(sa.url, sb.url, root, "--repeats", "2", "--names", "base,fix", "--fail-on", "regressed")
-    assert r.returncode == exitcodes.GATE_FAILED, r.stderr
-    assert "verdict regressed fails --fail-on regressed (exit 7)" in r.stderr
-    order = [ln.split()[2] for ln in r.stderr.splitlines() if ln.startswith("[abh] [")]
+    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--repeats", "2", "--names", "base,fix", "--fail-on",
+                           "regressed")
+    assert code == exitcodes.GATE_FAILED, err
+    assert "verdict regressed fails --fail-on regressed (exit 7)" in err
+    order = [ln.split()[2] for ln in err.splitlines() if ln.startswith("[abh] [")]
     assert order == ["evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2"]
     c = read_json(root / "comparison.json")
     assert c["arm_names"] == {"a": "base", "b": "fix"}
@@ -208,21 +229,22 @@ def test_out_that_is_a_file_is_exit_2(tmp_path, capsys):
     assert (tmp_path / "f").read_text() == "x"
 
 
-def test_a_server_that_dies_mid_eval_is_exit_4_and_resumable(servers, sim_server, tmp_path):
+def test_a_server_that_dies_mid_eval_is_exit_4_and_resumable(servers, sim_server, tmp_path, capsys,
+                                                             quick_backoff):
     sa, _ = servers
     dying = sim_server("--accuracy", "0.9", "--run-seed", "5", "--crash-after", "30",
                        "--max-running-requests", "5", "--latency-s", "0.01")
     root = tmp_path / "run"
-    r = ab(sa.url, dying.url, root)
-    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("abh ab:")]
+    code, _, err = ab_here(capsys, sa.url, dying.url, root)
+    assert code == exitcodes.SERVER_FAILURE, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("abh ab:")]
     assert len(lines) == 1 and f"server B at {dying.url} failed during evals/b/r1" in lines[0]
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in err
     assert 0 < len(read_jsonl(root / "evals/b/r1/samples.jsonl")) < 100
     assert not (root / "comparison.json").exists()
 
 
-def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path):
+def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path, capsys):
     slow = sim_server("--accuracy", "0.9", "--run-seed", "7", "--latency-s", "0.05", "--max-running-requests", "5")
     other = sim_server("--accuracy", "0.9", "--run-seed", "8")
     root = tmp_path / "run"
@@ -239,13 +261,14 @@ def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path):
     assert p.returncode == 130, err
     assert "interrupted by SIGINT" in err and "Traceback" not in err
     assert 10 <= len(read_jsonl(samples)) < 100 and not (root / "evals/b").exists()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    code, _, err = ab_here(capsys, slow.url, other.url, root)  # the rerun, in this process
+    assert code == 0, err
     assert sorted(x["index"] for x in read_jsonl(samples)) == list(range(100))
     assert json.loads((root / "evals/a/r1/eval.json").read_text())["resumes"] == 1
 
 
-def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_server, tmp_path, capsys):
+def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_server, tmp_path, capsys,
+                                                               quick_backoff):
     sa, _ = servers
     flaky = sim_server("--accuracy", "0.9", "--run-seed", "9", "--error-rate", "0.6")  # 0.6^4: ~13 % fail 4 times
     root = tmp_path / "run"

@@ -209,12 +209,14 @@ def test_a_signal_in_any_phase_stops_the_servers_and_exits_promptly(tmp_path: Pa
 
 
 # ---------------------------------------------------------------------------------- server failures
-def test_server_death_mid_eval_exits_4_with_its_log(tmp_path: Path) -> None:
+def test_server_death_mid_eval_exits_4_with_its_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process (the runs below run `abh run` as a command): the servers are real processes all the same."""
     run_dir = tmp_path / "run"
-    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+arms.a.engine.crash_after=100", cwd=tmp_path)
-    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
-    assert "server of arm a (launch a-1) failed during evals/a/r1" in r.stderr
-    assert "last lines of its log" in r.stderr and "Traceback" not in r.stderr
+    code = abh_run_here(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+arms.a.engine.crash_after=100")
+    err = capsys.readouterr().err
+    assert code == exitcodes.SERVER_FAILURE, err[-2000:]
+    assert "server of arm a (launch a-1) failed during evals/a/r1" in err
+    assert "last lines of its log" in err and "Traceback" not in err
     m = read_json(run_dir / "manifest.json")
     assert m["evals"]["evals/a/r1"]["status"] == "failed" and m["arms"]["a"]["status"] == "failed"
     kept = read_jsonl(run_dir / "evals" / "a" / "r1" / "samples.jsonl")
@@ -224,22 +226,26 @@ def test_server_death_mid_eval_exits_4_with_its_log(tmp_path: Path) -> None:
         assert not pid_alive(pid)
 
 
-def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_path: Path) -> None:
-    """Every request fails: one line and exit 5, not a traceback; the rerun without the fault resends them."""
+def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Every request fails: one line and exit 5, not a traceback; the rerun without the fault resends them.
+    Both runs in this process (their servers are real processes)."""
     run_dir = tmp_path / "run"
     base = [f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH]
-    r = abh_run(*base, "engine.error_rate=1.0", "client.retries=0", cwd=tmp_path)
-    assert r.returncode == exitcodes.TOO_MANY_ERRORS, r.stderr[-2000:]
-    assert "the arms cannot be compared" in r.stderr and "Rerun the same command to retry" in r.stderr
-    assert "Traceback" not in r.stderr
+    code = abh_run_here(*base, "engine.error_rate=1.0", "client.retries=0")
+    err = capsys.readouterr().err
+    assert code == exitcodes.TOO_MANY_ERRORS, err[-2000:]
+    assert "the arms cannot be compared" in err and "Rerun the same command to retry" in err
+    assert "Traceback" not in err
     assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"
     failed = {rel: [x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl") if x["error"]]
               for rel in ("evals/a/r1", "evals/b/r1")}
     assert all(len(v) == 200 for v in failed.values())
     # The fault knob removed (not a change of what is measured): the same run resumes and resends the errors.
-    r = abh_run(*base, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "already complete" not in r.stderr
+    code = abh_run_here(*base)
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    assert "already complete" not in err
     m = read_json(run_dir / "manifest.json")
     for rel in failed:
         got = read_jsonl(run_dir / rel / "samples.jsonl")

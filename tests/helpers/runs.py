@@ -36,8 +36,10 @@ def abh_run(*args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | N
 
 
 def abh_run_here(*args: str) -> int:
-    """``abh run ARGS`` in this process (for runs that start no server): the exit code. Hydra's logging setup
-    is left out, so the test process's logging stays as it is."""
+    """``abh run ARGS`` in this process: the exit code (stdout and stderr go to the test's capture). No interpreter
+    start and no imports per run; any servers are real processes all the same. For what the command's own
+    process does (signals, its output stream, its exit status) use :func:`abh_run`. Hydra's logging setup is
+    left out, so the test process's logging stays as it is."""
     return run_main([*args, "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"])
 
 
