@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.runs import abh_run_here
 
 from harness.redact import (
     REDACTED,
@@ -64,18 +65,19 @@ def test_redact_tree_covers_config_argv_overrides_and_server_info():
     assert out["probe"]["server_info"]["tp_size"] == 8
 
 
-def test_secrets_never_reach_the_run_manifest(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={tmp_path}/run", "progress=false",
-                        "task.num_questions=20", "client.parallel=20", "experiment.repeats=1",
-                        "experiment.aa_control=false", "+engine.env.HF_TOKEN=hf_leak123",
-                        "+arms.a.env.MY_SECRET=leak456", "+arms.b.env.MY_SECRET=leak456", "report=true"],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+def test_secrets_never_reach_the_run_manifest(tmp_path, capfd):
+    """The run in this process, its output captured at the file descriptors (the servers are real processes)."""
+    code = abh_run_here(f"hydra.run.dir={tmp_path}/run", "progress=false", "task.num_questions=20",
+                        "client.parallel=20", "experiment.repeats=1", "experiment.aa_control=false",
+                        "+engine.env.HF_TOKEN=hf_leak123", "+arms.a.env.MY_SECRET=leak456",
+                        "+arms.b.env.MY_SECRET=leak456", "report=true")
+    out, err = capfd.readouterr()
+    assert code == 0, err[-2000:]
     for f in (tmp_path / "run").rglob("*"):
         if f.is_file() and f.suffix in (".json", ".jsonl", ".html"):
             text = f.read_text(errors="replace")
             assert "hf_leak123" not in text and "leak456" not in text, f
-    assert "hf_leak123" not in r.stdout + r.stderr
+    assert "hf_leak123" not in out + err
 
 
 def test_redact_text_in_logs_and_overrides():
@@ -232,15 +234,20 @@ def _abh_run(args: list[str], cwd: Path, timeout: float = 120, **env: str) -> su
                           cwd=cwd, timeout=timeout, env={**os.environ, **env})
 
 
+#: One `abh run` process each (~2.5 s): the default run keeps one of each kind (the config printed, argparse's
+#: error, Hydra's override error); the other variants of a kind are slow.
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize("args", [
-    ["--cfg", "job", "+arms.a.env.HF_TOKEN=sekrit123"],
-    ["--cfg", "job", "--resolve", "+arms.a.env.HF_TOKEN=sekrit123"],
+    pytest.param(["--cfg", "job", "+arms.a.env.HF_TOKEN=sekrit123"], marks=SLOW),
+    pytest.param(["--cfg", "job", "--resolve", "+arms.a.env.HF_TOKEN=sekrit123"], marks=SLOW),
     ["--cfg", "all", "+engine.env.HF_TOKEN=sekrit123", "+engine.args=[--api-key,sekrit123]"],
-    ["--help", "+arms.a.env.HF_TOKEN=sekrit123"],
+    pytest.param(["--help", "+arms.a.env.HF_TOKEN=sekrit123"], marks=SLOW),
     ["--hf-token=sekrit123"],  # argparse: unrecognized arguments
     ["+arms.a.env.HF_TOKEN=[sekrit123"],  # override grammar error
-    ["+arms.a.env.HF_TOKEN=sekrit123", "+arms.a.env.HF_TOKEN=sekrit123"],  # "Could not append to config"
-    ["arms.a.env.HF_TOKEN=sekrit123"],  # "To append to your config use +..."
+    pytest.param(["+arms.a.env.HF_TOKEN=sekrit123", "+arms.a.env.HF_TOKEN=sekrit123"], marks=SLOW),  # "Could not append"
+    pytest.param(["arms.a.env.HF_TOKEN=sekrit123"], marks=SLOW),  # "To append to your config use +..."
 ])
 def test_hydra_never_prints_a_secret(tmp_path, args):
     r = _abh_run(args, tmp_path)
@@ -262,6 +269,8 @@ def test_a_traceback_through_hydra_full_error_is_redacted(tmp_path):
     assert "sekrit123" not in r.stdout + r.stderr and REDACTED in r.stderr
 
 
+@pytest.mark.slow  # the default run: test_run.py's sweep (a secret in no file or directory name) and
+# test_multirun_yaml_keeps_no_sweep_value above
 def test_sweep_keeps_no_secret_anywhere(tmp_path):
     r = _abh_run(["-m", "task.num_questions=20", "experiment.repeats=1", "experiment.aa_control=false",
                   "report=false", "progress=false", "+engine.env.HF_TOKEN=sekA1xx,sekB2yy"], tmp_path, timeout=300)
