@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.runs import abh_run_here
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
@@ -114,18 +115,20 @@ def _abh(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def test_cfg_job_prints_the_resolved_config(tmp_path):
-    r = _abh("run", "--cfg", "job", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "experiment:" in r.stdout and "name: demo" in r.stdout and "accuracy: 0.93" in r.stdout
+def test_cfg_job_prints_the_resolved_config(capsys):
+    assert abh_run_here("--cfg", "job") == 0  # in this process (test_redact.py runs --cfg as a command)
+    out = capsys.readouterr().out
+    assert "experiment:" in out and "name: demo" in out and "accuracy: 0.93" in out
 
 
-def test_bad_config_on_the_command_line_exits_2_before_any_server(tmp_path):
-    r = _abh("run", "task.num_questions=lots", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+def test_bad_config_on_the_command_line_exits_2_before_any_server(tmp_path, capsys):
+    r = _abh("run", "task.num_questions=lots", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)  # the command itself
     assert r.returncode == exitcodes.BAD_CONFIG
     assert "num_questions" in r.stderr
     assert not (tmp_path / "run" / "manifest.json").exists()
-    r = _abh("run", "experiment.repeats=0", f"hydra.run.dir={tmp_path}/run2", cwd=tmp_path)
-    assert r.returncode == exitcodes.BAD_CONFIG and "experiment.repeats" in r.stderr
-    r = _abh("run", "experiment=no_such_experiment", cwd=tmp_path)
-    assert r.returncode == exitcodes.BAD_CONFIG and "no_such_experiment" in r.stderr
+    # the other kinds of bad config in this process
+    assert abh_run_here("experiment.repeats=0", f"hydra.run.dir={tmp_path}/run2") == exitcodes.BAD_CONFIG
+    assert "experiment.repeats" in capsys.readouterr().err
+    assert not (tmp_path / "run2" / "manifest.json").exists()
+    assert abh_run_here("experiment=no_such_experiment", f"hydra.run.dir={tmp_path}/run3") == exitcodes.BAD_CONFIG
+    assert "no_such_experiment" in capsys.readouterr().err

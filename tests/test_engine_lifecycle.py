@@ -180,7 +180,8 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow),  # the handler SIGTERM takes
+                                 signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_no_server_outlives_the_harness(tmp_path, sig):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)

@@ -220,7 +220,9 @@ def test_no_heavy_imports_on_the_eval_path():
     assert json.loads(r.stdout.replace("'", '"')) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT,
+                                 # SIGTERM mid-eval: in the default run at the `abh run` level (test_run.py)
+                                 pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server, tmp_path, sig):
     s = sim_server("--accuracy", "0.9", "--latency-s", "0.05", "--max-running-requests", "10")
     out = tmp_path / "ev"

@@ -167,6 +167,7 @@ def test_a_server_that_hangs_mid_eval_stops_the_eval_with_exit_4(sim_server, tmp
         {x["index"]: x for x in rows}
 
 
+@pytest.mark.slow  # 5 s of waiting on a slow server; the hang path itself is in the default run (above)
 def test_a_slow_but_healthy_server_is_not_called_hung(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.9", "--latency-s", "2.5")
     r = abh_eval("--url", s.url, "--out", str(tmp_path / "ev"), "--num-questions", "4", "--stall-timeout", "1")
@@ -178,7 +179,7 @@ def _start(*args: str) -> subprocess.Popen:
                              "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_signal_during_the_warm_up_is_honoured(sim_server, tmp_path, sig):
     s = sim_server("--accuracy", "0.9", "--latency-s", "15")
     out = tmp_path / "ev"
@@ -193,6 +194,7 @@ def test_signal_during_the_warm_up_is_honoured(sim_server, tmp_path, sig):
     assert not out.exists()  # a fresh eval writes nothing before its first answer
 
 
+@pytest.mark.slow  # the default run: the warm-up signal (SIGINT) above and a resumed eval's interruption (test_eval.py)
 def test_signal_during_the_warm_up_of_a_resumed_eval_keeps_its_answers(sim_server, tmp_path):
     fast = sim_server("--accuracy", "0.9")
     out = tmp_path / "ev"

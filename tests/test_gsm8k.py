@@ -8,6 +8,7 @@ import re
 
 import pytest
 from conftest import TEST_JSONL, TRAIN_JSONL
+from helpers.runs import abh_run_here
 
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import GSM8K, INVALID, DatasetError, RecipeConfig, get_answer_value
@@ -114,20 +115,22 @@ def test_non_utf8_data_is_one_clear_line(tmp_path):
     assert "\n" not in str(e.value)
 
 
-def test_non_utf8_data_exits_2_from_both_commands(tmp_path):
+def test_non_utf8_data_exits_2_from_both_commands(tmp_path, capsys):
     import subprocess
     import sys
 
     p = tmp_path / "bad.jsonl"
     p.write_bytes(b"\xff\xfe not utf8\n")
-    env_run = [sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={tmp_path / 'run'}",
-               f"task.data_path={p}", "dry_run=true"]
+    # abh run in this process (a dry run: no server), abh eval as the command
+    code = abh_run_here(f"hydra.run.dir={tmp_path / 'run'}", f"task.data_path={p}", "dry_run=true")
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert "not UTF-8" in err and "Traceback" not in err
     env_eval = [sys.executable, "-m", "harness.cli", "eval", "--url", "http://127.0.0.1:9", "--out",
                 str(tmp_path / "ev"), "--data", str(p)]
-    for cmd in (env_run, env_eval):
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 2, r.stderr[-2000:]
-        assert "not UTF-8" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(env_eval, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "not UTF-8" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_question_from_prompt_is_the_inverse_of_the_prompt_builder(test_set):

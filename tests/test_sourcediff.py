@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL
+from helpers.runs import abh_run_here
 from helpers.sglang_repo import HTTP_SERVER, TOPK, UTILS, SGLangRepo, git, make_sglang_repo
 
 from harness import exitcodes, sourcediff
@@ -165,16 +166,31 @@ def abh(*args: str, cwd: Path, env_repo: Path | None = None) -> subprocess.Compl
                           cwd=cwd, timeout=300, env=env)
 
 
-def seed_dry_run(repo: SGLangRepo, a_ref: str, b_ref: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    return abh("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry",
-               f"arms.a.source.ref={a_ref}", f"arms.b.source.ref={b_ref}", cwd=tmp_path, env_repo=repo.path)
+@pytest.fixture
+def abh_here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``abh run ARGS`` in this process with SGLANG_REPO set, as a CompletedProcess (runs that start no server)."""
+    def run(*args: str, env_repo: Path) -> subprocess.CompletedProcess:
+        monkeypatch.setenv("SGLANG_REPO", str(env_repo))
+        capsys.readouterr()
+        code = abh_run_here(*args)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["abh", "run", *args], code, out, err)
+    return run
+
+
+@pytest.fixture
+def seed_dry_run(abh_here):
+    def run(repo: SGLangRepo, a_ref: str, b_ref: str, tmp_path: Path) -> subprocess.CompletedProcess:
+        return abh_here("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry",
+                        f"arms.a.source.ref={a_ref}", f"arms.b.source.ref={b_ref}", env_repo=repo.path)
+    return run
 
 
 def source_lines(out: str) -> list[str]:
     return [ln for ln in out.splitlines() if ln.startswith(PREFIX)]
 
 
-def test_seed_dry_run_base_vs_fix_exits_0_naming_only_topk(repo, tmp_path):
+def test_seed_dry_run_base_vs_fix_exits_0_naming_only_topk(repo, tmp_path, seed_dry_run):
     r = seed_dry_run(repo, repo.base, repo.fix, tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     lines = source_lines(r.stdout)
@@ -183,7 +199,7 @@ def test_seed_dry_run_base_vs_fix_exits_0_naming_only_topk(repo, tmp_path):
     assert "check [b] select_experts contains the per-rank shared-slot gate fix: PASS" in r.stdout
 
 
-def test_seed_dry_run_with_another_changed_file_exits_6(repo, tmp_path):
+def test_seed_dry_run_with_another_changed_file_exits_6(repo, tmp_path, seed_dry_run):
     r = seed_dry_run(repo, repo.base, repo.extra, tmp_path)
     assert r.returncode == exitcodes.ARMS_DIFFER, r.stderr[-3000:]
     assert files_of(source_lines(r.stdout)[0]) == sorted([TOPK, HTTP_SERVER])
@@ -191,7 +207,7 @@ def test_seed_dry_run_with_another_changed_file_exits_6(repo, tmp_path):
     assert not (tmp_path / "dry" / "servers").exists()  # stopped before any server
 
 
-def test_seed_dry_run_with_swapped_arms_exits_3(repo, tmp_path):
+def test_seed_dry_run_with_swapped_arms_exits_3(repo, tmp_path, seed_dry_run):
     r = seed_dry_run(repo, repo.fix, repo.base, tmp_path)
     assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-3000:]
     assert files_of(source_lines(r.stdout)[0]) == [TOPK]  # the diff is fine: the sides are swapped
@@ -199,14 +215,14 @@ def test_seed_dry_run_with_swapped_arms_exits_3(repo, tmp_path):
     assert "side assertion failed" in r.stderr
 
 
-def test_seed_dry_run_with_the_default_refs_in_a_clone_without_them_is_bad_config(repo, tmp_path):
-    r = abh("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry", cwd=tmp_path,
-            env_repo=repo.path)
+def test_seed_dry_run_with_the_default_refs_in_a_clone_without_them_is_bad_config(repo, tmp_path, abh_here):
+    r = abh_here("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry",
+                 env_repo=repo.path)
     assert r.returncode == exitcodes.BAD_CONFIG and "fbecd75c8313" in r.stderr
 
 
 @pytest.mark.skipif(not TEST_JSONL.exists(), reason="GSM8K test set not found")
-def test_a_real_run_records_the_source_diff_and_an_extra_file_stops_it_before_any_server(repo, tmp_path):
+def test_a_real_run_records_the_source_diff_and_an_extra_file_stops_it_before_any_server(repo, tmp_path, abh_here):
     """The demo (simulated) experiment with git arms from the SGLang-shaped repository."""
     common = ["experiment=demo", "progress=false", "report=false", "experiment.aa_control=false",
               "experiment.repeats=1", "task.num_questions=20", "client.parallel=20",
@@ -220,8 +236,8 @@ def test_a_real_run_records_the_source_diff_and_an_extra_file_stops_it_before_an
     assert m["source_diff"]["files"] == [TOPK] and m["source_diff"]["method"] == "git"
     assert m["source_diff"]["line"].startswith(f"{PREFIX} {TOPK} (1 file; git diff ")
     assert f"{PREFIX} {TOPK}" in ok.stderr
-    bad = abh(*common, *arms, f"arms.a.source.ref={repo.base}", f"arms.b.source.ref={repo.extra}",
-              f"hydra.run.dir={tmp_path}/bad", cwd=tmp_path)
+    bad = abh_here(*common, *arms, f"arms.a.source.ref={repo.base}", f"arms.b.source.ref={repo.extra}",
+                   f"hydra.run.dir={tmp_path}/bad", env_repo=repo.path)  # stops before any server: in this process
     assert bad.returncode == exitcodes.ARMS_DIFFER, bad.stderr[-3000:]
     assert not (tmp_path / "bad" / "servers").exists() or not list((tmp_path / "bad" / "servers").glob("*.log"))
     m = read_json(tmp_path / "bad" / "manifest.json")
