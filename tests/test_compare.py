@@ -11,8 +11,15 @@ from helpers.evals import N, make_eval, seed_vectors
 
 from harness import stats as S
 from harness.cli_compare import compare_main as main
-from harness.compare import CompareError, compare_dirs, format_summary
+from harness.compare import CompareError, format_summary
+from harness.compare import compare_dirs as _compare_dirs
 from harness.plan import power_main
+
+
+def compare_dirs(*args, n_resamples: int = 500, **kw):
+    """compare_dirs with 500 bootstrap resamples unless a test asks for more: only the reported bootstrap
+    intervals depend on them (not the verdict, its test or its interval), and no test here reads those."""
+    return _compare_dirs(*args, n_resamples=n_resamples, **kw)
 
 
 def test_worked_example_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

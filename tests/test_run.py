@@ -168,7 +168,8 @@ def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo100: Demo) 
 
 
 # ------------------------------------------------------------------------------ resume, signals
-def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path) -> None:
+def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """SIGTERM while only arm A's server has run: exit 143, server gone, answers kept; the rerun resumes on a
     new launch, sees no false arm difference and completes every question exactly once."""
     run_dir = tmp_path / "run"
@@ -180,8 +181,8 @@ def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path) ->
     assert "Rerun the same command to resume" in res.stderr
     assert res.children and res.survivors() == []
     assert 0 < rows(target) < 200
-    r = abh_run(*args, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
+    code = abh_run_here(*args)  # the rerun, in this process
+    assert code == 0, capsys.readouterr().err[-3000:]
     m = read_json(run_dir / "manifest.json")
     assert len(m["sessions"]) == 2 and m["sessions"][1]["resume"] is True
     assert m["evals"]["evals/a/r1"]["launches"] == ["a-1", "a-2"] and m["evals"]["evals/a/r1"]["resumed_on"] == ["a-2"]

@@ -27,6 +27,12 @@ FAST = ("progress=false", "task.num_questions=500", "client.parallel=500", "engi
 SEQ = ("experiment.sequential=true", "experiment.max_repeats=6")
 
 
+#: The sequential run end to end (six server launches, ~15 s) is slow. The default run keeps its parts: the looks'
+#: decisions, records, resume and refused design changes (test_looks.py), the cost per arm (test_cost.py,
+#: test_cost_report.py), `abh power --from` (test_plan.py), and below the config and the dry run's design.
+E2E = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def improved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     root = tmp_path_factory.mktemp("seq")
@@ -35,6 +41,7 @@ def improved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     return run_dir, r
 
 
+@E2E
 def test_a_clear_effect_stops_early_with_improved(improved: tuple[Path, object]) -> None:
     run_dir, r = improved
     assert r.returncode == 0, r.stderr[-3000:]
@@ -62,6 +69,7 @@ def test_a_clear_effect_stops_early_with_improved(improved: tuple[Path, object])
     assert "launch-to-launch noise sampled" in r.stderr
 
 
+@E2E
 def test_summary_holds_the_cost_per_arm(improved: tuple[Path, object]) -> None:
     run_dir, r = improved
     s = load_run_summary(run_dir / "summary.json")
@@ -86,6 +94,7 @@ def test_summary_holds_the_cost_per_arm(improved: tuple[Path, object]) -> None:
     assert "**Cost:**" in md and "**Sequential:**" in md
 
 
+@E2E
 def test_power_from_the_run_prints_repeats_and_gpu_hours(improved: tuple[Path, object]) -> None:
     run_dir, _ = improved
     r = abh("power", "--from", str(run_dir), "--effect", "0.3", "--json", cwd=run_dir.parent)
@@ -96,6 +105,7 @@ def test_power_from_the_run_prints_repeats_and_gpu_hours(improved: tuple[Path, o
     assert plan["per_repeat"]["gpus"] == {"a": 8, "b": 8} and plan["per_repeat"]["source"] == "recorded"
 
 
+@E2E
 def test_a_rerun_continues_from_the_recorded_looks(improved: tuple[Path, object],
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     run_dir, first = improved
@@ -113,6 +123,7 @@ def test_a_rerun_continues_from_the_recorded_looks(improved: tuple[Path, object]
     assert "expected cost:" in err and "GPU-hours" in err.split("expected cost:")[1].splitlines()[0]
 
 
+@E2E
 def test_a_changed_design_is_refused(improved: tuple[Path, object], capsys: pytest.CaptureFixture[str]) -> None:
     run_dir, _ = improved
     code = abh_run_here(f"hydra.run.dir={run_dir}", *FAST, *SEQ, "engine.gpus=8", "arms.b.engine.accuracy=0.99",
@@ -121,7 +132,7 @@ def test_a_changed_design_is_refused(improved: tuple[Path, object], capsys: pyte
     assert "another sequential design (changed: spending 'obf' -> 'pocock')" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # stopping, looks and resume are in the default run (the improved run, test_looks)
+@E2E
 def test_a_null_effect_does_not_stop_for_efficacy_and_resumes_mid_way(tmp_path: Path) -> None:
     """Both arms at 93 %; fixed per-launch noise seeds per arm make the run deterministic (each arm's launches
     then answer alike, so the looks see one draw of null noise). Interrupted after its first look, the rerun
