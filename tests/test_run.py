@@ -268,12 +268,14 @@ def test_a_secret_flag_on_a_failing_server_leaks_nowhere(tmp_path: Path) -> None
     assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"
 
 
-def test_failed_live_side_check_stops_before_any_question(tmp_path: Path) -> None:
+def test_failed_live_side_check_stops_before_any_question(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process (the servers are real processes)."""
     run_dir = tmp_path / "run"
-    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, "arms.b.engine.build=baseline", cwd=tmp_path)
-    assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-2000:]
+    code = abh_run_here(f"hydra.run.dir={run_dir}", *SMALL, "arms.b.engine.build=baseline")
+    err = capsys.readouterr().err
+    assert code == exitcodes.SIDE_ASSERTION_FAILED, err[-2000:]
     assert ("side assertion failed for arm 'b': check 'server reports the fix build' (http: GET /get_server_info "
-            "-> build): expected 'fix'; found 'baseline'") in r.stderr  # the message of checks.result.assert_checks
+            "-> build): expected 'fix'; found 'baseline'") in err  # the message of checks.result.assert_checks
     assert not (run_dir / "evals").exists()  # arm B is asserted before arm A's first question
     assert read_json(run_dir / "manifest.json")["arms"]["b"]["status"] == "side_check_failed"
     for pid in server_pids(run_dir):

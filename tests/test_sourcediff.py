@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -156,19 +155,9 @@ def test_line_and_patterns():
 
 
 # ------------------------------------------------------------------- the seed's dry run (the CLI)
-def abh(*args: str, cwd: Path, env_repo: Path | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    env = {**os.environ}
-    if env_repo is not None:
-        env["SGLANG_REPO"] = str(env_repo)
-    return subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, env=env)
-
-
 @pytest.fixture
 def abh_here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    """``abh run ARGS`` in this process with SGLANG_REPO set, as a CompletedProcess (runs that start no server)."""
+    """``abh run ARGS`` in this process with SGLANG_REPO set, as a CompletedProcess."""
     def run(*args: str, env_repo: Path) -> subprocess.CompletedProcess:
         monkeypatch.setenv("SGLANG_REPO", str(env_repo))
         capsys.readouterr()
@@ -229,8 +218,8 @@ def test_a_real_run_records_the_source_diff_and_an_extra_file_stops_it_before_an
               f"experiment.fix_files=[{TOPK}]", "experiment.allowed_differences=[engine,source,fingerprint.git]"]
     arms = [f"arms.{k}.source.kind=git" for k in "ab"] + [f"arms.{k}.source.path={repo.path}" for k in "ab"]
     arms += [f"arms.{k}.source.subdir=python" for k in "ab"]
-    ok = abh(*common, *arms, f"arms.a.source.ref={repo.base}", f"arms.b.source.ref={repo.fix}",
-             f"hydra.run.dir={tmp_path}/ok", cwd=tmp_path)
+    ok = abh_here(*common, *arms, f"arms.a.source.ref={repo.base}", f"arms.b.source.ref={repo.fix}",
+                  f"hydra.run.dir={tmp_path}/ok", env_repo=repo.path)  # in this process; its servers are processes
     assert ok.returncode == 0, ok.stderr[-3000:]
     m = read_json(tmp_path / "ok" / "manifest.json")
     assert m["source_diff"]["files"] == [TOPK] and m["source_diff"]["method"] == "git"

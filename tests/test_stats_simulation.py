@@ -79,29 +79,47 @@ def test_multiple_testing_error_rates_under_global_null():
     assert unadjusted > 0.3
 
 
-def test_score_tost_error_rates_at_the_margin():
-    """At true Δ = -margin, non-inferiority is (wrongly) claimed at rate ≈ α/2 (one-sided at 0.025);
-    equivalence at most about α."""
+def _score_tost_at_the_margin(exps: int) -> tuple[float, float]:
+    """Rates of (wrong) non-inferiority and equivalence claims at true Δ = -margin."""
     rng = np.random.default_rng(16)
     n, margin = 600, 0.02
     psi = 0.12
-    t = tables(rng, n, [0.78, (psi + margin) / 2, (psi - margin) / 2, 0.10], exps=4000)
+    t = tables(rng, n, [0.78, (psi + margin) / 2, (psi - margin) / 2, 0.10], exps=exps)
     ni = eq = 0
     for row in t:
         r = S.score_tost(int(row[1]), int(row[2]), n, margin, ALPHA)
         ni += r["noninferior"]
         eq += r["equivalent"]
-    print(f"at Δ = -margin: non-inferior {ni / 4000:.4f}, equivalent {eq / 4000:.4f}")
-    assert 0.015 <= ni / 4000 <= 0.035
-    assert eq / 4000 <= 0.065
-    # and with no true difference and enough questions, equivalence is usually shown
+    print(f"at Δ = -margin ({exps} experiments): non-inferior {ni / exps:.4f}, equivalent {eq / exps:.4f}")
+    return ni / exps, eq / exps
+
+
+def test_score_tost_error_rates_at_the_margin_quick():
+    """1000 experiments: bounds of about ±3 Monte Carlo SEs (the 4000-experiment version is slow)."""
+    ni, eq = _score_tost_at_the_margin(1000)
+    assert 0.01 <= ni <= 0.04
+    assert eq <= 0.071
+
+
+@pytest.mark.slow
+def test_score_tost_error_rates_at_the_margin():
+    """At true Δ = -margin, non-inferiority is (wrongly) claimed at rate ≈ α/2 (one-sided at 0.025);
+    equivalence at most about α."""
+    ni, eq = _score_tost_at_the_margin(4000)
+    assert 0.015 <= ni <= 0.035
+    assert eq <= 0.065
+
+
+def test_score_tost_shows_equivalence_with_no_difference_and_enough_questions():
+    rng = np.random.default_rng(17)
     t0 = tables(rng, 5000, [0.78, 0.06, 0.06, 0.10], exps=300)
-    shown = np.mean([S.score_tost(int(r[1]), int(r[2]), 5000, margin)["equivalent"] for r in t0])
+    shown = np.mean([S.score_tost(int(r[1]), int(r[2]), 5000, 0.02)["equivalent"] for r in t0])
     assert shown > 0.9
 
 
 # ------------------------------------------------------------------------------ coverage
-def test_paired_intervals_cover_true_delta():
+def _paired_coverage(boot_exps: int) -> dict[str, float]:
+    """Coverage of the closed-form intervals on EXPS tables, of the bootstrap ones on the first ``boot_exps``."""
     rng = np.random.default_rng(21)
     n, probs = 300, [0.75, 0.06, 0.09, 0.10]
     true = probs[2] - probs[1]
@@ -111,7 +129,7 @@ def test_paired_intervals_cover_true_delta():
     lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
     cov["tango"] = np.mean((lo <= true) & (true <= hi))
     pct = bca = 0
-    for row in t:
+    for row in t[:boot_exps]:
         a, b = vectors(row)
         d = b - a
         theta_b = S.bootstrap_means(d, 999, seed=rng)
@@ -119,10 +137,22 @@ def test_paired_intervals_cover_true_delta():
         pct += lo_ <= true <= hi_
         lo_, hi_ = S.bca_interval(theta_b, float(d.mean()), S.jackknife_means(d))
         bca += lo_ <= true <= hi_
-    cov["percentile"] = pct / EXPS
-    cov["bca"] = bca / EXPS
+    cov["percentile"] = pct / boot_exps
+    cov["bca"] = bca / boot_exps
     print("coverage", cov)
-    for v in cov.values():
+    return cov
+
+
+def test_paired_intervals_cover_true_delta_quick():
+    """The bootstrap intervals on 500 experiments (bounds of about ±3 Monte Carlo SEs); all 2000 are slow."""
+    cov = _paired_coverage(500)
+    assert 0.93 <= cov["newcombe"] <= 0.97 and 0.93 <= cov["tango"] <= 0.97
+    assert 0.92 <= cov["percentile"] <= 0.98 and 0.92 <= cov["bca"] <= 0.98
+
+
+@pytest.mark.slow
+def test_paired_intervals_cover_true_delta():
+    for v in _paired_coverage(EXPS).values():
         assert 0.93 <= v <= 0.97
 
 
