@@ -148,7 +148,7 @@ def format_sweep(s: schema.SweepSummary) -> str:
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
     if s.get("cost"):
         lines.append(f"cost of the sweep ({len(s['comparisons'])} jobs):")
-        lines.append(format_cost(s["cost"]))  # type: ignore[arg-type]
+        lines.append(format_cost(s["cost"]))
     if s.get("missing"):
         lines.append(f"{len(s['missing'])} job(s) produced no comparison (failed or interrupted; counted with "
                      f"p = 1): {', '.join(s['missing'])}. Rerun the sweep to resume them.")
