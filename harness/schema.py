@@ -174,9 +174,20 @@ class ArmResult(TypedDict):
     accuracy: float
     wilson: list[float]
     bootstrap: list[float]
-    repeats: list[float]
+    repeats: list[float | None]
     n_runs: int
+    launches: list[str]
+    error_rate: float
     dirs: list[str]
+
+
+class TableCounts(TypedDict):
+    """The paired table of per-question arm means (question mass; whole counts for one run per arm)."""
+
+    both: float
+    a_only: float
+    b_only: float
+    neither: float
 
 
 class Arms(TypedDict):
@@ -233,7 +244,7 @@ class Comparison(TypedDict, total=False):
     hypothesis: str
     test: str | None
     p: float | None
-    test_alpha: float
+    test_alpha: float | None
     p_floor: float | None
     errors: dict[str, Any]
     design: dict[str, Any]
