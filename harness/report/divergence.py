@@ -272,13 +272,13 @@ def top_rows(div: Mapping[str, Any], texts_a: Mapping[int, str | None] | None = 
         c = q.get("first_divergence_char")
         span = q.get("first_divergence_span")
         a_start, a_end = (span[0], span[1]) if isinstance(span, list) and len(span) == 2 else (c, None)
-        text_b = tb.get(idx)
+        text_a, text_b = (ta.get(idx), tb.get(idx)) if idx is not None else (None, None)
         b_end = _word_end(text_b, c) if text_b is not None and isinstance(c, int) else None
         rows.append({
             **q,
             "kld_text": kld(q.get("kld")), "kld_aa_text": kld(q.get("kld_aa")), "d_text": kld(q.get("d")),
             "same_top_text": pct(q.get("same_top_rate"), 1),
-            "a": split_at(ta.get(idx), a_start, a_end),
+            "a": split_at(text_a, a_start, a_end),
             "b": split_at(text_b, a_start, b_end),
         })
     return rows
