@@ -357,3 +357,24 @@ def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
     assert s["comparisons"][0]["verdict"]
     json.dumps(s)
 
+
+
+@pytest.mark.parametrize("fail_on, b_accuracy, code", [
+    ("regressed", 0.80, exitcodes.GATE_FAILED),       # B clearly worse: the gate fails
+    ("regressed", 0.945, exitcodes.OK),               # the same arms: no regression shown, passes
+    ("not-noninferior", 0.945, exitcodes.GATE_FAILED),  # superiority run: non-inferiority not shown, fails
+])
+def test_fail_on_gate_exits_7_on_the_verdict_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       fail_on: str, b_accuracy: float, code: int) -> None:
+    run_dir = tmp_path / "run"
+    assert abh_run_here("--fail-on", fail_on, f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH,
+                        f"arms.b.engine.accuracy={b_accuracy}", "engine.flip_rate=0.0") == code
+    s = read_json(run_dir / "summary.json")
+    assert s["exit_code"] == code
+    if code == exitcodes.GATE_FAILED:
+        assert f"fails --fail-on {fail_on}" in capsys.readouterr().err
+
+
+def test_fail_on_with_a_bad_value_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert abh_run_here("--fail-on=worse", f"hydra.run.dir={tmp_path}/run", *SMALL) == exitcodes.BAD_CONFIG
+    assert "--fail-on (fail_on) must be" in capsys.readouterr().err
