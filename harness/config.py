@@ -321,6 +321,9 @@ class Config:
     #: Write report.html at the end.
     report: bool = True
     progress: bool = True
+    #: CI gate (``abh run --fail-on X``): exit 7 when the verdict is one to fail on: regressed | not-noninferior |
+    #: any-difference (harness.gate); None = never
+    fail_on: str | None = None
 
 
 def register() -> None:
@@ -447,6 +450,9 @@ def validate(cfg: Any) -> None:
     strays = unknown_keys(cfg)
     if strays:
         problems.append(f"unknown config key(s): {', '.join(strays)} (`abh run --cfg job` prints every key)")
+    fail_on = cfg.get("fail_on")
+    if fail_on is not None and fail_on not in ("regressed", "not-noninferior", "any-difference"):
+        problems.append(f"--fail-on (fail_on) must be regressed, not-noninferior or any-difference, not {fail_on!r}")
     e = cfg.engine
     if e is None or e.get("kind") not in ENGINE_SCHEMAS:
         problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")

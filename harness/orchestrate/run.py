@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -44,6 +45,7 @@ from harness.cost import config_gpus, cost_from_manifest, format_cost
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.evaluate import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.fileio import StoreError
+from harness.gate import comparison_exit
 from harness.orchestrate.design import describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.looks import Looks, apply_to_comparison, design_of
@@ -399,7 +401,8 @@ class Run:
             m.record("sequential", seq)
             apply_to_comparison(comparison, seq)  # type: ignore[arg-type]
         schema.write_comparison(run_dir / COMPARISON, comparison)
-        code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
+        fail_on = self.cfg.get("fail_on")
+        code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
         design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
                   "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
                   "order": str(x.order)}
@@ -424,6 +427,8 @@ class Run:
         print(format_cost(cost))
         if code == exitcodes.TOO_MANY_ERRORS:
             self.log.say("too many requests failed after retries; rerun the same command to retry them")
+        elif code == exitcodes.GATE_FAILED:
+            self.log.say(f"verdict {comparison['verdict']} fails --fail-on {fail_on} (exit {code})")
         if self.cfg.report:
             try:
                 self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
@@ -579,7 +584,8 @@ def _options(folder: Path) -> list[str]:
 
 def help_text() -> str:
     """``abh run --help``: the config groups and their options as files define them (not the schemas)."""
-    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]", "",
+    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]",
+             "               [--fail-on regressed|not-noninferior|any-difference]", "",
              "Launch each arm's server, assert its side, evaluate, compare. Every key of the config can be",
              "overridden with KEY=VALUE (`abh run --cfg job` prints them all with their values); an unknown key",
              "is an error. -m runs a sweep over comma-separated values. Rerunning the same command resumes.", "",
@@ -598,11 +604,46 @@ def help_text() -> str:
     return "\n".join(lines)
 
 
+def malformed_yaml(roots: list[Path]) -> str | None:
+    """The first config or arm file under ``roots`` that is not valid YAML, as one line (None when all parse).
+    Hydra would report it as a 90-line traceback; checked before Hydra composes anything."""
+    for root in roots:
+        for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
+            try:
+                yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError) as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                what = getattr(e, "problem", None) or type(e).__name__
+                return f"{path}{where}: not valid YAML ({what})"
+    return None
+
+
+def fail_on_override(argv: list[str]) -> list[str]:
+    """``--fail-on X`` (or ``--fail-on=X``), the CI gate of ``abh compare`` and ``abh ab``, as the Hydra override
+    ``fail_on=X``; everything else is left for Hydra."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--fail-on":
+            out.append(f"fail_on={next(it, '')}")
+        elif a.startswith("--fail-on="):
+            out.append(f"fail_on={a.split('=', 1)[1]}")
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str]) -> int:
     """Entry of ``abh run``: hand the overrides to Hydra; map its outcome to our exit codes."""
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return exitcodes.OK
+    argv = fail_on_override(argv)
+    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"])
+    if bad:
+        print(f"abh run: error: {bad}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
     saved = sys.argv
     sys.argv = ["abh run", *argv]
