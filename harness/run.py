@@ -144,7 +144,7 @@ _NON_SEMANTIC = ("progress", "report", "dry_run", "client.request_timeout_s", "c
                  "client.backoff_s", "engine.ready_timeout_s", "engine.poll_interval_s", "engine.stop_timeout_s",
                  "engine.release_timeout_s", "stats", "experiment.description", "experiment.order",
                  "experiment.concurrent_servers", "experiment.restart_per_repeat",
-                 "experiment.allowed_differences", "experiment.fix_files")
+                 "experiment.allowed_differences", "experiment.fix_files", "divergence")
 
 
 def config_digest(cfg: DictConfig) -> dict[str, Any]:

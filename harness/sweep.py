@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness import schema
+from harness.report.divergence import kld_cell
 from harness.report.words import p_bound
 from harness.schema import SweepRow
 
@@ -38,7 +39,8 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
     for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / schema.COMPARISON_FILE).exists()):
         rows.append({"job": job.name, "dir": str(job), "n": None, "accuracy_a": None, "accuracy_b": None,
                      "delta": None, "delta_ci": None, "p": None, "p_value_floor": None, "p_value_at_floor": False,
-                     "mde": None, "verdict": "not_comparable", "alpha": 0.05, "simulated": False, "missing": True})
+                     "mde": None, "verdict": "not_comparable", "alpha": 0.05, "simulated": False, "missing": True,
+                     "divergence": None, "kld": None, "kld_aa": None})
     for path in sorted(root.glob(f"*/{schema.COMPARISON_FILE}")):
         c = schema.load_comparison(path)
         rows.append({"job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
@@ -46,7 +48,7 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
                      "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value"),
                      "p_value_floor": c.get("p_value_floor"), "p_value_at_floor": bool(c.get("p_value_at_floor")),
                      "mde": c.get("mde"), "verdict": c.get("verdict", "not_comparable"), "alpha": c.get("alpha", 0.05),
-                     "simulated": bool(c.get("simulated"))})
+                     "simulated": bool(c.get("simulated")), **_divergence_cells(c)})
     ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
     for r, pa, label in zip(rows, adj, swept_labels([r["job"] for r in rows]) if rows else [], strict=True):
@@ -63,6 +65,14 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
         "simulated": any(r["simulated"] for r in rows)}
     schema.write_sweep_summary(root / SWEEP_SUMMARY, summary)
     return summary
+
+
+def _divergence_cells(c: schema.Comparison) -> dict[str, Any]:
+    """A sweep row's divergence: its verdict and mean KLD A‖B and A‖A' (None when the job did not score)."""
+    div: Any = c.get("divergence")
+    if not isinstance(div, dict):
+        return {"divergence": None, "kld": None, "kld_aa": None}
+    return {"divergence": div.get("verdict"), "kld": div.get("kld_mean"), "kld_aa": div.get("kld_mean_aa")}
 
 
 def _experiment_of(root: Path) -> str | None:
@@ -90,7 +100,9 @@ def format_sweep(s: schema.SweepSummary) -> str:
         lines.append(f"sweep of {s['experiment']}")
     labels = [r.get("label") or r["job"] for r in s["comparisons"]]
     width = max([10, *(len(x) for x in labels)])
-    lines.append(f"{'comparison':<{width}} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}  verdict")
+    kld = any(r.get("divergence") for r in s["comparisons"])
+    lines.append(f"{'comparison':<{width}} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}"
+                 + (f" {'KLD (A/A)':>20}" if kld else "") + "  verdict")
     for label, r in zip(labels, s["comparisons"], strict=True):
         ci = r.get("delta_ci")
         ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else ""
@@ -100,8 +112,13 @@ def format_sweep(s: schema.SweepSummary) -> str:
         p_adj = p_bound(r.get("p_adjusted"), r.get("p_value_floor"), r.get("p_value_at_floor"), adjusted=True)
         v = r["verdict"] + (f" (unadjusted: {r['verdict_unadjusted']})"
                             if r.get("verdict_unadjusted", r["verdict"]) != r["verdict"] else "")
-        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}  {v}")
+        k = ""
+        if kld:
+            k = f" {kld_cell(r):>20}"
+        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}{k}  {v}")
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
+    if kld:
+        lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor)")
     if s.get("missing"):
         lines.append(f"{len(s['missing'])} job(s) produced no comparison (failed or interrupted; counted with "
                      f"p = 1): {', '.join(s['missing'])}. Rerun the sweep to resume them.")

@@ -123,6 +123,17 @@ def terminal_line(div: Mapping[str, Any] | None) -> str:
             f"({div.get('tokens')} tokens, {div.get('questions')} questions)")
 
 
+def kld_cell(row: Mapping[str, Any]) -> str:
+    """A sweep row's divergence in one cell, ``0.023 (0.0003) *``: mean KLD A‖B, in brackets the A/A floor's,
+    ``*`` when diverged beyond it; "not measured", or "n/a" when the job did not score."""
+    word = row.get("divergence")
+    if not word:
+        return "n/a"
+    if word not in ("diverged", "indistinguishable"):
+        return "not measured"
+    return f"{kld(row.get('kld'))} ({kld(row.get('kld_aa'))})" + (" *" if word == "diverged" else "")
+
+
 def facts(div: Mapping[str, Any]) -> list[str]:
     """Supporting facts under the divergence sentence."""
     out: list[str] = []
@@ -291,6 +302,7 @@ def section(div: Mapping[str, Any] | None, comparison: Mapping[str, Any] | None 
     measured = word in ("diverged", "indistinguishable")
     return {
         "verdict": word,
+        "reference": div.get("reference") or "a",
         "label": verdict_label(word),
         "color": VERDICT_COLORS.get(word, "#333333"),
         "sentence": sentence(div) if div else sentence(None),
