@@ -19,27 +19,23 @@ errors; 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 interrupt
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from harness import exitcodes, schema
 from harness.compare import DEFAULT_MAX_ERROR_RATE
 from harness.gate import FAIL_ON
+from harness.orchestrate.interrupts import Interrupted, Interrupts
 
 if TYPE_CHECKING:
     from harness.tasks.gsm8k import RecipeConfig
 
-T = TypeVar("T")
 
 ROLES = ("a", "b")
 DEFAULT_NAMES = ("A", "B")
@@ -53,14 +49,6 @@ class ABFailure(Exception):
     def __init__(self, code: int, message: str):
         super().__init__(message)
         self.code = code
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM: everything on disk is kept; rerunning the same command resumes."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 # ------------------------------------------------------------------------------------------ URLs
@@ -103,73 +91,6 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
         return str(e.reason)
     except (OSError, ValueError) as e:  # timeouts, resets, a malformed answer
         return f"{type(e).__name__}: {e}"
-
-
-# ------------------------------------------------------------------------------------------ signals
-class _Signals:
-    """SIGINT / SIGTERM honoured in every phase: outside an eval the handler raises :class:`Interrupted`;
-    while an eval's event loop runs (where an exception raised by a handler would be swallowed) it cancels
-    the eval's task, which keeps what it has and comes out as :class:`Interrupted`. A second signal while
-    the first is handled is ignored. (The same scheme as ``abh run``'s.)"""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._task: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self._old.items():
-            signal.signal(s, handler)
-        self._old = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        first = self.signum is None
-        if first:
-            self.signum = signum
-        if self._task is not None:
-            loop, task = self._task
-            loop.call_soon_threadsafe(task.cancel)
-        elif first:
-            raise Interrupted(signum)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` in a fresh event loop (uvloop when installed), cancelled by a signal."""
-        from harness.evaluate import EvalInterrupted
-
-        async def guarded() -> T:
-            task = asyncio.ensure_future(coro)
-            self._task = (asyncio.get_running_loop(), task)
-            try:
-                if self.signum is not None:
-                    task.cancel()
-                return await task
-            finally:
-                self._task = None
-
-        try:
-            result = _run_loop(guarded())
-        except EvalInterrupted as e:  # the eval's own handler caught it
-            raise Interrupted(e.signum) from None
-        except asyncio.CancelledError:
-            if self.signum is None:
-                raise
-        if self.signum is not None:  # cancelled, or arrived as the eval ended: what it has is on disk
-            raise Interrupted(self.signum)
-        return result
-
-
-def _run_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """``coro`` in a fresh event loop: uvloop when installed (it roughly halves the client's overhead)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -219,7 +140,7 @@ def _finished(eval_dir: Path) -> bool:
 class AB:
     """One ``abh ab`` run in its directory: check, evaluate in interleaved order, compare, report."""
 
-    def __init__(self, opts: ABOptions, signals: _Signals):
+    def __init__(self, opts: ABOptions, signals: Interrupts):
         from harness.client import ClientConfig
         from harness.tasks import gsm8k
 
@@ -307,7 +228,7 @@ class AB:
         launch = launch_id(url)
         meta = {"arm": self.names[role], "role": role, "repeat": repeat, "launch": launch, "instance": launch}
         try:
-            summary = self.signals.run(run_eval_async(self.test, self._recipe(), ccfg, out, None,
+            summary = self.signals.run_async(run_eval_async(self.test, self._recipe(), ccfg, out, None,
                                                       EvalOptions(progress=self.o.progress, extra_meta=meta)))
         except ServerGone as e:
             raise ABFailure(exitcodes.SERVER_FAILURE,
@@ -362,7 +283,7 @@ def run_summary(c: schema.Comparison, repeats: int, code: int) -> schema.RunSumm
 
 def run_ab(opts: ABOptions) -> int:
     """Run (or resume) ``abh ab``; return its exit code. Failures print one line on stderr."""
-    with _Signals() as signals:
+    with Interrupts() as signals:
         try:
             ab = AB(opts, signals)
             ab.measure()

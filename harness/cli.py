@@ -2,7 +2,7 @@
 
 Each subcommand's code is imported only when used, so ``abh eval`` stays light: ``ab`` is in :mod:`harness.ab`,
 ``compare`` in :mod:`harness.cli_compare`, ``power`` in :mod:`harness.plan`, ``report`` in
-:mod:`harness.cli_report`, ``run`` in :mod:`harness.run`.
+:mod:`harness.cli_report`, ``run`` in :mod:`harness.orchestrate.run`.
 """
 
 from __future__ import annotations
@@ -182,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(rest)
     if cmd == "run":
-        from harness.run import main as run_main
-
+        try:
+            from harness.orchestrate.run import main as run_main
+        except KeyboardInterrupt:  # Ctrl-C while loading: nothing was started
+            return exitcodes.INTERRUPTED
         return run_main(rest)
     print(f"abh: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
     return exitcodes.BAD_CONFIG

@@ -17,8 +17,10 @@ starts. :func:`validate` adds the checks a type cannot express (value ranges, na
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +237,9 @@ class ClientSettings:
     request_timeout_s: float = 3600.0
     retries: int = 3
     backoff_s: float = 1.0
+    #: no answer for this long while requests are in flight: probe the server's health; if it does not answer,
+    #: stop it and exit 4 (0 = off)
+    stall_timeout_s: float = 180.0
 
 
 @dataclass
@@ -274,6 +279,9 @@ class ExperimentConfig:
     order: str = "interleaved"
     #: Run the baseline arm twice more to measure the noise floor (A/A).
     aa_control: bool = False
+    #: Run each A/A eval on a fresh launch of the baseline arm, so the control samples the launch-to-launch
+    #: noise the arms' own runs see (false: reuse the baseline's server, which can hide that noise).
+    aa_fresh_launch: bool = True
     #: Restart the server before every repeat instead of keeping it alive across its repeats.
     restart_per_repeat: bool = False
     #: Keep both arms' servers up at once, so each is launched once and reused across its repeats even in
@@ -364,9 +372,53 @@ def _simulated_problems(cfg: Any) -> list[str]:
     return out
 
 
+def _fields(schema: type) -> dict[str, Any]:
+    """A schema dataclass's field name -> resolved type."""
+    return typing.get_type_hints(schema)
+
+
+def _unknown(node: Any, schema: type, prefix: str) -> list[str]:
+    """Keys of ``node`` (a mapping) that ``schema`` (a dataclass) does not declare, recursively; dict values
+    of a dataclass type and list items of one are checked too."""
+    if not hasattr(node, "keys"):
+        return []
+    types = _fields(schema)
+    out: list[str] = []
+    for key in node.keys():
+        path = f"{prefix}{key}"
+        if key not in types:
+            out.append(path)
+            continue
+        t, value = types[key], node.get(key)
+        args = typing.get_args(t)
+        if dataclasses.is_dataclass(t):
+            out += _unknown(value, t, path + ".")  # type: ignore[arg-type]
+        elif typing.get_origin(t) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
+            for k in (value.keys() if hasattr(value, "keys") else []):
+                out += _unknown(value.get(k), args[1], f"{path}.{k}.")  # type: ignore[arg-type]
+        elif typing.get_origin(t) is list and args and dataclasses.is_dataclass(args[0]):
+            for i, item in enumerate(value or []):
+                out += _unknown(item, args[0], f"{path}[{i}].")  # type: ignore[arg-type]
+    return out
+
+
+def unknown_keys(cfg: Any) -> list[str]:
+    """Keys of a composed config that no schema declares. Hydra refuses an unknown ``key=value`` but adds
+    ``+key=value`` silently, so a typo such as ``+experiment.repeatz=3`` would otherwise be ignored."""
+    out = _unknown({k: cfg.get(k) for k in cfg.keys() if k != "engine"}, Config, "")
+    e = cfg.get("engine")
+    if e is not None and hasattr(e, "keys") and e.get("kind") in ENGINE_SCHEMAS:
+        out += _unknown(e, ENGINE_SCHEMAS[e.get("kind")], "engine.")
+    return out
+
+
 def validate(cfg: Any) -> None:
-    """Checks a type cannot express. Raises ConfigError with one clear message."""
+    """The schema, strictly (no unknown key, ``+`` or not), then the checks a type cannot express. Raises
+    ConfigError with one clear message."""
     problems: list[str] = []
+    strays = unknown_keys(cfg)
+    if strays:
+        problems.append(f"unknown config key(s): {', '.join(strays)} (`abh run --cfg job` prints every key)")
     e = cfg.engine
     if e is None or e.get("kind") not in ENGINE_SCHEMAS:
         problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")

@@ -205,13 +205,18 @@ def _f(x: Any) -> float | None:
         return None
 
 
+def _launches(record: Mapping[str, Any]) -> list[Any]:
+    """The server launches an arm or eval record lists (``launches``; ``instances`` before launch ids)."""
+    return list(record.get("launches") or record.get("instances") or [])
+
+
 def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None = None,
                        gpus: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The cost of a recorded run, from ``manifest.json`` (and each eval's ``summary.json`` under
     ``run_dir`` for its wall time), with ``estimated`` listing what had to be inferred (an upper bound:
     the gap before ready also holds the harness's own work and the previous server's stop).
 
-    Per launch it reads ``manifest.arms.<key>.instances[]``: ``launch_s`` (or ``ready - spawned``),
+    Per launch it reads ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs): ``launch_s`` (or ``ready - spawned``),
     ``server_s`` (or ``stopped - spawned``), ``gpus`` and ``role``. Older runs do not record them; then
     ``ready`` comes from the instance id (``<key>@<epoch>``), ``launch_s`` is the gap between the previous
     event (session start, the end of an eval, another server ready) and ready, ``server_s`` is ``launch_s`` plus the
@@ -243,17 +248,17 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
     eval_recs, by_instance = [], {}
     ends = [float(s["started"]) for s in sessions if _f(s.get("started")) is not None]
     for rel, ev in sorted(evals.items()):
-        if ev.get("status") not in (None, "complete", "incomplete", "failed", "interrupted"):
+        if ev.get("status") not in (None, "complete", "errors", "incomplete", "failed", "interrupted"):
             continue
         secs = eval_seconds(rel, ev)
         role = str(ev.get("role") or "a")
         eval_recs.append(EvalRecord(role, secs))
-        for inst in ev.get("instances") or []:
+        for inst in _launches(ev):
             by_instance.setdefault(inst, []).append((role, secs))
         if _f(ev.get("ended")) is not None:
             ends.append(float(ev["ended"]))
     for arm in arms.values():  # a launch also starts when the previous server became ready
-        for inst in arm.get("instances") or []:
+        for inst in _launches(arm):
             m = _ID_TIME.search(str(inst.get("id") or ""))
             r = _f(inst.get("ready")) if inst.get("ready") is not None else (float(m.group(1)) if m else None)
             if r is not None:
@@ -265,7 +270,7 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
         arm_gpus = None if gpus is None else gpus.get(key)
         if arm_gpus is None:
             arm_gpus = _config_gpus(cfg, key)
-        for inst in arm.get("instances") or []:
+        for inst in _launches(arm):
             iid = str(inst.get("id") or "")
             served = by_instance.get(iid, [])
             role = str(inst.get("role") or (served[0][0] if served else "a"))

@@ -15,5 +15,7 @@ TOO_MANY_ERRORS = 5
 ARMS_DIFFER = 6
 #: The verdict is one the caller asked to fail on (``--fail-on``).
 GATE_FAILED = 7
-#: Interrupted by Ctrl-C or SIGTERM; the run is resumable by rerunning the same command.
+#: Interrupted by Ctrl-C (SIGINT) or SIGTERM (128 + the signal number); the run is resumable by rerunning
+#: the same command.
 INTERRUPTED = 130
+TERMINATED = 143

@@ -99,6 +99,9 @@ class EvalMeta(TypedDict, total=False):
     arm: str
     role: str
     repeat: int
+    #: which server launch served the eval (abh run: ``<arm>-<n>``; abh ab: ``url:...``); runs that share one
+    #: are not independent
+    launch: str
     instance: str
     # bookkeeping of resumes
     resumes: int
@@ -330,11 +333,13 @@ class RunSummary(TypedDict, total=False):
     arms: dict[str, str]
     repeats: int
     aa_control: bool
+    #: the design as run: server launches per role, passes per launch, concurrency, restarts
+    design: dict[str, Any]
     exit_code: int
 
 
 class Manifest(TypedDict, total=False):
-    """``manifest.json``: provenance of a run, rewritten at every step (see harness.run)."""
+    """``manifest.json``: provenance of a run, rewritten at every step (see harness.orchestrate.rundir)."""
 
     kind: str
     schema_version: int

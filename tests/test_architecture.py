@@ -25,7 +25,7 @@ def test_layering():
     # the files run by path in an arm's own interpreter use the standard library only
     assert graph["harness.checks.source_probe"] == set() and graph["harness.engines.launcher"] == set()
     # one owner each: dotted-key matching and command formatting
-    assert "harness.keys" in graph["harness.armdiff"] and "harness.keys" in graph["harness.run"]
+    assert "harness.keys" in graph["harness.armdiff"] and "harness.keys" in graph["harness.orchestrate.rundir"]
     assert "harness.cmdline" in graph["harness.engines.base"] and "harness.cmdline" in graph["harness.report.data"]
 
 

@@ -14,7 +14,7 @@ from scipy.special import log_softmax, rel_entr
 from harness import scores as S
 from harness.divergence import compute_divergence
 from harness.report import divergence as R
-from harness.store import SampleRecord
+from harness.schema import SampleRecord
 
 V, K = 40, 8
 REQUIRED = ("verdict", "kld_mean", "kld_mean_aa", "p", "same_top_rate", "same_top_rate_aa",

@@ -165,12 +165,12 @@ DRIVER = textwrap.dedent("""
     import sys, time
     from harness.arm import ResolvedArm
     from harness.config import SimulatedEngineConfig
-    from harness.engines import create_engine, install_termination_handlers
+    from harness.engines import create_engine
+    from harness.orchestrate.interrupts import Interrupts
 
-    install_termination_handlers()
     cfg = SimulatedEngineConfig(data=sys.argv[2], ready_timeout_s=30, stop_timeout_s=5)
     engine = create_engine(cfg, ResolvedArm(key="a", name="a"), sys.argv[1], "driver")
-    with engine:
+    with Interrupts(), engine:  # the run's SIGINT/SIGTERM handling unwinds the block, which stops the server
         engine.launch()
         engine.wait_ready()
         fp = engine.fingerprint() or {}

@@ -19,7 +19,7 @@ from conftest import TEST_JSONL, SimServer, free_port
 
 from harness import exitcodes
 from harness.client import Client, ClientConfig
-from harness.store import read_jsonl
+from harness.fileio import read_jsonl
 
 
 def abh_eval(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from harness.engines import process
+from harness.engines import gpu
 
 
 def _fake_smi(tmp_path, monkeypatch):
@@ -30,7 +30,7 @@ def test_waits_until_the_server_pid_leaves_the_gpu_and_memory_drops(tmp_path, mo
     state = _fake_smi(tmp_path, monkeypatch)
     (state / "pids").write_text("4242\n")
     (state / "mem").write_text("0, 1000\n1, 1000\n")
-    baseline = process.gpu_snapshot()
+    baseline = gpu.gpu_snapshot()
     assert baseline == {"tool": "nvidia-smi", "pids": [4242], "used_mib": {"0": 1000.0, "1": 1000.0}}
     baseline = {"tool": "nvidia-smi", "pids": [], "used_mib": {"0": 1000.0, "1": 1000.0}}
     (state / "mem").write_text("0, 80000\n1, 80000\n")
@@ -43,7 +43,7 @@ def test_waits_until_the_server_pid_leaves_the_gpu_and_memory_drops(tmp_path, mo
 
     threading.Thread(target=release, daemon=True).start()
     notes: list[str] = []
-    out = process.wait_gpu_release({4242}, baseline, timeout_s=20, on_status=notes.append)
+    out = gpu.wait_gpu_release({4242}, baseline, timeout_s=20, on_status=notes.append)
     assert out["released"] is True and out["tool"] == "nvidia-smi"
     assert out["waited_s"] >= 2.0
 
@@ -53,11 +53,11 @@ def test_gives_up_after_the_timeout_and_says_why(tmp_path, monkeypatch):
     (state / "pids").write_text("4242\n")
     (state / "mem").write_text("0, 80000\n")
     notes: list[str] = []
-    out = process.wait_gpu_release({4242}, {"used_mib": {"0": 500.0}}, timeout_s=1.5, on_status=notes.append)
+    out = gpu.wait_gpu_release({4242}, {"used_mib": {"0": 500.0}}, timeout_s=1.5, on_status=notes.append)
     assert out["released"] is False and out["holders"] == [4242] and out["over_mib"] == {"0": 79500.0}
     assert any("not released" in n for n in notes)
 
 
 def test_no_gpu_tool_means_nothing_to_wait_for(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert process.wait_gpu_release({1}, None, timeout_s=5) == {"tool": None, "released": True, "waited_s": 0.0}
+    assert gpu.wait_gpu_release({1}, None, timeout_s=5) == {"tool": None, "released": True, "waited_s": 0.0}

@@ -1,48 +1,64 @@
-"""`abh run` end to end on the simulated engine: the demo, resume after interruption, sweeps, submitit."""
+"""`abh run` end to end on the simulated engine: the demo (one shared run), launches and design, resume, signals
+in every phase, server failures, error retries, checks before any server, config strictness, exit codes,
+sweeps and submitit."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 
+import pytest
 from conftest import pid_alive
+from helpers.runs import (
+    ONE_EACH,
+    SMALL,
+    abh_run,
+    abh_run_here,
+    interrupt_run,
+    log_has,
+    rows,
+    server_pids,
+)
+from helpers.seed import SEED, flag_lines, parse_seed_command
 
+import harness.orchestrate.run as orchestrate_run
 from harness import exitcodes
+from harness.cost import cost_from_manifest
 from harness.fileio import read_json, read_jsonl
+from harness.orchestrate.run import main as run_main
+from harness.report.data import arm_views
 
 
-def abh_run(*args: str, cwd: Path, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout, env={**os.environ, **(env or {})})
+# ------------------------------------------------------------------------------------ the demo, once
+@dataclass
+class Demo:
+    run_dir: Path
+    result: CompletedProcess[str]
+    seconds: float
 
 
-def _server_pids(run_dir: Path) -> list[int]:
-    m = read_json(run_dir / "manifest.json")
-    pids = []
-    for arm in m["arms"].values():
-        for inst in arm.get("instances", []):
-            pid = (inst.get("probe") or {}).get("pid")
-            if pid:
-                pids.append(int(pid))
-    return pids
-
-
-def test_demo_end_to_end(tmp_path):
-    run_dir = tmp_path / "demo"
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """`abh run` with no arguments but its run directory: the shipped demo, run once for every test reading it."""
+    root = tmp_path_factory.mktemp("demo")
     t0 = time.monotonic()
-    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", cwd=tmp_path)
-    elapsed = time.monotonic() - t0
+    r = abh_run(f"hydra.run.dir={root / 'demo'}", "progress=false", cwd=root)
+    return Demo(root / "demo", r, time.monotonic() - t0)
+
+
+def test_demo_end_to_end(demo: Demo) -> None:
+    r, run_dir = demo.result, demo.run_dir
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "SIMULATED" in r.stdout and "VERDICT:" in r.stdout
+    assert "SIMULATED" in r.stdout and "VERDICT: improved" in r.stdout
     summary = read_json(run_dir / "summary.json")
-    assert summary["simulated"] is True
-    assert summary["verdict"] in {"improved", "regressed", "equivalent", "inconclusive"}
-    assert summary["exit_code"] == 0
+    # The demo's arms differ by a true +1.5 pp (93.0 % vs 94.5 %); on the simulator's question draws (seed 0)
+    # that is 24 questions only B solves and none only A solves, far above the MDE of 1319 x 2 repeats.
+    assert summary["simulated"] is True and summary["exit_code"] == 0
+    assert summary["verdict"] == "improved" and summary["delta_ci"][0] > 0
     comparison = read_json(run_dir / "comparison.json")
     assert comparison["n"] == 1319 and comparison["arms"]["a"]["n_runs"] == 2
     assert comparison["psi_aa"] is not None and comparison["psi_aa"] > 0
@@ -52,164 +68,262 @@ def test_demo_end_to_end(tmp_path):
                                       "evals/aa/r2"}
     for rel, ev in manifest["evals"].items():
         assert ev["status"] == "complete"
-        rows = read_jsonl(run_dir / rel / "samples.jsonl")
-        assert sorted(x["index"] for x in rows) == list(range(1319)), rel
+        assert sorted(x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl")) == list(range(1319)), rel
     assert manifest["provenance"]["harness_version"]
     assert manifest["dataset"]["sha256"] and manifest["config"]["experiment"]["name"] == "demo"
+    assert manifest["status"] == {"code": 0, "verdict": "improved"}
     for key in ("a", "b"):
         arm = manifest["arms"][key]
         assert arm["launch"]["argv"] and all(c["passed"] for c in arm["live_checks"])
-    # the order was interleaved: a r1 before b r1 before a r2
-    for pid in _server_pids(run_dir):
+    for pid in server_pids(run_dir):
         assert not pid_alive(pid)
-    assert (run_dir / "report.html").exists()
-    print(f"demo took {elapsed:.1f} s")
+    assert (run_dir / "report.html").exists() and "| baseline |" in (run_dir / "comparison.md").read_text()
+    print(f"demo took {demo.seconds:.1f} s")
 
 
-def test_interrupt_and_resume_to_completion(tmp_path):
+def test_demo_records_which_launch_served_each_eval(demo: Demo) -> None:
+    run_dir = demo.run_dir
+    manifest, summary = read_json(run_dir / "manifest.json"), read_json(run_dir / "summary.json")
+    served = {rel: ev["launches"] for rel, ev in manifest["evals"].items()}
+    # concurrent servers: each arm's server is launched once and reused across its repeats ...
+    assert served["evals/a/r1"] == served["evals/a/r2"] == ["a-1"]
+    assert served["evals/b/r1"] == served["evals/b/r2"] == ["b-1"]
+    # ... and the A/A control runs on fresh launches of arm A, so it samples the launch noise the arms see
+    assert served["evals/aa/r1"] == ["a-2"] and served["evals/aa/r2"] == ["a-3"]
+    for rel, ids in served.items():
+        assert read_json(run_dir / rel / "eval.json")["launch"] == ids[0], rel
+    launches = {x["id"]: x for arm in manifest["arms"].values() for x in arm["launches"]}
+    assert set(launches) == {"a-1", "a-2", "a-3", "b-1"}
+    assert len({x["probe"]["pid"] for x in launches.values()}) == 4  # four server processes
+    assert all(x["stop"]["how"] == "SIGTERM" for x in launches.values())
+    assert summary["design"] == {"launches": {"a": 1, "b": 1, "aa": 2}, "passes_per_launch": {"a": 2, "b": 2, "aa": 1},
+                                 "concurrent_servers": True, "restart_per_repeat": False, "aa_fresh_launch": True,
+                                 "order": "interleaved"}
+    assert [x["role"] for x in (launches["a-1"], launches["a-2"], launches["b-1"])] == ["a", "aa", "b"]
+    cost = cost_from_manifest(manifest, run_dir)  # every launch's spawn, ready and stop times are recorded
+    assert cost["estimated"] == [] and cost["total"]["launches"] == 4
+
+
+def test_demo_asserts_both_arms_live_before_the_first_question(demo: Demo) -> None:
+    log = (demo.run_dir / "run.log").read_text()
+    first_eval = log.index("eval evals/a/r1")
+    assert log.index("side check server reports the baseline build: PASS") < first_eval
+    assert log.index("side check server reports the fix build: PASS") < first_eval  # arm B's, in interleaved order
+    assert "[abh] report: " in log  # run.log holds the session's lines
+
+
+def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo: Demo) -> None:
+    views = arm_views(read_json(demo.run_dir / "manifest.json"), {"a": "baseline", "b": "fix"})
+    marks = {v["role"]: {ln["text"].rstrip(" \\").strip(): ln["differs"] for ln in v["command_lines"]} for v in views}
+    ports = {role: [t for t in m if t.startswith("--port ")] for role, m in marks.items()}
+    assert ports["a"] and ports["b"] and ports["a"] != ports["b"]  # two concurrent servers, two ports
+    assert marks["a"][ports["a"][0]] is False and marks["b"][ports["b"][0]] is False
+    assert marks["a"]["--accuracy 0.93"] is True and marks["b"]["--build fix"] is True
+
+
+# ------------------------------------------------------------------------------ resume, signals
+def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path) -> None:
+    """SIGTERM while only arm A's server has run: exit 143, server gone, answers kept; the rerun resumes on a
+    new launch, sees no false arm difference and completes every question exactly once."""
     run_dir = tmp_path / "run"
-    args = [f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "engine.latency_s=0.02",
-            "engine.max_running_requests=64"]
-    cmd = [sys.executable, "-m", "harness.cli", "run", *args]
-    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    target = run_dir / "evals" / "b" / "r1" / "samples.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if target.exists() and len(read_jsonl(target)) > 100:
-            break
-        time.sleep(0.05)
-    pids = _server_pids(run_dir)
-    p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert "resume" in err
-    for pid in pids:
-        assert not pid_alive(pid), "server outlived the harness"
-    partial = len(read_jsonl(target))
-    assert 0 < partial < 1319
+    args = [f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "experiment.concurrent_servers=false",
+            "engine.latency_s=0.05", "engine.max_running_requests=8"]
+    target = run_dir / "evals" / "a" / "r1" / "samples.jsonl"
+    res = interrupt_run(args, tmp_path, when=lambda: rows(target) > 30, sig=signal.SIGTERM)
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr[-2000:]
+    assert "Rerun the same command to resume" in res.stderr
+    assert res.children and res.survivors() == []
+    assert 0 < rows(target) < 200
     r = abh_run(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    manifest = read_json(run_dir / "manifest.json")
-    assert len(manifest["sessions"]) == 2 and manifest["sessions"][1]["resume"] is True
-    assert manifest["evals"]["evals/b/r1"].get("resumed_on")
-    for rel in ("evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2"):
-        rows = read_jsonl(run_dir / rel / "samples.jsonl")
-        assert sorted(x["index"] for x in rows) == list(range(1319)), rel
-    assert read_json(run_dir / "summary.json")["verdict"]
+    m = read_json(run_dir / "manifest.json")
+    assert len(m["sessions"]) == 2 and m["sessions"][1]["resume"] is True
+    assert m["evals"]["evals/a/r1"]["launches"] == ["a-1", "a-2"] and m["evals"]["evals/a/r1"]["resumed_on"] == ["a-2"]
+    assert m["arm_diff_live"]["disallowed"] == []
+    for rel in ("evals/a/r1", "evals/b/r1"):
+        assert sorted(x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl")) == list(range(200)), rel
 
 
-def test_failed_side_assertion_stops_before_measuring(tmp_path):
+@pytest.mark.parametrize("phase, override, moment, sig", [
+    ("waiting for the server", "engine.startup_s=30", "launching arm a", signal.SIGINT),
+    ("the eval's warm-up request", "engine.latency_s=15", "eval evals/a/r1", signal.SIGTERM),
+])
+def test_a_signal_in_any_phase_stops_the_servers_and_exits_promptly(tmp_path: Path, phase: str, override: str,
+                                                                    moment: str, sig: int) -> None:
     run_dir = tmp_path / "run"
-    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "arms.b.engine.build=baseline", cwd=tmp_path)
+    res = interrupt_run([f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, override], tmp_path,
+                        when=lambda: log_has(run_dir, moment), sig=sig, after_s=1.5)
+    assert res.returncode == 128 + sig, (phase, res.stderr[-2000:])
+    assert res.seconds < 20, phase
+    assert res.children and res.survivors() == [], phase
+    assert "Traceback" not in res.stderr and "Exception in callback" not in res.stderr
+    assert "servers stopped, results kept" in res.stderr
+
+
+# ---------------------------------------------------------------------------------- server failures
+def test_server_death_mid_eval_exits_4_with_its_log(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+arms.a.engine.crash_after=100", cwd=tmp_path)
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
+    assert "server of arm a (launch a-1) failed during evals/a/r1" in r.stderr
+    assert "last lines of its log" in r.stderr and "Traceback" not in r.stderr
+    m = read_json(run_dir / "manifest.json")
+    assert m["evals"]["evals/a/r1"]["status"] == "failed" and m["arms"]["a"]["status"] == "failed"
+    kept = read_jsonl(run_dir / "evals" / "a" / "r1" / "samples.jsonl")
+    assert 0 < len(kept) < 200 and all(x["error"] is None for x in kept)
+    assert read_json(run_dir / "summary.json")["exit_code"] == exitcodes.SERVER_FAILURE
+    for pid in server_pids(run_dir):
+        assert not pid_alive(pid)
+
+
+def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_path: Path) -> None:
+    """Every request fails: one line and exit 5, not a traceback; the rerun without the fault resends them."""
+    run_dir = tmp_path / "run"
+    base = [f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH]
+    r = abh_run(*base, "engine.error_rate=1.0", "client.retries=0", cwd=tmp_path)
+    assert r.returncode == exitcodes.TOO_MANY_ERRORS, r.stderr[-2000:]
+    assert "the arms cannot be compared" in r.stderr and "Rerun the same command to retry" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"
+    failed = {rel: [x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl") if x["error"]]
+              for rel in ("evals/a/r1", "evals/b/r1")}
+    assert all(len(v) == 200 for v in failed.values())
+    # The fault knob removed (not a change of what is measured): the same run resumes and resends the errors.
+    r = abh_run(*base, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "already complete" not in r.stderr
+    m = read_json(run_dir / "manifest.json")
+    for rel in failed:
+        got = read_jsonl(run_dir / rel / "samples.jsonl")
+        assert sorted(x["index"] for x in got) == list(range(200)) and not any(x["error"] for x in got), rel
+        assert m["evals"][rel]["status"] == "complete"
+    assert read_json(run_dir / "summary.json")["exit_code"] == 0
+
+
+def test_a_secret_flag_on_a_failing_server_leaks_nowhere(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+engine.args=[--api-key,sk-LEAKME42]",
+                cwd=tmp_path)
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]  # the simulator rejects the flag
+    assert "sk-LEAKME42" not in r.stdout + r.stderr
+    assert "last lines of" in r.stderr and "Traceback" not in r.stderr  # one message with the server's log tail
+    for f in run_dir.rglob("*"):
+        if f.is_file():
+            assert "sk-LEAKME42" not in f.read_text(errors="replace"), f
+    assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"
+
+
+def test_failed_live_side_check_stops_before_any_question(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, "arms.b.engine.build=baseline", cwd=tmp_path)
     assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-2000:]
     assert ("side assertion failed for arm 'b': check 'server reports the fix build' (http: GET /get_server_info "
             "-> build): expected 'fix'; found 'baseline'") in r.stderr  # the message of checks.result.assert_checks
-    assert not (run_dir / "evals" / "b").exists()
-    for pid in _server_pids(run_dir):
+    assert not (run_dir / "evals").exists()  # arm B is asserted before arm A's first question
+    assert read_json(run_dir / "manifest.json")["arms"]["b"]["status"] == "side_check_failed"
+    for pid in server_pids(run_dir):
         assert not pid_alive(pid)
 
 
-def test_server_death_mid_run_marks_the_arm_failed(tmp_path):
+# ------------------------------------------------------------------------- before any server (in-process)
+#: Arm B claims a source text json.dumps lacks: a static check that fails without any server.
+FAILING_STATIC = "arms.b.checks=[{kind:source,name:json_has_no_such_text,module:json,object:dumps,contains:NO_SUCH_TEXT_42}]"
+
+
+@pytest.mark.parametrize("dry", [True, False])
+@pytest.mark.parametrize("override, code, says", [
+    (FAILING_STATIC, exitcodes.SIDE_ASSERTION_FAILED, "json_has_no_such_text"),
+    ("+arms.b.env.PYTHONHASHSEED=7", exitcodes.ARMS_DIFFER, "env.PYTHONHASHSEED"),
+])
+def test_refusals_before_any_server_and_the_dry_run_exits_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 dry: bool, override: str, code: int,
+                                                                 says: str) -> None:
     run_dir = tmp_path / "run"
-    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "+arms.a.engine.crash_after=300",
-                "experiment.aa_control=false", "experiment.repeats=1", cwd=tmp_path)
-    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
-    m = read_json(run_dir / "manifest.json")
-    assert m["evals"]["evals/a/r1"]["status"] == "failed"
-    kept = read_jsonl(run_dir / "evals" / "a" / "r1" / "samples.jsonl")
-    assert 0 < len(kept) < 1319 and all(x["error"] is None for x in kept)
+    assert abh_run_here(f"hydra.run.dir={run_dir}", *SMALL, override, f"dry_run={str(dry).lower()}") == code
+    out, err = capsys.readouterr()
+    assert says in out + err
+    assert not (run_dir / "servers").exists() and not (run_dir / "evals").exists()  # no server started
+    if dry:
+        assert "=== arm b: fix" in out and "dry run: no server started" in out
+        assert not (run_dir / "manifest.json").exists()  # a dry run records nothing
+    else:
+        assert read_json(run_dir / "summary.json")["exit_code"] == code
 
 
-def test_sweep_2x2_with_multirun(tmp_path):
-    r = abh_run("-m", "experiment.aa_control=false", "experiment.repeats=1", "task.num_questions=200",
-                "client.parallel=200", "progress=false", "engine.flip_rate=0.01,0.05",
-                "arms.b.engine.accuracy=0.93,0.97", "+engine.env.HF_TOKEN=hf_sweepleak",
-                f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for f in (tmp_path / "sweep").rglob("*"):
-        assert "hf_sweepleak" not in str(f)
-        if f.is_file() and f.suffix in (".json", ".jsonl", ".html", ".yaml", ".log"):
-            assert "hf_sweepleak" not in f.read_text(errors="replace"), f
-    s = read_json(tmp_path / "sweep" / "sweep_summary.json")
-    assert len(s["comparisons"]) == 4 and s["correction"] == "holm"
-    assert all(c["p_adjusted"] >= c["p"] - 1e-12 for c in s["comparisons"])
-    assert "p adjusted across 4 comparisons" in r.stdout
-
-
-def test_job_through_the_submitit_local_launcher(tmp_path):
-    r = abh_run("-m", "hydra/launcher=local", "experiment.aa_control=false", "experiment.repeats=1",
-                "task.num_questions=100", "client.parallel=100", "progress=false", "engine.flip_rate=0.02",
-                f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
-    assert r.returncode == 0, r.stderr[-3000:]
-    jobs = list((tmp_path / "sweep").glob("*/comparison.json"))
-    assert len(jobs) == 1
-    assert list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))
-    s = read_json(tmp_path / "sweep" / "sweep_summary.json")
-    assert s["comparisons"][0]["verdict"]
-    json.dumps(s)
-
-
-def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path):
+def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from helpers.sglang_repo import make_sglang_repo
-    from test_engines_cmdline import SEED, parse_seed_command
 
+    monkeypatch.delenv("SGLANG_PYTHON", raising=False)
     env, flags = parse_seed_command(SEED.read_text())
     repo = make_sglang_repo(tmp_path / "sglang")  # the arms are git refs of an SGLang repository
-    r = abh_run("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry",
-                f"arms.a.source.ref={repo.base}", f"arms.b.source.ref={repo.fix}", cwd=tmp_path,
-                env={"SGLANG_REPO": str(repo.path)})
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = r.stdout
+    monkeypatch.setenv("SGLANG_REPO", str(repo.path))
+    code = abh_run_here("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry",
+                        f"arms.a.source.ref={repo.base}", f"arms.b.source.ref={repo.fix}")
+    out, err = capsys.readouterr()
+    assert code == exitcodes.OK, err[-2000:]
+    assert "source diff between the arms: python/sglang/srt/layers/moe/topk.py" in out
     for arm in ("arm a: baseline", "arm b: fix"):
         assert arm in out
     lines = [ln.strip().rstrip("\\").strip() for ln in out.splitlines()]
     for k, v in env.items():
         assert lines.count(f"{k}={v}") == 2, k  # once per arm, as NAME=value
-    i = 0
-    pairs = []
-    while i < len(flags):
-        if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
-            pairs.append(f"{flags[i]} {flags[i + 1]}")
-            i += 2
-        else:
-            pairs.append(flags[i])
-            i += 1
-    for p in pairs:
+    for p in flag_lines(flags):
         assert lines.count(p) == 2, p  # once per arm, as --flag value
-    assert "-m sglang.launch_server" in out
-    assert "dry run: no server started" in out
+    assert "-m sglang.launch_server" in out and "dry run: no server started" in out
     assert not list((tmp_path / "dry").glob("evals/*"))
 
 
-def test_resume_after_interrupt_in_the_first_arm(tmp_path):
-    """Only arm A's server has run (and left a fingerprint): the rerun must not see the arms as different."""
-    run_dir = tmp_path / "run"
-    args = [f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "experiment.repeats=1",
-            "experiment.concurrent_servers=false", "engine.latency_s=0.02", "engine.max_running_requests=64"]
-    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    target = run_dir / "evals" / "a" / "r1" / "samples.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (target.exists() and len(read_jsonl(target)) > 50):
-        time.sleep(0.05)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == exitcodes.INTERRUPTED, err[-2000:]
-    r = abh_run(*args, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    m = read_json(run_dir / "manifest.json")
-    assert m["arm_diff_live"]["disallowed"] == []
-    assert m["sessions"][1]["resume"] is True
+@pytest.mark.parametrize("override, message", [
+    ("+experiment.repeatz=3", "unknown config key(s): experiment.repeatz"),
+    ("+foo=1", "unknown config key(s): foo"),
+    ("experiment.repeatz=3", "experiment.repeatz"),  # Hydra's own refusal
+])
+def test_unknown_keys_exit_2_with_or_without_plus(tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str,
+                                                  message: str) -> None:
+    assert abh_run_here(f"hydra.run.dir={tmp_path}/run", override) == exitcodes.BAD_CONFIG
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "manifest.json").exists()
 
 
-def test_rerun_with_a_changed_config_is_refused(tmp_path):
+@pytest.mark.parametrize("exc", [ZeroDivisionError, ValueError, RuntimeError])
+def test_a_bug_exits_1_with_one_line_and_the_traceback_in_run_log(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  exc: type[Exception]) -> None:
+    """ValueError/RuntimeError from a bug are not 'bad config' (exit 2): only the config errors are."""
+    def broken(self: orchestrate_run.Run) -> None:
+        raise exc("boom")
+
+    monkeypatch.setattr(orchestrate_run.Run, "prepare_arms", broken)
     run_dir = tmp_path / "run"
-    base = [f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "experiment.repeats=1",
-            "task.num_questions=50", "client.parallel=50"]
+    assert abh_run_here(f"hydra.run.dir={run_dir}", *SMALL) == exitcodes.UNEXPECTED
+    err = capsys.readouterr().err
+    assert (f"abh: unexpected error (this is a bug): {exc.__name__}: boom; traceback in {run_dir / 'run.log'}"
+            in err)
+    assert "Traceback" not in err
+    log = (run_dir / "run.log").read_text()
+    assert "Traceback (most recent call last)" in log and f"{exc.__name__}: boom" in log and "in broken" in log
+    assert read_json(run_dir / "summary.json")["exit_code"] == exitcodes.UNEXPECTED
+
+
+def test_help_lists_the_config_groups_not_the_schemas(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "_schema" not in out
+    assert "  experiment: cpu_smollm2, demo, dsv4_pro_mi355x_shared_slot" in out
+    assert "  engine: external, llamacpp, sglang, simulated, vllm" in out
+    assert "  demo: baseline, fix" in out
+
+
+# ---------------------------------------------------------------------------------- config changes
+def test_rerun_with_a_changed_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    base = [f"hydra.run.dir={run_dir}", "progress=false", "report=false", *ONE_EACH, "task.num_questions=50",
+            "client.parallel=50"]
     assert abh_run(*base, cwd=tmp_path).returncode == 0
-    r = abh_run(*base, "engine.flip_rate=0.2", cwd=tmp_path)
-    assert r.returncode == exitcodes.BAD_CONFIG
-    assert "holds a run of a different config (changed: engine.flip_rate)" in r.stderr
+    assert abh_run_here(*base, "engine.flip_rate=0.2") == exitcodes.BAD_CONFIG  # refused before any server
+    assert "holds a run of a different config (changed: engine.flip_rate)" in capsys.readouterr().err
     assert read_json(run_dir / "manifest.json")["config"]["engine"]["flip_rate"] == 0.02
     # statistics settings may change: they are recomputed from the stored answers
     r = abh_run(*base, "stats.margin_pp=2.0", cwd=tmp_path)
@@ -217,23 +331,29 @@ def test_rerun_with_a_changed_config_is_refused(tmp_path):
     assert read_json(run_dir / "comparison.json")["margin"] == 0.02
 
 
-def test_arms_differing_in_something_not_allowed_are_stopped_before_measuring(tmp_path):
-    run_dir = tmp_path / "run"
-    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false", "experiment.repeats=1",
-                "task.num_questions=30", "client.parallel=30", "+arms.b.env.PYTHONHASHSEED=7", cwd=tmp_path)
-    assert r.returncode == exitcodes.ARMS_DIFFER, r.stderr[-2000:]
-    assert "env.PYTHONHASHSEED" in r.stderr
-    assert not (run_dir / "evals").exists()
+# ------------------------------------------------------------------------------------------ sweeps
+def test_sweep_exit_code_is_its_worst_job_and_secrets_stay_out(tmp_path: Path) -> None:
+    """Two jobs, the second with arm B on the wrong side (exit 3): the sweep summary still counts it (p = 1)
+    and the sweep exits 3; a secret override leaks into no file or directory name."""
+    r = abh_run("-m", *SMALL, *ONE_EACH, "arms.b.engine.build=fix,baseline", "+engine.env.HF_TOKEN=hf_sweepleak",
+                f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
+    assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-3000:]
+    for f in (tmp_path / "sweep").rglob("*"):
+        assert "hf_sweepleak" not in str(f)
+        if f.is_file() and f.suffix in (".json", ".jsonl", ".html", ".yaml", ".log"):
+            assert "hf_sweepleak" not in f.read_text(errors="replace"), f
+    s = read_json(tmp_path / "sweep" / "sweep_summary.json")
+    assert len(s["comparisons"]) == 2 and len(s["missing"]) == 1
+    assert "p adjusted across 2 comparisons" in r.stdout
 
 
-def test_a_secret_flag_on_a_failing_server_leaks_nowhere(tmp_path):
-    run_dir = tmp_path / "run"
-    r = abh_run(f"hydra.run.dir={run_dir}", "progress=false", "experiment.aa_control=false",
-                "experiment.repeats=1", "+engine.args=[--api-key,sk-LEAKME42]", cwd=tmp_path)
-    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]  # the simulator rejects the flag
-    assert "sk-LEAKME42" not in r.stdout + r.stderr
-    assert "last lines of its log" in r.stderr or "log" in r.stderr
-    for f in run_dir.rglob("*"):
-        if f.is_file():
-            assert "sk-LEAKME42" not in f.read_text(errors="replace"), f
-    assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"
+def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
+    r = abh_run("-m", "hydra/launcher=local", *ONE_EACH, "progress=false", "task.num_questions=100",
+                "client.parallel=100", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(list((tmp_path / "sweep").glob("*/comparison.json"))) == 1
+    assert list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))
+    s = read_json(tmp_path / "sweep" / "sweep_summary.json")
+    assert s["comparisons"][0]["verdict"]
+    json.dumps(s)
+

@@ -247,3 +247,28 @@ def test_a_picked_port_whose_block_is_taken_is_picked_again(tmp_path, monkeypatc
             assert e.port == second and f"--port {second}" in " ".join(e.launch_spec().server_argv)
     finally:
         held.close()
+
+
+@pytest.mark.parametrize("bug", [True, False])
+def test_routed_experts_check_on_the_simulators_buggy_and_fixed_builds(tmp_path, bug):
+    """The reusable ``routed_experts`` check against the project's simulator (a real HTTP server process):
+    the buggy build shows the gate's shared marker (5 routed ids + id >= num_experts), the fixed build 6 routed
+    ids in range. Each check passes on its own side and fails on the other."""
+    from harness.config import SimulatedEngineConfig
+
+    buggy_side = CheckConfig(kind="routed_experts", name="buggy", num_experts=256, top_k=6, routed_per_token=5,
+                             out_of_range=True, min_share=0.5)
+    fixed_side = CheckConfig(kind="routed_experts", name="fixed", num_experts=256, top_k=6, routed_per_token=6,
+                             out_of_range=False)
+    arm = ResolvedArm(key="x", name="x", checks=[buggy_side, fixed_side], arms_root=str(ROOT))
+    cfg = SimulatedEngineConfig(routed_experts_bug=bug, num_experts=256, topk=6, ready_timeout_s=30)
+    e = create_engine(cfg, arm, tmp_path, "sim")
+    with e:
+        e.launch()
+        e.wait_ready()
+        results = {r.name: r for r in run_live_checks(arm, e)}
+    assert results["buggy"].passed is bug, results["buggy"].found
+    assert results["fixed"].passed is (not bug), results["fixed"].found
+    if bug:
+        with pytest.raises(SideAssertionError, match="fixed"):
+            assert_checks([results["fixed"]], "x")

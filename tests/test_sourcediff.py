@@ -14,8 +14,8 @@ from helpers.sglang_repo import HTTP_SERVER, TOPK, UTILS, SGLangRepo, git, make_
 
 from harness import exitcodes, sourcediff
 from harness.arm import resolve_arm
+from harness.fileio import read_json
 from harness.sourcediff import PREFIX, SourceDiffError, compute, enforce, outside_fix
-from harness.store import read_json
 
 FIX_FILES = [TOPK]
 
@@ -188,7 +188,7 @@ def test_seed_dry_run_with_another_changed_file_exits_6(repo, tmp_path):
     assert r.returncode == exitcodes.ARMS_DIFFER, r.stderr[-3000:]
     assert files_of(source_lines(r.stdout)[0]) == sorted([TOPK, HTTP_SERVER])
     assert f"changed outside experiment.fix_files ({TOPK}): {HTTP_SERVER}" in r.stderr
-    assert "check [" not in r.stdout  # stopped before the side checks, and before any server
+    assert not (tmp_path / "dry" / "servers").exists()  # stopped before any server
 
 
 def test_seed_dry_run_with_swapped_arms_exits_3(repo, tmp_path):

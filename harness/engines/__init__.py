@@ -18,12 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.arm import ResolvedArm
 from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
-from harness.engines.process import PortInUseError, install_termination_handlers
+from harness.engines.process import PortInUseError
 
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
-           "engine_class", "engine_config", "install_termination_handlers", "known_engines"]
+           "engine_class", "engine_config", "known_engines"]
 
-_NOT_ENGINES = {"base", "process", "launcher", "vram"}
+_NOT_ENGINES = {"base", "process", "launcher", "vram", "gpu"}
 
 
 def known_engines() -> list[str]:

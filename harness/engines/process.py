@@ -3,15 +3,15 @@
 * :class:`ServerProcess` starts an argv list (never a shell string) in its own session / process group,
   stdout+stderr appended to a log file in the run directory, and stops it on every path: SIGTERM to the
   group, ``stop_timeout_s``, SIGKILL to the group and to any descendant that left it; then it waits until
-  the port is free and, where ``nvidia-smi`` / ``amd-smi`` / ``rocm-smi`` exists, until the GPU memory the
-  server held is released (best effort, bounded by ``release_timeout_s``).
+  the port is free and, where a GPU tool exists, until the GPU memory the server held is released (best
+  effort, bounded by ``release_timeout_s``; see :mod:`harness.engines.gpu`).
 * :func:`wait_until_ready` polls a readiness check, checking before each poll that the process is alive,
   reporting what it waits for and the last log line through ``on_status``; on death or timeout it raises
   :class:`EngineError` carrying the log tail.
 * Ports: :func:`pick_free_port`, :func:`check_port_free` ("port N on HOST is already in use").
-* Every live server is also stopped at interpreter exit (atexit); :func:`install_termination_handlers`
-  turns SIGTERM/SIGHUP into KeyboardInterrupt so ``with engine:`` blocks unwind and stop their servers.
-  A harness killed with SIGKILL is covered by the launcher's parent-death guards (see launcher.py).
+* Every live server is also stopped at interpreter exit (atexit); ``abh run`` turns SIGINT/SIGTERM into an
+  exception that unwinds and stops its servers (harness.orchestrate.interrupts). A harness killed with
+  SIGKILL is covered by the launcher's parent-death guards (see launcher.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import atexit
 import contextlib
 import errno
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,10 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from harness.engines.vram import amd_vram_used_mib
+from harness.engines.gpu import StatusFn, gpu_snapshot, wait_gpu_release
 from harness.redact import redact_argv, redact_text
-
-StatusFn = Callable[[str], None]
 
 
 class EngineError(RuntimeError):
@@ -162,80 +158,6 @@ def last_log_line(path: str | Path | None, start: int = 0) -> str:
         if line.strip():
             return line.strip()[:300]
     return ""
-
-
-# ------------------------------------------------------------------------------------------ GPUs
-def _run(argv: Sequence[str], timeout: float = 15.0) -> str | None:
-    try:
-        r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout if r.returncode == 0 else None
-
-
-def gpu_tool() -> str | None:
-    for tool in ("nvidia-smi", "amd-smi", "rocm-smi"):
-        if shutil.which(tool):
-            return tool
-    return None
-
-
-def gpu_snapshot() -> dict[str, Any] | None:
-    """GPU processes and used memory per GPU (MiB), from whichever vendor tool exists; None without one."""
-    tool = gpu_tool()
-    if tool is None:
-        return None
-    pids: set[int] = set()
-    used: dict[str, float] = {}
-    if tool == "nvidia-smi":
-        out = _run([tool, "--query-compute-apps=pid", "--format=csv,noheader,nounits"])
-        pids = {int(x) for x in re.findall(r"^\s*(\d+)", out or "", re.M)}
-        out = _run([tool, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"])
-        for m in re.finditer(r"^\s*(\d+)\s*,\s*([\d.]+)", out or "", re.M):
-            used[m.group(1)] = float(m.group(2))
-    elif tool == "amd-smi":
-        out = _run([tool, "process", "--json"])
-        pids = {int(x) for x in re.findall(r'"pid"\s*:\s*(\d+)', out or "")}
-        used = amd_vram_used_mib(tool)
-    else:  # rocm-smi
-        out = _run([tool, "--showpids"])
-        pids = {int(x) for x in re.findall(r"^\s*(\d+)\s+\S", out or "", re.M)}
-        used = amd_vram_used_mib(tool)
-    return {"tool": tool, "pids": sorted(pids), "used_mib": used}
-
-
-def wait_gpu_release(server_pids: set[int], baseline: dict[str, Any] | None, timeout_s: float,
-                     on_status: StatusFn | None = None, slack_mib: float = 1024.0) -> dict[str, Any]:
-    """Wait until no server pid holds a GPU and used memory is back near its pre-launch level (best effort)."""
-    t0 = time.monotonic()
-    snap = gpu_snapshot()
-    if snap is None:
-        return {"tool": None, "released": True, "waited_s": 0.0}
-    last_note = 0.0
-    while True:
-        holders = sorted(set(snap["pids"]) & server_pids)
-        over = {}
-        if baseline and baseline.get("used_mib"):
-            for gpu, mib in snap["used_mib"].items():
-                base = baseline["used_mib"].get(gpu)
-                if base is not None and mib > base + slack_mib:
-                    over[gpu] = mib - base
-        waited = time.monotonic() - t0
-        if not holders and not over:
-            return {"tool": snap["tool"], "released": True, "waited_s": waited}
-        if waited >= timeout_s:
-            msg = (f"GPU memory not released after {timeout_s:.0f} s ({snap['tool']}): "
-                   f"server pids still on a GPU {holders}, MiB above the pre-launch level {over}")
-            if on_status:
-                on_status(msg)
-            return {"tool": snap["tool"], "released": False, "waited_s": waited, "holders": holders,
-                    "over_mib": over}
-        if on_status and time.monotonic() - last_note > 10:
-            last_note = time.monotonic()
-            on_status(f"waiting for the GPU memory of the stopped server to be released ({snap['tool']}: "
-                      f"pids {holders}, MiB above baseline {over}; {waited:.0f}/{timeout_s:.0f} s)")
-        time.sleep(1.0)
-        snap = gpu_snapshot() or {"tool": None, "pids": [], "used_mib": {}}
 
 
 # ------------------------------------------------------------------------------------- processes
@@ -451,6 +373,13 @@ class ServerProcess:
         return info
 
 
+def loading_words(detail: str) -> str:
+    """A readiness poll's answer in words: a refused connection while the process lives means it is loading."""
+    if "ConnectionError" in detail or "ConnectTimeout" in detail:
+        return "not listening yet: the server is loading"
+    return detail
+
+
 def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]], what: str, timeout_s: float,
                      interval_s: float = 2.0, on_status: StatusFn | None = None,
                      status_every_s: float = 5.0) -> float:
@@ -479,7 +408,7 @@ def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]],
             last_status = time.monotonic()
             line = proc.last_line()
             on_status(f"{proc.name}: waiting for {what} ({elapsed:.0f}/{timeout_s:.0f} s, pid {proc.pid}, "
-                      f"{detail})" + (f"; log: {line}" if line else ""))
+                      f"{loading_words(detail)})" + (f"; log: {line}" if line else ""))
         time.sleep(max(0.0, min(interval_s, timeout_s - elapsed)))
 
 
@@ -497,25 +426,3 @@ def stop_all(stop_timeout_s: float = 10.0) -> None:
 
 
 atexit.register(stop_all)
-
-_HANDLERS_INSTALLED = False
-
-
-def install_termination_handlers() -> None:
-    """Make SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread (like Ctrl-C).
-
-    ``with engine:`` blocks and ``finally`` clauses then stop their servers; a second signal while
-    unwinding is ignored so cleanup can finish. Call once from the main thread of the harness.
-    """
-    global _HANDLERS_INSTALLED
-    if _HANDLERS_INSTALLED or threading.current_thread() is not threading.main_thread():
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        for s in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_IGN)
-        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
-
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, handler)
-    _HANDLERS_INSTALLED = True

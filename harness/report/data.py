@@ -293,6 +293,12 @@ def _checks(v: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _line_key(line: str) -> str:
+    """A command line as compared between arms: ``--port N`` (chosen per launch by the harness) is ``--port``."""
+    text = line.rstrip(" \\").strip()
+    return "--port" if text.startswith("--port ") or text.startswith("--port=") else text
+
+
 def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
     arms = obj(manifest.get("arms"))
     views: list[dict[str, Any]] = []
@@ -314,7 +320,8 @@ def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[dict[s
         env_rows = []
         if isinstance(env, dict):
             env_rows = [{"key": k, "text": v} for k, v in redact_env({str(k): as_text(v) for k, v in env.items()}).items()]
-        known = {"name", "side", "launch", "static_checks", "live_checks", "instances"}
+        known = {"name", "side", "launch", "static_checks", "live_checks", "instances", "launches"}
+        launches = arm.get("launches", arm.get("instances"))
         command = shell_command(argv if isinstance(argv, str | list | tuple) else None,
                                 env if isinstance(env, dict | list) else None)
         views.append({
@@ -324,14 +331,15 @@ def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[dict[s
             "instances": [{"id": as_text(i.get("id")), "url": as_text(i.get("url")),
                            "probe": as_text(i.get("probe")) if i.get("probe") is not None else ""}
                           if isinstance(i, dict) else {"id": as_text(i), "url": "", "probe": ""}
-                          for i in (arm.get("instances") or [])] if isinstance(arm.get("instances"), list) else [],
+                          for i in launches] if isinstance(launches, list) else [],
             "extra": kv_rows({k: v for k, v in arm.items() if k not in known}),
         })
-    # Mark the command lines that the other arm's command does not have.
-    norm = [{ln.rstrip(" \\").strip() for ln in v["command"].splitlines()} for v in views]
+    # Mark the command lines that the other arm's command does not have (the port the harness picked for each
+    # launch is not a difference between the arms).
+    norm = [{_line_key(ln) for ln in v["command"].splitlines()} for v in views]
     for j, view in enumerate(views):
         theirs = norm[1 - j] if len(views) == 2 else None
-        view["command_lines"] = [{"text": ln, "differs": theirs is not None and ln.rstrip(" \\").strip() not in theirs}
+        view["command_lines"] = [{"text": ln, "differs": theirs is not None and _line_key(ln) not in theirs}
                                  for ln in view["command"].splitlines()]
     return views
 

@@ -1,0 +1,548 @@
+"""``abh run``: the Hydra app that runs a whole arm comparison.
+
+The pipeline, in order:
+
+1. prepare: validate the config, load the data, open the run directory (resume or refuse), resolve each arm
+   and its engine, diff the arms' launches;
+2. static checks: the side checks that need no server, for both arms, before any server starts (a dry run
+   stops here, with the exit code a real run would have);
+3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
+   checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
+4. finish: the paired statistics (``comparison.json``), ``summary.json``, a table on the terminal and
+   ``report.html``.
+
+Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the task returns the code and the
+:class:`ExitCode` callback raises :class:`RunExit` with it at the end of the run (or sweep).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from harness import exitcodes, schema, sourcediff
+from harness.arm import ArmError, ResolvedArm, resolve_arm
+from harness.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
+from harness.checks.result import CheckResult, SideAssertionError, assert_checks
+from harness.checks.static import run_static_checks
+from harness.client import ClientConfig
+from harness.compare import CompareError, compare_dirs
+from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
+from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
+from harness.evaluate import EvalOptions, ServerGone, WrongServer, run_eval_async
+from harness.fileio import StoreError
+from harness.orchestrate.interrupts import Interrupted, Interrupts
+from harness.orchestrate.rundir import (
+    COMPARISON,
+    RUN_LOG,
+    RUN_SUMMARY,
+    Manifest,
+    RunLog,
+    check_resume,
+    config_digest,
+    eval_done,
+    non_semantic_keys,
+    write_failure_summary,
+)
+from harness.orchestrate.schedule import Item, schedule
+from harness.orchestrate.servers import Launch, ServerPool
+from harness.redact import redact_text
+from harness.redact_stdio import redacted_stdio
+from harness.report import write_markdown, write_report
+from harness.sweep import redact_multirun_yaml
+from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
+
+INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
+#: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
+CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
+
+
+class RunFailure(Exception):
+    """The run stops with ``code`` (see harness.exitcodes) and one message for its user."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def recipe_of(cfg: DictConfig) -> RecipeConfig:
+    t = cfg.task
+    return RecipeConfig(name=t.recipe, num_questions=t.num_questions, num_shots=t.num_shots,
+                        max_new_tokens=t.max_new_tokens)
+
+
+def load_data(cfg: DictConfig) -> tuple[Dataset, Dataset | None]:
+    """Load and check the data, and build the task once, so bad data or options stop before any server."""
+    t = cfg.task
+    test, train = load_splits(t.data_path, t.train_path, t.recipe, t.allow_noncanonical)
+    GSM8K(test, recipe_of(cfg), train)
+    return test, train
+
+
+def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str) -> DictConfig:
+    """The run's engine config with the arm's ``engine:`` overrides; the simulator answers the run's data."""
+    merged = OmegaConf.merge(cfg.engine, OmegaConf.create(OmegaConf.to_container(arm_cfg.engine)))
+    assert isinstance(merged, DictConfig)
+    if merged.kind == "simulated" and not merged.get("data") and Path(data_source).is_file():
+        merged.data = data_source
+    return merged
+
+
+def static_description(desc: dict[str, Any]) -> dict[str, Any]:
+    """A launch description without what only the serving process knows (its live fingerprint)."""
+    return {k: v for k, v in desc.items() if k != "fingerprint"}
+
+
+def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
+    """The arm's exact server command: one NAME=value per env var, then one ``--flag value`` per line."""
+    print(f"\n=== arm {key}: {arm.name} ({arm.side or 'no side declared'}) ===")
+    print(spec.pretty())
+    if list(spec.argv) != list(spec.server_argv):
+        head = spec.argv[:len(spec.argv) - len(spec.server_argv) + 1]
+        print(f"# started through the fingerprint launcher: {' '.join(head)} ...")
+    for problem in arm.source.problems:
+        print(f"# WARNING: {problem}")
+
+
+def format_table(summary: Mapping[str, Any], c: Mapping[str, Any]) -> str:
+    """The result on the terminal: accuracies, delta with its interval, the 2x2 table, A/A, verdict."""
+    pp = lambda v: "n/a" if v is None else f"{100 * v:+.2f} pp"  # noqa: E731
+    lines = []
+    if summary.get("simulated"):
+        lines.append("*** SIMULATED: these numbers come from the simulated engine, not a real model ***")
+    lines.append(f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
+                 f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
+    for r in ("a", "b"):
+        arm = c["arms"][r]
+        lo, hi = arm.get("wilson") or (None, None)
+        ci = f"[{lo:.4f}, {hi:.4f}]" if lo is not None else ""
+        reps = ", ".join(f"{v:.4f}" for v in arm.get("repeats") or [])
+        lines.append(f"  {r.upper()} {summary['arms'][r]:<20} accuracy {arm['accuracy']:.4f} {ci}  repeats: {reps}")
+    lo, hi = c.get("delta_ci") or (None, None)
+    p = c.get("mcnemar_p")
+    lines.append(f"  delta (B - A) {pp(c.get('delta'))}  95% CI [{pp(lo)}, {pp(hi)}]  "
+                 f"table both={c.get('both')} A-only={c.get('a_only')} B-only={c.get('b_only')} "
+                 f"neither={c.get('neither')}  McNemar p (repeat 1)={'n/a' if p is None else f'{p:.3g}'}")
+    if c.get("psi_aa") is not None:
+        band = c.get("noise_band") or [None, None]
+        lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band of delta [{pp(band[0])}, {pp(band[1])}]")
+    lines.append(f"  MDE (80% power) {pp(c.get('mde'))}")
+    lines.append(f"VERDICT: {summary['verdict']}: {summary.get('verdict_reason') or ''}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ the run
+class Run:
+    """One experiment in its run directory, phase by phase (see the module docstring). Every event goes to
+    the manifest as it happens; every line to the user goes through ``log``."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog):
+        validate(cfg)
+        self.test, self.train = load_data(cfg)
+        self.cfg, self.run_dir, self.x = cfg, run_dir, cfg.experiment
+        self.interrupts, self.log = interrupts, log
+        self.keys = {"a": str(self.x.a), "b": str(self.x.b)}  # role -> arm key
+        self.allowed = [str(a) for a in self.x.allowed_differences]
+        self.arms: dict[str, ResolvedArm] = {}
+        self.engines: dict[str, Engine] = {}
+        self.live_diff_checked = False
+        run_dir.mkdir(parents=True, exist_ok=True)
+        resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
+        ignores = engine_class(str(cfg.engine.kind)).diff_ignore
+        digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
+        self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
+        if not cfg.dry_run:
+            check_resume(self.manifest.data, digest, run_dir)
+        self.manifest.start_session(
+            experiment=str(self.x.name), config=resolved, digest=digest,
+            dataset={"sha256": self.test.sha256, "source": self.test.source, "canonical": self.test.canonical,
+                     "rows": len(self.test)})
+        self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
+                               concurrent=bool(self.x.concurrent_servers))
+
+    # ------------------------------------------------------------------ before any server
+    def prepare_arms(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Resolve each arm and its engine; return (differences between the static launches, the disallowed)."""
+        descs = {}
+        try:
+            for role, key in self.keys.items():
+                arm_cfg = self.cfg.arms[key]
+                arm = resolve_arm(key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
+                engine = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm, self.run_dir,
+                                       label=f"{role}-{key}")
+                self.arms[key], self.engines[key] = arm, engine
+                descs[key] = static_description(describe_launch(arm, engine))
+        except (ArmError, EngineError, OSError) as e:
+            raise ConfigError(f"cannot prepare arms: {e}") from None
+        diffs = arm_diff(descs)
+        bad = disallowed(diffs, self.allowed)
+        self.manifest.record_arms({k: {"launch": descs[k], "name": self.arms[k].name, "side": self.arms[k].side}
+                                   for k in self.keys.values()}, diffs, bad, self.allowed)
+        # the source diff, computed from the arms' trees or refs; enforced (exit 6) before any server
+        self.source_diff = sourcediff.compute(self.arms[self.keys["a"]], self.arms[self.keys["b"]],
+                                              [str(f) for f in self.x.fix_files])
+        self.manifest.record("source_diff", self.source_diff.to_dict())
+        return diffs, bad
+
+    def enforce_sources(self) -> None:
+        """The arms' sources differ only in ``experiment.fix_files`` (exit 6 otherwise), before any server."""
+        if not self.cfg.dry_run:
+            self.log.say(self.source_diff.line())
+        try:
+            sourcediff.enforce(self.source_diff)
+        except sourcediff.SourceDiffError as e:
+            raise RunFailure(e.code, str(e)) from None
+
+    def static_checks(self) -> dict[str, list[CheckResult]]:
+        """Side checks that need no server (source probes in each arm's interpreter), for every arm."""
+        # with the engine's env too: SGLANG_USE_AITER and friends change what SGLang's modules do at import
+        results = {key: run_static_checks(arm, self.engines[key].cfg.env) for key, arm in self.arms.items()}
+        self.manifest.record_static_checks({k: [r.to_dict() for r in rs] for k, rs in results.items()})
+        return results
+
+    def print_dry_run(self, diffs: list[dict[str, Any]], checks: dict[str, list[CheckResult]]) -> None:
+        for role, key in self.keys.items():
+            print_launch(role, self.arms[key], self.engines[key].launch_spec())
+        print("\nwhat differs between the arms:")
+        for d in diffs or [{"key": "(nothing)", "values": {}}]:
+            print(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items()))
+        print(self.source_diff.line())
+        if self.source_diff.outside:
+            print(f"  {self.source_diff.outside_line()}")
+        for key, results in checks.items():
+            for r in results:
+                print(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected {r.expected!r}, "
+                      f"found {r.found!r})")
+
+    # ------------------------------------------------------------------ measuring
+    def acquire(self, item: Item, label: str) -> Launch:
+        """The server for ``item``'s eval; once both arms have served in this session, their live launches
+        (fingerprints included) are diffed and a disallowed difference stops the run."""
+        launch = self.pool.acquire(item.arm_key, item.role, fresh=item.fresh, label=label)
+        if not self.live_diff_checked and self.pool.launched >= set(self.keys.values()):
+            self.live_diff_checked = True
+            full = {k: describe_launch(self.arms[k], self.engines[k]) for k in self.keys.values()}
+            diffs = arm_diff(full)
+            bad = disallowed(diffs, self.allowed)
+            self.manifest.record_live_diff(full, diffs, bad)
+            # /server_info of both arms, diffed like the launch: shown and recorded, not enforced
+            infos = {k: ((self.manifest.data["arms"][k].get("launches") or [{}])[-1].get("probe") or {})
+                     .get("server_info") for k in self.keys.values()}
+            info_diff = server_info_diff(infos)
+            self.manifest.record("server_info_diff", info_diff)
+            for d in info_diff[:10]:
+                self.log.say("  /server_info differs: " + d["key"] + ": "
+                             + "  vs  ".join(f"{k}={v!r}" for k, v in d["values"].items()))
+            if len(info_diff) > 10:
+                self.log.say(f"  ... and {len(info_diff) - 10} more (manifest.json: server_info_diff)")
+            refuse_disallowed(bad, "the serving processes differ")
+        return launch
+
+    def measure(self) -> None:
+        x = self.x
+        items = schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
+                         restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
+        pending: list[Item] = []
+        for n, item in enumerate(items, 1):
+            self.manifest.add_eval(item.rel_dir, arm=item.arm_key, role=item.role, repeat=item.repeat)
+            if eval_done(self.run_dir / item.rel_dir):
+                self.log.say(f"[{n}/{len(items)}] {item.rel_dir}: already complete, kept")
+            else:
+                pending.append(item)
+        try:
+            if x.concurrent_servers:
+                # Every arm's server up and asserted before the first question (each for its first item).
+                firsts: dict[str, Item] = {}
+                for it in pending:
+                    firsts.setdefault(it.arm_key, it)
+                for first in firsts.values():
+                    self.acquire(first, "")
+            for n, item in enumerate(items, 1):
+                if item in pending:
+                    label = f"[{n}/{len(items)}]"
+                    self.evaluate(item, self.acquire(item, label), label)
+        finally:
+            self.pool.stop_all()
+            self.manifest.end_session()
+
+    def evaluate(self, item: Item, launch: Launch, label: str) -> None:
+        cfg, key, rel, engine = self.cfg, item.arm_key, item.rel_dir, launch.engine
+        self.manifest.eval_started(rel, launch.id)
+        launch.passes += 1
+        self.log.say(f"{label} eval {rel} (arm {key}, launch {launch.id}) on {engine.url}")
+        ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
+                            request_timeout_s=cfg.client.request_timeout_s, retries=cfg.client.retries,
+                            backoff_s=cfg.client.backoff_s, stall_timeout_s=cfg.client.stall_timeout_s)
+        # launch: which server launch served the eval (the statistics treat runs that share one as dependent);
+        # "instance" is the same id under the name the eval store records per session.
+        meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
+                "simulated": engine.simulated}
+        opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta)
+        try:
+            summary = self.interrupts.run_async(
+                run_eval_async(self.test, recipe_of(cfg), ccfg, self.run_dir / rel, self.train, opts))
+        except Interrupted:
+            self.manifest.eval_ended(rel, "interrupted")
+            raise
+        except WrongServer as e:  # the launched server does not speak the configured API: a config problem
+            self.manifest.eval_ended(rel, "failed", error=str(e))
+            raise RunFailure(exitcodes.BAD_CONFIG, f"arm {key}: {e}") from None
+        except ServerGone as e:  # died, or stalled (the client's watchdog): stop it, say why, keep the answers
+            tail = self.pool.log_tail(key)
+            self.manifest.eval_ended(rel, "failed", error=str(e))
+            self.pool.stop(key, "it failed")
+            raise RunFailure(exitcodes.SERVER_FAILURE,
+                             f"server of arm {key} (launch {launch.id}) failed during {rel}: {e}. "
+                             "Answers so far are kept; rerun the same command to resume."
+                             + (f"\n--- last lines of its log ---\n{tail}" if tail else "")) from None
+        status = "complete" if summary["complete"] and not summary["errors"] else (
+            "errors" if summary["complete"] else "incomplete")
+        self.manifest.eval_ended(rel, status, summary)
+        acc = summary["accuracy"]
+        self.log.say(f"  {rel}: accuracy {acc:.4f}, errors {summary['errors']}" if acc is not None
+                     else f"  {rel}: no answers")
+
+    # ------------------------------------------------------------------ statistics and report
+    def finish(self) -> int:
+        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
+        dirs = {role: [run_dir / rel for rel in m.evals_of(role)] for role in ("a", "b", "aa")}
+        try:
+            comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
+                                      margin=None if s.margin_pp is None else s.margin_pp / 100,
+                                      min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
+                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate)
+        except CompareError as e:
+            raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
+                             "command to retry the failed requests.") from None
+        names: schema.ArmNames = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
+        comparison["arm_names"] = names
+        schema.write_comparison(run_dir / COMPARISON, comparison)
+        code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
+        design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
+                  "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
+                  "order": str(x.order)}
+        summary: schema.RunSummary = {
+            "experiment": x.name,
+            "simulated": bool(comparison.get("simulated")),
+            "verdict": comparison["verdict"], "verdict_reason": comparison.get("verdict_reason"),
+            "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
+            "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
+            "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
+            "arms": {"a": names["a"], "b": names["b"]}, "repeats": x.repeats, "aa_control": x.aa_control,
+            "design": design, "exit_code": code,
+        }
+        schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
+        m.record_status(code, summary["verdict"])
+        print(format_table(summary, comparison))
+        if code == exitcodes.TOO_MANY_ERRORS:
+            self.log.say("too many requests failed after retries; rerun the same command to retry them")
+        if self.cfg.report:
+            try:
+                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
+                self.log.write(traceback.format_exc())
+                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
+                             f"traceback in {run_dir / RUN_LOG}")
+                return code or exitcodes.UNEXPECTED
+        return code
+
+
+def refuse_disallowed(bad: list[dict[str, Any]], what: str = "the arms differ") -> None:
+    if bad:
+        raise RunFailure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
+                         + "; ".join(d["key"] for d in bad)
+                         + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
+
+
+def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog) -> int:
+    """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
+    run = Run(cfg, run_dir, interrupts, log)
+    diffs, bad = run.prepare_arms()
+    if cfg.dry_run:
+        checks = run.static_checks()
+        run.print_dry_run(diffs, checks)
+        print("\ndry run: no server started, nothing measured.")
+        # The dry run exits as the real run would before its first server: 2, 6, 3, in that order.
+        problems = [p for arm in run.arms.values() for p in arm.source.problems]
+        if problems:
+            raise RunFailure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
+        refuse_disallowed(bad)
+        run.enforce_sources()
+        for key, results in checks.items():  # the real run's message: "side assertion failed for arm ..."
+            try:
+                assert_checks(results, key)
+            except SideAssertionError as e:
+                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
+                                 f"{e} (a real run would stop here, before measuring)") from None
+        return exitcodes.OK
+    refuse_disallowed(bad)
+    run.enforce_sources()
+    for key, results in run.static_checks().items():
+        assert_checks(results, key)
+    run.measure()
+    interrupts.check()  # a signal that arrived while the last servers were being stopped
+    return run.finish()
+
+
+def exit_for(e: BaseException) -> tuple[int, str] | None:
+    """The exit code and the one line for an expected failure; None for a bug."""
+    if isinstance(e, RunFailure):
+        return e.code, f"error: {e}"
+    if isinstance(e, Interrupted):
+        return e.exit_code, f"interrupted by {e}; servers stopped, results kept. Rerun the same command to resume."
+    if isinstance(e, KeyboardInterrupt):
+        return exitcodes.INTERRUPTED, "interrupted; servers stopped, results kept. Rerun the same command to resume."
+    if isinstance(e, CONFIG_ERRORS):
+        return exitcodes.BAD_CONFIG, f"error: {e}"
+    if isinstance(e, SideAssertionError):
+        return exitcodes.SIDE_ASSERTION_FAILED, f"error: {e}"
+    if isinstance(e, EngineError):
+        return exitcodes.SERVER_FAILURE, f"server failure: {e}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ Hydra
+class RunExit(SystemExit):
+    """``abh run``'s exit code, carried out of Hydra (raised by :class:`ExitCode`, or to stop a sweep)."""
+
+
+def job_code(job_return: JobReturn | None) -> int:
+    """A job's exit code: its return value (an int); a job that raised is a bug."""
+    if job_return is None:
+        return exitcodes.OK
+    if job_return.status == JobStatus.FAILED:
+        return exitcodes.UNEXPECTED
+    value = job_return.return_value
+    return value if isinstance(value, int) else exitcodes.OK
+
+
+class ExitCode(Callback):
+    """Hydra callback (configs/config.yaml): the run's exit code is its job's return value; a sweep's is the
+    largest of its jobs'."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        self.codes.append(job_code(job_return))
+
+    def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
+        code = job_code(job_return)
+        if code:
+            raise RunExit(code)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        code = max(self.codes, default=exitcodes.OK)
+        if code:
+            raise RunExit(code)
+
+
+def in_multirun() -> bool:
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+def in_submitit() -> bool:
+    return "SUBMITIT_EXECUTOR" in os.environ or "SLURM_JOB_ID" in os.environ
+
+
+def task(cfg: DictConfig) -> int:
+    """The Hydra job: run the experiment in Hydra's output directory; return the exit code."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if in_multirun():  # before anything can interrupt the sweep
+        redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
+    log = RunLog(run_dir)
+    with Interrupts() as interrupts:
+        try:
+            code = run_experiment(cfg, run_dir, interrupts, log)
+        except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
+            known = exit_for(e)
+            if known is None and not isinstance(e, Exception):
+                raise  # SystemExit and the like: not ours to translate
+            if known is None:
+                code = exitcodes.UNEXPECTED
+                log.write(traceback.format_exc())
+                line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback in "
+                        f"{run_dir / RUN_LOG}")
+                print(redact_text(line), file=sys.stderr, flush=True)
+                log.write(line)
+                reason = f"unexpected error (a bug): {type(e).__name__}: {e}"
+            else:
+                code, line = known
+                log.say(line)
+                reason = line
+            if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
+                with contextlib.suppress(Exception):  # the failure is reported already; this is the record
+                    write_failure_summary(run_dir, str(cfg.experiment.name), code, reason)
+    if code in INTERRUPTED_CODES and in_multirun():
+        raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
+    if code and in_submitit():
+        raise RunExit(code)  # the job fails, so submitit/SLURM see it
+    return code
+
+
+# ------------------------------------------------------------------------------------------ --help
+def _options(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def help_text() -> str:
+    """``abh run --help``: the config groups and their options as files define them (not the schemas)."""
+    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]", "",
+             "Launch each arm's server, assert its side, evaluate, compare. Every key of the config can be",
+             "overridden with KEY=VALUE (`abh run --cfg job` prints them all with their values); an unknown key",
+             "is an error. -m runs a sweep over comma-separated values. Rerunning the same command resumes.", "",
+             "config groups (GROUP=OPTION):"]
+    for group in ("experiment", "engine", "task", "stats", "hydra/launcher"):
+        lines.append(f"  {group}: {', '.join(_options(CONFIG_DIR / group))}")
+    arms = arms_root() / "arms"
+    if arms.is_dir():
+        lines += ["", f"arm files ({arms}; used by experiments as /arms/DIR@arms.KEY: FILE):"]
+        for d in sorted(p for p in arms.iterdir() if p.is_dir()):
+            lines.append(f"  {d.name}: {', '.join(_options(d))}")
+    lines += ["", "examples:", "  abh run                                 the SIMULATED demo",
+              "  abh run experiment=NAME dry_run=true     print each arm's command, run the static checks",
+              "  abh run experiment.repeats=3 -m arms.b.engine.accuracy=0.93,0.96",
+              "", "Hydra's own options: abh run --hydra-help"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Entry of ``abh run``: hand the overrides to Hydra; map its outcome to our exit codes."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text())
+        return exitcodes.OK
+    app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
+    saved = sys.argv
+    sys.argv = ["abh run", *argv]
+    try:
+        with redacted_stdio(argv):  # Hydra prints the config (--cfg) and repeats overrides in errors: redact both
+            app()
+    except RunExit as e:
+        return int(e.code) if isinstance(e.code, int) else exitcodes.UNEXPECTED
+    except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before the job's handlers: nothing was started
+        return exitcodes.INTERRUPTED
+    except SystemExit as e:
+        # Hydra exits 1 on composition errors (unknown key, bad value, missing config), argparse 2: bad config.
+        if e.code in (0, None):
+            return exitcodes.OK
+        return exitcodes.BAD_CONFIG if e.code in (1, 2) else int(e.code) if isinstance(
+            e.code, int) else exitcodes.UNEXPECTED
+    finally:
+        sys.argv = saved
+    return exitcodes.OK

@@ -1,0 +1,298 @@
+"""A run directory: its file names, the manifest (the one record of what happened), the config digest and the
+rule that decides whether a rerun resumes, and ``run.log``.
+
+Layout::
+
+    manifest.json         config (redacted), provenance, dataset, arms (launch, checks, launches), evals,
+                          sessions, status: every event is recorded here, as it happens
+    evals/<role>/r<k>/    one eval directory per schedule item (see harness.store)
+    comparison.json       the paired statistics
+    summary.json          verdict, accuracies, design, exit code
+    run.log               the ``[abh]`` lines of every session and the traceback of a bug (redacted)
+    servers/              each server's log and fingerprint
+
+Rerunning the same command resumes: the config digest must match (keys that do not change what is measured
+may change), an eval is kept when it is complete without errors, and anything else is sent again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness import __version__, schema
+from harness.config import PROJECT_ROOT, ConfigError
+from harness.engines.gpu import gpu_inventory
+from harness.keys import flatten, matches
+from harness.redact import redact_text, redact_tree
+
+MANIFEST = schema.MANIFEST_FILE
+RUN_SUMMARY = schema.RUN_SUMMARY_FILE
+COMPARISON = schema.COMPARISON_FILE
+RUN_LOG = "run.log"
+
+#: Config keys (dotted prefixes) that do not change what is measured: a rerun may change them and resume.
+#: Statistics are recomputed from the stored answers; scheduling options change when, not what, is asked.
+NON_SEMANTIC = ("progress", "report", "dry_run", "stats", "client.request_timeout_s", "client.retries",
+                "client.backoff_s", "client.stall_timeout_s", "experiment.description", "experiment.order",
+                "experiment.concurrent_servers", "experiment.restart_per_repeat", "experiment.aa_fresh_launch",
+                "experiment.allowed_differences", "experiment.fix_files")
+
+
+def eval_rel_dir(role: str, repeat: int) -> str:
+    """``evals/<role>/r<repeat>``: where one schedule item's answers live, relative to the run directory."""
+    return f"evals/{role}/r{repeat}"
+
+
+def eval_done(eval_dir: Path) -> bool:
+    """The resume rule for one eval: kept when its summary says complete and it has no error rows. An eval with
+    errors is sent again (only its failed and missing questions), as ``abh eval`` does on a rerun."""
+    path = eval_dir / schema.EVAL_SUMMARY_FILE
+    if not path.exists():
+        return False
+    s = schema.load_eval_summary(path)
+    return bool(s.get("complete")) and not s.get("errors")
+
+
+# -------------------------------------------------------------------------------------- the digest
+def non_semantic_keys(engine_ignores: Iterable[str], arm_keys: Iterable[str]) -> list[str]:
+    """:data:`NON_SEMANTIC` plus the engine fields that say how the harness drives a server (timeouts, port,
+    a simulator's fault injection: ``Engine.diff_ignore``), at ``engine.`` and in each arm's overrides."""
+    ignores = list(engine_ignores)
+    return [*NON_SEMANTIC, *(f"engine.{k}" for k in ignores),
+            *(f"arms.{a}.engine.{k}" for a in arm_keys for k in ignores)]
+
+
+def config_digest(resolved: Mapping[str, Any], non_semantic: Iterable[str] = NON_SEMANTIC) -> dict[str, Any]:
+    """sha256 of the resolved config minus the keys that do not change what is measured; secret values are
+    redacted first (a rotated token changes nothing measured and must not be hashed either)."""
+    skip = list(non_semantic)
+    flat = {k: v for k, v in flatten(resolved).items() if not matches(k, skip)}
+    semantic = redact_tree(flat)
+    digest = hashlib.sha256(json.dumps(semantic, sort_keys=True, default=str).encode()).hexdigest()
+    return {"sha256": digest, "semantic": semantic}
+
+
+def check_resume(recorded: Mapping[str, Any], digest: Mapping[str, Any], run_dir: Path) -> None:
+    """Refuse (ConfigError) to resume a run directory that holds a run of a different config."""
+    old = recorded.get("config_sha256")
+    if not old or old == digest["sha256"]:
+        return
+    before, after = recorded.get("config_semantic") or {}, digest["semantic"]
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    raise ConfigError(f"{run_dir} holds a run of a different config (changed: {', '.join(changed[:8]) or '?'}); "
+                      "its results would be mixed with this one's. Use another hydra.run.dir, or delete it.")
+
+
+# ---------------------------------------------------------------------------------- provenance
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance() -> dict[str, Any]:
+    """Where and with what the run was made: harness version and commit, host, platform, Python, GPUs."""
+    return {
+        "harness_version": __version__,
+        "harness_commit": _git("rev-parse", "HEAD"),
+        "harness_dirty": bool(_git("status", "--porcelain")),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "gpus": gpu_inventory(),
+    }
+
+
+# ------------------------------------------------------------------------------------ the manifest
+class Manifest:
+    """manifest.json. Every event of the run goes through one of these methods, which records it and rewrites
+    the file atomically (redacted, once, in :meth:`_commit`), so a crash leaves an accurate record. A dry run
+    keeps the record in memory only."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True):
+        self.run_dir = run_dir
+        self.path = run_dir / MANIFEST
+        self.enabled = enabled
+        # A manifest this abh cannot read (another kind, an unknown schema_version) raises SchemaError.
+        self.data: dict[str, Any] = dict(schema.load_manifest(self.path)) if self.path.exists() else {}
+        self.session: dict[str, Any] = {}
+
+    def _commit(self) -> None:
+        if self.enabled:
+            schema.write_manifest(self.path, redact_tree(self.data))  # type: ignore[arg-type]
+
+    def _arm(self, key: str) -> dict[str, Any]:
+        arm: dict[str, Any] = self.data.setdefault("arms", {}).setdefault(key, {})
+        return arm
+
+    def _eval(self, rel: str) -> dict[str, Any]:
+        ev: dict[str, Any] = self.data.setdefault("evals", {})[rel]
+        return ev
+
+    # ------------------------------------------------------------------ session
+    def start_session(self, *, experiment: str, config: dict[str, Any], digest: Mapping[str, Any],
+                      dataset: dict[str, Any]) -> None:
+        m = self.data
+        self.session = {"started": time.time(), "pid": os.getpid(), "argv": list(sys.argv),
+                        "resume": any(self.run_dir.glob("evals/*/*/samples.jsonl"))}
+        m.update({"experiment": experiment, "config": config,
+                  "config_sha256": digest["sha256"], "config_semantic": digest["semantic"],
+                  "provenance": provenance(), "dataset": dataset})
+        m.setdefault("sessions", []).append(self.session)
+        m.setdefault("evals", {})
+        m.setdefault("arms", {})
+        self._commit()
+
+    def end_session(self) -> None:
+        self.session["ended"] = time.time()
+        self._commit()
+
+    # ------------------------------------------------------------------ arms, before any server
+    def record_arms(self, arms: Mapping[str, Mapping[str, Any]], diffs: list[dict[str, Any]],
+                    disallowed: list[dict[str, Any]], allowed: list[str]) -> None:
+        """Each arm's name, side and static launch description, and how the launches differ."""
+        self.data["arm_diff"] = {"differences": diffs, "disallowed": disallowed, "allowed": allowed}
+        for key, info in arms.items():
+            self._arm(key).update(info)
+        self._commit()
+
+    def record(self, key: str, value: Any) -> None:
+        """A run-level fact (``source_diff``, ``server_info_diff``, ...) under ``key``."""
+        self.data[key] = value
+        self._commit()
+
+    def record_static_checks(self, checks: Mapping[str, list[dict[str, Any]]]) -> None:
+        for key, results in checks.items():
+            self._arm(key)["static_checks"] = results
+        self._commit()
+
+    def record_arm_status(self, key: str, status: str) -> None:
+        self._arm(key)["status"] = status
+        self._commit()
+
+    # ------------------------------------------------------------------ server launches
+    def next_launch_id(self, key: str) -> str:
+        """``<arm>-<n>``: the n-th launch of the arm's server in this run directory, over all sessions."""
+        return f"{key}-{len(self._arm(key).get('launches', [])) + 1}"
+
+    def record_launch(self, key: str, launch_id: str, *, role: str, url: str, spawned: float,
+                      probe: dict[str, Any] | None, live_checks: list[dict[str, Any]]) -> None:
+        """A server launch that is ready: when it was spawned and became ready (``launch_s`` between them, for
+        the cost accounting), the role of the eval it was started for, its probe and live checks."""
+        ready = time.time()
+        self._arm(key).setdefault("launches", []).append(
+            {"id": launch_id, "role": role, "url": url, "spawned": spawned, "ready": ready,
+             "launch_s": ready - spawned, "probe": probe})
+        self._arm(key)["live_checks"] = live_checks
+        self._commit()
+
+    def record_stop(self, key: str, launch_id: str, info: dict[str, Any] | None) -> None:
+        for launch in self._arm(key).get("launches", []):
+            if launch.get("id") == launch_id:
+                launch["stopped"] = time.time()
+                if launch.get("spawned") is not None:
+                    launch["server_s"] = launch["stopped"] - launch["spawned"]
+                launch["stop"] = info
+        self._commit()
+
+    def record_live_diff(self, launches: Mapping[str, dict[str, Any]], diffs: list[dict[str, Any]],
+                         disallowed: list[dict[str, Any]]) -> None:
+        """Both serving processes reported their live fingerprints: the full launches and how they differ."""
+        self.data["arm_diff_live"] = {"differences": diffs, "disallowed": disallowed}
+        for key, desc in launches.items():
+            self._arm(key)["launch"] = desc
+        self._commit()
+
+    # ------------------------------------------------------------------ evals
+    def add_eval(self, rel: str, *, arm: str, role: str, repeat: int) -> None:
+        self.data.setdefault("evals", {}).setdefault(rel, {"arm": arm, "role": role, "repeat": repeat})
+
+    def eval_started(self, rel: str, launch_id: str) -> None:
+        ev = self._eval(rel)
+        ev.setdefault("launches", []).append(launch_id)
+        ev["status"] = "running"
+        ev.setdefault("started", time.time())
+        self._commit()
+
+    def eval_ended(self, rel: str, status: str, summary: Mapping[str, Any] | None = None,
+                   error: str | None = None) -> None:
+        ev = self._eval(rel)
+        ev["status"] = status
+        ev["ended"] = time.time()
+        if error is not None:
+            ev["error"] = error
+        if summary is not None:
+            ev["summary"] = {k: summary.get(k) for k in ("n", "correct", "errors", "accuracy", "latency_s")}
+            if summary.get("resumed"):
+                ev["resumed_on"] = ev.get("launches", [])[-1:]
+            self._arm(ev["arm"])["status"] = "ok" if status == "complete" else status
+        elif status == "failed":
+            self._arm(ev["arm"])["status"] = "failed"
+        self._commit()
+
+    def evals_of(self, role: str) -> list[str]:
+        return sorted(k for k, v in self.data.get("evals", {}).items() if v.get("role") == role)
+
+    # ------------------------------------------------------------------ the end
+    def record_status(self, code: int, verdict: str | None, error: str | None = None) -> None:
+        self.data["status"] = {"code": code, "verdict": verdict, **({"error": error} if error else {})}
+        self._commit()
+
+    def design(self) -> dict[str, Any]:
+        """The run design as it actually ran, from the launch ids recorded per eval: how many server launches
+        served each role, and the most passes over the questions one launch served."""
+        evals = self.data.get("evals", {})
+        passes: dict[str, int] = {}
+        for ev in evals.values():
+            for launch in set(ev.get("launches", [])):
+                passes[launch] = passes.get(launch, 0) + 1
+        out: dict[str, Any] = {"launches": {}, "passes_per_launch": {}}
+        for role in ("a", "b", "aa"):
+            ids = {lid for ev in evals.values() if ev.get("role") == role for lid in ev.get("launches", [])}
+            out["launches"][role] = len(ids)
+            out["passes_per_launch"][role] = max((passes[i] for i in ids), default=0)
+        return out
+
+
+def write_failure_summary(run_dir: Path, experiment: str, code: int, reason: str) -> None:
+    """A run that stopped on a failure still says so in summary.json: the arms are not comparable. A run that
+    never started (bad config: no manifest) leaves nothing behind."""
+    if not (run_dir / MANIFEST).exists():
+        return
+    schema.write_run_summary(run_dir / RUN_SUMMARY, redact_tree({  # type: ignore[arg-type]
+        "experiment": experiment, "verdict": "not_comparable", "verdict_reason": reason, "exit_code": code}))
+    Manifest(run_dir).record_status(code, "not_comparable", reason)
+
+
+# ------------------------------------------------------------------------------------------ run.log
+class RunLog:
+    """What the run tells its user: ``[abh]`` lines on stderr, and the same lines (timestamped) plus the
+    traceback of a bug in ``run.log``; secrets redacted in both."""
+
+    def __init__(self, run_dir: Path | None):
+        self.path = run_dir / RUN_LOG if run_dir is not None else None
+
+    def say(self, msg: str) -> None:
+        line = redact_text(msg)
+        print(f"[abh] {line}", file=sys.stderr, flush=True)
+        self.write(f"[abh] {line}")
+
+    def write(self, text: str) -> None:
+        """Append to run.log only (when the run directory exists)."""
+        if self.path is None or not self.path.parent.is_dir():
+            return
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(f"[{stamp}] {redact_text(text).rstrip()}\n")

@@ -1,0 +1,112 @@
+"""Server lifetimes for a run: launch, wait until ready, assert the side live, reuse, restart, stop.
+
+A :class:`ServerPool` holds at most one live launch per arm. Each launch has an id (``<arm>-<n>``, counted over
+the run directory's sessions) recorded in the manifest and in the meta of every eval it serves, so the
+statistics know which runs shared a server launch. Unless servers may run concurrently, acquiring an arm's
+server stops the other arms' first (one GPU box runs one server at a time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.arm import ResolvedArm
+from harness.checks.live import run_live_checks
+from harness.checks.result import assert_checks
+from harness.engines import Engine
+from harness.orchestrate.interrupts import Interrupts
+from harness.orchestrate.rundir import Manifest
+
+
+@dataclass
+class Launch:
+    """One launch of an arm's server: what served an eval."""
+
+    id: str
+    key: str
+    engine: Engine
+    #: Evals started on this launch (passes over the questions).
+    passes: int = 0
+
+
+class ServerPool:
+    """The run's live servers, at most one launch per arm (see the module docstring)."""
+
+    def __init__(self, engines: dict[str, Engine], arms: dict[str, ResolvedArm], manifest: Manifest,
+                 interrupts: Interrupts, say: Callable[[str], None], *, concurrent: bool):
+        self.engines = engines
+        self.arms = arms
+        self.manifest = manifest
+        self.interrupts = interrupts
+        self.say = say
+        self.concurrent = concurrent
+        self.live: dict[str, Launch] = {}
+        #: Arms whose server was launched (and passed its live checks) in this session.
+        self.launched: set[str] = set()
+
+    def acquire(self, key: str, role: str, *, fresh: bool = False, label: str = "") -> Launch:
+        """A ready server of arm ``key`` for an eval of ``role``: its live launch when there is one it may
+        reuse, else a new launch. ``fresh``: only a launch that has served no eval yet will do."""
+        if not self.concurrent:
+            for other in [k for k in self.live if k != key]:
+                self.stop(other, "the next eval needs another arm's server")
+        cur = self.live.get(key)
+        if cur is not None:
+            gone = cur.engine.alive()
+            if gone is not None:
+                self.stop(key, f"it is not serving ({gone}); launching it again")
+            elif fresh and cur.passes:
+                if cur.engine.launch_spec().launched:
+                    self.stop(key, "the next eval needs a fresh launch")
+                else:  # a server someone else started: the eval shares its launch, and the record says so
+                    self.say(f"arm {key}'s server is not started by abh: the next eval reuses launch {cur.id}")
+        return self.live.get(key) or self.launch(key, role, label)
+
+    def launch(self, key: str, role: str, label: str = "") -> Launch:
+        """Start arm ``key``'s server, wait until it serves, record its probe and assert its side live
+        (:class:`~harness.checks.result.SideAssertionError` when a live check fails)."""
+        engine = self.engines[key]
+        launch = Launch(self.manifest.next_launch_id(key), key, engine)
+        self.say(f"{label + ' ' if label else ''}launching arm {key} ({engine.kind}), launch {launch.id}")
+        spawned = time.time()
+        with self.interrupts.deferred():
+            engine.launch()
+            self.live[key] = launch
+        self.interrupts.check()
+        engine.wait_ready(on_status=lambda s: self.say(f"  waiting: {s}"))
+        results = run_live_checks(self.arms[key], engine)
+        self.manifest.record_launch(key, launch.id, role=role, url=engine.url, spawned=spawned,
+                                    probe=engine.probe(), live_checks=[r.to_dict() for r in results])
+        if not all(r.passed for r in results):
+            self.manifest.record_arm_status(key, "side_check_failed")
+            assert_checks(results, key)
+        for r in results:
+            self.say(f"  side check {r.name}: PASS")
+        self.launched.add(key)
+        return launch
+
+    def stop(self, key: str, why: str = "") -> dict[str, Any] | None:
+        """Stop arm ``key``'s live server (a signal waits until it is down)."""
+        launch = self.live.pop(key, None)
+        if launch is None:
+            return None
+        self.say(f"stopping server of arm {key} (launch {launch.id})" + (f": {why}" if why else ""))
+        with self.interrupts.deferred():
+            info = launch.engine.stop(on_status=self.say)
+            self.manifest.record_stop(key, launch.id, info)
+        return info
+
+    def stop_all(self) -> None:
+        """Stop every live server; one that cannot be stopped does not keep the others up."""
+        for key in list(self.live):
+            try:
+                self.stop(key)
+            except Exception as e:  # noqa: BLE001 - keep stopping the others
+                self.say(f"could not stop the server of arm {key}: {e}")
+
+    def log_tail(self, key: str, lines: int = 20) -> str:
+        launch = self.live.get(key)
+        return launch.engine.log_tail(lines) if launch is not None else self.engines[key].log_tail(lines)

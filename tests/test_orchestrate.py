@@ -1,0 +1,188 @@
+"""The pieces of `abh run` without servers: the schedule, the resume rule, the config digest, the run design,
+the server pool's reuse and fresh-launch rules, and signals turned into Interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.arm import ResolvedArm
+from harness.engines import LaunchSpec
+from harness.orchestrate.interrupts import Interrupted, Interrupts
+from harness.orchestrate.rundir import Manifest, config_digest, eval_done, non_semantic_keys
+from harness.orchestrate.schedule import schedule
+from harness.orchestrate.servers import ServerPool
+from harness.schema import write_eval_summary
+
+
+# ------------------------------------------------------------------------------------------ schedule
+def test_interleaved_and_blocked_orders_and_the_fresh_launches() -> None:
+    got = schedule("a", "b", 2, "interleaved", True)
+    assert [(i.role, i.repeat, i.fresh) for i in got] == [
+        ("a", 1, False), ("b", 1, False), ("a", 2, False), ("b", 2, False), ("aa", 1, True), ("aa", 2, True)]
+    assert all(i.arm_key == "a" for i in got if i.role == "aa")
+    assert [i.rel_dir for i in schedule("a", "b", 2, "blocked", False)] == [
+        "evals/a/r1", "evals/a/r2", "evals/b/r1", "evals/b/r2"]
+    assert not any(i.fresh for i in schedule("a", "b", 1, "interleaved", True, aa_fresh_launch=False))
+    assert all(i.fresh for i in schedule("a", "b", 2, "blocked", True, restart_per_repeat=True))
+
+
+# ------------------------------------------------------------------------------------------ run dir
+def _summary(path: Path, **kw: Any) -> Path:
+    write_eval_summary(path / "summary.json", {"n": 10, **kw})  # type: ignore[typeddict-item]
+    return path
+
+
+def test_an_eval_is_kept_only_when_complete_without_errors(tmp_path: Path) -> None:
+    assert not eval_done(tmp_path / "none")
+    assert eval_done(_summary(tmp_path / "ok", complete=True, errors=0))
+    assert not eval_done(_summary(tmp_path / "errors", complete=True, errors=3))  # a rerun resends them
+    assert not eval_done(_summary(tmp_path / "partial", complete=False, errors=0))
+
+
+def test_fault_knobs_and_scheduling_options_do_not_change_the_digest() -> None:
+    base = {"engine": {"kind": "simulated", "accuracy": 0.9, "port": 0},
+            "arms": {"a": {"engine": {}}, "b": {"engine": {"build": "fix"}}},
+            "experiment": {"repeats": 2, "order": "interleaved"}, "client": {"retries": 3}}
+    skip = non_semantic_keys(("port", "crash_after", "error_rate"), ["a", "b"])
+    ref = config_digest(base, skip)["sha256"]
+    same = [{**base, "engine": {**base["engine"], "error_rate": 0.5, "port": 31000}},
+            {**base, "arms": {"a": {"engine": {"crash_after": 300}}, "b": base["arms"]["b"]}},
+            {**base, "experiment": {"repeats": 2, "order": "blocked"}, "client": {"retries": 0}}]
+    for cfg in same:
+        assert config_digest(cfg, skip)["sha256"] == ref, cfg
+    changed = {**base, "engine": {**base["engine"], "accuracy": 0.95}}
+    assert config_digest(changed, skip)["sha256"] != ref
+    assert config_digest({**base, "experiment": {"repeats": 3, "order": "interleaved"}}, skip)["sha256"] != ref
+
+
+def test_the_design_comes_from_the_launches_that_served_the_evals(tmp_path: Path) -> None:
+    m = Manifest(tmp_path, enabled=False)
+    for rel, role, launches in (("evals/a/r1", "a", ["a-1"]), ("evals/a/r2", "a", ["a-1"]),
+                                ("evals/b/r1", "b", ["b-1"]), ("evals/b/r2", "b", ["b-1", "b-2"]),
+                                ("evals/aa/r1", "aa", ["a-2"])):
+        m.add_eval(rel, arm=role[0], role=role, repeat=int(rel[-1]))
+        for launch in launches:
+            m.eval_started(rel, launch)
+    assert m.design() == {"launches": {"a": 1, "b": 2, "aa": 1}, "passes_per_launch": {"a": 2, "b": 2, "aa": 1}}
+
+
+# ------------------------------------------------------------------------------------------ servers
+class FakeEngine:
+    """What the pool uses of an engine, without a process."""
+
+    kind = "fake"
+
+    def __init__(self, key: str, launched: bool = True):
+        self.key, self.launched = key, launched
+        self.url = f"http://fake/{key}"
+        self.starts = self.stops = 0
+        self.dead: str | None = None
+
+    def launch_spec(self) -> LaunchSpec:
+        return LaunchSpec(argv=[], server_argv=[], env_delta={}, env={}, launched=self.launched)
+
+    def launch(self) -> None:
+        self.starts += 1
+        self.dead = None
+
+    def wait_ready(self, on_status: Any = None) -> float:
+        return 0.0
+
+    def probe(self) -> dict[str, Any]:
+        return {"pid": self.starts}
+
+    def alive(self) -> str | None:
+        return self.dead
+
+    def stop(self, on_status: Any = None) -> dict[str, Any]:
+        self.stops += 1
+        return {"how": "SIGTERM"}
+
+    def log_tail(self, lines: int = 20) -> str:
+        return ""
+
+
+def _pool(tmp_path: Path, concurrent: bool, launched: bool = True) -> tuple[ServerPool, dict[str, FakeEngine]]:
+    engines = {k: FakeEngine(k, launched) for k in ("a", "b")}
+    arms = {k: ResolvedArm(key=k, name=k) for k in engines}
+    said: list[str] = []
+    return ServerPool(engines, arms, Manifest(tmp_path, enabled=False), Interrupts(), said.append,  # type: ignore[arg-type]
+                      concurrent=concurrent), engines
+
+
+def test_one_server_at_a_time_unless_concurrent(tmp_path: Path) -> None:
+    pool, eng = _pool(tmp_path, concurrent=False)
+    assert pool.acquire("a", "a").id == "a-1"
+    assert pool.acquire("b", "b").id == "b-1" and eng["a"].stops == 1 and set(pool.live) == {"b"}
+    assert pool.acquire("a", "a").id == "a-2"  # arm A again: a new launch
+    pool, eng = _pool(tmp_path / "c", concurrent=True)
+    first = pool.acquire("a", "a")
+    pool.acquire("b", "b")
+    assert pool.acquire("a", "a") is first and eng["a"].starts == 1 and set(pool.live) == {"a", "b"}
+    pool.stop_all()
+    assert not pool.live and eng["a"].stops == eng["b"].stops == 1
+
+
+def test_a_fresh_launch_is_one_that_served_no_eval(tmp_path: Path) -> None:
+    pool, eng = _pool(tmp_path, concurrent=True)
+    launch = pool.acquire("a", "a", fresh=True)
+    assert pool.acquire("a", "a", fresh=True) is launch  # served nothing yet: fresh enough
+    launch.passes = 1
+    assert pool.acquire("a", "aa").id == "a-1"  # reuse is allowed
+    assert pool.acquire("a", "aa", fresh=True).id == "a-2" and eng["a"].starts == 2
+    roles = [x["role"] for x in pool.manifest.data["arms"]["a"]["launches"]]
+    assert roles == ["a", "aa"]
+
+
+def test_a_dead_server_is_launched_again_and_an_external_one_is_reused(tmp_path: Path) -> None:
+    pool, eng = _pool(tmp_path, concurrent=True)
+    pool.acquire("a", "a")
+    eng["a"].dead = "server process exited with code -9"
+    assert pool.acquire("a", "a").id == "a-2"
+    pool, eng = _pool(tmp_path / "ext", concurrent=True, launched=False)
+    launch = pool.acquire("a", "a")
+    launch.passes = 1
+    assert pool.acquire("a", "aa", fresh=True) is launch and eng["a"].starts == 1  # nothing abh could restart
+
+
+# ------------------------------------------------------------------------------------------ signals
+def test_a_signal_raises_in_plain_code_and_waits_in_a_deferred_section() -> None:
+    with Interrupts() as it, pytest.raises(Interrupted) as raised:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):  # the handler runs between bytecodes
+            pass
+    assert raised.value.exit_code == 143
+    with Interrupts() as it:
+        with it.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):
+                pass
+            reached_end_of_section = True
+        assert reached_end_of_section
+        with pytest.raises(Interrupted) as raised:
+            it.check()
+    assert raised.value.exit_code == 130
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+def test_a_signal_during_a_coroutine_cancels_it_and_comes_out_as_interrupted() -> None:
+    """The case uvloop gets wrong with a raising handler: the exception would be swallowed by the loop."""
+    cleaned: list[bool] = []
+
+    async def slow() -> str:
+        try:
+            asyncio.get_running_loop().call_later(0.2, os.kill, os.getpid(), signal.SIGINT)
+            await asyncio.sleep(30)
+            return "finished"
+        finally:
+            cleaned.append(True)
+
+    with Interrupts() as it, pytest.raises(Interrupted) as raised:
+        it.run_async(slow())
+    assert raised.value.exit_code == 130 and cleaned == [True]
