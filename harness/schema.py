@@ -335,6 +335,8 @@ class RunSummary(TypedDict, total=False):
     aa_control: bool
     #: the design as run: server launches per role, passes per launch, concurrency, restarts
     design: dict[str, Any]
+    #: verdict, kld_mean, kld_mean_aa, p, effect of comparison.json's ``divergence`` (when scored)
+    divergence: dict[str, Any]
     exit_code: int
 
 

@@ -65,7 +65,7 @@ from harness.store import PROMPTS, load_samples
 from harness.wire import MalformedResponse, ScoreRequest, TokenScores
 
 __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_ids",
-           "load_references", "pass_current", "score_pass", "score_pass_async", "text_key"]
+           "load_references", "score_pass", "score_pass_async", "text_key"]
 
 T = TypeVar("T")
 
@@ -177,22 +177,6 @@ class ScoringOptions:
     meta: dict[str, Any] = field(default_factory=dict)
     #: Wait up to this long for the server's health endpoint first (0: do not wait).
     wait_ready_s: float = 0.0
-
-
-def pass_current(out_dir: str | Path, reference_eval: str | Path, top_k: int,
-                 reference_scores: str | Path | None = None) -> bool:
-    """True when ``out_dir`` already holds a finished pass (scored, or recorded not measured) of this
-    reference text at this ``top_k``, against this reference pass: a rerun keeps it."""
-    meta_path = Path(out_dir) / SCORES_META
-    if not meta_path.exists():
-        return False
-    try:
-        meta = read_json(meta_path)
-    except (OSError, ValueError):
-        return False
-    same_ref = meta.get("reference_eval") == str(reference_eval) and meta.get("reference_scores") == (
-        None if reference_scores is None else str(reference_scores))
-    return bool(same_ref and meta.get("requested_top_k") == int(top_k))
 
 
 # ------------------------------------------------------------------------------------------ one answer

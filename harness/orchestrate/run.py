@@ -8,8 +8,10 @@ The pipeline, in order:
    stops here, with the exit code a real run would have);
 3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
    checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
-4. finish: the paired statistics (``comparison.json``), ``summary.json``, a table on the terminal and
-   ``report.html``.
+4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
+   other arm's and a fresh launch of its own (:mod:`~harness.orchestrate.scoring`), after every accuracy eval;
+5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
+   table on the terminal and ``report.html``.
 
 Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the task returns the code and the
 :class:`ExitCode` callback raises :class:`RunExit` with it at the end of the run (or sweep).
@@ -40,6 +42,7 @@ from harness.checks.static import run_static_checks
 from harness.client import ClientConfig
 from harness.compare import CompareError, compare_dirs
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
+from harness.divergence import compute_divergence
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.evaluate import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.fileio import StoreError
@@ -57,10 +60,12 @@ from harness.orchestrate.rundir import (
     write_failure_summary,
 )
 from harness.orchestrate.schedule import Item, schedule
+from harness.orchestrate.scoring import ScoringPhase
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.redact import redact_text
 from harness.redact_stdio import redacted_stdio
 from harness.report import write_markdown, write_report
+from harness.report.divergence import combined_sentence, terminal_line
 from harness.sweep import redact_multirun_yaml
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 
@@ -141,6 +146,10 @@ def format_table(summary: Mapping[str, Any], c: Mapping[str, Any]) -> str:
         lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band of delta [{pp(band[0])}, {pp(band[1])}]")
     lines.append(f"  MDE (80% power) {pp(c.get('mde'))}")
     lines.append(f"VERDICT: {summary['verdict']}: {summary.get('verdict_reason') or ''}")
+    div = c.get("divergence")
+    if isinstance(div, dict):
+        lines.append(terminal_line(div))
+        lines.append(combined_sentence(c))
     return "\n".join(lines)
 
 
@@ -172,6 +181,8 @@ class Run:
                      "rows": len(self.test)})
         self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
                                concurrent=bool(self.x.concurrent_servers))
+        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
+                        if cfg.divergence.enabled else None)
 
     # ------------------------------------------------------------------ before any server
     def prepare_arms(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -274,6 +285,8 @@ class Run:
                 if item in pending:
                     label = f"[{n}/{len(items)}]"
                     self.evaluate(item, self.acquire(item, label), label)
+            if self.scoring is not None:  # after every accuracy eval, never inside one
+                self.scoring.run()
         finally:
             self.pool.stop_all()
             self.manifest.end_session()
@@ -329,6 +342,10 @@ class Run:
                              "command to retry the failed requests.") from None
         names: schema.ArmNames = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
         comparison["arm_names"] = names
+        if self.scoring is not None:
+            d = self.scoring.dirs()
+            comparison["divergence"] = compute_divergence(  # type: ignore[typeddict-item]
+                d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference)
         schema.write_comparison(run_dir / COMPARISON, comparison)
         code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
         design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
@@ -344,6 +361,9 @@ class Run:
             "arms": {"a": names["a"], "b": names["b"]}, "repeats": x.repeats, "aa_control": x.aa_control,
             "design": design, "exit_code": code,
         }
+        div = comparison.get("divergence")
+        if div is not None:
+            summary["divergence"] = {k: div.get(k) for k in ("verdict", "kld_mean", "kld_mean_aa", "p", "effect")}
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary["verdict"])
         print(format_table(summary, comparison))
