@@ -71,7 +71,7 @@ T = TypeVar("T")
 
 DEFAULT_TOP_K = 20
 #: At most this many of the reference pass's top-k ids are asked of the other passes per question (SGLang).
-DEFAULT_MAX_ASKED_IDS = 128
+DEFAULT_MAX_ASKED_IDS = 32
 #: The reference pass's token ids of every question's prompt and reference: what the other passes send.
 INPUTS = "score_inputs.parquet"
 
@@ -147,13 +147,18 @@ def _read_inputs(path: Path) -> dict[int, tuple[list[int], list[int]]]:
 
 
 # ------------------------------------------------------------------------------------------ asked ids
-def asked_ids(top_ids: np.ndarray, top_logprobs: np.ndarray, cap: int) -> list[int]:
+def asked_ids(top_ids: np.ndarray, top_logprobs: np.ndarray, cap: int,
+              reference: np.ndarray | None = None) -> list[int]:
     """The ids to ask at every position of one question (SGLang ``token_ids_logprob``): the union of the
     reference pass's top-k ids ``top_ids`` (T, k) over the positions, at most ``cap`` of them, those with the
-    highest logprob at some position first (so every position's likeliest ids are in)."""
-    ids = np.asarray(top_ids).reshape(-1)
+    highest logprob at some position first. A position's own reference token (``reference`` (T,)) is left
+    out there: every pass returns its logprob anyway."""
+    top_ids = np.asarray(top_ids)
+    ids = top_ids.reshape(-1)
     lps = np.asarray(top_logprobs, dtype=float).reshape(-1)
     keep = ids >= 0
+    if reference is not None:
+        keep &= (top_ids != np.asarray(reference).reshape(-1, 1)).reshape(-1)
     ids, lps = ids[keep], lps[keep]
     if ids.size == 0 or cap <= 0:
         return []
@@ -210,11 +215,15 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
         ids[i, :w] = row_ids[:w]
         tlp[i, :w] = sc.top_logprobs[i][:w]
     ref_lp = None
-    if ref_top is not None and ref_top.shape[0] == t and any(sc.id_logprobs):
+    if ref_top is not None and ref_top.shape[0] == t:
+        # this server's logprobs of the reference pass's top-k ids: asked ones (token_ids_logprob), and the
+        # reference token itself (its logprob comes with every answer)
         ref_lp = np.full(ref_top.shape, np.nan)
         for i, got in enumerate(sc.id_logprobs):
             if got:
                 ref_lp[i] = [got.get(int(x), np.nan) if x >= 0 else np.nan for x in ref_top[i]]
+        own = (ref_top == tok[:, None]) & ~np.isnan(lp)[:, None]
+        ref_lp = np.where(own, np.broadcast_to(lp[:, None], ref_top.shape), ref_lp)
     offs: np.ndarray | None = None
     if all(o is not None for o in sc.text_offsets) and t:
         offs = np.asarray(sc.text_offsets, dtype=np.int64)
@@ -330,7 +339,8 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     try:
         api = await client.prepare_scoring()
     except ValueError as e:
-        raise _NotScorable(str(e)) from None
+        why = str(e)
+        raise _NotScorable(why if "cannot score" in why else f"{client.cfg.url} cannot score: {why}") from None
     is_reference = opts.reference_scores is None
     probe_ref = next(r for r in refs if r.text)
     if is_reference and await _tokenize(client, probe_ref.prompt, True) is not None:
@@ -369,10 +379,11 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
         if ref_table is not None:
             rows = ref_table.rows(ref.question)
             top = ref_table.top_ids[rows]
-            if ask:
-                want = asked_ids(top, ref_table.top_logprobs[rows], opts.max_asked_ids)
-                req = ScoreRequest(req.prompt, req.reference, top_k=k, prompt_tokens=req.prompt_tokens,
-                                   token_ids=want)
+            want = (asked_ids(top, ref_table.top_logprobs[rows], opts.max_asked_ids, ref_table.token_id[rows])
+                    if ask else None)
+            # only the reference pass needs the tokens' texts (where the first diverging token starts)
+            req = ScoreRequest(req.prompt, req.reference, top_k=k, prompt_tokens=req.prompt_tokens,
+                               token_ids=want, texts=False)
         api.scoring_body(req)  # raises ValueError now if this request cannot be asked
         return req, ref_ids, top
 

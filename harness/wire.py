@@ -44,7 +44,8 @@ class ScoreRequest:
     ``prompt_tokens``: SGLang with text only, and required there: how many tokens the server makes of
     ``prompt`` (``meta_info.prompt_tokens`` of the eval's own generation), so logprobs start at the reference.
     ``token_ids``: SGLang only: also the logprob of each of these ids at every reference position
-    (``token_ids_logprob``), e.g. the other arm's top-k ids.
+    (``token_ids_logprob``), e.g. the other arm's top-k ids. ``texts``: SGLang: also each token's text
+    (``return_text_in_logprobs``; off makes the answer smaller where ids are enough).
     """
 
     prompt: str | Sequence[int]
@@ -52,6 +53,7 @@ class ScoreRequest:
     top_k: int = 20
     prompt_tokens: int | None = None
     token_ids: Sequence[int] | None = None
+    texts: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, str) != isinstance(self.reference, str):
@@ -220,7 +222,7 @@ class SGLangApi(Api):
                                 else {"text": str(req.prompt) + str(req.reference)})
         body.update({"sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
                      "logprob_start_len": start, "top_logprobs_num": req.top_k,
-                     "return_text_in_logprobs": True})
+                     "return_text_in_logprobs": req.texts})
         if req.token_ids is not None:
             body["token_ids_logprob"] = list(req.token_ids)
         return body
