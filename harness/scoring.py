@@ -255,6 +255,25 @@ async def _tokenize(client: Client, text: str, special: bool) -> list[int] | Non
     return None
 
 
+async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[list[int]] | None:
+    """Every text as ids in one request where the server takes a list (SGLang, the simulator); None when it
+    does not (then one request per text)."""
+    api = client.api
+    body: dict[str, Any] = {"prompt": texts, "add_special_tokens": special}
+    if api.model:
+        body["model"] = api.model
+    for path in api.tokenize_paths:
+        try:
+            obj = await client.post_json(path, body)
+        except ValueError:
+            continue
+        tokens = obj.get("tokens") if isinstance(obj, dict) else None
+        if (isinstance(tokens, list) and len(tokens) == len(texts)
+                and all(isinstance(t, list) and all(isinstance(x, int) for x in t) for t in tokens)):
+            return [[int(x) for x in t] for t in tokens]
+    return None
+
+
 class _Progress:
     def __init__(self, total: int, enabled: bool, label: str):
         self.bar = None
@@ -345,6 +364,10 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     probe_ref = next(r for r in refs if r.text)
     if is_reference and await _tokenize(client, probe_ref.prompt, True) is not None:
         inputs = {}  # tokenize once, here; the other passes send the same ids
+        prompts = await _tokenize_all(client, [r.prompt for r in refs], True)
+        texts = await _tokenize_all(client, [r.text for r in refs], False) if prompts is not None else None
+        if prompts is not None and texts is not None:
+            inputs = {r.question: (p, t) for r, p, t in zip(refs, prompts, texts, strict=True)}
     by_ids = inputs is not None
     if by_ids and not is_reference:
         assert inputs is not None
@@ -360,7 +383,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
         ref_ids = None
         if by_ids:
             assert inputs is not None
-            if is_reference:
+            if is_reference and ref.question not in inputs:
                 p_ids = await _tokenize(client, ref.prompt, True)
                 r_ids = await _tokenize(client, ref.text, False)
                 if p_ids is None or r_ids is None:
