@@ -76,6 +76,9 @@ class EngineConfig:
     fingerprint_files: list[str] = field(default_factory=list)
     #: After stop, wait this long at most for the port and GPU memory to be released.
     release_timeout_s: float = 300.0
+    #: GPUs one server of this engine holds, for the cost accounting (GPU-hours = server time x GPUs).
+    #: None: derived (TP x PP x DP from the flags, else the visible devices; see harness.cost.count_gpus).
+    gpus: int | None = None
 
 
 @dataclass
@@ -254,6 +257,12 @@ class StatsConfig:
     #: Multiple-comparison correction across a sweep: holm | bh.
     correction: str = "holm"
     seed: int = 0
+    #: Sequential runs (experiment.sequential): alpha spending of the group-sequential design, obf
+    #: (O'Brien-Fleming type: almost nothing spent at early looks) or pocock (even spending).
+    spending: str = "obf"
+    #: Sequential runs: stop for futility (non-binding) from half the repeats on, when the remaining repeats
+    #: could not plausibly reach a verdict.
+    futility: bool = True
 
 
 @dataclass
@@ -298,6 +307,13 @@ class ExperimentConfig:
     #: Which arm is the baseline (A) and which the change (B): keys of ``arms``.
     a: str = "a"
     b: str = "b"
+    #: Look at the data after every repeat of both arms (each a fresh launch) and stop as soon as the verdict
+    #: is decided (group-sequential design, harness.stats.sequential); ``repeats`` is then ignored.
+    sequential: bool = False
+    #: Sequential runs: at most this many repeats per arm (required with sequential=true).
+    max_repeats: int | None = None
+    #: Sequential runs: the first look is after this many repeats.
+    min_repeats: int = 2
 
 
 @dataclass
@@ -369,6 +385,28 @@ def _simulated_problems(cfg: Any) -> list[str]:
         if arm.engine:
             out += [p for p in check({**base, **dict(arm.engine.items())}, f"arms.{key}.engine")
                     if p.replace(f"arms.{key}.engine", "engine", 1) not in out]
+    return out
+
+
+def _sequential_problems(cfg: Any) -> list[str]:
+    """experiment.sequential / max_repeats / min_repeats and stats.spending make sense together."""
+    x, s = cfg.experiment, cfg.stats
+    out: list[str] = []
+    if s.get("spending", "obf") not in ("obf", "pocock"):
+        out.append(f"stats.spending must be obf or pocock, not {s.spending!r}")
+    lo, hi = x.get("min_repeats", 2), x.get("max_repeats")
+    if lo < 1:
+        out.append(f"experiment.min_repeats must be >= 1, not {lo}")
+    if hi is not None and hi < 1:
+        out.append(f"experiment.max_repeats must be >= 1, not {hi}")
+    elif hi is not None and hi < lo:
+        out.append(f"experiment.max_repeats={hi} is below experiment.min_repeats={lo}: no look could happen")
+    if x.get("sequential"):
+        if hi is None:
+            out.append("experiment.sequential=true needs experiment.max_repeats (the most repeats per arm)")
+    elif hi is not None:
+        out.append(f"experiment.max_repeats={hi} is only used with experiment.sequential=true; set that, or "
+                   "use experiment.repeats for a fixed number of repeats")
     return out
 
 
@@ -463,6 +501,13 @@ def validate(cfg: Any) -> None:
                         "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
     if e is not None and e.get("kind") == "simulated":
         problems += _simulated_problems(cfg)
+    problems += _sequential_problems(cfg)
+    if e is not None and e.get("gpus") is not None and e.gpus < 0:
+        problems.append(f"engine.gpus must be >= 0 (or null: derived from the flags), not {e.gpus}")
+    for key, arm in cfg.arms.items():
+        g = arm.engine.get("gpus") if arm.engine else None
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 0):
+            problems.append(f"arms.{key}.engine.gpus must be an integer >= 0, not {g!r}")
     s = cfg.stats
     if not 0 < s.alpha < 1:
         problems.append("stats.alpha must be in (0, 1)")

@@ -269,7 +269,7 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
     for key, arm in sorted(arms.items()):
         arm_gpus = None if gpus is None else gpus.get(key)
         if arm_gpus is None:
-            arm_gpus = _config_gpus(cfg, key)
+            arm_gpus = config_gpus(cfg, key)
         for inst in _launches(arm):
             iid = str(inst.get("id") or "")
             served = by_instance.get(iid, [])
@@ -297,7 +297,7 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
     return out
 
 
-def _config_gpus(cfg: Mapping[str, Any], arm_key: str) -> int:
+def config_gpus(cfg: Mapping[str, Any], arm_key: str) -> int:
     """GPUs of arm ``arm_key`` from a run's resolved config (engine merged with the arm's engine block)."""
     engine = dict(cfg.get("engine") or {})
     arm = (cfg.get("arms") or {}).get(arm_key) or {}

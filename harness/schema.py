@@ -312,6 +312,54 @@ class Comparison(TypedDict, total=False):
     flips: list[int]
     #: present when the compared evals record scoring passes (``abh run`` with divergence enabled)
     divergence: Divergence
+    # owned by abh run when experiment.sequential: the sequential decision is ``verdict``; the fixed-design
+    # test of the same data is kept beside it
+    sequential: SequentialRecord
+    verdict_fixed: str
+    verdict_reason_fixed: str
+
+
+# ------------------------------------------------------------------------------------------ cost
+class CostBlock(TypedDict, total=False):
+    """GPU time of one role (or the total): sums over its server launches and evals (harness.cost)."""
+
+    launches: int
+    evals: int
+    launch_s: float
+    eval_s: float
+    server_s: float
+    gpus: int
+    gpu_hours: float
+
+
+class Cost(TypedDict, total=False):
+    """``cost`` of a run summary, the manifest and a sweep summary: per role and in total. ``aa`` only when
+    the A/A control had launches of its own; ``estimated`` names what was inferred from timestamps."""
+
+    a: CostBlock
+    b: CostBlock
+    aa: CostBlock
+    total: CostBlock
+    estimated: list[str]
+
+
+# ------------------------------------------------------------------------------------------ sequential
+class SequentialRecord(TypedDict, total=False):
+    """``sequential`` of a sequential run (experiment.sequential=true), in the manifest (as the looks happen)
+    and in summary.json / comparison.json: the design, every look (LookDecision.as_dict) and the outcome."""
+
+    design: dict[str, Any]
+    estimator: str
+    looks: list[dict[str, Any]]
+    stopped: bool
+    repeats_run: int
+    max_repeats: int
+    verdict: str | None
+    reason: str | None
+    sentence: str | None
+    repeats_saved: int
+    gpu_hours_per_repeat: float | None
+    gpu_hours_saved: float | None
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -337,6 +385,10 @@ class RunSummary(TypedDict, total=False):
     design: dict[str, Any]
     #: verdict, kld_mean, kld_mean_aa, p, effect of comparison.json's ``divergence`` (when scored)
     divergence: dict[str, Any]
+    #: GPU time per role and in total (harness.cost)
+    cost: Cost
+    #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
+    sequential: SequentialRecord
     exit_code: int
 
 
@@ -356,6 +408,8 @@ class Manifest(TypedDict, total=False):
     arms: dict[str, dict[str, Any]]
     arm_diff: dict[str, Any]
     arm_diff_live: dict[str, Any]
+    cost: Cost
+    sequential: SequentialRecord
     status: dict[str, Any]
 
 
@@ -383,6 +437,7 @@ class SweepRow(TypedDict, total=False):
     alpha: float
     simulated: bool
     missing: bool
+    gpu_hours: float | None
 
 
 class SweepSummary(TypedDict, total=False):
@@ -393,6 +448,8 @@ class SweepSummary(TypedDict, total=False):
     comparisons: list[SweepRow]
     missing: list[str]
     simulated: bool
+    #: the jobs' costs summed (harness.cost.sum_costs)
+    cost: Cost
 
 
 # ------------------------------------------------------------------------------------------ checking

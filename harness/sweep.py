@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness import schema
+from harness.cost import cost_from_manifest, format_cost, sum_costs
 from harness.report.divergence import kld_cell
 from harness.report.words import p_bound
 from harness.schema import SweepRow
@@ -34,16 +35,17 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
 
     root = Path(sweep_dir)
     rows: list[SweepRow] = []
+    costs = job_costs(root)
     # A job that failed or was interrupted has no comparison.json, but it is still one of the family of
     # comparisons: it counts with p = 1, so the adjustment of the others is not made laxer by its absence.
     for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / schema.COMPARISON_FILE).exists()):
         rows.append({"job": job.name, "dir": str(job), "n": None, "accuracy_a": None, "accuracy_b": None,
                      "delta": None, "delta_ci": None, "p": None, "p_value_floor": None, "p_value_at_floor": False,
                      "mde": None, "verdict": "not_comparable", "alpha": 0.05, "simulated": False, "missing": True,
-                     "divergence": None, "kld": None, "kld_aa": None})
+                     "divergence": None, "kld": None, "kld_aa": None, "gpu_hours": _gpu_hours(costs.get(job.name))})
     for path in sorted(root.glob(f"*/{schema.COMPARISON_FILE}")):
         c = schema.load_comparison(path)
-        rows.append({"job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
+        rows.append({"gpu_hours": _gpu_hours(costs.get(path.parent.name)), "job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
                      "accuracy_a": c["arms"]["a"]["accuracy"], "accuracy_b": c["arms"]["b"]["accuracy"],
                      "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value"),
                      "p_value_floor": c.get("p_value_floor"), "p_value_at_floor": bool(c.get("p_value_at_floor")),
@@ -63,6 +65,8 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
         "experiment": experiment if experiment is not None else _experiment_of(root),
         "correction": method, "comparisons": rows, "missing": [r["job"] for r in rows if r.get("missing")],
         "simulated": any(r["simulated"] for r in rows)}
+    if costs:
+        summary["cost"] = sum_costs(costs.values())  # type: ignore[typeddict-item]
     schema.write_sweep_summary(root / SWEEP_SUMMARY, summary)
     return summary
 
@@ -73,6 +77,40 @@ def _divergence_cells(c: schema.Comparison) -> dict[str, Any]:
     if not isinstance(div, dict):
         return {"divergence": None, "kld": None, "kld_aa": None}
     return {"divergence": div.get("verdict"), "kld": div.get("kld_mean"), "kld_aa": div.get("kld_mean_aa")}
+
+
+def job_costs(root: Path) -> dict[str, dict[str, Any]]:
+    """Each job's ``cost`` (its run summary's, else its manifest's, else computed from the launches its
+    manifest recorded), by job directory name: a failed or interrupted job that held servers cost GPU time."""
+    out: dict[str, dict[str, Any]] = {}
+    for job in sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []:
+        for name, load in ((schema.RUN_SUMMARY_FILE, schema.load_run_summary), (schema.MANIFEST_FILE, schema.load_manifest)):
+            path = job / name
+            if not path.exists():
+                continue
+            try:
+                cost = load(path).get("cost")
+            except schema.SchemaError:
+                continue
+            if isinstance(cost, dict) and cost.get("total"):
+                out[job.name] = dict(cost)
+                break
+        else:  # a job that stopped before its summary: the launches its manifest recorded
+            path = job / schema.MANIFEST_FILE
+            if path.exists():
+                try:
+                    manifest = schema.load_manifest(path)
+                except schema.SchemaError:
+                    continue
+                if any(arm.get("launches") for arm in (manifest.get("arms") or {}).values()):
+                    out[job.name] = cost_from_manifest(manifest, job)
+    return out
+
+
+def _gpu_hours(cost: dict[str, Any] | None) -> float | None:
+    total = (cost or {}).get("total") or {}
+    v = total.get("gpu_hours")
+    return float(v) if isinstance(v, int | float) else None
 
 
 def _experiment_of(root: Path) -> str | None:
@@ -119,6 +157,9 @@ def format_sweep(s: schema.SweepSummary) -> str:
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
     if kld:
         lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor)")
+    if s.get("cost"):
+        lines.append(f"cost of the sweep ({len(s['comparisons'])} jobs):")
+        lines.append(format_cost(s["cost"]))  # type: ignore[arg-type]
     if s.get("missing"):
         lines.append(f"{len(s['missing'])} job(s) produced no comparison (failed or interrupted; counted with "
                      f"p = 1): {', '.join(s['missing'])}. Rerun the sweep to resume them.")

@@ -50,9 +50,10 @@ def ab_here(capsys: pytest.CaptureFixture[str], url_a: str, url_b: str, out: Pat
 
 @pytest.fixture(scope="module")
 def servers():
-    """Arm A's server at 90 % and a worse arm B at 60 %, each one launch with a fixed noise seed."""
-    a = SimServer("--accuracy", "0.9", "--run-seed", "1")
-    b = SimServer("--accuracy", "0.6", "--run-seed", "2")
+    """Arm A's server at 90 % and a worse arm B at 60 %, each one launch with a fixed noise seed and
+    launch-level noise (a later pass repeats the first, so `abh eval` twice gives the answers `abh ab` got)."""
+    a = SimServer("--accuracy", "0.9", "--run-seed", "1", "--noise", "launch")
+    b = SimServer("--accuracy", "0.6", "--run-seed", "2", "--noise", "launch")
     try:
         yield a.wait_ready(), b.wait_ready()
     finally:

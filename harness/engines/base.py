@@ -102,7 +102,7 @@ class Engine:
     stack_probe: ClassVar[bool] = False
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff
     #: ignores them (shown under ``harness`` in :func:`harness.armdiff.describe_launch`).
-    diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s",
+    diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s", "gpus",
                                               "release_timeout_s")
 
     def __init__(self, cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str):

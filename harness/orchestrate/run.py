@@ -42,11 +42,14 @@ from harness.checks.static import run_static_checks
 from harness.client import ClientConfig
 from harness.compare import CompareError, compare_dirs
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
+from harness.cost import config_gpus, cost_from_manifest, format_cost
 from harness.divergence import compute_divergence
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.evaluate import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.fileio import StoreError
+from harness.orchestrate.design import describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
+from harness.orchestrate.looks import Looks, apply_to_comparison, design_of
 from harness.orchestrate.rundir import (
     COMPARISON,
     RUN_LOG,
@@ -59,13 +62,15 @@ from harness.orchestrate.rundir import (
     non_semantic_keys,
     write_failure_summary,
 )
-from harness.orchestrate.schedule import Item, schedule
+from harness.orchestrate.schedule import Item, schedule, sequential_schedule
 from harness.orchestrate.scoring import ScoringPhase
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.redact import redact_text
 from harness.redact_stdio import redacted_stdio
 from harness.report import write_markdown, write_report
+from harness.report.cost import sequential_line
 from harness.report.divergence import combined_sentence, terminal_line
+from harness.stats.sequential import operating_characteristics
 from harness.sweep import redact_multirun_yaml
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 
@@ -183,6 +188,12 @@ class Run:
                                concurrent=bool(self.x.concurrent_servers))
         self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
                         if cfg.divergence.enabled else None)
+        #: GPUs one server of each arm holds (engine.gpus, else derived from its flags): the cost accounting
+        self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
+        #: a sequential run's looks (experiment.sequential), continued from the manifest's record
+        self.looks: Looks | None = None
+        if self.x.get("sequential"):
+            self.looks = Looks(design_of(cfg), None if cfg.dry_run else self.manifest.data.get("sequential"))
 
     # ------------------------------------------------------------------ before any server
     def prepare_arms(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -262,34 +273,103 @@ class Run:
             refuse_disallowed(bad, "the serving processes differ")
         return launch
 
-    def measure(self) -> None:
+    def items(self) -> list[Item]:
+        """The schedule: a fixed design's every eval, or a sequential run's worst case (max_repeats)."""
         x = self.x
-        items = schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
-                         restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
+        if self.looks is not None:
+            return sequential_schedule(self.keys["a"], self.keys["b"], int(x.max_repeats), bool(x.aa_control),
+                                       aa_fresh_launch=bool(x.aa_fresh_launch))
+        return schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
+                        restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
+
+    def cost(self) -> dict[str, Any]:
+        """GPU time so far, per role and in total, from the manifest's launch and eval records."""
+        return cost_from_manifest(self.manifest.data, self.run_dir, gpus=self.gpus)
+
+    def print_design(self, items: list[Item]) -> None:
+        """Before the first launch: launches per arm, passes per launch, whether launch noise is sampled and
+        the expected cost when earlier launches of this run directory were timed (harness.orchestrate.design)."""
+        x, a = self.x, self.keys["a"]
+        gpus = {"a": self.gpus[a], "b": self.gpus[self.keys["b"]], "aa": self.gpus[a]}
+        times = None
+        if any(arm.get("launches") for arm in self.manifest.data.get("arms", {}).values()):
+            prior = self.cost()
+            if "launch_s" not in prior.get("estimated", []):
+                times = times_from_cost(prior)
+        seq = None
+        if self.looks is not None:
+            d = self.looks.design
+            seq = {"max_repeats": d.max_repeats, "min_repeats": d.min_repeats,
+                   "expected_if_null": None if d.tests_margin else
+                   operating_characteristics(d, 0.0)["expected_repeats"]}
+        design = describe(items, concurrent=bool(x.concurrent_servers), gpus=gpus, times=times, sequential=seq)
+        self.manifest.record("planned_design", design)
+        for line in format_design(design, int(x.repeats), bool(x.restart_per_repeat)):
+            self.log.say(line)
+
+    def run_items(self, items: list[Item], of: int, start: int = 0) -> None:
+        """Evaluate ``items`` (numbered from ``start`` + 1 of ``of``), keeping those already complete. With
+        concurrent servers every arm's server is up and asserted before the first question."""
         pending: list[Item] = []
-        for n, item in enumerate(items, 1):
+        for n, item in enumerate(items, start + 1):
             self.manifest.add_eval(item.rel_dir, arm=item.arm_key, role=item.role, repeat=item.repeat)
             if eval_done(self.run_dir / item.rel_dir):
-                self.log.say(f"[{n}/{len(items)}] {item.rel_dir}: already complete, kept")
+                self.log.say(f"[{n}/{of}] {item.rel_dir}: already complete, kept")
             else:
                 pending.append(item)
+        if self.x.concurrent_servers:
+            firsts: dict[str, Item] = {}
+            for it in pending:
+                firsts.setdefault(it.arm_key, it)
+            for first in firsts.values():
+                self.acquire(first, "")
+        for n, item in enumerate(items, start + 1):
+            if item in pending:
+                label = f"[{n}/{of}]"
+                self.evaluate(item, self.acquire(item, label), label)
+
+    def measure(self) -> None:
+        items = self.items()
+        self.print_design(items)
         try:
-            if x.concurrent_servers:
-                # Every arm's server up and asserted before the first question (each for its first item).
-                firsts: dict[str, Item] = {}
-                for it in pending:
-                    firsts.setdefault(it.arm_key, it)
-                for first in firsts.values():
-                    self.acquire(first, "")
-            for n, item in enumerate(items, 1):
-                if item in pending:
-                    label = f"[{n}/{len(items)}]"
-                    self.evaluate(item, self.acquire(item, label), label)
+            if self.looks is None:
+                self.run_items(items, len(items))
+            else:
+                self.measure_sequential(items)
             if self.scoring is not None:  # after every accuracy eval, never inside one
                 self.scoring.run()
         finally:
             self.pool.stop_all()
             self.manifest.end_session()
+
+    def measure_sequential(self, items: list[Item]) -> None:
+        """Repeat r of both arms (fresh launches), then the look; stop when a look decides or at max_repeats;
+        then the A/A control. Every look is recorded in the manifest as it is made, so a rerun continues from
+        the recorded looks (and skips the repeats a decided run no longer needs)."""
+        looks = self.looks
+        assert looks is not None
+        rel = self.run_dir / "evals"
+        done = 0
+        for r in range(1, looks.design.max_repeats + 1):
+            if not looks.wants(r):
+                break
+            pair = [it for it in items if it.role in ("a", "b") and it.repeat == r]
+            self.run_items(pair, len(items), done)
+            done += len(pair)
+            for key in list(self.pool.live):  # never reused: the next repeat (or the A/A control) launches afresh
+                self.pool.stop(key, f"repeat {r} of both arms is done")
+            decision = looks.look(r, [rel / "a" / f"r{k}" for k in range(1, r + 1)],
+                                  [rel / "b" / f"r{k}" for k in range(1, r + 1)])
+            if decision is None:
+                self.log.say(f"repeat {r}: no look before repeat {looks.design.min_repeats}")
+                continue
+            self.manifest.record("sequential", looks.record(self.cost()))
+            self.log.say(f"look after repeat {r}: {decision['sentence']}")
+            if decision["stop"]:
+                break
+        aa = [it for it in items if it.role == "aa"]
+        if aa and looks.decided:
+            self.run_items(aa, len(items), done)
 
     def evaluate(self, item: Item, launch: Launch, label: str) -> None:
         cfg, key, rel, engine = self.cfg, item.arm_key, item.rel_dir, launch.engine
@@ -342,6 +422,13 @@ class Run:
                              "command to retry the failed requests.") from None
         names: schema.ArmNames = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
         comparison["arm_names"] = names
+        cost = self.cost()
+        m.record("cost", cost)
+        seq: dict[str, Any] | None = None
+        if self.looks is not None:  # the verdict of a sequential run is its sequential decision
+            seq = self.looks.record(cost)
+            m.record("sequential", seq)
+            apply_to_comparison(comparison, seq)  # type: ignore[arg-type]
         if self.scoring is not None:
             d = self.scoring.dirs()
             comparison["divergence"] = compute_divergence(  # type: ignore[typeddict-item]
@@ -358,15 +445,21 @@ class Run:
             "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
             "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
             "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
-            "arms": {"a": names["a"], "b": names["b"]}, "repeats": x.repeats, "aa_control": x.aa_control,
-            "design": design, "exit_code": code,
+            "arms": {"a": names["a"], "b": names["b"]},
+            "repeats": x.repeats if seq is None else seq["repeats_run"], "aa_control": x.aa_control,
+            "design": design, "cost": cost, "exit_code": code,  # type: ignore[typeddict-item]
         }
         div = comparison.get("divergence")
         if div is not None:
             summary["divergence"] = {k: div.get(k) for k in ("verdict", "kld_mean", "kld_mean_aa", "p", "effect")}
+        if seq is not None:
+            summary["sequential"] = seq  # type: ignore[typeddict-item]
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary["verdict"])
         print(format_table(summary, comparison))
+        if seq is not None:
+            print(f"  {sequential_line(seq)}")
+        print(format_cost(cost))
         if code == exitcodes.TOO_MANY_ERRORS:
             self.log.say("too many requests failed after retries; rerun the same command to retry them")
         if self.cfg.report:
@@ -394,6 +487,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
     if cfg.dry_run:
         checks = run.static_checks()
         run.print_dry_run(diffs, checks)
+        run.print_design(run.items())
         print("\ndry run: no server started, nothing measured.")
         # The dry run exits as the real run would before its first server: 2, 6, 3, in that order.
         problems = [p for arm in run.arms.values() for p in arm.source.problems]

@@ -36,3 +36,13 @@ def schedule(a: str, b: str, repeats: int, order: str, aa_control: bool, *, rest
     if aa_control:
         items += [Item("aa", a, r, fresh or aa_fresh_launch) for r in (1, 2)]
     return items
+
+
+def sequential_schedule(a: str, b: str, max_repeats: int, aa_control: bool, *, aa_fresh_launch: bool = True
+                        ) -> list[Item]:
+    """A sequential run's worst case: A r, B r for r = 1..max_repeats, every one on a fresh launch (the looks
+    need independent repeats), then the A/A control; the run stops after the repeat whose look decides."""
+    items = [it for r in range(1, max_repeats + 1) for it in (Item("a", a, r, True), Item("b", b, r, True))]
+    if aa_control:
+        items += [Item("aa", a, r, aa_fresh_launch) for r in (1, 2)]
+    return items

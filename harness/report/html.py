@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from harness import __version__, schema
 from harness.fileio import atomic_write_text
-from harness.report import data, plots, words
+from harness.report import cost, data, plots, words
 from harness.report import divergence as report_divergence
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -122,6 +122,8 @@ def comparison_context(root: Path) -> dict[str, Any]:
         div["cmp_label"] = labels_of(names)["a" if ref == "b" else "b"]
     verdict = c.get("verdict")
     experiment = manifest.get("experiment")
+    run_cost = cost.load_cost(root, manifest)
+    seq = cost.load_sequential(root, manifest, c)
     title = f"{names['b']} vs {names['a']}" + (f" — {experiment}" if experiment else "")
     ctx = {
         "kind": "run" if manifest else "comparison",
@@ -137,6 +139,9 @@ def comparison_context(root: Path) -> dict[str, Any]:
         "arms_c": arms_c, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
         "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "run_rows": run_rows, "perf": perf,
         "flips": flips, "flips_total": flips_total, "flip_counts": counts, "max_flips": data.MAX_FLIPS,
+        "cost_rows": cost.cost_rows(run_cost) if run_cost else [],
+        "cost_estimated": list(run_cost.get("estimated") or []) if run_cost else [],
+        "seq": cost.sequential_facts(seq) if seq else None, "look_rows": cost.look_rows(seq) if seq else [],
         "provenance": data.provenance_rows(manifest, runs, c),
         "config_json": data.as_text(manifest["config"]) if manifest.get("config") is not None else None,
         "notes": notes, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__,
@@ -174,6 +179,7 @@ def sweep_context(root: Path) -> dict[str, Any]:
         "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.get("correction"),
         "forest_svg": Markup(plots.forest_svg(rows)) if rows else None, "root": str(root),
         "kld": any(r.get("divergence") for r in rows),
+        "cost_rows": cost.cost_rows(s["cost"]) if isinstance(s.get("cost"), dict) else [],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__, "csp": _csp(None),
     }
 

@@ -19,7 +19,7 @@ from typing import Any
 from harness import schema
 from harness.cmdline import redact_command
 from harness.fileio import atomic_write_text
-from harness.report import data, words
+from harness.report import cost, data, words
 from harness.report import divergence as report_divergence
 
 MARKDOWN = "comparison.md"
@@ -184,6 +184,12 @@ def render(root: Path) -> str:
     if isinstance(div, dict):
         facts.append(f"**Divergence: {report_divergence.verdict_label(div.get('verdict'))}** — "
                      f"{cell(report_divergence.sentence(div))}")
+    seq = cost.load_sequential(root, manifest, c)
+    if seq:
+        facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")
+    run_cost = cost.load_cost(root, manifest)
+    if run_cost:
+        facts.append(f"**Cost:** {cell(cost.cost_line(run_cost))}")
     parts.append("  \n".join(facts))
 
     parts.append("#### Side checks")

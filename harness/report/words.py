@@ -95,6 +95,12 @@ def verdict_sentence(c: Mapping[str, Any]) -> str:
     margin = _num(c.get("margin"))
     mde = _num(c.get("mde"))
     tost = c.get("tost") if isinstance(c.get("tost"), dict) else None
+    seq = c.get("sequential") if isinstance(c.get("sequential"), dict) else None
+    if seq and seq.get("stopped") and word != "not_comparable":
+        fixed = c.get("verdict_fixed")
+        also = (f"; the fixed-design test of the same data says {verdict_label(fixed).lower()}"
+                if fixed and fixed != word else "")
+        return (f"sequential design: {seq.get('sentence') or word} (Δ = {delta}, {level} CI {ci}){also}")
     if word == "not_comparable":
         return (f"not comparable: {c.get('verdict_reason') or 'an arm failed'}; no accuracy conclusion can be "
                 "drawn from this run")

@@ -1,0 +1,161 @@
+"""The design a run is about to execute, stated before the first server starts: server launches per arm, passes
+(evals) per launch, whether launch-to-launch noise is sampled, and the expected GPU cost when launch and
+eval times are known (from this run directory's earlier sessions).
+
+Why it is printed: on a box where a launch costs tens of minutes, reusing one launch for several passes is
+much cheaper, but then the repeats of an arm share whatever that launch fixed (kernel autotuning, memory
+layout, a nondeterministic reduction order), so a launch-wide shift cannot be told from the change; a fresh
+launch per repeat samples that noise at the price of a launch per repeat. The harness does not pick silently:
+it prints the trade-off and its cost.
+
+:func:`plan_launches` follows the server pool's rules (harness.orchestrate.servers): one server at a time
+unless ``concurrent``; an item marked ``fresh`` needs a launch that has served no eval yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class ScheduleItem(Protocol):
+    role: str
+    arm_key: str
+    fresh: bool
+
+
+@dataclass
+class PlannedLaunch:
+    """One server launch the schedule will make: its arm, the role of its first eval, the evals it serves."""
+
+    key: str
+    role: str
+    roles: list[str] = field(default_factory=list)
+
+    @property
+    def passes(self) -> int:
+        return len(self.roles)
+
+
+def plan_launches(items: Iterable[ScheduleItem], concurrent: bool) -> list[PlannedLaunch]:
+    """The launches the schedule makes, in order, with the evals each serves."""
+    live: dict[str, PlannedLaunch] = {}
+    out: list[PlannedLaunch] = []
+    for it in items:
+        if not concurrent:
+            for other in [k for k in live if k != it.arm_key]:
+                live.pop(other)
+        cur = live.get(it.arm_key)
+        if cur is not None and it.fresh and cur.passes:
+            cur = None
+        if cur is None:
+            cur = PlannedLaunch(it.arm_key, it.role)
+            live[it.arm_key] = cur
+            out.append(cur)
+        cur.roles.append(it.role)
+    return out
+
+
+def _role_of(launch: PlannedLaunch) -> str:
+    """The role whose cost a launch counts in: ``aa`` only for a launch that serves the A/A control alone."""
+    return "aa" if set(launch.roles) == {"aa"} else ("a" if "a" in launch.roles else launch.role)
+
+
+def describe(items: Sequence[ScheduleItem], *, concurrent: bool, gpus: Mapping[str, int],
+             times: Mapping[str, Mapping[str, float]] | None = None,
+             sequential: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The design of a schedule: per role (``a``, ``b``, ``aa``) launches, evals, the most passes one launch
+    serves, whether launch noise is sampled; GPUs per role (``gpus``: by role); the expected cost when
+    ``times`` gives per role ``launch_s``, ``eval_s`` and ``stop_s`` (seconds). ``sequential``: ``max_repeats``,
+    ``min_repeats`` and the expected repeats (``expected_if_null``), to say the schedule is a worst case."""
+    launches = plan_launches(items, concurrent)
+    roles: dict[str, dict[str, Any]] = {}
+    for role in ("a", "b", "aa"):
+        mine = [lc for lc in launches if _role_of(lc) == role]
+        evals = sum(1 for it in items if it.role == role)
+        if not mine and not evals:
+            continue
+        roles[role] = {"launches": len(mine), "evals": evals,
+                       "passes_per_launch": max((lc.passes for lc in mine), default=0)}
+    for role, r in roles.items():
+        served = [lc for lc in launches if role in lc.roles]
+        per = max((lc.roles.count(role) for lc in served), default=0)
+        r["launch_noise"] = ("single run" if r["evals"] <= 1 else "sampled" if per == 1 else
+                             "not sampled" if len(served) == 1 else "partly sampled")
+    out: dict[str, Any] = {"launches": len(launches), "evals": len(items), "roles": roles,
+                           "concurrent": concurrent, "gpus": dict(gpus), "sequential": dict(sequential or {}) or None,
+                           "expected": None}
+    if times:
+        gh = wall = 0.0
+        for lc in launches:
+            role = _role_of(lc)
+            t = times.get(role) or times.get("a") or {}
+            secs = float(t.get("launch_s", 0.0)) + lc.passes * float(t.get("eval_s", 0.0)) + float(t.get("stop_s", 0.0))
+            gh += secs * int(gpus.get(role, gpus.get("a", 0))) / 3600
+            wall += secs
+        out["expected"] = {"gpu_hours": gh, "server_s": wall}
+    return out
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:.2f} h" if s >= 3600 else f"{s / 60:.1f} min"
+
+
+def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) -> list[str]:
+    """The lines printed before the run starts."""
+    names = {"a": "A", "b": "B", "aa": "A/A control"}
+    seq = d.get("sequential")
+    null = f"; about {seq['expected_if_null']:.1f} expected without an effect" if seq and seq.get(
+        "expected_if_null") is not None else ""
+    head = (f"design: sequential, at most {seq['max_repeats']} repeats per arm (first look after repeat "
+            f"{seq['min_repeats']}{null}); the schedule below is the worst case" if seq else
+            f"design: {repeats} repeat(s) per arm")
+    lines = [head + (", both arms' servers up at once" if d.get("concurrent") else ", one server at a time")]
+    for role, r in d["roles"].items():
+        g = d["gpus"].get(role, d["gpus"].get("a", 0))
+        lines.append(f"  {names[role]:<12} {r['launches']} launch(es), {r['evals']} eval(s), up to "
+                     f"{r['passes_per_launch']} pass(es) per launch, {g} GPU(s) per launch; launch-to-launch "
+                     f"noise {r['launch_noise']}")
+    shared = [names[k] for k, r in d["roles"].items() if k in ("a", "b") and r["launch_noise"] != "sampled"
+              and r["evals"] > 1]
+    if shared:
+        who = " and ".join(shared) + (" each reuse" if len(shared) > 1 else " reuses")
+        lines.append(f"  trade-off: {who} one launch for several repeats: cheaper (no launch "
+                     "per repeat), but a launch-wide shift (autotuning, memory layout) cannot be told from the change; "
+                     "experiment.restart_per_repeat=true samples it at one launch per repeat")
+    elif seq:
+        lines.append("  each repeat of both arms is a fresh launch: the sequential design needs independent repeats"
+                     + ("" if restart_per_repeat else " (experiment.restart_per_repeat=false does not apply to a "
+                                                      "sequential run)"))
+    elif restart_per_repeat:
+        lines.append("  each repeat is a fresh launch (experiment.restart_per_repeat=true): launch noise is sampled, "
+                     "at one launch per repeat")
+    exp = d.get("expected")
+    if exp:
+        txt = f"  expected cost: {exp['gpu_hours']:.2f} GPU-hours, servers up {_hours(exp['server_s'])}"
+        if seq and seq.get("expected_if_null") is not None:
+            txt += (f" at worst ({seq['max_repeats']} repeats); about {seq['expected_if_null']:.1f} repeats are "
+                    "expected without an effect, fewer with a clear one")
+        lines.append(txt + " (launch and eval times of this run's earlier launches)")
+    else:
+        lines.append("  expected cost: unknown until a launch and an eval have been timed (abh power --from RUN_DIR "
+                     "plans from a finished run)")
+    return lines
+
+
+def times_from_cost(cost: Mapping[str, Any]) -> dict[str, dict[str, float]] | None:
+    """Per role mean launch, eval and stop seconds from a cost block (harness.cost), None when nothing was
+    timed. A role with no launch of its own borrows arm A's times."""
+    out: dict[str, dict[str, float]] = {}
+    for role in ("a", "b", "aa"):
+        c = cost.get(role) or {}
+        nl, ne = int(c.get("launches") or 0), int(c.get("evals") or 0)
+        if not nl or not ne:
+            continue
+        launch_s, eval_s = float(c["launch_s"]) / nl, float(c["eval_s"]) / ne
+        stop_s = max(0.0, float(c["server_s"]) - float(c["launch_s"]) - float(c["eval_s"])) / nl
+        out[role] = {"launch_s": launch_s, "eval_s": eval_s, "stop_s": stop_s}
+    if "a" in out and "b" not in out:
+        out["b"] = out["a"]
+    return out or None

@@ -1,0 +1,160 @@
+"""The looks of a sequential run (harness.looks) and the design printed before a run (harness.rundesign):
+estimate from stored evals against an independent computation, decisions, resume from recorded looks,
+refusal of a changed design, the comparison's verdict; launches per arm, passes and the cost trade-off."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.evals import make_eval
+from hydra import compose, initialize_config_dir
+
+import harness.config as hc
+from harness.cost import EvalRecord, LaunchRecord, run_cost
+from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
+from harness.orchestrate.looks import Looks, apply_to_comparison, design_of, look_estimate
+from harness.stats.sequential import SequentialDesign, decide_look
+
+
+def _cfg(*overrides: str):
+    with initialize_config_dir(str(hc.CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def _evals(root: Path, rng: np.random.Generator, p_a: float, p_b: float, repeats: int, n: int = 300,
+           shared_launch: bool = False) -> tuple[list[Path], list[Path], np.ndarray, np.ndarray]:
+    """Repeats of both arms; question difficulty shared by the arms (so runs are paired)."""
+    base = rng.uniform(0, 1, n)
+    a_dirs, b_dirs, a_m, b_m = [], [], [], []
+    for r in range(1, repeats + 1):
+        a = base < p_a + rng.normal(0, 0.01, n)
+        b = base < p_b + rng.normal(0, 0.01, n)
+        la = "a-1" if shared_launch else f"a-{r}"
+        a_dirs.append(make_eval(root / "a" / f"r{r}", a, launch=la))
+        b_dirs.append(make_eval(root / "b" / f"r{r}", b, launch=f"b-{r}"))
+        a_m.append(a)
+        b_m.append(b)
+    return a_dirs, b_dirs, np.array(a_m, float), np.array(b_m, float)
+
+
+def test_design_of_the_config() -> None:
+    d = design_of(_cfg("experiment.sequential=true", "experiment.max_repeats=6", "stats.spending=pocock",
+                       "stats.futility=false", "stats.margin_pp=0.5"))
+    assert (d.max_repeats, d.min_repeats, d.spending, d.futility, d.margin, d.alpha) == (6, 2, "pocock", False,
+                                                                                          0.005, 0.05)
+    assert d.hypothesis == "superiority" and d.tests_margin  # with a margin it also tests equivalence
+
+
+def test_estimate_matches_an_independent_computation(tmp_path: Path) -> None:
+    a_dirs, b_dirs, am, bm = _evals(tmp_path, np.random.default_rng(1), 0.8, 0.85, 3)
+    delta, se, n = look_estimate(a_dirs, b_dirs)
+    d = bm.mean(0) - am.mean(0)  # one pass per launch: per question the mean over launches
+    assert n == am.shape[1]
+    assert delta == pytest.approx(d.mean()) and se == pytest.approx(d.std(ddof=1) / np.sqrt(n))
+
+
+def test_passes_on_one_launch_are_averaged_first(tmp_path: Path) -> None:
+    a_dirs, b_dirs, am, bm = _evals(tmp_path, np.random.default_rng(2), 0.8, 0.8, 2, shared_launch=True)
+    delta, _, _ = look_estimate(a_dirs, b_dirs)
+    assert delta == pytest.approx((bm.mean(0) - am.mean(0)).mean())  # equal weights here: same value
+    # one launch for A's two passes: A contributes one cluster (its mean), B two
+    from harness.orchestrate.looks import _by_launch
+
+    assert [m.shape[0] for m in _by_launch(a_dirs)] == [2] and [m.shape[0] for m in _by_launch(b_dirs)] == [1, 1]
+
+
+def test_looks_decide_record_and_resume(tmp_path: Path) -> None:
+    a_dirs, b_dirs, _, _ = _evals(tmp_path, np.random.default_rng(3), 0.70, 0.90, 4)
+    design = SequentialDesign(max_repeats=6, min_repeats=2)
+    looks = Looks(design)
+    assert looks.look(1, a_dirs[:1], b_dirs[:1]) is None  # before min_repeats: no look
+    first = looks.look(2, a_dirs[:2], b_dirs[:2])
+    assert first is not None and first["stop"] and first["verdict"] == "improved" and first["reason"] == "efficacy"
+    expected = decide_look(design, 2, *look_estimate(a_dirs[:2], b_dirs[:2]))
+    assert first["z"] == pytest.approx(expected.z) and first["bound"] == pytest.approx(expected.bound)
+    assert looks.decided and not looks.wants(3) and looks.wants(2)
+    cost = run_cost([LaunchRecord(r, 60.0, 200.0, 8) for r in ("a", "b", "a", "b")],
+                    [EvalRecord(r, 100.0) for r in ("a", "b", "a", "b")])
+    rec = looks.record(cost)
+    assert rec["stopped"] and rec["repeats_run"] == 2 and rec["repeats_saved"] == 4 and rec["verdict"] == "improved"
+    per = (cost["a"]["gpu_hours"] + cost["b"]["gpu_hours"]) / 2
+    assert rec["gpu_hours_per_repeat"] == pytest.approx(per) and rec["gpu_hours_saved"] == pytest.approx(4 * per)
+    # a new session continues from the recorded looks: nothing is recomputed, nothing more is wanted
+    again = Looks(design, rec)
+    assert again.decided and again.look(2, [], []) == first and again.repeats_run == 2
+
+
+def test_a_changed_design_is_refused_on_resume(tmp_path: Path) -> None:
+    a_dirs, b_dirs, _, _ = _evals(tmp_path, np.random.default_rng(4), 0.8, 0.8, 2)
+    looks = Looks(SequentialDesign(max_repeats=6, min_repeats=2))
+    looks.look(2, a_dirs, b_dirs)
+    with pytest.raises(hc.ConfigError, match="spending 'obf' -> 'pocock'"):
+        Looks(SequentialDesign(max_repeats=6, min_repeats=2, spending="pocock"), looks.record())
+
+
+def test_an_undecided_run_continues(tmp_path: Path) -> None:
+    a_dirs, b_dirs, _, _ = _evals(tmp_path, np.random.default_rng(5), 0.8, 0.8, 2)
+    looks = Looks(SequentialDesign(max_repeats=6, min_repeats=2, margin=None))
+    d = looks.look(2, a_dirs, b_dirs)
+    assert d is not None and not d["stop"] and d["reason"] == "continue"
+    assert looks.wants(3) and not looks.decided
+    rec = looks.record()
+    assert not rec["stopped"] and rec["verdict"] is None and rec["gpu_hours_saved"] is None
+
+
+def test_the_sequential_decision_is_the_comparisons_verdict() -> None:
+    rec = {"stopped": True, "verdict": "improved", "sentence": "improved after 2 of at most 6 repeats: ..."}
+    c = {"verdict": "inconclusive", "verdict_reason": "p = 0.06"}
+    apply_to_comparison(c, rec)
+    assert c["verdict"] == "improved" and c["verdict_fixed"] == "inconclusive"
+    assert c["verdict_reason"].startswith("sequential design: improved") and c["sequential"] == rec
+    bad = {"verdict": "not_comparable", "verdict_reason": "errors"}
+    apply_to_comparison(bad, rec)
+    assert bad["verdict"] == "not_comparable" and "verdict_fixed" not in bad
+
+
+# ------------------------------------------------------------------------------------------ the design
+@dataclass(frozen=True)
+class It:
+    role: str
+    arm_key: str
+    fresh: bool = False
+
+
+def _items(repeats: int, fresh: bool, aa: bool = True, aa_fresh: bool = True) -> list[It]:
+    items = [it for r in range(repeats) for it in (It("a", "x", fresh), It("b", "y", fresh))]
+    return items + ([It("aa", "x", fresh or aa_fresh)] * 2 if aa else [])
+
+
+def test_launches_follow_the_server_pool_rules() -> None:
+    # one server at a time, interleaved: every switch of arm is a launch, whatever restart_per_repeat says
+    assert len(plan_launches(_items(3, False, aa=False), concurrent=False)) == 6
+    # both up at once, reused: one launch per arm; fresh: one per repeat
+    conc = plan_launches(_items(3, False, aa=False), concurrent=True)
+    assert [lc.passes for lc in conc] == [3, 3]
+    assert len(plan_launches(_items(3, True, aa=False), concurrent=True)) == 6
+    # blocked order, reused: A's three repeats share one launch
+    blocked = [It("a", "x")] * 3 + [It("b", "y")] * 3
+    assert [lc.passes for lc in plan_launches(blocked, concurrent=False)] == [3, 3]
+
+
+def test_design_states_the_launch_noise_trade_off_and_cost() -> None:
+    reuse = describe(_items(3, False), concurrent=True, gpus={"a": 8, "b": 8, "aa": 8})
+    assert reuse["roles"]["a"]["launch_noise"] == "not sampled" and reuse["roles"]["aa"]["launches"] == 2
+    text = "\n".join(format_design(reuse, 3, restart_per_repeat=False))
+    assert "trade-off: A and B each reuse one launch" in text and "restart_per_repeat=true" in text
+    assert "expected cost: unknown" in text
+    cost = run_cost([LaunchRecord("a", 600.0, 1000.0, 8), LaunchRecord("b", 600.0, 1000.0, 8)],
+                    [EvalRecord("a", 300.0), EvalRecord("b", 300.0)])
+    times = times_from_cost(cost)
+    assert times is not None and times["a"] == {"launch_s": 600.0, "eval_s": 300.0, "stop_s": 100.0}
+    fresh = describe(_items(3, True), concurrent=True, gpus={"a": 8, "b": 8, "aa": 8}, times=times,
+                     sequential={"max_repeats": 3, "min_repeats": 2, "expected_if_null": 2.6})
+    assert fresh["roles"]["a"] == {"launches": 3, "evals": 3, "passes_per_launch": 1, "launch_noise": "sampled"}
+    assert fresh["expected"]["gpu_hours"] == pytest.approx(8 * 8 * 1000.0 / 3600)  # 8 launches, one pass each
+    text = "\n".join(format_design(fresh, 3, restart_per_repeat=False))
+    assert "sequential, at most 3 repeats" in text and "restart_per_repeat=false does not apply" in text
+    assert f"{8 * 8 * 1000.0 / 3600:.2f} GPU-hours" in text and "about 2.6 repeats are expected" in text
