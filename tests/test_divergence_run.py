@@ -214,3 +214,33 @@ def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
     assert all(read_json(run_dir / rel / "scores.json")["by_ids"] is False
                for rel in ("evals/a/r1", "evals/b/r1", "evals/aa/r1"))  # llama-cpp-python scores text
     assert "divergence: DIVERGED" in r.stdout
+
+
+# ------------------------------------------------------------------------------------------ report safety
+def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
+    """The most diverging questions show both arms' greedy texts: untrusted, escaped like every other model text,
+    with the first diverging token marked by the template, not by the text."""
+    from helpers.rundirs import INJECT_INDEX, SCRIPT_ALERT, build_run_dir
+
+    from harness import schema
+    from harness.report import write_markdown, write_report
+
+    root = build_run_dir(tmp_path / "run", n=40)
+    c = dict(schema.load_comparison(root / "comparison.json"))
+    ref, ab = root / "evals/a/r1", root / "evals/b/r1"
+    c["divergence"] = {
+        "verdict": "diverged", "verdict_reason": "test", "reference": "a", "kld_mean": 0.02, "kld_mean_aa": 0.0003,
+        "p": 0.0001, "p_floor": 0.0001, "p_at_floor": True, "alpha": 0.05, "effect": 0.0197,
+        "effect_ci": [0.01, 0.03], "tokens": 400, "questions": 40, "top_k": 20, "same_top_rate": 0.9,
+        "same_top_rate_aa": 0.99, "kld_histogram": None, "dirs": {"ref": str(ref), "ab": str(ab), "aa": None},
+        "top_questions": [{"question": INJECT_INDEX, "tokens": 12, "kld": 0.05, "kld_aa": 0.001, "d": 0.049,
+                           "same_top_rate": 0.8, "text_identical": False, "first_divergence_char": 3,
+                           "first_divergence_span": None}]}
+    schema.write_comparison(root / "comparison.json", c)  # type: ignore[arg-type]
+    html = write_report(root).read_text()
+    section = html[html.index('id="divergence"'):html.index('id="runs"')]
+    assert SCRIPT_ALERT not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "&lt;img src=x" in section
+    assert section.count('<mark class="fd"') == 2  # A's and B's texts, at the first differing character
+    assert 'http-equiv="Content-Security-Policy" content="default-src' in html  # the CSP stays
+    assert "outputs: diverge (KLD 0.02" in write_markdown(root).read_text()
