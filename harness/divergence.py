@@ -247,7 +247,10 @@ def _compute(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path 
     tokens_q = np.diff(off)
     kld_q = dv.segment_means(m_ab["kl"], off)
     same_q = dv.segment_means(m_ab["same"], off)
-    rms_q = np.sqrt(dv.segment_means(m_ab["dlp"] ** 2, off))
+    finite = np.isfinite(m_ab["dlp"])  # a server may give no logprob for a token (outside its top-k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rms_q = np.sqrt(dv.segment_means(np.where(finite, m_ab["dlp"], 0.0) ** 2, off)
+                        / dv.segment_means(finite, off))
     out = _none_block("", dirs)
     out.update({
         "kld_mean": float(m_ab["kl"].mean()),
@@ -310,7 +313,7 @@ def _compute(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path 
         "kld_aa": None if kld_aa_q is None else float(kld_aa_q[i]),
         "d": None if kld_aa_q is None else float(d_q[i]),
         "same_top_rate": float(same_q[i]),
-        "rms_dlogprob": float(rms_q[i]),
+        "rms_dlogprob": float(rms_q[i]) if np.isfinite(rms_q[i]) else None,
         **fd_ab[i],
         "text_identical_aa": fd_aa[i]["text_identical"],
         "first_divergence_aa": fd_aa[i]["first_divergence"],

@@ -23,10 +23,11 @@ Three passes make a divergence measurement (:func:`harness.divergence.compute_di
    ``max_asked_ids`` (the ids with the highest reference probability at some position first); ids outside it
    are matched from the server's own top-k, and the rest fall into the KL's tail bucket.
 
-Servers that take no ids (llama-cpp-python) score the text; their tokens come back as text, and are mapped to
-int32 keys the same way in every pass (:func:`text_key`: a hash of the token's text), so the passes align by
-position and key as id-scored passes do. SGLang scored by text (no ``/tokenize``) needs the prompt's length in
-tokens: the eval's ``prompt_tokens``.
+The OpenAI completions API (vLLM, llama-cpp-python, which takes no ids at all) is scored by text: its echoed
+tokens and their alternatives come back as text, and are mapped to int32 keys the same way in every pass
+(:func:`text_key`: a hash of the token's text), so the passes align by position and key as id-scored passes
+do (a token the server's tokenizer merges across the prompt's end is not part of the reference then). SGLang
+scored by text (no ``/tokenize``) needs the prompt's length in tokens: the eval's ``prompt_tokens``.
 
 Before the pass, one question is scored alone: a server that refuses it (HTTP 4xx), answers without
 per-token logprobs, or cannot be aligned (:meth:`harness.client.Client.prepare_scoring`) is ``not_measured``.

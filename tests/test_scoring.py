@@ -215,3 +215,26 @@ def test_a_reference_eval_without_answers_is_not_measured(tmp_path):
     ev = make_eval(tmp_path / "a", [True, False], errors=(0, 1))
     meta = score_pass(ev, _cfg("http://127.0.0.1:9"), ev, ScoringOptions(progress=False))
     assert meta["status"] == "not_measured" and "no answered question" in meta["reason"]
+
+
+def test_tokens_without_a_logprob_leave_no_nan_in_the_divergence(tmp_path):
+    """llama-cpp-python realigned (echo one entry off) gives no logprob for a token outside its top-k: NaN in the
+    pass, left out of the RMS Δlogprob; the divergence object stays strict JSON."""
+    import json
+
+    from harness.scores import ScoresWriter
+
+    rng = np.random.default_rng(0)
+    for name in ("ref", "ab", "aa"):
+        with ScoresWriter(tmp_path / name, top_k=3) as w:
+            for q in range(6):
+                t = 5
+                lps = np.sort(np.log(rng.dirichlet(np.ones(3), t)), axis=1)[:, ::-1]
+                lp = lps[:, 0].copy()
+                if name == "ab":
+                    lp[1] = np.nan
+                w.add(q, np.arange(t) + 10, lp, np.tile([10, 11, 12], (t, 1)), lps)
+    d = compute_divergence(tmp_path / "ref", tmp_path / "ab", tmp_path / "aa")
+    json.dumps(d, allow_nan=False)
+    assert d["rms_dlogprob"] is not None and np.isfinite(d["rms_dlogprob"])
+    assert all(q["rms_dlogprob"] is None or np.isfinite(q["rms_dlogprob"]) for q in d["top_questions"])
