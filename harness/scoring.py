@@ -211,7 +211,8 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
     ids = np.full((t, k), -1, np.int64)
     tlp = np.full((t, k), -np.inf)
     for i in range(t):
-        row_ids = sc.top_ids[i] if by_id else [text_key(x) for x in sc.top_texts[i]]
+        row_ids = [int(x) if x is not None else -1 for x in sc.top_ids[i]] if by_id else [
+            text_key(x) for x in sc.top_texts[i]]
         w = min(k, len(row_ids))
         ids[i, :w] = row_ids[:w]
         tlp[i, :w] = sc.top_logprobs[i][:w]

@@ -50,7 +50,7 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
                      "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value"),
                      "p_value_floor": c.get("p_value_floor"), "p_value_at_floor": bool(c.get("p_value_at_floor")),
                      "mde": c.get("mde"), "verdict": c.get("verdict", "not_comparable"), "alpha": c.get("alpha", 0.05),
-                     "simulated": bool(c.get("simulated")), **_divergence_cells(c)})
+                     "simulated": bool(c.get("simulated")), **_divergence_cells(c)})  # type: ignore[typeddict-item]
     ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
     for r, pa, label in zip(rows, adj, swept_labels([r["job"] for r in rows]) if rows else [], strict=True):
