@@ -244,3 +244,33 @@ def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
     assert section.count('<mark class="fd"') == 2  # A's and B's texts, at the first differing character
     assert 'http-equiv="Content-Security-Policy" content="default-src' in html  # the CSP stays
     assert "outputs: diverge (KLD 0.02" in write_markdown(root).read_text()
+
+
+# ------------------------------------------------------------------------------------------ sweeps
+def test_a_sweep_shows_the_kld_column(tmp_path):
+    from harness.report import write_sweep_report
+    from harness.schema import write_comparison
+    from harness.sweep import format_sweep, summarize_sweep
+
+    def comparison(div: dict | None) -> dict:
+        c = {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9}}, "n": 1319, "delta": 0.0,
+             "delta_ci": [-0.01, 0.01], "p_value": 0.9, "mde": 0.01, "verdict": "inconclusive", "alpha": 0.05,
+             "simulated": True}
+        return {**c, "divergence": div} if div is not None else c
+
+    write_comparison(tmp_path / "job0_shift=0.3" / "comparison.json", comparison(
+        {"verdict": "diverged", "kld_mean": 0.0231, "kld_mean_aa": 0.00033}))
+    write_comparison(tmp_path / "job1_shift=0" / "comparison.json", comparison(
+        {"verdict": "indistinguishable", "kld_mean": 0.00033, "kld_mean_aa": 0.00033}))
+    write_comparison(tmp_path / "job2_shift=9" / "comparison.json", comparison(
+        {"verdict": "not_measured", "kld_mean": None, "kld_mean_aa": None}))
+    write_comparison(tmp_path / "job3_off" / "comparison.json", comparison(None))
+    s = summarize_sweep(tmp_path, "holm")
+    rows = {r["job"]: r for r in s["comparisons"]}
+    assert rows["job0_shift=0.3"]["kld"] == 0.0231 and rows["job0_shift=0.3"]["divergence"] == "diverged"
+    assert rows["job3_off"]["divergence"] is None
+    text = format_sweep(s)
+    assert "KLD (A/A)" in text and "0.023 (0.00033) *" in text and "0.00033 (0.00033)  " in text
+    assert "not measured" in text and "n/a" in text
+    html = write_sweep_report(tmp_path).read_text()
+    assert "KLD A‖B (A/A)" in html and "0.023 (0.00033) *" in html
