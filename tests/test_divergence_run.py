@@ -210,7 +210,7 @@ def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
     assert c["verdict"] in ("inconclusive", "equivalent")  # accuracy cannot separate the arms
     d = c["divergence"]
     assert d["verdict"] == "diverged", d["verdict_reason"]
-    assert d["kld_mean"] > 3 * d["kld_mean_aa"] and d["questions"] >= 6
+    assert d["kld_mean"] > 3 * d["kld_mean_aa"] and d["questions"] >= 5  # 5 sign flips: p >= 1/32
     assert all(read_json(run_dir / rel / "scores.json")["by_ids"] is False
                for rel in ("evals/a/r1", "evals/b/r1", "evals/aa/r1"))  # llama-cpp-python scores text
     assert "divergence: DIVERGED" in r.stdout
