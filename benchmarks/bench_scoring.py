@@ -3,7 +3,7 @@
 One eval of arm A (1319 questions by default), then, as ``abh run`` does it: A's reference pass on A's launch
 (tokenizing once), B's pass (``engine.logit_shift`` 0.3, A's top ids asked by ``token_ids_logprob``) and the A/A
 floor on a fresh launch of A; then :func:`harness.divergence.compute_divergence`. Prints each pass's wall and
-this process's CPU time, tokens, ``scores.parquet`` size, and the client's peak RSS (``VmHWM``). The
+this process's CPU time, tokens, ``scores.parquet`` size, and the client's peak RSS (``VmHWM``) so far. The
 simulators are separate processes: their CPU is not counted, their wall time is.
 
     python benchmarks/bench_scoring.py [--questions 1319] [--parallel 1319] [--top-k 20]
@@ -73,7 +73,7 @@ def main() -> None:
     def timed(name: str, fn) -> dict:  # type: ignore[no-untyped-def]
         t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
-        rows.append((name, time.perf_counter() - t0, time.process_time() - c0, out))
+        rows.append((name, time.perf_counter() - t0, time.process_time() - c0, out, peak_rss_mib()))
         return out
 
     a1, b1 = Sim("--build", "a", "--noise", "launch"), Sim("--build", "b", "--logit-shift", "0.3", "--noise", "launch")
@@ -97,16 +97,16 @@ def main() -> None:
         a2.stop()
     d = timed("divergence", lambda: compute_divergence(a, b, root / "evals/aa/r1"))
     print(f"{args.questions} questions, parallel {args.parallel}, top-{args.top_k}; {d['tokens']} reference tokens")
-    print(f"{'step':16s} {'wall s':>8s} {'CPU s':>8s} {'tokens':>8s} {'parquet MiB':>12s}")
-    for name, wall, cpu, out in rows:
+    print(f"{'step':16s} {'wall s':>8s} {'CPU s':>8s} {'tokens':>8s} {'parquet MiB':>12s} {'peak RSS MiB':>13s}")
+    for name, wall, cpu, out, peak in rows:
         toks = out.get("tokens") if isinstance(out, dict) and "status" in out else ""
         size = ""
         if isinstance(out, dict) and out.get("status") == "ok":
             rel = {"reference pass": a, "B pass": b, "A/A floor": root / "evals/aa/r1"}[name]
             size = f"{(rel / 'scores.parquet').stat().st_size / 2**20:.1f}"
-        print(f"{name:16s} {wall:8.2f} {cpu:8.2f} {toks!s:>8s} {size:>12s}")
-    print(f"verdict {d['verdict']}: KLD {d['kld_mean']:.4g} vs A/A {d['kld_mean_aa']:.4g}; "
-          f"client peak RSS {peak_rss_mib():.0f} MiB")
+        print(f"{name:16s} {wall:8.2f} {cpu:8.2f} {toks!s:>8s} {size:>12s} {peak:13.0f}")
+    print(f"verdict {d['verdict']}: KLD {d['kld_mean']:.4g} vs A/A {d['kld_mean_aa']:.4g} "
+          "(peak RSS: this process's VmHWM after each step, imports included)")
 
 
 if __name__ == "__main__":

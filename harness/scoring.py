@@ -444,10 +444,14 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     try:
         with ScoresWriter(out, top_k=k, meta=meta) as writer:
             _store(writer, await probe(probe_ref), progress, k)
-            tasks = [asyncio.ensure_future(one(r)) for r in refs if r is not probe_ref]
+
+            async def scored(ref: Reference) -> None:
+                # stored by the task that got the answer: what waits is compact arrays, not parsed JSON
+                _store(writer, await one(ref), progress, k)
+
+            tasks = [asyncio.ensure_future(scored(r)) for r in refs if r is not probe_ref]
             try:
-                for fut in asyncio.as_completed(tasks):
-                    _store(writer, await fut, progress, k)
+                await asyncio.gather(*tasks)
             finally:
                 for task in tasks:
                     task.cancel()
