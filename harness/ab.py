@@ -108,6 +108,7 @@ class ABOptions:
     num_questions: int = 1319
     parallel: int = 1319
     margin: float | None = None
+    hypothesis: str = "superiority"
     alpha: float = 0.05
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     fail_on: str | None = None
@@ -250,7 +251,8 @@ class AB:
         o = self.o
         dirs = {role: [o.out / _rel(role, r) for r in range(1, o.repeats + 1)] for role in ROLES}
         try:
-            c = compare_dirs(dirs["a"], dirs["b"], margin=o.margin, alpha=o.alpha, max_error_rate=o.max_error_rate)
+            c = compare_dirs(dirs["a"], dirs["b"], margin=o.margin, alpha=o.alpha, max_error_rate=o.max_error_rate,
+                             hypothesis=o.hypothesis)
         except CompareError as e:
             raise ABFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command "
                             "to retry the failed requests") from None
@@ -275,7 +277,7 @@ def run_summary(c: schema.Comparison, repeats: int, code: int) -> schema.RunSumm
         "experiment": "ab", "simulated": bool(c.get("simulated")),
         "verdict": c.get("verdict", "not_comparable"), "verdict_reason": c.get("verdict_reason"),
         "n": c.get("n"), "delta": c.get("delta"), "delta_ci": c.get("delta_ci"),
-        "mcnemar_p": c.get("mcnemar_p"), "mde": c.get("mde"),
+        "test": c.get("test"), "p": c.get("p"), "mde": c.get("mde"),
         "accuracy": {"a": arms["a"]["accuracy"], "b": arms["b"]["accuracy"]},
         "arms": {"a": names["a"], "b": names["b"]} if names else {}, "repeats": repeats, "aa_control": False, "exit_code": code,
     }
@@ -321,6 +323,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--parallel", type=int, default=1319, metavar="P", help="requests in flight")
     ap.add_argument("--margin", type=float, default=None, metavar="PP",
                     help="equivalence / non-inferiority margin in percentage points")
+    ap.add_argument("--hypothesis", choices=["superiority", "noninferiority", "equivalence"], default="superiority",
+                    help="the question asked (noninferiority and equivalence need --margin)")
     ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
@@ -363,6 +367,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     opts = ABOptions(urls=(a.url_a, a.url_b), out=a.out, api=a.api, repeats=a.repeats, names=names, data=a.data,
                      allow_noncanonical=a.allow_noncanonical, num_questions=a.num_questions, parallel=a.parallel,
                      margin=None if a.margin is None else a.margin / 100, alpha=a.alpha,
+                     hypothesis=a.hypothesis,
                      max_error_rate=a.max_error_rate, fail_on=a.fail_on, progress=not a.no_progress,
                      command=("abh", "ab", *redact_argv(argv)))
     return run_ab(opts)

@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="name of arm B in the outputs (default: the arm its eval.json names, else B)")
     ap.add_argument("--margin", type=float, default=None, metavar="PP",
                     help="equivalence / non-inferiority margin in percentage points")
+    ap.add_argument("--hypothesis", choices=["superiority", "noninferiority", "equivalence"], default="superiority",
+                    help="the question asked; with --margin a superiority run may still show equivalence; "
+                         "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin")
     ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
                     help="practical effect size (pp) a verdict of improved/regressed needs")
     ap.add_argument("--alpha", type=float, default=0.05)
@@ -113,7 +116,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         c = compare_dirs(args.a, args.b, margin=None if args.margin is None else args.margin / 100,
                          alpha=args.alpha, seed=args.seed, aa_dirs=aa_evals, max_error_rate=args.max_error_rate,
                          min_effect=None if args.min_effect is None else args.min_effect / 100,
-                         n_resamples=args.resamples)
+                         n_resamples=args.resamples,
+                         hypothesis=args.hypothesis)
     except CompareError as e:
         print(f"abh compare: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG

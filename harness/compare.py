@@ -1,42 +1,34 @@
 """Compare stored evals of two arms: :func:`compare_dirs` -> :class:`harness.schema.Comparison`.
 
-Pure of any command line (``abh compare`` and ``abh power`` are in :mod:`harness.cli_compare`). Each A or
-B directory is one stored eval (``harness.store``); several per arm are repeats.
-Questions are aligned by index. Questions whose request errored (or is missing) in any run of either arm
-are dropped from the paired analysis — an error is never a wrong answer — and counted; when that share
-exceeds ``max_error_rate`` the verdict is ``not_comparable``.
+Pure of any command line (``abh compare`` is :mod:`harness.cli_compare`, ``abh power`` :mod:`harness.plan`).
+Each ``--a``/``--b`` directory is one stored eval (``harness.store``); several per arm are repeats. Each
+eval's ``eval.json`` may name the server ``launch`` it ran on (``abh run`` records it); evals without one
+are each their own launch. Questions are aligned by index.
 
-With one run per arm the test is the exact McNemar test. With repeats, Δ is the mean over questions of the
-per-question mean score difference and its test the within-question permutation test of arm labels (its
-p-value has the floor 1/(R+1) for R permutations and is then written "p < 1/R"); the 2x2 table, McNemar
-p and ``flips`` are then those of **repeat 1** of each arm (the first ``--a`` and the first ``--b``), kept
-for reading, not for the verdict.
+The statistics are :func:`harness.stats.compare_arms` (see :mod:`harness.stats.analysis`): per question,
+each arm's mean over its runs (passes averaged within a launch first, then launches; an errored run is
+skipped, so a question uses the runs it has), d_i = B_i - A_i, and
 
-The primary interval of Δ (``delta_ci``, level 1 - α; ``delta_ci_method`` names it):
+- the verdict's test: the paired sign-flip test over questions of Δ = mean d_i (exact, mid-p; the mid-p
+  McNemar test for one run per arm), or Welch's t over launch accuracies when the arms' launches differ
+  beyond question-level noise (Cochran's Q);
+- the interval ``delta_ci`` (level 1 - α): Tango's score interval of the effective table (or the t
+  interval over launches); TOST / non-inferiority (``--margin``) invert the same score test;
+- the MDE of that test at 80 % power, computed exactly (binomial sums), not by the normal formula;
+- errors: each arm's error rate, a paired test of their difference, and the verdict recomputed with one
+  arm's errored answers counted wrong and the other's right (both ways): if that changes the verdict it is
+  ``inconclusive`` and the reason says why. Above ``max_error_rate`` the arms are ``not_comparable``.
 
-- one run per arm: Newcombe's paired score interval (``delta_ci_score``). It never has zero width, while
-  the paired bootstrap (``delta_ci_bootstrap``, BCa; ``delta_ci_percentile``) collapses to [0, 0] when
-  no question is discordant and is too narrow with few discordant pairs — both are still reported;
-- repeats: the question-level cluster bootstrap (BCa, ``delta_ci_bootstrap``), unless the per-question
-  differences have SE 0 (the bootstrap is then a point): then the Newcombe interval of repeat 1's table.
-
-Equivalence / non-inferiority (``--margin``): one run per arm, the (1 - 2α) Newcombe interval must lie
-inside ±margin (:func:`harness.stats.score_tost`; its bounds are ``tost.ci``); with repeats, two one-sided
-z-tests on the cluster (question-level) SE of Δ (:func:`harness.stats.tost`), which claim nothing when
-that SE is 0. An equivalence verdict never rests on a zero-width interval.
+``test`` and ``p`` are the test and p-value that decided the verdict (the superiority test, the TOST or the
+non-inferiority test, compared with ``test_alpha``); other p-values are under ``diagnostics`` only.
 
 Refused (exit 2): evals of different datasets, recipes or question indices (the first differing field is
 named, e.g. ``recipe.num_questions: 1319 vs 100``) and the same eval directory given twice (on both sides,
 twice for one arm, or also as ``--aa``).
 
-ψ_AA (A/A discordance) is the mean discordance over all pairs of runs of the same configuration: the A
-runs together with the ``--aa`` runs, and the B runs. None when no configuration has two runs.
-
-MDEs (80 % power): ``mde_unpaired`` = 2.8016·sqrt(2p(1-p)/n) at the mean accuracy p; ``mde_paired`` =
-2.8016·sqrt(ψ/n) from the (repeat-1) table; ``mde_repeats`` = 2.8016·sqrt(ψ_AA/(n R)) with R the
-effective (harmonic-mean) repeats per arm; ``mde_observed`` = 2.8016 × the observed SE of Δ. ``mde`` is
-the design's formula (repeats when R > 1 and ψ_AA is known, else paired) or ``mde_observed`` if larger,
-so it never claims more power than the data show. Arm accuracies are over the n compared questions.
+ψ_AA (A/A discordance): each arm's mean discordance between its own runs (A together with the ``--aa``
+runs), pooled evenly over the arms; labelled by whether the pairs span launches (only then does it
+include launch-to-launch noise).
 """
 
 from __future__ import annotations
@@ -56,7 +48,6 @@ KIND = schema.COMPARISON
 SCHEMA_VERSION = schema.WRITES[KIND]
 IDENTITY_KEYS = ("dataset_sha256", "recipe", "indices")
 DEFAULT_MAX_ERROR_RATE = 0.02
-_TOST_NAMES = {"Newcombe paired score interval": "Newcombe", "z-test on the standard error of Δ": "z (cluster SE)"}
 
 
 class CompareError(RuntimeError):
@@ -79,7 +70,9 @@ def _load_run(path: Path) -> dict[str, Any]:
         s = by_index.get(idx)
         if s is not None and s.error is None and s.correct is not None:
             scores[j] = 1.0 if s.correct else 0.0
-    return {"dir": str(path), "meta": meta, "summary": summary, "scores": scores}
+    launch = meta.get("launch")
+    return {"dir": str(path), "meta": meta, "summary": summary, "scores": scores,
+            "launch": str(launch) if launch not in (None, "") else f"dir:{Path(path).resolve()}"}
 
 
 def _short(v: Any, width: int = 40) -> str:
@@ -179,18 +172,86 @@ def _pair(lo_hi: tuple[float, float] | tuple[np.ndarray, np.ndarray]) -> list[fl
 
 
 # ------------------------------------------------------------------------------------------ comparison
+def _arm(runs: Sequence[dict[str, Any]]) -> stats.ArmRuns:
+    return stats.ArmRuns(np.vstack([r["scores"] for r in runs]), tuple(r["launch"] for r in runs))
+
+
+def _count(x: float) -> int | float:
+    """A table count: an int when it is whole (one run per arm, or verbatim repeats), else a fraction."""
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else float(x)
+
+
+def _table(am: np.ndarray, bm: np.ndarray) -> dict[str, int | float]:
+    """The paired table of per-question arm means (question mass; whole counts for one run per arm).
+    The four counts sum to n exactly and Δ = (b_only - a_only) / n."""
+    both, a_only = float(np.minimum(am, bm).sum()), float(np.maximum(am - bm, 0).sum())
+    b_only = float(np.maximum(bm - am, 0).sum())
+    counts = {"both": _count(both), "a_only": _count(a_only), "b_only": _count(b_only)}
+    counts["neither"] = _count(am.size - sum(counts.values()))
+    return counts
+
+
+def _basis(v: stats.Verdict, res: dict[str, Any], alpha: float) -> tuple[str | None, float | None, float | None]:
+    """(test, p, level it was compared with) of the claim that decided the verdict."""
+    t = res["tost"]
+    method = "Tango score test" if res["unit"] == "question" else "t-test over launches"
+    if v.basis == "equivalence" and t is not None:
+        return f"TOST ({method}, ±margin)", t["p_equivalence"], alpha
+    if v.basis == "noninferiority" and t is not None:
+        return f"non-inferiority ({method}, one-sided at -margin)", t["p_noninferiority"], alpha / 2
+    if v.basis == "superiority":
+        return res["test"], res["p"], alpha
+    if v.basis == "errors":
+        return "error bounds (the verdict recomputed with each arm's errored answers counted wrong)", None, None
+    return None, None, None
+
+
+def _diagnostics(res: dict[str, Any], A: stats.ArmRuns, B: stats.ArmRuns, alpha: float, n_resamples: int,
+                 seed: int, psi_aa: float | None, r_eff: float) -> dict[str, Any]:
+    """Secondary figures, for reading: none of them decided the verdict."""
+    n, d = res["n"], res["d"]
+    keep = res["keep"]
+    a1, b1 = A.scores[0][keep], B.scores[0][keep]
+    ok = ~(np.isnan(a1) | np.isnan(b1))
+    t1 = stats.paired_table(a1[ok].astype(bool), b1[ok].astype(bool))
+    psi = float(np.abs(d).mean())
+    out: dict[str, Any] = {
+        "note": "secondary figures for reading; the verdict rests on `test` and `p` only",
+        "mcnemar_first_runs": {"table": t1.as_dict(), "exact_p": float(stats.mcnemar_exact(t1.a_only, t1.b_only)),
+                               "midp": float(stats.mcnemar_midp(t1.a_only, t1.b_only))},
+        "effective_table": {k: float(v) for k, v in res["table"].items()},
+        "delta_ci_bootstrap_bca": _pair(stats.paired_bootstrap_ci(res["a_means"], res["b_means"], alpha,
+                                                                  n_resamples, "bca", seed=seed)),
+        "delta_ci_bootstrap_percentile": _pair(stats.paired_bootstrap_ci(res["a_means"], res["b_means"], alpha,
+                                                                         n_resamples, "percentile", seed=seed)),
+        "mde_normal_paired": stats.mde_paired(n, psi, alpha) if psi > 0 else None,
+        "mde_normal_repeats": stats.mde_repeats(n, psi_aa, r_eff, alpha) if psi_aa else None,
+    }
+    if "signflip" in res:
+        out["signflip_exact_p"] = float(stats.signflip_test(d, mid_p=False)["p"])
+    if "launch_t" in res:
+        out["launch_t"] = res["launch_t"]
+    return out
+
+
 def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float | None = None,
                  alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
-                 n_resamples: int = 10_000, failures: Sequence[str] = ()) -> Comparison:
+                 n_resamples: int = 10_000, failures: Sequence[str] = (),
+                 hypothesis: str = "superiority") -> Comparison:
     """The comparison of arm B against arm A (the content of comparison.json; proportions as fractions).
 
-    ``margin`` (fraction) enables TOST equivalence / non-inferiority; ``min_effect`` (fraction) is the
-    declared practical effect size a verdict needs; ``failures`` are extra not-comparable reasons from
-    the caller (e.g. a runner that knows an arm failed).
+    ``hypothesis`` is the question asked: superiority | noninferiority | equivalence (the last two need
+    ``margin``, a fraction); ``min_effect`` (fraction) is the declared practical effect an improved /
+    regressed verdict must be shown to exceed; ``failures`` are extra not-comparable reasons from the
+    caller (e.g. a runner that knows an arm failed).
     """
     if not a_dirs or not b_dirs:
         raise CompareError("need at least one eval directory per arm (--a and --b)")
+    if hypothesis not in stats.HYPOTHESES:
+        raise CompareError(f"unknown hypothesis {hypothesis!r} ({' | '.join(stats.HYPOTHESES)})")
+    if hypothesis != "superiority" and margin is None:
+        raise CompareError(f"hypothesis {hypothesis} needs a margin (--margin / stats.margin_pp)")
     _check_distinct(a_dirs, b_dirs, aa_dirs)
     a_runs = [_load_run(Path(p)) for p in a_dirs]
     b_runs = [_load_run(Path(p)) for p in b_dirs]
@@ -198,145 +259,103 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     _check_same_questions(a_runs + b_runs + aa_runs)
     indices = np.asarray(a_runs[0]["meta"]["indices"])
     n_total = int(indices.size)
-
-    a_mat = np.vstack([r["scores"] for r in a_runs])
-    b_mat = np.vstack([r["scores"] for r in b_runs])
-    keep = ~(np.isnan(a_mat).any(axis=0) | np.isnan(b_mat).any(axis=0))
-    n = int(keep.sum())
-    dropped = n_total - n
-    error_rate = dropped / n_total if n_total else 0.0
-    per_run_errors = {r["dir"]: float(np.isnan(r["scores"]).mean()) if n_total else 0.0
-                      for r in a_runs + b_runs}
-    if n < 2:
-        raise CompareError(f"only {n} question(s) answered by every run of both arms; nothing to compare")
-
-    A = a_mat[:, keep]
-    B = b_mat[:, keep]
-    ra, rb = A.shape[0], B.shape[0]
-    repeats = ra > 1 or rb > 1
-    am = stats.per_question_means(A)
-    bm = stats.per_question_means(B)
-    d = bm - am
-    delta = float(d.mean())
-
-    def arm_block(mat: np.ndarray, runs: list[dict[str, Any]], s: int) -> dict[str, Any]:
-        m = mat.mean(axis=0)
-        acc = float(m.mean())
-        return {
-            "accuracy": acc,
-            "wilson": _pair(stats.wilson_interval(acc * n, n, alpha)),
-            "bootstrap": _pair(stats.accuracy_bootstrap_ci(m, alpha, n_resamples, seed=s)),
-            "repeats": [float(x) for x in mat.mean(axis=1)],
-            "n_runs": int(mat.shape[0]),
-            "dirs": [r["dir"] for r in runs],
-        }
-
-    rng = np.random.default_rng(seed)
-    seeds = rng.integers(0, 2**32, size=6)
-    table = stats.paired_table(A[0].astype(bool), B[0].astype(bool))
-    flips = [int(i) for i in indices[keep][A[0] != B[0]]]
-    mc_p = float(stats.mcnemar_exact(table.a_only, table.b_only))
-    mc_midp = float(stats.mcnemar_midp(table.a_only, table.b_only))
-
-    ci_bca = _pair(stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "bca", seed=int(seeds[2])))
-    ci_pct = _pair(stats.paired_bootstrap_ci(am, bm, alpha, n_resamples, "percentile", seed=int(seeds[2])))
-    ci_newcombe = _pair(stats.newcombe_paired_ci(table.both, table.a_only, table.b_only, table.neither, alpha))
-    se = float(np.std(d, ddof=1) / np.sqrt(n))
-    if repeats:
-        perm = stats.permutation_test(A, B, n_permutations=n_resamples, seed=int(seeds[3]))
-        p_value, test = perm["p_value"], "within_question_permutation"
-        p_floor: float | None = 1.0 / (n_resamples + 1)
-        ci_score = None
-        if se > 0:
-            delta_ci, ci_method = ci_bca, "cluster bootstrap over questions, BCa"
-        else:   # every question has the same difference: the bootstrap is a point, not an interval
-            delta_ci = ci_newcombe
-            ci_method = "Newcombe score interval of repeat 1 (cluster bootstrap degenerate: SE of Δ is 0)"
-    else:
-        p_value, test, p_floor = mc_p, "mcnemar_exact", None
-        ci_score = ci_newcombe
-        delta_ci, ci_method = ci_newcombe, "Newcombe paired score interval"
-
-    psi = table.psi
-    aa_mat = np.vstack([r["scores"] for r in aa_runs])[:, keep] if aa_runs else np.empty((0, n))
-    psi_aa = stats.psi_aa(np.vstack([A, aa_mat]), B)
-    r_eff = stats.effective_repeats(ra, rb)
-    noise = stats.noise_band(psi_aa, n, ra, rb, alpha) if psi_aa is not None else None
-    p_pool = float((am.mean() + bm.mean()) / 2)
-    mde_unp = stats.mde_unpaired(n, p_pool, alpha)
-    mde_par = stats.mde_paired(n, psi, alpha) if psi > 0 else 0.0
-    mde_rep = stats.mde_repeats(n, psi_aa, r_eff, alpha) if psi_aa is not None else None
-    mde_obs = stats.z_sum(alpha) * se
-    # never claim more power than the data show: the design formula, or the observed SE if larger
-    # With no observed discordance the ψ formulas say 0; no test detects fewer than k discordant pairs.
-    mde = max(mde_rep if (repeats and mde_rep is not None) else mde_par, mde_obs, stats.mde_floor(n, alpha))
-
-    tost_res = None
-    if margin is not None:
-        tost_res = (stats.tost(d, margin, alpha) if repeats else
-                    stats.score_tost(table.both, table.a_only, table.b_only, table.neither, margin, alpha))
+    A, B = _arm(a_runs), _arm(b_runs)
+    AA = _arm(aa_runs) if aa_runs else None
 
     fails = list(failures)
     for r in a_runs + aa_runs:
         fails += _failures(r, "A")
     for r in b_runs:
         fails += _failures(r, "B")
-    v = stats.decide(delta=delta, p_value=p_value, alpha=alpha, mde=mde, margin=margin,
-                     equivalence_p=tost_res["p_equivalence"] if tost_res else None, min_effect=min_effect,
-                     failures=fails, error_rate=error_rate, max_error_rate=max_error_rate, p_floor=p_floor,
-                     equivalence_ci=tost_res["ci"] if tost_res else None,
-                     equivalence_method=_TOST_NAMES[tost_res["method"]] if tost_res else None)
+    try:
+        res = stats.compare_arms(A, B, aa=AA, hypothesis=hypothesis, alpha=alpha, margin=margin,
+                                 min_effect=min_effect, failures=fails, max_error_rate=max_error_rate)
+    except ValueError as e:
+        raise CompareError(str(e)) from None
+    v: stats.Verdict = res["verdict"]
+    n, keep = res["n"], res["keep"]
+    seeds = np.random.default_rng(seed).integers(0, 2**32, size=3)
 
+    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[dict[str, Any]], s: int) -> dict[str, Any]:
+        acc = float(means.mean())
+        per_run = [float(np.nanmean(x)) if np.isfinite(x).any() else None for x in arm.scores[:, keep]]
+        return {
+            "accuracy": acc,
+            "wilson": _pair(stats.wilson_interval(acc * n, n, alpha)),
+            "bootstrap": _pair(stats.accuracy_bootstrap_ci(means, alpha, n_resamples, seed=s)),
+            "repeats": per_run,
+            "n_runs": arm.n_runs,
+            "launches": list(arm.launches),
+            "error_rate": float(np.isnan(arm.scores).mean()),
+            "dirs": [r["dir"] for r in runs],
+        }
+
+    table = _table(res["a_means"], res["b_means"])
+    psi = float(np.abs(res["d"]).mean())
+    aa_blk = stats.psi_aa_block(A if AA is None else A.concat(AA), B, psi, n)
+    la, lb = res["design"]["launches"]["a"], res["design"]["launches"]["b"]
+    r_eff = stats.effective_repeats(la, lb)
+    psi_aa = aa_blk["psi_aa"]
+    noise = stats.noise_band(psi_aa, n, la, lb, alpha) if psi_aa is not None else None
+    test, p, test_alpha = _basis(v, res, alpha)
+    warnings = [w for w in (aa_blk["warning"],) if w]
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
         "simulated": any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
+        "hypothesis": hypothesis,
+        "verdict": v.word,
+        "verdict_reason": v.reason,
+        "test": test,
+        "p": p,
+        "test_alpha": test_alpha,
+        "p_floor": res.get("p_floor") if v.basis == "superiority" else None,
         "n": n,
         "n_total": n_total,
-        "dropped_errors": dropped,
-        "error_rate": error_rate,
-        "error_rate_per_run": per_run_errors,
+        "dropped_errors": n_total - n,
+        "error_rate": res["error_rate"],
+        "error_rate_per_run": {r["dir"]: float(np.isnan(r["scores"]).mean()) if n_total else 0.0
+                               for r in a_runs + b_runs},
         "max_error_rate": max_error_rate,
-        "error_rate_exceeded": bool(error_rate > max_error_rate),
+        "error_rate_exceeded": bool(res["error_rate"] > max_error_rate),
+        "errors": res["errors"],
         "failures": sorted(set(fails)),
         "alpha": alpha,
         "seed": seed,
         "n_resamples": n_resamples,
         "dataset_sha256": a_runs[0]["meta"].get("dataset_sha256"),
         "recipe": a_runs[0]["meta"].get("recipe"),
-        "arms": {"a": arm_block(A, a_runs, int(seeds[0])), "b": arm_block(B, b_runs, int(seeds[1]))},
+        "design": res["design"],
+        "arms": {"a": arm_block(A, res["a_means"], a_runs, int(seeds[0])),
+                 "b": arm_block(B, res["b_means"], b_runs, int(seeds[1]))},
         "aa_dirs": [r["dir"] for r in aa_runs],
-        "table_source": "repeat 1 of each arm" if repeats else "single run per arm",
-        **table.as_dict(),
-        "delta": delta,
-        "delta_se": se,
-        "delta_ci": delta_ci,
-        "delta_ci_method": ci_method,
-        "delta_ci_bootstrap": ci_bca,
-        "delta_ci_percentile": ci_pct,
-        "delta_ci_score": ci_score,
-        "delta_ci_unpaired": _pair(stats.unpaired_diff_ci(am.sum(), n, bm.sum(), n, alpha)),
-        "test": test,
-        "p_value": float(p_value),
-        "p_value_floor": p_floor,
-        "p_value_at_floor": bool(p_floor is not None and p_value <= p_floor * (1 + 1e-9)),
-        "mcnemar_p": mc_p,
-        "mcnemar_midp": mc_midp,
+        "table_source": ("one run per arm" if A.n_runs == 1 and B.n_runs == 1 else
+                         "per-question means over each arm's runs (counts are question mass)"),
+        **table,
         "psi": psi,
+        "delta": res["delta"],
+        "delta_se": res["se"],
+        "delta_ci": res["ci"],
+        "delta_ci_level": 1 - alpha,
+        "delta_ci_method": res["ci_method"],
+        "delta_ci_unpaired": _pair(stats.unpaired_diff_ci(res["a_means"].sum(), n, res["b_means"].sum(), n, alpha)),
         "psi_aa": psi_aa,
+        "psi_aa_per_arm": aa_blk["per_arm"],
+        "psi_aa_source": aa_blk["source"],
         "noise_band": [-noise, noise] if noise is not None else None,
         "repeats_effective": r_eff,
-        "mde": mde,
-        "mde_unpaired": mde_unp,
-        "mde_paired": mde_par,
-        "mde_repeats": mde_rep,
-        "mde_observed": mde_obs,
+        "mde": res["mde"],
+        "mde_method": (f"exact power (80 %) of the {res['test']} at α = {alpha:g}" if res["unit"] == "question"
+                       else f"t approximation (80 %) for the {res['test']} at α = {alpha:g}")
+                      + (" plus the error bounds' shift of Δ" if res["errors"].get("mde_allowance") else ""),
+        "mde_unpaired": stats.mde_unpaired(n, float((res["a_means"].mean() + res["b_means"].mean()) / 2), alpha),
+        "detectable_floor": stats.mde_floor(n, alpha),
         "margin": margin,
         "min_effect": min_effect,
-        "tost": tost_res,
-        "verdict": v.word,
-        "verdict_reason": v.reason,
-        "flips": flips,
+        "tost": res["tost"],
+        "warnings": warnings,
+        "flips": [int(i) for i in indices[keep][res["d"] != 0]],
+        "diagnostics": _diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
     }
 
 
@@ -351,45 +370,48 @@ def _ci(ci: list[float] | None) -> str:
 
 
 def format_summary(c: Comparison) -> str:
-    """A readable summary of a comparison, in percentage points."""
+    """A readable summary of a comparison, in percentage points: the verdict, the test and the p that
+    decided it, the interval at the level α sets, the design and what it cannot resolve."""
     a, b = c["arms"]["a"], c["arms"]["b"]
+    level = f"{100 * (1 - c['alpha']):g} %"
     lines = []
     if c["simulated"]:
         lines.append("*** SIMULATED: results come from the simulated engine, not a real server ***")
-    lines.append(f"questions: {c['n']} compared of {c['n_total']} ({c['dropped_errors']} dropped for request "
-                 f"errors, {100 * c['error_rate']:.2f} %); runs: A {a['n_runs']}, B {b['n_runs']}")
+    d = c["design"]
+    lines.append(f"design: {d['kind']} (launches A {d['launches']['a']}, B {d['launches']['b']}; passes per launch "
+                 f"A {d['passes_per_launch']['a']}, B {d['passes_per_launch']['b']}); unit of inference: {d['unit']}")
+    if d["cannot_resolve"]:
+        lines.append(f"  cannot resolve: {d['cannot_resolve']}")
+    lines.append(f"questions: {c['n']} compared of {c['n_total']} ({c['dropped_errors']} without an answer from "
+                 f"both arms); runs: A {a['n_runs']}, B {b['n_runs']}")
     for name, arm in (("A", a), ("B", b)):
         lines.append(f"  {name}: accuracy {_pp(arm['accuracy'], False)} %  Wilson "
-                     f"[{_pp(arm['wilson'][0], False)}, {_pp(arm['wilson'][1], False)}]  bootstrap "
-                     f"[{_pp(arm['bootstrap'][0], False)}, {_pp(arm['bootstrap'][1], False)}]")
-    lines.append(f"  table ({c['table_source']}): both {c['both']}, A only {c['a_only']}, "
-                 f"B only {c['b_only']}, neither {c['neither']}; psi {_pp(c['psi'], False)} %")
-    lines.append(f"  delta (B - A) {_pp(c['delta'])} pp, SE {_pp(c['delta_se'], False)} pp; "
-                 f"{100 * (1 - c['alpha']):g} % CI {_ci(c['delta_ci'])} ({c['delta_ci_method']})")
-    boot = "cluster bootstrap" if c["arms"]["a"]["n_runs"] > 1 or c["arms"]["b"]["n_runs"] > 1 else "paired bootstrap"
-    bci = c["delta_ci_bootstrap"]
-    if bci[1] > bci[0]:
-        boot += f" BCa {_ci(bci)}, percentile {_ci(c['delta_ci_percentile'])}"
-    else:
-        boot += " degenerate (every question has the same difference; zero-width, not shown)"
-    lines.append(f"  other intervals: {boot}; unpaired {_ci(c['delta_ci_unpaired'])}")
-    p_txt = stats.format_p(c["p_value"], c.get("p_value_floor"))
-    lines.append(f"  McNemar exact p {c['mcnemar_p']:.3g} (mid-p {c['mcnemar_midp']:.3g}); "
-                 f"test used: {c['test']} {p_txt}")
-    band = c["noise_band"]
-    if c["psi_aa"] is not None and band is not None:
-        lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} %, noise band of delta "
-                     f"±{_pp(band[1], False)} pp")
-    mde = f"  MDE at 80 % power: {_pp(c['mde'], False)} pp (paired {_pp(c['mde_paired'], False)}, " \
-          f"unpaired {_pp(c['mde_unpaired'], False)}"
-    if c["mde_repeats"] is not None:
-        mde += f", from psi_AA at R={c['repeats_effective']:g} {_pp(c['mde_repeats'], False)}"
-    lines.append(mde + f", from observed SE {_pp(c['mde_observed'], False)})")
+                     f"[{_pp(arm['wilson'][0], False)}, {_pp(arm['wilson'][1], False)}]  errors "
+                     f"{_pp(arm['error_rate'], False)} %")
+    lines.append(f"  table ({c['table_source']}): both {c['both']:g}, A only {c['a_only']:g}, "
+                 f"B only {c['b_only']:g}, neither {c['neither']:g}; psi {_pp(c['psi'], False)} %")
+    lines.append(f"  delta (B - A) {_pp(c['delta'])} pp; {level} CI {_ci(c['delta_ci'])} ({c['delta_ci_method']})")
+    if c["psi_aa"] is not None:
+        lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} % ({c['psi_aa_source']}), noise band of delta "
+                     f"±{_pp(c['noise_band'][1], False)} pp")
+    if c["mde"] is not None:
+        lines.append(f"  MDE at 80 % power: {_pp(c['mde'], False)} pp ({c['mde_method']}); smallest effect the "
+                     f"test can detect at all {_pp(c['detectable_floor'], False)} pp")
     if c["tost"] is not None:
         t = c["tost"]
-        lines.append(f"  TOST margin ±{_pp(t['margin'], False)} pp ({t['method']}): "
-                     f"{100 * t['ci_level']:g} % interval {_ci(t['ci'])}; equivalence "
-                     f"{stats.format_p(t['p_equivalence'])}, non-inferiority {stats.format_p(t['p_noninferiority'])}"
-                     + ("; SE of Δ is 0, nothing claimed" if t["degenerate"] else ""))
+        lines.append(f"  margin ±{_pp(t['margin'], False)} pp: {100 * t['ci_level']:g} % interval {_ci(t['ci'])}; "
+                     f"equivalent {t['equivalent']}, non-inferior {t['noninferior']}")
+    e = c["errors"]
+    if e["rate_a"] > 0 or e["rate_b"] > 0:
+        lines.append(f"  errors: A {_pp(e['rate_a'], False)} %, B {_pp(e['rate_b'], False)} % (difference p = "
+                     f"{e['p']:.3g}); verdict if errors counted against B / against A: "
+                     + (f"{e['bounds']['against_b']['verdict']} / {e['bounds']['against_a']['verdict']}"
+                        if e.get("bounds") else "n/a"))
+    for w in c.get("warnings") or []:
+        lines.append(f"  warning: {w}")
+    if c["p"] is not None:
+        lines.append(f"test: {c['test']}, {stats.format_p(c['p'], c.get('p_floor'))} (α = {c['test_alpha']:g})")
+    elif c["test"] is not None:
+        lines.append(f"decided by: {c['test']}")
     lines.append(f"verdict: {c['verdict'].upper()} — {c['verdict_reason']}")
     return "\n".join(lines)

@@ -247,10 +247,16 @@ class ClientSettings:
 
 @dataclass
 class StatsConfig:
+    #: The question asked: superiority (does B differ from A? improved / regressed), noninferiority (is B
+    #: no worse than A by more than margin_pp? noninferior, one-sided at alpha/2) or equivalence (are the
+    #: arms within ±margin_pp? equivalent, TOST at alpha). The last two need margin_pp.
+    hypothesis: str = "superiority"
+    #: Two-sided level of the tests; intervals are at 1 - alpha.
     alpha: float = 0.05
     #: Equivalence / non-inferiority margin in percentage points (None: no equivalence claim).
     margin_pp: float | None = None
-    #: Smallest effect worth calling improved/regressed, in percentage points (None: any significant one).
+    #: Smallest effect worth calling improved/regressed, in percentage points (None: any significant one);
+    #: the interval must lie beyond it, not only the point estimate.
     min_effect_pp: float | None = None
     #: An arm with a larger share of failed requests is not comparable.
     max_error_rate: float = 0.02
@@ -330,6 +336,9 @@ class Config:
     #: Write report.html at the end.
     report: bool = True
     progress: bool = True
+    #: CI gate (``abh run --fail-on X``): exit 7 when the verdict is one to fail on: regressed | not-noninferior |
+    #: any-difference (harness.gate); None = never
+    fail_on: str | None = None
 
 
 def register() -> None:
@@ -457,6 +466,9 @@ def validate(cfg: Any) -> None:
     strays = unknown_keys(cfg)
     if strays:
         problems.append(f"unknown config key(s): {', '.join(strays)} (`abh run --cfg job` prints every key)")
+    fail_on = cfg.get("fail_on")
+    if fail_on is not None and fail_on not in ("regressed", "not-noninferior", "any-difference"):
+        problems.append(f"--fail-on (fail_on) must be regressed, not-noninferior or any-difference, not {fail_on!r}")
     e = cfg.engine
     if e is None or e.get("kind") not in ENGINE_SCHEMAS:
         problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")
@@ -513,6 +525,10 @@ def validate(cfg: Any) -> None:
         problems.append("stats.alpha must be in (0, 1)")
     if s.correction not in ("holm", "bh"):
         problems.append("stats.correction must be holm or bh")
+    if s.hypothesis not in ("superiority", "noninferiority", "equivalence"):
+        problems.append("stats.hypothesis must be superiority, noninferiority or equivalence")
+    elif s.hypothesis != "superiority" and s.margin_pp is None:
+        problems.append(f"stats.hypothesis={s.hypothesis} needs stats.margin_pp")
     d = cfg.get("divergence")
     if d is not None:
         if d.top_k < 1:

@@ -43,7 +43,10 @@ SWEEP = "abh.sweep"
 #: The schema_version each kind is written with, and the versions this abh reads.
 SCHEMA_VERSION = 1
 WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP)}
-READS: dict[str, frozenset[int]] = {k: frozenset({1}) for k in WRITES}
+#: comparison and run summary v2: the question-level statistics (``test`` and ``p`` decide the verdict; the
+#: v1 keys ``p_value``, ``mcnemar_p``, ... are gone or under ``diagnostics``), ``design``, ``errors``, ``cost``
+WRITES[COMPARISON] = WRITES[RUN_SUMMARY] = 2
+READS: dict[str, frozenset[int]] = {k: frozenset({v}) for k, v in WRITES.items()}
 
 # ------------------------------------------------------------------------------------------ file names
 EVAL_FILE = "eval.json"
@@ -276,40 +279,42 @@ class Comparison(TypedDict, total=False):
     recipe: Any
     arms: Arms
     aa_dirs: list[str]
+    hypothesis: str
+    test: str | None
+    p: float | None
+    test_alpha: float
+    p_floor: float | None
+    errors: dict[str, Any]
+    design: dict[str, Any]
     table_source: str
-    both: int
-    a_only: int
-    b_only: int
-    neither: int
+    both: float
+    a_only: float
+    b_only: float
+    neither: float
+    psi: float
     delta: float
     delta_se: float
     delta_ci: list[float]
+    delta_ci_level: float
     delta_ci_method: str
-    delta_ci_bootstrap: list[float]
-    delta_ci_percentile: list[float]
-    delta_ci_score: list[float] | None
     delta_ci_unpaired: list[float]
-    test: str
-    p_value: float
-    p_value_floor: float | None
-    p_value_at_floor: bool
-    mcnemar_p: float
-    mcnemar_midp: float
-    psi: float
     psi_aa: float | None
+    psi_aa_per_arm: dict[str, Any]
+    psi_aa_source: str | None
     noise_band: list[float] | None
     repeats_effective: float
-    mde: float
+    mde: float | None
+    mde_method: str
     mde_unpaired: float
-    mde_paired: float
-    mde_repeats: float | None
-    mde_observed: float
+    detectable_floor: float
     margin: float | None
     min_effect: float | None
-    tost: Tost | None
+    tost: dict[str, Any] | None
+    warnings: list[str]
     verdict: str
     verdict_reason: str
     flips: list[int]
+    diagnostics: dict[str, Any]
     #: present when the compared evals record scoring passes (``abh run`` with divergence enabled)
     divergence: Divergence
     # owned by abh run when experiment.sequential: the sequential decision is ``verdict``; the fixed-design
@@ -375,7 +380,8 @@ class RunSummary(TypedDict, total=False):
     n: int | None
     delta: float | None
     delta_ci: list[float] | None
-    mcnemar_p: float | None
+    test: str | None
+    p: float | None
     mde: float | None
     accuracy: dict[str, float]
     arms: dict[str, str]
@@ -435,6 +441,7 @@ class SweepRow(TypedDict, total=False):
     verdict: str
     verdict_unadjusted: str
     alpha: float
+    test_alpha: float
     simulated: bool
     missing: bool
     gpu_hours: float | None

@@ -47,8 +47,11 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
         c = schema.load_comparison(path)
         rows.append({"gpu_hours": _gpu_hours(costs.get(path.parent.name)), "job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
                      "accuracy_a": c["arms"]["a"]["accuracy"], "accuracy_b": c["arms"]["b"]["accuracy"],
-                     "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p_value"),
-                     "p_value_floor": c.get("p_value_floor"), "p_value_at_floor": bool(c.get("p_value_at_floor")),
+                     "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p"),
+                     "p_value_floor": c.get("p_floor"),
+                     "p_value_at_floor": bool(c.get("p") is not None and c.get("p_floor") is not None
+                                              and c["p"] <= c["p_floor"] * (1 + 1e-9)),  # type: ignore[operator]
+                     "test_alpha": c.get("test_alpha") or c.get("alpha", 0.05),
                      "mde": c.get("mde"), "verdict": c.get("verdict", "not_comparable"), "alpha": c.get("alpha", 0.05),
                      "simulated": bool(c.get("simulated")), **_divergence_cells(c)})  # type: ignore[typeddict-item]
     ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
@@ -56,9 +59,11 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
     for r, pa, label in zip(rows, adj, swept_labels([r["job"] for r in rows]) if rows else [], strict=True):
         r["p_adjusted"] = float(pa)
         r["label"] = label
-        # A verdict that rests on significance must survive the sweep's multiple-comparison adjustment.
+        # A verdict that rests on a test (improved, regressed, equivalent, noninferior: `p` is that test's
+        # p-value, compared with `test_alpha`) must survive the sweep's multiple-comparison adjustment.
         r["verdict_unadjusted"] = r["verdict"]
-        if r["verdict"] in ("improved", "regressed") and pa >= r["alpha"]:
+        if (r["verdict"] in ("improved", "regressed", "equivalent", "noninferior")
+                and pa >= r.get("test_alpha", r["alpha"])):
             r["verdict"] = "inconclusive"
     rows.sort(key=lambda r: r["job"])
     summary: schema.SweepSummary = {
@@ -139,7 +144,7 @@ def format_sweep(s: schema.SweepSummary) -> str:
     labels = [r.get("label") or r["job"] for r in s["comparisons"]]
     width = max([10, *(len(x) for x in labels)])
     kld = any(r.get("divergence") for r in s["comparisons"])
-    lines.append(f"{'comparison':<{width}} {'delta':>9} {'95% CI':>20} {'p':>8} {'p_adj':>8}"
+    lines.append(f"{'comparison':<{width}} {'delta':>9} {'CI (1 - α)':>20} {'p':>8} {'p_adj':>8}"
                  + (f" {'KLD (A/A)':>20}" if kld else "") + "  verdict")
     for label, r in zip(labels, s["comparisons"], strict=True):
         ci = r.get("delta_ci")

@@ -72,7 +72,7 @@ def _received(server: SimServer) -> int:
 
 
 STATS = ("n", "n_total", "both", "a_only", "b_only", "neither", "delta", "delta_ci", "delta_ci_method", "test",
-         "p_value", "mcnemar_p", "mde", "verdict", "verdict_reason", "flips", "simulated")
+         "test", "p", "mde", "verdict", "verdict_reason", "flips", "simulated")
 
 
 def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys):

@@ -147,7 +147,7 @@ def test_comparison_md_states_the_result(tmp_path: Path) -> None:
     assert stat["Δ (B − A)"] == f"{100 * c['delta']:+.2f} pp"
     lo, hi = c["delta_ci"]
     assert stat["95 % CI"] == f"[{100 * lo:+.2f}, {100 * hi:+.2f}] pp".replace("-", "\u2212")
-    assert stat["test (decided the verdict)"] == "mcnemar exact" and stat["p"] == f"{c['p_value']:.3g}"
+    assert stat["test (decided the verdict)"] == c["test"] and stat["p"] == f"{c['p']:.3g}"
     assert stat["verdict"] == "EQUIVALENT" == c["verdict"].upper()
     assert "equivalent: the arms are within ±2.00 pp" in md
     assert "#### Side checks" in md and "#### Sources" in md

@@ -54,7 +54,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 def test_demo_end_to_end(demo: Demo) -> None:
     r, run_dir = demo.result, demo.run_dir
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "SIMULATED" in r.stdout and "VERDICT: improved" in r.stdout
+    assert "SIMULATED" in r.stdout and "verdict: IMPROVED" in r.stdout
     summary = read_json(run_dir / "summary.json")
     # The demo's arms differ by a true +1.5 pp (93.0 % vs 94.5 %); on the simulator's question draws (seed 0)
     # that is 24 questions only B solves and none only A solves, far above the MDE of 1319 x 2 repeats.
@@ -363,3 +363,43 @@ def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
     assert s["comparisons"][0]["verdict"]
     json.dumps(s)
 
+
+
+@pytest.mark.parametrize("fail_on, b_accuracy, code", [
+    ("regressed", 0.80, exitcodes.GATE_FAILED),       # B clearly worse: the gate fails
+    ("regressed", 0.945, exitcodes.OK),               # the same arms: no regression shown, passes
+    ("not-noninferior", 0.945, exitcodes.GATE_FAILED),  # superiority run: non-inferiority not shown, fails
+])
+def test_fail_on_gate_exits_7_on_the_verdict_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       fail_on: str, b_accuracy: float, code: int) -> None:
+    run_dir = tmp_path / "run"
+    assert abh_run_here("--fail-on", fail_on, f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH,
+                        f"arms.b.engine.accuracy={b_accuracy}", "engine.flip_rate=0.0") == code
+    s = read_json(run_dir / "summary.json")
+    assert s["exit_code"] == code
+    if code == exitcodes.GATE_FAILED:
+        assert f"fails --fail-on {fail_on}" in capsys.readouterr().err
+
+
+def test_fail_on_with_a_bad_value_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert abh_run_here("--fail-on=worse", f"hydra.run.dir={tmp_path}/run", *SMALL) == exitcodes.BAD_CONFIG
+    assert "--fail-on (fail_on) must be" in capsys.readouterr().err
+
+
+def test_a_server_that_hangs_mid_eval_ends_the_run_with_exit_4_within_the_stall_timeout(tmp_path: Path) -> None:
+    """Issue 14.2: a hung server was never detected (minutes of silence, then 1319 errors stored as complete).
+    Now the stall watchdog probes it, the run stops it and exits 4 with its log tail; answers are kept and
+    the hung requests stay missing (a rerun sends them), not errors."""
+    run_dir = tmp_path / "run"
+    stall = 3.0
+    t0 = time.monotonic()
+    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+arms.a.engine.hang_after=60",
+                f"client.stall_timeout_s={stall}", cwd=tmp_path, timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
+    assert took < 2 * stall + 30, took  # start-up, the stall, the health probe, the stop
+    assert "failed during evals/a/r1" in r.stderr and "last lines of its log" in r.stderr
+    kept = read_jsonl(run_dir / "evals" / "a" / "r1" / "samples.jsonl")
+    assert 0 < len(kept) < 200 and all(x["error"] is None for x in kept)
+    for pid in server_pids(run_dir):
+        assert not pid_alive(pid)

@@ -37,12 +37,12 @@ def test_every_writer_stamps_kind_and_version(tmp_path: Path) -> None:
     for path, kind in ((out / "comparison.json", schema.COMPARISON), (tmp_path / "a" / "eval.json", schema.EVAL),
                        (tmp_path / "a" / "summary.json", schema.EVAL_SUMMARY)):
         doc = read_json(path)
-        assert (doc["kind"], doc["schema_version"]) == (kind, 1), path
+        assert (doc["kind"], doc["schema_version"]) == (kind, schema.WRITES[kind]), path
         assert list(doc)[:2] == ["kind", "schema_version"]
         assert schema.load(path, kind) == doc
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None, True])
+@pytest.mark.parametrize("version", [3, 1, 0, "2", None, True])
 def test_unknown_schema_version_is_refused(tmp_path: Path, version: object) -> None:
     path = tmp_path / "comparison.json"
     schema.write_comparison(path, {"verdict": "improved"})
@@ -86,11 +86,11 @@ def test_report_on_a_comparison_of_unknown_version_exits_2_with_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = _comparison_dir(tmp_path)
     capsys.readouterr()
-    _set(out / "comparison.json", schema_version=2)
+    _set(out / "comparison.json", schema_version=3)
     (out / "report.html").unlink()
     assert abh(["report", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("abh report: ") and "schema_version 2" in err
+    assert err.count("\n") == 1 and err.startswith("abh report: ") and "schema_version 3" in err
     assert "comparison.json" in err and not (out / "report.html").exists()
 
 

@@ -46,4 +46,8 @@ def test_table_level_results_from_vectors():
     assert lo < 0 < hi and hi - lo == pytest.approx(2 * 1.96 * 0.0037, rel=0.2)
     nlo, nhi = S.newcombe_paired_ci(t.both, t.a_only, t.b_only, t.neither)
     assert nlo < 0 < nhi
-    assert S.permutation_test(a, b, seed=0)["p_value"] == pytest.approx(0.54, abs=0.03)
+    d = b.astype(float) - a.astype(float)
+    assert S.signflip_test(d, mid_p=False)["p"] == pytest.approx(0.5413, abs=1e-4)   # the exact McNemar p
+    assert S.signflip_test(d)["p"] == pytest.approx(float(S.mcnemar_midp(10, 14)))    # the verdict's mid-p
+    lo, hi = S.score_interval(10, 14, N)
+    assert lo < 0 < hi and S.mde_paired_exact(N, 20 / N) == pytest.approx(0.0127, abs=2e-4)

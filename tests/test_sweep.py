@@ -10,7 +10,7 @@ from harness.sweep import format_sweep, summarize_sweep, swept_labels
 
 def _comparison(p: float, verdict: str, delta: float) -> dict:
     return {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9 + delta}}, "n": 1319, "delta": delta,
-            "delta_ci": [delta - 0.01, delta + 0.01], "p_value": p, "mcnemar_p": p, "mde": 0.01,
+            "delta_ci": [delta - 0.01, delta + 0.01], "p": p, "test": "paired sign-flip test", "mde": 0.01,
             "verdict": verdict, "alpha": 0.05, "simulated": True}
 
 
@@ -55,7 +55,7 @@ def test_floored_p_reads_as_a_bound_and_the_sweep_is_titled_by_its_experiment(tm
     from harness.report import write_sweep_report
 
     floor = 1 / 10001  # a permutation test on 10000 permutations: p is at most 1/R
-    at_floor = {**_comparison(floor, "improved", 0.03), "p_value_floor": floor, "p_value_at_floor": True}
+    at_floor = {**_comparison(floor, "improved", 0.03), "p_floor": floor}
     write_comparison(tmp_path / "job0_x=1" / "comparison.json", at_floor)
     write_comparison(tmp_path / "job1_x=2" / "comparison.json", _comparison(0.2, "inconclusive", 0.0))
     for job in ("job0_x=1", "job1_x=2"):

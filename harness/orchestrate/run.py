@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -40,13 +41,14 @@ from harness.armdiff import arm_diff, describe_launch, disallowed, server_info_d
 from harness.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.checks.static import run_static_checks
 from harness.client import ClientConfig
-from harness.compare import CompareError, compare_dirs
+from harness.compare import CompareError, compare_dirs, format_summary
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
 from harness.cost import config_gpus, cost_from_manifest, format_cost
 from harness.divergence import compute_divergence
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.evaluate import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.fileio import StoreError
+from harness.gate import comparison_exit
 from harness.orchestrate.design import describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.looks import Looks, apply_to_comparison, design_of
@@ -127,30 +129,12 @@ def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
         print(f"# WARNING: {problem}")
 
 
-def format_table(summary: Mapping[str, Any], c: Mapping[str, Any]) -> str:
-    """The result on the terminal: accuracies, delta with its interval, the 2x2 table, A/A, verdict."""
-    pp = lambda v: "n/a" if v is None else f"{100 * v:+.2f} pp"  # noqa: E731
-    lines = []
-    if summary.get("simulated"):
-        lines.append("*** SIMULATED: these numbers come from the simulated engine, not a real model ***")
-    lines.append(f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
-                 f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
-    for r in ("a", "b"):
-        arm = c["arms"][r]
-        lo, hi = arm.get("wilson") or (None, None)
-        ci = f"[{lo:.4f}, {hi:.4f}]" if lo is not None else ""
-        reps = ", ".join(f"{v:.4f}" for v in arm.get("repeats") or [])
-        lines.append(f"  {r.upper()} {summary['arms'][r]:<20} accuracy {arm['accuracy']:.4f} {ci}  repeats: {reps}")
-    lo, hi = c.get("delta_ci") or (None, None)
-    p = c.get("mcnemar_p")
-    lines.append(f"  delta (B - A) {pp(c.get('delta'))}  95% CI [{pp(lo)}, {pp(hi)}]  "
-                 f"table both={c.get('both')} A-only={c.get('a_only')} B-only={c.get('b_only')} "
-                 f"neither={c.get('neither')}  McNemar p (repeat 1)={'n/a' if p is None else f'{p:.3g}'}")
-    if c.get("psi_aa") is not None:
-        band = c.get("noise_band") or [None, None]
-        lines.append(f"  A/A discordance {100 * c['psi_aa']:.2f} %, noise band of delta [{pp(band[0])}, {pp(band[1])}]")
-    lines.append(f"  MDE (80% power) {pp(c.get('mde'))}")
-    lines.append(f"VERDICT: {summary['verdict']}: {summary.get('verdict_reason') or ''}")
+def format_table(summary: Mapping[str, Any], c: schema.Comparison) -> str:
+    """The result on the terminal: one line naming the experiment and arms, then the same summary
+    ``abh compare`` and ``abh ab`` print (:func:`harness.compare.format_summary`)."""
+    head = (f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
+            f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
+    lines = [head, format_summary(c)]
     div = c.get("divergence")
     if isinstance(div, dict):
         lines.append(terminal_line(div))
@@ -416,7 +400,8 @@ class Run:
             comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
                                       margin=None if s.margin_pp is None else s.margin_pp / 100,
                                       min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
-                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate)
+                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
+                                      hypothesis=str(s.hypothesis))
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
@@ -434,7 +419,8 @@ class Run:
             comparison["divergence"] = compute_divergence(  # type: ignore[typeddict-item]
                 d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference)
         schema.write_comparison(run_dir / COMPARISON, comparison)
-        code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
+        fail_on = self.cfg.get("fail_on")
+        code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
         design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
                   "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
                   "order": str(x.order)}
@@ -443,7 +429,7 @@ class Run:
             "simulated": bool(comparison.get("simulated")),
             "verdict": comparison["verdict"], "verdict_reason": comparison.get("verdict_reason"),
             "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
-            "mcnemar_p": comparison.get("mcnemar_p"), "mde": comparison.get("mde"),
+            "test": comparison.get("test"), "p": comparison.get("p"), "mde": comparison.get("mde"),
             "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
             "arms": {"a": names["a"], "b": names["b"]},
             "repeats": x.repeats if seq is None else seq["repeats_run"], "aa_control": x.aa_control,
@@ -462,6 +448,8 @@ class Run:
         print(format_cost(cost))
         if code == exitcodes.TOO_MANY_ERRORS:
             self.log.say("too many requests failed after retries; rerun the same command to retry them")
+        elif code == exitcodes.GATE_FAILED:
+            self.log.say(f"verdict {comparison['verdict']} fails --fail-on {fail_on} (exit {code})")
         if self.cfg.report:
             try:
                 self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
@@ -617,7 +605,8 @@ def _options(folder: Path) -> list[str]:
 
 def help_text() -> str:
     """``abh run --help``: the config groups and their options as files define them (not the schemas)."""
-    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]", "",
+    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]",
+             "               [--fail-on regressed|not-noninferior|any-difference]", "",
              "Launch each arm's server, assert its side, evaluate, compare. Every key of the config can be",
              "overridden with KEY=VALUE (`abh run --cfg job` prints them all with their values); an unknown key",
              "is an error. -m runs a sweep over comma-separated values. Rerunning the same command resumes.", "",
@@ -636,11 +625,46 @@ def help_text() -> str:
     return "\n".join(lines)
 
 
+def malformed_yaml(roots: list[Path]) -> str | None:
+    """The first config or arm file under ``roots`` that is not valid YAML, as one line (None when all parse).
+    Hydra would report it as a 90-line traceback; checked before Hydra composes anything."""
+    for root in roots:
+        for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
+            try:
+                yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError) as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                what = getattr(e, "problem", None) or type(e).__name__
+                return f"{path}{where}: not valid YAML ({what})"
+    return None
+
+
+def fail_on_override(argv: list[str]) -> list[str]:
+    """``--fail-on X`` (or ``--fail-on=X``), the CI gate of ``abh compare`` and ``abh ab``, as the Hydra override
+    ``fail_on=X``; everything else is left for Hydra."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--fail-on":
+            out.append(f"fail_on={next(it, '')}")
+        elif a.startswith("--fail-on="):
+            out.append(f"fail_on={a.split('=', 1)[1]}")
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str]) -> int:
     """Entry of ``abh run``: hand the overrides to Hydra; map its outcome to our exit codes."""
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return exitcodes.OK
+    argv = fail_on_override(argv)
+    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"])
+    if bad:
+        print(f"abh run: error: {bad}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
     saved = sys.argv
     sys.argv = ["abh run", *argv]

@@ -173,12 +173,13 @@ def render(root: Path) -> str:
     test = str(c.get("test") or "").replace("_", " ")
     parts.append(table(["Δ (B − A)", f"{level} CI", "interval", "test (decided the verdict)", "p", "verdict"],
                        [[words.pp(c.get("delta")), words.ci_pp(c.get("delta_ci")), c.get("delta_ci_method"), test,
-                         words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.get("p_value")),
+                         words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.get("p")),
                          words.verdict_label(c.get("verdict"))]], ["r", "r", "l", "l", "r", "l"]))
     facts = [f"**Verdict:** {cell(c.get('verdict_reason'))}"]
     n, nt = c.get("n"), c.get("n_total")
     if n is not None:
-        facts.append(f"**Questions:** {n} paired of {nt} ({c.get('dropped_errors', 0)} dropped for request errors); "
+        facts.append(f"**Questions:** {n} paired of {nt} ({c.get('dropped_errors', 0)} without an answer from both "
+                     "arms); "
                      f"MDE at 80 % power {words.pp(c.get('mde'), signed=False)}"
                      + (f"; margin ±{words.pp(c.get('margin'), signed=False)}" if c.get("margin") is not None else ""))
     if isinstance(div, dict):

@@ -18,6 +18,7 @@ VERDICT_COLORS = {
     "improved": "#2e7d32",
     "regressed": "#c62828",
     "equivalent": "#1565c0",
+    "noninferior": "#00838f",
     "inconclusive": "#616161",
     "not_comparable": "#b26a00",
 }

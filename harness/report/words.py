@@ -14,6 +14,7 @@ VERDICT_LABELS = {
     "improved": "IMPROVED",
     "regressed": "REGRESSED",
     "equivalent": "EQUIVALENT",
+    "noninferior": "NON-INFERIOR",
     "inconclusive": "INCONCLUSIVE",
     "not_comparable": "NOT COMPARABLE",
 }
@@ -75,9 +76,21 @@ def p_bound(p: Any, floor: Any = None, at_floor: Any = False, adjusted: bool = F
 
 
 def p_text(c: Mapping[str, Any]) -> str:
-    """``p = 0.0213``, or ``p < 0.0001`` when a permutation test's p sits at its floor 1/(R+1)."""
-    cell = p_bound(c.get("p_value"), c.get("p_value_floor"), c.get("p_value_at_floor"))
-    return f"p {cell}" if cell.startswith("<") else f"p = {cell}"
+    """The p that decided the verdict: ``p = 0.0213``, ``p < 0.0001`` at a Monte Carlo floor, or "n/a"."""
+    v, f = _num(c.get("p")), _num(c.get("p_floor"))
+    if v is not None and f is not None and v <= f * (1 + 1e-9):
+        return f"p < {f / (1 - f):.2g}"
+    return f"p = {pval(c.get('p'))}"
+
+
+def test_text(c: Mapping[str, Any]) -> str:
+    """``<test>, p = ...`` of the test that decided the verdict (what decided it when no p did)."""
+    test = c.get("test")
+    if not test:
+        return "no test decided the verdict"
+    if _num(c.get("p")) is None:
+        return f"decided by {test}"
+    return f"{test}, {p_text(c)}"
 
 
 def verdict_label(word: str | None) -> str:
@@ -85,13 +98,12 @@ def verdict_label(word: str | None) -> str:
 
 
 def verdict_sentence(c: Mapping[str, Any]) -> str:
-    """The verdict of a comparison as one quotable sentence (B against A)."""
+    """The verdict of a comparison as one quotable sentence (B against A), naming the decisive test."""
     word = c.get("verdict")
     alpha = _num(c.get("alpha")) or 0.05
     level = f"{100 * (1 - alpha):g} %"
     delta = pp(c.get("delta"))
     ci = ci_pp(c.get("delta_ci"))
-    p = p_text(c)
     margin = _num(c.get("margin"))
     mde = _num(c.get("mde"))
     tost = c.get("tost") if isinstance(c.get("tost"), dict) else None
@@ -101,29 +113,37 @@ def verdict_sentence(c: Mapping[str, Any]) -> str:
         also = (f"; the fixed-design test of the same data says {verdict_label(fixed).lower()}"
                 if fixed and fixed != word else "")
         return (f"sequential design: {seq.get('sentence') or word} (Δ = {delta}, {level} CI {ci}){also}")
+    reason = c.get("verdict_reason") or ""
     if word == "not_comparable":
-        return (f"not comparable: {c.get('verdict_reason') or 'an arm failed'}; no accuracy conclusion can be "
+        return (f"not comparable: {reason or 'an arm failed'}; no accuracy conclusion can be "
                 "drawn from this run")
     if word in ("improved", "regressed"):
         verb = "improves" if word == "improved" else "regresses"
-        return f"B {verb} accuracy: Δ = {delta} ({level} CI {ci}, {p})"
+        return f"B {verb} accuracy: Δ = {delta} ({level} CI {ci}; {test_text(c)})"
     if word == "equivalent":
-        tp = pval(tost.get("p_equivalence")) if tost else "n/a"
+        tci = ci_pp(tost.get("ci")) if tost else "n/a"
+        tl = f"{100 * (1 - 2 * alpha):g} %"
         return (f"equivalent: the arms are within ±{pp(margin, signed=False)} of each other "
-                f"(Δ = {delta}, {level} CI {ci}; TOST p = {tp})")
+                f"(Δ = {delta}, {tl} CI {tci} inside the margin; {test_text(c)})")
+    if word == "noninferior":
+        return (f"non-inferior: B is not worse than A by {pp(margin, signed=False)} or more "
+                f"(Δ = {delta}, {level} CI {ci} lies above −{pp(margin, signed=False)}; {test_text(c)})")
     if word == "inconclusive":
+        if (c.get("errors") or {}).get("changes_verdict"):
+            return (f"inconclusive: request errors could decide the comparison — {reason} "
+                    f"(Δ without errored answers = {delta}, {level} CI {ci})")
         if mde is not None:
             s = f"no detectable difference; this run could only detect effects larger than {pp(mde, signed=False)}"
         else:
             s = "no detectable difference at this run's power"
-        reason = c.get("verdict_reason") or ""
-        if "significant" in reason and "below the declared effect" in reason:
-            s = (f"a statistically significant difference ({p}) smaller than the declared effect of "
-                 f"{pp(c.get('min_effect'), signed=False)}")
+        if "declared effect" in reason:
+            s = (f"a statistically significant difference ({p_text(c)}) not shown to reach the declared effect "
+                 f"of {pp(c.get('min_effect'), signed=False)}")
         if margin is not None:
-            s += f", and it could not show the arms within ±{pp(margin, signed=False)}"
-        return s + f" (Δ = {delta}, {level} CI {ci})"
-    return f"{word or 'no verdict'}: {c.get('verdict_reason') or ''}".strip()
+            claim = "B no worse than A by" if c.get("hypothesis") == "noninferiority" else "the arms within ±"
+            s += f", and it could not show {claim}{pp(margin, signed=False)}"
+        return s + f" (Δ = {delta}, {level} CI {ci}; {test_text(c)})"
+    return f"{word or 'no verdict'}: {reason}".strip()
 
 
 def verdict_detail(c: Mapping[str, Any]) -> list[str]:
@@ -135,18 +155,31 @@ def verdict_detail(c: Mapping[str, Any]) -> list[str]:
     if n is not None:
         s = f"{n} questions paired"
         if nt is not None and nt != n:
-            s += f" of {nt} ({nt - n} dropped for request errors, {pct(c.get('error_rate'))})"
+            s += f" of {nt} ({nt - n} without an answer from both arms)"
         if runs_a or runs_b:
             s += f"; runs per arm: A {runs_a}, B {runs_b}"
         out.append(s)
+    d = c.get("design") if isinstance(c.get("design"), dict) else None
+    if d:
+        la, lb = (d.get("launches") or {}).get("a"), (d.get("launches") or {}).get("b")
+        out.append(f"design: {d.get('kind')} (launches A {la}, B {lb}); unit of inference: {d.get('unit')}")
+        if d.get("cannot_resolve"):
+            out.append(f"cannot resolve: {d['cannot_resolve']}")
     if c.get("test"):
-        out.append(f"test: {str(c['test']).replace('_', ' ')}, {p_text(c)}"
-                   f"; exact McNemar p = {pval(c.get('mcnemar_p'))} (repeat 1)")
+        alpha_t = _num(c.get("test_alpha"))
+        out.append(f"decided by: {test_text(c)}" + (f" (α = {alpha_t:g})" if alpha_t is not None else ""))
+    e = c.get("errors") if isinstance(c.get("errors"), dict) else None
+    if e and ((_num(e.get("rate_a")) or 0) > 0 or (_num(e.get("rate_b")) or 0) > 0):
+        out.append(f"request errors: A {pct(e.get('rate_a'))}, B {pct(e.get('rate_b'))} "
+                   f"(difference p = {pval(e.get('p'))})")
     nb = c.get("noise_band")
     if isinstance(nb, list) and len(nb) == 2 and _num(nb[1]) is not None:
-        out.append(f"A/A noise band of Δ: ±{pp(nb[1], signed=False)} (ψ_AA = {pct(c.get('psi_aa'))})")
+        out.append(f"A/A noise band of Δ: ±{pp(nb[1], signed=False)} (ψ_AA = {pct(c.get('psi_aa'))}, "
+                   f"{c.get('psi_aa_source') or 'source n/a'})")
     else:
         out.append("A/A noise band: not measured (no arm ran twice)")
+    for w in c.get("warnings") or []:
+        out.append(f"warning: {w}")
     if c.get("verdict_reason"):
         out.append(f"reason: {c['verdict_reason']}")
     return out

@@ -1,18 +1,23 @@
 """Statistics engine: pure, vectorised, seeded functions over numpy arrays (no servers, no I/O).
 
+- :mod:`.analysis`: the comparison of two arms' score matrices: design, test, interval, errors, verdict;
+- :mod:`.launches`: runs grouped by server launch, per-question arm means, launch heterogeneity;
+- :mod:`.signflip`: the paired sign-flip test over questions (exact, mid-p);
+- :mod:`.score`: Tango's score test and interval of the paired Δ, the effective table of repeats;
+- :mod:`.equivalence`: non-inferiority and equivalence (TOST) by the score test or a t-test;
 - :mod:`.proportions`: per-arm Wilson and bootstrap intervals, unpaired difference;
-- :mod:`.paired`: the 2x2 table, exact / mid-p / asymptotic McNemar, Newcombe score and paired bootstrap
-  (percentile, BCa) intervals of Δ = (b_only - a_only) / n;
-- :mod:`.repeats`: per-question means over R runs, cluster bootstrap, within-question permutation test,
-  A/A discordance ψ_AA and the noise band of Δ;
-- :mod:`.power`: MDE (unpaired, paired, repeats) and the repeats needed;
-- :mod:`.equivalence`: TOST non-inferiority and equivalence (score-interval form for one run per arm,
-  z-test form for per-question differences);
+- :mod:`.paired`: the 2x2 table, exact / mid-p / asymptotic McNemar, Newcombe and paired bootstrap
+  intervals (diagnostics);
+- :mod:`.repeats`: per-question means, cluster bootstrap, discordance and the A/A noise band;
+- :mod:`.power`: MDEs (exact power of the test used; normal planning formulas) and repeats needed;
 - :mod:`.multiple`: Holm and Benjamini-Hochberg;
-- :mod:`.verdict`: improved / regressed / equivalent / inconclusive / not_comparable.
+- :mod:`.verdict`: improved / regressed / equivalent / noninferior / inconclusive / not_comparable;
+- :mod:`.simulate`: score matrices of every run design, for calibration.
 """
 
-from .equivalence import score_tost, tost
+from .analysis import compare_arms, describe_design, error_block, psi_aa_block, within_arm_psi
+from .equivalence import score_tost, t_tost
+from .launches import ArmRuns, heterogeneity_q, launch_heterogeneity, launch_means, question_means
 from .multiple import adjust, benjamini_hochberg, holm
 from .paired import (
     PairedTable,
@@ -26,13 +31,17 @@ from .paired import (
     paired_wald_ci,
 )
 from .power import (
+    critical_counts,
     mde_floor,
     mde_paired,
+    mde_paired_exact,
     mde_repeats,
+    mde_t,
     mde_unpaired,
     min_detectable_discordant,
     n_needed_paired,
     power_at,
+    power_paired_exact,
     repeats_needed,
     z_sum,
 )
@@ -50,19 +59,22 @@ from .repeats import (
     naive_run_bootstrap_ci,
     noise_band,
     per_question_means,
-    permutation_test,
-    psi_aa,
 )
 from .resample import bca_interval, bootstrap_mean_ci, bootstrap_means, jackknife_means, percentile_interval
-from .verdict import VERDICTS, Verdict, decide, format_p
+from .score import effective_table, score_interval, score_p, score_z
+from .signflip import signflip_test
+from .verdict import HYPOTHESES, VERDICTS, Evidence, Verdict, decide, format_p
 
 __all__ = [
-    "accuracy_bootstrap_ci", "adjust", "bca_interval", "benjamini_hochberg", "bootstrap_mean_ci",
-    "bootstrap_means", "cluster_bootstrap_ci", "decide", "discordance", "effective_repeats", "format_p",
-    "holm", "jackknife_means", "mcnemar_asymptotic", "mcnemar_exact", "mcnemar_midp", "mde_floor",
-    "mde_paired", "mde_repeats", "mde_unpaired", "min_detectable_discordant", "n_needed_paired",
+    "accuracy_bootstrap_ci", "adjust", "ArmRuns", "bca_interval", "benjamini_hochberg", "bootstrap_mean_ci",
+    "bootstrap_means", "cluster_bootstrap_ci", "compare_arms", "critical_counts", "decide", "describe_design",
+    "discordance", "effective_repeats", "effective_table", "error_block", "Evidence", "format_p",
+    "heterogeneity_q", "holm", "HYPOTHESES", "jackknife_means", "launch_heterogeneity", "launch_means",
+    "mcnemar_asymptotic", "mcnemar_exact", "mcnemar_midp", "mde_floor", "mde_paired", "mde_paired_exact",
+    "mde_repeats", "mde_t", "mde_unpaired", "min_detectable_discordant", "n_needed_paired",
     "naive_run_bootstrap_ci", "newcombe_paired_ci", "noise_band", "paired_bootstrap_ci", "paired_se",
-    "paired_table", "paired_wald_ci", "PairedTable", "per_question_means", "percentile_interval",
-    "permutation_test", "power_at", "psi_aa", "repeats_needed", "score_tost", "tost", "two_proportion_z_test",
-    "unpaired_diff_ci", "Verdict", "VERDICTS", "wilson_interval", "z_crit", "z_sum",
+    "paired_table", "paired_wald_ci", "PairedTable", "per_question_means", "percentile_interval", "power_at",
+    "power_paired_exact", "psi_aa_block", "question_means", "repeats_needed", "score_interval", "score_p",
+    "score_tost", "score_z", "signflip_test", "t_tost", "two_proportion_z_test", "unpaired_diff_ci",
+    "Verdict", "VERDICTS", "wilson_interval", "within_arm_psi", "z_crit", "z_sum",
 ]

@@ -1,7 +1,12 @@
 """Power and minimum detectable effect (MDE) for a two-sided test at level alpha.
 
-MDE = (z_{1-α/2} + z_{power}) · SE, with z_{0.975} + z_{0.8} = 2.8016:
-unpaired sqrt(2p(1-p)/n), paired sqrt(ψ/n), R repeats per arm sqrt(ψ_AA/(nR)).
+The comparison's MDE is that of the test it uses: :func:`mde_paired_exact` sums the exact power of the
+paired sign-flip (McNemar) test over every discordant count (:func:`power_paired_exact`), and
+:func:`mde_t` serves the t-test over launches. :func:`mde_floor` is not an MDE: it is the smallest effect
+the test can detect at all, at any power.
+
+Planning formulas (normal approximation): MDE = (z_{1-α/2} + z_{power}) · SE, with z_{0.975} + z_{0.8} =
+2.8016: unpaired sqrt(2p(1-p)/n), paired sqrt(ψ/n), R repeats per arm sqrt(ψ_AA/(nR)).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import math
 
 import numpy as np
 from scipy.special import ndtr, ndtri
+from scipy.stats import binom
 
 
 def z_sum(alpha: float = 0.05, power: float = 0.8) -> float:
@@ -54,13 +60,90 @@ def power_at(effect: float | np.ndarray, se: float | np.ndarray, alpha: float = 
     return ndtr(e - z) + ndtr(-e - z)
 
 
-def min_detectable_discordant(alpha: float = 0.05) -> int:
-    """Fewest discordant pairs, all in one direction, that an exact two-sided McNemar test can call
-    significant: the smallest k with 2 * 0.5**k < alpha (6 at alpha = 0.05)."""
-    return int(math.floor(math.log2(2.0 / alpha))) + 1
+def min_detectable_discordant(alpha: float = 0.05, mid_p: bool = True) -> int:
+    """Fewest discordant pairs, all in one direction, that the two-sided paired sign-flip (McNemar) test
+    can call significant: the smallest k with 0.5**k < alpha for the mid-p test (5 at alpha = 0.05), with
+    2 * 0.5**k < alpha for the exact test (6)."""
+    return int(math.floor(math.log2((1.0 if mid_p else 2.0) / alpha))) + 1
 
 
-def mde_floor(n: float, alpha: float = 0.05) -> float:
-    """No paired design detects an effect below ``min_detectable_discordant(alpha) / n``: the floor of the
-    MDE when the observed discordance is zero (the ψ formulas would say 0)."""
-    return min_detectable_discordant(alpha) / n
+def mde_floor(n: float, alpha: float = 0.05, mid_p: bool = True) -> float:
+    """The smallest effect the test can detect at all (at any power): ``min_detectable_discordant / n``.
+    Not an MDE at 80 % power (that is :func:`mde_paired_exact`)."""
+    return min_detectable_discordant(alpha, mid_p) / n
+
+
+def critical_counts(m: np.ndarray, alpha: float = 0.05, mid_p: bool = True) -> np.ndarray:
+    """For each number m of discordant pairs, the smallest count c of them on one side at which the
+    two-sided paired sign-flip (McNemar) test rejects (m + 1 when it never does); vectorised bisection."""
+    m = np.asarray(m, dtype=np.int64)
+
+    def p_at(c: np.ndarray) -> np.ndarray:
+        k = m - c
+        p = 2 * binom.cdf(k, m, 0.5) - (binom.pmf(k, m, 0.5) if mid_p else 0.0)
+        return np.where(2 * c == m, 1.0, np.minimum(p, 1.0))
+
+    lo = (m + 1) // 2          # p(lo) >= alpha or lo rejects already (only when m tiny: never)
+    hi = m + 1                 # sentinel: not rejecting
+    rej_top = p_at(m) < alpha
+    hi = np.where(rej_top, m, hi)
+    lo = np.where(rej_top, lo, m + 1)
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        r = p_at(mid) < alpha
+        hi = np.where((hi - lo > 1) & r, mid, hi)
+        lo = np.where((hi - lo > 1) & ~r, mid, lo)
+    return np.where(p_at(np.minimum(lo, m)) < alpha, lo, hi)
+
+
+def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = 0.05,
+                       mid_p: bool = True) -> float:
+    """Exact power of the two-sided paired sign-flip (McNemar) test, mid-p by default, for n questions.
+
+    Model of the alternative: the arms disagree by chance on ``psi_noise`` of the questions, evenly in
+    both directions, and the effect adds ``effect`` (a share of questions) on B's side, so the discordant
+    count is Binomial(n, ψ) with ψ = psi_noise + |effect|, and B's share of them (ψ_noise/2 + |effect|)/ψ.
+    Sums over every discordant count, no normal approximation.
+    """
+    e = abs(float(effect))
+    psi = min(1.0, psi_noise + e)
+    if psi <= 0 or n <= 0:
+        return 0.0
+    n = int(n)
+    mean, sd = n * psi, math.sqrt(n * psi * (1 - psi))
+    ms = np.arange(int(max(1, math.floor(mean - 10 * sd - 10))), int(min(n, math.ceil(mean + 10 * sd + 10))) + 1)
+    w = binom.pmf(ms, n, psi)
+    share = (psi_noise / 2 + e) / psi
+    crit = critical_counts(ms, alpha, mid_p)
+    p_rej = binom.sf(crit - 1, ms, share) + binom.cdf(ms - crit, ms, share)
+    p_rej = np.where(crit <= ms, p_rej, 0.0)
+    return float(np.sum(w * p_rej))
+
+
+def mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: float = 0.8,
+                     mid_p: bool = True) -> float:
+    """Smallest effect (share of questions) the paired sign-flip test detects with the given power
+    (:func:`power_paired_exact`, n rounded to a whole number of questions); bisection on the effect."""
+    n_int = max(1, int(round(n)))
+    top = max(1e-9, 1.0 - psi_noise)
+    guess = z_sum(alpha, power) * math.sqrt(max(psi_noise, 1.0 / n_int) / n_int)   # normal approximation
+    lo, hi = 0.0, min(top, 3 * guess + 12.0 / n_int)
+    if power_paired_exact(n_int, psi_noise, hi, alpha, mid_p) < power:
+        lo, hi = hi, top
+        if power_paired_exact(n_int, psi_noise, hi, alpha, mid_p) < power:
+            return float("inf")
+    while hi - lo > 1e-5 * max(hi, 1e-3):
+        mid = (lo + hi) / 2
+        if power_paired_exact(n_int, psi_noise, mid, alpha, mid_p) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def mde_t(se: float, df: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """MDE of a two-sided t-test on an estimate with standard error ``se`` and ``df`` degrees of freedom:
+    (t_{1-α/2} + t_{power})·SE (the usual approximation to the noncentral t)."""
+    from scipy.stats import t
+
+    return float((t.ppf(1 - alpha / 2, df) + t.ppf(power, df)) * se)

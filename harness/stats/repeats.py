@@ -1,17 +1,17 @@
-"""Repeated runs per arm: per-question mean scores, question-level (cluster) inference, A/A noise floor.
+"""Repeated runs per arm: per-question mean scores, the question-level (cluster) bootstrap, discordance and
+the A/A noise band.
 
 Runs of one arm are a matrix ``(R, n)`` of 0/1 scores (runs x questions, aligned by question). Runs of
-the same question are correlated, so inference resamples or permutes *within questions*, never runs as
-if the R·n outcomes were independent (:func:`naive_run_bootstrap_ci` exists only to show why).
+the same question are correlated, so inference resamples questions (each with all of its runs), never
+runs as if the R·n outcomes were independent (:func:`naive_run_bootstrap_ci` exists only to show why).
+The verdict's inference with repeats is in :mod:`.analysis` (launches as replicates).
 """
 
 from __future__ import annotations
 
-from itertools import combinations
-
 import numpy as np
 
-from ._rng import SeedLike, as_rng
+from ._rng import SeedLike
 from .paired import paired_bootstrap_ci
 from .proportions import z_crit
 from .resample import DEFAULT_MAX_ELEMS, bootstrap_means, percentile_interval
@@ -51,48 +51,6 @@ def naive_run_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float 
     return percentile_interval(bootstrap_means(d, n_resamples, seed, max_elems), alpha)
 
 
-def permutation_test(a_runs: np.ndarray, b_runs: np.ndarray, n_permutations: int = 10_000,
-                     seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> dict[str, float]:
-    """Within-question permutation test of the arm labels for 0/1 scores (two-sided).
-
-    Null: on every question the R_A + R_B runs are exchangeable between arms. Permuting labels within a
-    question gives arm B a hypergeometric number of that question's correct runs, so permutations are
-    drawn directly as hypergeometric counts (questions answered identically by every run contribute 0).
-    Statistic: Δ = mean over questions of (B mean - A mean). p = (1 + #{|Δ*| >= |Δ|}) / (B + 1).
-    """
-    a = as_runs(a_runs)
-    b = as_runs(b_runs)
-    if a.shape[1] != b.shape[1]:
-        raise ValueError("arms are not aligned by question")
-    if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all()):
-        raise ValueError("the permutation test needs 0/1 scores")
-    ra, rb = a.shape[0], b.shape[0]
-    n = a.shape[1]
-    ka = a.sum(axis=0)
-    kb = b.sum(axis=0)
-    k = (ka + kb).astype(np.int64)
-    delta = float(np.mean(kb / rb - ka / ra))
-    mixed = (k > 0) & (k < ra + rb)
-    km = k[mixed]
-    m = km.size
-    if m == 0:
-        return {"delta": delta, "p_value": 1.0, "n_permutations": n_permutations, "n_mixed": 0}
-    rng = as_rng(seed)
-    # Δ* = (1/n) Σ_i [X_i / rb - (k_i - X_i) / ra] over mixed questions, X_i ~ Hypergeom(k_i, T - k_i, rb)
-    const = -np.sum(km) / ra
-    scale = 1.0 / rb + 1.0 / ra
-    chunk = max(1, min(n_permutations, max_elems // m or 1))
-    exceed = 0
-    tol = 1e-9 / max(1, n)
-    for start in range(0, n_permutations, chunk):  # chunks of permutations, not single permutations
-        size = min(chunk, n_permutations - start)
-        x = rng.hypergeometric(km, ra + rb - km, rb, size=(size, m))
-        dstar = (scale * x.sum(axis=1) + const) / n
-        exceed += int(np.sum(np.abs(dstar) >= abs(delta) - tol))
-    p = (1 + exceed) / (n_permutations + 1)
-    return {"delta": delta, "p_value": float(p), "n_permutations": n_permutations, "n_mixed": int(m)}
-
-
 def discordance(x: np.ndarray, y: np.ndarray) -> float:
     """Share of questions answered differently (right vs wrong) by two runs; NaN entries are skipped."""
     x = np.asarray(x, dtype=float)
@@ -101,14 +59,6 @@ def discordance(x: np.ndarray, y: np.ndarray) -> float:
     if not ok.any():
         return float("nan")
     return float(np.mean(x[ok] != y[ok]))
-
-
-def psi_aa(*groups: np.ndarray) -> float | None:
-    """A/A discordance ψ_AA: mean discordance over all pairs of runs *within* each group (each group is
-    the ``(R, n)`` runs of one unchanged configuration). None when no group has two runs."""
-    vals = [discordance(g[i], g[j]) for g in map(as_runs, groups) for i, j in combinations(range(len(g)), 2)]
-    vals = [v for v in vals if not np.isnan(v)]
-    return float(np.mean(vals)) if vals else None
 
 
 def effective_repeats(r_a: int, r_b: int) -> float:

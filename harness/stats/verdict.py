@@ -1,26 +1,64 @@
-"""The one-word verdict of a comparison, with the reason behind it."""
+"""The one-word verdict of a comparison, with the reason behind it and the test that decided it.
+
+The question asked is explicit (``hypothesis``):
+
+- ``superiority`` (default): does B differ from A? ``improved`` / ``regressed`` when the two-sided test
+  rejects at α; with a margin, ``equivalent`` when the arms are shown within it; else ``inconclusive``.
+- ``noninferiority``: is B no worse than A by more than the margin? ``noninferior`` when the lower bound of
+  the two-sided (1 - α) interval lies above -margin (the one-sided test at α/2, 0.025 by default, as
+  regulators use); ``improved`` when B is also significantly better; ``regressed`` only when B is
+  significantly worse AND non-inferiority is not shown.
+- ``equivalence``: are the arms within ±margin? ``equivalent`` when the (1 - 2α) interval lies inside
+  (TOST at α); else ``improved`` / ``regressed`` when significant; else ``inconclusive``.
+
+A declared practical effect (``min_effect``) is judged on the interval: ``improved`` needs the interval's
+lower bound above +min_effect (``regressed``: upper bound below -min_effect), not only the point estimate.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-VERDICTS = ("improved", "regressed", "equivalent", "inconclusive", "not_comparable")
+VERDICTS = ("improved", "regressed", "equivalent", "noninferior", "inconclusive", "not_comparable")
+HYPOTHESES = ("superiority", "noninferiority", "equivalence")
 
 
 @dataclass(frozen=True)
 class Verdict:
     word: str
     reason: str
+    #: what decided the verdict: the test of superiority | equivalence | noninferiority, or ``errors`` (the
+    #: verdict changes when errored answers are counted wrong for one arm); None for not_comparable
+    basis: str | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the verdict is decided from (proportions as fractions)."""
+
+    delta: float
+    #: two-sided test of Δ = 0 and its name
+    p: float
+    test: str
+    #: two-sided (1 - α) interval of Δ and its method
+    ci: Sequence[float]
+    ci_method: str
+    #: (1 - 2α) interval (TOST) and the TOST p, when a margin is set
+    ci_tost: Sequence[float] | None = None
+    p_equivalence: float | None = None
+    #: one-sided p of H0 Δ <= -margin, when a margin is set
+    p_noninferiority: float | None = None
+    mde: float | None = None
+    p_floor: float | None = None
 
 
 def _pp(x: float) -> str:
     return f"{100 * x:+.2f} pp"
 
 
-def _interval(ci: Sequence[float], alpha: float, method: str | None) -> str:
-    return (f"{100 * (1 - 2 * alpha):g} % {method or 'TOST'} interval "
-            f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] pp")
+def _ci(ci: Sequence[float], level: float, method: str) -> str:
+    return f"{100 * level:g} % {method} [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] pp"
 
 
 def format_p(p: float, floor: float | None = None) -> str:
@@ -33,58 +71,89 @@ def format_p(p: float, floor: float | None = None) -> str:
     return f"p = {p:.3g}"
 
 
-def decide(*, delta: float, p_value: float, alpha: float = 0.05, mde: float | None = None,
-           margin: float | None = None, equivalence_p: float | None = None,
-           min_effect: float | None = None, failures: Sequence[str] = (),
-           error_rate: float = 0.0, max_error_rate: float = 0.02, p_floor: float | None = None,
-           equivalence_ci: Sequence[float] | None = None,
-           equivalence_method: str | None = None) -> Verdict:
-    """Verdict of B against A.
-
-    - ``not_comparable``: any entry in ``failures`` (an arm failed, a side check failed, ...) or
-      ``error_rate`` above ``max_error_rate``;
-    - ``improved`` / ``regressed``: the test rejects (``p_value < alpha``) AND, when a practical effect
-      size ``min_effect`` is declared, |Δ| reaches it; the sign of Δ (B - A) gives the direction;
-    - ``equivalent``: a ``margin`` is declared and TOST passes (``equivalence_p < alpha``) and, when the
-      TOST interval ``equivalence_ci`` (level 1 - 2α, from ``equivalence_method``) is given, it has
-      non-zero width and lies inside (-margin, +margin) — never on a zero-width interval;
-    - ``inconclusive`` otherwise, with the MDE in the reason.
-
-    ``p_floor`` is the smallest value ``p_value`` can take (1/(R+1) for a test on R resamples); a p-value at
-    the floor is written ``p < 1/R``.
-    """
+def not_comparable(failures: Sequence[str], error_rate: float, max_error_rate: float) -> Verdict | None:
+    """``not_comparable`` when an arm failed, a side check failed or errors exceed the limit."""
     problems = list(failures)
     if error_rate > max_error_rate:
         problems.append(f"request errors {100 * error_rate:.2f} % exceed {100 * max_error_rate:.2f} %")
-    if problems:
-        return Verdict("not_comparable", "; ".join(problems))
-    p_txt = format_p(p_value, p_floor)
-    eq_ci_ok = equivalence_ci is None or (
-        equivalence_ci[1] > equivalence_ci[0] and margin is not None
-        and -margin < equivalence_ci[0] and equivalence_ci[1] < margin)
-    significant = p_value < alpha
-    practical = min_effect is None or abs(delta) >= min_effect
-    if significant and practical and delta != 0:
-        word = "improved" if delta > 0 else "regressed"
-        extra = f", |Δ| >= declared effect {100 * min_effect:.2f} pp" if min_effect is not None else ""
-        return Verdict(word, f"Δ = {_pp(delta)}, {p_txt} < α = {alpha:g}{extra}")
-    if margin is not None and equivalence_p is not None and equivalence_p < alpha and eq_ci_ok:
-        ci_txt = ""
-        if equivalence_ci is not None:
-            ci_txt = f"; {_interval(equivalence_ci, alpha, equivalence_method)} inside the margin"
-        return Verdict("equivalent", f"Δ = {_pp(delta)} within ±{100 * margin:.2f} pp "
-                                     f"(TOST {format_p(equivalence_p)} < α = {alpha:g}{ci_txt})")
-    mde_txt = f"; MDE at 80 % power = {100 * mde:.2f} pp" if mde is not None else ""
-    if significant and not practical:
-        why = (f"Δ = {_pp(delta)} is significant ({p_txt}) but below the declared effect "
-               f"{100 * min_effect:.2f} pp")
+    return Verdict("not_comparable", "; ".join(problems)) if problems else None
+
+
+def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = 0.05, margin: float | None = None,
+           min_effect: float | None = None, failures: Sequence[str] = (), error_rate: float = 0.0,
+           max_error_rate: float = 0.02) -> Verdict:
+    """Verdict of B against A for the question ``hypothesis`` (see the module docstring)."""
+    if hypothesis not in HYPOTHESES:
+        raise ValueError(f"unknown hypothesis {hypothesis!r} ({' | '.join(HYPOTHESES)})")
+    if hypothesis != "superiority" and margin is None:
+        raise ValueError(f"hypothesis {hypothesis} needs a margin")
+    nc = not_comparable(failures, error_rate, max_error_rate)
+    if nc is not None:
+        return nc
+    level = 1 - alpha
+    p_txt = f"{e.test} {format_p(e.p, e.p_floor)}"
+    ci_txt = _ci(e.ci, level, e.ci_method)
+    sig = e.p < alpha
+    lo, hi = float(e.ci[0]), float(e.ci[1])
+    bar = min_effect or 0.0
+    up = sig and e.delta > 0 and lo > bar
+    down = sig and e.delta < 0 and hi < -bar
+    eff_txt = f", beyond the declared effect ±{100 * bar:.2f} pp" if min_effect is not None else ""
+
+    def directional() -> Verdict:
+        word = "improved" if up else "regressed"
+        return Verdict(word, f"Δ = {_pp(e.delta)}, {p_txt} < α = {alpha:g}; {ci_txt}{eff_txt}", "superiority")
+
+    eq = (margin is not None and e.ci_tost is not None and e.p_equivalence is not None
+          and e.ci_tost[1] > e.ci_tost[0] and -margin < e.ci_tost[0] and e.ci_tost[1] < margin)
+    ni = margin is not None and e.p_noninferiority is not None and lo > -margin
+    m_txt = f"±{100 * margin:.2f} pp" if margin is not None else ""
+
+    def equivalent() -> Verdict:
+        assert e.ci_tost is not None and e.p_equivalence is not None
+        return Verdict("equivalent", f"Δ = {_pp(e.delta)} within {m_txt}: "
+                                     f"{_ci(e.ci_tost, 1 - 2 * alpha, e.ci_method)} inside the margin "
+                                     f"(TOST {format_p(e.p_equivalence)} < α = {alpha:g})", "equivalence")
+
+    if hypothesis == "equivalence" and eq:
+        return equivalent()
+    if up:
+        return directional()
+    if hypothesis == "noninferiority" and ni:
+        assert margin is not None and e.p_noninferiority is not None
+        extra = ("; B is significantly lower than A (the interval excludes 0) but by less than the margin"
+                 if sig and e.delta < 0 else "")
+        return Verdict("noninferior", f"B is not worse than A by {100 * margin:.2f} pp or more: lower bound of the "
+                                      f"{ci_txt} is above −{100 * margin:.2f} pp (one-sided "
+                                      f"{format_p(e.p_noninferiority)} < {alpha / 2:g}){extra}", "noninferiority")
+    if down:
+        return directional()
+    if hypothesis == "superiority" and eq:
+        return equivalent()
+
+    mde_txt = f"; MDE at 80 % power = {100 * e.mde:.2f} pp" if e.mde is not None and e.mde < 1 else ""
+    # Only the p of the claim the question asks is quoted: the superiority test's, or the TOST's, or the
+    # one-sided non-inferiority test's.
+    basis = {"superiority": "superiority", "noninferiority": "noninferiority", "equivalence": "equivalence"}[hypothesis]
+    if basis == "noninferiority":
+        assert margin is not None
+        why = (f"non-inferiority not shown: Δ = {_pp(e.delta)}, the lower bound of the {ci_txt} is not above "
+               f"−{100 * margin:.2f} pp (one-sided {format_p(e.p_noninferiority or 1.0)} >= {alpha / 2:g})")
+        return Verdict("inconclusive", why + mde_txt, basis)
+    if basis == "equivalence":
+        assert margin is not None
+        tci = f"{_ci(e.ci_tost, 1 - 2 * alpha, e.ci_method)} " if e.ci_tost is not None else "the interval "
+        why = (f"equivalence not shown: Δ = {_pp(e.delta)}, {tci}not inside {m_txt} "
+               f"(TOST {format_p(e.p_equivalence if e.p_equivalence is not None else 1.0)} >= α = {alpha:g})")
+        return Verdict("inconclusive", why + mde_txt, basis)
+    if sig and min_effect is not None and e.delta != 0:
+        why = (f"Δ = {_pp(e.delta)} is significant ({p_txt}) but the {ci_txt} does not exclude effects "
+               f"smaller than the declared effect {100 * min_effect:.2f} pp")
+    elif sig:   # the test rejects but the interval includes 0 (they are different methods)
+        why = f"the test rejects ({p_txt}) but the {ci_txt} includes 0: not shown which way Δ = {_pp(e.delta)} goes"
     else:
-        why = f"no detectable difference: Δ = {_pp(delta)}, {p_txt} >= α = {alpha:g}"
+        why = f"no detectable difference: Δ = {_pp(e.delta)}, {p_txt} >= α = {alpha:g}; {ci_txt}"
     if margin is not None:
-        why += f"; not shown within ±{100 * margin:.2f} pp"
-        if equivalence_ci is not None:
-            tp = f", TOST {format_p(equivalence_p)}" if equivalence_p is not None else ""
-            why += f" ({_interval(equivalence_ci, alpha, equivalence_method)}{tp})"
-        elif equivalence_p is not None:
-            why += f" (TOST {format_p(equivalence_p)})"
-    return Verdict("inconclusive", why + mde_txt)
+        tci = f" ({_ci(e.ci_tost, 1 - 2 * alpha, e.ci_method)})" if e.ci_tost is not None else ""
+        why += f"; not shown within {m_txt}{tci}"
+    return Verdict("inconclusive", why + mde_txt, basis)

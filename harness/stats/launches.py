@@ -1,0 +1,119 @@
+"""Runs grouped by server launch: per-question arm means, launch accuracies, launch-to-launch variation.
+
+An arm's runs are a ``(R, n)`` matrix of 0/1 scores (NaN = errored or missing) with one launch id per run.
+Runs of one launch are passes over the questions on the same server; noise fixed for a launch repeats in
+all of them, so a launch, not a run, is the replicate. Per question an arm's mean is the mean over its
+launches of each launch's mean over its passes (NaN skipped: a question uses the runs it has).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import chi2
+
+
+@dataclass(frozen=True)
+class ArmRuns:
+    """An arm's scores ``(R, n)`` (1 right, 0 wrong, NaN errored/missing) and the launch id of each run."""
+
+    scores: np.ndarray
+    launches: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        s = np.asarray(self.scores, dtype=float)
+        if s.ndim == 1:
+            s = s[None, :]
+        object.__setattr__(self, "scores", s)
+        object.__setattr__(self, "launches", tuple(str(x) for x in self.launches))
+        if len(self.launches) != s.shape[0]:
+            raise ValueError(f"{s.shape[0]} runs but {len(self.launches)} launch ids")
+
+    @classmethod
+    def one_launch_per_run(cls, scores: np.ndarray, prefix: str = "run") -> ArmRuns:
+        s = np.asarray(scores, dtype=float)
+        s = s[None, :] if s.ndim == 1 else s
+        return cls(s, tuple(f"{prefix}{i}" for i in range(s.shape[0])))
+
+    @property
+    def n_runs(self) -> int:
+        return int(self.scores.shape[0])
+
+    def launch_ids(self) -> list[str]:
+        """Distinct launch ids in order of first appearance."""
+        return list(dict.fromkeys(self.launches))
+
+    def passes_per_launch(self) -> list[int]:
+        return [self.launches.count(k) for k in self.launch_ids()]
+
+    def with_scores(self, scores: np.ndarray) -> ArmRuns:
+        return ArmRuns(scores, self.launches)
+
+    def concat(self, other: ArmRuns) -> ArmRuns:
+        return ArmRuns(np.vstack([self.scores, other.scores]), self.launches + other.launches)
+
+
+def _nanmean(x: np.ndarray, axis: int) -> np.ndarray:
+    ok = ~np.isnan(x)
+    cnt = ok.sum(axis=axis)
+    tot = np.where(ok, x, 0.0).sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
+
+
+def launch_means(arm: ArmRuns) -> np.ndarray:
+    """``(L, n)``: per launch, each question's mean over that launch's passes (NaN when none answered)."""
+    ids = np.asarray(arm.launches)
+    return np.vstack([_nanmean(arm.scores[ids == k], axis=0) for k in arm.launch_ids()])
+
+
+def question_means(arm: ArmRuns) -> np.ndarray:
+    """``(n,)``: per question, the mean over launches of the launch means (NaN when no run answered)."""
+    return _nanmean(launch_means(arm), axis=0)
+
+
+def launch_accuracies(arm: ArmRuns, keep: np.ndarray | None = None) -> np.ndarray:
+    """Accuracy of each launch over the questions ``keep`` (all by default), NaN skipped."""
+    lm = launch_means(arm)
+    if keep is not None:
+        lm = lm[:, keep]
+    return _nanmean(lm, axis=1)
+
+
+def heterogeneity_q(y: np.ndarray) -> tuple[float, int, int]:
+    """Cochran's Q for ``(L, n)`` launch means of one arm, over the questions every launch answered.
+
+    Q = (L - 1)·n·SS_launch / SS_within, SS_launch = n Σ_l (m_l - m̄)², SS_within = Σ_{l,i} (y_li - ȳ_i)²;
+    for 0/1 scores this is exactly Cochran's Q (H0: every launch has the same accuracy; per question the
+    launches are exchangeable), approximately χ²(L - 1). Returns (Q, df, questions used); Q = 0 when the
+    launches agree on every question.
+    """
+    y = np.asarray(y, dtype=float)
+    y = y[:, ~np.isnan(y).any(axis=0)]
+    L, n = y.shape
+    if L < 2 or n == 0:
+        return 0.0, 0, int(n)
+    within = float(np.sum((y - y.mean(axis=0)) ** 2))
+    m = y.mean(axis=1)
+    ss_launch = n * float(np.sum((m - m.mean()) ** 2))
+    q = (L - 1) * n * ss_launch / within if within > 0 else 0.0
+    return float(q), L - 1, int(n)
+
+
+def launch_heterogeneity(arms: Sequence[ArmRuns]) -> dict[str, Any] | None:
+    """Do launches of the same configuration differ in accuracy more than question-level noise explains?
+
+    Cochran's Q of each configuration with two or more launches, summed (independent configurations);
+    p from χ² with the summed df. None when no configuration has two launches (nothing to resolve it).
+    """
+    qs = [heterogeneity_q(launch_means(a)) for a in arms if len(a.launch_ids()) >= 2]
+    qs = [q for q in qs if q[1] > 0]
+    if not qs:
+        return None
+    q = sum(x[0] for x in qs)
+    df = sum(x[1] for x in qs)
+    return {"test": "Cochran's Q over launches of each arm (questions as blocks)", "q": float(q), "df": int(df),
+            "p": float(chi2.sf(q, df))}
