@@ -200,6 +200,7 @@ def _llamacpp_missing() -> str | None:
 
 @pytest.mark.slow
 @pytest.mark.real_model
+@pytest.mark.timeout(5400)  # llama-cpp-python ranks the whole vocabulary for every echoed token: ~30 min
 @pytest.mark.skipif(_llamacpp_missing() is not None, reason=str(_llamacpp_missing()))
 def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
     run_dir = tmp_path / "cpu"
@@ -207,7 +208,7 @@ def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
                 cwd=tmp_path, timeout=5400)
     assert r.returncode == 0, r.stderr[-3000:]
     c = read_json(run_dir / "comparison.json")
-    assert c["verdict"] in ("inconclusive", "equivalent")  # accuracy cannot separate the arms
+    assert c["verdict"] in ("inconclusive", "equivalent", "noninferior")  # accuracy cannot separate the arms
     d = c["divergence"]
     assert d["verdict"] == "diverged", d["verdict_reason"]
     assert d["kld_mean"] > 3 * d["kld_mean_aa"] and d["questions"] >= 5  # 5 sign flips: p >= 1/32

@@ -93,6 +93,8 @@ def accuracy_phrase(c: Mapping[str, Any]) -> str:
         return f"B worse by {pp(c.get('delta'))}"
     if word == "equivalent":
         return f"equivalent within ±{pp(margin, signed=False)}"
+    if word == "noninferior":
+        return f"non-inferior within {pp(margin, signed=False)}"
     if word == "not_comparable":
         return "not comparable"
     if tost and margin is not None and (_num(tost.get("p_noninferiority")) or 1.0) < alpha:
