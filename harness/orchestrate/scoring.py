@@ -108,8 +108,9 @@ class ScoringPhase:
         launch = self.pool.acquire(p.arm_key, p.role, fresh=p.fresh, label="[scoring]")
         launch.passes += 1
         engine = launch.engine
-        self.log.say(f"scoring {p.rel_dir} ({'reference pass' if p.name == 'ref' else 'A/A floor' if p.name == 'aa' else 'compared pass'}"
-                     f", arm {p.arm_key}, launch {launch.id}) on {engine.url}")
+        what = {"ref": "reference pass", "ab": "compared pass",
+                "aa": f"{self.reference.upper()}/{self.reference.upper()} floor"}[p.name]
+        self.log.say(f"scoring {p.rel_dir} ({what}, arm {p.arm_key}, launch {launch.id}) on {engine.url}")
         meta: dict[str, Any] = {"pass": p.name, "arm": p.arm_key, "role": p.role, "launch": launch.id,
                                 "engine": engine.kind, "simulated": engine.simulated, "reference": self.reference,
                                 "reference_sha256": texts}
