@@ -8,8 +8,10 @@ The pipeline, in order:
    stops here, with the exit code a real run would have);
 3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
    checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
-4. finish: the paired statistics (``comparison.json``), ``summary.json``, a table on the terminal and
-   ``report.html``.
+4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
+   other arm's and a fresh launch of its own (:mod:`~harness.orchestrate.scoring`), after every accuracy eval;
+5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
+   table on the terminal and ``report.html``.
 
 Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the task returns the code and the
 :class:`ExitCode` callback raises :class:`RunExit` with it at the end of the run (or sweep).
@@ -42,6 +44,7 @@ from harness.client import ClientConfig
 from harness.compare import CompareError, compare_dirs, format_summary
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
 from harness.cost import config_gpus, cost_from_manifest, format_cost
+from harness.divergence import compute_divergence
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.evaluate import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.fileio import StoreError
@@ -62,11 +65,13 @@ from harness.orchestrate.rundir import (
     write_failure_summary,
 )
 from harness.orchestrate.schedule import Item, schedule, sequential_schedule
+from harness.orchestrate.scoring import ScoringPhase
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.redact import redact_text
 from harness.redact_stdio import redacted_stdio
 from harness.report import write_markdown, write_report
 from harness.report.cost import sequential_line
+from harness.report.divergence import combined_sentence, terminal_line
 from harness.stats.sequential import operating_characteristics
 from harness.sweep import redact_multirun_yaml
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
@@ -129,7 +134,12 @@ def format_table(summary: Mapping[str, Any], c: schema.Comparison) -> str:
     ``abh compare`` and ``abh ab`` print (:func:`harness.compare.format_summary`)."""
     head = (f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
             f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
-    return head + "\n" + format_summary(c)
+    lines = [head, format_summary(c)]
+    div = c.get("divergence")
+    if isinstance(div, dict):
+        lines.append(terminal_line(div))
+        lines.append(combined_sentence(c))
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -160,6 +170,8 @@ class Run:
                      "rows": len(self.test)})
         self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
                                concurrent=bool(self.x.concurrent_servers))
+        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
+                        if cfg.divergence.enabled else None)
         #: GPUs one server of each arm holds (engine.gpus, else derived from its flags): the cost accounting
         self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
         #: a sequential run's looks (experiment.sequential), continued from the manifest's record
@@ -308,6 +320,8 @@ class Run:
                 self.run_items(items, len(items))
             else:
                 self.measure_sequential(items)
+            if self.scoring is not None:  # after every accuracy eval, never inside one
+                self.scoring.run()
         finally:
             self.pool.stop_all()
             self.manifest.end_session()
@@ -400,6 +414,10 @@ class Run:
             seq = self.looks.record(cost)
             m.record("sequential", seq)
             apply_to_comparison(comparison, seq)  # type: ignore[arg-type]
+        if self.scoring is not None:
+            d = self.scoring.dirs()
+            comparison["divergence"] = compute_divergence(  # type: ignore[typeddict-item]
+                d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference)
         schema.write_comparison(run_dir / COMPARISON, comparison)
         fail_on = self.cfg.get("fail_on")
         code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
@@ -417,6 +435,9 @@ class Run:
             "repeats": x.repeats if seq is None else seq["repeats_run"], "aa_control": x.aa_control,
             "design": design, "cost": cost, "exit_code": code,  # type: ignore[typeddict-item]
         }
+        div = comparison.get("divergence")
+        if div is not None:
+            summary["divergence"] = {k: div.get(k) for k in ("verdict", "kld_mean", "kld_mean_aa", "p", "effect")}
         if seq is not None:
             summary["sequential"] = seq  # type: ignore[typeddict-item]
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)

@@ -93,6 +93,8 @@ def accuracy_phrase(c: Mapping[str, Any]) -> str:
         return f"B worse by {pp(c.get('delta'))}"
     if word == "equivalent":
         return f"equivalent within ±{pp(margin, signed=False)}"
+    if word == "noninferior":
+        return f"non-inferior within {pp(margin, signed=False)}"
     if word == "not_comparable":
         return "not comparable"
     if tost and margin is not None and (_num(tost.get("p_noninferiority")) or 1.0) < alpha:
@@ -121,6 +123,17 @@ def terminal_line(div: Mapping[str, Any] | None) -> str:
             f"{_p(div)}; same top token {pct(div.get('same_top_rate'), 1)} vs {pct(div.get('same_top_rate_aa'), 1)}; "
             f"texts identical {pct(div.get('text_identical_rate'), 1)} vs {pct(div.get('text_identical_rate_aa'), 1)} "
             f"({div.get('tokens')} tokens, {div.get('questions')} questions)")
+
+
+def kld_cell(row: Mapping[str, Any]) -> str:
+    """A sweep row's divergence in one cell, ``0.023 (0.0003) *``: mean KLD A‖B, in brackets the A/A floor's,
+    ``*`` when diverged beyond it; "not measured", or "n/a" when the job did not score."""
+    word = row.get("divergence")
+    if not word:
+        return "n/a"
+    if word not in ("diverged", "indistinguishable"):
+        return "not measured"
+    return f"{kld(row.get('kld'))} ({kld(row.get('kld_aa'))})" + (" *" if word == "diverged" else "")
 
 
 def facts(div: Mapping[str, Any]) -> list[str]:
@@ -291,6 +304,7 @@ def section(div: Mapping[str, Any] | None, comparison: Mapping[str, Any] | None 
     measured = word in ("diverged", "indistinguishable")
     return {
         "verdict": word,
+        "reference": div.get("reference") or "a",
         "label": verdict_label(word),
         "color": VERDICT_COLORS.get(word, "#333333"),
         "sentence": sentence(div) if div else sentence(None),
