@@ -50,7 +50,7 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
                      "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p"),
                      "p_value_floor": c.get("p_floor"),
                      "p_value_at_floor": bool(c.get("p") is not None and c.get("p_floor") is not None
-                                              and c["p"] <= c["p_floor"] * (1 + 1e-9)),  # type: ignore[operator]
+                                              and c["p"] <= c["p_floor"] * (1 + 1e-9)),
                      "test_alpha": c.get("test_alpha") or c.get("alpha", 0.05),
                      "mde": c.get("mde"), "verdict": c.get("verdict", "not_comparable"), "alpha": c.get("alpha", 0.05),
                      "simulated": bool(c.get("simulated")), **_divergence_cells(c)})  # type: ignore[typeddict-item]
