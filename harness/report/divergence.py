@@ -41,8 +41,8 @@ def kld(x: Any) -> str:
         return "0"
     if abs(v) >= 1e-4:
         return f"{v:.2g}" if abs(v) < 0.1 else f"{v:.3g}"
-    m, e = f"{v:.2g}".split("e")
-    return f"{m}e{int(e)}"
+    m, e = f"{v:.1e}".split("e")  # always an exponent (":.2g" writes 9.99e-05 as 0.0001)
+    return f"{m.removesuffix('.0')}e{int(e)}"
 
 
 def _p(div: Mapping[str, Any]) -> str:
