@@ -2,7 +2,9 @@
 
 ``abh compare`` writes into ``--out``: ``comparison.json`` (:class:`harness.schema.Comparison`, with the arm
 names and the command that made it), ``comparison.md`` (paste-ready), ``report.html``, and the answers of
-every compared run as ``samples.parquet`` / ``samples.csv``. Its exit codes are those of ``abh run``:
+every compared run as ``samples.parquet`` / ``samples.csv``. When the directories record scoring passes
+(``scores.json``: arm A's reference pass in an ``--a`` directory, B's in a ``--b`` one, the A/A floor in an
+``--aa`` one), ``comparison.json`` also gets the ``divergence`` object (:mod:`harness.divergence`). Its exit codes are those of ``abh run``:
 
 - 2: bad command line, unreadable or incomparable evals (different questions, an unknown schema_version,
   an incomplete eval unless ``--allow-incomplete``); nothing is written;
@@ -27,8 +29,10 @@ from harness.compare import (
     failure_exit,
     format_summary,
 )
+from harness.divergence import divergence_of_dirs, has_pass
 from harness.gate import FAIL_ON, comparison_exit
 from harness.redact import redact_argv
+from harness.report.divergence import terminal_line
 from harness.schema import ArmNames, Comparison, EvalMeta, EvalSummary
 from harness.store import StoreError, incomplete_reason, load_eval
 
@@ -41,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--b", action="append", required=True, type=Path, metavar="DIR",
                     help="eval directory of arm B (repeat the option for repeats)")
     ap.add_argument("--aa", action="append", default=[], type=Path, metavar="DIR",
-                    help="extra A/A runs of arm A's configuration (noise floor)")
+                    help="extra A/A runs of arm A's configuration (noise floor); a directory holding only a "
+                         "scoring pass (scores.json, no eval) is the divergence's A/A floor")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR")
     ap.add_argument("--a-name", default=None, metavar="NAME",
                     help="name of arm A in the outputs (default: the arm its eval.json names, else A)")
@@ -103,23 +108,31 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         print(f"abh compare: --out {args.out} exists and is not a directory", file=sys.stderr)
         return exitcodes.BAD_CONFIG
+    # an --aa directory with a scoring pass and no eval is the divergence's floor only, not an accuracy run
+    aa_evals = [d for d in args.aa if not (has_pass(d) and not (d / schema.EVAL_FILE).exists())]
     try:
         evals = {role: _load_evals(dirs, args.allow_incomplete)
-                 for role, dirs in (("a", args.a), ("b", args.b), ("aa", args.aa))}
+                 for role, dirs in (("a", args.a), ("b", args.b), ("aa", aa_evals))}
         c = compare_dirs(args.a, args.b, margin=None if args.margin is None else args.margin / 100,
-                         alpha=args.alpha, seed=args.seed, aa_dirs=args.aa, max_error_rate=args.max_error_rate,
+                         alpha=args.alpha, seed=args.seed, aa_dirs=aa_evals, max_error_rate=args.max_error_rate,
                          min_effect=None if args.min_effect is None else args.min_effect / 100,
                          n_resamples=args.resamples,
                          hypothesis=args.hypothesis)
     except CompareError as e:
         print(f"abh compare: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
+    div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed,
+                             n_resamples=args.resamples)
+    if div is not None:
+        c["divergence"] = div  # type: ignore[typeddict-item]
     names: ArmNames = {"a": _name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
                        "b": _name(args.b_name, [m for _, m, _ in evals["b"]], "B")}
     c["arm_names"] = names
     c["command"] = ["abh", "compare", *redact_argv(argv)]
     schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
     print(format_summary(c))
+    if div is not None:
+        print(terminal_line(div))
     print(f"wrote {args.out / schema.COMPARISON_FILE}")
     from harness.report import export_samples, write_markdown, write_report
 

@@ -26,10 +26,26 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - optional speed-up
+    _orjson = None  # type: ignore[assignment]
+
 from harness.wire import API_NAMES, Api, Generation, MalformedResponse, ScoreRequest, TokenScores, for_api
 
 #: HTTP statuses that say "this URL does not serve that API" (no route, no such method, not implemented).
 NOT_SERVED = (404, 405, 501)
+
+
+def _loads(raw: bytes) -> Any:
+    """A response body's JSON: orjson when installed (scoring answers run to megabytes), else the stdlib's
+    (also for what orjson refuses, e.g. the ``NaN``/``-Infinity`` Python's own json writes)."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(raw)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
 
 
 class ServerGone(RuntimeError):
@@ -291,7 +307,7 @@ class Client:
                 if r.status >= 400:
                     raise _Fatal(f"HTTP {r.status}: {snippet(raw, 500)}", r.status, server)
                 try:
-                    return json.loads(raw)
+                    return _loads(raw)
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     raise _Retryable(f"malformed JSON body ({len(raw)} bytes): {raw[:80]!r}",
                                      server=server) from None

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from harness import exitcodes, schema, stats
-from harness.schema import Comparison, EvalMeta, EvalSummary
+from harness.schema import ArmResult, Comparison, EvalMeta, EvalSummary, TableCounts
 from harness.store import StoreError, load_eval
 
 KIND = schema.COMPARISON
@@ -181,14 +181,12 @@ def _count(x: float) -> int | float:
     return int(round(x)) if abs(x - round(x)) < 1e-9 else float(x)
 
 
-def _table(am: np.ndarray, bm: np.ndarray) -> dict[str, int | float]:
+def _table(am: np.ndarray, bm: np.ndarray) -> TableCounts:
     """The paired table of per-question arm means (question mass; whole counts for one run per arm).
     The four counts sum to n exactly and Δ = (b_only - a_only) / n."""
-    both, a_only = float(np.minimum(am, bm).sum()), float(np.maximum(am - bm, 0).sum())
-    b_only = float(np.maximum(bm - am, 0).sum())
-    counts = {"both": _count(both), "a_only": _count(a_only), "b_only": _count(b_only)}
-    counts["neither"] = _count(am.size - sum(counts.values()))
-    return counts
+    both, a_only = _count(float(np.minimum(am, bm).sum())), _count(float(np.maximum(am - bm, 0).sum()))
+    b_only = _count(float(np.maximum(bm - am, 0).sum()))
+    return {"both": both, "a_only": a_only, "b_only": b_only, "neither": _count(am.size - (both + a_only + b_only))}
 
 
 def _basis(v: stats.Verdict, res: dict[str, Any], alpha: float) -> tuple[str | None, float | None, float | None]:
@@ -276,7 +274,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     n, keep = res["n"], res["keep"]
     seeds = np.random.default_rng(seed).integers(0, 2**32, size=3)
 
-    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[dict[str, Any]], s: int) -> dict[str, Any]:
+    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[dict[str, Any]], s: int) -> ArmResult:
         acc = float(means.mean())
         per_run = [float(np.nanmean(x)) if np.isfinite(x).any() else None for x in arm.scores[:, keep]]
         return {
@@ -391,7 +389,7 @@ def format_summary(c: Comparison) -> str:
     lines.append(f"  table ({c['table_source']}): both {c['both']:g}, A only {c['a_only']:g}, "
                  f"B only {c['b_only']:g}, neither {c['neither']:g}; psi {_pp(c['psi'], False)} %")
     lines.append(f"  delta (B - A) {_pp(c['delta'])} pp; {level} CI {_ci(c['delta_ci'])} ({c['delta_ci_method']})")
-    if c["psi_aa"] is not None:
+    if c["psi_aa"] is not None and c["noise_band"] is not None:
         lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} % ({c['psi_aa_source']}), noise band of delta "
                      f"±{_pp(c['noise_band'][1], False)} pp")
     if c["mde"] is not None:

@@ -7,6 +7,7 @@ Tree::
     configs/engine/*.yaml        one file per engine, extending its schema below
     configs/task/*.yaml          GSM8K recipes
     configs/stats/*.yaml         statistics settings
+    configs/divergence/*.yaml    the scoring passes after the accuracy evals (divergence)
     configs/hydra/launcher/*     SLURM (submitit) launchers
     arms/**/*.yaml               arm definitions (group ``arms`` through Hydra's search path)
 
@@ -271,6 +272,19 @@ class StatsConfig:
 
 
 @dataclass
+class DivergenceConfig:
+    """The scoring passes after the accuracy evals (issue 11): arm B's and a fresh launch of the reference
+    arm's next-token distributions on the reference arm's greedy texts, against each other."""
+
+    #: Score after the accuracy evals (one pass per server: reference, compared, floor) and report divergence.
+    enabled: bool = True
+    #: Alternatives per reference token each server reports (the KL is over these plus one tail bucket).
+    top_k: int = 20
+    #: Whose greedy texts (repeat 1) are the reference: ``a`` or ``b``.
+    reference: str = "a"
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "demo"
     description: str = ""
@@ -316,11 +330,15 @@ class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     client: ClientSettings = field(default_factory=ClientSettings)
     stats: StatsConfig = field(default_factory=StatsConfig)
+    divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
     #: Print each arm's command and env, run the checks that need no server, and exit.
     dry_run: bool = False
     #: Write report.html at the end.
     report: bool = True
     progress: bool = True
+    #: CI gate (``abh run --fail-on X``): exit 7 when the verdict is one to fail on: regressed | not-noninferior |
+    #: any-difference (harness.gate); None = never
+    fail_on: str | None = None
 
 
 def register() -> None:
@@ -330,6 +348,7 @@ def register() -> None:
         cs.store(group="engine", name=f"{name}_schema", node=schema)
     cs.store(group="task", name="task_schema", node=TaskConfig)
     cs.store(group="stats", name="stats_schema", node=StatsConfig)
+    cs.store(group="divergence", name="divergence_schema", node=DivergenceConfig)
     cs.store(group="arms", name="arm_schema", node=ArmConfig)
 
 
@@ -447,6 +466,9 @@ def validate(cfg: Any) -> None:
     strays = unknown_keys(cfg)
     if strays:
         problems.append(f"unknown config key(s): {', '.join(strays)} (`abh run --cfg job` prints every key)")
+    fail_on = cfg.get("fail_on")
+    if fail_on is not None and fail_on not in ("regressed", "not-noninferior", "any-difference"):
+        problems.append(f"--fail-on (fail_on) must be regressed, not-noninferior or any-difference, not {fail_on!r}")
     e = cfg.engine
     if e is None or e.get("kind") not in ENGINE_SCHEMAS:
         problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")
@@ -507,5 +529,11 @@ def validate(cfg: Any) -> None:
         problems.append("stats.hypothesis must be superiority, noninferiority or equivalence")
     elif s.hypothesis != "superiority" and s.margin_pp is None:
         problems.append(f"stats.hypothesis={s.hypothesis} needs stats.margin_pp")
+    d = cfg.get("divergence")
+    if d is not None:
+        if d.top_k < 1:
+            problems.append("divergence.top_k must be >= 1")
+        if d.reference not in ("a", "b"):
+            problems.append(f"divergence.reference must be a or b (whose greedy texts are scored), not {d.reference!r}")
     if problems:
         raise ConfigError("bad config:\n  - " + "\n  - ".join(problems))

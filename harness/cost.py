@@ -141,7 +141,8 @@ def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> d
 def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> dict[str, Any]:
     """``{"a": ..., "b": ..., ["aa": ...], "total": ...}``: the value of ``summary.json``'s ``cost``."""
     ls, es = list(launches), list(evals)
-    for r in [*ls, *es]:
+    records: list[LaunchRecord | EvalRecord] = [*ls, *es]
+    for r in records:
         if r.role not in ROLES:
             raise ValueError(f"unknown role {r.role!r} (expected one of {ROLES})")
     own_aa = any(r.role == "aa" for r in ls)
@@ -245,7 +246,8 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
         estimated.add("eval_s")
         return max(0.0, end - start) if start is not None and end is not None else 0.0
 
-    eval_recs, by_instance = [], {}
+    eval_recs: list[EvalRecord] = []
+    by_instance: dict[str, list[tuple[str, float]]] = {}  # launch id -> (role, eval seconds) it served
     ends = [float(s["started"]) for s in sessions if _f(s.get("started")) is not None]
     for rel, ev in sorted(evals.items()):
         if ev.get("status") not in (None, "complete", "errors", "incomplete", "failed", "interrupted"):

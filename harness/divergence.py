@@ -14,13 +14,13 @@ measures are still filled when only the A/A floor is missing; nothing is ever re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.scores import NotMeasured, ScoresError, ScoreTable, load_scores
+from harness.scores import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
 from harness.stats import divergence as dv
 from harness.store import load_samples
 
@@ -160,7 +160,7 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
                        texts_b: Mapping[int, str | None] | None = None,
                        texts_aa: Mapping[int, str | None] | None = None,
                        alpha: float = 0.05, n_resamples: int = 9_999, seed: int = 0,
-                       top_n: int = DEFAULT_TOP_N) -> dict[str, Any]:
+                       top_n: int = DEFAULT_TOP_N, reference: str = "a") -> dict[str, Any]:
     """The ``divergence`` object of comparison.json.
 
     ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
@@ -168,7 +168,18 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
     ``scores.json`` (:mod:`harness.scores`). ``texts_*``: greedy outputs by question index of arm A's eval
     (the reference), B's eval and the A/A eval; when None they are read from ``samples.jsonl`` in the same
     directories. ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
+    ``reference``: which arm's greedy texts the passes scored (recorded; ``b`` turns the roles around).
     """
+    out = _compute(ref_dir, ab_dir, aa_dir, texts_ref=texts_ref, texts_b=texts_b, texts_aa=texts_aa, alpha=alpha,
+                   n_resamples=n_resamples, seed=seed, top_n=top_n)
+    return {"verdict": out.pop("verdict"), "verdict_reason": out.pop("verdict_reason"), "reference": reference,
+            **out}
+
+
+def _compute(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path | None, *,
+             texts_ref: Mapping[int, str | None] | None, texts_b: Mapping[int, str | None] | None,
+             texts_aa: Mapping[int, str | None] | None, alpha: float, n_resamples: int, seed: int,
+             top_n: int) -> dict[str, Any]:
     dirs = {"ref": str(ref_dir), "ab": None if ab_dir is None else str(ab_dir),
             "aa": None if aa_dir is None else str(aa_dir)}
     t_ref = texts_ref if texts_ref is not None else _texts(Path(ref_dir))
@@ -236,7 +247,10 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
     tokens_q = np.diff(off)
     kld_q = dv.segment_means(m_ab["kl"], off)
     same_q = dv.segment_means(m_ab["same"], off)
-    rms_q = np.sqrt(dv.segment_means(m_ab["dlp"] ** 2, off))
+    finite = np.isfinite(m_ab["dlp"])  # a server may give no logprob for a token (outside its top-k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rms_q = np.sqrt(dv.segment_means(np.where(finite, m_ab["dlp"], 0.0) ** 2, off)
+                        / dv.segment_means(finite, off))
     out = _none_block("", dirs)
     out.update({
         "kld_mean": float(m_ab["kl"].mean()),
@@ -299,12 +313,33 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
         "kld_aa": None if kld_aa_q is None else float(kld_aa_q[i]),
         "d": None if kld_aa_q is None else float(d_q[i]),
         "same_top_rate": float(same_q[i]),
-        "rms_dlogprob": float(rms_q[i]),
+        "rms_dlogprob": float(rms_q[i]) if np.isfinite(rms_q[i]) else None,
         **fd_ab[i],
         "text_identical_aa": fd_aa[i]["text_identical"],
         "first_divergence_aa": fd_aa[i]["first_divergence"],
     } for i in order]
     return out
+
+
+def has_pass(d: str | Path) -> bool:
+    """Whether directory ``d`` records a scoring pass (scored or not measured: it holds ``scores.json``)."""
+    return (Path(d) / SCORES_META).is_file()
+
+
+def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
+                       aa_dirs: Sequence[str | Path] = (), **kwargs: Any) -> dict[str, Any] | None:
+    """The ``divergence`` object for a comparison of these eval directories, or None when none of them
+    records a scoring pass: the reference pass is the first A directory that records one (else arm A's first
+    directory, so the verdict says it was not scored), the compared pass the first such B directory, the floor
+    the first such A/A directory. ``kwargs`` go to :func:`compute_divergence`."""
+    if not any(has_pass(d) for d in (*a_dirs, *b_dirs, *aa_dirs)):
+        return None
+
+    def first(dirs: Sequence[str | Path]) -> Path | None:
+        return next((Path(d) for d in dirs if has_pass(d)), None)
+
+    ref = first(a_dirs) or Path(a_dirs[0])
+    return compute_divergence(ref, first(b_dirs), first(aa_dirs), **kwargs)
 
 
 def _reason(d: dict[str, Any]) -> str:

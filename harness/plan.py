@@ -408,6 +408,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         ap.error("--gpus must be >= 0")
     if a.min_repeats < 1:
         ap.error("--min-repeats must be >= 1")
+    plan: dict[str, Any] | None  # the sequential plan, when one is asked for
     if a.run_dir is not None:
         if a.effect is None:
             ap.error("--from needs --effect PP")
@@ -453,7 +454,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     if f["mde_repeats"] is not None:
         print(f"  {a.repeats} repeats per arm  {100 * f['mde_repeats']:.2f} pp")
     if f["repeats_needed"] is not None:
-        print(f"  to detect {a.effect:.2f} pp ({effect * a.n:.1f} questions): "  # type: ignore[operator]
+        print(f"  to detect {a.effect:.2f} pp ({effect * a.n:.1f} questions): "
               f"{f['repeats_needed']} repeats per arm, or {f['n_needed_paired']} questions in one paired run")
     elif effect is not None:
         print("  repeats needed: give --discordance PSI (the A/A discordance)")

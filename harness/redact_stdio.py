@@ -77,7 +77,7 @@ def redacted_stdio(argv: Sequence[str] = ()) -> Iterator[None]:
     saved = sys.stdout, sys.stderr
     # one Redactor per stream: each keeps its own line state
     out, err = RedactingWriter(saved[0], Redactor(secrets)), RedactingWriter(saved[1], Redactor(secrets))
-    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    sys.stdout, sys.stderr = out, err
     try:
         yield
     except BaseException as e:

@@ -174,9 +174,20 @@ class ArmResult(TypedDict):
     accuracy: float
     wilson: list[float]
     bootstrap: list[float]
-    repeats: list[float]
+    repeats: list[float | None]
     n_runs: int
+    launches: list[str]
+    error_rate: float
     dirs: list[str]
+
+
+class TableCounts(TypedDict):
+    """The paired table of per-question arm means (question mass; whole counts for one run per arm)."""
+
+    both: float
+    a_only: float
+    b_only: float
+    neither: float
 
 
 class Arms(TypedDict):
@@ -198,6 +209,55 @@ class Tost(TypedDict, total=False):
     degenerate: bool
     noninferior: bool
     equivalent: bool
+
+
+class Divergence(TypedDict, total=False):
+    """``comparison.json`` ``divergence``: the reference arm's greedy texts scored teacher-forced by its own
+    server, by the other arm's and by a fresh launch of its own (the A/A floor); computed by
+    :func:`harness.divergence.compute_divergence`. KLD in nats per reference token; ``*_aa`` are the floor's."""
+
+    verdict: str  # diverged | indistinguishable | not_measured
+    verdict_reason: str
+    #: whose greedy texts are the reference (``a`` unless ``divergence.reference`` says ``b``)
+    reference: str
+    alpha: float | None
+    p: float | None
+    p_floor: float | None
+    p_at_floor: bool | None
+    n_resamples: int | None
+    test: str | None
+    effect: float | None
+    effect_ci: list[float] | None
+    effect_ci_method: str | None
+    effect_se: float | None
+    effect_mde: float | None
+    kld_mean: float | None
+    kld_mean_aa: float | None
+    kld_max: float | None
+    kld_max_aa: float | None
+    kld_percentiles: dict[str, float] | None
+    kld_percentiles_aa: dict[str, float] | None
+    same_top_rate: float | None
+    same_top_rate_aa: float | None
+    rms_dlogprob: float | None
+    rms_dlogprob_aa: float | None
+    text_identical_rate: float | None
+    text_identical_rate_aa: float | None
+    text_questions: int
+    text_questions_aa: int
+    first_divergence_median: float | None
+    first_divergence_median_aa: float | None
+    tokens: int
+    questions: int
+    questions_total: int | None
+    questions_dropped: dict[str, int]
+    top_k: int | None
+    kl_method: str
+    kld_histogram: dict[str, Any] | None
+    top_questions: list[dict[str, Any]]
+    dirs: dict[str, str | None]
+    #: per pass (ref, ab, aa): wall_s, errors, questions, tokens, top_k, engine, url of its scores.json
+    scoring: dict[str, dict[str, Any]]
 
 
 class Comparison(TypedDict, total=False):
@@ -233,7 +293,7 @@ class Comparison(TypedDict, total=False):
     hypothesis: str
     test: str | None
     p: float | None
-    test_alpha: float
+    test_alpha: float | None
     p_floor: float | None
     errors: dict[str, Any]
     design: dict[str, Any]
@@ -266,7 +326,8 @@ class Comparison(TypedDict, total=False):
     verdict_reason: str
     flips: list[int]
     diagnostics: dict[str, Any]
-    divergence: dict[str, Any]
+    #: present when the compared evals record scoring passes (``abh run`` with divergence enabled)
+    divergence: Divergence
     # owned by abh run when experiment.sequential: the sequential decision is ``verdict``; the fixed-design
     # test of the same data is kept beside it
     sequential: SequentialRecord
@@ -339,6 +400,8 @@ class RunSummary(TypedDict, total=False):
     aa_control: bool
     #: the design as run: server launches per role, passes per launch, concurrency, restarts
     design: dict[str, Any]
+    #: verdict, kld_mean, kld_mean_aa, p, effect of comparison.json's ``divergence`` (when scored)
+    divergence: dict[str, Any]
     #: GPU time per role and in total (harness.cost)
     cost: Cost
     #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
@@ -382,6 +445,10 @@ class SweepRow(TypedDict, total=False):
     p_value_at_floor: bool
     p_adjusted: float
     mde: float | None
+    #: divergence (when the job scored): its verdict, and the mean KLD A‖B and A‖A' (nats/token)
+    divergence: str | None
+    kld: float | None
+    kld_aa: float | None
     verdict: str
     verdict_unadjusted: str
     alpha: float

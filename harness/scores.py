@@ -40,7 +40,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 
@@ -96,6 +96,18 @@ def _as_2d(rows: Any, dtype: Any, fill: Any) -> np.ndarray:
     return out
 
 
+class _Chunk(TypedDict):
+    """One question's columns, buffered until the next row group is written."""
+    question: np.ndarray
+    position: np.ndarray
+    token_id: np.ndarray
+    logprob: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+    ref_top_logprobs: np.ndarray | None
+    text_offset: np.ndarray | None
+
+
 class ScoresWriter:
     """Stream one scoring pass to ``root/scores.parquet``, one question at a time, in any order.
 
@@ -115,7 +127,7 @@ class ScoresWriter:
         self.row_group_rows = int(row_group_rows)
         self._partial = self.root / f".{SCORES}.partial"
         self._writer = pq.ParquetWriter(self._partial, _schema(), compression="zstd")
-        self._buf: list[dict[str, np.ndarray | None]] = []
+        self._buf: list[_Chunk] = []
         self._buffered = 0
         self._seen: set[int] = set()
         self.errors: dict[int, str] = {}
@@ -175,10 +187,11 @@ class ScoresWriter:
             return
         n = self._buffered
 
-        def cat(key: str) -> np.ndarray:
+        def cat(key: Literal["question", "position", "token_id", "logprob"]) -> np.ndarray:
             return np.concatenate([b[key] for b in self._buf])
 
-        def lists(key: str, value_type: Any, nullable: bool) -> Any:
+        def lists(key: Literal["top_ids", "top_logprobs", "ref_top_logprobs"], value_type: Any,
+                  nullable: bool) -> Any:
             parts = [b[key] for b in self._buf]
             if nullable and all(p is None for p in parts):
                 return pa.nulls(n, pa.list_(value_type))

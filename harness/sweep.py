@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from harness import schema
 from harness.cost import cost_from_manifest, format_cost, sum_costs
+from harness.report.divergence import kld_cell
 from harness.report.words import p_bound
 from harness.schema import SweepRow
 
@@ -41,7 +42,7 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
         rows.append({"job": job.name, "dir": str(job), "n": None, "accuracy_a": None, "accuracy_b": None,
                      "delta": None, "delta_ci": None, "p": None, "p_value_floor": None, "p_value_at_floor": False,
                      "mde": None, "verdict": "not_comparable", "alpha": 0.05, "simulated": False, "missing": True,
-                     "gpu_hours": _gpu_hours(costs.get(job.name))})
+                     "divergence": None, "kld": None, "kld_aa": None, "gpu_hours": _gpu_hours(costs.get(job.name))})
     for path in sorted(root.glob(f"*/{schema.COMPARISON_FILE}")):
         c = schema.load_comparison(path)
         rows.append({"gpu_hours": _gpu_hours(costs.get(path.parent.name)), "job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
@@ -49,10 +50,10 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
                      "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p"),
                      "p_value_floor": c.get("p_floor"),
                      "p_value_at_floor": bool(c.get("p") is not None and c.get("p_floor") is not None
-                                              and c["p"] <= c["p_floor"] * (1 + 1e-9)),  # type: ignore[operator]
+                                              and c["p"] <= c["p_floor"] * (1 + 1e-9)),
                      "test_alpha": c.get("test_alpha") or c.get("alpha", 0.05),
                      "mde": c.get("mde"), "verdict": c.get("verdict", "not_comparable"), "alpha": c.get("alpha", 0.05),
-                     "simulated": bool(c.get("simulated"))})
+                     "simulated": bool(c.get("simulated")), **_divergence_cells(c)})  # type: ignore[typeddict-item]
     ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
     for r, pa, label in zip(rows, adj, swept_labels([r["job"] for r in rows]) if rows else [], strict=True):
@@ -73,6 +74,14 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
         summary["cost"] = sum_costs(costs.values())  # type: ignore[typeddict-item]
     schema.write_sweep_summary(root / SWEEP_SUMMARY, summary)
     return summary
+
+
+def _divergence_cells(c: schema.Comparison) -> dict[str, Any]:
+    """A sweep row's divergence: its verdict and mean KLD A‖B and A‖A' (None when the job did not score)."""
+    div: Any = c.get("divergence")
+    if not isinstance(div, dict):
+        return {"divergence": None, "kld": None, "kld_aa": None}
+    return {"divergence": div.get("verdict"), "kld": div.get("kld_mean"), "kld_aa": div.get("kld_mean_aa")}
 
 
 def job_costs(root: Path) -> dict[str, dict[str, Any]]:
@@ -134,7 +143,9 @@ def format_sweep(s: schema.SweepSummary) -> str:
         lines.append(f"sweep of {s['experiment']}")
     labels = [r.get("label") or r["job"] for r in s["comparisons"]]
     width = max([10, *(len(x) for x in labels)])
-    lines.append(f"{'comparison':<{width}} {'delta':>9} {'CI (1 - α)':>20} {'p':>8} {'p_adj':>8}  verdict")
+    kld = any(r.get("divergence") for r in s["comparisons"])
+    lines.append(f"{'comparison':<{width}} {'delta':>9} {'CI (1 - α)':>20} {'p':>8} {'p_adj':>8}"
+                 + (f" {'KLD (A/A)':>20}" if kld else "") + "  verdict")
     for label, r in zip(labels, s["comparisons"], strict=True):
         ci = r.get("delta_ci")
         ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else ""
@@ -144,11 +155,16 @@ def format_sweep(s: schema.SweepSummary) -> str:
         p_adj = p_bound(r.get("p_adjusted"), r.get("p_value_floor"), r.get("p_value_at_floor"), adjusted=True)
         v = r["verdict"] + (f" (unadjusted: {r['verdict_unadjusted']})"
                             if r.get("verdict_unadjusted", r["verdict"]) != r["verdict"] else "")
-        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}  {v}")
+        k = ""
+        if kld:
+            k = f" {kld_cell(r):>20}"
+        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}{k}  {v}")
     lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
+    if kld:
+        lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor)")
     if s.get("cost"):
         lines.append(f"cost of the sweep ({len(s['comparisons'])} jobs):")
-        lines.append(format_cost(s["cost"]))  # type: ignore[arg-type]
+        lines.append(format_cost(s["cost"]))
     if s.get("missing"):
         lines.append(f"{len(s['missing'])} job(s) produced no comparison (failed or interrupted; counted with "
                      f"p = 1): {', '.join(s['missing'])}. Rerun the sweep to resume them.")

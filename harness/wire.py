@@ -44,7 +44,8 @@ class ScoreRequest:
     ``prompt_tokens``: SGLang with text only, and required there: how many tokens the server makes of
     ``prompt`` (``meta_info.prompt_tokens`` of the eval's own generation), so logprobs start at the reference.
     ``token_ids``: SGLang only: also the logprob of each of these ids at every reference position
-    (``token_ids_logprob``), e.g. the other arm's top-k ids.
+    (``token_ids_logprob``), e.g. the other arm's top-k ids. ``texts``: SGLang: also each token's text
+    (``return_text_in_logprobs``; off makes the answer smaller where ids are enough).
     """
 
     prompt: str | Sequence[int]
@@ -52,6 +53,7 @@ class ScoreRequest:
     top_k: int = 20
     prompt_tokens: int | None = None
     token_ids: Sequence[int] | None = None
+    texts: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, str) != isinstance(self.reference, str):
@@ -119,6 +121,12 @@ class Api(ABC):
     health_path: ClassVar[str]
     #: GET: the served models, when the protocol needs a model name in each request.
     models_path: ClassVar[str | None] = None
+    #: POST ``{"prompt", "add_special_tokens"}`` -> ``{"tokens": [...]}``: text to token ids (tried in order;
+    #: a server that serves none of them is scored by text).
+    tokenize_paths: ClassVar[tuple[str, ...]] = ("/tokenize", "/v1/tokenize")
+    #: A scoring request can also ask for the logprobs of given ids at every position (SGLang's
+    #: ``token_ids_logprob``; :attr:`ScoreRequest.token_ids`).
+    scores_given_ids: ClassVar[bool] = False
 
     @property
     def model(self) -> str | None:
@@ -174,6 +182,7 @@ class SGLangApi(Api):
     generate_path: ClassVar[str] = "/generate"
     score_path: ClassVar[str] = "/generate"
     health_path: ClassVar[str] = "/health_generate"
+    scores_given_ids: ClassVar[bool] = True
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
         return {"text": prompt, "sampling_params": dict(sampling)}
@@ -192,26 +201,37 @@ class SGLangApi(Api):
         finish = fr.get("type") if isinstance(fr, dict) else fr
         return Generation(obj["text"], finish, meta.get("prompt_tokens"), meta.get("completion_tokens"))
 
-    def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
-        """``input_ids`` (or ``text``), ``max_new_tokens: 0``, logprobs from the first reference token on."""
-        body: dict[str, Any]
+    @staticmethod
+    def _start(req: ScoreRequest) -> tuple[int, int]:
+        """(``logprob_start_len``, entries to skip). SGLang's entry 0 is always ``null`` (the scheduler pads
+        the first input position and drops the last), so scoring the reference after a P-token prompt starts
+        at P - 1 and skips that entry; with an empty prompt the first reference token has no logprob."""
         if req.by_ids:
-            body, start = {"input_ids": [*req.prompt, *req.reference]}, len(req.prompt)
+            p = len(req.prompt)
         elif req.prompt_tokens is None:
             raise ValueError("SGLang scoring of text needs prompt_tokens (the prompt's length in tokens)")
         else:
-            body, start = {"text": str(req.prompt) + str(req.reference)}, req.prompt_tokens
+            p = req.prompt_tokens
+        return (p - 1, 1) if p > 0 else (0, 0)
+
+    def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
+        """``input_ids`` (or ``text``), ``max_new_tokens: 0``, logprobs from the first reference token on
+        (``logprob_start_len`` = prompt tokens - 1: see :meth:`_start`)."""
+        start, _ = self._start(req)
+        body: dict[str, Any] = ({"input_ids": [*req.prompt, *req.reference]} if req.by_ids
+                                else {"text": str(req.prompt) + str(req.reference)})
         body.update({"sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
                      "logprob_start_len": start, "top_logprobs_num": req.top_k,
-                     "return_text_in_logprobs": True})
+                     "return_text_in_logprobs": req.texts})
         if req.token_ids is not None:
             body["token_ids_logprob"] = list(req.token_ids)
         return body
 
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
         """``meta_info.input_token_logprobs``: ``[[logprob|null, id, text|null], ...]``, one per input
-        position from ``logprob_start_len`` on; ``input_top_logprobs`` and ``input_token_ids_logprobs``: per
-        position ``null`` or ``[[logprob, id, text|null], ...]``; ``prompt_tokens``: the whole input."""
+        position from ``logprob_start_len`` on (the first always ``null``, skipped: it is the prompt's last
+        token); ``input_top_logprobs`` and ``input_token_ids_logprobs``: per position ``null`` or
+        ``[[logprob, id, text|null], ...]``; ``prompt_tokens``: the whole input."""
         if isinstance(obj, list) and obj:
             obj = obj[0]
         meta = obj.get("meta_info") if isinstance(obj, dict) else None
@@ -222,6 +242,10 @@ class SGLangApi(Api):
         by_id = meta.get("input_token_ids_logprobs") or [None] * len(rows)
         if not isinstance(tops, list) or not isinstance(by_id, list) or not len(tops) == len(by_id) == len(rows):
             raise MalformedResponse("meta_info input logprob arrays differ in length")
+        _, skip = self._start(req)
+        if len(rows) < skip:
+            raise MalformedResponse("meta_info.input_token_logprobs is empty")
+        rows, tops, by_id = rows[skip:], tops[skip:], by_id[skip:]
         if req.by_ids and len(rows) != len(req.reference):
             raise MalformedResponse(f"{len(rows)} input logprobs for a reference of {len(req.reference)} tokens")
         total = meta.get("prompt_tokens")
@@ -243,6 +267,9 @@ class OpenAIApi(Api):
     score_path: ClassVar[str] = "/v1/completions"
     health_path: ClassVar[str] = "/health"
     models_path: ClassVar[str | None] = "/v1/models"
+    #: Scored by text: the echoed tokens and their alternatives come back as text (llama-cpp-python takes no
+    #: ids at all), so the passes are keyed by token text, and the text is what every pass sends.
+    tokenize_paths: ClassVar[tuple[str, ...]] = ()
     model_name: str = ""
     #: 0: echo entry i holds token i's logprob and distribution (OpenAI, vLLM); 1: entry i holds the
     #: distribution of token i+1 (llama-cpp-python without BOS). Learnt by :meth:`with_scoring_probe`.

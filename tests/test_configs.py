@@ -104,6 +104,22 @@ def test_typo_in_an_arm_file_fails_at_composition(tmp_path, monkeypatch):
         _compose()
 
 
+def test_malformed_arm_yaml_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """Issue 14.5: a YAML syntax error in an arm file was a 94-line Hydra traceback."""
+    from harness.orchestrate.run import main as run_main
+
+    arms = tmp_path / "arms" / "demo"
+    arms.mkdir(parents=True)
+    (arms / "baseline.yaml").write_text("name: baseline\nside: [unclosed\n  engine: {a: 1\n")
+    (arms / "fix.yaml").write_text((hc.PROJECT_ROOT / "arms" / "demo" / "fix.yaml").read_text())
+    monkeypatch.setenv("ABH_ARMS_ROOT", str(tmp_path))
+    assert run_main([f"hydra.run.dir={tmp_path}/run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{arms / 'baseline.yaml'} line 3, column 9: not valid YAML" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_arm_engine_key_is_caught():
     cfg = _compose("+arms.a.engine.no_such_knob=1")
     with pytest.raises(hc.ConfigError, match="no_such_knob"):

@@ -258,6 +258,8 @@ def test_report_section_words_plot_and_marked_texts(tmp_path, world):
 def test_words_for_each_verdict_and_kld_formatting():
     assert R.kld(0.021) == "0.021" and R.kld(0.0003) == "0.0003" and R.kld(0) == "0"
     assert R.kld(2.1e-6) == "2.1e-6" and R.kld(None) == "n/a" and R.kld(0.1234) == "0.123"
+    # just below 1e-4 ":.2g" drops the exponent (the demo's report crashed on a per-question d of -9.99e-5)
+    assert R.kld(9.99e-5) == "1e-4" and R.kld(-9.99e-5) == "-1e-4" and R.kld(-1.2e-7) == "-1.2e-7"
     ind = {"verdict": "indistinguishable", "kld_mean": 0.0003, "kld_mean_aa": 0.0003, "p": 0.4,
            "p_floor": 1e-4, "effect_mde": 2e-5}
     assert R.sentence(ind) == ("outputs indistinguishable from A/A noise: KLD 0.0003 vs 0.0003 nats/token "

@@ -49,7 +49,8 @@ DEMO_100 = ("progress=false", "task.num_questions=100", "client.parallel=100")
 
 def _demo_run(root: Path, *overrides: str) -> Demo:
     t0 = time.monotonic()
-    r = abh_run(f"hydra.run.dir={root / 'demo'}", *overrides, cwd=root)
+    # the divergence's three scoring passes follow the evals: on the full demo, minutes on a busy machine
+    r = abh_run(f"hydra.run.dir={root / 'demo'}", *overrides, cwd=root, timeout=600)
     return Demo(root / "demo", r, time.monotonic() - t0)
 
 
@@ -139,15 +140,20 @@ def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
     for rel, ids in served.items():
         assert read_json(run_dir / rel / "eval.json")["launch"] == ids[0], rel
     launches = {x["id"]: x for arm in manifest["arms"].values() for x in arm["launches"]}
-    assert set(launches) == {"a-1", "a-2", "a-3", "b-1"}
-    assert len({x["probe"]["pid"] for x in launches.values()}) == 4  # four server processes
+    # the divergence's scoring passes: A's reference pass on A's live launch (a-3), B's on b-1, and the A/A
+    # floor on a fresh launch of A (a-4), which serves no accuracy eval
+    assert {rel: x["launch"] for rel, x in manifest["scoring"].items()} == {
+        "evals/a/r1": "a-3", "evals/b/r1": "b-1", "evals/aa/r1": "a-4"}
+    assert set(launches) == {"a-1", "a-2", "a-3", "a-4", "b-1"}
+    assert len({x["probe"]["pid"] for x in launches.values()}) == 5  # five server processes
     assert all(x["stop"]["how"] == "SIGTERM" for x in launches.values())
     assert summary["design"] == {"launches": {"a": 1, "b": 1, "aa": 2}, "passes_per_launch": {"a": 2, "b": 2, "aa": 1},
                                  "concurrent_servers": True, "restart_per_repeat": False, "aa_fresh_launch": True,
                                  "order": "interleaved"}
-    assert [x["role"] for x in (launches["a-1"], launches["a-2"], launches["b-1"])] == ["a", "aa", "b"]
+    assert [x["role"] for x in (launches["a-1"], launches["a-2"], launches["b-1"], launches["a-4"])] == [
+        "a", "aa", "b", "aa"]
     cost = cost_from_manifest(manifest, run_dir)  # every launch's spawn, ready and stop times are recorded
-    assert cost["estimated"] == [] and cost["total"]["launches"] == 4
+    assert cost["estimated"] == [] and cost["total"]["launches"] == 5
 
 
 def test_demo_asserts_both_arms_live_before_the_first_question(demo100: Demo) -> None:
@@ -416,3 +422,43 @@ def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
     assert s["comparisons"][0]["verdict"]
     json.dumps(s)
 
+
+
+@pytest.mark.parametrize("fail_on, b_accuracy, code", [
+    ("regressed", 0.80, exitcodes.GATE_FAILED),       # B clearly worse: the gate fails
+    ("regressed", 0.945, exitcodes.OK),               # the same arms: no regression shown, passes
+    ("not-noninferior", 0.945, exitcodes.GATE_FAILED),  # superiority run: non-inferiority not shown, fails
+])
+def test_fail_on_gate_exits_7_on_the_verdict_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       fail_on: str, b_accuracy: float, code: int) -> None:
+    run_dir = tmp_path / "run"
+    assert abh_run_here("--fail-on", fail_on, f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH,
+                        f"arms.b.engine.accuracy={b_accuracy}", "engine.flip_rate=0.0") == code
+    s = read_json(run_dir / "summary.json")
+    assert s["exit_code"] == code
+    if code == exitcodes.GATE_FAILED:
+        assert f"fails --fail-on {fail_on}" in capsys.readouterr().err
+
+
+def test_fail_on_with_a_bad_value_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert abh_run_here("--fail-on=worse", f"hydra.run.dir={tmp_path}/run", *SMALL) == exitcodes.BAD_CONFIG
+    assert "--fail-on (fail_on) must be" in capsys.readouterr().err
+
+
+def test_a_server_that_hangs_mid_eval_ends_the_run_with_exit_4_within_the_stall_timeout(tmp_path: Path) -> None:
+    """Issue 14.2: a hung server was never detected (minutes of silence, then 1319 errors stored as complete).
+    Now the stall watchdog probes it, the run stops it and exits 4 with its log tail; answers are kept and
+    the hung requests stay missing (a rerun sends them), not errors."""
+    run_dir = tmp_path / "run"
+    stall = 3.0
+    t0 = time.monotonic()
+    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+arms.a.engine.hang_after=60",
+                f"client.stall_timeout_s={stall}", cwd=tmp_path, timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
+    assert took < 2 * stall + 30, took  # start-up, the stall, the health probe, the stop
+    assert "failed during evals/a/r1" in r.stderr and "last lines of its log" in r.stderr
+    kept = read_jsonl(run_dir / "evals" / "a" / "r1" / "samples.jsonl")
+    assert 0 < len(kept) < 200 and all(x["error"] is None for x in kept)
+    for pid in server_pids(run_dir):
+        assert not pid_alive(pid)

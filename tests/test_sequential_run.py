@@ -23,7 +23,9 @@ from harness import exitcodes
 from harness.fileio import read_json
 from harness.schema import load_comparison, load_run_summary
 
-FAST = ("progress=false", "task.num_questions=500", "client.parallel=500", "engine.startup_s=0.2")
+#: the accuracy design alone: the divergence's scoring passes (extra launches after the looks) are tested elsewhere
+FAST = ("progress=false", "task.num_questions=500", "client.parallel=500", "engine.startup_s=0.2",
+        "divergence.enabled=false")
 SEQ = ("experiment.sequential=true", "experiment.max_repeats=6")
 
 

@@ -109,14 +109,15 @@ def test_openai_scoring_malformed():
 # ------------------------------------------------------------------------------------------ SGLang's shape
 def _sglang_answer(ids: list[int], start: int, top_k: int, asked: list[int] | None) -> dict[str, Any]:
     """What SGLang's /generate returns for return_logprob with max_new_tokens 0 (tokenizer_manager's
-    add_logprob_to_meta_info): [logprob, id, text] triples from position logprob_start_len on."""
+    add_logprob_to_meta_info): [logprob, id, text] triples from position logprob_start_len on, the first
+    always null (the scheduler pads entry 0 with None and pops the last)."""
     rows, tops, by_id = [], [], []
     for pos in range(start, len(ids)):
-        lp = None if pos == 0 else -0.1 * pos
+        lp = None if pos == start else -0.1 * pos
         rows.append([lp, ids[pos], f"t{ids[pos]}"])
-        tops.append(None if pos == 0 else [[-0.1 * pos + 0.05 * (r == 0) - 0.5 * r, 100 + r, f"a{r}"]
-                                           for r in range(top_k)][::-1])  # deliberately unsorted
-        by_id.append(None if pos == 0 else [[-1.0 - 0.01 * t, t, f"t{t}"] for t in (asked or [])])
+        tops.append(None if pos == start else [[-0.1 * pos + 0.05 * (r == 0) - 0.5 * r, 100 + r, f"a{r}"]
+                                               for r in range(top_k)][::-1])  # deliberately unsorted
+        by_id.append(None if pos == start else [[-1.0 - 0.01 * t, t, f"t{t}"] for t in (asked or [])])
     meta: dict[str, Any] = {"id": "x", "finish_reason": {"type": "length", "length": 0}, "prompt_tokens": len(ids),
                             "completion_tokens": 0, "cached_tokens": 0, "e2e_latency": 0.01,
                             "input_token_logprobs": rows, "output_token_logprobs": []}
@@ -131,10 +132,10 @@ def test_sglang_scoring_body_by_ids_and_by_text():
     req = ScoreRequest([11, 12, 13], [14, 15], top_k=20, token_ids=[100, 101])
     assert json.dumps(SGLangApi().scoring_body(req)) == json.dumps(
         {"input_ids": [11, 12, 13, 14, 15], "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
-         "logprob_start_len": 3, "top_logprobs_num": 20, "return_text_in_logprobs": True,
+         "logprob_start_len": 2, "top_logprobs_num": 20, "return_text_in_logprobs": True,
          "token_ids_logprob": [100, 101]})
     body = SGLangApi().scoring_body(ScoreRequest("Q: x\nAnswer:", " 5", top_k=3, prompt_tokens=7))
-    assert body["text"] == "Q: x\nAnswer: 5" and body["logprob_start_len"] == 7 and "input_ids" not in body
+    assert body["text"] == "Q: x\nAnswer: 5" and body["logprob_start_len"] == 6 and "input_ids" not in body
     assert "token_ids_logprob" not in body
     with pytest.raises(ValueError, match="needs prompt_tokens"):
         SGLangApi().scoring_body(ScoreRequest("Q", " 5"))
@@ -143,7 +144,7 @@ def test_sglang_scoring_body_by_ids_and_by_text():
 def test_sglang_scores_parse():
     ids = [11, 12, 13, 14, 15]
     req = ScoreRequest(ids[:3], ids[3:], top_k=3, token_ids=[100, 7])
-    s = SGLangApi().parse_scores(_sglang_answer(ids, 3, 3, [100, 7]), req)
+    s = SGLangApi().parse_scores(_sglang_answer(ids, 2, 3, [100, 7]), req)
     assert s.ids == [14, 15] and s.texts == ["t14", "t15"] and s.logprobs == pytest.approx([-0.3, -0.4])
     assert s.top_ids == [[100, 101, 102]] * 2 and s.top_texts == [["a0", "a1", "a2"]] * 2
     assert s.top_logprobs[0] == pytest.approx([-0.25, -0.8, -1.3])
@@ -153,13 +154,13 @@ def test_sglang_scores_parse():
     s = SGLangApi().parse_scores(_sglang_answer([5, 6], 0, 2, None), ScoreRequest([], [5, 6], top_k=2))
     assert s.logprobs == [None, pytest.approx(-0.1)] and s.top_ids[0] == [] and s.id_logprobs == [{}, {}]
     # batched answer (a list) and text mode
-    s = SGLangApi().parse_scores([_sglang_answer(ids, 3, 0, None)], ScoreRequest("a", "b", prompt_tokens=3))
+    s = SGLangApi().parse_scores([_sglang_answer(ids, 2, 0, None)], ScoreRequest("a", "b", prompt_tokens=3))
     assert s.ids == [14, 15] and s.top_ids == [[], []]
 
 
 def test_sglang_scores_malformed():
     req = ScoreRequest([1, 2], [3, 4])
-    good = _sglang_answer([1, 2, 3, 4], 2, 1, None)
+    good = _sglang_answer([1, 2, 3, 4], 1, 1, None)
     short = json.loads(json.dumps(good))
     short["meta_info"]["input_token_logprobs"].pop()
     uneven = json.loads(json.dumps(good))

@@ -8,15 +8,15 @@ is not one of ``harness.config.ENGINE_SCHEMAS``). Adding an engine is one module
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness.arm import ResolvedArm
+from harness.config import ENGINE_SCHEMAS, EngineConfig
 from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
 from harness.engines.process import PortInUseError
 
@@ -47,8 +47,6 @@ def engine_class(kind: str) -> type[Engine]:
 
 
 def _schema(kind: str) -> type:
-    from harness.config import ENGINE_SCHEMAS, EngineConfig
-
     if kind in ENGINE_SCHEMAS:
         return ENGINE_SCHEMAS[kind]
     mod = importlib.import_module(f"harness.engines.{kind}")
@@ -57,12 +55,12 @@ def _schema(kind: str) -> type:
 
 def engine_config(engine_cfg: Any, overrides: dict[str, Any] | None = None) -> Any:
     """The engine's schema dataclass from a DictConfig / dict / dataclass plus per-arm overrides (typed)."""
-    if dataclasses.is_dataclass(engine_cfg) and not isinstance(engine_cfg, type):
+    if isinstance(engine_cfg, EngineConfig):  # a schema dataclass
         kind = engine_cfg.kind
         node = OmegaConf.structured(engine_cfg)
     else:
         if isinstance(engine_cfg, DictConfig):
-            data = OmegaConf.to_container(engine_cfg, resolve=True, throw_on_missing=False)
+            data = cast(dict[str, Any], OmegaConf.to_container(engine_cfg, resolve=True, throw_on_missing=False))
         else:
             data = dict(engine_cfg)
         kind = str(data.get("kind", ""))

@@ -40,6 +40,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 SCHEMA_VERSION = 1
 USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module NAME]... [--hash SPEC]... "
@@ -47,8 +48,8 @@ USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module NAME]
 
 
 def parse(argv):
-    opts = {"fingerprint": None, "dist": [], "module": [], "hash": [], "tree": None, "pdeathsig": True,
-            "watchdog": True}
+    opts: dict[str, Any] = {"fingerprint": None, "dist": [], "module": [], "hash": [], "tree": None,
+                            "pdeathsig": True, "watchdog": True}
     i = 0
     while i < len(argv):
         a = argv[i]

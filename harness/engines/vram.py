@@ -39,7 +39,7 @@ def _mib(value: Any, default_unit: str = "MB") -> float | None:
             return None
         value, unit = m.group(1), m.group(2) or unit
     try:
-        amount = float(value)  # type: ignore[arg-type]
+        amount = float(value)
     except (TypeError, ValueError):
         return None
     return amount * _UNITS.get(unit.upper(), 1 << 20) / (1 << 20)

@@ -20,9 +20,17 @@ from typing import Any, Protocol
 
 
 class ScheduleItem(Protocol):
-    role: str
-    arm_key: str
-    fresh: bool
+    """What the design reads of a schedule item (read-only, so a frozen dataclass such as
+    :class:`harness.orchestrate.schedule.Item` conforms)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def arm_key(self) -> str: ...
+
+    @property
+    def fresh(self) -> bool: ...
 
 
 @dataclass

@@ -8,8 +8,10 @@ The pipeline, in order:
    stops here, with the exit code a real run would have);
 3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
    checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
-4. finish: the paired statistics (``comparison.json``), ``summary.json``, a table on the terminal and
-   ``report.html``.
+4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
+   other arm's and a fresh launch of its own (:mod:`~harness.orchestrate.scoring`), after every accuracy eval;
+5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
+   table on the terminal and ``report.html``.
 
 Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the task returns the code and the
 :class:`ExitCode` callback raises :class:`RunExit` with it at the end of the run (or sweep).
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -41,9 +44,11 @@ from harness.client import ClientConfig
 from harness.compare import CompareError, compare_dirs, format_summary
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
 from harness.cost import config_gpus, cost_from_manifest, format_cost
+from harness.divergence import compute_divergence
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.evaluate import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.fileio import StoreError
+from harness.gate import comparison_exit
 from harness.orchestrate.design import describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.looks import Looks, apply_to_comparison, design_of
@@ -60,11 +65,13 @@ from harness.orchestrate.rundir import (
     write_failure_summary,
 )
 from harness.orchestrate.schedule import Item, schedule, sequential_schedule
+from harness.orchestrate.scoring import ScoringPhase
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.redact import redact_text
 from harness.redact_stdio import redacted_stdio
 from harness.report import write_markdown, write_report
 from harness.report.cost import sequential_line
+from harness.report.divergence import combined_sentence, terminal_line
 from harness.stats.sequential import operating_characteristics
 from harness.sweep import redact_multirun_yaml
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
@@ -127,7 +134,12 @@ def format_table(summary: Mapping[str, Any], c: schema.Comparison) -> str:
     ``abh compare`` and ``abh ab`` print (:func:`harness.compare.format_summary`)."""
     head = (f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
             f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
-    return head + "\n" + format_summary(c)
+    lines = [head, format_summary(c)]
+    div = c.get("divergence")
+    if isinstance(div, dict):
+        lines.append(terminal_line(div))
+        lines.append(combined_sentence(c))
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -158,6 +170,8 @@ class Run:
                      "rows": len(self.test)})
         self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
                                concurrent=bool(self.x.concurrent_servers))
+        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
+                        if cfg.divergence.enabled else None)
         #: GPUs one server of each arm holds (engine.gpus, else derived from its flags): the cost accounting
         self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
         #: a sequential run's looks (experiment.sequential), continued from the manifest's record
@@ -306,6 +320,8 @@ class Run:
                 self.run_items(items, len(items))
             else:
                 self.measure_sequential(items)
+            if self.scoring is not None:  # after every accuracy eval, never inside one
+                self.scoring.run()
         finally:
             self.pool.stop_all()
             self.manifest.end_session()
@@ -398,8 +414,13 @@ class Run:
             seq = self.looks.record(cost)
             m.record("sequential", seq)
             apply_to_comparison(comparison, seq)  # type: ignore[arg-type]
+        if self.scoring is not None:
+            d = self.scoring.dirs()
+            comparison["divergence"] = compute_divergence(  # type: ignore[typeddict-item]
+                d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference)
         schema.write_comparison(run_dir / COMPARISON, comparison)
-        code = exitcodes.TOO_MANY_ERRORS if comparison.get("error_rate_exceeded") else exitcodes.OK
+        fail_on = self.cfg.get("fail_on")
+        code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
         design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
                   "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
                   "order": str(x.order)}
@@ -414,6 +435,9 @@ class Run:
             "repeats": x.repeats if seq is None else seq["repeats_run"], "aa_control": x.aa_control,
             "design": design, "cost": cost, "exit_code": code,  # type: ignore[typeddict-item]
         }
+        div = comparison.get("divergence")
+        if div is not None:
+            summary["divergence"] = {k: div.get(k) for k in ("verdict", "kld_mean", "kld_mean_aa", "p", "effect")}
         if seq is not None:
             summary["sequential"] = seq  # type: ignore[typeddict-item]
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
@@ -424,6 +448,8 @@ class Run:
         print(format_cost(cost))
         if code == exitcodes.TOO_MANY_ERRORS:
             self.log.say("too many requests failed after retries; rerun the same command to retry them")
+        elif code == exitcodes.GATE_FAILED:
+            self.log.say(f"verdict {comparison['verdict']} fails --fail-on {fail_on} (exit {code})")
         if self.cfg.report:
             try:
                 self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
@@ -579,7 +605,8 @@ def _options(folder: Path) -> list[str]:
 
 def help_text() -> str:
     """``abh run --help``: the config groups and their options as files define them (not the schemas)."""
-    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]", "",
+    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]",
+             "               [--fail-on regressed|not-noninferior|any-difference]", "",
              "Launch each arm's server, assert its side, evaluate, compare. Every key of the config can be",
              "overridden with KEY=VALUE (`abh run --cfg job` prints them all with their values); an unknown key",
              "is an error. -m runs a sweep over comma-separated values. Rerunning the same command resumes.", "",
@@ -598,11 +625,46 @@ def help_text() -> str:
     return "\n".join(lines)
 
 
+def malformed_yaml(roots: list[Path]) -> str | None:
+    """The first config or arm file under ``roots`` that is not valid YAML, as one line (None when all parse).
+    Hydra would report it as a 90-line traceback; checked before Hydra composes anything."""
+    for root in roots:
+        for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
+            try:
+                yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError) as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                what = getattr(e, "problem", None) or type(e).__name__
+                return f"{path}{where}: not valid YAML ({what})"
+    return None
+
+
+def fail_on_override(argv: list[str]) -> list[str]:
+    """``--fail-on X`` (or ``--fail-on=X``), the CI gate of ``abh compare`` and ``abh ab``, as the Hydra override
+    ``fail_on=X``; everything else is left for Hydra."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--fail-on":
+            out.append(f"fail_on={next(it, '')}")
+        elif a.startswith("--fail-on="):
+            out.append(f"fail_on={a.split('=', 1)[1]}")
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str]) -> int:
     """Entry of ``abh run``: hand the overrides to Hydra; map its outcome to our exit codes."""
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return exitcodes.OK
+    argv = fail_on_override(argv)
+    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"])
+    if bad:
+        print(f"abh run: error: {bad}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
     saved = sys.argv
     sys.argv = ["abh run", *argv]

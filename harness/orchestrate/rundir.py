@@ -41,11 +41,12 @@ COMPARISON = schema.COMPARISON_FILE
 RUN_LOG = "run.log"
 
 #: Config keys (dotted prefixes) that do not change what is measured: a rerun may change them and resume.
-#: Statistics are recomputed from the stored answers; scheduling options change when, not what, is asked.
-NON_SEMANTIC = ("progress", "report", "dry_run", "stats", "client.request_timeout_s", "client.retries",
+#: Statistics are recomputed from the stored answers; scheduling options change when, not what, is asked;
+#: the scoring passes (``divergence``) record what they scored and are redone when it changed.
+NON_SEMANTIC = ("progress", "report", "dry_run", "fail_on", "stats", "client.request_timeout_s", "client.retries",
                 "client.backoff_s", "client.stall_timeout_s", "experiment.description", "experiment.order",
                 "experiment.concurrent_servers", "experiment.restart_per_repeat", "experiment.aa_fresh_launch",
-                "experiment.allowed_differences", "experiment.fix_files")
+                "experiment.allowed_differences", "experiment.fix_files", "divergence")
 
 
 def eval_rel_dir(role: str, repeat: int) -> str:

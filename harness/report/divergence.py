@@ -41,8 +41,8 @@ def kld(x: Any) -> str:
         return "0"
     if abs(v) >= 1e-4:
         return f"{v:.2g}" if abs(v) < 0.1 else f"{v:.3g}"
-    m, e = f"{v:.2g}".split("e")
-    return f"{m}e{int(e)}"
+    m, e = f"{v:.1e}".split("e")  # always an exponent (":.2g" writes 9.99e-05 as 0.0001)
+    return f"{m.removesuffix('.0')}e{int(e)}"
 
 
 def _p(div: Mapping[str, Any]) -> str:
@@ -93,6 +93,8 @@ def accuracy_phrase(c: Mapping[str, Any]) -> str:
         return f"B worse by {pp(c.get('delta'))}"
     if word == "equivalent":
         return f"equivalent within ±{pp(margin, signed=False)}"
+    if word == "noninferior":
+        return f"non-inferior within {pp(margin, signed=False)}"
     if word == "not_comparable":
         return "not comparable"
     if tost and margin is not None and (_num(tost.get("p_noninferiority")) or 1.0) < alpha:
@@ -121,6 +123,17 @@ def terminal_line(div: Mapping[str, Any] | None) -> str:
             f"{_p(div)}; same top token {pct(div.get('same_top_rate'), 1)} vs {pct(div.get('same_top_rate_aa'), 1)}; "
             f"texts identical {pct(div.get('text_identical_rate'), 1)} vs {pct(div.get('text_identical_rate_aa'), 1)} "
             f"({div.get('tokens')} tokens, {div.get('questions')} questions)")
+
+
+def kld_cell(row: Mapping[str, Any]) -> str:
+    """A sweep row's divergence in one cell, ``0.023 (0.0003) *``: mean KLD A‖B, in brackets the A/A floor's,
+    ``*`` when diverged beyond it; "not measured", or "n/a" when the job did not score."""
+    word = row.get("divergence")
+    if not word:
+        return "n/a"
+    if word not in ("diverged", "indistinguishable"):
+        return "not measured"
+    return f"{kld(row.get('kld'))} ({kld(row.get('kld_aa'))})" + (" *" if word == "diverged" else "")
 
 
 def facts(div: Mapping[str, Any]) -> list[str]:
@@ -272,13 +285,13 @@ def top_rows(div: Mapping[str, Any], texts_a: Mapping[int, str | None] | None = 
         c = q.get("first_divergence_char")
         span = q.get("first_divergence_span")
         a_start, a_end = (span[0], span[1]) if isinstance(span, list) and len(span) == 2 else (c, None)
-        text_b = tb.get(idx)
+        text_a, text_b = (ta.get(idx), tb.get(idx)) if idx is not None else (None, None)
         b_end = _word_end(text_b, c) if text_b is not None and isinstance(c, int) else None
         rows.append({
             **q,
             "kld_text": kld(q.get("kld")), "kld_aa_text": kld(q.get("kld_aa")), "d_text": kld(q.get("d")),
             "same_top_text": pct(q.get("same_top_rate"), 1),
-            "a": split_at(ta.get(idx), a_start, a_end),
+            "a": split_at(text_a, a_start, a_end),
             "b": split_at(text_b, a_start, b_end),
         })
     return rows
@@ -291,6 +304,7 @@ def section(div: Mapping[str, Any] | None, comparison: Mapping[str, Any] | None 
     measured = word in ("diverged", "indistinguishable")
     return {
         "verdict": word,
+        "reference": div.get("reference") or "a",
         "label": verdict_label(word),
         "color": VERDICT_COLORS.get(word, "#333333"),
         "sentence": sentence(div) if div else sentence(None),

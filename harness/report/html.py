@@ -20,6 +20,7 @@ from markupsafe import Markup
 from harness import __version__, schema
 from harness.fileio import atomic_write_text
 from harness.report import cost, data, plots, words
+from harness.report import divergence as report_divergence
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -112,6 +113,13 @@ def comparison_context(root: Path) -> dict[str, Any]:
     flips, flips_total = data.flipped_questions(c, runs)
     counts = {k: sum(1 for f in flips if f["cat"] == k) for k in ("b", "a", "mixed")}
 
+    div = None
+    if isinstance(c.get("divergence"), dict):
+        div = report_divergence.section(c["divergence"], c)
+        div["svg"] = Markup(div["svg"]) if div["svg"] else None  # numbers only, drawn here
+        ref = "b" if div["reference"] == "b" else "a"
+        div["ref_label"] = labels_of(names)[ref]
+        div["cmp_label"] = labels_of(names)["a" if ref == "b" else "b"]
     verdict = c.get("verdict")
     experiment = manifest.get("experiment")
     run_cost = cost.load_cost(root, manifest)
@@ -129,7 +137,7 @@ def comparison_context(root: Path) -> dict[str, Any]:
                     "color": plots.VERDICT_COLORS.get(verdict or "", "#333333"),
                     "sentence": words.verdict_sentence(c), "details": words.verdict_detail(c) if arms_c else []},
         "arms_c": arms_c, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
-        "acc_svg": acc_svg, "delta_svg": delta_svg, "run_rows": run_rows, "perf": perf,
+        "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "run_rows": run_rows, "perf": perf,
         "flips": flips, "flips_total": flips_total, "flip_counts": counts, "max_flips": data.MAX_FLIPS,
         "cost_rows": cost.cost_rows(run_cost) if run_cost else [],
         "cost_estimated": list(run_cost.get("estimated") or []) if run_cost else [],
@@ -140,6 +148,10 @@ def comparison_context(root: Path) -> dict[str, Any]:
         "script": Markup(FILTER_JS) if flips else None, "csp": _csp(FILTER_JS if flips else None),
     }
     return ctx
+
+
+def labels_of(names: dict[str, str]) -> dict[str, str]:
+    return {"a": f"A · {names['a']}", "b": f"B · {names['b']}"}
 
 
 def render_comparison(root: Path) -> str:
@@ -159,12 +171,14 @@ def sweep_context(root: Path) -> dict[str, Any]:
         r["_link"] = (Path(str(r.get("job"))) / "report.html").as_posix() if link is not None and \
             link.parent.parent.resolve() == Path(root).resolve() else None
         r["_color"] = plots.VERDICT_COLORS.get(r.get("verdict") or "", "#333333")
+        r["_kld"] = report_divergence.kld_cell(r)
     experiment = s.get("experiment")
     return {
         "title": f"Sweep: {experiment}" if experiment else f"Sweep in {Path(root).resolve().name}",
         "experiment": experiment, "simulated": bool(s.get("simulated")),
         "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.get("correction"),
         "forest_svg": Markup(plots.forest_svg(rows)) if rows else None, "root": str(root),
+        "kld": any(r.get("divergence") for r in rows),
         "cost_rows": cost.cost_rows(s["cost"]) if isinstance(s.get("cost"), dict) else [],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__, "csp": _csp(None),
     }

@@ -20,6 +20,7 @@ from harness import schema
 from harness.cmdline import redact_command
 from harness.fileio import atomic_write_text
 from harness.report import cost, data, words
+from harness.report import divergence as report_divergence
 
 MARKDOWN = "comparison.md"
 
@@ -164,6 +165,9 @@ def render(root: Path) -> str:
         parts.append("> **SIMULATED**: these numbers come from the harness's simulated engine, not a real model "
                      "server.")
     parts.append(f"> {cell(words.verdict_sentence(c))}")
+    div = c.get("divergence")
+    if isinstance(div, dict):
+        parts.append(f"> {cell(report_divergence.combined_sentence(c))}")
     parts.append(table(["arm", "name", "accuracy", f"Wilson {level}", "runs", "per repeat", "invalid",
                         "request errors"], _arm_rows(c, runs, names), ["l", "l", "r", "r", "r", "l", "r", "r"]))
     test = str(c.get("test") or "").replace("_", " ")
@@ -178,6 +182,9 @@ def render(root: Path) -> str:
                      "arms); "
                      f"MDE at 80 % power {words.pp(c.get('mde'), signed=False)}"
                      + (f"; margin ±{words.pp(c.get('margin'), signed=False)}" if c.get("margin") is not None else ""))
+    if isinstance(div, dict):
+        facts.append(f"**Divergence: {report_divergence.verdict_label(div.get('verdict'))}** — "
+                     f"{cell(report_divergence.sentence(div))}")
     seq = cost.load_sequential(root, manifest, c)
     if seq:
         facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")

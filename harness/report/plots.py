@@ -24,7 +24,7 @@ VERDICT_COLORS = {
 }
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=False)

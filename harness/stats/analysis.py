@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from itertools import combinations
 from typing import Any
 
@@ -75,7 +76,8 @@ def within_arm_psi(arm: ArmRuns) -> dict[str, Any] | None:
     """Mean discordance over pairs of runs of one configuration, split by whether the pair shares a launch.
     The value reported is the across-launch one when any pair spans two launches (it includes launch noise),
     else the within-launch one (passes on one server only)."""
-    across, within = [], []
+    across: list[float] = []
+    within: list[float] = []
     for i, j in combinations(range(arm.n_runs), 2):
         v = discordance(arm.scores[i], arm.scores[j])
         if not np.isnan(v):
@@ -215,15 +217,15 @@ def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesi
     res = analyse(a, b, aa=aa, alpha=alpha, margin=margin, compute_mde=compute_mde)
     errs = error_block(a, b)
     error_rate = max(errs["rate_a"], errs["rate_b"])
-    kw = {"hypothesis": hypothesis, "alpha": alpha, "margin": margin, "min_effect": min_effect}
-    v = decide(evidence(res), failures=failures, error_rate=error_rate, max_error_rate=max_error_rate, **kw)
+    verdict_of = partial(decide, hypothesis=hypothesis, alpha=alpha, margin=margin, min_effect=min_effect)
+    v = verdict_of(evidence(res), failures=failures, error_rate=error_rate, max_error_rate=max_error_rate)
     bounds: dict[str, Any] = {}
     main_word = v.word
     if v.word != "not_comparable" and (errs["unanswered_a"] or errs["unanswered_b"]):
         for name, va, vb in (("against_b", 1.0, 0.0), ("against_a", 0.0, 1.0)):
             r = analyse(impute_unanswered(a, va), impute_unanswered(b, vb), aa=aa, alpha=alpha, margin=margin,
                         compute_mde=False)
-            bv = decide(evidence(r), **kw)
+            bv = verdict_of(evidence(r))
             bounds[name] = {"delta": r["delta"], "ci": r["ci"], "test": r["test"], "p": r["p"], "verdict": bv.word}
         if {bounds[k]["verdict"] for k in bounds} != {v.word}:
             why = (f"request errors could change the verdict: counting B's unanswered questions wrong and A's "

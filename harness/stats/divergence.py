@@ -174,7 +174,9 @@ def kld_percentiles(kl: np.ndarray, percentiles: Sequence[float] = PERCENTILES) 
 
 
 def rms(x: np.ndarray) -> float | None:
+    """Root mean square over the finite values (a server may give no logprob for a token: NaN); None if none."""
     x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
     return float(np.sqrt(np.mean(x**2))) if x.size else None
 
 

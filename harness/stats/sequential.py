@@ -108,9 +108,8 @@ class _Recursion:
     def __init__(self, drift: float = 0.0, resolution: int = 16):
         self.drift, self.resolution = drift, resolution
         self.t_prev = 0.0
-        self.x: np.ndarray | None = None
-        self.w: np.ndarray | None = None
-        self.f: np.ndarray | None = None
+        # (x, w, f) after the first look: grid points, Simpson weights, density; None before it
+        self.grid: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def mass_between(self, tk: float, a_z: float, b_z: float) -> float:
         """P(reach the look at information tk and a_z < Z < b_z)."""
@@ -118,15 +117,16 @@ class _Recursion:
             return 0.0
         sk = math.sqrt(tk)
         a, b = a_z * sk, b_z * sk
-        if self.f is None:
+        if self.grid is None:
             m = self.drift * tk
             return float(ndtr((b - m) / sk) - ndtr((a - m) / sk))
+        x, w, f = self.grid
         dt = tk - self.t_prev
         sd, ms = math.sqrt(dt), self.drift * dt
-        return float(np.sum(self.w * self.f * (ndtr((b - self.x - ms) / sd) - ndtr((a - self.x - ms) / sd))))
+        return float(np.sum(w * f * (ndtr((b - x - ms) / sd) - ndtr((a - x - ms) / sd))))
 
     def reach(self) -> float:
-        return 1.0 if self.f is None else float(np.sum(self.w * self.f))
+        return 1.0 if self.grid is None else float(np.sum(self.grid[1] * self.grid[2]))
 
     def advance(self, tk: float, lower: float, upper: float, gap: tuple[float, float], t_next: float) -> bool:
         """Condition on continuing at the look at tk (lower < Z < upper, outside the gap); False when no
@@ -140,26 +140,27 @@ class _Recursion:
         h = min(sd, math.sqrt(t_next - tk)) / self.resolution
         pieces = [_simpson(a, b, h) for a, b in _continuation(lo_r, hi_r, gap[0] * sk, gap[1] * sk)]
         if not pieces:
-            self.f = np.zeros(1)
-            self.x, self.w = np.zeros(1), np.zeros(1)
+            self.grid = np.zeros(1), np.zeros(1), np.zeros(1)
             self.t_prev = tk
             return False
         y = np.concatenate([q[0] for q in pieces])
         wy = np.concatenate([q[1] for q in pieces])
-        if self.f is None:
+        if self.grid is None:
             fy = np.exp(-0.5 * ((y - mean_k) / sk) ** 2) / (sk * math.sqrt(2 * math.pi))
         else:
+            x, w, f = self.grid
             fy = np.empty_like(y)
-            wf = self.w * self.f
+            wf = w * f
             for i in range(0, y.size, 512):  # bounded memory on fine grids
                 blk = y[i:i + 512]
-                kern = np.exp(-0.5 * ((blk[:, None] - self.x[None, :] - ms) / sd) ** 2)
+                kern = np.exp(-0.5 * ((blk[:, None] - x[None, :] - ms) / sd) ** 2)
                 fy[i:i + 512] = kern @ wf / (sd * math.sqrt(2 * math.pi))
-        self.x, self.w, self.f, self.t_prev = y, wy, fy, tk
+        self.grid, self.t_prev = (y, wy, fy), tk
         return True
 
 
-def exit_probabilities(t: Sequence[float], upper: Sequence[float], lower: Sequence[float] | None = None,
+def exit_probabilities(t: Sequence[float] | np.ndarray, upper: Sequence[float] | np.ndarray,
+                       lower: Sequence[float] | np.ndarray | None = None,
                        drift: float = 0.0, gap: Sequence[tuple[float, float]] | None = None,
                        resolution: int = 16) -> dict[str, np.ndarray]:
     """Probabilities of stopping at each look of a group-sequential test on the canonical process.

@@ -92,9 +92,9 @@ def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
     k = lattice_scale(nz)
     if k is not None and 2 * k * float(np.abs(nz).sum()) + 1 <= MAX_SUPPORT:
         x = np.rint(np.abs(nz) * k).astype(np.int64)
-        t = int(np.rint(nz.sum() * k))
+        t_lattice = int(np.rint(nz.sum() * k))
         pmf, offset = null_distribution(x)
-        return {**out, "p": _tail_p(pmf, offset, t, mid_p), "exact": True, "p_floor": None}
+        return {**out, "p": _tail_p(pmf, offset, t_lattice, mid_p), "exact": True, "p_floor": None}
     rng = as_rng(seed)
     a = np.abs(nz)
     t = abs(float(nz.sum()))

@@ -1,0 +1,113 @@
+"""Benchmark: the three scoring passes of a divergence measurement against zero-latency simulators.
+
+One eval of arm A (1319 questions by default), then, as ``abh run`` does it: A's reference pass on A's launch
+(tokenizing once), B's pass (``engine.logit_shift`` 0.3, A's top ids asked by ``token_ids_logprob``) and the A/A
+floor on a fresh launch of A; then :func:`harness.divergence.compute_divergence`. Prints each pass's wall and
+this process's CPU time, tokens, ``scores.parquet`` size, and the client's peak RSS (``VmHWM``) so far. The
+simulators are separate processes: their CPU is not counted, their wall time is.
+
+    python benchmarks/bench_scoring.py [--questions 1319] [--parallel 1319] [--top-k 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+from harness.client import ClientConfig
+from harness.divergence import compute_divergence
+from harness.evaluate import EvalOptions, run_eval
+from harness.scoring import ScoringOptions, score_pass
+from harness.tasks import gsm8k
+from harness.tasks.gsm8k import EMBEDDED_TEST
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Sim:
+    def __init__(self, *args: str) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.simulator", "--port", str(self.port), *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            try:
+                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("simulator not ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=int, default=1319)
+    ap.add_argument("--parallel", type=int, default=1319)
+    ap.add_argument("--top-k", type=int, default=20)
+    args = ap.parse_args()
+    test = gsm8k.load(EMBEDDED_TEST, "test")
+    root = Path(tempfile.mkdtemp(prefix="bench_scoring_"))
+    a, b = root / "evals/a/r1", root / "evals/b/r1"
+    rows = []
+
+    def timed(name: str, fn) -> dict:  # type: ignore[no-untyped-def]
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        rows.append((name, time.perf_counter() - t0, time.process_time() - c0, out, peak_rss_mib()))
+        return out
+
+    a1, b1 = Sim("--build", "a", "--noise", "launch"), Sim("--build", "b", "--logit-shift", "0.3", "--noise", "launch")
+    try:
+        for d, s in ((a, a1), (b, b1)):
+            timed(f"eval {d.parent.name}", lambda d=d, s=s: run_eval(
+                test, gsm8k.RecipeConfig(num_questions=args.questions), ClientConfig(url=s.url, parallel=args.parallel),
+                d, None, EvalOptions(progress=False)))
+        cfg = lambda s: ClientConfig(url=s.url, parallel=args.parallel)  # noqa: E731
+        timed("reference pass", lambda: score_pass(a, cfg(a1), a, ScoringOptions(top_k=args.top_k, progress=False)))
+        timed("B pass", lambda: score_pass(a, cfg(b1), b, ScoringOptions(top_k=args.top_k, reference_scores=a,
+                                                                           progress=False)))
+    finally:
+        a1.stop()
+        b1.stop()
+    a2 = Sim("--build", "a", "--noise", "launch")
+    try:
+        timed("A/A floor", lambda: score_pass(a, ClientConfig(url=a2.url, parallel=args.parallel), root / "evals/aa/r1",
+                                              ScoringOptions(top_k=args.top_k, reference_scores=a, progress=False)))
+    finally:
+        a2.stop()
+    d = timed("divergence", lambda: compute_divergence(a, b, root / "evals/aa/r1"))
+    print(f"{args.questions} questions, parallel {args.parallel}, top-{args.top_k}; {d['tokens']} reference tokens")
+    print(f"{'step':16s} {'wall s':>8s} {'CPU s':>8s} {'tokens':>8s} {'parquet MiB':>12s} {'peak RSS MiB':>13s}")
+    for name, wall, cpu, out, peak in rows:
+        toks = out.get("tokens") if isinstance(out, dict) and "status" in out else ""
+        size = ""
+        if isinstance(out, dict) and out.get("status") == "ok":
+            rel = {"reference pass": a, "B pass": b, "A/A floor": root / "evals/aa/r1"}[name]
+            size = f"{(rel / 'scores.parquet').stat().st_size / 2**20:.1f}"
+        print(f"{name:16s} {wall:8.2f} {cpu:8.2f} {toks!s:>8s} {size:>12s} {peak:13.0f}")
+    print(f"verdict {d['verdict']}: KLD {d['kld_mean']:.4g} vs A/A {d['kld_mean_aa']:.4g} "
+          "(peak RSS: this process's VmHWM after each step, imports included)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""Divergence end to end (issue 11): arms of equal accuracy whose next-token distributions differ
+(``engine.logit_shift``) are ``diverged`` above the A/A floor and identical builds ``indistinguishable`` —
+through ``abh compare`` over evals and scoring passes made against real simulator processes, and through
+``abh run`` (the scoring phase after the evals, resume, signals); an engine that cannot score gives
+``not_measured``; and, slow, real llama.cpp logprobs (f16 vs q8_0 KV keys) where accuracy cannot tell."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import TEST_JSONL, SimServer
+from helpers.runs import abh_run, interrupt_run, log_has
+from test_scoring import FakeServer
+
+from harness import exitcodes
+from harness.cli_compare import compare_main
+from harness.client import ClientConfig
+from harness.evaluate import EvalOptions, run_eval
+from harness.fileio import read_json
+from harness.scoring import ScoringOptions, score_pass
+from harness.tasks import gsm8k
+
+N = 100
+
+
+def _measure(root: Path, shift: str) -> dict[str, Path]:
+    """Evals of A and B (B's build perturbed by ``shift``; the same accuracy), A's reference pass, B's pass and
+    the A/A floor on a fresh launch of A: the layout abh run writes."""
+    test = gsm8k.load(TEST_JSONL, "test")
+    dirs = {"a": root / "evals/a/r1", "b": root / "evals/b/r1", "aa": root / "evals/aa/r1"}
+
+    def cfg(s: SimServer) -> ClientConfig:
+        return ClientConfig(url=s.url, parallel=64)
+
+    # launch noise with fixed per-launch seeds: three launches, three draws, the same every time the test runs
+    a1 = SimServer("--build", "a", "--noise", "launch", "--run-seed", "1").wait_ready()
+    b1 = SimServer("--build", "b", "--logit-shift", shift, "--noise", "launch", "--run-seed", "2").wait_ready()
+    try:
+        for role, s in (("a", a1), ("b", b1)):
+            run_eval(test, gsm8k.RecipeConfig(num_questions=N), cfg(s), dirs[role], None, EvalOptions(progress=False))
+        score_pass(dirs["a"], cfg(a1), dirs["a"], ScoringOptions(progress=False))
+        score_pass(dirs["a"], cfg(b1), dirs["b"], ScoringOptions(progress=False, reference_scores=dirs["a"]))
+    finally:
+        a1.stop()
+        b1.stop()
+    a2 = SimServer("--build", "a", "--noise", "launch", "--run-seed", "3").wait_ready()  # the floor: a FRESH launch
+    try:
+        score_pass(dirs["a"], cfg(a2), dirs["aa"], ScoringOptions(progress=False, reference_scores=dirs["a"]))
+    finally:
+        a2.stop()
+    return dirs
+
+
+@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), ("0", "indistinguishable")])
+def test_abh_compare_resolves_what_accuracy_cannot(tmp_path, capsys, shift, verdict):
+    dirs = _measure(tmp_path, shift)
+    out = tmp_path / "cmp"
+    code = compare_main(["--a", str(dirs["a"]), "--b", str(dirs["b"]), "--aa", str(dirs["aa"]), "--out", str(out),
+                         "--margin", "2"])
+    assert code == exitcodes.OK
+    c = read_json(out / "comparison.json")
+    # accuracy: the builds answer alike (logit_shift never changes an answer)
+    assert c["verdict"] not in ("improved", "regressed") and c["aa_dirs"] == []  # the floor is no accuracy run
+    assert c["arms"]["a"]["accuracy"] > 0.85 and c["arms"]["b"]["accuracy"] > 0.85
+    d = c["divergence"]
+    assert d["verdict"] == verdict, d["verdict_reason"]
+    assert d["reference"] == "a" and d["dirs"] == {"ref": str(dirs["a"]), "ab": str(dirs["b"]), "aa": str(dirs["aa"])}
+    assert d["tokens"] > 5 * N and d["questions"] == N and d["top_k"] == 20
+    assert 0 < d["kld_mean_aa"] < 0.005  # launch noise on the logits only
+    if verdict == "diverged":
+        assert d["kld_mean"] > 10 * d["kld_mean_aa"] and d["p"] < 0.01 and d["effect_ci"][0] > 0
+        assert d["same_top_rate"] < d["same_top_rate_aa"]
+    else:
+        assert d["kld_mean"] < 2 * d["kld_mean_aa"] and d["p"] >= 0.05
+    assert d["scoring"]["ref"]["wall_s"] > 0 and d["scoring"]["ab"]["tokens"] == d["tokens"]
+    printed = capsys.readouterr().out
+    assert f"divergence: {verdict.upper()}" in printed
+    md = (out / "comparison.md").read_text()
+    assert ("outputs: diverge (KLD" if verdict == "diverged" else "outputs: indistinguishable from A/A") in md
+    html = (out / "report.html").read_text()
+    assert 'id="divergence"' in html and 'id="combined"' in html and "A‖A′ (floor)" in html
+
+
+def test_abh_compare_without_scores_has_no_divergence_and_a_missing_floor_is_not_measured(tmp_path):
+    from helpers.evals import make_eval
+
+    a = make_eval(tmp_path / "a", [True, False] * 20)
+    b = make_eval(tmp_path / "b", [True, True] * 20)
+    assert compare_main(["--a", str(a), "--b", str(b), "--out", str(tmp_path / "c1")]) == exitcodes.OK
+    assert "divergence" not in read_json(tmp_path / "c1" / "comparison.json")
+    assert 'id="divergence"' not in (tmp_path / "c1" / "report.html").read_text()
+
+
+def test_an_engine_that_cannot_score_gives_not_measured_in_abh_compare(tmp_path):
+    test = gsm8k.load(TEST_JSONL, "test")
+    with FakeServer() as srv:
+        cfg = ClientConfig(url=srv.url, parallel=8)
+        for role in ("a", "b"):
+            run_eval(test, gsm8k.RecipeConfig(num_questions=6), cfg, tmp_path / role, None, EvalOptions(progress=False))
+        score_pass(tmp_path / "a", cfg, tmp_path / "a", ScoringOptions(progress=False))
+        score_pass(tmp_path / "a", cfg, tmp_path / "b", ScoringOptions(progress=False, reference_scores=tmp_path / "a"))
+    assert compare_main(["--a", str(tmp_path / "a"), "--b", str(tmp_path / "b"), "--out", str(tmp_path / "c")]) == 0
+    d = read_json(tmp_path / "c" / "comparison.json")["divergence"]
+    assert d["verdict"] == "not_measured" and "per-token logprobs" in d["verdict_reason"]
+    assert d["kld_mean"] is None and d["p"] is None
+    assert "outputs: not measured" in (tmp_path / "c" / "comparison.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------ abh run
+#: No run-to-run noise on the logits: each launch draws its noise seed at random, so with noise a test of identical
+#: builds would say diverged 5 % of the time (as it should); without, the floor is exactly 0 and the verdicts fixed.
+RUN = ("progress=false", f"task.num_questions={N}", "client.parallel=100", "experiment.repeats=1",
+       "experiment.aa_control=false", "stats.margin_pp=2", "engine.logprob_noise=0")
+#: B's build differs only in its next-token distributions; the same accuracy as A
+SHIFTED = ("arms.b.engine.accuracy=0.93", "+arms.b.engine.logit_shift=0.3",
+           "experiment.allowed_differences=[engine.build,engine.logit_shift]")
+
+
+def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path):
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = read_json(run_dir / "comparison.json")
+    d = c["divergence"]
+    assert c["verdict"] not in ("improved", "regressed")
+    assert d["verdict"] == "diverged" and d["kld_mean"] > 0.01 and d["kld_mean_aa"] == 0, d["verdict_reason"]
+    assert d["dirs"] == {"ref": str(run_dir / "evals/a/r1"), "ab": str(run_dir / "evals/b/r1"),
+                         "aa": str(run_dir / "evals/aa/r1")}
+    assert "divergence: DIVERGED" in r.stdout and "; outputs: diverge (KLD" in r.stdout
+    s = read_json(run_dir / "summary.json")
+    assert s["divergence"]["verdict"] == "diverged" and s["verdict"] == c["verdict"]
+    m = read_json(run_dir / "manifest.json")
+    sc = m["scoring"]
+    assert {k: v["pass"] for k, v in sc.items()} == {"evals/a/r1": "ref", "evals/b/r1": "ab", "evals/aa/r1": "aa"}
+    assert all(v["status"] == "ok" and v["wall_s"] > 0 for v in sc.values())
+    # the floor ran on a launch of A that served nothing else: not the reference pass's launch
+    assert sc["evals/aa/r1"]["launch"] != sc["evals/a/r1"]["launch"]
+    served = {lid for ev in m["evals"].values() for lid in ev.get("launches", [])}
+    assert sc["evals/aa/r1"]["launch"] not in served
+    assert sc["evals/aa/r1"]["launch"] in {x["id"] for x in m["arms"]["a"]["launches"]}
+    assert set(m["evals"]) == {"evals/a/r1", "evals/b/r1"}  # the floor is no accuracy eval
+    assert 'id="divergence"' in (run_dir / "report.html").read_text()
+
+    # a rerun keeps the evals and the passes; divergence.* changes no digest (only the passes are redone)
+    r2 = abh_run(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, cwd=tmp_path)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert "scoring evals/aa/r1: already scored, kept" in r2.stderr
+    assert read_json(run_dir / "comparison.json")["divergence"]["kld_mean"] == d["kld_mean"]
+    r3 = abh_run(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, "divergence.top_k=5", cwd=tmp_path)
+    assert r3.returncode == 0, r3.stderr[-3000:]
+    assert "already complete, kept" in r3.stderr and "already scored" not in r3.stderr
+    assert read_json(run_dir / "comparison.json")["divergence"]["top_k"] == 5
+
+
+def test_abh_run_identical_builds_are_indistinguishable_and_divergence_can_be_off(tmp_path):
+    r = abh_run(f"hydra.run.dir={tmp_path / 'same'}", *RUN, "arms.b.engine.accuracy=0.93",
+                "experiment.aa_control=true", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = read_json(tmp_path / "same" / "comparison.json")["divergence"]
+    assert d["verdict"] == "indistinguishable" and d["kld_mean"] == d["kld_mean_aa"] == 0, d["verdict_reason"]
+    # with the A/A control, the floor pass goes beside its eval: A vs A' greedy texts are compared too
+    assert d["dirs"]["aa"] == str(tmp_path / "same" / "evals/aa/r1") and d["text_questions_aa"] == N
+    r = abh_run(f"hydra.run.dir={tmp_path / 'off'}", *RUN, "divergence.enabled=false", "report=false", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "divergence" not in read_json(tmp_path / "off" / "comparison.json")
+    assert not (tmp_path / "off" / "evals/a/r1/scores.json").exists() and "scoring" not in r.stderr
+
+
+def test_a_signal_during_scoring_stops_the_servers_and_a_rerun_scores_again(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [f"hydra.run.dir={run_dir}", "progress=false", "task.num_questions=40", "client.parallel=2",
+            "experiment.repeats=1", "experiment.aa_control=false", "engine.latency_s=0.15", "report=false"]
+    res = interrupt_run(args, tmp_path, when=lambda: log_has(run_dir, "scoring evals/a/r1"), sig=signal.SIGINT,
+                        after_s=0.5)
+    assert res.returncode == exitcodes.INTERRUPTED, res.stderr[-2000:]
+    assert res.children and res.survivors() == []
+    assert "Traceback" not in res.stderr and "servers stopped, results kept" in res.stderr
+    assert not (run_dir / "evals/a/r1/scores.parquet").exists()  # a pass is all or nothing
+    assert not (run_dir / "evals/a/r1/scores.json").exists()
+    r = abh_run(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "evals/a/r1: already complete, kept" in r.stderr
+    d = read_json(run_dir / "comparison.json")["divergence"]
+    assert d["verdict"] in ("diverged", "indistinguishable") and d["questions"] == 40
+
+
+# ------------------------------------------------------------------------------------------ real llama.cpp
+def _llamacpp_missing() -> str | None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed"
+    from harness.engines import EngineError
+    from harness.engines.llamacpp import default_gguf
+
+    try:
+        default_gguf()
+    except EngineError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@pytest.mark.timeout(5400)  # llama-cpp-python ranks the whole vocabulary for every echoed token: ~30 min
+@pytest.mark.skipif(_llamacpp_missing() is not None, reason=str(_llamacpp_missing()))
+def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
+    run_dir = tmp_path / "cpu"
+    r = abh_run("experiment=cpu_smollm2", "task.num_questions=8", f"hydra.run.dir={run_dir}", "progress=false",
+                cwd=tmp_path, timeout=5400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = read_json(run_dir / "comparison.json")
+    assert c["verdict"] in ("inconclusive", "equivalent", "noninferior")  # accuracy cannot separate the arms
+    d = c["divergence"]
+    assert d["verdict"] == "diverged", d["verdict_reason"]
+    assert d["kld_mean"] > 3 * d["kld_mean_aa"] and d["questions"] >= 5  # 5 sign flips: p >= 1/32
+    assert all(read_json(run_dir / rel / "scores.json")["by_ids"] is False
+               for rel in ("evals/a/r1", "evals/b/r1", "evals/aa/r1"))  # llama-cpp-python scores text
+    assert "divergence: DIVERGED" in r.stdout
+
+
+# ------------------------------------------------------------------------------------------ report safety
+def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
+    """The most diverging questions show both arms' greedy texts: untrusted, escaped like every other model text,
+    with the first diverging token marked by the template, not by the text."""
+    from helpers.rundirs import INJECT_INDEX, SCRIPT_ALERT, build_run_dir
+
+    from harness import schema
+    from harness.report import write_markdown, write_report
+
+    root = build_run_dir(tmp_path / "run", n=40)
+    c = dict(schema.load_comparison(root / "comparison.json"))
+    ref, ab = root / "evals/a/r1", root / "evals/b/r1"
+    c["divergence"] = {
+        "verdict": "diverged", "verdict_reason": "test", "reference": "a", "kld_mean": 0.02, "kld_mean_aa": 0.0003,
+        "p": 0.0001, "p_floor": 0.0001, "p_at_floor": True, "alpha": 0.05, "effect": 0.0197,
+        "effect_ci": [0.01, 0.03], "tokens": 400, "questions": 40, "top_k": 20, "same_top_rate": 0.9,
+        "same_top_rate_aa": 0.99, "kld_histogram": None, "dirs": {"ref": str(ref), "ab": str(ab), "aa": None},
+        "top_questions": [{"question": INJECT_INDEX, "tokens": 12, "kld": 0.05, "kld_aa": 0.001, "d": 0.049,
+                           "same_top_rate": 0.8, "text_identical": False, "first_divergence_char": 3,
+                           "first_divergence_span": None}]}
+    schema.write_comparison(root / "comparison.json", c)  # type: ignore[arg-type]
+    html = write_report(root).read_text()
+    section = html[html.index('id="divergence"'):html.index('id="runs"')]
+    assert SCRIPT_ALERT not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "&lt;img src=x" in section
+    assert section.count('<mark class="fd"') == 2  # A's and B's texts, at the first differing character
+    assert 'http-equiv="Content-Security-Policy" content="default-src' in html  # the CSP stays
+    assert "outputs: diverge (KLD 0.02" in write_markdown(root).read_text()
+
+
+# ------------------------------------------------------------------------------------------ sweeps
+def test_a_sweep_shows_the_kld_column(tmp_path):
+    from harness.report import write_sweep_report
+    from harness.schema import write_comparison
+    from harness.sweep import format_sweep, summarize_sweep
+
+    def comparison(div: dict | None) -> dict:
+        c = {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9}}, "n": 1319, "delta": 0.0,
+             "delta_ci": [-0.01, 0.01], "p_value": 0.9, "mde": 0.01, "verdict": "inconclusive", "alpha": 0.05,
+             "simulated": True}
+        return {**c, "divergence": div} if div is not None else c
+
+    write_comparison(tmp_path / "job0_shift=0.3" / "comparison.json", comparison(
+        {"verdict": "diverged", "kld_mean": 0.0231, "kld_mean_aa": 0.00033}))
+    write_comparison(tmp_path / "job1_shift=0" / "comparison.json", comparison(
+        {"verdict": "indistinguishable", "kld_mean": 0.00033, "kld_mean_aa": 0.00033}))
+    write_comparison(tmp_path / "job2_shift=9" / "comparison.json", comparison(
+        {"verdict": "not_measured", "kld_mean": None, "kld_mean_aa": None}))
+    write_comparison(tmp_path / "job3_off" / "comparison.json", comparison(None))
+    s = summarize_sweep(tmp_path, "holm")
+    rows = {r["job"]: r for r in s["comparisons"]}
+    assert rows["job0_shift=0.3"]["kld"] == 0.0231 and rows["job0_shift=0.3"]["divergence"] == "diverged"
+    assert rows["job3_off"]["divergence"] is None
+    text = format_sweep(s)
+    assert "KLD (A/A)" in text and "0.023 (0.00033) *" in text and "0.00033 (0.00033)  " in text
+    assert "not measured" in text and "n/a" in text
+    html = write_sweep_report(tmp_path).read_text()
+    assert "KLD A‖B (A/A)" in html and "0.023 (0.00033) *" in html

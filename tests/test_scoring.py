@@ -1,0 +1,240 @@
+"""The scoring pass (harness/scoring.py) against real simulator processes and fake servers: what it sends, what it
+stores, the SGLang logprob_start_len of a P-token prompt, ids sent the same in every pass, the reference top-k
+ids asked of the others, text-keyed OpenAI passes, and an engine that cannot score (not_measured)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+from conftest import TEST_JSONL, free_port
+
+from harness.client import ClientConfig
+from harness.divergence import compute_divergence
+from harness.evaluate import EvalOptions, run_eval
+from harness.fileio import read_json
+from harness.scores import load_scores, scores_status
+from harness.scoring import (
+    INPUTS,
+    ScoringOptions,
+    _read_inputs,
+    asked_ids,
+    load_references,
+    score_pass,
+    text_key,
+)
+from harness.tasks import gsm8k
+
+N = 40
+
+
+def _eval(url: str, out: Path, api: str = "sglang", n: int = N) -> Path:
+    test = gsm8k.load(TEST_JSONL, "test")
+    run_eval(test, gsm8k.RecipeConfig(num_questions=n), ClientConfig(url=url, api=api, parallel=32), out, None,
+             EvalOptions(progress=False))
+    return out
+
+
+def _cfg(url: str, api: str = "sglang") -> ClientConfig:
+    return ClientConfig(url=url, api=api, parallel=32, retries=1, backoff_s=0.01)
+
+
+# ------------------------------------------------------------------------------------------ units
+def test_asked_ids_unions_the_likeliest_ids_without_the_reference_token():
+    top = np.array([[5, 7, 9, -1], [7, 8, 5, 6]])
+    lps = np.array([[-0.1, -2.0, -6.0, -np.inf], [-0.2, -1.0, -3.0, -9.0]])
+    assert asked_ids(top, lps, 10) == [5, 7, 8, 9, 6]
+    assert asked_ids(top, lps, 2) == [5, 7]
+    # each position's own reference token is not asked there (every pass returns its logprob anyway)
+    assert asked_ids(top, lps, 10, np.array([5, 7])) == [8, 7, 5, 9, 6]
+    assert asked_ids(top, lps, 0) == [] and asked_ids(np.full((2, 3), -1), np.zeros((2, 3)), 5) == []
+
+
+def test_text_key_is_stable_non_negative_int32():
+    keys = [text_key(t) for t in (" 18", "\n\n", "<tok_7>", "é", "")]
+    assert all(0 <= k < 2**31 for k in keys) and len(set(keys)) == len(keys)
+    other = subprocess.run([sys.executable, "-c", "from harness.scoring import text_key; print(text_key(' 18'))"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert int(other) == keys[0]  # the same in every process (no per-process hash seed)
+    assert text_key(None) == -1
+
+
+def test_references_are_the_answered_questions_with_the_prompts_sent(sim_server, tmp_path):
+    s = sim_server("--invalid-rate", "0")
+    ev = _eval(s.url, tmp_path / "a", n=8)
+    refs = load_references(ev)
+    assert [r.question for r in refs] == list(range(8))
+    assert all(r.prompt.endswith("Answer:") and r.text and r.prompt_tokens for r in refs)
+
+
+# ------------------------------------------------------------------------------------------ SGLang, by ids
+def test_reference_pass_scores_every_reference_token_by_ids(sim_server, tmp_path):
+    s = sim_server("--build", "a", "--noise", "launch")
+    ev = _eval(s.url, tmp_path / "a")
+    meta = score_pass(ev, _cfg(s.url), ev, ScoringOptions(progress=False, meta={"engine": "simulated"}))
+    assert meta["status"] == "ok" and meta["by_ids"] is True and meta["api"] == "sglang"
+    assert meta["questions"] == N and meta["errors"] == 0 and meta["wall_s"] > 0 and meta["engine"] == "simulated"
+    t = load_scores(ev)
+    inputs = _read_inputs(ev / INPUTS)
+    assert sorted(inputs) == list(range(N))
+    for q in (0, 7, N - 1):
+        rows = t.rows(q)
+        assert list(t.token_id[rows]) == inputs[q][1]  # the ids tokenized once, in order
+    # logprob_start_len = P - 1: the FIRST reference token has its logprob too (SGLang's entry 0 is null)
+    assert np.isfinite(t.logprob).all()
+    first = t.offsets[:-1]
+    assert np.isfinite(t.logprob[first]).all() and (t.top_ids[first, 0] >= 0).all()
+    # a greedy text: its token is (nearly always) this server's own argmax, with the top-1 logprob
+    own = t.top_ids[:, 0] == t.token_id
+    assert own.mean() > 0.95
+    assert np.allclose(t.logprob[own], t.top_logprobs[own, 0], atol=1e-5)
+    # text offsets from the tokens' texts (where the first diverging token starts)
+    assert t.text_offset is not None and (t.text_offset[first] == 0).all()
+
+
+def test_compared_pass_sends_the_same_ids_and_asks_for_the_reference_top_ids(sim_server, tmp_path):
+    a = sim_server("--build", "a", "--noise", "launch")
+    b = sim_server("--build", "b", "--logit-shift", "0.3", "--noise", "launch")
+    ev = _eval(a.url, tmp_path / "a")
+    score_pass(ev, _cfg(a.url), ev, ScoringOptions(progress=False))
+    meta = score_pass(ev, _cfg(b.url), tmp_path / "b", ScoringOptions(progress=False, reference_scores=ev))
+    assert meta["status"] == "ok" and meta["asked_ids"] == 32 and meta["reference_scores"] == str(ev)
+    ref, cmp = load_scores(ev), load_scores(tmp_path / "b")
+    assert np.array_equal(ref.token_id, cmp.token_id) and np.array_equal(ref.questions, cmp.questions)
+    assert cmp.ref_top_logprobs is not None and cmp.ref_top_logprobs.shape == ref.top_ids.shape
+    got = ~np.isnan(cmp.ref_top_logprobs)
+    assert got[:, 0].mean() > 0.95 and got[:, 1:].sum() > 0.5 * N  # the reference token itself; asked ids
+    # where B also lists the id in its own top-k, the asked logprob is that same number
+    j = np.flatnonzero(got[:, 1])[:200]
+    for i in j:
+        hit = np.flatnonzero(cmp.top_ids[i] == ref.top_ids[i, 1])
+        if hit.size:
+            assert cmp.ref_top_logprobs[i, 1] == pytest.approx(cmp.top_logprobs[i, hit[0]], abs=1e-5)
+    # the reference token's column holds B's logprob of it
+    col0 = ref.top_ids[:, 0] == ref.token_id
+    assert np.allclose(cmp.ref_top_logprobs[col0, 0], cmp.logprob[col0], atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ OpenAI, by text
+def test_openai_passes_are_keyed_by_token_text(sim_server, tmp_path):
+    a = sim_server("--build", "a", "--noise", "launch")
+    a2 = sim_server("--build", "a", "--noise", "launch")
+    ev = _eval(a.url, tmp_path / "a", api="openai")
+    m = score_pass(ev, _cfg(a.url, "openai"), ev, ScoringOptions(progress=False))
+    m2 = score_pass(ev, _cfg(a2.url, "openai"), tmp_path / "aa", ScoringOptions(progress=False, reference_scores=ev))
+    assert m["status"] == m2["status"] == "ok" and m["by_ids"] is False and m["echo_shift"] == 0
+    assert not (ev / INPUTS).exists()
+    ref, aa = load_scores(ev), load_scores(tmp_path / "aa")
+    assert np.array_equal(ref.token_id, aa.token_id)  # the same text keys on another launch
+    # offsets into the reference text (a first one above 0: the server's tokens straddle the prompt's end)
+    assert ref.text_offset is not None and (ref.text_offset >= 0).all()
+    assert (np.diff(ref.text_offset)[np.diff(ref.position) == 1] > 0).all()
+    d = compute_divergence(ev, tmp_path / "aa", None)
+    assert d["verdict"] == "not_measured" and d["kld_mean"] < 0.01  # A/A': launch noise only; no floor given
+
+
+# ------------------------------------------------------------------------------------------ cannot score
+class FakeServer:
+    """Answers generations (SGLang and OpenAI) but scoring requests without per-token logprobs, like a server
+    that ignores return_logprob; no /tokenize; ``refuse``: scoring requests get HTTP 400."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.port, self.refuse = free_port(), refuse
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FakeServer:
+        async def generate(request: web.Request) -> web.Response:
+            body = await request.json()
+            if body.get("return_logprob") and self.refuse:
+                return web.json_response({"error": "logprobs are not supported"}, status=400)
+            meta: dict[str, Any] = {"prompt_tokens": 100, "completion_tokens": 5, "finish_reason": {"type": "stop"}}
+            return web.json_response({"text": " 3 + 4 = 7.\n#### 7", "meta_info": meta})
+
+        async def completions(request: web.Request) -> web.Response:
+            return web.json_response({"choices": [{"text": " 7", "finish_reason": "length", "logprobs": None}],
+                                      "usage": {"prompt_tokens": 100, "completion_tokens": 1}})
+
+        async def ok(request: web.Request) -> web.Response:
+            return web.json_response({"data": [{"id": "fake"}]})
+
+        app = web.Application()
+        app.router.add_post("/generate", generate)
+        app.router.add_post("/v1/completions", completions)
+        for path in ("/health", "/health_generate", "/v1/models"):
+            app.router.add_get(path, ok)
+        self.loop = asyncio.new_event_loop()
+        self.runner = web.AppRunner(app)
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.runner.setup())
+            self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+            ready.set()
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.mark.parametrize("api, refuse, why", [
+    ("sglang", False, "without per-token logprobs"),
+    ("sglang", True, "HTTP 400"),
+    ("openai", False, "cannot score"),
+])
+def test_an_engine_that_cannot_score_is_not_measured(tmp_path, api, refuse, why):
+    with FakeServer(refuse=refuse) as srv:
+        ev = _eval(srv.url, tmp_path / "a", api=api, n=6)
+        meta = score_pass(ev, _cfg(srv.url, api), ev, ScoringOptions(progress=False))
+        later = score_pass(ev, _cfg(srv.url, api), tmp_path / "b", ScoringOptions(progress=False, reference_scores=ev))
+    assert meta["status"] == "not_measured" and why in meta["reason"], meta["reason"]
+    status, reason = scores_status(ev)
+    assert status == "not_measured" and why in (reason or "")
+    assert not (ev / "scores.parquet").exists() and not (ev / INPUTS).exists()
+    assert read_json(ev / "scores.json")["wall_s"] >= 0
+    assert later["status"] == "not_measured" and "reference pass was not scored" in later["reason"]
+    d = compute_divergence(ev, tmp_path / "b", None)
+    assert d["verdict"] == "not_measured" and why in d["verdict_reason"] and d["kld_mean"] is None
+
+
+def test_a_reference_eval_without_answers_is_not_measured(tmp_path):
+    from helpers.evals import make_eval
+
+    ev = make_eval(tmp_path / "a", [True, False], errors=(0, 1))
+    meta = score_pass(ev, _cfg("http://127.0.0.1:9"), ev, ScoringOptions(progress=False))
+    assert meta["status"] == "not_measured" and "no answered question" in meta["reason"]
+
+
+def test_tokens_without_a_logprob_leave_no_nan_in_the_divergence(tmp_path):
+    """llama-cpp-python realigned (echo one entry off) gives no logprob for a token outside its top-k: NaN in the
+    pass, left out of the RMS Δlogprob; the divergence object stays strict JSON."""
+    import json
+
+    from harness.scores import ScoresWriter
+
+    rng = np.random.default_rng(0)
+    for name in ("ref", "ab", "aa"):
+        with ScoresWriter(tmp_path / name, top_k=3) as w:
+            for q in range(6):
+                t = 5
+                lps = np.sort(np.log(rng.dirichlet(np.ones(3), t)), axis=1)[:, ::-1]
+                lp = lps[:, 0].copy()
+                if name == "ab":
+                    lp[1] = np.nan
+                w.add(q, np.arange(t) + 10, lp, np.tile([10, 11, 12], (t, 1)), lps)
+    d = compute_divergence(tmp_path / "ref", tmp_path / "ab", tmp_path / "aa")
+    json.dumps(d, allow_nan=False)
+    assert d["rms_dlogprob"] is not None and np.isfinite(d["rms_dlogprob"])
+    assert all(q["rms_dlogprob"] is None or np.isfinite(q["rms_dlogprob"]) for q in d["top_questions"])
