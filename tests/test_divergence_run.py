@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL, SimServer
-from helpers.runs import abh_run, interrupt_run, log_has
+from helpers.runs import abh_run, abh_run_here, interrupt_run, log_has
 from test_scoring import FakeServer
 
 from harness import exitcodes
@@ -119,7 +119,7 @@ SHIFTED = ("arms.b.engine.accuracy=0.93", "+arms.b.engine.logit_shift=0.3",
            "experiment.allowed_differences=[engine.build,engine.logit_shift]")
 
 
-def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path):
+def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
     run_dir = tmp_path / "run"
     r = abh_run(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -144,18 +144,20 @@ def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path):
     assert set(m["evals"]) == {"evals/a/r1", "evals/b/r1"}  # the floor is no accuracy eval
     assert 'id="divergence"' in (run_dir / "report.html").read_text()
 
-    # a rerun keeps the evals and the passes; divergence.* changes no digest (only the passes are redone)
-    r2 = abh_run(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, cwd=tmp_path)
-    assert r2.returncode == 0, r2.stderr[-3000:]
-    assert "scoring evals/aa/r1: already scored, kept" in r2.stderr
+    # a rerun keeps the evals and the passes; divergence.* changes no digest (only the passes are redone);
+    # the reruns in this process (their servers are real processes)
+    assert abh_run_here(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED) == 0
+    err = capsys.readouterr().err
+    assert "scoring evals/aa/r1: already scored, kept" in err
     assert read_json(run_dir / "comparison.json")["divergence"]["kld_mean"] == d["kld_mean"]
-    r3 = abh_run(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, "divergence.top_k=5", cwd=tmp_path)
-    assert r3.returncode == 0, r3.stderr[-3000:]
-    assert "already complete, kept" in r3.stderr and "already scored" not in r3.stderr
+    assert abh_run_here(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, "divergence.top_k=5") == 0
+    err = capsys.readouterr().err
+    assert "already complete, kept" in err and "already scored" not in err
     assert read_json(run_dir / "comparison.json")["divergence"]["top_k"] == 5
 
 
-def test_abh_run_identical_builds_are_indistinguishable_and_divergence_can_be_off(tmp_path):
+@pytest.mark.slow  # ~10 s; the default run: indistinguishable in abh compare (above), the floor pass in abh run (above)
+def test_abh_run_identical_builds_are_indistinguishable(tmp_path):
     r = abh_run(f"hydra.run.dir={tmp_path / 'same'}", *RUN, "arms.b.engine.accuracy=0.93",
                 "experiment.aa_control=true", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -163,12 +165,18 @@ def test_abh_run_identical_builds_are_indistinguishable_and_divergence_can_be_of
     assert d["verdict"] == "indistinguishable" and d["kld_mean"] == d["kld_mean_aa"] == 0, d["verdict_reason"]
     # with the A/A control, the floor pass goes beside its eval: A vs A' greedy texts are compared too
     assert d["dirs"]["aa"] == str(tmp_path / "same" / "evals/aa/r1") and d["text_questions_aa"] == N
-    r = abh_run(f"hydra.run.dir={tmp_path / 'off'}", *RUN, "divergence.enabled=false", "report=false", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_abh_run_without_divergence_scores_nothing(tmp_path, capsys):
+    """In this process (the servers are real processes)."""
+    code = abh_run_here(f"hydra.run.dir={tmp_path / 'off'}", *RUN, "divergence.enabled=false", "report=false")
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
     assert "divergence" not in read_json(tmp_path / "off" / "comparison.json")
-    assert not (tmp_path / "off" / "evals/a/r1/scores.json").exists() and "scoring" not in r.stderr
+    assert not (tmp_path / "off" / "evals/a/r1/scores.json").exists() and "scoring" not in err
 
 
+@pytest.mark.slow  # ~25 s; the default run: signals in the other phases (test_run.py), resumed scoring (above)
 def test_a_signal_during_scoring_stops_the_servers_and_a_rerun_scores_again(tmp_path):
     run_dir = tmp_path / "run"
     args = [f"hydra.run.dir={run_dir}", "progress=false", "task.num_questions=40", "client.parallel=2",

@@ -388,11 +388,12 @@ def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
     assert abh_run_here(*base, "engine.flip_rate=0.2") == exitcodes.BAD_CONFIG  # refused before any server
     assert "holds a run of a different config (changed: engine.flip_rate)" in capsys.readouterr().err
     assert read_json(run_dir / "manifest.json")["config"]["engine"]["flip_rate"] == 0.02
-    # statistics settings may change: they are recomputed from the stored answers, without any server
-    assert abh_run_here(*base, "stats.margin_pp=2.0") == exitcodes.OK, capsys.readouterr().err[-2000:]
+    # statistics settings may change: they are recomputed from the stored answers. (divergence.* is no part of the
+    # config either: off here, as the copy's scoring passes name the original directory and would be redone.)
+    assert abh_run_here(*base, "stats.margin_pp=2.0", "divergence.enabled=false") == exitcodes.OK, \
+        capsys.readouterr().err[-2000:]
     assert read_json(run_dir / "comparison.json")["margin"] == 0.02
-    m = read_json(run_dir / "manifest.json")
-    assert len(m["sessions"]) == 2 and sum(len(a.get("launches", [])) for a in m["arms"].values()) == 4
+    assert len(read_json(run_dir / "manifest.json")["sessions"]) == 2
 
 
 # ------------------------------------------------------------------------------------------ sweeps
@@ -445,19 +446,23 @@ def test_fail_on_with_a_bad_value_is_a_config_error(tmp_path: Path, capsys: pyte
     assert "--fail-on (fail_on) must be" in capsys.readouterr().err
 
 
-def test_a_server_that_hangs_mid_eval_ends_the_run_with_exit_4_within_the_stall_timeout(tmp_path: Path) -> None:
+@pytest.mark.slow  # the default run: the stall watchdog's exit 4 (test_eval_reliability.py) and a failed server
+# stopped by the run (test_server_death_mid_eval_exits_4_with_its_log)
+def test_a_server_that_hangs_mid_eval_ends_the_run_with_exit_4_within_the_stall_timeout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 14.2: a hung server was never detected (minutes of silence, then 1319 errors stored as complete).
     Now the stall watchdog probes it, the run stops it and exits 4 with its log tail; answers are kept and
-    the hung requests stay missing (a rerun sends them), not errors."""
+    the hung requests stay missing (a rerun sends them), not errors. In this process (the servers are real)."""
     run_dir = tmp_path / "run"
     stall = 3.0
     t0 = time.monotonic()
-    r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+arms.a.engine.hang_after=60",
-                f"client.stall_timeout_s={stall}", cwd=tmp_path, timeout=120)
+    code = abh_run_here(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+arms.a.engine.hang_after=60",
+                        f"client.stall_timeout_s={stall}")
     took = time.monotonic() - t0
-    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr[-2000:]
+    err = capsys.readouterr().err
+    assert code == exitcodes.SERVER_FAILURE, err[-2000:]
     assert took < 2 * stall + 30, took  # start-up, the stall, the health probe, the stop
-    assert "failed during evals/a/r1" in r.stderr and "last lines of its log" in r.stderr
+    assert "failed during evals/a/r1" in err and "last lines of its log" in err
     kept = read_jsonl(run_dir / "evals" / "a" / "r1" / "samples.jsonl")
     assert 0 < len(kept) < 200 and all(x["error"] is None for x in kept)
     for pid in server_pids(run_dir):

@@ -17,8 +17,9 @@ import psutil
 from harness.fileio import read_json, read_jsonl
 from harness.orchestrate.run import main as run_main
 
-#: A run small enough for tests that do not test the full question set (and need no report.html).
-SMALL = ("progress=false", "report=false", "task.num_questions=200", "client.parallel=200")
+#: A run small enough for tests that do not test the full question set (and need no report.html), of the accuracy
+#: design alone: the divergence's scoring passes (extra launches after the evals) are tested in test_divergence_run.py.
+SMALL = ("progress=false", "report=false", "task.num_questions=200", "client.parallel=200", "divergence.enabled=false")
 #: One repeat per arm, no A/A control.
 ONE_EACH = ("experiment.aa_control=false", "experiment.repeats=1")
 
