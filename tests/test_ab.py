@@ -244,6 +244,8 @@ def test_a_server_that_dies_mid_eval_is_exit_4_and_resumable(servers, sim_server
     assert not (root / "comparison.json").exists()
 
 
+@pytest.mark.slow  # the default run: SIGINT mid-eval and its resume through abh eval (test_eval.py), abh ab's resume
+# (test_repeats_interleave_names_gate_and_resume)
 def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path, capsys):
     slow = sim_server("--accuracy", "0.9", "--run-seed", "7", "--latency-s", "0.05", "--max-running-requests", "5")
     other = sim_server("--accuracy", "0.9", "--run-seed", "8")

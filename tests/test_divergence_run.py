@@ -54,7 +54,10 @@ def _measure(root: Path, shift: str) -> dict[str, Path]:
     return dirs
 
 
-@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), ("0", "indistinguishable")])
+# diverged through abh compare is slow: the default run finds it through abh run (below), which writes the same
+# comparison; indistinguishable is only here
+@pytest.mark.parametrize("shift, verdict", [pytest.param("0.3", "diverged", marks=pytest.mark.slow),
+                                            ("0", "indistinguishable")])
 def test_abh_compare_resolves_what_accuracy_cannot(tmp_path, capsys, shift, verdict):
     dirs = _measure(tmp_path, shift)
     out = tmp_path / "cmp"
@@ -119,17 +122,23 @@ SHIFTED = ("arms.b.engine.accuracy=0.93", "+arms.b.engine.logit_shift=0.3",
            "experiment.allowed_differences=[engine.build,engine.logit_shift]")
 
 
-def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
+def _shifted_run(tmp_path: Path) -> tuple[Path, str]:
+    """`abh run` of the shifted arms: the run directory and the printed summary."""
     run_dir = tmp_path / "run"
     r = abh_run(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
+    return run_dir, r.stdout
+
+
+def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
+    run_dir, stdout = _shifted_run(tmp_path)
     c = read_json(run_dir / "comparison.json")
     d = c["divergence"]
     assert c["verdict"] not in ("improved", "regressed")
     assert d["verdict"] == "diverged" and d["kld_mean"] > 0.01 and d["kld_mean_aa"] == 0, d["verdict_reason"]
     assert d["dirs"] == {"ref": str(run_dir / "evals/a/r1"), "ab": str(run_dir / "evals/b/r1"),
                          "aa": str(run_dir / "evals/aa/r1")}
-    assert "divergence: DIVERGED" in r.stdout and "; outputs: diverge (KLD" in r.stdout
+    assert "divergence: DIVERGED" in stdout and "; outputs: diverge (KLD" in stdout
     s = read_json(run_dir / "summary.json")
     assert s["divergence"]["verdict"] == "diverged" and s["verdict"] == c["verdict"]
     m = read_json(run_dir / "manifest.json")
@@ -144,12 +153,17 @@ def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
     assert set(m["evals"]) == {"evals/a/r1", "evals/b/r1"}  # the floor is no accuracy eval
     assert 'id="divergence"' in (run_dir / "report.html").read_text()
 
-    # a rerun keeps the evals and the passes; divergence.* changes no digest (only the passes are redone);
-    # the reruns in this process (their servers are real processes)
+    # a rerun keeps the evals and the passes (in this process: no server is needed)
     assert abh_run_here(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED) == 0
     err = capsys.readouterr().err
     assert "scoring evals/aa/r1: already scored, kept" in err
     assert read_json(run_dir / "comparison.json")["divergence"]["kld_mean"] == d["kld_mean"]
+
+
+@pytest.mark.slow  # three scoring passes again (the default run keeps the passes of a rerun, above)
+def test_a_changed_divergence_setting_redoes_only_the_passes(tmp_path, capsys):
+    """divergence.* changes no digest: the evals are kept, only the passes are redone (in this process)."""
+    run_dir, _ = _shifted_run(tmp_path)
     assert abh_run_here(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, "divergence.top_k=5") == 0
     err = capsys.readouterr().err
     assert "already complete, kept" in err and "already scored" not in err

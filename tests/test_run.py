@@ -427,8 +427,10 @@ def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fail_on, b_accuracy, code", [
     ("regressed", 0.80, exitcodes.GATE_FAILED),       # B clearly worse: the gate fails
-    ("regressed", 0.945, exitcodes.OK),               # the same arms: no regression shown, passes
-    ("not-noninferior", 0.945, exitcodes.GATE_FAILED),  # superiority run: non-inferiority not shown, fails
+    # the gate's other outcomes are test_gate.py's; through abh run they are slow
+    pytest.param("regressed", 0.945, exitcodes.OK, marks=pytest.mark.slow),  # no regression shown, passes
+    # a superiority run: non-inferiority not shown, fails
+    pytest.param("not-noninferior", 0.945, exitcodes.GATE_FAILED, marks=pytest.mark.slow),
 ])
 def test_fail_on_gate_exits_7_on_the_verdict_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        fail_on: str, b_accuracy: float, code: int) -> None:
