@@ -54,10 +54,11 @@ def _measure(root: Path, shift: str) -> dict[str, Path]:
     return dirs
 
 
-# diverged through abh compare is slow: the default run finds it through abh run (below), which writes the same
-# comparison; indistinguishable is only here
-@pytest.mark.parametrize("shift, verdict", [pytest.param("0.3", "diverged", marks=pytest.mark.slow),
-                                            ("0", "indistinguishable")])
+# Slow (~7 s each, three simulator launches and three scoring passes): the default run has abh compare on real
+# scores (not_measured, below), the diverged verdict through abh run (below) and indistinguishable from stored
+# scores (test_divergence.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), ("0", "indistinguishable")])
 def test_abh_compare_resolves_what_accuracy_cannot(tmp_path, capsys, shift, verdict):
     dirs = _measure(tmp_path, shift)
     out = tmp_path / "cmp"
