@@ -6,14 +6,14 @@ through ``abh compare`` over evals and scoring passes made against real simulato
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL, SimServer
+from helpers.aioserver import FakeServer
+from helpers.llamacpp import llamacpp_missing
 from helpers.runs import abh_run, abh_run_here, interrupt_run, log_has
-from test_scoring import FakeServer
 
 from harness import exitcodes
 from harness.cli_compare import compare_main
@@ -211,23 +211,10 @@ def test_a_signal_during_scoring_stops_the_servers_and_a_rerun_scores_again(tmp_
 
 
 # ------------------------------------------------------------------------------------------ real llama.cpp
-def _llamacpp_missing() -> str | None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed"
-    from harness.engines import EngineError
-    from harness.engines.llamacpp import default_gguf
-
-    try:
-        default_gguf()
-    except EngineError as e:
-        return str(e)
-    return None
-
-
 @pytest.mark.slow
 @pytest.mark.real_model
 @pytest.mark.timeout(5400)  # llama-cpp-python ranks the whole vocabulary for every echoed token: ~30 min
-@pytest.mark.skipif(_llamacpp_missing() is not None, reason=str(_llamacpp_missing()))
+@pytest.mark.skipif(llamacpp_missing() is not None, reason=str(llamacpp_missing()))
 def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
     run_dir = tmp_path / "cpu"
     r = abh_run("experiment=cpu_smollm2", "task.num_questions=8", f"hydra.run.dir={run_dir}", "progress=false",

@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from conftest import TEST_JSONL, SimServer, free_port
+from helpers.aioserver import ThreadedApp
 
 from harness import exitcodes
 from harness.client import Client, ClientConfig
@@ -70,39 +70,19 @@ def test_a_url_that_serves_something_else_is_refused_at_once(http_server, tmp_pa
     assert not (tmp_path / "ev").exists()
 
 
-class StatusServer:
+class StatusServer(ThreadedApp):
     """Answers every POST with one status and counts them."""
 
     def __init__(self, status: int):
+        super().__init__()
         self.status, self.count = status, 0
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> StatusServer:
+    def routes(self, app: web.Application) -> None:
         async def post(request: web.Request) -> web.Response:
             self.count += 1
             return web.Response(status=self.status, text="no")
 
-        app = web.Application()
         app.router.add_post("/generate", post)
-        self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(app)
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.runner.setup())
-            self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
-            ready.set()
-            self.loop.run_forever()
-
-        threading.Thread(target=run, daemon=True).start()
-        ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 @pytest.mark.parametrize("status,attempts", [(404, 1), (405, 1), (501, 1), (503, 3), (429, 3)])

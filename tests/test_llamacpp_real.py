@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import pytest
 from conftest import TEST_JSONL, pid_alive
+from helpers.llamacpp import llamacpp_missing
 
 from harness.arm import ResolvedArm
 from harness.checks.live import run_live_checks
 from harness.client import ClientConfig
 from harness.config import CheckConfig, LlamaCppEngineConfig
-from harness.engines import EngineError, create_engine
-from harness.engines.llamacpp import default_gguf
+from harness.engines import create_engine
 from harness.evaluate import EvalOptions, run_eval
 from harness.store import load_samples
 from harness.tasks import gsm8k
 
-
-def _gguf_missing() -> str | None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed"
-    try:
-        default_gguf()
-    except EngineError as e:
-        return str(e)
-    if not TEST_JSONL.exists():
-        return f"GSM8K test set not found at {TEST_JSONL}"
-    return None
-
-
 pytestmark = [pytest.mark.slow, pytest.mark.real_model,
-              pytest.mark.skipif(_gguf_missing() is not None, reason=str(_gguf_missing()))]
+              pytest.mark.skipif(llamacpp_missing() is not None, reason=str(llamacpp_missing()))]
 
 
 def test_llamacpp_smollm2_end_to_end(tmp_path):

@@ -4,17 +4,14 @@ ids asked of the others, text-keyed OpenAI passes, and an engine that cannot sco
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from aiohttp import web
-from conftest import TEST_JSONL, free_port
+from conftest import TEST_JSONL
+from helpers.aioserver import FakeServer
 
 from harness.client import ClientConfig
 from harness.divergence import compute_divergence
@@ -141,54 +138,6 @@ def test_openai_passes_are_keyed_by_token_text(sim_server, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ cannot score
-class FakeServer:
-    """Answers generations (SGLang and OpenAI) but scoring requests without per-token logprobs, like a server
-    that ignores return_logprob; no /tokenize; ``refuse``: scoring requests get HTTP 400."""
-
-    def __init__(self, refuse: bool = False) -> None:
-        self.port, self.refuse = free_port(), refuse
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> FakeServer:
-        async def generate(request: web.Request) -> web.Response:
-            body = await request.json()
-            if body.get("return_logprob") and self.refuse:
-                return web.json_response({"error": "logprobs are not supported"}, status=400)
-            meta: dict[str, Any] = {"prompt_tokens": 100, "completion_tokens": 5, "finish_reason": {"type": "stop"}}
-            return web.json_response({"text": " 3 + 4 = 7.\n#### 7", "meta_info": meta})
-
-        async def completions(request: web.Request) -> web.Response:
-            return web.json_response({"choices": [{"text": " 7", "finish_reason": "length", "logprobs": None}],
-                                      "usage": {"prompt_tokens": 100, "completion_tokens": 1}})
-
-        async def ok(request: web.Request) -> web.Response:
-            return web.json_response({"data": [{"id": "fake"}]})
-
-        app = web.Application()
-        app.router.add_post("/generate", generate)
-        app.router.add_post("/v1/completions", completions)
-        for path in ("/health", "/health_generate", "/v1/models"):
-            app.router.add_get(path, ok)
-        self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(app)
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.runner.setup())
-            self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
-            ready.set()
-            self.loop.run_forever()
-
-        threading.Thread(target=run, daemon=True).start()
-        ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-
 @pytest.mark.parametrize("api, refuse, why", [
     ("sglang", False, "without per-token logprobs"),
     ("sglang", True, "HTTP 400"),

@@ -4,11 +4,9 @@ slow test), hand-made answers in SGLang's and vLLM's shapes, and the client's sc
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from conftest import free_port
+from helpers.aioserver import ThreadedApp
+from helpers.llamacpp import llamacpp_missing
 
 from harness.client import Client, ClientConfig
 from harness.wire import MalformedResponse, OpenAIApi, ScoreRequest, SGLangApi
@@ -172,13 +172,15 @@ def test_sglang_scores_malformed():
 
 
 # ------------------------------------------------------------------------------------------ the client's path
-class Replay:
+class Replay(ThreadedApp):
     """Serves the recorded llama-cpp-python answers; the first scoring request gets a torn body."""
 
     def __init__(self) -> None:
-        self.port, self.posts, self.torn = free_port(), [], False
+        super().__init__()
+        self.posts: list[dict[str, Any]] = []
+        self.torn = False
 
-    def __enter__(self) -> Replay:
+    def routes(self, app: web.Application) -> None:
         async def completions(request: web.Request) -> web.Response:
             body = await request.json()
             self.posts.append(body)
@@ -191,26 +193,7 @@ class Replay:
                 return web.Response(text='{"choices": [{"logp', content_type="application/json")
             return web.json_response(RECORD["scoring"])
 
-        app = web.Application()
         app.router.add_post("/v1/completions", completions)
-        self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(app)
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.runner.setup())
-            self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
-            ready.set()
-            self.loop.run_forever()
-
-        threading.Thread(target=run, daemon=True).start()
-        ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def test_client_prepares_and_scores_with_retries():
@@ -231,22 +214,9 @@ def test_client_prepares_and_scores_with_retries():
 
 
 # ------------------------------------------------------------------------------------------ the real server
-def _llamacpp_missing() -> str | None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed"
-    from harness.engines import EngineError
-    from harness.engines.llamacpp import default_gguf
-
-    try:
-        default_gguf()
-    except EngineError as e:
-        return str(e)
-    return None
-
-
 @pytest.mark.slow
 @pytest.mark.real_model
-@pytest.mark.skipif(_llamacpp_missing() is not None, reason=str(_llamacpp_missing()))
+@pytest.mark.skipif(llamacpp_missing() is not None, reason=str(llamacpp_missing()))
 def test_real_llamacpp_scores_its_own_greedy_text(tmp_path):
     from harness.engines.llamacpp import default_gguf
 
