@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -235,26 +236,26 @@ def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Pa
         raise ArmError(f"arm {key!r}: patches/subdir need source.kind=git or pythonpath")
     if s.kind == "pythonpath" and s.patches:
         raise ArmError(f"arm {key!r}: patches need source.kind=git (the harness applies them in a worktree)")
+    def exists(path: Path, what: str) -> bool:
+        """A missing tree stops a real run; a dry run records it and prints everything else."""
+        if path.is_dir():
+            return True
+        msg = f"arm {key!r}: {what} {path} does not exist (source.path)"
+        if strict:
+            raise ArmError(msg)
+        src.problems.append(msg)
+        return False
+
     if s.kind == "pythonpath":
         tree = Path(s.path).expanduser().resolve()
         src.path = str(tree)
         src.tree = str(tree)
-        if not tree.is_dir():
-            msg = f"arm {key!r}: source tree {tree} does not exist (source.path)"
-            if strict:
-                raise ArmError(msg)
-            src.problems.append(msg)
-        else:
+        if exists(tree, "source tree"):
             src.commit, src.dirty = git_state(tree)
     elif s.kind == "git":
         repo = Path(s.path).expanduser().resolve()
         src.path = str(repo)
-        if not repo.is_dir():
-            msg = f"arm {key!r}: git repository {repo} does not exist (source.path)"
-            if strict:
-                raise ArmError(msg)
-            src.problems.append(msg)
-        else:
+        if exists(repo, "git repository"):
             wt, _commit = _make_worktree(key, repo, s.ref, run_dir)
             src.worktree = src.tree = str(wt)
             src.patches = _apply_patches(key, wt, s.patches, root)
@@ -268,3 +269,22 @@ def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Pa
                        pythonpath=list(src.pythonpath), env={k: str(v) for k, v in a.env.items()},
                        args=[str(x) for x in a.args], engine_overrides=dict(a.engine), source=src,
                        checks=list(a.checks), arms_root=root)
+
+
+def run_probe(arm: ResolvedArm, script: Path, args: Sequence[str], *, env: Mapping[str, str], marker: str,
+              timeout_s: float, what: str, cwd: str | None = None, timeout_hint: str = "") -> dict[str, Any]:
+    """Run a stdlib probe program by path in the arm's own interpreter and return the JSON it prints after
+    ``marker`` (its last such line), or ``{"error": ...}`` saying why there is none."""
+    try:
+        r = subprocess.run([arm.interpreter, str(script), *args], env=dict(env), capture_output=True, text=True,
+                           timeout=timeout_s, cwd=cwd)
+    except FileNotFoundError:
+        return {"error": f"the arm's interpreter {arm.interpreter} does not exist"}
+    except subprocess.TimeoutExpired:
+        return {"error": f"the {what} timed out after {timeout_s:.0f} s{timeout_hint}"}
+    for line in reversed(r.stdout.splitlines()):
+        if line.startswith(marker):
+            result: dict[str, Any] = json.loads(line[len(marker):])
+            return result
+    return {"error": f"the {what} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}"}
+

@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness import stack_probe
-from harness.arm import ResolvedArm, sha256_file
+from harness.arm import ResolvedArm, run_probe, sha256_file
 
 #: The probe program, run by file path with the arm's interpreter.
 STACK_PROBE = Path(stack_probe.__file__).resolve()
@@ -38,19 +37,11 @@ def arm_stack(arm: ResolvedArm, env: Mapping[str, Any] | None = None,
     key = json.dumps([arm.interpreter, sorted(delta.items())])
     if key in _CACHE:
         return _CACHE[key]
-    try:
-        r = subprocess.run([arm.interpreter, str(STACK_PROBE)], env={**os.environ, **delta}, capture_output=True,
-                           text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        return {"error": f"the arm's interpreter {arm.interpreter} does not exist"}
-    except subprocess.TimeoutExpired:
-        return {"error": f"the stack probe timed out after {timeout_s:.0f} s"}
-    for line in reversed(r.stdout.splitlines()):
-        if line.startswith(stack_probe.MARKER):
-            out: dict[str, Any] = json.loads(line[len(stack_probe.MARKER):])
-            _CACHE[key] = out
-            return out
-    return {"error": f"the stack probe failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}"}
+    out = run_probe(arm, STACK_PROBE, [], env={**os.environ, **delta}, marker=stack_probe.MARKER,
+                    timeout_s=timeout_s, what="stack probe")
+    if "error" not in out:
+        _CACHE[key] = out
+    return out
 
 
 def _read(path: str | Path) -> str | None:

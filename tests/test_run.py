@@ -66,6 +66,26 @@ def demo100(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     return _demo_run(tmp_path_factory.mktemp("demo100"), *DEMO_100)
 
 
+def check_run_record(run_dir: Path, n: int, verdict: str) -> None:
+    """What every finished demo run records: six complete evals of n questions, provenance, the status, passed
+    live checks, no server left, the report and the markdown."""
+    manifest = read_json(run_dir / "manifest.json")
+    assert set(manifest["evals"]) == {"evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2", "evals/aa/r1",
+                                      "evals/aa/r2"}
+    for rel, ev in manifest["evals"].items():
+        assert ev["status"] == "complete"
+        assert sorted(x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl")) == list(range(n)), rel
+    assert manifest["provenance"]["harness_version"]
+    assert manifest["dataset"]["sha256"] and manifest["config"]["experiment"]["name"] == "demo"
+    assert manifest["status"] == {"code": 0, "verdict": verdict}
+    for key in ("a", "b"):
+        arm = manifest["arms"][key]
+        assert arm["launch"]["argv"] and all(c["passed"] for c in arm["live_checks"])
+    for pid in server_pids(run_dir):
+        assert not pid_alive(pid)
+    assert (run_dir / "report.html").exists() and "| baseline |" in (run_dir / "comparison.md").read_text()
+
+
 @pytest.mark.slow
 def test_demo_end_to_end(demo: Demo) -> None:
     r, run_dir = demo.result, demo.run_dir
@@ -80,21 +100,7 @@ def test_demo_end_to_end(demo: Demo) -> None:
     assert comparison["n"] == 1319 and comparison["arms"]["a"]["n_runs"] == 2
     assert comparison["psi_aa"] is not None and comparison["psi_aa"] > 0
     assert comparison["both"] + comparison["a_only"] + comparison["b_only"] + comparison["neither"] == 1319
-    manifest = read_json(run_dir / "manifest.json")
-    assert set(manifest["evals"]) == {"evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2", "evals/aa/r1",
-                                      "evals/aa/r2"}
-    for rel, ev in manifest["evals"].items():
-        assert ev["status"] == "complete"
-        assert sorted(x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl")) == list(range(1319)), rel
-    assert manifest["provenance"]["harness_version"]
-    assert manifest["dataset"]["sha256"] and manifest["config"]["experiment"]["name"] == "demo"
-    assert manifest["status"] == {"code": 0, "verdict": "improved"}
-    for key in ("a", "b"):
-        arm = manifest["arms"][key]
-        assert arm["launch"]["argv"] and all(c["passed"] for c in arm["live_checks"])
-    for pid in server_pids(run_dir):
-        assert not pid_alive(pid)
-    assert (run_dir / "report.html").exists() and "| baseline |" in (run_dir / "comparison.md").read_text()
+    check_run_record(run_dir, 1319, "improved")
     print(f"demo took {demo.seconds:.1f} s")
 
 
@@ -110,21 +116,7 @@ def test_demo_on_100_questions_end_to_end(demo100: Demo) -> None:
     assert comparison["psi_aa"] is not None
     assert comparison["both"] + comparison["a_only"] + comparison["b_only"] + comparison["neither"] == 100
     assert summary["verdict"] == comparison["verdict"]
-    manifest = read_json(run_dir / "manifest.json")
-    assert set(manifest["evals"]) == {"evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2", "evals/aa/r1",
-                                      "evals/aa/r2"}
-    for rel, ev in manifest["evals"].items():
-        assert ev["status"] == "complete"
-        assert sorted(x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl")) == list(range(100)), rel
-    assert manifest["provenance"]["harness_version"]
-    assert manifest["dataset"]["sha256"] and manifest["config"]["experiment"]["name"] == "demo"
-    assert manifest["status"] == {"code": 0, "verdict": comparison["verdict"]}
-    for key in ("a", "b"):
-        arm = manifest["arms"][key]
-        assert arm["launch"]["argv"] and all(c["passed"] for c in arm["live_checks"])
-    for pid in server_pids(run_dir):
-        assert not pid_alive(pid)
-    assert (run_dir / "report.html").exists() and "| baseline |" in (run_dir / "comparison.md").read_text()
+    check_run_record(run_dir, 100, comparison["verdict"])
     print(f"the demo on 100 questions took {demo100.seconds:.1f} s")
 
 

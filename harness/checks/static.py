@@ -9,12 +9,11 @@ so a module that does not import there (no GPU libraries) is found where the ser
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.arm import ResolvedArm
+from harness.arm import ResolvedArm, run_probe
 from harness.checks import source_probe
 from harness.checks.result import CheckResult, check_name, short
 from harness.config import CheckConfig
@@ -30,23 +29,12 @@ SOURCE_PROBE = Path(source_probe.__file__).resolve()
 def probe_source(arm: ResolvedArm, module: str, obj: str, env: Mapping[str, str] | None = None,
                  timeout_s: float = SOURCE_PROBE_TIMEOUT_S) -> dict[str, Any]:
     """Run the source probe in the arm's own interpreter (with its PYTHONPATH and env, in its source tree)."""
-    argv = [arm.interpreter, str(SOURCE_PROBE),
-            json.dumps({"module": module, "object": obj, "launcher": str(LAUNCHER)})]
     cwd = arm.source.tree or None
     if cwd and not Path(cwd).is_dir():
         cwd = None
-    try:
-        r = subprocess.run(argv, env=arm.process_env(env), capture_output=True, text=True, timeout=timeout_s,
-                           cwd=cwd)
-    except FileNotFoundError:
-        return {"error": f"the arm's interpreter {arm.interpreter} does not exist"}
-    except subprocess.TimeoutExpired:
-        return {"error": f"the source probe timed out after {timeout_s:.0f} s (importing {module})"}
-    for line in reversed(r.stdout.splitlines()):
-        if line.startswith(source_probe.MARKER):
-            result: dict[str, Any] = json.loads(line[len(source_probe.MARKER):])
-            return result
-    return {"error": f"the source probe failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}"}
+    return run_probe(arm, SOURCE_PROBE, [json.dumps({"module": module, "object": obj, "launcher": str(LAUNCHER)})],
+                     env=arm.process_env(env), marker=source_probe.MARKER, timeout_s=timeout_s,
+                     what="source probe", cwd=cwd, timeout_hint=f" (importing {module})")
 
 
 def _resolve_under(arm: ResolvedArm, file_under: str) -> Path:
