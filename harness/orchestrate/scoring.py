@@ -101,7 +101,11 @@ class ScoringPhase:
             return False
         return (not meta.get("transient") and meta.get("requested_top_k") == self.top_k
                 and meta.get("reference_sha256") == texts
-                and meta.get("reference_scores") == (None if ref_scores is None else str(ref_scores)))
+                # the reference pass by its place in the run directory, so a moved or copied run resumes
+                and meta.get("reference_pass") == self._rel(ref_scores))
+
+    def _rel(self, ref_scores: Path | None) -> str | None:
+        return None if ref_scores is None else ref_scores.relative_to(self.run_dir).as_posix()
 
     def _score(self, p: Pass, ref_eval: Path, ref_scores: Path | None, texts: str | None) -> None:
         cfg, out = self.cfg, self.run_dir / p.rel_dir
@@ -113,7 +117,7 @@ class ScoringPhase:
         self.log.say(f"scoring {p.rel_dir} ({what}, arm {p.arm_key}, launch {launch.id}) on {engine.url}")
         meta: dict[str, Any] = {"pass": p.name, "arm": p.arm_key, "role": p.role, "launch": launch.id,
                                 "engine": engine.kind, "simulated": engine.simulated, "reference": self.reference,
-                                "reference_sha256": texts}
+                                "reference_sha256": texts, "reference_pass": self._rel(ref_scores)}
         record: dict[str, Any] = {"pass": p.name, "arm": p.arm_key, "launch": launch.id, "status": "running"}
         self.manifest.record("scoring", {**(self.manifest.data.get("scoring") or {}), p.rel_dir: record})
         ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
