@@ -260,7 +260,8 @@ class AB:
         c["command"] = list(o.command)
         schema.write_comparison(o.out / schema.COMPARISON_FILE, c)
         code = comparison_exit(c, o.fail_on)
-        schema.write_run_summary(o.out / schema.RUN_SUMMARY_FILE, run_summary(c, o.repeats, code))
+        summary = schema.run_summary(c, experiment="ab", repeats=o.repeats, aa_control=False, exit_code=code)
+        schema.write_run_summary(o.out / schema.RUN_SUMMARY_FILE, summary)
         print(format_summary(c))
         print(f"wrote {o.out / schema.COMPARISON_FILE}")
         print(f"wrote {o.out / schema.RUN_SUMMARY_FILE}")
@@ -268,19 +269,6 @@ class AB:
         print(f"wrote {write_report(o.out)}")
         explain_exit("abh ab", code, c, o.fail_on)
         return code
-
-
-def run_summary(c: schema.Comparison, repeats: int, code: int) -> schema.RunSummary:
-    """``summary.json`` of an ``abh ab`` run directory: the verdict and the exit code, as ``abh run`` writes."""
-    arms, names = c["arms"], c.get("arm_names")
-    return {
-        "experiment": "ab", "simulated": bool(c.get("simulated")),
-        "verdict": c.get("verdict", "not_comparable"), "verdict_reason": c.get("verdict_reason"),
-        "n": c.get("n"), "delta": c.get("delta"), "delta_ci": c.get("delta_ci"),
-        "test": c.get("test"), "p": c.get("p"), "mde": c.get("mde"),
-        "accuracy": {"a": arms["a"]["accuracy"], "b": arms["b"]["accuracy"]},
-        "arms": {"a": names["a"], "b": names["b"]} if names else {}, "repeats": repeats, "aa_control": False, "exit_code": code,
-    }
 
 
 def run_ab(opts: ABOptions) -> int:

@@ -554,6 +554,25 @@ def write_manifest(path: str | Path, doc: Manifest) -> None:
     dump(path, MANIFEST, doc)
 
 
+def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: bool, exit_code: int) -> RunSummary:
+    """``summary.json`` of a run directory (``abh run``, ``abh ab``): the verdict, the test and p that decided
+    it, the accuracies and the exit code, taken from its comparison; callers add what only they know."""
+    arms, names = c["arms"], c.get("arm_names")
+    doc: RunSummary = {
+        "experiment": experiment, "simulated": bool(c.get("simulated")),
+        "verdict": c.get("verdict", "not_comparable"), "verdict_reason": c.get("verdict_reason"),
+        "n": c.get("n"), "delta": c.get("delta"), "delta_ci": c.get("delta_ci"),
+        "test": c.get("test"), "p": c.get("p"), "mde": c.get("mde"),
+        "accuracy": {"a": arms["a"]["accuracy"], "b": arms["b"]["accuracy"]},
+        "arms": {"a": names["a"], "b": names["b"]} if names else {},
+        "repeats": repeats, "aa_control": aa_control, "exit_code": exit_code,
+    }
+    div = c.get("divergence")
+    if div is not None:
+        doc["divergence"] = {k: div.get(k) for k in ("verdict", "kld_mean", "kld_mean_aa", "p", "effect")}
+    return doc
+
+
 def write_run_summary(path: str | Path, doc: RunSummary) -> None:
     dump(path, RUN_SUMMARY, doc)
 

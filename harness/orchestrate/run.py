@@ -424,20 +424,11 @@ class Run:
         design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
                   "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
                   "order": str(x.order)}
-        summary: schema.RunSummary = {
-            "experiment": x.name,
-            "simulated": bool(comparison.get("simulated")),
-            "verdict": comparison["verdict"], "verdict_reason": comparison.get("verdict_reason"),
-            "n": comparison.get("n"), "delta": comparison.get("delta"), "delta_ci": comparison.get("delta_ci"),
-            "test": comparison.get("test"), "p": comparison.get("p"), "mde": comparison.get("mde"),
-            "accuracy": {r: comparison["arms"][r]["accuracy"] for r in ("a", "b")},
-            "arms": {"a": names["a"], "b": names["b"]},
-            "repeats": x.repeats if seq is None else seq["repeats_run"], "aa_control": x.aa_control,
-            "design": design, "cost": cost, "exit_code": code,  # type: ignore[typeddict-item]
-        }
-        div = comparison.get("divergence")
-        if div is not None:
-            summary["divergence"] = {k: div.get(k) for k in ("verdict", "kld_mean", "kld_mean_aa", "p", "effect")}
+        summary = schema.run_summary(comparison, experiment=str(x.name),
+                                     repeats=x.repeats if seq is None else seq["repeats_run"],
+                                     aa_control=bool(x.aa_control), exit_code=code)
+        summary["design"] = design
+        summary["cost"] = cost  # type: ignore[typeddict-item]
         if seq is not None:
             summary["sequential"] = seq  # type: ignore[typeddict-item]
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
