@@ -195,22 +195,6 @@ class Arms(TypedDict):
     b: ArmResult
 
 
-class Tost(TypedDict, total=False):
-    method: str
-    margin: float
-    alpha: float
-    delta: float
-    se: float
-    p_noninferiority: float
-    p_nonsuperiority: float
-    p_equivalence: float
-    ci: list[float]
-    ci_level: float
-    degenerate: bool
-    noninferior: bool
-    equivalent: bool
-
-
 class Divergence(TypedDict, total=False):
     """``comparison.json`` ``divergence``: the reference arm's greedy texts scored teacher-forced by its own
     server, by the other arm's and by a fresh launch of its own (the A/A floor); computed by

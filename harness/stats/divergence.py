@@ -220,12 +220,6 @@ def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | N
 
 
 # ------------------------------------------------------------------------------------------ test
-def weighted_mean(d: np.ndarray, weights: np.ndarray | None = None) -> float:
-    d = np.asarray(d, dtype=float)
-    w = np.ones_like(d) if weights is None else np.asarray(weights, dtype=float)
-    return float(np.sum(w * d) / np.sum(w))
-
-
 def sign_flip_test(d: np.ndarray, weights: np.ndarray | None = None, n_resamples: int = 9_999,
                    seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> dict[str, float]:
     """One-sided randomisation test of H0: each d_i is symmetric about 0, against mean(d) > 0.
