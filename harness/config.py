@@ -29,6 +29,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from harness.simulator.config import SimConfig
+from harness.wire import API_NAMES
 
 #: The project checkout (holds configs/, arms/, results/).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -472,8 +473,8 @@ def validate(cfg: Any) -> None:
     e = cfg.engine
     if e is None or e.get("kind") not in ENGINE_SCHEMAS:
         problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")
-    elif e.api not in ("sglang", "openai"):
-        problems.append(f"engine.api must be sglang or openai, not {e.api!r}")
+    elif e.api not in API_NAMES:
+        problems.append(f"engine.api must be {' or '.join(API_NAMES)}, not {e.api!r}")
     x = cfg.experiment
     if not _NAME.match(x.name or ""):
         problems.append(f"experiment.name {x.name!r} must be letters, digits, '_', '-', '.'")

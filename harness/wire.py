@@ -121,6 +121,11 @@ class Api(ABC):
     health_path: ClassVar[str]
     #: GET: the served models, when the protocol needs a model name in each request.
     models_path: ClassVar[str | None] = None
+    #: ``health_path`` answers 200 only once the server can generate (SGLang's /health_generate runs a 1-token
+    #: generation); otherwise readiness is shown by a 1-token completion.
+    health_means_ready: ClassVar[bool] = False
+    #: The server's own generation endpoint takes SGLang's request fields (e.g. ``return_routed_experts``).
+    native_sglang: ClassVar[bool] = False
     #: POST ``{"prompt", "add_special_tokens"}`` -> ``{"tokens": [...]}``: text to token ids (tried in order;
     #: a server that serves none of them is scored by text).
     tokenize_paths: ClassVar[tuple[str, ...]] = ("/tokenize", "/v1/tokenize")
@@ -182,6 +187,8 @@ class SGLangApi(Api):
     generate_path: ClassVar[str] = "/generate"
     score_path: ClassVar[str] = "/generate"
     health_path: ClassVar[str] = "/health_generate"
+    health_means_ready: ClassVar[bool] = True
+    native_sglang: ClassVar[bool] = True
     scores_given_ids: ClassVar[bool] = True
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:

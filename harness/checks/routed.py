@@ -119,7 +119,7 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
     name = check_name(c, index)
     what = "POST /generate with return_routed_experts -> meta_info.routed_experts"
     expected = expectation(c)
-    if engine.api != "sglang":
+    if not engine.wire.native_sglang:
         return CheckResult(name, c.kind, False, expected, f"the {engine.api} API cannot return routed experts "
                            "here (needs SGLang's native /generate)", {}, arm.key, what)
     body: dict[str, Any] = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens), "temperature": 0.0},

@@ -34,6 +34,7 @@ from harness.engines.process import (
     wait_until_ready,
 )
 from harness.redact import redact_argv, redact_env
+from harness.wire import Api, for_api
 
 #: The stdlib-only launcher, run by file path with the arm's interpreter (the source probe borrows its module
 #: lookup).
@@ -116,6 +117,7 @@ class Engine:
         self._simulated_seen = False
         self.ready_s: float | None = None
         self._stopped = False
+        self._wire: Api | None = None
 
     # ------------------------------------------------------------------ identity
     @property
@@ -132,6 +134,13 @@ class Engine:
     @property
     def api(self) -> str:
         return str(self.cfg.api)
+
+    @property
+    def wire(self) -> Api:
+        """The protocol object of :attr:`api` (chosen once, here: nothing else tests the name)."""
+        if self._wire is None:
+            self._wire = for_api(self.api)
+        return self._wire
 
     @property
     def simulated(self) -> bool:
@@ -231,7 +240,7 @@ class Engine:
         # the current names first; the deprecated ones for older servers
         server_info = self._first_json("/server_info", "/get_server_info")
         model_info = self._first_json("/model_info", "/get_model_info")
-        models = self._first_json("/v1/models") if self.api == "openai" else None
+        models = self._first_json(self.wire.models_path) if self.wire.models_path else None
         if isinstance(server_info, dict) and server_info.get("simulated"):
             self._simulated_seen = True
         version = server_info.get("version") if isinstance(server_info, dict) else None

@@ -41,7 +41,7 @@ class ExternalEngine(Engine):
 
     @property
     def ready_what(self) -> str:  # type: ignore[override]
-        return "GET /health_generate = 200" if self.api == "sglang" else "a 1-token /v1/completions"
+        return f"GET {self.wire.health_path} = 200" if self.wire.health_means_ready else "a 1-token /v1/completions"
 
     def launch_spec(self) -> LaunchSpec:
         if self._spec is None:
@@ -54,8 +54,8 @@ class ExternalEngine(Engine):
         """Nothing to launch: the server is someone else's."""
 
     def ready_check(self) -> tuple[bool, str]:
-        if self.api == "sglang":
-            return self._check_health("/health_generate")
+        if self.wire.health_means_ready:
+            return self._check_health(self.wire.health_path)
         return self._check_one_token()
 
     def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
