@@ -116,7 +116,10 @@ def test_an_engine_that_cannot_score_gives_not_measured_in_abh_compare(tmp_path)
 # ------------------------------------------------------------------------------------------ abh run
 #: No run-to-run noise on the logits: each launch draws its noise seed at random, so with noise a test of identical
 #: builds would say diverged 5 % of the time (as it should); without, the floor is exactly 0 and the verdicts fixed.
-RUN = ("progress=false", f"task.num_questions={N}", "client.parallel=100", "experiment.repeats=1",
+#: 40 questions: with no noise the floor is exactly 0, so the shift is detected on any number of questions, and
+#: each scoring pass costs in proportion.
+N_RUN = 40
+RUN = ("progress=false", f"task.num_questions={N_RUN}", "client.parallel=100", "experiment.repeats=1",
        "experiment.aa_control=false", "stats.margin_pp=2", "engine.logprob_noise=0")
 #: B's build differs only in its next-token distributions; the same accuracy as A
 SHIFTED = ("arms.b.engine.accuracy=0.93", "+arms.b.engine.logit_shift=0.3",
@@ -179,7 +182,7 @@ def test_abh_run_identical_builds_are_indistinguishable(tmp_path):
     d = read_json(tmp_path / "same" / "comparison.json")["divergence"]
     assert d["verdict"] == "indistinguishable" and d["kld_mean"] == d["kld_mean_aa"] == 0, d["verdict_reason"]
     # with the A/A control, the floor pass goes beside its eval: A vs A' greedy texts are compared too
-    assert d["dirs"]["aa"] == str(tmp_path / "same" / "evals/aa/r1") and d["text_questions_aa"] == N
+    assert d["dirs"]["aa"] == str(tmp_path / "same" / "evals/aa/r1") and d["text_questions_aa"] == N_RUN
 
 
 def test_abh_run_without_divergence_scores_nothing(tmp_path, capsys):

@@ -6,6 +6,7 @@ from ``--port`` and the ready-timeout advice."""
 from __future__ import annotations
 
 import base64
+import random
 import socket
 import struct
 from pathlib import Path
@@ -207,11 +208,13 @@ def _listen(port: int) -> socket.socket:
 
 
 def _free_port_with_free_block() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + 260 < 65000 and not engine_base.busy_ports([p, *derived_ports(p, SEED_FLAGS)]):
+    """A port whose whole SGLang block is free, drawn below the kernel's ephemeral range: the outgoing connections
+    of tests running beside this one (pytest -n) take ephemeral ports and could land in a block drawn there."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(10_000, low - 300)
+        if not engine_base.busy_ports([p, *derived_ports(p, SEED_FLAGS)]):
             return p
     raise RuntimeError("no free port block")
 

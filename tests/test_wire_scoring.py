@@ -165,8 +165,14 @@ def test_sglang_scores_malformed():
     short["meta_info"]["input_token_logprobs"].pop()
     uneven = json.loads(json.dumps(good))
     uneven["meta_info"]["input_top_logprobs"].pop()
+    bad_tops = []
+    for top in ([["x", 5, None]], [[-0.1]], [-0.1, 5], {"-0.1": 5}, "ab", [[-0.1, "five", None]]):
+        for field in ("input_top_logprobs", "input_token_ids_logprobs"):  # the alternatives and the asked ids
+            b = json.loads(json.dumps(good))
+            b["meta_info"][field] = [None, None, top]
+            bad_tops.append(b)
     for bad in ({"text": "x", "meta_info": {}}, {"error": "x"}, short, uneven, [],
-                {"meta_info": {"input_token_logprobs": [["x", 1, None], [0.0, 2, None]]}}):
+                {"meta_info": {"input_token_logprobs": [["x", 1, None], [0.0, 2, None]]}}, *bad_tops):
         with pytest.raises(MalformedResponse):
             SGLangApi().parse_scores(bad, req)
 

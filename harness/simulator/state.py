@@ -97,7 +97,8 @@ class SimState:
         self.completed = 0
         self.exiting = False
         self.sem = asyncio.Semaphore(cfg.max_running_requests) if cfg.max_running_requests > 0 else None
-        self.prefix_cache: set[str] = set()
+        #: sha256 of a cached prompt prefix -> its length in tokens (None: a whole prompt, never asked for)
+        self.prefix_cache: dict[str, int | None] = {}
         #: how many times each token sequence has been scored on this launch (its scoring pass number)
         self._scored: dict[bytes, int] = {}
         self._answers: dict[tuple[int, int], str] = {}
@@ -209,10 +210,13 @@ class SimState:
         if k > 0:
             key = hashlib.sha256(prompt[:k].encode()).hexdigest()
             if key in self.prefix_cache:
-                cached = len(self.tokenizer.encode(prompt[:k]))
+                n_prefix = self.prefix_cache[key]
+                if n_prefix is None:  # seen as a whole prompt (the warm-up): count it once
+                    n_prefix = self.prefix_cache[key] = len(self.tokenizer.encode(prompt[:k]))
+                cached = n_prefix
             else:
-                self.prefix_cache.add(key)
-        self.prefix_cache.add(hashlib.sha256(prompt.encode()).hexdigest())
+                self.prefix_cache[key] = len(self.tokenizer.encode(prompt[:k]))
+        self.prefix_cache.setdefault(hashlib.sha256(prompt.encode()).hexdigest(), None)
         if max_new <= 0:
             return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_ids": ids,
                     "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}

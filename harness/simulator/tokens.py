@@ -67,7 +67,8 @@ class Tokenizer:
         return i
 
     def encode(self, text: str) -> list[int]:
-        return [self.piece_id(p) for p in pieces(text)]
+        known = self._ids.get  # the common case without a method call per piece (prompts run to ~1000 pieces)
+        return [i if (i := known(p)) is not None else self.piece_id(p) for p in pieces(text)]
 
     def encode_pieces(self, text: str) -> tuple[list[str], list[int]]:
         ps = pieces(text)

@@ -27,8 +27,8 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
-from scipy.stats import t as student_t
 
+from .dist import t_ppf, t_sf
 from .equivalence import score_tost, t_tost
 from .launches import ArmRuns, launch_accuracies, launch_heterogeneity, question_means
 from .power import mde_paired_exact, mde_t
@@ -124,7 +124,7 @@ def launch_t(a: ArmRuns, b: ArmRuns, keep: np.ndarray, delta: float, a_config: A
     var = sum(v for v, _ in comps)
     df = var**2 / sum(v**2 / d for v, d in comps) if var > 0 else float(pooled_df)
     se = math.sqrt(var)
-    p = float(2 * student_t.sf(abs(delta) / se, df)) if se > 0 else 1.0
+    p = float(2 * t_sf(abs(delta) / se, df)) if se > 0 else 1.0
     return {"se": se, "df": float(df), "p": p, "launch_accuracies_a": ms[0].tolist(),
             "launch_accuracies_b": ms[1].tolist()}
 
@@ -163,7 +163,7 @@ def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float =
             res["mde"] = mde_paired_exact(table["n"], psi_noise, alpha)
     else:
         lt = launch_t(a, b, keep, delta, a_cfg)
-        tq = float(student_t.ppf(1 - alpha / 2, lt["df"]))
+        tq = float(t_ppf(1 - alpha / 2, lt["df"]))
         res.update(test=LAUNCH_T, p=lt["p"], p_floor=None, ci=[delta - tq * lt["se"], delta + tq * lt["se"]],
                    ci_method=LAUNCH_CI, se=lt["se"], launch_t=lt)
         if margin is not None:

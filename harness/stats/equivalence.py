@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scipy.stats import t as student_t
-
+from .dist import t_cdf, t_ppf, t_sf
 from .score import score_interval, score_p
 
 
@@ -57,8 +56,8 @@ def t_tost(delta: float, se: float, df: float, margin: float, alpha: float = 0.0
         raise ValueError("margin must be positive")
     if not se > 0:
         return _result("t-test", margin, alpha, 1.0, 1.0, [delta, delta], [delta, delta], degenerate=True)
-    p_lower = float(student_t.sf((delta + margin) / se, df))
-    p_upper = float(student_t.cdf((delta - margin) / se, df))
-    t1, t2 = float(student_t.ppf(1 - alpha, df)), float(student_t.ppf(1 - alpha / 2, df))
+    p_lower = float(t_sf((delta + margin) / se, df))
+    p_upper = float(t_cdf((delta - margin) / se, df))
+    t1, t2 = float(t_ppf(1 - alpha, df)), float(t_ppf(1 - alpha / 2, df))
     return _result("t-test", margin, alpha, p_lower, p_upper, [delta - t1 * se, delta + t1 * se],
                    [delta - t2 * se, delta + t2 * se])

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import chi2
+
+from .dist import chi2_sf
 
 
 @dataclass(frozen=True)
@@ -116,4 +117,4 @@ def launch_heterogeneity(arms: Sequence[ArmRuns]) -> dict[str, Any] | None:
     q = sum(x[0] for x in qs)
     df = sum(x[1] for x in qs)
     return {"test": "Cochran's Q over launches of each arm (questions as blocks)", "q": float(q), "df": int(df),
-            "p": float(chi2.sf(q, df))}
+            "p": float(chi2_sf(q, df))}

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.stats import binom, chi2
 
 from ._rng import SeedLike
+from .dist import binom_cdf, binom_pmf, chi2_sf
 from .proportions import wilson_interval, z_crit
 from .resample import DEFAULT_MAX_ELEMS, bca_interval, bootstrap_means, jackknife_means, percentile_interval
 
@@ -63,7 +63,7 @@ def mcnemar_exact(a_only: np.ndarray | int, b_only: np.ndarray | int) -> np.ndar
     c = np.asarray(b_only)
     m = b + c
     k = np.minimum(b, c)
-    return np.minimum(1.0, 2 * binom.cdf(k, m, 0.5))
+    return np.minimum(1.0, 2 * binom_cdf(k, m, 0.5))
 
 
 def mcnemar_midp(a_only: np.ndarray | int, b_only: np.ndarray | int) -> np.ndarray:
@@ -72,7 +72,7 @@ def mcnemar_midp(a_only: np.ndarray | int, b_only: np.ndarray | int) -> np.ndarr
     c = np.asarray(b_only)
     m = b + c
     k = np.minimum(b, c)
-    return np.minimum(1.0, 2 * binom.cdf(k, m, 0.5) - binom.pmf(k, m, 0.5))
+    return np.minimum(1.0, 2 * binom_cdf(k, m, 0.5) - binom_pmf(k, m, 0.5))
 
 
 def mcnemar_asymptotic(a_only: np.ndarray | int, b_only: np.ndarray | int,
@@ -85,7 +85,7 @@ def mcnemar_asymptotic(a_only: np.ndarray | int, b_only: np.ndarray | int,
     num = np.maximum(num, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         stat = np.where(m > 0, num**2 / np.where(m > 0, m, 1), 0.0)
-    return chi2.sf(stat, 1)
+    return chi2_sf(stat, 1)
 
 
 def paired_se(a_only: np.ndarray | int, b_only: np.ndarray | int, n: np.ndarray | int) -> np.ndarray:

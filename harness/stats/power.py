@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 from scipy.special import ndtr, ndtri
-from scipy.stats import binom
+
+from .dist import binom_cdf, binom_pmf, binom_sf, t_ppf
 
 
 def z_sum(alpha: float = 0.05, power: float = 0.8) -> float:
@@ -80,7 +81,7 @@ def critical_counts(m: np.ndarray, alpha: float = 0.05, mid_p: bool = True) -> n
 
     def p_at(c: np.ndarray) -> np.ndarray:
         k = m - c
-        p = 2 * binom.cdf(k, m, 0.5) - (binom.pmf(k, m, 0.5) if mid_p else 0.0)
+        p = 2 * binom_cdf(k, m, 0.5) - (binom_pmf(k, m, 0.5) if mid_p else 0.0)
         return np.where(2 * c == m, 1.0, np.minimum(p, 1.0))
 
     lo = (m + 1) // 2          # p(lo) >= alpha or lo rejects already (only when m tiny: never)
@@ -112,10 +113,10 @@ def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = 0
     n = int(n)
     mean, sd = n * psi, math.sqrt(n * psi * (1 - psi))
     ms = np.arange(int(max(1, math.floor(mean - 10 * sd - 10))), int(min(n, math.ceil(mean + 10 * sd + 10))) + 1)
-    w = binom.pmf(ms, n, psi)
+    w = binom_pmf(ms, n, psi)
     share = (psi_noise / 2 + e) / psi
     crit = critical_counts(ms, alpha, mid_p)
-    p_rej = binom.sf(crit - 1, ms, share) + binom.cdf(ms - crit, ms, share)
+    p_rej = binom_sf(crit - 1, ms, share) + binom_cdf(ms - crit, ms, share)
     p_rej = np.where(crit <= ms, p_rej, 0.0)
     return float(np.sum(w * p_rej))
 
@@ -144,6 +145,4 @@ def mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: flo
 def mde_t(se: float, df: float, alpha: float = 0.05, power: float = 0.8) -> float:
     """MDE of a two-sided t-test on an estimate with standard error ``se`` and ``df`` degrees of freedom:
     (t_{1-α/2} + t_{power})·SE (the usual approximation to the noncentral t)."""
-    from scipy.stats import t
-
-    return float((t.ppf(1 - alpha / 2, df) + t.ppf(power, df)) * se)
+    return float((t_ppf(1 - alpha / 2, df) + t_ppf(power, df)) * se)

@@ -21,10 +21,9 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from scipy.signal import fftconvolve
-from scipy.stats import binom
 
 from ._rng import SeedLike, as_rng
+from .dist import binom_pmf
 
 #: largest support (2 Σ K|d_i| + 1 points) convolved exactly; finer lattices fall back to Monte Carlo
 MAX_SUPPORT = 4_000_000
@@ -46,6 +45,16 @@ def lattice_scale(values: np.ndarray) -> int | None:
     return k
 
 
+def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Full convolution of two pmfs: direct when small, by FFT when large (what ``scipy.signal.fftconvolve``
+    does, without its import cost); FFT round-off can leave tiny negatives, which the caller clips."""
+    if a.size * b.size <= 1 << 16:
+        return np.convolve(a, b)
+    n = a.size + b.size - 1
+    nfft = 1 << (n - 1).bit_length()
+    return np.fft.irfft(np.fft.rfft(a, nfft) * np.fft.rfft(b, nfft), nfft)[:n]
+
+
 def null_distribution(x: np.ndarray) -> tuple[np.ndarray, int]:
     """Exact distribution of Σ ±x_i (fair independent signs) for non-negative integers ``x``.
 
@@ -57,8 +66,8 @@ def null_distribution(x: np.ndarray) -> tuple[np.ndarray, int]:
     pmf = np.ones(1)
     for v, c in zip(*np.unique(x, return_counts=True), strict=True):
         g = np.zeros(2 * int(v) * int(c) + 1)
-        g[:: 2 * int(v)] = binom.pmf(np.arange(c + 1), c, 0.5)
-        pmf = fftconvolve(pmf, g) if pmf.size * g.size > 1 << 16 else np.convolve(pmf, g)
+        g[:: 2 * int(v)] = binom_pmf(np.arange(c + 1), c, 0.5)
+        pmf = _convolve(pmf, g)
     pmf = np.clip(pmf, 0.0, None)
     return pmf / pmf.sum(), int(x.sum())
 
