@@ -125,7 +125,7 @@ def test_hang_times_out_requests_as_errors(tmp_path):
         e.launch()
         e.wait_ready()
         t0 = time.monotonic()
-        s = run_eval(*eval_args(e.url, out, 10, parallel=3, request_timeout_s=1.0, retries=0),
+        s = run_eval(*eval_args(e.url, out, 10, parallel=10, request_timeout_s=1.0, retries=0),
                      opts=EvalOptions(progress=False, abort_check=e.alive))
         assert time.monotonic() - t0 < 20
         assert e.alive() is None  # hung, not dead

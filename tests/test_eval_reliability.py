@@ -123,7 +123,7 @@ def test_help_shows_defaults():
 def test_a_server_that_hangs_mid_eval_stops_the_eval_with_exit_4(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.9", "--hang-after", "41", "--latency-s", "0.01", "--max-running-requests", "4")
     out = tmp_path / "ev"
-    stall = 3.0
+    stall = 2.0
     t0 = time.monotonic()
     r = abh_eval("--url", s.url, "--out", str(out), "--num-questions", "100", "--parallel", "100",
                  "--stall-timeout", str(stall))
@@ -199,8 +199,8 @@ def test_waiting_for_a_loading_server_says_so(tmp_path):
     out = tmp_path / "ev"
     p = _start("--url", f"http://127.0.0.1:{port}", "--out", str(out), "--num-questions", "5",
                "--wait-ready", "60")
-    time.sleep(1.5)  # nothing listens yet, then the server starts and answers 503 for a while
-    s = SimServer("--accuracy", "0.9", "--startup-s", "2", port=port)
+    time.sleep(0.5)  # nothing listens yet, then the server starts and answers 503 for a while
+    s = SimServer("--accuracy", "0.9", "--startup-s", "1", port=port)
     try:
         _, err = p.communicate(timeout=60)
     finally:

@@ -1,4 +1,5 @@
-"""Redaction of secrets: env, argv, free text, whole trees, and nothing secret in a run's files."""
+"""Redaction of secrets: env, argv, free text, whole trees, Hydra's output and sweeps. Nothing secret in a whole
+run's files and output: test_run.py::test_the_demo_run_records_and_prints_no_secret (on the shared demo run)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.runs import abh_run_here
 
 from harness.redact import (
     REDACTED,
@@ -63,21 +63,6 @@ def test_redact_tree_covers_config_argv_overrides_and_server_info():
     assert out["config"]["task"]["max_new_tokens"] == 512
     assert out["argv"][2] == "experiment.repeats=3"
     assert out["probe"]["server_info"]["tp_size"] == 8
-
-
-def test_secrets_never_reach_the_run_manifest(tmp_path, capfd):
-    """The run in this process, its output captured at the file descriptors (the servers are real processes)."""
-    code = abh_run_here(f"hydra.run.dir={tmp_path}/run", "progress=false", "task.num_questions=20",
-                        "client.parallel=20", "experiment.repeats=1", "experiment.aa_control=false",
-                        "+engine.env.HF_TOKEN=hf_leak123", "+arms.a.env.MY_SECRET=leak456",
-                        "+arms.b.env.MY_SECRET=leak456", "report=true")
-    out, err = capfd.readouterr()
-    assert code == 0, err[-2000:]
-    for f in (tmp_path / "run").rglob("*"):
-        if f.is_file() and f.suffix in (".json", ".jsonl", ".html"):
-            text = f.read_text(errors="replace")
-            assert "hf_leak123" not in text and "leak456" not in text, f
-    assert "hf_leak123" not in out + err
 
 
 def test_redact_text_in_logs_and_overrides():

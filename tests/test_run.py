@@ -42,9 +42,14 @@ class Demo:
     seconds: float
 
 
+#: Secrets the shared demo run carries in both arms' server environments (no arm difference): no file it writes
+#: and nothing it prints may hold them.
+SECRETS = ("hf_leak123", "leak456")
 #: The demo's design (2 repeats per arm on concurrent servers, an A/A control on fresh launches, the report) on
-#: 100 questions: every structural check of the demo, at a fraction of its cost.
-DEMO_100 = ("progress=false", "task.num_questions=100", "client.parallel=100")
+#: 100 questions: every structural check of the demo, at a fraction of its cost; with secrets in the environment.
+DEMO_100 = ("progress=false", "task.num_questions=100", "client.parallel=100",
+            f"+engine.env.HF_TOKEN={SECRETS[0]}", f"+arms.a.env.MY_SECRET={SECRETS[1]}",
+            f"+arms.b.env.MY_SECRET={SECRETS[1]}")
 
 
 def _demo_run(root: Path, *overrides: str) -> Demo:
@@ -120,6 +125,22 @@ def test_demo_on_100_questions_end_to_end(demo100: Demo) -> None:
     print(f"the demo on 100 questions took {demo100.seconds:.1f} s")
 
 
+def test_the_demo_run_records_and_prints_no_secret(demo100: Demo) -> None:
+    """Every file of the run (manifest, evals, scores, server logs, report, run.log) and all it printed."""
+    assert demo100.result.returncode == 0
+    files = [f for f in demo100.run_dir.rglob("*") if f.is_file()]
+    assert any(f.suffix == ".log" for f in files) and any(f.suffix == ".html" for f in files)
+    for f in files:
+        data = f.read_bytes()
+        for secret in SECRETS:
+            assert secret.encode() not in data, f
+    for secret in SECRETS:
+        assert secret not in demo100.result.stdout + demo100.result.stderr
+    # the secrets did reach the servers: the manifest records their names, redacted
+    env = read_json(demo100.run_dir / "manifest.json")["config"]["arms"]["a"]["env"]
+    assert env["MY_SECRET"] == "***REDACTED***"
+
+
 def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
     run_dir = demo100.run_dir
     manifest, summary = read_json(run_dir / "manifest.json"), read_json(run_dir / "summary.json")
@@ -166,6 +187,9 @@ def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo100: Demo) 
 
 
 # ------------------------------------------------------------------------------ resume, signals
+# Slow (~10 s): the default run has a signal while waiting for a server (below), the resume of a run's failed
+# requests (test_error_rows_are_retried_by_a_rerun...) and SIGTERM mid-eval with resume in `abh eval` (test_eval.py).
+@pytest.mark.slow
 def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """SIGTERM while only arm A's server has run: exit 143, server gone, answers kept; the rerun resumes on a

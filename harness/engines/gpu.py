@@ -81,8 +81,10 @@ def gpu_snapshot() -> dict[str, Any] | None:
 
 
 def wait_gpu_release(server_pids: set[int], baseline: dict[str, Any] | None, timeout_s: float,
-                     on_status: StatusFn | None = None, slack_mib: float = 1024.0) -> dict[str, Any]:
-    """Wait until no server pid holds a GPU and used memory is back near its pre-launch level (best effort)."""
+                     on_status: StatusFn | None = None, slack_mib: float = 1024.0,
+                     poll_s: float = 1.0) -> dict[str, Any]:
+    """Wait until no server pid holds a GPU and used memory is back near its pre-launch level (best effort),
+    asking the GPU tool every ``poll_s`` seconds."""
     t0 = time.monotonic()
     snap = gpu_snapshot()
     if snap is None:
@@ -110,5 +112,5 @@ def wait_gpu_release(server_pids: set[int], baseline: dict[str, Any] | None, tim
             last_note = time.monotonic()
             on_status(f"waiting for the GPU memory of the stopped server to be released ({snap['tool']}: "
                       f"pids {holders}, MiB above baseline {over}; {waited:.0f}/{timeout_s:.0f} s)")
-        time.sleep(1.0)
+        time.sleep(poll_s)
         snap = gpu_snapshot() or {"tool": None, "pids": [], "used_mib": {}}
