@@ -21,6 +21,16 @@ TEST_JSONL = EMBEDDED_TEST
 TRAIN_JSONL = DATA_DIR / "train.jsonl"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (the default, pyproject.toml): one pytest-xdist worker more than the CPUs. Many tests wait on
+    real server processes (start-up, timeouts, signals), so one extra worker keeps the CPUs busy: on 2 cores,
+    3 workers finish the default run ~10 % sooner than 2 (4 are slower again). PYTEST_XDIST_AUTO_NUM_WORKERS
+    still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
