@@ -28,7 +28,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     still decides when set."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return len(os.sched_getaffinity(0)) + 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpus + 1
 
 
 def free_port() -> int:

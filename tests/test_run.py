@@ -254,7 +254,8 @@ def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_pa
     """Every request fails: one line and exit 5, not a traceback; the rerun without the fault resends them.
     Both runs in this process (their servers are real processes)."""
     run_dir = tmp_path / "run"
-    base = [f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH]
+    n = 50
+    base = [f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, f"task.num_questions={n}", f"client.parallel={n}"]
     code = abh_run_here(*base, "engine.error_rate=1.0", "client.retries=0")
     err = capsys.readouterr().err
     assert code == exitcodes.TOO_MANY_ERRORS, err[-2000:]
@@ -263,7 +264,7 @@ def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_pa
     assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"
     failed = {rel: [x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl") if x["error"]]
               for rel in ("evals/a/r1", "evals/b/r1")}
-    assert all(len(v) == 200 for v in failed.values())
+    assert all(len(v) == n for v in failed.values())
     # The fault knob removed (not a change of what is measured): the same run resumes and resends the errors.
     code = abh_run_here(*base)
     err = capsys.readouterr().err
@@ -272,7 +273,7 @@ def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_pa
     m = read_json(run_dir / "manifest.json")
     for rel in failed:
         got = read_jsonl(run_dir / rel / "samples.jsonl")
-        assert sorted(x["index"] for x in got) == list(range(200)) and not any(x["error"] for x in got), rel
+        assert sorted(x["index"] for x in got) == list(range(n)) and not any(x["error"] for x in got), rel
         assert m["evals"][rel]["status"] == "complete"
     assert read_json(run_dir / "summary.json")["exit_code"] == 0
 
@@ -418,7 +419,8 @@ def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
 def test_sweep_exit_code_is_its_worst_job_and_secrets_stay_out(tmp_path: Path) -> None:
     """Two jobs, the second with arm B on the wrong side (exit 3): the sweep summary still counts it (p = 1)
     and the sweep exits 3; a secret override leaks into no file or directory name."""
-    r = abh_run("-m", *SMALL, *ONE_EACH, "arms.b.engine.build=fix,baseline", "+engine.env.HF_TOKEN=hf_sweepleak",
+    r = abh_run("-m", *SMALL, *ONE_EACH, "task.num_questions=50", "client.parallel=50",
+                "arms.b.engine.build=fix,baseline", "+engine.env.HF_TOKEN=hf_sweepleak",
                 f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
     assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-3000:]
     for f in (tmp_path / "sweep").rglob("*"):
