@@ -21,6 +21,17 @@ TEST_JSONL = EMBEDDED_TEST
 TRAIN_JSONL = DATA_DIR / "train.jsonl"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile the package once, before any worker starts: the tests start ~150 interpreters (``abh``
+    commands, simulators, probes), and with PYTHONDONTWRITEBYTECODE set (as on CI machines) each would compile
+    every harness module it imports from source again. Best effort: a read-only tree just stays uncompiled."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "harness"), quiet=2)
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` (the default, pyproject.toml): one pytest-xdist worker more than the CPUs. Many tests wait on
     real server processes (start-up, timeouts, signals), so one extra worker keeps the CPUs busy: on 2 cores,
