@@ -262,7 +262,8 @@ class SGLangApi(Api):
             alts = _alternatives(top)
             alts.sort(key=_logprob_of, reverse=True)  # stable: ties keep the server's order
             out.add(tid, text, lp, alts[:req.top_k],
-                    {i: v for i, _, v in _alternatives(asked) if i is not None and v != -math.inf})
+                    {i: v for (i, _, v), e in zip(_alternatives(asked), asked or [], strict=True)
+                     if i is not None and e[0] is not None})
         return out
 
 

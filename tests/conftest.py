@@ -32,6 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(str(ROOT / "harness"), quiet=2)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown with -p no:xdist
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` (the default, pyproject.toml): one pytest-xdist worker more than the CPUs. Many tests wait on
     real server processes (start-up, timeouts, signals), so one extra worker keeps the CPUs busy: on 2 cores,

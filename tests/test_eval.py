@@ -67,7 +67,7 @@ def test_killed_midway_resumes_without_loss_or_duplicates(sim_server, tmp_path):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if (out / "samples.jsonl").exists() and len(read_jsonl(out / "samples.jsonl")) >= 60:
+        if (out / "samples.jsonl").exists() and len(read_jsonl(out / "samples.jsonl")) >= 30:
             break
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
@@ -221,7 +221,7 @@ def test_no_heavy_imports_on_the_eval_path():
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT,
-                                 # SIGTERM: the harness's own handling is test_engine_lifecycle.py's (default run)
+                                 # SIGTERM mid-eval: in the default run at the `abh run` level (test_run.py)
                                  pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server, tmp_path, sig):
     s = sim_server("--accuracy", "0.9", "--latency-s", "0.05", "--max-running-requests", "10")
@@ -231,7 +231,7 @@ def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if (out / "samples.jsonl").exists() and len(read_jsonl(out / "samples.jsonl")) >= 30:
+        if (out / "samples.jsonl").exists() and len(read_jsonl(out / "samples.jsonl")) >= 15:
             break
         time.sleep(0.05)
     p.send_signal(sig)

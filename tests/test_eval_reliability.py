@@ -199,7 +199,7 @@ def test_waiting_for_a_loading_server_says_so(tmp_path):
     out = tmp_path / "ev"
     p = _start("--url", f"http://127.0.0.1:{port}", "--out", str(out), "--num-questions", "5",
                "--wait-ready", "60")
-    time.sleep(0.5)  # nothing listens yet, then the server starts and answers 503 for a while
+    time.sleep(1.0)  # nothing listens yet (abh eval starts in ~0.5 s), then the server starts, 503 for a while
     s = SimServer("--accuracy", "0.9", "--startup-s", "1", port=port)
     try:
         _, err = p.communicate(timeout=60)

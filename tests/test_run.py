@@ -187,9 +187,6 @@ def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo100: Demo) 
 
 
 # ------------------------------------------------------------------------------ resume, signals
-# Slow (~10 s): the default run has a signal while waiting for a server (below), the resume of a run's failed
-# requests (test_error_rows_are_retried_by_a_rerun...) and SIGTERM mid-eval with resume in `abh eval` (test_eval.py).
-@pytest.mark.slow
 def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """SIGTERM while only arm A's server has run: exit 143, server gone, answers kept; the rerun resumes on a

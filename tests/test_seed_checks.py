@@ -213,8 +213,13 @@ def _free_port_with_free_block() -> int:
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     rng = random.Random()
     for _ in range(200):
-        p = rng.randrange(10_000, low - 300)
-        if not engine_base.busy_ports([p, *derived_ports(p, SEED_FLAGS)]):
+        if low > 10_300:
+            p = rng.randrange(10_000, low - 300)
+        else:  # no room below the ephemeral range: a port the kernel hands out, as before
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                p = s.getsockname()[1]
+        if p + 300 < 65_000 and not engine_base.busy_ports([p, *derived_ports(p, SEED_FLAGS)]):
             return p
     raise RuntimeError("no free port block")
 

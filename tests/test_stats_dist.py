@@ -45,6 +45,16 @@ def test_chi_square_and_t_match_scipy():
         np.testing.assert_allclose(dist.t_ppf(q, df), stats.t.ppf(q, df), rtol=1e-9)
 
 
+def test_scalars_in_give_numpy_scalars_out_and_the_quantile_ends():
+    """As scipy.stats: a scalar result is a numpy scalar (json-able via float, usable as a bool), not a 0-d array."""
+    for v in (dist.binom_pmf(3, 10, 0.5), dist.binom_cdf(3, 10, 0.5), dist.binom_sf(3, 10, 0.5),
+              dist.chi2_sf(2.0, 1), dist.t_cdf(1.0, 5), dist.t_sf(1.0, 5), dist.t_ppf(0.9, 5)):
+        assert isinstance(v, np.floating), type(v)
+    assert dist.t_ppf(0.0, 5) == stats.t.ppf(0.0, 5) == -np.inf
+    assert dist.t_ppf(1.0, 5) == stats.t.ppf(1.0, 5) == np.inf
+    np.testing.assert_array_equal(dist.t_ppf(np.array([0.0, 1.0]), 3), [-np.inf, np.inf])
+
+
 def test_fft_convolution_matches_the_direct_one():
     rng = np.random.default_rng(3)
     for na, nb in ((3, 5), (300, 400), (2000, 700)):  # below and above the FFT switch

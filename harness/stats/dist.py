@@ -3,8 +3,10 @@
 
 ``scipy.stats`` would give the same numbers (the tests check that it does) but costs about a second to
 import, paid by every ``abh`` command that compares; ``scipy.special`` is a fraction of that. Each function
-takes and returns numpy arrays (or scalars) and follows ``scipy.stats``' conventions outside the support
-(e.g. the binomial CDF is 0 below 0 and 1 from n on).
+takes numpy arrays or scalars and returns an array, or a numpy scalar for scalar inputs (as ``scipy.stats``
+does); outside the support it follows ``scipy.stats``' conventions (the binomial CDF is 0 below 0 and 1 from n
+on). Parameters are the callers' to validate: a probability outside [0, 1] or a NaN count is not turned into
+NaN here.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def binom_pmf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         log_pmf = (gammaln(n + 1) - gammaln(ks + 1) - gammaln(n - ks + 1)
                    + xlogy(ks, p) + xlog1py(n - ks, -p))
-    return np.where(inside, np.exp(log_pmf), 0.0)
+    return np.where(inside, np.exp(log_pmf), 0.0)[()]
 
 
 def binom_cdf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
@@ -34,7 +36,7 @@ def binom_cdf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
     inside = (k >= 0) & (k < n)
     with np.errstate(invalid="ignore"):
         mid = bdtr(np.where(inside, k, 0.0), np.where(inside, n, 1.0).astype(np.int64), p)
-    return np.where(k < 0, 0.0, np.where(k >= n, 1.0, mid))
+    return np.where(k < 0, 0.0, np.where(k >= n, 1.0, mid))[()]
 
 
 def binom_sf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
@@ -44,25 +46,26 @@ def binom_sf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
     inside = (k >= 0) & (k < n)
     with np.errstate(invalid="ignore"):
         mid = bdtrc(np.where(inside, k, 0.0), np.where(inside, n, 1.0).astype(np.int64), p)
-    return np.where(k < 0, 1.0, np.where(k >= n, 0.0, mid))
+    return np.where(k < 0, 1.0, np.where(k >= n, 0.0, mid))[()]
 
 
 def chi2_sf(x: ArrayLike, df: ArrayLike) -> np.ndarray:
     """P(X > x) for X ~ chi-square with ``df`` degrees of freedom (``scipy.stats.chi2.sf``)."""
     x = np.asarray(x, dtype=float)
-    return np.where(x <= 0, 1.0, chdtrc(df, np.maximum(x, 0.0)))
+    return np.where(x <= 0, 1.0, chdtrc(df, np.maximum(x, 0.0)))[()]
 
 
 def t_cdf(x: ArrayLike, df: ArrayLike) -> np.ndarray:
     """P(T <= x) for Student's t with ``df`` degrees of freedom (``scipy.stats.t.cdf``)."""
-    return np.asarray(stdtr(df, x))
+    return np.asarray(stdtr(df, x))[()]
 
 
 def t_sf(x: ArrayLike, df: ArrayLike) -> np.ndarray:
     """P(T > x) for Student's t (``scipy.stats.t.sf``); the t distribution is symmetric."""
-    return np.asarray(stdtr(df, -np.asarray(x, dtype=float)))
+    return np.asarray(stdtr(df, -np.asarray(x, dtype=float)))[()]
 
 
 def t_ppf(q: ArrayLike, df: ArrayLike) -> np.ndarray:
     """The q-quantile of Student's t with ``df`` degrees of freedom (``scipy.stats.t.ppf``)."""
-    return np.asarray(stdtrit(df, q))
+    q = np.asarray(q, dtype=float)
+    return np.where(q == 0, -np.inf, stdtrit(df, q))[()]  # stdtrit gives +inf at 0
