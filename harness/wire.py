@@ -16,6 +16,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any, ClassVar
 
 
@@ -260,7 +261,7 @@ class SGLangApi(Api):
         for row, top, asked in zip(rows, tops, by_id, strict=True):
             lp, tid, text = _triple(row)
             alts = _alternatives(top)
-            alts.sort(key=_logprob_of, reverse=True)  # stable: ties keep the server's order
+            alts.sort(key=itemgetter(2), reverse=True)  # by logprob; stable: ties keep the server's order
             out.add(tid, text, lp, alts[:req.top_k],
                     {i: v for (i, _, v), e in zip(_alternatives(asked), asked or [], strict=True)
                      if i is not None and e[0] is not None})
@@ -453,10 +454,6 @@ def _alternatives(entries: Any) -> list[tuple[int | None, str | None, float]]:
         for e in entries if isinstance(entries, list) else [entries]:
             _triple(e)  # names the entry that is not [logprob, id, text]
         raise MalformedResponse(f"logprob entries are not a list of [logprob, id, text]: {entries!r:.80}") from None
-
-
-def _logprob_of(alt: tuple[int | None, str | None, float]) -> float:
-    return alt[2]
 
 
 _TOKEN_ID = re.compile(r"token_id:(\d+)")

@@ -29,24 +29,24 @@ def binom_pmf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
     return np.where(inside, np.exp(log_pmf), 0.0)[()]
 
 
-def binom_cdf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
-    """P(X <= k) for X ~ Binomial(n, p): 0 below 0, 1 from n on (``scipy.stats.binom.cdf``)."""
+def _binom_tail(ufunc: np.ufunc, k: ArrayLike, n: ArrayLike, p: ArrayLike, below: float, above: float) -> np.ndarray:
+    """``ufunc`` (bdtr or bdtrc) at floor(k) inside 0 <= k < n; ``below`` for k < 0 and ``above`` for k >= n."""
     k, n, p = np.broadcast_arrays(np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float),
                                   np.asarray(p, dtype=float))
     inside = (k >= 0) & (k < n)
     with np.errstate(invalid="ignore"):
-        mid = bdtr(np.where(inside, k, 0.0), np.where(inside, n, 1.0).astype(np.int64), p)
-    return np.where(k < 0, 0.0, np.where(k >= n, 1.0, mid))[()]
+        mid = ufunc(np.where(inside, k, 0.0), np.where(inside, n, 1.0).astype(np.int64), p)
+    return np.where(k < 0, below, np.where(k >= n, above, mid))[()]
+
+
+def binom_cdf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
+    """P(X <= k) for X ~ Binomial(n, p): 0 below 0, 1 from n on (``scipy.stats.binom.cdf``)."""
+    return _binom_tail(bdtr, k, n, p, below=0.0, above=1.0)
 
 
 def binom_sf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
     """P(X > k) for X ~ Binomial(n, p): 1 below 0, 0 from n on (``scipy.stats.binom.sf``)."""
-    k, n, p = np.broadcast_arrays(np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float),
-                                  np.asarray(p, dtype=float))
-    inside = (k >= 0) & (k < n)
-    with np.errstate(invalid="ignore"):
-        mid = bdtrc(np.where(inside, k, 0.0), np.where(inside, n, 1.0).astype(np.int64), p)
-    return np.where(k < 0, 1.0, np.where(k >= n, 0.0, mid))[()]
+    return _binom_tail(bdtrc, k, n, p, below=1.0, above=0.0)
 
 
 def chi2_sf(x: ArrayLike, df: ArrayLike) -> np.ndarray:
