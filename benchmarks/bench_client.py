@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+from harness.tasks.gsm8k import EMBEDDED_TEST as DATA  # the canonical test set the package ships
 
 #: A zero-latency server (raw asyncio protocol, uvloop when present): reads each request and answers at once
 #: with a fixed GSM8K-style reply, so what is measured is the client, not the server.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TEST_JSONL, SimServer
 from helpers.aioserver import FakeServer
-from helpers.llamacpp import llamacpp_missing
+from helpers.llamacpp import needs_llamacpp
 from helpers.runs import abh_run, abh_run_here, interrupt_run, log_has
 
 from harness import exitcodes
@@ -217,7 +217,7 @@ def test_a_signal_during_scoring_stops_the_servers_and_a_rerun_scores_again(tmp_
 @pytest.mark.slow
 @pytest.mark.real_model
 @pytest.mark.timeout(5400)  # llama-cpp-python ranks the whole vocabulary for every echoed token: ~30 min
-@pytest.mark.skipif(llamacpp_missing() is not None, reason=str(llamacpp_missing()))
+@needs_llamacpp()
 def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
     run_dir = tmp_path / "cpu"
     r = abh_run("experiment=cpu_smollm2", "task.num_questions=8", f"hydra.run.dir={run_dir}", "progress=false",

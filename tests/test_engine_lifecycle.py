@@ -220,3 +220,40 @@ def test_fingerprint_written_atomically_as_json(tmp_path):
         fp = json.loads(path.read_text())
         assert fp["kind"] == "abh.fingerprint" and fp["python"]["executable"]
         assert not list(path.parent.glob(".fingerprint.*"))  # no temp file left behind
+
+
+def test_death_by_sigill_names_the_cause_and_the_rebuild_command(tmp_path):
+    """A server built for another CPU dies of SIGILL at start (llama-cpp-python's native build on an AMX Xeon):
+    the error says so in one line, with the portable rebuild command (the same as the README's)."""
+    from harness.config import LlamaCppEngineConfig
+    from harness.engines.llamacpp import PORTABLE_CMAKE_ARGS
+
+    (tmp_path / "abh_sigill_server.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n")
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    cfg = LlamaCppEngineConfig(module="abh_sigill_server", model_file=str(gguf), fingerprint=False,
+                               env={"PYTHONPATH": str(tmp_path)}, ready_timeout_s=30.0, poll_interval_s=0.1)
+    with create_engine(cfg, ResolvedArm(key="a", name="a"), tmp_path, "a-1") as e:
+        e.launch()
+        with pytest.raises(EngineError) as ei:
+            e.wait_ready()
+    msg = str(ei.value).splitlines()[0]
+    assert "killed by SIGILL (exit code -4): it executed an instruction this CPU cannot run" in msg
+    assert f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}"' in msg and "--force-reinstall" in msg
+
+
+@pytest.mark.parametrize(("code", "want"), [
+    (-4, "killed by SIGILL (exit code -4): it executed an instruction this CPU cannot run"),
+    (132, "killed by SIGILL (exit code 132)"),  # as a shell reports it
+    (-9, "killed by SIGKILL (exit code -9): usually the kernel's out-of-memory killer"),
+    (-11, "killed by SIGSEGV (exit code -11): a crash in native code"),
+    (-15, "killed by SIGTERM (exit code -15)"),
+    (2, "exited with code 2"),
+    (0, "exited with code 0"),
+])
+def test_exit_descriptions_name_the_signal_and_its_usual_cause(code, want):
+    from harness.engines.process import describe_exit
+
+    assert want in describe_exit(code)
+    assert "rebuild" not in describe_exit(code)
+    assert describe_exit(-4, "rebuild it").endswith("; rebuild it")

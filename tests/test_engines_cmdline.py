@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from helpers.seed import SEED, SEED_ARGS, SEED_ENV, parse_seed_command
+from helpers.seed import SEED, SEED_ARGS, SEED_ENV, WRITE_UP, parse_seed_command
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
@@ -42,9 +42,13 @@ def seed_cfg():
 
 # ------------------------------------------------------------------------------------------ seed
 def test_seed_reference_matches_the_write_up():
+    """The facts the tests check (SEED_ENV, SEED_ARGS) are the command in tests/data, and that copy is the
+    write-up's command wherever the write-up lies beside the checkout."""
     env, flags = parse_seed_command(SEED.read_text())
     assert env == SEED_ENV
     assert flags == SEED_ARGS
+    if WRITE_UP.exists():
+        assert parse_seed_command(WRITE_UP.read_text()) == (env, flags)
 
 
 def test_seed_experiment_has_every_env_var_and_flag(seed_cfg, tmp_path):

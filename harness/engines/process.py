@@ -165,21 +165,40 @@ _LIVE: set[ServerProcess] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"server process was killed by {name} (exit code {code})"
-    return f"server process exited with code {code}"
+#: What a server's death by a signal usually means (the one line the user reads before the log tail).
+SIGNAL_CAUSES = {
+    signal.SIGILL: "it executed an instruction this CPU cannot run: the engine was built for another CPU",
+    signal.SIGKILL: "usually the kernel's out-of-memory killer (see `dmesg`), or someone killed it",
+    signal.SIGSEGV: "a crash in native code (a kernel, a driver or an extension module)",
+    signal.SIGABRT: "native code aborted (a failed assertion or an uncaught C++ exception)",
+    signal.SIGBUS: "a bad memory mapping: a truncated model file or too little shared memory (/dev/shm)",
+}
+
+
+def describe_exit(code: int, sigill_hint: str = "") -> str:
+    """How a server process ended, in one line: the exit code, or the signal and what it usually means.
+
+    A death by signal N is ``-N`` from Popen, or ``128 + N`` when a shell or wrapper reported it; ``sigill_hint``
+    (the engine's rebuild command) follows a SIGILL."""
+    signum = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
+    try:
+        sig = signal.Signals(signum) if signum else None
+    except ValueError:
+        sig = None
+    if sig is None:
+        return f"server process killed by signal {signum} (exit code {code})" if code < 0 \
+            else f"server process exited with code {code}"
+    cause = SIGNAL_CAUSES.get(sig, "")
+    if sig == signal.SIGILL and sigill_hint:
+        cause = f"{cause}; {sigill_hint}"
+    return f"server process was killed by {sig.name} (exit code {code})" + (f": {cause}" if cause else "")
 
 
 class ServerProcess:
     """One server process group: start, poll, log tail, stop (idempotent)."""
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | Path, log_path: str | Path,
-                 name: str = "server"):
+                 name: str = "server", sigill_hint: str = ""):
         if isinstance(argv, str) or not argv:
             raise ValueError("argv must be a non-empty list of strings (never a shell string)")
         self.argv = [str(a) for a in argv]
@@ -187,6 +206,7 @@ class ServerProcess:
         self.cwd = str(cwd)
         self.log_path = Path(log_path)
         self.name = name
+        self.sigill_hint = sigill_hint
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_offset = 0
         self._log: IO[bytes] | None = None
@@ -230,7 +250,7 @@ class ServerProcess:
         if self.proc is None:
             return "server process was never started"
         code = self.proc.poll()
-        return None if code is None else _describe_exit(code)
+        return None if code is None else describe_exit(code, self.sigill_hint)
 
     def tail(self, lines: int = 40) -> str:
         return redact_text(read_log_tail(self.log_path, self.log_offset, lines))

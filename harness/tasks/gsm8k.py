@@ -122,7 +122,7 @@ def _load_hf(spec: str, split: str) -> list[dict[str, str]]:  # pragma: no cover
     try:
         import datasets
     except ImportError:
-        raise DatasetError(f"{spec}: the `datasets` package is not installed") from None
+        raise DatasetError(f"{spec}: the `datasets` package is not installed (pip install 'abh[hf]')") from None
     try:
         ds = datasets.load_dataset(repo, config or "main", split=split)
     except Exception as e:

@@ -1,4 +1,7 @@
-"""The seed write-up's launch command (../shared/seed/pr-shared-slot-fix.txt): its env and flags, in order."""
+"""The seed write-up's launch command: its env and flags, in order.
+
+``SEED`` is the command copied into ``tests/data`` (the tests need nothing outside the clone); ``WRITE_UP`` is the
+write-up itself (../shared/seed/pr-shared-slot-fix.txt), present only where ../shared lies beside the checkout."""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = ROOT.parent / "shared" / "seed" / "pr-shared-slot-fix.txt"
+SEED = ROOT / "tests" / "data" / "seed_launch_command.txt"
+WRITE_UP = ROOT.parent / "shared" / "seed" / "pr-shared-slot-fix.txt"
 
 SEED_ENV = {
     "SGLANG_HACK_FLASHMLA_BACKEND": "unified_kv_triton", "SGLANG_OPT_FUSE_COMPRESS_NORM_ROPE": "1",
