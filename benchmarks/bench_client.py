@@ -117,7 +117,7 @@ def main() -> int:
         rows: dict[str, list[tuple[float, float, float]]] = {"abh eval (aiohttp)": [], "thread pool (SGLang-style)": []}
         for _ in range(a.rounds):
             with tempfile.TemporaryDirectory() as tmp:
-                w, rss, rc, _ = run_measured([sys.executable, "-m", "harness.cli", "eval", "--url", url, "--out",
+                w, rss, rc, _ = run_measured([sys.executable, "-m", "harness.cli.main", "eval", "--url", url, "--out",
                                               f"{tmp}/ev", "--data", str(DATA), "--num-questions",
                                               str(a.questions), "--parallel", str(a.parallel), "--no-progress"])
                 assert rc == 0, "abh eval failed"

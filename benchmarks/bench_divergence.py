@@ -1,11 +1,11 @@
 """Benchmark: the divergence object from three scoring passes of 1319 questions x ~200 tokens x top-20.
 
-Writes three synthetic passes (A's reference pass, B, A') with harness.scores (Parquet), then computes the
+Writes three synthetic passes (A's reference pass, B, A') with harness.results.token_store (Parquet), then computes the
 divergence side by side, each variant in a fresh subprocess so its peak RSS is its own:
 
-- ``baseline``: the interpreter with pyarrow and harness.divergence imported, nothing computed (imports are
+- ``baseline``: the interpreter with pyarrow and harness.analysis.divergence imported, nothing computed (imports are
   outside every variant's wall time);
-- ``columnar``: :func:`harness.divergence.compute_divergence` (numpy columns, chunked; the test at 9,999
+- ``columnar``: :func:`harness.analysis.divergence.compute_divergence` (numpy columns, chunked; the test at 9,999
   sign flips and the BCa interval included);
 - ``naive``: the same numbers from per-token Python objects: ``to_pylist()`` rows, a ``{id: logprob}`` dict per
   token, KL in a Python loop, then the same test on the per-question means.
@@ -36,7 +36,7 @@ def synth(out: Path, questions: int, tokens: int, k: int, seed: int = 0) -> dict
     its own top-k, so B's list can hold ids outside A's. Returns write times and file sizes."""
     from scipy.special import log_softmax
 
-    from harness.scores import ScoresWriter
+    from harness.results.token_store import ScoresWriter
 
     rng = np.random.default_rng(seed)
     lens = np.clip(rng.normal(tokens, tokens / 4, questions).astype(int), 10, 4 * tokens)
@@ -67,7 +67,7 @@ def synth(out: Path, questions: int, tokens: int, k: int, seed: int = 0) -> dict
 
 # ------------------------------------------------------------------------------------------ variants
 def run_columnar(root: Path) -> dict[str, float]:
-    from harness.divergence import compute_divergence
+    from harness.analysis.divergence import compute_divergence
 
     d = compute_divergence(root / "a", root / "b", root / "aa", n_resamples=9_999, seed=0)
     return {"kld_mean": d["kld_mean"], "kld_mean_aa": d["kld_mean_aa"], "p": d["p"], "tokens": d["tokens"]}
@@ -115,7 +115,7 @@ def run_naive(root: Path) -> dict[str, float]:
 def child(variant: str, root: Path) -> None:
     import pyarrow.parquet  # noqa: F401  (baseline: the modules every variant imports, outside the timing)
 
-    import harness.divergence  # noqa: F401
+    import harness.analysis.divergence  # noqa: F401
 
     t0 = time.perf_counter()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)

@@ -1,7 +1,7 @@
 """Benchmark: the client's JSON parse with orjson and with the standard library, side by side.
 
 Records the raw response bodies of one eval of 1319 questions and one top-20 scoring pass against the
-zero-latency simulator (the bodies the client really receives), then times ``harness.client._loads``
+zero-latency simulator (the bodies the client really receives), then times ``harness.serving.client._loads``
 (orjson) and ``json.loads`` on the same bodies, best of ``--rounds``. This is what decided orjson as a
 dependency (issue 18): the parse is the part of the client's CPU the library choice changes.
 
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_scoring import Sim  # noqa: E402
 
 from harness import client  # noqa: E402
-from harness.client import ClientConfig  # noqa: E402
-from harness.evaluate import EvalOptions, run_eval  # noqa: E402
-from harness.scoring import ScoringOptions, score_pass  # noqa: E402
+from harness.measure.evaluation import EvalOptions, run_eval  # noqa: E402
+from harness.measure.logprob_pass import ScoringOptions, score_pass  # noqa: E402
+from harness.serving.client import ClientConfig  # noqa: E402
 from harness.tasks import gsm8k  # noqa: E402
 from harness.tasks.gsm8k import EMBEDDED_TEST  # noqa: E402
 

@@ -30,7 +30,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="abh-bench-") as tmp:
         root = (args.dir or Path(tmp) / "run").resolve()
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={root}", "report=false",
+        r = subprocess.run([sys.executable, "-m", "harness.cli.main", "run", f"hydra.run.dir={root}", "report=false",
                             "progress=false", f"experiment.repeats={args.repeats}"], capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stderr[-3000:], file=sys.stderr)

@@ -2,7 +2,7 @@
 
 One eval of arm A (1319 questions by default), then, as ``abh run`` does it: A's reference pass on A's launch
 (tokenizing once), B's pass (``engine.logit_shift`` 0.3, A's top ids asked by ``token_ids_logprob``) and the A/A
-floor on a fresh launch of A; then :func:`harness.divergence.compute_divergence`. Prints each pass's wall and
+floor on a fresh launch of A; then :func:`harness.analysis.divergence.compute_divergence`. Prints each pass's wall and
 this process's CPU time, tokens, ``scores.parquet`` size, and the client's peak RSS (``VmHWM``) so far. The
 simulators are separate processes: their CPU is not counted, their wall time is.
 
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import requests
 
-from harness.client import ClientConfig
-from harness.divergence import compute_divergence
-from harness.evaluate import EvalOptions, run_eval
-from harness.scoring import ScoringOptions, score_pass
+from harness.analysis.divergence import compute_divergence
+from harness.measure.evaluation import EvalOptions, run_eval
+from harness.measure.logprob_pass import ScoringOptions, score_pass
+from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import EMBEDDED_TEST
 

@@ -5,7 +5,7 @@ of the child; wall beside it):
 
 - ``python``: the bare interpreter (the floor);
 - ``abh eval`` / ``abh run`` / ``abh compare``: importing the modules each command imports when it is chosen
-  (``harness.cli`` imports them lazily), which is the start-up of that command;
+  (``harness.cli.main`` imports them lazily), which is the start-up of that command;
 - ``abh run + scipy.stats``: the same plus ``scipy.stats`` and ``scipy.signal``, which the statistics imported
   until they took their distributions from ``scipy.special`` (``harness/stats/dist.py``): what that saves.
 
@@ -25,10 +25,10 @@ import time
 
 VARIANTS = {
     "python": "pass",
-    "abh eval": "import harness.evaluate, harness.client",
-    "abh run": "import harness.orchestrate.run",
-    "abh compare": "import harness.cli_compare",
-    "abh run + scipy.stats": "import harness.orchestrate.run, scipy.stats, scipy.signal",
+    "abh eval": "import harness.measure.evaluation, harness.serving.client",
+    "abh run": "import harness.orchestrate.pipeline",
+    "abh compare": "import harness.cli.compare",
+    "abh run + scipy.stats": "import harness.orchestrate.pipeline, scipy.stats, scipy.signal",
 }
 
 

@@ -28,8 +28,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from harness.simulator.config import SimConfig
-from harness.wire import API_NAMES
+from harness.serving.wire import API_NAMES
+from harness.simulator.sim_config import SimConfig
 
 #: The project checkout (holds configs/, arms/, results/).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ class EngineConfig:
     #: After stop, wait this long at most for the port and GPU memory to be released.
     release_timeout_s: float = 300.0
     #: GPUs one server of this engine holds, for the cost accounting (GPU-hours = server time x GPUs).
-    #: None: derived (TP x PP x DP from the flags, else the visible devices; see harness.cost.count_gpus).
+    #: None: derived (TP x PP x DP from the flags, else the visible devices; see harness.analysis.cost.count_gpus).
     gpus: int | None = None
 
 
@@ -119,7 +119,7 @@ class ExternalEngineConfig(EngineConfig):
 class SimulatedEngineConfig(SimConfig, EngineConfig):
     """The project's GSM8K server simulator (SIMULATED: rehearsal, tests, power planning).
 
-    Every knob of :class:`harness.simulator.config.SimConfig` is a field here with SimConfig's own default
+    Every knob of :class:`harness.simulator.sim_config.SimConfig` is a field here with SimConfig's own default
     (``engine.accuracy``, ``engine.flip_rate``, ``engine.noise``, ...; SimConfig comes first in the bases, so
     its defaults win, also for ``host``, ``port`` and ``model_path``). Only how the harness runs it is set here.
     """
@@ -338,7 +338,7 @@ class Config:
     report: bool = True
     progress: bool = True
     #: CI gate (``abh run --fail-on X``): exit 7 when the verdict is one to fail on: regressed | not-noninferior |
-    #: any-difference (harness.gate); None = never
+    #: any-difference (harness.analysis.gate); None = never
     fail_on: str | None = None
 
 
@@ -357,7 +357,7 @@ register()
 
 
 def _safe_dirname(text: str) -> str:
-    from harness.redact import REDACTED, redact_text
+    from harness.util.redact import REDACTED, redact_text
 
     return redact_text(text).replace(REDACTED, "REDACTED").replace("/", "_")[:200]
 
@@ -367,14 +367,14 @@ if not OmegaConf.has_resolver("abh_safe_dirname"):
 
 
 # ------------------------------------------------------------------------------------------ checks
-#: Side check kinds (harness/checks/): ``source`` needs no server, the others run against it.
+#: Side check kinds (harness/arms/checks/): ``source`` needs no server, the others run against it.
 CHECK_KINDS = ("source", "fingerprint", "http", "custom", "process_env", "log_line", "routed_experts")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def _simulated_problems(cfg: Any) -> list[str]:
     """The simulator's own value checks (SimConfig.problems) on the engine and on each arm's merged engine."""
-    from harness.simulator.config import knob_types
+    from harness.simulator.sim_config import knob_types
 
     types = knob_types()
 

@@ -16,16 +16,17 @@ import requests
 from conftest import TEST_JSONL, SimServer, free_port
 from helpers.markdown import parse_table
 
-from harness import client, exitcodes
-from harness.ab import launch_id
-from harness.cli import main as cli_main
-from harness.fileio import read_json, read_jsonl
+from harness import exitcodes
+from harness.cli.ab import launch_id
+from harness.cli.main import main as cli_main
+from harness.results.fileio import read_json, read_jsonl
+from harness.serving import client
 
 N = "100"
 
 
 def abh(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, **kw)
+    return subprocess.run([sys.executable, "-m", "harness.cli.main", *args], capture_output=True, text=True, **kw)
 
 
 def _argv(url_a: str, url_b: str, out: Path, *extra: str) -> list[str]:
@@ -250,7 +251,7 @@ def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path, 
     slow = sim_server("--accuracy", "0.9", "--run-seed", "7", "--latency-s", "0.05", "--max-running-requests", "5")
     other = sim_server("--accuracy", "0.9", "--run-seed", "8")
     root = tmp_path / "run"
-    cmd = [sys.executable, "-m", "harness.cli", "ab", slow.url, other.url, "--out", str(root), "--data",
+    cmd = [sys.executable, "-m", "harness.cli.main", "ab", slow.url, other.url, "--out", str(root), "--data",
            str(TEST_JSONL), "--num-questions", N, "--parallel", N, "--no-progress"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -13,20 +13,20 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 
 def test_no_import_cycles_among_harness_modules():
     graph = import_graph(HARNESS)
-    assert "harness.arm" in graph and "harness.engines.base" in graph  # the graph covers the package
+    assert "harness.arms.arm" in graph and "harness.engines.base" in graph  # the graph covers the package
     assert cycles(graph) == []
 
 
 def test_layering():
     graph = import_graph(HARNESS)
     # an arm is config turned into something launchable: it knows no engine; engines take a ResolvedArm
-    assert not {m for m in graph["harness.arm"] if m.startswith("harness.engines")}
-    assert "harness.arm" in graph["harness.engines.base"]
+    assert not {m for m in graph["harness.arms.arm"] if m.startswith("harness.engines")}
+    assert "harness.arms.arm" in graph["harness.engines.base"]
     # the files run by path in an arm's own interpreter use the standard library only
-    assert graph["harness.checks.source_probe"] == set() and graph["harness.engines.launcher"] == set()
+    assert graph["harness.arms.checks.source_probe"] == set() and graph["harness.engines.launcher"] == set()
     # one owner each: dotted-key matching and command formatting
-    assert "harness.keys" in graph["harness.armdiff"] and "harness.keys" in graph["harness.orchestrate.rundir"]
-    assert "harness.cmdline" in graph["harness.engines.base"] and "harness.cmdline" in graph["harness.report.data"]
+    assert "harness.util.keys" in graph["harness.arms.armdiff"] and "harness.util.keys" in graph["harness.orchestrate.rundir"]
+    assert "harness.util.cmdline" in graph["harness.engines.base"] and "harness.util.cmdline" in graph["harness.report.data"]
 
 
 def test_the_graph_sees_type_checking_relative_and_local_imports(tmp_path):

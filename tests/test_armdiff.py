@@ -6,12 +6,12 @@ from helpers.arms import TOPK_BASE, TOPK_FIX, make_tree, pp_arm
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
-from harness.arm import ResolvedArm, resolve_arm
-from harness.armdiff import arm_diff, describe_launch, disallowed, parse_flags
+from harness.arms.arm import ResolvedArm, resolve_arm
+from harness.arms.armdiff import arm_diff, describe_launch, disallowed, parse_flags
 from harness.config import SGLangEngineConfig
 from harness.engines import create_engine
-from harness.keys import flatten, matches
-from harness.redact import REDACTED
+from harness.util.keys import flatten, matches
+from harness.util.redact import REDACTED
 
 
 def test_arm_diff_catches_an_extra_flag(tmp_path):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from harness.arm import ResolvedArm
-from harness.cmdline import command_line, is_flag, redact_command, shell_command
+from harness.arms.arm import ResolvedArm
 from harness.config import SGLangEngineConfig
 from harness.engines import create_engine
-from harness.redact import REDACTED
+from harness.util.cmdline import command_line, is_flag, redact_command, shell_command
+from harness.util.redact import REDACTED
 
 
 def test_shell_command_one_flag_per_line_secrets_redacted():

@@ -1,4 +1,4 @@
-"""abh compare / abh power on eval directories written with harness.store."""
+"""abh compare / abh power on eval directories written with harness.results.eval_store."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from helpers.evals import N, make_eval, seed_vectors
 
 from harness import stats as S
-from harness.cli_compare import compare_main as main
-from harness.compare import CompareError, format_summary
-from harness.compare import compare_dirs as _compare_dirs
-from harness.plan import power_main
+from harness.analysis.comparison import CompareError, format_summary
+from harness.analysis.comparison import compare_dirs as _compare_dirs
+from harness.analysis.planning import power_main
+from harness.cli.compare import compare_main as main
 
 
 def compare_dirs(*args, n_resamples: int = 500, **kw):
@@ -372,8 +372,8 @@ def test_refuses_the_same_eval_twice(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_sweep_adjusts_every_verdict_that_rests_on_a_test(tmp_path: Path):
     """Equivalent and non-inferior verdicts are multiplicity-adjusted across a sweep like improved ones,
     each with the level its p was compared with (test_alpha)."""
-    from harness.schema import write_comparison
-    from harness.sweep import summarize_sweep
+    from harness.analysis.sweep import summarize_sweep
+    from harness.results.schema import write_comparison
 
     def comp(p: float, verdict: str, test_alpha: float) -> dict:
         return {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9}}, "n": 1319, "delta": 0.0,

@@ -12,9 +12,9 @@ from helpers.evals import make_eval, seed_vectors
 from helpers.markdown import parse_table
 from helpers.rundirs import build_run_dir
 
-from harness.cli import main as abh
-from harness.fileio import atomic_write_text, read_json, read_jsonl
+from harness.cli.main import main as abh
 from harness.report.markdown import cell, table
+from harness.results.fileio import atomic_write_text, read_json, read_jsonl
 
 
 def _pair(tmp_path: Path, n: int = 300, **b_extra: object) -> tuple[Path, Path]:
@@ -50,8 +50,7 @@ def test_unfinished_evals_are_refused(tmp_path: Path, capsys: pytest.CaptureFixt
         (db / "summary.json").unlink()
     else:
         s = read_json(db / "summary.json")
-        from harness import schema
-
+        from harness.results import schema
         schema.write_eval_summary(db / "summary.json", {**s, "complete": False, "aborted": "interrupted by SIGINT"})
     assert _compare(tmp_path, da, db) == 2
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""harness.cost: GPUs from engine configs, per-arm and total cost, sweep sums, reading a manifest."""
+"""harness.analysis.cost: GPUs from engine configs, per-arm and total cost, sweep sums, reading a manifest."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cost as C
+from harness.analysis import cost as C
 
 
 @pytest.mark.parametrize("engine,args,env,expected", [

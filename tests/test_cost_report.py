@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from helpers.rundirs import build_run_dir
 
-from harness import schema
-from harness.cost import EvalRecord, LaunchRecord, run_cost, sum_costs
+from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost, sum_costs
+from harness.analysis.sweep import format_sweep, summarize_sweep
 from harness.report import write_markdown, write_report, write_sweep_report
-from harness.report.cost import cost_line, cost_rows, hms, look_rows, sequential_line
+from harness.report.cost_section import cost_line, cost_rows, hms, look_rows, sequential_line
 from harness.report.words import verdict_sentence
+from harness.results import schema
 from harness.stats.sequential import SequentialDesign, decide_look
-from harness.sweep import format_sweep, summarize_sweep
 
 
 def _text(html: str) -> str:

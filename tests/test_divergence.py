@@ -1,5 +1,5 @@
-"""harness.divergence (the ``divergence`` object of comparison.json) and harness.report.divergence, end to
-end from scoring passes written with harness.scores and greedy texts in samples.jsonl."""
+"""harness.analysis.divergence (the ``divergence`` object of comparison.json) and harness.report.divergence_section, end to
+end from scoring passes written with harness.results.token_store and greedy texts in samples.jsonl."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax, rel_entr
 
-from harness import scores as S
-from harness.divergence import compute_divergence
-from harness.report import divergence as R
-from harness.schema import SampleRecord
+from harness.analysis.divergence import compute_divergence
+from harness.report import divergence_section as R
+from harness.results import token_store as S
+from harness.results.schema import SampleRecord
 
 V, K = 40, 8
 REQUIRED = ("verdict", "kld_mean", "kld_mean_aa", "p", "same_top_rate", "same_top_rate_aa",

@@ -16,11 +16,11 @@ from helpers.llamacpp import needs_llamacpp
 from helpers.runs import abh_run, abh_run_here, interrupt_run, log_has
 
 from harness import exitcodes
-from harness.cli_compare import compare_main
-from harness.client import ClientConfig
-from harness.evaluate import EvalOptions, run_eval
-from harness.fileio import read_json
-from harness.scoring import ScoringOptions, score_pass
+from harness.cli.compare import compare_main
+from harness.measure.evaluation import EvalOptions, run_eval
+from harness.measure.logprob_pass import ScoringOptions, score_pass
+from harness.results.fileio import read_json
+from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 
 N = 100
@@ -239,8 +239,8 @@ def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
     with the first diverging token marked by the template, not by the text."""
     from helpers.rundirs import INJECT_INDEX, SCRIPT_ALERT, build_run_dir
 
-    from harness import schema
     from harness.report import write_markdown, write_report
+    from harness.results import schema
 
     root = build_run_dir(tmp_path / "run", n=40)
     c = dict(schema.load_comparison(root / "comparison.json"))
@@ -265,9 +265,9 @@ def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
 
 # ------------------------------------------------------------------------------------------ sweeps
 def test_a_sweep_shows_the_kld_column(tmp_path):
+    from harness.analysis.sweep import format_sweep, summarize_sweep
     from harness.report import write_sweep_report
-    from harness.schema import write_comparison
-    from harness.sweep import format_sweep, summarize_sweep
+    from harness.results.schema import write_comparison
 
     def comparison(div: dict | None) -> dict:
         c = {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9}}, "n": 1319, "delta": 0.0,

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from conftest import TEST_JSONL, free_port, pid_alive
 
-from harness.arm import ResolvedArm
-from harness.client import ClientConfig
+from harness.arms.arm import ResolvedArm
 from harness.config import SimulatedEngineConfig
 from harness.engines import EngineError, PortInUseError, create_engine
-from harness.evaluate import EvalOptions, ServerGone, run_eval
-from harness.fileio import read_json
-from harness.store import SUMMARY, load_samples
+from harness.measure.evaluation import EvalOptions, ServerGone, run_eval
+from harness.results.eval_store import SUMMARY, load_samples
+from harness.results.fileio import read_json
+from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 
 pytestmark = pytest.mark.skipif(not TEST_JSONL.exists(), reason=f"GSM8K test set not found at {TEST_JSONL}")
@@ -163,7 +163,7 @@ def test_configured_port_taken_is_a_clear_error(tmp_path):
 
 DRIVER = textwrap.dedent("""
     import sys, time
-    from harness.arm import ResolvedArm
+    from harness.arms.arm import ResolvedArm
     from harness.config import SimulatedEngineConfig
     from harness.engines import create_engine
     from harness.orchestrate.interrupts import Interrupts

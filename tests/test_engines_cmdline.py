@@ -9,7 +9,7 @@ from helpers.seed import SEED, SEED_ARGS, SEED_ENV, WRITE_UP, parse_seed_command
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
-from harness.arm import ResolvedArm, SourceInfo, resolve_arm
+from harness.arms.arm import ResolvedArm, SourceInfo, resolve_arm
 from harness.config import (
     ExternalEngineConfig,
     LlamaCppEngineConfig,
@@ -20,7 +20,7 @@ from harness.config import (
 from harness.engines import EngineError, create_engine, engine_class, known_engines
 from harness.engines.base import LAUNCHER
 from harness.engines.llamacpp import default_gguf
-from harness.redact import REDACTED
+from harness.util.redact import REDACTED
 
 
 def is_subsequence(needle: list[str], hay: list[str]) -> bool:

@@ -14,10 +14,10 @@ from aiohttp import web
 from conftest import TEST_JSONL, free_port
 
 from harness import exitcodes
-from harness.client import ClientConfig
-from harness.evaluate import run_eval
-from harness.fileio import read_jsonl
-from harness.store import load_eval
+from harness.measure.evaluation import run_eval
+from harness.results.eval_store import load_eval
+from harness.results.fileio import read_jsonl
+from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import RecipeConfig
 
@@ -28,7 +28,7 @@ def test_set():
 
 
 def abh(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, **kw)
+    return subprocess.run([sys.executable, "-m", "harness.cli.main", *args], capture_output=True, text=True, **kw)
 
 
 def test_full_1319_at_parallel_1319_bookkeeping(sim_server, tmp_path):
@@ -62,7 +62,7 @@ def test_full_1319_at_parallel_1319_bookkeeping(sim_server, tmp_path):
 def test_killed_midway_resumes_without_loss_or_duplicates(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.9", "--latency-s", "0.05", "--max-running-requests", "20")
     out = tmp_path / "ev"
-    cmd = [sys.executable, "-m", "harness.cli", "eval", "--url", s.url, "--out", str(out), "--data",
+    cmd = [sys.executable, "-m", "harness.cli.main", "eval", "--url", s.url, "--out", str(out), "--data",
            str(TEST_JSONL), "--no-progress", "--num-questions", "200", "--parallel", "200"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
@@ -213,7 +213,7 @@ def test_bad_input_gives_one_clear_message(tmp_path):
 
 
 def test_no_heavy_imports_on_the_eval_path():
-    code = ("import sys, harness.cli, harness.evaluate, harness.client, harness.tasks.gsm8k, harness.store;"
+    code = ("import sys, harness.cli.main, harness.measure.evaluation, harness.serving.client, harness.tasks.gsm8k, harness.results.eval_store;"
             "bad=[m for m in ('matplotlib','pandas','scipy','datasets','pyarrow','hydra') if m in sys.modules];"
             "print(bad)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
@@ -226,7 +226,7 @@ def test_no_heavy_imports_on_the_eval_path():
 def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server, tmp_path, sig):
     s = sim_server("--accuracy", "0.9", "--latency-s", "0.05", "--max-running-requests", "10")
     out = tmp_path / "ev"
-    cmd = [sys.executable, "-m", "harness.cli", "eval", "--url", s.url, "--out", str(out), "--data",
+    cmd = [sys.executable, "-m", "harness.cli.main", "eval", "--url", s.url, "--out", str(out), "--data",
            str(TEST_JSONL), "--no-progress", "--num-questions", "150", "--parallel", "150"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30

@@ -18,12 +18,12 @@ from conftest import TEST_JSONL, SimServer, free_port
 from helpers.aioserver import ThreadedApp
 
 from harness import exitcodes
-from harness.client import Client, ClientConfig
-from harness.fileio import read_jsonl
+from harness.results.fileio import read_jsonl
+from harness.serving.client import Client, ClientConfig
 
 
 def abh_eval(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--data", str(TEST_JSONL), "--no-progress",
+    return subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--data", str(TEST_JSONL), "--no-progress",
                            *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -111,7 +111,7 @@ def test_bad_url_or_out_is_one_line_and_creates_nothing(tmp_path):
 
 
 def test_help_shows_defaults():
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--help"], capture_output=True, text=True)
     assert r.returncode == 0
     text = " ".join(r.stdout.split())
     for frag in ("--parallel P requests in flight (default: 1319)", "(default: 180.0)", "(default: 3600.0)",
@@ -155,7 +155,7 @@ def test_a_slow_but_healthy_server_is_not_called_hung(sim_server, tmp_path):
 
 
 def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", "eval", "--data", str(TEST_JSONL),
+    return subprocess.Popen([sys.executable, "-m", "harness.cli.main", "eval", "--data", str(TEST_JSONL),
                              "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

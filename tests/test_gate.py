@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness import exitcodes
-from harness.gate import FAIL_ON, comparison_exit, gate_exit, gate_fails
+from harness.analysis.gate import FAIL_ON, comparison_exit, gate_exit, gate_fails
 
 VERDICTS = ("improved", "regressed", "equivalent", "noninferior", "inconclusive", "not_comparable")
 

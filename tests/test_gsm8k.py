@@ -126,7 +126,7 @@ def test_non_utf8_data_exits_2_from_both_commands(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2, err[-2000:]
     assert "not UTF-8" in err and "Traceback" not in err
-    env_eval = [sys.executable, "-m", "harness.cli", "eval", "--url", "http://127.0.0.1:9", "--out",
+    env_eval = [sys.executable, "-m", "harness.cli.main", "eval", "--url", "http://127.0.0.1:9", "--out",
                 str(tmp_path / "ev"), "--data", str(p)]
     r = subprocess.run(env_eval, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr[-2000:]
@@ -245,7 +245,7 @@ def test_fresh_copy_without_shared_data_runs_offline(tmp_path):
     assert not (copy.parent.parent / "shared").exists() and not (copy.parent / "shared").exists()
     env = {**os.environ, "PYTHONPATH": str(copy), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", f"hydra.run.dir={run}", "task.num_questions=100",
+    r = subprocess.run([sys.executable, "-m", "harness.cli.main", "run", f"hydra.run.dir={run}", "task.num_questions=100",
                         "experiment.repeats=1", "report=false"], cwd=copy, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

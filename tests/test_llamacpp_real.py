@@ -9,14 +9,14 @@ import pytest
 from conftest import TEST_JSONL, pid_alive
 from helpers.llamacpp import needs_llamacpp, not_portable_instructions
 
-from harness.arm import ResolvedArm
-from harness.checks.live import run_live_checks
-from harness.client import ClientConfig
+from harness.arms.arm import ResolvedArm
+from harness.arms.checks.live import run_live_checks
 from harness.config import CheckConfig, LlamaCppEngineConfig
 from harness.engines import create_engine
 from harness.engines.llamacpp import REBUILD_COMMAND
-from harness.evaluate import EvalOptions, run_eval
-from harness.store import load_samples
+from harness.measure.evaluation import EvalOptions, run_eval
+from harness.results.eval_store import load_samples
+from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model,

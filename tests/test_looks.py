@@ -13,9 +13,9 @@ from helpers.evals import make_eval
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
-from harness.cost import EvalRecord, LaunchRecord, run_cost
+from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost
 from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
-from harness.orchestrate.looks import Looks, apply_to_comparison, design_of, look_estimate
+from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of, look_estimate
 from harness.stats.sequential import SequentialDesign, decide_look
 
 
@@ -61,7 +61,7 @@ def test_passes_on_one_launch_are_averaged_first(tmp_path: Path) -> None:
     delta, _, _ = look_estimate(a_dirs, b_dirs)
     assert delta == pytest.approx((bm.mean(0) - am.mean(0)).mean())  # equal weights here: same value
     # one launch for A's two passes: A contributes one cluster (its mean), B two
-    from harness.orchestrate.looks import _by_launch
+    from harness.orchestrate.sequential import _by_launch
 
     assert [m.shape[0] for m in _by_launch(a_dirs)] == [2] and [m.shape[0] for m in _by_launch(b_dirs)] == [1, 1]
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from harness.arm import ResolvedArm
+from harness.arms.arm import ResolvedArm
 from harness.engines import LaunchSpec
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import Manifest, config_digest, eval_done, non_semantic_keys
 from harness.orchestrate.schedule import schedule
 from harness.orchestrate.servers import ServerPool
-from harness.schema import write_eval_summary
+from harness.results.schema import write_eval_summary
 
 
 # ------------------------------------------------------------------------------------------ schedule

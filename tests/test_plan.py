@@ -1,4 +1,4 @@
-"""harness.plan: ``abh power`` from a finished run (--from) and from numbers; --effect in percentage points."""
+"""harness.analysis.planning: ``abh power`` from a finished run (--from) and from numbers; --effect in percentage points."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import plan as P
 from harness import stats
-from harness.fileio import atomic_write_json
-from harness.schema import SampleRecord
+from harness.analysis import planning as P
+from harness.results.eval_store import EvalStore, summarize
+from harness.results.fileio import atomic_write_json
+from harness.results.schema import SampleRecord
 from harness.stats import sequential as sq
-from harness.store import EvalStore, summarize
 
 N = 1319
 

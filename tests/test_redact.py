@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.redact import (
+from harness.analysis.sweep import redact_multirun_yaml
+from harness.util.redact import (
     REDACTED,
     Redactor,
     is_secret_name,
@@ -21,8 +22,7 @@ from harness.redact import (
     redact_tree,
     secret_values,
 )
-from harness.redact_stdio import RedactingWriter, redacted_stdio
-from harness.sweep import redact_multirun_yaml
+from harness.util.redact_stdio import RedactingWriter, redacted_stdio
 
 R = REDACTED
 
@@ -215,7 +215,7 @@ def test_multirun_yaml_keeps_no_sweep_value(tmp_path):
 
 
 def _abh_run(args: list[str], cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "harness.cli.main", "run", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env={**os.environ, **env})
 
 

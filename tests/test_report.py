@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers.rundirs import BOLD, INJECT_INDEX, SCRIPT_ALERT, SCRIPT_TITLE, build_run_dir
 
-from harness.cli_report import report_main as main
+from harness.cli.report import report_main as main
 from harness.report import detect, write_report, write_sweep_report
 from harness.report.data import question_from_prompt
 from harness.report.words import verdict_sentence
@@ -115,7 +115,7 @@ def test_run_without_comparison(tmp_path: Path) -> None:
 
 
 def test_sweep_report(tmp_path: Path) -> None:
-    from harness.sweep import summarize_sweep
+    from harness.analysis.sweep import summarize_sweep
 
     sweep = tmp_path / "sweep"
     for k, (pa, pb) in enumerate([(0.9, 0.9), (0.85, 0.95), (0.9, 0.8)]):
@@ -134,7 +134,7 @@ def test_sweep_report(tmp_path: Path) -> None:
 
 
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.cli import main as abh
+    from harness.cli.main import main as abh
 
     root = build_run_dir(tmp_path / "run", n=20)
     assert main([str(root)]) == 0

@@ -61,7 +61,7 @@ def test_report_in_chromium(tmp_path: Path, chromium: str) -> None:
 
 
 def test_sweep_report_in_chromium(tmp_path: Path, chromium: str) -> None:
-    from harness.sweep import summarize_sweep
+    from harness.analysis.sweep import summarize_sweep
 
     sweep = tmp_path / "sweep"
     for k in range(3):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from helpers.evals import make_eval, seed_vectors
 
-from harness import schema
-from harness.cli import main as abh
-from harness.fileio import atomic_write_json, atomic_write_text, read_json
-from harness.store import StoreError, load_eval
+from harness.cli.main import main as abh
+from harness.results import schema
+from harness.results.eval_store import StoreError, load_eval
+from harness.results.fileio import atomic_write_json, atomic_write_text, read_json
 
 
 def _comparison_dir(tmp_path: Path) -> Path:
@@ -75,7 +75,7 @@ def test_eval_of_unknown_version_cannot_be_loaded_or_resumed(tmp_path: Path) -> 
     _set(d / "eval.json", schema_version=99)
     with pytest.raises(schema.SchemaError, match="abh.eval schema_version 99"):
         load_eval(d)
-    from harness.store import EvalStore
+    from harness.results.eval_store import EvalStore
 
     with pytest.raises(StoreError, match="schema_version 99"):
         EvalStore(d).open({"dataset_sha256": "d" * 64, "recipe": "sglang-gsm8k-5shot", "indices": [0, 1, 2]})

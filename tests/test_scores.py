@@ -1,4 +1,4 @@
-"""harness.scores: the per-token Parquet store of a scoring pass (round trip, order, padding, crash safety)."""
+"""harness.results.token_store: the per-token Parquet store of a scoring pass (round trip, order, padding, crash safety)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from harness import scores as S
+from harness.results import token_store as S
 
 
 def test_round_trip_sorted_padded_and_columnar(tmp_path):

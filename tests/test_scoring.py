@@ -1,4 +1,4 @@
-"""The scoring pass (harness/scoring.py) against real simulator processes and fake servers: what it sends, what it
+"""The scoring pass (harness/measure/logprob_pass.py) against real simulator processes and fake servers: what it sends, what it
 stores, the SGLang logprob_start_len of a P-token prompt, ids sent the same in every pass, the reference top-k
 ids asked of the others, text-keyed OpenAI passes, and an engine that cannot score (not_measured)."""
 
@@ -13,12 +13,9 @@ import pytest
 from conftest import TEST_JSONL
 from helpers.aioserver import FakeServer
 
-from harness.client import ClientConfig
-from harness.divergence import compute_divergence
-from harness.evaluate import EvalOptions, run_eval
-from harness.fileio import read_json
-from harness.scores import load_scores, scores_status
-from harness.scoring import (
+from harness.analysis.divergence import compute_divergence
+from harness.measure.evaluation import EvalOptions, run_eval
+from harness.measure.logprob_pass import (
     INPUTS,
     ScoringOptions,
     _read_inputs,
@@ -27,6 +24,9 @@ from harness.scoring import (
     score_pass,
     text_key,
 )
+from harness.results.fileio import read_json
+from harness.results.token_store import load_scores, scores_status
+from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 
 N = 40
@@ -57,7 +57,7 @@ def test_asked_ids_unions_the_likeliest_ids_without_the_reference_token():
 def test_text_key_is_stable_non_negative_int32():
     keys = [text_key(t) for t in (" 18", "\n\n", "<tok_7>", "é", "")]
     assert all(0 <= k < 2**31 for k in keys) and len(set(keys)) == len(keys)
-    other = subprocess.run([sys.executable, "-c", "from harness.scoring import text_key; print(text_key(' 18'))"],
+    other = subprocess.run([sys.executable, "-c", "from harness.measure.logprob_pass import text_key; print(text_key(' 18'))"],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert int(other) == keys[0]  # the same in every process (no per-process hash seed)
     assert text_key(None) == -1
@@ -171,7 +171,7 @@ def test_tokens_without_a_logprob_leave_no_nan_in_the_divergence(tmp_path):
     pass, left out of the RMS Δlogprob; the divergence object stays strict JSON."""
     import json
 
-    from harness.scores import ScoresWriter
+    from harness.results.token_store import ScoresWriter
 
     rng = np.random.default_rng(0)
     for name in ("ref", "ab", "aa"):

@@ -20,8 +20,8 @@ from hydra import compose, initialize_config_dir
 
 import harness.config as hc
 from harness import exitcodes
-from harness.fileio import read_json
-from harness.schema import load_comparison, load_run_summary
+from harness.results.fileio import read_json
+from harness.results.schema import load_comparison, load_run_summary
 
 #: the accuracy design alone: the divergence's scoring passes (extra launches after the looks) are tested elsewhere
 FAST = ("progress=false", "task.num_questions=500", "client.parallel=500", "engine.startup_s=0.2",

@@ -14,7 +14,6 @@ import pytest
 import requests
 from conftest import SimServer
 
-from harness.simulator.config import SimConfig
 from harness.simulator.model import (
     ability_for_accuracy,
     base_outcomes,
@@ -25,6 +24,7 @@ from harness.simulator.model import (
     run_outcomes,
     split_flip_rate,
 )
+from harness.simulator.sim_config import SimConfig
 from harness.tasks.gsm8k import EMBEDDED_TEST as DATA
 from harness.tasks.gsm8k import question_from_prompt
 
@@ -122,7 +122,7 @@ def test_every_simconfig_knob_is_an_engine_key_with_the_same_default():
     default, settable from the command line, and reaches the simulator's flags unchanged (round trip)."""
     from harness.config import SimulatedEngineConfig
     from harness.simulator.__main__ import parse_args
-    from harness.simulator.config import knob_types, to_argv
+    from harness.simulator.sim_config import knob_types, to_argv
 
     engine = _compose().engine
     names = [f.name for f in fields(SimConfig)]

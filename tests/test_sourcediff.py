@@ -12,10 +12,11 @@ from conftest import TEST_JSONL
 from helpers.runs import abh_run_here
 from helpers.sglang_repo import HTTP_SERVER, TOPK, UTILS, SGLangRepo, git, make_sglang_repo
 
-from harness import exitcodes, sourcediff
-from harness.arm import resolve_arm
-from harness.fileio import read_json
-from harness.sourcediff import PREFIX, SourceDiffError, compute, enforce, outside_fix
+from harness import exitcodes
+from harness.arms import sourcediff
+from harness.arms.arm import resolve_arm
+from harness.arms.sourcediff import PREFIX, SourceDiffError, compute, enforce, outside_fix
+from harness.results.fileio import read_json
 
 FIX_FILES = [TOPK]
 

@@ -7,9 +7,9 @@ import ast
 import sys
 from pathlib import Path
 
-from harness import stack, stack_probe
-from harness.arm import ResolvedArm
-from harness.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
+from harness.arms import stack, stack_probe
+from harness.arms.arm import ResolvedArm
+from harness.arms.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
 from harness.config import SGLangEngineConfig, SimulatedEngineConfig
 from harness.engines import create_engine
 

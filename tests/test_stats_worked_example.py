@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from harness import stats as S
-from harness.plan import power_figures
+from harness.analysis.planning import power_figures
 
 N = 1319
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.schema import write_comparison
-from harness.sweep import format_sweep, summarize_sweep, swept_labels
+from harness.analysis.sweep import format_sweep, summarize_sweep, swept_labels
+from harness.results.schema import write_comparison
 
 
 def _comparison(p: float, verdict: str, delta: float) -> dict:
@@ -51,8 +51,8 @@ def test_a_job_without_comparison_still_counts_in_the_family(tmp_path):
 
 
 def test_floored_p_reads_as_a_bound_and_the_sweep_is_titled_by_its_experiment(tmp_path):
-    from harness import schema
     from harness.report import write_sweep_report
+    from harness.results import schema
 
     floor = 1 / 10001  # a permutation test on 10000 permutations: p is at most 1/R
     at_floor = {**_comparison(floor, "improved", 0.03), "p_floor": floor}
@@ -75,8 +75,8 @@ def test_floored_p_reads_as_a_bound_and_the_sweep_is_titled_by_its_experiment(tm
 
 
 def test_a_comparison_of_unknown_version_is_refused_not_misread(tmp_path):
-    from harness import schema
-    from harness.fileio import atomic_write_json, read_json
+    from harness.results import schema
+    from harness.results.fileio import atomic_write_json, read_json
 
     write_comparison(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
     doc = read_json(tmp_path / "job0_x=1" / "comparison.json")

@@ -7,10 +7,10 @@ import json
 import pytest
 from conftest import TEST_JSONL
 
-from harness.client import ClientConfig
+from harness.serving.client import ClientConfig
+from harness.serving.wire import API_NAMES, Generation, MalformedResponse, OpenAIApi, SGLangApi, for_api
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import GSM8K, RecipeConfig
-from harness.wire import API_NAMES, Generation, MalformedResponse, OpenAIApi, SGLangApi, for_api
 
 #: SGLang's frontend sampling params, in its order (the order is part of the bytes sent).
 SAMPLING = ('{"skip_special_tokens": true, "spaces_between_special_tokens": true, "max_new_tokens": %d, '

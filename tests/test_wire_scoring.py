@@ -17,8 +17,8 @@ from conftest import free_port
 from helpers.aioserver import ThreadedApp
 from helpers.llamacpp import needs_llamacpp
 
-from harness.client import Client, ClientConfig
-from harness.wire import MalformedResponse, OpenAIApi, ScoreRequest, SGLangApi
+from harness.serving.client import Client, ClientConfig
+from harness.serving.wire import MalformedResponse, OpenAIApi, ScoreRequest, SGLangApi
 
 RECORD = json.loads((Path(__file__).parent / "data" / "llamacpp_scoring.json").read_text())
 

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.arm import ResolvedArm
+from harness.arms.arm import ResolvedArm
 from harness.config import ENGINE_SCHEMAS, EngineConfig
 from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
 from harness.engines.process import PortInUseError

@@ -19,8 +19,7 @@ from typing import Any, ClassVar
 
 import requests
 
-from harness.arm import ResolvedArm
-from harness.cmdline import command_line, shell_command
+from harness.arms.arm import ResolvedArm
 from harness.engines.process import (
     EngineError,
     ServerProcess,
@@ -33,8 +32,9 @@ from harness.engines.process import (
     port_in_use,
     wait_until_ready,
 )
-from harness.redact import redact_argv, redact_env
-from harness.wire import Api, for_api
+from harness.serving.wire import Api, for_api
+from harness.util.cmdline import command_line, shell_command
+from harness.util.redact import redact_argv, redact_env
 
 #: The stdlib-only launcher, run by file path with the arm's interpreter (the source probe borrows its module
 #: lookup).
@@ -99,10 +99,10 @@ class Engine:
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
     probe_timeout_s: ClassVar[float] = 30.0
     #: Record the software stack of the arm's interpreter (torch, triton, aiter, ROCm/CUDA...) in its launch
-    #: description (:mod:`harness.stack`): the GPU engines.
+    #: description (:mod:`harness.arms.stack`): the GPU engines.
     stack_probe: ClassVar[bool] = False
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff
-    #: ignores them (shown under ``harness`` in :func:`harness.armdiff.describe_launch`).
+    #: ignores them (shown under ``harness`` in :func:`harness.arms.armdiff.describe_launch`).
     diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s", "gpus",
                                               "release_timeout_s")
 

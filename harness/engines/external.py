@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.arm import ResolvedArm
+from harness.arms.arm import ResolvedArm
 from harness.engines.base import Engine, EngineError, LaunchSpec
 from harness.engines.process import StatusFn
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.engines.gpu import StatusFn, gpu_snapshot, wait_gpu_release
-from harness.redact import redact_argv, redact_text
+from harness.util.redact import redact_argv, redact_text
 
 
 class EngineError(RuntimeError):

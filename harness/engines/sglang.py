@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from harness.cmdline import is_flag
 from harness.engines.base import LaunchedEngine
 from harness.engines.process import EngineError
+from harness.util.cmdline import is_flag
 
 #: SGLang's ``ZMQ_TCP_PORT_DELTA``.
 ZMQ_TCP_PORT_DELTA = 233

@@ -32,7 +32,7 @@ class SimulatedEngine(LaunchedEngine):
         the simulator's own mapping, so a knob added to SimConfig needs no second list here."""
         from dataclasses import fields
 
-        from harness.simulator.config import SimConfig, to_argv
+        from harness.simulator.sim_config import SimConfig, to_argv
 
         values = {f.name: getattr(self.cfg, f.name) for f in fields(SimConfig) if hasattr(self.cfg, f.name)}
         values.update(host=self.host, port=self.port)

@@ -153,7 +153,7 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
 
 
 def times_from_cost(cost: Mapping[str, Any]) -> dict[str, dict[str, float]] | None:
-    """Per role mean launch, eval and stop seconds from a cost block (harness.cost), None when nothing was
+    """Per role mean launch, eval and stop seconds from a cost block (harness.analysis.cost), None when nothing was
     timed. A role with no launch of its own borrows arm A's times."""
     out: dict[str, dict[str, float]] = {}
     for role in ("a", "b", "aa"):

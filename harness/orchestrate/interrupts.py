@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
-from harness.evaluate import EvalInterrupted
+from harness.measure.evaluation import EvalInterrupted
 
 try:  # uvloop (Linux/macOS) roughly halves the client's per-request overhead at parallel 1319
     import uvloop

@@ -5,7 +5,7 @@ Layout::
 
     manifest.json         config (redacted), provenance, dataset, arms (launch, checks, launches), evals,
                           sessions, status: every event is recorded here, as it happens
-    evals/<role>/r<k>/    one eval directory per schedule item (see harness.store)
+    evals/<role>/r<k>/    one eval directory per schedule item (see harness.results.eval_store)
     comparison.json       the paired statistics
     summary.json          verdict, accuracies, design, exit code
     run.log               the ``[abh]`` lines of every session and the traceback of a bug (redacted)
@@ -29,11 +29,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import __version__, schema
+from harness import __version__
 from harness.config import PROJECT_ROOT, ConfigError
 from harness.engines.gpu import gpu_inventory
-from harness.keys import flatten, matches
-from harness.redact import redact_text, redact_tree
+from harness.results import schema
+from harness.util.keys import flatten, matches
+from harness.util.redact import redact_text, redact_tree
 
 MANIFEST = schema.MANIFEST_FILE
 RUN_SUMMARY = schema.RUN_SUMMARY_FILE

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import schema
+from harness.results import schema
 
 __all__ = ["ReportError", "detect", "export_samples", "write_markdown", "write_report", "write_sweep_report"]
 

@@ -15,13 +15,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import schema
-from harness.cmdline import command_line, shell_command
-from harness.fileio import read_jsonl
-from harness.redact import redact_env
-from harness.schema import Comparison, Manifest, SampleRecord
-from harness.store import load_eval
+from harness.results import schema
+from harness.results.eval_store import load_eval
+from harness.results.fileio import read_jsonl
+from harness.results.schema import Comparison, Manifest, SampleRecord
 from harness.tasks.gsm8k import question_from_prompt
+from harness.util.cmdline import command_line, shell_command
+from harness.util.redact import redact_env
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
 MAX_FLIPS = 600

@@ -17,10 +17,12 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from harness import __version__, schema
-from harness.fileio import atomic_write_text
-from harness.report import cost, data, plots, words
-from harness.report import divergence as report_divergence
+from harness import __version__
+from harness.report import cost_section as cost
+from harness.report import data, plots, words
+from harness.report import divergence_section as report_divergence
+from harness.results import schema
+from harness.results.fileio import atomic_write_text
 
 TEMPLATES = Path(__file__).parent / "templates"
 

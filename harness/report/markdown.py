@@ -16,11 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import schema
-from harness.cmdline import redact_command
-from harness.fileio import atomic_write_text
-from harness.report import cost, data, words
-from harness.report import divergence as report_divergence
+from harness.report import cost_section as cost
+from harness.report import data, words
+from harness.report import divergence_section as report_divergence
+from harness.results import schema
+from harness.results.fileio import atomic_write_text
+from harness.util.cmdline import redact_command
 
 MARKDOWN = "comparison.md"
 

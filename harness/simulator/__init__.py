@@ -22,6 +22,6 @@ text is a GSM8K-style rationale ending in ``#### N`` followed, like a base model
 This package imports nothing heavy: the server itself (aiohttp) lives in ``harness.simulator.server``.
 """
 
-from harness.simulator.config import SimConfig
+from harness.simulator.sim_config import SimConfig
 
 __all__ = ["SimConfig"]

@@ -13,7 +13,7 @@ import resource
 import sys
 from dataclasses import fields
 
-from harness.simulator.config import FLAG_ALIASES, SimConfig, default_of, flag, knob_types
+from harness.simulator.sim_config import FLAG_ALIASES, SimConfig, default_of, flag, knob_types
 
 
 def _raise_nofile() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from harness.simulator import protocol
-from harness.simulator.config import SimConfig
+from harness.simulator.sim_config import SimConfig
 from harness.simulator.state import SIM_VERSION, SimError, SimState
 
 Work = Callable[..., Any]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import __version__
 from harness.simulator import model, text
-from harness.simulator.config import SimConfig
+from harness.simulator.sim_config import SimConfig
 from harness.simulator.tokens import EOS_ID, Tokenizer
 from harness.tasks import gsm8k
 

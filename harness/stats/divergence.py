@@ -2,7 +2,7 @@
 
 Inputs are numpy arrays over the tokens of a reference text (arm A's greedy completion) that each server
 scored teacher-forced: for every position, the logprob of the reference token and the server's top-k
-(ids, logprobs). Nothing here does I/O; :mod:`harness.divergence` reads the stored scores and calls this.
+(ids, logprobs). Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
 
 **KL over the top-k with a tail bucket.** A server reports only its top-k, so the full-vocabulary
 KL(A‖B) cannot be formed. Per token, the distributions are coarsened onto the same buckets on both sides:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.wire import SGLangApi
+from harness.serving.wire import SGLangApi
 
 INVALID = -9999999
 
@@ -341,7 +341,7 @@ class GSM8K:
 
     def warmup_body(self) -> dict[str, Any]:
         """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone, zero
-        new tokens); the body itself is built by :mod:`harness.wire`, which owns the protocols."""
+        new tokens); the body itself is built by :mod:`harness.serving.wire`, which owns the protocols."""
         return SGLangApi().warmup_body(self.few_shot, self.questions[0].prompt if self.questions else "",
                                        self.sampling_params())
 

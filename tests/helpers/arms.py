@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness.arm import ResolvedArm, resolve_arm
+from harness.arms.arm import ResolvedArm, resolve_arm
 
 MARKER = "has_per_rank_fused_shared_slots("
 

@@ -1,4 +1,4 @@
-"""Eval directories as harness.store writes them, for the comparison tests."""
+"""Eval directories as harness.results.eval_store writes them, for the comparison tests."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.schema import SampleRecord
-from harness.store import EvalStore, summarize
+from harness.results.eval_store import EvalStore, summarize
+from harness.results.schema import SampleRecord
 
 N = 1319
 

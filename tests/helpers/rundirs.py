@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from harness import schema
-from harness.compare import compare_dirs
-from harness.schema import SampleRecord
-from harness.store import EvalStore, load_samples, summarize
+from harness.analysis.comparison import compare_dirs
+from harness.results import schema
+from harness.results.eval_store import EvalStore, load_samples, summarize
+from harness.results.schema import SampleRecord
 
 SCRIPT_ALERT = "<script>alert(1)</script>"
 SCRIPT_TITLE = "<script>document.title='pwned'</script>"

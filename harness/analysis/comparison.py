@@ -1,0 +1,416 @@
+"""Compare stored evals of two arms: :func:`compare_dirs` -> :class:`harness.results.schema.Comparison`.
+
+Pure of any command line (``abh compare`` is :mod:`harness.cli.compare`, ``abh power`` :mod:`harness.analysis.planning`).
+Each ``--a``/``--b`` directory is one stored eval (``harness.results.eval_store``); several per arm are repeats. Each
+eval's ``eval.json`` may name the server ``launch`` it ran on (``abh run`` records it); evals without one
+are each their own launch. Questions are aligned by index.
+
+The statistics are :func:`harness.stats.compare_arms` (see :mod:`harness.stats.analysis`): per question,
+each arm's mean over its runs (passes averaged within a launch first, then launches; an errored run is
+skipped, so a question uses the runs it has), d_i = B_i - A_i, and
+
+- the verdict's test: the paired sign-flip test over questions of Δ = mean d_i (exact, mid-p; the mid-p
+  McNemar test for one run per arm), or Welch's t over launch accuracies when the arms' launches differ
+  beyond question-level noise (Cochran's Q);
+- the interval ``delta_ci`` (level 1 - α): Tango's score interval of the effective table (or the t
+  interval over launches); TOST / non-inferiority (``--margin``) invert the same score test;
+- the MDE of that test at 80 % power, computed exactly (binomial sums), not by the normal formula;
+- errors: each arm's error rate, a paired test of their difference, and the verdict recomputed with one
+  arm's errored answers counted wrong and the other's right (both ways): if that changes the verdict it is
+  ``inconclusive`` and the reason says why. Above ``max_error_rate`` the arms are ``not_comparable``.
+
+``test`` and ``p`` are the test and p-value that decided the verdict (the superiority test, the TOST or the
+non-inferiority test, compared with ``test_alpha``); other p-values are under ``diagnostics`` only.
+
+Refused (exit 2): evals of different datasets, recipes or question indices (the first differing field is
+named, e.g. ``recipe.num_questions: 1319 vs 100``) and the same eval directory given twice (on both sides,
+twice for one arm, or also as ``--aa``).
+
+ψ_AA (A/A discordance): each arm's mean discordance between its own runs (A together with the ``--aa``
+runs), pooled evenly over the arms; labelled by whether the pairs span launches (only then does it
+include launch-to-launch noise).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import exitcodes, stats
+from harness.results import schema
+from harness.results.eval_store import StoreError, load_eval
+from harness.results.schema import ArmResult, Comparison, EvalMeta, EvalSummary, TableCounts
+
+KIND = schema.COMPARISON
+SCHEMA_VERSION = schema.WRITES[KIND]
+IDENTITY_KEYS = ("dataset_sha256", "recipe", "indices")
+DEFAULT_MAX_ERROR_RATE = 0.02
+
+
+class CompareError(RuntimeError):
+    """The evals cannot be compared (different question sets, recipes or datasets; unreadable dirs)."""
+
+
+# ------------------------------------------------------------------------------------------ loading
+def _load_run(path: Path) -> dict[str, Any]:
+    """One eval directory as {dir, meta, summary, scores}: scores[i] is 1/0, or NaN when errored/missing."""
+    try:
+        meta, samples, summary = load_eval(path)
+    except (StoreError, OSError, json.JSONDecodeError) as e:
+        raise CompareError(f"cannot read eval {path}: {e}") from None
+    missing = [k for k in IDENTITY_KEYS if k not in meta]
+    if missing:
+        raise CompareError(f"{path}/eval.json lacks {', '.join(missing)}")
+    by_index = {s.index: s for s in samples}
+    scores = np.full(len(meta["indices"]), np.nan)
+    for j, idx in enumerate(meta["indices"]):
+        s = by_index.get(idx)
+        if s is not None and s.error is None and s.correct is not None:
+            scores[j] = 1.0 if s.correct else 0.0
+    launch = meta.get("launch")
+    return {"dir": str(path), "meta": meta, "summary": summary, "scores": scores,
+            "launch": str(launch) if launch not in (None, "") else f"dir:{Path(path).resolve()}"}
+
+
+def _short(v: Any, width: int = 40) -> str:
+    s = json.dumps(v, sort_keys=True, default=str) if not isinstance(v, str) else v
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+def _first_difference(x: Any, y: Any, path: str) -> str | None:
+    """The first place where x and y differ, as ``path.key: x vs y`` (None when equal)."""
+    if x == y:
+        return None
+    if isinstance(x, dict) and isinstance(y, dict):
+        for k in sorted(set(x) | set(y), key=str):
+            if k not in x or k not in y:
+                return (f"{path}.{k}: {_short(x[k]) if k in x else '(absent)'} vs "
+                        f"{_short(y[k]) if k in y else '(absent)'}")
+            diff = _first_difference(x[k], y[k], f"{path}.{k}")
+            if diff:
+                return diff
+    if isinstance(x, list) and isinstance(y, list):
+        if len(x) != len(y):
+            return f"{path}: {len(x)} vs {len(y)} entries"
+        for i, (u, v) in enumerate(zip(x, y, strict=True)):
+            diff = _first_difference(u, v, f"{path}[{i}]")
+            if diff:
+                return diff
+    return f"{path}: {_short(x)} vs {_short(y)}"
+
+
+def _check_same_questions(runs: Sequence[dict[str, Any]]) -> None:
+    ref = runs[0]
+    for r in runs[1:]:
+        for key in IDENTITY_KEYS:
+            diff = _first_difference(ref["meta"].get(key), r["meta"].get(key), key)
+            if diff:
+                what = {"dataset_sha256": "dataset", "recipe": "recipe", "indices": "question set"}[key]
+                raise CompareError(
+                    f"refusing to compare: {ref['dir']} and {r['dir']} have a different {what} ({diff}); "
+                    "only runs of the same dataset, recipe and question indices are comparable")
+
+
+def _check_distinct(a_dirs: Sequence[Path], b_dirs: Sequence[Path], aa_dirs: Sequence[Path]) -> None:
+    """Refuse an eval directory given twice: comparing a run with itself, or counting it twice as repeats."""
+    seen: dict[Path, str] = {}
+    for arm, dirs in (("--a", a_dirs), ("--b", b_dirs), ("--aa", aa_dirs)):
+        for p in dirs:
+            key = Path(p).resolve()
+            if key in seen:
+                raise CompareError(
+                    f"refusing to compare: eval {p} is given twice ({seen[key]} and {arm}); comparing a run "
+                    "with itself, or counting it twice as a repeat, is a mistake — give distinct eval directories")
+            seen[key] = arm
+
+
+def _arm_failed(src: Any) -> bool:
+    return src.get("failed") is True or src.get("arm_failed") is True or src.get("status") == "failed"
+
+
+def _side_check_failed(src: Any) -> bool:
+    side = src.get("side_check")
+    return src.get("side_check_passed") is False or (isinstance(side, dict) and side.get("passed") is False)
+
+
+def _failures(run: dict[str, Any], arm: str) -> list[str]:
+    """Reasons why a run cannot be used, from eval.json / summary.json.
+
+    Recognised: ``failed: true``, ``status: "failed"`` or ``arm_failed: true`` (the arm failed) and
+    ``side_check_passed: false`` or ``side_check: {"passed": false}`` (its side assertion failed), in
+    either file.
+    """
+    out: list[str] = []
+    for src in (run["meta"], run["summary"] or {}):
+        if _arm_failed(src):
+            out.append(f"arm {arm} failed ({run['dir']})")
+        if _side_check_failed(src):
+            out.append(f"side check of arm {arm} failed ({run['dir']})")
+    return sorted(set(out))
+
+
+def failure_exit(meta: EvalMeta, summary: EvalSummary | None) -> int:
+    """The exit code ``abh run`` gives the failure an eval records (0 when none): a failed side check is 3
+    (side assertion failed), a failed arm 4 (server failure)."""
+    srcs = (meta, summary or {})
+    if any(_side_check_failed(s) for s in srcs):
+        return exitcodes.SIDE_ASSERTION_FAILED
+    if any(_arm_failed(s) for s in srcs):
+        return exitcodes.SERVER_FAILURE
+    return exitcodes.OK
+
+
+def _is_simulated(run: dict[str, Any]) -> bool:
+    return bool(run["meta"].get("simulated")) or bool((run["summary"] or {}).get("simulated"))
+
+
+def _pair(lo_hi: tuple[float, float] | tuple[np.ndarray, np.ndarray]) -> list[float]:
+    return [float(lo_hi[0]), float(lo_hi[1])]
+
+
+# ------------------------------------------------------------------------------------------ comparison
+def _arm(runs: Sequence[dict[str, Any]]) -> stats.ArmRuns:
+    return stats.ArmRuns(np.vstack([r["scores"] for r in runs]), tuple(r["launch"] for r in runs))
+
+
+def _count(x: float) -> int | float:
+    """A table count: an int when it is whole (one run per arm, or verbatim repeats), else a fraction."""
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else float(x)
+
+
+def _table(am: np.ndarray, bm: np.ndarray) -> TableCounts:
+    """The paired table of per-question arm means (question mass; whole counts for one run per arm).
+    The four counts sum to n exactly and Δ = (b_only - a_only) / n."""
+    both, a_only = _count(float(np.minimum(am, bm).sum())), _count(float(np.maximum(am - bm, 0).sum()))
+    b_only = _count(float(np.maximum(bm - am, 0).sum()))
+    return {"both": both, "a_only": a_only, "b_only": b_only, "neither": _count(am.size - (both + a_only + b_only))}
+
+
+def _basis(v: stats.Verdict, res: dict[str, Any], alpha: float) -> tuple[str | None, float | None, float | None]:
+    """(test, p, level it was compared with) of the claim that decided the verdict."""
+    t = res["tost"]
+    method = "Tango score test" if res["unit"] == "question" else "t-test over launches"
+    if v.basis == "equivalence" and t is not None:
+        return f"TOST ({method}, ±margin)", t["p_equivalence"], alpha
+    if v.basis == "noninferiority" and t is not None:
+        return f"non-inferiority ({method}, one-sided at -margin)", t["p_noninferiority"], alpha / 2
+    if v.basis == "superiority":
+        return res["test"], res["p"], alpha
+    if v.basis == "errors":
+        return "error bounds (the verdict recomputed with each arm's errored answers counted wrong)", None, None
+    return None, None, None
+
+
+def _diagnostics(res: dict[str, Any], A: stats.ArmRuns, B: stats.ArmRuns, alpha: float, n_resamples: int,
+                 seed: int, psi_aa: float | None, r_eff: float) -> dict[str, Any]:
+    """Secondary figures, for reading: none of them decided the verdict."""
+    n, d = res["n"], res["d"]
+    keep = res["keep"]
+    a1, b1 = A.scores[0][keep], B.scores[0][keep]
+    ok = ~(np.isnan(a1) | np.isnan(b1))
+    t1 = stats.paired_table(a1[ok].astype(bool), b1[ok].astype(bool))
+    psi = float(np.abs(d).mean())
+    out: dict[str, Any] = {
+        "note": "secondary figures for reading; the verdict rests on `test` and `p` only",
+        "mcnemar_first_runs": {"table": t1.as_dict(), "exact_p": float(stats.mcnemar_exact(t1.a_only, t1.b_only)),
+                               "midp": float(stats.mcnemar_midp(t1.a_only, t1.b_only))},
+        "effective_table": {k: float(v) for k, v in res["table"].items()},
+        "delta_ci_bootstrap_bca": _pair(stats.paired_bootstrap_ci(res["a_means"], res["b_means"], alpha,
+                                                                  n_resamples, "bca", seed=seed)),
+        "delta_ci_bootstrap_percentile": _pair(stats.paired_bootstrap_ci(res["a_means"], res["b_means"], alpha,
+                                                                         n_resamples, "percentile", seed=seed)),
+        "mde_normal_paired": stats.mde_paired(n, psi, alpha) if psi > 0 else None,
+        "mde_normal_repeats": stats.mde_repeats(n, psi_aa, r_eff, alpha) if psi_aa else None,
+    }
+    if "signflip" in res:
+        out["signflip_exact_p"] = float(stats.signflip_test(d, mid_p=False)["p"])
+    if "launch_t" in res:
+        out["launch_t"] = res["launch_t"]
+    return out
+
+
+def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float | None = None,
+                 alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
+                 max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
+                 n_resamples: int = 10_000, failures: Sequence[str] = (),
+                 hypothesis: str = "superiority") -> Comparison:
+    """The comparison of arm B against arm A (the content of comparison.json; proportions as fractions).
+
+    ``hypothesis`` is the question asked: superiority | noninferiority | equivalence (the last two need
+    ``margin``, a fraction); ``min_effect`` (fraction) is the declared practical effect an improved /
+    regressed verdict must be shown to exceed; ``failures`` are extra not-comparable reasons from the
+    caller (e.g. a runner that knows an arm failed).
+    """
+    if not a_dirs or not b_dirs:
+        raise CompareError("need at least one eval directory per arm (--a and --b)")
+    if hypothesis not in stats.HYPOTHESES:
+        raise CompareError(f"unknown hypothesis {hypothesis!r} ({' | '.join(stats.HYPOTHESES)})")
+    if hypothesis != "superiority" and margin is None:
+        raise CompareError(f"hypothesis {hypothesis} needs a margin (--margin / stats.margin_pp)")
+    _check_distinct(a_dirs, b_dirs, aa_dirs)
+    a_runs = [_load_run(Path(p)) for p in a_dirs]
+    b_runs = [_load_run(Path(p)) for p in b_dirs]
+    aa_runs = [_load_run(Path(p)) for p in aa_dirs]
+    _check_same_questions(a_runs + b_runs + aa_runs)
+    indices = np.asarray(a_runs[0]["meta"]["indices"])
+    n_total = int(indices.size)
+    A, B = _arm(a_runs), _arm(b_runs)
+    AA = _arm(aa_runs) if aa_runs else None
+
+    fails = list(failures)
+    for r in a_runs + aa_runs:
+        fails += _failures(r, "A")
+    for r in b_runs:
+        fails += _failures(r, "B")
+    try:
+        res = stats.compare_arms(A, B, aa=AA, hypothesis=hypothesis, alpha=alpha, margin=margin,
+                                 min_effect=min_effect, failures=fails, max_error_rate=max_error_rate)
+    except ValueError as e:
+        raise CompareError(str(e)) from None
+    v: stats.Verdict = res["verdict"]
+    n, keep = res["n"], res["keep"]
+    seeds = np.random.default_rng(seed).integers(0, 2**32, size=3)
+
+    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[dict[str, Any]], s: int) -> ArmResult:
+        acc = float(means.mean())
+        per_run = [float(np.nanmean(x)) if np.isfinite(x).any() else None for x in arm.scores[:, keep]]
+        return {
+            "accuracy": acc,
+            "wilson": _pair(stats.wilson_interval(acc * n, n, alpha)),
+            "bootstrap": _pair(stats.accuracy_bootstrap_ci(means, alpha, n_resamples, seed=s)),
+            "repeats": per_run,
+            "n_runs": arm.n_runs,
+            "launches": list(arm.launches),
+            "error_rate": float(np.isnan(arm.scores).mean()),
+            "dirs": [r["dir"] for r in runs],
+        }
+
+    table = _table(res["a_means"], res["b_means"])
+    psi = float(np.abs(res["d"]).mean())
+    aa_blk = stats.psi_aa_block(A if AA is None else A.concat(AA), B, psi, n)
+    la, lb = res["design"]["launches"]["a"], res["design"]["launches"]["b"]
+    r_eff = stats.effective_repeats(la, lb)
+    psi_aa = aa_blk["psi_aa"]
+    noise = stats.noise_band(psi_aa, n, la, lb, alpha) if psi_aa is not None else None
+    test, p, test_alpha = _basis(v, res, alpha)
+    warnings = [w for w in (aa_blk["warning"],) if w]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "simulated": any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
+        "hypothesis": hypothesis,
+        "verdict": v.word,
+        "verdict_reason": v.reason,
+        "test": test,
+        "p": p,
+        "test_alpha": test_alpha,
+        "p_floor": res.get("p_floor") if v.basis == "superiority" else None,
+        "n": n,
+        "n_total": n_total,
+        "dropped_errors": n_total - n,
+        "error_rate": res["error_rate"],
+        "error_rate_per_run": {r["dir"]: float(np.isnan(r["scores"]).mean()) if n_total else 0.0
+                               for r in a_runs + b_runs},
+        "max_error_rate": max_error_rate,
+        "error_rate_exceeded": bool(res["error_rate"] > max_error_rate),
+        "errors": res["errors"],
+        "failures": sorted(set(fails)),
+        "alpha": alpha,
+        "seed": seed,
+        "n_resamples": n_resamples,
+        "dataset_sha256": a_runs[0]["meta"].get("dataset_sha256"),
+        "recipe": a_runs[0]["meta"].get("recipe"),
+        "design": res["design"],
+        "arms": {"a": arm_block(A, res["a_means"], a_runs, int(seeds[0])),
+                 "b": arm_block(B, res["b_means"], b_runs, int(seeds[1]))},
+        "aa_dirs": [r["dir"] for r in aa_runs],
+        "table_source": ("one run per arm" if A.n_runs == 1 and B.n_runs == 1 else
+                         "per-question means over each arm's runs (counts are question mass)"),
+        **table,
+        "psi": psi,
+        "delta": res["delta"],
+        "delta_se": res["se"],
+        "delta_ci": res["ci"],
+        "delta_ci_level": 1 - alpha,
+        "delta_ci_method": res["ci_method"],
+        "delta_ci_unpaired": _pair(stats.unpaired_diff_ci(res["a_means"].sum(), n, res["b_means"].sum(), n, alpha)),
+        "psi_aa": psi_aa,
+        "psi_aa_per_arm": aa_blk["per_arm"],
+        "psi_aa_source": aa_blk["source"],
+        "noise_band": [-noise, noise] if noise is not None else None,
+        "repeats_effective": r_eff,
+        "mde": res["mde"],
+        "mde_method": (f"exact power (80 %) of the {res['test']} at α = {alpha:g}" if res["unit"] == "question"
+                       else f"t approximation (80 %) for the {res['test']} at α = {alpha:g}")
+                      + (" plus the error bounds' shift of Δ" if res["errors"].get("mde_allowance") else ""),
+        "mde_unpaired": stats.mde_unpaired(n, float((res["a_means"].mean() + res["b_means"].mean()) / 2), alpha),
+        "detectable_floor": stats.mde_floor(n, alpha),
+        "margin": margin,
+        "min_effect": min_effect,
+        "tost": res["tost"],
+        "warnings": warnings,
+        "flips": [int(i) for i in indices[keep][res["d"] != 0]],
+        "diagnostics": _diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
+    }
+
+
+def _pp(x: float | None, signed: bool = True) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "n/a" if ci is None else f"[{_pp(ci[0])}, {_pp(ci[1])}] pp"
+
+
+def format_summary(c: Comparison) -> str:
+    """A readable summary of a comparison, in percentage points: the verdict, the test and the p that
+    decided it, the interval at the level α sets, the design and what it cannot resolve."""
+    a, b = c["arms"]["a"], c["arms"]["b"]
+    level = f"{100 * (1 - c['alpha']):g} %"
+    lines = []
+    if c["simulated"]:
+        lines.append("*** SIMULATED: results come from the simulated engine, not a real server ***")
+    d = c["design"]
+    lines.append(f"design: {d['kind']} (launches A {d['launches']['a']}, B {d['launches']['b']}; passes per launch "
+                 f"A {d['passes_per_launch']['a']}, B {d['passes_per_launch']['b']}); unit of inference: {d['unit']}")
+    if d["cannot_resolve"]:
+        lines.append(f"  cannot resolve: {d['cannot_resolve']}")
+    lines.append(f"questions: {c['n']} compared of {c['n_total']} ({c['dropped_errors']} without an answer from "
+                 f"both arms); runs: A {a['n_runs']}, B {b['n_runs']}")
+    for name, arm in (("A", a), ("B", b)):
+        lines.append(f"  {name}: accuracy {_pp(arm['accuracy'], False)} %  Wilson "
+                     f"[{_pp(arm['wilson'][0], False)}, {_pp(arm['wilson'][1], False)}]  errors "
+                     f"{_pp(arm['error_rate'], False)} %")
+    lines.append(f"  table ({c['table_source']}): both {c['both']:g}, A only {c['a_only']:g}, "
+                 f"B only {c['b_only']:g}, neither {c['neither']:g}; psi {_pp(c['psi'], False)} %")
+    lines.append(f"  delta (B - A) {_pp(c['delta'])} pp; {level} CI {_ci(c['delta_ci'])} ({c['delta_ci_method']})")
+    if c["psi_aa"] is not None and c["noise_band"] is not None:
+        lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} % ({c['psi_aa_source']}), noise band of delta "
+                     f"±{_pp(c['noise_band'][1], False)} pp")
+    if c["mde"] is not None:
+        lines.append(f"  MDE at 80 % power: {_pp(c['mde'], False)} pp ({c['mde_method']}); smallest effect the "
+                     f"test can detect at all {_pp(c['detectable_floor'], False)} pp")
+    if c["tost"] is not None:
+        t = c["tost"]
+        lines.append(f"  margin ±{_pp(t['margin'], False)} pp: {100 * t['ci_level']:g} % interval {_ci(t['ci'])}; "
+                     f"equivalent {t['equivalent']}, non-inferior {t['noninferior']}")
+    e = c["errors"]
+    if e["rate_a"] > 0 or e["rate_b"] > 0:
+        lines.append(f"  errors: A {_pp(e['rate_a'], False)} %, B {_pp(e['rate_b'], False)} % (difference p = "
+                     f"{e['p']:.3g}); verdict if errors counted against B / against A: "
+                     + (f"{e['bounds']['against_b']['verdict']} / {e['bounds']['against_a']['verdict']}"
+                        if e.get("bounds") else "n/a"))
+    for w in c.get("warnings") or []:
+        lines.append(f"  warning: {w}")
+    if c["p"] is not None:
+        lines.append(f"test: {c['test']}, {stats.format_p(c['p'], c.get('p_floor'))} (α = {c['test_alpha']:g})")
+    elif c["test"] is not None:
+        lines.append(f"decided by: {c['test']}")
+    lines.append(f"verdict: {c['verdict'].upper()} — {c['verdict_reason']}")
+    return "\n".join(lines)

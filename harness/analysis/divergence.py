@@ -1,0 +1,356 @@
+"""The ``divergence`` object of ``comparison.json``: how far arm B's next-token distributions are from arm
+A's on A's own greedy text, against the A/A floor (A scored again on a fresh pass or launch).
+
+:func:`compute_divergence` reads three scoring passes of the same reference text (A's greedy completions)
+from ``scores.parquet`` (:mod:`harness.results.token_store`): A's reference pass, B's (A/B) and A''s (A/A), and the
+greedy texts of the three evals (``samples.jsonl`` ``output``). Questions are aligned by index; a question
+missing from a pass, or whose reference token ids differ between passes (another tokenizer), is dropped and
+counted. Per-token measures and the test are :mod:`harness.stats.divergence`; this module only reads,
+aligns (in chunks of tokens, never per-token Python objects) and assembles the JSON.
+
+Verdict ``not_measured`` (with ``verdict_reason``) whenever a pass is missing or was not scorable: the A/B
+measures are still filled when only the A/A floor is missing; nothing is ever reported as a silent zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.results.eval_store import load_samples
+from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
+from harness.stats import divergence as dv
+
+#: tokens per chunk of the per-token computation (bounds the (chunk, k, k) id-matching temporaries)
+CHUNK_TOKENS = 8_192
+#: per-token and per-question KLD histogram: log-spaced bins, 4 per decade, 1e-8 .. 1e2 nats
+HIST_EDGES = [float(x) for x in 10.0 ** np.arange(-8.0, 2.0001, 0.25)]
+KL_METHOD = ("KL(A||B) per token over A's top-k ids that B also reported, all other mass lumped into one "
+             "tail bucket on each side (a lower bound of the full-vocabulary KL)")
+DEFAULT_TOP_N = 10
+#: what ``scoring`` copies from each pass's scores.json
+SCORING_KEYS = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url")
+
+
+def _none_block(reason: str, dirs: dict[str, str | None]) -> dict[str, Any]:
+    return {
+        "verdict": "not_measured", "verdict_reason": reason, "alpha": None, "p": None, "p_floor": None,
+        "p_at_floor": None, "n_resamples": None, "test": None, "effect": None, "effect_ci": None,
+        "effect_ci_method": None, "effect_se": None, "effect_mde": None,
+        "kld_mean": None, "kld_mean_aa": None, "kld_max": None, "kld_max_aa": None,
+        "kld_percentiles": None, "kld_percentiles_aa": None,
+        "same_top_rate": None, "same_top_rate_aa": None, "rms_dlogprob": None, "rms_dlogprob_aa": None,
+        "text_identical_rate": None, "text_identical_rate_aa": None, "text_questions": 0,
+        "text_questions_aa": 0, "first_divergence_median": None, "first_divergence_median_aa": None,
+        "tokens": 0, "questions": 0, "questions_total": None, "questions_dropped": {},
+        "top_k": None, "kl_method": KL_METHOD, "kld_histogram": None, "top_questions": [], "dirs": dirs,
+        "scoring": {},
+    }
+
+
+# ------------------------------------------------------------------------------------------ alignment
+def _ranges(offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of questions ``idx`` (positions into ``offsets``), concatenated, and their new offsets."""
+    starts = offsets[idx]
+    lens = offsets[idx + 1] - starts
+    new_off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rows = np.repeat(starts - new_off[:-1], lens) + np.arange(new_off[-1])
+    return rows.astype(np.int64), new_off
+
+
+def _match(ref: ScoreTable, cmp: ScoreTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per reference question: (present in cmp, same reference tokens, position of the question in cmp)."""
+    pos = np.searchsorted(cmp.questions, ref.questions)
+    pos_c = np.minimum(pos, max(cmp.questions.size - 1, 0))
+    present = (pos < cmp.questions.size) & (cmp.questions[pos_c] == ref.questions) if cmp.questions.size \
+        else np.zeros(ref.questions.size, bool)
+    len_ref = np.diff(ref.offsets)
+    len_cmp = np.where(present, cmp.offsets[pos_c + 1] - cmp.offsets[pos_c], -1) if cmp.questions.size \
+        else np.full(ref.questions.size, -1)
+    cand = np.flatnonzero(present & (len_ref == len_cmp))
+    same = np.zeros(ref.questions.size, bool)
+    if cand.size:
+        r_rows, off = _ranges(ref.offsets, cand)
+        c_rows, _ = _ranges(cmp.offsets, pos_c[cand])
+        mism = (ref.token_id[r_rows] != cmp.token_id[c_rows]).astype(float)
+        bad = dv.segment_means(mism, off)
+        same[cand] = ~(np.nan_to_num(bad, nan=0.0) > 0)
+    return present, same, pos_c
+
+
+def _pair_measures(ref: ScoreTable, cmp: ScoreTable, r_rows: np.ndarray,
+                   c_rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-token KL, same-top, Δlogprob and the compared side's argmax id, over aligned rows (chunked)."""
+    m = r_rows.size
+    out = {"kl": np.empty(m), "same": np.empty(m, bool), "dlp": np.empty(m), "cmp_top": np.empty(m, np.int64)}
+    k = ref.top_k
+    for s in range(0, m, CHUNK_TOKENS):
+        r, c = r_rows[s:s + CHUNK_TOKENS], c_rows[s:s + CHUNK_TOKENS]
+        cor = None
+        if cmp.ref_top_logprobs is not None:
+            cor = np.full((r.size, k), np.nan)
+            w = min(k, cmp.ref_top_logprobs.shape[1])
+            cor[:, :w] = cmp.ref_top_logprobs[c, :w]
+        r_ids, r_lps = ref.top_ids[r], ref.top_logprobs[r]
+        c_ids, c_lps = cmp.top_ids[c], cmp.top_logprobs[c]
+        out["kl"][s:s + r.size] = dv.token_kl(r_ids, r_lps, c_ids, c_lps, cor)
+        out["same"][s:s + r.size] = dv.same_top(r_ids, r_lps, c_ids, c_lps)
+        out["dlp"][s:s + r.size] = cmp.logprob[c].astype(float) - ref.logprob[r].astype(float)
+        out["cmp_top"][s:s + r.size] = dv.top_id(c_ids, c_lps)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ texts
+def _texts(d: Path | None) -> dict[int, str | None]:
+    if d is None:
+        return {}
+    try:
+        return {s.index: (s.output if s.error is None else None) for s in load_samples(d)}
+    except (OSError, ValueError):
+        return {}
+
+
+def _text_rate(ref: Mapping[int, str | None], other: Mapping[int, str | None]) -> tuple[float | None, int]:
+    both = [q for q in ref if ref.get(q) is not None and other.get(q) is not None]
+    if not both:
+        return None, 0
+    return sum(ref[q] == other[q] for q in both) / len(both), len(both)
+
+
+def _first_div(q: int, row: slice, ref: ScoreTable, cmp_top: np.ndarray | None, rows_in_pair: slice | None,
+               t_ref: Mapping[int, str | None], t_cmp: Mapping[int, str | None]) -> dict[str, Any]:
+    """First divergence of the two greedy texts of question q: the character index, the token index (from the
+    reference pass's ``text_offset`` when stored, else the first position where the compared server's
+    argmax leaves the reference tokens) with its source, and the diverging reference token's character span
+    in the reference text (``text_offset`` only)."""
+    a, b = t_ref.get(q), t_cmp.get(q)
+    if a is None or b is None:
+        return {"text_identical": None, "first_divergence": None, "first_divergence_char": None,
+                "first_divergence_source": None, "first_divergence_span": None}
+    c = dv.first_divergence(a, b)
+    if c is None:
+        return {"text_identical": True, "first_divergence": None, "first_divergence_char": None,
+                "first_divergence_source": None, "first_divergence_span": None}
+    tok, src, span = None, None, None
+    if ref.text_offset is not None and np.all(ref.text_offset[row] >= 0) and row.stop > row.start:
+        offs = ref.text_offset[row]
+        tok, src = dv.char_to_token(c, offs), "text_offset"
+        if tok is not None:
+            end = int(offs[tok + 1]) if tok + 1 < offs.size else len(a)
+            span = [int(offs[tok]), max(end, c + 1)]
+    elif cmp_top is not None and rows_in_pair is not None:
+        tok, src = dv.first_argmax_miss(ref.token_id[row], cmp_top[rows_in_pair]), "argmax"
+    return {"text_identical": False, "first_divergence": tok, "first_divergence_char": c,
+            "first_divergence_source": src, "first_divergence_span": span}
+
+
+def _hist(x: np.ndarray) -> dict[str, Any]:
+    x = np.asarray(x, dtype=float)
+    pos = x[x > 0]
+    counts, _ = np.histogram(np.clip(pos, HIST_EDGES[0], HIST_EDGES[-1] * (1 - 1e-12)), bins=HIST_EDGES)
+    return {"zeros": int(x.size - pos.size), "counts": [int(v) for v in counts]}
+
+
+# ------------------------------------------------------------------------------------------ main
+def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path | None, *,
+                       texts_ref: Mapping[int, str | None] | None = None,
+                       texts_b: Mapping[int, str | None] | None = None,
+                       texts_aa: Mapping[int, str | None] | None = None,
+                       alpha: float = 0.05, n_resamples: int = 9_999, seed: int = 0,
+                       top_n: int = DEFAULT_TOP_N, reference: str = "a") -> dict[str, Any]:
+    """The ``divergence`` object of comparison.json.
+
+    ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
+    text; ``aa_dir``: A again (fresh pass or launch) — each a directory holding ``scores.parquet`` +
+    ``scores.json`` (:mod:`harness.results.token_store`). ``texts_*``: greedy outputs by question index of arm A's eval
+    (the reference), B's eval and the A/A eval; when None they are read from ``samples.jsonl`` in the same
+    directories. ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
+    ``reference``: which arm's greedy texts the passes scored (recorded; ``b`` turns the roles around).
+    """
+    out = _compute(ref_dir, ab_dir, aa_dir, texts_ref=texts_ref, texts_b=texts_b, texts_aa=texts_aa, alpha=alpha,
+                   n_resamples=n_resamples, seed=seed, top_n=top_n)
+    return {"verdict": out.pop("verdict"), "verdict_reason": out.pop("verdict_reason"), "reference": reference,
+            **out}
+
+
+def _compute(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path | None, *,
+             texts_ref: Mapping[int, str | None] | None, texts_b: Mapping[int, str | None] | None,
+             texts_aa: Mapping[int, str | None] | None, alpha: float, n_resamples: int, seed: int,
+             top_n: int) -> dict[str, Any]:
+    dirs = {"ref": str(ref_dir), "ab": None if ab_dir is None else str(ab_dir),
+            "aa": None if aa_dir is None else str(aa_dir)}
+    t_ref = texts_ref if texts_ref is not None else _texts(Path(ref_dir))
+    t_b = texts_b if texts_b is not None else _texts(None if ab_dir is None else Path(ab_dir))
+    t_aa = texts_aa if texts_aa is not None else _texts(None if aa_dir is None else Path(aa_dir))
+
+    def fail(why: str) -> dict[str, Any]:
+        out = _none_block(why, dirs)
+        out["text_identical_rate"], out["text_questions"] = _text_rate(t_ref, t_b)
+        out["text_identical_rate_aa"], out["text_questions_aa"] = _text_rate(t_ref, t_aa)
+        return out
+
+    try:
+        ref = load_scores(ref_dir)
+    except NotMeasured as e:
+        return fail(f"arm A's reference pass was not scored: {e.reason}")
+    except (ScoresError, OSError, ValueError) as e:
+        return fail(f"arm A's reference scores are unreadable: {e}")
+    if ab_dir is None:
+        return fail("arm B was not scored (no scoring pass)")
+    try:
+        ab = load_scores(ab_dir)
+    except NotMeasured as e:
+        return fail(f"arm B was not scored: {e.reason}")
+    except (ScoresError, OSError, ValueError) as e:
+        return fail(f"arm B's scores are unreadable: {e}")
+    aa: ScoreTable | None = None
+    aa_reason = None
+    if aa_dir is None:
+        aa_reason = "no A/A scoring pass: there is no floor to test against"
+    else:
+        try:
+            aa = load_scores(aa_dir)
+        except NotMeasured as e:
+            aa_reason = f"the A/A pass was not scored: {e.reason}"
+        except (ScoresError, OSError, ValueError) as e:
+            aa_reason = f"the A/A scores are unreadable: {e}"
+
+    scoring = {name: {k: t.meta.get(k) for k in SCORING_KEYS if k in t.meta}
+               for name, t in (("ref", ref), ("ab", ab), ("aa", aa)) if t is not None}
+    nq = int(ref.questions.size)
+    present_ab, same_ab, pos_ab = _match(ref, ab)
+    keep = present_ab & same_ab
+    dropped = {"missing_ab": int((~present_ab).sum()), "token_mismatch_ab": int((present_ab & ~same_ab).sum())}
+    if aa is not None:
+        present_aa, same_aa, pos_aa = _match(ref, aa)
+        keep &= present_aa & same_aa
+        dropped["missing_aa"] = int((~present_aa).sum())
+        dropped["token_mismatch_aa"] = int((present_aa & ~same_aa).sum())
+    idx = np.flatnonzero(keep)
+    if idx.size < 2:
+        why = (f"only {idx.size} question(s) were scored on the same reference tokens by every pass "
+               f"(dropped: {dropped})")
+        if dropped.get("token_mismatch_ab"):
+            why += "; B scored other token ids than A (a different tokenizer?)"
+        return fail(why)
+
+    r_rows, off = _ranges(ref.offsets, idx)
+    m_ab = _pair_measures(ref, ab, r_rows, _ranges(ab.offsets, pos_ab[idx])[0])
+    del ab
+    m_aa = None
+    if aa is not None:
+        m_aa = _pair_measures(ref, aa, r_rows, _ranges(aa.offsets, pos_aa[idx])[0])
+        del aa
+    tokens_q = np.diff(off)
+    kld_q = dv.segment_means(m_ab["kl"], off)
+    same_q = dv.segment_means(m_ab["same"], off)
+    finite = np.isfinite(m_ab["dlp"])  # a server may give no logprob for a token (outside its top-k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rms_q = np.sqrt(dv.segment_means(np.where(finite, m_ab["dlp"], 0.0) ** 2, off)
+                        / dv.segment_means(finite, off))
+    out = _none_block("", dirs)
+    out.update({
+        "kld_mean": float(m_ab["kl"].mean()),
+        "kld_max": float(m_ab["kl"].max()),
+        "kld_percentiles": dv.kld_percentiles(m_ab["kl"]),
+        "same_top_rate": float(m_ab["same"].mean()),
+        "rms_dlogprob": dv.rms(m_ab["dlp"]),
+        "tokens": int(r_rows.size),
+        "questions": int(idx.size),
+        "questions_total": nq,
+        "questions_dropped": dropped,
+        "top_k": ref.top_k,
+        "kld_histogram": {"edges": HIST_EDGES, "token_ab": _hist(m_ab["kl"]), "question_ab": _hist(kld_q)},
+        "scoring": scoring,
+    })
+    out["text_identical_rate"], out["text_questions"] = _text_rate(t_ref, t_b)
+    out["text_identical_rate_aa"], out["text_questions_aa"] = _text_rate(t_ref, t_aa)
+
+    kld_aa_q = None
+    if m_aa is not None:
+        kld_aa_q = dv.segment_means(m_aa["kl"], off)
+        out.update({
+            "kld_mean_aa": float(m_aa["kl"].mean()),
+            "kld_max_aa": float(m_aa["kl"].max()),
+            "kld_percentiles_aa": dv.kld_percentiles(m_aa["kl"]),
+            "same_top_rate_aa": float(m_aa["same"].mean()),
+            "rms_dlogprob_aa": dv.rms(m_aa["dlp"]),
+        })
+        out["kld_histogram"]["token_aa"] = _hist(m_aa["kl"])
+        out["kld_histogram"]["question_aa"] = _hist(kld_aa_q)
+        t = dv.divergence_test(kld_q, kld_aa_q, tokens_q, alpha=alpha, n_resamples=n_resamples, seed=seed)
+        out.update({
+            "verdict": t["verdict"], "alpha": alpha, "p": t["p_value"], "p_floor": t["p_floor"],
+            "p_at_floor": t["p_value_at_floor"], "n_resamples": n_resamples, "test": t["test"],
+            "effect": t["effect"], "effect_ci": t["effect_ci"], "effect_ci_method": t["effect_ci_method"],
+            "effect_se": t["effect_se"], "effect_mde": t["effect_mde"],
+        })
+        out["verdict_reason"] = _reason(out)
+    else:
+        out["verdict_reason"] = aa_reason or "no A/A floor"
+
+    # first divergence of the greedy texts: every question whose texts differ (for the median), top list
+    questions = ref.questions[idx]
+    pair_rows = [slice(int(off[i]), int(off[i + 1])) for i in range(idx.size)]
+    ref_rows = [slice(int(ref.offsets[j]), int(ref.offsets[j + 1])) for j in idx]
+    fd_ab = [_first_div(int(q), ref_rows[i], ref, m_ab["cmp_top"], pair_rows[i], t_ref, t_b)
+             for i, q in enumerate(questions)]
+    fd_aa = [_first_div(int(q), ref_rows[i], ref, None if m_aa is None else m_aa["cmp_top"], pair_rows[i],
+                        t_ref, t_aa) for i, q in enumerate(questions)]
+    for key, fds in (("first_divergence_median", fd_ab), ("first_divergence_median_aa", fd_aa)):
+        vals = [f["first_divergence"] for f in fds if f["first_divergence"] is not None]
+        out[key] = float(np.median(vals)) if vals else None
+
+    d_q = kld_q - kld_aa_q if kld_aa_q is not None else kld_q
+    order = np.argsort(-d_q, kind="stable")[: max(0, int(top_n))]
+    out["top_questions"] = [{
+        "question": int(questions[i]),
+        "tokens": int(tokens_q[i]),
+        "kld": float(kld_q[i]),
+        "kld_aa": None if kld_aa_q is None else float(kld_aa_q[i]),
+        "d": None if kld_aa_q is None else float(d_q[i]),
+        "same_top_rate": float(same_q[i]),
+        "rms_dlogprob": float(rms_q[i]) if np.isfinite(rms_q[i]) else None,
+        **fd_ab[i],
+        "text_identical_aa": fd_aa[i]["text_identical"],
+        "first_divergence_aa": fd_aa[i]["first_divergence"],
+    } for i in order]
+    return out
+
+
+def has_pass(d: str | Path) -> bool:
+    """Whether directory ``d`` records a scoring pass (scored or not measured: it holds ``scores.json``)."""
+    return (Path(d) / SCORES_META).is_file()
+
+
+def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
+                       aa_dirs: Sequence[str | Path] = (), **kwargs: Any) -> dict[str, Any] | None:
+    """The ``divergence`` object for a comparison of these eval directories, or None when none of them
+    records a scoring pass: the reference pass is the first A directory that records one (else arm A's first
+    directory, so the verdict says it was not scored), the compared pass the first such B directory, the floor
+    the first such A/A directory. ``kwargs`` go to :func:`compute_divergence`."""
+    if not any(has_pass(d) for d in (*a_dirs, *b_dirs, *aa_dirs)):
+        return None
+
+    def first(dirs: Sequence[str | Path]) -> Path | None:
+        return next((Path(d) for d in dirs if has_pass(d)), None)
+
+    ref = first(a_dirs) or Path(a_dirs[0])
+    return compute_divergence(ref, first(b_dirs), first(aa_dirs), **kwargs)
+
+
+def _reason(d: dict[str, Any]) -> str:
+    from harness.stats import format_p
+
+    p_txt = format_p(d["p"], d["p_floor"])
+    kl = f"KLD {d['kld_mean']:.3g} vs A/A {d['kld_mean_aa']:.3g} nats/token"
+    ci = d["effect_ci"]
+    ci_txt = f", {100 * (1 - d['alpha']):g} % CI [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
+    if d["verdict"] == "diverged":
+        return (f"{kl}: {d['effect']:.3g} nats/token above the A/A floor{ci_txt}, {p_txt} < α = {d['alpha']:g} "
+                f"(one-sided sign-flip test over {d['questions']} questions)")
+    mde = f"; could detect about {d['effect_mde']:.2g} nats/token" if d.get("effect_mde") else ""
+    return f"{kl}: not above the A/A floor ({p_txt} >= α = {d['alpha']:g}){ci_txt}{mde}"

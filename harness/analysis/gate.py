@@ -1,0 +1,57 @@
+"""The CI gate: ``--fail-on`` turns a verdict the caller refuses into exit 7, and the exit code of a comparison.
+
+One pure decision used by ``abh compare``, ``abh run`` and ``abh ab``:
+
+- ``regressed``: fail when the verdict is ``regressed``;
+- ``not-noninferior``: fail unless B is shown not worse than A: ``noninferior``, ``equivalent`` or
+  ``improved`` pass, anything else (``regressed``, ``inconclusive``, ``not_comparable``) fails;
+- ``any-difference``: fail when the arms are shown to differ: ``improved`` or ``regressed``.
+
+A verdict word the gate does not know (a newer abh's) fails whatever ``fail_on`` says: a gate fails closed.
+"""
+
+from __future__ import annotations
+
+from harness import exitcodes
+from harness.results.schema import Comparison
+from harness.stats.verdict import VERDICTS
+
+FAIL_ON = ("regressed", "not-noninferior", "any-difference")
+
+_NOT_WORSE = frozenset({"noninferior", "equivalent", "improved"})
+_DIFFERENT = frozenset({"improved", "regressed"})
+_KNOWN = frozenset(VERDICTS) | _NOT_WORSE | _DIFFERENT
+
+
+def gate_fails(verdict: str | None, fail_on: str | None) -> bool:
+    """True when ``verdict`` is one the caller asked to fail on (``fail_on`` one of FAIL_ON, or None)."""
+    if fail_on is None:
+        return False
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"--fail-on must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
+    if verdict not in _KNOWN:
+        return True
+    if fail_on == "regressed":
+        return verdict == "regressed"
+    if fail_on == "not-noninferior":
+        return verdict not in _NOT_WORSE
+    return verdict in _DIFFERENT
+
+
+def gate_exit(verdict: str | None, fail_on: str | None) -> int:
+    """7 (exitcodes.GATE_FAILED) when the gate fails, else 0."""
+    return exitcodes.GATE_FAILED if gate_fails(verdict, fail_on) else exitcodes.OK
+
+
+def comparison_exit(c: Comparison, fail_on: str | None = None, recorded_failure: int = exitcodes.OK) -> int:
+    """The exit code of a finished comparison, the same for ``abh run``, ``abh ab`` and ``abh compare``.
+
+    In order: a failure the evals record (``recorded_failure``: 3 side assertion, 4 server failure); 5 when
+    the share of questions lost to request errors exceeds ``max_error_rate``; 7 when the ``--fail-on`` gate
+    fails; else 0.
+    """
+    if recorded_failure != exitcodes.OK:
+        return recorded_failure
+    if c.get("error_rate_exceeded"):
+        return exitcodes.TOO_MANY_ERRORS
+    return gate_exit(c.get("verdict"), fail_on)

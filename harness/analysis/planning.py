@@ -1,0 +1,467 @@
+"""``abh power``: repeats and GPU-hours needed to detect an effect, for the fixed and the sequential design.
+
+Two ways in:
+
+- ``abh power --from RUN_DIR --effect PP [--json]`` reads a finished run (its evals' scores, eval.json /
+  summary.json, manifest.json) and plans from what it measured: questions n, accuracy, run-to-run
+  discordance ψ within each arm (between arms as a fallback), and per-launch / per-eval times and GPUs;
+- ``abh power --n N --p P [--discordance PSI] [--repeats R] [--effect PP] [--json]``: the figures from
+  numbers (no run), as before; with ``--discordance`` and ``--effect`` it adds the plan.
+
+``--effect`` (and ``--margin`` elsewhere) is in **percentage points**; accuracy ``--p`` and discordance
+``--discordance`` are fractions. JSON output is in fractions, with ``effect_pp`` beside ``effect``.
+
+The model (a fresh launch of both arms per repeat): the per-question B - A difference of one repeat has
+variance σ² = ψ (the within-arm discordance of runs on different launches, pooled evenly over the arms:
+each arm's run variance is ψ_arm / 2). With R repeats the question-level Δ has SE sqrt(σ² / (n R)).
+
+- fixed: R = ceil((z_{1-α/2} + z_power)² σ² / (n effect²)) (:func:`harness.stats.repeats_needed`);
+- sequential (:mod:`harness.stats.sequential`, a look after every repeat): the smallest ``max_repeats``
+  whose power, by recursive integration with futility included, reaches the target; ``expected`` repeats
+  under the effect, ``expected_if_null`` under no effect, ``worst`` = ``max_repeats``.
+
+GPU-hours per repeat = sum over the arms of GPUs x (launch + eval + stop seconds) / 3600, from the run's
+cost records (:func:`harness.analysis.cost.cost_from_manifest`) or the ``--launch-s``/``--eval-s``/``--gpus``
+overrides (a rehearsal on the simulator has no GPUs; give the real box's numbers).
+
+JSON (``--from`` or with ``--discordance`` and ``--effect``)::
+
+    {"schema_version": 1, "kind": "abh.plan", "source": RUN_DIR | null, "simulated": bool,
+     "effect_pp": 0.3, "effect": 0.003, "alpha": 0.05, "power": 0.8, "n": 1319,
+     "accuracy": {"a": 0.945, "b": 0.948} | null,
+     "noise": {"sigma2": 0.02, "source": "...", "psi_within": {"a": .., "b": ..}, "psi_between": ..,
+               "fresh_launch_pairs": 2, "same_launch_pairs": 0},
+     "per_repeat": {"launch_s": {"a": .., "b": ..}, "eval_s": {..}, "stop_s": {..}, "gpus": {..},
+                    "gpu_hours": 0.9, "wall_s": 3700.0, "source": "recorded" | "estimated: ..." | "..."},
+     "fixed": {"repeats": 14, "power": 0.8, "gpu_hours": .., "wall_hours": ..,
+               "gpu_hours_one_launch_per_arm": ..},
+     "sequential": {"design": {"spending": "obf", "min_repeats": 1, "max_repeats": 15, "futility": true,
+                               "futility_power": 0.02, "futility_from": 0.5, "bounds": [...]},
+                    "power": 0.8, "repeats": {"expected": .., "expected_if_null": .., "worst": 15},
+                    "gpu_hours": {"expected": .., "expected_if_null": .., "worst": ..},
+                    "wall_hours": {...}} | null,
+     "repeats": {"fixed": 14, "sequential_expected": .., "sequential_expected_if_null": ..,
+                 "sequential_worst": 15},
+     "gpu_hours": {"fixed": .., "sequential_expected": .., "sequential_expected_if_null": ..,
+                   "sequential_worst": ..},
+     "notes": ["..."]}
+
+Without ``--discordance`` or ``--effect`` (``--n``/``--p`` only) the JSON is the MDE figures of
+:func:`power_figures` (``mde_unpaired``, ``mde_paired``, ``mde_repeats``, ``repeats_needed``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import stats
+from harness.analysis.cost import cost_from_manifest
+from harness.results.eval_store import load_eval
+from harness.results.fileio import StoreError, read_json
+from harness.stats import sequential as sq
+
+SCHEMA_VERSION = 1
+KIND = "abh.plan"
+#: sequential designs are searched up to this many repeats per arm
+MAX_SEQUENTIAL_REPEATS = 200
+
+
+class PlanError(ValueError):
+    """The run cannot be planned from (missing files, no discordance) or an option is nonsense."""
+
+
+# ------------------------------------------------------------------------------------------ figures
+def power_figures(n: int, p: float, discordance: float | None = None, repeats: int | None = None,
+                  effect: float | None = None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """MDEs (fractions) for n questions at accuracy p, and the repeats / questions needed for ``effect``
+    (a fraction)."""
+    out: dict[str, Any] = {"n": n, "p": p, "alpha": alpha, "power": power, "discordance": discordance,
+                           "repeats": repeats, "effect": effect,
+                           "effect_pp": None if effect is None else 100 * effect,
+                           "mde_unpaired": stats.mde_unpaired(n, p, alpha, power),
+                           "mde_paired": None, "mde_repeats": None, "repeats_needed": None,
+                           "n_needed_paired": None}
+    if discordance is not None:
+        out["mde_paired"] = stats.mde_paired(n, discordance, alpha, power)
+        if repeats is not None:
+            out["mde_repeats"] = stats.mde_repeats(n, discordance, repeats, alpha, power)
+        if effect is not None:
+            out["repeats_needed"] = stats.repeats_needed(effect, n, discordance, alpha, power)
+            out["n_needed_paired"] = stats.n_needed_paired(effect, discordance, alpha, power)
+    out["mde"] = next(v for v in (out["mde_repeats"], out["mde_paired"], out["mde_unpaired"]) if v is not None)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the plan
+def sequential_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: float = 0.8,
+                    min_repeats: int = 1, spending: str = "obf", futility: bool = True,
+                    futility_power: float = 0.02, futility_from: float = 0.5,
+                    start: int = 1) -> dict[str, Any] | None:
+    """The smallest sequential design (a look after every repeat, up to ``max_repeats``) whose power to
+    detect ``effect`` reaches ``power``; None above :data:`MAX_SEQUENTIAL_REPEATS`."""
+    for k in range(max(start, min_repeats), MAX_SEQUENTIAL_REPEATS + 1):
+        d = sq.SequentialDesign(max_repeats=k, min_repeats=min_repeats, alpha=alpha, spending=spending,
+                                futility=futility, futility_power=futility_power, futility_from=futility_from)
+        drift = effect / math.sqrt(sigma2 / (n * k)) if sigma2 > 0 else math.inf
+        if not math.isfinite(drift):
+            drift = 50.0
+        oc = sq.operating_characteristics(d, drift)
+        if oc["power"] >= power - 1e-9:
+            null = sq.operating_characteristics(d, 0.0)
+            return {"design": {"spending": spending, "min_repeats": min_repeats, "max_repeats": k,
+                               "futility": futility, "futility_power": futility_power,
+                               "futility_from": futility_from, "alpha": alpha, "bounds": oc["bounds"],
+                               "futility_z": oc["futility_z"]},
+                    "power": oc["power"], "false_positive_rate": null["reject"],
+                    "repeats": {"expected": oc["expected_repeats"], "expected_if_null": null["expected_repeats"],
+                                "worst": k}}
+    return None
+
+
+def make_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: float = 0.8,
+              per_repeat: Mapping[str, Any] | None = None, min_repeats: int = 1, spending: str = "obf",
+              futility: bool = True, notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The plan (see the module docstring for its JSON shape) from n, σ² and the cost of one repeat."""
+    if sigma2 < 0 or n < 1:
+        raise PlanError("need n >= 1 and a discordance >= 0")
+    notes = list(notes)
+    if sigma2 == 0:
+        notes.append("no run-to-run discordance was measured (ψ = 0): one repeat per arm is the plan, but "
+                     "a zero noise estimate is not evidence of no noise; measure with at least 2 launches per arm")
+    r_fixed = stats.repeats_needed(effect, n, sigma2, alpha, power) if sigma2 > 0 else 1
+    se_fixed = math.sqrt(sigma2 / (n * r_fixed)) if sigma2 > 0 else 0.0
+    fixed_power = float(stats.power_at(effect, se_fixed, alpha)) if se_fixed > 0 else 1.0
+    floor = stats.mde_floor(n, alpha)
+    if effect < floor:
+        notes.append(f"{100 * effect:.2f} pp is {effect * n:.1f} of {n} questions: if the effect sits on that few "
+                     f"questions no number of repeats shows it with the question as the unit (at least "
+                     f"{stats.min_detectable_discordant(alpha)} questions are needed); add questions")
+    seq = None
+    if r_fixed <= MAX_SEQUENTIAL_REPEATS:
+        seq = sequential_plan(effect, n, sigma2, alpha, power, min_repeats=min_repeats, spending=spending,
+                              futility=futility, start=r_fixed)
+    if seq is None:
+        notes.append(f"the sequential design is not searched beyond {MAX_SEQUENTIAL_REPEATS} repeats per arm")
+    gh = wall = None
+    if per_repeat is not None:
+        gh, wall = float(per_repeat["gpu_hours"]), float(per_repeat["wall_s"]) / 3600
+    fixed = {"repeats": r_fixed, "power": fixed_power,
+             "gpu_hours": None if gh is None else r_fixed * gh, "wall_hours": None if wall is None else r_fixed * wall,
+             "gpu_hours_one_launch_per_arm": None if per_repeat is None else _one_launch_gpu_hours(per_repeat, r_fixed)}
+    if seq is not None:
+        seq["gpu_hours"] = {k: None if gh is None else v * gh for k, v in seq["repeats"].items()}
+        seq["wall_hours"] = {k: None if wall is None else v * wall for k, v in seq["repeats"].items()}
+    if per_repeat is not None and fixed["gpu_hours_one_launch_per_arm"] is not None and r_fixed > 1:
+        notes.append("a fixed design that keeps one launch per arm for all its repeats costs "
+                     f"{fixed['gpu_hours_one_launch_per_arm']:.2f} GPU-hours instead of {fixed['gpu_hours']:.2f}, "
+                     "but cannot tell a launch-wide shift from the change: the plan launches afresh per repeat")
+    sr = seq["repeats"] if seq else {}
+    sg = seq["gpu_hours"] if seq else {}
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": KIND, "effect_pp": 100 * effect, "effect": effect,
+        "alpha": alpha, "power": power, "n": n,
+        "fixed": fixed, "sequential": seq,
+        "repeats": {"fixed": r_fixed, "sequential_expected": sr.get("expected"),
+                    "sequential_expected_if_null": sr.get("expected_if_null"), "sequential_worst": sr.get("worst")},
+        "gpu_hours": {"fixed": fixed["gpu_hours"], "sequential_expected": sg.get("expected"),
+                      "sequential_expected_if_null": sg.get("expected_if_null"), "sequential_worst": sg.get("worst")},
+        "per_repeat": None if per_repeat is None else dict(per_repeat),
+        "notes": notes,
+    }
+
+
+def _one_launch_gpu_hours(per_repeat: Mapping[str, Any], repeats: int) -> float | None:
+    try:
+        return sum(per_repeat["gpus"][r] * (per_repeat["launch_s"][r] + repeats * per_repeat["eval_s"][r]
+                                             + per_repeat["stop_s"][r]) for r in ("a", "b")) / 3600
+    except (KeyError, TypeError):
+        return None
+
+
+def per_repeat_cost(launch_s: Mapping[str, float], eval_s: Mapping[str, float], stop_s: Mapping[str, float],
+                    gpus: Mapping[str, int], source: str) -> dict[str, Any]:
+    """One repeat = one launch and one eval of each arm (then its stop): GPU-hours and wall seconds."""
+    per_arm = {r: launch_s[r] + eval_s[r] + stop_s[r] for r in ("a", "b")}
+    return {"launch_s": dict(launch_s), "eval_s": dict(eval_s), "stop_s": dict(stop_s), "gpus": dict(gpus),
+            "gpu_hours": sum(gpus[r] * per_arm[r] for r in ("a", "b")) / 3600,
+            "wall_s": sum(per_arm.values()), "source": source}
+
+
+# ------------------------------------------------------------------------------------------ from a run
+def _runs(run_dir: Path) -> list[dict[str, Any]]:
+    """Every eval of the run: role, repeat, launch instance, scores (1/0/NaN), wall seconds."""
+    out = []
+    for meta_path in sorted(run_dir.glob("evals/*/*/eval.json")):
+        d = meta_path.parent
+        try:
+            meta, samples, summary = load_eval(d)
+        except (StoreError, OSError, json.JSONDecodeError) as e:
+            raise PlanError(f"cannot read eval {d}: {e}") from None
+        by_index = {s.index: s for s in samples}
+        scores = np.full(len(meta.get("indices") or []), np.nan)
+        for j, idx in enumerate(meta.get("indices") or []):
+            s = by_index.get(idx)
+            if s is not None and s.error is None and s.correct is not None:
+                scores[j] = 1.0 if s.correct else 0.0
+        out.append({"dir": str(d), "role": str(meta.get("role") or d.parent.name), "instance": meta.get("instance"),
+                    "scores": scores, "simulated": bool(meta.get("simulated")),
+                    "eval_s": (summary or {}).get("latency_s")})
+    return out
+
+
+def noise_from_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """σ² for the plan: ψ within each arm (A with its A/A runs; pairs on different launches preferred,
+    pooled evenly over the arms), else ψ between the arms."""
+    groups = {"a": [r for r in runs if r["role"] in ("a", "aa")], "b": [r for r in runs if r["role"] == "b"]}
+    within: dict[str, float | None] = {}
+    fresh = same = 0
+    for arm, rs in groups.items():
+        pairs = list(combinations(rs, 2))
+        diff = [(x, y) for x, y in pairs if x["instance"] is None or x["instance"] != y["instance"]]
+        f_pairs = [(x, y) for x, y in pairs if x["instance"] is not None and x["instance"] != y["instance"]]
+        fresh += len(f_pairs)
+        same += len(pairs) - len(diff)
+        use = f_pairs or diff or pairs
+        vals = [stats.discordance(x["scores"], y["scores"]) for x, y in use]
+        vals = [v for v in vals if not math.isnan(v)]
+        within[arm] = float(np.mean(vals)) if vals else None
+    between_vals = [stats.discordance(x["scores"], y["scores"]) for x in groups["a"] if x["role"] == "a"
+                    for y in groups["b"]]
+    between_vals = [v for v in between_vals if not math.isnan(v)]
+    between = float(np.mean(between_vals)) if between_vals else None
+    have = [v for v in within.values() if v is not None]
+    notes = []
+    if have:
+        sigma2, source = float(np.mean(have)), "ψ within arms" + ("" if len(have) == 2 else " (one arm)")
+        if fresh == 0 and same > 0:
+            notes.append("the within-arm runs shared a server launch: launch-level noise was not sampled and the "
+                         "plan may be optimistic; a run with a fresh launch per repeat measures it")
+    elif between is not None:
+        sigma2, source = between, "ψ between arms (no arm has two runs; includes any effect)"
+        notes.append("no arm has two runs: σ² is the A-vs-B discordance, which includes the effect itself")
+    else:
+        raise PlanError("the run has no two runs to measure run-to-run discordance from")
+    return {"sigma2": sigma2, "source": source, "psi_within": within, "psi_between": between,
+            "fresh_launch_pairs": fresh, "same_launch_pairs": same, "notes": notes}
+
+
+def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_s: float | None = None,
+                             eval_s: float | None = None, gpus: int | None = None) -> dict[str, Any]:
+    """Per-arm seconds per launch, per eval, of stopping, and GPUs, from the run's cost records; the
+    overrides (both arms) win."""
+    cost = cost_from_manifest(manifest, run_dir)
+    per: dict[str, dict[str, float]] = {"launch_s": {}, "eval_s": {}, "stop_s": {}}
+    g: dict[str, int] = {}
+    for r in ("a", "b"):
+        c = cost.get(r) or {}
+        nl, ne = int(c.get("launches") or 0), int(c.get("evals") or 0)
+        per["launch_s"][r] = float(c["launch_s"]) / nl if nl else 0.0
+        per["eval_s"][r] = float(c["eval_s"]) / ne if ne else 0.0
+        per["stop_s"][r] = max(0.0, float(c["server_s"]) - float(c["launch_s"]) - float(c["eval_s"])) / nl if nl else 0.0
+        g[r] = int(c.get("gpus") or 0)
+    parts = []
+    if cost.get("estimated"):
+        parts.append("estimated " + ", ".join(cost["estimated"]))
+    if launch_s is not None:
+        per["launch_s"] = {"a": launch_s, "b": launch_s}
+        parts.append("--launch-s")
+    if eval_s is not None:
+        per["eval_s"] = {"a": eval_s, "b": eval_s}
+        parts.append("--eval-s")
+    if gpus is not None:
+        g = {"a": gpus, "b": gpus}
+        parts.append("--gpus")
+    source = "recorded" if not parts else "; ".join(parts)
+    return per_repeat_cost(per["launch_s"], per["eval_s"], per["stop_s"], g, source)
+
+
+def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None, power: float = 0.8,
+                  launch_s: float | None = None, eval_s: float | None = None, gpus: int | None = None,
+                  min_repeats: int = 1, spending: str = "obf", futility: bool = True) -> dict[str, Any]:
+    """The plan for detecting ``effect`` (fraction) with the noise, times and GPUs a finished run measured."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise PlanError(f"{root} is not a directory")
+    runs = _runs(root)
+    if not runs:
+        raise PlanError(f"{root} holds no evals (evals/<arm>/r<k>/eval.json)")
+    n = len(runs[0]["scores"])
+    if any(len(r["scores"]) != n for r in runs):
+        raise PlanError(f"the evals in {root} do not share one question set")
+    if effect * n < 0.5:
+        raise PlanError(f"--effect {100 * effect:g} pp is {effect * n:.2g} of {n} questions, less than half a "
+                        "question; --effect is in percentage points (0.3 means 0.3 pp)")
+    manifest = read_json(root / "manifest.json") if (root / "manifest.json").exists() else {}
+    if alpha is None:
+        alpha = float(((manifest.get("config") or {}).get("stats") or {}).get("alpha") or 0.05)
+    noise = noise_from_runs(runs)
+    notes = list(noise.pop("notes"))
+    per_repeat = cost_per_repeat_from_run(manifest, root, launch_s, eval_s, gpus) if manifest else None
+    if per_repeat is None:
+        notes.append("no manifest.json: GPU-hours unknown (give --launch-s, --eval-s and --gpus)")
+        if launch_s is not None or eval_s is not None or gpus is not None:
+            per_repeat = per_repeat_cost({"a": launch_s or 0.0, "b": launch_s or 0.0},
+                                         {"a": eval_s or 0.0, "b": eval_s or 0.0}, {"a": 0.0, "b": 0.0},
+                                         {"a": gpus or 0, "b": gpus or 0}, "options")
+    elif "estimated" in per_repeat["source"] and "launch_s" in per_repeat["source"] and launch_s is None:
+        notes.append("launch times are not recorded by this run: estimated from the manifest's timestamps "
+                     "(an upper bound); pass --launch-s to plan with the real box's")
+    simulated = any(r["simulated"] for r in runs)
+    if simulated and per_repeat is not None and gpus is None and per_repeat["gpu_hours"] == 0:
+        notes.append("SIMULATED run: no GPUs were held; pass --gpus and --launch-s for the real box")
+    plan = make_plan(effect, n, noise["sigma2"], alpha, power, per_repeat, min_repeats, spending, futility, notes)
+    acc = {}
+    for arm, roles in (("a", ("a",)), ("b", ("b",))):
+        vals = [float(np.nanmean(r["scores"])) for r in runs if r["role"] in roles and np.isfinite(r["scores"]).any()]
+        acc[arm] = float(np.mean(vals)) if vals else None
+    return {**plan, "source": str(root), "simulated": simulated, "accuracy": acc, "noise": noise}
+
+
+# ------------------------------------------------------------------------------------------ text
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def format_plan(p: Mapping[str, Any]) -> str:
+    lines = []
+    if p.get("simulated"):
+        lines.append("*** SIMULATED: noise and times measured on the simulated engine ***")
+    src = f" from {p['source']}" if p.get("source") else ""
+    lines.append(f"plan{src}: detect {p['effect_pp']:.2f} pp ({p['effect'] * p['n']:.1f} of {p['n']} questions) "
+                 f"at {100 * p['power']:g} % power, α {p['alpha']:g}")
+    if p.get("noise"):
+        nz = p["noise"]
+        lines.append(f"  noise: σ² = {100 * nz['sigma2']:.2f} % per repeat ({nz['source']})")
+    pr = p.get("per_repeat")
+    if pr:
+        lines.append(f"  one repeat (a fresh launch + eval of each arm): {pr['gpu_hours']:.2f} GPU-hours, "
+                     f"{pr['wall_s'] / 3600:.2f} h wall; GPUs A {pr['gpus']['a']}, B {pr['gpus']['b']}; launch "
+                     f"A {pr['launch_s']['a']:.0f} s, B {pr['launch_s']['b']:.0f} s; eval A {pr['eval_s']['a']:.0f} s, "
+                     f"B {pr['eval_s']['b']:.0f} s ({pr['source']})")
+    f = p["fixed"]
+    lines.append(f"  fixed design:      {f['repeats']} repeats per arm (power {100 * f['power']:.1f} %), "
+                 f"{_num(f['gpu_hours'])} GPU-hours")
+    s = p.get("sequential")
+    if s:
+        r, g = s["repeats"], s["gpu_hours"]
+        lines.append(f"  sequential design: at most {r['worst']} repeats per arm (power {100 * s['power']:.1f} %): "
+                     f"expected {r['expected']:.1f} with the effect, {r['expected_if_null']:.1f} without; "
+                     f"{_num(g['expected'])} GPU-hours expected ({_num(g['expected_if_null'])} without the effect), "
+                     f"{_num(g['worst'])} at worst")
+    for note in p.get("notes") or []:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def _effect_fraction(ap: argparse.ArgumentParser, pp: float, n: int | None) -> float:
+    if not math.isfinite(pp) or pp <= 0 or pp >= 100:
+        ap.error(f"--effect is in percentage points, in (0, 100): got {pp}")
+    e = pp / 100
+    if n is not None and e * n < 0.5:
+        ap.error(f"--effect {pp:g} pp is {e * n:.2g} of {n} questions, less than half a question; --effect is in "
+                 f"percentage points (0.3 means 0.3 pp)")
+    return e
+
+
+def power_main(argv: Sequence[str] | None = None) -> int:
+    """``abh power``: plan from a finished run (``--from``) or from numbers (``--n --p ...``)."""
+    ap = argparse.ArgumentParser(prog="abh power",
+                                 description="Repeats and GPU-hours needed to detect an effect (fixed and "
+                                             "sequential designs), or the MDE of a design.")
+    ap.add_argument("--from", dest="run_dir", type=Path, default=None, metavar="RUN_DIR",
+                    help="a finished run directory to plan from (its noise, times and GPUs)")
+    ap.add_argument("--n", type=int, default=None, help="questions per run (without --from)")
+    ap.add_argument("--p", type=float, default=None, help="accuracy, a fraction (without --from)")
+    ap.add_argument("--discordance", type=float, default=None, metavar="PSI",
+                    help="run-to-run discordance ψ (A/A, a fraction) (without --from)")
+    ap.add_argument("--repeats", type=int, default=None, metavar="R", help="runs per arm, for its MDE")
+    ap.add_argument("--effect", type=float, default=None, metavar="PP", help="effect to detect, percentage points")
+    ap.add_argument("--alpha", type=float, default=None, help="level (default: the run's stats.alpha, else 0.05)")
+    ap.add_argument("--power", type=float, default=0.8)
+    ap.add_argument("--launch-s", type=float, default=None, help="seconds from spawn to ready per launch")
+    ap.add_argument("--eval-s", type=float, default=None, help="seconds per eval")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs per arm's server")
+    ap.add_argument("--min-repeats", type=int, default=1, help="sequential: first look after this many repeats")
+    ap.add_argument("--spending", choices=sq.SPENDING, default="obf", help="sequential alpha spending")
+    ap.add_argument("--no-futility", action="store_true", help="sequential: never stop for futility")
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON (fractions, and effect_pp)")
+    a = ap.parse_args(list(argv) if argv is not None else None)
+    if a.alpha is not None and not 0 < a.alpha < 1:
+        ap.error("--alpha must be in (0, 1)")
+    if not 0 < a.power < 1:
+        ap.error("--power must be in (0, 1)")
+    for name in ("launch_s", "eval_s"):
+        v = getattr(a, name)
+        if v is not None and (not math.isfinite(v) or v < 0):
+            ap.error(f"--{name.replace('_', '-')} must be >= 0 seconds")
+    if a.gpus is not None and a.gpus < 0:
+        ap.error("--gpus must be >= 0")
+    if a.min_repeats < 1:
+        ap.error("--min-repeats must be >= 1")
+    plan: dict[str, Any] | None  # the sequential plan, when one is asked for
+    if a.run_dir is not None:
+        if a.effect is None:
+            ap.error("--from needs --effect PP")
+        if a.n is not None or a.p is not None or a.discordance is not None:
+            ap.error("--from reads n, accuracy and discordance from the run; drop --n/--p/--discordance")
+        try:
+            plan = plan_from_run(a.run_dir, _effect_fraction(ap, a.effect, None), a.alpha, a.power, a.launch_s,
+                                 a.eval_s, a.gpus, a.min_repeats, a.spending, not a.no_futility)
+        except PlanError as e:
+            print(f"abh power: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(plan, indent=2) if a.json else format_plan(plan))
+        return 0
+    if a.n is None or a.p is None:
+        ap.error("give --from RUN_DIR, or --n and --p")
+    for name, val in (("p", a.p), ("discordance", a.discordance)):
+        if val is not None and not 0 <= val <= 1:
+            ap.error(f"--{name} is a fraction in [0, 1], got {val}")
+    if a.n <= 0 or (a.repeats is not None and a.repeats <= 0):
+        ap.error("--n and --repeats must be positive")
+    alpha = 0.05 if a.alpha is None else a.alpha
+    effect = None if a.effect is None else _effect_fraction(ap, a.effect, a.n)
+    f = power_figures(a.n, a.p, a.discordance, a.repeats, effect, alpha, a.power)
+    plan = None
+    if effect is not None and a.discordance is not None:
+        per_repeat = None
+        if a.launch_s is not None or a.eval_s is not None or a.gpus is not None:
+            ls, es, g = a.launch_s or 0.0, a.eval_s or 0.0, a.gpus or 0
+            per_repeat = per_repeat_cost({"a": ls, "b": ls}, {"a": es, "b": es}, {"a": 0.0, "b": 0.0},
+                                         {"a": g, "b": g}, "options")
+        plan = make_plan(effect, a.n, a.discordance, alpha, a.power, per_repeat, a.min_repeats, a.spending,
+                         not a.no_futility)
+    if a.json:
+        print(json.dumps({**f, "plan": plan} if plan else f, indent=2))
+        return 0
+    pw = f"{100 * a.power:g} % power, alpha {alpha:g}"
+    print(f"n = {a.n} questions, accuracy {100 * a.p:.2f} %; MDE at {pw}:")
+    print(f"  unpaired          {100 * f['mde_unpaired']:.2f} pp")
+    if f["mde_paired"] is not None:
+        print(f"  paired (psi {100 * a.discordance:.2f} %)  {100 * f['mde_paired']:.2f} pp")
+    else:
+        print("  paired            give --discordance PSI")
+    if f["mde_repeats"] is not None:
+        print(f"  {a.repeats} repeats per arm  {100 * f['mde_repeats']:.2f} pp")
+    if f["repeats_needed"] is not None:
+        print(f"  to detect {a.effect:.2f} pp ({effect * a.n:.1f} questions): "
+              f"{f['repeats_needed']} repeats per arm, or {f['n_needed_paired']} questions in one paired run")
+    elif effect is not None:
+        print("  repeats needed: give --discordance PSI (the A/A discordance)")
+    if plan is not None:
+        print(format_plan(plan))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(power_main())

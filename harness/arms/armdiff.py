@@ -1,0 +1,172 @@
+"""What each arm's launch is, how two launches differ, and which differences the experiment allows.
+
+* :func:`describe_launch`: argv, python, module, engine fields, flags, env (secrets redacted), source and the
+  live fingerprint of one arm's launch.
+* :func:`arm_diff`: the flattened dotted keys whose values differ between arms, with paths inside each arm's
+  own tree and the run directory normalised and per-launch noise (ports, pids, worktree paths) ignored.
+* :func:`disallowed`: the differences not covered by the experiment's ``allowed_differences``.
+* :func:`server_info_diff`: what the running servers report about themselves (``/server_info``) that differs
+  between the arms (``max_total_num_tokens`` ...): shown and recorded, not enforced.
+
+A GPU engine's launch also carries its ``stack`` (:mod:`harness.arms.stack`: the arm interpreter's torch, triton,
+aiter, mori ... versions, the container, the model's revision), so a difference there is a difference of arms.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from harness.arms import stack
+from harness.arms.arm import ResolvedArm
+from harness.engines.base import Engine
+from harness.util.cmdline import is_flag
+from harness.util.keys import flatten, matches
+from harness.util.redact import redact_argv, redact_env
+
+#: Keys (dotted prefixes) that differ per launch and never count as a difference between arms.
+NOISE_PREFIXES = (
+    # argv is derived from python, module, engine fields and args, which are all compared on their own
+    "arm", "argv", "command", "normalize", "harness", "engine.port",
+    "source.worktree", "source.problems",
+    "fingerprint.pid", "fingerprint.ppid", "fingerprint.time", "fingerprint.argv", "fingerprint.argv_sha256",
+    "fingerprint.cwd",
+    "fingerprint.sys_path", "fingerprint.pythonpath", "fingerprint.guards", "fingerprint.error",
+)
+#: Fingerprint fields left out of a launch description (per-process, or the record's own format).
+_FP_DROP = ("pid", "ppid", "time", "argv", "argv_sha256", "cwd", "sys_path", "pythonpath", "guards", "schema_version",
+            "kind")
+#: Shown for a key one arm does not have.
+ABSENT = "<absent>"
+
+
+def parse_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """``["--tp", "8", "--flag", "--x=1", "pos"]`` -> ``{"--tp": "8", "--flag": True, "--x": "1",
+    "_positional": ["pos"]}``; a repeated flag collects a list."""
+    out: dict[str, Any] = {}
+    pos: list[str] = []
+    i = 0
+    while i < len(argv):
+        t = str(argv[i])
+        if is_flag(t):
+            name, eq, val = t.partition("=")
+            value: Any
+            if eq:
+                value = val
+            elif i + 1 < len(argv) and not is_flag(str(argv[i + 1])):
+                value = str(argv[i + 1])
+                i += 1
+            else:
+                value = True
+            if name in out:
+                prev = out[name]
+                out[name] = [*prev, value] if isinstance(prev, list) else [prev, value]
+            else:
+                out[name] = value
+        else:
+            pos.append(t)
+        i += 1
+    if pos:
+        out["_positional"] = pos
+    return out
+
+
+def describe_launch(arm: ResolvedArm, engine: Engine) -> dict[str, Any]:
+    """What an arm's launch is: command (for display), python, module, engine fields, flags, env (secrets
+    redacted), source and the live fingerprint (None before launch). Input of :func:`arm_diff`."""
+    spec = engine.launch_spec()
+    cfg = engine.config_dict()
+    user_args = [str(a) for a in (*cfg.get("args", []), *arm.args)]
+    env = {**{str(k): str(v) for k, v in (cfg.get("env") or {}).items()}, **arm.env}
+    fp = engine.fingerprint()
+    fp_view = None if fp is None else {k: v for k, v in fp.items() if k not in _FP_DROP}
+    launched = spec.launched
+    ignore = set(getattr(engine, "diff_ignore", ()))
+    return {
+        "arm": {"key": arm.key, "name": arm.name, "side": arm.side},
+        "argv": redact_argv(spec.server_argv),
+        "engine_kind": engine.kind,
+        "simulated": engine.simulated,
+        "python": arm.interpreter if launched else None,
+        "module": cfg.get("module") if launched else None,
+        "command": {"argv": redact_argv(spec.argv), "server_argv": redact_argv(spec.server_argv),
+                    "command_line": spec.command_line() if launched else "", "env_delta": redact_env(spec.env_delta),
+                    "cwd": spec.cwd, "log_path": spec.log_path, "fingerprint_path": spec.fingerprint_path,
+                    "url": spec.url},
+        "engine": {k: v for k, v in cfg.items() if k not in ("args", "env") and k not in ignore},
+        # how the harness drives the server (timeouts, simulated fault injection): not a difference of arms
+        "harness": {k: v for k, v in cfg.items() if k in ignore},
+        "args": parse_flags(redact_argv(user_args)),
+        "env": redact_env(env),
+        "source": arm.source.to_dict(),
+        "fingerprint": fp_view,
+        "stack": stack.describe(arm, cfg) if engine.stack_probe else None,
+        "normalize": {"<source>": arm.source.tree, "<run_dir>": str(engine.run_dir),
+                      "<worktree>": arm.source.worktree},
+    }
+
+
+def _normalize(value: Any, roots: list[tuple[str, str]]) -> Any:
+    if isinstance(value, str):
+        for root, token in roots:
+            value = value.replace(root, token)
+        return value
+    if isinstance(value, Mapping):
+        return {_normalize(k, roots) if isinstance(k, str) else k: _normalize(v, roots) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalize(v, roots) for v in value]
+    return value
+
+
+def arm_diff(descs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Dotted keys whose values differ between arms: ``[{"key", "values": {arm: value or "<absent>"}}]``.
+
+    Paths inside each arm's own source tree and the run directory are normalised (``<source>``,
+    ``<run_dir>``) outside the ``source`` section, so two trees that hold the same files do not differ by
+    their location; per-launch noise (port, log path, worktree path, pids, times) is ignored.
+    """
+    flat: dict[str, dict[str, Any]] = {}
+    for name, d in descs.items():
+        nz = d.get("normalize") or {}
+        roots = sorted(((r, t) for t, r in nz.items() if r and t != "<worktree>"), key=lambda x: -len(x[0]))
+        wt = [(nz["<worktree>"], "<worktree>")] if nz.get("<worktree>") else []
+        norm = {k: _normalize(v, wt if k == "source" else roots) for k, v in d.items()}
+        flat[name] = {k: v for k, v in flatten(norm).items() if not matches(k, NOISE_PREFIXES)}
+    keys = sorted(set().union(*[set(f) for f in flat.values()])) if flat else []
+    diffs: list[dict[str, Any]] = []
+    for k in keys:
+        vals = {name: f.get(k, ABSENT) for name, f in flat.items()}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in vals.values()}) > 1:
+            diffs.append({"key": k, "values": vals})
+    return diffs
+
+
+def disallowed(diffs: Iterable[Mapping[str, Any]], allowed: Iterable[str]) -> list[dict[str, Any]]:
+    """The differences not covered by ``allowed`` (dotted prefixes: ``source``, ``env.SGLANG_X``, ``args``,
+    ``engine.accuracy``, ``fingerprint.files`` ...)."""
+    allowed = [str(a) for a in allowed]
+    return [dict(d) for d in diffs if not matches(str(d["key"]), allowed)]
+
+
+#: ``/server_info`` keys that differ per launch or per port, never between arms.
+SERVER_INFO_NOISE = ("port", "nccl_port", "dist_init_addr", "host", "launch_command", "pid", "start_time",
+                     "metrics_port", "grpc_port", "file_storage_path", "tokenizer_worker_ipc_name")
+
+
+def server_info_diff(infos: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Dotted keys of ``/server_info`` (``{arm: server_info}``) whose values differ between the arms, like
+    :func:`arm_diff` (per-launch noise such as the port left out): what the servers resolved differently from
+    the same flags, e.g. ``max_total_num_tokens`` when one arm's build uses more memory."""
+    flat: dict[str, dict[str, Any]] = {}
+    for name, info in infos.items():
+        tree = info if isinstance(info, Mapping) else {}
+        flat[name] = {k: v for k, v in flatten(tree).items()
+                      if k.split(".")[-1] not in SERVER_INFO_NOISE}
+    keys = sorted(set().union(*[set(f) for f in flat.values()])) if flat else []
+    out: list[dict[str, Any]] = []
+    for k in keys:
+        vals = {name: f.get(k, ABSENT) for name, f in flat.items()}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in vals.values()}) > 1:
+            out.append({"key": k, "values": vals})
+    return out

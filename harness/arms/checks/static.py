@@ -1,0 +1,123 @@
+"""Side checks that need no server (kind ``source``), each run in the arm's OWN interpreter with the arm's
+environment: import ``module``, take the dotted ``object``, check that its source contains / lacks a text
+and that the module file lies under ``file_under``.
+
+The arm's interpreter runs ``source_probe.py`` (stdlib only) by path; it reuses the launcher's module lookup,
+so a module that does not import there (no GPU libraries) is found where the serving process would find it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.arms.arm import ResolvedArm, run_probe
+from harness.arms.checks import source_probe
+from harness.arms.checks.result import CheckResult, check_name, short
+from harness.config import CheckConfig
+from harness.engines.base import LAUNCHER
+
+STATIC_KINDS = ("source",)
+#: Seconds allowed for a source probe (importing a large package such as SGLang can take a while).
+SOURCE_PROBE_TIMEOUT_S = 300.0
+#: The probe program, run by file path with the arm's interpreter.
+SOURCE_PROBE = Path(source_probe.__file__).resolve()
+
+
+def probe_source(arm: ResolvedArm, module: str, obj: str, env: Mapping[str, str] | None = None,
+                 timeout_s: float = SOURCE_PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run the source probe in the arm's own interpreter (with its PYTHONPATH and env, in its source tree)."""
+    cwd = arm.source.tree or None
+    if cwd and not Path(cwd).is_dir():
+        cwd = None
+    return run_probe(arm, SOURCE_PROBE, [json.dumps({"module": module, "object": obj, "launcher": str(LAUNCHER)})],
+                     env=arm.process_env(env), marker=source_probe.MARKER, timeout_s=timeout_s,
+                     what="source probe", cwd=cwd, timeout_hint=f" (importing {module})")
+
+
+def _resolve_under(arm: ResolvedArm, file_under: str) -> Path:
+    p = Path(file_under).expanduser()
+    if p.is_absolute():
+        return p.resolve()
+    base = Path(arm.source.tree) if arm.source.tree else Path.cwd()
+    return (base / p).resolve()
+
+
+def _is_under(path: str | None, root: Path) -> bool:
+    if not path:
+        return False
+    try:
+        Path(path).resolve().relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _matching_lines(src: str, text: str, first_line: int, limit: int = 3) -> list[str]:
+    out = []
+    first = text.splitlines()[0] if text.strip() else text
+    for i, line in enumerate(src.splitlines()):
+        if first and first in line:
+            out.append(f"{first_line + i}: {line.strip()}")
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str, str] | None) -> CheckResult:
+    name = check_name(c, index)
+    target = f"{c.module}.{c.object}" if c.object else c.module
+    exp: list[str] = []
+    if c.contains is not None:
+        exp.append(f"source of {target} contains {short(c.contains)}")
+    if c.lacks is not None:
+        exp.append(f"source of {target} lacks {short(c.lacks)}")
+    under = _resolve_under(arm, c.file_under) if c.file_under else None
+    if under is not None:
+        exp.append(f"module file under {under}")
+    expected = "; ".join(exp) or f"{target} exists"
+    if not c.module:
+        return CheckResult(name, c.kind, False, expected, "the check names no module", arm=arm.key, what=target)
+    res = probe_source(arm, c.module, c.object, env)
+    ev = {k: v for k, v in res.items() if k != "source"}
+    ev["interpreter"] = arm.interpreter
+    src = res.get("source")
+    if src is None:
+        return CheckResult(name, c.kind, False, expected, res.get("error", "no source"), ev, arm.key, target)
+    found: list[str] = []
+    ok = True
+    first = int(res.get("first_line") or 1)
+    if c.contains is not None:
+        has = c.contains in src
+        ok &= has
+        found.append(f"contains {short(c.contains)}: {'yes' if has else 'no'}")
+        if has:
+            ev["contains_at"] = _matching_lines(src, c.contains, first)
+    if c.lacks is not None:
+        has = c.lacks in src
+        ok &= not has
+        found.append(f"contains {short(c.lacks)}: {'yes' if has else 'no'}")
+        if has:
+            ev["lacks_violated_at"] = _matching_lines(src, c.lacks, first)
+    mfile = res.get("module_file")
+    if under is not None:
+        inside = _is_under(mfile, under)
+        ok &= inside
+        found.append(f"module file {mfile}" + ("" if inside else f" (not under {under})"))
+    else:
+        found.append(f"module file {mfile}")
+    if res.get("mode") == "ast":
+        found.append("read from the file: the module does not import in this interpreter "
+                     f"({short(res.get('import_error', ''), 120)})")
+    return CheckResult(name, c.kind, ok, expected, "; ".join(found), ev, arm.key, target)
+
+
+def run_static_checks(arm: ResolvedArm, env: Mapping[str, str] | None = None) -> list[CheckResult]:
+    """The checks that need no server (kind ``source``), each in the arm's own interpreter.
+
+    ``env``: extra environment (e.g. the engine's ``env``) the arm's processes get; the arm's own env and
+    PYTHONPATH are always applied.
+    """
+    return [_source_check(arm, c, i, env) for i, c in enumerate(arm.checks) if c.kind in STATIC_KINDS]

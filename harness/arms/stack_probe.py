@@ -1,0 +1,146 @@
+"""Stack probe, run BY FILE PATH in an arm's own interpreter with the arm's environment (stdlib only: the
+harness need not be installed there) by :func:`harness.arms.stack.arm_stack`::
+
+    python stack_probe.py
+
+Reports, without importing any of them (importing torch would initialise GPU libraries): the installed
+distributions that make up a GPU inference stack (torch, triton, aiter, mori, sglang, sgl-kernel, vllm,
+flashinfer, transformers ...), where the arm's interpreter finds their modules (a source tree on PYTHONPATH
+shadows an installed copy), torch's own build record (``torch/version.py``: its CUDA or HIP version), and the
+ROCm / CUDA toolkit versions on this machine. Prints one line ``ABH-STACK-RESULT:{json}`` last.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+MARKER = "ABH-STACK-RESULT:"
+#: Distribution names (normalised: lower case, '-' for '_') that make up the stack, and the module each
+#: provides.
+DISTS = {
+    "torch": "torch", "triton": "triton", "pytorch-triton-rocm": "triton", "triton-rocm": "triton",
+    "amd-aiter": "aiter", "aiter": "aiter", "mori": "mori", "amd-mori": "mori", "sglang": "sglang",
+    "sgl-kernel": "sgl_kernel", "vllm": "vllm", "flashinfer-python": "flashinfer", "flashinfer": "flashinfer",
+    "transformers": "transformers", "deep-ep": "deep_ep", "sgl-deep-ep": "deep_ep", "xgrammar": "xgrammar",
+    "numpy": "numpy",
+}
+MODULES = ("torch", "triton", "aiter", "mori", "sglang", "sgl_kernel", "vllm", "flashinfer", "transformers")
+
+
+def _behave_like_dash_c() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or os.curdir) == here:
+        sys.path[0] = ""
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def distributions() -> dict[str, str]:
+    """{distribution: version} of the stack's installed distributions."""
+    out: dict[str, str] = {}
+    for d in md.distributions():
+        name = _norm(d.metadata["Name"] or "")
+        if name in DISTS and name not in out:
+            out[name] = d.version
+    return dict(sorted(out.items()))
+
+
+def module_origin(name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.origin and spec.origin not in ("namespace", "built-in"):
+        return os.path.abspath(spec.origin)
+    locs = list(spec.submodule_search_locations or [])
+    return os.path.abspath(locs[0]) if locs else None
+
+
+def _assignments(path: str) -> dict[str, Any]:
+    """Module-level ``NAME = literal`` of a file, read from its syntax tree."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return {}
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        for t in targets:
+            if isinstance(t, ast.Name):
+                try:
+                    out[t.id] = ast.literal_eval(value)
+                except (ValueError, TypeError, SyntaxError):
+                    continue
+    return out
+
+
+def torch_build(origin: str | None) -> dict[str, Any] | None:
+    """torch's ``version.py``: its version and the CUDA / HIP it was built for."""
+    if not origin:
+        return None
+    v = _assignments(os.path.join(os.path.dirname(origin), "version.py"))
+    keep = ("__version__", "cuda", "hip", "git_version", "debug")
+    return {k: v.get(k) for k in keep if k in v} or None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def toolkits() -> dict[str, Any]:
+    """ROCm and CUDA toolkit versions installed on this machine (None where absent)."""
+    rocm_path = os.environ.get("ROCM_PATH") or "/opt/rocm"
+    rocm = _read(os.path.join(rocm_path, ".info", "version")) or _read(os.path.join(rocm_path, ".info",
+                                                                                    "version-dev"))
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    cuda = None
+    text = _read(os.path.join(cuda_home, "version.json"))
+    if text:
+        try:
+            cuda = json.loads(text).get("cuda", {}).get("version")
+        except (ValueError, AttributeError):
+            cuda = None
+    cuda = cuda or _read(os.path.join(cuda_home, "version.txt"))
+    return {"rocm": rocm, "rocm_path": rocm_path if rocm else None, "cuda": cuda,
+            "cuda_home": cuda_home if cuda else None}
+
+
+def probe() -> dict[str, Any]:
+    origins = {m: module_origin(m) for m in MODULES}
+    return {
+        "python": sys.executable,
+        "python_version": sys.version.split()[0],
+        "distributions": distributions(),
+        "modules": {m: o for m, o in origins.items() if o},
+        "torch_build": torch_build(origins.get("torch")),
+        "toolkits": toolkits(),
+    }
+
+
+def main() -> None:
+    _behave_like_dash_c()
+    sys.stdout.write("\n" + MARKER + json.dumps(probe()) + "\n")
+
+
+if __name__ == "__main__":
+    main()

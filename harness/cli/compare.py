@@ -1,0 +1,164 @@
+"""``abh compare``: paired comparison of stored evals (``abh power`` lives in harness.analysis.planning).
+
+``abh compare`` writes into ``--out``: ``comparison.json`` (:class:`harness.results.schema.Comparison`, with the arm
+names and the command that made it), ``comparison.md`` (paste-ready), ``report.html``, and the answers of
+every compared run as ``samples.parquet`` / ``samples.csv``. When the directories record scoring passes
+(``scores.json``: arm A's reference pass in an ``--a`` directory, B's in a ``--b`` one, the A/A floor in an
+``--aa`` one), ``comparison.json`` also gets the ``divergence`` object (:mod:`harness.analysis.divergence`). Its exit codes are those of ``abh run``:
+
+- 2: bad command line, unreadable or incomparable evals (different questions, an unknown schema_version,
+  an incomplete eval unless ``--allow-incomplete``); nothing is written;
+- 3 / 4: an eval records a failed side check / a failed arm;
+- 5: the share of questions lost to request errors exceeds ``--max-error-rate``;
+- 7: the verdict is one ``--fail-on`` asked to fail on;
+- 0 otherwise, whatever the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness import exitcodes
+from harness.analysis.comparison import (
+    DEFAULT_MAX_ERROR_RATE,
+    CompareError,
+    compare_dirs,
+    failure_exit,
+    format_summary,
+)
+from harness.analysis.divergence import divergence_of_dirs, has_pass
+from harness.analysis.gate import FAIL_ON, comparison_exit
+from harness.report.divergence_section import terminal_line
+from harness.results import schema
+from harness.results.eval_store import StoreError, incomplete_reason, load_eval
+from harness.results.schema import ArmNames, Comparison, EvalMeta, EvalSummary
+from harness.util.redact import redact_argv
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="abh compare", description="Paired comparison of two arms' stored evals.",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--a", action="append", required=True, type=Path, metavar="DIR",
+                    help="eval directory of arm A (repeat the option for repeats)")
+    ap.add_argument("--b", action="append", required=True, type=Path, metavar="DIR",
+                    help="eval directory of arm B (repeat the option for repeats)")
+    ap.add_argument("--aa", action="append", default=[], type=Path, metavar="DIR",
+                    help="extra A/A runs of arm A's configuration (noise floor); a directory holding only a "
+                         "scoring pass (scores.json, no eval) is the divergence's A/A floor")
+    ap.add_argument("--out", required=True, type=Path, metavar="DIR")
+    ap.add_argument("--a-name", default=None, metavar="NAME",
+                    help="name of arm A in the outputs (default: the arm its eval.json names, else A)")
+    ap.add_argument("--b-name", default=None, metavar="NAME",
+                    help="name of arm B in the outputs (default: the arm its eval.json names, else B)")
+    ap.add_argument("--margin", type=float, default=None, metavar="PP",
+                    help="equivalence / non-inferiority margin in percentage points")
+    ap.add_argument("--hypothesis", choices=["superiority", "noninferiority", "equivalence"], default="superiority",
+                    help="the question asked; with --margin a superiority run may still show equivalence; "
+                         "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin")
+    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
+                    help="practical effect size (pp) a verdict of improved/regressed needs")
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resamples", type=int, default=10_000)
+    ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
+                    help="share of questions dropped for request errors above which arms are not comparable "
+                         f"(exit {exitcodes.TOO_MANY_ERRORS})")
+    ap.add_argument("--allow-incomplete", action="store_true",
+                    help="compare evals that did not finish (their missing questions are dropped like errors)")
+    ap.add_argument("--fail-on", choices=FAIL_ON, default=None,
+                    help=f"exit {exitcodes.GATE_FAILED} when the verdict is regressed / not shown non-inferior / "
+                         "a difference either way")
+    return ap
+
+
+def _load_evals(dirs: Sequence[Path], allow_incomplete: bool) -> list[tuple[Path, EvalMeta, EvalSummary | None]]:
+    """Each eval's eval.json and summary; CompareError (exit 2) for an unreadable or incomplete one."""
+    out = []
+    for d in dirs:
+        try:
+            meta, samples, summary = load_eval(d)
+        except (StoreError, OSError) as e:
+            raise CompareError(f"cannot read eval {d}: {e}") from None
+        why = incomplete_reason(meta, samples, summary)
+        if why is not None and not allow_incomplete:
+            raise CompareError(f"refusing to compare: eval {d} is incomplete: {why}; rerun the command that "
+                               "wrote it to finish it, or pass --allow-incomplete to compare the questions it has")
+        out.append((d, meta, summary))
+    return out
+
+
+def _name(given: str | None, metas: Sequence[EvalMeta], default: str) -> str:
+    """The arm's name: as given, else the one name its evals record, else ``default``."""
+    if given is not None:
+        return given
+    recorded = {str(m["arm"]) for m in metas if m.get("arm")}
+    return recorded.pop() if len(recorded) == 1 else default
+
+
+def compare_main(argv: Sequence[str] | None = None) -> int:
+    """``abh compare``: see the module docstring for what it writes and its exit codes."""
+    ap = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(argv)
+    for opt, val in (("--a-name", args.a_name), ("--b-name", args.b_name)):
+        if val is not None and not val.strip():
+            ap.error(f"{opt} must not be empty")
+    if args.out.exists() and not args.out.is_dir():
+        print(f"abh compare: --out {args.out} exists and is not a directory", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    # an --aa directory with a scoring pass and no eval is the divergence's floor only, not an accuracy run
+    aa_evals = [d for d in args.aa if not (has_pass(d) and not (d / schema.EVAL_FILE).exists())]
+    try:
+        evals = {role: _load_evals(dirs, args.allow_incomplete)
+                 for role, dirs in (("a", args.a), ("b", args.b), ("aa", aa_evals))}
+        c = compare_dirs(args.a, args.b, margin=None if args.margin is None else args.margin / 100,
+                         alpha=args.alpha, seed=args.seed, aa_dirs=aa_evals, max_error_rate=args.max_error_rate,
+                         min_effect=None if args.min_effect is None else args.min_effect / 100,
+                         n_resamples=args.resamples,
+                         hypothesis=args.hypothesis)
+    except CompareError as e:
+        print(f"abh compare: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed,
+                             n_resamples=args.resamples)
+    if div is not None:
+        c["divergence"] = div  # type: ignore[typeddict-item]
+    names: ArmNames = {"a": _name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
+                       "b": _name(args.b_name, [m for _, m, _ in evals["b"]], "B")}
+    c["arm_names"] = names
+    c["command"] = ["abh", "compare", *redact_argv(argv)]
+    schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
+    print(format_summary(c))
+    if div is not None:
+        print(terminal_line(div))
+    print(f"wrote {args.out / schema.COMPARISON_FILE}")
+    from harness.report import export_samples, write_markdown, write_report
+
+    print(f"wrote {write_markdown(args.out)}")
+    print(f"wrote {write_report(args.out)}")
+    for path in export_samples(args.out):
+        print(f"wrote {path}")
+
+    recorded = {failure_exit(m, s) for role in evals.values() for _, m, s in role}
+    failed = next((code for code in (exitcodes.SIDE_ASSERTION_FAILED, exitcodes.SERVER_FAILURE) if code in recorded),
+                  exitcodes.OK)
+    code = comparison_exit(c, args.fail_on, failed)
+    explain_exit("abh compare", code, c, args.fail_on)
+    return code
+
+
+def explain_exit(prog: str, code: int, c: Comparison, fail_on: str | None) -> None:
+    """One line on stderr saying why a finished comparison exits ``code`` (nothing for 0); the same words for
+    ``abh compare``, ``abh ab`` and ``abh run``."""
+    if code == exitcodes.GATE_FAILED:
+        print(f"{prog}: verdict {c.get('verdict')} fails --fail-on {fail_on} (exit {exitcodes.GATE_FAILED})",
+              file=sys.stderr)
+    elif code == exitcodes.TOO_MANY_ERRORS:
+        print(f"{prog}: {100 * c.get('error_rate', 0.0):.2f} % of questions lost to request errors exceeds "
+              f"--max-error-rate {100 * c.get('max_error_rate', DEFAULT_MAX_ERROR_RATE):g} %: the arms are not "
+              f"comparable (exit {exitcodes.TOO_MANY_ERRORS})", file=sys.stderr)
+    elif code != exitcodes.OK:
+        print(f"{prog}: not comparable: {c.get('verdict_reason')} (exit {code})", file=sys.stderr)

@@ -1,0 +1,359 @@
+"""One eval: a task's questions sent to one running server, every answer stored as it arrives.
+
+This is the unit the orchestration repeats per (arm, repeat); ``abh eval`` runs it against a server
+that is already up. It imports no plotting or table libraries: the eval path stays light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harness.results.eval_store import META, EvalStore, load_samples, summarize
+from harness.results.fileio import StoreError
+from harness.results.schema import SampleRecord
+from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
+from harness.tasks.gsm8k import GSM8K, Dataset, Question, RecipeConfig
+
+__all__ = ["EvalInterrupted", "EvalOptions", "ServerGone", "ServerStalled", "WrongServer", "format_summary",
+           "run_eval", "run_eval_async"]
+
+T = TypeVar("T")
+
+#: Requests in a row refused after all their retries before an eval decides the server is gone.
+REFUSED_STREAK = 10
+
+
+class EvalInterrupted(BaseException):
+    """SIGINT or SIGTERM arrived mid-eval; answers so far are on disk and the eval is resumable."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class EvalOptions:
+    progress: bool = True
+    #: Called about once a second during the eval; a non-None return is the reason to abort
+    #: (e.g. "server process exited with code -9"). Unsent and in-flight questions stay missing, so a
+    #: rerun sends them.
+    abort_check: Callable[[], str | None] | None = None
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+    warmup: bool = True
+    #: Wait up to this long for the server's health endpoint before the first request (0: do not wait).
+    wait_ready_s: float = 0.0
+    #: Gets one-line status messages (e.g. "waiting for the server to load (10/600 s)").
+    on_status: Callable[[str], None] | None = None
+
+
+async def _server_facts(client: Client) -> dict[str, Any]:
+    """Best-effort ``/get_model_info`` and ``/get_server_info`` (SGLang names, then the newer ones)."""
+    facts: dict[str, Any] = {}
+    for key, paths in (("model_info", ("/get_model_info", "/model_info")),
+                       ("server_info", ("/get_server_info", "/server_info"))):
+        for p in paths:
+            try:
+                facts[key] = await client.get_json(p)
+                break
+            except Exception:  # noqa: BLE001 - optional endpoints; absence is fine
+                continue
+    return facts
+
+
+def _record(q_index: int, sha: str, label: int, reply: Reply) -> SampleRecord:
+    if reply.error is not None or reply.text is None:
+        return SampleRecord(index=q_index, prompt_sha256=sha, output=None, pred=None, label=label,
+                            correct=None, invalid=None, finish_reason=None, prompt_tokens=None,
+                            completion_tokens=None, latency_s=reply.latency_s, attempts=reply.attempts,
+                            error=reply.error or "empty reply")
+    pred, correct, invalid = GSM8K.score(reply.text, label)
+    return SampleRecord(index=q_index, prompt_sha256=sha, output=reply.text, pred=pred, label=label,
+                        correct=correct, invalid=invalid, finish_reason=reply.finish_reason,
+                        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                        latency_s=reply.latency_s, attempts=reply.attempts, error=None)
+
+
+class _Progress:
+    def __init__(self, total: int, initial: int, correct: int, enabled: bool, label: str):
+        self.correct, self.answered, self.errors = correct, initial, 0
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=label, unit="q", file=sys.stderr,
+                            mininterval=0.5 if sys.stderr.isatty() else 5.0, dynamic_ncols=True)
+
+    def update(self, rec: SampleRecord) -> None:
+        if rec.error is not None:
+            self.errors += 1
+        else:
+            self.answered += 1
+            self.correct += bool(rec.correct)
+        if self.bar is not None:
+            acc = self.correct / self.answered if self.answered else 0.0
+            self.bar.set_postfix(acc=f"{acc:.3f}", err=self.errors, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Stop:
+    """Why the eval stops early, tripped by Ctrl-C/SIGTERM, the stall watchdog, the server-process check or
+    a run of refused connections. The first reason wins; a signal is always recorded."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason: str | None = None
+        self.signum: int | None = None
+        self.stalled = False
+
+    def trip(self, reason: str, *, stalled: bool = False) -> None:
+        if self.reason is None:
+            self.reason, self.stalled = reason, stalled
+        self.event.set()
+
+    def on_signal(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.trip(f"interrupted by {signal.Signals(signum).name}")
+
+    def raise_for_reason(self) -> None:
+        if self.signum is not None:
+            raise EvalInterrupted(self.signum)
+        if self.reason is not None:
+            raise (ServerStalled if self.stalled else ServerGone)(self.reason)
+
+    async def race(self, aw: Awaitable[T]) -> T | None:
+        """``await aw``, unless the eval is stopped first: then it is cancelled and None returned."""
+        if self.event.is_set():
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            elif asyncio.isfuture(aw):
+                aw.cancel()
+                await asyncio.gather(aw, return_exceptions=True)
+            return None
+        task = asyncio.ensure_future(aw)
+        stopper = asyncio.ensure_future(self.event.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, stopper, return_exceptions=True)
+        return None if task.cancelled() else task.result()
+
+
+@contextmanager
+def _signals_to(stop: _Stop) -> Iterator[None]:
+    """SIGINT/SIGTERM trip ``stop`` for as long as the eval runs, setup and warm-up included. The handlers are
+    the loop's own: under uvloop an exception raised in a Python-level signal handler is swallowed."""
+    loop = asyncio.get_running_loop()
+    handled: list[tuple[signal.Signals, Any]] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous = signal.getsignal(sig)
+            loop.add_signal_handler(sig, stop.on_signal, sig)
+            handled.append((sig, previous))
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for handled_sig, previous in handled:
+            loop.remove_signal_handler(handled_sig)
+            signal.signal(handled_sig, previous)  # give the caller's handler back
+
+
+async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: ClientConfig, out_dir: str | Path,
+                         train: Dataset | None = None, opts: EvalOptions | None = None) -> dict[str, Any]:
+    """Run (or resume) one eval into ``out_dir``; return its summary (also written to summary.json).
+
+    Raises :class:`EvalInterrupted` (SIGINT/SIGTERM), :class:`ServerStalled` (hung server),
+    :class:`WrongServer` (the URL serves another API) or :class:`ServerGone` (the server died); answers
+    already received are on disk in every case, and a rerun sends only the missing questions.
+    """
+    opts = opts or EvalOptions()
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise StoreError(f"{out} exists and is not a directory")
+    stop = _Stop()
+    with _signals_to(stop):
+        async with Client(client_cfg) as client:
+            try:
+                return await _run(test, recipe, client, out, train, opts, stop)
+            finally:
+                stop.raise_for_reason()
+
+
+async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, train: Dataset | None,
+               opts: EvalOptions, stop: _Stop) -> dict[str, Any]:
+    cfg = client.cfg
+    if opts.wait_ready_s > 0:
+        await stop.race(client.wait_ready(opts.wait_ready_s, opts.on_status))
+    facts = await stop.race(_server_facts(client)) or {}
+    await stop.race(client.prepare())  # the OpenAI model name
+    if stop.event.is_set():
+        return {}  # interrupted before anything was written; the caller raises
+    api = client.api
+    if recipe.model_path is None:
+        recipe.model_path = (facts.get("model_info") or {}).get("model_path") or api.model or None
+    task = GSM8K(test, recipe, train)
+    sampling = task.sampling_params()
+    server_info = facts.get("server_info") or {}
+    simulated = bool(server_info.get("simulated")) or bool(opts.extra_meta.get("simulated"))
+    meta = {**task.describe(), "indices": [q.index for q in task.questions], "api": api.name,
+            "url": cfg.url, "parallel": cfg.parallel, "simulated": simulated,
+            "server": {k: server_info.get(k) for k in ("version", "build", "model_path", "engine")
+                       if server_info.get(k) is not None},
+            **{k: v for k, v in opts.extra_meta.items() if k != "simulated"}}
+
+    async def warm_up() -> float:
+        """SGLang's frontend warm-up (inside its timed batch, so its time counts in the latency); a URL that
+        does not serve the API is refused here, once. Returns its duration."""
+        t = time.perf_counter()
+        body = api.warmup_body(task.few_shot, task.questions[0].prompt, sampling)
+        warm = await stop.race(client.generate(body))
+        if warm is None or warm.error is None:
+            return time.perf_counter() - t
+        if warm.not_served:
+            found = f" (Server: {warm.server})" if warm.server else ""
+            raise WrongServer(f"{cfg.url} does not serve the {api.name} API: POST {api.generate_path} answered "
+                              f"{warm.error[:160]}{found}; check the URL and the API")
+        if warm.refused:
+            raise ServerGone(f"nothing listens at {cfg.url} ({warm.error})")
+        print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
+        return time.perf_counter() - t
+
+    watchers = [asyncio.ensure_future(_stall_guard(client, stop))]
+    if opts.abort_check is not None:
+        watchers.append(asyncio.ensure_future(_watch(opts.abort_check, stop)))
+    try:
+        # A fresh eval warms up before its directory is made, so a wrong URL or Ctrl-C leaves nothing behind;
+        # a resumed one checks its directory first (a mismatch is refused before any request).
+        fresh = not (out / META).exists()
+        warm_s = 0.0
+        if fresh and opts.warmup and task.questions:
+            warm_s = await warm_up()
+        if stop.event.is_set():
+            return {}
+        store = EvalStore(out)
+        done = store.open(meta)
+        pending = [q for q in task.questions if q.index not in done]
+        if not fresh and opts.warmup and pending:
+            warm_s = await warm_up()
+        return await _ask(task, client, store, pending, done, opts, stop, test, simulated, warm_s)
+    finally:
+        for w in watchers:
+            w.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+
+
+async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Question],
+               done: dict[int, SampleRecord], opts: EvalOptions, stop: _Stop, test: Dataset,
+               simulated: bool, warm_s: float) -> dict[str, Any]:
+    """Send the pending questions, store each answer as it arrives; write the summary however it ends.
+    ``warm_s``: the warm-up's duration, counted in the wall time as SGLang's script counts it."""
+    cfg, api, out = client.cfg, client.api, store.root
+    sampling = task.sampling_params()
+    progress = _Progress(len(task.questions), len(done), sum(1 for r in done.values() if r.correct),
+                         opts.progress, label=f"{out.parent.name}/{out.name}")
+    t0 = time.perf_counter()
+    held: list[tuple[Question, Reply]] = []  # refused replies: errors if the server lives, else missing
+
+    def write(q: Question, reply: Reply) -> None:
+        rec = _record(q.index, q.prompt_sha256, q.label, reply)
+        store.append(rec, q.prompt)
+        progress.update(rec)
+
+    async def one(q: Question) -> None:
+        reply = await client.generate(api.generation_body(q.prompt, sampling))
+        if reply.error is not None and opts.abort_check is not None and not stop.event.is_set():
+            reason = opts.abort_check()
+            if reason is not None:
+                stop.trip(reason)
+        if stop.event.is_set() and reply.error is not None:
+            return  # failed because the server died: "missing" (sent again on resume), not an error
+        if reply.refused:
+            # Hold it: a run of refused connections after retries means the server is gone (abh eval
+            # has no process to watch); then these questions stay missing rather than errors.
+            held.append((q, reply))
+            if len(held) >= REFUSED_STREAK:
+                stop.trip(f"{cfg.url} refuses connections ({len(held)} requests in a row after retries): "
+                          "the server is gone")
+            return
+        while held:  # the server answers again: the refusals were real request errors
+            write(*held.pop(0))
+        write(q, reply)
+
+    tasks = [] if stop.event.is_set() else [asyncio.ensure_future(one(q)) for q in pending]
+    try:
+        if tasks and await stop.race(asyncio.gather(*tasks)) is not None:
+            while held:
+                write(*held.pop(0))
+    finally:
+        for t in tasks:  # stopped: in-flight requests are cancelled, never stored as errors
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # retrieve, so nothing is logged
+        progress.close()
+        wall = time.perf_counter() - t0 + warm_s
+        store.close()
+        samples = load_samples(out)
+        prev_wall = float(store.meta.get("wall_s_total", 0.0))
+        summary = {**summarize(samples, len(task.questions), wall),
+                   "wall_s_this_session": wall, "resumed": bool(store.meta.get("resumes")),
+                   "recipe": task.recipe.to_dict(), "dataset_sha256": test.sha256,
+                   "dataset_canonical": test.canonical, "api": api.name, "simulated": simulated,
+                   "complete": len(samples) == len(task.questions) and stop.reason is None,
+                   "aborted": stop.reason}
+        if summary["resumed"]:
+            summary["latency_s"] = prev_wall + wall
+            total = summary["latency_s"]
+            summary["output_throughput"] = summary["output_tokens"] / total if total > 0 else None
+        store.meta["wall_s_total"] = prev_wall + wall
+        store.save_meta()
+        store.write_summary(summary)
+    return summary
+
+
+async def _stall_guard(client: Client, stop: _Stop) -> None:
+    stop.trip(await client.watch_stall(), stalled=True)
+
+
+async def _watch(check: Callable[[], str | None], stop: _Stop) -> None:
+    """Poll ``check`` (is the server process alive?) and trip ``stop`` when it gives a reason."""
+    while not stop.event.is_set():
+        reason = check()
+        if reason is not None:
+            stop.trip(reason)
+            return
+        await asyncio.sleep(0.5)
+
+
+def run_eval(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Synchronous wrapper of :func:`run_eval_async`."""
+    try:  # uvloop (Linux/macOS) roughly halves the client's per-request overhead at parallel 1319
+        import uvloop
+    except ImportError:
+        return asyncio.run(run_eval_async(*args, **kwargs))
+    return uvloop.run(run_eval_async(*args, **kwargs))
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    acc = "n/a" if s.get("accuracy") is None else f"{s['accuracy']:.3f}"
+    inv = "n/a" if s.get("invalid_rate") is None else f"{s['invalid_rate']:.3f}"
+    thr = "n/a" if s.get("output_throughput") is None else f"{s['output_throughput']:.1f} tok/s"
+    sim = "  [SIMULATED]" if s.get("simulated") else ""
+    return (f"Accuracy: {acc}  Invalid: {inv}  Errors: {s['errors']}/{s['n']}  Missing: {s.get('missing', 0)}  "
+            f"Latency: {s['latency_s']:.3f} s  Output throughput: {thr}{sim}")

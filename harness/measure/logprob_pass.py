@@ -1,0 +1,523 @@
+"""The scoring pass: one server scores the reference completions teacher-forced, into an eval directory.
+
+The reference texts are one arm's greedy completions (``samples.jsonl`` ``output`` of its eval, arm A's r1 by
+default), after exactly the prompts that eval sent (``prompts.jsonl``, checked against each sample's
+``prompt_sha256``). For every answered question the server is asked to score prompt + reference without
+generating: per reference token, its logprob and the server's top-k alternatives. The answers stream into
+``scores.parquet`` / ``scores.json`` (:class:`harness.results.token_store.ScoresWriter`) in the directory given; an engine
+that cannot score writes ``scores.json`` with ``status: not_measured`` and the reason
+(:func:`harness.results.token_store.write_not_measured`), never an empty pass.
+
+Three passes make a divergence measurement (:func:`harness.analysis.divergence.compute_divergence`):
+
+1. the **reference pass**: the reference arm's server scores its own text. Where the server tokenizes
+   (``/tokenize``: SGLang, vLLM, the simulator) the prompt (with its special tokens, as the server did for the
+   eval) and the reference (without) are turned into ids here, once, and stored beside the scores
+   (``score_inputs.parquet``), so every later pass sends exactly the same ids;
+2. the **compared pass** (B's server) and 3. the **floor pass** (a *fresh launch* of the reference arm: an A/A
+   pass on the reference pass's own launch would miss the launch-to-launch noise B's launch carries, and the
+   test would reject every time): both score the same ids and, where the protocol can (SGLang's
+   ``token_ids_logprob``), also the reference pass's top-k ids at every position, so KL is computed on the
+   same ids on both sides. ``token_ids_logprob`` is one id list per request, scored at every position, so the
+   list is the union of the reference pass's top-k ids over the question's positions, capped at
+   ``max_asked_ids`` (the ids with the highest reference probability at some position first); ids outside it
+   are matched from the server's own top-k, and the rest fall into the KL's tail bucket.
+
+The OpenAI completions API (vLLM, llama-cpp-python, which takes no ids at all) is scored by text: its echoed
+tokens and their alternatives come back as text, and are mapped to int32 keys the same way in every pass
+(:func:`text_key`: a hash of the token's text), so the passes align by position and key as id-scored passes
+do (a token the server's tokenizer merges across the prompt's end is not part of the reference then). SGLang
+scored by text (no ``/tokenize``) needs the prompt's length in tokens: the eval's ``prompt_tokens``.
+
+Before the pass, one question is scored alone: a server that refuses it (HTTP 4xx), answers without
+per-token logprobs, or cannot be aligned (:meth:`harness.serving.client.Client.prepare_scoring`) is ``not_measured``.
+Then every question is sent at the client's concurrency, with its retries and stall watchdog; a question
+that still fails is left out and counted (``errors``). A pass is all or nothing on disk: interrupted, it
+leaves no ``scores.parquet`` and is redone by the next run. It runs after the accuracy evals, never inside
+them, and its wall time is recorded (``wall_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from harness.results.eval_store import PROMPTS, load_samples
+from harness.results.fileio import read_json, read_jsonl
+from harness.results.token_store import (
+    SCORES,
+    SCORES_META,
+    NotMeasured,
+    ScoresError,
+    ScoresWriter,
+    ScoreTable,
+    load_scores,
+    write_not_measured,
+)
+from harness.serving.client import Client, ClientConfig, ScoreReply, ServerGone, ServerStalled
+from harness.serving.wire import MalformedResponse, ScoreRequest, TokenScores
+
+__all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_ids",
+           "load_references", "score_pass", "score_pass_async", "text_key"]
+
+T = TypeVar("T")
+
+DEFAULT_TOP_K = 20
+#: At most this many of the reference pass's top-k ids are asked of the other passes per question (SGLang).
+DEFAULT_MAX_ASKED_IDS = 32
+#: The reference pass's token ids of every question's prompt and reference: what the other passes send.
+INPUTS = "score_inputs.parquet"
+
+
+# ------------------------------------------------------------------------------------------ references
+@dataclass(frozen=True)
+class Reference:
+    """One question's reference: the prompt the eval sent and the greedy completion it got."""
+
+    question: int
+    prompt: str
+    text: str
+    #: tokens the server counted in the prompt (the eval's ``prompt_tokens``), when it said
+    prompt_tokens: int | None = None
+
+
+class ScoringError(RuntimeError):
+    """The reference eval cannot be read (no prompts, a prompt that is not the one answered)."""
+
+
+def load_references(eval_dir: str | Path) -> list[Reference]:
+    """The answered questions of ``eval_dir`` as references, by question index. A question with a request
+    error has no reference; an empty completion is kept (it has no token to score)."""
+    root = Path(eval_dir)
+    prompts: dict[int, dict[str, Any]] = {}
+    for row in read_jsonl(root / PROMPTS):
+        if isinstance(row.get("index"), int) and isinstance(row.get("prompt"), str):
+            prompts[int(row["index"])] = row
+    out = []
+    for s in load_samples(root):
+        if s.error is not None or s.output is None:
+            continue
+        p = prompts.get(s.index)
+        if p is None:
+            raise ScoringError(f"{root / PROMPTS} has no prompt for question {s.index}")
+        if p.get("prompt_sha256") != s.prompt_sha256:
+            raise ScoringError(f"{root / PROMPTS}: the prompt of question {s.index} is not the one answered "
+                               "(prompt_sha256 differs)")
+        out.append(Reference(s.index, p["prompt"], s.output, s.prompt_tokens))
+    return out
+
+
+def text_key(text: str | None) -> int:
+    """A token's text as a non-negative int32 key, the same in every process and pass (blake2b, 31 bits).
+    Distinct texts collide with probability about 2^-31 per pair; tokens of identical text are one key."""
+    if text is None:
+        return -1
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).digest(),
+                          "little") & 0x7FFFFFFF
+
+
+# ------------------------------------------------------------------------------------------ inputs file
+def _write_inputs(path: Path, rows: dict[int, tuple[list[int], list[int]]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    qs = sorted(rows)
+    table = pa.table({"question": pa.array(qs, type=pa.int32()),
+                      "prompt_ids": pa.array([rows[q][0] for q in qs], type=pa.list_(pa.int32())),
+                      "reference_ids": pa.array([rows[q][1] for q in qs], type=pa.list_(pa.int32()))})
+    partial = path.with_name(f".{path.name}.partial")
+    pq.write_table(table, partial, compression="zstd")
+    partial.replace(path)
+
+
+def _read_inputs(path: Path) -> dict[int, tuple[list[int], list[int]]]:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path)
+    return {int(q): (list(p), list(r)) for q, p, r in zip(t.column("question").to_pylist(),
+                                                           t.column("prompt_ids").to_pylist(),
+                                                           t.column("reference_ids").to_pylist(), strict=True)}
+
+
+# ------------------------------------------------------------------------------------------ asked ids
+def asked_ids(top_ids: np.ndarray, top_logprobs: np.ndarray, cap: int,
+              reference: np.ndarray | None = None) -> list[int]:
+    """The ids to ask at every position of one question (SGLang ``token_ids_logprob``): the union of the
+    reference pass's top-k ids ``top_ids`` (T, k) over the positions, at most ``cap`` of them, those with the
+    highest logprob at some position first. A position's own reference token (``reference`` (T,)) is left
+    out there: every pass returns its logprob anyway."""
+    top_ids = np.asarray(top_ids)
+    ids = top_ids.reshape(-1)
+    lps = np.asarray(top_logprobs, dtype=float).reshape(-1)
+    keep = ids >= 0
+    if reference is not None:
+        keep &= (top_ids != np.asarray(reference).reshape(-1, 1)).reshape(-1)
+    ids, lps = ids[keep], lps[keep]
+    if ids.size == 0 or cap <= 0:
+        return []
+    order = np.lexsort((ids, -lps))  # by logprob, descending; ties by id (deterministic)
+    _, first = np.unique(ids[order], return_index=True)
+    best = order[np.sort(first)][:cap]
+    return [int(i) for i in ids[best]]
+
+
+# ------------------------------------------------------------------------------------------ options
+@dataclass
+class ScoringOptions:
+    top_k: int = DEFAULT_TOP_K
+    #: The reference pass's directory; None: this pass IS the reference pass (it scores its own text).
+    reference_scores: Path | None = None
+    max_asked_ids: int = DEFAULT_MAX_ASKED_IDS
+    progress: bool = True
+    #: Polled about twice a second; a reason (e.g. "server process exited") stops the pass (ServerGone).
+    abort_check: Callable[[], str | None] | None = None
+    #: Recorded in scores.json (arm, role, launch, engine, ...).
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: Wait up to this long for the server's health endpoint first (0: do not wait).
+    wait_ready_s: float = 0.0
+
+
+# ------------------------------------------------------------------------------------------ one answer
+@dataclass
+class _Rows:
+    token_id: np.ndarray
+    logprob: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+    ref_top_logprobs: np.ndarray | None
+    text_offsets: np.ndarray | None
+
+
+def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.ndarray | None,
+          reference_text: str) -> _Rows:
+    """One answer as the writer's arrays. Ids where the server gave ids at every place, else text keys (the
+    same choice in every pass of a protocol). ``ref_top`` (T, k_ref): the reference pass's top-k ids, whose
+    logprobs this server gave (``id_logprobs``) are lined up with it."""
+    t = len(sc)
+    by_id = all(i is not None for i in sc.ids) and all(i is not None for row in sc.top_ids for i in row)
+    if by_id:
+        tok = np.asarray(sc.ids if t else (ref_ids or []), dtype=np.int64)
+    else:
+        tok = np.asarray([text_key(x) for x in sc.texts], dtype=np.int64)
+    lp = np.asarray([np.nan if v is None else v for v in sc.logprobs], dtype=np.float64)
+    ids = np.full((t, k), -1, np.int64)
+    tlp = np.full((t, k), -np.inf)
+    for i in range(t):
+        row_ids = [int(x) if x is not None else -1 for x in sc.top_ids[i]] if by_id else [
+            text_key(x) for x in sc.top_texts[i]]
+        w = min(k, len(row_ids))
+        ids[i, :w] = row_ids[:w]
+        tlp[i, :w] = sc.top_logprobs[i][:w]
+    ref_lp = None
+    if ref_top is not None and ref_top.shape[0] == t:
+        # this server's logprobs of the reference pass's top-k ids: asked ones (token_ids_logprob), and the
+        # reference token itself (its logprob comes with every answer)
+        ref_lp = np.full(ref_top.shape, np.nan)
+        for i, got in enumerate(sc.id_logprobs):
+            if got:
+                ref_lp[i] = [got.get(int(x), np.nan) if x >= 0 else np.nan for x in ref_top[i]]
+        own = (ref_top == tok[:, None]) & ~np.isnan(lp)[:, None]
+        ref_lp = np.where(own, np.broadcast_to(lp[:, None], ref_top.shape), ref_lp)
+    offs: np.ndarray | None = None
+    if all(o is not None for o in sc.text_offsets) and t:
+        offs = np.asarray(sc.text_offsets, dtype=np.int64)
+    elif t and all(x is not None for x in sc.texts) and "".join(x or "" for x in sc.texts) == reference_text:
+        lens = np.fromiter((len(x or "") for x in sc.texts), dtype=np.int64, count=t)
+        offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    return _Rows(tok, lp, ids, tlp, ref_lp, offs)
+
+
+# ------------------------------------------------------------------------------------------ the pass
+class _NotScorable(Exception):
+    """The server cannot score: the pass is recorded not measured, with this reason."""
+
+
+async def _tokenize(client: Client, text: str, special: bool) -> list[int] | None:
+    """``text`` as ids by the server's tokenize endpoint; None when it serves none (scored by text then)."""
+    api = client.api
+    body: dict[str, Any] = {"prompt": text, "add_special_tokens": special}
+    if api.model:
+        body["model"] = api.model
+    for path in api.tokenize_paths:
+        try:
+            obj = await client.post_json(path, body)
+        except ValueError:  # 4xx: not this path (or not this server)
+            continue
+        tokens = obj.get("tokens") if isinstance(obj, dict) else None
+        if isinstance(tokens, list) and all(isinstance(x, int) for x in tokens):
+            return [int(x) for x in tokens]
+    return None
+
+
+async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[list[int]] | None:
+    """Every text as ids in one request where the server takes a list (SGLang, the simulator); None when it
+    does not (then one request per text)."""
+    api = client.api
+    body: dict[str, Any] = {"prompt": texts, "add_special_tokens": special}
+    if api.model:
+        body["model"] = api.model
+    for path in api.tokenize_paths:
+        try:
+            obj = await client.post_json(path, body)
+        except ValueError:
+            continue
+        tokens = obj.get("tokens") if isinstance(obj, dict) else None
+        if (isinstance(tokens, list) and len(tokens) == len(texts)
+                and all(isinstance(t, list) and all(isinstance(x, int) for x in t) for t in tokens)):
+            return [[int(x) for x in t] for t in tokens]
+    return None
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool, label: str):
+        self.bar = None
+        self.errors = 0
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="q", file=sys.stderr, dynamic_ncols=True,
+                            mininterval=0.5 if sys.stderr.isatty() else 5.0)
+
+    def update(self, error: bool) -> None:
+        self.errors += error
+        if self.bar is not None:
+            self.bar.set_postfix(err=self.errors, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig, out_dir: str | Path,
+                           opts: ScoringOptions | None = None) -> dict[str, Any]:
+    """Score the reference completions of ``reference_eval`` on the server of ``client_cfg`` into
+    ``out_dir``; return what ``scores.json`` says (``status`` ok or not_measured).
+
+    Raises :class:`~harness.serving.client.ServerGone` (:class:`~harness.serving.client.ServerStalled`) when the server dies
+    or hangs, and lets a cancellation through (signals: ``harness.orchestrate.interrupts.Interrupts.run_async``);
+    then ``out_dir`` holds no pass (a rerun scores again).
+    """
+    opts = opts or ScoringOptions()
+    out = Path(out_dir)
+    ref_eval = Path(reference_eval)
+    meta: dict[str, Any] = {**opts.meta, "reference_eval": str(ref_eval),
+                            "reference_scores": None if opts.reference_scores is None else str(opts.reference_scores),
+                            "requested_top_k": int(opts.top_k), "url": client_cfg.url}
+    t0 = time.perf_counter()
+    for name in (SCORES_META, SCORES, INPUTS):  # a pass is redone whole: no stale file may outlive it
+        (out / name).unlink(missing_ok=True)
+
+    def not_measured(reason: str) -> dict[str, Any]:
+        write_not_measured(out, reason, {**meta, "wall_s": time.perf_counter() - t0})
+        return {**meta, "status": "not_measured", "reason": reason}
+
+    try:
+        refs = load_references(ref_eval)
+    except (OSError, ValueError, ScoringError) as e:
+        return not_measured(f"the reference eval {ref_eval} cannot be read: {e}")
+    ref_table = None
+    inputs: dict[int, tuple[list[int], list[int]]] | None = None
+    if opts.reference_scores is not None:
+        try:
+            ref_table = load_scores(opts.reference_scores)
+        except NotMeasured as e:
+            return not_measured(f"the reference pass was not scored: {e.reason}")
+        except (ScoresError, OSError, ValueError) as e:
+            return not_measured(f"the reference pass {opts.reference_scores} is unreadable: {e}")
+        scored = {int(q) for q in ref_table.questions}
+        refs = [r for r in refs if r.question in scored]
+        if (Path(opts.reference_scores) / INPUTS).exists():
+            inputs = _read_inputs(Path(opts.reference_scores) / INPUTS)
+    if not any(r.text for r in refs):
+        return not_measured(f"the reference eval {ref_eval} has no answered question with a completion to score")
+    out.mkdir(parents=True, exist_ok=True)
+    async with Client(client_cfg) as client:
+        try:
+            return await _guarded(client, opts, _score(client, refs, out, opts, meta, t0, ref_table, inputs))
+        except _NotScorable as e:
+            (out / INPUTS).unlink(missing_ok=True)
+            return not_measured(str(e))
+
+
+Result = tuple[Reference, ScoreReply | None, list[int] | None, np.ndarray | None, str | None]
+
+
+async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: dict[str, Any],
+                 t0: float, ref_table: ScoreTable | None,
+                 inputs: dict[int, tuple[list[int], list[int]]] | None) -> dict[str, Any]:
+    if opts.wait_ready_s > 0:
+        await client.wait_ready(opts.wait_ready_s)
+    await client.prepare()
+    try:
+        api = await client.prepare_scoring()
+    except ValueError as e:
+        why = str(e)
+        raise _NotScorable(why if "cannot score" in why else f"{client.cfg.url} cannot score: {why}") from None
+    is_reference = opts.reference_scores is None
+    probe_ref = next(r for r in refs if r.text)
+    if is_reference and await _tokenize(client, probe_ref.prompt, True) is not None:
+        inputs = {}  # tokenize once, here; the other passes send the same ids
+        prompts = await _tokenize_all(client, [r.prompt for r in refs], True)
+        texts = await _tokenize_all(client, [r.text for r in refs], False) if prompts is not None else None
+        if prompts is not None and texts is not None:
+            inputs = {r.question: (p, t) for r, p, t in zip(refs, prompts, texts, strict=True)}
+    by_ids = inputs is not None
+    if by_ids and not is_reference:
+        assert inputs is not None
+        refs = [r for r in refs if r.question in inputs]
+    k = int(opts.top_k)
+    ask = api.scores_given_ids and ref_table is not None and opts.max_asked_ids > 0
+    meta.update({"api": api.name, "by_ids": by_ids, "echo_shift": getattr(api, "echo_shift", None),
+                 "asked_ids": opts.max_asked_ids if ask else 0})
+
+    async def request(ref: Reference) -> tuple[ScoreRequest | None, list[int] | None, np.ndarray | None]:
+        """The scoring request of one question (None: an empty reference), the reference ids it sends and
+        the reference pass's top-k ids at its positions. ValueError when it cannot be asked."""
+        ref_ids = None
+        if by_ids:
+            assert inputs is not None
+            if is_reference and ref.question not in inputs:
+                p_ids = await _tokenize(client, ref.prompt, True)
+                r_ids = await _tokenize(client, ref.text, False)
+                if p_ids is None or r_ids is None:
+                    raise ValueError("the server stopped tokenizing")
+                inputs[ref.question] = (p_ids, r_ids)
+            p_ids, r_ids = inputs[ref.question]
+            ref_ids = r_ids
+            if not r_ids:
+                return None, [], None
+            req = ScoreRequest(p_ids, r_ids, top_k=k)
+        else:
+            if not ref.text:
+                return None, [], None
+            req = ScoreRequest(ref.prompt, ref.text, top_k=k, prompt_tokens=ref.prompt_tokens)
+        top = None
+        if ref_table is not None:
+            rows = ref_table.rows(ref.question)
+            top = ref_table.top_ids[rows]
+            want = (asked_ids(top, ref_table.top_logprobs[rows], opts.max_asked_ids, ref_table.token_id[rows])
+                    if ask else None)
+            # only the reference pass needs the tokens' texts (where the first diverging token starts)
+            req = ScoreRequest(req.prompt, req.reference, top_k=k, prompt_tokens=req.prompt_tokens,
+                               token_ids=want, texts=False)
+        api.scoring_body(req)  # raises ValueError now if this request cannot be asked
+        return req, ref_ids, top
+
+    async def one(ref: Reference) -> Result:
+        try:
+            req, ref_ids, top = await request(ref)
+        except ValueError as e:
+            return ref, None, None, None, str(e)
+        if req is None:
+            return ref, None, ref_ids, None, None
+        return ref, await client.score(req), ref_ids, top, None
+
+    async def probe(ref: Reference) -> Result:
+        """One question alone, first: a server that cannot score says so here (not measured)."""
+        try:
+            req, ref_ids, top = await request(ref)
+        except ValueError as e:
+            raise _NotScorable(f"cannot ask {client.cfg.url} to score: {e}") from None
+        assert req is not None
+        t = time.perf_counter()
+        try:
+            obj = await client.post_json(api.score_path, api.scoring_body(req))
+        except ValueError as e:  # a 4xx: the server refuses scoring requests
+            raise _NotScorable(str(e)) from None
+        try:
+            scores = api.parse_scores(obj, req)
+        except MalformedResponse as e:
+            raise _NotScorable(f"{client.cfg.url} answers a scoring request without per-token logprobs "
+                               f"({e}): this server cannot score") from None
+        return ref, ScoreReply(latency_s=time.perf_counter() - t, attempts=1, scores=scores), ref_ids, top, None
+
+    progress = _Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}")
+    try:
+        with ScoresWriter(out, top_k=k, meta=meta) as writer:
+            _store(writer, await probe(probe_ref), progress, k)
+
+            async def scored(ref: Reference) -> None:
+                # stored by the task that got the answer: what waits is compact arrays, not parsed JSON
+                _store(writer, await one(ref), progress, k)
+
+            tasks = [asyncio.ensure_future(scored(r)) for r in refs if r is not probe_ref]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if is_reference and inputs is not None:
+                _write_inputs(out / INPUTS, inputs)
+            writer.meta["wall_s"] = time.perf_counter() - t0
+    finally:
+        progress.close()
+    return dict(read_json(out / SCORES_META))
+
+
+async def _guarded(client: Client, opts: ScoringOptions, aw: Awaitable[T]) -> T:
+    """``await aw`` unless the server hangs (stall watchdog) or its process goes (``abort_check``) first:
+    then ``aw`` is cancelled and :class:`ServerStalled` / :class:`ServerGone` raised."""
+    task = asyncio.ensure_future(aw)
+    watchers = [asyncio.ensure_future(client.watch_stall())]
+    if opts.abort_check is not None:
+        watchers.append(asyncio.ensure_future(_poll(opts.abort_check)))
+    try:
+        done, _ = await asyncio.wait({task, *watchers}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in watchers:
+            w.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, *watchers, return_exceptions=True)
+    if task in done:
+        return task.result()
+    stalled = watchers[0] in done
+    reason = next(w.result() for w in watchers if w in done)
+    raise (ServerStalled if stalled else ServerGone)(reason)
+
+
+async def _poll(check: Callable[[], str | None]) -> str:
+    while True:
+        reason = check()
+        if reason is not None:
+            return reason
+        await asyncio.sleep(0.5)
+
+
+def _store(writer: ScoresWriter, res: Result, progress: _Progress, k: int) -> None:
+    ref, reply, ref_ids, top, problem = res
+    if problem is not None:
+        writer.record_error(ref.question, problem)
+        progress.update(True)
+        return
+    if reply is None:  # an empty completion: nothing to score
+        progress.update(False)
+        return
+    if reply.error is not None or reply.scores is None:
+        writer.record_error(ref.question, reply.error or "no scores")
+        progress.update(True)
+        return
+    rows = _rows(reply.scores, ref_ids, k, top, ref.text)
+    if rows.token_id.size:
+        writer.add(ref.question, rows.token_id, rows.logprob, rows.top_ids, rows.top_logprobs,
+                   rows.ref_top_logprobs, rows.text_offsets)
+    progress.update(False)
+
+
+def score_pass(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Synchronous wrapper of :func:`score_pass_async` (uvloop when installed)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(score_pass_async(*args, **kwargs))
+    return uvloop.run(score_pass_async(*args, **kwargs))

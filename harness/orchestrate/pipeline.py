@@ -1,0 +1,679 @@
+"""``abh run``: the Hydra app that runs a whole arm comparison.
+
+The pipeline, in order:
+
+1. prepare: validate the config, load the data, open the run directory (resume or refuse), resolve each arm
+   and its engine, diff the arms' launches;
+2. static checks: the side checks that need no server, for both arms, before any server starts (a dry run
+   stops here, with the exit code a real run would have);
+3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
+   checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
+4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
+   other arm's and a fresh launch of its own (:mod:`~harness.orchestrate.logprob_phase`), after every accuracy eval;
+5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
+   table on the terminal and ``report.html``.
+
+Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the task returns the code and the
+:class:`ExitCode` callback raises :class:`RunExit` with it at the end of the run (or sweep).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import hydra
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from harness import exitcodes
+from harness.analysis.comparison import CompareError, compare_dirs, format_summary
+from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
+from harness.analysis.divergence import compute_divergence
+from harness.analysis.gate import comparison_exit
+from harness.analysis.sweep import redact_multirun_yaml
+from harness.arms import sourcediff
+from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
+from harness.arms.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
+from harness.arms.checks.result import CheckResult, SideAssertionError, assert_checks
+from harness.arms.checks.static import run_static_checks
+from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
+from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
+from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_eval_async
+from harness.orchestrate.design import describe, format_design, times_from_cost
+from harness.orchestrate.interrupts import Interrupted, Interrupts
+from harness.orchestrate.logprob_phase import ScoringPhase
+from harness.orchestrate.rundir import (
+    COMPARISON,
+    RUN_LOG,
+    RUN_SUMMARY,
+    Manifest,
+    RunLog,
+    check_resume,
+    config_digest,
+    eval_done,
+    non_semantic_keys,
+    write_failure_summary,
+)
+from harness.orchestrate.schedule import Item, schedule, sequential_schedule
+from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
+from harness.orchestrate.servers import Launch, ServerPool
+from harness.report import write_markdown, write_report
+from harness.report.cost_section import sequential_line
+from harness.report.divergence_section import combined_sentence, terminal_line
+from harness.results import schema
+from harness.results.fileio import StoreError
+from harness.serving.client import ClientConfig
+from harness.stats.sequential import operating_characteristics
+from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
+from harness.util.redact import redact_text
+from harness.util.redact_stdio import redacted_stdio
+
+INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
+#: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
+CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
+
+
+class RunFailure(Exception):
+    """The run stops with ``code`` (see harness.exitcodes) and one message for its user."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def recipe_of(cfg: DictConfig) -> RecipeConfig:
+    t = cfg.task
+    return RecipeConfig(name=t.recipe, num_questions=t.num_questions, num_shots=t.num_shots,
+                        max_new_tokens=t.max_new_tokens)
+
+
+def load_data(cfg: DictConfig) -> tuple[Dataset, Dataset | None]:
+    """Load and check the data, and build the task once, so bad data or options stop before any server."""
+    t = cfg.task
+    test, train = load_splits(t.data_path, t.train_path, t.recipe, t.allow_noncanonical)
+    GSM8K(test, recipe_of(cfg), train)
+    return test, train
+
+
+def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str) -> DictConfig:
+    """The run's engine config with the arm's ``engine:`` overrides; the simulator answers the run's data."""
+    merged = OmegaConf.merge(cfg.engine, OmegaConf.create(OmegaConf.to_container(arm_cfg.engine)))
+    assert isinstance(merged, DictConfig)
+    if merged.kind == "simulated" and not merged.get("data") and Path(data_source).is_file():
+        merged.data = data_source
+    return merged
+
+
+def static_description(desc: dict[str, Any]) -> dict[str, Any]:
+    """A launch description without what only the serving process knows (its live fingerprint)."""
+    return {k: v for k, v in desc.items() if k != "fingerprint"}
+
+
+def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
+    """The arm's exact server command: one NAME=value per env var, then one ``--flag value`` per line."""
+    print(f"\n=== arm {key}: {arm.name} ({arm.side or 'no side declared'}) ===")
+    print(spec.pretty())
+    if list(spec.argv) != list(spec.server_argv):
+        head = spec.argv[:len(spec.argv) - len(spec.server_argv) + 1]
+        print(f"# started through the fingerprint launcher: {' '.join(head)} ...")
+    for problem in arm.source.problems:
+        print(f"# WARNING: {problem}")
+
+
+def format_table(summary: Mapping[str, Any], c: schema.Comparison) -> str:
+    """The result on the terminal: one line naming the experiment and arms, then the same summary
+    ``abh compare`` and ``abh ab`` print (:func:`harness.analysis.comparison.format_summary`)."""
+    head = (f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
+            f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
+    lines = [head, format_summary(c)]
+    div = c.get("divergence")
+    if isinstance(div, dict):
+        lines.append(terminal_line(div))
+        lines.append(combined_sentence(c))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ the run
+class Run:
+    """One experiment in its run directory, phase by phase (see the module docstring). Every event goes to
+    the manifest as it happens; every line to the user goes through ``log``."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog):
+        validate(cfg)
+        self.test, self.train = load_data(cfg)
+        self.cfg, self.run_dir, self.x = cfg, run_dir, cfg.experiment
+        self.interrupts, self.log = interrupts, log
+        self.keys = {"a": str(self.x.a), "b": str(self.x.b)}  # role -> arm key
+        self.allowed = [str(a) for a in self.x.allowed_differences]
+        self.arms: dict[str, ResolvedArm] = {}
+        self.engines: dict[str, Engine] = {}
+        self.live_diff_checked = False
+        run_dir.mkdir(parents=True, exist_ok=True)
+        resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
+        ignores = engine_class(str(cfg.engine.kind)).diff_ignore
+        digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
+        self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
+        if not cfg.dry_run:
+            check_resume(self.manifest.data, digest, run_dir)
+        self.manifest.start_session(
+            experiment=str(self.x.name), config=resolved, digest=digest,
+            dataset={"sha256": self.test.sha256, "source": self.test.source, "canonical": self.test.canonical,
+                     "rows": len(self.test)})
+        self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
+                               concurrent=bool(self.x.concurrent_servers))
+        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
+                        if cfg.divergence.enabled else None)
+        #: GPUs one server of each arm holds (engine.gpus, else derived from its flags): the cost accounting
+        self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
+        #: a sequential run's looks (experiment.sequential), continued from the manifest's record
+        self.looks: Looks | None = None
+        if self.x.get("sequential"):
+            self.looks = Looks(design_of(cfg), None if cfg.dry_run else self.manifest.data.get("sequential"))
+
+    # ------------------------------------------------------------------ before any server
+    def prepare_arms(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Resolve each arm and its engine; return (differences between the static launches, the disallowed)."""
+        descs = {}
+        try:
+            for role, key in self.keys.items():
+                arm_cfg = self.cfg.arms[key]
+                arm = resolve_arm(key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
+                engine = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm, self.run_dir,
+                                       label=f"{role}-{key}")
+                self.arms[key], self.engines[key] = arm, engine
+                descs[key] = static_description(describe_launch(arm, engine))
+        except (ArmError, EngineError, OSError) as e:
+            raise ConfigError(f"cannot prepare arms: {e}") from None
+        diffs = arm_diff(descs)
+        bad = disallowed(diffs, self.allowed)
+        self.manifest.record_arms({k: {"launch": descs[k], "name": self.arms[k].name, "side": self.arms[k].side}
+                                   for k in self.keys.values()}, diffs, bad, self.allowed)
+        # the source diff, computed from the arms' trees or refs; enforced (exit 6) before any server
+        self.source_diff = sourcediff.compute(self.arms[self.keys["a"]], self.arms[self.keys["b"]],
+                                              [str(f) for f in self.x.fix_files])
+        self.manifest.record("source_diff", self.source_diff.to_dict())
+        return diffs, bad
+
+    def enforce_sources(self) -> None:
+        """The arms' sources differ only in ``experiment.fix_files`` (exit 6 otherwise), before any server."""
+        if not self.cfg.dry_run:
+            self.log.say(self.source_diff.line())
+        try:
+            sourcediff.enforce(self.source_diff)
+        except sourcediff.SourceDiffError as e:
+            raise RunFailure(e.code, str(e)) from None
+
+    def static_checks(self) -> dict[str, list[CheckResult]]:
+        """Side checks that need no server (source probes in each arm's interpreter), for every arm."""
+        # with the engine's env too: SGLANG_USE_AITER and friends change what SGLang's modules do at import
+        results = {key: run_static_checks(arm, self.engines[key].cfg.env) for key, arm in self.arms.items()}
+        self.manifest.record_static_checks({k: [r.to_dict() for r in rs] for k, rs in results.items()})
+        return results
+
+    def print_dry_run(self, diffs: list[dict[str, Any]], checks: dict[str, list[CheckResult]]) -> None:
+        for role, key in self.keys.items():
+            print_launch(role, self.arms[key], self.engines[key].launch_spec())
+        print("\nwhat differs between the arms:")
+        for d in diffs or [{"key": "(nothing)", "values": {}}]:
+            print(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items()))
+        print(self.source_diff.line())
+        if self.source_diff.outside:
+            print(f"  {self.source_diff.outside_line()}")
+        for key, results in checks.items():
+            for r in results:
+                print(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected {r.expected!r}, "
+                      f"found {r.found!r})")
+
+    # ------------------------------------------------------------------ measuring
+    def acquire(self, item: Item, label: str) -> Launch:
+        """The server for ``item``'s eval; once both arms have served in this session, their live launches
+        (fingerprints included) are diffed and a disallowed difference stops the run."""
+        launch = self.pool.acquire(item.arm_key, item.role, fresh=item.fresh, label=label)
+        if not self.live_diff_checked and self.pool.launched >= set(self.keys.values()):
+            self.live_diff_checked = True
+            full = {k: describe_launch(self.arms[k], self.engines[k]) for k in self.keys.values()}
+            diffs = arm_diff(full)
+            bad = disallowed(diffs, self.allowed)
+            self.manifest.record_live_diff(full, diffs, bad)
+            # /server_info of both arms, diffed like the launch: shown and recorded, not enforced
+            infos = {k: ((self.manifest.data["arms"][k].get("launches") or [{}])[-1].get("probe") or {})
+                     .get("server_info") for k in self.keys.values()}
+            info_diff = server_info_diff(infos)
+            self.manifest.record("server_info_diff", info_diff)
+            for d in info_diff[:10]:
+                self.log.say("  /server_info differs: " + d["key"] + ": "
+                             + "  vs  ".join(f"{k}={v!r}" for k, v in d["values"].items()))
+            if len(info_diff) > 10:
+                self.log.say(f"  ... and {len(info_diff) - 10} more (manifest.json: server_info_diff)")
+            refuse_disallowed(bad, "the serving processes differ")
+        return launch
+
+    def items(self) -> list[Item]:
+        """The schedule: a fixed design's every eval, or a sequential run's worst case (max_repeats)."""
+        x = self.x
+        if self.looks is not None:
+            return sequential_schedule(self.keys["a"], self.keys["b"], int(x.max_repeats), bool(x.aa_control),
+                                       aa_fresh_launch=bool(x.aa_fresh_launch))
+        return schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
+                        restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
+
+    def cost(self) -> dict[str, Any]:
+        """GPU time so far, per role and in total, from the manifest's launch and eval records."""
+        return cost_from_manifest(self.manifest.data, self.run_dir, gpus=self.gpus)
+
+    def print_design(self, items: list[Item]) -> None:
+        """Before the first launch: launches per arm, passes per launch, whether launch noise is sampled and
+        the expected cost when earlier launches of this run directory were timed (harness.orchestrate.design)."""
+        x, a = self.x, self.keys["a"]
+        gpus = {"a": self.gpus[a], "b": self.gpus[self.keys["b"]], "aa": self.gpus[a]}
+        times = None
+        if any(arm.get("launches") for arm in self.manifest.data.get("arms", {}).values()):
+            prior = self.cost()
+            if "launch_s" not in prior.get("estimated", []):
+                times = times_from_cost(prior)
+        seq = None
+        if self.looks is not None:
+            d = self.looks.design
+            seq = {"max_repeats": d.max_repeats, "min_repeats": d.min_repeats,
+                   "expected_if_null": None if d.tests_margin else
+                   operating_characteristics(d, 0.0)["expected_repeats"]}
+        design = describe(items, concurrent=bool(x.concurrent_servers), gpus=gpus, times=times, sequential=seq)
+        self.manifest.record("planned_design", design)
+        for line in format_design(design, int(x.repeats), bool(x.restart_per_repeat)):
+            self.log.say(line)
+
+    def run_items(self, items: list[Item], of: int, start: int = 0) -> None:
+        """Evaluate ``items`` (numbered from ``start`` + 1 of ``of``), keeping those already complete. With
+        concurrent servers every arm's server is up and asserted before the first question."""
+        pending: list[Item] = []
+        for n, item in enumerate(items, start + 1):
+            self.manifest.add_eval(item.rel_dir, arm=item.arm_key, role=item.role, repeat=item.repeat)
+            if eval_done(self.run_dir / item.rel_dir):
+                self.log.say(f"[{n}/{of}] {item.rel_dir}: already complete, kept")
+            else:
+                pending.append(item)
+        if self.x.concurrent_servers:
+            firsts: dict[str, Item] = {}
+            for it in pending:
+                firsts.setdefault(it.arm_key, it)
+            for first in firsts.values():
+                self.acquire(first, "")
+        for n, item in enumerate(items, start + 1):
+            if item in pending:
+                label = f"[{n}/{of}]"
+                self.evaluate(item, self.acquire(item, label), label)
+
+    def measure(self) -> None:
+        items = self.items()
+        self.print_design(items)
+        try:
+            if self.looks is None:
+                self.run_items(items, len(items))
+            else:
+                self.measure_sequential(items)
+            if self.scoring is not None:  # after every accuracy eval, never inside one
+                self.scoring.run()
+        finally:
+            self.pool.stop_all()
+            self.manifest.end_session()
+
+    def measure_sequential(self, items: list[Item]) -> None:
+        """Repeat r of both arms (fresh launches), then the look; stop when a look decides or at max_repeats;
+        then the A/A control. Every look is recorded in the manifest as it is made, so a rerun continues from
+        the recorded looks (and skips the repeats a decided run no longer needs)."""
+        looks = self.looks
+        assert looks is not None
+        rel = self.run_dir / "evals"
+        done = 0
+        for r in range(1, looks.design.max_repeats + 1):
+            if not looks.wants(r):
+                break
+            pair = [it for it in items if it.role in ("a", "b") and it.repeat == r]
+            self.run_items(pair, len(items), done)
+            done += len(pair)
+            for key in list(self.pool.live):  # never reused: the next repeat (or the A/A control) launches afresh
+                self.pool.stop(key, f"repeat {r} of both arms is done")
+            decision = looks.look(r, [rel / "a" / f"r{k}" for k in range(1, r + 1)],
+                                  [rel / "b" / f"r{k}" for k in range(1, r + 1)])
+            if decision is None:
+                self.log.say(f"repeat {r}: no look before repeat {looks.design.min_repeats}")
+                continue
+            self.manifest.record("sequential", looks.record(self.cost()))
+            self.log.say(f"look after repeat {r}: {decision['sentence']}")
+            if decision["stop"]:
+                break
+        aa = [it for it in items if it.role == "aa"]
+        if aa and looks.decided:
+            self.run_items(aa, len(items), done)
+
+    def evaluate(self, item: Item, launch: Launch, label: str) -> None:
+        cfg, key, rel, engine = self.cfg, item.arm_key, item.rel_dir, launch.engine
+        self.manifest.eval_started(rel, launch.id)
+        launch.passes += 1
+        self.log.say(f"{label} eval {rel} (arm {key}, launch {launch.id}) on {engine.url}")
+        ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
+                            request_timeout_s=cfg.client.request_timeout_s, retries=cfg.client.retries,
+                            backoff_s=cfg.client.backoff_s, stall_timeout_s=cfg.client.stall_timeout_s)
+        # launch: which server launch served the eval (the statistics treat runs that share one as dependent);
+        # "instance" is the same id under the name the eval store records per session.
+        meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
+                "simulated": engine.simulated}
+        opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta)
+        try:
+            summary = self.interrupts.run_async(
+                run_eval_async(self.test, recipe_of(cfg), ccfg, self.run_dir / rel, self.train, opts))
+        except Interrupted:
+            self.manifest.eval_ended(rel, "interrupted")
+            raise
+        except WrongServer as e:  # the launched server does not speak the configured API: a config problem
+            self.manifest.eval_ended(rel, "failed", error=str(e))
+            raise RunFailure(exitcodes.BAD_CONFIG, f"arm {key}: {e}") from None
+        except ServerGone as e:  # died, or stalled (the client's watchdog): stop it, say why, keep the answers
+            tail = self.pool.log_tail(key)
+            self.manifest.eval_ended(rel, "failed", error=str(e))
+            self.pool.stop(key, "it failed")
+            raise RunFailure(exitcodes.SERVER_FAILURE,
+                             f"server of arm {key} (launch {launch.id}) failed during {rel}: {e}. "
+                             "Answers so far are kept; rerun the same command to resume."
+                             + (f"\n--- last lines of its log ---\n{tail}" if tail else "")) from None
+        status = "complete" if summary["complete"] and not summary["errors"] else (
+            "errors" if summary["complete"] else "incomplete")
+        self.manifest.eval_ended(rel, status, summary)
+        acc = summary["accuracy"]
+        self.log.say(f"  {rel}: accuracy {acc:.4f}, errors {summary['errors']}" if acc is not None
+                     else f"  {rel}: no answers")
+
+    # ------------------------------------------------------------------ statistics and report
+    def finish(self) -> int:
+        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
+        dirs = {role: [run_dir / rel for rel in m.evals_of(role)] for role in ("a", "b", "aa")}
+        try:
+            comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
+                                      margin=None if s.margin_pp is None else s.margin_pp / 100,
+                                      min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
+                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
+                                      hypothesis=str(s.hypothesis))
+        except CompareError as e:
+            raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
+                             "command to retry the failed requests.") from None
+        names: schema.ArmNames = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
+        comparison["arm_names"] = names
+        cost = self.cost()
+        m.record("cost", cost)
+        seq: dict[str, Any] | None = None
+        if self.looks is not None:  # the verdict of a sequential run is its sequential decision
+            seq = self.looks.record(cost)
+            m.record("sequential", seq)
+            apply_to_comparison(comparison, seq)  # type: ignore[arg-type]
+        if self.scoring is not None:
+            d = self.scoring.dirs()
+            comparison["divergence"] = compute_divergence(  # type: ignore[typeddict-item]
+                d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference)
+        schema.write_comparison(run_dir / COMPARISON, comparison)
+        fail_on = self.cfg.get("fail_on")
+        code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
+        design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
+                  "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
+                  "order": str(x.order)}
+        summary = schema.run_summary(comparison, experiment=str(x.name),
+                                     repeats=x.repeats if seq is None else seq["repeats_run"],
+                                     aa_control=bool(x.aa_control), exit_code=code)
+        summary["design"] = design
+        summary["cost"] = cost  # type: ignore[typeddict-item]
+        if seq is not None:
+            summary["sequential"] = seq  # type: ignore[typeddict-item]
+        schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
+        m.record_status(code, summary["verdict"])
+        print(format_table(summary, comparison))
+        if seq is not None:
+            print(f"  {sequential_line(seq)}")
+        print(format_cost(cost))
+        if code == exitcodes.TOO_MANY_ERRORS:
+            self.log.say("too many requests failed after retries; rerun the same command to retry them")
+        elif code == exitcodes.GATE_FAILED:
+            self.log.say(f"verdict {comparison['verdict']} fails --fail-on {fail_on} (exit {code})")
+        if self.cfg.report:
+            try:
+                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
+                self.log.write(traceback.format_exc())
+                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
+                             f"traceback in {run_dir / RUN_LOG}")
+                return code or exitcodes.UNEXPECTED
+        return code
+
+
+def refuse_disallowed(bad: list[dict[str, Any]], what: str = "the arms differ") -> None:
+    if bad:
+        raise RunFailure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
+                         + "; ".join(d["key"] for d in bad)
+                         + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
+
+
+def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog) -> int:
+    """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
+    run = Run(cfg, run_dir, interrupts, log)
+    diffs, bad = run.prepare_arms()
+    if cfg.dry_run:
+        checks = run.static_checks()
+        run.print_dry_run(diffs, checks)
+        run.print_design(run.items())
+        print("\ndry run: no server started, nothing measured.")
+        # The dry run exits as the real run would before its first server: 2, 6, 3, in that order.
+        problems = [p for arm in run.arms.values() for p in arm.source.problems]
+        if problems:
+            raise RunFailure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
+        refuse_disallowed(bad)
+        run.enforce_sources()
+        for key, results in checks.items():  # the real run's message: "side assertion failed for arm ..."
+            try:
+                assert_checks(results, key)
+            except SideAssertionError as e:
+                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
+                                 f"{e} (a real run would stop here, before measuring)") from None
+        return exitcodes.OK
+    refuse_disallowed(bad)
+    run.enforce_sources()
+    for key, results in run.static_checks().items():
+        assert_checks(results, key)
+    run.measure()
+    interrupts.check()  # a signal that arrived while the last servers were being stopped
+    return run.finish()
+
+
+def exit_for(e: BaseException) -> tuple[int, str] | None:
+    """The exit code and the one line for an expected failure; None for a bug."""
+    if isinstance(e, RunFailure):
+        return e.code, f"error: {e}"
+    if isinstance(e, Interrupted):
+        return e.exit_code, f"interrupted by {e}; servers stopped, results kept. Rerun the same command to resume."
+    if isinstance(e, KeyboardInterrupt):
+        return exitcodes.INTERRUPTED, "interrupted; servers stopped, results kept. Rerun the same command to resume."
+    if isinstance(e, CONFIG_ERRORS):
+        return exitcodes.BAD_CONFIG, f"error: {e}"
+    if isinstance(e, SideAssertionError):
+        return exitcodes.SIDE_ASSERTION_FAILED, f"error: {e}"
+    if isinstance(e, EngineError):
+        return exitcodes.SERVER_FAILURE, f"server failure: {e}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ Hydra
+class RunExit(SystemExit):
+    """``abh run``'s exit code, carried out of Hydra (raised by :class:`ExitCode`, or to stop a sweep)."""
+
+
+def job_code(job_return: JobReturn | None) -> int:
+    """A job's exit code: its return value (an int); a job that raised is a bug."""
+    if job_return is None:
+        return exitcodes.OK
+    if job_return.status == JobStatus.FAILED:
+        return exitcodes.UNEXPECTED
+    value = job_return.return_value
+    return value if isinstance(value, int) else exitcodes.OK
+
+
+class ExitCode(Callback):
+    """Hydra callback (configs/config.yaml): the run's exit code is its job's return value; a sweep's is the
+    largest of its jobs'."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        self.codes.append(job_code(job_return))
+
+    def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
+        code = job_code(job_return)
+        if code:
+            raise RunExit(code)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        code = max(self.codes, default=exitcodes.OK)
+        if code:
+            raise RunExit(code)
+
+
+def in_multirun() -> bool:
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+def in_submitit() -> bool:
+    return "SUBMITIT_EXECUTOR" in os.environ or "SLURM_JOB_ID" in os.environ
+
+
+def task(cfg: DictConfig) -> int:
+    """The Hydra job: run the experiment in Hydra's output directory; return the exit code."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if in_multirun():  # before anything can interrupt the sweep
+        redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
+    log = RunLog(run_dir)
+    with Interrupts() as interrupts:
+        try:
+            code = run_experiment(cfg, run_dir, interrupts, log)
+        except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
+            known = exit_for(e)
+            if known is None and not isinstance(e, Exception):
+                raise  # SystemExit and the like: not ours to translate
+            if known is None:
+                code = exitcodes.UNEXPECTED
+                log.write(traceback.format_exc())
+                line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback in "
+                        f"{run_dir / RUN_LOG}")
+                print(redact_text(line), file=sys.stderr, flush=True)
+                log.write(line)
+                reason = f"unexpected error (a bug): {type(e).__name__}: {e}"
+            else:
+                code, line = known
+                log.say(line)
+                reason = line
+            if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
+                with contextlib.suppress(Exception):  # the failure is reported already; this is the record
+                    write_failure_summary(run_dir, str(cfg.experiment.name), code, reason)
+    if code in INTERRUPTED_CODES and in_multirun():
+        raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
+    if code and in_submitit():
+        raise RunExit(code)  # the job fails, so submitit/SLURM see it
+    return code
+
+
+# ------------------------------------------------------------------------------------------ --help
+def _options(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def help_text() -> str:
+    """``abh run --help``: the config groups and their options as files define them (not the schemas)."""
+    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]",
+             "               [--fail-on regressed|not-noninferior|any-difference]", "",
+             "Launch each arm's server, assert its side, evaluate, compare. Every key of the config can be",
+             "overridden with KEY=VALUE (`abh run --cfg job` prints them all with their values); an unknown key",
+             "is an error. -m runs a sweep over comma-separated values. Rerunning the same command resumes.", "",
+             "config groups (GROUP=OPTION):"]
+    for group in ("experiment", "engine", "task", "stats", "hydra/launcher"):
+        lines.append(f"  {group}: {', '.join(_options(CONFIG_DIR / group))}")
+    arms = arms_root() / "arms"
+    if arms.is_dir():
+        lines += ["", f"arm files ({arms}; used by experiments as /arms/DIR@arms.KEY: FILE):"]
+        for d in sorted(p for p in arms.iterdir() if p.is_dir()):
+            lines.append(f"  {d.name}: {', '.join(_options(d))}")
+    lines += ["", "examples:", "  abh run                                 the SIMULATED demo",
+              "  abh run experiment=NAME dry_run=true     print each arm's command, run the static checks",
+              "  abh run experiment.repeats=3 -m arms.b.engine.accuracy=0.93,0.96",
+              "", "Hydra's own options: abh run --hydra-help"]
+    return "\n".join(lines)
+
+
+def malformed_yaml(roots: list[Path]) -> str | None:
+    """The first config or arm file under ``roots`` that is not valid YAML, as one line (None when all parse).
+    Hydra would report it as a 90-line traceback; checked before Hydra composes anything."""
+    for root in roots:
+        for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
+            try:
+                yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError) as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                what = getattr(e, "problem", None) or type(e).__name__
+                return f"{path}{where}: not valid YAML ({what})"
+    return None
+
+
+def fail_on_override(argv: list[str]) -> list[str]:
+    """``--fail-on X`` (or ``--fail-on=X``), the CI gate of ``abh compare`` and ``abh ab``, as the Hydra override
+    ``fail_on=X``; everything else is left for Hydra."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--fail-on":
+            out.append(f"fail_on={next(it, '')}")
+        elif a.startswith("--fail-on="):
+            out.append(f"fail_on={a.split('=', 1)[1]}")
+        else:
+            out.append(a)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """Entry of ``abh run``: hand the overrides to Hydra; map its outcome to our exit codes."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text())
+        return exitcodes.OK
+    argv = fail_on_override(argv)
+    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"])
+    if bad:
+        print(f"abh run: error: {bad}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
+    saved = sys.argv
+    sys.argv = ["abh run", *argv]
+    try:
+        with redacted_stdio(argv):  # Hydra prints the config (--cfg) and repeats overrides in errors: redact both
+            app()
+    except RunExit as e:
+        return int(e.code) if isinstance(e.code, int) else exitcodes.UNEXPECTED
+    except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before the job's handlers: nothing was started
+        return exitcodes.INTERRUPTED
+    except SystemExit as e:
+        # Hydra exits 1 on composition errors (unknown key, bad value, missing config), argparse 2: bad config.
+        if e.code in (0, None):
+            return exitcodes.OK
+        return exitcodes.BAD_CONFIG if e.code in (1, 2) else int(e.code) if isinstance(
+            e.code, int) else exitcodes.UNEXPECTED
+    finally:
+        sys.argv = saved
+    return exitcodes.OK

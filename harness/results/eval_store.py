@@ -1,0 +1,191 @@
+"""On-disk results of one eval: crash-safe and resumable (the models are in :mod:`harness.results.schema`).
+
+One directory per eval::
+
+    eval.json       what was asked (task, recipe, dataset hash, question indices, target); written first
+    prompts.jsonl   {"index", "prompt_sha256", "prompt"}: the exact text of every prompt sent
+    samples.jsonl   one SampleRecord per question, appended and flushed as each answer arrives
+    summary.json    EvalSummary, written atomically at the end (and after a resume)
+
+Rerunning into the same directory resumes: questions with an answered row are kept, rows that carry a
+request error (and a torn last line from a crash) are dropped and sent again. The file is rewritten
+atomically before appending, so every question appears exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from harness.results import schema
+from harness.results.fileio import StoreError, atomic_write_text, read_jsonl
+from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
+
+__all__ = ["META", "PROMPTS", "SAMPLES", "SUMMARY", "EvalStore", "SampleRecord", "StoreError",
+           "incomplete_reason", "load_eval", "load_samples", "summarize"]
+
+SAMPLES = schema.SAMPLES_FILE
+PROMPTS = schema.PROMPTS_FILE
+SUMMARY = schema.EVAL_SUMMARY_FILE
+META = schema.EVAL_FILE
+
+
+def _describe_change(old: Any, new: Any) -> str:
+    """``num_questions: 1319 -> 100`` for dicts, else the two values (shortened)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4])
+    if isinstance(old, list) and isinstance(new, list):
+        return f"{len(old)} questions -> {len(new)} questions" if len(old) != len(new) else "other questions"
+    return f"{str(old)[:40]!r} -> {str(new)[:40]!r}"
+
+
+class EvalStore:
+    """Append-as-you-go storage for one eval directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.meta: dict[str, Any] = {}
+        self._samples_f: IO[str] | None = None
+        self._prompts_f: IO[str] | None = None
+
+    # ------------------------------------------------------------------ opening / resuming
+    def open(self, meta: EvalMeta | dict[str, Any]) -> dict[int, SampleRecord]:
+        """Create or resume the eval; return the answered samples already on disk, by index.
+
+        ``meta`` must carry ``dataset_sha256``, ``recipe`` and ``indices``; a directory holding an eval
+        of different ones is refused rather than mixed.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        meta_path = self.root / META
+        done: dict[int, SampleRecord] = {}
+        if meta_path.exists():
+            old: dict[str, Any] = dict(schema.load_eval_meta(meta_path))
+            for key in ("dataset_sha256", "recipe", "indices", "api"):
+                if old.get(key) != meta.get(key):
+                    raise StoreError(
+                        f"{self.root} already holds an eval with a different {key} "
+                        f"({_describe_change(old.get(key), meta.get(key))}); "
+                        "use another output directory (or delete this one) instead of mixing results")
+            wanted = set(meta["indices"])
+            for row in read_jsonl(self.root / SAMPLES):
+                rec = SampleRecord.from_dict(row)
+                if rec.error is None and rec.index in wanted:
+                    done[rec.index] = rec
+            resumes = int(old.get("resumes", 0)) + (1 if done else 0)
+            # Each session's target is kept: a resume on another server instance (new port) is recorded.
+            sessions = [*old.get("sessions", []), {k: meta.get(k) for k in ("url", "instance", "server")}]
+            new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions}
+            # Rewrite without error rows, duplicates and torn lines, then append from there.
+            atomic_write_text(self.root / SAMPLES,
+                              "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n"
+                                      for r in sorted(done.values(), key=lambda r: r.index)))
+            seen_prompts = {int(r["index"]): r for r in read_jsonl(self.root / PROMPTS) if isinstance(r.get("index"), int)}
+            atomic_write_text(self.root / PROMPTS,
+                              "".join(json.dumps(seen_prompts[i], ensure_ascii=False) + "\n"
+                                      for i in sorted(seen_prompts) if i in done))
+        else:
+            new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
+        self.meta = schema.stamp(schema.EVAL, new)
+        self.save_meta()
+        self._samples_f = (self.root / SAMPLES).open("a", encoding="utf-8")
+        self._prompts_f = (self.root / PROMPTS).open("a", encoding="utf-8")
+        return done
+
+    def close(self) -> None:
+        for f in (self._samples_f, self._prompts_f):
+            if f is not None and not f.closed:
+                f.close()
+        self._samples_f = self._prompts_f = None
+
+    def __enter__(self) -> EvalStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+    def append(self, rec: SampleRecord, prompt: str | None = None) -> None:
+        """Append one sample (and its prompt) and flush, so a crash loses at most the line being written."""
+        assert self._samples_f is not None, "open() first"
+        if prompt is not None and self._prompts_f is not None:
+            self._prompts_f.write(json.dumps({"index": rec.index, "prompt_sha256": rec.prompt_sha256,
+                                              "prompt": prompt}, ensure_ascii=False) + "\n")
+            self._prompts_f.flush()
+        self._samples_f.write(json.dumps(asdict(rec), ensure_ascii=False) + "\n")
+        self._samples_f.flush()
+
+    def save_meta(self) -> None:
+        """Rewrite eval.json from ``self.meta`` (e.g. after adding the wall time of a session)."""
+        schema.write_eval_meta(self.root / META, self.meta)  # type: ignore[arg-type]
+
+    def write_summary(self, summary: EvalSummary | dict[str, Any]) -> None:
+        schema.write_eval_summary(self.root / SUMMARY, summary)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ reading
+def load_samples(root: str | Path) -> list[SampleRecord]:
+    """All samples of an eval directory, one per index (the last row wins), sorted by index."""
+    by_index: dict[int, SampleRecord] = {}
+    for row in read_jsonl(Path(root) / SAMPLES):
+        rec = SampleRecord.from_dict(row)
+        by_index[rec.index] = rec
+    return [by_index[i] for i in sorted(by_index)]
+
+
+def load_eval(root: str | Path) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
+    """(eval.json, samples, summary.json or None) of an eval directory; StoreError (a SchemaError for a
+    file of another kind or an unknown schema_version) when it cannot be read."""
+    root = Path(root)
+    if not (root / META).exists():
+        raise StoreError(f"{root} is not an eval directory (no {META})")
+    meta = schema.load_eval_meta(root / META)
+    summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
+    return meta, load_samples(root), summary
+
+
+def incomplete_reason(meta: EvalMeta, samples: list[SampleRecord], summary: EvalSummary | None) -> str | None:
+    """Why an eval is not complete (None when it is): no summary (it never finished), a summary that says
+    incomplete (an aborted or interrupted eval), or fewer stored rows than questions (a truncated
+    samples.jsonl, whatever its summary says). Request errors do not make an eval incomplete: they are
+    counted, and rerunning ``abh eval`` retries them."""
+    n = len(meta.get("indices") or [])
+    wanted = set(meta.get("indices") or [])
+    rows = sum(1 for s in samples if s.index in wanted)
+    if summary is None:
+        return f"it has no {SUMMARY} (it never finished; {rows} of {n} questions stored)"
+    if summary.get("complete") is not True:
+        why = summary.get("aborted") or "its summary says incomplete"
+        return f"{why} ({rows} of {n} questions stored)"
+    if rows < n:
+        return f"samples.jsonl holds {rows} of {n} questions although its summary says complete"
+    return None
+
+
+def summarize(samples: Iterable[SampleRecord], n_expected: int, wall_s: float) -> dict[str, Any]:
+    """The summary figures of SGLang's script, with errors counted apart from wrong answers."""
+    rows = list(samples)
+    answered = [r for r in rows if r.error is None]
+    errors = [r for r in rows if r.error is not None]
+    correct = sum(1 for r in answered if r.correct)
+    invalid = sum(1 for r in answered if r.invalid)
+    completion = sum(int(r.completion_tokens or 0) for r in answered)
+    n_ans = len(answered)
+    missing = max(0, n_expected - len(rows))
+    return {
+        "n": n_expected,
+        "answered": n_ans,
+        "correct": correct,
+        "invalid": invalid,
+        "errors": len(errors),
+        "missing": missing,
+        "accuracy": (correct / n_ans) if n_ans else None,
+        "invalid_rate": (invalid / n_ans) if n_ans else None,
+        "error_rate": (len(errors) + missing) / n_expected if n_expected else 0.0,
+        "latency_s": wall_s,
+        "output_tokens": completion,
+        "output_throughput": (completion / wall_s) if wall_s > 0 else None,
+    }

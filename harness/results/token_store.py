@@ -1,0 +1,435 @@
+"""Per-token scores of one scoring pass on disk: what a server said, teacher-forced, about the reference text.
+
+A scoring pass asks one server to score the reference completions (arm A's greedy outputs) token by token,
+without generating. It is stored in the eval directory of the server's run, beside ``samples.jsonl``::
+
+    scores.parquet   one row per (question, position) of the reference completion (columns below)
+    scores.json      {"schema_version", "kind": "abh.scores", "status": "ok" | "not_measured", "reason",
+                      "top_k", "questions", "tokens", "errors", "error_examples", "top_width",
+                      "ref_width", "text_offsets" (list widths, whether offsets were stored),
+                      ... the caller's meta (reference dir, engine, wall_s)}
+
+``scores.parquet`` columns (Parquet via pyarrow, zstd, row groups of ``row_group_rows`` tokens):
+
+==================  =================  ==========================================================
+question            int32              dataset index of the question (``SampleRecord.index``)
+position            int32              0-based token position within the reference completion
+token_id            int32              the reference token at that position
+logprob             float32            this server's logprob of that token given prompt + prefix
+top_ids             list<int32>        this server's top-k ids at that position
+top_logprobs        list<float32>      their logprobs (same order as ``top_ids``)
+ref_top_logprobs    list<float32>      nullable: this server's logprobs of the REFERENCE pass's
+                                       top-k ids, aligned with that pass's ``top_ids`` (SGLang
+                                       ``token_ids_logprob``); NaN where an id was not returned
+text_offset         int32              nullable: character offset of the token's start in the
+                                       reference completion text (for "first diverging token")
+==================  =================  ==========================================================
+
+A question whose reference completion has no token has no row; a question the server failed to score is
+left out and counted in ``errors`` (:meth:`ScoresWriter.record_error`). Rows may arrive in any question order (answers come back as they finish); :func:`load_scores` returns
+them sorted by (question, position). An engine that cannot score writes ``scores.json`` with
+``status: "not_measured"`` and a reason (:func:`write_not_measured`), never an empty or zero file.
+
+Memory: the writer holds at most one row group of numpy arrays; the reader fills preallocated numpy
+arrays one row group at a time. No per-token Python object is kept for the whole pass.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+import numpy as np
+
+from harness.results.fileio import atomic_write_json, read_json
+
+SCHEMA_VERSION = 1
+SCORES = "scores.parquet"
+SCORES_META = "scores.json"
+KIND = "abh.scores"
+PAD_ID = -1
+DEFAULT_ROW_GROUP_ROWS = 65_536
+MAX_ERROR_EXAMPLES = 5
+
+
+class ScoresError(RuntimeError):
+    """A scores file is missing, unreadable or inconsistent."""
+
+
+class NotMeasured(ScoresError):  # noqa: N818 - a state, not a failure
+    """The pass was not scored (the engine cannot score, or no scoring pass ran); ``reason`` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([
+        ("question", pa.int32()),
+        ("position", pa.int32()),
+        ("token_id", pa.int32()),
+        ("logprob", pa.float32()),
+        ("top_ids", pa.list_(pa.int32())),
+        ("top_logprobs", pa.list_(pa.float32())),
+        ("ref_top_logprobs", pa.list_(pa.float32())),
+        ("text_offset", pa.int32()),
+    ])
+
+
+def _as_2d(rows: Any, dtype: Any, fill: Any) -> np.ndarray:
+    """(T, k) array from a 2-D array or a list of per-token lists of varying length (padded with fill)."""
+    if isinstance(rows, np.ndarray):
+        if rows.ndim != 2:
+            raise ValueError(f"top-k array must be 2-D (tokens, k), got shape {rows.shape}")
+        return rows.astype(dtype, copy=False)
+    lens = [len(r) for r in rows]
+    k = max(lens, default=0)
+    out = np.full((len(lens), k), fill, dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+class _Chunk(TypedDict):
+    """One question's columns, buffered until the next row group is written."""
+    question: np.ndarray
+    position: np.ndarray
+    token_id: np.ndarray
+    logprob: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+    ref_top_logprobs: np.ndarray | None
+    text_offset: np.ndarray | None
+
+
+class ScoresWriter:
+    """Stream one scoring pass to ``root/scores.parquet``, one question at a time, in any order.
+
+    Written to a hidden partial file and renamed on :meth:`close`, with ``scores.json`` written last: a
+    crash leaves no ``scores.parquet`` and no ``status: ok``. Use as a context manager; on an exception the
+    partial file is removed.
+    """
+
+    def __init__(self, root: str | Path, *, top_k: int, meta: dict[str, Any] | None = None,
+                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS):
+        import pyarrow.parquet as pq
+
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.top_k = int(top_k)
+        self.meta = dict(meta or {})
+        self.row_group_rows = int(row_group_rows)
+        self._partial = self.root / f".{SCORES}.partial"
+        self._writer = pq.ParquetWriter(self._partial, _schema(), compression="zstd")
+        self._buf: list[_Chunk] = []
+        self._buffered = 0
+        self._seen: set[int] = set()
+        self.errors: dict[int, str] = {}
+        self._width = self._ref_width = 0
+        self._offsets = False
+        self.tokens = 0
+        self._closed = False
+
+    def add(self, question: int, token_ids: Sequence[int] | np.ndarray, logprobs: Sequence[float] | np.ndarray,
+            top_ids: Sequence[Sequence[int]] | np.ndarray, top_logprobs: Sequence[Sequence[float]] | np.ndarray,
+            ref_top_logprobs: Sequence[Sequence[float]] | np.ndarray | None = None,
+            text_offsets: Sequence[int] | np.ndarray | None = None) -> None:
+        """Add the scores of one question's reference completion (T tokens).
+
+        ``top_ids``/``top_logprobs``: (T, k) arrays or per-token lists (a shorter list is padded with id
+        ``PAD_ID`` and logprob ``-inf``); ``ref_top_logprobs`` (T, k_ref) NaN-padded; ``text_offsets`` (T,).
+        """
+        if self._closed:
+            raise ScoresError("writer is closed")
+        q = int(question)
+        if q in self._seen:
+            raise ScoresError(f"question {q} added twice to {self.root / SCORES}")
+        tok = np.asarray(token_ids, dtype=np.int32).reshape(-1)
+        t = tok.size
+        lp = np.asarray(logprobs, dtype=np.float32).reshape(-1)
+        ids = _as_2d(top_ids, np.int32, PAD_ID)
+        tlp = _as_2d(top_logprobs, np.float32, -np.inf)
+        if lp.size != t or ids.shape[0] != t or tlp.shape != ids.shape:
+            raise ScoresError(f"question {q}: {t} tokens but {lp.size} logprobs, top_ids {ids.shape}, "
+                              f"top_logprobs {tlp.shape}")
+        ref = None if ref_top_logprobs is None else _as_2d(ref_top_logprobs, np.float32, np.nan)
+        if ref is not None and ref.shape[0] != t:
+            raise ScoresError(f"question {q}: ref_top_logprobs has {ref.shape[0]} rows for {t} tokens")
+        off = None if text_offsets is None else np.asarray(text_offsets, dtype=np.int32).reshape(-1)
+        if off is not None and off.size != t:
+            raise ScoresError(f"question {q}: {off.size} text offsets for {t} tokens")
+        self._seen.add(q)
+        self._width = max(self._width, ids.shape[1])
+        self._ref_width = max(self._ref_width, 0 if ref is None else ref.shape[1])
+        self._offsets = self._offsets or off is not None
+        self._buf.append({"question": np.full(t, q, dtype=np.int32), "position": np.arange(t, dtype=np.int32),
+                          "token_id": tok, "logprob": lp, "top_ids": ids, "top_logprobs": tlp,
+                          "ref_top_logprobs": ref, "text_offset": off})
+        self._buffered += t
+        self.tokens += t
+        if self._buffered >= self.row_group_rows:
+            self._flush()
+
+    def record_error(self, question: int, message: str) -> None:
+        """Note a question this pass could not score (request error): it is left out, and counted."""
+        self.errors[int(question)] = str(message)[:500]
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if not self._buf:
+            return
+        n = self._buffered
+
+        def cat(key: Literal["question", "position", "token_id", "logprob"]) -> np.ndarray:
+            return np.concatenate([b[key] for b in self._buf])
+
+        def lists(key: Literal["top_ids", "top_logprobs", "ref_top_logprobs"], value_type: Any,
+                  nullable: bool) -> Any:
+            parts = [b[key] for b in self._buf]
+            if nullable and all(p is None for p in parts):
+                return pa.nulls(n, pa.list_(value_type))
+            offsets = [0]
+            values = []
+            valid = []
+            for b, p in zip(self._buf, parts, strict=True):
+                rows = b["token_id"].size
+                if p is None:
+                    offsets.extend([offsets[-1]] * rows)
+                    valid.append(np.zeros(rows, dtype=bool))
+                    continue
+                k = p.shape[1]
+                offsets.extend((offsets[-1] + k * np.arange(1, rows + 1)).tolist())
+                values.append(p.reshape(-1))
+                valid.append(np.ones(rows, dtype=bool))
+            vals = pa.array(np.concatenate(values) if values else np.empty(0), type=value_type)
+            off = pa.array(np.asarray(offsets, dtype=np.int32))
+            mask = ~np.concatenate(valid)
+            arr = pa.ListArray.from_arrays(off, vals, mask=pa.array(mask) if mask.any() else None)
+            return arr
+
+        offs = [b["text_offset"] for b in self._buf]
+        if all(o is None for o in offs):
+            text_offset = pa.nulls(n, pa.int32())
+        else:
+            vals = np.concatenate([o if o is not None else np.zeros(b["token_id"].size, np.int32)
+                                   for o, b in zip(offs, self._buf, strict=True)])
+            mask = np.concatenate([np.full(b["token_id"].size, o is None)
+                                   for o, b in zip(offs, self._buf, strict=True)])
+            text_offset = pa.array(vals, type=pa.int32(), mask=mask)
+        table = pa.Table.from_arrays([
+            pa.array(cat("question")), pa.array(cat("position")), pa.array(cat("token_id")),
+            pa.array(cat("logprob")),
+            lists("top_ids", pa.int32(), False), lists("top_logprobs", pa.float32(), False),
+            lists("ref_top_logprobs", pa.float32(), True), text_offset,
+        ], schema=_schema())
+        self._writer.write_table(table, row_group_size=max(n, 1))
+        self._buf.clear()
+        self._buffered = 0
+
+    def close(self) -> Path:
+        """Flush, publish ``scores.parquet`` and write ``scores.json`` (status ok); return the parquet path."""
+        if self._closed:
+            return self.root / SCORES
+        self._flush()
+        self._writer.close()
+        self._closed = True
+        with open(self._partial, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(self._partial, self.root / SCORES)
+        atomic_write_json(self.root / SCORES_META, {
+            "schema_version": SCHEMA_VERSION, "kind": KIND, **self.meta, "status": "ok", "reason": None,
+            "top_k": self.top_k, "questions": len(self._seen), "tokens": self.tokens,
+            "top_width": self._width, "ref_width": self._ref_width, "text_offsets": self._offsets,
+            "errors": len(self.errors),
+            "error_examples": {str(q): m for q, m in sorted(self.errors.items())[:MAX_ERROR_EXAMPLES]}})
+        return self.root / SCORES
+
+    def abort(self) -> None:
+        """Drop what was written (no scores.parquet, no scores.json)."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._writer.close()
+            finally:
+                self._partial.unlink(missing_ok=True)
+
+    def __enter__(self) -> ScoresWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_not_measured(root: str | Path, reason: str, meta: dict[str, Any] | None = None) -> None:
+    """Record that this pass could not be scored (e.g. the engine returns no prompt logprobs), and why."""
+    root = Path(root)
+    (root / SCORES).unlink(missing_ok=True)
+    atomic_write_json(root / SCORES_META, {"schema_version": SCHEMA_VERSION, "kind": KIND, **(meta or {}),
+                                           "status": "not_measured", "reason": reason})
+
+
+def scores_status(root: str | Path) -> tuple[str, str | None]:
+    """("ok", None) when ``root`` holds a usable scoring pass, else ("not_measured", reason)."""
+    root = Path(root)
+    meta_path = root / SCORES_META
+    if not meta_path.exists():
+        return "not_measured", f"no scoring pass in {root} (no {SCORES_META})"
+    try:
+        meta = read_json(meta_path)
+    except (OSError, ValueError) as e:
+        return "not_measured", f"{meta_path} is unreadable: {e}"
+    if meta.get("status") != "ok":
+        return "not_measured", str(meta.get("reason") or f"{meta_path} status {meta.get('status')!r}")
+    if not (root / SCORES).exists():
+        return "not_measured", f"{root / SCORES} is missing although {SCORES_META} says ok"
+    return "ok", None
+
+
+@dataclass
+class ScoreTable:
+    """One scoring pass as numpy columns, tokens sorted by (question, position).
+
+    Question ``questions[i]`` owns rows ``offsets[i]:offsets[i+1]``. ``top_ids`` (N, k) is padded with
+    ``PAD_ID`` and ``top_logprobs`` with -inf where a position had fewer than k alternatives;
+    ``ref_top_logprobs`` (N, k_ref) is NaN where missing and None when the pass has none; ``text_offset``
+    is None when the pass has none (-1 where a row lacks it).
+    """
+
+    questions: np.ndarray
+    offsets: np.ndarray
+    position: np.ndarray
+    token_id: np.ndarray
+    logprob: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+    ref_top_logprobs: np.ndarray | None
+    text_offset: np.ndarray | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.token_id.size)
+
+    @property
+    def top_k(self) -> int:
+        return int(self.top_ids.shape[1])
+
+    def rows(self, question: int) -> slice:
+        """The row slice of one question (empty slice when absent)."""
+        i = int(np.searchsorted(self.questions, question))
+        if i < self.questions.size and self.questions[i] == question:
+            return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+        return slice(0, 0)
+
+
+def _list_width(col: Any) -> int:
+    import pyarrow.compute as pc
+
+    if col.null_count == len(col):
+        return 0
+    lens = pc.list_value_length(col)
+    m = pc.max(lens).as_py()
+    return int(m or 0)
+
+
+def _fill_lists(dst: np.ndarray, col: Any, start: int, fill: Any) -> None:
+    """Copy a ListArray chunk into dst[start:start+len, :] (rows shorter than the width keep ``fill``)."""
+    import pyarrow.compute as pc
+
+    n = len(col)
+    if n == 0:
+        return
+    k = dst.shape[1]
+    offsets = np.asarray(col.offsets)
+    base = offsets[0]
+    values = np.asarray(col.values.slice(base, offsets[-1] - base).to_numpy(zero_copy_only=False))
+    lens = np.diff(offsets)
+    if col.null_count:
+        lens = np.where(np.asarray(pc.is_null(col)), 0, lens)
+    if np.all(lens == k):
+        dst[start:start + n] = values.reshape(n, k)
+        return
+    block = np.full((n, k), fill, dtype=dst.dtype)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
+    src = np.repeat(offsets[:-1] - base, lens) + cols
+    block[rows, cols] = values[src]
+    dst[start:start + n] = block
+
+
+def load_scores(root: str | Path) -> ScoreTable:
+    """Read ``root/scores.parquet`` into a :class:`ScoreTable` (raises :class:`NotMeasured` when the pass
+    was not scored, :class:`ScoresError` when the file is inconsistent)."""
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    status, reason = scores_status(root)
+    if status != "ok":
+        raise NotMeasured(reason or "not measured")
+    meta = read_json(root / SCORES_META)
+    pf = pq.ParquetFile(root / SCORES)
+    n = pf.metadata.num_rows
+    if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
+        k, k_ref, has_off = int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
+    else:   # written by another tool: one pass over the list columns for their widths
+        k, k_ref, has_off = 0, 0, False
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
+            k = max(k, _list_width(t.column("top_ids").combine_chunks()))
+            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs").combine_chunks()))
+            has_off = has_off or t.column("text_offset").null_count < t.num_rows
+    question = np.empty(n, np.int32)
+    position = np.empty(n, np.int32)
+    token_id = np.empty(n, np.int32)
+    logprob = np.empty(n, np.float32)
+    top_ids = np.full((n, k), PAD_ID, np.int32)
+    top_lps = np.full((n, k), -np.inf, np.float32)
+    ref_lps = np.full((n, k_ref), np.nan, np.float32) if k_ref else None
+    text_off = np.full(n, -1, np.int32) if has_off else None
+    start = 0
+    for g in range(pf.num_row_groups):
+        t = pf.read_row_group(g, use_threads=False)
+        m = t.num_rows
+        question[start:start + m] = t.column("question").to_numpy()
+        position[start:start + m] = t.column("position").to_numpy()
+        token_id[start:start + m] = t.column("token_id").to_numpy()
+        logprob[start:start + m] = t.column("logprob").to_numpy()
+        _fill_lists(top_ids, t.column("top_ids").combine_chunks(), start, PAD_ID)
+        _fill_lists(top_lps, t.column("top_logprobs").combine_chunks(), start, -np.inf)
+        if ref_lps is not None:
+            _fill_lists(ref_lps, t.column("ref_top_logprobs").combine_chunks(), start, np.nan)
+        if text_off is not None:
+            col = t.column("text_offset").combine_chunks()
+            text_off[start:start + m] = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False))
+        start += m
+        del t
+    order = np.lexsort((position, question))
+    if not np.all(order[1:] > order[:-1]):   # not already sorted: permute, one column at a time
+        question = question[order]
+        position = position[order]
+        token_id = token_id[order]
+        logprob = logprob[order]
+        top_ids = top_ids[order]
+        top_lps = top_lps[order]
+        ref_lps = ref_lps[order] if ref_lps is not None else None
+        text_off = text_off[order] if text_off is not None else None
+    del order
+    qs, first = np.unique(question, return_index=True)
+    offsets = np.append(first, n).astype(np.int64)
+    expect = np.arange(n) - np.repeat(first, np.diff(offsets))
+    if not np.array_equal(position, expect):
+        raise ScoresError(f"{root / SCORES}: positions are not 0..T-1 within each question "
+                          "(a question written twice, or rows lost)")
+    return ScoreTable(questions=qs.astype(np.int64), offsets=offsets, position=position, token_id=token_id,
+                      logprob=logprob, top_ids=top_ids, top_logprobs=top_lps, ref_top_logprobs=ref_lps,
+                      text_offset=text_off, meta=meta)

@@ -1,0 +1,86 @@
+"""How the harness shows a command: secrets redacted, shell-quoted, as one line or as a copyable snippet with
+one ``NAME=value`` per environment variable and one ``--flag value`` per line.
+
+The one place that formats commands: the dry run (:meth:`harness.engines.base.LaunchSpec.pretty`), the
+launch description (:meth:`~harness.engines.base.LaunchSpec.command_line`) and the report's arm section
+and session rows (:mod:`harness.report.data`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from harness.util.redact import REDACTED, is_secret_name, redact_argv, redact_env
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
+#: Joins the lines of a multi-line shell command.
+CONTINUATION = " \\\n"
+
+
+def is_flag(tok: str) -> bool:
+    """``--tp``, ``-m``, ``--x=1`` are flags; ``-5`` and ``-1e-3`` are values (negative numbers)."""
+    return tok.startswith("-") and len(tok) > 1 and not _NUMBER.fullmatch(tok)
+
+
+def redact_command(argv: Iterable[Any]) -> list[str]:
+    """:func:`~harness.util.redact.redact_argv`, plus ``name=value`` tokens whose name looks secret (Hydra
+    overrides such as ``engine.env.HF_TOKEN=...``, env prefixes such as ``HF_TOKEN=...``)."""
+    out = []
+    for tok in redact_argv([str(t) for t in argv]):
+        name, eq, _ = tok.partition("=")
+        if eq and not tok.startswith("-") and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")):
+            tok = f"{name}={REDACTED}"
+        out.append(tok)
+    return out
+
+
+def env_lines(env: Mapping[str, Any] | Sequence[str] | None, redact: bool = True) -> list[str]:
+    """One ``NAME=value`` (shell-quoted value) per variable; a list is taken as ready-made lines."""
+    if isinstance(env, Mapping):
+        plain = {str(k): str(v) for k, v in env.items()}
+        return [f"{k}={shlex.quote(v)}" for k, v in (redact_env(plain) if redact else plain).items()]
+    if isinstance(env, Sequence) and not isinstance(env, str):
+        return redact_command(env) if redact else [str(e) for e in env]
+    return []
+
+
+def argv_lines(argv: Sequence[Any], redact: bool = True) -> list[str]:
+    """The command as lines: the program (with ``-m MODULE`` and any leading positionals), then one
+    ``--flag value`` (or a lone flag or positional) per line; every token shell-quoted."""
+    toks = redact_command(argv) if redact else [str(t) for t in argv]
+    if not toks:
+        return []
+    head = 3 if len(toks) >= 3 and toks[1] == "-m" else 1
+    while head < len(toks) and not is_flag(toks[head]):
+        head += 1
+    lines = [shlex.join(toks[:head])]
+    i = head
+    while i < len(toks):
+        tok = toks[i]
+        if is_flag(tok) and "=" not in tok and i + 1 < len(toks) and not is_flag(toks[i + 1]):
+            lines.append(shlex.join([tok, toks[i + 1]]))
+            i += 2
+        else:
+            lines.append(shlex.quote(tok))
+            i += 1
+    return lines
+
+
+def shell_command(argv: Sequence[Any] | str | None, env: Mapping[str, Any] | Sequence[str] | None = None,
+                  redact: bool = True) -> str:
+    """Multi-line shell form: the env lines, then the command with one flag per line (indented), joined by
+    `` \\`` continuations. A string ``argv`` is a command line already formed, shown as it is."""
+    if isinstance(argv, str):
+        cmd = [argv] if argv else []
+    else:
+        cmd = argv_lines(argv or [], redact)
+    return CONTINUATION.join([*env_lines(env, redact), *(("  " + ln) if n else ln for n, ln in enumerate(cmd))])
+
+
+def command_line(argv: Sequence[Any], env: Mapping[str, Any] | None = None, redact: bool = True) -> str:
+    """One line, shell-quoted: ``NAME=value ... python -m MODULE --flag value ...``."""
+    toks = redact_command(argv) if redact else [str(t) for t in argv]
+    return " ".join([*env_lines(env, redact), shlex.join(toks)])

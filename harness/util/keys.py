@@ -1,0 +1,30 @@
+"""Dotted keys: a nested tree as ``{"a.b.c": leaf}``, and whether a key falls under a list of dotted prefixes.
+
+Used wherever the harness compares or filters trees by key: the arm diff and its allowed differences
+(:mod:`harness.arms.armdiff`), and the config digest that decides whether a rerun may resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings -> ``{dotted key: leaf}``; lists and scalars are leaves; an empty mapping has no keys."""
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def matches(key: str, prefixes: Iterable[str]) -> bool:
+    """True when ``key`` is one of ``prefixes`` or lies under one, by whole dotted parts: ``args`` covers
+    ``args.--tp``, ``args.--enable`` does not cover ``args.--enable-foo``. A trailing dot is ignored."""
+    for p in prefixes:
+        p = p.rstrip(".")
+        if key == p or key.startswith(p + "."):
+            return True
+    return False
