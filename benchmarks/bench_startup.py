@@ -26,9 +26,9 @@ import time
 VARIANTS = {
     "python": "pass",
     "abh eval": "import harness.measure.evaluation, harness.serving.client",
-    "abh run": "import harness.orchestrate.pipeline",
+    "abh run": "import harness.cli.run",
     "abh compare": "import harness.cli.compare",
-    "abh run + scipy.stats": "import harness.orchestrate.pipeline, scipy.stats, scipy.signal",
+    "abh run + scipy.stats": "import harness.cli.run, scipy.stats, scipy.signal",
 }
 
 

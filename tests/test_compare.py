@@ -12,8 +12,8 @@ from helpers.evals import N, make_eval, seed_vectors
 from harness import stats as S
 from harness.analysis.comparison import CompareError, format_summary
 from harness.analysis.comparison import compare_dirs as _compare_dirs
-from harness.analysis.planning import power_main
 from harness.cli.compare import compare_main as main
+from harness.cli.power import power_main
 
 
 def compare_dirs(*args, n_resamples: int = 500, **kw):

@@ -106,7 +106,7 @@ def test_typo_in_an_arm_file_fails_at_composition(tmp_path, monkeypatch):
 
 def test_malformed_arm_yaml_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     """Issue 14.5: a YAML syntax error in an arm file was a 94-line Hydra traceback."""
-    from harness.orchestrate.pipeline import main as run_main
+    from harness.cli.run import main as run_main
 
     arms = tmp_path / "arms" / "demo"
     arms.mkdir(parents=True)

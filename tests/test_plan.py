@@ -11,6 +11,7 @@ import pytest
 
 from harness import stats
 from harness.analysis import planning as P
+from harness.cli.power import power_main
 from harness.results.eval_store import EvalStore, summarize
 from harness.results.fileio import atomic_write_json
 from harness.results.schema import SampleRecord
@@ -107,16 +108,16 @@ def test_plan_without_manifest_and_refusals(tmp_path: Path) -> None:
 
 def test_power_cli_from_run_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path / "run")
-    assert P.power_main(["--from", str(run), "--effect", "0.3", "--json"]) == 0
+    assert power_main(["--from", str(run), "--effect", "0.3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kind"] == "abh.plan" and out["effect_pp"] == pytest.approx(0.3) and out["effect"] == pytest.approx(0.003)
     for key in ("fixed", "sequential_expected", "sequential_expected_if_null", "sequential_worst"):
         assert key in out["repeats"] and key in out["gpu_hours"]
     assert out["repeats"]["fixed"] > 1 and out["gpu_hours"]["fixed"] > 0
-    assert P.power_main(["--from", str(run), "--effect", "0.3"]) == 0
+    assert power_main(["--from", str(run), "--effect", "0.3"]) == 0
     text = capsys.readouterr().out
     assert "fixed design:" in text and "sequential design:" in text and "GPU-hours" in text
-    assert P.power_main(["--from", str(tmp_path / "nope"), "--effect", "0.3"]) == 2
+    assert power_main(["--from", str(tmp_path / "nope"), "--effect", "0.3"]) == 2
 
 
 @pytest.mark.parametrize("argv,msg", [
@@ -132,12 +133,12 @@ def test_power_cli_from_run_json_and_text(tmp_path: Path, capsys: pytest.Capture
 ])
 def test_power_cli_refuses_nonsense(argv: list[str], msg: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
-        P.power_main(argv)
+        power_main(argv)
     assert e.value.code == 2 and msg in capsys.readouterr().err
 
 
 def test_power_cli_old_options_with_effect_in_pp(capsys: pytest.CaptureFixture[str]) -> None:
-    assert P.power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect",
+    assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect",
                          str(100 * 4 / 1319), "--json"]) == 0
     f = json.loads(capsys.readouterr().out)
     assert f["mde_unpaired"] == pytest.approx(0.0245, abs=0.001)
@@ -145,11 +146,11 @@ def test_power_cli_old_options_with_effect_in_pp(capsys: pytest.CaptureFixture[s
     assert f["repeats_needed"] == 13 and f["effect"] == pytest.approx(4 / 1319)
     assert f["plan"]["repeats"]["fixed"] == 13 and f["plan"]["gpu_hours"]["fixed"] is None
     assert f["plan"]["repeats"]["sequential_worst"] >= 13
-    assert P.power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--repeats", "13",
+    assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--repeats", "13",
                          "--json"]) == 0
     f = json.loads(capsys.readouterr().out)
     assert f["mde"] == f["mde_repeats"] and f["mde_repeats"] < 4 / 1319 and "plan" not in f
-    assert P.power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect", "0.3",
+    assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect", "0.3",
                          "--gpus", "8", "--launch-s", "1800", "--eval-s", "300"]) == 0
     out = capsys.readouterr().out
     assert "2.47 pp" in out and "1.09 pp" in out and "repeats per arm" in out and "GPU-hours" in out

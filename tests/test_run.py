@@ -29,7 +29,7 @@ from helpers.seed import SEED, flag_lines, parse_seed_command
 import harness.orchestrate.pipeline as orchestrate_run
 from harness import exitcodes
 from harness.analysis.cost import cost_from_manifest
-from harness.orchestrate.pipeline import main as run_main
+from harness.cli.run import main as run_main
 from harness.report.data import arm_views
 from harness.results.fileio import read_json, read_jsonl
 

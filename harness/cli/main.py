@@ -1,160 +1,26 @@
-"""The ``abh`` command: ``run`` (Hydra app), ``eval``, ``ab``, ``compare``, ``power``, ``report``.
-
-Each subcommand's code is imported only when used, so ``abh eval`` stays light: ``ab`` is in :mod:`harness.cli.ab`,
-``compare`` in :mod:`harness.cli.compare`, ``power`` in :mod:`harness.analysis.planning`, ``report`` in
-:mod:`harness.cli.report`, ``run`` in :mod:`harness.orchestrate.pipeline`.
-"""
+"""The ``abh`` command: one module per subcommand under :mod:`harness.cli`, imported only when used (so
+``abh eval`` stays light): ``run`` (the Hydra app), ``eval``, ``ab``, ``compare``, ``power``, ``report``."""
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import sys
 
-from harness import exitcodes
+from harness import __version__, exitcodes
 
-USAGE = """usage: abh <command> [options]
+#: command -> (module under harness.cli, its entry function, one line of help)
+COMMANDS = {
+    "run": ("run", "main", "launch each arm's server, assert its side, evaluate, compare (abh run experiment=NAME)"),
+    "eval": ("eval", "eval_main", "one eval against a server that is already running"),
+    "ab": ("ab", "ab_main", "evaluate two running servers (interleaved, with repeats) and compare them"),
+    "compare": ("compare", "compare_main", "paired comparison of stored evals"),
+    "power": ("power", "power_main", "minimum detectable effect, repeats and GPU-hours needed"),
+    "report": ("report", "report_main", "(re)write report.html and comparison.md of a run, comparison or sweep"),
+}
 
-commands:
-  run      launch each arm's server, assert its side, evaluate, compare (Hydra: abh run experiment=NAME ...)
-  eval     one eval against a server that is already running
-  ab       evaluate two running servers (interleaved, with repeats) and compare them
-  compare  paired comparison of stored evals
-  power    minimum detectable effect and repeats needed
-  report   (re)write report.html (and comparison.md) for a run, comparison or sweep directory
-
-`abh <command> --help` for the options of one command."""
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except where there is none to show (required, None, "", off flags) or
-    the help text already says it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        d = action.default
-        if (action.required or d is None or d is False or d == "" or d is argparse.SUPPRESS
-                or "default" in (action.help or "")):
-            return action.help
-        return super()._get_help_string(action)
-
-
-class _Signalled(BaseException):
-    """SIGINT/SIGTERM before the eval's own handlers were installed."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def eval_main(argv: list[str]) -> int:
-    import signal
-
-    def on_signal(signum: int, frame: object) -> None:  # until the eval's own loop handlers take over
-        raise _Signalled(signum)
-
-    # First thing, before the heavy imports: a signal at any moment is honoured (even where the shell
-    # started us with SIGINT ignored, as it does for `abh eval ... &` in a script).
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return _eval(argv)
-    except _Signalled as e:
-        print(f"abh eval: interrupted by {signal.Signals(e.signum).name}; rerun the same command to resume.",
-              file=sys.stderr)
-        return 128 + e.signum
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-def _eval(argv: list[str]) -> int:
-    from pathlib import Path
-
-    from harness.measure.evaluation import (
-        EvalInterrupted,
-        EvalOptions,
-        ServerGone,
-        WrongServer,
-        format_summary,
-        run_eval,
-    )
-    from harness.serving.client import ClientConfig
-    from harness.serving.wire import API_NAMES
-    from harness.tasks import gsm8k
-
-    d = ClientConfig.__dataclass_fields__
-    ap = argparse.ArgumentParser(prog="abh eval", description="Run GSM8K against a running server.",
-                                 formatter_class=_HelpFormatter)
-    ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
-    ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
-                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions")
-    ap.add_argument("--out", required=True, metavar="DIR", help="eval directory (rerun the same command to resume)")
-    ap.add_argument("--num-questions", type=int, metavar="N", default=1319, help="evaluate the first N questions")
-    ap.add_argument("--parallel", type=int, metavar="P", default=d["parallel"].default, help="requests in flight")
-    ap.add_argument("--data", default=None, metavar="PATH",
-                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl, or hf:openai/gsm8k through "
-                         "`datasets`); default: the canonical test set embedded in the package")
-    ap.add_argument("--train-data", default=None, metavar="PATH", help="train JSONL (or hf:openai/gsm8k) for --recipe heldout (default: beside --data)")
-    ap.add_argument("--recipe", choices=list(gsm8k.RECIPES), default="sglang",
-                    help="sglang: shots are test rows 0..k-1 (SGLang's script); heldout: shots from train")
-    ap.add_argument("--num-shots", type=int, metavar="K", default=5, help="few-shot examples in each prompt")
-    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=512, help="generation length limit")
-    ap.add_argument("--model-path", default=None, help="override the model path the stop list is chosen by")
-    ap.add_argument("--model", default="", help="OpenAI model name (default: first of /v1/models)")
-    ap.add_argument("--retries", type=int, metavar="N", default=d["retries"].default,
-                    help="retries of a request after a timeout, 429, 5xx or a dropped connection")
-    ap.add_argument("--request-timeout", type=float, metavar="S", default=d["request_timeout_s"].default,
-                    help="seconds per request, queueing included")
-    ap.add_argument("--stall-timeout", type=float, metavar="S", default=d["stall_timeout_s"].default,
-                    help="no answer for this many seconds while requests are in flight: probe the server's "
-                         "health and stop (exit 4) if it does not answer; 0 turns this off")
-    ap.add_argument("--wait-ready", type=float, metavar="S", default=0.0,
-                    help="wait up to this many seconds for the server to load before the first request")
-    ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    a = ap.parse_args(argv)
-    try:
-        out = Path(a.out)
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {a.out} exists and is not a directory")
-        if a.wait_ready < 0:
-            raise ValueError("--wait-ready must be >= 0")
-        ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
-                            request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model)
-        test, train = gsm8k.load_splits(a.data, a.train_data, a.recipe, a.allow_noncanonical)
-        recipe = gsm8k.RecipeConfig(name=a.recipe, num_questions=a.num_questions, num_shots=a.num_shots,
-                                    max_new_tokens=a.max_new_tokens, model_path=a.model_path)
-        gsm8k.GSM8K(test, recipe, train)  # bad options stop here, before any request
-    except (gsm8k.DatasetError, ValueError) as e:
-        print(f"abh eval: error: {e}", file=sys.stderr)
-        return exitcodes.BAD_CONFIG
-    opts = EvalOptions(progress=not a.no_progress, wait_ready_s=a.wait_ready,
-                       on_status=lambda s: print(f"abh eval: {s}", file=sys.stderr))
-    try:
-        summary = run_eval(test, recipe, ccfg, out, train, opts)
-    except WrongServer as e:
-        print(f"abh eval: error: {e}", file=sys.stderr)
-        return exitcodes.BAD_CONFIG
-    except ServerGone as e:
-        kept = f"; answers so far are in {a.out}, rerun the same command to resume" if out.is_dir() else ""
-        print(f"abh eval: server failure: {e}{kept}", file=sys.stderr)
-        return exitcodes.SERVER_FAILURE
-    except EvalInterrupted as e:
-        print(f"abh eval: interrupted by {e}; answers so far are in {a.out}. Rerun the same command to resume."
-              if out.is_dir() else f"abh eval: interrupted by {e} before any answer; nothing was written.",
-              file=sys.stderr)
-        return 128 + e.signum
-    except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
-        from harness.results.eval_store import StoreError
-
-        if isinstance(e, StoreError | gsm8k.DatasetError):
-            print(f"abh eval: error: {e}", file=sys.stderr)
-            return exitcodes.BAD_CONFIG
-        raise
-    print(format_summary(summary))
-    if summary["errors"]:
-        print(f"{summary['errors']} request(s) failed after retries; rerun the same command to retry them.",
-              file=sys.stderr)
-        return exitcodes.TOO_MANY_ERRORS
-    return exitcodes.OK
+USAGE = "\n".join(["usage: abh <command> [options]    (abh --version)", "", "commands:",
+                   *(f"  {name:8s} {help_}" for name, (_, _, help_) in COMMANDS.items()), "",
+                   "`abh <command> --help` for the options of one command."])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,33 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else exitcodes.BAD_CONFIG
+    if argv[0] in ("--version", "-V", "version"):
+        print(f"abh {__version__}")
+        return exitcodes.OK
     cmd, rest = argv[0], argv[1:]
-    if cmd == "eval":
-        return eval_main(rest)
-    if cmd == "ab":
-        from harness.cli.ab import ab_main
-
-        return ab_main(rest)
-    if cmd == "compare":
-        from harness.cli.compare import compare_main
-
-        return compare_main(rest)
-    if cmd == "power":
-        from harness.analysis.planning import power_main
-
-        return power_main(rest)
-    if cmd == "report":
-        from harness.cli.report import report_main
-
-        return report_main(rest)
-    if cmd == "run":
-        try:
-            from harness.orchestrate.pipeline import main as run_main
-        except KeyboardInterrupt:  # Ctrl-C while loading: nothing was started
-            return exitcodes.INTERRUPTED
-        return run_main(rest)
-    print(f"abh: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
-    return exitcodes.BAD_CONFIG
+    if cmd not in COMMANDS:
+        print(f"abh: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    module, entry, _ = COMMANDS[cmd]
+    try:
+        run = getattr(importlib.import_module(f"harness.cli.{module}"), entry)
+    except KeyboardInterrupt:  # Ctrl-C while loading: nothing was started
+        return exitcodes.INTERRUPTED
+    return int(run(rest))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.orchestrate.pipeline import main as run_main
+from harness.cli.run import main as run_main
 from harness.results.fileio import read_json, read_jsonl
 
 #: A run small enough for tests that do not test the full question set (and need no report.html), of the accuracy

@@ -1,0 +1,129 @@
+"""``abh eval --url URL --out DIR``: one eval against a server that is already running (rerun to resume)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness import exitcodes
+from harness.cli.flags import HelpFormatter
+
+
+class _Signalled(BaseException):
+    """SIGINT/SIGTERM before the eval's own handlers were installed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def eval_main(argv: list[str]) -> int:
+    import signal
+
+    def on_signal(signum: int, frame: object) -> None:  # until the eval's own loop handlers take over
+        raise _Signalled(signum)
+
+    # First thing, before the heavy imports: a signal at any moment is honoured (even where the shell
+    # started us with SIGINT ignored, as it does for `abh eval ... &` in a script).
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _eval(argv)
+    except _Signalled as e:
+        print(f"abh eval: interrupted by {signal.Signals(e.signum).name}; rerun the same command to resume.",
+              file=sys.stderr)
+        return 128 + e.signum
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _eval(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from harness.measure.evaluation import (
+        EvalInterrupted,
+        EvalOptions,
+        ServerGone,
+        WrongServer,
+        format_summary,
+        run_eval,
+    )
+    from harness.serving.client import ClientConfig
+    from harness.serving.wire import API_NAMES
+    from harness.tasks import gsm8k
+
+    d = ClientConfig.__dataclass_fields__
+    ap = argparse.ArgumentParser(prog="abh eval", description="Run GSM8K against a running server.",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
+                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions")
+    ap.add_argument("--out", required=True, metavar="DIR", help="eval directory (rerun the same command to resume)")
+    ap.add_argument("--num-questions", type=int, metavar="N", default=1319, help="evaluate the first N questions")
+    ap.add_argument("--parallel", type=int, metavar="P", default=d["parallel"].default, help="requests in flight")
+    ap.add_argument("--data", default=None, metavar="PATH",
+                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl, or hf:openai/gsm8k through "
+                         "`datasets`); default: the canonical test set embedded in the package")
+    ap.add_argument("--train-data", default=None, metavar="PATH", help="train JSONL (or hf:openai/gsm8k) for --recipe heldout (default: beside --data)")
+    ap.add_argument("--recipe", choices=list(gsm8k.RECIPES), default="sglang",
+                    help="sglang: shots are test rows 0..k-1 (SGLang's script); heldout: shots from train")
+    ap.add_argument("--num-shots", type=int, metavar="K", default=5, help="few-shot examples in each prompt")
+    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=512, help="generation length limit")
+    ap.add_argument("--model-path", default=None, help="override the model path the stop list is chosen by")
+    ap.add_argument("--model", default="", help="OpenAI model name (default: first of /v1/models)")
+    ap.add_argument("--retries", type=int, metavar="N", default=d["retries"].default,
+                    help="retries of a request after a timeout, 429, 5xx or a dropped connection")
+    ap.add_argument("--request-timeout", type=float, metavar="S", default=d["request_timeout_s"].default,
+                    help="seconds per request, queueing included")
+    ap.add_argument("--stall-timeout", type=float, metavar="S", default=d["stall_timeout_s"].default,
+                    help="no answer for this many seconds while requests are in flight: probe the server's "
+                         "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--wait-ready", type=float, metavar="S", default=0.0,
+                    help="wait up to this many seconds for the server to load before the first request")
+    ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    a = ap.parse_args(argv)
+    try:
+        out = Path(a.out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {a.out} exists and is not a directory")
+        if a.wait_ready < 0:
+            raise ValueError("--wait-ready must be >= 0")
+        ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
+                            request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model)
+        test, train = gsm8k.load_splits(a.data, a.train_data, a.recipe, a.allow_noncanonical)
+        recipe = gsm8k.RecipeConfig(name=a.recipe, num_questions=a.num_questions, num_shots=a.num_shots,
+                                    max_new_tokens=a.max_new_tokens, model_path=a.model_path)
+        gsm8k.GSM8K(test, recipe, train)  # bad options stop here, before any request
+    except (gsm8k.DatasetError, ValueError) as e:
+        print(f"abh eval: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    opts = EvalOptions(progress=not a.no_progress, wait_ready_s=a.wait_ready,
+                       on_status=lambda s: print(f"abh eval: {s}", file=sys.stderr))
+    try:
+        summary = run_eval(test, recipe, ccfg, out, train, opts)
+    except WrongServer as e:
+        print(f"abh eval: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except ServerGone as e:
+        kept = f"; answers so far are in {a.out}, rerun the same command to resume" if out.is_dir() else ""
+        print(f"abh eval: server failure: {e}{kept}", file=sys.stderr)
+        return exitcodes.SERVER_FAILURE
+    except EvalInterrupted as e:
+        print(f"abh eval: interrupted by {e}; answers so far are in {a.out}. Rerun the same command to resume."
+              if out.is_dir() else f"abh eval: interrupted by {e} before any answer; nothing was written.",
+              file=sys.stderr)
+        return 128 + e.signum
+    except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
+        from harness.results.eval_store import StoreError
+
+        if isinstance(e, StoreError | gsm8k.DatasetError):
+            print(f"abh eval: error: {e}", file=sys.stderr)
+            return exitcodes.BAD_CONFIG
+        raise
+    print(format_summary(summary))
+    if summary["errors"]:
+        print(f"{summary['errors']} request(s) failed after retries; rerun the same command to retry them.",
+              file=sys.stderr)
+        return exitcodes.TOO_MANY_ERRORS
+    return exitcodes.OK

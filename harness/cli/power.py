@@ -1,0 +1,128 @@
+"""``abh power``: the repeats and GPU-hours to detect an effect, from a finished run (``--from``) or from numbers
+(``--n --p ...``); the plan itself is :mod:`harness.analysis.planning`'s."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.planning import (
+    PlanError,
+    format_plan,
+    make_plan,
+    per_repeat_cost,
+    plan_from_run,
+    power_figures,
+)
+from harness.cli.flags import HelpFormatter
+from harness.stats import sequential as sq
+
+
+def _effect_fraction(ap: argparse.ArgumentParser, pp: float, n: int | None) -> float:
+    if not math.isfinite(pp) or pp <= 0 or pp >= 100:
+        ap.error(f"--effect is in percentage points, in (0, 100): got {pp}")
+    e = pp / 100
+    if n is not None and e * n < 0.5:
+        ap.error(f"--effect {pp:g} pp is {e * n:.2g} of {n} questions, less than half a question; --effect is in "
+                 f"percentage points (0.3 means 0.3 pp)")
+    return e
+
+
+def power_main(argv: Sequence[str] | None = None) -> int:
+    """``abh power``: plan from a finished run (``--from``) or from numbers (``--n --p ...``)."""
+    ap = argparse.ArgumentParser(prog="abh power",
+                                 description="Repeats and GPU-hours needed to detect an effect (fixed and "
+                                             "sequential designs), or the MDE of a design.",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--from", dest="run_dir", type=Path, default=None, metavar="RUN_DIR",
+                    help="a finished run directory to plan from (its noise, times and GPUs)")
+    ap.add_argument("--n", type=int, default=None, help="questions per run (without --from)")
+    ap.add_argument("--p", type=float, default=None, help="accuracy, a fraction (without --from)")
+    ap.add_argument("--discordance", type=float, default=None, metavar="PSI",
+                    help="run-to-run discordance ψ (A/A, a fraction) (without --from)")
+    ap.add_argument("--repeats", type=int, default=None, metavar="R", help="runs per arm, for its MDE")
+    ap.add_argument("--effect", type=float, default=None, metavar="PP", help="effect to detect, percentage points")
+    ap.add_argument("--alpha", type=float, default=None, help="level (default: the run's stats.alpha, else 0.05)")
+    ap.add_argument("--power", type=float, default=0.8)
+    ap.add_argument("--launch-s", type=float, default=None, help="seconds from spawn to ready per launch")
+    ap.add_argument("--eval-s", type=float, default=None, help="seconds per eval")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs per arm's server")
+    ap.add_argument("--min-repeats", type=int, default=1, help="sequential: first look after this many repeats")
+    ap.add_argument("--spending", choices=sq.SPENDING, default="obf", help="sequential alpha spending")
+    ap.add_argument("--no-futility", action="store_true", help="sequential: never stop for futility")
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON (fractions, and effect_pp)")
+    a = ap.parse_args(list(argv) if argv is not None else None)
+    if a.alpha is not None and not 0 < a.alpha < 1:
+        ap.error("--alpha must be in (0, 1)")
+    if not 0 < a.power < 1:
+        ap.error("--power must be in (0, 1)")
+    for name in ("launch_s", "eval_s"):
+        v = getattr(a, name)
+        if v is not None and (not math.isfinite(v) or v < 0):
+            ap.error(f"--{name.replace('_', '-')} must be >= 0 seconds")
+    if a.gpus is not None and a.gpus < 0:
+        ap.error("--gpus must be >= 0")
+    if a.min_repeats < 1:
+        ap.error("--min-repeats must be >= 1")
+    plan: dict[str, Any] | None  # the sequential plan, when one is asked for
+    if a.run_dir is not None:
+        if a.effect is None:
+            ap.error("--from needs --effect PP")
+        if a.n is not None or a.p is not None or a.discordance is not None:
+            ap.error("--from reads n, accuracy and discordance from the run; drop --n/--p/--discordance")
+        try:
+            plan = plan_from_run(a.run_dir, _effect_fraction(ap, a.effect, None), a.alpha, a.power, a.launch_s,
+                                 a.eval_s, a.gpus, a.min_repeats, a.spending, not a.no_futility)
+        except PlanError as e:
+            print(f"abh power: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(plan, indent=2) if a.json else format_plan(plan))
+        return 0
+    if a.n is None or a.p is None:
+        ap.error("give --from RUN_DIR, or --n and --p")
+    for name, val in (("p", a.p), ("discordance", a.discordance)):
+        if val is not None and not 0 <= val <= 1:
+            ap.error(f"--{name} is a fraction in [0, 1], got {val}")
+    if a.n <= 0 or (a.repeats is not None and a.repeats <= 0):
+        ap.error("--n and --repeats must be positive")
+    alpha = 0.05 if a.alpha is None else a.alpha
+    effect = None if a.effect is None else _effect_fraction(ap, a.effect, a.n)
+    f = power_figures(a.n, a.p, a.discordance, a.repeats, effect, alpha, a.power)
+    plan = None
+    if effect is not None and a.discordance is not None:
+        per_repeat = None
+        if a.launch_s is not None or a.eval_s is not None or a.gpus is not None:
+            ls, es, g = a.launch_s or 0.0, a.eval_s or 0.0, a.gpus or 0
+            per_repeat = per_repeat_cost({"a": ls, "b": ls}, {"a": es, "b": es}, {"a": 0.0, "b": 0.0},
+                                         {"a": g, "b": g}, "options")
+        plan = make_plan(effect, a.n, a.discordance, alpha, a.power, per_repeat, a.min_repeats, a.spending,
+                         not a.no_futility)
+    if a.json:
+        print(json.dumps({**f, "plan": plan} if plan else f, indent=2))
+        return 0
+    pw = f"{100 * a.power:g} % power, alpha {alpha:g}"
+    print(f"n = {a.n} questions, accuracy {100 * a.p:.2f} %; MDE at {pw}:")
+    print(f"  unpaired          {100 * f['mde_unpaired']:.2f} pp")
+    if f["mde_paired"] is not None:
+        print(f"  paired (psi {100 * a.discordance:.2f} %)  {100 * f['mde_paired']:.2f} pp")
+    else:
+        print("  paired            give --discordance PSI")
+    if f["mde_repeats"] is not None:
+        print(f"  {a.repeats} repeats per arm  {100 * f['mde_repeats']:.2f} pp")
+    if f["repeats_needed"] is not None:
+        print(f"  to detect {a.effect:.2f} pp ({effect * a.n:.1f} questions): "
+              f"{f['repeats_needed']} repeats per arm, or {f['n_needed_paired']} questions in one paired run")
+    elif effect is not None:
+        print("  repeats needed: give --discordance PSI (the A/A discordance)")
+    if plan is not None:
+        print(format_plan(plan))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(power_main())

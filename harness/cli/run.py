@@ -1,0 +1,200 @@
+"""``abh run``: the Hydra app. It hands the overrides to Hydra, runs the pipeline
+(:func:`harness.orchestrate.pipeline.run_experiment`) as the Hydra job, and maps every way out to abh's exit codes.
+
+Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the job returns the code and the
+:class:`ExitCode` callback (configs/config.yaml) raises :class:`RunExit` with it at the end of the run (or sweep).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import hydra
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from harness import exitcodes
+from harness.analysis.sweep import redact_multirun_yaml
+from harness.config import CONFIG_DIR, arms_root
+from harness.orchestrate.interrupts import Interrupts
+from harness.orchestrate.pipeline import INTERRUPTED_CODES, exit_for, run_experiment
+from harness.orchestrate.rundir import RUN_LOG, RunLog, write_failure_summary
+from harness.util.redact import redact_text
+from harness.util.redact_stdio import redacted_stdio
+
+
+class RunExit(SystemExit):
+    """``abh run``'s exit code, carried out of Hydra (raised by :class:`ExitCode`, or to stop a sweep)."""
+
+
+def job_code(job_return: JobReturn | None) -> int:
+    """A job's exit code: its return value (an int); a job that raised is a bug."""
+    if job_return is None:
+        return exitcodes.OK
+    if job_return.status == JobStatus.FAILED:
+        return exitcodes.UNEXPECTED
+    value = job_return.return_value
+    return value if isinstance(value, int) else exitcodes.OK
+
+
+class ExitCode(Callback):
+    """Hydra callback (configs/config.yaml): the run's exit code is its job's return value; a sweep's is the
+    largest of its jobs'."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        self.codes.append(job_code(job_return))
+
+    def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
+        code = job_code(job_return)
+        if code:
+            raise RunExit(code)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        code = max(self.codes, default=exitcodes.OK)
+        if code:
+            raise RunExit(code)
+
+
+def in_multirun() -> bool:
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+def in_submitit() -> bool:
+    return "SUBMITIT_EXECUTOR" in os.environ or "SLURM_JOB_ID" in os.environ
+
+
+def task(cfg: DictConfig) -> int:
+    """The Hydra job: run the experiment in Hydra's output directory; return the exit code."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if in_multirun():  # before anything can interrupt the sweep
+        redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
+    log = RunLog(run_dir)
+    with Interrupts() as interrupts:
+        try:
+            code = run_experiment(cfg, run_dir, interrupts, log)
+        except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
+            known = exit_for(e)
+            if known is None and not isinstance(e, Exception):
+                raise  # SystemExit and the like: not ours to translate
+            if known is None:
+                code = exitcodes.UNEXPECTED
+                log.write(traceback.format_exc())
+                line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback in "
+                        f"{run_dir / RUN_LOG}")
+                print(redact_text(line), file=sys.stderr, flush=True)
+                log.write(line)
+                reason = f"unexpected error (a bug): {type(e).__name__}: {e}"
+            else:
+                code, line = known
+                log.say(line)
+                reason = line
+            if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
+                with contextlib.suppress(Exception):  # the failure is reported already; this is the record
+                    write_failure_summary(run_dir, str(cfg.experiment.name), code, reason)
+    if code in INTERRUPTED_CODES and in_multirun():
+        raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
+    if code and in_submitit():
+        raise RunExit(code)  # the job fails, so submitit/SLURM see it
+    return code
+
+
+def _options(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def help_text() -> str:
+    """``abh run --help``: the config groups and their options as files define them (not the schemas)."""
+    lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]",
+             "               [--fail-on regressed|not-noninferior|any-difference]", "",
+             "Launch each arm's server, assert its side, evaluate, compare. Every key of the config can be",
+             "overridden with KEY=VALUE (`abh run --cfg job` prints them all with their values); an unknown key",
+             "is an error. -m runs a sweep over comma-separated values. Rerunning the same command resumes.", "",
+             "config groups (GROUP=OPTION):"]
+    for group in ("experiment", "engine", "task", "stats", "hydra/launcher"):
+        lines.append(f"  {group}: {', '.join(_options(CONFIG_DIR / group))}")
+    arms = arms_root() / "arms"
+    if arms.is_dir():
+        lines += ["", f"arm files ({arms}; used by experiments as /arms/DIR@arms.KEY: FILE):"]
+        for d in sorted(p for p in arms.iterdir() if p.is_dir()):
+            lines.append(f"  {d.name}: {', '.join(_options(d))}")
+    lines += ["", "examples:", "  abh run                                 the SIMULATED demo",
+              "  abh run experiment=NAME dry_run=true     print each arm's command, run the static checks",
+              "  abh run experiment.repeats=3 -m arms.b.engine.accuracy=0.93,0.96",
+              "", "Hydra's own options: abh run --hydra-help"]
+    return "\n".join(lines)
+
+
+def malformed_yaml(roots: list[Path]) -> str | None:
+    """The first config or arm file under ``roots`` that is not valid YAML, as one line (None when all parse).
+    Hydra would report it as a 90-line traceback; checked before Hydra composes anything."""
+    for root in roots:
+        for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
+            try:
+                yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError) as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                what = getattr(e, "problem", None) or type(e).__name__
+                return f"{path}{where}: not valid YAML ({what})"
+    return None
+
+
+def fail_on_override(argv: list[str]) -> list[str]:
+    """``--fail-on X`` (or ``--fail-on=X``), the CI gate of ``abh compare`` and ``abh ab``, as the Hydra override
+    ``fail_on=X``; everything else is left for Hydra."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--fail-on":
+            out.append(f"fail_on={next(it, '')}")
+        elif a.startswith("--fail-on="):
+            out.append(f"fail_on={a.split('=', 1)[1]}")
+        else:
+            out.append(a)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """Entry of ``abh run``: hand the overrides to Hydra; map its outcome to our exit codes."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text())
+        return exitcodes.OK
+    argv = fail_on_override(argv)
+    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"])
+    if bad:
+        print(f"abh run: error: {bad}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
+    saved = sys.argv
+    sys.argv = ["abh run", *argv]
+    try:
+        with redacted_stdio(argv):  # Hydra prints the config (--cfg) and repeats overrides in errors: redact both
+            app()
+    except RunExit as e:
+        return int(e.code) if isinstance(e.code, int) else exitcodes.UNEXPECTED
+    except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before the job's handlers: nothing was started
+        return exitcodes.INTERRUPTED
+    except SystemExit as e:
+        # Hydra exits 1 on composition errors (unknown key, bad value, missing config), argparse 2: bad config.
+        if e.code in (0, None):
+            return exitcodes.OK
+        return exitcodes.BAD_CONFIG if e.code in (1, 2) else int(e.code) if isinstance(
+            e.code, int) else exitcodes.UNEXPECTED
+    finally:
+        sys.argv = saved
+    return exitcodes.OK
