@@ -41,8 +41,8 @@ def _eval(argv: list[str]) -> int:
     from pathlib import Path
 
     from harness.measure.evaluation import (
-        EvalInterrupted,
         EvalOptions,
+        Interrupted,
         ServerGone,
         WrongServer,
         format_summary,
@@ -109,7 +109,7 @@ def _eval(argv: list[str]) -> int:
         kept = f"; answers so far are in {a.out}, rerun the same command to resume" if out.is_dir() else ""
         print(f"abh eval: server failure: {e}{kept}", file=sys.stderr)
         return exitcodes.SERVER_FAILURE
-    except EvalInterrupted as e:
+    except Interrupted as e:
         print(f"abh eval: interrupted by {e}; answers so far are in {a.out}. Rerun the same command to resume."
               if out.is_dir() else f"abh eval: interrupted by {e} before any answer; nothing was written.",
               file=sys.stderr)

@@ -7,36 +7,25 @@ that is already up. It imports no plotting or table libraries: the eval path sta
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import StoreError
 from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
 from harness.tasks.gsm8k import GSM8K, Dataset, Question, RecipeConfig
 
-__all__ = ["EvalInterrupted", "EvalOptions", "ServerGone", "ServerStalled", "WrongServer", "format_summary",
+__all__ = ["EvalOptions", "Interrupted", "ServerGone", "ServerStalled", "WrongServer", "format_summary",
            "run_eval", "run_eval_async"]
-
-T = TypeVar("T")
 
 #: Requests in a row refused after all their retries before an eval decides the server is gone.
 REFUSED_STREAK = 10
-
-
-class EvalInterrupted(BaseException):
-    """SIGINT or SIGTERM arrived mid-eval; answers so far are on disk and the eval is resumable."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 @dataclass
@@ -81,105 +70,11 @@ def _record(q_index: int, sha: str, label: int, reply: Reply) -> SampleRecord:
                         latency_s=reply.latency_s, attempts=reply.attempts, error=None)
 
 
-class _Progress:
-    def __init__(self, total: int, initial: int, correct: int, enabled: bool, label: str):
-        self.correct, self.answered, self.errors = correct, initial, 0
-        self.bar = None
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=initial, desc=label, unit="q", file=sys.stderr,
-                            mininterval=0.5 if sys.stderr.isatty() else 5.0, dynamic_ncols=True)
-
-    def update(self, rec: SampleRecord) -> None:
-        if rec.error is not None:
-            self.errors += 1
-        else:
-            self.answered += 1
-            self.correct += bool(rec.correct)
-        if self.bar is not None:
-            acc = self.correct / self.answered if self.answered else 0.0
-            self.bar.set_postfix(acc=f"{acc:.3f}", err=self.errors, refresh=False)
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-class _Stop:
-    """Why the eval stops early, tripped by Ctrl-C/SIGTERM, the stall watchdog, the server-process check or
-    a run of refused connections. The first reason wins; a signal is always recorded."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.reason: str | None = None
-        self.signum: int | None = None
-        self.stalled = False
-
-    def trip(self, reason: str, *, stalled: bool = False) -> None:
-        if self.reason is None:
-            self.reason, self.stalled = reason, stalled
-        self.event.set()
-
-    def on_signal(self, signum: int) -> None:
-        if self.signum is None:
-            self.signum = signum
-        self.trip(f"interrupted by {signal.Signals(signum).name}")
-
-    def raise_for_reason(self) -> None:
-        if self.signum is not None:
-            raise EvalInterrupted(self.signum)
-        if self.reason is not None:
-            raise (ServerStalled if self.stalled else ServerGone)(self.reason)
-
-    async def race(self, aw: Awaitable[T]) -> T | None:
-        """``await aw``, unless the eval is stopped first: then it is cancelled and None returned."""
-        if self.event.is_set():
-            if asyncio.iscoroutine(aw):
-                aw.close()
-            elif asyncio.isfuture(aw):
-                aw.cancel()
-                await asyncio.gather(aw, return_exceptions=True)
-            return None
-        task = asyncio.ensure_future(aw)
-        stopper = asyncio.ensure_future(self.event.wait())
-        try:
-            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, stopper, return_exceptions=True)
-        return None if task.cancelled() else task.result()
-
-
-@contextmanager
-def _signals_to(stop: _Stop) -> Iterator[None]:
-    """SIGINT/SIGTERM trip ``stop`` for as long as the eval runs, setup and warm-up included. The handlers are
-    the loop's own: under uvloop an exception raised in a Python-level signal handler is swallowed."""
-    loop = asyncio.get_running_loop()
-    handled: list[tuple[signal.Signals, Any]] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous = signal.getsignal(sig)
-            loop.add_signal_handler(sig, stop.on_signal, sig)
-            handled.append((sig, previous))
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            pass
-    try:
-        yield
-    finally:
-        for handled_sig, previous in handled:
-            loop.remove_signal_handler(handled_sig)
-            signal.signal(handled_sig, previous)  # give the caller's handler back
-
-
 async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: ClientConfig, out_dir: str | Path,
                          train: Dataset | None = None, opts: EvalOptions | None = None) -> dict[str, Any]:
     """Run (or resume) one eval into ``out_dir``; return its summary (also written to summary.json).
 
-    Raises :class:`EvalInterrupted` (SIGINT/SIGTERM), :class:`ServerStalled` (hung server),
+    Raises :class:`~harness.measure.runner.Interrupted` (SIGINT/SIGTERM), :class:`ServerStalled` (hung server),
     :class:`WrongServer` (the URL serves another API) or :class:`ServerGone` (the server died); answers
     already received are on disk in every case, and a rerun sends only the missing questions.
     """
@@ -187,8 +82,8 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise StoreError(f"{out} exists and is not a directory")
-    stop = _Stop()
-    with _signals_to(stop):
+    stop = Stop()
+    with signals_to(stop):
         async with Client(client_cfg) as client:
             try:
                 return await _run(test, recipe, client, out, train, opts, stop)
@@ -197,7 +92,7 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
 
 
 async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, train: Dataset | None,
-               opts: EvalOptions, stop: _Stop) -> dict[str, Any]:
+               opts: EvalOptions, stop: Stop) -> dict[str, Any]:
     cfg = client.cfg
     if opts.wait_ready_s > 0:
         await stop.race(client.wait_ready(opts.wait_ready_s, opts.on_status))
@@ -235,10 +130,7 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
         print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
         return time.perf_counter() - t
 
-    watchers = [asyncio.ensure_future(_stall_guard(client, stop))]
-    if opts.abort_check is not None:
-        watchers.append(asyncio.ensure_future(_watch(opts.abort_check, stop)))
-    try:
+    with watchdogs(client, stop, opts.abort_check):
         # A fresh eval warms up before its directory is made, so a wrong URL or Ctrl-C leaves nothing behind;
         # a resumed one checks its directory first (a mismatch is refused before any request).
         fresh = not (out / META).exists()
@@ -253,28 +145,25 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
         if not fresh and opts.warmup and pending:
             warm_s = await warm_up()
         return await _ask(task, client, store, pending, done, opts, stop, test, simulated, warm_s)
-    finally:
-        for w in watchers:
-            w.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
 
 
 async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Question],
-               done: dict[int, SampleRecord], opts: EvalOptions, stop: _Stop, test: Dataset,
+               done: dict[int, SampleRecord], opts: EvalOptions, stop: Stop, test: Dataset,
                simulated: bool, warm_s: float) -> dict[str, Any]:
     """Send the pending questions, store each answer as it arrives; write the summary however it ends.
     ``warm_s``: the warm-up's duration, counted in the wall time as SGLang's script counts it."""
     cfg, api, out = client.cfg, client.api, store.root
     sampling = task.sampling_params()
-    progress = _Progress(len(task.questions), len(done), sum(1 for r in done.values() if r.correct),
-                         opts.progress, label=f"{out.parent.name}/{out.name}")
+    progress = Progress(len(task.questions), opts.progress, f"{out.parent.name}/{out.name}", initial=len(done),
+                        correct=sum(1 for r in done.values() if r.correct), accuracy=True,
+                        in_flight=lambda: client.in_flight)
     t0 = time.perf_counter()
     held: list[tuple[Question, Reply]] = []  # refused replies: errors if the server lives, else missing
 
     def write(q: Question, reply: Reply) -> None:
         rec = _record(q.index, q.prompt_sha256, q.label, reply)
         store.append(rec, q.prompt)
-        progress.update(rec)
+        progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
     async def one(q: Question) -> None:
         reply = await client.generate(api.generation_body(q.prompt, sampling))
@@ -298,7 +187,9 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
 
     tasks = [] if stop.event.is_set() else [asyncio.ensure_future(one(q)) for q in pending]
     try:
-        if tasks and await stop.race(asyncio.gather(*tasks)) is not None:
+        with progress.ticking():
+            finished = bool(tasks) and await stop.race(asyncio.gather(*tasks)) is not None
+        if finished:
             while held:
                 write(*held.pop(0))
     finally:
@@ -327,27 +218,9 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
     return summary
 
 
-async def _stall_guard(client: Client, stop: _Stop) -> None:
-    stop.trip(await client.watch_stall(), stalled=True)
-
-
-async def _watch(check: Callable[[], str | None], stop: _Stop) -> None:
-    """Poll ``check`` (is the server process alive?) and trip ``stop`` when it gives a reason."""
-    while not stop.event.is_set():
-        reason = check()
-        if reason is not None:
-            stop.trip(reason)
-            return
-        await asyncio.sleep(0.5)
-
-
 def run_eval(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """Synchronous wrapper of :func:`run_eval_async`."""
-    try:  # uvloop (Linux/macOS) roughly halves the client's per-request overhead at parallel 1319
-        import uvloop
-    except ImportError:
-        return asyncio.run(run_eval_async(*args, **kwargs))
-    return uvloop.run(run_eval_async(*args, **kwargs))
+    return run(run_eval_async(*args, **kwargs))
 
 
 def format_summary(s: dict[str, Any]) -> str:

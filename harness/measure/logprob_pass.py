@@ -41,15 +41,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from harness.measure.runner import Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import PROMPTS, load_samples
 from harness.results.fileio import read_json, read_jsonl
 from harness.results.token_store import (
@@ -62,7 +62,7 @@ from harness.results.token_store import (
     load_scores,
     write_not_measured,
 )
-from harness.serving.client import Client, ClientConfig, ScoreReply, ServerGone, ServerStalled
+from harness.serving.client import Client, ClientConfig, ScoreReply
 from harness.serving.wire import MalformedResponse, ScoreRequest, TokenScores
 
 __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_ids",
@@ -276,35 +276,14 @@ async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list
     return None
 
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool, label: str):
-        self.bar = None
-        self.errors = 0
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=label, unit="q", file=sys.stderr, dynamic_ncols=True,
-                            mininterval=0.5 if sys.stderr.isatty() else 5.0)
-
-    def update(self, error: bool) -> None:
-        self.errors += error
-        if self.bar is not None:
-            self.bar.set_postfix(err=self.errors, refresh=False)
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig, out_dir: str | Path,
                            opts: ScoringOptions | None = None) -> dict[str, Any]:
     """Score the reference completions of ``reference_eval`` on the server of ``client_cfg`` into
     ``out_dir``; return what ``scores.json`` says (``status`` ok or not_measured).
 
-    Raises :class:`~harness.serving.client.ServerGone` (:class:`~harness.serving.client.ServerStalled`) when the server dies
-    or hangs, and lets a cancellation through (signals: ``harness.orchestrate.interrupts.Interrupts.run_async``);
-    then ``out_dir`` holds no pass (a rerun scores again).
+    Raises :class:`~harness.serving.client.ServerGone` (:class:`~harness.serving.client.ServerStalled`) when the
+    server dies or hangs, :class:`~harness.measure.runner.Interrupted` on SIGINT/SIGTERM; then ``out_dir`` holds
+    no pass (a rerun scores again).
     """
     opts = opts or ScoringOptions()
     out = Path(out_dir)
@@ -340,12 +319,18 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
     if not any(r.text for r in refs):
         return not_measured(f"the reference eval {ref_eval} has no answered question with a completion to score")
     out.mkdir(parents=True, exist_ok=True)
-    async with Client(client_cfg) as client:
-        try:
-            return await _guarded(client, opts, _score(client, refs, out, opts, meta, t0, ref_table, inputs))
-        except _NotScorable as e:
-            (out / INPUTS).unlink(missing_ok=True)
-            return not_measured(str(e))
+    stop = Stop()
+    with signals_to(stop):
+        async with Client(client_cfg) as client:
+            try:
+                with watchdogs(client, stop, opts.abort_check):
+                    done = await stop.race(_score(client, refs, out, opts, meta, t0, ref_table, inputs))
+            except _NotScorable as e:
+                (out / INPUTS).unlink(missing_ok=True)
+                return not_measured(str(e))
+    stop.raise_for_reason()
+    assert done is not None
+    return done
 
 
 Result = tuple[Reference, ScoreReply | None, list[int] | None, np.ndarray | None, str | None]
@@ -440,7 +425,8 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                                f"({e}): this server cannot score") from None
         return ref, ScoreReply(latency_s=time.perf_counter() - t, attempts=1, scores=scores), ref_ids, top, None
 
-    progress = _Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}")
+    progress = Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}",
+                        in_flight=lambda: client.in_flight)
     try:
         with ScoresWriter(out, top_k=k, meta=meta) as writer:
             _store(writer, await probe(probe_ref), progress, k)
@@ -451,7 +437,8 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
 
             tasks = [asyncio.ensure_future(scored(r)) for r in refs if r is not probe_ref]
             try:
-                await asyncio.gather(*tasks)
+                with progress.ticking():
+                    await asyncio.gather(*tasks)
             finally:
                 for task in tasks:
                     task.cancel()
@@ -464,60 +451,26 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     return dict(read_json(out / SCORES_META))
 
 
-async def _guarded(client: Client, opts: ScoringOptions, aw: Awaitable[T]) -> T:
-    """``await aw`` unless the server hangs (stall watchdog) or its process goes (``abort_check``) first:
-    then ``aw`` is cancelled and :class:`ServerStalled` / :class:`ServerGone` raised."""
-    task = asyncio.ensure_future(aw)
-    watchers = [asyncio.ensure_future(client.watch_stall())]
-    if opts.abort_check is not None:
-        watchers.append(asyncio.ensure_future(_poll(opts.abort_check)))
-    try:
-        done, _ = await asyncio.wait({task, *watchers}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in watchers:
-            w.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, *watchers, return_exceptions=True)
-    if task in done:
-        return task.result()
-    stalled = watchers[0] in done
-    reason = next(w.result() for w in watchers if w in done)
-    raise (ServerStalled if stalled else ServerGone)(reason)
-
-
-async def _poll(check: Callable[[], str | None]) -> str:
-    while True:
-        reason = check()
-        if reason is not None:
-            return reason
-        await asyncio.sleep(0.5)
-
-
-def _store(writer: ScoresWriter, res: Result, progress: _Progress, k: int) -> None:
+def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int) -> None:
     ref, reply, ref_ids, top, problem = res
     if problem is not None:
         writer.record_error(ref.question, problem)
-        progress.update(True)
+        progress.update(error=True)
         return
     if reply is None:  # an empty completion: nothing to score
-        progress.update(False)
+        progress.update(error=False)
         return
     if reply.error is not None or reply.scores is None:
         writer.record_error(ref.question, reply.error or "no scores")
-        progress.update(True)
+        progress.update(error=True)
         return
     rows = _rows(reply.scores, ref_ids, k, top, ref.text)
     if rows.token_id.size:
         writer.add(ref.question, rows.token_id, rows.logprob, rows.top_ids, rows.top_logprobs,
                    rows.ref_top_logprobs, rows.text_offsets)
-    progress.update(False)
+    progress.update(error=False)
 
 
 def score_pass(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Synchronous wrapper of :func:`score_pass_async` (uvloop when installed)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(score_pass_async(*args, **kwargs))
-    return uvloop.run(score_pass_async(*args, **kwargs))
+    """Synchronous wrapper of :func:`score_pass_async`."""
+    return run(score_pass_async(*args, **kwargs))

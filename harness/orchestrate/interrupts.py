@@ -23,30 +23,11 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
-from harness.measure.evaluation import EvalInterrupted
+from harness.measure.runner import SIGNALS, Interrupted, run
 
-try:  # uvloop (Linux/macOS) roughly halves the client's per-request overhead at parallel 1319
-    import uvloop
-
-    HAVE_UVLOOP = True
-except ImportError:  # pragma: no cover - optional on other platforms
-    HAVE_UVLOOP = False
+__all__ = ["Interrupted", "Interrupts"]
 
 T = TypeVar("T")
-
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM: stop the servers, keep everything on disk, exit resumable (128 + signal number)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 class Interrupts:
@@ -94,8 +75,9 @@ class Interrupts:
             self._raise = old
 
     def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` in a fresh event loop (uvloop when installed); a signal cancels it and comes out as
-        :class:`Interrupted` once the coroutine has cleaned up (so does an eval's own EvalInterrupted)."""
+        """Run ``coro`` in a fresh event loop (:func:`harness.measure.runner.run`); a signal cancels it and comes
+        out as :class:`Interrupted` once the coroutine has cleaned up (a measurement's own signal handler raises
+        the same :class:`Interrupted`)."""
 
         async def guarded() -> T:
             task = asyncio.ensure_future(coro)
@@ -109,9 +91,10 @@ class Interrupts:
 
         with self.deferred():
             try:
-                result = uvloop.run(guarded()) if HAVE_UVLOOP else asyncio.run(guarded())
-            except EvalInterrupted as e:  # the eval's own handler caught the signal
-                raise Interrupted(e.signum) from None
+                result = run(guarded())
+            except Interrupted as e:  # the measurement's own handler caught the signal: ours must know it too
+                self.signum = self.signum or e.signum
+                raise
             except asyncio.CancelledError:
                 self.check()
                 raise

@@ -206,6 +206,11 @@ class Client:
             self._session = None
 
     @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return self._in_flight
+
+    @property
     def session(self) -> aiohttp.ClientSession:
         assert self._session is not None, "use `async with Client(...)`"
         return self._session

@@ -1,0 +1,209 @@
+"""The one async runner every measurement uses (an eval, a scoring pass): the event loop, why a measurement stops
+early, the signals and watchdogs that trip it, and the progress bar.
+
+* :func:`run`: a coroutine in a fresh event loop, uvloop where installed (it roughly halves the client's
+  per-request overhead at parallel 1319);
+* :class:`Stop`: why the measurement stops before its end, tripped by Ctrl-C/SIGTERM (:func:`signals_to`), the
+  client's stall watchdog or the server-process check (:func:`watchdogs`); the first reason wins, a signal is
+  always recorded, and :meth:`Stop.raise_for_reason` turns it into the exception the caller sees;
+* :class:`Progress`: answered / errors (and accuracy so far, for an eval) and the requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from harness.serving.client import Client, ServerGone, ServerStalled
+
+try:
+    import uvloop
+
+    HAVE_UVLOOP = True
+except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+    HAVE_UVLOOP = False
+
+T = TypeVar("T")
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end in a fresh event loop (uvloop when installed)."""
+    return uvloop.run(coro) if HAVE_UVLOOP else asyncio.run(coro)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: what was measured is on disk and everything is resumable; the command exits
+    128 + the signal's number (``abh run`` stops its servers first: :mod:`harness.orchestrate.interrupts`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class Stop:
+    """Why a measurement stops early (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason: str | None = None
+        self.signum: int | None = None
+        self.stalled = False
+
+    def trip(self, reason: str, *, stalled: bool = False) -> None:
+        if self.reason is None:
+            self.reason, self.stalled = reason, stalled
+        self.event.set()
+
+    def on_signal(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.trip(f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def tripped(self) -> bool:
+        return self.event.is_set()
+
+    def raise_for_reason(self) -> None:
+        """:class:`Interrupted` for a signal, :class:`ServerStalled` / :class:`ServerGone` for a server that hung
+        or went away; nothing when the measurement was not stopped."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+        if self.reason is not None:
+            raise (ServerStalled if self.stalled else ServerGone)(self.reason)
+
+    async def race(self, aw: Awaitable[T]) -> T | None:
+        """``await aw``, unless the measurement is stopped first: then it is cancelled and None returned."""
+        if self.event.is_set():
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            elif asyncio.isfuture(aw):
+                aw.cancel()
+                await asyncio.gather(aw, return_exceptions=True)
+            return None
+        task = asyncio.ensure_future(aw)
+        stopper = asyncio.ensure_future(self.event.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, stopper, return_exceptions=True)
+        return None if task.cancelled() else task.result()
+
+
+@contextmanager
+def signals_to(stop: Stop) -> Iterator[None]:
+    """SIGINT/SIGTERM trip ``stop`` for as long as the measurement runs, setup included. The handlers are the
+    loop's own (under uvloop an exception raised in a Python-level signal handler is swallowed); the caller's
+    handlers are given back afterwards."""
+    loop = asyncio.get_running_loop()
+    handled: list[tuple[signal.Signals, Any]] = []
+    for sig in SIGNALS:
+        try:
+            previous = signal.getsignal(sig)
+            loop.add_signal_handler(sig, stop.on_signal, sig)
+            handled.append((sig, previous))
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for handled_sig, previous in handled:
+            loop.remove_signal_handler(handled_sig)
+            signal.signal(handled_sig, previous)
+
+
+async def _stall_guard(client: Client, stop: Stop) -> None:
+    stop.trip(await client.watch_stall(), stalled=True)
+
+
+async def _watch(check: Callable[[], str | None], stop: Stop) -> None:
+    """Poll ``check`` (is the server process alive?) about twice a second; trip ``stop`` when it gives a reason."""
+    while not stop.event.is_set():
+        reason = check()
+        if reason is not None:
+            stop.trip(reason)
+            return
+        await asyncio.sleep(0.5)
+
+
+@contextmanager
+def watchdogs(client: Client, stop: Stop, abort_check: Callable[[], str | None] | None) -> Iterator[None]:
+    """For the duration of the block: the client's stall watchdog, and ``abort_check`` polled, both tripping
+    ``stop``. Cancelled on the way out (the caller awaits nothing more of them)."""
+    watchers = [asyncio.ensure_future(_stall_guard(client, stop))]
+    if abort_check is not None:
+        watchers.append(asyncio.ensure_future(_watch(abort_check, stop)))
+    try:
+        yield
+    finally:
+        for w in watchers:
+            w.cancel()
+
+
+class Progress:
+    """A tqdm bar on stderr: answered of total, errors, requests in flight (``in_flight``: the client's count,
+    refreshed every second by :meth:`ticking` even when nothing finishes) and, for an eval, accuracy so far."""
+
+    def __init__(self, total: int, enabled: bool, label: str, *, initial: int = 0, correct: int = 0,
+                 accuracy: bool = False, in_flight: Callable[[], int] | None = None):
+        self.answered, self.correct, self.errors = initial, correct, 0
+        self.accuracy = accuracy
+        self.in_flight = in_flight
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=label, unit="q", file=sys.stderr,
+                            mininterval=0.5 if sys.stderr.isatty() else 5.0, dynamic_ncols=True)
+
+    def _postfix(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {}
+        if self.accuracy:
+            shown["acc"] = f"{self.correct / self.answered:.3f}" if self.answered else "-"
+        shown["err"] = self.errors
+        if self.in_flight is not None:
+            shown["in_flight"] = self.in_flight()
+        return shown
+
+    def update(self, *, error: bool, correct: bool = False) -> None:
+        """One question finished: answered (``correct``: right, for an eval) or an error."""
+        if error:
+            self.errors += 1
+        else:
+            self.answered += 1
+            self.correct += bool(correct)
+        if self.bar is not None:
+            self.bar.set_postfix(self._postfix(), refresh=False)
+            self.bar.update(1)
+
+    @contextmanager
+    def ticking(self) -> Iterator[None]:
+        """Refresh the bar every second for the duration of the block (a batch whose first answers take minutes
+        still shows its requests in flight)."""
+        task = asyncio.ensure_future(self._tick()) if self.bar is not None else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+
+    async def _tick(self) -> None:
+        while self.bar is not None:
+            await asyncio.sleep(1.0)
+            self.bar.set_postfix(self._postfix(), refresh=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
