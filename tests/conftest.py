@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data" / "gsm8k"
 TEST_JSONL = EMBEDDED_TEST
 #: the full train split where ../shared has it; else its first 16 rows, kept in the clone (MIT, as the test set)
-TRAIN_JSONL = DATA_DIR / "train.jsonl" if (DATA_DIR / "train.jsonl").exists() \
-    else ROOT / "tests" / "data" / "gsm8k_train_head.jsonl"
+TRAIN_IS_CANONICAL = (DATA_DIR / "train.jsonl").exists()
+TRAIN_JSONL = DATA_DIR / "train.jsonl" if TRAIN_IS_CANONICAL else ROOT / "tests" / "data" / "gsm8k_train_head.jsonl"
 
 
 def pytest_configure(config: pytest.Config) -> None:

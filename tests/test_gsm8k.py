@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import TEST_JSONL, TRAIN_JSONL
+from conftest import TEST_JSONL, TRAIN_IS_CANONICAL, TRAIN_JSONL
 from helpers.runs import abh_run_here
 
 from harness.tasks import gsm8k
@@ -209,7 +209,7 @@ def test_parser_known_values():
 
 
 def test_heldout_recipe_takes_shots_from_train(test_set):
-    train = gsm8k.load(TRAIN_JSONL, split="train")
+    train = gsm8k.load(TRAIN_JSONL, split="train", allow_noncanonical=not TRAIN_IS_CANONICAL)
     task = GSM8K(test_set, RecipeConfig(name="heldout", num_questions=10), train)
     test_questions = {r["question"] for r in test_set.rows}
     assert train.rows[0]["question"] in task.few_shot
