@@ -28,6 +28,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from harness.serving.client import ClientSettings
 from harness.serving.wire import API_NAMES
 from harness.simulator.sim_config import SimConfig
 
@@ -233,17 +234,6 @@ class TaskConfig:
     data_path: str = ""
     train_path: str = ""
     allow_noncanonical: bool = False
-
-
-@dataclass
-class ClientSettings:
-    parallel: int = 1319
-    request_timeout_s: float = 3600.0
-    retries: int = 3
-    backoff_s: float = 1.0
-    #: no answer for this long while requests are in flight: probe the server's health; if it does not answer,
-    #: stop it and exit 4 (0 = off)
-    stall_timeout_s: float = 180.0
 
 
 @dataclass
@@ -538,3 +528,10 @@ def validate(cfg: Any) -> None:
             problems.append(f"divergence.reference must be a or b (whose greedy texts are scored), not {d.reference!r}")
     if problems:
         raise ConfigError("bad config:\n  - " + "\n  - ".join(problems))
+
+
+def client_settings(cfg: Any) -> ClientSettings:
+    """The run's ``client:`` group as the client's own settings object (the one conversion of config to client)."""
+    obj = OmegaConf.to_object(cfg.client)
+    assert isinstance(obj, ClientSettings)
+    return obj

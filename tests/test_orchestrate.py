@@ -14,9 +14,10 @@ import pytest
 from harness.arms.arm import ResolvedArm
 from harness.engines import LaunchSpec
 from harness.orchestrate.interrupts import Interrupted, Interrupts
-from harness.orchestrate.rundir import Manifest, config_digest, eval_done, non_semantic_keys
+from harness.orchestrate.rundir import Manifest, config_digest, non_semantic_keys
 from harness.orchestrate.schedule import schedule
 from harness.orchestrate.servers import ServerPool
+from harness.results.eval_store import eval_done
 from harness.results.schema import write_eval_summary
 
 
@@ -99,6 +100,9 @@ class FakeEngine:
 
     def alive(self) -> str | None:
         return self.dead
+
+    def launch_identity(self) -> str | None:
+        return None if self.launched else f"url:{self.url}"  # as the external engine: one URL, one launch
 
     def stop(self, on_status: Any = None) -> dict[str, Any]:
         self.stops += 1

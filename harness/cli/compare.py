@@ -30,11 +30,11 @@ from harness.analysis.comparison import (
     format_summary,
 )
 from harness.analysis.divergence import divergence_of_dirs, has_pass
-from harness.analysis.gate import FAIL_ON, comparison_exit
+from harness.analysis.gate import FAIL_ON, comparison_exit, exit_reason
 from harness.report.divergence_section import terminal_line
 from harness.results import schema
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
-from harness.results.schema import ArmNames, Comparison, EvalMeta, EvalSummary
+from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.util.redact import redact_argv
 
 
@@ -146,19 +146,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     failed = next((code for code in (exitcodes.SIDE_ASSERTION_FAILED, exitcodes.SERVER_FAILURE) if code in recorded),
                   exitcodes.OK)
     code = comparison_exit(c, args.fail_on, failed)
-    explain_exit("abh compare", code, c, args.fail_on)
+    reason = exit_reason(code, c, args.fail_on)
+    if reason:
+        print(f"abh compare: {reason}", file=sys.stderr)
     return code
-
-
-def explain_exit(prog: str, code: int, c: Comparison, fail_on: str | None) -> None:
-    """One line on stderr saying why a finished comparison exits ``code`` (nothing for 0); the same words for
-    ``abh compare``, ``abh ab`` and ``abh run``."""
-    if code == exitcodes.GATE_FAILED:
-        print(f"{prog}: verdict {c.get('verdict')} fails --fail-on {fail_on} (exit {exitcodes.GATE_FAILED})",
-              file=sys.stderr)
-    elif code == exitcodes.TOO_MANY_ERRORS:
-        print(f"{prog}: {100 * c.get('error_rate', 0.0):.2f} % of questions lost to request errors exceeds "
-              f"--max-error-rate {100 * c.get('max_error_rate', DEFAULT_MAX_ERROR_RATE):g} %: the arms are not "
-              f"comparable (exit {exitcodes.TOO_MANY_ERRORS})", file=sys.stderr)
-    elif code != exitcodes.OK:
-        print(f"{prog}: not comparable: {c.get('verdict_reason')} (exit {code})", file=sys.stderr)

@@ -7,10 +7,8 @@ Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +23,7 @@ from omegaconf import DictConfig
 from harness import exitcodes
 from harness.analysis.sweep import redact_multirun_yaml
 from harness.config import CONFIG_DIR, arms_root
-from harness.orchestrate.interrupts import Interrupts
-from harness.orchestrate.pipeline import INTERRUPTED_CODES, exit_for, run_experiment
-from harness.orchestrate.rundir import RUN_LOG, RunLog, write_failure_summary
-from harness.util.redact import redact_text
+from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
 from harness.util.redact_stdio import redacted_stdio
 
 
@@ -83,29 +78,7 @@ def task(cfg: DictConfig) -> int:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if in_multirun():  # before anything can interrupt the sweep
         redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
-    log = RunLog(run_dir)
-    with Interrupts() as interrupts:
-        try:
-            code = run_experiment(cfg, run_dir, interrupts, log)
-        except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
-            known = exit_for(e)
-            if known is None and not isinstance(e, Exception):
-                raise  # SystemExit and the like: not ours to translate
-            if known is None:
-                code = exitcodes.UNEXPECTED
-                log.write(traceback.format_exc())
-                line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback in "
-                        f"{run_dir / RUN_LOG}")
-                print(redact_text(line), file=sys.stderr, flush=True)
-                log.write(line)
-                reason = f"unexpected error (a bug): {type(e).__name__}: {e}"
-            else:
-                code, line = known
-                log.say(line)
-                reason = line
-            if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
-                with contextlib.suppress(Exception):  # the failure is reported already; this is the record
-                    write_failure_summary(run_dir, str(cfg.experiment.name), code, reason)
+    code = run_job(cfg, run_dir)
     if code in INTERRUPTED_CODES and in_multirun():
         raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
     if code and in_submitit():

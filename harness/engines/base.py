@@ -153,6 +153,11 @@ class Engine:
     def config_dict(self) -> dict[str, Any]:
         return _plain(self.cfg)
 
+    def launch_identity(self) -> str | None:
+        """The launch id the statistics group evals by, when the engine knows one (a server it did not start);
+        None: the run counts its own launches (``<arm>-<n>``)."""
+        return None
+
     # ------------------------------------------------------------------ lifecycle (override)
     def launch_spec(self) -> LaunchSpec:
         raise NotImplementedError

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from harness.arms.arm import ResolvedArm
 from harness.engines.base import Engine, EngineError, LaunchSpec
 from harness.engines.process import StatusFn
+from harness.serving.client import check_url, url_identity
 
 
 class ExternalEngine(Engine):
@@ -26,11 +27,13 @@ class ExternalEngine(Engine):
         url = str(getattr(cfg, "url", "") or "").rstrip("/")
         if not url or url == "???":
             raise EngineError("the external engine needs engine.url=http://HOST:PORT")
+        try:
+            url = check_url(url)
+        except ValueError as e:
+            raise EngineError(f"engine.url: {e}") from None
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise EngineError(f"engine.url must look like http://HOST:PORT, not {url!r}")
         self._url = url
-        self.host = parts.hostname
+        self.host = parts.hostname or ""
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._failures = 0
         self._last_check = 0.0
@@ -38,6 +41,10 @@ class ExternalEngine(Engine):
     @property
     def url(self) -> str:
         return self._url
+
+    def launch_identity(self) -> str:
+        """One URL is one launch: abh cannot see the server restart, so every eval it serves counts as sharing it."""
+        return url_identity(self._url)
 
     @property
     def ready_what(self) -> str:  # type: ignore[override]

@@ -31,6 +31,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from harness.config import client_settings
 from harness.measure.logprob_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import Manifest, RunLog, eval_rel_dir
@@ -120,9 +121,7 @@ class ScoringPhase:
                                 "reference_sha256": texts, "reference_pass": self._rel(ref_scores)}
         record: dict[str, Any] = {"pass": p.name, "arm": p.arm_key, "launch": launch.id, "status": "running"}
         self.manifest.record("scoring", {**(self.manifest.data.get("scoring") or {}), p.rel_dir: record})
-        ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
-                            request_timeout_s=cfg.client.request_timeout_s, retries=cfg.client.retries,
-                            backoff_s=cfg.client.backoff_s, stall_timeout_s=cfg.client.stall_timeout_s)
+        ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=engine.api)
         opts = ScoringOptions(top_k=self.top_k, reference_scores=ref_scores, progress=bool(cfg.progress),
                               abort_check=engine.alive, meta=meta)
         try:

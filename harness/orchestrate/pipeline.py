@@ -18,6 +18,8 @@ Every failure is an exception; :func:`exit_for` maps the expected ones to an exi
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,13 +31,13 @@ from harness import exitcodes
 from harness.analysis.comparison import CompareError, compare_dirs, format_summary
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence
-from harness.analysis.gate import comparison_exit
+from harness.analysis.gate import comparison_exit, exit_reason
 from harness.arms import sourcediff
 from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
 from harness.arms.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
 from harness.arms.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.arms.checks.static import run_static_checks
-from harness.config import ConfigError, arms_root, validate
+from harness.config import ConfigError, arms_root, client_settings, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.orchestrate.design import describe, format_design, times_from_cost
@@ -49,8 +51,8 @@ from harness.orchestrate.rundir import (
     RunLog,
     check_resume,
     config_digest,
-    eval_done,
     non_semantic_keys,
+    write_failure_summary,
 )
 from harness.orchestrate.schedule import Item, schedule, sequential_schedule
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
@@ -59,10 +61,12 @@ from harness.report import write_markdown, write_report
 from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import combined_sentence, terminal_line
 from harness.results import schema
+from harness.results.eval_store import eval_done
 from harness.results.fileio import StoreError
 from harness.serving.client import ClientConfig
 from harness.stats.sequential import operating_characteristics
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
+from harness.util.redact import redact_text
 
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
@@ -135,8 +139,11 @@ class Run:
     """One experiment in its run directory, phase by phase (see the module docstring). Every event goes to
     the manifest as it happens; every line to the user goes through ``log``."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog):
+    def __init__(self, cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog,
+                 command: list[str] | None = None):
         validate(cfg)
+        #: the command line that asked for the run, when it was not ``abh run`` (``abh ab``: shown in the report)
+        self.command = command
         self.test, self.train = load_data(cfg)
         self.cfg, self.run_dir, self.x = cfg, run_dir, cfg.experiment
         self.interrupts, self.log = interrupts, log
@@ -155,7 +162,7 @@ class Run:
         self.manifest.start_session(
             experiment=str(self.x.name), config=resolved, digest=digest,
             dataset={"sha256": self.test.sha256, "source": self.test.source, "canonical": self.test.canonical,
-                     "rows": len(self.test)})
+                     "rows": len(self.test)}, argv=command)
         self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
                                concurrent=bool(self.x.concurrent_servers))
         self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
@@ -348,9 +355,7 @@ class Run:
         self.manifest.eval_started(rel, launch.id)
         launch.passes += 1
         self.log.say(f"{label} eval {rel} (arm {key}, launch {launch.id}) on {engine.url}")
-        ccfg = ClientConfig(url=engine.url, api=engine.api, parallel=cfg.client.parallel,
-                            request_timeout_s=cfg.client.request_timeout_s, retries=cfg.client.retries,
-                            backoff_s=cfg.client.backoff_s, stall_timeout_s=cfg.client.stall_timeout_s)
+        ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=engine.api)
         # launch: which server launch served the eval (the statistics treat runs that share one as dependent);
         # "instance" is the same id under the name the eval store records per session.
         meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
@@ -395,6 +400,8 @@ class Run:
                              "command to retry the failed requests.") from None
         names: schema.ArmNames = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
         comparison["arm_names"] = names
+        if self.command:
+            comparison["command"] = list(self.command)
         cost = self.cost()
         m.record("cost", cost)
         seq: dict[str, Any] | None = None
@@ -425,10 +432,9 @@ class Run:
         if seq is not None:
             print(f"  {sequential_line(seq)}")
         print(format_cost(cost))
-        if code == exitcodes.TOO_MANY_ERRORS:
-            self.log.say("too many requests failed after retries; rerun the same command to retry them")
-        elif code == exitcodes.GATE_FAILED:
-            self.log.say(f"verdict {comparison['verdict']} fails --fail-on {fail_on} (exit {code})")
+        reason = exit_reason(code, comparison, None if fail_on is None else str(fail_on))
+        if reason:
+            self.log.say(reason)
         if self.cfg.report:
             try:
                 self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
@@ -447,9 +453,10 @@ def refuse_disallowed(bad: list[dict[str, Any]], what: str = "the arms differ") 
                          + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
 
 
-def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog) -> int:
+def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog,
+                   command: list[str] | None = None) -> int:
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
-    run = Run(cfg, run_dir, interrupts, log)
+    run = Run(cfg, run_dir, interrupts, log, command)
     diffs, bad = run.prepare_arms()
     if cfg.dry_run:
         checks = run.static_checks()
@@ -511,9 +518,31 @@ def exit_for(e: BaseException) -> tuple[int, str] | None:
 # ------------------------------------------------------------------------------------------ --help
 
 
-
-
-
-
-
-
+def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) -> int:
+    """Run (or resume) the experiment in ``run_dir`` with the run's signal handling; every way out becomes an
+    exit code and one line (a bug: its traceback in run.log), and a failed run leaves its failure summary.
+    ``command``: the (redacted) command line that asked for it, recorded with the results."""
+    log = RunLog(run_dir)
+    with Interrupts() as interrupts:
+        try:
+            code = run_experiment(cfg, run_dir, interrupts, log, command)
+        except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
+            known = exit_for(e)
+            if known is None and not isinstance(e, Exception):
+                raise  # SystemExit and the like: not ours to translate
+            if known is None:
+                code = exitcodes.UNEXPECTED
+                log.write(traceback.format_exc())
+                line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback in "
+                        f"{run_dir / RUN_LOG}")
+                print(redact_text(line), file=sys.stderr, flush=True)
+                log.write(line)
+                reason = f"unexpected error (a bug): {type(e).__name__}: {e}"
+            else:
+                code, line = known
+                log.say(line)
+                reason = line
+            if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
+                with contextlib.suppress(Exception):  # the failure is reported already; this is the record
+                    write_failure_summary(run_dir, str(cfg.experiment.name), code, reason)
+    return code

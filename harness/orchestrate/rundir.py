@@ -55,16 +55,6 @@ def eval_rel_dir(role: str, repeat: int) -> str:
     return f"evals/{role}/r{repeat}"
 
 
-def eval_done(eval_dir: Path) -> bool:
-    """The resume rule for one eval: kept when its summary says complete and it has no error rows. An eval with
-    errors is sent again (only its failed and missing questions), as ``abh eval`` does on a rerun."""
-    path = eval_dir / schema.EVAL_SUMMARY_FILE
-    if not path.exists():
-        return False
-    s = schema.load_eval_summary(path)
-    return bool(s.get("complete")) and not s.get("errors")
-
-
 # -------------------------------------------------------------------------------------- the digest
 def non_semantic_keys(engine_ignores: Iterable[str], arm_keys: Iterable[str]) -> list[str]:
     """:data:`NON_SEMANTIC` plus the engine fields that say how the harness drives a server (timeouts, port,
@@ -145,9 +135,9 @@ class Manifest:
 
     # ------------------------------------------------------------------ session
     def start_session(self, *, experiment: str, config: dict[str, Any], digest: Mapping[str, Any],
-                      dataset: dict[str, Any]) -> None:
+                      dataset: dict[str, Any], argv: list[str] | None = None) -> None:
         m = self.data
-        self.session = {"started": time.time(), "pid": os.getpid(), "argv": list(sys.argv),
+        self.session = {"started": time.time(), "pid": os.getpid(), "argv": list(sys.argv if argv is None else argv),
                         "resume": any(self.run_dir.glob("evals/*/*/samples.jsonl"))}
         m.update({"experiment": experiment, "config": config,
                   "config_sha256": digest["sha256"], "config_semantic": digest["semantic"],

@@ -1,7 +1,7 @@
 """Server lifetimes for a run: launch, wait until ready, assert the side live, reuse, restart, stop.
 
 A :class:`ServerPool` holds at most one live launch per arm. Each launch has an id (``<arm>-<n>``, counted over
-the run directory's sessions) recorded in the manifest and in the meta of every eval it serves, so the
+the run directory's sessions; a server abh did not start is one launch per URL, ``url:...``) recorded in the manifest and in the meta of every eval it serves, so the
 statistics know which runs shared a server launch. Unless servers may run concurrently, acquiring an arm's
 server stops the other arms' first (one GPU box runs one server at a time).
 """
@@ -69,7 +69,7 @@ class ServerPool:
         """Start arm ``key``'s server, wait until it serves, record its probe and assert its side live
         (:class:`~harness.arms.checks.result.SideAssertionError` when a live check fails)."""
         engine = self.engines[key]
-        launch = Launch(self.manifest.next_launch_id(key), key, engine)
+        launch = Launch(engine.launch_identity() or self.manifest.next_launch_id(key), key, engine)
         self.say(f"{label + ' ' if label else ''}launching arm {key} ({engine.kind}), launch {launch.id}")
         spawned = time.time()
         with self.interrupts.deferred():
@@ -93,7 +93,10 @@ class ServerPool:
         launch = self.live.pop(key, None)
         if launch is None:
             return None
-        self.say(f"stopping server of arm {key} (launch {launch.id})" + (f": {why}" if why else ""))
+        if launch.engine.launch_spec().launched:
+            self.say(f"stopping server of arm {key} (launch {launch.id})" + (f": {why}" if why else ""))
+        else:
+            self.say(f"done with arm {key}'s server (launch {launch.id}): abh did not start it, it keeps running")
         with self.interrupts.deferred():
             info = launch.engine.stop(on_status=self.say)
             self.manifest.record_stop(key, launch.id, info)

@@ -125,7 +125,7 @@ def _commands(c: Mapping[str, Any], manifest: Mapping[str, Any], names: dict[str
     cmd = c.get("command")
     if isinstance(cmd, list) and cmd:
         out.append(_fence(" ".join(shlex.quote(t) for t in redact_command(cmd))))
-    for s in manifest.get("sessions") or []:
+    for s in [] if out else manifest.get("sessions") or []:  # abh ab records its command in both
         if isinstance(s, dict) and s.get("argv"):
             out.append(_fence(" ".join(shlex.quote(t) for t in redact_command(_abh_run_argv(s["argv"])))))
             break  # the first session's command; resumes repeat it

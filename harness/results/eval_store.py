@@ -189,3 +189,13 @@ def summarize(samples: Iterable[SampleRecord], n_expected: int, wall_s: float) -
         "output_tokens": completion,
         "output_throughput": (completion / wall_s) if wall_s > 0 else None,
     }
+
+
+def eval_done(eval_dir: Path) -> bool:
+    """The resume rule for one eval: kept when its summary says complete and it has no error rows. An eval with
+    errors is sent again (only its failed and missing questions), as ``abh eval`` does on a rerun."""
+    path = eval_dir / schema.EVAL_SUMMARY_FILE
+    if not path.exists():
+        return False
+    s = schema.load_eval_summary(path)
+    return bool(s.get("complete")) and not s.get("errors")

@@ -20,7 +20,7 @@ import re
 import resource
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,24 +64,40 @@ class WrongServer(ServerGone):
 
 
 @dataclass
-class ClientConfig:
+class ClientSettings:
+    """How the client talks to a server, whichever server it is: the ``client:`` config group's schema."""
+
+    #: requests in flight
+    parallel: int = 1319
+    #: whole-request timeout; requests may queue for minutes behind a full batch
+    request_timeout_s: float = 3600.0
+    #: retries of a request after a timeout, 429, 5xx or a dropped connection
+    retries: int = 3
+    #: first backoff between retries (doubling, with jitter)
+    backoff_s: float = 1.0
+    #: no answer for this long while requests are in flight: probe the server's health; if it does not answer,
+    #: the server is hung (:class:`ServerStalled`: stop it, exit 4). 0 turns the watchdog off.
+    stall_timeout_s: float = 180.0
+    #: OpenAI model name; empty: the first of ``/v1/models``
+    model: str = ""
+
+
+@dataclass(kw_only=True)
+class ClientConfig(ClientSettings):
+    """The client of one server: the settings, the server's URL and its API."""
+
     url: str
     api: str = "sglang"
-    parallel: int = 1319
-    #: Whole-request timeout; requests may queue for minutes behind a full batch.
-    request_timeout_s: float = 3600.0
     connect_timeout_s: float = 60.0
-    retries: int = 3
-    backoff_s: float = 1.0
     backoff_max_s: float = 30.0
-    #: No answer for this long while requests are in flight: probe the server's health; if that does not
-    #: answer either, the server is hung (:class:`ServerStalled`). 0 turns the watchdog off.
-    stall_timeout_s: float = 180.0
-    #: Timeout of that health probe (capped at ``stall_timeout_s``).
+    #: Timeout of the stall watchdog's health probe (capped at ``stall_timeout_s``).
     health_timeout_s: float = 20.0
-    #: OpenAI model name; when empty, taken from ``/v1/models``.
-    model: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, settings: ClientSettings, *, url: str, api: str) -> ClientConfig:
+        """The client of the server at ``url`` with the run's ``settings``."""
+        return cls(url=url, api=api, **{f.name: getattr(settings, f.name) for f in fields(ClientSettings)})
 
     def __post_init__(self) -> None:
         if self.api not in API_NAMES:
@@ -98,16 +114,47 @@ class ClientConfig:
 
 
 def check_url(url: str) -> str:
-    """``url`` without a trailing slash; ValueError unless it is ``http(s)://host[:port][/path]``."""
+    """``url`` without a trailing slash; ValueError unless it is a server's base URL, ``http(s)://host[:port][/path]``
+    (no query, no fragment)."""
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a bad port
     except ValueError as e:
-        raise ValueError(f"url {url!r} is not a valid URL ({e})") from None
+        raise ValueError(f"{url!r} is not a valid URL ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"url must look like http://HOST:PORT, not {url!r}")
+        raise ValueError(f"{url!r} is not an http(s) URL with a host, e.g. http://127.0.0.1:30000")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{url!r}: give the server's base URL, without a query or fragment")
     del port
     return url.rstrip("/")
+
+
+def url_identity(url: str) -> str:
+    """A stable id of the server at ``url`` (one URL is one launch of a server abh did not start): ``url:`` and
+    the URL's scheme, host (lower case), port and path, without credentials."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"url:{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
+
+
+def unreachable(url: str, timeout_s: float = 10.0) -> str | None:
+    """None when something answers HTTP at ``url`` (any status), else why not (refused, no route, timeout)."""
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as the client: no proxy
+    try:
+        with opener.open(url + "/health", timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answers HTTP; whether it serves the API is the eval's business
+    except urllib.error.URLError as e:
+        return str(e.reason)
+    except (OSError, ValueError) as e:  # timeouts, resets, a malformed answer
+        return f"{type(e).__name__}: {e}"
 
 
 @dataclass
