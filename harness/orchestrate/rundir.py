@@ -80,7 +80,11 @@ def check_resume(recorded: Mapping[str, Any], digest: Mapping[str, Any], run_dir
     if not old or old == digest["sha256"]:
         return
     before, after = recorded.get("config_semantic") or {}, digest["semantic"]
-    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    # a key the recorded run did not have was added to the schema since (a user cannot add unknown keys): its
+    # default is how the older release behaved, so it is not a change
+    changed = sorted(k for k in set(before) | set(after) if k in before and before.get(k) != after.get(k))
+    if not changed:
+        return
     raise ConfigError(f"{run_dir} holds a run of a different config (changed: {', '.join(changed[:8]) or '?'}); "
                       "its results would be mixed with this one's. Use another hydra.run.dir, or delete it.")
 
