@@ -7,13 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.docs import compare_doc as _compare_dirs
+from helpers.docs import comparison, doc
 from helpers.evals import N, make_eval, seed_vectors
 
 from harness import stats as S
 from harness.analysis.comparison import CompareError, format_summary
-from harness.analysis.comparison import compare_dirs as _compare_dirs
 from harness.cli.compare import compare_main as main
 from harness.cli.power import power_main
+from harness.results.schema import Comparison
 
 
 def compare_dirs(*args, n_resamples: int = 500, **kw):
@@ -76,7 +78,8 @@ def test_no_margin_gives_inconclusive_with_mde_and_alpha_sets_the_level(tmp_path
     assert c["p"] == pytest.approx(float(S.mcnemar_midp(10, 14)))
     c10 = compare_dirs([da], [db], None, 0.10, 0)
     assert c10["delta_ci_level"] == 0.9 and "90 % Tango" in c10["verdict_reason"]
-    assert "90 % CI" in format_summary(c10) and "95 %" not in format_summary(c10)
+    text = format_summary(Comparison.from_doc(c10))
+    assert "90 % CI" in text and "95 %" not in text
 
 
 def test_verbatim_repeats_add_no_evidence(tmp_path: Path):
@@ -202,7 +205,7 @@ def test_noninferiority_hypothesis(tmp_path: Path):
     assert ni["test"].startswith("non-inferiority") and ni["test_alpha"] == 0.025
     assert ni["p"] == ni["tost"]["p_noninferiority"] < 0.025 and ni["delta_ci"][0] > -0.01
     assert "significantly lower" in ni["verdict_reason"]
-    assert "NON-INFERIOR" in format_summary(ni).upper()
+    assert "NON-INFERIOR" in format_summary(Comparison.from_doc(ni)).upper()
     with pytest.raises(CompareError, match="needs a margin"):
         compare_dirs([da], [db], None, 0.05, 0, hypothesis="noninferiority")
 
@@ -375,16 +378,15 @@ def test_sweep_adjusts_every_verdict_that_rests_on_a_test(tmp_path: Path):
     from harness.analysis.sweep import summarize_sweep
     from harness.results.schema import write_comparison
 
-    def comp(p: float, verdict: str, test_alpha: float) -> dict:
-        return {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9}}, "n": 1319, "delta": 0.0,
-                "delta_ci": [-0.01, 0.01], "p": p, "test": "t", "test_alpha": test_alpha, "mde": 0.01,
-                "verdict": verdict, "alpha": 0.05, "simulated": True}
+    def comp(p: float, verdict: str, test_alpha: float) -> Comparison:
+        return comparison(n=1319, delta=0.0, delta_ci=[-0.01, 0.01], p=p, test="t", test_alpha=test_alpha, mde=0.01,
+                          verdict=verdict, alpha=0.05, simulated=True)
 
     jobs = {"job0_x=1": (0.03, "equivalent", 0.05), "job1_x=2": (0.02, "noninferior", 0.025),
             "job2_x=3": (0.04, "equivalent", 0.05), "job3_x=4": (1e-4, "equivalent", 0.05)}
     for job, args in jobs.items():
         write_comparison(tmp_path / job / "comparison.json", comp(*args))
-    rows = {r["label"]: r for r in summarize_sweep(tmp_path, "holm")["comparisons"]}
+    rows = {r["label"]: r for r in doc(summarize_sweep(tmp_path, "holm"))["comparisons"]}
     assert rows["x=4"]["verdict"] == "equivalent"                       # 4e-4 < 0.05
     assert rows["x=1"]["p_adjusted"] == pytest.approx(0.06)
     assert rows["x=1"]["verdict"] == "inconclusive" and rows["x=1"]["verdict_unadjusted"] == "equivalent"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.docs import doc
 
 from harness.analysis import cost as C
 
@@ -40,19 +41,23 @@ def test_count_gpus_names_its_source_and_refuses_nonsense() -> None:
         C.engine_gpus({"kind": "sglang", "gpus": -1})
 
 
+def doc_of_cost(*args, **kwargs):
+    return doc(C.cost_from_manifest(*args, **kwargs))
+
+
 def test_run_cost_per_arm_and_total() -> None:
     launches = [C.LaunchRecord("a", 1800, 2400, 8), C.LaunchRecord("b", 1700, 2300, 8),
                 C.LaunchRecord("a", 1900, 2500, 8)]
     evals = [C.EvalRecord("a", 300), C.EvalRecord("b", 310), C.EvalRecord("a", 290), C.EvalRecord("aa", 280)]
-    c = C.run_cost(launches, evals)
-    assert set(c) == {"a", "b", "total"}  # the A/A evals ran on A's servers: counted in a
+    c = doc(C.run_cost(launches, evals))
+    assert set(c) == {"a", "b", "total", "estimated"}  # the A/A evals ran on A's servers: counted in a
     assert c["a"] == {"launches": 2, "evals": 3, "launch_s": 3700.0, "eval_s": 870.0, "server_s": 4900.0,
                       "gpus": 8, "gpu_hours": pytest.approx(4900 * 8 / 3600)}
     assert c["total"]["gpu_hours"] == pytest.approx((2400 + 2300 + 2500) * 8 / 3600)
     assert c["total"]["launches"] == 3 and c["total"]["evals"] == 4 and c["total"]["gpus"] == 8
     for k in C.FIELDS:
         assert k in c["a"] and k in c["total"]
-    own = C.run_cost([*launches, C.LaunchRecord("aa", 100, 500, 8)], evals)
+    own = doc(C.run_cost([*launches, C.LaunchRecord("aa", 100, 500, 8)], evals))
     assert own["aa"]["launches"] == 1 and own["aa"]["eval_s"] == 280 and own["a"]["evals"] == 2
     with pytest.raises(ValueError):
         C.run_cost([C.LaunchRecord("c", 1, 1, 1)], [])
@@ -63,11 +68,12 @@ def test_sum_costs_over_a_sweep() -> None:
                     [C.EvalRecord("a", 50), C.EvalRecord("b", 50)])
     j2 = C.run_cost([C.LaunchRecord("a", 20, 200, 4), C.LaunchRecord("b", 20, 200, 4),
                      C.LaunchRecord("aa", 20, 150, 4)], [C.EvalRecord("aa", 60)])
-    s = C.sum_costs([j1, None, j2])
+    s_rec = C.sum_costs([j1, None, j2])
+    s, j1, j2 = doc(s_rec), doc(j1), doc(j2)
     assert s["a"]["server_s"] == 300 and s["b"]["launches"] == 2 and s["aa"]["server_s"] == 150
     assert s["total"]["gpu_hours"] == pytest.approx(j1["total"]["gpu_hours"] + j2["total"]["gpu_hours"])
     assert s["total"]["gpus"] == 4
-    assert "GPU-hours" in C.format_cost(s) and "aa" in C.format_cost(s)
+    assert "GPU-hours" in C.format_cost(s_rec) and "aa" in C.format_cost(s_rec)
 
 
 def test_cost_from_manifest_recorded_and_estimated(tmp_path: Path) -> None:
@@ -82,7 +88,7 @@ def test_cost_from_manifest_recorded_and_estimated(tmp_path: Path) -> None:
                   "evals/b/r1": {"role": "b", "instances": ["b@2600"], "status": "complete",
                                  "summary": {"latency_s": 360.0}}},
     }
-    c = C.cost_from_manifest(recorded)
+    c = doc_of_cost(recorded)
     assert c["estimated"] == []
     assert c["a"]["launch_s"] == 600 and c["a"]["server_s"] == 1000 and c["a"]["eval_s"] == 350
     assert c["b"]["gpus"] == 8 and c["b"]["server_s"] == 1010  # GPUs from the config's --tp 8
@@ -93,7 +99,7 @@ def test_cost_from_manifest_recorded_and_estimated(tmp_path: Path) -> None:
                      "evals/b/r1": {"role": "b", "instances": ["b@131"], "started": 141, "ended": 150}}}
     (tmp_path / "evals/a/r1").mkdir(parents=True)
     (tmp_path / "evals/a/r1/summary.json").write_text(json.dumps({"latency_s": 8.5}))
-    c = C.cost_from_manifest(old, tmp_path, gpus={"a": 2})
+    c = doc_of_cost(old, tmp_path, gpus={"a": 2})
     assert set(c["estimated"]) == {"launch_s", "server_s", "eval_s"}
     assert c["a"]["launch_s"] == 30 and c["a"]["eval_s"] == 8.5 and c["a"]["server_s"] == 38.5
     assert c["a"]["gpu_hours"] == pytest.approx(38.5 * 2 / 3600)

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.docs import comparison, tost
+from helpers.docs import divergence_doc as compute_divergence
 from scipy.special import log_softmax, rel_entr
 
-from harness.analysis.divergence import compute_divergence
 from harness.report import divergence_section as R
 from harness.results import token_store as S
-from harness.results.schema import SampleRecord
+from harness.results.schema import Divergence, SampleRecord
 
 V, K = 40, 8
 REQUIRED = ("verdict", "kld_mean", "kld_mean_aa", "p", "same_top_rate", "same_top_rate_aa",
@@ -240,7 +241,8 @@ def test_first_divergence_from_argmax_without_offsets(tmp_path, world):
 def test_report_section_words_plot_and_marked_texts(tmp_path, world):
     ref, ab, aa = three_passes(tmp_path, world, 0.5)
     d = compute_divergence(ref, ab, aa, n_resamples=999, top_n=60)
-    s = R.section(d, {"verdict": "equivalent", "margin": 0.01, "divergence": d})
+    div = Divergence.from_doc(d)
+    s = R.section(div, comparison(verdict="equivalent", margin=0.01, divergence=d))
     assert s["label"] == "DIVERGED"
     assert s["sentence"].startswith(f"outputs diverge beyond A/A noise: KLD {R.kld(d['kld_mean'])} vs "
                                     f"{R.kld(d['kld_mean_aa'])} nats/token (p < 0.001")
@@ -252,7 +254,7 @@ def test_report_section_words_plot_and_marked_texts(tmp_path, world):
     assert row["a"]["mark"] == tok and row["a"]["before"] == "".join(f"t{t} " for t in world.tokens(3)[:2])
     assert row["b"]["mark"] == "zz" and row["a"]["before"] == row["b"]["before"]
     assert any("same top token" in f for f in s["facts"])
-    assert R.terminal_line(d).startswith("divergence: DIVERGED — KLD ")
+    assert R.terminal_line(div).startswith("divergence: DIVERGED — KLD ")
 
 
 def test_words_for_each_verdict_and_kld_formatting():
@@ -260,17 +262,17 @@ def test_words_for_each_verdict_and_kld_formatting():
     assert R.kld(2.1e-6) == "2.1e-6" and R.kld(None) == "n/a" and R.kld(0.1234) == "0.123"
     # just below 1e-4 ":.2g" drops the exponent (the demo's report crashed on a per-question d of -9.99e-5)
     assert R.kld(9.99e-5) == "1e-4" and R.kld(-9.99e-5) == "-1e-4" and R.kld(-1.2e-7) == "-1.2e-7"
-    ind = {"verdict": "indistinguishable", "kld_mean": 0.0003, "kld_mean_aa": 0.0003, "p": 0.4,
-           "p_floor": 1e-4, "effect_mde": 2e-5}
+    ind = Divergence(verdict="indistinguishable", verdict_reason="", kld_mean=0.0003, kld_mean_aa=0.0003, p=0.4,
+                     p_floor=1e-4, effect_mde=2e-5)
     assert R.sentence(ind) == ("outputs indistinguishable from A/A noise: KLD 0.0003 vs 0.0003 nats/token "
                                "(p = 0.4); this run could detect about 2e-5 nats/token above the floor")
-    nm = {"verdict": "not_measured", "verdict_reason": "arm B was not scored: no logprobs"}
+    nm = Divergence(verdict="not_measured", verdict_reason="arm B was not scored: no logprobs")
     assert R.sentence(nm) == "outputs not measured: arm B was not scored: no logprobs"
     assert R.section(nm)["svg"] is None and R.section(None)["label"] == "NOT MEASURED"
-    c = {"verdict": "inconclusive", "margin": 0.01, "alpha": 0.05, "tost": {"p_noninferiority": 0.01},
-         "divergence": {"verdict": "diverged", "kld_mean": 0.02, "kld_mean_aa": 0.0003}}
+    c = comparison(verdict="inconclusive", margin=0.01, alpha=0.05, tost=tost(p_noninferiority=0.01),
+                   divergence={"verdict": "diverged", "verdict_reason": "", "kld_mean": 0.02, "kld_mean_aa": 0.0003})
     assert R.combined_sentence(c) == ("accuracy: non-inferior within 1.00 pp; outputs: diverge "
                                       "(KLD 0.02 nats/token vs A/A 0.0003)")
-    assert R.combined_sentence({"verdict": "regressed", "delta": -0.012}) == \
+    assert R.combined_sentence(comparison(verdict="regressed", delta=-0.012)) == \
         "accuracy: B worse by −1.20 pp; outputs: not measured"
     assert R.split_at("abc def", 4, None) == {"before": "abc ", "mark": "def", "after": ""}

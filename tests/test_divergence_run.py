@@ -7,11 +7,14 @@ through ``abh compare`` over evals and scoring passes made against real simulato
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL, SimServer
 from helpers.aioserver import FakeServer
+from helpers.docs import comparison as make_comparison
+from helpers.docs import doc
 from helpers.llamacpp import needs_llamacpp
 from helpers.runs import abh_run, abh_run_here, interrupt_run, log_has
 
@@ -20,6 +23,7 @@ from harness.cli.compare import compare_main
 from harness.measure.evaluation import EvalOptions, run_eval
 from harness.measure.logprob_pass import ScoringOptions, score_pass
 from harness.results.fileio import read_json
+from harness.results.schema import Comparison
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 
@@ -243,17 +247,18 @@ def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
     from harness.results import schema
 
     root = build_run_dir(tmp_path / "run", n=40)
-    c = dict(schema.load_comparison(root / "comparison.json"))
+    c = schema.load_comparison(root / "comparison.json")
     ref, ab = root / "evals/a/r1", root / "evals/b/r1"
-    c["divergence"] = {
+    div = {
         "verdict": "diverged", "verdict_reason": "test", "reference": "a", "kld_mean": 0.02, "kld_mean_aa": 0.0003,
         "p": 0.0001, "p_floor": 0.0001, "p_at_floor": True, "alpha": 0.05, "effect": 0.0197,
         "effect_ci": [0.01, 0.03], "tokens": 400, "questions": 40, "top_k": 20, "same_top_rate": 0.9,
         "same_top_rate_aa": 0.99, "kld_histogram": None, "dirs": {"ref": str(ref), "ab": str(ab), "aa": None},
         "top_questions": [{"question": INJECT_INDEX, "tokens": 12, "kld": 0.05, "kld_aa": 0.001, "d": 0.049,
-                           "same_top_rate": 0.8, "text_identical": False, "first_divergence_char": 3,
-                           "first_divergence_span": None}]}
-    schema.write_comparison(root / "comparison.json", c)  # type: ignore[arg-type]
+                           "same_top_rate": 0.8, "rms_dlogprob": None, "text_identical": False,
+                           "first_divergence": None, "first_divergence_char": 3, "first_divergence_source": None,
+                           "first_divergence_span": None, "text_identical_aa": None, "first_divergence_aa": None}]}
+    schema.write_comparison(root / "comparison.json", replace(c, divergence=schema.Divergence.from_doc(div)))
     html = write_report(root).read_text()
     section = html[html.index('id="divergence"'):html.index('id="runs"')]
     assert SCRIPT_ALERT not in html and "<img src=x" not in html
@@ -269,11 +274,10 @@ def test_a_sweep_shows_the_kld_column(tmp_path):
     from harness.report import write_sweep_report
     from harness.results.schema import write_comparison
 
-    def comparison(div: dict | None) -> dict:
-        c = {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9}}, "n": 1319, "delta": 0.0,
-             "delta_ci": [-0.01, 0.01], "p_value": 0.9, "mde": 0.01, "verdict": "inconclusive", "alpha": 0.05,
-             "simulated": True}
-        return {**c, "divergence": div} if div is not None else c
+    def comparison(div: dict | None) -> Comparison:
+        return make_comparison(n=1319, delta=0.0, delta_ci=[-0.01, 0.01], p=0.9, mde=0.01, verdict="inconclusive",
+                               alpha=0.05, simulated=True,
+                               divergence=None if div is None else {"verdict_reason": "", **div})
 
     write_comparison(tmp_path / "job0_shift=0.3" / "comparison.json", comparison(
         {"verdict": "diverged", "kld_mean": 0.0231, "kld_mean_aa": 0.00033}))
@@ -282,11 +286,12 @@ def test_a_sweep_shows_the_kld_column(tmp_path):
     write_comparison(tmp_path / "job2_shift=9" / "comparison.json", comparison(
         {"verdict": "not_measured", "kld_mean": None, "kld_mean_aa": None}))
     write_comparison(tmp_path / "job3_off" / "comparison.json", comparison(None))
-    s = summarize_sweep(tmp_path, "holm")
+    s_rec = summarize_sweep(tmp_path, "holm")
+    s = doc(s_rec)
     rows = {r["job"]: r for r in s["comparisons"]}
     assert rows["job0_shift=0.3"]["kld"] == 0.0231 and rows["job0_shift=0.3"]["divergence"] == "diverged"
     assert rows["job3_off"]["divergence"] is None
-    text = format_sweep(s)
+    text = format_sweep(s_rec)
     assert "KLD (A/A)" in text and "0.023 (0.00033) *" in text and "0.00033 (0.00033)  " in text
     assert "not measured" in text and "n/a" in text
     html = write_sweep_report(tmp_path).read_text()

@@ -9,6 +9,7 @@ from scipy.special import log_softmax, rel_entr
 from scipy.stats import bootstrap, permutation_test
 
 from harness.stats import divergence as dv
+from harness.stats.signflip import signflip_weighted
 
 
 def dists(rng: np.random.Generator, n: int, v: int, peak: float = 3.0) -> np.ndarray:
@@ -183,7 +184,7 @@ def test_sign_flip_p_matches_scipy_exact_sign_flip():
     ref = permutation_test((d,), lambda x, axis=-1: np.mean(x, axis=axis), permutation_type="samples",
                            alternative="greater", n_resamples=np.inf).pvalue   # exact: all 2^12 flips
     R = 40_000
-    got = dv.sign_flip_test(d, n_resamples=R, seed=1)["p_value"]
+    got = signflip_weighted(d, n_resamples=R, seed=1).p
     assert abs(got - ref) < 4 * np.sqrt(ref * (1 - ref) / R)
 
 
@@ -194,19 +195,19 @@ def test_weighted_sign_flip_matches_scipy_with_a_weighted_statistic():
     ref = permutation_test((d,), lambda x, axis=-1: np.sum(w * x, axis=axis) / w.sum(),
                            permutation_type="samples", alternative="greater", n_resamples=np.inf).pvalue
     R = 40_000
-    got = dv.sign_flip_test(d, w, n_resamples=R, seed=2)
-    assert abs(got["p_value"] - ref) < 4 * np.sqrt(ref * (1 - ref) / R)
-    assert got["statistic"] == pytest.approx(np.sum(w * d) / w.sum())
+    got = signflip_weighted(d, w, n_resamples=R, seed=2)
+    assert abs(got.p - ref) < 4 * np.sqrt(ref * (1 - ref) / R)
+    assert got.statistic == pytest.approx(np.sum(w * d) / w.sum())
 
 
 def test_sign_flip_edge_cases():
-    assert dv.sign_flip_test(np.zeros(50), n_resamples=999, seed=0)["p_value"] == 1.0
-    r = dv.sign_flip_test(np.full(30, 0.01), n_resamples=999, seed=0)
-    assert r["p_value"] == pytest.approx(1 / 1000)      # at the floor: 2^-30 is far below 1/(R+1)
+    assert signflip_weighted(np.zeros(50), n_resamples=999, seed=0).p == 1.0
+    r = signflip_weighted(np.full(30, 0.01), n_resamples=999, seed=0)
+    assert r.p == pytest.approx(1 / 1000)      # at the floor: 2^-30 is far below 1/(R+1)
     with pytest.raises(ValueError):
-        dv.sign_flip_test(np.array([]))
+        signflip_weighted(np.array([]))
     with pytest.raises(ValueError):
-        dv.sign_flip_test(np.ones(3), np.array([1.0, -1.0, 1.0]))
+        signflip_weighted(np.ones(3), np.array([1.0, -1.0, 1.0]))
 
 
 def test_weighted_mean_ci_matches_scipy_bootstrap():

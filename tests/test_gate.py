@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers.docs import comparison
 
 from harness import exitcodes
 from harness.analysis.gate import FAIL_ON, comparison_exit, gate_exit, gate_fails
@@ -38,9 +39,9 @@ def test_no_gate_never_fails_and_an_unknown_verdict_fails_closed() -> None:
 
 def test_comparison_exit_order() -> None:
     assert exitcodes.GATE_FAILED == 7
-    ok = {"verdict": "improved", "error_rate_exceeded": False}
+    ok = comparison(verdict="improved", error_rate_exceeded=False)
     assert comparison_exit(ok) == 0 and comparison_exit(ok, "any-difference") == 7
-    bad = {"verdict": "not_comparable", "error_rate_exceeded": True}
+    bad = comparison(verdict="not_comparable", error_rate_exceeded=True)
     assert comparison_exit(bad) == 5 and comparison_exit(bad, "not-noninferior") == 5
     assert comparison_exit(bad, "regressed", recorded_failure=3) == 3
-    assert comparison_exit({"verdict": "not_comparable"}, recorded_failure=4) == 4
+    assert comparison_exit(comparison(verdict="not_comparable"), recorded_failure=4) == 4

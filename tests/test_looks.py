@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.docs import comparison
 from helpers.evals import make_eval
 from hydra import compose, initialize_config_dir
 
@@ -16,6 +17,7 @@ import harness.config as hc
 from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost
 from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of, look_estimate
+from harness.results.schema import SequentialRecord
 from harness.stats.sequential import SequentialDesign, decide_look
 
 
@@ -72,18 +74,18 @@ def test_looks_decide_record_and_resume(tmp_path: Path) -> None:
     looks = Looks(design)
     assert looks.look(1, a_dirs[:1], b_dirs[:1]) is None  # before min_repeats: no look
     first = looks.look(2, a_dirs[:2], b_dirs[:2])
-    assert first is not None and first["stop"] and first["verdict"] == "improved" and first["reason"] == "efficacy"
+    assert first is not None and first.stop and first.verdict == "improved" and first.reason == "efficacy"
     expected = decide_look(design, 2, *look_estimate(a_dirs[:2], b_dirs[:2]))
-    assert first["z"] == pytest.approx(expected.z) and first["bound"] == pytest.approx(expected.bound)
+    assert first.z == pytest.approx(expected.z) and first.bound == pytest.approx(expected.bound)
     assert looks.decided and not looks.wants(3) and looks.wants(2)
     cost = run_cost([LaunchRecord(r, 60.0, 200.0, 8) for r in ("a", "b", "a", "b")],
                     [EvalRecord(r, 100.0) for r in ("a", "b", "a", "b")])
     rec = looks.record(cost)
-    assert rec["stopped"] and rec["repeats_run"] == 2 and rec["repeats_saved"] == 4 and rec["verdict"] == "improved"
-    per = (cost["a"]["gpu_hours"] + cost["b"]["gpu_hours"]) / 2
-    assert rec["gpu_hours_per_repeat"] == pytest.approx(per) and rec["gpu_hours_saved"] == pytest.approx(4 * per)
-    # a new session continues from the recorded looks: nothing is recomputed, nothing more is wanted
-    again = Looks(design, rec)
+    assert rec.stopped and rec.repeats_run == 2 and rec.repeats_saved == 4 and rec.verdict == "improved"
+    per = (cost.a.gpu_hours + cost.b.gpu_hours) / 2
+    assert rec.gpu_hours_per_repeat == pytest.approx(per) and rec.gpu_hours_saved == pytest.approx(4 * per)
+    # a new session continues from the recorded looks (the manifest's JSON): nothing is recomputed or wanted
+    again = Looks(design, rec.to_doc())
     assert again.decided and again.look(2, [], []) == first and again.repeats_run == 2
 
 
@@ -92,28 +94,29 @@ def test_a_changed_design_is_refused_on_resume(tmp_path: Path) -> None:
     looks = Looks(SequentialDesign(max_repeats=6, min_repeats=2))
     looks.look(2, a_dirs, b_dirs)
     with pytest.raises(hc.ConfigError, match="spending 'obf' -> 'pocock'"):
-        Looks(SequentialDesign(max_repeats=6, min_repeats=2, spending="pocock"), looks.record())
+        Looks(SequentialDesign(max_repeats=6, min_repeats=2, spending="pocock"), looks.record().to_doc())
 
 
 def test_an_undecided_run_continues(tmp_path: Path) -> None:
     a_dirs, b_dirs, _, _ = _evals(tmp_path, np.random.default_rng(5), 0.8, 0.8, 2)
     looks = Looks(SequentialDesign(max_repeats=6, min_repeats=2, margin=None))
     d = looks.look(2, a_dirs, b_dirs)
-    assert d is not None and not d["stop"] and d["reason"] == "continue"
+    assert d is not None and not d.stop and d.reason == "continue"
     assert looks.wants(3) and not looks.decided
     rec = looks.record()
-    assert not rec["stopped"] and rec["verdict"] is None and rec["gpu_hours_saved"] is None
+    assert not rec.stopped and rec.verdict is None and rec.gpu_hours_saved is None
 
 
 def test_the_sequential_decision_is_the_comparisons_verdict() -> None:
-    rec = {"stopped": True, "verdict": "improved", "sentence": "improved after 2 of at most 6 repeats: ..."}
-    c = {"verdict": "inconclusive", "verdict_reason": "p = 0.06"}
-    apply_to_comparison(c, rec)
-    assert c["verdict"] == "improved" and c["verdict_fixed"] == "inconclusive"
-    assert c["verdict_reason"].startswith("sequential design: improved") and c["sequential"] == rec
-    bad = {"verdict": "not_comparable", "verdict_reason": "errors"}
-    apply_to_comparison(bad, rec)
-    assert bad["verdict"] == "not_comparable" and "verdict_fixed" not in bad
+    rec = SequentialRecord(design={}, estimator="", looks=[], stopped=True, repeats_run=2, max_repeats=6,
+                           verdict="improved", reason="efficacy",
+                           sentence="improved after 2 of at most 6 repeats: ...", repeats_saved=4,
+                           gpu_hours_per_repeat=None, gpu_hours_saved=None)
+    c = apply_to_comparison(comparison(verdict="inconclusive", verdict_reason="p = 0.06"), rec)
+    assert c.verdict == "improved" and c.verdict_fixed == "inconclusive"
+    assert c.verdict_reason.startswith("sequential design: improved") and c.sequential == rec
+    bad = apply_to_comparison(comparison(verdict="not_comparable", verdict_reason="errors"), rec)
+    assert bad.verdict == "not_comparable" and bad.verdict_fixed is None
 
 
 # ------------------------------------------------------------------------------------------ the design

@@ -38,10 +38,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_every_stored_kind_loads(release: Path) -> None:
     for d in ("run", "ab", "compare"):
         c = schema.load_comparison(release / d / schema.COMPARISON_FILE)
-        assert c["verdict"] in ("improved", "regressed", "inconclusive", "equivalent", "noninferior")
+        assert c.verdict in ("improved", "regressed", "inconclusive", "equivalent", "noninferior")
     for d in ("run", "ab"):
         s = schema.load_run_summary(release / d / schema.RUN_SUMMARY_FILE)
-        assert s["repeats"] == 2 and s["exit_code"] == 0
+        assert s.repeats == 2 and s.exit_code == 0
     manifest = schema.load_manifest(release / "run" / "manifest.json")
     assert manifest["experiment"] == "demo"
     for ev in sorted((release / "run" / "evals").glob("*/r*")) + sorted((release / "ab" / "evals").glob("*/r*")):
@@ -89,4 +89,4 @@ def test_a_finished_run_and_ab_directory_resume_without_sending_a_question(relea
                        "--repeats", "2", "--names", "base,fix", "--no-progress")
     assert code == exitcodes.OK, err
     assert err.count("already complete, kept") == 4
-    assert schema.load_run_summary(release / "ab" / schema.RUN_SUMMARY_FILE)["arms"] == {"a": "base", "b": "fix"}
+    assert schema.load_run_summary(release / "ab" / schema.RUN_SUMMARY_FILE).arms == {"a": "base", "b": "fix"}

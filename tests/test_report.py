@@ -10,12 +10,14 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.docs import doc
 from helpers.rundirs import BOLD, INJECT_INDEX, SCRIPT_ALERT, SCRIPT_TITLE, build_run_dir
 
 from harness.cli.report import report_main as main
 from harness.report import detect, write_report, write_sweep_report
 from harness.report.data import question_from_prompt
 from harness.report.words import verdict_sentence
+from harness.results import schema
 
 
 def _text(html: str) -> str:
@@ -33,7 +35,7 @@ def test_run_report_content(tmp_path: Path) -> None:
     text = _text(html)
     # verdict first, with its quotable sentence
     assert text.index(c["verdict"].upper().replace("_", " ")) < text.index("Accuracy per arm")
-    assert verdict_sentence(c) in text
+    assert verdict_sentence(schema.load_comparison(root / "comparison.json")) in text
     for arm in ("a", "b"):
         assert f"{100 * c['arms'][arm]['accuracy']:.2f} %" in text
         for r in c["arms"][arm]["repeats"]:
@@ -121,7 +123,7 @@ def test_sweep_report(tmp_path: Path) -> None:
     for k, (pa, pb) in enumerate([(0.9, 0.9), (0.85, 0.95), (0.9, 0.8)]):
         job = build_run_dir(sweep / f"job{k}_x={k}", n=200, p_a=pa, p_b=pb, seed=k, inject=False)
         write_report(job)
-    s = summarize_sweep(sweep, "holm")
+    s = doc(summarize_sweep(sweep, "holm"))
     assert detect(sweep) == "sweep"
     html = write_sweep_report(sweep).read_text()
     text = _text(html)

@@ -166,7 +166,7 @@ def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
     assert [x["role"] for x in (launches["a-1"], launches["a-2"], launches["b-1"], launches["a-4"])] == [
         "a", "aa", "b", "aa"]
     cost = cost_from_manifest(manifest, run_dir)  # every launch's spawn, ready and stop times are recorded
-    assert cost["estimated"] == [] and cost["total"]["launches"] == 5
+    assert cost.estimated == [] and cost.total.launches == 5
 
 
 def test_demo_asserts_both_arms_live_before_the_first_question(demo100: Demo) -> None:

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from helpers.docs import comparison, tost
 from helpers.evals import make_eval, seed_vectors
 
 from harness.cli.main import main as abh
@@ -45,7 +46,7 @@ def test_every_writer_stamps_kind_and_version(tmp_path: Path) -> None:
 @pytest.mark.parametrize("version", [3, 1, 0, "2", None, True])
 def test_unknown_schema_version_is_refused(tmp_path: Path, version: object) -> None:
     path = tmp_path / "comparison.json"
-    schema.write_comparison(path, {"verdict": "improved"})
+    schema.write_comparison(path, comparison(verdict="improved"))
     _set(path, schema_version=version)
     with pytest.raises(schema.SchemaError) as e:
         schema.load_comparison(path)
@@ -152,3 +153,50 @@ def test_everything_abh_compare_writes_is_readable_by_others(tmp_path: Path, uma
     assert {p.name: _mode(p) for p in out.iterdir()} == {name: 0o644 for name in written}
     assert _mode(tmp_path / "a" / "summary.json") == _mode(tmp_path / "a" / "eval.json") == 0o644
     assert json.loads((out / "comparison.json").read_text())["kind"] == "abh.comparison"
+
+
+# ------------------------------------------------------------------------------------------ typed records
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"arms": {"a": {"accuracy": "x"}}}, "arms.a.accuracy: expected a number, found 'x'"),
+    ({"n": 1.5}, "n: expected an integer, found 1.5"),
+    ({"error_rate_exceeded": "no"}, "error_rate_exceeded: expected true or false, found 'no'"),
+    ({"flips": [1, "2"]}, "flips[1]: expected an integer, found '2'"),
+    ({"delta": None}, "delta: expected a number, found None"),
+    ({"design": []}, "design: expected an object, found []"),
+])
+def test_a_hand_edited_comparison_is_refused_naming_the_field(tmp_path: Path, edit: dict, message: str) -> None:
+    path = tmp_path / "comparison.json"
+    schema.write_comparison(path, comparison(verdict="improved"))
+    doc = read_json(path)
+    for key, value in edit.items():
+        if isinstance(value, dict) and key == "arms":
+            doc["arms"]["a"].update(value["a"])
+        else:
+            doc[key] = value
+    atomic_write_json(path, doc)
+    with pytest.raises(schema.SchemaError) as e:
+        schema.load_comparison(path)
+    assert str(e.value) == f"{path}: {message}"
+
+
+def test_a_missing_field_is_refused_and_an_unknown_one_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "comparison.json"
+    schema.write_comparison(path, comparison(verdict="improved"))
+    doc = read_json(path)
+    doc["written_by_a_tool"] = 1
+    atomic_write_json(path, doc)
+    assert schema.load_comparison(path).verdict == "improved"
+    del doc["verdict"]
+    atomic_write_json(path, doc)
+    with pytest.raises(schema.SchemaError, match="verdict: missing"):
+        schema.load_comparison(path)
+
+
+def test_a_record_round_trips_through_its_one_serialisation(tmp_path: Path) -> None:
+    c = comparison(verdict="equivalent", margin=0.01, tost=tost(equivalent=True), arm_names={"a": "x", "b": "y"})
+    path = tmp_path / "comparison.json"
+    schema.write_comparison(path, c)
+    assert schema.load_comparison(path) == c
+    doc = read_json(path)
+    assert "divergence" not in doc and "sequential" not in doc  # optional blocks appear only when set
+    assert doc["tost"]["equivalent"] is True and doc["arm_names"] == {"a": "x", "b": "y"}

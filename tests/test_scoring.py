@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import TEST_JSONL
 from helpers.aioserver import FakeServer
+from helpers.docs import divergence_doc as compute_divergence
 
-from harness.analysis.divergence import compute_divergence
 from harness.measure.evaluation import EvalOptions, run_eval
 from harness.measure.logprob_pass import (
     INPUTS,

@@ -181,10 +181,10 @@ def test_signflip_on_one_run_per_arm_is_the_mcnemar_test():
         d = np.r_[np.zeros(both + neither), -np.ones(b), np.ones(c)]
         mid = S.signflip_test(d)
         exact = S.signflip_test(d, mid_p=False)
-        assert mid["exact"] and mid["p_floor"] is None
-        assert mid["p"] == pytest.approx(float(S.mcnemar_midp(b, c)), rel=1e-9, abs=1e-12)
+        assert mid.exact and mid.p_floor is None
+        assert mid.p == pytest.approx(float(S.mcnemar_midp(b, c)), rel=1e-9, abs=1e-12)
         ref = binomtest(int(c), int(b + c), 0.5).pvalue if b + c else 1.0
-        assert exact["p"] == pytest.approx(ref, rel=1e-9, abs=1e-12)
+        assert exact.p == pytest.approx(ref, rel=1e-9, abs=1e-12)
 
 
 def _brute_signflip(d: np.ndarray, mid_p: bool) -> float:
@@ -207,15 +207,15 @@ def test_signflip_exact_distribution_matches_enumeration():
         d = np.r_[d, np.zeros(5)]
         for mid in (True, False):
             r = S.signflip_test(d, mid_p=mid)
-            assert r["exact"]
-            assert r["p"] == pytest.approx(_brute_signflip(d, mid), abs=1e-10)
+            assert r.exact
+            assert r.p == pytest.approx(_brute_signflip(d, mid), abs=1e-10)
 
 
 def test_signflip_monte_carlo_fallback_matches_enumeration():
     d = np.array([np.sqrt(2) / 3, np.pi / 10, -0.1234567, np.e / 7, 0.3, 0.5, np.sqrt(3) / 5, 0.11, 0.21])
     r = S.signflip_test(d, n_resamples=200_000, seed=1)
-    assert not r["exact"] and r["p_floor"] == pytest.approx(2 / 200_001)
-    assert r["p"] == pytest.approx(_brute_signflip(d, True), abs=0.004)
+    assert not r.exact and r.p_floor == pytest.approx(2 / 200_001)
+    assert r.p == pytest.approx(_brute_signflip(d, True), abs=0.004)
 
 
 # ------------------------------------------------------------------------------ Tango score test / interval
@@ -329,7 +329,7 @@ def test_mde_t_and_t_tost_match_statsmodels():
         se = x.std(ddof=1) / np.sqrt(x.size)
         r = S.t_tost(float(x.mean()), float(se), x.size - 1, margin=0.01)
         p_ref = ttost_paired(x, np.zeros(x.size), -0.01, 0.01)[0]
-        assert r["p_equivalence"] == pytest.approx(p_ref, rel=1e-9)
+        assert r.p_equivalence == pytest.approx(p_ref, rel=1e-9)
 
 
 def test_launch_welch_t_matches_scipy():
@@ -348,8 +348,8 @@ def test_launch_welch_t_matches_scipy():
     delta = float(B.scores.mean() - A.scores.mean())
     r = launch_t(A, B, keep, delta)
     ref = ttest_ind(B.scores.mean(axis=1), A.scores.mean(axis=1), equal_var=False)
-    assert r["p"] == pytest.approx(ref.pvalue, rel=1e-9)
-    assert r["df"] == pytest.approx(ref.df, rel=1e-9)
+    assert r.p == pytest.approx(ref.pvalue, rel=1e-9)
+    assert r.df == pytest.approx(ref.df, rel=1e-9)
 
 
 def test_score_interval_array_and_scalar_paths_agree():

@@ -88,8 +88,8 @@ def _score_tost_at_the_margin(exps: int) -> tuple[float, float]:
     ni = eq = 0
     for row in t:
         r = S.score_tost(int(row[1]), int(row[2]), n, margin, ALPHA)
-        ni += r["noninferior"]
-        eq += r["equivalent"]
+        ni += r.noninferior
+        eq += r.equivalent
     print(f"at Δ = -margin ({exps} experiments): non-inferior {ni / exps:.4f}, equivalent {eq / exps:.4f}")
     return ni / exps, eq / exps
 
@@ -113,7 +113,7 @@ def test_score_tost_error_rates_at_the_margin():
 def test_score_tost_shows_equivalence_with_no_difference_and_enough_questions():
     rng = np.random.default_rng(17)
     t0 = tables(rng, 5000, [0.78, 0.06, 0.06, 0.10], exps=300)
-    shown = np.mean([S.score_tost(int(r[1]), int(r[2]), 5000, 0.02)["equivalent"] for r in t0])
+    shown = np.mean([S.score_tost(int(r[1]), int(r[2]), 5000, 0.02).equivalent for r in t0])
     assert shown > 0.9
 
 
@@ -248,7 +248,7 @@ def test_power_at_repeats_mde_and_repeats_needed():
     # the empirical A/A discordance across launches recovers ψ_AA
     runs = (rng.random((6, n)) < q).astype(float)
     w = S.within_arm_psi(S.ArmRuns.one_launch_per_run(runs))
-    assert w["value"] == pytest.approx(psi_aa, abs=0.02) and w["source"] == "across launches"
+    assert w.value == pytest.approx(psi_aa, abs=0.02) and w.source == "across launches"
     assert S.power_at(mde, np.sqrt(psi_aa / (n * R))) == pytest.approx(0.8, abs=0.001)
 
 
@@ -285,7 +285,7 @@ def test_verbatim_repeats_keep_the_single_run_false_positive_rate():
         a, b = SIM.experiment(rng, DESIGNS[1], NOISES[0], n=400)
         one = S.compare_arms(S.ArmRuns(a.scores[0], ("A",)), S.ArmRuns(b.scores[0], ("B",)), compute_mde=False)
         rep = S.compare_arms(a, b, compute_mde=False)
-        assert rep["p"] == pytest.approx(one["p"]) and rep["ci"] == pytest.approx(one["ci"])
+        assert rep.analysis.p == pytest.approx(one.analysis.p) and rep.analysis.ci == pytest.approx(one.analysis.ci)
 
 
 @pytest.mark.slow

@@ -86,19 +86,19 @@ def test_equivalence_hypothesis_puts_equivalence_first():
 def test_tost_cases():
     # score form: the seed's worked example, margin 2 pp
     r = S.score_tost(10, 14, 1319, margin=0.02)
-    assert r["equivalent"] and r["noninferior"] and r["ci_level"] == pytest.approx(0.9)
-    assert -0.02 < r["ci"][0] < 0 < r["ci"][1] < 0.02 and r["noninferiority_alpha"] == 0.025
+    assert r.equivalent and r.noninferior and r.ci_level == pytest.approx(0.9)
+    assert -0.02 < r.ci[0] < 0 < r.ci[1] < 0.02 and r.noninferiority_alpha == 0.025
     # a zero-discordance table of 20 questions shows nothing at 0.5 pp: the score interval is wide
     r = S.score_tost(0, 0, 20, margin=0.005)
-    assert r["ci"][0] < -0.05 and r["ci"][1] > 0.05 and not r["equivalent"] and not r["noninferior"]
-    assert S.score_tost(0, 0, 200, margin=0.02)["equivalent"]
+    assert r.ci[0] < -0.05 and r.ci[1] > 0.05 and not r.equivalent and not r.noninferior
+    assert S.score_tost(0, 0, 200, margin=0.02).equivalent
     # t form
     r = S.t_tost(0.001, 0.002, 30, margin=0.01)
-    assert r["equivalent"] and r["noninferior"]
+    assert r.equivalent and r.noninferior
     r = S.t_tost(-0.008, 0.004, 30, margin=0.01)
-    assert not r["noninferior"] and not r["equivalent"]
+    assert not r.noninferior and not r.equivalent
     r = S.t_tost(0.0, 0.0, 4, margin=0.01)                    # SE 0 over launches: nothing shown
-    assert not r["equivalent"] and not r["noninferior"] and r["p_equivalence"] == 1.0
+    assert not r.equivalent and not r.noninferior and r.p_equivalence == 1.0
     with pytest.raises(ValueError):
         S.score_tost(1, 1, 10, margin=0)
 
@@ -112,10 +112,10 @@ def test_score_tost_p_values_agree_with_the_interval():
         alpha = float(rng.choice([0.01, 0.05, 0.1]))
         r = S.score_tost(int(t[1]), int(t[2]), n, margin=margin, alpha=alpha)
         lo2, _ = S.score_interval(int(t[1]), int(t[2]), n, alpha)
-        assert (r["p_noninferiority"] < alpha / 2) == r["noninferior"] == (float(lo2) > -margin)
-        assert (r["p_equivalence"] < alpha) == r["equivalent"]
+        assert (r.p_noninferiority < alpha / 2) == r.noninferior == (float(lo2) > -margin)
+        assert (r.p_equivalence < alpha) == r.equivalent
     r, m = S.score_tost(3, 7, 100, 0.05), S.score_tost(7, 3, 100, 0.05)
-    assert r["p_noninferiority"] == pytest.approx(m["p_nonsuperiority"])
+    assert r.p_noninferiority == pytest.approx(m.p_nonsuperiority)
 
 
 def test_more_repeats_never_weaken_equivalence():
@@ -130,17 +130,17 @@ def test_more_repeats_never_weaken_equivalence():
     one = S.compare_arms(S.ArmRuns(a1, ("A",)), S.ArmRuns(b1, ("B",)), **kw)
     verbatim = S.compare_arms(S.ArmRuns(np.vstack([a1] * 3), ("A",) * 3), S.ArmRuns(np.vstack([b1] * 3), ("B",) * 3),
                               **kw)
-    assert verbatim["ci"] == pytest.approx(one["ci"]) and verbatim["p"] == pytest.approx(one["p"])
-    assert verbatim["tost"]["ci"] == pytest.approx(one["tost"]["ci"])
+    assert verbatim.analysis.ci == pytest.approx(one.analysis.ci) and verbatim.analysis.p == pytest.approx(one.analysis.p)
+    assert verbatim.analysis.tost.ci == pytest.approx(one.analysis.tost.ci)
     more = S.compare_arms(a3, b3, **kw)
-    assert more["unit"] == "question"
-    width = lambda r: r["tost"]["ci"][1] - r["tost"]["ci"][0]  # noqa: E731
+    assert more.analysis.unit == "question"
+    width = lambda r: r.analysis.tost.ci[1] - r.analysis.tost.ci[0]  # noqa: E731
     assert width(more) < width(one)
-    assert one["verdict"].word == "equivalent" and more["verdict"].word == "equivalent"
+    assert one.verdict.word == "equivalent" and more.verdict.word == "equivalent"
     # identical arms (SE 0) with repeats: equivalence is still shown on enough questions (never degenerate)
     same = S.compare_arms(S.ArmRuns(np.vstack([a1] * 2), ("A",) * 2), S.ArmRuns(np.vstack([a1] * 2), ("B",) * 2),
                           **kw)
-    assert same["verdict"].word == "equivalent" and same["ci"][1] > same["ci"][0]
+    assert same.verdict.word == "equivalent" and same.analysis.ci[1] > same.analysis.ci[0]
 
 
 def test_discordance_noise_band_and_within_arm_psi():
@@ -151,10 +151,10 @@ def test_discordance_noise_band_and_within_arm_psi():
     assert S.within_arm_psi(S.ArmRuns(np.ones((1, 10)), ("x",))) is None
     runs = np.array([[1, 1, 0, 0], [1, 0, 0, 1], [1, 0, 0, 1]], float)
     w = S.within_arm_psi(S.ArmRuns(runs, ("L1", "L2", "L2")))
-    assert w["across_launches"] == 0.5 and w["within_launch"] == 0.0 and w["value"] == 0.5
-    assert w["source"] == "across launches"
+    assert w.across_launches == 0.5 and w.within_launch == 0.0 and w.value == 0.5
+    assert w.source == "across launches"
     w = S.within_arm_psi(S.ArmRuns(runs[1:], ("L2", "L2")))
-    assert w["value"] == 0.0 and w["source"] == "within one launch"
+    assert w.value == 0.0 and w.source == "within one launch"
 
 
 def test_psi_aa_is_pooled_evenly_and_warns_when_repeats_share_a_launch():
@@ -165,12 +165,12 @@ def test_psi_aa_is_pooled_evenly_and_warns_when_repeats_share_a_launch():
     a = S.ArmRuns(np.vstack([noisy() for _ in range(5)]), tuple(f"A{i}" for i in range(5)))   # psi ~ 0.077
     b = S.ArmRuns(np.vstack([base, base]), ("B0", "B1"))                                       # psi 0
     blk = S.psi_aa_block(a, b, 0.08, n)
-    assert blk["per_arm"]["b"] == 0.0 and blk["per_arm"]["a"] > 0.05
-    assert blk["psi_aa"] == pytest.approx((blk["per_arm"]["a"] + 0.0) / 2)   # even, not 10 A pairs to 1 B pair
-    assert blk["warning"] is None
+    assert blk.per_arm["b"] == 0.0 and blk.per_arm["a"] > 0.05
+    assert blk.psi_aa == pytest.approx((blk.per_arm["a"] + 0.0) / 2)   # even, not 10 A pairs to 1 B pair
+    assert blk.warning is None
     same = S.ArmRuns(np.vstack([base] * 3), ("A0",) * 3)
     blk = S.psi_aa_block(same, S.ArmRuns(np.vstack([base] * 2), ("B0",) * 2), 0.03, n)
-    assert blk["psi_aa"] == 0.0 and "share a launch" in blk["warning"] and blk["source"] == "within one launch"
+    assert blk.psi_aa == 0.0 and "share a launch" in blk.warning and blk.source == "within one launch"
 
 
 def test_bootstrap_memory_is_bounded_by_chunking():

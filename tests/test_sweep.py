@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from helpers.docs import comparison, doc
 
 from harness.analysis.sweep import format_sweep, summarize_sweep, swept_labels
-from harness.results.schema import write_comparison
+from harness.results.schema import Comparison, write_comparison
 
 
-def _comparison(p: float, verdict: str, delta: float) -> dict:
-    return {"arms": {"a": {"accuracy": 0.9}, "b": {"accuracy": 0.9 + delta}}, "n": 1319, "delta": delta,
-            "delta_ci": [delta - 0.01, delta + 0.01], "p": p, "test": "paired sign-flip test", "mde": 0.01,
-            "verdict": verdict, "alpha": 0.05, "simulated": True}
+def _comparison(p: float, verdict: str, delta: float, **over) -> Comparison:
+    return comparison(arms={"b": {"accuracy": 0.9 + delta}}, n=1319, delta=delta, delta_ci=[delta - 0.01, delta + 0.01],
+                      p=p, test="paired sign-flip test", mde=0.01, verdict=verdict, alpha=0.05, simulated=True, **over)
 
 
 def test_holm_adjusted_verdicts_and_labels(tmp_path):
@@ -19,16 +19,18 @@ def test_holm_adjusted_verdicts_and_labels(tmp_path):
             "job2_x=3,n=100": (0.5, "inconclusive", 0.0)}
     for job, (p, v, d) in jobs.items():
         write_comparison(tmp_path / job / "comparison.json", _comparison(p, v, d))
-    s = summarize_sweep(tmp_path, "holm")
+    s_rec = summarize_sweep(tmp_path, "holm")
+    s = doc(s_rec)
     rows = {r["label"]: r for r in s["comparisons"]}
     assert set(rows) == {"x=1", "x=2", "x=3"}
     assert rows["x=1"]["p_adjusted"] == pytest.approx(0.03) and rows["x=1"]["verdict"] == "improved"
     assert rows["x=2"]["p_adjusted"] == pytest.approx(0.08) and rows["x=2"]["verdict"] == "inconclusive"
     assert rows["x=2"]["verdict_unadjusted"] == "regressed"
     assert (tmp_path / "sweep_summary.json").exists()
-    text = format_sweep(s)
+    text = format_sweep(s_rec)
     assert "inconclusive (unadjusted: regressed)" in text and "SIMULATED" in text
-    bh = summarize_sweep(tmp_path, "bh")
+    bh_rec = summarize_sweep(tmp_path, "bh")
+    bh = doc(bh_rec)
     assert {r["label"]: r["p_adjusted"] for r in bh["comparisons"]}["x=2"] == pytest.approx(0.06)
 
 
@@ -40,11 +42,12 @@ def test_swept_labels_keep_only_what_varies():
 def test_a_job_without_comparison_still_counts_in_the_family(tmp_path):
     write_comparison(tmp_path / "job0_x=1" / "comparison.json", _comparison(0.02, "improved", 0.02))
     (tmp_path / "job1_x=2").mkdir()  # failed or interrupted: no comparison.json
-    s = summarize_sweep(tmp_path, "holm")
+    s_rec = summarize_sweep(tmp_path, "holm")
+    s = doc(s_rec)
     rows = {r["label"]: r for r in s["comparisons"]}
     assert s["missing"] == ["job1_x=2"] and rows["x=2"]["verdict"] == "not_comparable"
     assert rows["x=1"]["p_adjusted"] == pytest.approx(0.04)  # Holm over 2, not 1
-    assert "1 job(s) produced no comparison" in format_sweep(s)
+    assert "1 job(s) produced no comparison" in format_sweep(s_rec)
     from harness.report import write_sweep_report
 
     assert write_sweep_report(tmp_path).exists()
@@ -55,15 +58,16 @@ def test_floored_p_reads_as_a_bound_and_the_sweep_is_titled_by_its_experiment(tm
     from harness.results import schema
 
     floor = 1 / 10001  # a permutation test on 10000 permutations: p is at most 1/R
-    at_floor = {**_comparison(floor, "improved", 0.03), "p_floor": floor}
+    at_floor = _comparison(floor, "improved", 0.03, p_floor=floor)
     write_comparison(tmp_path / "job0_x=1" / "comparison.json", at_floor)
     write_comparison(tmp_path / "job1_x=2" / "comparison.json", _comparison(0.2, "inconclusive", 0.0))
     for job in ("job0_x=1", "job1_x=2"):
         schema.write_manifest(tmp_path / job / "manifest.json", {"experiment": "shared-slot-fix"})
-    s = summarize_sweep(tmp_path, "holm")
+    s_rec = summarize_sweep(tmp_path, "holm")
+    s = doc(s_rec)
     assert s["experiment"] == "shared-slot-fix"
-    assert schema.load_sweep_summary(tmp_path / "sweep_summary.json")["experiment"] == "shared-slot-fix"
-    text = format_sweep(s)
+    assert schema.load_sweep_summary(tmp_path / "sweep_summary.json").experiment == "shared-slot-fix"
+    text = format_sweep(s_rec)
     row = next(line for line in text.splitlines() if line.startswith("x=1"))
     assert "< 0.0001" in row and "≤ 0.0002" in row  # Holm: 2 x the bound is a bound
     assert "sweep of shared-slot-fix" in text
@@ -71,7 +75,7 @@ def test_floored_p_reads_as_a_bound_and_the_sweep_is_titled_by_its_experiment(tm
     assert "<h1>Sweep: shared-slot-fix</h1>" in html and tmp_path.name not in html.split("<h1>")[1].split("</h1>")[0]
     assert "&lt; 0.0001" in html and ">0.0001<" not in html
     # named explicitly, it wins
-    assert summarize_sweep(tmp_path, "holm", experiment="other")["experiment"] == "other"
+    assert summarize_sweep(tmp_path, "holm", experiment="other").experiment == "other"
 
 
 def test_a_comparison_of_unknown_version_is_refused_not_misread(tmp_path):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,10 @@ import numpy as np
 
 from harness import exitcodes, stats
 from harness.results import schema
-from harness.results.eval_store import StoreError, load_eval
-from harness.results.schema import ArmResult, Comparison, EvalMeta, EvalSummary, TableCounts
+from harness.results.eval_store import ScoredEval, StoreError, load_scored
+from harness.results.records import JSON, to_doc
+from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
+from harness.stats.analysis import Analysis
 
 KIND = schema.COMPARISON
 SCHEMA_VERSION = schema.WRITES[KIND]
@@ -56,24 +59,16 @@ class CompareError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------------ loading
-def _load_run(path: Path) -> dict[str, Any]:
-    """One eval directory as {dir, meta, summary, scores}: scores[i] is 1/0, or NaN when errored/missing."""
+def _load_run(path: Path) -> ScoredEval:
+    """One eval directory with its scores (CompareError when it cannot be read or lacks its identity)."""
     try:
-        meta, samples, summary = load_eval(path)
-    except (StoreError, OSError, json.JSONDecodeError) as e:
+        run = load_scored(path)
+    except StoreError as e:
         raise CompareError(f"cannot read eval {path}: {e}") from None
-    missing = [k for k in IDENTITY_KEYS if k not in meta]
+    missing = [k for k in IDENTITY_KEYS if k not in run.meta]
     if missing:
         raise CompareError(f"{path}/eval.json lacks {', '.join(missing)}")
-    by_index = {s.index: s for s in samples}
-    scores = np.full(len(meta["indices"]), np.nan)
-    for j, idx in enumerate(meta["indices"]):
-        s = by_index.get(idx)
-        if s is not None and s.error is None and s.correct is not None:
-            scores[j] = 1.0 if s.correct else 0.0
-    launch = meta.get("launch")
-    return {"dir": str(path), "meta": meta, "summary": summary, "scores": scores,
-            "launch": str(launch) if launch not in (None, "") else f"dir:{Path(path).resolve()}"}
+    return run
 
 
 def _short(v: Any, width: int = 40) -> str:
@@ -103,15 +98,15 @@ def _first_difference(x: Any, y: Any, path: str) -> str | None:
     return f"{path}: {_short(x)} vs {_short(y)}"
 
 
-def _check_same_questions(runs: Sequence[dict[str, Any]]) -> None:
+def _check_same_questions(runs: Sequence[ScoredEval]) -> None:
     ref = runs[0]
     for r in runs[1:]:
         for key in IDENTITY_KEYS:
-            diff = _first_difference(ref["meta"].get(key), r["meta"].get(key), key)
+            diff = _first_difference(ref.meta.get(key), r.meta.get(key), key)
             if diff:
                 what = {"dataset_sha256": "dataset", "recipe": "recipe", "indices": "question set"}[key]
                 raise CompareError(
-                    f"refusing to compare: {ref['dir']} and {r['dir']} have a different {what} ({diff}); "
+                    f"refusing to compare: {ref.dir} and {r.dir} have a different {what} ({diff}); "
                     "only runs of the same dataset, recipe and question indices are comparable")
 
 
@@ -137,7 +132,7 @@ def _side_check_failed(src: Any) -> bool:
     return src.get("side_check_passed") is False or (isinstance(side, dict) and side.get("passed") is False)
 
 
-def _failures(run: dict[str, Any], arm: str) -> list[str]:
+def _failures(run: ScoredEval, arm: str) -> list[str]:
     """Reasons why a run cannot be used, from eval.json / summary.json.
 
     Recognised: ``failed: true``, ``status: "failed"`` or ``arm_failed: true`` (the arm failed) and
@@ -145,11 +140,11 @@ def _failures(run: dict[str, Any], arm: str) -> list[str]:
     either file.
     """
     out: list[str] = []
-    for src in (run["meta"], run["summary"] or {}):
+    for src in (run.meta, run.summary or {}):
         if _arm_failed(src):
-            out.append(f"arm {arm} failed ({run['dir']})")
+            out.append(f"arm {arm} failed ({run.dir})")
         if _side_check_failed(src):
-            out.append(f"side check of arm {arm} failed ({run['dir']})")
+            out.append(f"side check of arm {arm} failed ({run.dir})")
     return sorted(set(out))
 
 
@@ -164,8 +159,8 @@ def failure_exit(meta: EvalMeta, summary: EvalSummary | None) -> int:
     return exitcodes.OK
 
 
-def _is_simulated(run: dict[str, Any]) -> bool:
-    return bool(run["meta"].get("simulated")) or bool((run["summary"] or {}).get("simulated"))
+def _is_simulated(run: ScoredEval) -> bool:
+    return bool(run.meta.get("simulated")) or bool((run.summary or {}).get("simulated"))
 
 
 def _pair(lo_hi: tuple[float, float] | tuple[np.ndarray, np.ndarray]) -> list[float]:
@@ -173,16 +168,16 @@ def _pair(lo_hi: tuple[float, float] | tuple[np.ndarray, np.ndarray]) -> list[fl
 
 
 # ------------------------------------------------------------------------------------------ comparison
-def _arm(runs: Sequence[dict[str, Any]]) -> stats.ArmRuns:
-    return stats.ArmRuns(np.vstack([r["scores"] for r in runs]), tuple(r["launch"] for r in runs))
+def _arm(runs: Sequence[ScoredEval]) -> stats.ArmRuns:
+    return stats.ArmRuns(np.vstack([r.scores for r in runs]), tuple(r.launch for r in runs))
 
 
-def _count(x: float) -> int | float:
-    """A table count: an int when it is whole (one run per arm, or verbatim repeats), else a fraction."""
+def _count(x: float) -> float:
+    """A table count: whole when it is (one run per arm, or verbatim repeats), else a fraction."""
     return int(round(x)) if abs(x - round(x)) < 1e-9 else float(x)
 
 
-def _table(am: np.ndarray, bm: np.ndarray) -> TableCounts:
+def _table(am: np.ndarray, bm: np.ndarray) -> dict[str, float]:
     """The paired table of per-question arm means (question mass; whole counts for one run per arm).
     The four counts sum to n exactly and Δ = (b_only - a_only) / n."""
     both, a_only = _count(float(np.minimum(am, bm).sum())), _count(float(np.maximum(am - bm, 0).sum()))
@@ -190,46 +185,45 @@ def _table(am: np.ndarray, bm: np.ndarray) -> TableCounts:
     return {"both": both, "a_only": a_only, "b_only": b_only, "neither": _count(am.size - (both + a_only + b_only))}
 
 
-def _basis(v: stats.Verdict, res: dict[str, Any], alpha: float) -> tuple[str | None, float | None, float | None]:
+def _basis(v: stats.Verdict, res: Analysis, alpha: float) -> tuple[str | None, float | None, float | None]:
     """(test, p, level it was compared with) of the claim that decided the verdict."""
-    t = res["tost"]
-    method = "Tango score test" if res["unit"] == "question" else "t-test over launches"
+    t = res.tost
+    method = "Tango score test" if res.unit == "question" else "t-test over launches"
     if v.basis == "equivalence" and t is not None:
-        return f"TOST ({method}, ±margin)", t["p_equivalence"], alpha
+        return f"TOST ({method}, ±margin)", t.p_equivalence, alpha
     if v.basis == "noninferiority" and t is not None:
-        return f"non-inferiority ({method}, one-sided at -margin)", t["p_noninferiority"], alpha / 2
+        return f"non-inferiority ({method}, one-sided at -margin)", t.p_noninferiority, alpha / 2
     if v.basis == "superiority":
-        return res["test"], res["p"], alpha
+        return res.test, res.p, alpha
     if v.basis == "errors":
         return "error bounds (the verdict recomputed with each arm's errored answers counted wrong)", None, None
     return None, None, None
 
 
-def _diagnostics(res: dict[str, Any], A: stats.ArmRuns, B: stats.ArmRuns, alpha: float, n_resamples: int,
-                 seed: int, psi_aa: float | None, r_eff: float) -> dict[str, Any]:
+def _diagnostics(res: Analysis, A: stats.ArmRuns, B: stats.ArmRuns, alpha: float, n_resamples: int,
+                 seed: int, psi_aa: float | None, r_eff: float) -> dict[str, JSON]:
     """Secondary figures, for reading: none of them decided the verdict."""
-    n, d = res["n"], res["d"]
-    keep = res["keep"]
+    n, d, keep = res.n, res.d, res.keep
     a1, b1 = A.scores[0][keep], B.scores[0][keep]
     ok = ~(np.isnan(a1) | np.isnan(b1))
     t1 = stats.paired_table(a1[ok].astype(bool), b1[ok].astype(bool))
     psi = float(np.abs(d).mean())
-    out: dict[str, Any] = {
+    out: dict[str, JSON] = {
         "note": "secondary figures for reading; the verdict rests on `test` and `p` only",
-        "mcnemar_first_runs": {"table": t1.as_dict(), "exact_p": float(stats.mcnemar_exact(t1.a_only, t1.b_only)),
+        "mcnemar_first_runs": {"table": dict(t1.as_dict()), "exact_p": float(stats.mcnemar_exact(t1.a_only, t1.b_only)),
                                "midp": float(stats.mcnemar_midp(t1.a_only, t1.b_only))},
-        "effective_table": {k: float(v) for k, v in res["table"].items()},
-        "delta_ci_bootstrap_bca": _pair(stats.paired_bootstrap_ci(res["a_means"], res["b_means"], alpha,
+        "effective_table": {k: float(v) for k, v in res.table.items()},
+        "delta_ci_bootstrap_bca": _pair(stats.paired_bootstrap_ci(res.a_means, res.b_means, alpha,
                                                                   n_resamples, "bca", seed=seed)),
-        "delta_ci_bootstrap_percentile": _pair(stats.paired_bootstrap_ci(res["a_means"], res["b_means"], alpha,
+        "delta_ci_bootstrap_percentile": _pair(stats.paired_bootstrap_ci(res.a_means, res.b_means, alpha,
                                                                          n_resamples, "percentile", seed=seed)),
         "mde_normal_paired": stats.mde_paired(n, psi, alpha) if psi > 0 else None,
         "mde_normal_repeats": stats.mde_repeats(n, psi_aa, r_eff, alpha) if psi_aa else None,
     }
-    if "signflip" in res:
-        out["signflip_exact_p"] = float(stats.signflip_test(d, mid_p=False)["p"])
-    if "launch_t" in res:
-        out["launch_t"] = res["launch_t"]
+    if res.signflip is not None:
+        out["signflip_exact_p"] = float(stats.signflip_test(d, mid_p=False).p)
+    if res.launch_t is not None:
+        out["launch_t"] = to_doc(asdict(res.launch_t))
     return out
 
 
@@ -256,7 +250,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     b_runs = [_load_run(Path(p)) for p in b_dirs]
     aa_runs = [_load_run(Path(p)) for p in aa_dirs]
     _check_same_questions(a_runs + b_runs + aa_runs)
-    indices = np.asarray(a_runs[0]["meta"]["indices"])
+    indices = np.asarray(a_runs[0].meta["indices"])
     n_total = int(indices.size)
     A, B = _arm(a_runs), _arm(b_runs)
     AA = _arm(aa_runs) if aa_runs else None
@@ -267,95 +261,86 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     for r in b_runs:
         fails += _failures(r, "B")
     try:
-        res = stats.compare_arms(A, B, aa=AA, hypothesis=hypothesis, alpha=alpha, margin=margin,
+        cmp = stats.compare_arms(A, B, aa=AA, hypothesis=hypothesis, alpha=alpha, margin=margin,
                                  min_effect=min_effect, failures=fails, max_error_rate=max_error_rate)
     except ValueError as e:
         raise CompareError(str(e)) from None
-    v: stats.Verdict = res["verdict"]
-    n, keep = res["n"], res["keep"]
+    res, v = cmp.analysis, cmp.verdict
+    n, keep = res.n, res.keep
     seeds = np.random.default_rng(seed).integers(0, 2**32, size=3)
 
-    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[dict[str, Any]], s: int) -> ArmResult:
+    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[ScoredEval], s: int) -> ArmResult:
         acc = float(means.mean())
         per_run = [float(np.nanmean(x)) if np.isfinite(x).any() else None for x in arm.scores[:, keep]]
-        return {
-            "accuracy": acc,
-            "wilson": _pair(stats.wilson_interval(acc * n, n, alpha)),
-            "bootstrap": _pair(stats.accuracy_bootstrap_ci(means, alpha, n_resamples, seed=s)),
-            "repeats": per_run,
-            "n_runs": arm.n_runs,
-            "launches": list(arm.launches),
-            "error_rate": float(np.isnan(arm.scores).mean()),
-            "dirs": [r["dir"] for r in runs],
-        }
+        return ArmResult(accuracy=acc, wilson=_pair(stats.wilson_interval(acc * n, n, alpha)),
+                         bootstrap=_pair(stats.accuracy_bootstrap_ci(means, alpha, n_resamples, seed=s)),
+                         repeats=per_run, n_runs=arm.n_runs, launches=list(arm.launches),
+                         error_rate=float(np.isnan(arm.scores).mean()), dirs=[str(r.dir) for r in runs])
 
-    table = _table(res["a_means"], res["b_means"])
-    psi = float(np.abs(res["d"]).mean())
+    table = _table(res.a_means, res.b_means)
+    psi = float(np.abs(res.d).mean())
     aa_blk = stats.psi_aa_block(A if AA is None else A.concat(AA), B, psi, n)
-    la, lb = res["design"]["launches"]["a"], res["design"]["launches"]["b"]
+    la, lb = res.design.launches["a"], res.design.launches["b"]
     r_eff = stats.effective_repeats(la, lb)
-    psi_aa = aa_blk["psi_aa"]
+    psi_aa = aa_blk.psi_aa
     noise = stats.noise_band(psi_aa, n, la, lb, alpha) if psi_aa is not None else None
     test, p, test_alpha = _basis(v, res, alpha)
-    warnings = [w for w in (aa_blk["warning"],) if w]
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
-        "simulated": any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
-        "hypothesis": hypothesis,
-        "verdict": v.word,
-        "verdict_reason": v.reason,
-        "test": test,
-        "p": p,
-        "test_alpha": test_alpha,
-        "p_floor": res.get("p_floor") if v.basis == "superiority" else None,
-        "n": n,
-        "n_total": n_total,
-        "dropped_errors": n_total - n,
-        "error_rate": res["error_rate"],
-        "error_rate_per_run": {r["dir"]: float(np.isnan(r["scores"]).mean()) if n_total else 0.0
-                               for r in a_runs + b_runs},
-        "max_error_rate": max_error_rate,
-        "error_rate_exceeded": bool(res["error_rate"] > max_error_rate),
-        "errors": res["errors"],
-        "failures": sorted(set(fails)),
-        "alpha": alpha,
-        "seed": seed,
-        "n_resamples": n_resamples,
-        "dataset_sha256": a_runs[0]["meta"].get("dataset_sha256"),
-        "recipe": a_runs[0]["meta"].get("recipe"),
-        "design": res["design"],
-        "arms": {"a": arm_block(A, res["a_means"], a_runs, int(seeds[0])),
-                 "b": arm_block(B, res["b_means"], b_runs, int(seeds[1]))},
-        "aa_dirs": [r["dir"] for r in aa_runs],
-        "table_source": ("one run per arm" if A.n_runs == 1 and B.n_runs == 1 else
-                         "per-question means over each arm's runs (counts are question mass)"),
-        **table,
-        "psi": psi,
-        "delta": res["delta"],
-        "delta_se": res["se"],
-        "delta_ci": res["ci"],
-        "delta_ci_level": 1 - alpha,
-        "delta_ci_method": res["ci_method"],
-        "delta_ci_unpaired": _pair(stats.unpaired_diff_ci(res["a_means"].sum(), n, res["b_means"].sum(), n, alpha)),
-        "psi_aa": psi_aa,
-        "psi_aa_per_arm": aa_blk["per_arm"],
-        "psi_aa_source": aa_blk["source"],
-        "noise_band": [-noise, noise] if noise is not None else None,
-        "repeats_effective": r_eff,
-        "mde": res["mde"],
-        "mde_method": (f"exact power (80 %) of the {res['test']} at α = {alpha:g}" if res["unit"] == "question"
-                       else f"t approximation (80 %) for the {res['test']} at α = {alpha:g}")
-                      + (" plus the error bounds' shift of Δ" if res["errors"].get("mde_allowance") else ""),
-        "mde_unpaired": stats.mde_unpaired(n, float((res["a_means"].mean() + res["b_means"].mean()) / 2), alpha),
-        "detectable_floor": stats.mde_floor(n, alpha),
-        "margin": margin,
-        "min_effect": min_effect,
-        "tost": res["tost"],
-        "warnings": warnings,
-        "flips": [int(i) for i in indices[keep][res["d"] != 0]],
-        "diagnostics": _diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
-    }
+    return Comparison(
+        simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
+        hypothesis=hypothesis,
+        verdict=v.word,
+        verdict_reason=v.reason,
+        test=test,
+        p=p,
+        test_alpha=test_alpha,
+        p_floor=res.p_floor if v.basis == "superiority" else None,
+        n=n,
+        n_total=n_total,
+        dropped_errors=n_total - n,
+        error_rate=cmp.error_rate,
+        error_rate_per_run={str(r.dir): float(np.isnan(r.scores).mean()) if n_total else 0.0
+                            for r in a_runs + b_runs},
+        max_error_rate=max_error_rate,
+        error_rate_exceeded=bool(cmp.error_rate > max_error_rate),
+        errors=cmp.errors,
+        failures=sorted(set(fails)),
+        alpha=alpha,
+        seed=seed,
+        n_resamples=n_resamples,
+        dataset_sha256=a_runs[0].meta.get("dataset_sha256"),
+        recipe=a_runs[0].meta.get("recipe"),
+        design=res.design,
+        arms=Arms(a=arm_block(A, res.a_means, a_runs, int(seeds[0])),
+                  b=arm_block(B, res.b_means, b_runs, int(seeds[1]))),
+        aa_dirs=[str(r.dir) for r in aa_runs],
+        table_source=("one run per arm" if A.n_runs == 1 and B.n_runs == 1 else
+                      "per-question means over each arm's runs (counts are question mass)"),
+        both=table["both"], a_only=table["a_only"], b_only=table["b_only"], neither=table["neither"],
+        psi=psi,
+        delta=res.delta,
+        delta_se=res.se,
+        delta_ci=res.ci,
+        delta_ci_level=1 - alpha,
+        delta_ci_method=res.ci_method,
+        delta_ci_unpaired=_pair(stats.unpaired_diff_ci(res.a_means.sum(), n, res.b_means.sum(), n, alpha)),
+        psi_aa=psi_aa,
+        psi_aa_per_arm=aa_blk.per_arm,
+        psi_aa_source=aa_blk.source,
+        noise_band=[-noise, noise] if noise is not None else None,
+        repeats_effective=r_eff,
+        mde=res.mde,
+        mde_method=(f"exact power (80 %) of the {res.test} at α = {alpha:g}" if res.unit == "question"
+                    else f"t approximation (80 %) for the {res.test} at α = {alpha:g}")
+                   + (" plus the error bounds' shift of Δ" if cmp.errors.mde_allowance else ""),
+        mde_unpaired=stats.mde_unpaired(n, float((res.a_means.mean() + res.b_means.mean()) / 2), alpha),
+        detectable_floor=stats.mde_floor(n, alpha),
+        margin=margin,
+        min_effect=min_effect,
+        tost=res.tost,
+        warnings=[w for w in (aa_blk.warning,) if w],
+        flips=[int(i) for i in indices[keep][res.d != 0]],
+        diagnostics=_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
+    )
 
 
 def _pp(x: float | None, signed: bool = True) -> str:
@@ -371,46 +356,45 @@ def _ci(ci: list[float] | None) -> str:
 def format_summary(c: Comparison) -> str:
     """A readable summary of a comparison, in percentage points: the verdict, the test and the p that
     decided it, the interval at the level α sets, the design and what it cannot resolve."""
-    a, b = c["arms"]["a"], c["arms"]["b"]
-    level = f"{100 * (1 - c['alpha']):g} %"
+    a, b = c.arms.a, c.arms.b
+    level = f"{100 * (1 - c.alpha):g} %"
     lines = []
-    if c["simulated"]:
+    if c.simulated:
         lines.append("*** SIMULATED: results come from the simulated engine, not a real server ***")
-    d = c["design"]
-    lines.append(f"design: {d['kind']} (launches A {d['launches']['a']}, B {d['launches']['b']}; passes per launch "
-                 f"A {d['passes_per_launch']['a']}, B {d['passes_per_launch']['b']}); unit of inference: {d['unit']}")
-    if d["cannot_resolve"]:
-        lines.append(f"  cannot resolve: {d['cannot_resolve']}")
-    lines.append(f"questions: {c['n']} compared of {c['n_total']} ({c['dropped_errors']} without an answer from "
-                 f"both arms); runs: A {a['n_runs']}, B {b['n_runs']}")
+    d = c.design
+    lines.append(f"design: {d.kind} (launches A {d.launches['a']}, B {d.launches['b']}; passes per launch "
+                 f"A {d.passes_per_launch['a']}, B {d.passes_per_launch['b']}); unit of inference: {d.unit}")
+    if d.cannot_resolve:
+        lines.append(f"  cannot resolve: {d.cannot_resolve}")
+    lines.append(f"questions: {c.n} compared of {c.n_total} ({c.dropped_errors} without an answer from "
+                 f"both arms); runs: A {a.n_runs}, B {b.n_runs}")
     for name, arm in (("A", a), ("B", b)):
-        lines.append(f"  {name}: accuracy {_pp(arm['accuracy'], False)} %  Wilson "
-                     f"[{_pp(arm['wilson'][0], False)}, {_pp(arm['wilson'][1], False)}]  errors "
-                     f"{_pp(arm['error_rate'], False)} %")
-    lines.append(f"  table ({c['table_source']}): both {c['both']:g}, A only {c['a_only']:g}, "
-                 f"B only {c['b_only']:g}, neither {c['neither']:g}; psi {_pp(c['psi'], False)} %")
-    lines.append(f"  delta (B - A) {_pp(c['delta'])} pp; {level} CI {_ci(c['delta_ci'])} ({c['delta_ci_method']})")
-    if c["psi_aa"] is not None and c["noise_band"] is not None:
-        lines.append(f"  A/A: psi_AA {_pp(c['psi_aa'], False)} % ({c['psi_aa_source']}), noise band of delta "
-                     f"±{_pp(c['noise_band'][1], False)} pp")
-    if c["mde"] is not None:
-        lines.append(f"  MDE at 80 % power: {_pp(c['mde'], False)} pp ({c['mde_method']}); smallest effect the "
-                     f"test can detect at all {_pp(c['detectable_floor'], False)} pp")
-    if c["tost"] is not None:
-        t = c["tost"]
-        lines.append(f"  margin ±{_pp(t['margin'], False)} pp: {100 * t['ci_level']:g} % interval {_ci(t['ci'])}; "
-                     f"equivalent {t['equivalent']}, non-inferior {t['noninferior']}")
-    e = c["errors"]
-    if e["rate_a"] > 0 or e["rate_b"] > 0:
-        lines.append(f"  errors: A {_pp(e['rate_a'], False)} %, B {_pp(e['rate_b'], False)} % (difference p = "
-                     f"{e['p']:.3g}); verdict if errors counted against B / against A: "
-                     + (f"{e['bounds']['against_b']['verdict']} / {e['bounds']['against_a']['verdict']}"
-                        if e.get("bounds") else "n/a"))
-    for w in c.get("warnings") or []:
+        lines.append(f"  {name}: accuracy {_pp(arm.accuracy, False)} %  Wilson "
+                     f"[{_pp(arm.wilson[0], False)}, {_pp(arm.wilson[1], False)}]  errors "
+                     f"{_pp(arm.error_rate, False)} %")
+    lines.append(f"  table ({c.table_source}): both {c.both:g}, A only {c.a_only:g}, "
+                 f"B only {c.b_only:g}, neither {c.neither:g}; psi {_pp(c.psi, False)} %")
+    lines.append(f"  delta (B - A) {_pp(c.delta)} pp; {level} CI {_ci(c.delta_ci)} ({c.delta_ci_method})")
+    if c.psi_aa is not None and c.noise_band is not None:
+        lines.append(f"  A/A: psi_AA {_pp(c.psi_aa, False)} % ({c.psi_aa_source}), noise band of delta "
+                     f"±{_pp(c.noise_band[1], False)} pp")
+    if c.mde is not None:
+        lines.append(f"  MDE at 80 % power: {_pp(c.mde, False)} pp ({c.mde_method}); smallest effect the "
+                     f"test can detect at all {_pp(c.detectable_floor, False)} pp")
+    if c.tost is not None:
+        t = c.tost
+        lines.append(f"  margin ±{_pp(t.margin, False)} pp: {100 * t.ci_level:g} % interval {_ci(t.ci)}; "
+                     f"equivalent {t.equivalent}, non-inferior {t.noninferior}")
+    e = c.errors
+    if e.rate_a > 0 or e.rate_b > 0:
+        lines.append(f"  errors: A {_pp(e.rate_a, False)} %, B {_pp(e.rate_b, False)} % (difference p = "
+                     f"{e.p:.3g}); verdict if errors counted against B / against A: "
+                     + (f"{e.bounds.against_b.verdict} / {e.bounds.against_a.verdict}" if e.bounds else "n/a"))
+    for w in c.warnings:
         lines.append(f"  warning: {w}")
-    if c["p"] is not None:
-        lines.append(f"test: {c['test']}, {stats.format_p(c['p'], c.get('p_floor'))} (α = {c['test_alpha']:g})")
-    elif c["test"] is not None:
-        lines.append(f"decided by: {c['test']}")
-    lines.append(f"verdict: {c['verdict'].upper()} — {c['verdict_reason']}")
+    if c.p is not None:
+        lines.append(f"test: {c.test}, {stats.format_p(c.p, c.p_floor)} (α = {c.test_alpha:g})")
+    elif c.test is not None:
+        lines.append(f"decided by: {c.test}")
+    lines.append(f"verdict: {c.verdict.upper()} — {c.verdict_reason}")
     return "\n".join(lines)

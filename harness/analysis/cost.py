@@ -9,7 +9,8 @@ launches of its own; A/A evals served by arm A's servers count in ``a``)::
      "gpu_hours": 9.113}
 
 ``gpu_hours`` = sum over the arm's launches of ``server_s * gpus / 3600``; ``total`` sums the arms
-(``gpus`` there is the most any one launch held). :func:`sum_costs` adds the costs of a sweep's jobs.
+(``gpus`` there is the most any one launch held). :func:`sum_costs` adds the costs of a sweep's jobs. The
+results are :class:`harness.results.schema.Cost` records.
 
 GPUs of an engine (:func:`count_gpus`): ``engine.gpus`` when set; else, for the GPU engines (sglang,
 vllm), TP x PP x DP from the server flags (``--tp``/``--tp-size``/``--tensor-parallel-size``,
@@ -26,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.results.schema import Cost, CostBlock
 
 GPU_ENGINES = ("sglang", "vllm")
 TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
@@ -129,17 +132,18 @@ class EvalRecord:
     eval_s: float
 
 
-def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> dict[str, Any]:
+def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> CostBlock:
     """Cost of one arm: sums over its launches and evals (see the module docstring)."""
     ls, es = list(launches), list(evals)
-    return {"launches": len(ls), "evals": len(es),
-            "launch_s": float(sum(r.launch_s for r in ls)), "eval_s": float(sum(r.eval_s for r in es)),
-            "server_s": float(sum(r.server_s for r in ls)), "gpus": max((r.gpus for r in ls), default=0),
-            "gpu_hours": float(sum(r.server_s * r.gpus for r in ls) / 3600.0)}
+    return CostBlock(launches=len(ls), evals=len(es), launch_s=float(sum(r.launch_s for r in ls)),
+                     eval_s=float(sum(r.eval_s for r in es)), server_s=float(sum(r.server_s for r in ls)),
+                     gpus=max((r.gpus for r in ls), default=0),
+                     gpu_hours=float(sum(r.server_s * r.gpus for r in ls) / 3600.0))
 
 
-def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> dict[str, Any]:
-    """``{"a": ..., "b": ..., ["aa": ...], "total": ...}``: the value of ``summary.json``'s ``cost``."""
+def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord], estimated: Iterable[str] = ()) -> Cost:
+    """The value of ``summary.json``'s ``cost``: per role (``aa`` only when the A/A control had launches of its
+    own; its evals on arm A's servers count in ``a``) and the total."""
     ls, es = list(launches), list(evals)
     records: list[LaunchRecord | EvalRecord] = [*ls, *es]
     for r in records:
@@ -150,31 +154,25 @@ def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> d
     def role_of(r: LaunchRecord | EvalRecord) -> str:
         return "a" if r.role == "aa" and not own_aa else r.role
 
-    out = {role: arm_cost([r for r in ls if role_of(r) == role], [r for r in es if role_of(r) == role])
-           for role in ROLES if role != "aa" or own_aa}
-    out["total"] = _add(list(out.values()))
-    return out
+    blocks = {role: arm_cost([r for r in ls if role_of(r) == role], [r for r in es if role_of(r) == role])
+              for role in ROLES if role != "aa" or own_aa}
+    return Cost(a=blocks["a"], b=blocks["b"], aa=blocks.get("aa"), total=_add(list(blocks.values())),
+                estimated=sorted(estimated))
 
 
-def _add(blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {k: 0.0 for k in ("launch_s", "eval_s", "server_s", "gpu_hours")}
-    total.update(launches=0, evals=0, gpus=0)
-    for b in blocks:
-        for k in ("launch_s", "eval_s", "server_s", "gpu_hours"):
-            total[k] += float(b.get(k) or 0.0)
-        total["launches"] += int(b.get("launches") or 0)
-        total["evals"] += int(b.get("evals") or 0)
-        total["gpus"] = max(total["gpus"], int(b.get("gpus") or 0))
-    return total
+def _add(blocks: Sequence[CostBlock]) -> CostBlock:
+    return CostBlock(launches=sum(b.launches for b in blocks), evals=sum(b.evals for b in blocks),
+                     launch_s=float(sum(b.launch_s for b in blocks)), eval_s=float(sum(b.eval_s for b in blocks)),
+                     server_s=float(sum(b.server_s for b in blocks)), gpus=max((b.gpus for b in blocks), default=0),
+                     gpu_hours=float(sum(b.gpu_hours for b in blocks)))
 
 
-def sum_costs(costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
-    """The cost of a sweep: each role and the total summed over the jobs' ``cost`` blocks (None skipped)."""
+def sum_costs(costs: Iterable[Cost | None]) -> Cost:
+    """The cost of a sweep: each role and the total summed over the jobs' costs (None skipped)."""
     cs = [c for c in costs if c]
-    roles = [r for r in ROLES if any(r in c for c in cs)]
-    out = {r: _add([c[r] for c in cs if r in c]) for r in roles}
-    out["total"] = _add([c["total"] for c in cs if "total" in c])
-    return out
+    aa = [c.aa for c in cs if c.aa is not None]
+    return Cost(a=_add([c.a for c in cs]), b=_add([c.b for c in cs]), aa=_add(aa) if aa else None,
+                total=_add([c.total for c in cs]))
 
 
 def _hms(s: float) -> str:
@@ -182,17 +180,17 @@ def _hms(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def format_cost(cost: Mapping[str, Any]) -> str:
+def blocks(cost: Cost) -> list[tuple[str, CostBlock]]:
+    """(role, block) of a cost in display order: a, b, aa (when present), total."""
+    return [(role, b) for role, b in (("a", cost.a), ("b", cost.b), ("aa", cost.aa), ("total", cost.total))
+            if b is not None]
+
+
+def format_cost(cost: Cost) -> str:
     """One line per arm and the total, for the terminal summary and the report."""
-    lines = []
-    for role in (*ROLES, "total"):
-        if role not in cost:
-            continue
-        c = cost[role]
-        lines.append(f"  cost {role:<5} {c['launches']} launch(es) {_hms(c['launch_s'])} to ready, "
-                     f"{c['evals']} eval(s) {_hms(c['eval_s'])}, servers up {_hms(c['server_s'])} on "
-                     f"{c['gpus']} GPU(s): {c['gpu_hours']:.2f} GPU-hours")
-    return "\n".join(lines)
+    return "\n".join(f"  cost {role:<5} {c.launches} launch(es) {_hms(c.launch_s)} to ready, "
+                     f"{c.evals} eval(s) {_hms(c.eval_s)}, servers up {_hms(c.server_s)} on "
+                     f"{c.gpus} GPU(s): {c.gpu_hours:.2f} GPU-hours" for role, c in blocks(cost))
 
 
 # ------------------------------------------------------------------------------------------ from a run
@@ -212,7 +210,7 @@ def _launches(record: Mapping[str, Any]) -> list[Any]:
 
 
 def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None = None,
-                       gpus: Mapping[str, int] | None = None) -> dict[str, Any]:
+                       gpus: Mapping[str, int] | None = None) -> Cost:
     """The cost of a recorded run, from ``manifest.json`` (and each eval's ``summary.json`` under
     ``run_dir`` for its wall time), with ``estimated`` listing what had to be inferred (an upper bound:
     the gap before ready also holds the harness's own work and the previous server's stop).
@@ -294,9 +292,7 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
                 server_s = launch_s + sum(s for _, s in served)
             g = _f(inst.get("gpus"))
             launch_recs.append(LaunchRecord(role, launch_s, server_s, int(g) if g is not None else arm_gpus))
-    out = run_cost(launch_recs, eval_recs)
-    out["estimated"] = sorted(estimated)
-    return out
+    return run_cost(launch_recs, eval_recs, estimated)
 
 
 def config_gpus(cfg: Mapping[str, Any], arm_key: str) -> int:

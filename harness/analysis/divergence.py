@@ -15,12 +15,14 @@ measures are still filled when only the A/A floor is missing; nothing is ever re
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.results.eval_store import load_samples
+from harness.results.schema import Divergence, Histogram, KldHistogram, TopQuestion
 from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
 from harness.stats import divergence as dv
 
@@ -33,22 +35,6 @@ KL_METHOD = ("KL(A||B) per token over A's top-k ids that B also reported, all ot
 DEFAULT_TOP_N = 10
 #: what ``scoring`` copies from each pass's scores.json
 SCORING_KEYS = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url")
-
-
-def _none_block(reason: str, dirs: dict[str, str | None]) -> dict[str, Any]:
-    return {
-        "verdict": "not_measured", "verdict_reason": reason, "alpha": None, "p": None, "p_floor": None,
-        "p_at_floor": None, "n_resamples": None, "test": None, "effect": None, "effect_ci": None,
-        "effect_ci_method": None, "effect_se": None, "effect_mde": None,
-        "kld_mean": None, "kld_mean_aa": None, "kld_max": None, "kld_max_aa": None,
-        "kld_percentiles": None, "kld_percentiles_aa": None,
-        "same_top_rate": None, "same_top_rate_aa": None, "rms_dlogprob": None, "rms_dlogprob_aa": None,
-        "text_identical_rate": None, "text_identical_rate_aa": None, "text_questions": 0,
-        "text_questions_aa": 0, "first_divergence_median": None, "first_divergence_median_aa": None,
-        "tokens": 0, "questions": 0, "questions_total": None, "questions_dropped": {},
-        "top_k": None, "kl_method": KL_METHOD, "kld_histogram": None, "top_questions": [], "dirs": dirs,
-        "scoring": {},
-    }
 
 
 # ------------------------------------------------------------------------------------------ alignment
@@ -120,20 +106,30 @@ def _text_rate(ref: Mapping[int, str | None], other: Mapping[int, str | None]) -
     return sum(ref[q] == other[q] for q in both) / len(both), len(both)
 
 
+@dataclass(frozen=True)
+class FirstDivergence:
+    """Where two greedy texts of one question part: identical or not, the token index (and how it was found),
+    the character index, and the diverging reference token's character span."""
+
+    text_identical: bool | None = None
+    first_divergence: int | None = None
+    first_divergence_char: int | None = None
+    first_divergence_source: str | None = None
+    first_divergence_span: list[int] | None = None
+
+
 def _first_div(q: int, row: slice, ref: ScoreTable, cmp_top: np.ndarray | None, rows_in_pair: slice | None,
-               t_ref: Mapping[int, str | None], t_cmp: Mapping[int, str | None]) -> dict[str, Any]:
+               t_ref: Mapping[int, str | None], t_cmp: Mapping[int, str | None]) -> FirstDivergence:
     """First divergence of the two greedy texts of question q: the character index, the token index (from the
     reference pass's ``text_offset`` when stored, else the first position where the compared server's
     argmax leaves the reference tokens) with its source, and the diverging reference token's character span
     in the reference text (``text_offset`` only)."""
     a, b = t_ref.get(q), t_cmp.get(q)
     if a is None or b is None:
-        return {"text_identical": None, "first_divergence": None, "first_divergence_char": None,
-                "first_divergence_source": None, "first_divergence_span": None}
+        return FirstDivergence()
     c = dv.first_divergence(a, b)
     if c is None:
-        return {"text_identical": True, "first_divergence": None, "first_divergence_char": None,
-                "first_divergence_source": None, "first_divergence_span": None}
+        return FirstDivergence(text_identical=True)
     tok, src, span = None, None, None
     if ref.text_offset is not None and np.all(ref.text_offset[row] >= 0) and row.stop > row.start:
         offs = ref.text_offset[row]
@@ -143,15 +139,14 @@ def _first_div(q: int, row: slice, ref: ScoreTable, cmp_top: np.ndarray | None, 
             span = [int(offs[tok]), max(end, c + 1)]
     elif cmp_top is not None and rows_in_pair is not None:
         tok, src = dv.first_argmax_miss(ref.token_id[row], cmp_top[rows_in_pair]), "argmax"
-    return {"text_identical": False, "first_divergence": tok, "first_divergence_char": c,
-            "first_divergence_source": src, "first_divergence_span": span}
+    return FirstDivergence(False, tok, c, src, span)
 
 
-def _hist(x: np.ndarray) -> dict[str, Any]:
+def _hist(x: np.ndarray) -> Histogram:
     x = np.asarray(x, dtype=float)
     pos = x[x > 0]
     counts, _ = np.histogram(np.clip(pos, HIST_EDGES[0], HIST_EDGES[-1] * (1 - 1e-12)), bins=HIST_EDGES)
-    return {"zeros": int(x.size - pos.size), "counts": [int(v) for v in counts]}
+    return Histogram(zeros=int(x.size - pos.size), counts=[int(v) for v in counts])
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -160,7 +155,7 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
                        texts_b: Mapping[int, str | None] | None = None,
                        texts_aa: Mapping[int, str | None] | None = None,
                        alpha: float = 0.05, n_resamples: int = 9_999, seed: int = 0,
-                       top_n: int = DEFAULT_TOP_N, reference: str = "a") -> dict[str, Any]:
+                       top_n: int = DEFAULT_TOP_N, reference: str = "a") -> Divergence:
     """The ``divergence`` object of comparison.json.
 
     ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
@@ -170,27 +165,18 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
     directories. ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
     ``reference``: which arm's greedy texts the passes scored (recorded; ``b`` turns the roles around).
     """
-    out = _compute(ref_dir, ab_dir, aa_dir, texts_ref=texts_ref, texts_b=texts_b, texts_aa=texts_aa, alpha=alpha,
-                   n_resamples=n_resamples, seed=seed, top_n=top_n)
-    return {"verdict": out.pop("verdict"), "verdict_reason": out.pop("verdict_reason"), "reference": reference,
-            **out}
-
-
-def _compute(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path | None, *,
-             texts_ref: Mapping[int, str | None] | None, texts_b: Mapping[int, str | None] | None,
-             texts_aa: Mapping[int, str | None] | None, alpha: float, n_resamples: int, seed: int,
-             top_n: int) -> dict[str, Any]:
     dirs = {"ref": str(ref_dir), "ab": None if ab_dir is None else str(ab_dir),
             "aa": None if aa_dir is None else str(aa_dir)}
     t_ref = texts_ref if texts_ref is not None else _texts(Path(ref_dir))
     t_b = texts_b if texts_b is not None else _texts(None if ab_dir is None else Path(ab_dir))
     t_aa = texts_aa if texts_aa is not None else _texts(None if aa_dir is None else Path(aa_dir))
+    rate_ab, n_ab = _text_rate(t_ref, t_b)
+    rate_aa, n_aa = _text_rate(t_ref, t_aa)
 
-    def fail(why: str) -> dict[str, Any]:
-        out = _none_block(why, dirs)
-        out["text_identical_rate"], out["text_questions"] = _text_rate(t_ref, t_b)
-        out["text_identical_rate_aa"], out["text_questions_aa"] = _text_rate(t_ref, t_aa)
-        return out
+    def fail(why: str) -> Divergence:
+        return Divergence(verdict="not_measured", verdict_reason=why, text_identical_rate=rate_ab,
+                          text_questions=n_ab, text_identical_rate_aa=rate_aa, text_questions_aa=n_aa,
+                          kl_method=KL_METHOD, dirs=dirs, reference=reference)
 
     try:
         ref = load_scores(ref_dir)
@@ -251,46 +237,13 @@ def _compute(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path 
     with np.errstate(invalid="ignore", divide="ignore"):
         rms_q = np.sqrt(dv.segment_means(np.where(finite, m_ab["dlp"], 0.0) ** 2, off)
                         / dv.segment_means(finite, off))
-    out = _none_block("", dirs)
-    out.update({
-        "kld_mean": float(m_ab["kl"].mean()),
-        "kld_max": float(m_ab["kl"].max()),
-        "kld_percentiles": dv.kld_percentiles(m_ab["kl"]),
-        "same_top_rate": float(m_ab["same"].mean()),
-        "rms_dlogprob": dv.rms(m_ab["dlp"]),
-        "tokens": int(r_rows.size),
-        "questions": int(idx.size),
-        "questions_total": nq,
-        "questions_dropped": dropped,
-        "top_k": ref.top_k,
-        "kld_histogram": {"edges": HIST_EDGES, "token_ab": _hist(m_ab["kl"]), "question_ab": _hist(kld_q)},
-        "scoring": scoring,
-    })
-    out["text_identical_rate"], out["text_questions"] = _text_rate(t_ref, t_b)
-    out["text_identical_rate_aa"], out["text_questions_aa"] = _text_rate(t_ref, t_aa)
-
+    histogram = KldHistogram(edges=HIST_EDGES, token_ab=_hist(m_ab["kl"]), question_ab=_hist(kld_q))
     kld_aa_q = None
+    test = None
     if m_aa is not None:
         kld_aa_q = dv.segment_means(m_aa["kl"], off)
-        out.update({
-            "kld_mean_aa": float(m_aa["kl"].mean()),
-            "kld_max_aa": float(m_aa["kl"].max()),
-            "kld_percentiles_aa": dv.kld_percentiles(m_aa["kl"]),
-            "same_top_rate_aa": float(m_aa["same"].mean()),
-            "rms_dlogprob_aa": dv.rms(m_aa["dlp"]),
-        })
-        out["kld_histogram"]["token_aa"] = _hist(m_aa["kl"])
-        out["kld_histogram"]["question_aa"] = _hist(kld_aa_q)
-        t = dv.divergence_test(kld_q, kld_aa_q, tokens_q, alpha=alpha, n_resamples=n_resamples, seed=seed)
-        out.update({
-            "verdict": t["verdict"], "alpha": alpha, "p": t["p_value"], "p_floor": t["p_floor"],
-            "p_at_floor": t["p_value_at_floor"], "n_resamples": n_resamples, "test": t["test"],
-            "effect": t["effect"], "effect_ci": t["effect_ci"], "effect_ci_method": t["effect_ci_method"],
-            "effect_se": t["effect_se"], "effect_mde": t["effect_mde"],
-        })
-        out["verdict_reason"] = _reason(out)
-    else:
-        out["verdict_reason"] = aa_reason or "no A/A floor"
+        histogram = replace(histogram, token_aa=_hist(m_aa["kl"]), question_aa=_hist(kld_aa_q))
+        test = dv.divergence_test(kld_q, kld_aa_q, tokens_q, alpha=alpha, n_resamples=n_resamples, seed=seed)
 
     # first divergence of the greedy texts: every question whose texts differ (for the median), top list
     questions = ref.questions[idx]
@@ -300,25 +253,40 @@ def _compute(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path 
              for i, q in enumerate(questions)]
     fd_aa = [_first_div(int(q), ref_rows[i], ref, None if m_aa is None else m_aa["cmp_top"], pair_rows[i],
                         t_ref, t_aa) for i, q in enumerate(questions)]
-    for key, fds in (("first_divergence_median", fd_ab), ("first_divergence_median_aa", fd_aa)):
-        vals = [f["first_divergence"] for f in fds if f["first_divergence"] is not None]
-        out[key] = float(np.median(vals)) if vals else None
+
+    def median_first(fds: list[FirstDivergence]) -> float | None:
+        vals = [f.first_divergence for f in fds if f.first_divergence is not None]
+        return float(np.median(vals)) if vals else None
 
     d_q = kld_q - kld_aa_q if kld_aa_q is not None else kld_q
     order = np.argsort(-d_q, kind="stable")[: max(0, int(top_n))]
-    out["top_questions"] = [{
-        "question": int(questions[i]),
-        "tokens": int(tokens_q[i]),
-        "kld": float(kld_q[i]),
-        "kld_aa": None if kld_aa_q is None else float(kld_aa_q[i]),
-        "d": None if kld_aa_q is None else float(d_q[i]),
-        "same_top_rate": float(same_q[i]),
-        "rms_dlogprob": float(rms_q[i]) if np.isfinite(rms_q[i]) else None,
-        **fd_ab[i],
-        "text_identical_aa": fd_aa[i]["text_identical"],
-        "first_divergence_aa": fd_aa[i]["first_divergence"],
-    } for i in order]
-    return out
+    top = [TopQuestion(
+        question=int(questions[i]), tokens=int(tokens_q[i]), kld=float(kld_q[i]),
+        kld_aa=None if kld_aa_q is None else float(kld_aa_q[i]), d=None if kld_aa_q is None else float(d_q[i]),
+        same_top_rate=float(same_q[i]), rms_dlogprob=float(rms_q[i]) if np.isfinite(rms_q[i]) else None,
+        text_identical=fd_ab[i].text_identical, first_divergence=fd_ab[i].first_divergence,
+        first_divergence_char=fd_ab[i].first_divergence_char, first_divergence_source=fd_ab[i].first_divergence_source,
+        first_divergence_span=fd_ab[i].first_divergence_span, text_identical_aa=fd_aa[i].text_identical,
+        first_divergence_aa=fd_aa[i].first_divergence) for i in order]
+    div = Divergence(
+        verdict="not_measured" if test is None else test["verdict"],
+        verdict_reason=aa_reason or "no A/A floor",
+        kld_mean=float(m_ab["kl"].mean()), kld_max=float(m_ab["kl"].max()),
+        kld_percentiles=dv.kld_percentiles(m_ab["kl"]), same_top_rate=float(m_ab["same"].mean()),
+        rms_dlogprob=dv.rms(m_ab["dlp"]), tokens=int(r_rows.size), questions=int(idx.size), questions_total=nq,
+        questions_dropped=dropped, top_k=ref.top_k, kld_histogram=histogram, scoring=scoring,
+        text_identical_rate=rate_ab, text_questions=n_ab, text_identical_rate_aa=rate_aa, text_questions_aa=n_aa,
+        first_divergence_median=median_first(fd_ab), first_divergence_median_aa=median_first(fd_aa),
+        top_questions=top, kl_method=KL_METHOD, dirs=dirs, reference=reference)
+    if m_aa is None or test is None:
+        return div
+    div = replace(div, kld_mean_aa=float(m_aa["kl"].mean()), kld_max_aa=float(m_aa["kl"].max()),
+                  kld_percentiles_aa=dv.kld_percentiles(m_aa["kl"]), same_top_rate_aa=float(m_aa["same"].mean()),
+                  rms_dlogprob_aa=dv.rms(m_aa["dlp"]), alpha=alpha, p=test["p_value"], p_floor=test["p_floor"], p_at_floor=test["p_value_at_floor"],
+                  n_resamples=n_resamples, test=test["test"], effect=test["effect"], effect_ci=test["effect_ci"],
+                  effect_ci_method=test["effect_ci_method"], effect_se=test["effect_se"],
+                  effect_mde=test["effect_mde"])
+    return replace(div, verdict_reason=_reason(div))
 
 
 def has_pass(d: str | Path) -> bool:
@@ -327,7 +295,7 @@ def has_pass(d: str | Path) -> bool:
 
 
 def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
-                       aa_dirs: Sequence[str | Path] = (), **kwargs: Any) -> dict[str, Any] | None:
+                       aa_dirs: Sequence[str | Path] = (), **kwargs: Any) -> Divergence | None:
     """The ``divergence`` object for a comparison of these eval directories, or None when none of them
     records a scoring pass: the reference pass is the first A directory that records one (else arm A's first
     directory, so the verdict says it was not scored), the compared pass the first such B directory, the floor
@@ -342,15 +310,16 @@ def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path
     return compute_divergence(ref, first(b_dirs), first(aa_dirs), **kwargs)
 
 
-def _reason(d: dict[str, Any]) -> str:
+def _reason(d: Divergence) -> str:
     from harness.stats import format_p
 
-    p_txt = format_p(d["p"], d["p_floor"])
-    kl = f"KLD {d['kld_mean']:.3g} vs A/A {d['kld_mean_aa']:.3g} nats/token"
-    ci = d["effect_ci"]
-    ci_txt = f", {100 * (1 - d['alpha']):g} % CI [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
-    if d["verdict"] == "diverged":
-        return (f"{kl}: {d['effect']:.3g} nats/token above the A/A floor{ci_txt}, {p_txt} < α = {d['alpha']:g} "
-                f"(one-sided sign-flip test over {d['questions']} questions)")
-    mde = f"; could detect about {d['effect_mde']:.2g} nats/token" if d.get("effect_mde") else ""
-    return f"{kl}: not above the A/A floor ({p_txt} >= α = {d['alpha']:g}){ci_txt}{mde}"
+    assert d.p is not None and d.alpha is not None and d.effect is not None
+    p_txt = format_p(d.p, d.p_floor)
+    kl = f"KLD {d.kld_mean:.3g} vs A/A {d.kld_mean_aa:.3g} nats/token"
+    ci = d.effect_ci
+    ci_txt = f", {100 * (1 - d.alpha):g} % CI [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
+    if d.verdict == "diverged":
+        return (f"{kl}: {d.effect:.3g} nats/token above the A/A floor{ci_txt}, {p_txt} < α = {d.alpha:g} "
+                f"(one-sided sign-flip test over {d.questions} questions)")
+    mde = f"; could detect about {d.effect_mde:.2g} nats/token" if d.effect_mde else ""
+    return f"{kl}: not above the A/A floor ({p_txt} >= α = {d.alpha:g}){ci_txt}{mde}"

@@ -52,21 +52,21 @@ def comparison_exit(c: Comparison, fail_on: str | None = None, recorded_failure:
     """
     if recorded_failure != exitcodes.OK:
         return recorded_failure
-    if c.get("error_rate_exceeded"):
+    if c.error_rate_exceeded:
         return exitcodes.TOO_MANY_ERRORS
-    return gate_exit(c.get("verdict"), fail_on)
+    return gate_exit(c.verdict, fail_on)
 
 
 def exit_reason(code: int, c: Comparison, fail_on: str | None) -> str | None:
     """Why a finished comparison exits ``code``, in one line (None for 0): the same words for ``abh run``,
     ``abh ab`` and ``abh compare``."""
     if code == exitcodes.GATE_FAILED:
-        return f"verdict {c.get('verdict')} fails --fail-on {fail_on} (exit {exitcodes.GATE_FAILED})"
+        return f"verdict {c.verdict} fails --fail-on {fail_on} (exit {exitcodes.GATE_FAILED})"
     if code == exitcodes.TOO_MANY_ERRORS:
-        return (f"{100 * float(c.get('error_rate') or 0.0):.2f} % of questions lost to request errors exceeds "
-                f"--max-error-rate {100 * float(c.get('max_error_rate') or 0.0):g} % (stats.max_error_rate): the "
+        return (f"{100 * c.error_rate:.2f} % of questions lost to request errors exceeds "
+                f"--max-error-rate {100 * c.max_error_rate:g} % (stats.max_error_rate): the "
                 f"arms are not comparable (exit {exitcodes.TOO_MANY_ERRORS}); rerun the same command to retry the "
                 "failed requests")
     if code != exitcodes.OK:
-        return f"not comparable: {c.get('verdict_reason')} (exit {code})"
+        return f"not comparable: {c.verdict_reason} (exit {code})"
     return None

@@ -260,16 +260,15 @@ def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_
     cost = cost_from_manifest(manifest, run_dir)
     per: dict[str, dict[str, float]] = {"launch_s": {}, "eval_s": {}, "stop_s": {}}
     g: dict[str, int] = {}
-    for r in ("a", "b"):
-        c = cost.get(r) or {}
-        nl, ne = int(c.get("launches") or 0), int(c.get("evals") or 0)
-        per["launch_s"][r] = float(c["launch_s"]) / nl if nl else 0.0
-        per["eval_s"][r] = float(c["eval_s"]) / ne if ne else 0.0
-        per["stop_s"][r] = max(0.0, float(c["server_s"]) - float(c["launch_s"]) - float(c["eval_s"])) / nl if nl else 0.0
-        g[r] = int(c.get("gpus") or 0)
+    for r, c in (("a", cost.a), ("b", cost.b)):
+        nl, ne = c.launches, c.evals
+        per["launch_s"][r] = c.launch_s / nl if nl else 0.0
+        per["eval_s"][r] = c.eval_s / ne if ne else 0.0
+        per["stop_s"][r] = max(0.0, c.server_s - c.launch_s - c.eval_s) / nl if nl else 0.0
+        g[r] = c.gpus
     parts = []
-    if cost.get("estimated"):
-        parts.append("estimated " + ", ".join(cost["estimated"]))
+    if cost.estimated:
+        parts.append("estimated " + ", ".join(cost.estimated))
     if launch_s is not None:
         per["launch_s"] = {"a": launch_s, "b": launch_s}
         parts.append("--launch-s")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,14 @@ from harness.analysis.cost import cost_from_manifest, format_cost, sum_costs
 from harness.report.divergence_section import kld_cell
 from harness.report.words import p_bound
 from harness.results import schema
-from harness.results.schema import SweepRow
+from harness.results.records import RecordError
+from harness.results.schema import Cost, SweepRow, SweepSummary
+from harness.stats.verdict import at_floor
 
 SWEEP_SUMMARY = schema.SWEEP_FILE
 
 
-def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str | None = None) -> schema.SweepSummary:
+def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str | None = None) -> SweepSummary:
     """Collect each job's comparison.json under ``sweep_dir``; adjust their p by Holm or BH.
 
     ``experiment`` names the sweep (its report's title); by default the experiment the jobs' manifests
@@ -39,83 +42,75 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
     # A job that failed or was interrupted has no comparison.json, but it is still one of the family of
     # comparisons: it counts with p = 1, so the adjustment of the others is not made laxer by its absence.
     for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / schema.COMPARISON_FILE).exists()):
-        rows.append({"job": job.name, "dir": str(job), "n": None, "accuracy_a": None, "accuracy_b": None,
-                     "delta": None, "delta_ci": None, "p": None, "p_value_floor": None, "p_value_at_floor": False,
-                     "mde": None, "verdict": "not_comparable", "alpha": 0.05, "simulated": False, "missing": True,
-                     "divergence": None, "kld": None, "kld_aa": None, "gpu_hours": _gpu_hours(costs.get(job.name))})
+        rows.append(SweepRow(job=job.name, dir=str(job), label=job.name, missing=True, alpha=0.05,
+                             gpu_hours=_gpu_hours(costs.get(job.name))))
     for path in sorted(root.glob(f"*/{schema.COMPARISON_FILE}")):
         c = schema.load_comparison(path)
-        rows.append({"gpu_hours": _gpu_hours(costs.get(path.parent.name)), "job": path.parent.name, "dir": str(path.parent), "n": c.get("n"),
-                     "accuracy_a": c["arms"]["a"]["accuracy"], "accuracy_b": c["arms"]["b"]["accuracy"],
-                     "delta": c.get("delta"), "delta_ci": c.get("delta_ci"), "p": c.get("p"),
-                     "p_value_floor": c.get("p_floor"),
-                     "p_value_at_floor": bool(c.get("p") is not None and c.get("p_floor") is not None
-                                              and c["p"] <= c["p_floor"] * (1 + 1e-9)),
-                     "test_alpha": c.get("test_alpha") or c.get("alpha", 0.05),
-                     "mde": c.get("mde"), "verdict": c.get("verdict", "not_comparable"), "alpha": c.get("alpha", 0.05),
-                     "simulated": bool(c.get("simulated")), **_divergence_cells(c)})  # type: ignore[typeddict-item]
-    ps = np.array([r["p"] if r["p"] is not None else 1.0 for r in rows], dtype=float)
+        div = c.divergence
+        rows.append(SweepRow(
+            job=path.parent.name, dir=str(path.parent), label=path.parent.name, n=c.n,
+            accuracy_a=c.arms.a.accuracy, accuracy_b=c.arms.b.accuracy, delta=c.delta, delta_ci=c.delta_ci,
+            p=c.p, p_value_floor=c.p_floor, p_value_at_floor=at_floor(c.p, c.p_floor),
+            test_alpha=c.test_alpha or c.alpha, mde=c.mde, verdict=c.verdict, alpha=c.alpha, simulated=c.simulated,
+            divergence=None if div is None else div.verdict, kld=None if div is None else div.kld_mean,
+            kld_aa=None if div is None else div.kld_mean_aa, gpu_hours=_gpu_hours(costs.get(path.parent.name))))
+    ps = np.array([r.p if r.p is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
-    for r, pa, label in zip(rows, adj, swept_labels([r["job"] for r in rows]) if rows else [], strict=True):
-        r["p_adjusted"] = float(pa)
-        r["label"] = label
+    adjusted = []
+    for r, pa, label in zip(rows, adj, swept_labels([r.job for r in rows]) if rows else [], strict=True):
         # A verdict that rests on a test (improved, regressed, equivalent, noninferior: `p` is that test's
         # p-value, compared with `test_alpha`) must survive the sweep's multiple-comparison adjustment.
-        r["verdict_unadjusted"] = r["verdict"]
-        if (r["verdict"] in ("improved", "regressed", "equivalent", "noninferior")
-                and pa >= r.get("test_alpha", r["alpha"])):
-            r["verdict"] = "inconclusive"
-    rows.sort(key=lambda r: r["job"])
-    summary: schema.SweepSummary = {
-        "experiment": experiment if experiment is not None else _experiment_of(root),
-        "correction": method, "comparisons": rows, "missing": [r["job"] for r in rows if r.get("missing")],
-        "simulated": any(r["simulated"] for r in rows)}
-    if costs:
-        summary["cost"] = sum_costs(costs.values())  # type: ignore[typeddict-item]
+        survives = not (r.verdict in ("improved", "regressed", "equivalent", "noninferior")
+                        and pa >= (r.test_alpha if r.test_alpha is not None else r.alpha or 0.05))
+        adjusted.append(replace(r, p_adjusted=float(pa), label=label, verdict_unadjusted=r.verdict,
+                                verdict=r.verdict if survives else "inconclusive"))
+    adjusted.sort(key=lambda r: r.job)
+    summary = SweepSummary(experiment=experiment if experiment is not None else _experiment_of(root),
+                           correction=method, comparisons=adjusted, missing=[r.job for r in adjusted if r.missing],
+                           simulated=any(r.simulated for r in adjusted),
+                           cost=sum_costs(costs.values()) if costs else None)
     schema.write_sweep_summary(root / SWEEP_SUMMARY, summary)
     return summary
 
 
-def _divergence_cells(c: schema.Comparison) -> dict[str, Any]:
-    """A sweep row's divergence: its verdict and mean KLD A‖B and A‖A' (None when the job did not score)."""
-    div: Any = c.get("divergence")
-    if not isinstance(div, dict):
-        return {"divergence": None, "kld": None, "kld_aa": None}
-    return {"divergence": div.get("verdict"), "kld": div.get("kld_mean"), "kld_aa": div.get("kld_mean_aa")}
-
-
-def job_costs(root: Path) -> dict[str, dict[str, Any]]:
-    """Each job's ``cost`` (its run summary's, else its manifest's, else computed from the launches its
-    manifest recorded), by job directory name: a failed or interrupted job that held servers cost GPU time."""
-    out: dict[str, dict[str, Any]] = {}
+def job_costs(root: Path) -> dict[str, Cost]:
+    """Each job's cost (its run summary's, else its manifest's, else computed from the launches its manifest
+    recorded), by job directory name: a failed or interrupted job that held servers cost GPU time."""
+    out: dict[str, Cost] = {}
     for job in sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []:
-        for name, load in ((schema.RUN_SUMMARY_FILE, schema.load_run_summary), (schema.MANIFEST_FILE, schema.load_manifest)):
-            path = job / name
-            if not path.exists():
-                continue
+        cost = _recorded_cost(job)
+        if cost is not None:
+            out[job.name] = cost
+            continue
+        path = job / schema.MANIFEST_FILE  # a job that stopped before its summary: the launches it recorded
+        if path.exists():
             try:
-                cost = load(path).get("cost")
+                manifest = schema.load_manifest(path)
             except schema.SchemaError:
                 continue
-            if isinstance(cost, dict) and cost.get("total"):
-                out[job.name] = dict(cost)
-                break
-        else:  # a job that stopped before its summary: the launches its manifest recorded
-            path = job / schema.MANIFEST_FILE
-            if path.exists():
-                try:
-                    manifest = schema.load_manifest(path)
-                except schema.SchemaError:
-                    continue
-                if any(arm.get("launches") for arm in (manifest.get("arms") or {}).values()):
-                    out[job.name] = cost_from_manifest(manifest, job)
+            if any(arm.get("launches") for arm in (manifest.get("arms") or {}).values()):
+                out[job.name] = cost_from_manifest(manifest, job)
     return out
 
 
-def _gpu_hours(cost: dict[str, Any] | None) -> float | None:
-    total = (cost or {}).get("total") or {}
-    v = total.get("gpu_hours")
-    return float(v) if isinstance(v, int | float) else None
+def _recorded_cost(job: Path) -> Cost | None:
+    """The cost a job's summary.json, else its manifest.json, records (None when neither holds one)."""
+    try:
+        if (job / schema.RUN_SUMMARY_FILE).exists():
+            cost = schema.load_run_summary(job / schema.RUN_SUMMARY_FILE).cost
+            if cost is not None:
+                return cost
+        if (job / schema.MANIFEST_FILE).exists():
+            doc = schema.load_manifest(job / schema.MANIFEST_FILE).get("cost")
+            if isinstance(doc, dict) and doc.get("total"):
+                return Cost.from_doc(doc)
+    except (schema.SchemaError, RecordError):
+        return None
+    return None
+
+
+def _gpu_hours(cost: Cost | None) -> float | None:
+    return None if cost is None else cost.total.gpu_hours
 
 
 def _experiment_of(root: Path) -> str | None:
@@ -135,39 +130,35 @@ def swept_labels(jobs: list[str]) -> list[str]:
     return [",".join(x for x in p if x not in common) or j for p, j in zip(parts, jobs, strict=True)]
 
 
-def format_sweep(s: schema.SweepSummary) -> str:
+def format_sweep(s: SweepSummary) -> str:
     lines = []
-    if s.get("simulated"):
+    if s.simulated:
         lines.append("*** SIMULATED sweep ***")
-    if s.get("experiment"):
-        lines.append(f"sweep of {s['experiment']}")
-    labels = [r.get("label") or r["job"] for r in s["comparisons"]]
+    if s.experiment:
+        lines.append(f"sweep of {s.experiment}")
+    labels = [r.label or r.job for r in s.comparisons]
     width = max([10, *(len(x) for x in labels)])
-    kld = any(r.get("divergence") for r in s["comparisons"])
+    kld = any(r.divergence for r in s.comparisons)
     lines.append(f"{'comparison':<{width}} {'delta':>9} {'CI (1 - α)':>20} {'p':>8} {'p_adj':>8}"
                  + (f" {'KLD (A/A)':>20}" if kld else "") + "  verdict")
-    for label, r in zip(labels, s["comparisons"], strict=True):
-        ci = r.get("delta_ci")
-        ci_s = f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else ""
-        delta = r.get("delta")
-        d = f"{100 * delta:+.2f}pp" if delta is not None else "n/a"
-        p = p_bound(r.get("p"), r.get("p_value_floor"), r.get("p_value_at_floor"))
-        p_adj = p_bound(r.get("p_adjusted"), r.get("p_value_floor"), r.get("p_value_at_floor"), adjusted=True)
-        v = r["verdict"] + (f" (unadjusted: {r['verdict_unadjusted']})"
-                            if r.get("verdict_unadjusted", r["verdict"]) != r["verdict"] else "")
-        k = ""
-        if kld:
-            k = f" {kld_cell(r):>20}"
+    for label, r in zip(labels, s.comparisons, strict=True):
+        ci_s = f"[{100 * r.delta_ci[0]:+.2f}, {100 * r.delta_ci[1]:+.2f}]" if r.delta_ci else ""
+        d = f"{100 * r.delta:+.2f}pp" if r.delta is not None else "n/a"
+        p = p_bound(r.p, r.p_value_floor)
+        p_adj = p_bound(r.p_adjusted, r.p_value_floor, raw=r.p)
+        v = r.verdict + (f" (unadjusted: {r.verdict_unadjusted})"
+                         if (r.verdict_unadjusted or r.verdict) != r.verdict else "")
+        k = f" {kld_cell(r):>20}" if kld else ""
         lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}{k}  {v}")
-    lines.append(f"(p adjusted across {len(s['comparisons'])} comparisons by {s['correction']})")
+    lines.append(f"(p adjusted across {len(s.comparisons)} comparisons by {s.correction})")
     if kld:
         lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor)")
-    if s.get("cost"):
-        lines.append(f"cost of the sweep ({len(s['comparisons'])} jobs):")
-        lines.append(format_cost(s["cost"]))
-    if s.get("missing"):
-        lines.append(f"{len(s['missing'])} job(s) produced no comparison (failed or interrupted; counted with "
-                     f"p = 1): {', '.join(s['missing'])}. Rerun the sweep to resume them.")
+    if s.cost:
+        lines.append(f"cost of the sweep ({len(s.comparisons)} jobs):")
+        lines.append(format_cost(s.cost))
+    if s.missing:
+        lines.append(f"{len(s.missing)} job(s) produced no comparison (failed or interrupted; counted with "
+                     f"p = 1): {', '.join(s.missing)}. Rerun the sweep to resume them.")
     return "\n".join(lines)
 
 
@@ -186,7 +177,7 @@ def redact_multirun_yaml(sweep_dir: Path, argv: Sequence[str] | None = None) -> 
             atomic_write_text(path, clean)
 
 
-class SweepSummary(Callback):
+class SweepCallback(Callback):
     """Hydra callback: at the end of a multirun, write sweep_summary.json (+ report) and print the table."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from harness import exitcodes
@@ -124,12 +125,9 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         return exitcodes.BAD_CONFIG
     div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed,
                              n_resamples=args.resamples)
-    if div is not None:
-        c["divergence"] = div  # type: ignore[typeddict-item]
-    names: ArmNames = {"a": _name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
-                       "b": _name(args.b_name, [m for _, m, _ in evals["b"]], "B")}
-    c["arm_names"] = names
-    c["command"] = ["abh", "compare", *redact_argv(argv)]
+    names = ArmNames(a=_name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
+                     b=_name(args.b_name, [m for _, m, _ in evals["b"]], "B"))
+    c = replace(c, divergence=div, arm_names=names, command=["abh", "compare", *redact_argv(argv)])
     schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
     print(format_summary(c))
     if div is not None:

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from harness.results.schema import Cost
+
 
 class ScheduleItem(Protocol):
     """What the design reads of a schedule item (read-only, so a frozen dataclass such as
@@ -152,17 +154,15 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
     return lines
 
 
-def times_from_cost(cost: Mapping[str, Any]) -> dict[str, dict[str, float]] | None:
-    """Per role mean launch, eval and stop seconds from a cost block (harness.analysis.cost), None when nothing was
-    timed. A role with no launch of its own borrows arm A's times."""
+def times_from_cost(cost: Cost) -> dict[str, dict[str, float]] | None:
+    """Per role mean launch, eval and stop seconds from a run's cost (harness.analysis.cost), None when nothing
+    was timed. A role with no launch of its own borrows arm A's times."""
     out: dict[str, dict[str, float]] = {}
-    for role in ("a", "b", "aa"):
-        c = cost.get(role) or {}
-        nl, ne = int(c.get("launches") or 0), int(c.get("evals") or 0)
-        if not nl or not ne:
+    for role, c in (("a", cost.a), ("b", cost.b), ("aa", cost.aa)):
+        if c is None or not c.launches or not c.evals:
             continue
-        launch_s, eval_s = float(c["launch_s"]) / nl, float(c["eval_s"]) / ne
-        stop_s = max(0.0, float(c["server_s"]) - float(c["launch_s"]) - float(c["eval_s"])) / nl
+        launch_s, eval_s = c.launch_s / c.launches, c.eval_s / c.evals
+        stop_s = max(0.0, c.server_s - c.launch_s - c.eval_s) / c.launches
         out[role] = {"launch_s": launch_s, "eval_s": eval_s, "stop_s": stop_s}
     if "a" in out and "b" not in out:
         out["b"] = out["a"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
-from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -121,15 +121,14 @@ def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
         print(f"# WARNING: {problem}")
 
 
-def format_table(summary: Mapping[str, Any], c: schema.Comparison) -> str:
+def format_table(summary: schema.RunSummary, c: schema.Comparison) -> str:
     """The result on the terminal: one line naming the experiment and arms, then the same summary
     ``abh compare`` and ``abh ab`` print (:func:`harness.analysis.comparison.format_summary`)."""
-    head = (f"experiment {summary['experiment']}: {summary['arms']['a']} (A) vs {summary['arms']['b']} (B), "
-            f"n={c.get('n')} questions x {summary['repeats']} repeat(s)")
+    head = (f"experiment {summary.experiment}: {summary.arms.get('a')} (A) vs {summary.arms.get('b')} (B), "
+            f"n={c.n} questions x {summary.repeats} repeat(s)")
     lines = [head, format_summary(c)]
-    div = c.get("divergence")
-    if isinstance(div, dict):
-        lines.append(terminal_line(div))
+    if c.divergence is not None:
+        lines.append(terminal_line(c.divergence))
         lines.append(combined_sentence(c))
     return "\n".join(lines)
 
@@ -261,7 +260,7 @@ class Run:
         return schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
                         restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
 
-    def cost(self) -> dict[str, Any]:
+    def cost(self) -> schema.Cost:
         """GPU time so far, per role and in total, from the manifest's launch and eval records."""
         return cost_from_manifest(self.manifest.data, self.run_dir, gpus=self.gpus)
 
@@ -273,7 +272,7 @@ class Run:
         times = None
         if any(arm.get("launches") for arm in self.manifest.data.get("arms", {}).values()):
             prior = self.cost()
-            if "launch_s" not in prior.get("estimated", []):
+            if "launch_s" not in prior.estimated:
                 times = times_from_cost(prior)
         seq = None
         if self.looks is not None:
@@ -342,9 +341,9 @@ class Run:
             if decision is None:
                 self.log.say(f"repeat {r}: no look before repeat {looks.design.min_repeats}")
                 continue
-            self.manifest.record("sequential", looks.record(self.cost()))
-            self.log.say(f"look after repeat {r}: {decision['sentence']}")
-            if decision["stop"]:
+            self.manifest.record("sequential", looks.record(self.cost()).to_doc())
+            self.log.say(f"look after repeat {r}: {decision.sentence}")
+            if decision.stop:
                 break
         aa = [it for it in items if it.role == "aa"]
         if aa and looks.decided:
@@ -398,21 +397,19 @@ class Run:
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
-        names: schema.ArmNames = {"a": self.arms[x.a].name, "b": self.arms[x.b].name}
-        comparison["arm_names"] = names
-        if self.command:
-            comparison["command"] = list(self.command)
+        comparison = replace(comparison, arm_names=schema.ArmNames(a=self.arms[x.a].name, b=self.arms[x.b].name),
+                             command=list(self.command) if self.command else None)
         cost = self.cost()
-        m.record("cost", cost)
-        seq: dict[str, Any] | None = None
+        m.record("cost", cost.to_doc())
+        seq: schema.SequentialRecord | None = None
         if self.looks is not None:  # the verdict of a sequential run is its sequential decision
             seq = self.looks.record(cost)
-            m.record("sequential", seq)
-            apply_to_comparison(comparison, seq)  # type: ignore[arg-type]
+            m.record("sequential", seq.to_doc())
+            comparison = apply_to_comparison(comparison, seq)
         if self.scoring is not None:
             d = self.scoring.dirs()
-            comparison["divergence"] = compute_divergence(  # type: ignore[typeddict-item]
-                d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference)
+            comparison = replace(comparison, divergence=compute_divergence(
+                d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference))
         schema.write_comparison(run_dir / COMPARISON, comparison)
         fail_on = self.cfg.get("fail_on")
         code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
@@ -420,14 +417,11 @@ class Run:
                   "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
                   "order": str(x.order)}
         summary = schema.run_summary(comparison, experiment=str(x.name),
-                                     repeats=x.repeats if seq is None else seq["repeats_run"],
-                                     aa_control=bool(x.aa_control), exit_code=code)
-        summary["design"] = design
-        summary["cost"] = cost  # type: ignore[typeddict-item]
-        if seq is not None:
-            summary["sequential"] = seq  # type: ignore[typeddict-item]
+                                     repeats=int(x.repeats) if seq is None else seq.repeats_run,
+                                     aa_control=bool(x.aa_control), exit_code=code, design=design, cost=cost,
+                                     sequential=seq)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
-        m.record_status(code, summary["verdict"])
+        m.record_status(code, summary.verdict)
         print(format_table(summary, comparison))
         if seq is not None:
             print(f"  {sequential_line(seq)}")

@@ -267,8 +267,8 @@ def write_failure_summary(run_dir: Path, experiment: str, code: int, reason: str
     never started (bad config: no manifest) leaves nothing behind."""
     if not (run_dir / MANIFEST).exists():
         return
-    schema.write_run_summary(run_dir / RUN_SUMMARY, redact_tree({  # type: ignore[arg-type]
-        "experiment": experiment, "verdict": "not_comparable", "verdict_reason": reason, "exit_code": code}))
+    schema.write_run_summary(run_dir / RUN_SUMMARY, schema.RunSummary(
+        experiment=experiment, verdict="not_comparable", verdict_reason=redact_text(reason), exit_code=code))
     Manifest(run_dir).record_status(code, "not_comparable", reason)
 
 

@@ -17,16 +17,17 @@ independent and identically distributed, which is what makes the information fra
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.config import ConfigError
-from harness.results.eval_store import StoreError, load_eval
+from harness.results.eval_store import StoreError, load_scored
+from harness.results.records import RecordError, to_doc
+from harness.results.schema import Comparison, Cost, Look, SequentialRecord
 from harness.stats.sequential import LookDecision, SequentialDesign, decide_look, question_level_estimate
 
 #: What the test at each look is (recorded with the looks, shown in the report).
@@ -55,29 +56,15 @@ def design_dict(design: SequentialDesign) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ estimate
-def _scores(eval_dir: Path) -> tuple[str, np.ndarray]:
-    """(the server launch that served the eval, its scores: 1/0, NaN for an error or a missing answer)."""
-    try:
-        meta, samples, _ = load_eval(eval_dir)
-    except (StoreError, OSError, json.JSONDecodeError) as e:
-        raise StoreError(f"cannot read eval {eval_dir} for a sequential look: {e}") from None
-    indices = list(meta.get("indices") or [])
-    by_index = {s.index: s for s in samples}
-    scores = np.full(len(indices), np.nan)
-    for j, idx in enumerate(indices):
-        rec = by_index.get(idx)
-        if rec is not None and rec.error is None and rec.correct is not None:
-            scores[j] = 1.0 if rec.correct else 0.0
-    launch = meta.get("launch") or meta.get("instance") or f"dir:{Path(eval_dir).resolve()}"
-    return str(launch), scores
-
-
 def _by_launch(dirs: Sequence[Path]) -> list[np.ndarray]:
     """An arm's evals grouped by the launch that served them: one (passes, n) matrix per launch."""
     groups: dict[str, list[np.ndarray]] = {}
     for d in dirs:
-        launch, scores = _scores(Path(d))
-        groups.setdefault(launch, []).append(scores)
+        try:
+            ev = load_scored(d)
+        except StoreError as e:
+            raise StoreError(f"cannot read eval {d} for a sequential look: {e}") from None
+        groups.setdefault(ev.launch, []).append(ev.scores)
     return [np.vstack(v) for v in groups.values()]
 
 
@@ -98,7 +85,7 @@ class Looks:
                  estimator: str = ESTIMATOR):
         self.design = design
         self.estimator = estimator
-        self.looks: list[dict[str, Any]] = []
+        self.looks: list[Look] = []
         if recorded and recorded.get("looks"):
             before = dict(recorded.get("design") or {})
             now = design_dict(design)
@@ -109,34 +96,37 @@ class Looks:
                     + ", ".join(f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in changed)
                     + "); its error rates hold only for the design the looks were made with. Restore those "
                     "settings, or use another hydra.run.dir.")
-            self.looks = [dict(v) for v in recorded["looks"] if isinstance(v, dict)]
+            try:
+                self.looks = [Look.from_doc(v, f"manifest.json sequential.looks[{i}]")
+                              for i, v in enumerate(recorded["looks"])]
+            except RecordError as e:
+                raise ConfigError(f"the recorded sequential looks are unreadable: {e}") from None
 
     # ------------------------------------------------------------------ state
-    def recorded(self, repeats: int) -> dict[str, Any] | None:
-        return next((v for v in self.looks if v.get("repeats") == repeats), None)
+    def recorded(self, repeats: int) -> Look | None:
+        return next((v for v in self.looks if v.repeats == repeats), None)
 
     @property
-    def last(self) -> dict[str, Any] | None:
+    def last(self) -> Look | None:
         return self.looks[-1] if self.looks else None
 
     @property
     def decided(self) -> bool:
         """A look has stopped the run (a verdict, futility, or the last repeat)."""
-        return any(v.get("stop") for v in self.looks)
+        return any(v.stop for v in self.looks)
 
     @property
     def repeats_run(self) -> int:
         """Repeats of both arms the decision rests on (the last look's)."""
-        return int(self.last["repeats"]) if self.last else 0
+        return self.last.repeats if self.last else 0
 
     def wants(self, repeats: int) -> bool:
         """Whether repeat ``repeats`` of both arms is to be run: nothing decided before it, and within
         max_repeats."""
-        return repeats <= self.design.max_repeats and not any(
-            v.get("stop") and int(v.get("repeats", 0)) < repeats for v in self.looks)
+        return repeats <= self.design.max_repeats and not any(v.stop and v.repeats < repeats for v in self.looks)
 
     # ------------------------------------------------------------------ a look
-    def look(self, repeats: int, a_dirs: Sequence[Path], b_dirs: Sequence[Path]) -> dict[str, Any] | None:
+    def look(self, repeats: int, a_dirs: Sequence[Path], b_dirs: Sequence[Path]) -> Look | None:
         """The decision after ``repeats`` repeats of both arms (``a_dirs``/``b_dirs``: their evals 1..r): the
         recorded one if an earlier session made it, else a new one, recorded. None before min_repeats (no
         look is planned there)."""
@@ -147,40 +137,37 @@ class Looks:
             return old
         delta, se, n = look_estimate(a_dirs, b_dirs)
         decision: LookDecision = decide_look(self.design, repeats, delta, se, n)
-        entry = {**decision.as_dict(), "n": n}
+        entry = Look.from_doc({**to_doc(asdict(decision)), "n": n})
         self.looks.append(entry)
-        self.looks.sort(key=lambda v: int(v.get("repeats", 0)))
+        self.looks.sort(key=lambda v: v.repeats)
         return entry
 
     # ------------------------------------------------------------------ the record
-    def record(self, cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def record(self, cost: Cost | None = None) -> SequentialRecord:
         """The ``sequential`` record (manifest, summary.json, comparison.json): design, looks, outcome, and
         what stopping saved against running every repeat (GPU-hours from ``cost``: the arms' GPU-hours
         per repeat run)."""
-        last = self.last or {}
-        stopped = self.decided
-        saved = int(last.get("repeats_saved") or 0) if stopped else 0
+        last = self.last
+        stopped = self.decided and last is not None
+        saved = last.repeats_saved if stopped and last is not None else 0
         per_repeat = saved_gh = None
         if cost and self.repeats_run:
-            arms = sum(float(((cost.get(r) or {}).get("gpu_hours")) or 0.0) for r in ("a", "b"))
-            per_repeat = arms / self.repeats_run
+            per_repeat = (cost.a.gpu_hours + cost.b.gpu_hours) / self.repeats_run
             saved_gh = per_repeat * saved
-        return {"design": design_dict(self.design), "estimator": self.estimator, "looks": list(self.looks),
-                "stopped": stopped, "repeats_run": self.repeats_run, "max_repeats": self.design.max_repeats,
-                "verdict": last.get("verdict") if stopped else None,
-                "reason": last.get("reason") if stopped else None,
-                "sentence": last.get("sentence") if stopped else None,
-                "repeats_saved": saved, "gpu_hours_per_repeat": per_repeat, "gpu_hours_saved": saved_gh}
+        return SequentialRecord(
+            design=design_dict(self.design), estimator=self.estimator, looks=list(self.looks), stopped=stopped,
+            repeats_run=self.repeats_run, max_repeats=self.design.max_repeats,
+            verdict=last.verdict if stopped and last else None, reason=last.reason if stopped and last else None,
+            sentence=last.sentence if stopped and last else None, repeats_saved=saved,
+            gpu_hours_per_repeat=per_repeat, gpu_hours_saved=saved_gh)
 
 
-def apply_to_comparison(comparison: dict[str, Any], record: Mapping[str, Any]) -> None:
+def apply_to_comparison(comparison: Comparison, record: SequentialRecord) -> Comparison:
     """A decided sequential run's verdict is the sequential decision: it becomes the comparison's
     ``verdict`` (every reader of comparison.json sees it), the fixed-design test of the same data is kept
     as ``verdict_fixed``. A comparison that is not comparable (errors) stays so."""
-    comparison["sequential"] = dict(record)
-    if not record.get("stopped") or comparison.get("verdict") == "not_comparable":
-        return
-    comparison["verdict_fixed"] = comparison.get("verdict")
-    comparison["verdict_reason_fixed"] = comparison.get("verdict_reason")
-    comparison["verdict"] = record["verdict"]
-    comparison["verdict_reason"] = f"sequential design: {record['sentence']}"
+    if not record.stopped or comparison.verdict == "not_comparable" or record.verdict is None:
+        return replace(comparison, sequential=record)
+    return replace(comparison, sequential=record, verdict_fixed=comparison.verdict,
+                   verdict_reason_fixed=comparison.verdict_reason, verdict=record.verdict,
+                   verdict_reason=f"sequential design: {record.sentence}")

@@ -2,8 +2,8 @@
 
 Read from stored files only: the run's ``summary.json`` (``cost``, ``sequential``), else its manifest
 (where ``abh run`` records both as they happen), else the comparison (``sequential``, which ``abh run``
-copies there so every reader of the verdict sees how it was reached). Missing or odd shapes are left out,
-never a crash.
+copies there so every reader of the verdict sees how it was reached). A record that does not load is left
+out, never a crash.
 """
 
 from __future__ import annotations
@@ -12,122 +12,104 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.cost import blocks
 from harness.report.words import pp
 from harness.results import schema
+from harness.results.records import RecordError
+from harness.results.schema import Comparison, Cost, RunSummary, SequentialRecord
 
 ROLE_LABELS = {"a": "A", "b": "B", "aa": "A/A control", "total": "total"}
 
 
-def _obj(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
-def run_summary(root: Path) -> dict[str, Any]:
-    """The run's ``summary.json`` ({} when there is none, or it is not a run summary)."""
+def run_summary(root: Path) -> RunSummary | None:
+    """The run's ``summary.json`` (None when there is none, or it is not a run summary)."""
     path = Path(root) / schema.RUN_SUMMARY_FILE
     if not path.exists():
-        return {}
+        return None
     try:
-        return dict(schema.load_run_summary(path))
+        return schema.load_run_summary(path)
     except schema.SchemaError:
-        return {}
+        return None
 
 
-def load_cost(root: Path, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The run's ``cost`` block: summary.json's, else the manifest's; None when neither records one."""
-    for doc in (run_summary(root), manifest):
-        cost = _obj(doc.get("cost"))
-        if _obj(cost.get("total")):
-            return cost
-    return None
+def _from_manifest(manifest: Mapping[str, Any], key: str, cls: type[Cost] | type[SequentialRecord]) -> Any:
+    doc = manifest.get(key)
+    if not isinstance(doc, dict):
+        return None
+    try:
+        return cls.from_doc(doc)
+    except RecordError:
+        return None
 
 
-def load_sequential(root: Path, manifest: Mapping[str, Any], c: Mapping[str, Any]) -> dict[str, Any] | None:
+def load_cost(root: Path, manifest: Mapping[str, Any]) -> Cost | None:
+    """The run's cost: summary.json's, else the manifest's; None when neither records one."""
+    s = run_summary(root)
+    if s is not None and s.cost is not None:
+        return s.cost
+    cost: Cost | None = _from_manifest(manifest, "cost", Cost)
+    return cost
+
+
+def load_sequential(root: Path, manifest: Mapping[str, Any], c: Comparison | None) -> SequentialRecord | None:
     """The run's ``sequential`` record (summary.json, else the comparison, else the manifest)."""
-    for doc in (run_summary(root), c, manifest):
-        seq = _obj(doc.get("sequential"))
-        if seq.get("looks") is not None:
+    s = run_summary(root)
+    for seq in (s.sequential if s else None, c.sequential if c else None):
+        if seq is not None:
             return seq
-    return None
+    found: SequentialRecord | None = _from_manifest(manifest, "sequential", SequentialRecord)
+    return found
 
 
-def hms(seconds: Any) -> str:
+def hms(seconds: float | None) -> str:
     """3725.0 -> '1 h 02 min'; 75 -> '1 min 15 s'; None -> 'n/a'."""
-    s = _num(seconds)
-    if s is None:
+    if seconds is None:
         return "n/a"
-    s = int(round(s))
+    s = int(round(seconds))
     if s >= 3600:
         return f"{s // 3600} h {s % 3600 // 60:02d} min"
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
-def cost_rows(cost: Mapping[str, Any]) -> list[dict[str, Any]]:
+def cost_rows(cost: Cost) -> list[dict[str, Any]]:
     """One row per role present and the total: launches, evals, launch / eval / server time, GPUs, GPU-hours."""
-    rows = []
-    for role in ("a", "b", "aa", "total"):
-        block = _obj(cost.get(role))
-        if not block:
-            continue
-        gh = _num(block.get("gpu_hours"))
-        rows.append({"role": role, "label": ROLE_LABELS[role], "launches": block.get("launches"),
-                     "evals": block.get("evals"), "launch": hms(block.get("launch_s")),
-                     "eval": hms(block.get("eval_s")), "server": hms(block.get("server_s")),
-                     "gpus": block.get("gpus"), "gpu_hours": "n/a" if gh is None else f"{gh:.2f}"})
-    return rows
+    return [{"role": role, "label": ROLE_LABELS[role], "launches": b.launches, "evals": b.evals,
+             "launch": hms(b.launch_s), "eval": hms(b.eval_s), "server": hms(b.server_s), "gpus": b.gpus,
+             "gpu_hours": f"{b.gpu_hours:.2f}"} for role, b in blocks(cost)]
 
 
-def cost_line(cost: Mapping[str, Any]) -> str:
+def cost_line(cost: Cost) -> str:
     """The cost in one line (comparison.md): the total and each arm's GPU-hours."""
-    t = _obj(cost.get("total"))
-    arms = ", ".join(f"{ROLE_LABELS[r]} {_num(_obj(cost.get(r)).get('gpu_hours')) or 0.0:.2f}"
-                     for r in ("a", "b", "aa") if _obj(cost.get(r)))
-    gh = _num(t.get("gpu_hours")) or 0.0
-    est = cost.get("estimated") or []
-    return (f"{gh:.2f} GPU-hours ({arms}); {t.get('launches', 0)} server launch(es), {hms(t.get('launch_s'))} "
-            f"to ready, {t.get('evals', 0)} eval(s) {hms(t.get('eval_s'))}, servers up {hms(t.get('server_s'))}"
-            + (f" (estimated from timestamps: {', '.join(str(e) for e in est)})" if est else ""))
+    t = cost.total
+    arms = ", ".join(f"{ROLE_LABELS[r]} {b.gpu_hours:.2f}" for r, b in blocks(cost) if r != "total")
+    return (f"{t.gpu_hours:.2f} GPU-hours ({arms}); {t.launches} server launch(es), {hms(t.launch_s)} "
+            f"to ready, {t.evals} eval(s) {hms(t.eval_s)}, servers up {hms(t.server_s)}"
+            + (f" (estimated from timestamps: {', '.join(cost.estimated)})" if cost.estimated else ""))
 
 
-def look_rows(seq: Mapping[str, Any]) -> list[dict[str, Any]]:
+def look_rows(seq: SequentialRecord) -> list[dict[str, Any]]:
     """The look table of a sequential run: per look Δ, SE, z, its boundary, α spent and the decision."""
-    rows = []
-    for look in seq.get("looks") or []:
-        if not isinstance(look, dict):
-            continue
-        z, bound = _num(look.get("z")), _num(look.get("bound"))
-        spent = _num(look.get("alpha_spent"))
-        cp = _num(look.get("conditional_power"))
-        rows.append({"repeats": look.get("repeats"), "delta": pp(look.get("delta")),
-                     "se": pp(look.get("se"), signed=False), "z": "n/a" if z is None else f"{z:+.2f}",
-                     "bound": "—" if bound is None else f"±{bound:.2f}",
-                     "alpha_spent": "—" if spent is None else f"{spent:.4f}",
-                     "cp": "—" if cp is None else f"{cp:.3f}",
-                     "decision": (look.get("verdict") or "continue") if look.get("stop") else "continue",
-                     "reason": str(look.get("reason") or ""), "stop": bool(look.get("stop"))})
-    return rows
+    return [{"repeats": look.repeats, "delta": pp(look.delta), "se": pp(look.se, signed=False),
+             "z": f"{look.z:+.2f}", "bound": "—" if look.bound is None else f"±{look.bound:.2f}",
+             "alpha_spent": f"{look.alpha_spent:.4f}",
+             "cp": "—" if look.conditional_power is None else f"{look.conditional_power:.3f}",
+             "decision": (look.verdict or "continue") if look.stop else "continue", "reason": look.reason,
+             "stop": look.stop} for look in seq.looks]
 
 
-def sequential_facts(seq: Mapping[str, Any]) -> dict[str, Any]:
+def sequential_facts(seq: SequentialRecord) -> dict[str, Any]:
     """Repeats run, why it stopped, what it saved against running every repeat (the fixed design)."""
-    d = _obj(seq.get("design"))
-    saved_gh = _num(seq.get("gpu_hours_saved"))
-    per = _num(seq.get("gpu_hours_per_repeat"))
-    return {"repeats_run": seq.get("repeats_run"), "max_repeats": seq.get("max_repeats", d.get("max_repeats")),
-            "min_repeats": d.get("min_repeats"), "spending": d.get("spending"), "alpha": d.get("alpha"),
-            "hypothesis": d.get("hypothesis"), "margin": d.get("margin"), "futility": d.get("futility"),
-            "verdict": seq.get("verdict"), "reason": seq.get("reason"), "sentence": seq.get("sentence"),
-            "stopped": bool(seq.get("stopped")), "repeats_saved": seq.get("repeats_saved"),
-            "gpu_hours_saved": "n/a" if saved_gh is None else f"{saved_gh:.2f}",
-            "gpu_hours_per_repeat": "n/a" if per is None else f"{per:.2f}",
-            "estimator": seq.get("estimator")}
+    d = seq.design
+    return {"repeats_run": seq.repeats_run, "max_repeats": seq.max_repeats, "min_repeats": d.get("min_repeats"),
+            "spending": d.get("spending"), "alpha": d.get("alpha"), "hypothesis": d.get("hypothesis"),
+            "margin": d.get("margin"), "futility": d.get("futility"), "verdict": seq.verdict, "reason": seq.reason,
+            "sentence": seq.sentence, "stopped": seq.stopped, "repeats_saved": seq.repeats_saved,
+            "gpu_hours_saved": "n/a" if seq.gpu_hours_saved is None else f"{seq.gpu_hours_saved:.2f}",
+            "gpu_hours_per_repeat": "n/a" if seq.gpu_hours_per_repeat is None else f"{seq.gpu_hours_per_repeat:.2f}",
+            "estimator": seq.estimator}
 
 
-def sequential_line(seq: Mapping[str, Any]) -> str:
+def sequential_line(seq: SequentialRecord) -> str:
     """How a sequential run stopped, in one line (comparison.md)."""
     f = sequential_facts(seq)
     if not f["stopped"]:

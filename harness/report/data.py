@@ -43,10 +43,10 @@ def load_manifest(root: Path) -> Manifest:
     return schema.load_manifest(path) if path.exists() else {}
 
 
-def arm_names(c: Mapping[str, Any]) -> dict[str, str]:
+def arm_names(c: Comparison) -> dict[str, str]:
     """The arms' names, as the comparison's writer recorded them ("A" / "B" when it recorded none)."""
-    names = obj(c.get("arm_names"))
-    return {role: str(names.get(role) or role.upper()) for role in ("a", "b")}
+    names = c.arm_names
+    return {"a": names.a if names else "A", "b": names.b if names else "B"}
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -152,13 +152,12 @@ class Run:
         }
 
 
-def load_runs(c: Mapping[str, Any], base: Path) -> dict[str, list[Run]]:
-    arms = c.get("arms") or {}
+def load_runs(c: Comparison, base: Path) -> dict[str, list[Run]]:
     out: dict[str, list[Run]] = {"a": [], "b": [], "aa": []}
-    for role in ("a", "b"):
-        for k, d in enumerate((arms.get(role) or {}).get("dirs") or [], 1):
+    for role, arm in (("a", c.arms.a), ("b", c.arms.b)):
+        for k, d in enumerate(arm.dirs, 1):
             out[role].append(Run(role, k, str(d), resolve_dir(d, base), base))
-    for k, d in enumerate(c.get("aa_dirs") or [], 1):
+    for k, d in enumerate(c.aa_dirs, 1):
         out["aa"].append(Run("aa", k, str(d), resolve_dir(d, base), base))
     return out
 
@@ -212,7 +211,7 @@ def _answer(rec: SampleRecord | None, repeat: int) -> dict[str, Any]:
             "finish": rec.finish_reason, "error": rec.error}
 
 
-def flipped_questions(c: Mapping[str, Any], runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
+def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
     """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped.
 
     Returns (rows, total) with at most MAX_FLIPS rows.
@@ -222,7 +221,7 @@ def flipped_questions(c: Mapping[str, Any], runs: dict[str, list[Run]]) -> tuple
     if not a_runs or not b_runs:
         return [], 0
     idx = a_runs[0].meta.get("indices") or sorted(a_runs[0].samples)
-    flips_r1 = {int(i) for i in c.get("flips") or [] if isinstance(i, int)}
+    flips_r1 = set(c.flips)
     chosen: list[tuple[int, str, float]] = []
     for i in idx:
         sa = [r.samples.get(i) for r in a_runs]
@@ -377,7 +376,7 @@ def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> dict[str, A
 
 # ------------------------------------------------------------------------------------------ provenance
 def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
-                    c: Mapping[str, Any]) -> list[dict[str, Any]]:
+                    c: Comparison | None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     prov = manifest.get("provenance")
     rows += kv_rows(prov)
@@ -395,8 +394,9 @@ def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
                 v = first.meta[k]
                 rows.append({"key": k, "text": as_text(v), "block": is_block(v)})
     for k in ("alpha", "seed", "n_resamples", "delta_ci_method", "test", "max_error_rate", "table_source"):
-        if c.get(k) is not None:
-            rows.append({"key": f"statistics {k.replace('_', ' ')}", "text": as_text(c[k]), "block": False})
+        v = getattr(c, k, None)
+        if v is not None:
+            rows.append({"key": f"statistics {k.replace('_', ' ')}", "text": as_text(v), "block": False})
     for i, s in enumerate(manifest.get("sessions") or [], 1):
         if isinstance(s, dict):
             txt = (f"{fmt_time(s.get('started'))} → {fmt_time(s.get('ended')) if s.get('ended') else 'not ended'}"

@@ -23,6 +23,7 @@ from harness.report import data, plots, words
 from harness.report import divergence_section as report_divergence
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
+from harness.results.records import to_doc
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -74,32 +75,30 @@ def comparison_context(root: Path) -> dict[str, Any]:
     """What report.html shows. Arm names and "simulated" are the comparison's (comparison.json owns them);
     a run directory adds its manifest (launches, side checks, provenance)."""
     root = Path(root)
-    loaded = data.load_comparison(root)
+    c = data.load_comparison(root)
     manifest: dict[str, Any] = dict(data.load_manifest(root))
     notes: list[str] = []
-    c: dict[str, Any]
-    if loaded is None:
+    if c is None:
         status = manifest.get("status")
-        c = {"verdict": "not_comparable",
-             "verdict_reason": "the run did not produce a comparison (no comparison.json)"
-                               + (f"; run status: {data.as_text(status)}" if status else "")}
+        missing_reason = ("the run did not produce a comparison (no comparison.json)"
+                          + (f"; run status: {data.as_text(status)}" if status else ""))
         notes.append("This run has no comparison.json: it stopped before measuring or comparing. "
                      "What it recorded is shown below.")
+        runs: dict[str, list[data.Run]] = {"a": [], "b": [], "aa": []}
+        names = {"a": "A", "b": "B"}
     else:
-        c = dict(loaded)
-    runs = data.load_runs(c, root)
-    names = data.arm_names(c)
+        runs = data.load_runs(c, root)
+        names = data.arm_names(c)
     for rs in runs.values():
         notes += [r.error for r in rs if r.error]
-    simulated = bool(c.get("simulated"))
+    simulated = bool(c and c.simulated)
 
-    arms_c: dict[str, Any] = c["arms"] if isinstance(c.get("arms"), dict) else {}
     acc_svg = delta_svg = None
-    if arms_c.get("a") and arms_c.get("b"):
+    if c is not None:
         acc_svg = Markup(plots.accuracy_svg([
-            {**arms_c["a"], "label": f"A: {names['a']}", "color": plots.COLOR_A},
-            {**arms_c["b"], "label": f"B: {names['b']}", "color": plots.COLOR_B}]))
-        if data.finite(c.get("delta")):
+            {**to_doc(c.arms.a), "label": f"A: {names['a']}", "color": plots.COLOR_A},
+            {**to_doc(c.arms.b), "label": f"B: {names['b']}", "color": plots.COLOR_B}]))
+        if data.finite(c.delta):
             delta_svg = Markup(plots.delta_svg(c))
 
     labels = {"a": f"A: {names['a']}", "b": f"B: {names['b']}", "aa": f"A/A: {names['a']}"}
@@ -112,17 +111,17 @@ def comparison_context(root: Path) -> dict[str, Any]:
         p50 = [r["p50"] for r in rows if data.finite(r["p50"])]
         perf.append({"label": labels[role], "runs": len(rows), "latency_s": sum(lat) / len(lat) if lat else None,
                      "throughput": sum(thr) / len(thr) if thr else None, "p50": sum(p50) / len(p50) if p50 else None})
-    flips, flips_total = data.flipped_questions(c, runs)
+    flips, flips_total = data.flipped_questions(c, runs) if c is not None else ([], 0)
     counts = {k: sum(1 for f in flips if f["cat"] == k) for k in ("b", "a", "mixed")}
 
     div = None
-    if isinstance(c.get("divergence"), dict):
-        div = report_divergence.section(c["divergence"], c)
+    if c is not None and c.divergence is not None:
+        div = report_divergence.section(c.divergence, c)
         div["svg"] = Markup(div["svg"]) if div["svg"] else None  # numbers only, drawn here
         ref = "b" if div["reference"] == "b" else "a"
         div["ref_label"] = labels_of(names)[ref]
         div["cmp_label"] = labels_of(names)["a" if ref == "b" else "b"]
-    verdict = c.get("verdict")
+    verdict = c.verdict if c is not None else "not_comparable"
     experiment = manifest.get("experiment")
     run_cost = cost.load_cost(root, manifest)
     seq = cost.load_sequential(root, manifest, c)
@@ -137,12 +136,13 @@ def comparison_context(root: Path) -> dict[str, Any]:
         "simulated": simulated, "c": c, "names": names, "root": str(root),
         "verdict": {"word": verdict, "label": words.verdict_label(verdict),
                     "color": plots.VERDICT_COLORS.get(verdict or "", "#333333"),
-                    "sentence": words.verdict_sentence(c), "details": words.verdict_detail(c) if arms_c else []},
-        "arms_c": arms_c, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
+                    "sentence": words.verdict_sentence(c) if c is not None else f"not comparable: {missing_reason}",
+                    "details": words.verdict_detail(c) if c is not None else []},
+        "arms_c": c.arms if c is not None else None, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
         "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "run_rows": run_rows, "perf": perf,
         "flips": flips, "flips_total": flips_total, "flip_counts": counts, "max_flips": data.MAX_FLIPS,
         "cost_rows": cost.cost_rows(run_cost) if run_cost else [],
-        "cost_estimated": list(run_cost.get("estimated") or []) if run_cost else [],
+        "cost_estimated": run_cost.estimated if run_cost else [],
         "seq": cost.sequential_facts(seq) if seq else None, "look_rows": cost.look_rows(seq) if seq else [],
         "provenance": data.provenance_rows(manifest, runs, c),
         "config_json": data.as_text(manifest["config"]) if manifest.get("config") is not None else None,
@@ -163,25 +163,24 @@ def render_comparison(root: Path) -> str:
 # ------------------------------------------------------------------------------------------ sweep
 def sweep_context(root: Path) -> dict[str, Any]:
     s = schema.load_sweep_summary(Path(root) / schema.SWEEP_FILE)
-    rows: list[dict[str, Any]] = [dict(r) for r in s.get("comparisons") or [] if isinstance(r, dict)]
-    for r in rows:
-        d = Path(str(r.get("dir") or ""))
+    rows: list[dict[str, Any]] = []
+    for r in s.comparisons:
+        d = Path(r.dir)
         if not d.is_absolute():
             d = Path(root) / d
-        cand = [d / "report.html", Path(root) / str(r.get("job") or "") / "report.html"]
+        cand = [d / "report.html", Path(root) / r.job / "report.html"]
         link = next((p for p in cand if p.exists()), None)
-        r["_link"] = (Path(str(r.get("job"))) / "report.html").as_posix() if link is not None and \
-            link.parent.parent.resolve() == Path(root).resolve() else None
-        r["_color"] = plots.VERDICT_COLORS.get(r.get("verdict") or "", "#333333")
-        r["_kld"] = report_divergence.kld_cell(r)
-    experiment = s.get("experiment")
+        rows.append({**to_doc(r),
+                     "_link": (Path(r.job) / "report.html").as_posix() if link is not None and
+                     link.parent.parent.resolve() == Path(root).resolve() else None,
+                     "_color": plots.VERDICT_COLORS.get(r.verdict, "#333333"), "_kld": report_divergence.kld_cell(r)})
     return {
-        "title": f"Sweep: {experiment}" if experiment else f"Sweep in {Path(root).resolve().name}",
-        "experiment": experiment, "simulated": bool(s.get("simulated")),
-        "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.get("correction"),
+        "title": f"Sweep: {s.experiment}" if s.experiment else f"Sweep in {Path(root).resolve().name}",
+        "experiment": s.experiment, "simulated": s.simulated,
+        "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.correction,
         "forest_svg": Markup(plots.forest_svg(rows)) if rows else None, "root": str(root),
-        "kld": any(r.get("divergence") for r in rows),
-        "cost_rows": cost.cost_rows(s["cost"]) if isinstance(s.get("cost"), dict) else [],
+        "kld": any(r.divergence for r in s.comparisons),
+        "cost_rows": cost.cost_rows(s.cost) if s.cost else [],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__, "csp": _csp(None),
     }
 

@@ -21,6 +21,7 @@ from harness.report import data, words
 from harness.report import divergence_section as report_divergence
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
+from harness.results.schema import Comparison
 from harness.util.cmdline import redact_command
 
 MARKDOWN = "comparison.md"
@@ -65,11 +66,9 @@ def _rate(k: int | None, of: int | None) -> str:
     return f"{k} ({100 * k / of:.2f} %)" if of else str(k)
 
 
-def _arm_rows(c: Mapping[str, Any], runs: dict[str, list[data.Run]], names: dict[str, str]) -> list[list[str]]:
-    arms: dict[str, Any] = c["arms"] if isinstance(c.get("arms"), dict) else {}
+def _arm_rows(c: Comparison, runs: dict[str, list[data.Run]], names: dict[str, str]) -> list[list[str]]:
     rows = []
-    for role in ("a", "b"):
-        arm = arms.get(role) or {}
+    for role, arm in (("a", c.arms.a), ("b", c.arms.b)):
         rs = [r for r in runs[role] if r.error is None]
         invalid, answered = _count(rs, "invalid")
         errors, _ = _count(rs, "errors")
@@ -77,9 +76,9 @@ def _arm_rows(c: Mapping[str, Any], runs: dict[str, list[data.Run]], names: dict
         err_txt = _rate(errors, sum(r.summary.get("n") or 0 for r in rs) or None)
         if missing:
             err_txt += f", {missing} missing"
-        reps = arm.get("repeats") or []
-        rows.append([role.upper(), names[role], words.pct(arm.get("accuracy")), words.ci_pct(arm.get("wilson")),
-                     str(arm.get("n_runs", len(rs))), " · ".join(words.pct(x) for x in reps) if len(reps) > 1 else "",
+        reps = arm.repeats
+        rows.append([role.upper(), names[role], words.pct(arm.accuracy), words.ci_pct(arm.wilson),
+                     str(arm.n_runs), " · ".join(words.pct(x) for x in reps) if len(reps) > 1 else "",
                      _rate(invalid, answered), err_txt])
     return rows
 
@@ -120,11 +119,10 @@ def _servers(runs: dict[str, list[data.Run]]) -> list[list[str]]:
     return rows
 
 
-def _commands(c: Mapping[str, Any], manifest: Mapping[str, Any], names: dict[str, str]) -> list[str]:
+def _commands(c: Comparison, manifest: Mapping[str, Any], names: dict[str, str]) -> list[str]:
     out = []
-    cmd = c.get("command")
-    if isinstance(cmd, list) and cmd:
-        out.append(_fence(" ".join(shlex.quote(t) for t in redact_command(cmd))))
+    if c.command:
+        out.append(_fence(" ".join(shlex.quote(t) for t in redact_command(c.command))))
     for s in [] if out else manifest.get("sessions") or []:  # abh ab records its command in both
         if isinstance(s, dict) and s.get("argv"):
             out.append(_fence(" ".join(shlex.quote(t) for t in redact_command(_abh_run_argv(s["argv"])))))
@@ -155,36 +153,33 @@ def render(root: Path) -> str:
     manifest: dict[str, Any] = dict(data.load_manifest(root))
     names = data.arm_names(c)
     runs = data.load_runs(c, root)
-    alpha = c.get("alpha") or 0.05
-    level = f"{100 * (1 - alpha):g} %"
-    sim = "[SIMULATED] " if c.get("simulated") else ""
+    level = f"{100 * (1 - c.alpha):g} %"
+    sim = "[SIMULATED] " if c.simulated else ""
     experiment = manifest.get("experiment")
     parts = [f"### {sim}abh: {cell(names['b'])} (B) vs {cell(names['a'])} (A)"
              + (f" — {cell(experiment)}" if experiment else "")
-             + f": **{words.verdict_label(c.get('verdict'))}**"]
-    if c.get("simulated"):
+             + f": **{words.verdict_label(c.verdict)}**"]
+    if c.simulated:
         parts.append("> **SIMULATED**: these numbers come from the harness's simulated engine, not a real model "
                      "server.")
     parts.append(f"> {cell(words.verdict_sentence(c))}")
-    div = c.get("divergence")
-    if isinstance(div, dict):
+    div = c.divergence
+    if div is not None:
         parts.append(f"> {cell(report_divergence.combined_sentence(c))}")
     parts.append(table(["arm", "name", "accuracy", f"Wilson {level}", "runs", "per repeat", "invalid",
                         "request errors"], _arm_rows(c, runs, names), ["l", "l", "r", "r", "r", "l", "r", "r"]))
-    test = str(c.get("test") or "").replace("_", " ")
+    test = (c.test or "").replace("_", " ")
     parts.append(table(["Δ (B − A)", f"{level} CI", "interval", "test (decided the verdict)", "p", "verdict"],
-                       [[words.pp(c.get("delta")), words.ci_pp(c.get("delta_ci")), c.get("delta_ci_method"), test,
-                         words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.get("p")),
-                         words.verdict_label(c.get("verdict"))]], ["r", "r", "l", "l", "r", "l"]))
-    facts = [f"**Verdict:** {cell(c.get('verdict_reason'))}"]
-    n, nt = c.get("n"), c.get("n_total")
-    if n is not None:
-        facts.append(f"**Questions:** {n} paired of {nt} ({c.get('dropped_errors', 0)} without an answer from both "
-                     "arms); "
-                     f"MDE at 80 % power {words.pp(c.get('mde'), signed=False)}"
-                     + (f"; margin ±{words.pp(c.get('margin'), signed=False)}" if c.get("margin") is not None else ""))
-    if isinstance(div, dict):
-        facts.append(f"**Divergence: {report_divergence.verdict_label(div.get('verdict'))}** — "
+                       [[words.pp(c.delta), words.ci_pp(c.delta_ci), c.delta_ci_method, test,
+                         words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.p),
+                         words.verdict_label(c.verdict)]], ["r", "r", "l", "l", "r", "l"]))
+    facts = [f"**Verdict:** {cell(c.verdict_reason)}"]
+    facts.append(f"**Questions:** {c.n} paired of {c.n_total} ({c.dropped_errors} without an answer from both "
+                 "arms); "
+                 f"MDE at 80 % power {words.pp(c.mde, signed=False)}"
+                 + (f"; margin ±{words.pp(c.margin, signed=False)}" if c.margin is not None else ""))
+    if div is not None:
+        facts.append(f"**Divergence: {report_divergence.verdict_label(div.verdict)}** — "
                      f"{cell(report_divergence.sentence(div))}")
     seq = cost.load_sequential(root, manifest, c)
     if seq:

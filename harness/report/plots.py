@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from harness.results.schema import Comparison
+
 COLOR_A = "#4c72b0"
 COLOR_B = "#dd8452"
 VERDICT_COLORS = {
@@ -118,19 +120,17 @@ def accuracy_svg(arms: Sequence[dict[str, Any]]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ delta
-def delta_svg(c: dict[str, Any]) -> str:
+def delta_svg(c: Comparison) -> str:
     """Δ (B − A) in pp with its paired interval, the A/A noise band, ±MDE and ±margin on one axis."""
     plt = _plt()
-    alpha = _finite(c.get("alpha")) or 0.05
-    level = f"{100 * (1 - alpha):g} %"
-    delta = _finite(c.get("delta"))
-    ci = _pair(c.get("delta_ci"))
-    unp = _pair(c.get("delta_ci_unpaired"))
-    nb = _pair(c.get("noise_band"))
-    mde = _finite(c.get("mde"))
-    margin = _finite(c.get("margin"))
-    verdict = c.get("verdict") or ""
-    col = VERDICT_COLORS.get(verdict, "#333333")
+    level = f"{100 * (1 - c.alpha):g} %"
+    delta = _finite(c.delta)
+    ci = _pair(c.delta_ci)
+    unp = _pair(c.delta_ci_unpaired)
+    nb = _pair(c.noise_band)
+    mde = _finite(c.mde)
+    margin = _finite(c.margin)
+    col = VERDICT_COLORS.get(c.verdict, "#333333")
     with plt.rc_context(_rc("delta")):
         fig, ax = plt.subplots(figsize=(11, 2.6))
         xs = [0.0]

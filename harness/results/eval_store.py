@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from harness.results import schema
 from harness.results.fileio import StoreError, atomic_write_text, read_jsonl
 from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["META", "PROMPTS", "SAMPLES", "SUMMARY", "EvalStore", "SampleRecord", "StoreError",
            "incomplete_reason", "load_eval", "load_samples", "summarize"]
@@ -199,3 +202,37 @@ def eval_done(eval_dir: Path) -> bool:
         return False
     s = schema.load_eval_summary(path)
     return bool(s.get("complete")) and not s.get("errors")
+
+
+@dataclass(frozen=True)
+class ScoredEval:
+    """An eval directory as the statistics read it (the one reader: comparisons, sequential looks, plans)."""
+
+    dir: Path
+    meta: EvalMeta
+    summary: EvalSummary | None
+    #: per question of ``meta["indices"]``: 1 right, 0 wrong, NaN errored or missing
+    scores: np.ndarray
+    #: the server launch that served it (``launch``, else the older ``instance``); an eval that names none is
+    #: its own launch (``dir:<path>``), so it is never taken to share one with another
+    launch: str
+
+
+def load_scored(eval_dir: str | Path) -> ScoredEval:
+    """The eval in ``eval_dir`` with its per-question scores and launch id (StoreError when unreadable)."""
+    import numpy as np
+
+    root = Path(eval_dir)
+    try:
+        meta, samples, summary = load_eval(root)
+    except (OSError, json.JSONDecodeError) as e:
+        raise StoreError(f"cannot read eval {root}: {e}") from None
+    indices = list(meta.get("indices") or [])
+    by_index = {s.index: s for s in samples}
+    scores = np.full(len(indices), np.nan)
+    for j, idx in enumerate(indices):
+        rec = by_index.get(idx)
+        if rec is not None and rec.error is None and rec.correct is not None:
+            scores[j] = 1.0 if rec.correct else 0.0
+    launch = meta.get("launch") or meta.get("instance") or f"dir:{root.resolve()}"
+    return ScoredEval(root, meta, summary, scores, str(launch))

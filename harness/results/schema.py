@@ -18,19 +18,23 @@ file                    kind                      model
 theirs. A loader refuses a document of another kind, or of a ``schema_version`` this abh does not read,
 with a one-line :class:`SchemaError` (the CLI exits 2 on it): a future format is refused, never misread.
 
-The models are ``TypedDict`` (the documents stay plain JSON objects; ``total=False`` where fields are
-optional or only some writers set them), except :class:`SampleRecord`, a dataclass.
+The results a computation produces (comparison, divergence, cost, sequential looks, run and sweep summaries)
+are frozen :class:`~harness.results.records.Record` dataclasses, built once and serialised by
+:func:`~harness.results.records.to_doc`; their loaders check every field (a hand-edited file is refused naming
+the field). The eval's own files and the manifest, which abh writes as events happen, are ``TypedDict``
+(``total=False``: fields only some writers set); :class:`SampleRecord` is a dataclass.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
+from harness.results.records import JSON, JSONObject, Record, RecordError, omit_none
 
 # ------------------------------------------------------------------------------------------ kinds
 EVAL = "abh.eval"
@@ -57,6 +61,9 @@ MANIFEST_FILE = "manifest.json"
 RUN_SUMMARY_FILE = "summary.json"
 COMPARISON_FILE = "comparison.json"
 SWEEP_FILE = "sweep_summary.json"
+
+
+R = TypeVar("R", bound=Record)
 
 
 class SchemaError(StoreError):
@@ -165,15 +172,20 @@ class SampleRecord:
 
 
 # ------------------------------------------------------------------------------------------ comparison
-class ArmNames(TypedDict):
+@dataclass(frozen=True)
+class ArmNames(Record):
     a: str
     b: str
 
 
-class ArmResult(TypedDict):
+@dataclass(frozen=True)
+class ArmResult(Record):
+    """One arm of a comparison: its accuracy over the compared questions, intervals and runs."""
+
     accuracy: float
     wilson: list[float]
     bootstrap: list[float]
+    #: each run's accuracy over the compared questions (None: a run with no answer among them)
     repeats: list[float | None]
     n_runs: int
     launches: list[str]
@@ -181,84 +193,187 @@ class ArmResult(TypedDict):
     dirs: list[str]
 
 
-class TableCounts(TypedDict):
-    """The paired table of per-question arm means (question mass; whole counts for one run per arm)."""
-
-    both: float
-    a_only: float
-    b_only: float
-    neither: float
-
-
-class Arms(TypedDict):
+@dataclass(frozen=True)
+class Arms(Record):
     a: ArmResult
     b: ArmResult
 
 
-class Divergence(TypedDict, total=False):
+@dataclass(frozen=True)
+class Design(Record):
+    """Which design was run (launches per arm, passes per launch) and what it can and cannot resolve."""
+
+    kind: str
+    launches: dict[str, int]
+    passes_per_launch: dict[str, list[int]]
+    #: the unit of inference: ``question`` or ``launch``
+    unit: str
+    #: Cochran's Q over the launches of each arm (None: no arm with two launches)
+    launch_heterogeneity: dict[str, JSON] | None
+    cannot_resolve: str | None
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class ErrorBound(Record):
+    """The comparison recomputed with one arm's unanswered questions counted wrong and the other's right."""
+
+    delta: float
+    ci: list[float]
+    test: str
+    p: float | None
+    verdict: str
+
+
+@dataclass(frozen=True)
+class ErrorBounds(Record):
+    against_b: ErrorBound
+    against_a: ErrorBound
+
+
+@dataclass(frozen=True)
+class Errors(Record):
+    """Request errors of a comparison: rates, unanswered questions, a paired test of their difference, and
+    the bounds of the verdict they could move."""
+
+    rate_a: float
+    rate_b: float
+    unanswered_a: int
+    unanswered_b: int
+    test: str
+    p: float
+    #: how far the adverse bound moves Δ (an effect must clear it; added to the MDE)
+    mde_allowance: float | None = omit_none()
+    bounds: ErrorBounds | None = None
+    changes_verdict: bool = False
+
+
+@dataclass(frozen=True)
+class Tost(Record):
+    """Equivalence (TOST at α: the 1 - 2α interval inside ±margin) and non-inferiority (one-sided at α/2)."""
+
+    method: str
+    margin: float
+    alpha: float
+    p_noninferiority: float
+    p_nonsuperiority: float
+    p_equivalence: float
+    ci: list[float]
+    ci_level: float
+    noninferiority_alpha: float
+    noninferior: bool
+    equivalent: bool
+
+
+@dataclass(frozen=True)
+class TopQuestion(Record):
+    """One question of the divergence's "diverge most" list: its KLD against B and against the floor, and
+    where the greedy texts part."""
+
+    question: int
+    tokens: int
+    kld: float
+    kld_aa: float | None
+    d: float | None
+    same_top_rate: float
+    rms_dlogprob: float | None
+    text_identical: bool | None
+    first_divergence: int | None
+    first_divergence_char: int | None
+    first_divergence_source: str | None
+    first_divergence_span: list[int] | None
+    text_identical_aa: bool | None
+    first_divergence_aa: int | None
+
+
+@dataclass(frozen=True)
+class Histogram(Record):
+    """Counts over log-spaced KLD bins (``KldHistogram.edges``); exact zeros apart (they have no log)."""
+
+    zeros: int
+    counts: list[int]
+
+
+@dataclass(frozen=True)
+class KldHistogram(Record):
+    """Per-token and per-question KLD histograms of A‖B and of the A/A floor."""
+
+    edges: list[float]
+    token_ab: Histogram
+    question_ab: Histogram
+    token_aa: Histogram | None = omit_none()
+    question_aa: Histogram | None = omit_none()
+
+
+@dataclass(frozen=True)
+class Divergence(Record):
     """``comparison.json`` ``divergence``: the reference arm's greedy texts scored teacher-forced by its own
     server, by the other arm's and by a fresh launch of its own (the A/A floor); computed by
-    :func:`harness.analysis.divergence.compute_divergence`. KLD in nats per reference token; ``*_aa`` are the floor's."""
+    :func:`harness.analysis.divergence.compute_divergence`. KLD in nats per reference token; ``*_aa`` are the
+    floor's."""
 
     verdict: str  # diverged | indistinguishable | not_measured
     verdict_reason: str
-    #: whose greedy texts are the reference (``a`` unless ``divergence.reference`` says ``b``)
-    reference: str
-    alpha: float | None
-    p: float | None
-    p_floor: float | None
-    p_at_floor: bool | None
-    n_resamples: int | None
-    test: str | None
-    effect: float | None
-    effect_ci: list[float] | None
-    effect_ci_method: str | None
-    effect_se: float | None
-    effect_mde: float | None
-    kld_mean: float | None
-    kld_mean_aa: float | None
-    kld_max: float | None
-    kld_max_aa: float | None
-    kld_percentiles: dict[str, float] | None
-    kld_percentiles_aa: dict[str, float] | None
-    same_top_rate: float | None
-    same_top_rate_aa: float | None
-    rms_dlogprob: float | None
-    rms_dlogprob_aa: float | None
-    text_identical_rate: float | None
-    text_identical_rate_aa: float | None
-    text_questions: int
-    text_questions_aa: int
-    first_divergence_median: float | None
-    first_divergence_median_aa: float | None
-    tokens: int
-    questions: int
-    questions_total: int | None
-    questions_dropped: dict[str, int]
-    top_k: int | None
-    kl_method: str
-    kld_histogram: dict[str, Any] | None
-    top_questions: list[dict[str, Any]]
-    dirs: dict[str, str | None]
+    alpha: float | None = None
+    p: float | None = None
+    p_floor: float | None = None
+    p_at_floor: bool | None = None
+    n_resamples: int | None = None
+    test: str | None = None
+    effect: float | None = None
+    effect_ci: list[float] | None = None
+    effect_ci_method: str | None = None
+    effect_se: float | None = None
+    effect_mde: float | None = None
+    kld_mean: float | None = None
+    kld_mean_aa: float | None = None
+    kld_max: float | None = None
+    kld_max_aa: float | None = None
+    kld_percentiles: dict[str, float | None] | None = None
+    kld_percentiles_aa: dict[str, float | None] | None = None
+    same_top_rate: float | None = None
+    same_top_rate_aa: float | None = None
+    rms_dlogprob: float | None = None
+    rms_dlogprob_aa: float | None = None
+    text_identical_rate: float | None = None
+    text_identical_rate_aa: float | None = None
+    text_questions: int = 0
+    text_questions_aa: int = 0
+    first_divergence_median: float | None = None
+    first_divergence_median_aa: float | None = None
+    tokens: int = 0
+    questions: int = 0
+    questions_total: int | None = None
+    questions_dropped: dict[str, int] = field(default_factory=dict)
+    top_k: int | None = None
+    kl_method: str = ""
+    kld_histogram: KldHistogram | None = None
+    top_questions: list[TopQuestion] = field(default_factory=list)
+    dirs: dict[str, str | None] = field(default_factory=dict)
     #: per pass (ref, ab, aa): wall_s, errors, questions, tokens, top_k, engine, url of its scores.json
-    scoring: dict[str, dict[str, Any]]
+    scoring: dict[str, dict[str, JSON]] = field(default_factory=dict)
+    #: whose greedy texts are the reference (``a`` unless ``divergence.reference`` says ``b``)
+    reference: str = "a"
 
 
-class Comparison(TypedDict, total=False):
+@dataclass(frozen=True)
+class Comparison(Record):
     """``comparison.json``: arm B against arm A over stored evals (proportions as fractions).
 
-    ``compare_dirs`` computes the statistics; its caller (``abh compare``, ``abh run``) owns ``arm_names``
-    and ``command``, and may add to ``simulated`` what it knows of the arms (the report reads these facts
-    from here only).
+    :func:`harness.analysis.comparison.compare_dirs` computes the statistics; its callers (``abh compare``,
+    ``abh run``, ``abh ab``) add what only they know with :func:`dataclasses.replace`: ``arm_names``,
+    ``command``, ``divergence``, and a sequential run's decision (``sequential``, with the fixed design's
+    verdict kept as ``verdict_fixed``). ``test`` and ``p`` are the test and p that decided the verdict.
     """
 
-    kind: str
-    schema_version: int
-    # owned by the caller of compare_dirs
-    arm_names: ArmNames
-    command: list[str]
     simulated: bool
-    # the statistics
+    hypothesis: str
+    verdict: str
+    verdict_reason: str
+    test: str | None
+    p: float | None
+    test_alpha: float | None
+    p_floor: float | None
     n: int
     n_total: int
     dropped_errors: int
@@ -266,26 +381,22 @@ class Comparison(TypedDict, total=False):
     error_rate_per_run: dict[str, float]
     max_error_rate: float
     error_rate_exceeded: bool
+    errors: Errors
     failures: list[str]
     alpha: float
     seed: int
     n_resamples: int
     dataset_sha256: str | None
-    recipe: Any
+    recipe: JSON
+    design: Design
     arms: Arms
     aa_dirs: list[str]
-    hypothesis: str
-    test: str | None
-    p: float | None
-    test_alpha: float | None
-    p_floor: float | None
-    errors: dict[str, Any]
-    design: dict[str, Any]
     table_source: str
-    both: float
-    a_only: float
-    b_only: float
-    neither: float
+    #: the paired table of per-question arm means (question mass: whole counts, integers, for one run per arm)
+    both: int | float
+    a_only: int | float
+    b_only: int | float
+    neither: int | float
     psi: float
     delta: float
     delta_se: float
@@ -294,7 +405,7 @@ class Comparison(TypedDict, total=False):
     delta_ci_method: str
     delta_ci_unpaired: list[float]
     psi_aa: float | None
-    psi_aa_per_arm: dict[str, Any]
+    psi_aa_per_arm: dict[str, float | None]
     psi_aa_source: str | None
     noise_band: list[float] | None
     repeats_effective: float
@@ -304,53 +415,82 @@ class Comparison(TypedDict, total=False):
     detectable_floor: float
     margin: float | None
     min_effect: float | None
-    tost: dict[str, Any] | None
+    tost: Tost | None
     warnings: list[str]
-    verdict: str
-    verdict_reason: str
     flips: list[int]
-    diagnostics: dict[str, Any]
+    #: secondary figures, for reading; none of them decided the verdict
+    diagnostics: dict[str, JSON]
+    # owned by the callers of compare_dirs
+    arm_names: ArmNames | None = omit_none()
+    command: list[str] | None = omit_none()
     #: present when the compared evals record scoring passes (``abh run`` with divergence enabled)
-    divergence: Divergence
-    # owned by abh run when experiment.sequential: the sequential decision is ``verdict``; the fixed-design
-    # test of the same data is kept beside it
-    sequential: SequentialRecord
-    verdict_fixed: str
-    verdict_reason_fixed: str
+    divergence: Divergence | None = omit_none()
+    #: a sequential run's looks and decision; its verdict is then ``verdict``, the fixed design's beside it
+    sequential: SequentialRecord | None = omit_none()
+    verdict_fixed: str | None = omit_none()
+    verdict_reason_fixed: str | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ cost
-class CostBlock(TypedDict, total=False):
+@dataclass(frozen=True)
+class CostBlock(Record):
     """GPU time of one role (or the total): sums over its server launches and evals (harness.analysis.cost)."""
 
-    launches: int
-    evals: int
-    launch_s: float
-    eval_s: float
-    server_s: float
-    gpus: int
-    gpu_hours: float
+    launches: int = 0
+    evals: int = 0
+    launch_s: float = 0.0
+    eval_s: float = 0.0
+    server_s: float = 0.0
+    gpus: int = 0
+    gpu_hours: float = 0.0
 
 
-class Cost(TypedDict, total=False):
+@dataclass(frozen=True)
+class Cost(Record):
     """``cost`` of a run summary, the manifest and a sweep summary: per role and in total. ``aa`` only when
     the A/A control had launches of its own; ``estimated`` names what was inferred from timestamps."""
 
     a: CostBlock
     b: CostBlock
-    aa: CostBlock
     total: CostBlock
-    estimated: list[str]
+    aa: CostBlock | None = omit_none()
+    estimated: list[str] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------ sequential
-class SequentialRecord(TypedDict, total=False):
-    """``sequential`` of a sequential run (experiment.sequential=true), in the manifest (as the looks happen)
-    and in summary.json / comparison.json: the design, every look (LookDecision.as_dict) and the outcome."""
+@dataclass(frozen=True)
+class Look(Record):
+    """One look of a sequential run (:class:`harness.stats.sequential.LookDecision`, as stored)."""
 
-    design: dict[str, Any]
+    repeats: int
+    stop: bool
+    verdict: str | None
+    reason: str
+    sentence: str
+    delta: float
+    se: float
+    z: float
+    bound: float | None
+    info_fraction: float
+    alpha_spent: float
+    repeated_ci: list[float] | None
+    conditional_power: float | None = None
+    margin_z: list[float] | None = None
+    margin_bound: float | None = None
+    repeats_saved: int = 0
+    details: dict[str, JSON] = field(default_factory=dict)
+    #: questions the look's estimate is over
+    n: int | None = None
+
+
+@dataclass(frozen=True)
+class SequentialRecord(Record):
+    """``sequential`` of a sequential run (experiment.sequential=true), in the manifest (as the looks happen)
+    and in summary.json / comparison.json: the design, every look and the outcome."""
+
+    design: dict[str, JSON]
     estimator: str
-    looks: list[dict[str, Any]]
+    looks: list[Look]
     stopped: bool
     repeats_run: int
     max_repeats: int
@@ -363,95 +503,109 @@ class SequentialRecord(TypedDict, total=False):
 
 
 # ------------------------------------------------------------------------------------------ run
-class RunSummary(TypedDict, total=False):
-    """``summary.json`` of a run directory: the verdict and the exit code of ``abh run``."""
+@dataclass(frozen=True)
+class RunDivergence(Record):
+    """The headline of comparison.json's ``divergence``, in a run summary."""
 
-    kind: str
-    schema_version: int
+    verdict: str
+    kld_mean: float | None
+    kld_mean_aa: float | None
+    p: float | None
+    effect: float | None
+
+
+@dataclass(frozen=True)
+class RunSummary(Record):
+    """``summary.json`` of a run directory: the verdict and the exit code of ``abh run`` / ``abh ab``. A run
+    that stopped before its comparison has only the first four fields (its reason in ``verdict_reason``)."""
+
     experiment: str
-    simulated: bool
     verdict: str
     verdict_reason: str | None
-    n: int | None
-    delta: float | None
-    delta_ci: list[float] | None
-    test: str | None
-    p: float | None
-    mde: float | None
-    accuracy: dict[str, float]
-    arms: dict[str, str]
-    repeats: int
-    aa_control: bool
-    #: the design as run: server launches per role, passes per launch, concurrency, restarts
-    design: dict[str, Any]
-    #: verdict, kld_mean, kld_mean_aa, p, effect of comparison.json's ``divergence`` (when scored)
-    divergence: dict[str, Any]
-    #: GPU time per role and in total (harness.analysis.cost)
-    cost: Cost
-    #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
-    sequential: SequentialRecord
     exit_code: int
+    simulated: bool = False
+    n: int | None = None
+    delta: float | None = None
+    delta_ci: list[float] | None = None
+    test: str | None = None
+    p: float | None = None
+    mde: float | None = None
+    accuracy: dict[str, float] = field(default_factory=dict)
+    arms: dict[str, str] = field(default_factory=dict)
+    repeats: int | None = None
+    aa_control: bool | None = None
+    #: the design as run: server launches per role, passes per launch, concurrency, restarts
+    design: dict[str, JSON] | None = omit_none()
+    #: the headline of comparison.json's ``divergence`` (when scored)
+    divergence: RunDivergence | None = omit_none()
+    #: GPU time per role and in total (harness.analysis.cost)
+    cost: Cost | None = omit_none()
+    #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
+    sequential: SequentialRecord | None = omit_none()
 
 
 class Manifest(TypedDict, total=False):
-    """``manifest.json``: provenance of a run, rewritten at every step (see harness.orchestrate.rundir)."""
+    """``manifest.json``: provenance of a run, rewritten at every step (see harness.orchestrate.rundir). Its
+    ``cost`` and ``sequential`` are the documents of :class:`Cost` and :class:`SequentialRecord`."""
 
     kind: str
     schema_version: int
     experiment: str
-    config: dict[str, Any]
+    config: JSONObject
     config_sha256: str
-    config_semantic: dict[str, Any]
-    provenance: dict[str, Any]
-    dataset: dict[str, Any]
-    sessions: list[dict[str, Any]]
-    evals: dict[str, dict[str, Any]]
-    arms: dict[str, dict[str, Any]]
-    arm_diff: dict[str, Any]
-    arm_diff_live: dict[str, Any]
-    cost: Cost
-    sequential: SequentialRecord
-    status: dict[str, Any]
+    config_semantic: JSONObject
+    provenance: JSONObject
+    dataset: JSONObject
+    sessions: list[JSONObject]
+    evals: dict[str, JSONObject]
+    arms: dict[str, JSONObject]
+    arm_diff: JSONObject
+    arm_diff_live: JSONObject
+    cost: JSONObject
+    sequential: JSONObject
+    status: JSONObject
 
 
 # ------------------------------------------------------------------------------------------ sweep
-class SweepRow(TypedDict, total=False):
+@dataclass(frozen=True)
+class SweepRow(Record):
+    """One comparison of a sweep: its job, what it swept, its statistics and its Holm/BH-adjusted verdict."""
+
     job: str
     dir: str
     label: str
-    n: int | None
-    accuracy_a: float | None
-    accuracy_b: float | None
-    delta: float | None
-    delta_ci: list[float] | None
-    p: float | None
-    p_value_floor: float | None
-    p_value_at_floor: bool
-    p_adjusted: float
-    mde: float | None
+    missing: bool = False
+    n: int | None = None
+    accuracy_a: float | None = None
+    accuracy_b: float | None = None
+    delta: float | None = None
+    delta_ci: list[float] | None = None
+    p: float | None = None
+    p_value_floor: float | None = None
+    p_value_at_floor: bool = False
+    p_adjusted: float | None = None
+    mde: float | None = None
     #: divergence (when the job scored): its verdict, and the mean KLD A‖B and A‖A' (nats/token)
-    divergence: str | None
-    kld: float | None
-    kld_aa: float | None
-    verdict: str
-    verdict_unadjusted: str
-    alpha: float
-    test_alpha: float
-    simulated: bool
-    missing: bool
-    gpu_hours: float | None
+    divergence: str | None = None
+    kld: float | None = None
+    kld_aa: float | None = None
+    verdict: str = "not_comparable"
+    verdict_unadjusted: str | None = None
+    alpha: float | None = None
+    test_alpha: float | None = None
+    simulated: bool = False
+    gpu_hours: float | None = None
 
 
-class SweepSummary(TypedDict, total=False):
-    kind: str
-    schema_version: int
+@dataclass(frozen=True)
+class SweepSummary(Record):
     experiment: str | None
     correction: str
     comparisons: list[SweepRow]
     missing: list[str]
     simulated: bool
     #: the jobs' costs summed (harness.analysis.cost.sum_costs)
-    cost: Cost
+    cost: Cost | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ checking
@@ -501,6 +655,20 @@ def dump(path: str | Path, kind: str, doc: dict[str, Any] | Any) -> None:
     atomic_write_json(Path(path), stamp(kind, doc))
 
 
+def load_record(path: str | Path, kind: str, cls: type[R]) -> R:
+    """Read, check and type one stored result document (SchemaError naming the field that does not fit)."""
+    doc = load(path, kind)
+    try:
+        return cls.from_doc({k: v for k, v in doc.items() if k not in ("kind", "schema_version")})
+    except RecordError as e:
+        raise SchemaError(f"{path}: {e}") from None
+
+
+def dump_record(path: str | Path, kind: str, record: Record) -> None:
+    """Write one result record of ``kind`` atomically (its one serialisation: :func:`Record.to_doc`)."""
+    dump(path, kind, record.to_doc())
+
+
 # One loader and one writer per file kind.
 def load_eval_meta(path: str | Path) -> EvalMeta:
     return cast(EvalMeta, load(path, EVAL))
@@ -515,15 +683,15 @@ def load_manifest(path: str | Path) -> Manifest:
 
 
 def load_run_summary(path: str | Path) -> RunSummary:
-    return cast(RunSummary, load(path, RUN_SUMMARY))
+    return load_record(path, RUN_SUMMARY, RunSummary)
 
 
 def load_comparison(path: str | Path) -> Comparison:
-    return cast(Comparison, load(path, COMPARISON))
+    return load_record(path, COMPARISON, Comparison)
 
 
 def load_sweep_summary(path: str | Path) -> SweepSummary:
-    return cast(SweepSummary, load(path, SWEEP))
+    return load_record(path, SWEEP, SweepSummary)
 
 
 def write_eval_meta(path: str | Path, doc: EvalMeta) -> None:
@@ -538,33 +706,30 @@ def write_manifest(path: str | Path, doc: Manifest) -> None:
     dump(path, MANIFEST, doc)
 
 
-def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: bool, exit_code: int) -> RunSummary:
+def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: bool, exit_code: int,
+                design: dict[str, JSON] | None = None, cost: Cost | None = None,
+                sequential: SequentialRecord | None = None) -> RunSummary:
     """``summary.json`` of a run directory (``abh run``, ``abh ab``): the verdict, the test and p that decided
-    it, the accuracies and the exit code, taken from its comparison; callers add what only they know."""
-    arms, names = c["arms"], c.get("arm_names")
-    doc: RunSummary = {
-        "experiment": experiment, "simulated": bool(c.get("simulated")),
-        "verdict": c.get("verdict", "not_comparable"), "verdict_reason": c.get("verdict_reason"),
-        "n": c.get("n"), "delta": c.get("delta"), "delta_ci": c.get("delta_ci"),
-        "test": c.get("test"), "p": c.get("p"), "mde": c.get("mde"),
-        "accuracy": {"a": arms["a"]["accuracy"], "b": arms["b"]["accuracy"]},
-        "arms": {"a": names["a"], "b": names["b"]} if names else {},
-        "repeats": repeats, "aa_control": aa_control, "exit_code": exit_code,
-    }
-    div = c.get("divergence")
-    if div is not None:
-        doc["divergence"] = {k: div.get(k) for k in ("verdict", "kld_mean", "kld_mean_aa", "p", "effect")}
-    return doc
+    it, the accuracies and the exit code, taken from its comparison, and what only the run knows."""
+    div = c.divergence
+    return RunSummary(
+        experiment=experiment, simulated=c.simulated, verdict=c.verdict, verdict_reason=c.verdict_reason,
+        n=c.n, delta=c.delta, delta_ci=c.delta_ci, test=c.test, p=c.p, mde=c.mde,
+        accuracy={"a": c.arms.a.accuracy, "b": c.arms.b.accuracy},
+        arms={"a": c.arm_names.a, "b": c.arm_names.b} if c.arm_names else {},
+        repeats=repeats, aa_control=aa_control, exit_code=exit_code, design=design,
+        divergence=None if div is None else RunDivergence(div.verdict, div.kld_mean, div.kld_mean_aa, div.p,
+                                                          div.effect),
+        cost=cost, sequential=sequential)
 
 
 def write_run_summary(path: str | Path, doc: RunSummary) -> None:
-    dump(path, RUN_SUMMARY, doc)
+    dump_record(path, RUN_SUMMARY, doc)
 
 
 def write_comparison(path: str | Path, doc: Comparison) -> None:
-    dump(path, COMPARISON, doc)
+    dump_record(path, COMPARISON, doc)
 
 
 def write_sweep_summary(path: str | Path, doc: SweepSummary) -> None:
-    dump(path, SWEEP, doc)
-
+    dump_record(path, SWEEP, doc)

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import combinations
-from typing import Any
 
 import numpy as np
+
+from harness.results.records import JSON
+from harness.results.schema import Design, ErrorBound, ErrorBounds, Errors, Tost
 
 from .dist import t_ppf, t_sf
 from .equivalence import score_tost, t_tost
@@ -34,7 +37,7 @@ from .launches import ArmRuns, launch_accuracies, launch_heterogeneity, question
 from .power import mde_paired_exact, mde_t
 from .repeats import discordance
 from .score import effective_table, score_interval
-from .signflip import signflip_test
+from .signflip import SignFlip, signflip_test
 from .verdict import Evidence, Verdict, decide
 
 SIGNFLIP = "paired sign-flip test over questions (mid-p)"
@@ -43,8 +46,89 @@ SCORE_CI = "Tango score interval"
 LAUNCH_CI = "t interval over launches"
 
 
+# ------------------------------------------------------------------------------------------ results
+@dataclass(frozen=True)
+class WithinArmPsi:
+    """Mean discordance over pairs of runs of one configuration; ``value`` is the across-launch figure when
+    any pair spans two launches (it includes launch noise), else the within-launch one."""
+
+    value: float
+    source: str
+    across_launches: float | None
+    within_launch: float | None
+    pairs: int
+
+
+@dataclass(frozen=True)
+class PsiAA:
+    """ψ_AA: each arm's within-arm discordance pooled evenly over the arms that have one, its source, and a
+    warning when it is ~0 while the A/B discordance is clearly above 0."""
+
+    psi_aa: float | None
+    per_arm: dict[str, float | None]
+    source: str | None
+    warning: str | None
+
+
+@dataclass(frozen=True)
+class LaunchT:
+    """SE and Welch-Satterthwaite df of Δ from the arms' launch accuracies, and the t test's p."""
+
+    se: float
+    df: float
+    p: float
+    launch_accuracies_a: list[float]
+    launch_accuracies_b: list[float]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Statistics of B against A over the questions both arms answered at least once (no verdict): the
+    paired set ``keep``, per-question means, Δ, the test that applies to the design (name, p), the (1 - α)
+    interval, TOST / non-inferiority when a margin is set, the MDE and the design."""
+
+    keep: np.ndarray
+    n: int
+    a_means: np.ndarray
+    b_means: np.ndarray
+    d: np.ndarray
+    delta: float
+    table: dict[str, float]
+    unit: str
+    design: Design
+    test: str
+    p: float
+    p_floor: float | None
+    ci: list[float]
+    ci_method: str
+    se: float
+    tost: Tost | None
+    mde: float | None
+    #: the MDE of the test alone, before the error bounds' allowance (set when errors widen ``mde``)
+    mde_test: float | None = None
+    signflip: SignFlip | None = None
+    launch_t: LaunchT | None = None
+
+    def evidence(self) -> Evidence:
+        t = self.tost
+        return Evidence(delta=self.delta, p=self.p, test=self.test, ci=self.ci, ci_method=self.ci_method,
+                        ci_tost=None if t is None else t.ci, p_equivalence=None if t is None else t.p_equivalence,
+                        p_noninferiority=None if t is None else t.p_noninferiority, mde=self.mde,
+                        p_floor=self.p_floor)
+
+
+@dataclass(frozen=True)
+class ArmsComparison:
+    """:func:`compare_arms`: the analysis, the errors and the verdict."""
+
+    analysis: Analysis
+    errors: Errors
+    verdict: Verdict
+    error_rate: float
+
+
 # ------------------------------------------------------------------------------------------ design
-def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, Any] | None, unit: str) -> dict[str, Any]:
+def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, JSON] | None, unit: str) -> Design:
     """Which design was run (launches per arm, passes per launch) and what it can and cannot resolve."""
     la, lb = len(a.launch_ids()), len(b.launch_ids())
     pa, pb = a.passes_per_launch(), b.passes_per_launch()
@@ -67,15 +151,13 @@ def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, Any] | None
                       "pass; verbatim repeats add none")
     if unit == "launch":
         notes.append("launches differ in accuracy beyond question-level noise: launches are the unit")
-    return {"kind": kind, "launches": {"a": la, "b": lb}, "passes_per_launch": {"a": pa, "b": pb},
-            "unit": unit, "launch_heterogeneity": heterogeneity, "cannot_resolve": cannot, "notes": notes}
+    return Design(kind=kind, launches={"a": la, "b": lb}, passes_per_launch={"a": pa, "b": pb}, unit=unit,
+                  launch_heterogeneity=heterogeneity, cannot_resolve=cannot, notes=notes)
 
 
 # ------------------------------------------------------------------------------------------ A/A noise
-def within_arm_psi(arm: ArmRuns) -> dict[str, Any] | None:
-    """Mean discordance over pairs of runs of one configuration, split by whether the pair shares a launch.
-    The value reported is the across-launch one when any pair spans two launches (it includes launch noise),
-    else the within-launch one (passes on one server only)."""
+def within_arm_psi(arm: ArmRuns) -> WithinArmPsi | None:
+    """Mean discordance over pairs of runs of one configuration, split by whether the pair shares a launch."""
     across: list[float] = []
     within: list[float] = []
     for i, j in combinations(range(arm.n_runs), 2):
@@ -84,29 +166,29 @@ def within_arm_psi(arm: ArmRuns) -> dict[str, Any] | None:
             (within if arm.launches[i] == arm.launches[j] else across).append(v)
     if not across and not within:
         return None
-    return {"value": float(np.mean(across or within)), "source": "across launches" if across else "within one launch",
-            "across_launches": float(np.mean(across)) if across else None,
-            "within_launch": float(np.mean(within)) if within else None, "pairs": len(across) + len(within)}
+    return WithinArmPsi(value=float(np.mean(across or within)),
+                        source="across launches" if across else "within one launch",
+                        across_launches=float(np.mean(across)) if across else None,
+                        within_launch=float(np.mean(within)) if within else None, pairs=len(across) + len(within))
 
 
-def psi_aa_block(a_cfg: ArmRuns, b: ArmRuns, psi_ab: float, n: int) -> dict[str, Any]:
-    """ψ_AA: each arm's within-arm discordance, pooled evenly over the arms that have one, with its
-    source, and a warning when it is ~0 while the A/B discordance is clearly above 0."""
+def psi_aa_block(a_cfg: ArmRuns, b: ArmRuns, psi_ab: float, n: int) -> PsiAA:
+    """ψ_AA of the two configurations (see :class:`PsiAA`)."""
     per = {"a": within_arm_psi(a_cfg), "b": within_arm_psi(b)}
-    vals = [v["value"] for v in per.values() if v is not None]
+    vals = [v.value for v in per.values() if v is not None]
     pooled = float(np.mean(vals)) if vals else None
-    sources = sorted({v["source"] for v in per.values() if v is not None})
+    sources = sorted({v.source for v in per.values() if v is not None})
     warning = None
     if pooled is not None and psi_ab * n >= 10 and pooled < psi_ab / 4:
         warning = (f"A/A discordance ψ_AA = {100 * pooled:.2f} % is far below the A/B discordance ψ = "
                    f"{100 * psi_ab:.2f} %: the repeated runs probably share a launch and do not sample "
                    "launch-to-launch noise (run the A/A control on a fresh launch); the noise band is not a guide")
-    return {"psi_aa": pooled, "per_arm": {k: (v["value"] if v else None) for k, v in per.items()},
-            "detail": per, "source": " and ".join(sources) if sources else None, "warning": warning}
+    return PsiAA(psi_aa=pooled, per_arm={k: (v.value if v else None) for k, v in per.items()},
+                 source=" and ".join(sources) if sources else None, warning=warning)
 
 
 # ------------------------------------------------------------------------------------------ core
-def launch_t(a: ArmRuns, b: ArmRuns, keep: np.ndarray, delta: float, a_config: ArmRuns | None = None) -> dict[str, Any]:
+def launch_t(a: ArmRuns, b: ArmRuns, keep: np.ndarray, delta: float, a_config: ArmRuns | None = None) -> LaunchT:
     """SE and Welch-Satterthwaite df of Δ from the arms' launch accuracies over the questions ``keep``.
     An arm with one launch borrows the pooled launch variance of the configurations with several
     (``a_config``: arm A's configuration including its A/A launches, default ``a``)."""
@@ -125,17 +207,12 @@ def launch_t(a: ArmRuns, b: ArmRuns, keep: np.ndarray, delta: float, a_config: A
     df = var**2 / sum(v**2 / d for v, d in comps) if var > 0 else float(pooled_df)
     se = math.sqrt(var)
     p = float(2 * t_sf(abs(delta) / se, df)) if se > 0 else 1.0
-    return {"se": se, "df": float(df), "p": p, "launch_accuracies_a": ms[0].tolist(),
-            "launch_accuracies_b": ms[1].tolist()}
+    return LaunchT(se=se, df=float(df), p=p, launch_accuracies_a=ms[0].tolist(), launch_accuracies_b=ms[1].tolist())
 
 
 def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float = 0.05,
-            margin: float | None = None, compute_mde: bool = True) -> dict[str, Any]:
-    """Statistics of B against A over the questions both arms answered at least once (no verdict).
-
-    Returns the paired set (``keep``), per-question means, Δ, the test (name, p), the (1 - α) interval,
-    the TOST / non-inferiority block when ``margin`` is set, the MDE of the test used and the design.
-    """
+            margin: float | None = None, compute_mde: bool = True) -> Analysis:
+    """Statistics of B against A over the questions both arms answered at least once (no verdict)."""
     am, bm = question_means(a), question_means(b)
     keep = ~(np.isnan(am) | np.isnan(bm))
     n = int(keep.sum())
@@ -147,37 +224,27 @@ def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float =
     het = launch_heterogeneity([a_cfg, b])
     unit = "launch" if het is not None and het["p"] < alpha else "question"
     table = effective_table(d)
-    res: dict[str, Any] = {"keep": keep, "n": n, "a_means": am[keep], "b_means": bm[keep], "d": d,
-                           "delta": delta, "table": table, "unit": unit, "tost": None, "mde": None,
-                           "design": describe_design(a, b, het, unit)}
+    common = {"keep": keep, "n": n, "a_means": am[keep], "b_means": bm[keep], "d": d, "delta": delta,
+              "table": table, "unit": unit, "design": describe_design(a, b, het, unit)}
     if unit == "question":
         sf = signflip_test(d)
         lo, hi = score_interval(table["b"], table["c"], table["n"], alpha)
-        res.update(test=SIGNFLIP, p=sf["p"], p_floor=sf["p_floor"], ci=[float(lo), float(hi)],
-                   ci_method=SCORE_CI, se=math.sqrt(float(np.sum((d - delta) ** 2))) / n, signflip=sf)
-        if margin is not None:
-            res["tost"] = score_tost(table["b"], table["c"], table["n"], margin, alpha)
+        mde = None
         if compute_mde:
             # chance disagreement: the part of the (effective) discordance that is not the observed effect
             psi_noise = 2 * min(table["b"], table["c"]) / table["n"]
-            res["mde"] = mde_paired_exact(table["n"], psi_noise, alpha)
-    else:
-        lt = launch_t(a, b, keep, delta, a_cfg)
-        tq = float(t_ppf(1 - alpha / 2, lt["df"]))
-        res.update(test=LAUNCH_T, p=lt["p"], p_floor=None, ci=[delta - tq * lt["se"], delta + tq * lt["se"]],
-                   ci_method=LAUNCH_CI, se=lt["se"], launch_t=lt)
-        if margin is not None:
-            res["tost"] = t_tost(delta, lt["se"], lt["df"], margin, alpha)
-        if compute_mde and lt["se"] > 0:
-            res["mde"] = mde_t(lt["se"], lt["df"], alpha)
-    return res
-
-
-def evidence(res: dict[str, Any]) -> Evidence:
-    t = res["tost"] or {}
-    return Evidence(delta=res["delta"], p=res["p"], test=res["test"], ci=res["ci"], ci_method=res["ci_method"],
-                    ci_tost=t.get("ci"), p_equivalence=t.get("p_equivalence"),
-                    p_noninferiority=t.get("p_noninferiority"), mde=res.get("mde"), p_floor=res.get("p_floor"))
+            mde = mde_paired_exact(table["n"], psi_noise, alpha)
+        return Analysis(**common, test=SIGNFLIP, p=sf.p, p_floor=sf.p_floor, ci=[float(lo), float(hi)],
+                        ci_method=SCORE_CI, se=math.sqrt(float(np.sum((d - delta) ** 2))) / n,
+                        tost=None if margin is None else score_tost(table["b"], table["c"], table["n"], margin,
+                                                                    alpha),
+                        mde=mde, signflip=sf)
+    lt = launch_t(a, b, keep, delta, a_cfg)
+    tq = float(t_ppf(1 - alpha / 2, lt.df))
+    return Analysis(**common, test=LAUNCH_T, p=lt.p, p_floor=None, ci=[delta - tq * lt.se, delta + tq * lt.se],
+                    ci_method=LAUNCH_CI, se=lt.se,
+                    tost=None if margin is None else t_tost(delta, lt.se, lt.df, margin, alpha),
+                    mde=mde_t(lt.se, lt.df, alpha) if compute_mde and lt.se > 0 else None, launch_t=lt)
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -196,52 +263,49 @@ def impute_unanswered(arm: ArmRuns, value: float) -> ArmRuns:
     return arm.with_scores(np.where(unanswered(arm)[None, :], value, arm.scores))
 
 
-def error_block(a: ArmRuns, b: ArmRuns) -> dict[str, Any]:
+def error_block(a: ArmRuns, b: ArmRuns) -> Errors:
     """Per-arm error rates (share of runs x questions errored or missing), the questions each arm has no
     answer for, and the paired sign-flip test (mid-p; the mid-p McNemar test for one run per arm) over
     questions of whether the arms' error shares differ."""
     ea, eb = np.isnan(a.scores).mean(axis=0), np.isnan(b.scores).mean(axis=0)
-    return {"rate_a": error_rates(a), "rate_b": error_rates(b),
-            "unanswered_a": int(unanswered(a).sum()), "unanswered_b": int(unanswered(b).sum()),
-            "test": "paired sign-flip test over questions of the error shares (mid-p)",
-            "p": signflip_test(eb - ea)["p"]}
+    return Errors(rate_a=error_rates(a), rate_b=error_rates(b), unanswered_a=int(unanswered(a).sum()),
+                  unanswered_b=int(unanswered(b).sum()),
+                  test="paired sign-flip test over questions of the error shares (mid-p)",
+                  p=signflip_test(eb - ea).p)
 
 
 def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesis: str = "superiority",
                  alpha: float = 0.05, margin: float | None = None, min_effect: float | None = None,
                  failures: Sequence[str] = (), max_error_rate: float = 0.02,
-                 compute_mde: bool = True) -> dict[str, Any]:
+                 compute_mde: bool = True) -> ArmsComparison:
     """Analysis and verdict of B against A, with the error bounds (see the module docstring)."""
     if a.scores.shape[1] != b.scores.shape[1]:
         raise ValueError("arms are not aligned by question")
     res = analyse(a, b, aa=aa, alpha=alpha, margin=margin, compute_mde=compute_mde)
     errs = error_block(a, b)
-    error_rate = max(errs["rate_a"], errs["rate_b"])
+    error_rate = max(errs.rate_a, errs.rate_b)
     verdict_of = partial(decide, hypothesis=hypothesis, alpha=alpha, margin=margin, min_effect=min_effect)
-    v = verdict_of(evidence(res), failures=failures, error_rate=error_rate, max_error_rate=max_error_rate)
-    bounds: dict[str, Any] = {}
-    main_word = v.word
-    if v.word != "not_comparable" and (errs["unanswered_a"] or errs["unanswered_b"]):
-        for name, va, vb in (("against_b", 1.0, 0.0), ("against_a", 0.0, 1.0)):
-            r = analyse(impute_unanswered(a, va), impute_unanswered(b, vb), aa=aa, alpha=alpha, margin=margin,
-                        compute_mde=False)
-            bv = verdict_of(evidence(r))
-            bounds[name] = {"delta": r["delta"], "ci": r["ci"], "test": r["test"], "p": r["p"], "verdict": bv.word}
-        if {bounds[k]["verdict"] for k in bounds} != {v.word}:
-            why = (f"request errors could change the verdict: counting B's unanswered questions wrong and A's "
-                   f"right gives {bounds['against_b']['verdict']} (Δ = {100 * bounds['against_b']['delta']:+.2f} pp), "
-                   f"the reverse {bounds['against_a']['verdict']} (Δ = {100 * bounds['against_a']['delta']:+.2f} pp); "
-                   f"unanswered questions A {errs['unanswered_a']}, B {errs['unanswered_b']} (error rates A "
-                   f"{100 * errs['rate_a']:.2f} %, B {100 * errs['rate_b']:.2f} %); without them: {v.word}, "
-                   f"Δ = {100 * res['delta']:+.2f} pp")
-            v = Verdict("inconclusive", why, "errors")
-        # the bounds must agree for a verdict: an effect must also clear the adverse bound's shift
-        shift = max(res["delta"] - bounds["against_b"]["delta"], bounds["against_a"]["delta"] - res["delta"], 0.0)
-        errs["mde_allowance"] = shift
-        if res["mde"] is not None:
-            res["mde_test"] = res["mde"]
-            res["mde"] = res["mde"] + shift
-    errs.update(bounds=bounds or None,
-                changes_verdict=bool(bounds) and {bounds[k]["verdict"] for k in bounds} != {main_word})
-    res.update(verdict=v, errors=errs, error_rate=error_rate)
-    return res
+    v = verdict_of(res.evidence(), failures=failures, error_rate=error_rate, max_error_rate=max_error_rate)
+    if v.word == "not_comparable" or not (errs.unanswered_a or errs.unanswered_b):
+        return ArmsComparison(res, errs, v, error_rate)
+    bound = {}
+    for name, va, vb in (("against_b", 1.0, 0.0), ("against_a", 0.0, 1.0)):
+        r = analyse(impute_unanswered(a, va), impute_unanswered(b, vb), aa=aa, alpha=alpha, margin=margin,
+                    compute_mde=False)
+        bound[name] = ErrorBound(delta=r.delta, ci=r.ci, test=r.test, p=r.p, verdict=verdict_of(r.evidence()).word)
+    bounds = ErrorBounds(**bound)
+    changes = {bounds.against_b.verdict, bounds.against_a.verdict} != {v.word}
+    if changes:
+        why = (f"request errors could change the verdict: counting B's unanswered questions wrong and A's "
+               f"right gives {bounds.against_b.verdict} (Δ = {100 * bounds.against_b.delta:+.2f} pp), "
+               f"the reverse {bounds.against_a.verdict} (Δ = {100 * bounds.against_a.delta:+.2f} pp); "
+               f"unanswered questions A {errs.unanswered_a}, B {errs.unanswered_b} (error rates A "
+               f"{100 * errs.rate_a:.2f} %, B {100 * errs.rate_b:.2f} %); without them: {v.word}, "
+               f"Δ = {100 * res.delta:+.2f} pp")
+        v = Verdict("inconclusive", why, "errors")
+    # the bounds must agree for a verdict: an effect must also clear the adverse bound's shift
+    shift = max(res.delta - bounds.against_b.delta, bounds.against_a.delta - res.delta, 0.0)
+    if res.mde is not None:
+        res = replace(res, mde_test=res.mde, mde=res.mde + shift)
+    errs = replace(errs, mde_allowance=shift, bounds=bounds, changes_verdict=changes)
+    return ArmsComparison(res, errs, v, error_rate)

@@ -49,6 +49,7 @@ from scipy.special import ndtri
 
 from ._rng import SeedLike, as_rng
 from .resample import DEFAULT_MAX_ELEMS, bca_interval, percentile_interval
+from .signflip import signflip_weighted
 
 DIVERGENCE_VERDICTS = ("diverged", "indistinguishable", "not_measured")
 #: KLD percentiles reported, as llama.cpp prints them (50 = median)
@@ -220,38 +221,6 @@ def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | N
 
 
 # ------------------------------------------------------------------------------------------ test
-def sign_flip_test(d: np.ndarray, weights: np.ndarray | None = None, n_resamples: int = 9_999,
-                   seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> dict[str, float]:
-    """One-sided randomisation test of H0: each d_i is symmetric about 0, against mean(d) > 0.
-
-    Statistic T = Σ w_i d_i / Σ w_i (``weights`` default 1). Each of ``n_resamples`` resamples flips the sign
-    of every d_i independently with probability 1/2; p = (1 + #{T* >= T}) / (R + 1), which is exact (size
-    <= α) for any distribution symmetric under H0, with the floor 1/(R+1). Resamples are drawn in chunks
-    (about ``max_elems`` signs each), never one Python iteration per resample.
-    Returns {statistic, p_value, p_floor, n_resamples}.
-    """
-    d = np.asarray(d, dtype=float)
-    n = d.size
-    if n == 0:
-        raise ValueError("sign-flip test of an empty sample")
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
-    if w.shape != d.shape or np.any(w < 0) or not np.sum(w) > 0:
-        raise ValueError("weights must be non-negative, of the shape of d, and not all zero")
-    wd = w * d / np.sum(w)
-    total = float(wd.sum())
-    tol = 1e-12 * max(float(np.abs(wd).sum()), 1e-300)
-    rng = as_rng(seed)
-    chunk = max(1, min(n_resamples, max_elems // n))
-    ge = 0
-    for start in range(0, n_resamples, chunk):
-        m = min(chunk, n_resamples - start)
-        flip = rng.random((m, n)) < 0.5
-        t_b = total - 2.0 * (flip @ wd)
-        ge += int(np.count_nonzero(t_b >= total - tol))
-    return {"statistic": total, "p_value": (1 + ge) / (n_resamples + 1), "p_floor": 1 / (n_resamples + 1),
-            "n_resamples": n_resamples}
-
-
 def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = 0.05,
                      n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
                      max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
@@ -315,12 +284,12 @@ def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray |
     d = kld_ab - kld_aa
     rng = as_rng(seed)
     seeds = rng.integers(0, 2**32, size=2)
-    test = sign_flip_test(d, tokens, n_resamples, seed=int(seeds[0]))
-    effect = test["statistic"]
+    test = signflip_weighted(d, tokens, n_resamples, seed=int(seeds[0]))
+    effect = test.statistic
     ci = weighted_mean_ci(d, tokens, alpha, n_resamples, ci_method, seed=int(seeds[1])) if d.size > 1 else None
     se = weighted_mean_se(d, tokens)
     mde = float((ndtri(1 - alpha) + ndtri(power)) * se) if np.isfinite(se) else None
-    diverged = test["p_value"] < alpha and effect > 0
+    diverged = test.p < alpha and effect > 0
     return {
         "verdict": "diverged" if diverged else "indistinguishable",
         "effect": effect,
@@ -328,9 +297,9 @@ def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray |
         "effect_ci_method": f"question-level bootstrap, {ci_method}",
         "effect_se": se,
         "effect_mde": mde,
-        "p_value": test["p_value"],
-        "p_floor": test["p_floor"],
-        "p_value_at_floor": bool(test["p_value"] <= test["p_floor"] * (1 + 1e-9)),
+        "p_value": test.p,
+        "p_floor": test.p_floor,
+        "p_value_at_floor": test.at_floor,
         "n_resamples": n_resamples,
         "alpha": alpha,
         "questions": int(d.size),

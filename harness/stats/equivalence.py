@@ -1,6 +1,6 @@
 """Non-inferiority and equivalence of arm B against arm A with a declared margin.
 
-Both forms return the same keys:
+Both forms return a :class:`Tost` (stored as ``tost`` in comparison.json):
 
 - :func:`score_tost` (questions as the unit): Tango's score test at Δ0 = ∓margin on the (effective)
   table. Equivalence when both one-sided p's are below α, equivalently the (1 - 2α) score interval lies
@@ -13,31 +13,23 @@ Both forms return the same keys:
 
 from __future__ import annotations
 
-from typing import Any
+from harness.results.schema import Tost
 
 from .dist import t_cdf, t_ppf, t_sf
 from .score import score_interval, score_p
 
 
 def _result(method: str, margin: float, alpha: float, p_lower: float, p_upper: float,
-            ci_tost: list[float], ci: list[float], degenerate: bool = False) -> dict[str, Any]:
+            ci_tost: list[float], ci: list[float], degenerate: bool = False) -> Tost:
     shown = not degenerate and ci_tost[1] > ci_tost[0]
-    return {
-        "method": method,
-        "margin": float(margin),
-        "alpha": float(alpha),
-        "p_noninferiority": float(p_lower),
-        "p_nonsuperiority": float(p_upper),
-        "p_equivalence": float(max(p_lower, p_upper)),
-        "ci": [float(ci_tost[0]), float(ci_tost[1])],
-        "ci_level": float(1 - 2 * alpha),
-        "noninferiority_alpha": float(alpha / 2),
-        "noninferior": bool(shown and ci[0] > -margin),
-        "equivalent": bool(shown and -margin < ci_tost[0] and ci_tost[1] < margin),
-    }
+    return Tost(method=method, margin=float(margin), alpha=float(alpha), p_noninferiority=float(p_lower),
+                p_nonsuperiority=float(p_upper), p_equivalence=float(max(p_lower, p_upper)),
+                ci=[float(ci_tost[0]), float(ci_tost[1])], ci_level=float(1 - 2 * alpha),
+                noninferiority_alpha=float(alpha / 2), noninferior=bool(shown and ci[0] > -margin),
+                equivalent=bool(shown and -margin < ci_tost[0] and ci_tost[1] < margin))
 
 
-def score_tost(b: float, c: float, n: float, margin: float, alpha: float = 0.05) -> dict[str, Any]:
+def score_tost(b: float, c: float, n: float, margin: float, alpha: float = 0.05) -> Tost:
     """TOST and non-inferiority of Δ = (c - b)/n by Tango's score test (b: A-only, c: B-only counts,
     possibly effective, i.e. fractional)."""
     if margin <= 0:
@@ -49,7 +41,7 @@ def score_tost(b: float, c: float, n: float, margin: float, alpha: float = 0.05)
     return _result("Tango score test", margin, alpha, p_lower, p_upper, tost_ci, ci)
 
 
-def t_tost(delta: float, se: float, df: float, margin: float, alpha: float = 0.05) -> dict[str, Any]:
+def t_tost(delta: float, se: float, df: float, margin: float, alpha: float = 0.05) -> Tost:
     """TOST and non-inferiority of an estimate with standard error ``se`` (> 0) and ``df`` degrees of
     freedom (t statistics). With ``se`` 0 nothing is shown (p's 1)."""
     if margin <= 0:

@@ -12,18 +12,22 @@ run per arm this is the mid-p McNemar test (Fagerland, Lydersen & Laake 2013 rec
 test, whose size is far below α when discordant pairs are few: 3.0 % at 26 expected pairs); ``mid_p=False``
 gives the exact (conservative) test, the exact McNemar test for one run per arm. When the lattice is too
 fine the distribution is drawn by Monte Carlo instead (then ``exact`` is false and the p-value has a floor).
+
+:func:`signflip_weighted` is the same test one-sided (against mean > 0) on a weighted mean, by Monte Carlo: the
+divergence's per-question test of KLD(A‖B) - KLD(A‖A'). Both return a :class:`SignFlip`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
 from ._rng import SeedLike, as_rng
 from .dist import binom_pmf
+from .resample import DEFAULT_MAX_ELEMS
 
 #: largest support (2 Σ K|d_i| + 1 points) convolved exactly; finer lattices fall back to Monte Carlo
 MAX_SUPPORT = 4_000_000
@@ -81,29 +85,53 @@ def _tail_p(pmf: np.ndarray, offset: int, t: int, mid_p: bool) -> float:
     return min(1.0, 2 * (more + (0.5 if mid_p else 1.0) * equal))
 
 
-def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
-                  seed: SeedLike = 0) -> dict[str, Any]:
-    """Two-sided paired sign-flip test of mean(d) = 0 (NaN entries are skipped).
+@dataclass(frozen=True)
+class SignFlip:
+    """A sign-flip test's outcome: ``p`` (two-sided mid-p, or one-sided for :func:`signflip_weighted`), the
+    statistic (mean d, or the weighted mean), and ``p_floor`` (None when the distribution was enumerated,
+    ``exact``; else the Monte Carlo p's smallest possible value)."""
 
-    Returns ``p`` (mid-p by default), ``delta`` (mean d), ``n_nonzero`` (questions whose d differs from 0),
-    ``exact`` (true when the distribution was enumerated) and ``p_floor`` (None when exact, else the Monte
-    Carlo floor 2/(n_resamples + 1)).
-    """
+    p: float
+    statistic: float
+    n: int
+    n_nonzero: int
+    exact: bool
+    p_floor: float | None
+    mid_p: bool
+    alternative: str = "two-sided"
+    n_resamples: int | None = None
+
+    @property
+    def at_floor(self) -> bool:
+        """The p-value is only bounded: no resample reached the observed statistic."""
+        from .verdict import at_floor
+
+        return at_floor(self.p, self.p_floor)
+
+
+def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
+                  seed: SeedLike = 0) -> SignFlip:
+    """Two-sided paired sign-flip test of mean(d) = 0 (NaN entries are skipped): mid-p by default, exact
+    on the lattice of the d_i, Monte Carlo (``n_resamples``, with a floor) when the lattice is too fine."""
     d = np.asarray(d, dtype=float)
     d = d[~np.isnan(d)]
     if d.size == 0:
         raise ValueError("no question to test")
     delta = float(d.mean())
     nz = d[d != 0]
-    out: dict[str, Any] = {"delta": delta, "n": int(d.size), "n_nonzero": int(nz.size), "mid_p": mid_p}
+
+    def out(p: float, exact: bool, floor: float | None) -> SignFlip:
+        return SignFlip(p=p, statistic=delta, n=int(d.size), n_nonzero=int(nz.size), exact=exact,
+                        p_floor=floor, mid_p=mid_p, n_resamples=None if exact else n_resamples)
+
     if nz.size == 0:
-        return {**out, "p": 1.0, "exact": True, "p_floor": None}
+        return out(1.0, True, None)
     k = lattice_scale(nz)
     if k is not None and 2 * k * float(np.abs(nz).sum()) + 1 <= MAX_SUPPORT:
         x = np.rint(np.abs(nz) * k).astype(np.int64)
         t_lattice = int(np.rint(nz.sum() * k))
         pmf, offset = null_distribution(x)
-        return {**out, "p": _tail_p(pmf, offset, t_lattice, mid_p), "exact": True, "p_floor": None}
+        return out(_tail_p(pmf, offset, t_lattice, mid_p), True, None)
     rng = as_rng(seed)
     a = np.abs(nz)
     t = abs(float(nz.sum()))
@@ -116,4 +144,36 @@ def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
         more += int(np.sum(s > t + tol))
         equal += int(np.sum(np.abs(s - t) <= tol))
     p = 2 * (1 + more + (0.5 if mid_p else 1.0) * equal) / (n_resamples + 1)
-    return {**out, "p": float(min(1.0, p)), "exact": False, "p_floor": 2.0 / (n_resamples + 1)}
+    return out(float(min(1.0, p)), False, 2.0 / (n_resamples + 1))
+
+
+def signflip_weighted(d: np.ndarray, weights: np.ndarray | None = None, n_resamples: int = 9_999,
+                      seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> SignFlip:
+    """One-sided randomisation test of H0: each d_i is symmetric about 0, against mean(d) > 0.
+
+    Statistic T = Σ w_i d_i / Σ w_i (``weights`` default 1). Each of ``n_resamples`` resamples flips the sign
+    of every d_i independently with probability 1/2; p = (1 + #{T* >= T}) / (R + 1), which is exact (size
+    <= α) for any distribution symmetric under H0, with the floor 1/(R+1). Resamples are drawn in chunks
+    (about ``max_elems`` signs each), never one Python iteration per resample.
+    """
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    if n == 0:
+        raise ValueError("sign-flip test of an empty sample")
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != d.shape or np.any(w < 0) or not np.sum(w) > 0:
+        raise ValueError("weights must be non-negative, of the shape of d, and not all zero")
+    wd = w * d / np.sum(w)
+    total = float(wd.sum())
+    tol = 1e-12 * max(float(np.abs(wd).sum()), 1e-300)
+    rng = as_rng(seed)
+    chunk = max(1, min(n_resamples, max_elems // n))
+    ge = 0
+    for start in range(0, n_resamples, chunk):
+        m = min(chunk, n_resamples - start)
+        flip = rng.random((m, n)) < 0.5
+        t_b = total - 2.0 * (flip @ wd)
+        ge += int(np.count_nonzero(t_b >= total - tol))
+    return SignFlip(p=(1 + ge) / (n_resamples + 1), statistic=total, n=n, n_nonzero=int(np.count_nonzero(d)),
+                    exact=False, p_floor=1 / (n_resamples + 1), mid_p=False, alternative="greater",
+                    n_resamples=n_resamples)

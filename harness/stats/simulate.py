@@ -162,11 +162,11 @@ def calibrate(design: Design, noise: Noise, experiments: int = 2000, *, seed: in
             a, b = experiment(rng, design, noise, n=n, accuracy=accuracy, delta=delta, error_rate=error_rate,
                               ability=ability)
             r = compare_arms(a, b, alpha=alpha, compute_mde=i % mde_every == 0)
-            word = r["verdict"].word
+            word = r.verdict.word
             hits += word in ("improved", "regressed") if delta == 0 else word == "improved"
-            cover += r["ci"][0] <= delta <= r["ci"][1]
-            if r["mde"] is not None:
-                mdes.append(r["mde"])
+            cover += r.analysis.ci[0] <= delta <= r.analysis.ci[1]
+            if r.analysis.mde is not None:
+                mdes.append(r.analysis.mde)
         return hits / count, cover / count, float(np.mean(mdes)) if mdes else float("nan")
 
     fp, cov0, m0 = run(0.0, experiments)

@@ -61,10 +61,16 @@ def _ci(ci: Sequence[float], level: float, method: str) -> str:
     return f"{100 * level:g} % {method} [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] pp"
 
 
+def at_floor(p: float | None, floor: float | None) -> bool:
+    """A resampling p-value at its floor ``1/(R + 1)`` (R resamples): none reached the observed statistic, so
+    the p-value is only bounded (the one rule; every report of "p < ..." follows it)."""
+    return p is not None and floor is not None and 0 < floor < 1 and p <= floor * (1 + 1e-9)
+
+
 def format_p(p: float, floor: float | None = None) -> str:
-    """``p = 0.0123``; ``p < 1/R`` when a resampling p-value sits at its floor ``1/(R + 1)`` (R resamples:
-    none exceeded the observed statistic, so the p-value is only bounded); ``p < 1e-300`` for an underflow."""
-    if floor is not None and 0 < floor < 1 and p <= floor * (1 + 1e-9):
+    """``p = 0.0123``; ``p < 1/R`` when a resampling p-value sits at its floor (:func:`at_floor`);
+    ``p < 1e-300`` for an underflow."""
+    if floor is not None and at_floor(p, floor):
         return f"p < {floor / (1 - floor):.3g}"
     if p <= 0:
         return "p < 1e-300"

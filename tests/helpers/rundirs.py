@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +115,12 @@ def build_run_dir(root: Path, *, n: int = 60, repeats: int = 1, aa: bool = False
         dirs[role].append(d)
     out = root if run else root / "cmp"
     comp = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"], margin=margin, n_resamples=n_resamples)
-    comp["arm_names"] = {"a": names[0], "b": names[1]}  # the caller of compare_dirs names the arms
+    comp = replace(comp, arm_names=schema.ArmNames(a=names[0], b=names[1]))  # the caller names the arms
     if run:
         schema.write_manifest(root / "manifest.json", _manifest(root, names, repeats, aa, simulated, dirs, n))
-        schema.write_run_summary(root / "summary.json", {"verdict": comp["verdict"], "simulated": simulated,
-                                                         "experiment": "shared-slot-fix"})
+        schema.write_run_summary(root / "summary.json", schema.RunSummary(
+            experiment="shared-slot-fix", verdict=comp.verdict, verdict_reason=comp.verdict_reason, exit_code=0,
+            simulated=simulated))
     schema.write_comparison(out / "comparison.json", comp)
     return out
 
