@@ -29,8 +29,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from harness.serving.client import ClientSettings
-from harness.serving.wire import API_NAMES
+from harness.serving.wire import API_NAMES, DEFAULT_TOP_K
 from harness.simulator.sim_config import SimConfig
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
+from harness.tasks.gsm8k import CANONICAL_TEST_ROWS, RECIPES
 
 #: The project checkout (holds configs/, arms/, results/).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -226,7 +228,7 @@ class ArmConfig:
 class TaskConfig:
     name: str = "gsm8k"
     recipe: str = "sglang"
-    num_questions: int = 1319
+    num_questions: int = CANONICAL_TEST_ROWS
     num_shots: int = 5
     max_new_tokens: int = 512
     #: GSM8K test JSONL (or a folder with test.jsonl/train.jsonl); empty = the shared copy beside the
@@ -250,7 +252,7 @@ class StatsConfig:
     #: the interval must lie beyond it, not only the point estimate.
     min_effect_pp: float | None = None
     #: An arm with a larger share of failed requests is not comparable.
-    max_error_rate: float = 0.02
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     #: Multiple-comparison correction across a sweep: holm | bh.
     correction: str = "holm"
     seed: int = 0
@@ -270,7 +272,7 @@ class DivergenceConfig:
     #: Score after the accuracy evals (one pass per server: reference, compared, floor) and report divergence.
     enabled: bool = True
     #: Alternatives per reference token each server reports (the KL is over these plus one tail bucket).
-    top_k: int = 20
+    top_k: int = DEFAULT_TOP_K
     #: Whose greedy texts (repeat 1) are the reference: ``a`` or ``b``.
     reference: str = "a"
 
@@ -392,8 +394,10 @@ def _sequential_problems(cfg: Any) -> list[str]:
     """experiment.sequential / max_repeats / min_repeats and stats.spending make sense together."""
     x, s = cfg.experiment, cfg.stats
     out: list[str] = []
-    if s.get("spending", "obf") not in ("obf", "pocock"):
-        out.append(f"stats.spending must be obf or pocock, not {s.spending!r}")
+    from harness.stats.sequential import SPENDING
+
+    if s.get("spending", "obf") not in SPENDING:
+        out.append(f"stats.spending must be one of {', '.join(SPENDING)}, not {s.spending!r}")
     lo, hi = x.get("min_repeats", 2), x.get("max_repeats")
     if lo < 1:
         out.append(f"experiment.min_repeats must be >= 1, not {lo}")
@@ -457,9 +461,12 @@ def validate(cfg: Any) -> None:
     strays = unknown_keys(cfg)
     if strays:
         problems.append(f"unknown config key(s): {', '.join(strays)} (`abh run --cfg job` prints every key)")
+    from harness.analysis.gate import FAIL_ON
+    from harness.stats.verdict import HYPOTHESES
+
     fail_on = cfg.get("fail_on")
-    if fail_on is not None and fail_on not in ("regressed", "not-noninferior", "any-difference"):
-        problems.append(f"--fail-on (fail_on) must be regressed, not-noninferior or any-difference, not {fail_on!r}")
+    if fail_on is not None and fail_on not in FAIL_ON:
+        problems.append(f"--fail-on (fail_on) must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
     e = cfg.engine
     if e is None or e.get("kind") not in ENGINE_SCHEMAS:
         problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")
@@ -493,8 +500,8 @@ def validate(cfg: Any) -> None:
                 problems.append(f"arms.{key}.engine has keys the {e.kind} engine does not know: "
                                 f"{', '.join(sorted(unknown))}")
     t = cfg.task
-    if t.recipe not in ("sglang", "heldout"):
-        problems.append("task.recipe must be sglang or heldout")
+    if t.recipe not in RECIPES:
+        problems.append(f"task.recipe must be one of {', '.join(RECIPES)}, not {t.recipe!r}")
     if t.num_questions < 1 or t.num_shots < 0 or t.max_new_tokens < 0:
         problems.append("task.num_questions must be >= 1, num_shots >= 0, max_new_tokens >= 0")
     if cfg.client.parallel < 1:
@@ -516,8 +523,8 @@ def validate(cfg: Any) -> None:
         problems.append("stats.alpha must be in (0, 1)")
     if s.correction not in ("holm", "bh"):
         problems.append("stats.correction must be holm or bh")
-    if s.hypothesis not in ("superiority", "noninferiority", "equivalence"):
-        problems.append("stats.hypothesis must be superiority, noninferiority or equivalence")
+    if s.hypothesis not in HYPOTHESES:
+        problems.append(f"stats.hypothesis must be one of {', '.join(HYPOTHESES)}, not {s.hypothesis!r}")
     elif s.hypothesis != "superiority" and s.margin_pp is None:
         problems.append(f"stats.hypothesis={s.hypothesis} needs stats.margin_pp")
     d = cfg.get("divergence")

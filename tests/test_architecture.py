@@ -46,3 +46,113 @@ def test_the_graph_sees_type_checking_relative_and_local_imports(tmp_path):
     assert graph == {"pkg": set(), "pkg.a": {"pkg.sub.b"}, "pkg.sub": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.c"},
                      "pkg.c": {"pkg.a"}, "pkg.d": {"pkg", "pkg.c"}}
     assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+# ------------------------------------------------------------------------------------------ the plan of the house
+def _modules() -> list[Path]:
+    return sorted(p for p in HARNESS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_the_ground_floor_holds_at_most_six_modules():
+    ground = sorted(p.name for p in HARNESS.glob("*.py"))
+    assert len(ground) <= 6, ground
+    folders = sorted(p.name for p in HARNESS.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert {"cli", "arms", "serving", "measure", "results", "analysis", "orchestrate", "stats", "util"} <= set(folders)
+
+
+def test_no_two_modules_share_a_file_stem():
+    stems: dict[str, list[str]] = {}
+    for p in _modules():
+        if p.stem not in ("__init__", "__main__"):
+            stems.setdefault(p.stem, []).append(str(p.relative_to(HARNESS)))
+    shared = {k: v for k, v in stems.items() if len(v) > 1}
+    assert not shared, shared
+    # a package is a stem too: no module is named like a package elsewhere in the tree
+    packages = {p.parent.name for p in HARNESS.rglob("__init__.py")} - {"harness"}
+    assert not packages & set(stems), packages & set(stems)
+
+
+# ------------------------------------------------------------------------------------------ one owner per fact
+OWNERS = {  # enumeration -> the one module that spells it out
+    ("superiority", "noninferiority", "equivalence"): "stats/verdict.py",
+    ("obf", "pocock"): "stats/sequential.py",
+    ("regressed", "not-noninferior", "any-difference"): "analysis/gate.py",
+    ("sglang", "heldout"): "tasks/gsm8k.py",
+}
+
+
+def _literal_sequences(path: Path):
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set) and node.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            yield node.lineno, frozenset(e.value for e in node.elts)  # type: ignore[attr-defined]
+
+
+def test_every_enumeration_is_spelled_out_once():
+    found: dict[tuple[str, ...], list[str]] = {k: [] for k in OWNERS}
+    for p in _modules():
+        for line, values in _literal_sequences(p):
+            for enum in OWNERS:
+                if values == frozenset(enum):
+                    found[enum].append(f"{p.relative_to(HARNESS)}:{line}")
+    for enum, where in found.items():
+        assert [w.split(":")[0] for w in where] == [OWNERS[enum]], (enum, where)
+
+
+def _code_numbers(path: Path, value: float) -> list[int]:
+    import ast
+
+    return [n.lineno for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.Constant) and type(n.value) in (int, float) and n.value == value]
+
+
+def test_each_default_has_one_owner():
+    owners = {  # value -> (the modules allowed to spell it, why)
+        1319: {"tasks/gsm8k.py", "serving/client.py",  # the test set's size; SGLang's default parallel
+               "stats/simulate.py"},  # the simulated designs' default size (stats takes no task dependency)
+    }
+    for value, allowed in owners.items():
+        where = {str(p.relative_to(HARNESS)) for p in _modules() if _code_numbers(p, value)}
+        assert where <= allowed, (value, where - allowed)
+    text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
+    for name, owner in (("DEFAULT_MAX_ERROR_RATE =", "stats/verdict.py"), ("DEFAULT_TOP_K =", "serving/wire.py"),
+                        ("DEFAULT_PARALLEL =", "serving/client.py"), ("CANONICAL_TEST_ROWS =", "tasks/gsm8k.py")):
+        assert [f for f, t in text.items() if name in t] == [owner], name
+
+
+def test_each_rule_has_one_owner():
+    import ast
+
+    defs: dict[str, list[str]] = {}  # module-level functions (a method may hand on to its module's owner)
+    for p in _modules():
+        for node in ast.parse(p.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef):
+                defs.setdefault(node.name, []).append(str(p.relative_to(HARNESS)))
+    # the eval-directory reader, ψ within an arm, the sign-flip test, "p at its floor", the resume rule
+    assert defs["load_scored"] == ["results/eval_store.py"]
+    assert defs["within_arm_psi"] == ["stats/analysis.py"]
+    assert sorted(n for n in defs if "sign" in n and "flip" in n) == ["signflip_test", "signflip_weighted"]
+    assert defs["signflip_test"] == defs["signflip_weighted"] == ["stats/signflip.py"]
+    assert defs["at_floor"] == ["stats/verdict.py"]
+    assert defs["eval_done"] == ["results/eval_store.py"]
+    text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
+    assert [f for f, t in text.items() if "(1 + 1e-9)" in t] == ["stats/verdict.py"]  # the floor's tolerance
+    assert [f for f, t in text.items() if "correct else 0.0" in t] == ["results/eval_store.py"]  # 0/1 scores
+    graph = import_graph(HARNESS)
+    for user in ("harness.cli.ab", "harness.orchestrate.pipeline"):
+        assert "harness.results.eval_store" in graph[user], user  # both resume by eval_done
+    assert "harness.orchestrate.pipeline" in graph["harness.cli.ab"]  # abh ab is a run of the pipeline
+
+
+def test_results_are_typed_records_with_one_serialisation():
+    from harness.results import schema
+    from harness.results.records import Record
+
+    for cls in (schema.Comparison, schema.Divergence, schema.Cost, schema.SequentialRecord, schema.RunSummary,
+                schema.SweepSummary):
+        assert issubclass(cls, Record) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    text = (HARNESS / "results" / "schema.py").read_text(encoding="utf-8")
+    assert "typeddict-item" not in "".join(p.read_text(encoding="utf-8") for p in _modules())
+    assert text.count("def dump_record(") == 1 and "def to_doc(" in (HARNESS / "results" / "records.py").read_text()

@@ -47,11 +47,11 @@ from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON, to_doc
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
 from harness.stats.analysis import Analysis
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
 
 KIND = schema.COMPARISON
 SCHEMA_VERSION = schema.WRITES[KIND]
 IDENTITY_KEYS = ("dataset_sha256", "recipe", "indices")
-DEFAULT_MAX_ERROR_RATE = 0.02
 
 
 class CompareError(RuntimeError):

@@ -53,10 +53,8 @@ Without ``--discordance`` or ``--effect`` (``--n``/``--p`` only) the JSON is the
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +62,7 @@ import numpy as np
 
 from harness import stats
 from harness.analysis.cost import cost_from_manifest
-from harness.results.eval_store import load_eval
+from harness.results.eval_store import ScoredEval, load_scored
 from harness.results.fileio import StoreError, read_json
 from harness.stats import sequential as sq
 
@@ -196,44 +194,34 @@ def per_repeat_cost(launch_s: Mapping[str, float], eval_s: Mapping[str, float], 
 
 
 # ------------------------------------------------------------------------------------------ from a run
-def _runs(run_dir: Path) -> list[dict[str, Any]]:
-    """Every eval of the run: role, repeat, launch instance, scores (1/0/NaN), wall seconds."""
+def _runs(run_dir: Path) -> list[ScoredEval]:
+    """Every eval of the run, with its scores (1/0/NaN) and launch (the one eval-directory reader)."""
     out = []
     for meta_path in sorted(run_dir.glob("evals/*/*/eval.json")):
-        d = meta_path.parent
         try:
-            meta, samples, summary = load_eval(d)
-        except (StoreError, OSError, json.JSONDecodeError) as e:
-            raise PlanError(f"cannot read eval {d}: {e}") from None
-        by_index = {s.index: s for s in samples}
-        scores = np.full(len(meta.get("indices") or []), np.nan)
-        for j, idx in enumerate(meta.get("indices") or []):
-            s = by_index.get(idx)
-            if s is not None and s.error is None and s.correct is not None:
-                scores[j] = 1.0 if s.correct else 0.0
-        out.append({"dir": str(d), "role": str(meta.get("role") or d.parent.name), "instance": meta.get("instance"),
-                    "scores": scores, "simulated": bool(meta.get("simulated")),
-                    "eval_s": (summary or {}).get("latency_s")})
+            out.append(load_scored(meta_path.parent))
+        except StoreError as e:
+            raise PlanError(str(e)) from None
     return out
 
 
-def noise_from_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """σ² for the plan: ψ within each arm (A with its A/A runs; pairs on different launches preferred,
-    pooled evenly over the arms), else ψ between the arms."""
-    groups = {"a": [r for r in runs if r["role"] in ("a", "aa")], "b": [r for r in runs if r["role"] == "b"]}
+def _role(ev: ScoredEval) -> str:
+    return str(ev.meta.get("role") or ev.dir.parent.name)
+
+
+def noise_from_runs(runs: Sequence[ScoredEval]) -> dict[str, Any]:
+    """σ² for the plan: ψ within each arm (A with its A/A runs: :func:`harness.stats.within_arm_psi`, pairs on
+    different launches preferred), pooled evenly over the arms, else ψ between the arms."""
+    groups = {"a": [r for r in runs if _role(r) in ("a", "aa")], "b": [r for r in runs if _role(r) == "b"]}
     within: dict[str, float | None] = {}
     fresh = same = 0
     for arm, rs in groups.items():
-        pairs = list(combinations(rs, 2))
-        diff = [(x, y) for x, y in pairs if x["instance"] is None or x["instance"] != y["instance"]]
-        f_pairs = [(x, y) for x, y in pairs if x["instance"] is not None and x["instance"] != y["instance"]]
-        fresh += len(f_pairs)
-        same += len(pairs) - len(diff)
-        use = f_pairs or diff or pairs
-        vals = [stats.discordance(x["scores"], y["scores"]) for x, y in use]
-        vals = [v for v in vals if not math.isnan(v)]
-        within[arm] = float(np.mean(vals)) if vals else None
-    between_vals = [stats.discordance(x["scores"], y["scores"]) for x in groups["a"] if x["role"] == "a"
+        w = stats.within_arm_psi(stats.ArmRuns(np.vstack([r.scores for r in rs]), tuple(r.launch for r in rs))) \
+            if len(rs) >= 2 else None
+        within[arm] = None if w is None else w.value
+        fresh += 0 if w is None else w.across_pairs
+        same += 0 if w is None else w.within_pairs
+    between_vals = [stats.discordance(x.scores, y.scores) for x in groups["a"] if _role(x) == "a"
                     for y in groups["b"]]
     between_vals = [v for v in between_vals if not math.isnan(v)]
     between = float(np.mean(between_vals)) if between_vals else None
@@ -292,8 +280,8 @@ def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None
     runs = _runs(root)
     if not runs:
         raise PlanError(f"{root} holds no evals (evals/<arm>/r<k>/eval.json)")
-    n = len(runs[0]["scores"])
-    if any(len(r["scores"]) != n for r in runs):
+    n = len(runs[0].scores)
+    if any(len(r.scores) != n for r in runs):
         raise PlanError(f"the evals in {root} do not share one question set")
     if effect * n < 0.5:
         raise PlanError(f"--effect {100 * effect:g} pp is {effect * n:.2g} of {n} questions, less than half a "
@@ -313,13 +301,13 @@ def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None
     elif "estimated" in per_repeat["source"] and "launch_s" in per_repeat["source"] and launch_s is None:
         notes.append("launch times are not recorded by this run: estimated from the manifest's timestamps "
                      "(an upper bound); pass --launch-s to plan with the real box's")
-    simulated = any(r["simulated"] for r in runs)
+    simulated = any(bool(r.meta.get("simulated")) for r in runs)
     if simulated and per_repeat is not None and gpus is None and per_repeat["gpu_hours"] == 0:
         notes.append("SIMULATED run: no GPUs were held; pass --gpus and --launch-s for the real box")
     plan = make_plan(effect, n, noise["sigma2"], alpha, power, per_repeat, min_repeats, spending, futility, notes)
     acc = {}
     for arm, roles in (("a", ("a",)), ("b", ("b",))):
-        vals = [float(np.nanmean(r["scores"])) for r in runs if r["role"] in roles and np.isfinite(r["scores"]).any()]
+        vals = [float(np.nanmean(r.scores)) for r in runs if _role(r) in roles and np.isfinite(r.scores).any()]
         acc[arm] = float(np.mean(vals)) if vals else None
     return {**plan, "source": str(root), "simulated": simulated, "accuracy": acc, "noise": noise}
 

@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from harness.config import ArmConfig, CheckConfig
+from harness.results.records import JSONObject
 
 SOURCE_KINDS = ("installed", "pythonpath", "git")
 
@@ -59,7 +60,7 @@ class SourceInfo:
     #: Problems found while resolving with ``strict=False`` (a dry run): e.g. the tree does not exist.
     problems: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return dataclasses.asdict(self)
 
 
@@ -75,7 +76,7 @@ class ResolvedArm:
     pythonpath: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
-    engine_overrides: dict[str, Any] = field(default_factory=dict)
+    engine_overrides: JSONObject = field(default_factory=dict)
     source: SourceInfo = field(default_factory=SourceInfo)
     checks: list[CheckConfig] = field(default_factory=list)
     #: Directory holding ``arms/`` (patches, custom probe files are looked up under it), when known.
@@ -272,7 +273,7 @@ def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Pa
 
 
 def run_probe(arm: ResolvedArm, script: Path, args: Sequence[str], *, env: Mapping[str, str], marker: str,
-              timeout_s: float, what: str, cwd: str | None = None, timeout_hint: str = "") -> dict[str, Any]:
+              timeout_s: float, what: str, cwd: str | None = None, timeout_hint: str = "") -> JSONObject:
     """Run a stdlib probe program by path in the arm's own interpreter and return the JSON it prints after
     ``marker`` (its last such line), or ``{"error": ...}`` saying why there is none."""
     try:
@@ -284,7 +285,7 @@ def run_probe(arm: ResolvedArm, script: Path, args: Sequence[str], *, env: Mappi
         return {"error": f"the {what} timed out after {timeout_s:.0f} s{timeout_hint}"}
     for line in reversed(r.stdout.splitlines()):
         if line.startswith(marker):
-            result: dict[str, Any] = json.loads(line[len(marker):])
+            result: JSONObject = json.loads(line[len(marker):])
             return result
     return {"error": f"the {what} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}"}
 

@@ -22,15 +22,16 @@ from typing import Any
 
 from harness.arms import stack_probe
 from harness.arms.arm import ResolvedArm, run_probe, sha256_file
+from harness.results.records import JSONObject
 
 #: The probe program, run by file path with the arm's interpreter.
 STACK_PROBE = Path(stack_probe.__file__).resolve()
 STACK_PROBE_TIMEOUT_S = 120.0
-_CACHE: dict[str, dict[str, Any]] = {}
+_CACHE: dict[str, JSONObject] = {}
 
 
 def arm_stack(arm: ResolvedArm, env: Mapping[str, Any] | None = None,
-              timeout_s: float = STACK_PROBE_TIMEOUT_S) -> dict[str, Any]:
+              timeout_s: float = STACK_PROBE_TIMEOUT_S) -> JSONObject:
     """The stack probe's report in the arm's interpreter with its env (``env``: the engine's env); cached per
     interpreter and environment for the life of the process."""
     delta = arm.env_delta(env)
@@ -51,11 +52,11 @@ def _read(path: str | Path) -> str | None:
         return None
 
 
-def container(environ: Mapping[str, str] | None = None, root: str | Path = "/") -> dict[str, Any]:
+def container(environ: Mapping[str, str] | None = None, root: str | Path = "/") -> JSONObject:
     """Whether this process runs in a container, and its image (name, id/digest) where that can be known."""
     env = os.environ if environ is None else environ
     root = Path(root)
-    out: dict[str, Any] = {"in_container": False, "runtime": None, "image": None, "digest": None}
+    out: JSONObject = {"in_container": False, "runtime": None, "image": None, "digest": None}
     podman = _read(root / "run" / ".containerenv")
     if podman is not None:
         out.update(in_container=True, runtime="podman")
@@ -91,10 +92,10 @@ def hf_hub_cache(env: Mapping[str, str]) -> Path:
 
 
 def model_revision(model_path: str, env: Mapping[str, str] | None = None,
-                   requested: str | None = None) -> dict[str, Any]:
+                   requested: str | None = None) -> JSONObject:
     """The model's revision as the server will resolve it, from the local disk only (no network)."""
     env = dict(os.environ if env is None else env)
-    out: dict[str, Any] = {"model_path": model_path, "hf_hub_offline": env.get("HF_HUB_OFFLINE") in ("1", "true",
+    out: JSONObject = {"model_path": model_path, "hf_hub_offline": env.get("HF_HUB_OFFLINE") in ("1", "true",
                                                                                                     "True"),
                            "requested_revision": requested, "revision": None}
     if not model_path:
@@ -133,7 +134,7 @@ def _requested_revision(args: list[str]) -> str | None:
     return None
 
 
-def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> dict[str, Any]:
+def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
     """The ``stack`` section of an arm's launch description: its interpreter's stack (the engine's and the
     arm's env applied), the container, the model's revision."""
     env = {str(k): str(v) for k, v in (engine_cfg.get("env") or {}).items()}

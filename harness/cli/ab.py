@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 from harness import exitcodes
 from harness.analysis.gate import FAIL_ON
 from harness.cli.flags import HelpFormatter
-from harness.stats.verdict import HYPOTHESES
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
+from harness.tasks.gsm8k import CANONICAL_TEST_ROWS, RECIPES
 
 ROLES = ("a", "b")
 DEFAULT_NAMES = ("A", "B")
@@ -77,10 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--train-data", default=None, metavar="PATH",
                     help="train JSONL (or hf:openai/gsm8k) for --recipe heldout (default: beside --data)")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--recipe", choices=["sglang", "heldout"], default="sglang",
+    ap.add_argument("--recipe", choices=list(RECIPES), default="sglang",
                     help="sglang: shots are test rows 0..k-1 (SGLang's script); heldout: shots from train")
     ap.add_argument("--num-shots", type=int, metavar="K", default=5, help="few-shot examples in each prompt")
-    ap.add_argument("--num-questions", type=int, default=1319, metavar="N", help="questions per eval (the first N)")
+    ap.add_argument("--num-questions", type=int, default=CANONICAL_TEST_ROWS, metavar="N",
+                    help="questions per eval (the first N)")
     ap.add_argument("--max-new-tokens", type=int, metavar="N", default=512, help="generation length limit")
     ap.add_argument("--parallel", type=int, default=client.parallel, metavar="P", help="requests in flight")
     ap.add_argument("--retries", type=int, metavar="N", default=client.retries,
@@ -97,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--hypothesis", choices=list(HYPOTHESES), default="superiority",
                     help="the question asked (noninferiority and equivalence need --margin)")
     ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
-    ap.add_argument("--max-error-rate", type=float, default=0.02, metavar="FRACTION",
+    ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")
     ap.add_argument("--fail-on", choices=FAIL_ON, default=None,

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.comparison import (
-    DEFAULT_MAX_ERROR_RATE,
     CompareError,
     compare_dirs,
     failure_exit,
@@ -36,6 +35,7 @@ from harness.report.divergence_section import terminal_line
 from harness.results import schema
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
 from harness.util.redact import redact_argv
 
 
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="name of arm B in the outputs (default: the arm its eval.json names, else B)")
     ap.add_argument("--margin", type=float, default=None, metavar="PP",
                     help="equivalence / non-inferiority margin in percentage points")
-    ap.add_argument("--hypothesis", choices=["superiority", "noninferiority", "equivalence"], default="superiority",
+    ap.add_argument("--hypothesis", choices=list(HYPOTHESES), default="superiority",
                     help="the question asked; with --margin a superiority run may still show equivalence; "
                          "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin")
     ap.add_argument("--min-effect", type=float, default=None, metavar="PP",

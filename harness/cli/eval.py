@@ -59,7 +59,8 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
                     help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions")
     ap.add_argument("--out", required=True, metavar="DIR", help="eval directory (rerun the same command to resume)")
-    ap.add_argument("--num-questions", type=int, metavar="N", default=1319, help="evaluate the first N questions")
+    ap.add_argument("--num-questions", type=int, metavar="N", default=gsm8k.CANONICAL_TEST_ROWS,
+                    help="evaluate the first N questions")
     ap.add_argument("--parallel", type=int, metavar="P", default=d["parallel"].default, help="requests in flight")
     ap.add_argument("--data", default=None, metavar="PATH",
                     help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl, or hf:openai/gsm8k through "

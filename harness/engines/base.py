@@ -32,6 +32,7 @@ from harness.engines.process import (
     port_in_use,
     wait_until_ready,
 )
+from harness.results.records import JSONObject
 from harness.serving.wire import Api, for_api
 from harness.util.cmdline import command_line, shell_command
 from harness.util.redact import redact_argv, redact_env
@@ -71,7 +72,7 @@ class LaunchSpec:
         """Multi-line shell form: one ``NAME=value`` per variable, then the command with one flag per line."""
         return shell_command(self.server_argv, self.env_delta, redact)
 
-    def to_dict(self, redact: bool = True) -> dict[str, Any]:
+    def to_dict(self, redact: bool = True) -> JSONObject:
         d = dataclasses.asdict(self)
         d.pop("env")
         if redact:
@@ -172,7 +173,7 @@ class Engine:
     def wait_ready(self, on_status: StatusFn | None = None) -> float:
         raise NotImplementedError
 
-    def stop(self, on_status: StatusFn | None = None) -> dict[str, Any] | None:
+    def stop(self, on_status: StatusFn | None = None) -> JSONObject | None:
         return None
 
     def alive(self) -> str | None:
@@ -190,7 +191,7 @@ class Engine:
         """Ports the server opens besides ``port`` that follow from its flags (checked free before launch)."""
         return []
 
-    def fingerprint(self) -> dict[str, Any] | None:
+    def fingerprint(self) -> JSONObject | None:
         return None
 
     # ------------------------------------------------------------------ HTTP helpers
@@ -240,7 +241,7 @@ class Engine:
             return False, "1-token /v1/completions: no choices in the reply"
         return True, "1-token /v1/completions works"
 
-    def probe(self) -> dict[str, Any]:
+    def probe(self) -> JSONObject:
         """Snapshot of the running server: server info, model info, models, fingerprint."""
         # the current names first; the deprecated ones for older servers
         server_info = self._first_json("/server_info", "/get_server_info")
@@ -366,7 +367,7 @@ class LaunchedEngine(Engine):
                                         status_every_s=max(1.0, min(5.0, 10 * float(self.cfg.poll_interval_s))))
         return self.ready_s
 
-    def stop(self, on_status: StatusFn | None = None) -> dict[str, Any] | None:
+    def stop(self, on_status: StatusFn | None = None) -> JSONObject | None:
         if self.proc is None:
             return None
         return self.proc.stop(float(self.cfg.stop_timeout_s), on_status, host=self.host, port=self.port,
@@ -391,7 +392,7 @@ class LaunchedEngine(Engine):
             return None, 0
         return str(self.proc.log_path), self.proc.log_offset
 
-    def fingerprint(self) -> dict[str, Any] | None:
+    def fingerprint(self) -> JSONObject | None:
         spec = self.launch_spec()
         if not spec.fingerprint_path:
             return None

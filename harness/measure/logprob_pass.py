@@ -63,14 +63,13 @@ from harness.results.token_store import (
     write_not_measured,
 )
 from harness.serving.client import Client, ClientConfig, ScoreReply
-from harness.serving.wire import MalformedResponse, ScoreRequest, TokenScores
+from harness.serving.wire import DEFAULT_TOP_K, MalformedResponse, ScoreRequest, TokenScores
 
 __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_ids",
            "load_references", "score_pass", "score_pass_async", "text_key"]
 
 T = TypeVar("T")
 
-DEFAULT_TOP_K = 20
 #: At most this many of the reference pass's top-k ids are asked of the other passes per question (SGLang).
 DEFAULT_MAX_ASKED_IDS = 32
 #: The reference pass's token ids of every question's prompt and reference: what the other passes send.

@@ -63,12 +63,16 @@ class WrongServer(ServerGone):
     """The URL serves something else than the API asked for (404/405/501 on the API's own endpoint)."""
 
 
+#: Requests in flight by default: SGLang's GSM8K run (``bench_sglang.py --parallel 1319``) sends every question at once.
+DEFAULT_PARALLEL = 1319
+
+
 @dataclass
 class ClientSettings:
     """How the client talks to a server, whichever server it is: the ``client:`` config group's schema."""
 
     #: requests in flight
-    parallel: int = 1319
+    parallel: int = DEFAULT_PARALLEL
     #: whole-request timeout; requests may queue for minutes behind a full batch
     request_timeout_s: float = 3600.0
     #: retries of a request after a timeout, 429, 5xx or a dropped connection

@@ -35,6 +35,10 @@ class Generation:
 
 
 # ---------------------------------------------------------------------------------------- scoring
+#: Alternatives per reference token a scoring pass asks each server for (``divergence.top_k``).
+DEFAULT_TOP_K = 20
+
+
 @dataclass(frozen=True)
 class ScoreRequest:
     """Teacher-forced scoring of ``reference`` after ``prompt``: the server generates nothing new and
@@ -51,7 +55,7 @@ class ScoreRequest:
 
     prompt: str | Sequence[int]
     reference: str | Sequence[int]
-    top_k: int = 20
+    top_k: int = DEFAULT_TOP_K
     prompt_tokens: int | None = None
     token_ids: Sequence[int] | None = None
     texts: bool = True

@@ -31,8 +31,10 @@ import math
 import random
 from functools import lru_cache
 
+from harness.tasks.gsm8k import CANONICAL_TEST_ROWS
+
 DEFAULT_DIFFICULTY_SD = 3.0
-DEFAULT_QUESTIONS = 1319
+DEFAULT_QUESTIONS = CANONICAL_TEST_ROWS
 
 
 def _sigmoid(x: float) -> float:

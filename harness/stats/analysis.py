@@ -38,7 +38,7 @@ from .power import mde_paired_exact, mde_t
 from .repeats import discordance
 from .score import effective_table, score_interval
 from .signflip import SignFlip, signflip_test
-from .verdict import Evidence, Verdict, decide
+from .verdict import DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
 
 SIGNFLIP = "paired sign-flip test over questions (mid-p)"
 LAUNCH_T = "Welch t-test over launches"
@@ -57,6 +57,9 @@ class WithinArmPsi:
     across_launches: float | None
     within_launch: float | None
     pairs: int
+    #: pairs of runs on two launches, and on one
+    across_pairs: int = 0
+    within_pairs: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,8 @@ def within_arm_psi(arm: ArmRuns) -> WithinArmPsi | None:
     return WithinArmPsi(value=float(np.mean(across or within)),
                         source="across launches" if across else "within one launch",
                         across_launches=float(np.mean(across)) if across else None,
-                        within_launch=float(np.mean(within)) if within else None, pairs=len(across) + len(within))
+                        within_launch=float(np.mean(within)) if within else None, pairs=len(across) + len(within),
+                        across_pairs=len(across), within_pairs=len(within))
 
 
 def psi_aa_block(a_cfg: ArmRuns, b: ArmRuns, psi_ab: float, n: int) -> PsiAA:
@@ -276,7 +280,7 @@ def error_block(a: ArmRuns, b: ArmRuns) -> Errors:
 
 def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesis: str = "superiority",
                  alpha: float = 0.05, margin: float | None = None, min_effect: float | None = None,
-                 failures: Sequence[str] = (), max_error_rate: float = 0.02,
+                 failures: Sequence[str] = (), max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
                  compute_mde: bool = True) -> ArmsComparison:
     """Analysis and verdict of B against A, with the error bounds (see the module docstring)."""
     if a.scores.shape[1] != b.scores.shape[1]:

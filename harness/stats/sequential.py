@@ -53,8 +53,9 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
+from .verdict import HYPOTHESES
+
 SPENDING = ("obf", "pocock")
-HYPOTHESES = ("superiority", "noninferiority", "equivalence")
 #: z boundary used when a look spends (almost) nothing: nothing real reaches it
 Z_MAX = 40.0
 _TAIL_SD = 9.0  # an unbounded continuation region is cut this many SDs from the mean

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: share of questions lost to request errors above which an arm is not comparable (stats.max_error_rate)
+DEFAULT_MAX_ERROR_RATE = 0.02
 VERDICTS = ("improved", "regressed", "equivalent", "noninferior", "inconclusive", "not_comparable")
 HYPOTHESES = ("superiority", "noninferiority", "equivalence")
 
@@ -87,7 +89,7 @@ def not_comparable(failures: Sequence[str], error_rate: float, max_error_rate: f
 
 def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = 0.05, margin: float | None = None,
            min_effect: float | None = None, failures: Sequence[str] = (), error_rate: float = 0.0,
-           max_error_rate: float = 0.02) -> Verdict:
+           max_error_rate: float = DEFAULT_MAX_ERROR_RATE) -> Verdict:
     """Verdict of B against A for the question ``hypothesis`` (see the module docstring)."""
     if hypothesis not in HYPOTHESES:
         raise ValueError(f"unknown hypothesis {hypothesis!r} ({' | '.join(HYPOTHESES)})")
@@ -140,7 +142,7 @@ def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = 0.05,
     mde_txt = f"; MDE at 80 % power = {100 * e.mde:.2f} pp" if e.mde is not None and e.mde < 1 else ""
     # Only the p of the claim the question asks is quoted: the superiority test's, or the TOST's, or the
     # one-sided non-inferiority test's.
-    basis = {"superiority": "superiority", "noninferiority": "noninferiority", "equivalence": "equivalence"}[hypothesis]
+    basis = hypothesis
     if basis == "noninferiority":
         assert margin is not None
         why = (f"non-inferiority not shown: Δ = {_pp(e.delta)}, the lower bound of the {ci_txt} is not above "

@@ -248,7 +248,7 @@ def chat_stop_for_model(model_path: str | None) -> str | None:
 @dataclass
 class RecipeConfig:
     name: str = "sglang"
-    num_questions: int = 1319
+    num_questions: int = CANONICAL_TEST_ROWS
     num_shots: int = 5
     max_new_tokens: int = 512
     #: model path reported by the server (``/get_model_info``); picks the chat-template stop string.

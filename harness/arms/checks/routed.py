@@ -32,6 +32,7 @@ from harness.arms.arm import ResolvedArm
 from harness.arms.checks.result import CheckResult, check_name
 from harness.config import CheckConfig
 from harness.engines.base import Engine
+from harness.results.records import JSONObject
 
 #: Rows shown in the evidence.
 _SHOW = 4
@@ -62,7 +63,7 @@ def decode_routed_experts(value: Any) -> list[int]:
     raise ValueError(f"routed_experts must be a base64 string or a list, not {type(value).__name__}")
 
 
-def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, dict[str, Any]]:
+def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
     """(passed, found, evidence) for the flat ``ids`` under check ``c`` (see the module docstring)."""
     k, n = int(c.top_k), int(c.num_experts)
     if not ids:
@@ -77,7 +78,7 @@ def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, dict[str, Any]
     for m in in_range:
         counts[m] = counts.get(m, 0) + 1
     marker_ids = sorted({x for o in outside for x in o})
-    ev: dict[str, Any] = {"rows": len(rows), "routed_rows": len(routed), "skipped_rows": len(rows) - len(routed),
+    ev: JSONObject = {"rows": len(rows), "routed_rows": len(routed), "skipped_rows": len(rows) - len(routed),
                           "in_range_per_row": {str(m): v for m, v in sorted(counts.items())},
                           "rows_with_out_of_range": sum(bool(o) for o in outside),
                           "out_of_range_ids": marker_ids[:16], "first_rows": routed[:_SHOW]}
@@ -122,7 +123,7 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
     if not engine.wire.native_sglang:
         return CheckResult(name, c.kind, False, expected, f"the {engine.api} API cannot return routed experts "
                            "here (needs SGLang's native /generate)", {}, arm.key, what)
-    body: dict[str, Any] = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens), "temperature": 0.0},
+    body: JSONObject = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens), "temperature": 0.0},
             "return_routed_experts": True}
     url = engine.url + "/generate"
     try:
@@ -131,7 +132,7 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
         reply = r.json()
     except (requests.RequestException, ValueError) as e:
         return CheckResult(name, c.kind, False, expected, f"POST {url} failed: {e}", {"url": url}, arm.key, what)
-    ev: dict[str, Any] = {"url": url, "status": status, "prompt": c.prompt}
+    ev: JSONObject = {"url": url, "status": status, "prompt": c.prompt}
     if status != 200:
         return CheckResult(name, c.kind, False, expected, f"HTTP {status}: {str(reply)[:300]}", ev, arm.key, what)
     reply0 = reply[0] if isinstance(reply, list) and reply else reply
