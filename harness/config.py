@@ -359,7 +359,7 @@ if not OmegaConf.has_resolver("abh_safe_dirname"):
 
 
 # ------------------------------------------------------------------------------------------ checks
-#: Side check kinds (harness/arms/checks/): ``source`` needs no server, the others run against it.
+#: Side check kinds (harness/checks/): ``source`` needs no server, the others run against it.
 CHECK_KINDS = ("source", "fingerprint", "http", "custom", "process_env", "log_line", "routed_experts")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 

@@ -23,9 +23,9 @@ def test_layering():
     assert not {m for m in graph["harness.arms.arm"] if m.startswith("harness.engines")}
     assert "harness.arms.arm" in graph["harness.engines.base"]
     # the files run by path in an arm's own interpreter use the standard library only
-    assert graph["harness.arms.checks.source_probe"] == set() and graph["harness.engines.launcher"] == set()
+    assert graph["harness.checks.source_probe"] == set() and graph["harness.engines.launcher"] == set()
     # one owner each: dotted-key matching and command formatting
-    assert "harness.util.keys" in graph["harness.arms.armdiff"] and "harness.util.keys" in graph["harness.orchestrate.rundir"]
+    assert "harness.util.keys" in graph["harness.checks.armdiff"] and "harness.util.keys" in graph["harness.orchestrate.rundir"]
     assert "harness.util.cmdline" in graph["harness.engines.base"] and "harness.util.cmdline" in graph["harness.report.data"]
 
 
@@ -57,7 +57,7 @@ def test_the_ground_floor_holds_at_most_six_modules():
     ground = sorted(p.name for p in HARNESS.glob("*.py"))
     assert len(ground) <= 6, ground
     folders = sorted(p.name for p in HARNESS.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert {"cli", "arms", "serving", "measure", "results", "analysis", "orchestrate", "stats", "util"} <= set(folders)
+    assert {"cli", "arms", "checks", "serving", "measure", "results", "analysis", "orchestrate", "stats", "util"} <= set(folders)
 
 
 def test_no_two_modules_share_a_file_stem():

@@ -10,7 +10,7 @@ import pytest
 from helpers.arms import MARKER, TOPK_BASE, TOPK_FIX, git, make_tree, pp_arm, source_check
 
 from harness.arms.arm import ArmError, ResolvedArm, find_arm_file, resolve_arm
-from harness.arms.checks.static import run_static_checks
+from harness.checks.static import run_static_checks
 from harness.config import CheckConfig, SGLangEngineConfig
 from harness.engines import create_engine
 

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 import harness.config as hc
 from harness.arms.arm import ResolvedArm, resolve_arm
-from harness.arms.armdiff import arm_diff, describe_launch, disallowed, parse_flags
+from harness.checks.armdiff import arm_diff, describe_launch, disallowed, parse_flags
 from harness.config import SGLangEngineConfig
 from harness.engines import create_engine
 from harness.util.keys import flatten, matches

@@ -12,11 +12,11 @@ from conftest import TEST_JSONL
 from helpers.arms import MARKER, TOPK_BASE, TOPK_FIX, make_tree, pp_arm, source_check
 
 from harness.arms.arm import ResolvedArm, resolve_arm
-from harness.arms.checks import source_probe
-from harness.arms.checks.live import run_live_checks
-from harness.arms.checks.match import MISSING, compare, lookup
-from harness.arms.checks.result import CheckResult, SideAssertionError, assert_checks
-from harness.arms.checks.static import SOURCE_PROBE, run_static_checks
+from harness.checks import source_probe
+from harness.checks.live import run_live_checks
+from harness.checks.match import MISSING, compare, lookup
+from harness.checks.result import CheckResult, SideAssertionError, assert_checks
+from harness.checks.static import SOURCE_PROBE, run_static_checks
 from harness.config import CheckConfig, SimulatedEngineConfig
 from harness.engines import create_engine
 

@@ -15,9 +15,10 @@ from helpers.docs import doc
 from helpers.rundirs import build_run_dir
 
 from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost, sum_costs
-from harness.analysis.sweep import format_sweep, summarize_sweep
+from harness.analysis.sweep import summarize_sweep
 from harness.report import write_markdown, write_report, write_sweep_report
 from harness.report.cost_section import cost_line, cost_rows, hms, look_rows, sequential_line
+from harness.report.sweep_text import format_sweep
 from harness.report.words import verdict_sentence
 from harness.results import schema
 from harness.results.schema import Cost, SequentialRecord

@@ -270,8 +270,9 @@ def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
 
 # ------------------------------------------------------------------------------------------ sweeps
 def test_a_sweep_shows_the_kld_column(tmp_path):
-    from harness.analysis.sweep import format_sweep, summarize_sweep
+    from harness.analysis.sweep import summarize_sweep
     from harness.report import write_sweep_report
+    from harness.report.sweep_text import format_sweep
     from harness.results.schema import write_comparison
 
     def comparison(div: dict | None) -> Comparison:

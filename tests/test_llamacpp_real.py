@@ -10,7 +10,7 @@ from conftest import TEST_JSONL, pid_alive
 from helpers.llamacpp import needs_llamacpp, not_portable_instructions
 
 from harness.arms.arm import ResolvedArm
-from harness.arms.checks.live import run_live_checks
+from harness.checks.live import run_live_checks
 from harness.config import CheckConfig, LlamaCppEngineConfig
 from harness.engines import create_engine
 from harness.engines.llamacpp import REBUILD_COMMAND

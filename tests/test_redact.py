@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.sweep import redact_multirun_yaml
+from harness.cli.run import redact_multirun_yaml
 from harness.util.redact import (
     REDACTED,
     Redactor,

@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 
 import harness.engines.base as engine_base
 from harness.arms.arm import ResolvedArm, find_arm_file
-from harness.arms.checks.live import load_callable, run_live_checks
-from harness.arms.checks.result import SideAssertionError, assert_checks
-from harness.arms.checks.routed import decode_routed_experts, judge
+from harness.checks.live import load_callable, run_live_checks
+from harness.checks.result import SideAssertionError, assert_checks
+from harness.checks.routed import decode_routed_experts, judge
 from harness.config import CheckConfig, SGLangEngineConfig
 from harness.engines import EngineError, PortInUseError, create_engine
 from harness.engines.sglang import COLD_START_HINT, derived_ports

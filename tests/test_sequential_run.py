@@ -176,7 +176,7 @@ def _cfg(*overrides: str):
     (["experiment.sequential=true", "experiment.max_repeats=1"], "max_repeats=1 is below experiment.min_repeats=2"),
     (["experiment.sequential=true", "experiment.max_repeats=4", "experiment.min_repeats=0"], "min_repeats must be >= 1"),
     (["experiment.max_repeats=4"], "only used with experiment.sequential=true"),
-    (["experiment.sequential=true", "experiment.max_repeats=4", "stats.spending=linear"], "stats.spending must be obf or pocock"),
+    (["experiment.sequential=true", "experiment.max_repeats=4", "stats.spending=linear"], "stats.spending must be one of obf, pocock"),
     (["engine.gpus=-1"], "engine.gpus must be >= 0"),
     (["+arms.a.engine.gpus=two"], "arms.a.engine.gpus must be an integer"),
 ])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.arms import stack, stack_probe
 from harness.arms.arm import ResolvedArm
-from harness.arms.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
+from harness.checks.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
 from harness.config import SGLangEngineConfig, SimulatedEngineConfig
 from harness.engines import create_engine
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers.docs import comparison, doc
 
-from harness.analysis.sweep import format_sweep, summarize_sweep, swept_labels
+from harness.analysis.sweep import summarize_sweep, swept_labels
+from harness.report.sweep_text import format_sweep
 from harness.results.schema import Comparison, write_comparison
 
 

@@ -6,18 +6,10 @@ Registered as a Hydra callback in configs/config.yaml; also usable on its own ov
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-
-from harness.analysis.cost import cost_from_manifest, format_cost, sum_costs
-from harness.report.divergence_section import kld_cell
-from harness.report.words import p_bound
+from harness.analysis.cost import cost_from_manifest, sum_costs
 from harness.results import schema
 from harness.results.records import RecordError
 from harness.results.schema import Cost, SweepRow, SweepSummary
@@ -130,71 +122,7 @@ def swept_labels(jobs: list[str]) -> list[str]:
     return [",".join(x for x in p if x not in common) or j for p, j in zip(parts, jobs, strict=True)]
 
 
-def format_sweep(s: SweepSummary) -> str:
-    lines = []
-    if s.simulated:
-        lines.append("*** SIMULATED sweep ***")
-    if s.experiment:
-        lines.append(f"sweep of {s.experiment}")
-    labels = [r.label or r.job for r in s.comparisons]
-    width = max([10, *(len(x) for x in labels)])
-    kld = any(r.divergence for r in s.comparisons)
-    lines.append(f"{'comparison':<{width}} {'delta':>9} {'CI (1 - α)':>20} {'p':>8} {'p_adj':>8}"
-                 + (f" {'KLD (A/A)':>20}" if kld else "") + "  verdict")
-    for label, r in zip(labels, s.comparisons, strict=True):
-        ci_s = f"[{100 * r.delta_ci[0]:+.2f}, {100 * r.delta_ci[1]:+.2f}]" if r.delta_ci else ""
-        d = f"{100 * r.delta:+.2f}pp" if r.delta is not None else "n/a"
-        p = p_bound(r.p, r.p_value_floor)
-        p_adj = p_bound(r.p_adjusted, r.p_value_floor, raw=r.p)
-        v = r.verdict + (f" (unadjusted: {r.verdict_unadjusted})"
-                         if (r.verdict_unadjusted or r.verdict) != r.verdict else "")
-        k = f" {kld_cell(r):>20}" if kld else ""
-        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}{k}  {v}")
-    lines.append(f"(p adjusted across {len(s.comparisons)} comparisons by {s.correction})")
-    if kld:
-        lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor)")
-    if s.cost:
-        lines.append(f"cost of the sweep ({len(s.comparisons)} jobs):")
-        lines.append(format_cost(s.cost))
-    if s.missing:
-        lines.append(f"{len(s.missing)} job(s) produced no comparison (failed or interrupted; counted with "
-                     f"p = 1): {', '.join(s.missing)}. Rerun the sweep to resume them.")
-    return "\n".join(lines)
 
 
-def redact_multirun_yaml(sweep_dir: Path, argv: Sequence[str] | None = None) -> None:
-    """Hydra writes its record of the sweep (``multirun.yaml``: the overrides, each sweep's every value, and the
-    config) unredacted: redact it in place, by name and the secret values on the command line (``argv``;
-    default ``sys.argv[1:]``, what Hydra parsed)."""
-    from harness.results.fileio import atomic_write_text
-    from harness.util.redact import Redactor, secret_values
-
-    path = Path(sweep_dir) / "multirun.yaml"
-    if path.exists():
-        text = path.read_text()
-        clean = Redactor(secret_values(sys.argv[1:] if argv is None else argv)).text(text)
-        if clean != text:
-            atomic_write_text(path, clean)
 
 
-class SweepCallback(Callback):
-    """Hydra callback: at the end of a multirun, write sweep_summary.json (+ report) and print the table."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        if not sweep_dir.exists():
-            return
-        redact_multirun_yaml(sweep_dir)
-        try:
-            s = summarize_sweep(sweep_dir, str(config.stats.correction))
-        except schema.SchemaError as e:
-            print(f"abh: sweep summary not written: {e}", file=sys.stderr, flush=True)
-            return
-        print(format_sweep(s), file=sys.stdout, flush=True)
-        if config.get("report", True):
-            try:
-                from harness.report import write_sweep_report
-
-                write_sweep_report(sweep_dir)
-            except ImportError:
-                pass

@@ -8,7 +8,7 @@
   container: ``docker inspect --format '{{.Image}}' NAME`` gives the digest on the host);
 * :func:`model_revision`: the model's revision: the Hugging Face cache's ``refs/<revision>`` for a hub id, or
   the local path (and its snapshot name when it is one) for a directory, with ``HF_HUB_OFFLINE``;
-* :func:`describe`: all three for one arm's launch (a section of :func:`harness.arms.armdiff.describe_launch`).
+* :func:`describe`: all three for one arm's launch (a section of :func:`harness.checks.armdiff.describe_launch`).
 """
 
 from __future__ import annotations

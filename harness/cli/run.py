@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness import exitcodes
-from harness.analysis.sweep import redact_multirun_yaml
+from harness.analysis.sweep import summarize_sweep
 from harness.config import CONFIG_DIR, arms_root
 from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
+from harness.report.sweep_text import format_sweep
+from harness.results import schema
 from harness.util.redact_stdio import redacted_stdio
 
 
@@ -171,3 +174,41 @@ def main(argv: list[str]) -> int:
     finally:
         sys.argv = saved
     return exitcodes.OK
+
+
+def redact_multirun_yaml(sweep_dir: Path, argv: Sequence[str] | None = None) -> None:
+    """Hydra writes its record of the sweep (``multirun.yaml``: the overrides, each sweep's every value, and the
+    config) unredacted: redact it in place, by name and the secret values on the command line (``argv``;
+    default ``sys.argv[1:]``, what Hydra parsed)."""
+    from harness.results.fileio import atomic_write_text
+    from harness.util.redact import Redactor, secret_values
+
+    path = Path(sweep_dir) / "multirun.yaml"
+    if path.exists():
+        text = path.read_text()
+        clean = Redactor(secret_values(sys.argv[1:] if argv is None else argv)).text(text)
+        if clean != text:
+            atomic_write_text(path, clean)
+
+
+class SweepCallback(Callback):
+    """Hydra callback: at the end of a multirun, write sweep_summary.json (+ report) and print the table."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.exists():
+            return
+        redact_multirun_yaml(sweep_dir)
+        try:
+            s = summarize_sweep(sweep_dir, str(config.stats.correction))
+        except schema.SchemaError as e:
+            print(f"abh: sweep summary not written: {e}", file=sys.stderr, flush=True)
+            return
+        print(format_sweep(s), file=sys.stdout, flush=True)
+        if config.get("report", True):
+            try:
+                from harness.report import write_sweep_report
+
+                write_sweep_report(sweep_dir)
+            except ImportError:
+                pass

@@ -103,7 +103,7 @@ class Engine:
     #: description (:mod:`harness.arms.stack`): the GPU engines.
     stack_probe: ClassVar[bool] = False
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff
-    #: ignores them (shown under ``harness`` in :func:`harness.arms.armdiff.describe_launch`).
+    #: ignores them (shown under ``harness`` in :func:`harness.checks.armdiff.describe_launch`).
     diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s", "gpus",
                                               "release_timeout_s")
 

@@ -34,9 +34,9 @@ from harness.analysis.divergence import compute_divergence
 from harness.analysis.gate import comparison_exit, exit_reason
 from harness.arms import sourcediff
 from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
-from harness.arms.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
-from harness.arms.checks.result import CheckResult, SideAssertionError, assert_checks
-from harness.arms.checks.static import run_static_checks
+from harness.checks.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
+from harness.checks.result import CheckResult, SideAssertionError, assert_checks
+from harness.checks.static import run_static_checks
 from harness.config import ConfigError, arms_root, client_settings, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_eval_async

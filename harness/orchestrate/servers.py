@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.arms.arm import ResolvedArm
-from harness.arms.checks.live import run_live_checks
-from harness.arms.checks.result import assert_checks
+from harness.checks.live import run_live_checks
+from harness.checks.result import assert_checks
 from harness.engines import Engine
 from harness.orchestrate.interrupts import Interrupts
 from harness.orchestrate.rundir import Manifest
@@ -67,7 +67,7 @@ class ServerPool:
 
     def launch(self, key: str, role: str, label: str = "") -> Launch:
         """Start arm ``key``'s server, wait until it serves, record its probe and assert its side live
-        (:class:`~harness.arms.checks.result.SideAssertionError` when a live check fails)."""
+        (:class:`~harness.checks.result.SideAssertionError` when a live check fails)."""
         engine = self.engines[key]
         launch = Launch(engine.launch_identity() or self.manifest.next_launch_id(key), key, engine)
         self.say(f"{label + ' ' if label else ''}launching arm {key} ({engine.kind}), launch {launch.id}")

@@ -1,7 +1,7 @@
 """Dotted keys: a nested tree as ``{"a.b.c": leaf}``, and whether a key falls under a list of dotted prefixes.
 
 Used wherever the harness compares or filters trees by key: the arm diff and its allowed differences
-(:mod:`harness.arms.armdiff`), and the config digest that decides whether a rerun may resume.
+(:mod:`harness.checks.armdiff`), and the config digest that decides whether a rerun may resume.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.arms.arm import ResolvedArm, run_probe
-from harness.arms.checks import source_probe
-from harness.arms.checks.result import CheckResult, check_name, short
+from harness.checks import source_probe
+from harness.checks.result import CheckResult, check_name, short
 from harness.config import CheckConfig
 from harness.engines.base import LAUNCHER
 

@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 
 from harness.arms.arm import ResolvedArm
-from harness.arms.checks.match import MISSING, compare, shown
-from harness.arms.checks.result import CheckResult, check_name, short
+from harness.checks.match import MISSING, compare, shown
+from harness.checks.result import CheckResult, check_name, short
 from harness.config import CheckConfig
 from harness.engines.base import Engine
 

@@ -1,5 +1,5 @@
 """Source probe, run BY FILE PATH in an arm's own interpreter (stdlib only: the harness need not be installed
-there) by :func:`harness.arms.checks.static.probe_source`::
+there) by :func:`harness.checks.static.probe_source`::
 
     python source_probe.py '{"module": "sglang.srt.layers.moe.topk", "object": "select_experts",
                              "launcher": "/path/to/harness/engines/launcher.py"}'

@@ -1,7 +1,7 @@
 """Side checks against the running server: ``fingerprint`` (a dotted key of the launcher's fingerprint of the
 serving process), ``http`` (a dotted key of a GET endpoint's JSON), ``custom`` (a function called with the
-server URL), and those of :mod:`harness.arms.checks.serving` (``process_env``, ``log_line``: the serving processes'
-environment and log) and :mod:`harness.arms.checks.routed` (``routed_experts``: what the MoE gate picks)."""
+server URL), and those of :mod:`harness.checks.processes` (``process_env``, ``log_line``: the serving processes'
+environment and log) and :mod:`harness.checks.routed` (``routed_experts``: what the MoE gate picks)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 import requests
 
 from harness.arms.arm import ArmError, ResolvedArm, find_arm_file
-from harness.arms.checks.match import MISSING, compare, lookup, shown
-from harness.arms.checks.result import CheckResult, check_name
-from harness.arms.checks.routed import routed_experts_check
-from harness.arms.checks.serving import log_line_check, process_env_check
+from harness.checks.match import MISSING, compare, lookup, shown
+from harness.checks.processes import log_line_check, process_env_check
+from harness.checks.result import CheckResult, check_name
+from harness.checks.routed import routed_experts_check
 from harness.config import CheckConfig
 from harness.engines.base import Engine
 

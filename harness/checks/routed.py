@@ -29,7 +29,7 @@ from typing import Any
 import requests
 
 from harness.arms.arm import ResolvedArm
-from harness.arms.checks.result import CheckResult, check_name
+from harness.checks.result import CheckResult, check_name
 from harness.config import CheckConfig
 from harness.engines.base import Engine
 from harness.results.records import JSONObject

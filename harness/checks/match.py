@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from harness.arms.checks.result import short
+from harness.checks.result import short
 from harness.config import CheckConfig
 
 
