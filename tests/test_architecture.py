@@ -156,3 +156,33 @@ def test_results_are_typed_records_with_one_serialisation():
     text = (HARNESS / "results" / "schema.py").read_text(encoding="utf-8")
     assert "typeddict-item" not in "".join(p.read_text(encoding="utf-8") for p in _modules())
     assert text.count("def dump_record(") == 1 and "def to_doc(" in (HARNESS / "results" / "records.py").read_text()
+
+
+def test_the_readme_draws_the_import_graph_as_it_is():
+    import re
+    from functools import cache
+
+    graph = import_graph(HARNESS)
+
+    def room(m: str) -> str:
+        parts = m.split(".")
+        return "harness" if len(parts) == 1 else parts[1]
+
+    edges: dict[str, set[str]] = {}
+    for a, bs in graph.items():
+        for b in bs:
+            if room(a) != room(b) and room(b) != "harness":
+                edges.setdefault(room(a), set()).add(room(b))
+
+    @cache
+    def floor(r: str) -> int:
+        return 1 + max((floor(x) for x in edges.get(r, ())), default=0)
+
+    rooms = {room(m) for m in graph} - {"harness"}
+    readme = (HARNESS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Architecture"):readme.index("## Layout")]
+    drawn: dict[str, int] = {}
+    for f, cell in re.findall(r"^\| (\d+) \| ([^|]+) \|", section, re.M):
+        for name in re.findall(r"`([\w.]+?)(?:/|\.py)?`", cell):
+            drawn[name] = int(f)
+    assert drawn == {r: floor(r) for r in rooms}
