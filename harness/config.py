@@ -275,6 +275,9 @@ class DivergenceConfig:
     top_k: int = DEFAULT_TOP_K
     #: Whose greedy texts (repeat 1) are the reference: ``a`` or ``b``.
     reference: str = "a"
+    #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
+    #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
+    off_reason: str = ""
 
 
 @dataclass
@@ -313,6 +316,9 @@ class ExperimentConfig:
     max_repeats: int | None = None
     #: Sequential runs: the first look is after this many repeats.
     min_repeats: int = 2
+    #: The arm whose launch serves the divergence's A/A floor pass; empty: a fresh launch of the reference arm
+    #: (``abh ab --aa URL``: a second server of arm A, an arm of its own).
+    aa_arm: str = ""
 
 
 @dataclass
@@ -499,6 +505,9 @@ def validate(cfg: Any) -> None:
             if unknown:
                 problems.append(f"arms.{key}.engine has keys the {e.kind} engine does not know: "
                                 f"{', '.join(sorted(unknown))}")
+    aa_arm = cfg.experiment.get("aa_arm") or ""
+    if aa_arm and aa_arm not in cfg.arms:
+        problems.append(f"experiment.aa_arm {aa_arm!r} is not an arm (arms: {', '.join(map(str, cfg.arms))})")
     t = cfg.task
     if t.recipe not in RECIPES:
         problems.append(f"task.recipe must be one of {', '.join(RECIPES)}, not {t.recipe!r}")

@@ -52,7 +52,8 @@ def test_run_cost_per_arm_and_total() -> None:
     c = doc(C.run_cost(launches, evals))
     assert set(c) == {"a", "b", "total", "estimated"}  # the A/A evals ran on A's servers: counted in a
     assert c["a"] == {"launches": 2, "evals": 3, "launch_s": 3700.0, "eval_s": 870.0, "server_s": 4900.0,
-                      "gpus": 8, "gpu_hours": pytest.approx(4900 * 8 / 3600)}
+                      "gpus": 8, "gpu_hours": pytest.approx(4900 * 8 / 3600), "scoring_passes": 0, "scoring_s": 0.0,
+                      "scoring_gpu_hours": 0.0}
     assert c["total"]["gpu_hours"] == pytest.approx((2400 + 2300 + 2500) * 8 / 3600)
     assert c["total"]["launches"] == 3 and c["total"]["evals"] == 4 and c["total"]["gpus"] == 8
     for k in C.FIELDS:
@@ -104,3 +105,24 @@ def test_cost_from_manifest_recorded_and_estimated(tmp_path: Path) -> None:
     assert c["a"]["launch_s"] == 30 and c["a"]["eval_s"] == 8.5 and c["a"]["server_s"] == 38.5
     assert c["a"]["gpu_hours"] == pytest.approx(38.5 * 2 / 3600)
     assert c["b"]["launch_s"] == 1 and c["b"]["eval_s"] == 9 and c["b"]["gpus"] == 0
+
+
+def test_scoring_passes_are_counted_apart_on_the_launches_they_ran_on() -> None:
+    """A scoring pass runs on a launch an eval holds: it adds no launch, and its time and GPU-hours are shown
+    apart (part of the role's server time, not added to it)."""
+    launches = [C.LaunchRecord("a", 100, 700, 8), C.LaunchRecord("b", 100, 700, 8), C.LaunchRecord("aa", 100, 500, 8)]
+    evals = [C.EvalRecord("a", 200), C.EvalRecord("b", 200), C.EvalRecord("aa", 200)]
+    scoring = [C.ScoringRecord("a", 90, 8), C.ScoringRecord("b", 120, 8), C.ScoringRecord("aa", 60, 8)]
+    c = C.run_cost(launches, evals, scoring=scoring)
+    assert c.total.launches == 3 and c.total.scoring_passes == 3 and c.total.scoring_s == 270
+    assert c.a.scoring_gpu_hours == pytest.approx(90 * 8 / 3600) and c.aa is not None and c.aa.scoring_passes == 1
+    assert c.total.gpu_hours == pytest.approx((700 + 700 + 500) * 8 / 3600)  # server time already holds them
+    assert "3 scoring pass(es)" in C.format_cost(c) and "of them scoring" in C.format_cost(c)
+    manifest = {"config": {"engine": {"kind": "simulated"}}, "sessions": [{"started": 0.0}],
+                "arms": {"a": {"launches": [{"id": "a-1", "role": "a", "spawned": 0, "ready": 10, "stopped": 100,
+                                             "gpus": 2}]}},
+                "evals": {"evals/a/r1": {"role": "a", "launches": ["a-1"], "status": "complete",
+                                         "summary": {"latency_s": 30.0}}},
+                "scoring": {"evals/a/r1": {"pass": "ref", "arm": "a", "launch": "a-1", "wall_s": 20.0}}}
+    m = C.cost_from_manifest(manifest)
+    assert m.a.scoring_passes == 1 and m.a.scoring_s == 20.0 and m.a.scoring_gpu_hours == pytest.approx(20 * 2 / 3600)

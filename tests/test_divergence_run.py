@@ -297,3 +297,26 @@ def test_a_sweep_shows_the_kld_column(tmp_path):
     assert "not measured" in text and "n/a" in text
     html = write_sweep_report(tmp_path).read_text()
     assert "KLD A‖B (A/A)" in html and "0.023 (0.00033) *" in html
+
+
+def test_the_scoring_passes_take_no_launch_of_their_own_and_the_design_says_so(tmp_path, capsys):
+    """One server at a time, a restart per repeat (the seed's design): the passes ride on the evals' launches, the
+    floor on the A/A control's first; the run makes exactly the launches the design printed (in this process)."""
+    run_dir = tmp_path / "restart"
+    code = abh_run_here(f"hydra.run.dir={run_dir}", *RUN, "experiment.restart_per_repeat=true",
+                        "experiment.concurrent_servers=false", "experiment.repeats=2", "experiment.aa_control=true",
+                        "report=false")
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    m = read_json(run_dir / "manifest.json")
+    made = [x["id"] for arm in m["arms"].values() for x in arm["launches"]]
+    assert len(made) == m["planned_design"]["launches"] == 6  # A 2 + B 2 + A/A 2: no launch for a pass
+    assert m["planned_design"]["scoring"] == {"passes": 3, "own_launches": 0, "floor_server": False}
+    assert "design: 2 repeat(s) per arm, one server at a time: 6 server launch(es), scoring passes included" in err
+    assert "scoring: 3 pass(es) for the divergence" in err and "no launch of their own" in err
+    sc = m["scoring"]
+    served = {rel: ev["launches"][0] for rel, ev in m["evals"].items()}
+    assert sc["evals/a/r1"]["launch"] == served["evals/a/r1"] and sc["evals/b/r1"]["launch"] == served["evals/b/r1"]
+    assert sc["evals/aa/r1"]["launch"] == served["evals/aa/r1"] != served["evals/a/r1"]
+    cost = read_json(run_dir / "summary.json")["cost"]
+    assert cost["total"]["launches"] == 6 and cost["total"]["scoring_passes"] == 3 and cost["total"]["scoring_s"] > 0

@@ -190,3 +190,53 @@ def test_a_signal_during_a_coroutine_cancels_it_and_comes_out_as_interrupted() -
     with Interrupts() as it, pytest.raises(Interrupted) as raised:
         it.run_async(slow())
     assert raised.value.exit_code == 130 and cleaned == [True]
+
+
+# ------------------------------------------------------------------------------------------ scoring in the schedule
+def _placed(items, reference="a", aa_key=None):
+    from harness.orchestrate.design import plan_launches
+    from harness.orchestrate.schedule import with_scoring
+
+    full = with_scoring(items, reference, {"a": "a", "b": "b"}, aa_key)
+    return full, plan_launches(full, concurrent=False), plan_launches(items, concurrent=False)
+
+
+@pytest.mark.parametrize("design", [
+    {"repeats": 2, "order": "interleaved", "aa_control": True},                              # the demo
+    {"repeats": 3, "order": "interleaved", "aa_control": True, "restart_per_repeat": True},  # the seed
+    {"repeats": 2, "order": "interleaved", "aa_control": False, "restart_per_repeat": True},
+    {"repeats": 2, "order": "blocked", "aa_control": True},
+])
+def test_scoring_passes_ride_on_the_evals_launches(design):
+    items = schedule("a", "b", design.pop("repeats"), design.pop("order"), design.pop("aa_control"), **design)
+    full, with_passes, without = _placed(items)
+    assert [it.scoring for it in full if it.scoring] == ["ref", "ab", "aa"]
+    assert len(with_passes) == len(without)  # zero extra launches
+    # the floor never runs on the reference pass's launch
+    ref_launch = next(lc for lc in with_passes if lc.key == "a" and lc.scoring and "a" in lc.roles)
+    floor = full.index(next(it for it in full if it.scoring == "aa"))
+    floor_launch = [lc for lc in with_passes if lc.key == "a"]
+    assert sum(lc.scoring for lc in floor_launch) == 2 and ref_launch.scoring == 1
+    assert full[floor - 1].fresh  # right after an eval on a fresh launch
+
+
+def test_a_design_without_a_later_fresh_launch_gets_one_for_the_floor_and_says_so():
+    from harness.orchestrate.design import describe, format_design
+
+    items = schedule("a", "b", 2, "interleaved", aa_control=False)
+    full, with_passes, without = _placed(items)
+    assert len(with_passes) == len(without) + 1 and full[-1].scoring == "aa" and full[-1].fresh
+    d = describe(full, concurrent=False, gpus={"a": 8, "b": 8, "aa": 8})
+    assert d["scoring"] == {"passes": 3, "own_launches": 1, "floor_server": False}
+    text = "\n".join(format_design(d, 2, False))
+    assert f"{len(with_passes)} server launch(es), scoring passes included" in text
+    assert "1 launch(es) of their own for the floor" in text
+    # a second server given for the floor (abh ab --aa): it serves the floor, no fresh launch of A is needed
+    full, with_passes, _ = _placed(items, aa_key="a2")
+    assert full[-1].arm_key == "a2" and full[-1].scoring == "aa"
+
+
+def test_with_reference_b_in_blocked_order_the_compared_pass_waits_for_the_reference():
+    full, _, _ = _placed(schedule("a", "b", 2, "blocked", False), reference="b")
+    passes = [(it.scoring, it.arm_key, it.rel_dir) for it in full if it.scoring]
+    assert passes == [("ref", "b", "evals/b/r1"), ("ab", "a", "evals/a/r1"), ("aa", "b", "evals/bb/r1")]

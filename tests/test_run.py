@@ -153,20 +153,22 @@ def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
     for rel, ids in served.items():
         assert read_json(run_dir / rel / "eval.json")["launch"] == ids[0], rel
     launches = {x["id"]: x for arm in manifest["arms"].values() for x in arm["launches"]}
-    # the divergence's scoring passes: A's reference pass on A's live launch (a-3), B's on b-1, and the A/A
-    # floor on a fresh launch of A (a-4), which serves no accuracy eval
+    # the divergence's scoring passes ride on the evals' launches: A's reference pass on A's repeat-1 launch (a-1),
+    # B's on b-1, and the A/A floor on the A/A control's first (fresh) launch (a-2): no launch of their own
     assert {rel: x["launch"] for rel, x in manifest["scoring"].items()} == {
-        "evals/a/r1": "a-3", "evals/b/r1": "b-1", "evals/aa/r1": "a-4"}
-    assert set(launches) == {"a-1", "a-2", "a-3", "a-4", "b-1"}
-    assert len({x["probe"]["pid"] for x in launches.values()}) == 5  # five server processes
+        "evals/a/r1": "a-1", "evals/b/r1": "b-1", "evals/aa/r1": "a-2"}
+    assert set(launches) == {"a-1", "a-2", "a-3", "b-1"}
+    assert len({x["probe"]["pid"] for x in launches.values()}) == 4  # four server processes, as designed
     assert all(x["stop"]["how"] == "SIGTERM" for x in launches.values())
     assert summary["design"] == {"launches": {"a": 1, "b": 1, "aa": 2}, "passes_per_launch": {"a": 2, "b": 2, "aa": 1},
                                  "concurrent_servers": True, "restart_per_repeat": False, "aa_fresh_launch": True,
                                  "order": "interleaved"}
-    assert [x["role"] for x in (launches["a-1"], launches["a-2"], launches["b-1"], launches["a-4"])] == [
+    assert [x["role"] for x in (launches["a-1"], launches["a-2"], launches["b-1"], launches["a-3"])] == [
         "a", "aa", "b", "aa"]
     cost = cost_from_manifest(manifest, run_dir)  # every launch's spawn, ready and stop times are recorded
-    assert cost.estimated == [] and cost.total.launches == 5
+    assert cost.estimated == [] and cost.total.launches == 4
+    planned = manifest["planned_design"]
+    assert planned["launches"] == 4 and planned["scoring"]["passes"] == 3 and planned["scoring"]["own_launches"] == 0
 
 
 def test_demo_asserts_both_arms_live_before_the_first_question(demo100: Demo) -> None:

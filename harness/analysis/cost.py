@@ -132,29 +132,43 @@ class EvalRecord:
     eval_s: float
 
 
-def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord]) -> CostBlock:
-    """Cost of one arm: sums over its launches and evals (see the module docstring)."""
-    ls, es = list(launches), list(evals)
+@dataclass(frozen=True)
+class ScoringRecord:
+    """One scoring pass: the role of the launch it ran on, its wall seconds and that launch's GPUs."""
+
+    role: str
+    scoring_s: float
+    gpus: int
+
+
+def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord],
+             scoring: Iterable[ScoringRecord] = ()) -> CostBlock:
+    """Cost of one arm: sums over its launches, evals and scoring passes (see the module docstring)."""
+    ls, es, ss = list(launches), list(evals), list(scoring)
     return CostBlock(launches=len(ls), evals=len(es), launch_s=float(sum(r.launch_s for r in ls)),
                      eval_s=float(sum(r.eval_s for r in es)), server_s=float(sum(r.server_s for r in ls)),
                      gpus=max((r.gpus for r in ls), default=0),
-                     gpu_hours=float(sum(r.server_s * r.gpus for r in ls) / 3600.0))
+                     gpu_hours=float(sum(r.server_s * r.gpus for r in ls) / 3600.0),
+                     scoring_passes=len(ss), scoring_s=float(sum(r.scoring_s for r in ss)),
+                     scoring_gpu_hours=float(sum(r.scoring_s * r.gpus for r in ss) / 3600.0))
 
 
-def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord], estimated: Iterable[str] = ()) -> Cost:
+def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord], estimated: Iterable[str] = (),
+             scoring: Iterable[ScoringRecord] = ()) -> Cost:
     """The value of ``summary.json``'s ``cost``: per role (``aa`` only when the A/A control had launches of its
     own; its evals on arm A's servers count in ``a``) and the total."""
-    ls, es = list(launches), list(evals)
-    records: list[LaunchRecord | EvalRecord] = [*ls, *es]
+    ls, es, ss = list(launches), list(evals), list(scoring)
+    records: list[LaunchRecord | EvalRecord | ScoringRecord] = [*ls, *es, *ss]
     for r in records:
         if r.role not in ROLES:
             raise ValueError(f"unknown role {r.role!r} (expected one of {ROLES})")
     own_aa = any(r.role == "aa" for r in ls)
 
-    def role_of(r: LaunchRecord | EvalRecord) -> str:
+    def role_of(r: LaunchRecord | EvalRecord | ScoringRecord) -> str:
         return "a" if r.role == "aa" and not own_aa else r.role
 
-    blocks = {role: arm_cost([r for r in ls if role_of(r) == role], [r for r in es if role_of(r) == role])
+    blocks = {role: arm_cost([r for r in ls if role_of(r) == role], [r for r in es if role_of(r) == role],
+                             [r for r in ss if role_of(r) == role])
               for role in ROLES if role != "aa" or own_aa}
     return Cost(a=blocks["a"], b=blocks["b"], aa=blocks.get("aa"), total=_add(list(blocks.values())),
                 estimated=sorted(estimated))
@@ -164,7 +178,10 @@ def _add(blocks: Sequence[CostBlock]) -> CostBlock:
     return CostBlock(launches=sum(b.launches for b in blocks), evals=sum(b.evals for b in blocks),
                      launch_s=float(sum(b.launch_s for b in blocks)), eval_s=float(sum(b.eval_s for b in blocks)),
                      server_s=float(sum(b.server_s for b in blocks)), gpus=max((b.gpus for b in blocks), default=0),
-                     gpu_hours=float(sum(b.gpu_hours for b in blocks)))
+                     gpu_hours=float(sum(b.gpu_hours for b in blocks)),
+                     scoring_passes=sum(b.scoring_passes for b in blocks),
+                     scoring_s=float(sum(b.scoring_s for b in blocks)),
+                     scoring_gpu_hours=float(sum(b.scoring_gpu_hours for b in blocks)))
 
 
 def sum_costs(costs: Iterable[Cost | None]) -> Cost:
@@ -189,8 +206,11 @@ def blocks(cost: Cost) -> list[tuple[str, CostBlock]]:
 def format_cost(cost: Cost) -> str:
     """One line per arm and the total, for the terminal summary and the report."""
     return "\n".join(f"  cost {role:<5} {c.launches} launch(es) {_hms(c.launch_s)} to ready, "
-                     f"{c.evals} eval(s) {_hms(c.eval_s)}, servers up {_hms(c.server_s)} on "
-                     f"{c.gpus} GPU(s): {c.gpu_hours:.2f} GPU-hours" for role, c in blocks(cost))
+                     f"{c.evals} eval(s) {_hms(c.eval_s)}"
+                     + (f", {c.scoring_passes} scoring pass(es) {_hms(c.scoring_s)}" if c.scoring_passes else "")
+                     + f", servers up {_hms(c.server_s)} on {c.gpus} GPU(s): {c.gpu_hours:.2f} GPU-hours"
+                     + (f" ({c.scoring_gpu_hours:.2f} of them scoring)" if c.scoring_passes else "")
+                     for role, c in blocks(cost))
 
 
 # ------------------------------------------------------------------------------------------ from a run
@@ -292,7 +312,17 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
                 server_s = launch_s + sum(s for _, s in served)
             g = _f(inst.get("gpus"))
             launch_recs.append(LaunchRecord(role, launch_s, server_s, int(g) if g is not None else arm_gpus))
-    return run_cost(launch_recs, eval_recs, estimated)
+    launch_role = {str(inst.get("id")): (str(inst.get("role") or "a"), _f(inst.get("gpus")))
+                   for arm in arms.values() for inst in _launches(arm)}
+    scoring_recs = []
+    for rec in (manifest.get("scoring") or {}).values():
+        if not isinstance(rec, dict) or _f(rec.get("wall_s")) is None:
+            continue
+        role, g = launch_role.get(str(rec.get("launch")), ("a", None))
+        key = str(rec.get("arm") or "")
+        gp = int(g) if g is not None else (gpus or {}).get(key, config_gpus(cfg, key) if key else 0)
+        scoring_recs.append(ScoringRecord(str(rec.get("role") or role), float(rec["wall_s"]), int(gp)))
+    return run_cost(launch_recs, eval_recs, estimated, scoring_recs)
 
 
 def config_gpus(cfg: Mapping[str, Any], arm_key: str) -> int:

@@ -45,6 +45,7 @@ JSON (``--from`` or with ``--discordance`` and ``--effect``)::
                  "sequential_worst": 15},
      "gpu_hours": {"fixed": .., "sequential_expected": .., "sequential_expected_if_null": ..,
                    "sequential_worst": ..},
+     "scoring": {"passes": 3, "wall_s": .., "gpu_hours": .., "note": ".."} | null  (--from a run that scored),
      "notes": ["..."]}
 
 Without ``--discordance`` or ``--effect`` (``--n``/``--p`` only) the JSON is the MDE figures of
@@ -309,7 +310,14 @@ def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None
     for arm, roles in (("a", ("a",)), ("b", ("b",))):
         vals = [float(np.nanmean(r.scores)) for r in runs if _role(r) in roles and np.isfinite(r.scores).any()]
         acc[arm] = float(np.mean(vals)) if vals else None
-    return {**plan, "source": str(root), "simulated": simulated, "accuracy": acc, "noise": noise}
+    scoring = None
+    if manifest:
+        total = cost_from_manifest(manifest, root).total
+        if total.scoring_passes:
+            scoring = {"passes": total.scoring_passes, "wall_s": total.scoring_s,
+                       "gpu_hours": None if gpus is not None else total.scoring_gpu_hours,
+                       "note": "the divergence's scoring passes, once per run (not per repeat), on the evals' launches"}
+    return {**plan, "source": str(root), "simulated": simulated, "accuracy": acc, "noise": noise, "scoring": scoring}
 
 
 # ------------------------------------------------------------------------------------------ text
@@ -343,6 +351,11 @@ def format_plan(p: Mapping[str, Any]) -> str:
                      f"expected {r['expected']:.1f} with the effect, {r['expected_if_null']:.1f} without; "
                      f"{_num(g['expected'])} GPU-hours expected ({_num(g['expected_if_null'])} without the effect), "
                      f"{_num(g['worst'])} at worst")
+    sc = p.get("scoring")
+    if sc:
+        gh = "" if sc.get("gpu_hours") is None else f", {sc['gpu_hours']:.2f} GPU-hours"
+        lines.append(f"  scoring (divergence): {sc['passes']} pass(es), {sc['wall_s'] / 60:.1f} min{gh}, once per run "
+                     "on the evals' launches (add it to either design)")
     for note in p.get("notes") or []:
         lines.append(f"  note: {note}")
     return "\n".join(lines)

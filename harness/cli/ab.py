@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                     "rerun the same command to resume. Effects and margins are in percentage points (pp).")
     ap.add_argument("url_a", metavar="URL_A", help="base URL of arm A's server (the baseline)")
     ap.add_argument("url_b", metavar="URL_B", help="base URL of arm B's server (the change)")
+    ap.add_argument("--aa", default=None, metavar="URL_A2",
+                    help="base URL of a second launch of arm A's server: the divergence's A/A floor (its three "
+                         "scoring passes run on A, B and A2); without it divergence is not measured")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
     ap.add_argument("--api", choices=["sglang", "openai"], default="sglang",
                     help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions")
@@ -131,8 +134,14 @@ def arm_names(a: argparse.Namespace) -> tuple[str, str]:
     return names[0], names[1]
 
 
+#: why ``abh ab`` without ``--aa`` measures no divergence (recorded as the divergence's reason)
+NO_AA = ("abh ab measures divergence only with --aa URL_A2, a second launch of arm A's server: the A/A floor that "
+         "B's divergence must rise above (a floor on A's own launch would reject every time); rerun with --aa")
+
+
 def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) -> list[str]:
-    """The Hydra overrides of experiment ``ab`` that say what this command line says."""
+    """The Hydra overrides of experiment ``ab`` that say what this command line says (``urls``: A, B and,
+    with ``--aa``, A's second launch)."""
     values: dict[str, object] = {
         "arms.a.engine.url": urls[0], "arms.b.engine.url": urls[1], "arms.a.name": names[0], "arms.b.name": names[1],
         "engine.api": a.api, "engine.ready_timeout_s": float(a.wait_ready), "client.model": a.model,
@@ -144,18 +153,26 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
         "stats.hypothesis": a.hypothesis, "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,
     }
+    if len(urls) == 3:  # the floor's own server: an arm of its own, named as A
+        values.update({"arms.a2.name": names[0], "arms.a2.engine.url": urls[2], "experiment.aa_arm": "a2",
+                       "divergence.enabled": True})
+    else:
+        values.update({"divergence.enabled": False, "divergence.off_reason": NO_AA})
     return ["experiment=ab", *(f"{k}={hydra_value(v)}" for k, v in values.items())]
 
 
 def check_urls(urls: Sequence[str]) -> list[str]:
-    from harness.serving.client import check_url
+    from harness.serving.client import check_url, url_identity
 
     out = []
-    for role, url in zip(ROLES, urls, strict=True):
+    for name, url in zip(("URL_A", "URL_B", "--aa URL_A2"), urls, strict=False):
         try:
             out.append(check_url(url))
         except ValueError as e:
-            raise ABFailure(exitcodes.BAD_CONFIG, f"URL_{role.upper()} {e}") from None
+            raise ABFailure(exitcodes.BAD_CONFIG, f"{name} {e}") from None
+    if len(out) == 3 and url_identity(out[2]) in {url_identity(u) for u in out[:2]}:
+        raise ABFailure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second launch "
+                        "of arm A's server (another port or host), or its divergence is not measured")
     return out
 
 
@@ -179,12 +196,13 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
 
 
 def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int) -> None:
-    """Before anything is written: each server with an eval still to run answers HTTP at all (exit 4)."""
+    """Before anything is written: each server with an eval still to run answers HTTP at all (exit 4); the A/A
+    floor's server (``--aa``) whenever it is given."""
     from harness.results.eval_store import eval_done
     from harness.serving.client import unreachable
 
-    for role, url in zip(ROLES, urls, strict=True):
-        if all(eval_done(out / "evals" / role / f"r{r}") for r in range(1, repeats + 1)):
+    for role, url in zip((*ROLES, "a2"), urls, strict=False):
+        if role != "a2" and all(eval_done(out / "evals" / role / f"r{r}") for r in range(1, repeats + 1)):
             continue
         why = unreachable(url)
         if why is not None:
@@ -223,8 +241,8 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     try:
         if a.out.exists() and not a.out.is_dir():
             raise ABFailure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
-        urls = check_urls((a.url_a, a.url_b))
-        refuse_swapped(a.out, urls)
+        urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
+        refuse_swapped(a.out, urls[:2])
         refuse_unreachable(a.out, urls, a.repeats)
         cfg = compose_config(overrides(a, urls, names))
     except ABFailure as e:

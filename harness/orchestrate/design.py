@@ -34,14 +34,19 @@ class ScheduleItem(Protocol):
     @property
     def fresh(self) -> bool: ...
 
+    @property
+    def is_eval(self) -> bool: ...
+
 
 @dataclass
 class PlannedLaunch:
-    """One server launch the schedule will make: its arm, the role of its first eval, the evals it serves."""
+    """One server launch the schedule will make: its arm, the role of its first item, the evals it serves
+    (their roles) and the scoring passes it serves."""
 
     key: str
     role: str
     roles: list[str] = field(default_factory=list)
+    scoring: int = 0
 
     @property
     def passes(self) -> int:
@@ -57,33 +62,40 @@ def plan_launches(items: Iterable[ScheduleItem], concurrent: bool) -> list[Plann
             for other in [k for k in live if k != it.arm_key]:
                 live.pop(other)
         cur = live.get(it.arm_key)
-        if cur is not None and it.fresh and cur.passes:
+        if cur is not None and it.fresh and (cur.passes or cur.scoring):
             cur = None
         if cur is None:
             cur = PlannedLaunch(it.arm_key, it.role)
             live[it.arm_key] = cur
             out.append(cur)
-        cur.roles.append(it.role)
+        if it.is_eval:
+            cur.roles.append(it.role)
+        else:
+            cur.scoring += 1
     return out
 
 
 def _role_of(launch: PlannedLaunch) -> str:
-    """The role whose cost a launch counts in: ``aa`` only for a launch that serves the A/A control alone."""
+    """The role whose cost a launch counts in: ``aa`` only for a launch that serves the A/A control alone
+    (a launch for a scoring pass alone counts in the role of that pass)."""
+    if not launch.roles:
+        return launch.role
     return "aa" if set(launch.roles) == {"aa"} else ("a" if "a" in launch.roles else launch.role)
 
 
 def describe(items: Sequence[ScheduleItem], *, concurrent: bool, gpus: Mapping[str, int],
              times: Mapping[str, Mapping[str, float]] | None = None,
-             sequential: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             sequential: Mapping[str, Any] | None = None, floor_server: bool = False) -> dict[str, Any]:
     """The design of a schedule: per role (``a``, ``b``, ``aa``) launches, evals, the most passes one launch
     serves, whether launch noise is sampled; GPUs per role (``gpus``: by role); the expected cost when
     ``times`` gives per role ``launch_s``, ``eval_s`` and ``stop_s`` (seconds). ``sequential``: ``max_repeats``,
-    ``min_repeats`` and the expected repeats (``expected_if_null``), to say the schedule is a worst case."""
+    ``min_repeats`` and the expected repeats (``expected_if_null``), to say the schedule is a worst case;
+    ``floor_server``: the A/A floor's scoring pass has a server of its own (``abh ab --aa``)."""
     launches = plan_launches(items, concurrent)
     roles: dict[str, dict[str, Any]] = {}
     for role in ("a", "b", "aa"):
         mine = [lc for lc in launches if _role_of(lc) == role]
-        evals = sum(1 for it in items if it.role == role)
+        evals = sum(1 for it in items if it.role == role and it.is_eval)
         if not mine and not evals:
             continue
         roles[role] = {"launches": len(mine), "evals": evals,
@@ -93,7 +105,11 @@ def describe(items: Sequence[ScheduleItem], *, concurrent: bool, gpus: Mapping[s
         per = max((lc.roles.count(role) for lc in served), default=0)
         r["launch_noise"] = ("single run" if r["evals"] <= 1 else "sampled" if per == 1 else
                              "not sampled" if len(served) == 1 else "partly sampled")
-    out: dict[str, Any] = {"launches": len(launches), "evals": len(items), "roles": roles,
+    passes = [it for it in items if not it.is_eval]
+    scoring = {"passes": len(passes), "own_launches": sum(1 for lc in launches if lc.scoring and not lc.roles),
+               "floor_server": floor_server}
+    out: dict[str, Any] = {"launches": len(launches), "evals": len(items) - len(passes), "roles": roles,
+                           "scoring": scoring if passes else None,
                            "concurrent": concurrent, "gpus": dict(gpus), "sequential": dict(sequential or {}) or None,
                            "expected": None}
     if times:
@@ -101,7 +117,8 @@ def describe(items: Sequence[ScheduleItem], *, concurrent: bool, gpus: Mapping[s
         for lc in launches:
             role = _role_of(lc)
             t = times.get(role) or times.get("a") or {}
-            secs = float(t.get("launch_s", 0.0)) + lc.passes * float(t.get("eval_s", 0.0)) + float(t.get("stop_s", 0.0))
+            secs = (float(t.get("launch_s", 0.0)) + lc.passes * float(t.get("eval_s", 0.0))
+                    + lc.scoring * float(t.get("scoring_s", 0.0)) + float(t.get("stop_s", 0.0)))
             gh += secs * int(gpus.get(role, gpus.get("a", 0))) / 3600
             wall += secs
         out["expected"] = {"gpu_hours": gh, "server_s": wall}
@@ -121,7 +138,8 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
     head = (f"design: sequential, at most {seq['max_repeats']} repeats per arm (first look after repeat "
             f"{seq['min_repeats']}{null}); the schedule below is the worst case" if seq else
             f"design: {repeats} repeat(s) per arm")
-    lines = [head + (", both arms' servers up at once" if d.get("concurrent") else ", one server at a time")]
+    lines = [head + (", both arms' servers up at once" if d.get("concurrent") else ", one server at a time")
+             + f": {d['launches']} server launch(es)" + (", scoring passes included" if d.get("scoring") else "")]
     for role, r in d["roles"].items():
         g = d["gpus"].get(role, d["gpus"].get("a", 0))
         lines.append(f"  {names[role]:<12} {r['launches']} launch(es), {r['evals']} eval(s), up to "
@@ -141,6 +159,18 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
     elif restart_per_repeat:
         lines.append("  each repeat is a fresh launch (experiment.restart_per_repeat=true): launch noise is sampled, "
                      "at one launch per repeat")
+    sc = d.get("scoring")
+    if sc:
+        own = sc["own_launches"]
+        if sc.get("floor_server"):
+            own_txt = ", the A/A floor on the server given for it"
+        elif own:
+            own_txt = (f", and {own} launch(es) of their own for the floor (no later fresh launch of the reference "
+                       "arm: an A/A control on a fresh launch would save it)")
+        else:
+            own_txt = ": no launch of their own"
+        lines.append(f"  scoring: {sc['passes']} pass(es) for the divergence (reference, compared, A/A floor) on the "
+                     "evals' launches" + own_txt)
     exp = d.get("expected")
     if exp:
         txt = f"  expected cost: {exp['gpu_hours']:.2f} GPU-hours, servers up {_hours(exp['server_s'])}"
@@ -162,8 +192,9 @@ def times_from_cost(cost: Cost) -> dict[str, dict[str, float]] | None:
         if c is None or not c.launches or not c.evals:
             continue
         launch_s, eval_s = c.launch_s / c.launches, c.eval_s / c.evals
-        stop_s = max(0.0, c.server_s - c.launch_s - c.eval_s) / c.launches
-        out[role] = {"launch_s": launch_s, "eval_s": eval_s, "stop_s": stop_s}
+        stop_s = max(0.0, c.server_s - c.launch_s - c.eval_s - c.scoring_s) / c.launches
+        scoring_s = c.scoring_s / c.scoring_passes if c.scoring_passes else 0.0
+        out[role] = {"launch_s": launch_s, "eval_s": eval_s, "stop_s": stop_s, "scoring_s": scoring_s}
     if "a" in out and "b" not in out:
         out["b"] = out["a"]
     return out or None

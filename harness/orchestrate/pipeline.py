@@ -54,7 +54,7 @@ from harness.orchestrate.rundir import (
     non_semantic_keys,
     write_failure_summary,
 )
-from harness.orchestrate.schedule import Item, schedule, sequential_schedule
+from harness.orchestrate.schedule import Item, schedule, sequential_schedule, with_scoring
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.report import write_markdown, write_report
@@ -147,6 +147,8 @@ class Run:
         self.cfg, self.run_dir, self.x = cfg, run_dir, cfg.experiment
         self.interrupts, self.log = interrupts, log
         self.keys = {"a": str(self.x.a), "b": str(self.x.b)}  # role -> arm key
+        #: the arm whose launch serves the divergence's floor, when not the reference arm's own fresh launch
+        self.aa_key: str | None = str(self.x.get("aa_arm") or "") or None
         self.allowed = [str(a) for a in self.x.allowed_differences]
         self.arms: dict[str, ResolvedArm] = {}
         self.engines: dict[str, Engine] = {}
@@ -185,6 +187,12 @@ class Run:
                                        label=f"{role}-{key}")
                 self.arms[key], self.engines[key] = arm, engine
                 descs[key] = static_description(describe_launch(arm, engine))
+            if self.aa_key is not None:  # the floor's own server (abh ab --aa): not one of the compared arms
+                arm_cfg = self.cfg.arms[self.aa_key]
+                arm = resolve_arm(self.aa_key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
+                self.arms[self.aa_key] = arm
+                self.engines[self.aa_key] = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm,
+                                                          self.run_dir, label=f"aa-{self.aa_key}")
         except (ArmError, EngineError, OSError) as e:
             raise ConfigError(f"cannot prepare arms: {e}") from None
         diffs = arm_diff(descs)
@@ -252,13 +260,18 @@ class Run:
         return launch
 
     def items(self) -> list[Item]:
-        """The schedule: a fixed design's every eval, or a sequential run's worst case (max_repeats)."""
+        """The schedule: a fixed design's every eval, or a sequential run's worst case (max_repeats), with the
+        scoring passes placed on the evals' launches (:func:`harness.orchestrate.schedule.with_scoring`)."""
         x = self.x
         if self.looks is not None:
-            return sequential_schedule(self.keys["a"], self.keys["b"], int(x.max_repeats), bool(x.aa_control),
-                                       aa_fresh_launch=bool(x.aa_fresh_launch))
-        return schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
-                        restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
+            items = sequential_schedule(self.keys["a"], self.keys["b"], int(x.max_repeats), bool(x.aa_control),
+                                        aa_fresh_launch=bool(x.aa_fresh_launch))
+        else:
+            items = schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
+                             restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
+        if self.scoring is None:
+            return items
+        return with_scoring(items, self.scoring.reference, self.keys, self.aa_key)
 
     def cost(self) -> schema.Cost:
         """GPU time so far, per role and in total, from the manifest's launch and eval records."""
@@ -280,42 +293,51 @@ class Run:
             seq = {"max_repeats": d.max_repeats, "min_repeats": d.min_repeats,
                    "expected_if_null": None if d.tests_margin else
                    operating_characteristics(d, 0.0)["expected_repeats"]}
-        design = describe(items, concurrent=bool(x.concurrent_servers), gpus=gpus, times=times, sequential=seq)
+        design = describe(items, concurrent=bool(x.concurrent_servers), gpus=gpus, times=times, sequential=seq,
+                          floor_server=self.aa_key is not None)
         self.manifest.record("planned_design", design)
         for line in format_design(design, int(x.repeats), bool(x.restart_per_repeat)):
             self.log.say(line)
 
     def run_items(self, items: list[Item], of: int, start: int = 0) -> None:
-        """Evaluate ``items`` (numbered from ``start`` + 1 of ``of``), keeping those already complete. With
-        concurrent servers every arm's server is up and asserted before the first question."""
+        """Run ``items`` (evals numbered from ``start`` + 1 of ``of``), keeping the evals already complete and the
+        scoring passes already scored. With concurrent servers every arm's server is up and asserted before the
+        first question."""
         pending: list[Item] = []
-        for n, item in enumerate(items, start + 1):
+        evals = [it for it in items if it.is_eval]
+        label = {it: f"[{n}/{of}]" for n, it in enumerate(evals, start + 1)}
+        for item in evals:
             self.manifest.add_eval(item.rel_dir, arm=item.arm_key, role=item.role, repeat=item.repeat)
             if eval_done(self.run_dir / item.rel_dir):
-                self.log.say(f"[{n}/{of}] {item.rel_dir}: already complete, kept")
+                self.log.say(f"{label[item]} {item.rel_dir}: already complete, kept")
             else:
                 pending.append(item)
+        scoring = self.scoring
+        pending += [it for it in items if not it.is_eval and scoring is not None and not scoring.current(it)]
         if self.x.concurrent_servers:
             firsts: dict[str, Item] = {}
-            for it in pending:
+            for it in [it for it in items if it in pending]:
                 firsts.setdefault(it.arm_key, it)
             for first in firsts.values():
                 self.acquire(first, "")
-        for n, item in enumerate(items, start + 1):
-            if item in pending:
-                label = f"[{n}/{of}]"
-                self.evaluate(item, self.acquire(item, label), label)
+        for item in items:
+            if item.is_eval:
+                if item in pending:
+                    self.evaluate(item, self.acquire(item, label[item]), label[item])
+            elif scoring is not None:  # decided now: a reference pass scored again makes the others stale
+                if scoring.current(item):
+                    self.log.say(f"scoring {item.rel_dir}: already scored, kept")
+                else:
+                    scoring.score(item, self.acquire(item, "[scoring]"))
 
     def measure(self) -> None:
         items = self.items()
         self.print_design(items)
         try:
             if self.looks is None:
-                self.run_items(items, len(items))
+                self.run_items(items, sum(it.is_eval for it in items))
             else:
                 self.measure_sequential(items)
-            if self.scoring is not None:  # after every accuracy eval, never inside one
-                self.scoring.run()
         finally:
             self.pool.stop_all()
             self.manifest.end_session()
@@ -327,13 +349,13 @@ class Run:
         looks = self.looks
         assert looks is not None
         rel = self.run_dir / "evals"
-        done = 0
+        done, of = 0, sum(it.is_eval for it in items)
         for r in range(1, looks.design.max_repeats + 1):
             if not looks.wants(r):
                 break
             pair = [it for it in items if it.role in ("a", "b") and it.repeat == r]
-            self.run_items(pair, len(items), done)
-            done += len(pair)
+            self.run_items(pair, of, done)
+            done += sum(it.is_eval for it in pair)
             for key in list(self.pool.live):  # never reused: the next repeat (or the A/A control) launches afresh
                 self.pool.stop(key, f"repeat {r} of both arms is done")
             decision = looks.look(r, [rel / "a" / f"r{k}" for k in range(1, r + 1)],
@@ -347,7 +369,7 @@ class Run:
                 break
         aa = [it for it in items if it.role == "aa"]
         if aa and looks.decided:
-            self.run_items(aa, len(items), done)
+            self.run_items(aa, of, done)
 
     def evaluate(self, item: Item, launch: Launch, label: str) -> None:
         cfg, key, rel, engine = self.cfg, item.arm_key, item.rel_dir, launch.engine
@@ -410,6 +432,9 @@ class Run:
             d = self.scoring.dirs()
             comparison = replace(comparison, divergence=compute_divergence(
                 d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference))
+        elif self.cfg.divergence.get("off_reason"):
+            comparison = replace(comparison, divergence=schema.Divergence(
+                verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))
         schema.write_comparison(run_dir / COMPARISON, comparison)
         fail_on = self.cfg.get("fail_on")
         code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on

@@ -1,4 +1,17 @@
-"""The order of a run's evals, and which of them need a server launch of their own."""
+"""The order of a run's evals and scoring passes, and which of them need a server launch of their own.
+
+The divergence's three scoring passes (:mod:`harness.orchestrate.logprob_phase`) ride on launches the evals
+hold, so they cost no launch of their own wherever the design allows:
+
+* the **reference** pass right after the reference arm's repeat 1, on that eval's launch;
+* the **compared** pass right after the other arm's repeat 1, on that eval's launch;
+* the **floor** (A/A) pass on the first later *fresh* launch of the reference arm: the A/A control's first eval
+  (reference A), else the reference arm's next fresh repeat; a design with neither (one launch per arm, no
+  A/A control on a fresh launch) gets a launch for the floor alone, which the printed design shows.
+
+A floor on the reference pass's own launch would miss the launch-to-launch noise the compared pass carries,
+and the test would reject every time: it is never scheduled there.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +19,72 @@ from dataclasses import dataclass
 
 from harness.orchestrate.rundir import eval_rel_dir
 
+#: the scoring passes, in the order they run: reference, compared, floor
+PASSES = ("ref", "ab", "aa")
+
 
 @dataclass(frozen=True)
 class Item:
-    """One eval of the run: an arm's repeat, or one of the A/A control's extra baseline runs."""
+    """One step of the run: an eval (an arm's repeat, or one of the A/A control's baseline runs), or one
+    scoring pass (``scoring``: ``ref``, ``ab`` or ``aa``) over the reference arm's repeat-1 texts."""
 
-    role: str  # "a", "b" or "aa"
+    role: str  # "a", "b" or "aa" (the launch's role in the cost accounting)
     arm_key: str
     repeat: int
     #: Needs a server launch that has served no eval yet (a restart per repeat, or the A/A control's own launch).
     fresh: bool = False
+    #: None for an eval; the scoring pass this item runs
+    scoring: str | None = None
+    #: the pass's directory (for a scoring item; an eval's is its role and repeat)
+    pass_dir: str | None = None
 
     @property
     def rel_dir(self) -> str:
-        return eval_rel_dir(self.role, self.repeat)
+        return self.pass_dir or eval_rel_dir(self.role, self.repeat)
+
+    @property
+    def is_eval(self) -> bool:
+        return self.scoring is None
+
+
+def floor_dir(reference: str) -> str:
+    """Where the floor pass of reference arm ``reference`` is written: the A/A control's eval directory for A
+    (``evals/aa/r1``), ``evals/bb/r1`` for B."""
+    return eval_rel_dir(reference * 2, 1)
+
+
+def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key: str | None = None) -> list[Item]:
+    """``items`` with the three scoring passes placed on launches the evals hold (see the module docstring).
+    ``keys``: role -> arm key; ``aa_key``: the arm whose launch serves the floor when it is not the reference
+    arm itself (``abh ab --aa URL``: a second server of arm A)."""
+    other = "b" if reference == "a" else "a"
+    ref_key = keys[reference]
+    host = None  # the eval whose (fresh) launch serves the floor: the A/A control's first, else a later repeat
+    if aa_key is None:
+        fresh_ref = [it for it in items if it.fresh and it.arm_key == ref_key and (it.role == "aa" or it.repeat > 1)]
+        host = next((it for it in fresh_ref if it.role == "aa"), fresh_ref[0] if fresh_ref else None)
+    compared = Item(other, keys[other], 1, scoring="ab", pass_dir=eval_rel_dir(other, 1))
+    out: list[Item] = []
+    ref_done = other_seen = False
+    for it in items:
+        out.append(it)
+        if it.role == reference and it.repeat == 1:
+            out.append(Item(reference, ref_key, 1, scoring="ref", pass_dir=eval_rel_dir(reference, 1)))
+            ref_done = True
+            if other_seen:  # the other arm ran first (blocked order): its server again, after the reference pass
+                out.append(compared)
+        elif it.role == other and it.repeat == 1:
+            other_seen = True
+            if ref_done:
+                out.append(compared)
+        elif it is host:
+            out.append(Item(it.role, ref_key, it.repeat, scoring="aa", pass_dir=floor_dir(reference)))
+    if host is None:  # no later fresh launch of the reference arm: one for the floor alone
+        role = "aa" if reference == "a" else reference
+        out.append(Item(role, aa_key or ref_key, 1, fresh=True, scoring="aa", pass_dir=floor_dir(reference)))
+    # the compared pass and the floor score the reference pass's ids: it comes first
+    assert [it.scoring for it in out if it.scoring][:1] == ["ref"], out
+    return out
 
 
 def schedule(a: str, b: str, repeats: int, order: str, aa_control: bool, *, restart_per_repeat: bool = False,

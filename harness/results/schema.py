@@ -443,6 +443,11 @@ class CostBlock(Record):
     server_s: float = 0.0
     gpus: int = 0
     gpu_hours: float = 0.0
+    #: the divergence's scoring passes this role's servers ran: how many, their wall time and its GPU-hours (part
+    #: of ``gpu_hours``: they ran on the role's launches)
+    scoring_passes: int = 0
+    scoring_s: float = 0.0
+    scoring_gpu_hours: float = 0.0
 
 
 @dataclass(frozen=True)
