@@ -1,0 +1,155 @@
+"""One story for the question-level verdict: a p-value and an interval that never disagree.
+
+Today the verdict quotes the mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval
+(:mod:`.score`): two different methods, so "p < α" and "0 outside the interval" can disagree (issue 25,
+item 4: 56 of 2000 experiments at n = 200, Δ = +5 pp). Here both come from ONE family of tests
+{φ(Δ0)}, and the interval is its inversion:
+
+    φ(Δ0) rejects  ⇔  Tango's score test of Δ = Δ0 rejects at α,
+                      and, for Δ0 on the far side of 0 from Δ̂ or at 0, the mid-p sign-flip test of Δ = 0
+                      rejects too.
+
+At Δ0 = 0 this is "both the mid-p sign-flip test and Tango's score test reject", whose p-value is
+``p = max(p_signflip, p_score(0))`` (the smallest α at which both reject). Every φ(Δ0) rejects no more
+often than Tango's test at Δ0, so the family is as valid as Tango's; its inversion is Tango's interval,
+extended to reach 0 whenever the sign-flip test does not reject (``extended``). Hence, exactly:
+
+    p < α  ⇔  both tests reject  ⇔  0 is outside the interval.
+
+For one run per arm (whole counts) the mid-p McNemar test never rejects where Tango's test does not
+(checked exhaustively for every table with n <= 120 at α = 0.01, 0.05, 0.1: tests/test_stats_consistent.py),
+so the decision is exactly today's mid-p test and costs no power; only the interval changes, extended to 0
+in the tables where Tango alone would reject (1692 of 907,860 table-levels there). With repeats the two can
+disagree both ways and the combined test is the stricter; :func:`exact_operating` gives exact rejection
+rates and coverage for one run per arm by summing over every table. Numerically, the bisection's endpoint can sit within 1e-17 of 0 when |Z(0)| is within
+round-off of z_{1-α/2}; the interval's endpoint is then set by the test decision (``nudged``), so the
+equivalence holds in floating point too.
+
+Repeats: ``d`` are fractions; the sign-flip test runs on them exactly as today, and Tango's on the
+effective table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .dist import binom_pmf
+from .guards import robust_effective_table
+from .paired import mcnemar_midp
+from .score import score_interval, score_p
+from .signflip import signflip_test
+
+TEST = "mid-p sign-flip test over questions and Tango's score test, both at α (p = the larger)"
+CI_METHOD = "Tango score interval, extended to 0 when the sign-flip test does not reject"
+
+
+@dataclass(frozen=True)
+class ConsistentResult:
+    """The question-level test and interval that share one decision."""
+
+    delta: float
+    #: the verdict's p: max(p_signflip, p_score)
+    p: float
+    p_signflip: float
+    p_score: float
+    #: Monte Carlo floor of the sign-flip p (None when exact)
+    p_floor: float | None
+    ci: tuple[float, float]
+    ci_tango: tuple[float, float]
+    #: the interval was extended to 0 because the sign-flip test does not reject
+    extended: bool
+    #: an endpoint was set by the decision because bisection left it within round-off of 0
+    nudged: bool
+    significant: bool
+    alpha: float
+    n: int
+    table: dict[str, float]
+    test: str = TEST
+    ci_method: str = CI_METHOD
+
+
+def _combine(delta: np.ndarray, p_sf: np.ndarray, p_sc: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+             alpha: float) -> tuple[np.ndarray, ...]:
+    """(p, lo, hi, significant, extended, nudged), vectorised: see the module docstring."""
+    p = np.maximum(p_sf, p_sc)
+    sig = p < alpha
+    sf_keeps = p_sf >= alpha
+    extended = sf_keeps & ((lo > 0) | (hi < 0))
+    lo2 = np.where(sf_keeps, np.minimum(lo, 0.0), lo)
+    hi2 = np.where(sf_keeps, np.maximum(hi, 0.0), hi)
+    # Tango rejects Δ0 = 0 (p_score < α) but bisection left an endpoint at ~0: the decision sets it
+    tiny = np.nextafter(0.0, 1.0)
+    up, down = sig & (delta > 0) & (lo2 <= 0), sig & (delta < 0) & (hi2 >= 0)
+    lo2 = np.where(up, tiny, lo2)
+    hi2 = np.where(down, -tiny, hi2)
+    return p, lo2, hi2, sig, extended, up | down
+
+
+def consistent_table(b: Any, c: Any, n: Any, alpha: float = 0.05) -> dict[str, np.ndarray]:
+    """The decision for one run per arm from whole counts (vectorised over tables): ``b`` questions only
+    A answered right, ``c`` only B, ``n`` questions. The sign-flip test is then the mid-p McNemar test.
+    Returns arrays ``p``, ``p_signflip``, ``p_score``, ``lo``, ``hi``, ``lo_tango``, ``hi_tango``,
+    ``significant``, ``extended``, ``nudged``."""
+    b, c, n = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (b, c, n)))
+    p_sf = np.asarray(mcnemar_midp(b.astype(np.int64), c.astype(np.int64)), dtype=float)
+    p_sc = np.asarray(score_p(b, c, n, 0.0), dtype=float)
+    lo, hi = score_interval(b, c, n, alpha)
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    p, lo2, hi2, sig, ext, nud = _combine((c - b) / n, p_sf, p_sc, lo, hi, alpha)
+    return {"p": p, "p_signflip": p_sf, "p_score": p_sc, "lo": lo2, "hi": hi2, "lo_tango": lo, "hi_tango": hi,
+            "significant": sig, "extended": ext, "nudged": nud}
+
+
+def consistent_paired(d: np.ndarray, alpha: float = 0.05, variance: float | None = None) -> ConsistentResult:
+    """The question-level decision from per-question differences ``d`` (B - A; NaN skipped): the mid-p
+    sign-flip test of mean(d) = 0, Tango's score test and interval of the effective table (``variance``:
+    the design's V̂(Δ), default question-level), combined as in the module docstring."""
+    d = np.asarray(d, dtype=float)
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        raise ValueError("no question to test")
+    sf = signflip_test(d)
+    t = robust_effective_table(d, variance)
+    p_sc = float(score_p(t["b"], t["c"], t["n"], 0.0))
+    lo, hi = (float(x) for x in score_interval(t["b"], t["c"], t["n"], alpha))
+    delta = float(d.mean())
+    p, lo2, hi2, sig, ext, nud = _combine(np.asarray(delta), np.asarray(sf["p"]), np.asarray(p_sc),
+                                          np.asarray(lo), np.asarray(hi), alpha)
+    return ConsistentResult(delta=delta, p=float(p), p_signflip=float(sf["p"]), p_score=p_sc,
+                            p_floor=sf["p_floor"], ci=(float(lo2), float(hi2)), ci_tango=(lo, hi),
+                            extended=bool(ext), nudged=bool(nud), significant=bool(sig), alpha=alpha,
+                            n=int(d.size), table=t)
+
+
+def exact_operating(n: int, psi: float, delta: float, alpha: float = 0.05) -> dict[str, float]:
+    """Exact rejection rates (two-sided, at α) and coverage of Δ for one run per arm: the table is
+    multinomial with P(only A right) = (ψ - Δ)/2, P(only B right) = (ψ + Δ)/2; sums over every (b, c).
+
+    Returns the rejection rates of the mid-p sign-flip (McNemar) test, Tango's score test and the combined
+    test, and the coverage of ``delta`` by Tango's interval and by the combined one. At Δ = 0 the rejection
+    rates are the sizes."""
+    if not 0 <= psi <= 1 or abs(delta) > psi:
+        raise ValueError("need 0 <= |delta| <= psi <= 1")
+    m = np.arange(n + 1)
+    pm = binom_pmf(m, n, psi)
+    keep = pm > 1e-15
+    bs, cs, ws = [], [], []
+    share = 0.5 if psi == 0 else (psi + delta) / (2 * psi)
+    for mm, w in zip(m[keep], pm[keep], strict=True):
+        c = np.arange(mm + 1)
+        bs.append(mm - c)
+        cs.append(c)
+        ws.append(w * binom_pmf(c, mm, share))
+    b, c, w = np.concatenate(bs), np.concatenate(cs), np.concatenate(ws)
+    r = consistent_table(b, c, np.full(b.shape, n), alpha)
+    return {
+        "reject_signflip": float(np.sum(w * (r["p_signflip"] < alpha))),
+        "reject_score": float(np.sum(w * (r["p_score"] < alpha))),
+        "reject_combined": float(np.sum(w * r["significant"])),
+        "coverage_tango": float(np.sum(w * ((r["lo_tango"] <= delta) & (delta <= r["hi_tango"])))),
+        "coverage_combined": float(np.sum(w * ((r["lo"] <= delta) & (delta <= r["hi"])))),
+        "mass": float(np.sum(w)),
+    }

@@ -1,0 +1,199 @@
+"""Divergence of B from A with launches as the unit (issue 25, item 2).
+
+The per-question test of :mod:`.divergence` (d_i = KLD_i(A‖B) - KLD_i(A‖A'), sign-flip over questions)
+assumes the questions are independent given A's reference pass. A noise *scale* fixed per launch (every
+question of a launch noisier, or quieter, than another launch's) is shared by all questions: it moves every
+KLD_i of a launch alike, and the test sees one launch's scale as a divergence (false-positive rate 35 % at a
+lognormal scale sd of 0.1, 45 % at 0.3, with one A/A launch).
+
+**Data.** The reference is A's reference pass on A's first launch. Every other launch of A's configuration
+(arm A's other launches and the A/A control's: m_A of them) and every launch of B (m_B) scores the same
+reference text; per launch, per question, KLD_li(ref‖launch) (nats/token, mean over the question's tokens).
+
+**Test.** Per launch one number, its token-weighted mean KLD, K_l = Σ_i w_i KLD_li / Σ_i w_i (w_i tokens of
+question i). Under H0 (B is another draw of A's build), given the reference pass the m_A + m_B launches are
+independent and identically distributed, whatever each launch's noise scale: B's launches and A's other
+launches are exchangeable. The test is the one-sided pooled two-sample t-test of log K between B's
+launches and A's (Student, df = m_A + m_B - 2): a noise scale that multiplies a launch's KLD is additive on
+the log scale, where the launch-to-launch variation is close to normal. The effect is the ratio of the
+geometric means of K (B over A) with its t interval; the exact permutation p over the launch labels
+(C(m_A + m_B, m_B) arrangements, one-sided) is reported beside it (it has a floor of 1/C: 1/35 for 4 + 3
+launches). The per-question sign-flip test on launch-averaged KLDs is kept as a diagnostic.
+
+**Degenerate designs.** m_A = m_B = 1 (one A/A launch, one B launch): no launch-to-launch variance at all;
+the verdict is the per-question test and carries the qualification that it assumes a constant noise scale
+across launches. m_A = 1 with m_B >= 2: the t-test's variance comes from B's launches (exchangeable with A's
+under H0), said in the qualification. m_B = 1: one B launch against A's; the one-sided test then leans on
+the normality of log K (its right skew under a strongly varying scale makes it liberal: 7.1 % at scale sd 0.3,
+m_A = 4), also said in the qualification.
+
+Calibration (benchmarks/calibrate_stats.py, 2000 experiments per cell): size 4.7-5.7 % for m_A = 1..5 with
+m_B = 3 at scale sd 0, 0.1 and 0.3 (the per-question test: 42 % and 49 % at sd 0.1 and 0.3); the seed
+default design (A 3 launches, A/A 2, B 3: m_A = 4, m_B = 3) 4.8 % at sd 0.3, power 87 % at a KLD ratio of 2
+there (per-question test 94 %, but at 49 % false positives).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+from scipy.special import nctdtr
+
+from ._rng import SeedLike
+from .dist import t_ppf, t_sf
+from .divergence import divergence_test
+
+#: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
+KLD_FLOOR = 1e-12
+#: the exact permutation p is enumerated up to this many arrangements of the launch labels
+MAX_ARRANGEMENTS = 200_000
+METHOD_T = "one-sided t-test of log mean KLD over launches (B's launches vs A's other launches)"
+METHOD_QUESTION = "one-sided sign-flip test over questions (one A/A launch, one B launch)"
+QUALIFICATION_ONE_EACH = ("one A/A launch and one B launch: the test assumes the noise scale is the same on "
+                          "every launch (a launch-wide noise scale shows up as divergence); score the reference on "
+                          "more launches of A and B to test at the launch level")
+QUALIFICATION_ONE_A = ("one launch of A besides the reference: the launch-to-launch variance is estimated from B's "
+                       "launches only (exchangeable with A's under H0)")
+QUALIFICATION_ONE_B = ("one launch of B: the test compares a single launch with A's and leans on log K being normal "
+                       "across launches (7 % false positives at a lognormal noise-scale sd of 0.3 with 4 A launches); "
+                       "score the reference on two or more launches of B")
+
+
+@dataclass(frozen=True)
+class LaunchDivergence:
+    """The launch-level divergence verdict and its evidence."""
+
+    verdict: str
+    method: str
+    p: float
+    alpha: float
+    launches_a: int
+    launches_b: int
+    #: each launch's token-weighted mean KLD against the reference (nats/token)
+    kld_launch_a: tuple[float, ...]
+    kld_launch_b: tuple[float, ...]
+    #: geometric-mean ratio of B's launch KLDs over A's, and its two-sided (1 - α) t interval
+    ratio: float
+    ratio_ci: tuple[float, float] | None
+    #: arithmetic difference of the launch means, B - A (nats/token)
+    effect: float
+    t: float | None
+    df: float | None
+    p_permutation: float | None
+    arrangements: int | None
+    qualification: str | None
+    #: the per-question sign-flip test on launch-averaged KLDs (diagnostic; the verdict when one launch each)
+    per_question: dict[str, Any] | None
+
+
+def launch_means(kld: np.ndarray, tokens: np.ndarray | None = None) -> np.ndarray:
+    """Token-weighted mean over questions of each launch's per-question KLD ``(m, n)`` -> ``(m,)``."""
+    k = np.atleast_2d(np.asarray(kld, dtype=float))
+    w = np.ones(k.shape[1]) if tokens is None else np.asarray(tokens, dtype=float)
+    if w.shape != (k.shape[1],) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError("tokens must be non-negative weights, one per question")
+    return (k @ w) / w.sum()
+
+
+def pooled_t(x_b: np.ndarray, x_a: np.ndarray) -> tuple[float, float, float]:
+    """(t, df, se) of mean(x_b) - mean(x_a), pooled (Student) variance, df = m_A + m_B - 2 (>= 1)."""
+    ma, mb = x_a.size, x_b.size
+    df = ma + mb - 2
+    ss = float(np.sum((x_a - x_a.mean()) ** 2) + np.sum((x_b - x_b.mean()) ** 2))
+    se = math.sqrt(ss / df * (1 / ma + 1 / mb)) if df > 0 else math.nan
+    diff = float(x_b.mean() - x_a.mean())
+    if not se > 0:
+        return (0.0 if diff == 0 else math.copysign(math.inf, diff)), float(df), 0.0
+    return diff / se, float(df), se
+
+
+def permutation_p(x_b: np.ndarray, x_a: np.ndarray) -> tuple[float | None, int | None]:
+    """Exact one-sided permutation p of mean(x_b) - mean(x_a) over every assignment of the B labels (the
+    observed one included), or (None, None) past :data:`MAX_ARRANGEMENTS`."""
+    x = np.concatenate([x_b, x_a])
+    m, mb = x.size, x_b.size
+    count = math.comb(m, mb)
+    if count > MAX_ARRANGEMENTS:
+        return None, None
+    idx = np.array(list(combinations(range(m), mb)), dtype=np.int64)
+    sb = x[idx].sum(axis=1)
+    stat = sb / mb - (x.sum() - sb) / (m - mb)
+    obs = float(x_b.mean() - x_a.mean())
+    tol = 1e-12 * max(1.0, float(np.abs(x).max()))
+    return float(np.mean(stat >= obs - tol)), count
+
+
+def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndarray | None = None, *,
+                           alpha: float = 0.05, n_resamples: int = 9_999, seed: SeedLike = 0,
+                           per_question: bool = True) -> LaunchDivergence:
+    """B's launches against A's other launches (see the module docstring).
+
+    ``kld_a``: ``(m_A, n)`` per-question KLD against the reference of each of A's launches other than the
+    reference's own (arm A's others and the A/A control's); ``kld_b``: ``(m_B, n)`` of each of B's launches;
+    ``tokens``: tokens per question (weights). ``per_question``: also run the per-question diagnostic
+    (always run when m_A = m_B = 1, where it is the verdict)."""
+    ka = np.atleast_2d(np.asarray(kld_a, dtype=float))
+    kb = np.atleast_2d(np.asarray(kld_b, dtype=float))
+    if ka.shape[1] != kb.shape[1] or ka.shape[0] < 1 or kb.shape[0] < 1:
+        raise ValueError(f"per-launch KLDs must be (m, n) over the same questions, got {ka.shape} and {kb.shape}")
+    if np.isnan(ka).any() or np.isnan(kb).any():
+        raise ValueError("per-question KLD holds NaN: keep the questions every launch scored")
+    ma, mb = ka.shape[0], kb.shape[0]
+    la, lb = launch_means(ka, tokens), launch_means(kb, tokens)
+    xa, xb = np.log(np.maximum(la, KLD_FLOOR)), np.log(np.maximum(lb, KLD_FLOOR))
+    ratio = float(math.exp(xb.mean() - xa.mean()))
+    effect = float(lb.mean() - la.mean())
+    pq = None
+    if per_question or (ma == 1 and mb == 1):
+        pq = divergence_test(kb.mean(axis=0), ka.mean(axis=0), tokens, alpha=alpha, n_resamples=n_resamples,
+                             seed=seed, ci_method="percentile")
+    if ma == 1 and mb == 1:
+        assert pq is not None
+        p = float(pq["p_value"])
+        return LaunchDivergence("diverged" if p < alpha and effect > 0 else "indistinguishable", METHOD_QUESTION,
+                                p, alpha, 1, 1, tuple(la.tolist()), tuple(lb.tolist()), ratio, None, effect,
+                                None, None, None, None, QUALIFICATION_ONE_EACH, pq)
+    t, df, se = pooled_t(xb, xa)
+    if math.isinf(t):
+        p = 0.0 if t > 0 else 1.0
+    elif se == 0:   # every launch mean equal: nothing to see
+        p = 1.0
+    else:
+        p = float(t_sf(t, df))
+    if se > 0:
+        q = float(t_ppf(1 - alpha / 2, df))
+        diff = float(xb.mean() - xa.mean())
+        ratio_ci: tuple[float, float] | None = (math.exp(diff - q * se), math.exp(diff + q * se))
+    else:
+        ratio_ci = (ratio, ratio)
+    p_perm, count = permutation_p(xb, xa)
+    verdict = "diverged" if p < alpha and ratio > 1 else "indistinguishable"
+    return LaunchDivergence(verdict, METHOD_T, p, alpha, ma, mb, tuple(la.tolist()), tuple(lb.tolist()), ratio,
+                            ratio_ci, effect, t, df, p_perm, count,
+                            QUALIFICATION_ONE_A if ma == 1 else QUALIFICATION_ONE_B if mb == 1 else None, pq)
+
+
+def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, alpha: float = 0.05) -> float:
+    """Power of the launch-level test (one-sided pooled t on log launch-mean KLD) when B's launches have
+    ``ratio`` times A's mean KLD (geometric) and log K varies from launch to launch with sd ``sd_log``
+    (noncentral t: ncp = log(ratio) / (sd_log sqrt(1/m_A + 1/m_B)), df = m_A + m_B - 2)."""
+    df = launches_a + launches_b - 2
+    if df < 1 or ratio <= 0 or not sd_log > 0:
+        raise ValueError("need m_A + m_B >= 3, a positive ratio and a positive sd")
+    ncp = math.log(ratio) / (sd_log * math.sqrt(1 / launches_a + 1 / launches_b))
+    crit = float(t_ppf(1 - alpha, df))
+    return float(1 - nctdtr(df, ncp, crit))
+
+
+def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float = 0.8, alpha: float = 0.05,
+                    most: int = 64) -> int | None:
+    """Fewest A launches (besides the reference's) for ``power`` at ``ratio`` with ``launches_b`` B launches
+    (None when even ``most`` do not reach it)."""
+    for m in range(1, most + 1):
+        if m + launches_b >= 3 and launch_power(ratio, sd_log, m, launches_b, alpha) >= power:
+            return m
+    return None

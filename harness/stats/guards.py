@@ -1,0 +1,116 @@
+"""Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to
+~0, an effective table so large that the score interval has zero width, and an exact MDE whose binomial
+sums would overflow.
+
+The case that crashed (issue 25, item 6): every per-question difference equals one fraction, e.g. n = 3,
+d_i = 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3. The sample variance Σ (d_i - Δ)² / n² is then
+round-off (~1e-33), the design effect deff = V̂(Δ) / ((ψ - Δ²) / n) ~1e-32, the effective table has
+n ~ 6e32 questions, Tango's interval has zero width and :func:`harness.stats.power.critical_counts`
+raises OverflowError converting n to int64.
+
+**Design effect** (:func:`design_effect`). deff = V̂ / ((ψ - Δ²)/n) as in :func:`harness.stats.score.effective_table`,
+with two guards:
+
+- a raw deff below :data:`DEFF_ROUNDOFF` (1e-9) means the sample variance is zero up to round-off: the
+  data carry no variance estimate, and the table is taken as it stands, deff = 1 (the convention
+  ``effective_table`` already uses when ψ = Δ², i.e. every d_i is 0 or ±1);
+- otherwise deff is floored at 1/K, K the lattice denominator of the d_i (differences of means over K
+  runs are multiples of 1/K; :func:`harness.stats.signflip.lattice_scale`). Averaging K runs can shrink the
+  variance of a difference of means about K-fold relative to the single-run table, not more (a question's
+  d_i moves in steps of 1/K): a smaller deff would claim more independent 0/1 observations than were made.
+  Off a lattice (K unknown) the floor is :data:`FLOOR_OFF_LATTICE` (0.01).
+
+The effective n is then at most K·n (≤ 10^4 n), so the score interval keeps a positive width and the exact
+MDE stays within int64; :func:`safe_mde_paired_exact` additionally falls back to the normal planning formula
+past :data:`MAX_EXACT_N` effective questions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .power import mde_paired, mde_paired_exact
+from .signflip import lattice_scale
+
+#: a raw design effect below this is the round-off of an exactly zero sample variance
+DEFF_ROUNDOFF = 1e-9
+#: deff floor when the d_i lie on no lattice of denominator <= signflip.MAX_DENOMINATOR
+FLOOR_OFF_LATTICE = 0.01
+#: past this many (effective) questions the exact MDE is replaced by the normal formula (they agree there)
+MAX_EXACT_N = 10_000_000
+
+
+@dataclass(frozen=True)
+class DesignEffect:
+    """The guarded design effect of per-question differences and what it was derived from."""
+
+    deff: float
+    deff_raw: float
+    #: the floor 1/K (or FLOOR_OFF_LATTICE off a lattice)
+    floor: float
+    lattice: int | None
+    #: the raw value was replaced (round-off, below the floor, not finite)
+    guarded: bool
+    reason: str | None
+
+
+def design_effect(d: np.ndarray, variance: float | None = None) -> DesignEffect:
+    """Guarded design effect of Δ = mean(d) (see the module docstring). ``variance``: the design's V̂(Δ)
+    (default Σ (d_i - Δ)² / n², questions independent). NaN entries are skipped."""
+    d = np.asarray(d, dtype=float)
+    d = d[~np.isnan(d)]
+    n = float(d.size)
+    if n == 0:
+        raise ValueError("no question")
+    b, c = float(np.sum(np.maximum(-d, 0))), float(np.sum(np.maximum(d, 0)))
+    delta, psi = (c - b) / n, (b + c) / n
+    if variance is None:
+        variance = float(np.sum((d - delta) ** 2)) / n**2
+    nz = d[d != 0]
+    k = lattice_scale(nz) if nz.size else 1
+    floor = 1.0 / k if k is not None else FLOOR_OFF_LATTICE
+    table_var = (psi - delta**2) / n
+    if not table_var > 1e-15 * max(psi, 1e-300):
+        return DesignEffect(1.0, 1.0, floor, k, False, "every d_i is 0 or ±1 alike (ψ = Δ²): the table as it stands")
+    raw = variance / table_var
+    if not math.isfinite(raw) or raw < DEFF_ROUNDOFF:
+        return DesignEffect(1.0, float(raw), floor, k, True,
+                            "zero sample variance of the d_i (up to round-off): no variance estimate, the table "
+                            "is taken as one run per arm (deff = 1)")
+    if raw < floor:
+        return DesignEffect(floor, float(raw), floor, k, True,
+                            f"deff {raw:.3g} below 1/K = {floor:.3g} (K = {k} runs' lattice): floored")
+    return DesignEffect(float(raw), float(raw), floor, k, False, None)
+
+
+def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
+    """:func:`harness.stats.score.effective_table` with the guarded design effect: the same keys (``b``,
+    ``c``, ``n`` effective; ``deff``; ``b_raw``, ``c_raw``, ``n_raw``) plus ``deff_raw`` and ``deff_guarded``
+    (1.0 when the guard replaced the raw value, else 0.0)."""
+    d = np.asarray(d, dtype=float)
+    d = d[~np.isnan(d)]
+    de = design_effect(d, variance)
+    n = float(d.size)
+    b, c = float(np.sum(np.maximum(-d, 0))), float(np.sum(np.maximum(d, 0)))
+    return {"b": b / de.deff, "c": c / de.deff, "n": n / de.deff, "deff": de.deff, "b_raw": b, "c_raw": c,
+            "n_raw": n, "deff_raw": de.deff_raw, "deff_guarded": float(de.guarded)}
+
+
+def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """:func:`harness.stats.power.mde_paired_exact`, but never raising on a huge or non-finite n: past
+    :data:`MAX_EXACT_N` effective questions the normal formula z·sqrt(max(ψ, 1/n)/n) (identical there to
+    within 1e-3 relative), and ``inf`` for n that is not finite or below 1."""
+    if not math.isfinite(n) or n < 1 or not math.isfinite(psi_noise):
+        return float("inf")
+    psi = min(max(float(psi_noise), 0.0), 1.0)
+    if n > MAX_EXACT_N:
+        return mde_paired(n, max(psi, 1.0 / n), alpha, power)
+    return mde_paired_exact(n, psi, alpha, power)
+
+
+def interval_ok(lo: float, hi: float) -> bool:
+    """An interval that can carry a verdict: finite, ordered and of positive width."""
+    return bool(math.isfinite(lo) and math.isfinite(hi) and hi > lo)

@@ -1,0 +1,170 @@
+"""The look statistic of a sequential run with the launch component of :mod:`.launchvar` (issue 25,
+item 5).
+
+Today every look (:func:`harness.stats.sequential.decide_look` on
+:func:`harness.stats.sequential.question_level_estimate`) uses SE = sd(d)/sqrt(n): a launch-wide accuracy
+shift is invisible to it, and with a fresh launch per repeat, max 6 repeats and a log-odds shift of sd 0.1
+per launch the false-positive rate is 12-13 %.
+
+**Statistic.** At the look after r repeats (r launches per arm, plus the A/A control's launches when there
+are any), :func:`harness.stats.launchvar.launch_aware_test` gives Δ̂, SE = sqrt(V) (launch term plus
+question x arm interaction) and Satterthwaite's ν (≈ df_L = 2(r - 1) + A/A launches - 1 when the launch term
+dominates). The group-sequential boundaries are for normal statistics; a t statistic with ν df is put on
+that scale by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (the standard approximation for group-sequential
+t-tests, Jennison and Turnbull 2000, §3.8 and §11.4): the look stops for efficacy when |t| >= t_k with
+t_k = F_ν⁻¹(Φ(c_k)), c_k the look's Lan-DeMets boundary of the same design
+(:class:`harness.stats.sequential.SequentialDesign`: spending, α, looks). The repeated confidence interval
+is Δ̂ ± t_k SE: it excludes 0 exactly when the look stops for efficacy. Equivalence / non-inferiority use the
+one-sided margin boundaries e_k the same way. The information fraction stays r / max_repeats: with a launch
+per repeat, Var(Δ̂) ∝ 1/r whether the launch term or the question term dominates.
+
+**Futility** (non-binding, superiority designs only): the design's |z| band (``futility_z``) applied to the
+z-equivalent; designs with a margin do not stop for futility here (stopping for futility only ever lowers
+the error rates, so leaving it out keeps them).
+
+A look with no launch replication (df_L = 0: one launch per arm and no A/A control, i.e. the first repeat)
+cannot see launch shifts and does not stop (``reason = "no_launch_replication"``), except that the last look
+is always final (``inconclusive``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from .dist import t_ppf, t_sf
+from .launches import ArmRuns
+from .launchvar import LaunchAwareResult, launch_aware_test
+from .sequential import Z_MAX, LookDecision, SequentialDesign, spend
+
+ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
+             "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
+             "put on the z scale by matching tail probabilities")
+
+
+def _arm(launches: Sequence[np.ndarray], prefix: str) -> ArmRuns:
+    runs, ids = [], []
+    for j, s in enumerate(launches):
+        m = np.atleast_2d(np.asarray(s, dtype=float))
+        runs.append(m)
+        ids += [f"{prefix}{j}"] * m.shape[0]
+    return ArmRuns(np.vstack(runs), tuple(ids))
+
+
+def launch_look_estimate(a_launches: Sequence[np.ndarray], b_launches: Sequence[np.ndarray],
+                         aa_launches: Sequence[np.ndarray] = (), alpha: float = 0.05) -> LaunchAwareResult:
+    """The launch-aware estimate of a look: each element of ``a_launches`` / ``b_launches`` /
+    ``aa_launches`` is one launch's scores, ``(passes, n)`` or ``(n,)``, 1/0 or NaN."""
+    a, b = _arm(a_launches, "a"), _arm(b_launches, "b")
+    aa = _arm(aa_launches, "aa") if len(aa_launches) else None
+    return launch_aware_test(a, b, aa, alpha=alpha)
+
+
+def z_equivalent(t: float, df: float) -> float:
+    """The normal deviate with the same upper tail as Student's t: sign(t)·Φ⁻¹(1 - F_ν(|t|)) (capped at
+    Z_MAX)."""
+    if t == 0 or not math.isfinite(df):
+        return float(np.clip(t, -Z_MAX, Z_MAX))
+    z = -float(ndtri(float(t_sf(abs(t), df))))
+    return math.copysign(min(z, Z_MAX), t)
+
+
+def t_bound(c: float, df: float) -> float:
+    """The t-scale boundary with the tail of the z boundary ``c``: F_ν⁻¹(Φ(c))."""
+    q = float(ndtr(-c))
+    if q <= 0:
+        return math.inf
+    return -float(t_ppf(q, df)) if math.isfinite(df) else c
+
+
+def _pp(x: float) -> str:
+    return f"{100 * x:+.2f} pp"
+
+
+def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareResult) -> LookDecision:
+    """The decision at the look after ``repeats`` repeats from a launch-aware estimate (module docstring).
+    Returns :class:`harness.stats.sequential.LookDecision` with ``z`` the z-equivalent, ``bound`` the
+    z-scale boundary and, in ``details``: ``t``, ``df``, ``p`` (the look's nominal two-sided p),
+    ``bound_t``, ``estimator``, ``sigma2_launch``, ``df_launch``, ``variance_source``, ``qualification``."""
+    d = design
+    t_info = d.info(repeats)
+    last = repeats >= d.max_repeats
+    delta, se, df = est.delta, est.se, est.df
+    t = delta / se if se > 0 else 0.0
+    z = z_equivalent(t, df)
+    p = min(1.0, 2 * float(t_sf(abs(t), df))) if math.isfinite(df) else est.p
+    details: dict[str, Any] = {"t": t, "df": df, "p": p, "estimator": ESTIMATOR, "sigma2_launch": est.sigma2_launch,
+               "df_launch": est.df_launch, "variance_source": est.variance_source,
+               "qualification": est.qualification, "n": est.n}
+    base: dict[str, Any] = {"repeats": repeats, "delta": float(delta), "se": float(se), "z": z, "info_fraction": t_info}
+    where = f"after {repeats} of at most {d.max_repeats} repeats"
+    if repeats < d.min_repeats:
+        return LookDecision(**base, stop=False, verdict=None, reason="before_min_repeats",
+                            sentence=f"no look before repeat {d.min_repeats}", bound=None, alpha_spent=0.0,
+                            repeated_ci=None, details=details)
+    c = d.bound_at(repeats, "efficacy")
+    spent = float(spend(t_info, d.alpha / 2, d.spending) * 2) if not last else d.alpha
+    if est.df_launch == 0:
+        details["bound_t"] = None
+        if last:
+            return LookDecision(**base, stop=True, verdict="inconclusive", reason="max_repeats", bound=c,
+                                alpha_spent=spent, repeated_ci=None, details=details,
+                                sentence=f"inconclusive after all {repeats} repeats: no launch replication, the "
+                                         "launch-to-launch variance could not be estimated")
+        return LookDecision(**base, stop=False, verdict=None, reason="no_launch_replication", bound=c,
+                            alpha_spent=spent, repeated_ci=None, details=details,
+                            sentence=f"continue {where}: one launch per configuration, no launch variance yet")
+    tc = t_bound(c, df)
+    details["bound_t"] = tc
+    rci = [float(delta - tc * se), float(delta + tc * se)] if math.isfinite(tc) else [-1.0, 1.0]
+    base.update(bound=c, alpha_spent=spent, repeated_ci=rci)
+    saved = max(0, d.max_repeats - repeats)
+    if abs(t) >= tc:
+        word = "improved" if t > 0 else "regressed"
+        return LookDecision(**base, stop=True, verdict=word, reason="efficacy", repeats_saved=saved, details=details,
+                            sentence=f"{word} {where}: Δ = {_pp(delta)}, |t| = {abs(t):.2f} >= boundary {tc:.2f} "
+                                     f"(t, {df:.1f} df; z-scale {c:.2f}; α spent {spent:.3g} of {d.alpha:g})")
+    margin_z = margin_bound = None
+    if d.tests_margin:
+        m = float(d.margin)  # type: ignore[arg-type]
+        e = d.bound_at(repeats, "margin")
+        te = t_bound(e, df)
+        t_lo, t_hi = (delta + m) / se, (m - delta) / se
+        margin_z, margin_bound = [z_equivalent(t_lo, df), z_equivalent(t_hi, df)], e
+        base.update(margin_z=margin_z, margin_bound=margin_bound)
+        details["margin_t"], details["margin_bound_t"] = [t_lo, t_hi], te
+        if d.hypothesis == "noninferiority" and t_lo >= te:
+            return LookDecision(**base, stop=True, verdict="noninferior", reason="noninferiority",
+                                repeats_saved=saved, details=details,
+                                sentence=f"noninferior {where}: Δ = {_pp(delta)} > -{100 * m:.2f} pp, t = "
+                                         f"{t_lo:.2f} >= boundary {te:.2f} (one-sided α {d.eq_alpha:g})")
+        if d.hypothesis != "noninferiority" and min(t_lo, t_hi) >= te:
+            return LookDecision(**base, stop=True, verdict="equivalent", reason="equivalence",
+                                repeats_saved=saved, details=details,
+                                sentence=f"equivalent {where}: Δ = {_pp(delta)} within ±{100 * m:.2f} pp, both "
+                                         f"one-sided t >= boundary {te:.2f} (α {d.eq_alpha:g} per side)")
+    if last:
+        return LookDecision(**base, stop=True, verdict="inconclusive", reason="max_repeats", details=details,
+                            sentence=f"inconclusive after all {repeats} repeats: Δ = {_pp(delta)}, |t| = "
+                                     f"{abs(t):.2f} < boundary {tc:.2f}")
+    if d.futility and not d.tests_margin and t_info >= d.futility_from:
+        band = float(d.futility_z()[repeats - d.min_repeats])
+        if abs(z) < band:
+            return LookDecision(**base, stop=True, verdict="inconclusive", reason="futility", repeats_saved=saved,
+                                details=details,
+                                sentence=f"inconclusive (futility) {where}: Δ = {_pp(delta)}, |z| = {abs(z):.2f} "
+                                         f"< {band:.2f}: the remaining repeats could not plausibly reach a verdict")
+    return LookDecision(**base, stop=False, verdict=None, reason="continue", details=details,
+                        sentence=f"continue {where}: |t| = {abs(t):.2f} < boundary {tc:.2f}")
+
+
+def launch_look(design: SequentialDesign, repeats: int, a_launches: Sequence[np.ndarray],
+                b_launches: Sequence[np.ndarray], aa_launches: Sequence[np.ndarray] = ()) -> LookDecision:
+    """Estimate and decide the look after ``repeats`` repeats (the launches given are those of repeats
+    1..r, plus the A/A control's)."""
+    est = launch_look_estimate(a_launches, b_launches, aa_launches, design.alpha)
+    return decide_launch_look(design, repeats, est)
