@@ -77,8 +77,7 @@ def run_naive(root: Path) -> dict[str, float]:
     """Per-token Python objects: every row a dict, every top-k a dict."""
     import pyarrow.parquet as pq
 
-    from harness.stats import divergence as dv
-
+    from harness.stats import kld as dv
     def rows(name: str) -> dict[tuple[int, int], dict]:
         out = {}
         for r in pq.read_table(root / name / "scores.parquet").to_pylist():

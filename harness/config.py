@@ -310,7 +310,7 @@ class ExperimentConfig:
     a: str = "a"
     b: str = "b"
     #: Look at the data after every repeat of both arms (each a fresh launch) and stop as soon as the verdict
-    #: is decided (group-sequential design, harness.stats.sequential); ``repeats`` is then ignored.
+    #: is decided (group-sequential design, harness.stats.group_sequential); ``repeats`` is then ignored.
     sequential: bool = False
     #: Sequential runs: at most this many repeats per arm (required with sequential=true).
     max_repeats: int | None = None
@@ -400,7 +400,7 @@ def _sequential_problems(cfg: Any) -> list[str]:
     """experiment.sequential / max_repeats / min_repeats and stats.spending make sense together."""
     x, s = cfg.experiment, cfg.stats
     out: list[str] = []
-    from harness.stats.sequential import SPENDING
+    from harness.stats.group_sequential import SPENDING
 
     if s.get("spending", "obf") not in SPENDING:
         out.append(f"stats.spending must be one of {', '.join(SPENDING)}, not {s.spending!r}")

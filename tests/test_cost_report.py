@@ -22,7 +22,7 @@ from harness.report.sweep_text import format_sweep
 from harness.report.words import verdict_sentence
 from harness.results import schema
 from harness.results.schema import Cost, SequentialRecord
-from harness.stats.sequential import SequentialDesign, decide_look
+from harness.stats.group_sequential import SequentialDesign, decide_look
 
 
 def _text(html: str) -> str:

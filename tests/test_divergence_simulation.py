@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
-from harness.stats import divergence as dv
+from harness.stats import kld as dv
 
 ALPHA = 0.05
 K = 10

@@ -1,4 +1,4 @@
-"""harness.stats.divergence against independent references: scipy.special.rel_entr on hand-built buckets,
+"""harness.stats.kld against independent references: scipy.special.rel_entr on hand-built buckets,
 closed forms for hand cases, scipy.stats.permutation_test (sign flips) and scipy.stats.bootstrap."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from scipy.special import log_softmax, rel_entr
 from scipy.stats import bootstrap, permutation_test
 
-from harness.stats import divergence as dv
+from harness.stats import kld as dv
 from harness.stats.signflip import signflip_weighted
 
 

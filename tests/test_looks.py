@@ -18,7 +18,7 @@ from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost
 from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of, look_estimate
 from harness.results.schema import SequentialRecord
-from harness.stats.sequential import SequentialDesign, decide_look
+from harness.stats.group_sequential import SequentialDesign, decide_look
 
 
 def _cfg(*overrides: str):
@@ -125,6 +125,7 @@ class It:
     role: str
     arm_key: str
     fresh: bool = False
+    is_eval: bool = True
 
 
 def _items(repeats: int, fresh: bool, aa: bool = True, aa_fresh: bool = True) -> list[It]:
@@ -153,7 +154,7 @@ def test_design_states_the_launch_noise_trade_off_and_cost() -> None:
     cost = run_cost([LaunchRecord("a", 600.0, 1000.0, 8), LaunchRecord("b", 600.0, 1000.0, 8)],
                     [EvalRecord("a", 300.0), EvalRecord("b", 300.0)])
     times = times_from_cost(cost)
-    assert times is not None and times["a"] == {"launch_s": 600.0, "eval_s": 300.0, "stop_s": 100.0}
+    assert times is not None and times["a"] == {"launch_s": 600.0, "eval_s": 300.0, "stop_s": 100.0, "scoring_s": 0.0}
     fresh = describe(_items(3, True), concurrent=True, gpus={"a": 8, "b": 8, "aa": 8}, times=times,
                      sequential={"max_repeats": 3, "min_repeats": 2, "expected_if_null": 2.6})
     assert fresh["roles"]["a"] == {"launches": 3, "evals": 3, "passes_per_launch": 1, "launch_noise": "sampled"}

@@ -15,7 +15,7 @@ from harness.cli.power import power_main
 from harness.results.eval_store import EvalStore, summarize
 from harness.results.fileio import atomic_write_json
 from harness.results.schema import SampleRecord
-from harness.stats import sequential as sq
+from harness.stats import group_sequential as sq
 
 N = 1319
 

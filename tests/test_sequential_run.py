@@ -202,7 +202,7 @@ def test_a_bad_sequential_config_exits_2_before_any_server(tmp_path: Path,
 
 
 def test_a_dry_run_prints_the_design_and_its_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.stats.sequential import SequentialDesign, operating_characteristics
+    from harness.stats.group_sequential import SequentialDesign, operating_characteristics
 
     code = abh_run_here(f"hydra.run.dir={tmp_path / 'dry'}", "dry_run=true", *SEQ, "engine.gpus=4",
                         "stats.margin_pp=null")

@@ -78,7 +78,7 @@ def test_repeats_fractional_d_never_disagree():
         for alpha in (0.05, 0.1):
             r = C.consistent_paired(d, alpha)
             assert (r.p < alpha) == (r.ci[0] > 0 or r.ci[1] < 0) == r.significant
-            assert r.p_signflip == pytest.approx(signflip_test(d)["p"])
+            assert r.p_signflip == pytest.approx(signflip_test(d).p)
             assert r.ci[0] <= r.ci_tango[0] + 1e-15 and r.ci[1] >= r.ci_tango[1] - 1e-15
 
 
@@ -133,10 +133,10 @@ def test_one_run_per_arm_compare_arms_disagreements_are_what_is_fixed():
         a = (rng.random(n) < pa).astype(float)
         b = np.where(rng.random(n) < 0.1, 1.0, (rng.random(n) < pa).astype(float))
         r = compare_arms(ArmRuns(a, ("a",)), ArmRuns(b, ("b",)), compute_mde=False)
-        today += (r["p"] < 0.05) != (r["ci"][0] > 0 or r["ci"][1] < 0)
+        today += (r.analysis.p < 0.05) != (r.analysis.ci[0] > 0 or r.analysis.ci[1] < 0)
         c = C.consistent_paired(b - a)
         new += (c.p < 0.05) != (c.ci[0] > 0 or c.ci[1] < 0)
         # one run per arm: the decision is today's mid-p test's (the quoted p is the larger of the two)
-        assert c.p_signflip == pytest.approx(r["p"]) and c.significant == (r["p"] < 0.05)
+        assert c.p_signflip == pytest.approx(r.analysis.p) and c.significant == (r.analysis.p < 0.05)
     assert new == 0
     print(f"one run per arm, 300 experiments: today {today} disagreements, consistent {new}")

@@ -31,7 +31,7 @@ def test_the_crash_case_is_round_off_in_the_raw_design_effect():
     assert raw["deff"] < 1e-20 and raw["n"] > 1e20                 # the raw table: ~6e32 questions
     lo, hi = score_interval(raw["b"], raw["c"], raw["n"])
     assert float(hi) - float(lo) < 1e-12                           # zero width
-    from harness.stats.power import mde_paired_exact
+    from harness.stats.mde import mde_paired_exact
     with pytest.raises(OverflowError):                             # power.py critical_counts: int64 overflow
         mde_paired_exact(raw["n"], 0.0)
 
@@ -74,5 +74,5 @@ def test_guards_change_nothing_on_ordinary_inputs():
             continue
         for k in ("b", "c", "n", "deff"):
             assert new[k] == pytest.approx(ref[k], rel=1e-12)
-    from harness.stats.power import mde_paired_exact
+    from harness.stats.mde import mde_paired_exact
     assert GD.safe_mde_paired_exact(1319, 0.04) == pytest.approx(mde_paired_exact(1319, 0.04))

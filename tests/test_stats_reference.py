@@ -235,7 +235,7 @@ def test_tango_restricted_mle_matches_numerical_maximisation():
             return -(b * np.log(q) + c * np.log(q + d0) + (n - b - c) * np.log(1 - 2 * q - d0))
 
         ref = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-13}).x
-        assert float(S.score.restricted_q(b, c, n, d0)) == pytest.approx(ref, rel=1e-5, abs=1e-9)
+        assert float(S.tango.restricted_q(b, c, n, d0)) == pytest.approx(ref, rel=1e-5, abs=1e-9)
 
 
 def test_tango_at_zero_is_mcnemar_and_interval_inverts_the_test():
@@ -342,7 +342,7 @@ def test_launch_welch_t_matches_scipy():
             accs.append(rng.random(500) < rng.uniform(0.8, 0.9))
     A = S.ArmRuns(np.array(a_acc, float), ("a1", "a2", "a3"))
     B = S.ArmRuns(np.array(b_acc, float), ("b1", "b2", "b3", "b4"))
-    from harness.stats.analysis import launch_t
+    from harness.stats.accuracy import launch_t
 
     keep = np.ones(500, bool)
     delta = float(B.scores.mean() - A.scores.mean())

@@ -5,7 +5,7 @@ Each ``--a``/``--b`` directory is one stored eval (``harness.results.eval_store`
 eval's ``eval.json`` may name the server ``launch`` it ran on (``abh run`` records it); evals without one
 are each their own launch. Questions are aligned by index.
 
-The statistics are :func:`harness.stats.compare_arms` (see :mod:`harness.stats.analysis`): per question,
+The statistics are :func:`harness.stats.compare_arms` (see :mod:`harness.stats.accuracy`): per question,
 each arm's mean over its runs (passes averaged within a launch first, then launches; an errored run is
 skipped, so a question uses the runs it has), d_i = B_i - A_i, and
 
@@ -46,7 +46,7 @@ from harness.results import schema
 from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON, to_doc
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
-from harness.stats.analysis import Analysis
+from harness.stats.accuracy import Analysis
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
 
 KIND = schema.COMPARISON

@@ -5,7 +5,7 @@ A's on A's own greedy text, against the A/A floor (A scored again on a fresh pas
 from ``scores.parquet`` (:mod:`harness.results.token_store`): A's reference pass, B's (A/B) and A''s (A/A), and the
 greedy texts of the three evals (``samples.jsonl`` ``output``). Questions are aligned by index; a question
 missing from a pass, or whose reference token ids differ between passes (another tokenizer), is dropped and
-counted. Per-token measures and the test are :mod:`harness.stats.divergence`; this module only reads,
+counted. Per-token measures and the test are :mod:`harness.stats.kld`; this module only reads,
 aligns (in chunks of tokens, never per-token Python objects) and assembles the JSON.
 
 Verdict ``not_measured`` (with ``verdict_reason``) whenever a pass is missing or was not scorable: the A/B
@@ -24,7 +24,7 @@ import numpy as np
 from harness.results.eval_store import load_samples
 from harness.results.schema import Divergence, Histogram, KldHistogram, TopQuestion
 from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
-from harness.stats import divergence as dv
+from harness.stats import kld as dv
 
 #: tokens per chunk of the per-token computation (bounds the (chunk, k, k) id-matching temporaries)
 CHUNK_TOKENS = 8_192

@@ -17,7 +17,7 @@ variance σ² = ψ (the within-arm discordance of runs on different launches, po
 each arm's run variance is ψ_arm / 2). With R repeats the question-level Δ has SE sqrt(σ² / (n R)).
 
 - fixed: R = ceil((z_{1-α/2} + z_power)² σ² / (n effect²)) (:func:`harness.stats.repeats_needed`);
-- sequential (:mod:`harness.stats.sequential`, a look after every repeat): the smallest ``max_repeats``
+- sequential (:mod:`harness.stats.group_sequential`, a look after every repeat): the smallest ``max_repeats``
   whose power, by recursive integration with futility included, reaches the target; ``expected`` repeats
   under the effect, ``expected_if_null`` under no effect, ``worst`` = ``max_repeats``.
 
@@ -65,7 +65,7 @@ from harness import stats
 from harness.analysis.cost import cost_from_manifest
 from harness.results.eval_store import ScoredEval, load_scored
 from harness.results.fileio import StoreError, read_json
-from harness.stats import sequential as sq
+from harness.stats import group_sequential as sq
 
 SCHEMA_VERSION = 1
 KIND = "abh.plan"

@@ -20,7 +20,7 @@ from harness.analysis.planning import (
     power_figures,
 )
 from harness.cli.flags import HelpFormatter
-from harness.stats import sequential as sq
+from harness.stats import group_sequential as sq
 
 
 def _effect_fraction(ap: argparse.ArgumentParser, pp: float, n: int | None) -> float:

@@ -64,7 +64,7 @@ from harness.results import schema
 from harness.results.eval_store import eval_done
 from harness.results.fileio import StoreError
 from harness.serving.client import ClientConfig
-from harness.stats.sequential import operating_characteristics
+from harness.stats.group_sequential import operating_characteristics
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 from harness.util.redact import redact_text
 

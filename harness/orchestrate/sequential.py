@@ -1,10 +1,10 @@
 """The looks of a sequential run (``experiment.sequential=true``): after every repeat of both arms, estimate,
 decide, record; stop as soon as the verdict is decided or at ``experiment.max_repeats``.
 
-The design is :class:`harness.stats.sequential.SequentialDesign` built from the config
+The design is :class:`harness.stats.group_sequential.SequentialDesign` built from the config
 (:func:`design_of`): ``experiment.max_repeats`` / ``min_repeats``, ``stats.alpha``, ``stats.spending``,
 ``stats.futility``, ``stats.hypothesis`` and ``stats.margin_pp``. Each look is
-:func:`harness.stats.sequential.decide_look` on the question-level estimate (Δ, SE, n) of repeats 1..r
+:func:`harness.stats.group_sequential.decide_look` on the question-level estimate (Δ, SE, n) of repeats 1..r
 (:func:`look_estimate`); the decision is pure, so a resumed run would decide the same way, and it continues
 from the recorded looks (:class:`Looks`, built from the manifest's ``sequential`` record). A rerun whose
 design differs from the recorded one is refused: the error rates hold for the design the looks were made
@@ -12,7 +12,7 @@ with, not for one changed half-way.
 
 Each repeat is a fresh launch of both arms: under no effect the repeats' per-question differences are then
 independent and identically distributed, which is what makes the information fraction ``r / max_repeats``
-(see :mod:`harness.stats.sequential`).
+(see :mod:`harness.stats.group_sequential`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ from harness.config import ConfigError
 from harness.results.eval_store import StoreError, load_scored
 from harness.results.records import RecordError, to_doc
 from harness.results.schema import Comparison, Cost, Look, SequentialRecord
-from harness.stats.sequential import LookDecision, SequentialDesign, decide_look, question_level_estimate
+from harness.stats.group_sequential import (
+    LookDecision,
+    SequentialDesign,
+    decide_look,
+    question_level_estimate,
+)
 
 #: What the test at each look is (recorded with the looks, shown in the report).
 ESTIMATOR = ("question-level paired z: per question the passes are averaged within a launch, then the "
@@ -70,7 +75,7 @@ def _by_launch(dirs: Sequence[Path]) -> list[np.ndarray]:
 
 def look_estimate(a_dirs: Sequence[Path], b_dirs: Sequence[Path]) -> tuple[float, float, int]:
     """(Δ, SE, n) of B - A over the given evals, with the question as the unit and launches as clusters
-    (:func:`harness.stats.sequential.question_level_estimate`)."""
+    (:func:`harness.stats.group_sequential.question_level_estimate`)."""
     return question_level_estimate(_by_launch(a_dirs), _by_launch(b_dirs))
 
 

@@ -465,7 +465,7 @@ class Cost(Record):
 # ------------------------------------------------------------------------------------------ sequential
 @dataclass(frozen=True)
 class Look(Record):
-    """One look of a sequential run (:class:`harness.stats.sequential.LookDecision`, as stored)."""
+    """One look of a sequential run (:class:`harness.stats.group_sequential.LookDecision`, as stored)."""
 
     repeats: int
     stop: bool

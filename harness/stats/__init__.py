@@ -15,22 +15,10 @@
 - :mod:`.simulate`: score matrices of every run design, for calibration.
 """
 
-from .analysis import compare_arms, describe_design, error_block, psi_aa_block, within_arm_psi
+from .accuracy import compare_arms, describe_design, error_block, psi_aa_block, within_arm_psi
 from .equivalence import score_tost, t_tost
 from .launches import ArmRuns, heterogeneity_q, launch_heterogeneity, launch_means, question_means
-from .multiple import adjust, benjamini_hochberg, holm
-from .paired import (
-    PairedTable,
-    mcnemar_asymptotic,
-    mcnemar_exact,
-    mcnemar_midp,
-    newcombe_paired_ci,
-    paired_bootstrap_ci,
-    paired_se,
-    paired_table,
-    paired_wald_ci,
-)
-from .power import (
+from .mde import (
     critical_counts,
     mde_floor,
     mde_paired,
@@ -44,6 +32,18 @@ from .power import (
     power_paired_exact,
     repeats_needed,
     z_sum,
+)
+from .multiple import adjust, benjamini_hochberg, holm
+from .paired import (
+    PairedTable,
+    mcnemar_asymptotic,
+    mcnemar_exact,
+    mcnemar_midp,
+    newcombe_paired_ci,
+    paired_bootstrap_ci,
+    paired_se,
+    paired_table,
+    paired_wald_ci,
 )
 from .proportions import (
     accuracy_bootstrap_ci,
@@ -61,8 +61,8 @@ from .repeats import (
     per_question_means,
 )
 from .resample import bca_interval, bootstrap_mean_ci, bootstrap_means, jackknife_means, percentile_interval
-from .score import effective_table, score_interval, score_p, score_z
 from .signflip import signflip_test
+from .tango import effective_table, score_interval, score_p, score_z
 from .verdict import HYPOTHESES, VERDICTS, Evidence, Verdict, decide, format_p
 
 __all__ = [

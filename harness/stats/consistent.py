@@ -39,8 +39,8 @@ import numpy as np
 from .dist import binom_pmf
 from .guards import robust_effective_table
 from .paired import mcnemar_midp
-from .score import score_interval, score_p
 from .signflip import signflip_test
+from .tango import score_interval, score_p
 
 TEST = "mid-p sign-flip test over questions and Tango's score test, both at α (p = the larger)"
 CI_METHOD = "Tango score interval, extended to 0 when the sign-flip test does not reject"
@@ -116,10 +116,10 @@ def consistent_paired(d: np.ndarray, alpha: float = 0.05, variance: float | None
     p_sc = float(score_p(t["b"], t["c"], t["n"], 0.0))
     lo, hi = (float(x) for x in score_interval(t["b"], t["c"], t["n"], alpha))
     delta = float(d.mean())
-    p, lo2, hi2, sig, ext, nud = _combine(np.asarray(delta), np.asarray(sf["p"]), np.asarray(p_sc),
+    p, lo2, hi2, sig, ext, nud = _combine(np.asarray(delta), np.asarray(sf.p), np.asarray(p_sc),
                                           np.asarray(lo), np.asarray(hi), alpha)
-    return ConsistentResult(delta=delta, p=float(p), p_signflip=float(sf["p"]), p_score=p_sc,
-                            p_floor=sf["p_floor"], ci=(float(lo2), float(hi2)), ci_tango=(lo, hi),
+    return ConsistentResult(delta=delta, p=float(p), p_signflip=float(sf.p), p_score=p_sc,
+                            p_floor=sf.p_floor, ci=(float(lo2), float(hi2)), ci_tango=(lo, hi),
                             extended=bool(ext), nudged=bool(nud), significant=bool(sig), alpha=alpha,
                             n=int(d.size), table=t)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from harness.results.schema import Tost
 
 from .dist import t_cdf, t_ppf, t_sf
-from .score import score_interval, score_p
+from .tango import score_interval, score_p
 
 
 def _result(method: str, margin: float, alpha: float, p_lower: float, p_upper: float,

@@ -38,7 +38,7 @@ from .paired import mcnemar_exact
 TEST = "exact McNemar test of the per-question unanswered indicators (A vs B)"
 
 
-# the same two helpers as harness.stats.analysis (not imported from there: analysis is to call this module)
+# the same two helpers as harness.stats.accuracy (not imported from there: analysis is to call this module)
 def unanswered(arm: ArmRuns) -> np.ndarray:
     """Questions the arm has no answer for in any run (errored or missing everywhere)."""
     return np.isnan(arm.scores).all(axis=0)

@@ -5,10 +5,10 @@ sums would overflow.
 The case that crashed (issue 25, item 6): every per-question difference equals one fraction, e.g. n = 3,
 d_i = 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3. The sample variance Σ (d_i - Δ)² / n² is then
 round-off (~1e-33), the design effect deff = V̂(Δ) / ((ψ - Δ²) / n) ~1e-32, the effective table has
-n ~ 6e32 questions, Tango's interval has zero width and :func:`harness.stats.power.critical_counts`
+n ~ 6e32 questions, Tango's interval has zero width and :func:`harness.stats.mde.critical_counts`
 raises OverflowError converting n to int64.
 
-**Design effect** (:func:`design_effect`). deff = V̂ / ((ψ - Δ²)/n) as in :func:`harness.stats.score.effective_table`,
+**Design effect** (:func:`design_effect`). deff = V̂ / ((ψ - Δ²)/n) as in :func:`harness.stats.tango.effective_table`,
 with two guards:
 
 - a raw deff below :data:`DEFF_ROUNDOFF` (1e-9) means the sample variance is zero up to round-off: the
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .power import mde_paired, mde_paired_exact
+from .mde import mde_paired, mde_paired_exact
 from .signflip import lattice_scale
 
 #: a raw design effect below this is the round-off of an exactly zero sample variance
@@ -87,7 +87,7 @@ def design_effect(d: np.ndarray, variance: float | None = None) -> DesignEffect:
 
 
 def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
-    """:func:`harness.stats.score.effective_table` with the guarded design effect: the same keys (``b``,
+    """:func:`harness.stats.tango.effective_table` with the guarded design effect: the same keys (``b``,
     ``c``, ``n`` effective; ``deff``; ``b_raw``, ``c_raw``, ``n_raw``) plus ``deff_raw`` and ``deff_guarded``
     (1.0 when the guard replaced the raw value, else 0.0)."""
     d = np.asarray(d, dtype=float)
@@ -100,7 +100,7 @@ def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict
 
 
 def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: float = 0.8) -> float:
-    """:func:`harness.stats.power.mde_paired_exact`, but never raising on a huge or non-finite n: past
+    """:func:`harness.stats.mde.mde_paired_exact`, but never raising on a huge or non-finite n: past
     :data:`MAX_EXACT_N` effective questions the normal formula z·sqrt(max(ψ, 1/n)/n) (identical there to
     within 1e-3 relative), and ``inf`` for n that is not finite or below 1."""
     if not math.isfinite(n) or n < 1 or not math.isfinite(psi_noise):

@@ -261,6 +261,6 @@ def planned_se(sigma2_launch: float, noise_per_launch: float, heterogeneity: flo
     """Planning: the SE of Δ̂ for L_A and L_B launches from a previous run's components, sqrt(k (σ²_L +
     σ²_e/n) + h) with k = 1/L_A + 1/L_B; ``noise_per_launch`` is σ²_e/n (``components.ms_resid / n``),
     ``heterogeneity`` the interaction term h (``var_heterogeneity``). The MDE at 80 % power is then
-    :func:`harness.stats.power.mde_t` (se, df) with df ≈ the planned df_L (Σ over configurations of L_g - 1)."""
+    :func:`harness.stats.mde.mde_t` (se, df) with df ≈ the planned df_L (Σ over configurations of L_g - 1)."""
     k = 1.0 / launches_a + 1.0 / launches_b
     return math.sqrt(k * (max(sigma2_launch, 0.0) + max(noise_per_launch, 0.0)) + max(heterogeneity, 0.0))

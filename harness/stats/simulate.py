@@ -150,7 +150,7 @@ def calibrate(design: Design, noise: Noise, experiments: int = 2000, *, seed: in
     the fixed point: the mean MDE reported at Δ = MDE_0 (the null runs' mean MDE) is the effect simulated.
     MDEs are computed on every ``mde_every``-th experiment (they cost more than the test).
     """
-    from .analysis import compare_arms
+    from .accuracy import compare_arms
 
     rng = np.random.default_rng(seed)
     ability = solve_ability(accuracy)

@@ -36,8 +36,9 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import expit, log_softmax
 
-from harness.stats import divergence as dv
+from harness.stats import kld as dv
 from harness.stats.launches import ArmRuns
+from harness.stats.signflip import signflip_weighted
 
 DIFFICULTIES = ("beta", "logitnormal")
 EFFECTS = ("few", "uniform", "mixed")
@@ -317,21 +318,21 @@ def accuracy_rates(s: AccuracyScenario, experiments: int, seed: int = 0, *, old:
         c["new_fallback"] += r.main.df_launch == 0
         if old:
             o = compare_arms(e.a, e.b, aa=aa, alpha=alpha, compute_mde=False)
-            w = o["verdict"].word
+            w = o.verdict.word
             c["old_reject"] += (w in ("improved", "regressed")) if want == 0 else (
                 w == ("improved" if want > 0 else "regressed"))
-            c["old_cover"] += o["ci"][0] <= e.true_delta <= o["ci"][1]
-            c["old_disagree"] += (o["p"] < alpha) != (o["ci"][0] > 0 or o["ci"][1] < 0)
+            c["old_cover"] += o.analysis.ci[0] <= e.true_delta <= o.analysis.ci[1]
+            c["old_disagree"] += (o.analysis.p < alpha) != (o.analysis.ci[0] > 0 or o.analysis.ci[1] < 0)
     return {k: Rate(v, experiments) for k, v in c.items() if old or not k.startswith("old")}
 
 
 def sequential_rates(s: AccuracyScenario, experiments: int, seed: int = 0, *, max_repeats: int = 6,
                      min_repeats: int = 2, old: bool = True) -> dict[str, Rate | float]:
     """A sequential run with a fresh launch of both arms per repeat: rejections and mean repeats of the
-    launch-aware looks (:func:`harness.stats.seqlaunch.launch_look`) and, with ``old``, today's
+    launch-aware looks (:func:`harness.stats.launch_looks.launch_look`) and, with ``old``, today's
     question-level looks."""
-    from harness.stats import sequential as sq
-    from harness.stats.seqlaunch import launch_look
+    from harness.stats import group_sequential as sq
+    from harness.stats.launch_looks import launch_look
 
     design = sq.SequentialDesign(max_repeats=max_repeats, min_repeats=min_repeats)
     sc = s.with_(launches_a=max_repeats, launches_b=max_repeats, launches_aa=0, passes=1)
@@ -370,8 +371,7 @@ def divergence_rates(s: DivergenceScenario, experiments: int, seed: int = 0,
     """For each (m_A, m_B) (the first m_A of A's other launches, the first m_B of B's): the launch-level
     test's rejections; and the per-question test of today's design (one A/A launch, one B launch); the
     pooled sd of log launch-mean KLD (for planning)."""
-    from harness.stats import divergence as dvs
-    from harness.stats.divergence_launch import launch_divergence_test, launch_means
+    from harness.stats.kld_launches import launch_divergence_test, launch_means
 
     rng = np.random.default_rng(seed)
     c = {f"launch_{ma}_{mb}": 0 for ma, mb in designs}
@@ -382,8 +382,8 @@ def divergence_rates(s: DivergenceScenario, experiments: int, seed: int = 0,
         for ma, mb in designs:
             r = launch_divergence_test(e.kld_a[:ma], e.kld_b[:mb], e.tokens, per_question=False)
             c[f"launch_{ma}_{mb}"] += r.verdict == "diverged"
-        t = dvs.sign_flip_test(e.kld_b[0] - e.kld_a[0], e.tokens, 999, seed=rng)
-        c["question_1_1"] += t["p_value"] < 0.05 and t["statistic"] > 0
+        t = signflip_weighted(e.kld_b[0] - e.kld_a[0], e.tokens, 999, seed=rng)
+        c["question_1_1"] += t.p < 0.05 and t.statistic > 0
         la, lb = np.log(launch_means(e.kld_a, e.tokens)), np.log(launch_means(e.kld_b, e.tokens))
         ss = float(np.sum((la - la.mean()) ** 2) + np.sum((lb - lb.mean()) ** 2))
         sds.append(ss / (la.size + lb.size - 2))

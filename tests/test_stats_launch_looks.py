@@ -1,4 +1,4 @@
-"""harness.stats.seqlaunch: the t-to-z transform against scipy, the look decisions (the repeated interval
+"""harness.stats.launch_looks: the t-to-z transform against scipy, the look decisions (the repeated interval
 excludes 0 exactly when the look stops for efficacy), degenerate looks, and the false-positive rate under
 launch shifts (independent generator)."""
 
@@ -11,8 +11,8 @@ import pytest
 from helpers import indep_generator as G
 from scipy import stats as ss
 
-from harness.stats import seqlaunch as SL
-from harness.stats import sequential as sq
+from harness.stats import group_sequential as sq
+from harness.stats import launch_looks as SL
 from harness.stats.launchvar import LaunchAwareResult
 
 

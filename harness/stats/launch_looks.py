@@ -1,8 +1,8 @@
 """The look statistic of a sequential run with the launch component of :mod:`.launchvar` (issue 25,
 item 5).
 
-Today every look (:func:`harness.stats.sequential.decide_look` on
-:func:`harness.stats.sequential.question_level_estimate`) uses SE = sd(d)/sqrt(n): a launch-wide accuracy
+Today every look (:func:`harness.stats.group_sequential.decide_look` on
+:func:`harness.stats.group_sequential.question_level_estimate`) uses SE = sd(d)/sqrt(n): a launch-wide accuracy
 shift is invisible to it, and with a fresh launch per repeat, max 6 repeats and a log-odds shift of sd 0.1
 per launch the false-positive rate is 12-13 %.
 
@@ -13,7 +13,7 @@ dominates). The group-sequential boundaries are for normal statistics; a t stati
 that scale by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (the standard approximation for group-sequential
 t-tests, Jennison and Turnbull 2000, §3.8 and §11.4): the look stops for efficacy when |t| >= t_k with
 t_k = F_ν⁻¹(Φ(c_k)), c_k the look's Lan-DeMets boundary of the same design
-(:class:`harness.stats.sequential.SequentialDesign`: spending, α, looks). The repeated confidence interval
+(:class:`harness.stats.group_sequential.SequentialDesign`: spending, α, looks). The repeated confidence interval
 is Δ̂ ± t_k SE: it excludes 0 exactly when the look stops for efficacy. Equivalence / non-inferiority use the
 one-sided margin boundaries e_k the same way. The information fraction stays r / max_repeats: with a launch
 per repeat, Var(Δ̂) ∝ 1/r whether the launch term or the question term dominates.
@@ -37,9 +37,9 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from .dist import t_ppf, t_sf
+from .group_sequential import Z_MAX, LookDecision, SequentialDesign, spend
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
-from .sequential import Z_MAX, LookDecision, SequentialDesign, spend
 
 ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
              "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
@@ -87,7 +87,7 @@ def _pp(x: float) -> str:
 
 def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareResult) -> LookDecision:
     """The decision at the look after ``repeats`` repeats from a launch-aware estimate (module docstring).
-    Returns :class:`harness.stats.sequential.LookDecision` with ``z`` the z-equivalent, ``bound`` the
+    Returns :class:`harness.stats.group_sequential.LookDecision` with ``z`` the z-equivalent, ``bound`` the
     z-scale boundary and, in ``details``: ``t``, ``df``, ``p`` (the look's nominal two-sided p),
     ``bound_t``, ``estimator``, ``sigma2_launch``, ``df_launch``, ``variance_source``, ``qualification``."""
     d = design

@@ -1,4 +1,4 @@
-"""harness.stats.divergence_launch: the launch-level t-test against scipy.stats.ttest_ind, the exact
+"""harness.stats.kld_launches: the launch-level t-test against scipy.stats.ttest_ind, the exact
 permutation p against scipy.stats.permutation_test, the planning power against statsmodels, the degenerate
 designs, and size when the noise scale varies by launch (independent generator)."""
 
@@ -11,7 +11,7 @@ import pytest
 from helpers import indep_generator as G
 from scipy import stats as ss
 
-from harness.stats import divergence_launch as DL
+from harness.stats import kld_launches as DL
 
 
 def kld(rng: np.random.Generator, m: int, n: int = 30, scale: float = 1.0) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Sequential repeats (harness.stats.sequential): boundaries against published values and scipy, look
+"""Sequential repeats (harness.stats.group_sequential): boundaries against published values and scipy, look
 decisions, and calibration by simulation of score matrices (question difficulty, launch and pass flips,
 request errors, a fresh launch per repeat)."""
 
@@ -11,7 +11,7 @@ import pytest
 from scipy.special import expit
 from scipy.stats import multivariate_normal
 
-from harness.stats import sequential as sq
+from harness.stats import group_sequential as sq
 
 # ------------------------------------------------------------------------------------------ references
 # Jennison and Turnbull (2000), table 2.1 (Pocock C_P) and table 2.3 (O'Brien-Fleming C_B), alpha = 0.05

@@ -45,7 +45,7 @@ from scipy.special import nctdtr
 
 from ._rng import SeedLike
 from .dist import t_ppf, t_sf
-from .divergence import divergence_test
+from .kld import divergence_test
 
 #: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
 KLD_FLOOR = 1e-12

@@ -34,10 +34,10 @@ from harness.results.schema import Design, ErrorBound, ErrorBounds, Errors, Tost
 from .dist import t_ppf, t_sf
 from .equivalence import score_tost, t_tost
 from .launches import ArmRuns, launch_accuracies, launch_heterogeneity, question_means
-from .power import mde_paired_exact, mde_t
+from .mde import mde_paired_exact, mde_t
 from .repeats import discordance
-from .score import effective_table, score_interval
 from .signflip import SignFlip, signflip_test
+from .tango import effective_table, score_interval
 from .verdict import DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
 
 SIGNFLIP = "paired sign-flip test over questions (mid-p)"
