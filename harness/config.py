@@ -420,6 +420,23 @@ def _sequential_problems(cfg: Any) -> list[str]:
     return out
 
 
+def _stats_problems(cfg: Any) -> list[str]:
+    """What the ``stats.*`` effect sizes mean together and in their unit (percentage points)."""
+    s = cfg.stats
+    margin, effect = s.get("margin_pp"), s.get("min_effect_pp")
+    out: list[str] = []
+    for key, v in (("margin_pp", margin), ("min_effect_pp", effect)):
+        if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 0.1:
+            out.append(f"stats.{key}={v:g} is in percentage points (1.0 = 1 pp), and {v:g} pp is below one "
+                       f"question in a thousand: did you mean {v * 100:g}?")
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (margin, effect))
+    if numbers and 0 < effect < margin:
+        out.append(f"stats.min_effect_pp={effect:g} is below stats.margin_pp={margin:g}: an effect inside the "
+                   "margin counts as no difference, so it cannot also be a practical improvement; set "
+                   "min_effect_pp >= margin_pp")
+    return out
+
+
 def _fields(schema: type) -> dict[str, Any]:
     """A schema dataclass's field name -> resolved type."""
     return typing.get_type_hints(schema)
@@ -450,6 +467,44 @@ def _unknown(node: Any, schema: type, prefix: str) -> list[str]:
     return out
 
 
+def _schema_keys(schema: type, prefix: str) -> list[str]:
+    """Every dotted key ``schema`` declares (an arm's keys under ``arms.*``), recursively."""
+    out: list[str] = []
+    for key, t in _fields(schema).items():
+        path = f"{prefix}{key}"
+        out.append(path)
+        args = typing.get_args(t)
+        if dataclasses.is_dataclass(t):
+            out += _schema_keys(t, path + ".")  # type: ignore[arg-type]
+        elif typing.get_origin(t) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
+            out += _schema_keys(args[1], f"{path}.*.")  # type: ignore[arg-type]
+    return out
+
+
+def known_keys() -> list[str]:
+    """Every key a config can hold, dotted (``arms.*.engine.x`` for any arm; an engine's keys are every engine
+    kind's): what a mistyped key is matched against."""
+    keys = _schema_keys(Config, "")
+    for schema in ENGINE_SCHEMAS.values():
+        keys += [f"engine.{k}" for k in _schema_keys(schema, "")]
+        keys += [f"arms.*.engine.{k}" for k in _schema_keys(schema, "")]
+    return sorted(set(keys))
+
+
+def did_you_mean(key: str) -> str | None:
+    """The known key closest to a mistyped ``key`` (``task.num_question`` -> ``task.num_questions``), or None.
+    An arm's key is matched with its arm name kept (``arms.b.engine.acuracy`` -> ``arms.b.engine.accuracy``)."""
+    import difflib
+
+    parts = key.split(".")
+    arm = parts[1] if len(parts) > 2 and parts[0] == "arms" else None
+    probe = ".".join(["arms", "*", *parts[2:]]) if arm else key
+    match = difflib.get_close_matches(probe, [k for k in known_keys() if k != probe], n=1, cutoff=0.8)
+    if not match:
+        return None
+    return match[0].replace("arms.*.", f"arms.{arm}.", 1) if arm else match[0]
+
+
 def unknown_keys(cfg: Any) -> list[str]:
     """Keys of a composed config that no schema declares. Hydra refuses an unknown ``key=value`` but adds
     ``+key=value`` silently, so a typo such as ``+experiment.repeatz=3`` would otherwise be ignored."""
@@ -466,7 +521,8 @@ def validate(cfg: Any) -> None:
     problems: list[str] = []
     strays = unknown_keys(cfg)
     if strays:
-        problems.append(f"unknown config key(s): {', '.join(strays)} (`abh run --cfg job` prints every key)")
+        named = [f"{k} (did you mean {did_you_mean(k)}?)" if did_you_mean(k) else k for k in strays]
+        problems.append(f"unknown config key(s): {', '.join(named)} (`abh run --cfg job` prints every key)")
     from harness.analysis.gate import FAIL_ON
     from harness.stats.verdict import HYPOTHESES
 
@@ -536,12 +592,15 @@ def validate(cfg: Any) -> None:
         problems.append(f"stats.hypothesis must be one of {', '.join(HYPOTHESES)}, not {s.hypothesis!r}")
     elif s.hypothesis != "superiority" and s.margin_pp is None:
         problems.append(f"stats.hypothesis={s.hypothesis} needs stats.margin_pp")
+    problems += _stats_problems(cfg)
     d = cfg.get("divergence")
     if d is not None:
         if d.top_k < 1:
             problems.append("divergence.top_k must be >= 1")
         if d.reference not in ("a", "b"):
             problems.append(f"divergence.reference must be a or b (whose greedy texts are scored), not {d.reference!r}")
+    if len(problems) == 1:
+        raise ConfigError(f"bad config: {problems[0]}")
     if problems:
         raise ConfigError("bad config:\n  - " + "\n  - ".join(problems))
 

@@ -251,6 +251,15 @@ def test_not_an_eval_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert "not an eval directory" in capsys.readouterr().err
 
 
+def test_a_run_directory_for_an_eval_names_the_evals_it_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    run = tmp_path / "run"
+    da = make_eval(run / "evals" / "a" / "r1", [True, False, True])
+    make_eval(run / "evals" / "b" / "r1", [True, True, True])
+    assert main(["--a", str(run), "--b", str(da), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"pass the eval directories it holds, e.g. {run}/evals/a/r1 {run}/evals/b/r1" in err
+
+
 def test_symmetric_errors_and_the_error_limit(tmp_path: Path):
     a, b = seed_vectors()
     # errors on questions that both arms would have answered right: the bounds agree, the verdict stands

@@ -354,6 +354,15 @@ def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path: 
     assert not list((tmp_path / "dry").glob("evals/*"))
 
 
+def test_seed_dry_run_without_a_clone_says_to_set_sglang_repo(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SGLANG_REPO", raising=False)
+    code = abh_run_here("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path}/dry")
+    err = capsys.readouterr().err
+    assert code == exitcodes.BAD_CONFIG
+    assert "arm 'a': set SGLANG_REPO to your git repository" in err and "does not exist" not in err
+
+
 @pytest.mark.parametrize("override, message", [
     ("+experiment.repeatz=3", "unknown config key(s): experiment.repeatz"),
     ("+foo=1", "unknown config key(s): foo"),

@@ -21,6 +21,7 @@ from hydra import compose, initialize_config_dir
 import harness.config as hc
 from harness import exitcodes
 from harness.results.fileio import read_json
+from harness.results.records import to_doc
 from harness.results.schema import load_comparison, load_run_summary
 
 #: the accuracy design alone: the divergence's scoring passes (extra launches after the looks) are tested elsewhere
@@ -47,7 +48,7 @@ def improved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
 def test_a_clear_effect_stops_early_with_improved(improved: tuple[Path, object]) -> None:
     run_dir, r = improved
     assert r.returncode == 0, r.stderr[-3000:]
-    s = load_run_summary(run_dir / "summary.json")
+    s = to_doc(load_run_summary(run_dir / "summary.json"))
     seq = s["sequential"]
     assert s["verdict"] == "improved" and seq["verdict"] == "improved" and seq["reason"] == "efficacy"
     assert seq["repeats_run"] < 6 and s["repeats"] == seq["repeats_run"]
@@ -61,7 +62,7 @@ def test_a_clear_effect_stops_early_with_improved(improved: tuple[Path, object])
     assert not (run_dir / "evals" / "b" / f"r{seq['repeats_run'] + 1}").exists()
     # the verdict line says it is the sequential decision; comparison.json carries it too
     assert "verdict: IMPROVED — sequential design: improved after" in r.stdout
-    c = load_comparison(run_dir / "comparison.json")
+    c = to_doc(load_comparison(run_dir / "comparison.json"))
     assert c["verdict"] == "improved" and c["sequential"]["repeats_run"] == seq["repeats_run"] and "verdict_fixed" in c
     # every look was recorded in the manifest as it was made
     m = read_json(run_dir / "manifest.json")
@@ -74,7 +75,7 @@ def test_a_clear_effect_stops_early_with_improved(improved: tuple[Path, object])
 @E2E
 def test_summary_holds_the_cost_per_arm(improved: tuple[Path, object]) -> None:
     run_dir, r = improved
-    s = load_run_summary(run_dir / "summary.json")
+    s = to_doc(load_run_summary(run_dir / "summary.json"))
     cost = s["cost"]
     seq = s["sequential"]
     for role in ("a", "b", "aa", "total"):  # the A/A control runs on fresh launches of its own
@@ -120,7 +121,7 @@ def test_a_rerun_continues_from_the_recorded_looks(improved: tuple[Path, object]
     assert {k: len(v.get("launches", [])) for k, v in after["arms"].items()} == \
         {k: len(v.get("launches", [])) for k, v in before["arms"].items()}  # nothing launched again
     assert "already complete, kept" in err and "launching arm" not in err
-    assert load_run_summary(run_dir / "summary.json")["verdict"] == "improved"
+    assert to_doc(load_run_summary(run_dir / "summary.json"))["verdict"] == "improved"
     # the design printed on resume knows the launch times now
     assert "expected cost:" in err and "GPU-hours" in err.split("expected cost:")[1].splitlines()[0]
 
@@ -157,7 +158,7 @@ def test_a_null_effect_does_not_stop_for_efficacy_and_resumes_mid_way(tmp_path: 
     assert looks_before[0]["repeats"] == 2 and not looks_before[0]["stop"]
     r = abh_run(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    s = load_run_summary(run_dir / "summary.json")
+    s = to_doc(load_run_summary(run_dir / "summary.json"))
     seq = s["sequential"]
     assert seq["looks"][0] == looks_before[0]  # the recorded look, not a new one
     assert seq["reason"] != "efficacy" and s["verdict"] == "inconclusive"
@@ -183,7 +184,7 @@ def _cfg(*overrides: str):
 def test_nonsense_sequential_config_is_one_clear_line(overrides: list[str], message: str) -> None:
     with pytest.raises(hc.ConfigError, match=message) as e:
         hc.validate(_cfg(*overrides))
-    assert len(str(e.value).splitlines()) == 2  # "bad config:" and the one problem
+    assert len(str(e.value).splitlines()) == 1  # "bad config: " and the one problem, on one line
 
 
 def test_the_sequential_keys_compose_with_their_defaults() -> None:

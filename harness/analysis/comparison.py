@@ -34,6 +34,7 @@ include launch-to-launch noise).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -56,6 +57,33 @@ IDENTITY_KEYS = ("dataset_sha256", "recipe", "indices")
 
 class CompareError(RuntimeError):
     """The evals cannot be compared (different question sets, recipes or datasets; unreadable dirs)."""
+
+
+class CompareSettingsError(CompareError):
+    """The comparison's settings are wrong (not the evals): ``setting`` names the parameter of
+    :func:`compare_dirs` (hypothesis, margin, min_effect, alpha, max_error_rate) to fix."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+def settings_problem(hypothesis: str, margin: float | None, min_effect: float | None, alpha: float,
+                     max_error_rate: float) -> CompareSettingsError | None:
+    """The first setting of a comparison that is out of its range (fractions, not pp), or None."""
+    if hypothesis not in stats.HYPOTHESES:
+        return CompareSettingsError("hypothesis", f"unknown hypothesis {hypothesis!r} ({' | '.join(stats.HYPOTHESES)})")
+    if hypothesis != "superiority" and margin is None:
+        return CompareSettingsError("margin", f"hypothesis {hypothesis} needs a margin")
+    if margin is not None and not (math.isfinite(margin) and 0 < margin <= 1):
+        return CompareSettingsError("margin", f"the margin must be in (0, 100] pp, not {margin * 100:g}")
+    if min_effect is not None and not (math.isfinite(min_effect) and 0 <= min_effect <= 1):
+        return CompareSettingsError("min_effect", f"the minimum effect must be in [0, 100] pp, not {min_effect * 100:g}")
+    if not (math.isfinite(alpha) and 0 < alpha < 1):
+        return CompareSettingsError("alpha", f"alpha must be in (0, 1), not {alpha:g}")
+    if not (math.isfinite(max_error_rate) and 0 <= max_error_rate <= 1):
+        return CompareSettingsError("max_error_rate", f"the error limit must be in [0, 1], not {max_error_rate:g}")
+    return None
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -241,10 +269,9 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     """
     if not a_dirs or not b_dirs:
         raise CompareError("need at least one eval directory per arm (--a and --b)")
-    if hypothesis not in stats.HYPOTHESES:
-        raise CompareError(f"unknown hypothesis {hypothesis!r} ({' | '.join(stats.HYPOTHESES)})")
-    if hypothesis != "superiority" and margin is None:
-        raise CompareError(f"hypothesis {hypothesis} needs a margin (--margin / stats.margin_pp)")
+    wrong = settings_problem(hypothesis, margin, min_effect, alpha, max_error_rate)
+    if wrong is not None:
+        raise wrong
     _check_distinct(a_dirs, b_dirs, aa_dirs)
     a_runs = [_load_run(Path(p)) for p in a_dirs]
     b_runs = [_load_run(Path(p)) for p in b_dirs]

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -216,6 +217,20 @@ def _apply_patches(key: str, wt: Path, patches: Iterable[str], arms_root: str | 
     return applied
 
 
+_ENV_DEFAULT = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)\s*,")
+
+
+def _unset_env(arm_cfg: Any) -> str | None:
+    """The environment variable an arm's ``source.path`` comes from (``${oc.env:SGLANG_REPO,/path/to/sglang}``)
+    when it is not set, so the path is the placeholder; else None."""
+    if not OmegaConf.is_config(arm_cfg):
+        return None
+    raw = OmegaConf.to_container(arm_cfg, resolve=False)
+    path = ((raw or {}).get("source") or {}).get("path") if isinstance(raw, dict) else None
+    m = _ENV_DEFAULT.match(path) if isinstance(path, str) else None
+    return m.group(1) if m and m.group(1) not in os.environ else None
+
+
 def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Path | None = None, *,
                 strict: bool = True) -> ResolvedArm:
     """Prepare arm ``key`` (``cfg.arms[key]``: DictConfig, dict or ArmConfig) for a run in ``run_dir``.
@@ -241,7 +256,9 @@ def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Pa
         """A missing tree stops a real run; a dry run records it and prints everything else."""
         if path.is_dir():
             return True
-        msg = f"arm {key!r}: {what} {path} does not exist (source.path)"
+        unset = _unset_env(arm_cfg)
+        msg = (f"arm {key!r}: set {unset} to your {what} ({path} is the placeholder used while {unset} is unset)"
+               if unset else f"arm {key!r}: {what} {path} does not exist (source.path)")
         if strict:
             raise ArmError(msg)
         src.problems.append(msg)

@@ -23,10 +23,12 @@ from omegaconf import DictConfig
 
 from harness import exitcodes
 from harness.analysis.sweep import summarize_sweep
+from harness.cli.hydra_errors import one_line
 from harness.config import CONFIG_DIR, arms_root
 from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
 from harness.report.sweep_text import format_sweep
 from harness.results import schema
+from harness.util.redact import Redactor, secret_values
 from harness.util.redact_stdio import redacted_stdio
 
 
@@ -158,6 +160,8 @@ def main(argv: list[str]) -> int:
     app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
     saved = sys.argv
     sys.argv = ["abh run", *argv]
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its composition errors for one_line, instead of printing
     try:
         with redacted_stdio(argv):  # Hydra prints the config (--cfg) and repeats overrides in errors: redact both
             app()
@@ -171,8 +175,18 @@ def main(argv: list[str]) -> int:
             return exitcodes.OK
         return exitcodes.BAD_CONFIG if e.code in (1, 2) else int(e.code) if isinstance(
             e.code, int) else exitcodes.UNEXPECTED
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors become one line; anything else is a bug
+        line = one_line(e)
+        if line is None or full_error:  # HYDRA_FULL_ERROR=1 set by the user: Hydra's own traceback
+            raise
+        print(Redactor(secret_values(argv)).line(f"abh run: error: {line}"), file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     finally:
         sys.argv = saved
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
     return exitcodes.OK
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness import exitcodes
-from harness.analysis.comparison import CompareError, compare_dirs, format_summary
+from harness.analysis.comparison import CompareError, CompareSettingsError, compare_dirs, format_summary
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence
 from harness.analysis.gate import comparison_exit, exit_reason
@@ -69,6 +69,9 @@ from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load
 from harness.util.redact import redact_text
 
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
+#: compare_dirs' parameters as the config keys a user sets
+SETTING_KEYS = {"hypothesis": "stats.hypothesis", "margin": "stats.margin_pp", "min_effect": "stats.min_effect_pp",
+                "alpha": "stats.alpha", "max_error_rate": "stats.max_error_rate"}
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
 
@@ -416,6 +419,10 @@ class Run:
                                       min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
                                       alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
                                       hypothesis=str(s.hypothesis))
+        except CompareSettingsError as e:  # the settings, not the evals: they are kept for the rerun
+            key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
+            raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
+                             "evals are kept") from None
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None

@@ -139,12 +139,22 @@ def load_samples(root: str | Path) -> list[SampleRecord]:
     return [by_index[i] for i in sorted(by_index)]
 
 
+def _evals_below(root: Path, most: int = 4) -> str:
+    """A hint naming the eval directories under ``root`` (a run directory: ``evals/a/r1`` ...), or ''."""
+    found = sorted({p.parent for p in root.glob(f"*/{META}")} | {p.parent for p in root.glob(f"*/*/{META}")}
+                   | {p.parent for p in root.glob(f"*/*/*/{META}")}) if root.is_dir() else []
+    if not found:
+        return ""
+    names = " ".join(str(p) for p in found[:most]) + (" ..." if len(found) > most else "")
+    return f"; pass the eval directories it holds, e.g. {names}"
+
+
 def load_eval(root: str | Path) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
     """(eval.json, samples, summary.json or None) of an eval directory; StoreError (a SchemaError for a
     file of another kind or an unknown schema_version) when it cannot be read."""
     root = Path(root)
     if not (root / META).exists():
-        raise StoreError(f"{root} is not an eval directory (no {META})")
+        raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
     meta = schema.load_eval_meta(root / META)
     summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
     return meta, load_samples(root), summary
