@@ -420,6 +420,11 @@ def _sequential_problems(cfg: Any) -> list[str]:
     return out
 
 
+#: The comparison's settings (harness.analysis.comparison.compare_dirs' parameters) as the config keys that set them
+SETTING_KEYS = {"hypothesis": "stats.hypothesis", "margin": "stats.margin_pp", "min_effect": "stats.min_effect_pp",
+                "alpha": "stats.alpha", "max_error_rate": "stats.max_error_rate"}
+
+
 def _stats_problems(cfg: Any) -> list[str]:
     """What the ``stats.*`` effect sizes mean together and in their unit (percentage points)."""
     s = cfg.stats
@@ -429,11 +434,17 @@ def _stats_problems(cfg: Any) -> list[str]:
         if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 0.1:
             out.append(f"stats.{key}={v:g} is in percentage points (1.0 = 1 pp), and {v:g} pp is below one "
                        f"question in a thousand: did you mean {v * 100:g}?")
-    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (margin, effect))
-    if numbers and 0 < effect < margin:
-        out.append(f"stats.min_effect_pp={effect:g} is below stats.margin_pp={margin:g}: an effect inside the "
-                   "margin counts as no difference, so it cannot also be a practical improvement; set "
-                   "min_effect_pp >= margin_pp")
+    from harness.analysis.comparison import settings_problem
+    from harness.stats.verdict import HYPOTHESES
+
+    def frac(v: Any) -> float | None:
+        return None if v is None else float(v) / 100
+
+    if s.hypothesis not in HYPOTHESES or (s.hypothesis != "superiority" and margin is None):
+        return out  # said by validate itself
+    wrong = settings_problem(str(s.hypothesis), frac(margin), frac(effect), float(s.alpha), float(s.max_error_rate))
+    if wrong is not None:
+        out.append(f"{SETTING_KEYS[wrong.setting]}: {wrong}")
     return out
 
 
@@ -584,8 +595,6 @@ def validate(cfg: Any) -> None:
         if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 0):
             problems.append(f"arms.{key}.engine.gpus must be an integer >= 0, not {g!r}")
     s = cfg.stats
-    if not 0 < s.alpha < 1:
-        problems.append("stats.alpha must be in (0, 1)")
     if s.correction not in ("holm", "bh"):
         problems.append("stats.correction must be holm or bh")
     if s.hypothesis not in HYPOTHESES:

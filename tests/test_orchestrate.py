@@ -240,3 +240,14 @@ def test_with_reference_b_in_blocked_order_the_compared_pass_waits_for_the_refer
     full, _, _ = _placed(schedule("a", "b", 2, "blocked", False), reference="b")
     passes = [(it.scoring, it.arm_key, it.rel_dir) for it in full if it.scoring]
     assert passes == [("ref", "b", "evals/b/r1"), ("ab", "a", "evals/a/r1"), ("aa", "b", "evals/bb/r1")]
+
+
+def test_the_trade_off_line_never_offers_a_restart_abh_cannot_do():
+    """abh ab reuses two servers it did not start: restart_per_repeat is not a key it takes (issue 23, item 8)."""
+    from harness.orchestrate.design import describe, format_design
+
+    d = describe(schedule("a", "b", 3, "interleaved", aa_control=False), concurrent=True, gpus={"a": 1, "b": 1})
+    ours = "\n".join(format_design(d, 3, False))
+    theirs = "\n".join(format_design(d, 3, False, can_restart=False))
+    assert "experiment.restart_per_repeat=true" in ours
+    assert "restart_per_repeat" not in theirs and "`abh eval` each launch and `abh compare` the evals" in theirs

@@ -4,6 +4,7 @@ are kept"), not "too many request errors" with advice to retry."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -43,15 +44,40 @@ def test_sane_settings_pass() -> None:
 @pytest.mark.parametrize("overrides,message", [
     (["stats.margin_pp=0.01"], "stats.margin_pp=0.01 is in percentage points (1.0 = 1 pp)"),
     (["stats.min_effect_pp=0.02"], "did you mean 2?"),
-    (["stats.margin_pp=1.0", "stats.min_effect_pp=0.5"], "stats.min_effect_pp=0.5 is below stats.margin_pp=1"),
+    (["stats.margin_pp=1.0", "stats.min_effect_pp=0.5"], "stats.min_effect_pp: the minimum effect 0.5 pp is below the margin 1 pp"),
+    (["stats.margin_pp=-1"], "stats.margin_pp: the margin must be in (0, 100] pp, not -1"),
+    (["stats.alpha=0"], "stats.alpha: alpha must be in (0, 1), not 0"),
+    (["stats.max_error_rate=2"], "stats.max_error_rate: the error limit must be in [0, 1], not 2"),
+    (["stats.min_effect_pp=-2"], "stats.min_effect_pp: the minimum effect must be in [0, 100] pp, not -2"),
 ])
 def test_units_and_the_margin_against_the_effect_are_checked(overrides: list[str], message: str) -> None:
-    with pytest.raises(hc.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+    with pytest.raises(hc.ConfigError, match=re.escape(message)):
         hc.validate(_cfg(*overrides))
 
 
 def test_min_effect_at_or_above_the_margin_is_fine() -> None:
     hc.validate(_cfg("stats.margin_pp=1.0", "stats.min_effect_pp=1.0"))
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_bad_margin_exits_2_before_any_server(tmp_path: Path, capsys: pytest.CaptureFixture[str], dry: bool) -> None:
+    run_dir = tmp_path / "run"
+    code = abh_run_here(f"hydra.run.dir={run_dir}", "stats.margin_pp=-1", f"dry_run={str(dry).lower()}")
+    err = capsys.readouterr().err
+    assert code == exitcodes.BAD_CONFIG and "stats.margin_pp" in err
+    assert "launching" not in err and not (run_dir / "manifest.json").exists() and not (run_dir / "evals").exists()
+
+
+def test_abh_compare_refuses_a_min_effect_below_the_margin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers.evals import make_eval
+
+    from harness.cli.compare import compare_main
+
+    da, db = make_eval(tmp_path / "a", [True, False, True]), make_eval(tmp_path / "b", [True, True, True])
+    code = compare_main(["--a", str(da), "--b", str(db), "--out", str(tmp_path / "o"), "--margin", "1",
+                         "--min-effect", "0.5"])
+    assert code == exitcodes.BAD_CONFIG and "below the margin 1 pp" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "comparison.json").exists()
 
 
 def test_a_comparison_failing_on_a_setting_exits_2_and_keeps_the_evals(tmp_path: Path, capsys: pytest.CaptureFixture[str],

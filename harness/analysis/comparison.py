@@ -79,6 +79,10 @@ def settings_problem(hypothesis: str, margin: float | None, min_effect: float | 
         return CompareSettingsError("margin", f"the margin must be in (0, 100] pp, not {margin * 100:g}")
     if min_effect is not None and not (math.isfinite(min_effect) and 0 <= min_effect <= 1):
         return CompareSettingsError("min_effect", f"the minimum effect must be in [0, 100] pp, not {min_effect * 100:g}")
+    if margin is not None and min_effect is not None and 0 < min_effect < margin:
+        return CompareSettingsError("min_effect", f"the minimum effect {min_effect * 100:g} pp is below the margin "
+                                    f"{margin * 100:g} pp: an effect inside the margin counts as no difference, so "
+                                    "it cannot also be a practical improvement")
     if not (math.isfinite(alpha) and 0 < alpha < 1):
         return CompareSettingsError("alpha", f"alpha must be in (0, 1), not {alpha:g}")
     if not (math.isfinite(max_error_rate) and 0 <= max_error_rate <= 1):

@@ -101,7 +101,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="equivalence / non-inferiority margin, in percentage points")
     ap.add_argument("--hypothesis", choices=list(HYPOTHESES), default="superiority",
                     help="the question asked (noninferiority and equivalence need --margin)")
+    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
+                    help="practical effect size, in percentage points, a verdict of improved/regressed needs "
+                         "(at least --margin when both are given)")
     ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
+    ap.add_argument("--seed", type=int, default=0, metavar="N",
+                    help="seed of the resampling (bootstrap, permutation): the same seed gives the same numbers")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")
@@ -151,6 +156,7 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
         "task.allow_noncanonical": a.allow_noncanonical, "client.parallel": a.parallel, "client.retries": a.retries,
         "client.request_timeout_s": float(a.request_timeout), "client.stall_timeout_s": float(a.stall_timeout),
         "stats.hypothesis": a.hypothesis, "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin,
+        "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,
     }
     if len(urls) == 3:  # the floor's own server: an arm of its own, named as A

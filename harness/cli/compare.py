@@ -31,6 +31,7 @@ from harness.analysis.comparison import (
 )
 from harness.analysis.divergence import divergence_of_dirs, has_pass
 from harness.analysis.gate import FAIL_ON, comparison_exit, exit_reason
+from harness.cli.flags import HelpFormatter
 from harness.report.divergence_section import terminal_line
 from harness.results import schema
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
@@ -40,8 +41,9 @@ from harness.util.redact import redact_argv
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="abh compare", description="Paired comparison of two arms' stored evals.",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(prog="abh compare", description="Paired comparison of two arms' stored evals. Effects and margins are in percentage points "
+                                             "(pp); --max-error-rate is a fraction.",
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--a", action="append", required=True, type=Path, metavar="DIR",
                     help="eval directory of arm A (repeat the option for repeats)")
     ap.add_argument("--b", action="append", required=True, type=Path, metavar="DIR",
@@ -49,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--aa", action="append", default=[], type=Path, metavar="DIR",
                     help="extra A/A runs of arm A's configuration (noise floor); a directory holding only a "
                          "scoring pass (scores.json, no eval) is the divergence's A/A floor")
-    ap.add_argument("--out", required=True, type=Path, metavar="DIR")
+    ap.add_argument("--out", required=True, type=Path, metavar="DIR",
+                    help="comparison directory: comparison.json, comparison.md and the report are written there")
     ap.add_argument("--a-name", default=None, metavar="NAME",
                     help="name of arm A in the outputs (default: the arm its eval.json names, else A)")
     ap.add_argument("--b-name", default=None, metavar="NAME",
@@ -60,10 +63,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="the question asked; with --margin a superiority run may still show equivalence; "
                          "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin")
     ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
-                    help="practical effect size (pp) a verdict of improved/regressed needs")
-    ap.add_argument("--alpha", type=float, default=0.05)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--resamples", type=int, default=10_000)
+                    help="practical effect size, in percentage points, a verdict of improved/regressed needs "
+                         "(at least --margin when both are given)")
+    ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
+    ap.add_argument("--seed", type=int, default=0, metavar="N",
+                    help="seed of the resampling (bootstrap, permutation): the same seed gives the same numbers")
+    ap.add_argument("--resamples", type=int, default=10_000, metavar="N",
+                    help="bootstrap resamples of the diagnostics' intervals")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions dropped for request errors above which arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")

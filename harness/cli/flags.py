@@ -11,7 +11,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         d = action.default
-        if (action.required or d is None or d is False or d == "" or d is argparse.SUPPRESS
+        if (action.required or d is None or d is False or d == "" or d == [] or d is argparse.SUPPRESS
                 or "default" in (action.help or "")):
             return action.help
         return super()._get_help_string(action)

@@ -48,7 +48,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, metavar="R", help="runs per arm, for its MDE")
     ap.add_argument("--effect", type=float, default=None, metavar="PP", help="effect to detect, percentage points")
     ap.add_argument("--alpha", type=float, default=None, help="level (default: the run's stats.alpha, else 0.05)")
-    ap.add_argument("--power", type=float, default=0.8)
+    ap.add_argument("--power", type=float, default=0.8, help="probability of detecting the effect, a fraction")
     ap.add_argument("--launch-s", type=float, default=None, help="seconds from spawn to ready per launch")
     ap.add_argument("--eval-s", type=float, default=None, help="seconds per eval")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs per arm's server")

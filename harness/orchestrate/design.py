@@ -129,8 +129,8 @@ def _hours(s: float) -> str:
     return f"{s / 3600:.2f} h" if s >= 3600 else f"{s / 60:.1f} min"
 
 
-def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) -> list[str]:
-    """The lines printed before the run starts."""
+def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool, can_restart: bool = True) -> list[str]:
+    """The lines printed before the run starts. ``can_restart``: abh starts the servers (not ``abh ab``'s)."""
     names = {"a": "A", "b": "B", "aa": "A/A control"}
     seq = d.get("sequential")
     null = f"; about {seq['expected_if_null']:.1f} expected without an effect" if seq and seq.get(
@@ -151,7 +151,9 @@ def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool) 
         who = " and ".join(shared) + (" each reuse" if len(shared) > 1 else " reuses")
         lines.append(f"  trade-off: {who} one launch for several repeats: cheaper (no launch "
                      "per repeat), but a launch-wide shift (autotuning, memory layout) cannot be told from the change; "
-                     "experiment.restart_per_repeat=true samples it at one launch per repeat")
+                     + ("experiment.restart_per_repeat=true samples it at one launch per repeat" if can_restart else
+                        "abh cannot restart servers it did not start: to sample it, restart both servers between "
+                        "repeats, `abh eval` each launch and `abh compare` the evals"))
     elif seq:
         lines.append("  each repeat of both arms is a fresh launch: the sequential design needs independent repeats"
                      + ("" if restart_per_repeat else " (experiment.restart_per_repeat=false does not apply to a "

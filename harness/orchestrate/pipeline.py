@@ -37,7 +37,7 @@ from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
 from harness.checks.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
 from harness.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.checks.static import run_static_checks
-from harness.config import ConfigError, arms_root, client_settings, validate
+from harness.config import SETTING_KEYS, ConfigError, arms_root, client_settings, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.orchestrate.design import describe, format_design, times_from_cost
@@ -69,9 +69,6 @@ from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load
 from harness.util.redact import redact_text
 
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
-#: compare_dirs' parameters as the config keys a user sets
-SETTING_KEYS = {"hypothesis": "stats.hypothesis", "margin": "stats.margin_pp", "min_effect": "stats.min_effect_pp",
-                "alpha": "stats.alpha", "max_error_rate": "stats.max_error_rate"}
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
 
@@ -299,7 +296,8 @@ class Run:
         design = describe(items, concurrent=bool(x.concurrent_servers), gpus=gpus, times=times, sequential=seq,
                           floor_server=self.aa_key is not None)
         self.manifest.record("planned_design", design)
-        for line in format_design(design, int(x.repeats), bool(x.restart_per_repeat)):
+        for line in format_design(design, int(x.repeats), bool(x.restart_per_repeat),
+                                  can_restart=str(self.cfg.engine.kind) != "external"):
             self.log.say(line)
 
     def run_items(self, items: list[Item], of: int, start: int = 0) -> None:
