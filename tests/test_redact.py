@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.run import redact_multirun_yaml
+from harness.results.fileio import read_json
 from harness.util.redact import (
     REDACTED,
     Redactor,
@@ -264,7 +265,9 @@ def test_sweep_keeps_no_secret_anywhere(tmp_path):
     assert "inconclusive" in r.stdout or "improved" in r.stdout  # the sweep ran and printed its table
     sweep = tmp_path / "results" / "demo-sweep"
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert len(jobs) == 2 and all("HF_TOKEN=REDACTED" in j for j in jobs)
+    assert jobs == ["job0", "job1"]  # no override value in a directory name; the summary maps them
+    rows = read_json(sweep / "sweep_summary.json")["comparisons"]
+    assert all(f"+engine.env.HF_TOKEN={R}" in row["overrides"] for row in rows)
     for f in sweep.rglob("*"):
         assert "sek" not in f.name
         if f.is_file():

@@ -438,6 +438,14 @@ def test_sweep_exit_code_is_its_worst_job_and_secrets_stay_out(tmp_path: Path) -
     s = read_json(tmp_path / "sweep" / "sweep_summary.json")
     assert len(s["comparisons"]) == 2 and len(s["missing"]) == 1
     assert "p adjusted across 2 comparisons" in r.stdout
+    # short job directories, mapped to their overrides in the summary; the sweep's own markdown; its report last
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["job0", "job1"]
+    jobs = {row["job"]: row["overrides"] for row in s["comparisons"]}
+    assert "arms.b.engine.build=fix" in jobs["job0"] and "arms.b.engine.build=baseline" in jobs["job1"]
+    assert {row["label"] for row in s["comparisons"]} == {"arms.b.engine.build=fix", "arms.b.engine.build=baseline"}
+    md = (tmp_path / "sweep" / "comparison.md").read_text()
+    assert "| `job1` |" in md and "arms.b.engine.build=baseline" in md
+    assert r.stdout.strip().splitlines()[-1] == f"sweep report: {tmp_path}/sweep/comparison.md"  # report=false
 
 
 @pytest.mark.slow  # the sweep machinery is in the default run (the sweep test above); this adds the plugin

@@ -36,8 +36,8 @@ def test_holm_adjusted_verdicts_and_labels(tmp_path):
 
 
 def test_swept_labels_keep_only_what_varies():
-    assert swept_labels(["job0_a=1,b=2", "job1_a=1,b=3"]) == ["b=2", "b=3"]
-    assert swept_labels(["job0_a=1"]) == ["a=1"]
+    assert swept_labels([["a=1", "b=2"], ["a=1", "b=3"]]) == ["b=2", "b=3"]
+    assert swept_labels([["a=1"]]) == ["a=1"]
 
 
 def test_a_job_without_comparison_still_counts_in_the_family(tmp_path):
@@ -88,3 +88,21 @@ def test_a_comparison_of_unknown_version_is_refused_not_misread(tmp_path):
     atomic_write_json(tmp_path / "job0_x=1" / "comparison.json", {**doc, "schema_version": 5})
     with pytest.raises(schema.SchemaError, match="schema_version 5"):
         summarize_sweep(tmp_path, "holm")
+
+
+def test_short_job_directories_are_mapped_to_the_overrides_their_manifest_recorded(tmp_path):
+    from harness.report import write_markdown
+    from harness.results import schema
+
+    for k, value in enumerate(("0.02", "0.04")):
+        job = tmp_path / f"job{k}"
+        write_comparison(job / "comparison.json", _comparison(0.3, "inconclusive", 0.0))
+        schema.write_manifest(job / "manifest.json", {"experiment": "demo", "sessions": [
+            {"argv": ["abh", "run", "task.num_questions=50", f"engine.flip_rate={value}"]}]})
+    s = summarize_sweep(tmp_path, "holm")
+    assert [(r.job, r.overrides, r.label) for r in s.comparisons] == [
+        ("job0", ["task.num_questions=50", "engine.flip_rate=0.02"], "engine.flip_rate=0.02"),
+        ("job1", ["task.num_questions=50", "engine.flip_rate=0.04"], "engine.flip_rate=0.04")]
+    md = write_markdown(tmp_path).read_text()
+    assert "| engine.flip_rate=0.04 |" in md and "| `job1` | task.num_questions=50 engine.flip_rate=0.04 |" in md
+    assert "abh sweep of demo: 2 comparison(s)" in md

@@ -35,12 +35,13 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
     # comparisons: it counts with p = 1, so the adjustment of the others is not made laxer by its absence.
     for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / schema.COMPARISON_FILE).exists()):
         rows.append(SweepRow(job=job.name, dir=str(job), label=job.name, missing=True, alpha=0.05,
-                             gpu_hours=_gpu_hours(costs.get(job.name))))
+                             overrides=job_overrides(job), gpu_hours=_gpu_hours(costs.get(job.name))))
     for path in sorted(root.glob(f"*/{schema.COMPARISON_FILE}")):
         c = schema.load_comparison(path)
         div = c.divergence
         rows.append(SweepRow(
             job=path.parent.name, dir=str(path.parent), label=path.parent.name, n=c.n,
+            overrides=job_overrides(path.parent),
             accuracy_a=c.arms.a.accuracy, accuracy_b=c.arms.b.accuracy, delta=c.delta, delta_ci=c.delta_ci,
             p=c.p, p_value_floor=c.p_floor, p_value_at_floor=at_floor(c.p, c.p_floor),
             test_alpha=c.test_alpha or c.alpha, mde=c.mde, verdict=c.verdict, alpha=c.alpha, simulated=c.simulated,
@@ -49,12 +50,13 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
     ps = np.array([r.p if r.p is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
     adjusted = []
-    for r, pa, label in zip(rows, adj, swept_labels([r.job for r in rows]) if rows else [], strict=True):
+    labels = swept_labels([r.overrides or _dirname_overrides(r.job) for r in rows]) if rows else []
+    for r, pa, label in zip(rows, adj, labels, strict=True):
         # A verdict that rests on a test (improved, regressed, equivalent, noninferior: `p` is that test's
         # p-value, compared with `test_alpha`) must survive the sweep's multiple-comparison adjustment.
         survives = not (r.verdict in ("improved", "regressed", "equivalent", "noninferior")
                         and pa >= (r.test_alpha if r.test_alpha is not None else r.alpha or 0.05))
-        adjusted.append(replace(r, p_adjusted=float(pa), label=label, verdict_unadjusted=r.verdict,
+        adjusted.append(replace(r, p_adjusted=float(pa), label=label or r.job, verdict_unadjusted=r.verdict,
                                 verdict=r.verdict if survives else "inconclusive"))
     adjusted.sort(key=lambda r: r.job)
     summary = SweepSummary(experiment=experiment if experiment is not None else _experiment_of(root),
@@ -115,11 +117,27 @@ def _experiment_of(root: Path) -> str | None:
     return ", ".join(names) or None
 
 
-def swept_labels(jobs: list[str]) -> list[str]:
-    """Job directory names (``job3_a=1,b=2,c=9``) shortened to what varies across the sweep (``a=1,b=2``)."""
-    parts = [j.split("_", 1)[1].split(",") if "_" in j else [j] for j in jobs]
-    common = set.intersection(*(set(p) for p in parts)) if len(parts) > 1 else set()
-    return [",".join(x for x in p if x not in common) or j for p, j in zip(parts, jobs, strict=True)]
+def job_overrides(job: Path) -> list[str]:
+    """The overrides a job ran with, as its manifest's last session recorded its command (``abh run K=V ...``);
+    [] for a job that recorded none."""
+    try:
+        sessions = schema.load_manifest(job / schema.MANIFEST_FILE).get("sessions") or []
+    except (OSError, schema.SchemaError):
+        return []
+    argv = [str(a) for a in (sessions[-1].get("argv") or [])] if sessions else []
+    head = 2 if argv[:2] == ["abh", "run"] else 1 if argv[:1] == ["abh run"] else len(argv)
+    return [a for a in argv[head:] if a != "-m" and not a.startswith("--")]
+
+
+def _dirname_overrides(job: str) -> list[str]:
+    """The overrides of a job directory named by Hydra's override_dirname (``job3_a=1,b=2``: abh before 0.2)."""
+    return job.split("_", 1)[1].split(",") if "_" in job else [job]
+
+
+def swept_labels(jobs: list[list[str]]) -> list[str]:
+    """Each job's overrides shortened to what varies across the sweep (``a=1,b=2,c=9`` -> ``a=1,b=2``)."""
+    common = set.intersection(*(set(p) for p in jobs)) if len(jobs) > 1 else set()
+    return [",".join(x for x in p if x not in common) or ",".join(p) for p in jobs]
 
 
 

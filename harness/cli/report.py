@@ -42,7 +42,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     written: list[Path] = []
     try:
         if kind == "sweep":
-            written.append(write_sweep_report(args.dir))
+            written += [write_sweep_report(args.dir), write_markdown(args.dir)]
         else:
             written.append(write_report(args.dir))
             if (args.dir / "comparison.json").exists():

@@ -28,7 +28,7 @@ from harness.config import CONFIG_DIR, arms_root
 from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
 from harness.report.sweep_text import format_sweep
 from harness.results import schema
-from harness.util.redact import Redactor, secret_values
+from harness.util.redact import Redactor, redact_argv, redact_text, secret_values
 from harness.util.redact_stdio import redacted_stdio
 
 
@@ -83,12 +83,19 @@ def task(cfg: DictConfig) -> int:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if in_multirun():  # before anything can interrupt the sweep
         redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
-    code = run_job(cfg, run_dir)
+    overrides = [_lower_bool(redact_text(a)) for a in redact_argv(list(HydraConfig.get().overrides.task))]
+    code = run_job(cfg, run_dir, ["abh", "run", *overrides])  # a sweep job's own: it reruns that job alone
     if code in INTERRUPTED_CODES and in_multirun():
         raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
     if code and in_submitit():
         raise RunExit(code)  # the job fails, so submitit/SLURM see it
     return code
+
+
+def _lower_bool(override: str) -> str:
+    """``progress=False`` (a sweep job's override as Hydra spells it) as typed: ``progress=false``."""
+    key, eq, value = override.partition("=")
+    return f"{key}={value.lower()}" if eq and value in ("True", "False") else override
 
 
 def _options(folder: Path) -> list[str]:
@@ -195,7 +202,7 @@ def redact_multirun_yaml(sweep_dir: Path, argv: Sequence[str] | None = None) -> 
     config) unredacted: redact it in place, by name and the secret values on the command line (``argv``;
     default ``sys.argv[1:]``, what Hydra parsed)."""
     from harness.results.fileio import atomic_write_text
-    from harness.util.redact import Redactor, secret_values
+    from harness.util.redact import Redactor, redact_argv, redact_text, secret_values
 
     path = Path(sweep_dir) / "multirun.yaml"
     if path.exists():
@@ -206,7 +213,8 @@ def redact_multirun_yaml(sweep_dir: Path, argv: Sequence[str] | None = None) -> 
 
 
 class SweepCallback(Callback):
-    """Hydra callback: at the end of a multirun, write sweep_summary.json (+ report) and print the table."""
+    """Hydra callback: at the end of a multirun, write sweep_summary.json, comparison.md (+ report.html), print the
+    table and, last, the paths of the sweep's report."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -219,10 +227,10 @@ class SweepCallback(Callback):
             print(f"abh: sweep summary not written: {e}", file=sys.stderr, flush=True)
             return
         print(format_sweep(s), file=sys.stdout, flush=True)
-        if config.get("report", True):
-            try:
-                from harness.report import write_sweep_report
+        from harness.report import write_markdown, write_sweep_report
 
-                write_sweep_report(sweep_dir)
-            except ImportError:
-                pass
+        written = [write_markdown(sweep_dir)]
+        if config.get("report", True):
+            written.insert(0, write_sweep_report(sweep_dir))
+        # the sweep's own files, last: not the last job's
+        print(f"sweep report: {', '.join(str(p.resolve()) for p in written)}", file=sys.stdout, flush=True)

@@ -62,9 +62,12 @@ def write_sweep_report(sweep_dir: str | Path) -> Path:
 
 
 def write_markdown(path: str | Path) -> Path:
-    """Write ``path/comparison.md`` from its comparison.json; return its path."""
+    """Write ``path/comparison.md`` from its comparison.json (a sweep directory: from its sweep_summary.json);
+    return its path."""
     from harness.report import markdown
 
+    if (Path(path) / schema.SWEEP_FILE).exists() and not (Path(path) / schema.COMPARISON_FILE).exists():
+        return markdown.write_sweep(Path(path))
     if not (Path(path) / schema.COMPARISON_FILE).exists():
         raise ReportError(f"{path} holds no {schema.COMPARISON_FILE}: no comparison to write as markdown")
     return markdown.write(Path(path))

@@ -21,7 +21,7 @@ from harness.report import data, words
 from harness.report import divergence_section as report_divergence
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
-from harness.results.schema import Comparison
+from harness.results.schema import Comparison, SweepSummary
 from harness.util.cmdline import redact_command
 
 MARKDOWN = "comparison.md"
@@ -216,4 +216,41 @@ def write(root: Path) -> Path:
     """Write ``root/comparison.md``; return its path."""
     path = Path(root) / MARKDOWN
     atomic_write_text(path, render(root))
+    return path
+
+
+def render_sweep(s: SweepSummary) -> str:
+    """The markdown of a sweep: every comparison's Δ, interval, p before and after the sweep's adjustment, KLD
+    and verdict, each job's directory and overrides, the sweep's cost."""
+    sim = "[SIMULATED] " if s.simulated else ""
+    parts = [f"### {sim}abh sweep" + (f" of {cell(s.experiment)}" if s.experiment else "")
+             + f": {len(s.comparisons)} comparison(s)", f"> {cell(words.sweep_sentence(s))}"]
+    kld = any(r.divergence for r in s.comparisons)
+    rows = [[r.label or r.job, words.pp(r.delta), words.ci_pp(r.delta_ci), words.p_bound(r.p, r.p_value_floor),
+             words.p_bound(r.p_adjusted, r.p_value_floor, raw=r.p)]
+            + ([report_divergence.kld_cell(r)] if kld else [])
+            + [words.verdict_label(r.verdict) + (f" (unadjusted: {words.verdict_label(r.verdict_unadjusted)})"
+                                                 if (r.verdict_unadjusted or r.verdict) != r.verdict else ""),
+               f"`{r.job}`"] for r in s.comparisons]
+    header = ["comparison", "Δ (B − A)", "CI (1 − α)", "p", f"p ({s.correction})"] + (["KLD (A/A)"] if kld else [])
+    parts.append(table([*header, "verdict", "job"], rows,
+                       ["l", "r", "r", "r", "r"] + (["r"] if kld else []) + ["l", "l"]))
+    notes = [f"p adjusted across {len(s.comparisons)} comparisons by {s.correction}."]
+    if kld:
+        notes.append("KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor.")
+    if s.cost:
+        notes.append(f"**Cost:** {cell(cost.cost_line(s.cost))}")
+    if s.missing:
+        notes.append(f"{len(s.missing)} job(s) produced no comparison (failed or interrupted; counted with p = 1): "
+                     f"{', '.join(s.missing)}.")
+    parts.append("  \n".join(notes))
+    jobs = [[f"`{r.job}`", cell(" ".join(r.overrides)) or "—"] for r in s.comparisons]
+    parts.append("#### Jobs\n\n" + table(["directory", "overrides"], jobs))
+    return "\n\n".join(parts) + "\n"
+
+
+def write_sweep(root: Path) -> Path:
+    """Write ``root/comparison.md`` of a sweep directory from its sweep_summary.json; return its path."""
+    path = Path(root) / MARKDOWN
+    atomic_write_text(path, render_sweep(schema.load_sweep_summary(Path(root) / schema.SWEEP_FILE)))
     return path

@@ -580,6 +580,8 @@ class SweepRow(Record):
     dir: str
     label: str
     missing: bool = False
+    #: the job's own overrides (``engine.flip_rate=0.02``, secrets redacted): what its directory ``jobN`` ran
+    overrides: list[str] = field(default_factory=list)
     n: int | None = None
     accuracy_a: float | None = None
     accuracy_b: float | None = None
