@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import errno
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -153,6 +154,35 @@ def read_log_tail(path: str | Path | None, start: int = 0, lines: int = 40, max_
     return "\n".join(text.splitlines()[-lines:])
 
 
+#: Lines of a server's log that say nothing about why it failed: model loading (llama.cpp's tensor and metadata
+#: dump, safetensors shards), progress bars, answered requests' access lines (not 5xx), blank lines. Dropped from the tail printed on a failure (the log
+#: file keeps them).
+LOG_NOISE = re.compile(
+    r"^\s*$"
+    # llama.cpp's loading and per-request dumps
+    r"|^(create_tensor|llama_graph_n_input_tensors|load_tensors|llama_kv_cache\w*|llama_model_loader|print_info|"
+    r"llm_load_print_meta|llm_load_tensors|llama_context|graph_reserve|sched_reserve|resolve_fused_ops|"
+    r"set_abort_callback|llama_perf_context_print|clip_model_loader|load|done_getting_tensors|init_tokenizer):"
+    r"|^\.{8,}$|^Llama\.generate: \d+ prefix-match hit|^(Model metadata|Available chat formats|Using chat \w+_token)"
+    r"|^CPU : SSE3"
+    # safetensors shards and progress bars (tqdm), uvicorn's access lines of answered requests
+    r"|Loading (safetensors|pt|bin) checkpoint shards|\d+%\s*(Completed\s*)?\|"
+    r"|^INFO:\s+[\d.:]+ - \"[A-Z]+ \S+ HTTP/[\d.]+\" [234]\d\d\b")
+
+
+def quiet_tail(text: str, lines: int) -> str:
+    """The last ``lines`` lines of ``text`` that are not :data:`LOG_NOISE`, with how many were left out."""
+    kept, dropped = [], 0
+    for line in text.splitlines():
+        if LOG_NOISE.search(line):
+            dropped += 1
+        else:
+            kept.append(line)
+    out = kept[-lines:]
+    return "\n".join(out + ([f"({dropped} loading and progress line(s) left out; the log file has them)"]
+                             if dropped else []))
+
+
 def last_log_line(path: str | Path | None, start: int = 0) -> str:
     for line in reversed(read_log_tail(path, start, lines=20, max_bytes=8192).splitlines()):
         if line.strip():
@@ -253,7 +283,8 @@ class ServerProcess:
         return None if code is None else describe_exit(code, self.sigill_hint)
 
     def tail(self, lines: int = 40) -> str:
-        return redact_text(read_log_tail(self.log_path, self.log_offset, lines))
+        """The last ``lines`` lines of the server's log that say something (loading noise left out), redacted."""
+        return redact_text(quiet_tail(read_log_tail(self.log_path, self.log_offset, 20 * lines), lines))
 
     def last_line(self) -> str:
         return last_log_line(self.log_path, self.log_offset)
