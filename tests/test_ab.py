@@ -115,7 +115,7 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
         assert got["arms"][role]["accuracy"] == want["arms"][role]["accuracy"]
         assert got["arms"][role]["wilson"] == want["arms"][role]["wilson"]
     assert "\n".join(_summary_lines(compare_out)) in r.stdout  # the same printed table, line for line
-    assert got["verdict"] == "regressed" and "verdict: REGRESSED" in r.stdout
+    assert got["verdict"] == "regressed" and r.stdout.strip().splitlines()[-1].startswith("[SIMULATED] REGRESSED ")
 
     # independently of compare: the accuracies are those of the stored answers
     for role, server in (("a", sa), ("b", sb)):
@@ -162,7 +162,7 @@ def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     assert "fix vs base" in (root / "report.html").read_text()
     md = (root / "comparison.md").read_text()
     assert {row["arm"]: row["name"] for row in parse_table(md, "arm")} == {"A": "base", "B": "fix"}
-    assert md.startswith("### [SIMULATED] abh: fix (B) vs base (A) — ab: **")
+    assert md.startswith("### [SIMULATED] abh: fix (B) vs base (A) — ab\n\n> **[SIMULATED] REGRESSED ")
     for rel in ("evals/a/r2", "evals/b/r2"):
         meta = read_json(root / rel / "eval.json")
         assert meta["repeat"] == 2 and meta["arm"] == meta["role"]
@@ -276,7 +276,8 @@ def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_se
     assert code == exitcodes.TOO_MANY_ERRORS, err
     errors = read_json(root / "evals/b/r1/summary.json")["errors"]
     assert errors > 2 and read_json(root / "summary.json")["exit_code"] == exitcodes.TOO_MANY_ERRORS
-    assert "lost to request errors exceeds --max-error-rate 2 %" in err and "verdict:" in out
+    assert "lost to request errors exceeds --max-error-rate 2 %" in err
+    assert out.strip().splitlines()[-1].startswith("[SIMULATED] NOT COMPARABLE: request errors")
     before = _received(sa), _received(flaky)
     code, _, err = ab_here(capsys, sa.url, flaky.url, root, "--max-error-rate", "0.5")
     assert code == 0, err

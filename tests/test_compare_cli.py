@@ -147,8 +147,8 @@ def test_comparison_md_states_the_result(tmp_path: Path) -> None:
     lo, hi = c["delta_ci"]
     assert stat["95 % CI"] == f"[{100 * lo:+.2f}, {100 * hi:+.2f}] pp".replace("-", "\u2212")
     assert stat["test (decided the verdict)"] == c["test"] and stat["p"] == f"{c['p']:.3g}"
-    assert stat["verdict"] == "EQUIVALENT" == c["verdict"].upper()
-    assert "equivalent: the arms are within ±2.00 pp" in md
+    assert "verdict" not in stat and c["verdict"] == "equivalent"  # stated once, in the headline
+    assert "> **EQUIVALENT " in md and "within ±2 pp" in md and md.count("EQUIVALENT") == 1
     assert "#### Side checks" in md and "#### Sources" in md
     assert "```sh\nabh compare --a " in md and "--b-name fix" in md
 
@@ -158,7 +158,7 @@ def test_comparison_md_of_a_run_has_checks_sources_and_commands(tmp_path: Path) 
 
     root = build_run_dir(tmp_path / "run", n=40)
     md = write_markdown(root).read_text()
-    assert md.startswith("### [SIMULATED] abh: fix (B) vs baseline (A) — shared-slot-fix: **")
+    assert md.startswith("### [SIMULATED] abh: fix (B) vs baseline (A) — shared-slot-fix\n\n> **[SIMULATED] ")
     checks = _table_after(md, "check")
     assert {(r["arm"], r["check"], r["when"], r["result"]) for r in checks} == {
         ("A", "patch absent", "static", "PASS"), ("B", "patch applied", "static", "PASS"),

@@ -18,8 +18,8 @@ from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost, sum_costs
 from harness.analysis.sweep import summarize_sweep
 from harness.report import write_markdown, write_report, write_sweep_report
 from harness.report.cost_section import cost_line, cost_rows, hms, look_rows, sequential_line
+from harness.report.headline import headline
 from harness.report.sweep_text import format_sweep
-from harness.report.words import verdict_sentence
 from harness.results import schema
 from harness.results.schema import Cost, SequentialRecord
 from harness.stats.group_sequential import SequentialDesign, decide_look
@@ -114,9 +114,10 @@ def test_sequential_record_in_report_markdown_and_verdict(tmp_path: Path) -> Non
     assert rows[0]["decision"] == "continue" and rows[0]["bound"].startswith("±")
     for r in rows:
         assert r["bound"] in text
-    sentence = verdict_sentence(c)
-    assert sentence.startswith("sequential design: improved after 3 of at most 6 repeats")
-    assert sentence in text
+    line = headline(c)
+    assert "IMPROVED" in line and ("sequential: stopped after 3 of 6 repeats (the fixed-design test of the same "
+                                   "data: inconclusive)") in line
+    assert line.split(" ", 2)[2] in text and seq.sentence in text  # the headline, and why in the facts
     md = write_markdown(root).read_text()
     assert "**Sequential:** sequential design (obf alpha spending, at most 6 repeats per arm): stopped after 3" in md
     assert "saved 3 repeat(s) per arm against running all 6, 28.50 GPU-hours" in md

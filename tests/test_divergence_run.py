@@ -114,7 +114,7 @@ def test_an_engine_that_cannot_score_gives_not_measured_in_abh_compare(tmp_path)
     d = read_json(tmp_path / "c" / "comparison.json")["divergence"]
     assert d["verdict"] == "not_measured" and "per-token logprobs" in d["verdict_reason"]
     assert d["kld_mean"] is None and d["p"] is None
-    assert "outputs: not measured" in (tmp_path / "c" / "comparison.md").read_text()
+    assert " · outputs not measured**" in (tmp_path / "c" / "comparison.md").read_text()
 
 
 # ------------------------------------------------------------------------------------------ abh run
@@ -146,7 +146,7 @@ def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
     assert d["verdict"] == "diverged" and d["kld_mean"] > 0.01 and d["kld_mean_aa"] == 0, d["verdict_reason"]
     assert d["dirs"] == {"ref": str(run_dir / "evals/a/r1"), "ab": str(run_dir / "evals/b/r1"),
                          "aa": str(run_dir / "evals/aa/r1")}
-    assert "divergence: DIVERGED" in stdout and "; outputs: diverge (KLD" in stdout
+    assert "divergence: DIVERGED" in stdout and " · outputs diverge (KLD" in stdout.strip().splitlines()[-1]
     s = read_json(run_dir / "summary.json")
     assert s["divergence"]["verdict"] == "diverged" and s["verdict"] == c["verdict"]
     m = read_json(run_dir / "manifest.json")
@@ -265,7 +265,7 @@ def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "&lt;img src=x" in section
     assert section.count('<mark class="fd"') == 2  # A's and B's texts, at the first differing character
     assert 'http-equiv="Content-Security-Policy" content="default-src' in html  # the CSP stays
-    assert "outputs: diverge (KLD 0.02" in write_markdown(root).read_text()
+    assert " · outputs diverge (KLD 0.02" in write_markdown(root).read_text()
 
 
 # ------------------------------------------------------------------------------------------ sweeps

@@ -16,7 +16,7 @@ from helpers.rundirs import BOLD, INJECT_INDEX, SCRIPT_ALERT, SCRIPT_TITLE, buil
 from harness.cli.report import report_main as main
 from harness.report import detect, write_report, write_sweep_report
 from harness.report.data import question_from_prompt
-from harness.report.words import verdict_sentence
+from harness.report.headline import headline
 from harness.results import schema
 
 
@@ -35,7 +35,7 @@ def test_run_report_content(tmp_path: Path) -> None:
     text = _text(html)
     # verdict first, with its quotable sentence
     assert text.index(c["verdict"].upper().replace("_", " ")) < text.index("Accuracy per arm")
-    assert verdict_sentence(schema.load_comparison(root / "comparison.json")) in text
+    assert headline(schema.load_comparison(root / "comparison.json")).split(" ", 2)[2] in text
     for arm in ("a", "b"):
         assert f"{100 * c['arms'][arm]['accuracy']:.2f} %" in text
         for r in c["arms"][arm]["repeats"]:
@@ -105,7 +105,7 @@ def test_not_comparable_and_errors(tmp_path: Path) -> None:
     c = json.loads((root / "comparison.json").read_text())
     assert c["verdict"] == "not_comparable"
     text = _text(write_report(root).read_text())
-    assert "NOT COMPARABLE" in text and "no accuracy conclusion" in text
+    assert "NOT COMPARABLE" in text and headline(schema.load_comparison(root / "comparison.json")).split(": ", 1)[1] in text
     assert "4 dropped for request errors" in text
 
 

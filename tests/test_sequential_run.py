@@ -61,7 +61,8 @@ def test_a_clear_effect_stops_early_with_improved(improved: tuple[Path, object])
     assert sorted(p.name for p in (run_dir / "evals" / "a").iterdir()) == [f"r{k}" for k in range(1, seq["repeats_run"] + 1)]
     assert not (run_dir / "evals" / "b" / f"r{seq['repeats_run'] + 1}").exists()
     # the verdict line says it is the sequential decision; comparison.json carries it too
-    assert "verdict: IMPROVED — sequential design: improved after" in r.stdout
+    assert "why: sequential design: improved after" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].startswith("[SIMULATED] IMPROVED +") and "sequential: stopped after" in r.stdout
     c = to_doc(load_comparison(run_dir / "comparison.json"))
     assert c["verdict"] == "improved" and c["sequential"]["repeats_run"] == seq["repeats_run"] and "verdict_fixed" in c
     # every look was recorded in the manifest as it was made

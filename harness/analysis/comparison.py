@@ -415,7 +415,8 @@ def format_summary(c: Comparison) -> str:
     if c.tost is not None:
         t = c.tost
         lines.append(f"  margin ±{_pp(t.margin, False)} pp: {100 * t.ci_level:g} % interval {_ci(t.ci)}; "
-                     f"equivalent {t.equivalent}, non-inferior {t.noninferior}")
+                     f"{'equivalent' if t.equivalent else 'not shown equivalent'}, "
+                     f"{'non-inferior' if t.noninferior else 'not shown non-inferior'}")
     e = c.errors
     if e.rate_a > 0 or e.rate_b > 0:
         lines.append(f"  errors: A {_pp(e.rate_a, False)} %, B {_pp(e.rate_b, False)} % (difference p = "
@@ -427,5 +428,5 @@ def format_summary(c: Comparison) -> str:
         lines.append(f"test: {c.test}, {stats.format_p(c.p, c.p_floor)} (α = {c.test_alpha:g})")
     elif c.test is not None:
         lines.append(f"decided by: {c.test}")
-    lines.append(f"verdict: {c.verdict.upper()} — {c.verdict_reason}")
+    lines.append(f"why: {c.verdict_reason}")  # the verdict itself is the headline (harness.report.headline)
     return "\n".join(lines)

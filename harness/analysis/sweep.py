@@ -124,7 +124,8 @@ def job_overrides(job: Path) -> list[str]:
         sessions = schema.load_manifest(job / schema.MANIFEST_FILE).get("sessions") or []
     except (OSError, schema.SchemaError):
         return []
-    argv = [str(a) for a in (sessions[-1].get("argv") or [])] if sessions else []
+    recorded = sessions[-1].get("argv") if sessions else None
+    argv = [str(a) for a in recorded] if isinstance(recorded, list) else []
     head = 2 if argv[:2] == ["abh", "run"] else 1 if argv[:1] == ["abh run"] else len(argv)
     return [a for a in argv[head:] if a != "-m" and not a.startswith("--")]
 

@@ -33,6 +33,7 @@ from harness.analysis.divergence import divergence_of_dirs, has_pass
 from harness.analysis.gate import FAIL_ON, comparison_exit, exit_reason
 from harness.cli.flags import HelpFormatter
 from harness.report.divergence_section import terminal_line
+from harness.report.headline import coloured, headline
 from harness.results import schema
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
@@ -153,4 +154,5 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     reason = exit_reason(code, c, args.fail_on)
     if reason:
         print(f"abh compare: {reason}", file=sys.stderr)
+    print(coloured(headline(c), c.verdict, sys.stdout), flush=True)  # the verdict, last
     return code

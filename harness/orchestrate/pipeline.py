@@ -59,7 +59,8 @@ from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.report import write_markdown, write_report
 from harness.report.cost_section import sequential_line
-from harness.report.divergence_section import combined_sentence, terminal_line
+from harness.report.divergence_section import terminal_line
+from harness.report.headline import coloured, headline
 from harness.results import schema
 from harness.results.eval_store import eval_done
 from harness.results.fileio import StoreError
@@ -129,7 +130,6 @@ def format_table(summary: schema.RunSummary, c: schema.Comparison) -> str:
     lines = [head, format_summary(c)]
     if c.divergence is not None:
         lines.append(terminal_line(c.divergence))
-        lines.append(combined_sentence(c))
     return "\n".join(lines)
 
 
@@ -251,11 +251,14 @@ class Run:
                      .get("server_info") for k in self.keys.values()}
             info_diff = server_info_diff(infos)
             self.manifest.record("server_info_diff", info_diff)
-            for d in info_diff[:10]:
-                self.log.say("  /server_info differs: " + d["key"] + ": "
-                             + "  vs  ".join(f"{k}={v!r}" for k, v in d["values"].items()))
-            if len(info_diff) > 10:
-                self.log.say(f"  ... and {len(info_diff) - 10} more (manifest.json: server_info_diff)")
+            if info_diff:  # one line; each difference is in run.log and manifest.json
+                keys = [str(d["key"]) for d in info_diff]
+                for d in info_diff:
+                    self.log.write("  /server_info differs: " + d["key"] + ": "
+                                   + "  vs  ".join(f"{k}={v!r}" for k, v in d["values"].items()))
+                shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+                self.log.say(f"/server_info: {len(keys)} difference(s) between the arms ({shown}; not enforced): "
+                             "run.log and manifest.json server_info_diff have each")
             refuse_disallowed(bad, "the serving processes differ")
         return launch
 
@@ -446,10 +449,11 @@ class Run:
         design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
                   "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
                   "order": str(x.order)}
+        line = headline(comparison)
         summary = schema.run_summary(comparison, experiment=str(x.name),
                                      repeats=int(x.repeats) if seq is None else seq.repeats_run,
                                      aa_control=bool(x.aa_control), exit_code=code, design=design, cost=cost,
-                                     sequential=seq)
+                                     sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
         print(format_table(summary, comparison))
@@ -466,7 +470,10 @@ class Run:
                 self.log.write(traceback.format_exc())
                 self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
                              f"traceback in {run_dir / RUN_LOG}")
-                return code or exitcodes.UNEXPECTED
+                code = code or exitcodes.UNEXPECTED
+        # the verdict last: on stdout (coloured on a terminal) and in run.log
+        self.log.write(f"verdict: {line}")
+        print(coloured(line, comparison.verdict, sys.stdout), flush=True)
         return code
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.report import plots
-from harness.report.words import pct, pp, pval
+from harness.report.words import pct, pval
 from harness.results.records import to_doc
-from harness.results.schema import Comparison, Divergence, SweepRow
+from harness.results.schema import Divergence, SweepRow
 from harness.stats.verdict import at_floor
 
 VERDICT_LABELS = {"diverged": "DIVERGED", "indistinguishable": "INDISTINGUISHABLE",
@@ -80,29 +80,6 @@ def short(div: Divergence | None) -> str:
         return "not measured"
     verb = "diverge" if div.verdict == "diverged" else "indistinguishable from A/A"
     return f"{verb} (KLD {kld(div.kld_mean)} nats/token vs A/A {kld(div.kld_mean_aa)})"
-
-
-def accuracy_phrase(c: Comparison) -> str:
-    """The accuracy half of the combined sentence, from a comparison's verdict."""
-    word = c.verdict
-    if word == "improved":
-        return f"B better by {pp(c.delta)}"
-    if word == "regressed":
-        return f"B worse by {pp(c.delta)}"
-    if word == "equivalent":
-        return f"equivalent within ±{pp(c.margin, signed=False)}"
-    if word == "noninferior":
-        return f"non-inferior within {pp(c.margin, signed=False)}"
-    if word == "not_comparable":
-        return "not comparable"
-    if c.tost and c.margin is not None and c.tost.p_noninferiority < c.alpha:
-        return f"non-inferior within {pp(c.margin, signed=False)}"
-    return "no detectable difference" + (f" (MDE {pp(c.mde, signed=False)})" if c.mde is not None else "")
-
-
-def combined_sentence(c: Comparison) -> str:
-    """Both instruments in one sentence: ``accuracy: ...; outputs: ...``."""
-    return f"accuracy: {accuracy_phrase(c)}; outputs: {short(c.divergence)}"
 
 
 def terminal_line(div: Divergence | None) -> str:
@@ -281,7 +258,7 @@ def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
     return rows
 
 
-def section(div: Divergence | None, comparison: Comparison | None = None) -> dict[str, Any]:
+def section(div: Divergence | None) -> dict[str, Any]:
     """Everything the template's divergence section shows."""
     word = div.verdict if div is not None else "not_measured"
     measured = div is not None and word in ("diverged", "indistinguishable")
@@ -291,7 +268,6 @@ def section(div: Divergence | None, comparison: Comparison | None = None) -> dic
         "label": verdict_label(word),
         "color": VERDICT_COLORS.get(word, "#333333"),
         "sentence": sentence(div),
-        "combined": combined_sentence(comparison) if comparison else None,
         "facts": facts(div) if div is not None else [],
         "percentiles": percentile_rows(div) if div is not None and measured else [],
         "svg": kld_svg(div) if div is not None and measured else None,

@@ -21,6 +21,7 @@ from harness import __version__
 from harness.report import cost_section as cost
 from harness.report import data, plots, words
 from harness.report import divergence_section as report_divergence
+from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.records import to_doc
@@ -116,7 +117,7 @@ def comparison_context(root: Path) -> dict[str, Any]:
 
     div = None
     if c is not None and c.divergence is not None:
-        div = report_divergence.section(c.divergence, c)
+        div = report_divergence.section(c.divergence)
         div["svg"] = Markup(div["svg"]) if div["svg"] else None  # numbers only, drawn here
         ref = "b" if div["reference"] == "b" else "a"
         div["ref_label"] = labels_of(names)[ref]
@@ -136,7 +137,10 @@ def comparison_context(root: Path) -> dict[str, Any]:
         "simulated": simulated, "c": c, "names": names, "root": str(root),
         "verdict": {"word": verdict, "label": words.verdict_label(verdict),
                     "color": plots.VERDICT_COLORS.get(verdict or "", "#333333"),
-                    "sentence": words.verdict_sentence(c) if c is not None else f"not comparable: {missing_reason}",
+                    # the headline, its verdict word drawn as the badge (one statement, not two)
+                    "rest": headline(c).split(words.verdict_label(verdict), 1)[-1] if c is not None
+                    else f": {missing_reason}",
+                    "headline": headline(c) if c is not None else f"NOT COMPARABLE: {missing_reason}",
                     "details": words.verdict_detail(c) if c is not None else []},
         "arms_c": c.arms if c is not None else None, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
         "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "run_rows": run_rows, "perf": perf,

@@ -19,6 +19,7 @@ from typing import Any
 from harness.report import cost_section as cost
 from harness.report import data, words
 from harness.report import divergence_section as report_divergence
+from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.schema import Comparison, SweepSummary
@@ -157,30 +158,26 @@ def render(root: Path) -> str:
     sim = "[SIMULATED] " if c.simulated else ""
     experiment = manifest.get("experiment")
     parts = [f"### {sim}abh: {cell(names['b'])} (B) vs {cell(names['a'])} (A)"
-             + (f" — {cell(experiment)}" if experiment else "")
-             + f": **{words.verdict_label(c.verdict)}**"]
+             + (f" — {cell(experiment)}" if experiment else "")]
+    # the verdict, stated once: the headline every surface shares
+    parts.append(f"> **{cell(headline(c))}**")
     if c.simulated:
-        parts.append("> **SIMULATED**: these numbers come from the harness's simulated engine, not a real model "
-                     "server.")
-    parts.append(f"> {cell(words.verdict_sentence(c))}")
+        parts.append("> SIMULATED: these numbers come from the harness's simulated engine, not a real model server.")
     div = c.divergence
-    if div is not None:
-        parts.append(f"> {cell(report_divergence.combined_sentence(c))}")
     parts.append(table(["arm", "name", "accuracy", f"Wilson {level}", "runs", "per repeat", "invalid",
                         "request errors"], _arm_rows(c, runs, names), ["l", "l", "r", "r", "r", "l", "r", "r"]))
     test = (c.test or "").replace("_", " ")
-    parts.append(table(["Δ (B − A)", f"{level} CI", "interval", "test (decided the verdict)", "p", "verdict"],
+    parts.append(table(["Δ (B − A)", f"{level} CI", "interval", "test (decided the verdict)", "p"],
                        [[words.pp(c.delta), words.ci_pp(c.delta_ci), c.delta_ci_method, test,
-                         words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.p),
-                         words.verdict_label(c.verdict)]], ["r", "r", "l", "l", "r", "l"]))
-    facts = [f"**Verdict:** {cell(c.verdict_reason)}"]
+                         words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.p)]],
+                       ["r", "r", "l", "l", "r"]))
+    facts = [f"**Why:** {cell(c.verdict_reason)}"]
     facts.append(f"**Questions:** {c.n} paired of {c.n_total} ({c.dropped_errors} without an answer from both "
                  "arms); "
                  f"MDE at 80 % power {words.pp(c.mde, signed=False)}"
                  + (f"; margin ±{words.pp(c.margin, signed=False)}" if c.margin is not None else ""))
     if div is not None:
-        facts.append(f"**Divergence: {report_divergence.verdict_label(div.verdict)}** — "
-                     f"{cell(report_divergence.sentence(div))}")
+        facts.append(f"**Divergence:** {cell(report_divergence.sentence(div))}")
     seq = cost.load_sequential(root, manifest, c)
     if seq:
         facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")

@@ -547,6 +547,8 @@ class RunSummary(Record):
     cost: Cost | None = omit_none()
     #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
     sequential: SequentialRecord | None = omit_none()
+    #: the verdict in the one line every surface shows (harness.report.headline)
+    headline: str | None = omit_none()
 
 
 class Manifest(TypedDict, total=False):
@@ -715,7 +717,7 @@ def write_manifest(path: str | Path, doc: Manifest) -> None:
 
 def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: bool, exit_code: int,
                 design: dict[str, JSON] | None = None, cost: Cost | None = None,
-                sequential: SequentialRecord | None = None) -> RunSummary:
+                sequential: SequentialRecord | None = None, headline: str | None = None) -> RunSummary:
     """``summary.json`` of a run directory (``abh run``, ``abh ab``): the verdict, the test and p that decided
     it, the accuracies and the exit code, taken from its comparison, and what only the run knows."""
     div = c.divergence
@@ -727,7 +729,7 @@ def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: boo
         repeats=repeats, aa_control=aa_control, exit_code=exit_code, design=design,
         divergence=None if div is None else RunDivergence(div.verdict, div.kld_mean, div.kld_mean_aa, div.p,
                                                           div.effect),
-        cost=cost, sequential=sequential)
+        cost=cost, sequential=sequential, headline=headline)
 
 
 def write_run_summary(path: str | Path, doc: RunSummary) -> None:

@@ -1,0 +1,100 @@
+"""The verdict in one line, the same on every surface (issue 23, items 2 and 3): hypothesis-aware wording, so an
+inconclusive superiority result that is non-inferior cannot read as two verdicts; the terminal's last line,
+run.log, summary.json, comparison.md and the report all carry the same line."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from helpers.docs import comparison, tost
+from helpers.runs import abh_run_here
+
+from harness.report.headline import coloured, headline
+from harness.results.fileio import read_json
+
+DIV = {"verdict": "indistinguishable", "verdict_reason": "", "kld_mean": 0.00033, "kld_mean_aa": 0.00033}
+
+
+def test_improved_with_its_interval_p_margin_and_outputs() -> None:
+    c = comparison(verdict="improved", delta=0.0133, delta_ci=[0.0052, 0.0221], p=0.0014, test="sign-flip",
+                   margin=0.01, tost=tost(noninferior=True), divergence=DIV)
+    assert headline(c) == ("IMPROVED +1.33 pp [+0.52, +2.21], p = 0.0014 · non-inferior within 1 pp · outputs "
+                           "indistinguishable from A/A (KLD 0.00033 nats/token vs A/A 0.00033)")
+
+
+def test_inconclusive_but_non_inferior_under_superiority_is_one_statement() -> None:
+    c = comparison(verdict="inconclusive", delta=0.002, delta_ci=[-0.009, 0.013], p=0.71, margin=0.01,
+                   tost=tost(noninferior=True, p_noninferiority=0.004))
+    line = headline(c)
+    assert line.startswith("INCONCLUSIVE +0.20 pp [−0.90, +1.30], p = 0.71 · no improvement shown; "
+                           "non-inferior within 1 pp")
+    assert line.count("INCONCLUSIVE") == 1 and "NON-INFERIOR" not in line
+
+
+@pytest.mark.parametrize("over,expected", [
+    ({"verdict": "inconclusive", "mde": 0.0663, "margin": 0.01, "tost": tost()},
+     "INCONCLUSIVE +0.00 pp [+0.00, +0.00], p = n/a · no difference shown (MDE 6.63 pp); not shown within ±1 pp"),
+    ({"verdict": "equivalent", "margin": 0.01, "hypothesis": "equivalence", "tost": tost(equivalent=True)},
+     "EQUIVALENT +0.00 pp [+0.00, +0.00], p = n/a within ±1 pp"),
+    ({"verdict": "noninferior", "margin": 0.02, "hypothesis": "noninferiority", "tost": tost(noninferior=True)},
+     "NON-INFERIOR +0.00 pp [+0.00, +0.00], p = n/a within 2 pp"),
+    ({"verdict": "inconclusive", "margin": 0.01, "hypothesis": "noninferiority", "tost": tost()},
+     "non-inferiority not shown (margin 1 pp)"),
+    ({"verdict": "not_comparable", "verdict_reason": "arm B failed its side check"},
+     "NOT COMPARABLE: arm B failed its side check"),
+    ({"verdict": "regressed", "delta": -0.02, "delta_ci": [-0.03, -0.01], "simulated": True},
+     "[SIMULATED] REGRESSED −2.00 pp [−3.00, −1.00]"),
+])
+def test_each_verdict_reads_as_the_question_asked(over: dict, expected: str) -> None:
+    assert expected in headline(comparison(**over))
+
+
+def test_colour_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert coloured("IMPROVED x", "improved", io.StringIO()) == "IMPROVED x"
+    assert coloured("IMPROVED x", "improved", Tty()) == "\033[1;32mIMPROVED x\033[0m"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert coloured("IMPROVED x", "improved", Tty()) == "IMPROVED x"
+
+
+def test_every_surface_carries_the_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    code = abh_run_here(f"hydra.run.dir={run_dir}", "task.num_questions=60", "experiment.repeats=1",
+                        "progress=false", "divergence.enabled=false")
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    line = read_json(run_dir / "summary.json")["headline"]
+    assert line.startswith("[SIMULATED] ") and "\n" not in line
+    assert out.strip().splitlines()[-1] == line  # the terminal's last line (plain: not a terminal)
+    assert f"verdict: {line}" in (run_dir / "run.log").read_text()
+    md = (run_dir / "comparison.md").read_text()
+    assert f"> **{line}**" in md
+    label = line.split()[1]
+    assert sum(md.count(w) for w in ("INCONCLUSIVE", "IMPROVED", "REGRESSED", "EQUIVALENT", "NON-INFERIOR")) == 1
+    html = (run_dir / "report.html").read_text()
+    hero = re.search(r'<div class="quote headline" id="headline" title="([^"]*)"', html)
+    assert hero is not None and hero.group(1).replace("&#39;", "'").replace("&amp;", "&") == line
+    assert label in html
+    # no Python boolean and no library log line on the console
+    assert not re.search(r"\b(True|False)\b", out) and "matplotlib" not in err
+    assert "/server_info differs" not in err and "/server_info differs" in (run_dir / "run.log").read_text()
+
+
+def test_library_log_lines_stay_in_run_log(tmp_path: Path) -> None:
+    """A fresh matplotlib cache logs "generated new fontManager" at INFO: run.log has it, the console does not."""
+    from helpers.runs import abh_run
+
+    run_dir = tmp_path / "run"
+    r = abh_run(f"hydra.run.dir={run_dir}", "task.num_questions=30", "experiment.repeats=1", "progress=false",
+                "divergence.enabled=false", cwd=tmp_path, env={"MPLCONFIGDIR": str(tmp_path / "mpl")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "matplotlib" not in r.stderr + r.stdout and "fontManager" in (run_dir / "run.log").read_text()
+    assert r.stdout.strip().splitlines()[-1] == read_json(run_dir / "summary.json")["headline"]
