@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import requests
 
 from harness.arms.arm import ResolvedArm
+from harness.engines.preflight import Preflight
 from harness.engines.process import (
     EngineError,
     ServerProcess,
@@ -154,6 +155,10 @@ class Engine:
     def config_dict(self) -> dict[str, Any]:
         return _plain(self.cfg)
 
+    def user_args(self) -> list[str]:
+        """The server flags of the config (engine and arm ``args``); none for a server abh does not start."""
+        return []
+
     def launch_identity(self) -> str | None:
         """The launch id the statistics group evals by, when the engine knows one (a server it did not start);
         None: the run counts its own launches (``<arm>-<n>``)."""
@@ -192,6 +197,11 @@ class Engine:
         return []
 
     def fingerprint(self) -> JSONObject | None:
+        return None
+
+    def preflight(self) -> Preflight | None:
+        """What the arm's own software says of this launch before it starts (:mod:`harness.engines.preflight`);
+        None: nothing to ask."""
         return None
 
     # ------------------------------------------------------------------ HTTP helpers

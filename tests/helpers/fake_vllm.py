@@ -18,6 +18,7 @@ import zlib
 from typing import Any
 
 from aiohttp import web
+
 from helpers.aioserver import ThreadedApp
 
 BOS_ID, BOS_TEXT = 1, "<|im_start|>"
