@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import abh_run
+from helpers.vllm import needs_sglang_parser, sglang_python
 
 from harness import exitcodes
 from harness.arms.arm import ResolvedArm
@@ -149,3 +150,29 @@ def test_a_dry_run_stops_on_a_refused_flag_before_anything_else(tmp_path):
     assert "warning: --enable-dp-attention is deprecated" in r.stderr
     assert "the preflight refuses the launch (the server would not start)" in r.stderr
     assert "(a real run would stop here)" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ the real parser
+@pytest.mark.slow
+@needs_sglang_parser()
+def test_a_dry_run_of_the_seed_against_the_real_sglang_parser_names_the_flags_it_drifted_from(tmp_path):
+    """SGLang 0.5.23 from PyPI (scripts/sglang_cpu/install.sh) parses the seed's command as each arm's own SGLang:
+    it refuses --cuda-graph-max-bs (split into -decode/-prefill), deprecates --enable-dp-attention and knows --dp
+    only as an abbreviation of --dp-size. The dry run stops before any server (exit 2), naming them."""
+    py = sglang_python()
+    r = abh_run("experiment=dsv4_pro_mi355x_shared_slot", "dry_run=true", f"hydra.run.dir={tmp_path / 'run'}",
+                *[f"arms.{k}.source.kind=installed" for k in "ab"], *[f"arms.{k}.source.subdir=" for k in "ab"],
+                *[f"arms.{k}.python={py}" for k in "ab"],
+                cwd=tmp_path, timeout=600)
+    assert r.returncode == exitcodes.BAD_CONFIG, r.stderr[-3000:]
+    for arm in "ab":
+        assert f"preflight [{arm}] flags parsed by its sglang.srt.server_args: FAIL (parsed by " in r.stderr
+    assert "sglang/srt/server_args.py 0.5.23" in r.stderr
+    assert ("ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+            "--cuda-graph-max-bs-prefill") in r.stderr
+    assert "warning: --enable-dp-attention is deprecated" in r.stderr and "--attn-dp-size" in r.stderr
+    assert "warning: --dp is not a flag of this SGLang: argparse reads it as the abbreviation --dp-size" in r.stderr
+    assert "the preflight refuses the launch (the server would not start)" in r.stderr
+    # without the refused flag, the launch parses: the warnings stay, the run would go on to its side checks
+    seed = (ROOT / "configs/experiment/dsv4_pro_mi355x_shared_slot.yaml").read_text()
+    assert '"--cuda-graph-max-bs"' in seed  # the seed's own flag, kept: its pinned commit judges it
