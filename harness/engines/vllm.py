@@ -31,6 +31,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 class VLLMEngine(LaunchedEngine):
     kind = "vllm"
     dist = "vllm"
+    module_dists = True
     ready_what = "GET /health = 200 and a 1-token /v1/completions"
     probe_timeout_s = 60.0
     stack_probe = True
