@@ -30,7 +30,11 @@ STAMP=$VENV/.abh-sglang-parser.stamp
 WANT=$(cat "$LOCK" "$HERE/install.sh" | sha256sum | cut -d' ' -f1)
 VPY=$VENV/bin/python
 check() {
-    "$VPY" -c 'import importlib.metadata as md, sglang.srt.server_args as sa; print(f"sglang {md.version(\"sglang\")}: {sa.__file__} imports")' 2>/dev/null
+    "$VPY" - 2>/dev/null <<'PY'
+import importlib.metadata as md
+import sglang.srt.server_args as sa
+print(f"sglang {md.version('sglang')}: {sa.__file__} imports")
+PY
 }
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VPY" ] && check; then
     echo "install.sh: $VENV is up to date (nothing to do)"
