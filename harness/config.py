@@ -94,7 +94,7 @@ class SGLangEngineConfig(EngineConfig):
 @dataclass
 class VLLMEngineConfig(EngineConfig):
     kind: str = "vllm"
-    api: str = "openai"
+    api: str = "vllm"
     module: str = "vllm.entrypoints.cli.main"
 
 
@@ -204,6 +204,15 @@ class CheckConfig:
     out_of_range: bool | None = None
     #: Share of the routed rows that must meet ``routed_per_token`` and ``out_of_range: true``.
     min_share: float = 1.0
+    #: routed_experts: the DP attention ranks to ask (``routed_dp_rank``: one request each; a request not pinned
+    #: lands on any one rank's scheduler); None: every rank the server's flags run.
+    dp_ranks: list[int] | None = None
+    #: routed_experts: JSON file of the physical -> logical expert map (SGLang's ``--init-expert-location`` form,
+    #: ``{"physical_to_logical_map": [[...] per layer]}``, or one list for every layer), for servers that return
+    #: physical ids (EPLB, redundant experts); empty: the server's ``--init-expert-location`` when it is a JSON.
+    expert_map: str = ""
+    #: routed_experts: ``routed_experts_start_len``: the first position whose routing is returned (0: all).
+    routed_experts_start_len: int = 0
 
 
 @dataclass

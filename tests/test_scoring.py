@@ -119,18 +119,20 @@ def test_compared_pass_sends_the_same_ids_and_asks_for_the_reference_top_ids(sim
     assert np.allclose(cmp.ref_top_logprobs[col0, 0], cmp.logprob[col0], atol=1e-6)
 
 
-# ------------------------------------------------------------------------------------------ OpenAI, by text
-def test_openai_passes_are_keyed_by_token_text(sim_server, tmp_path):
+# ------------------------------------------------------------------------------------------ OpenAI: ids (vLLM's)
+def test_openai_passes_of_a_server_that_takes_ids_are_scored_by_ids(sim_server, tmp_path):
+    """The simulator speaks vLLM's extensions (/tokenize, ids as the prompt, prompt_logprobs keyed by id): the
+    reference pass finds that out and every pass sends the same ids (the text path and the BOS model it
+    misaligns on: test_openai_ids.py)."""
     a = sim_server("--build", "a", "--noise", "launch")
     a2 = sim_server("--build", "a", "--noise", "launch")
-    ev = _eval(a.url, tmp_path / "a", api="openai", n=12)  # echo scores the whole few-shot prompt too: costly
+    ev = _eval(a.url, tmp_path / "a", api="openai", n=12)
     m = score_pass(ev, _cfg(a.url, "openai"), ev, ScoringOptions(progress=False))
     m2 = score_pass(ev, _cfg(a2.url, "openai"), tmp_path / "aa", ScoringOptions(progress=False, reference_scores=ev))
-    assert m["status"] == m2["status"] == "ok" and m["by_ids"] is False and m["echo_shift"] == 0
-    assert not (ev / INPUTS).exists()
+    assert m["status"] == m2["status"] == "ok" and m["by_ids"] is True and m2["by_ids"] is True
+    assert m["by_text_reason"] is None and (ev / INPUTS).exists()
     ref, aa = load_scores(ev), load_scores(tmp_path / "aa")
-    assert np.array_equal(ref.token_id, aa.token_id)  # the same text keys on another launch
-    # offsets into the reference text (a first one above 0: the server's tokens straddle the prompt's end)
+    assert np.array_equal(ref.token_id, aa.token_id)  # the same ids on another launch
     assert ref.text_offset is not None and (ref.text_offset >= 0).all()
     assert (np.diff(ref.text_offset)[np.diff(ref.position) == 1] > 0).all()
     d = compute_divergence(ev, tmp_path / "aa", None)

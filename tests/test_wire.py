@@ -8,14 +8,22 @@ import pytest
 from conftest import TEST_JSONL
 
 from harness.serving.client import ClientConfig
-from harness.serving.wire import API_NAMES, Generation, MalformedResponse, OpenAIApi, SGLangApi, for_api
+from harness.serving.wire import (
+    API_NAMES,
+    Generation,
+    MalformedResponse,
+    OpenAIApi,
+    SGLangApi,
+    VLLMApi,
+    for_api,
+)
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import GSM8K, RecipeConfig
 
 #: SGLang's frontend sampling params, in its order (the order is part of the bytes sent).
 SAMPLING = ('{"skip_special_tokens": true, "spaces_between_special_tokens": true, "max_new_tokens": %d, '
             '"min_new_tokens": 0, "n": 1, "stop": ["Question", "Assistant:", "<|separator|>"], '
-            '"stop_token_ids": [], "stop_regex": [], "temperature": 0.0, "top_p": 1.0, "top_k": -1, '
+            '"stop_token_ids": [], "stop_regex": [], "temperature": 0, "top_p": 1.0, "top_k": -1, '
             '"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "ignore_eos": false, '
             '"regex": null, "json_schema": null}')
 
@@ -26,13 +34,15 @@ def task() -> GSM8K:
 
 
 def test_for_api_is_the_only_chooser():
-    assert API_NAMES == ("sglang", "openai")
+    assert API_NAMES == ("sglang", "openai", "vllm")
     assert isinstance(for_api("sglang"), SGLangApi)
     api = for_api("openai", "m")
-    assert isinstance(api, OpenAIApi) and api.model == "m" and not api.needs_model
+    assert type(api) is OpenAIApi and api.model == "m" and not api.needs_model
     assert for_api("openai").needs_model
-    with pytest.raises(ValueError, match="api must be one of sglang, openai"):
-        for_api("vllm")
+    v = for_api("vllm", "m")
+    assert isinstance(v, VLLMApi) and v.model == "m" and v.with_model_listing({"data": [{"id": "x"}]}).name == "vllm"
+    with pytest.raises(ValueError, match="api must be one of sglang, openai, vllm"):
+        for_api("tgi")
     with pytest.raises(ValueError, match="api must be one of"):
         ClientConfig(url="http://x:1", api="tgi")
 
@@ -42,8 +52,9 @@ def test_sglang_bodies_are_byte_identical_to_the_frontend(task):
     body = json.dumps(api.generation_body(q.prompt, sp))
     assert body == '{"text": ' + json.dumps(q.prompt) + ', "sampling_params": ' + SAMPLING % 512 + "}"
     assert body == json.dumps(task.generate_body(q))  # the task's own view goes through the same object
+    # RuntimeEndpoint.cache_prefix: the few-shot block and max_new_tokens 0, nothing else
     warm = json.dumps(api.warmup_body(task.few_shot, task.questions[0].prompt, sp))
-    assert warm == '{"text": ' + json.dumps(task.few_shot) + ', "sampling_params": ' + SAMPLING % 0 + "}"
+    assert warm == '{"text": ' + json.dumps(task.few_shot) + ', "sampling_params": {"max_new_tokens": 0}}'
     assert warm == json.dumps(task.warmup_body())
     assert api.generate_path == "/generate" and api.health_path == "/health_generate"
 
@@ -51,7 +62,7 @@ def test_sglang_bodies_are_byte_identical_to_the_frontend(task):
 def test_openai_bodies_are_byte_identical_to_before(task):
     api, q, sp = OpenAIApi("m"), task.questions[3], task.sampling_params()
     stop = '["Question", "Assistant:", "<|separator|>"]'
-    expected = ('{"model": "m", "prompt": %s, "max_tokens": %d, "temperature": 0.0, "top_p": 1.0, "n": 1, '
+    expected = ('{"model": "m", "prompt": %s, "max_tokens": %d, "temperature": 0, "top_p": 1.0, "n": 1, '
                 '"stop": ' + stop + ', "frequency_penalty": 0.0, "presence_penalty": 0.0, "stream": false}')
     assert json.dumps(api.generation_body(q.prompt, sp)) == expected % (json.dumps(q.prompt), 512)
     # warm-up: the few-shot block, one token; with no shots, the first prompt
@@ -59,6 +70,39 @@ def test_openai_bodies_are_byte_identical_to_before(task):
         expected % (json.dumps(task.few_shot), 1)
     assert json.dumps(api.warmup_body("", "P", sp)) == expected % ('"P"', 1)
     assert api.generate_path == "/v1/completions" and api.models_path == "/v1/models"
+
+
+def test_the_warm_up_is_sent_when_sglangs_frontend_sends_it():
+    """run_program_batch caches the prefix for a batch of more than one question, cache_program only a prefix
+    longer than 64 characters."""
+    test = gsm8k.load(TEST_JSONL)
+    assert GSM8K(test, RecipeConfig(num_questions=2)).warms_up
+    assert not GSM8K(test, RecipeConfig(num_questions=1)).warms_up
+    assert not GSM8K(test, RecipeConfig(num_questions=5, num_shots=0)).warms_up
+    short = gsm8k.Dataset(rows=[{"question": "1+1?", "answer": "#### 2"}] * 3, sha256="x", source="t", canonical=False)
+    t = GSM8K(short, RecipeConfig(num_questions=3, num_shots=1))
+    assert len(t.few_shot) <= 64 and not t.warms_up
+
+
+def test_vllm_bodies_set_every_field_vllm_would_fill_from_generation_config(task):
+    api, q, sp = VLLMApi("m"), task.questions[3], task.sampling_params()
+    body = api.generation_body(q.prompt, sp)
+    assert list(body) == ["model", "prompt", "max_tokens", "min_tokens", "n", "temperature", "top_p", "top_k", "min_p",
+                          "repetition_penalty", "frequency_penalty", "presence_penalty", "seed", "stop",
+                          "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "skip_special_tokens",
+                          "spaces_between_special_tokens", "stream"]
+    assert body["prompt"] == q.prompt and body["max_tokens"] == 512 and body["min_tokens"] == 0
+    assert body["temperature"] == 0 and body["top_p"] == 1.0 and body["top_k"] == -1 and body["min_p"] == 0.0
+    assert body["repetition_penalty"] == 1.0 and body["stop"] == ["Question", "Assistant:", "<|separator|>"]
+    assert body["stop_token_ids"] == [] and body["skip_special_tokens"] is True and body["seed"] == 0
+    # ModelConfig.get_diff_sampling_param's fields (vllm/config/model.py): none is left to the model's defaults
+    for name in ("repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k", "top_p",
+                 "min_p", "max_tokens"):
+        assert body[name] is not None, name
+    warm = api.warmup_body(task.few_shot, q.prompt, sp)
+    assert warm == {**body, "prompt": task.few_shot, "max_tokens": 1}
+    # the OpenAI protocol keeps the fields the OpenAI API has
+    assert "top_k" not in OpenAIApi("m").generation_body(q.prompt, sp)
 
 
 def test_parse_generation():

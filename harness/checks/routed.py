@@ -1,12 +1,30 @@
 """Side check ``routed_experts``: which experts the server's MoE gate really picks, per token and layer.
 
 One short ``POST /generate`` with ``"return_routed_experts": true`` (SGLang, PR #12162; the server needs
-``--enable-return-routed-experts``). SGLang answers in ``meta_info["routed_experts"]``: the int32 expert ids
-of every token (but the last) and MoE layer, flattened ``[tokens, layers, top_k]`` and base64-encoded
-(older builds: a plain list). They are captured as the gate returns them, before a fused shared expert is
-appended, so they show what the gate itself emitted.
+``--enable-return-routed-experts``) per DP attention rank. SGLang answers in ``meta_info["routed_experts"]``:
+the expert ids of every position from ``routed_experts_start_len`` to the last but one, and every MoE layer,
+flattened ``[positions, layers, top_k]`` and base64-encoded (older builds: a plain list). They are captured as
+the gate returns them (``capture_routed_experts_if_allowed`` in python/sglang/srt/layers/moe/topk.py), before a
+fused shared expert is appended, so they show what the gate itself emitted. What the check reads, as current
+SGLang writes it (python/sglang/srt/managers/io_struct.py ``GenerateReqInput``, the capturer in
+python/sglang/srt/state_capturer/routed_experts.py or layers/moe/routed_experts_capturer.py):
 
-Each row (one token in one layer) holds ``top_k`` ids. A row whose ids are all equal is a layer the gate
+* **DP ranks.** With DP attention (``--dp N --enable-dp-attention``, or ``--attn-dp-size N``) every rank has its
+  own scheduler and a request lands on one of them: one unpinned request proves one rank only. The check asks
+  every rank (``routed_dp_rank``: 0 .. N-1; ``dp_ranks`` to pick some), and each must pass; a server that does
+  not know ``routed_dp_rank`` is asked with its older name ``data_parallel_rank``.
+* **Wire dtype.** ``SGLANG_ROUTED_EXPERTS_DTYPE`` (int32, uint16, uint8) sets the payload's dtype; the server
+  says which in ``meta_info["routed_experts_dtype"]`` (int32 where it cannot represent an id). The check decodes
+  by what the answer says, else by the variable in the server's launch environment, else int32.
+* **Logical ids.** Where the server maps logical expert ids to physical slots (``topk_ids_logical_to_physical``:
+  EPLB, ``--ep-num-redundant-experts``), a returned id may be a physical slot: with redundant experts the
+  physical space is ``num_experts + redundant`` wide, and an id in ``num_experts ..`` is a replica, not a shared
+  marker. The check maps ids through the physical -> logical map (``expert_map``, else the server's
+  ``--init-expert-location`` JSON); with redundant experts and no map it refuses to judge.
+* **Positions.** ``routed_experts_start_len`` (0 here unless set) and the row count: ``prompt_tokens +
+  completion_tokens - 1 - start`` positions, times the layers, times ``top_k``.
+
+Each row (one position in one layer) holds ``top_k`` ids. A row whose ids are all equal is a layer the gate
 did not fill (dense or hash-routed layers stay zero) and is skipped. For the others:
 
 * ``routed_per_token``: the row's ids in ``0 .. num_experts-1`` must number exactly this many;
@@ -22,8 +40,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -32,22 +53,33 @@ from harness.arms.arm import ResolvedArm
 from harness.checks.result import CheckResult, check_name
 from harness.config import CheckConfig
 from harness.engines.base import Engine
+from harness.engines.sglang import dp_attention_ranks
 from harness.results.records import JSONObject
 
 #: Rows shown in the evidence.
 _SHOW = 4
 
 
-def decode_routed_experts(value: Any) -> list[int]:
-    """SGLang's ``meta_info["routed_experts"]``: base64 of little-endian int32, or a (nested) list of ints."""
+#: SGLang's wire dtypes of the routed experts (``SGLANG_ROUTED_EXPERTS_DTYPE``): struct format, bytes per id.
+WIRE_DTYPES = {"int32": ("<i", 4), "uint16": ("<H", 2), "uint8": ("<B", 1)}
+DTYPE_ENV = "SGLANG_ROUTED_EXPERTS_DTYPE"
+
+
+def decode_routed_experts(value: Any, dtype: str = "int32") -> list[int]:
+    """SGLang's ``meta_info["routed_experts"]``: base64 of little-endian ``dtype`` (one of :data:`WIRE_DTYPES`),
+    or a (nested) list of ints."""
     if isinstance(value, str):
+        name = dtype.strip().lower()
+        if name not in WIRE_DTYPES:
+            raise ValueError(f"routed_experts dtype {dtype!r} is not one of {', '.join(WIRE_DTYPES)}")
+        fmt, size = WIRE_DTYPES[name]
         try:
             raw = base64.b64decode(value.encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError) as e:
             raise ValueError(f"routed_experts is a string but not base64: {e}") from None
-        if len(raw) % 4:
-            raise ValueError(f"routed_experts holds {len(raw)} bytes, not a whole number of int32")
-        return [x[0] for x in struct.iter_unpack("<i", raw)]
+        if len(raw) % size:
+            raise ValueError(f"routed_experts holds {len(raw)} bytes, not a whole number of {name}")
+        return [x[0] for x in struct.iter_unpack(fmt, raw)]
     if isinstance(value, list):
         out: list[int] = []
         stack: list[Any] = [value]
@@ -116,6 +148,88 @@ def expectation(c: CheckConfig) -> str:
     return text
 
 
+def wire_dtype(meta: dict[str, Any], launch_env: dict[str, str]) -> tuple[str, str]:
+    """(dtype, where it comes from) of an answer's routed experts: ``meta_info.routed_experts_dtype``, else the
+    server's ``SGLANG_ROUTED_EXPERTS_DTYPE`` at launch, else int32 (SGLang's default and its legacy payloads)."""
+    said = meta.get("routed_experts_dtype")
+    if isinstance(said, str) and said:
+        return said.strip().lower(), "meta_info.routed_experts_dtype"
+    env = launch_env.get(DTYPE_ENV)
+    if env:
+        return env.strip().lower(), f"the server's {DTYPE_ENV}"
+    return "int32", "default"
+
+
+@dataclass(frozen=True)
+class ExpertMap:
+    """The physical -> logical expert map: one list per MoE layer (or one for every layer)."""
+
+    per_layer: list[list[int]]
+    source: str
+
+    def logical(self, ids: Sequence[int], layers: int | None, top_k: int) -> list[int]:
+        """``ids`` (rows of ``top_k``, layer-major within each position) as logical ids; an id outside the map
+        (a shared marker, a -1 sentinel) stays as it is."""
+        if len(self.per_layer) > 1 and (layers is None or layers != len(self.per_layer)):
+            raise ValueError(f"the expert map has {len(self.per_layer)} layers, the answer "
+                             f"{layers if layers is not None else 'an unknown number of'}")
+        out = []
+        for j, x in enumerate(ids):
+            table = self.per_layer[(j // top_k) % len(self.per_layer)]
+            out.append(table[x] if 0 <= x < len(table) else x)
+        return out
+
+
+def load_expert_map(path: str, tree: str | None) -> ExpertMap:
+    p = Path(path).expanduser()
+    if not p.is_absolute() and tree:
+        p = Path(tree) / p
+    doc = json.loads(p.read_text())
+    table = doc.get("physical_to_logical_map") if isinstance(doc, dict) else doc
+    if isinstance(table, list) and table and all(isinstance(x, int) for x in table):
+        table = [table]
+    if not (isinstance(table, list) and table and all(
+            isinstance(row, list) and all(isinstance(x, int) for x in row) for row in table)):
+        raise ValueError(f"{p}: no physical_to_logical_map (a list of ints per layer)")
+    return ExpertMap([list(row) for row in table], str(p))
+
+
+def _flag(args: Sequence[str], name: str) -> str | None:
+    for i, tok in enumerate(args):
+        if tok == name and i + 1 < len(args):
+            return str(args[i + 1])
+        if tok.startswith(name + "="):
+            return tok.split("=", 1)[1]
+    return None
+
+
+def expert_map_for(c: CheckConfig, args: Sequence[str], tree: str | None) -> tuple[ExpertMap | None, str | None]:
+    """(the map to read logical ids with, or None; why the check cannot judge, or None)."""
+    path = c.expert_map or ""
+    init = _flag(args, "--init-expert-location")
+    if not path and init and init.endswith(".json"):
+        path = init
+    redundant = int(_flag(args, "--ep-num-redundant-experts") or 0)
+    if path:
+        try:
+            return load_expert_map(path, tree), None
+        except (OSError, ValueError) as e:
+            return None, f"cannot read the expert map {path}: {e}"
+    if redundant > 0:
+        return None, (f"the server runs {redundant} redundant expert(s) (--ep-num-redundant-experts): its ids are "
+                      f"physical slots 0..{int(c.num_experts) + redundant - 1}, and an id >= {c.num_experts} may "
+                      "be a replica, not a shared marker; give the check expert_map (the physical -> logical map, "
+                      "as --init-expert-location takes it)")
+    return None, None
+
+
+def _positions(meta: dict[str, Any], start: int) -> int | None:
+    p, g = meta.get("prompt_tokens"), meta.get("completion_tokens")
+    if isinstance(p, int) and isinstance(g, int):
+        return max(0, p + g - 1 - start)
+    return None
+
+
 def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) -> CheckResult:
     name = check_name(c, index)
     what = "POST /generate with return_routed_experts -> meta_info.routed_experts"
@@ -123,27 +237,90 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
     if not engine.wire.native_sglang:
         return CheckResult(name, c.kind, False, expected, f"the {engine.api} API cannot return routed experts "
                            "here (needs SGLang's native /generate)", {}, arm.key, what)
-    body: JSONObject = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens), "temperature": 0.0},
-            "return_routed_experts": True}
+    args = engine.user_args()
+    n_ranks = dp_attention_ranks(args)
+    ranks: list[int | None] = (list(c.dp_ranks) if c.dp_ranks is not None
+                               else list(range(n_ranks)) if n_ranks > 1 else [None])
+    emap, refuse = expert_map_for(c, args, arm.source.tree)
     url = engine.url + "/generate"
+    ev: JSONObject = {"url": url, "prompt": c.prompt, "dp_ranks": [r for r in ranks if r is not None] or None,
+                      "expert_map": emap.source if emap else None}
+    if refuse:
+        return CheckResult(name, c.kind, False, expected, refuse, ev, arm.key, what)
+    launch_env = engine.launch_spec().env_delta if engine.launch_spec().launched else {}
+    per_rank: dict[str, JSONObject] = {}
+    first: JSONObject | None = None
+    failed: list[str] = []
+    for rank in ranks:
+        ok, found, rev = _one_rank(url, c, rank, launch_env, emap)
+        label = "any rank" if rank is None else f"rank {rank}"
+        per_rank[label] = {"passed": ok, "found": found}
+        if first is None or (not ok and not failed):
+            first = rev
+        if not ok:
+            failed.append(f"{label}: {found}")
+    ev.update(first or {})
+    if len(ranks) > 1:
+        ev["ranks"] = per_rank
+    if failed:
+        return CheckResult(name, c.kind, False, expected, "; ".join(failed), ev, arm.key, what)
+    found = str(per_rank[next(iter(per_rank))]["found"])
+    if len(ranks) > 1:
+        found = f"every one of {len(ranks)} DP rank(s): {found}"
+    return CheckResult(name, c.kind, True, expected, found, ev, arm.key, what)
+
+
+def _one_rank(url: str, c: CheckConfig, rank: int | None, launch_env: dict[str, str],
+              emap: ExpertMap | None) -> tuple[bool, str, JSONObject]:
+    """(passed, found, evidence) of one request, pinned to DP ``rank`` (None: not pinned)."""
+    body: JSONObject = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens),
+                                                              "temperature": 0},
+                        "return_routed_experts": True}
+    if c.routed_experts_start_len:
+        body["routed_experts_start_len"] = int(c.routed_experts_start_len)
+    ev: JSONObject = {}
     try:
+        if rank is not None:
+            body["routed_dp_rank"] = rank
         r = requests.post(url, json=body, timeout=300)
+        if rank is not None and r.status_code == 400 and "routed_dp_rank" in r.text:
+            body.pop("routed_dp_rank")
+            body["data_parallel_rank"] = rank  # SGLang before routed_dp_rank (still its deprecated alias)
+            ev["rank_field"] = "data_parallel_rank"
+            r = requests.post(url, json=body, timeout=300)
         status = r.status_code
         reply = r.json()
     except (requests.RequestException, ValueError) as e:
-        return CheckResult(name, c.kind, False, expected, f"POST {url} failed: {e}", {"url": url}, arm.key, what)
-    ev: JSONObject = {"url": url, "status": status, "prompt": c.prompt}
+        return False, f"POST {url} failed: {e}", ev
+    ev["status"] = status
     if status != 200:
-        return CheckResult(name, c.kind, False, expected, f"HTTP {status}: {str(reply)[:300]}", ev, arm.key, what)
+        return False, f"HTTP {status}: {str(reply)[:300]}", ev
     reply0 = reply[0] if isinstance(reply, list) and reply else reply
     meta = reply0.get("meta_info") if isinstance(reply0, dict) else None
-    value = meta.get("routed_experts") if isinstance(meta, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    value = meta.get("routed_experts")
     if value is None:
-        return CheckResult(name, c.kind, False, expected, "no meta_info.routed_experts in the reply (is the server "
-                           "started with --enable-return-routed-experts?)", ev, arm.key, what)
+        return False, ("no meta_info.routed_experts in the reply (is the server started with "
+                       "--enable-return-routed-experts?)"), ev
+    dtype, dsource = wire_dtype(meta, launch_env)
+    ev["dtype"] = f"{dtype} ({dsource})"
     try:
-        ids = decode_routed_experts(value)
+        ids = decode_routed_experts(value, dtype)
     except ValueError as e:
-        return CheckResult(name, c.kind, False, expected, str(e), ev, arm.key, what)
+        return False, str(e), ev
+    k = int(c.top_k)
+    positions = _positions(meta, int(c.routed_experts_start_len))
+    rows = len(ids) // k if k else 0
+    layers = rows // positions if positions and rows % positions == 0 else None
+    ev.update({"positions": positions, "layers": layers})
+    if emap is not None:
+        try:
+            ids = emap.logical(ids, layers, k)
+        except ValueError as e:
+            return False, str(e), ev
     ok, found, jev = judge(ids, c)
-    return CheckResult(name, c.kind, ok, expected, found, {**ev, **jev}, arm.key, what)
+    if positions is not None and layers is None and rows:
+        ok = False
+        found += (f"; {rows} row(s) are not a whole number of layers of the {positions} position(s) meta_info "
+                  "counts (prompt_tokens + completion_tokens - 1 - routed_experts_start_len)")
+    return ok, found, {**ev, **jev}

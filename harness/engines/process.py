@@ -319,6 +319,18 @@ class ServerProcess:
     def known_pids(self) -> set[int]:
         return set(self._known)
 
+    def rss_mib(self) -> float:
+        """Resident memory of the server's live processes (the group and its descendants), in MiB."""
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover
+            return 0.0
+        total = 0
+        for pid in self._alive_known():
+            with contextlib.suppress(psutil.Error):
+                total += psutil.Process(pid).memory_info().rss
+        return round(total / (1 << 20), 1)
+
     def _alive_known(self) -> list[int]:
         try:
             import psutil
@@ -375,6 +387,7 @@ class ServerProcess:
         if self.proc.poll() is None:
             self._remember_tree()
         server_pids = self.known_pids()
+        info["rss_mib"] = self.rss_mib()  # what the host gets back once the processes are gone (CPU servers)
         if self.proc.poll() is None:
             if on_status:
                 on_status(f"stopping {self.name} (pid {self.proc.pid}): SIGTERM to its process group")
@@ -404,6 +417,7 @@ class ServerProcess:
         while (self._group_exists() or self._alive_known()) and time.monotonic() < deadline:
             time.sleep(0.05)
         info["leftover_pids"] = self._alive_known()
+        info["memory_released"] = not info["leftover_pids"]
         if self._log is not None:
             with contextlib.suppress(OSError):
                 self._log.close()

@@ -17,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from harness.engines.base import LaunchedEngine
+from harness.engines.preflight import Preflight, parse_server_flags
 from harness.engines.process import EngineError
 from harness.util.cmdline import is_flag
 
+#: The module whose ``ServerArgs`` parses SGLang's flags (the preflight asks the arm's own copy).
+SERVER_ARGS_MODULE = "sglang.srt.server_args"
 #: SGLang's ``ZMQ_TCP_PORT_DELTA``.
 ZMQ_TCP_PORT_DELTA = 233
 #: Ports of the block besides the per-DP-rank ones (dist-init, tokenizer, detokenizer, rpc, metrics,
@@ -59,6 +62,19 @@ def _int(v: str | bool | None, default: int) -> int:
         return int(v) if isinstance(v, str) else default
     except ValueError:
         return default
+
+
+def dp_attention_ranks(args: Sequence[str]) -> int:
+    """How many DP attention ranks a server started with ``args`` runs, each with its own scheduler (a request
+    lands on one of them; SGLang's ``routed_dp_rank`` picks it): ``--dp``/``--dp-size N`` with
+    ``--enable-dp-attention``, or ``--attn-dp-size N`` (current SGLang's spelling of the two); else 1."""
+    f = _flags(args)
+    attn = _int(f.get("--attn-dp-size"), 0)
+    if attn > 0:
+        return attn
+    if f.get("--enable-dp-attention"):
+        return max(1, _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1))
+    return 1
 
 
 def derived_ports(port: int, args: Sequence[str]) -> list[int]:
@@ -106,6 +122,15 @@ class SGLangEngine(LaunchedEngine):
 
     def derived_ports(self) -> list[int]:
         return derived_ports(self.port, self.user_args())
+
+    def preflight(self) -> Preflight:
+        """The launch's flags parsed by the arm's own ``sglang.srt.server_args`` (its interpreter, env and tree)."""
+        return parse_server_flags(self.arm, SERVER_ARGS_MODULE, [*self.server_args(), *self.user_args()],
+                                  self.launch_spec().env, what="flags parsed by its sglang.srt.server_args")
+
+    def dp_ranks(self) -> int:
+        """Data-parallel attention ranks the server runs (:func:`dp_attention_ranks` of its flags)."""
+        return dp_attention_ranks(self.user_args())
 
     def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
         try:

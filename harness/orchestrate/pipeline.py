@@ -39,6 +39,7 @@ from harness.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.checks.static import run_static_checks
 from harness.config import SETTING_KEYS, ConfigError, arms_root, client_settings, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
+from harness.engines.preflight import Preflight
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_eval_async
 from harness.orchestrate.design import describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
@@ -213,6 +214,24 @@ class Run:
             sourcediff.enforce(self.source_diff)
         except sourcediff.SourceDiffError as e:
             raise RunFailure(e.code, str(e)) from None
+
+    def preflight(self) -> list[Preflight]:
+        """Each arm's preflight (its own software asked about its launch: SGLang's parser on its flags, vLLM's
+        distribution), said and recorded (``manifest.json`` ``preflight``); :meth:`preflight_failure` stops."""
+        results = [p for key in dict.fromkeys(self.keys.values()) if (p := self.engines[key].preflight())]
+        for p in results:
+            for line in p.lines():
+                self.log.say(line)
+        self.manifest.record("preflight", {p.arm: p.to_doc() for p in results})
+        return results
+
+    @staticmethod
+    def preflight_failure(results: list[Preflight]) -> RunFailure | None:
+        bad = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in results if not p.ok]
+        if not bad:
+            return None
+        return RunFailure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not start): "
+                          + " | ".join(bad))
 
     def static_checks(self) -> dict[str, list[CheckResult]]:
         """Side checks that need no server (source probes in each arm's interpreter), for every arm."""
@@ -489,6 +508,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
     run = Run(cfg, run_dir, interrupts, log, command)
     diffs, bad = run.prepare_arms()
+    preflights = run.preflight()
     if cfg.dry_run:
         checks = run.static_checks()
         run.print_dry_run(diffs, checks)
@@ -498,6 +518,9 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
         problems = [p for arm in run.arms.values() for p in arm.source.problems]
         if problems:
             raise RunFailure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
+        refused = run.preflight_failure(preflights)
+        if refused is not None:
+            raise RunFailure(refused.code, f"{refused} (a real run would stop here)")
         refuse_disallowed(bad)
         run.enforce_sources()
         for key, results in checks.items():  # the real run's message: "side assertion failed for arm ..."
@@ -507,6 +530,9 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
                 raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
                                  f"{e} (a real run would stop here, before measuring)") from None
         return exitcodes.OK
+    refused = run.preflight_failure(preflights)
+    if refused is not None:
+        raise refused
     refuse_disallowed(bad)
     run.enforce_sources()
     for key, results in run.static_checks().items():

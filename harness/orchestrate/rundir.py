@@ -74,6 +74,16 @@ def config_digest(resolved: Mapping[str, Any], non_semantic: Iterable[str] = NON
     return {"sha256": digest, "semantic": semantic}
 
 
+def _same_but_added(before: Any, after: Any) -> bool:
+    """``after`` is ``before`` but for keys added to objects inside it (a list of check configs whose schema has
+    grown since the run was recorded): the same rule as for the flattened keys, one level down."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        return all(k in after and _same_but_added(v, after[k]) for k, v in before.items())
+    if isinstance(before, list) and isinstance(after, list):
+        return len(before) == len(after) and all(_same_but_added(b, a) for b, a in zip(before, after, strict=True))
+    return bool(before == after)
+
+
 def check_resume(recorded: Mapping[str, Any], digest: Mapping[str, Any], run_dir: Path) -> None:
     """Refuse (ConfigError) to resume a run directory that holds a run of a different config."""
     old = recorded.get("config_sha256")
@@ -82,7 +92,8 @@ def check_resume(recorded: Mapping[str, Any], digest: Mapping[str, Any], run_dir
     before, after = recorded.get("config_semantic") or {}, digest["semantic"]
     # a key the recorded run did not have was added to the schema since (a user cannot add unknown keys): its
     # default is how the older release behaved, so it is not a change
-    changed = sorted(k for k in set(before) | set(after) if k in before and before.get(k) != after.get(k))
+    changed = sorted(k for k in set(before) | set(after)
+                     if k in before and not _same_but_added(before.get(k), after.get(k)))
     if not changed:
         return
     raise ConfigError(f"{run_dir} holds a run of a different config (changed: {', '.join(changed[:8]) or '?'}); "

@@ -1,12 +1,14 @@
-"""The wire protocols a server speaks: SGLang's native API and the OpenAI completions API.
+"""The wire protocols a server speaks: SGLang's native API, the OpenAI completions API and vLLM's superset of it.
 
-One object per protocol (:class:`SGLangApi`, :class:`OpenAIApi`), chosen once by :func:`for_api`. It knows
+One object per protocol (:class:`SGLangApi`, :class:`OpenAIApi`, :class:`VLLMApi`), chosen once by
+:func:`for_api`. It knows
 the endpoints, builds the request bodies (a generation from a prompt and SGLang-style sampling params, the
 warm-up, a teacher-forced scoring request) and parses the responses. It does no I/O: the client sends what
 it builds and hands back what came back. Nothing else in the harness tests the protocol's name.
 
 Sampling params are always given in SGLang's vocabulary (the task's recipe, every field SGLang's frontend
-sends); :class:`OpenAIApi` maps the fields its API has.
+sends); :class:`OpenAIApi` maps the fields the OpenAI API has, :class:`VLLMApi` every field vLLM takes (it
+fills an omitted one from the model's ``generation_config.json``).
 """
 
 from __future__ import annotations
@@ -173,6 +175,28 @@ class Api(ABC):
         """The reference tokens' scores in a 2xx answer to :meth:`scoring_body` (raises
         :class:`MalformedResponse`)."""
 
+    def scoring_by_ids(self) -> Api:
+        """This protocol asking scoring requests of token ids the way it reads the answers per id (SGLang:
+        itself; OpenAI-compatible servers: vLLM's ``prompt_logprobs``), to be confirmed on the server by one
+        request (:meth:`confirm_id_scores`) before a pass relies on it; a server that answers otherwise is scored
+        by text."""
+        return self
+
+    @staticmethod
+    def confirm_id_scores(scores: TokenScores, req: ScoreRequest) -> None:
+        """Raise :class:`MalformedResponse` (saying how) unless ``scores`` answer the id request ``req`` token
+        for token: one entry per reference id, the same ids, a logprob for each (but a first token that has no
+        context)."""
+        want = [int(x) for x in req.reference]
+        if scores.ids != want:
+            got = scores.ids[:8]
+            raise MalformedResponse(f"the answer scores {len(scores)} token(s) {got}... for a reference of "
+                                    f"{len(want)} ids {want[:8]}...")
+        missing = [i for i, v in enumerate(scores.logprobs) if v is None and (i or len(req.prompt))]
+        if missing:
+            raise MalformedResponse(f"no logprob for {len(missing)} of {len(want)} reference ids (first at "
+                                    f"{missing[0]})")
+
     def scoring_probe(self, text: str) -> dict[str, Any] | None:
         """A greedy one-token generation of ``text`` with its logprob, to learn how this server aligns
         echoed logprobs (see :meth:`with_scoring_probe`); None when the protocol needs no probe."""
@@ -200,8 +224,10 @@ class SGLangApi(Api):
         return {"text": prompt, "sampling_params": dict(sampling)}
 
     def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
-        # SGLang's frontend: the few-shot block alone, zero new tokens.
-        return self.generation_body(shots, {**sampling, "max_new_tokens": 0})
+        """SGLang's frontend, byte for byte: ``RuntimeEndpoint.cache_prefix`` (python/sglang/lang/backend/
+        runtime_endpoint.py) posts the traced prefix (the few-shot block) with ``max_new_tokens: 0`` and no other
+        sampling field."""
+        return {"text": shots, "sampling_params": {"max_new_tokens": 0}}
 
     def parse_generation(self, obj: Any) -> Generation:
         if isinstance(obj, list) and obj:  # n > 1 or batched: we always send one
@@ -281,13 +307,20 @@ class OpenAIApi(Api):
     score_path: ClassVar[str] = "/v1/completions"
     health_path: ClassVar[str] = "/health"
     models_path: ClassVar[str | None] = "/v1/models"
-    #: Scored by text: the echoed tokens and their alternatives come back as text (llama-cpp-python takes no
-    #: ids at all), so the passes are keyed by token text, and the text is what every pass sends.
-    tokenize_paths: ClassVar[tuple[str, ...]] = ()
+    #: vLLM's tokenizer endpoint (``POST /tokenize``: ``{"model", "prompt", "add_special_tokens"}`` ->
+    #: ``{"tokens"}``); llama-cpp-python has none there (its ``/extras/tokenize`` takes other fields), so it is
+    #: scored by text.
+    tokenize_paths: ClassVar[tuple[str, ...]] = ("/tokenize",)
     model_name: str = ""
     #: 0: echo entry i holds token i's logprob and distribution (OpenAI, vLLM); 1: entry i holds the
     #: distribution of token i+1 (llama-cpp-python without BOS). Learnt by :meth:`with_scoring_probe`.
     echo_shift: int = 0
+    #: Requests of token ids ask for ``prompt_logprobs`` (vLLM's extension: per input position a dict keyed by
+    #: token id, so the tokens are exactly the ids sent and the text offsets play no part); set by
+    #: :meth:`scoring_by_ids` and kept once a first request confirmed it. Otherwise an id request is echoed
+    #: and read by position, and a text request by text offset (which a tokenizer that adds a BOS token shifts:
+    #: vLLM's ``text_offset`` counts the BOS text the echoed ``text`` does not hold).
+    ids_scoring: bool = False
 
     @property
     def model(self) -> str | None:
@@ -329,19 +362,74 @@ class OpenAIApi(Api):
         return Generation(text, choice.get("finish_reason"), usage.get("prompt_tokens"),
                           usage.get("completion_tokens"))
 
+    def scoring_by_ids(self) -> OpenAIApi:
+        return replace(self, ids_scoring=True)
+
     def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
-        """``echo`` returns the input's tokens with their logprobs. One token is generated and ignored:
-        llama-cpp-python reads ``max_tokens: 0`` as "no limit" (and older vLLM refuses it)."""
+        """``echo`` returns the input's tokens with their logprobs, or (ids, :attr:`ids_scoring`) vLLM's
+        ``prompt_logprobs`` the distribution at every input position, keyed by id. One token is generated and
+        ignored: llama-cpp-python reads ``max_tokens: 0`` as "no limit" (and older vLLM refuses it)."""
+        if req.by_ids and self.ids_scoring:
+            return {"model": self.model_name, "prompt": [*req.prompt, *req.reference], "max_tokens": 1,
+                    "temperature": 0.0, "prompt_logprobs": req.top_k, "stream": False}
         prompt: str | list[int] = ([*req.prompt, *req.reference] if req.by_ids
                                    else str(req.prompt) + str(req.reference))
         return {"model": self.model_name, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
                 "echo": True, "logprobs": req.top_k, "stream": False}
 
+    def _parse_prompt_logprobs(self, obj: Any, req: ScoreRequest) -> TokenScores:
+        """``choices[0].prompt_logprobs``: one entry per input token, ``null`` (the first) or ``{"<id>":
+        {"logprob", "rank", "decoded_token"}}`` holding the top-k and the input token itself (k or k+1 keys;
+        ``rank`` is 1-based over the vocabulary). vLLM: ``vllm/entrypoints/openai/completion/serving.py``."""
+        try:
+            rows = obj["choices"][0]["prompt_logprobs"]
+        except (KeyError, IndexError, TypeError):
+            raise MalformedResponse("response has no choices[0].prompt_logprobs") from None
+        ids = [int(x) for x in (*req.prompt, *req.reference)]
+        if not isinstance(rows, list) or len(rows) != len(ids):
+            n = len(rows) if isinstance(rows, list) else "no"
+            raise MalformedResponse(f"{n} prompt_logprobs entries for an input of {len(ids)} tokens")
+        usage = obj.get("usage") if isinstance(obj, dict) else None
+        n_in = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        out = TokenScores(input_tokens=n_in if isinstance(n_in, int) else None)
+        k = req.top_k
+        for i in range(len(req.prompt), len(ids)):
+            tid, entry = ids[i], rows[i]
+            if entry is None:
+                out.add(tid, None, None, [])
+                continue
+            if not isinstance(entry, dict):
+                raise MalformedResponse(f"prompt_logprobs[{i}] is not an object: {entry!r:.80}")
+            own: float | None = None
+            text: str | None = None
+            alts: list[tuple[int | None, str | None, float]] = []
+            for key, v in entry.items():
+                try:
+                    j, value = int(key), v["logprob"]
+                    lp = _num(value)
+                    rank, dec = v.get("rank"), v.get("decoded_token")
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    raise MalformedResponse(f"prompt_logprobs[{i}] entry is not {{id: {{logprob, rank}}}}: "
+                                            f"{key!r:.20}: {v!r:.60}") from None
+                dec = dec if isinstance(dec, str) else None
+                if j == tid:
+                    own, text = (None if value is None else lp), dec
+                if not isinstance(rank, int) or rank <= k:
+                    alts.append((j, dec, lp))
+            if own is None:
+                raise MalformedResponse(f"prompt_logprobs[{i}] lacks the input token {tid}")
+            alts.sort(key=itemgetter(2), reverse=True)  # by logprob; stable: ties keep the server's order
+            out.add(tid, text, own, alts[:k])
+        return out
+
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
         """``choices[0].logprobs``: ``tokens`` (text), ``token_logprobs`` (float|null), ``top_logprobs`` (per
         entry null or {token text: logprob}, k or k+1 of them), ``text_offset`` (characters into the echoed
         text), one entry per input token (plus the generated one on some servers); ``usage.prompt_tokens``.
-        Reference tokens are picked by position (ids) or by text offset (text)."""
+        Reference tokens are picked by position (ids) or by text offset (text); with :attr:`ids_scoring`, an
+        id request's answer is vLLM's ``prompt_logprobs`` instead (:meth:`_parse_prompt_logprobs`)."""
+        if req.by_ids and self.ids_scoring:
+            return self._parse_prompt_logprobs(obj, req)
         try:
             lp = obj["choices"][0]["logprobs"]
             tokens, values = lp["tokens"], lp["token_logprobs"]
@@ -408,9 +496,42 @@ class OpenAIApi(Api):
                                 f"{', '.join(misses)}): this server cannot score")
 
 
+@dataclass(frozen=True)
+class VLLMApi(OpenAIApi):
+    """vLLM's OpenAI-compatible server: the completions API plus its ``SamplingParams`` fields
+    (``CompletionRequest`` in ``vllm/entrypoints/openai/completion/protocol.py``). vLLM fills every sampling
+    field a request leaves out from the model directory's ``generation_config.json``
+    (``ModelConfig.get_diff_sampling_param``: temperature, top_p, top_k, min_p, repetition_penalty, max tokens),
+    so a ``repetition_penalty`` there would apply even at temperature 0: the generation body sets every one
+    of them, as SGLang's recipe means them (SGLang's own defaults where the recipe sends none)."""
+
+    name: ClassVar[str] = "vllm"
+
+    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+        """SGLang's sampling params in vLLM's names: ``min_new_tokens`` -> ``min_tokens``, ``max_new_tokens`` ->
+        ``max_tokens``; ``repetition_penalty`` 1.0 where the recipe has none (SGLang's ``SamplingParams``
+        default, python/sglang/srt/sampling/sampling_params.py), ``seed`` 0 (no effect at temperature 0; above
+        it, repeatable draws); the matched stop string is trimmed as SGLang does
+        (``include_stop_str_in_output: false``). ``stop_regex``, ``regex``, ``json_schema``: SGLang sends
+        empty ones, which vLLM has no fields for."""
+        return {"model": self.model_name, "prompt": prompt, "max_tokens": sampling["max_new_tokens"],
+                "min_tokens": sampling.get("min_new_tokens", 0), "n": sampling["n"],
+                "temperature": sampling["temperature"], "top_p": sampling["top_p"],
+                "top_k": sampling.get("top_k", -1), "min_p": sampling.get("min_p", 0.0),
+                "repetition_penalty": sampling.get("repetition_penalty", 1.0),
+                "frequency_penalty": sampling["frequency_penalty"], "presence_penalty": sampling["presence_penalty"],
+                "seed": sampling.get("sampling_seed", 0), "stop": sampling["stop"],
+                "stop_token_ids": list(sampling.get("stop_token_ids") or []),
+                "include_stop_str_in_output": False, "ignore_eos": sampling.get("ignore_eos", False),
+                "skip_special_tokens": sampling.get("skip_special_tokens", True),
+                "spaces_between_special_tokens": sampling.get("spaces_between_special_tokens", True),
+                "stream": False}
+
+
 _FACTORIES: dict[str, Callable[[str], Api]] = {
     SGLangApi.name: lambda model: SGLangApi(),
     OpenAIApi.name: lambda model: OpenAIApi(model_name=model),
+    VLLMApi.name: lambda model: VLLMApi(model_name=model),
 }
 #: The protocol names a config may give.
 API_NAMES: tuple[str, ...] = tuple(_FACTORIES)

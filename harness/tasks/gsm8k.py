@@ -318,7 +318,10 @@ class GSM8K:
         return stop
 
     def sampling_params(self, max_new_tokens: int | None = None) -> dict[str, Any]:
-        """Every field SGLang's frontend sends, in its order; leaving one out lets the server's defaults in."""
+        """Every field SGLang's frontend sends, in its order; leaving one out lets the server's defaults in:
+        ``RuntimeEndpoint.generate`` (python/sglang/lang/backend/runtime_endpoint.py) puts the two special-token
+        flags first, then ``SglSamplingParams.to_srt_kwargs()`` (python/sglang/lang/ir.py), with the values
+        benchmark/gsm8k/bench_sglang.py gives (``max_tokens=512``, its stop list, ``temperature=0``)."""
         return {
             "skip_special_tokens": True,
             "spaces_between_special_tokens": True,
@@ -328,7 +331,7 @@ class GSM8K:
             "stop": self.stop(),
             "stop_token_ids": [],
             "stop_regex": [],
-            "temperature": 0.0,
+            "temperature": 0,  # an int: bench_sglang.py passes temperature=0 to run_batch
             "top_p": 1.0,
             "top_k": -1,
             "min_p": 0.0,
@@ -338,6 +341,13 @@ class GSM8K:
             "regex": None,
             "json_schema": None,
         }
+
+    @property
+    def warms_up(self) -> bool:
+        """Whether SGLang's frontend sends the prefix-cache warm-up before this batch: ``run_program_batch``
+        (python/sglang/lang/interpreter.py) calls ``cache_program`` only for more than one question, and that
+        sends the traced prefix (the few-shot block) only when it is longer than 64 characters."""
+        return len(self.questions) > 1 and len(self.few_shot) > 64
 
     def warmup_body(self) -> dict[str, Any]:
         """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone, zero

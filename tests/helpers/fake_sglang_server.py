@@ -14,6 +14,13 @@ the arm's PYTHONPATH and point the SGLang engine's ``module`` at it). Like SGLan
   the gate does not route. ``FAKE_ROUTED_FORMAT=list`` answers a nested list instead of base64;
   ``FAKE_NO_ROUTED=1`` leaves them out (a server started without ``--enable-return-routed-experts``).
 * ``FAKE_NEVER_READY=1``: ``/health_generate`` stays 503 (a server still loading).
+* DP attention ranks (``routed_dp_rank``): ``FAKE_BAD_RANK=r`` routes requests pinned to rank ``r`` like the buggy
+  build (and unpinned ones like ``FAKE_BUILD``); ``FAKE_DP_FIELD=data_parallel_rank`` refuses ``routed_dp_rank``
+  with HTTP 400 as an SGLang that only knows the older name does.
+* ``FAKE_ROUTED_DTYPE=uint16|uint8``: the payload's dtype (``SGLANG_ROUTED_EXPERTS_DTYPE``; int32 where an id does
+  not fit, as SGLang does), advertised in ``meta_info.routed_experts_dtype`` unless ``FAKE_ADVERTISE_DTYPE=0``.
+* ``FAKE_REDUNDANT=8``: ids are physical slots of 384 + 8 (logical ids 0..7 sit in the replicas 384..391), as
+  with ``--ep-num-redundant-experts 8``.
 """
 
 from __future__ import annotations
@@ -45,9 +52,19 @@ def routed_rows(build: str, tokens: int) -> list[list[list[int]]]:
     return rows
 
 
-def encode(rows: list[list[list[int]]]) -> str:
+def encode(rows: list[list[list[int]]], dtype: str = "int32") -> tuple[str, str]:
+    """(base64 payload, the dtype really used: int32 where an id does not fit the one asked for)."""
     flat = [x for tok in rows for layer in tok for x in layer]
-    return base64.b64encode(struct.pack(f"<{len(flat)}i", *flat)).decode("ascii")
+    fmt = {"int32": "i", "uint16": "H", "uint8": "B"}[dtype]
+    if dtype != "int32" and (min(flat) < 0 or max(flat) >= (1 << (16 if dtype == "uint16" else 8))):
+        fmt, dtype = "i", "int32"
+    return base64.b64encode(struct.pack(f"<{len(flat)}{fmt}", *flat)).decode("ascii"), dtype
+
+
+def physical(rows: list[list[list[int]]], redundant: int) -> list[list[list[int]]]:
+    """Logical ids 0..redundant-1 placed in their replica slots NUM_EXPERTS + id (a static EPLB placement)."""
+    return [[[NUM_EXPERTS + x if 0 <= x < redundant and len(set(layer)) > 1 else x for x in layer]
+             for layer in tok] for tok in rows]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -88,10 +105,24 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/generate":
             self._send(404, {"detail": "Not Found"})
             return
+        if "routed_dp_rank" in req and os.environ.get("FAKE_DP_FIELD") == "data_parallel_rank":
+            self._send(400, {"error": "GenerateReqInput.__init__() got an unexpected keyword argument "
+                                      "'routed_dp_rank'"})
+            return
+        rank = req.get("routed_dp_rank", req.get("data_parallel_rank"))
         meta: dict[str, object] = {"prompt_tokens": 5, "completion_tokens": 4, "finish_reason": {"type": "length"}}
         if req.get("return_routed_experts") and os.environ.get("FAKE_NO_ROUTED") != "1":
-            rows = routed_rows(os.environ.get("FAKE_BUILD", "fixed"), tokens=8)
-            meta["routed_experts"] = rows if os.environ.get("FAKE_ROUTED_FORMAT") == "list" else encode(rows)
+            build = os.environ.get("FAKE_BUILD", "fixed")
+            if rank is not None and str(rank) == os.environ.get("FAKE_BAD_RANK"):
+                build = "buggy"
+            rows = physical(routed_rows(build, tokens=8), int(os.environ.get("FAKE_REDUNDANT", "0")))
+            if os.environ.get("FAKE_ROUTED_FORMAT") == "list":
+                meta["routed_experts"] = rows
+            else:
+                meta["routed_experts"], dtype = encode(rows, os.environ.get("FAKE_ROUTED_DTYPE", "int32"))
+                if "FAKE_ROUTED_DTYPE" in os.environ and os.environ.get("FAKE_ADVERTISE_DTYPE") != "0":
+                    meta["routed_experts_dtype"] = dtype
+            meta["dp_rank"] = rank
         self._send(200, {"text": " Paris", "meta_info": meta})
 
 

@@ -1,0 +1,150 @@
+"""Server-flags probe, run BY FILE PATH in an arm's own interpreter with the arm's env and PYTHONPATH (stdlib only:
+the harness need not be installed there) by :func:`harness.engines.preflight.parse_server_flags`::
+
+    python args_probe.py '{"module": "sglang.srt.server_args", "argv": ["--model-path", "M", ...]}'
+
+Parses ``argv`` with that SGLang's own parser, built as its ``prepare_server_args`` builds it
+(python/sglang/srt/server_args.py: ``argparse.ArgumentParser(prog="sglang serve")`` and
+``ServerArgs.add_cli_args(parser)``), and reports, without starting anything:
+
+* ``error``: what argparse refuses (an unknown flag, an ambiguous abbreviation, a bad value): the server would
+  exit at launch with this message;
+* ``deprecated``: flags whose action is one of SGLang's ``Deprecated*Action`` classes
+  (python/sglang/srt/arg_groups/argparse_actions.py in current SGLang) or whose help says "Deprecated", with
+  the warning the parser logs (naming the replacement);
+* ``abbreviated``: flags that are not spelled as any option but that argparse took as the abbreviation of one
+  (``allow_abbrev``): a renamed flag can slide into another that way;
+* ``ignored``: flags that parse into a name ``ServerArgs`` has no field for (``ServerArgs.from_cli_args``
+  drops it: the server never sees the value);
+* ``messages``: every warning logged or printed while parsing.
+
+Prints one line ``ABH-ARGS-RESULT:{json}`` last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import io
+import json
+import logging
+import os
+import re
+import sys
+import time
+import warnings
+from typing import Any, NoReturn
+
+MARKER = "ABH-ARGS-RESULT:"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _behave_like_dash_c() -> None:
+    """Run by path, Python puts this file's folder first on sys.path, where its sibling modules (sglang.py,
+    vllm.py, ...) would shadow the arm's packages: put the working directory there instead."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or os.curdir) == here:
+        sys.path[0] = ""
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(_ANSI.sub("", record.getMessage()).strip())
+
+
+def _fields(cls: Any) -> set[str] | None:
+    """The field names of ``ServerArgs`` (a dataclass in older SGLang, a msgspec Struct in newer)."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    names = getattr(cls, "__struct_fields__", None)
+    return set(names) if names else None
+
+
+def parse(module_name: str, argv: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"module": module_name, "error": None, "deprecated": [], "abbreviated": [],
+                           "ignored": [], "messages": []}
+    t0 = time.monotonic()
+    try:
+        module = importlib.import_module(module_name)
+        server_args = module.ServerArgs
+    except BaseException as e:  # noqa: BLE001 - any failure to import is the report
+        out["import_error"] = f"{type(e).__name__}: {e}"
+        return out
+    out["import_s"] = round(time.monotonic() - t0, 2)
+    out["module_file"] = getattr(module, "__file__", None)
+    try:
+        out["version"] = importlib.import_module(module_name.split(".")[0]).__version__
+    except (ImportError, AttributeError):
+        out["version"] = None
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    server_args.add_cli_args(parser)
+
+    def refuse(message: str) -> NoReturn:
+        raise _Refused(message)
+
+    parser.error = refuse  # type: ignore[method-assign]
+    actions = {opt: a for a in parser._actions for opt in a.option_strings}
+    handler = _Collect()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    printed = io.StringIO()
+    ns = None
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed), \
+                contextlib.redirect_stderr(printed):
+            warnings.simplefilter("always")
+            ns = parser.parse_args(argv)
+    except _Refused as e:
+        out["error"] = str(e)
+    except SystemExit as e:  # an action that exits by itself
+        out["error"] = _ANSI.sub("", printed.getvalue()).strip() or f"the parser exited ({e.code})"
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    out["messages"] = handler.lines + [_ANSI.sub("", str(w.message)).strip() for w in caught] + [
+        ln.strip() for ln in _ANSI.sub("", printed.getvalue()).splitlines() if ln.strip()]
+    fields = _fields(server_args)
+    for tok in argv:
+        if not tok.startswith("--"):
+            continue
+        flag = tok.split("=", 1)[0]
+        action = actions.get(flag)
+        if action is None:
+            matches = sorted(o for o in actions if o.startswith(flag))
+            if len(matches) == 1:
+                out["abbreviated"].append({"flag": flag, "as": matches[0]})
+                action = actions[matches[0]]
+            else:
+                continue  # unknown or ambiguous: the error above says so
+        help_text = action.help if isinstance(action.help, str) else ""
+        if type(action).__name__.startswith("Deprecated") or "deprecated" in help_text[:60].lower():
+            said = [m for m in out["messages"] if flag in m]
+            out["deprecated"].append({"flag": flag, "message": said[0] if said else help_text})
+        if ns is not None and fields is not None and action.dest not in fields and action.dest not in (
+                "help", "config"):
+            out["ignored"].append({"flag": flag, "dest": action.dest})
+    return out
+
+
+def main() -> None:
+    _behave_like_dash_c()
+    request = json.loads(sys.argv[1])
+    result = parse(str(request["module"]), [str(a) for a in request["argv"]])
+    sys.stdout.write("\n" + MARKER + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
