@@ -67,12 +67,17 @@ def test_model_output_is_escaped(tmp_path: Path) -> None:
     html = write_report(root).read_text()
     assert SCRIPT_ALERT not in html and SCRIPT_TITLE not in html and BOLD not in html
     assert "<img src=x" not in html and "<i>red</i>" not in html
-    assert htmlmod.escape(SCRIPT_ALERT, quote=False) in html.replace("&#39;", "'")
-    assert "&lt;b&gt;bold claim&lt;/b&gt;" in html
-    assert "&lt;i&gt;red&lt;/i&gt;" in html  # question text too
-    # the only script elements are the page's own filter
-    assert len(re.findall(r"<script", html)) == 1
+    unmarked = re.sub(r'<mark class="fd"[^>]*>|</mark>', "", html)  # where the two outputs part is marked
+    assert htmlmod.escape(SCRIPT_ALERT, quote=False) in unmarked.replace("&#39;", "'")
+    assert "&lt;b&gt;bold claim&lt;/b&gt;" in unmarked
+    assert "&lt;i&gt;red&lt;/i&gt;" in unmarked  # question text too
+    # the only script that runs is the page's own; the question browser's data is JSON that no "<" can end early
+    assert len(re.findall(r"<script>", html)) == 1 and len(re.findall(r"<script", html)) == 3
     assert "alert(" not in html.split("<script>")[1].split("</script>")[0]
+    for block in re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', html, re.S):
+        assert "<" not in block and ">" not in block
+    data = json.loads(re.search(r'id="questions-data">(.*?)</script>', html, re.S).group(1))
+    assert len(data) == 40 and any("<b>bold claim</b>" in q["a"]["o"] + q["b"]["o"] for q in data)
 
 
 def test_simulated_banner(tmp_path: Path) -> None:

@@ -384,6 +384,13 @@ def _ci(ci: list[float] | None) -> str:
     return "n/a" if ci is None else f"[{_pp(ci[0])}, {_pp(ci[1])}] pp"
 
 
+def _effect(x: float | None) -> str:
+    """A detectable effect in pp; past 100 pp (or infinite) none is detectable, said so instead of "inf pp"."""
+    if x is None:
+        return "n/a"
+    return "none (no effect up to 100 pp is detectable)" if not math.isfinite(x) or x > 1 else f"{_pp(x, False)} pp"
+
+
 def format_summary(c: Comparison) -> str:
     """A readable summary of a comparison, in percentage points: the verdict, the test and the p that
     decided it, the interval at the level α sets, the design and what it cannot resolve."""
@@ -410,8 +417,8 @@ def format_summary(c: Comparison) -> str:
         lines.append(f"  A/A: psi_AA {_pp(c.psi_aa, False)} % ({c.psi_aa_source}), noise band of delta "
                      f"±{_pp(c.noise_band[1], False)} pp")
     if c.mde is not None:
-        lines.append(f"  MDE at 80 % power: {_pp(c.mde, False)} pp ({c.mde_method}); smallest effect the "
-                     f"test can detect at all {_pp(c.detectable_floor, False)} pp")
+        lines.append(f"  MDE at 80 % power: {_effect(c.mde)} ({c.mde_method}); smallest effect the "
+                     f"test can detect at all {_effect(c.detectable_floor)}")
     if c.tost is not None:
         t = c.tost
         lines.append(f"  margin ±{_pp(t.margin, False)} pp: {100 * t.ci_level:g} % interval {_ci(t.ci)}; "

@@ -83,7 +83,9 @@ def task(cfg: DictConfig) -> int:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if in_multirun():  # before anything can interrupt the sweep
         redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
-    overrides = [_lower_bool(redact_text(a)) for a in redact_argv(list(HydraConfig.get().overrides.task))]
+    hc = HydraConfig.get()
+    placed = [o for o in hc.overrides.hydra if o.startswith(("hydra.run.dir=", "hydra.sweep.dir=", "hydra/launcher="))]
+    overrides = [_lower_bool(redact_text(a)) for a in redact_argv([*hc.overrides.task, *placed])]
     code = run_job(cfg, run_dir, ["abh", "run", *overrides])  # a sweep job's own: it reruns that job alone
     if code in INTERRUPTED_CODES and in_multirun():
         raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job

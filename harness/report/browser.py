@@ -186,6 +186,9 @@ def render_page(path: str | Path, screenshot: str | Path | None = None, *, width
             sid = pipe.send("Target.attachToTarget", {"targetId": page, "flatten": True})["sessionId"]
             for dom in ("Page.enable", "Runtime.enable", "Log.enable", "Network.enable"):
                 pipe.send(dom, session=sid)
+            with contextlib.suppress(BrowserError):  # the page's copy buttons may write the clipboard (tests read it)
+                pipe.send("Browser.grantPermissions", {"permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+                pipe.send("Emulation.setFocusEmulationEnabled", {"enabled": True}, session=sid)  # as a focused tab
             pipe.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
                                                              "deviceScaleFactor": 1, "mobile": False}, session=sid)
             pipe.events.clear()
@@ -197,7 +200,8 @@ def render_page(path: str | Path, screenshot: str | Path | None = None, *, width
             time.sleep(0.3)  # let late console messages / requests arrive
 
             def ev(expr: str) -> Any:
-                r = pipe.send("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session=sid)
+                r = pipe.send("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True,
+                                                   "userGesture": True}, session=sid)
                 if r.get("exceptionDetails"):
                     raise BrowserError(f"evaluating {expr!r}: {r['exceptionDetails'].get('text')}")
                 return (r.get("result") or {}).get("value")

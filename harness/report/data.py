@@ -15,12 +15,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.report.texts import first_difference, split_at, word_end
 from harness.results import schema
 from harness.results.eval_store import load_eval
 from harness.results.fileio import read_jsonl
 from harness.results.schema import Comparison, Manifest, SampleRecord
 from harness.tasks.gsm8k import question_from_prompt
-from harness.util.cmdline import command_line, shell_command
+from harness.util.cmdline import command_line, redact_command, shell_command
+from harness.util.ggml import TYPE_FLAGS, named
 from harness.util.redact import redact_env
 
 #: At most this many flipped questions are listed (a broken arm can flip most of the set).
@@ -248,15 +250,70 @@ def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[d
                   if ra.samples[i].correct != rb.samples[i].correct), 0)
         a_ord = a_runs[k:k + 1] + a_runs[:k] + a_runs[k + 1:]
         b_ord = b_runs[k:k + 1] + b_runs[:k] + b_runs[k + 1:]
+        answers = {"a": [_answer(r.samples.get(i), r.repeat) for r in a_ord],
+                   "b": [_answer(r.samples.get(i), r.repeat) for r in b_ord]}
+        _mark_parting(answers["a"][0], answers["b"][0])
         rows.append({
             "index": i, "cat": cat, "question": texts.get(i, "(question text not available)"),
             "label": rec_a.label if rec_a is not None else "—",
             "score_a": f"{sum(bool(r.samples[i].correct) for r in a_runs)}/{len(a_runs)}",
             "score_b": f"{sum(bool(r.samples[i].correct) for r in b_runs)}/{len(b_runs)}",
-            "a": [_answer(r.samples.get(i), r.repeat) for r in a_ord],
-            "b": [_answer(r.samples.get(i), r.repeat) for r in b_ord],
+            "mean_a": sum(bool(r.samples[i].correct) for r in a_runs) / len(a_runs),
+            "mean_b": sum(bool(r.samples[i].correct) for r in b_runs) / len(b_runs),
+            **answers,
         })
     return rows, total
+
+
+def _mark_parting(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Split the two outputs shown first at the word where they part (``split``: before, mark, after)."""
+    d = first_difference(a["output"], b["output"])
+    for ans in (a, b):
+        text = ans["output"]
+        ans["split"] = (split_at(text, d, word_end(text, d) if d < len(text) else d, context=MAX_OUTPUT_CHARS)
+                        if d is not None else None)
+
+
+#: Outcome of a question across the two arms (the question browser's filter)
+OUTCOMES = {"b": "only B right", "a": "only A right", "mixed": "mixed across repeats", "both": "both right",
+            "neither": "both wrong", "dropped": "not paired (request error)"}
+#: Outputs in the question browser are cut to this many characters (the page holds every question)
+BROWSER_OUTPUT_CHARS = 1500
+
+
+def all_questions(c: Comparison, runs: dict[str, list[Run]]) -> list[dict[str, Any]]:
+    """Every question of the comparison, for the report's question browser: index, outcome (:data:`OUTCOMES`),
+    question, label, and per arm each repeat's parsed answer and correctness with repeat 1's output. Short
+    keys: the page embeds all of them as JSON."""
+    a_runs = [r for r in runs["a"] if r.error is None]
+    b_runs = [r for r in runs["b"] if r.error is None]
+    if not a_runs or not b_runs:
+        return []
+    idx = [int(i) for i in (a_runs[0].meta.get("indices") or sorted(a_runs[0].samples))]
+    texts = question_texts(a_runs + b_runs, set(idx))
+    out = []
+    for i in idx:
+        sa = [r.samples.get(i) for r in a_runs]
+        sb = [r.samples.get(i) for r in b_runs]
+        if any(s is None or s.correct is None for s in sa + sb):
+            cat = "dropped"
+        else:
+            ma = sum(bool(s.correct) for s in sa) / len(sa)  # type: ignore[union-attr]
+            mb = sum(bool(s.correct) for s in sb) / len(sb)  # type: ignore[union-attr]
+            cat = ("both" if ma == mb == 1 else "neither" if ma == mb == 0 else "b" if (ma, mb) == (0, 1)
+                   else "a" if (ma, mb) == (1, 0) else "mixed")
+        first = next((s for s in sa + sb if s is not None), None)
+
+        def arm(samples: list[SampleRecord | None]) -> dict[str, Any]:
+            s0 = samples[0]
+            text = (s0.output or "") if s0 is not None else ""
+            return {"p": [_answer(s, k + 1)["pred"] for k, s in enumerate(samples)],
+                    "ok": [None if s is None else s.correct for s in samples],
+                    "o": text[:BROWSER_OUTPUT_CHARS] + ("…" if len(text) > BROWSER_OUTPUT_CHARS else "")}
+
+        out.append({"i": i, "c": cat, "q": texts.get(i, ""), "l": first.label if first is not None else "",
+                    "a": arm(sa), "b": arm(sb)})
+    return out
 
 
 # ------------------------------------------------------------------------------------------ arms
@@ -356,6 +413,8 @@ def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> dict[str, A
             rows.append({"key": as_text(d), "a": "", "b": "", "others": [], "allowed": str(d) not in dis_keys})
             continue
         vals = obj(d.get("values"))
+        if str(d.get("key", "")).rsplit(".", 1)[-1] in TYPE_FLAGS:  # llama.cpp's KV types: ids, shown named
+            vals = {k: named(v) for k, v in vals.items()}
         others = [{"key": str(k), "text": as_text(v)} for k, v in vals.items() if k not in (key_a, key_b)]
         others += kv_rows({k: v for k, v in d.items() if k not in ("key", "values")})
         rows.append({"key": as_text(d.get("key")),
@@ -410,3 +469,28 @@ def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
 
 def finite(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and not math.isnan(x)
+
+
+# ------------------------------------------------------------------------------------------ reproduce
+def _abh_argv(recorded: Iterable[Any]) -> list[str]:
+    """An ``abh`` command line as recorded (``abh run`` records its argv as ``["abh run", ...]``)."""
+    argv = [str(a) for a in recorded]
+    if argv and argv[0] == "abh run":
+        return ["abh", "run", *argv[1:]]
+    if len(argv) >= 2 and Path(argv[0]).name == "abh" and argv[1] == "run":
+        return ["abh", "run", *argv[2:]]
+    return argv
+
+
+def abh_command(c: Comparison | None, manifest: Mapping[str, Any]) -> str | None:
+    """The ``abh`` command that produced the comparison, shell-quoted and redacted: the comparison's own record,
+    else the run's first session (resumes repeat it)."""
+    import shlex
+
+    argv: list[str] | None = list(c.command) if c is not None and c.command else None
+    if argv is None:
+        for session in manifest.get("sessions") or []:
+            if isinstance(session, dict) and session.get("argv"):
+                argv = _abh_argv(session["argv"])
+                break
+    return " ".join(shlex.quote(t) for t in redact_command(argv)) if argv else None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report import plots
+from harness.report.texts import split_at, word_end
 from harness.report.words import pct, pval
 from harness.results.records import to_doc
 from harness.results.schema import Divergence, SweepRow
@@ -25,8 +26,6 @@ VERDICT_LABELS = {"diverged": "DIVERGED", "indistinguishable": "INDISTINGUISHABL
 VERDICT_COLORS = {"diverged": "#c62828", "indistinguishable": "#1565c0", "not_measured": "#616161"}
 COLOR_AB = plots.COLOR_B
 COLOR_AA = "#7f7f7f"
-#: characters of context kept before the first divergence and after the marked token
-CONTEXT_CHARS = 600
 
 
 def _num(x: Any) -> float | None:
@@ -208,29 +207,6 @@ def _outputs(d: Any) -> dict[int, str | None]:
         return {}
 
 
-def _word_end(text: str, start: int) -> int:
-    """End of the word starting at ``start``: the next whitespace after at least one character."""
-    i = start + 1
-    while i < len(text) and not text[i].isspace():
-        i += 1
-    return min(i, len(text))
-
-
-def split_at(text: str | None, start: int | None, end: int | None,
-             context: int = CONTEXT_CHARS) -> dict[str, str] | None:
-    """{before, mark, after} of a text around the marked span (cut to ``context`` characters each side)."""
-    if text is None:
-        return None
-    if start is None:
-        return {"before": text[: 2 * context] + ("…" if len(text) > 2 * context else ""), "mark": "", "after": ""}
-    start = max(0, min(start, len(text)))
-    end = max(start, min(end if end is not None else _word_end(text, start), len(text)))
-    lo = max(0, start - context)
-    hi = min(len(text), end + context)
-    return {"before": ("…" if lo > 0 else "") + text[lo:start], "mark": text[start:end],
-            "after": text[end:hi] + ("…" if hi < len(text) else "")}
-
-
 def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
              texts_b: Mapping[int, str | None] | None = None) -> list[dict[str, Any]]:
     """The questions that diverge most, each with both greedy texts split around the first divergence.
@@ -247,7 +223,7 @@ def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
         span = q.first_divergence_span
         a_start, a_end = (span[0], span[1]) if span and len(span) == 2 else (c, None)
         text_a, text_b = ta.get(q.question), tb.get(q.question)
-        b_end = _word_end(text_b, c) if text_b is not None and c is not None else None
+        b_end = word_end(text_b, c) if text_b is not None and c is not None else None
         rows.append({
             **to_doc(q),
             "kld_text": kld(q.kld), "kld_aa_text": kld(q.kld_aa), "d_text": kld(q.d),

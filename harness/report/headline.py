@@ -54,7 +54,7 @@ def _undecided(c: Comparison) -> str:
         return f"significant, not shown to reach the declared effect of {words.pp(c.min_effect, signed=False)}"
     if c.tost is not None and c.margin is not None and c.tost.noninferior and not c.tost.equivalent:
         return "no improvement shown"
-    return "no difference shown" + (f" (MDE {words.pp(c.mde, signed=False)})" if c.mde is not None else "")
+    return "no difference shown" + (f" (MDE {words.effect_pp(c.mde)})" if c.mde is not None else "")
 
 
 def _outputs(c: Comparison) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -28,25 +29,15 @@ from harness.results.records import to_doc
 
 TEMPLATES = Path(__file__).parent / "templates"
 
-#: The page's only script: filter the flipped-question table by text and by category.
-FILTER_JS = """(function () {
-  var q = document.getElementById('flip-q'), s = document.getElementById('flip-cat');
-  var n = document.getElementById('flip-n');
-  if (!q || !s || !n) { return; }
-  var rows = Array.prototype.slice.call(document.querySelectorAll('#flips tbody tr.flip'));
-  function apply() {
-    var t = q.value.toLowerCase(), c = s.value, k = 0;
-    rows.forEach(function (r) {
-      var ok = (!c || r.getAttribute('data-cat') === c) && (!t || r.textContent.toLowerCase().indexOf(t) >= 0);
-      r.hidden = !ok;
-      if (ok) { k++; }
-    });
-    n.textContent = String(k);
-  }
-  q.addEventListener('input', apply);
-  s.addEventListener('change', apply);
-  apply();
-})();"""
+#: The page's only script (templates/report.js): copy buttons, sortable tables, the flipped-question filter and
+#: the question browser; allowed by its hash in the page's Content-Security-Policy, nothing else runs.
+PAGE_JS = (TEMPLATES / "report.js").read_text(encoding="utf-8")
+
+
+def _json_for_script(value: Any) -> Markup:
+    """``value`` as JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it early)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
 def _csp(script: str | None) -> str:
@@ -61,7 +52,7 @@ def _csp(script: str | None) -> str:
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(pct=words.pct, pp=words.pp, ci_pp=words.ci_pp, ci_pct=words.ci_pct, pval=words.pval,
+    env.globals.update(pct=words.pct, pp=words.pp, ci_pp=words.ci_pp, ci_pct=words.ci_pct, pval=words.pval, effect_pp=words.effect_pp,
                        p_text=words.p_text, p_bound=words.p_bound, verdict_label=words.verdict_label,
                        colors=plots.VERDICT_COLORS, finite=data.finite)
     return env
@@ -113,6 +104,11 @@ def comparison_context(root: Path) -> dict[str, Any]:
         perf.append({"label": labels[role], "runs": len(rows), "latency_s": sum(lat) / len(lat) if lat else None,
                      "throughput": sum(thr) / len(thr) if thr else None, "p50": sum(p50) / len(p50) if p50 else None})
     flips, flips_total = data.flipped_questions(c, runs) if c is not None else ([], 0)
+    questions = data.all_questions(c, runs) if c is not None else []
+    reproduce = [{"id": "cmd-abh", "label": "abh command", "text": data.abh_command(c, manifest)}]
+    reproduce += [{"id": f"cmd-{v['role']}", "label": f"arm {v['role'].upper()} server ({v['name']})",
+                   "text": v["command"]} for v in data.arm_views(manifest, names)]
+    reproduce = [r for r in reproduce if r["text"]]
     counts = {k: sum(1 for f in flips if f["cat"] == k) for k in ("b", "a", "mixed")}
 
     div = None
@@ -151,7 +147,10 @@ def comparison_context(root: Path) -> dict[str, Any]:
         "provenance": data.provenance_rows(manifest, runs, c),
         "config_json": data.as_text(manifest["config"]) if manifest.get("config") is not None else None,
         "notes": notes, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__,
-        "script": Markup(FILTER_JS) if flips else None, "csp": _csp(FILTER_JS if flips else None),
+        "questions_json": _json_for_script(questions) if questions else None,
+        "outcomes_json": _json_for_script(data.OUTCOMES), "outcomes": data.OUTCOMES, "n_questions": len(questions),
+        "reproduce": reproduce, "toc": [],
+        "script": Markup(PAGE_JS), "csp": _csp(PAGE_JS),
     }
     return ctx
 

@@ -11,7 +11,6 @@ name or a check's text cannot break the table or inject markup.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.schema import Comparison, SweepSummary
-from harness.util.cmdline import redact_command
 
 MARKDOWN = "comparison.md"
 
@@ -121,28 +119,13 @@ def _servers(runs: dict[str, list[data.Run]]) -> list[list[str]]:
 
 
 def _commands(c: Comparison, manifest: Mapping[str, Any], names: dict[str, str]) -> list[str]:
-    out = []
-    if c.command:
-        out.append(_fence(" ".join(shlex.quote(t) for t in redact_command(c.command))))
-    for s in [] if out else manifest.get("sessions") or []:  # abh ab records its command in both
-        if isinstance(s, dict) and s.get("argv"):
-            out.append(_fence(" ".join(shlex.quote(t) for t in redact_command(_abh_run_argv(s["argv"])))))
-            break  # the first session's command; resumes repeat it
+    command = data.abh_command(c, manifest)
+    out = [_fence(command)] if command else []
     for view in data.arm_views(manifest, names):
         if view["command"]:
             out.append(f"<details><summary>server command of arm {view['role'].upper()} "
                        f"({cell(view['name'])})</summary>\n\n{_fence(view['command'])}\n\n</details>")
     return out
-
-
-def _abh_run_argv(recorded: Sequence[Any]) -> list[str]:
-    """The ``abh run`` command line of a session (``abh run`` records its argv as ``["abh run", ...]``)."""
-    argv = [str(a) for a in recorded]
-    if argv[0] == "abh run":
-        return ["abh", "run", *argv[1:]]
-    if Path(argv[0]).name == "abh" and argv[1:2] == ["run"]:
-        return ["abh", "run", *argv[2:]]
-    return argv
 
 
 def render(root: Path) -> str:
@@ -174,7 +157,7 @@ def render(root: Path) -> str:
     facts = [f"**Why:** {cell(c.verdict_reason)}"]
     facts.append(f"**Questions:** {c.n} paired of {c.n_total} ({c.dropped_errors} without an answer from both "
                  "arms); "
-                 f"MDE at 80 % power {words.pp(c.mde, signed=False)}"
+                 f"MDE at 80 % power {words.effect_pp(c.mde)}"
                  + (f"; margin ±{words.pp(c.margin, signed=False)}" if c.margin is not None else ""))
     if div is not None:
         facts.append(f"**Divergence:** {cell(report_divergence.sentence(div))}")

@@ -138,14 +138,15 @@ def delta_svg(c: Comparison) -> str:
             ax.axvspan(100 * nb[0], 100 * nb[1], color="#9e9e9e", alpha=0.25, lw=0,
                        label=f"A/A noise band ±{100 * nb[1]:.2f} pp")
             xs += [100 * nb[0], 100 * nb[1]]
+        # the margin in the lower half of the axis, the MDE in the upper half: equal values never hide each other
         if margin is not None:
             for s in (-1, 1):
-                ax.axvline(100 * s * margin, color="#1565c0", ls="--", lw=1.4,
+                ax.axvline(100 * s * margin, ymin=0.0, ymax=0.5, color="#1565c0", ls="--", lw=1.6,
                            label=f"equivalence margin ±{100 * margin:.2f} pp" if s == 1 else None)
             xs += [-100 * margin, 100 * margin]
-        if mde is not None:
+        if mde is not None and mde <= 1:  # an MDE beyond 100 pp: no effect is detectable, nothing to draw
             for s in (-1, 1):
-                ax.axvline(100 * s * mde, color="#b26a00", ls=":", lw=1.8,
+                ax.axvline(100 * s * mde, ymin=0.5, ymax=1.0, color="#b26a00", ls=":", lw=2.0,
                            label=f"MDE (80 % power) ±{100 * mde:.2f} pp" if s == 1 else None)
             xs += [-100 * mde, 100 * mde]
         ax.axvline(0, color="#222222", lw=0.9)

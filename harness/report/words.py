@@ -43,6 +43,14 @@ def pp(x: Any, signed: bool = True, digits: int = 2) -> str:
     return s.replace("-", "\u2212") + " pp"
 
 
+def effect_pp(x: Any) -> str:
+    """An effect size the design can detect (MDE, smallest detectable effect): ``4.62 pp``; one past 100 pp or
+    infinite (too few questions or repeats) is "none (no effect up to 100 pp is detectable)"."""
+    if isinstance(x, int | float) and not isinstance(x, bool) and (math.isinf(x) or x > 1):
+        return "none (no effect up to 100 pp is detectable)"
+    return pp(x, signed=False)
+
+
 def ci_pp(ci: Any, digits: int = 2) -> str:
     """[lo, hi] -> '[−0.43, +1.04] pp'."""
     if not isinstance(ci, list | tuple) or len(ci) != 2 or _num(ci[0]) is None or _num(ci[1]) is None:
@@ -97,52 +105,6 @@ def test_text(c: Comparison) -> str:
 
 def verdict_label(word: str | None) -> str:
     return VERDICT_LABELS.get(word or "", (word or "unknown").upper().replace("_", " "))
-
-
-def verdict_sentence(c: Comparison) -> str:
-    """The verdict of a comparison as one quotable sentence (B against A), naming the decisive test."""
-    word = c.verdict
-    level = f"{100 * (1 - c.alpha):g} %"
-    delta = pp(c.delta)
-    ci = ci_pp(c.delta_ci)
-    seq = c.sequential
-    if seq and seq.stopped and word != "not_comparable":
-        fixed = c.verdict_fixed
-        also = (f"; the fixed-design test of the same data says {verdict_label(fixed).lower()}"
-                if fixed and fixed != word else "")
-        return f"sequential design: {seq.sentence or word} (Δ = {delta}, {level} CI {ci}){also}"
-    reason = c.verdict_reason or ""
-    margin = pp(c.margin, signed=False)
-    if word == "not_comparable":
-        return (f"not comparable: {reason or 'an arm failed'}; no accuracy conclusion can be "
-                "drawn from this run")
-    if word in ("improved", "regressed"):
-        verb = "improves" if word == "improved" else "regresses"
-        return f"B {verb} accuracy: Δ = {delta} ({level} CI {ci}; {test_text(c)})"
-    if word == "equivalent":
-        tci = ci_pp(c.tost.ci) if c.tost else "n/a"
-        tl = f"{100 * (1 - 2 * c.alpha):g} %"
-        return (f"equivalent: the arms are within ±{margin} of each other "
-                f"(Δ = {delta}, {tl} CI {tci} inside the margin; {test_text(c)})")
-    if word == "noninferior":
-        return (f"non-inferior: B is not worse than A by {margin} or more "
-                f"(Δ = {delta}, {level} CI {ci} lies above −{margin}; {test_text(c)})")
-    if word == "inconclusive":
-        if c.errors.changes_verdict:
-            return (f"inconclusive: request errors could decide the comparison — {reason} "
-                    f"(Δ without errored answers = {delta}, {level} CI {ci})")
-        if c.mde is not None:
-            s = f"no detectable difference; this run could only detect effects larger than {pp(c.mde, signed=False)}"
-        else:
-            s = "no detectable difference at this run's power"
-        if "declared effect" in reason:
-            s = (f"a statistically significant difference ({p_text(c)}) not shown to reach the declared effect "
-                 f"of {pp(c.min_effect, signed=False)}")
-        if c.margin is not None:
-            claim = "B no worse than A by" if c.hypothesis == "noninferiority" else "the arms within ±"
-            s += f", and it could not show {claim}{margin}"
-        return s + f" (Δ = {delta}, {level} CI {ci}; {test_text(c)})"
-    return f"{word or 'no verdict'}: {reason}".strip()
 
 
 def verdict_detail(c: Comparison) -> list[str]:

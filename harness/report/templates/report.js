@@ -1,0 +1,132 @@
+(function () {
+  'use strict';
+  function byId(id) { return document.getElementById(id); }
+  function each(list, f) { Array.prototype.forEach.call(list, f); }
+
+  // Copy buttons: the text of the element named by data-target, to the clipboard (else selected for Ctrl+C).
+  each(document.querySelectorAll('button.copy'), function (b) {
+    b.addEventListener('click', function () {
+      var src = byId(b.getAttribute('data-target'));
+      var text = src ? src.textContent : '';
+      function done(ok) {
+        b.setAttribute('data-copied', ok ? '1' : '0');
+        b.textContent = ok ? 'copied' : 'selected: press Ctrl+C';
+        if (!ok && src) {
+          var r = document.createRange(); r.selectNodeContents(src);
+          var sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(r);
+        }
+      }
+      function fallback() {
+        var t = document.createElement('textarea'); t.value = text; t.setAttribute('readonly', '');
+        t.style.position = 'fixed'; t.style.opacity = '0'; document.body.appendChild(t); t.select();
+        var ok = false;
+        try { ok = document.execCommand('copy'); } catch (e) { ok = false; }
+        document.body.removeChild(t); done(ok);
+      }
+      if (navigator.clipboard && navigator.clipboard.writeText) {
+        navigator.clipboard.writeText(text).then(function () { done(true); }, fallback);
+      } else { fallback(); }
+    });
+  });
+
+  // Sortable tables: a click on a header with data-sort orders the rows by that column's data-v (or text).
+  each(document.querySelectorAll('table.sortable'), function (table) {
+    var body = table.tBodies[0];
+    each(table.querySelectorAll('th[data-sort]'), function (th) {
+      th.setAttribute('role', 'button'); th.tabIndex = 0;
+      function sort() {
+        var col = th.cellIndex, numeric = th.getAttribute('data-sort') === 'num';
+        var asc = th.getAttribute('aria-sort') !== 'ascending';
+        each(table.querySelectorAll('th[data-sort]'), function (h) { h.removeAttribute('aria-sort'); });
+        th.setAttribute('aria-sort', asc ? 'ascending' : 'descending');
+        var rows = Array.prototype.slice.call(body.rows);
+        function key(r) {
+          var cell = r.cells[col], v = cell ? (cell.getAttribute('data-v') || cell.textContent) : '';
+          return numeric ? parseFloat(v) : v.toLowerCase();
+        }
+        rows.sort(function (x, y) {
+          var a = key(x), b = key(y), d = a < b ? -1 : a > b ? 1 : 0;
+          return asc ? d : -d;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      }
+      th.addEventListener('click', sort);
+      th.addEventListener('keydown', function (e) { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); sort(); } });
+    });
+  });
+
+  // The flipped questions: filter by text and outcome.
+  (function () {
+    var q = byId('flip-q'), s = byId('flip-cat'), n = byId('flip-n');
+    if (!q || !s || !n) { return; }
+    var rows = Array.prototype.slice.call(document.querySelectorAll('#flips tbody tr.flip'));
+    function apply() {
+      var t = q.value.toLowerCase(), c = s.value, k = 0;
+      rows.forEach(function (r) {
+        var ok = (!c || r.getAttribute('data-cat') === c) && (!t || r.textContent.toLowerCase().indexOf(t) >= 0);
+        r.hidden = !ok;
+        if (ok) { k++; }
+      });
+      n.textContent = String(k);
+    }
+    q.addEventListener('input', apply);
+    s.addEventListener('change', apply);
+    apply();
+  })();
+
+  // The question browser: every question from the embedded JSON, filtered by outcome and text, a page at a time.
+  // Model output is untrusted: it only ever reaches the page as textContent.
+  (function () {
+    var dataEl = byId('questions-data'), body = byId('qb-rows');
+    if (!dataEl || !body) { return; }
+    var all = JSON.parse(dataEl.textContent), labels = JSON.parse(byId('qb-outcomes').textContent);
+    var q = byId('qb-q'), s = byId('qb-cat'), n = byId('qb-n'), more = byId('qb-more'), PAGE = 50, shown = PAGE;
+    function el(tag, text, cls) {
+      var e = document.createElement(tag);
+      if (text !== undefined && text !== null) { e.textContent = String(text); }
+      if (cls) { e.className = cls; }
+      return e;
+    }
+    function armCell(arm) {
+      var td = el('td', null, 'ans');
+      var line = el('div');
+      arm.p.forEach(function (p, k) {
+        var ok = arm.ok[k];
+        line.appendChild(el('span', ok === true ? '✓' : ok === false ? '✗' : '–', ok === true ? 'ok' : ok === false ? 'no' : 'muted'));
+        line.appendChild(el('span', ' ' + p + (k < arm.p.length - 1 ? ' · ' : ''), 'pred'));
+      });
+      td.appendChild(line);
+      if (arm.o) {
+        var d = el('details'); d.appendChild(el('summary', 'output (repeat 1)')); d.appendChild(el('pre', arm.o));
+        td.appendChild(d);
+      }
+      return td;
+    }
+    function matches(r, t, c) {
+      if (c && r.c !== c) { return false; }
+      if (!t) { return true; }
+      return (String(r.i) + ' ' + r.q + ' ' + r.l + ' ' + r.a.p.join(' ') + ' ' + r.b.p.join(' ') + ' ' + r.a.o + ' ' + r.b.o)
+        .toLowerCase().indexOf(t) >= 0;
+    }
+    function render() {
+      var t = q.value.toLowerCase(), c = s.value;
+      var hits = all.filter(function (r) { return matches(r, t, c); });
+      while (body.firstChild) { body.removeChild(body.firstChild); }
+      hits.slice(0, shown).forEach(function (r) {
+        var tr = el('tr'); tr.setAttribute('data-cat', r.c);
+        tr.appendChild(el('td', r.i, 'num'));
+        tr.appendChild(el('td', labels[r.c] || r.c, 'cat ' + (r.c === 'b' ? 'ok' : r.c === 'a' ? 'no' : 'muted')));
+        tr.appendChild(el('td', r.q, 'q'));
+        tr.appendChild(el('td', r.l, 'num'));
+        tr.appendChild(armCell(r.a)); tr.appendChild(armCell(r.b));
+        body.appendChild(tr);
+      });
+      n.textContent = Math.min(shown, hits.length) + ' of ' + hits.length;
+      more.hidden = hits.length <= shown;
+    }
+    q.addEventListener('input', function () { shown = PAGE; render(); });
+    s.addEventListener('change', function () { shown = PAGE; render(); });
+    more.addEventListener('click', function () { shown += PAGE * 4; render(); });
+    render();
+  })();
+})();
