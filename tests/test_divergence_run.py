@@ -87,9 +87,9 @@ def test_abh_compare_resolves_what_accuracy_cannot(tmp_path, capsys, shift, verd
     printed = capsys.readouterr().out
     assert f"divergence: {verdict.upper()}" in printed
     md = (out / "comparison.md").read_text()
-    assert ("outputs: diverge (KLD" if verdict == "diverged" else "outputs: indistinguishable from A/A") in md
+    assert (" · outputs diverge (KLD" if verdict == "diverged" else " · outputs indistinguishable from A/A") in md
     html = (out / "report.html").read_text()
-    assert 'id="divergence"' in html and 'id="combined"' in html and "A‖A′ (floor)" in html
+    assert 'id="divergence"' in html and 'id="headline"' in html and "A‖A′ (floor)" in html
 
 
 def test_abh_compare_without_scores_has_no_divergence_and_a_missing_floor_is_not_measured(tmp_path):
