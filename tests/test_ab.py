@@ -283,3 +283,37 @@ def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_se
     assert code == 0, err
     assert "evals/a/r1: already complete, kept" in err and "eval evals/b/r1 (arm b" in err
     assert _received(sa) == before[0] and _received(flaky) - before[1] >= errors + 1  # the failed ones again
+
+
+@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), ("0", "indistinguishable")])
+def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   shift: str, verdict: str) -> None:
+    """abh ab A B --aa A2 (issue 21): the reference pass on A, the compared pass on B, the floor on A2; B's logits
+    shifted by 0.3 diverge beyond the floor, unshifted they do not."""
+    a = sim_server("--accuracy", "0.9", "--run-seed", "1")
+    a2 = sim_server("--accuracy", "0.9", "--run-seed", "3")
+    b = sim_server("--accuracy", "0.9", "--run-seed", "2", "--logit-shift", shift)
+    root = tmp_path / "run"
+    code, out, err = ab_here(capsys, a.url, b.url, root, "--aa", a2.url)
+    assert code == 0, err[-2000:]
+    c = read_json(root / "comparison.json")
+    d = c["divergence"]
+    assert d["verdict"] == verdict, d.get("verdict_reason")
+    assert (d["kld_mean"] > 5 * d["kld_mean_aa"]) is (verdict == "diverged")
+    m = read_json(root / "manifest.json")
+    assert m["planned_design"]["scoring"]["floor_server"] is True
+    assert m["planned_design"]["scoring"]["own_launches"] == 1  # the floor server, no eval on it
+    launches = {k: [lc["id"] for lc in v.get("launches", [])] for k, v in m["arms"].items()}
+    assert launches == {"a": [launch_id(a.url)], "b": [launch_id(b.url)], "a2": [launch_id(a2.url)]}
+    assert f"outputs {'diverge' if verdict == 'diverged' else 'indistinguishable'}" in out.strip().splitlines()[-1]
+    assert 'id="divergence"' in (root / "report.html").read_text()
+
+
+def test_without_a_second_launch_divergence_is_not_measured_and_says_how(servers, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    sa, sb = servers
+    root = tmp_path / "run"
+    code, out, _ = ab_here(capsys, sa.url, sb.url, root, "--num-questions", "40")
+    d = read_json(root / "comparison.json")["divergence"]
+    assert d["verdict"] == "not_measured" and "--aa URL_A2" in d["verdict_reason"]
+    assert out.strip().splitlines()[-1].endswith("outputs not measured")

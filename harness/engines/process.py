@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import errno
 import os
+import random
 import re
 import signal
 import socket
@@ -61,7 +62,30 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel takes clients' local ports from (Linux's ``ip_local_port_range``)."""
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_PORT_HEADROOM = 512  # room above a picked port for the ports a server derives from it (SGLang: +233 ...)
+
+
 def pick_free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing holds on ``host``, below the ephemeral range: there, thousands of client connections
+    (a parallel-1319 eval) cannot take it, or a port the server derives from it, between the pick and the
+    bind. The kernel's own pick when that range is too small."""
+    lo, _ = ephemeral_ports()
+    top = lo - _PORT_HEADROOM
+    if top > 10_000:
+        rng = random.SystemRandom()
+        for _ in range(50):
+            port = rng.randint(10_000, top)
+            if not port_in_use(host, port):
+                return port
     with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
