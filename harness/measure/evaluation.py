@@ -83,8 +83,12 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
     if out.exists() and not out.is_dir():
         raise StoreError(f"{out} exists and is not a directory")
     stop = Stop()
+    tell = opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr))
     with signals_to(stop):
         async with Client(client_cfg) as client:
+            for notice in client.notices:  # the parallelism fitted to the open-file limit
+                tell(f"warning: {notice}")
+            client.on_notice = lambda s: tell(f"note: {s}")
             try:
                 return await _run(test, recipe, client, out, train, opts, stop)
             finally:
@@ -127,7 +131,7 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
                               f"{warm.error[:160]}{found}; check the URL and the API")
         if warm.refused:
             raise ServerGone(f"nothing listens at {cfg.url} ({warm.error})")
-        print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
+        (opts.on_status or (lambda s: print(s, file=sys.stderr)))(f"warning: warm-up request failed: {warm.error}")
         return time.perf_counter() - t
 
     with watchdogs(client, stop, opts.abort_check):
@@ -156,7 +160,7 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
     sampling = task.sampling_params()
     progress = Progress(len(task.questions), opts.progress, f"{out.parent.name}/{out.name}", initial=len(done),
                         correct=sum(1 for r in done.values() if r.correct), accuracy=True,
-                        in_flight=lambda: client.in_flight)
+                        in_flight=lambda: client.in_flight, note=client.status)
     t0 = time.perf_counter()
     held: list[tuple[Question, Reply]] = []  # refused replies: errors if the server lives, else missing
 

@@ -157,10 +157,13 @@ class Progress:
     refreshed every second by :meth:`ticking` even when nothing finishes) and, for an eval, accuracy so far."""
 
     def __init__(self, total: int, enabled: bool, label: str, *, initial: int = 0, correct: int = 0,
-                 accuracy: bool = False, in_flight: Callable[[], int] | None = None):
+                 accuracy: bool = False, in_flight: Callable[[], int] | None = None,
+                 note: Callable[[], str | None] | None = None):
         self.answered, self.correct, self.errors = initial, correct, 0
         self.accuracy = accuracy
         self.in_flight = in_flight
+        #: what the client is waiting on, when anything (e.g. requests waiting out a server's Retry-After)
+        self.note = note
         self.bar = None
         if enabled:
             from tqdm import tqdm
@@ -175,6 +178,9 @@ class Progress:
         shown["err"] = self.errors
         if self.in_flight is not None:
             shown["in_flight"] = self.in_flight()
+        note = self.note() if self.note is not None else None
+        if note:
+            shown["note"] = note
         return shown
 
     def update(self, *, error: bool, correct: bool = False) -> None:

@@ -404,7 +404,8 @@ class Run:
         # "instance" is the same id under the name the eval store records per session.
         meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
                 "simulated": engine.simulated}
-        opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta)
+        opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta,
+                           on_status=lambda line: self.log.say(f"  {line}"))
         try:
             summary = self.interrupts.run_async(
                 run_eval_async(self.test, recipe_of(cfg), ccfg, self.run_dir / rel, self.train, opts))
