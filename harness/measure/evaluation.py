@@ -17,6 +17,7 @@ from typing import Any
 from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import StoreError
+from harness.results.integrity import questions_reference
 from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
 from harness.tasks.gsm8k import GSM8K, Dataset, Question, RecipeConfig
@@ -144,7 +145,7 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
         if stop.event.is_set():
             return {}
         store = EvalStore(out)
-        done = store.open(meta)
+        done = store.open(meta, questions_reference(task.questions))  # kept rows must be these questions
         pending = [q for q in task.questions if q.index not in done]
         if not fresh and opts.warmup and pending and task.warms_up:
             warm_s = await warm_up()

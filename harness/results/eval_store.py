@@ -9,7 +9,9 @@ One directory per eval::
 
 Rerunning into the same directory resumes: questions with an answered row are kept, rows that carry a
 request error (and a torn last line from a crash) are dropped and sent again. The file is rewritten
-atomically before appending, so every question appears exactly once.
+atomically before appending, so every question appears exactly once. Rows read back are checked first
+(:mod:`harness.results.integrity`): a malformed, rescored-false, relabelled or conflicting row stops the
+resume (and a comparison) with one line naming the file and the line.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from harness.results import schema
+from harness.results import integrity, schema
 from harness.results.fileio import StoreError, atomic_write_text, read_jsonl
 from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
 
@@ -56,11 +58,13 @@ class EvalStore:
         self._prompts_f: IO[str] | None = None
 
     # ------------------------------------------------------------------ opening / resuming
-    def open(self, meta: EvalMeta | dict[str, Any]) -> dict[int, SampleRecord]:
+    def open(self, meta: EvalMeta | dict[str, Any],
+             reference: integrity.Reference | None = None) -> dict[int, SampleRecord]:
         """Create or resume the eval; return the answered samples already on disk, by index.
 
         ``meta`` must carry ``dataset_sha256``, ``recipe`` and ``indices``; a directory holding an eval
-        of different ones is refused rather than mixed.
+        of different ones is refused rather than mixed. ``reference``: each question's prompt hash and label
+        (:func:`~harness.results.integrity.questions_reference`), which every kept row must match.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         meta_path = self.root / META
@@ -74,8 +78,9 @@ class EvalStore:
                         f"({_describe_change(old.get(key), meta.get(key))}); "
                         "use another output directory (or delete this one) instead of mixing results")
             wanted = set(meta["indices"])
-            for row in read_jsonl(self.root / SAMPLES):
-                rec = SampleRecord.from_dict(row)
+            rows = integrity.read_rows(self.root / SAMPLES)
+            integrity.verify(self.root / SAMPLES, rows, reference)
+            for _, rec in rows.values():
                 if rec.error is None and rec.index in wanted:
                     done[rec.index] = rec
             resumes = int(old.get("resumes", 0)) + (1 if done else 0)
@@ -131,12 +136,10 @@ class EvalStore:
 
 # ------------------------------------------------------------------------------------------ reading
 def load_samples(root: str | Path) -> list[SampleRecord]:
-    """All samples of an eval directory, one per index (the last row wins), sorted by index."""
-    by_index: dict[int, SampleRecord] = {}
-    for row in read_jsonl(Path(root) / SAMPLES):
-        rec = SampleRecord.from_dict(row)
-        by_index[rec.index] = rec
-    return [by_index[i] for i in sorted(by_index)]
+    """All samples of an eval directory, one per index, sorted by index: each row type-checked, an answer
+    superseding an error row; StoreError for a malformed row or two different answers to one question."""
+    rows = integrity.read_rows(Path(root) / SAMPLES)
+    return [rows[i][1] for i in sorted(rows)]
 
 
 def _evals_below(root: Path, most: int = 4) -> str:
@@ -150,14 +153,17 @@ def _evals_below(root: Path, most: int = 4) -> str:
 
 
 def load_eval(root: str | Path) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
-    """(eval.json, samples, summary.json or None) of an eval directory; StoreError (a SchemaError for a
-    file of another kind or an unknown schema_version) when it cannot be read."""
+    """(eval.json, samples, summary.json or None) of an eval directory, every row's claims checked against its
+    question (:func:`harness.results.integrity.verify`); StoreError (a SchemaError for a file of another kind
+    or an unknown schema_version) when it cannot be read or a row is not what it claims."""
     root = Path(root)
     if not (root / META).exists():
         raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
     meta = schema.load_eval_meta(root / META)
     summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
-    return meta, load_samples(root), summary
+    rows = integrity.read_rows(root / SAMPLES)
+    integrity.verify(root / SAMPLES, rows, integrity.reference_for(root, meta))
+    return meta, [rows[i][1] for i in sorted(rows)], summary
 
 
 def incomplete_reason(meta: EvalMeta, samples: list[SampleRecord], summary: EvalSummary | None) -> str | None:

@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +73,28 @@ def read_json(path: Path) -> Any:
         return json.load(f)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a torn (unterminated, unparsable) last line from a crash is ignored."""
-    out: list[dict[str, Any]] = []
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of a JSONL file, read as a stream (a file of 1319 answers never has to fit in memory
+    twice). A torn (unterminated, unparsable) last line from a crash is skipped; any other line that is not a
+    JSON object is a StoreError naming the file and the line."""
     p = Path(path)
     if not p.exists():
-        return out
-    with p.open(encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # torn tail
+        return
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
-            raise StoreError(f"{p}: line {i + 1} is not valid JSON") from None
-    return out
+            try:
+                row = json.loads(raw)
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+                if not raw.endswith(b"\n"):  # the unterminated last line a crash leaves: torn, not wrong
+                    return
+                raise StoreError(f"{p}: line {lineno} is not valid JSON") from None
+            if not isinstance(row, dict):
+                raise StoreError(f"{p}: line {lineno} is not a JSON object (found {type(row).__name__})")
+            yield lineno, row
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file (see :func:`iter_jsonl`)."""
+    return [row for _, row in iter_jsonl(path)]
