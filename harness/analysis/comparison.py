@@ -90,6 +90,10 @@ def settings_problem(hypothesis: str, margin: float | None, min_effect: float | 
     return None
 
 
+class IncomparableEvals(CompareError):
+    """The evals asked different things (dataset, recipe or questions: e.g. servers of different models)."""
+
+
 # ------------------------------------------------------------------------------------------ loading
 def _load_run(path: Path) -> ScoredEval:
     """One eval directory with its scores (CompareError when it cannot be read or lacks its identity)."""
@@ -137,7 +141,7 @@ def _check_same_questions(runs: Sequence[ScoredEval]) -> None:
             diff = _first_difference(ref.meta.get(key), r.meta.get(key), key)
             if diff:
                 what = {"dataset_sha256": "dataset", "recipe": "recipe", "indices": "question set"}[key]
-                raise CompareError(
+                raise IncomparableEvals(
                     f"refusing to compare: {ref.dir} and {r.dir} have a different {what} ({diff}); "
                     "only runs of the same dataset, recipe and question indices are comparable")
 

@@ -35,6 +35,7 @@ from harness.cli.flags import HelpFormatter
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
 from harness.results import schema
+from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
@@ -117,6 +118,19 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         print(f"abh compare: --out {args.out} exists and is not a directory", file=sys.stderr)
         return exitcodes.BAD_CONFIG
+    lock = DirLock(args.out, "comparison directory")
+    try:
+        if args.out.is_dir():
+            lock.acquire()  # another abh writing there: stop before the work, not after it
+        return _compare(args, argv, lock)
+    except DirectoryInUse as e:
+        print(f"abh compare: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    finally:
+        lock.release()
+
+
+def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     # an --aa directory with a scoring pass and no eval is the divergence's floor only, not an accuracy run
     aa_evals = [d for d in args.aa if not (has_pass(d) and not (d / schema.EVAL_FILE).exists())]
     try:
@@ -135,6 +149,9 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     names = ArmNames(a=_name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
                      b=_name(args.b_name, [m for _, m, _ in evals["b"]], "B"))
     c = replace(c, divergence=div, arm_names=names, command=["abh", "compare", *redact_argv(argv)])
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not lock.held:
+        lock.acquire()
     schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
     print(format_summary(c))
     if div is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 
 from harness import exitcodes
@@ -35,6 +37,12 @@ def eval_main(argv: list[str]) -> int:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+#: ClientSettings fields -> the flags of abh eval that set them (for its error messages)
+FLAGS = {"parallel": "--parallel", "retries": "--retries", "request_timeout_s": "--request-timeout",
+         "stall_timeout_s": "--stall-timeout", "api_key_env": "--api-key-env"}
+FLAG_NAMES = re.compile(r"\b(?:" + "|".join(FLAGS) + r")\b")
 
 
 def _eval(argv: list[str]) -> int:
@@ -73,6 +81,9 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--max-new-tokens", type=int, metavar="N", default=512, help="generation length limit")
     ap.add_argument("--model-path", default=None, help="override the model path the stop list is chosen by")
     ap.add_argument("--model", default="", help="OpenAI model name (default: first of /v1/models)")
+    ap.add_argument("--api-key-env", default="", metavar="VAR",
+                    help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
+                         "a URL's user:password@ is sent as basic auth")
     ap.add_argument("--retries", type=int, metavar="N", default=d["retries"].default,
                     help="retries of a request after a timeout, 429, 5xx or a dropped connection")
     ap.add_argument("--request-timeout", type=float, metavar="S", default=d["request_timeout_s"].default,
@@ -89,10 +100,14 @@ def _eval(argv: list[str]) -> int:
         out = Path(a.out)
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {a.out} exists and is not a directory")
-        if a.wait_ready < 0:
-            raise ValueError("--wait-ready must be >= 0")
-        ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
-                            request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model)
+        if not math.isfinite(a.wait_ready) or a.wait_ready < 0:
+            raise ValueError(f"--wait-ready must be a finite number >= 0, not {a.wait_ready!r}")
+        try:
+            ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
+                                request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model,
+                                api_key_env=a.api_key_env)
+        except ValueError as e:  # the settings' own names, as the flags that set them
+            raise ValueError(FLAG_NAMES.sub(lambda m: FLAGS[m.group()], str(e))) from None
         test, train = gsm8k.load_splits(a.data, a.train_data, a.recipe, a.allow_noncanonical)
         recipe = gsm8k.RecipeConfig(name=a.recipe, num_questions=a.num_questions, num_shots=a.num_shots,
                                     max_new_tokens=a.max_new_tokens, model_path=a.model_path)

@@ -85,20 +85,26 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
         raise StoreError(f"{out} exists and is not a directory")
     stop = Stop()
     tell = opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr))
-    with signals_to(stop):
-        async with Client(client_cfg) as client:
-            for notice in client.notices:  # the parallelism fitted to the open-file limit
-                tell(f"warning: {notice}")
-            client.on_notice = lambda s: tell(f"note: {s}")
-            try:
-                return await _run(test, recipe, client, out, train, opts, stop)
-            finally:
-                stop.raise_for_reason()
+    store = EvalStore(out)
+    if out.is_dir():
+        store.lock()  # a second process into this directory stops here, before it asks anything
+    try:
+        with signals_to(stop):
+            async with Client(client_cfg) as client:
+                for notice in client.notices:  # the parallelism fitted to the open-file limit
+                    tell(f"warning: {notice}")
+                client.on_notice = lambda s: tell(f"note: {s}")
+                try:
+                    return await _run(test, recipe, client, store, train, opts, stop)
+                finally:
+                    stop.raise_for_reason()
+    finally:
+        store.close()
 
 
-async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, train: Dataset | None,
+async def _run(test: Dataset, recipe: RecipeConfig, client: Client, store: EvalStore, train: Dataset | None,
                opts: EvalOptions, stop: Stop) -> dict[str, Any]:
-    cfg = client.cfg
+    cfg, out = client.cfg, store.root
     if opts.wait_ready_s > 0:
         await stop.race(client.wait_ready(opts.wait_ready_s, opts.on_status))
     facts = await stop.race(_server_facts(client)) or {}
@@ -144,7 +150,6 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
             warm_s = await warm_up()
         if stop.event.is_set():
             return {}
-        store = EvalStore(out)
         done = store.open(meta, questions_reference(task.questions))  # kept rows must be these questions
         pending = [q for q in task.questions if q.index not in done]
         if not fresh and opts.warmup and pending and task.warms_up:
@@ -204,7 +209,7 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
         await asyncio.gather(*tasks, return_exceptions=True)  # retrieve, so nothing is logged
         progress.close()
         wall = time.perf_counter() - t0 + warm_s
-        store.close()
+        store.close_files()
         samples = load_samples(out)
         prev_wall = float(store.meta.get("wall_s_total", 0.0))
         summary = {**summarize(samples, len(task.questions), wall),

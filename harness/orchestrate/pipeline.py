@@ -28,7 +28,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness import exitcodes
-from harness.analysis.comparison import CompareError, CompareSettingsError, compare_dirs, format_summary
+from harness.analysis.comparison import (
+    CompareError,
+    CompareSettingsError,
+    IncomparableEvals,
+    compare_dirs,
+    format_summary,
+)
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence
 from harness.analysis.gate import comparison_exit, exit_reason
@@ -63,9 +69,10 @@ from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
 from harness.results import schema
+from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
 from harness.results.fileio import StoreError
-from harness.serving.client import ClientConfig
+from harness.serving.client import ClientConfig, bearer_headers
 from harness.stats.group_sequential import operating_characteristics
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 from harness.util.redact import redact_text
@@ -155,6 +162,16 @@ class Run:
         self.engines: dict[str, Engine] = {}
         self.live_diff_checked = False
         run_dir.mkdir(parents=True, exist_ok=True)
+        # one process per run directory, before anything in it is read or written (released by run_experiment)
+        self.lock = DirLock(run_dir, "run directory").acquire()
+        try:
+            self._open(cfg, run_dir, command)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, cfg: DictConfig, run_dir: Path, command: list[str] | None) -> None:
+        """Resume or start the run's record (manifest), and set up its servers and scoring."""
         resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
         ignores = engine_class(str(cfg.engine.kind)).diff_ignore
         digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
@@ -165,9 +182,9 @@ class Run:
             experiment=str(self.x.name), config=resolved, digest=digest,
             dataset={"sha256": self.test.sha256, "source": self.test.source, "canonical": self.test.canonical,
                      "rows": len(self.test)}, argv=command)
-        self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
+        self.pool = ServerPool(self.engines, self.arms, self.manifest, self.interrupts, self.log.say,
                                concurrent=bool(self.x.concurrent_servers))
-        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
+        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, self.interrupts, self.log)
                         if cfg.divergence.enabled else None)
         #: GPUs one server of each arm holds (engine.gpus, else derived from its flags): the cost accounting
         self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
@@ -186,6 +203,7 @@ class Run:
                 arm = resolve_arm(key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
                 engine = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm, self.run_dir,
                                        label=f"{role}-{key}")
+                engine.http_headers = bearer_headers(client_settings(self.cfg))
                 self.arms[key], self.engines[key] = arm, engine
                 descs[key] = static_description(describe_launch(arm, engine))
             if self.aa_key is not None:  # the floor's own server (abh ab --aa): not one of the compared arms
@@ -194,6 +212,7 @@ class Run:
                 self.arms[self.aa_key] = arm
                 self.engines[self.aa_key] = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm,
                                                           self.run_dir, label=f"aa-{self.aa_key}")
+                self.engines[self.aa_key].http_headers = bearer_headers(client_settings(self.cfg))
         except (ArmError, EngineError, OSError) as e:
             raise ConfigError(f"cannot prepare arms: {e}") from None
         diffs = arm_diff(descs)
@@ -444,6 +463,8 @@ class Run:
             key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
             raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
                              "evals are kept") from None
+        except IncomparableEvals as e:  # not a matter of failed requests: a rerun would not change it
+            raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}") from None
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
@@ -508,6 +529,13 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
                    command: list[str] | None = None) -> int:
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
     run = Run(cfg, run_dir, interrupts, log, command)
+    try:
+        return _run_experiment(run, cfg, interrupts)
+    finally:
+        run.lock.release()
+
+
+def _run_experiment(run: Run, cfg: DictConfig, interrupts: Interrupts) -> int:
     diffs, bad = run.prepare_arms()
     preflights = run.preflight()
     if cfg.dry_run:
@@ -584,6 +612,9 @@ def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) ->
     with Interrupts() as interrupts:
         try:
             code = run_experiment(cfg, run_dir, interrupts, log, command)
+        except DirectoryInUse as e:  # another run owns the directory, its run.log included: say it here only
+            print(redact_text(f"abh: error: {e}"), file=sys.stderr, flush=True)
+            return exitcodes.BAD_CONFIG
         except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
             known = exit_for(e)
             if known is None and not isinstance(e, Exception):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from harness.results import integrity, schema
+from harness.results.dirlock import DirLock
 from harness.results.fileio import StoreError, atomic_write_text, read_jsonl
 from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
 
@@ -56,6 +57,16 @@ class EvalStore:
         self.meta: dict[str, Any] = {}
         self._samples_f: IO[str] | None = None
         self._prompts_f: IO[str] | None = None
+        self._lock = DirLock(self.root, "eval directory")
+
+    def lock(self) -> None:
+        """Hold the directory for this process (taken by :meth:`open`; earlier by a caller that wants a second
+        process refused before it sends anything): DirectoryInUse naming the holder's pid otherwise."""
+        if not self._lock.held:
+            self._lock.acquire()
+
+    def unlock(self) -> None:
+        self._lock.release()
 
     # ------------------------------------------------------------------ opening / resuming
     def open(self, meta: EvalMeta | dict[str, Any],
@@ -67,6 +78,14 @@ class EvalStore:
         (:func:`~harness.results.integrity.questions_reference`), which every kept row must match.
         """
         self.root.mkdir(parents=True, exist_ok=True)
+        self.lock()
+        try:
+            return self._open(meta, reference)
+        except BaseException:
+            self.unlock()  # refused (another eval's directory, a tampered row): held no longer
+            raise
+
+    def _open(self, meta: EvalMeta | dict[str, Any], reference: integrity.Reference | None) -> dict[int, SampleRecord]:
         meta_path = self.root / META
         done: dict[int, SampleRecord] = {}
         if meta_path.exists():
@@ -103,11 +122,17 @@ class EvalStore:
         self._prompts_f = (self.root / PROMPTS).open("a", encoding="utf-8")
         return done
 
-    def close(self) -> None:
+    def close_files(self) -> None:
+        """Stop appending (the directory stays locked: the summary is still to be written)."""
         for f in (self._samples_f, self._prompts_f):
             if f is not None and not f.closed:
                 f.close()
         self._samples_f = self._prompts_f = None
+
+    def close(self) -> None:
+        """Done with the eval: the files closed, the directory released."""
+        self.close_files()
+        self.unlock()
 
     def __enter__(self) -> EvalStore:
         return self

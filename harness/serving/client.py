@@ -169,14 +169,19 @@ class ClientConfig(ClientSettings):
             raise ValueError("; ".join(problems))
         # the credentials leave the URL here: what the client records and prints is the bare URL
         self.url, self._auth = without_userinfo(check_url(self.url))
-        key = self.api_key or (os.environ.get(self.api_key_env, "") if self.api_key_env else "")
-        if key:
-            self._auth = f"Bearer {key}"
+        self._auth = bearer_headers(self).get("Authorization", self._auth)
 
     @property
     def auth_headers(self) -> dict[str, str]:
         """The ``Authorization`` header the requests carry (empty without credentials): never recorded."""
         return {"Authorization": self._auth} if self._auth else {}
+
+
+def bearer_headers(settings: ClientSettings) -> dict[str, str]:
+    """``Authorization: Bearer <api key>`` when the settings give a key (``api_key``, else the variable
+    ``api_key_env`` names); empty otherwise. Never recorded: it lives in request headers only."""
+    key = settings.api_key or (os.environ.get(settings.api_key_env, "") if settings.api_key_env else "")
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def check_url(url: str) -> str:
