@@ -370,8 +370,27 @@ def _safe_dirname(text: str) -> str:
     return redact_text(text).replace(REDACTED, "REDACTED").replace("/", "_")[:200]
 
 
+def _run_name(name: Any) -> str:
+    """``experiment.name`` where it names a directory (``hydra.run.dir``, ``hydra.sweep.dir``): checked as
+    Hydra resolves the directory, before it makes it (``../../x`` would make a directory of the caller's choosing)."""
+    problem = name_problem(name)
+    if problem:
+        raise ConfigError(problem)
+    return str(name)
+
+
+def name_problem(name: Any) -> str | None:
+    """Why ``name`` is not a valid experiment name (None when it is): letters, digits, '_', '-', '.', not only dots."""
+    text = "" if name is None else str(name)
+    if not _NAME.match(text) or set(text) == {"."}:
+        return f"experiment.name {text!r} must be letters, digits, '_', '-', '.' (and not only dots)"
+    return None
+
+
 if not OmegaConf.has_resolver("abh_safe_dirname"):
     OmegaConf.register_new_resolver("abh_safe_dirname", _safe_dirname)
+if not OmegaConf.has_resolver("abh_run_name"):
+    OmegaConf.register_new_resolver("abh_run_name", _run_name)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -641,8 +660,8 @@ def validate(cfg: Any) -> None:
     elif e.api not in API_NAMES:
         problems.append(f"engine.api must be {' or '.join(API_NAMES)}, not {e.api!r}")
     x = cfg.experiment
-    if not _NAME.match(x.name or ""):
-        problems.append(f"experiment.name {x.name!r} must be letters, digits, '_', '-', '.'")
+    if name_problem(x.name):
+        problems.append(str(name_problem(x.name)))
     if x.order not in ("interleaved", "blocked"):
         problems.append("experiment.order must be interleaved or blocked")
     for role in ("a", "b"):

@@ -282,6 +282,11 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     try:
         if a.out.exists() and not a.out.is_dir():
             raise ABFailure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
+        from harness.util.paths import output_problem
+
+        unsafe = output_problem(a.out)
+        if unsafe:
+            raise ABFailure(exitcodes.BAD_CONFIG, unsafe)
         urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
         headers = auth_headers(a.api_key_env)
         refuse_swapped(a.out, urls[:2])

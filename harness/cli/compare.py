@@ -39,6 +39,7 @@ from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
+from harness.util.paths import output_problem
 from harness.util.redact import redact_argv
 
 
@@ -117,6 +118,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"{opt} must not be empty")
     if args.out.exists() and not args.out.is_dir():
         print(f"abh compare: --out {args.out} exists and is not a directory", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    unsafe = output_problem(args.out)
+    if unsafe:
+        print(f"abh compare: error: {unsafe}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     lock = DirLock(args.out, "comparison directory")
     try:

@@ -59,6 +59,7 @@ def _eval(argv: list[str]) -> int:
     from harness.serving.client import ClientConfig
     from harness.serving.wire import API_NAMES
     from harness.tasks import gsm8k
+    from harness.util.paths import output_problem
 
     d = ClientConfig.__dataclass_fields__
     ap = argparse.ArgumentParser(prog="abh eval", description="Run GSM8K against a running server.",
@@ -100,6 +101,9 @@ def _eval(argv: list[str]) -> int:
         out = Path(a.out)
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {a.out} exists and is not a directory")
+        unsafe = output_problem(out)
+        if unsafe:
+            raise ValueError(unsafe)
         if not math.isfinite(a.wait_ready) or a.wait_ready < 0:
             raise ValueError(f"--wait-ready must be a finite number >= 0, not {a.wait_ready!r}")
         try:

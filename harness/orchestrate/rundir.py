@@ -45,7 +45,9 @@ RUN_LOG = "run.log"
 #: Statistics are recomputed from the stored answers; scheduling options change when, not what, is asked;
 #: the scoring passes (``divergence``) record what they scored and are redone when it changed.
 NON_SEMANTIC = ("progress", "report", "dry_run", "fail_on", "stats", "client.request_timeout_s", "client.retries",
-                "client.backoff_s", "client.stall_timeout_s", "experiment.description", "experiment.order",
+                "client.backoff_s", "client.stall_timeout_s", "client.api_key", "client.api_key_env",
+                "client.max_bytes_per_token", "client.read_timeout_s", "client.progress_timeout_s",
+                "experiment.description", "experiment.order",
                 "experiment.concurrent_servers", "experiment.restart_per_repeat", "experiment.aa_fresh_launch",
                 "experiment.allowed_differences", "experiment.fix_files", "divergence")
 
