@@ -41,6 +41,7 @@ from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
 from harness.util.paths import output_problem
 from harness.util.redact import redact_argv
+from harness.util.text import printable
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,9 +104,9 @@ def _load_evals(dirs: Sequence[Path], allow_incomplete: bool) -> list[tuple[Path
 def _name(given: str | None, metas: Sequence[EvalMeta], default: str) -> str:
     """The arm's name: as given, else the one name its evals record, else ``default``."""
     if given is not None:
-        return given
+        return printable(given, one_line=True)  # stored escaped: no report or table gets a control character
     recorded = {str(m["arm"]) for m in metas if m.get("arm")}
-    return recorded.pop() if len(recorded) == 1 else default
+    return printable(recorded.pop(), one_line=True) if len(recorded) == 1 else default
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
@@ -158,7 +159,7 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     if not lock.held:
         lock.acquire()
     schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
-    print(format_summary(c))
+    print(printable(format_summary(c)))
     if div is not None:
         print(terminal_line(div))
     print(f"wrote {args.out / schema.COMPARISON_FILE}")

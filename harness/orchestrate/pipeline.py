@@ -76,6 +76,7 @@ from harness.serving.client import ClientConfig, bearer_headers
 from harness.stats.group_sequential import operating_characteristics
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 from harness.util.redact import redact_text
+from harness.util.text import printable
 
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
@@ -121,8 +122,8 @@ def static_description(desc: dict[str, Any]) -> dict[str, Any]:
 
 def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
     """The arm's exact server command: one NAME=value per env var, then one ``--flag value`` per line."""
-    print(f"\n=== arm {key}: {arm.name} ({arm.side or 'no side declared'}) ===")
-    print(spec.pretty())
+    print(printable(f"\n=== arm {key}: {arm.name} ({arm.side or 'no side declared'}) ==="))
+    print(printable(spec.pretty()))
     if list(spec.argv) != list(spec.server_argv):
         head = spec.argv[:len(spec.argv) - len(spec.server_argv) + 1]
         print(f"# started through the fingerprint launcher: {' '.join(head)} ...")
@@ -217,7 +218,8 @@ class Run:
             raise ConfigError(f"cannot prepare arms: {e}") from None
         diffs = arm_diff(descs)
         bad = disallowed(diffs, self.allowed)
-        self.manifest.record_arms({k: {"launch": descs[k], "name": self.arms[k].name, "side": self.arms[k].side}
+        self.manifest.record_arms({k: {"launch": descs[k], "name": printable(self.arms[k].name, one_line=True),
+                                       "side": printable(self.arms[k].side, one_line=True)}
                                    for k in self.keys.values()}, diffs, bad, self.allowed)
         # the source diff, computed from the arms' trees or refs; enforced (exit 6) before any server
         self.source_diff = sourcediff.compute(self.arms[self.keys["a"]], self.arms[self.keys["b"]],
@@ -264,14 +266,14 @@ class Run:
             print_launch(role, self.arms[key], self.engines[key].launch_spec())
         print("\nwhat differs between the arms:")
         for d in diffs or [{"key": "(nothing)", "values": {}}]:
-            print(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items()))
+            print(printable(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items())))
         print(self.source_diff.line())
         if self.source_diff.outside:
             print(f"  {self.source_diff.outside_line()}")
         for key, results in checks.items():
             for r in results:
-                print(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected {r.expected!r}, "
-                      f"found {r.found!r})")
+                print(printable(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected "
+                                f"{r.expected!r}, found {r.found!r})"))
 
     # ------------------------------------------------------------------ measuring
     def acquire(self, item: Item, label: str) -> Launch:
@@ -468,7 +470,9 @@ class Run:
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
-        comparison = replace(comparison, arm_names=schema.ArmNames(a=self.arms[x.a].name, b=self.arms[x.b].name),
+        # names are anyone's text: stored escaped, so no report, plot or table gets a control character
+        comparison = replace(comparison, arm_names=schema.ArmNames(a=printable(self.arms[x.a].name, one_line=True),
+                                                                   b=printable(self.arms[x.b].name, one_line=True)),
                              command=list(self.command) if self.command else None)
         cost = self.cost()
         m.record("cost", cost.to_doc())
@@ -497,7 +501,7 @@ class Run:
                                      sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
-        print(format_table(summary, comparison))
+        print(printable(format_table(summary, comparison)))  # arm names are anyone's text
         if seq is not None:
             print(f"  {sequential_line(seq)}")
         print(format_cost(cost))

@@ -35,6 +35,7 @@ from harness.engines.gpu import gpu_inventory
 from harness.results import schema
 from harness.util.keys import flatten, matches
 from harness.util.redact import redact_text, redact_tree
+from harness.util.text import printable
 
 MANIFEST = schema.MANIFEST_FILE
 RUN_SUMMARY = schema.RUN_SUMMARY_FILE
@@ -294,7 +295,7 @@ class RunLog:
         self.path = run_dir / RUN_LOG if run_dir is not None else None
 
     def say(self, msg: str) -> None:
-        line = redact_text(msg)
+        line = printable(redact_text(msg))  # server text and names reach the terminal as escapes, never raw
         print(f"[abh] {line}", file=sys.stderr, flush=True)
         self.write(f"[abh] {line}")
 
@@ -304,4 +305,4 @@ class RunLog:
             return
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(f"[{stamp}] {redact_text(text).rstrip()}\n")
+            f.write(f"[{stamp}] {printable(redact_text(text)).rstrip()}\n")
