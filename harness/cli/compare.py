@@ -37,6 +37,7 @@ from harness.report.headline import coloured, headline
 from harness.results import schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
+from harness.results.fileio import OutputError
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
 from harness.util.paths import output_problem
@@ -131,6 +132,12 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         return _compare(args, argv, lock)
     except DirectoryInUse as e:
         print(f"abh compare: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except OutputError as e:  # a full disk, a read-only --out: the inputs are untouched, rerun when it is fixed
+        print(f"abh compare: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except OSError as e:  # the same, from a writer that is not abh's own (the samples export)
+        print(f"abh compare: error: cannot write into {args.out}: {e.strerror or e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     finally:
         lock.release()

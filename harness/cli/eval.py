@@ -136,10 +136,18 @@ def _eval(argv: list[str]) -> int:
               file=sys.stderr)
         return 128 + e.signum
     except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
-        from harness.results.eval_store import StoreError
+        from harness.results.eval_store import OutputError, StoreError
 
+        if isinstance(e, OutputError):
+            kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) and "
+                    "rerun the same command to resume") if out.is_dir() else ""
+            print(f"abh eval: error: {e}{kept}", file=sys.stderr)
+            return exitcodes.BAD_CONFIG
         if isinstance(e, StoreError | gsm8k.DatasetError):
             print(f"abh eval: error: {e}", file=sys.stderr)
+            return exitcodes.BAD_CONFIG
+        if isinstance(e, OSError):  # a directory that cannot be made or opened
+            print(f"abh eval: error: {a.out}: {e.strerror or e}", file=sys.stderr)
             return exitcodes.BAD_CONFIG
         raise
     print(format_summary(summary))

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
-from harness.results.fileio import StoreError
+from harness.results.fileio import OutputError, StoreError
 from harness.results.integrity import questions_reference
 from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
@@ -172,7 +172,11 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
 
     def write(q: Question, reply: Reply) -> None:
         rec = _record(q.index, q.prompt_sha256, q.label, reply)
-        store.append(rec, q.prompt)
+        try:
+            store.append(rec, q.prompt)
+        except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
+            stop.fail(e)
+            return
         progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
     async def one(q: Question) -> None:
@@ -223,8 +227,13 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
             total = summary["latency_s"]
             summary["output_throughput"] = summary["output_tokens"] / total if total > 0 else None
         store.meta["wall_s_total"] = prev_wall + wall
-        store.save_meta()
-        store.write_summary(summary)
+        try:
+            store.save_meta()
+            store.write_summary(summary)
+        except OutputError:
+            if store.failed is None:
+                raise
+            # the disk that refused the answers refuses the summary too: the first error is the one to report
     return summary
 
 

@@ -58,6 +58,14 @@ class Stop:
         self.reason: str | None = None
         self.signum: int | None = None
         self.stalled = False
+        #: an error of the measurement's own (its results cannot be written): raised as it is
+        self.error: Exception | None = None
+
+    def fail(self, error: Exception) -> None:
+        """Stop because of ``error`` (e.g. a full disk): the caller sees ``error`` itself."""
+        if self.error is None:
+            self.error = error
+        self.trip(str(error))
 
     def trip(self, reason: str, *, stalled: bool = False) -> None:
         if self.reason is None:
@@ -78,6 +86,8 @@ class Stop:
         or went away; nothing when the measurement was not stopped."""
         if self.signum is not None:
             raise Interrupted(self.signum)
+        if self.error is not None:
+            raise self.error
         if self.reason is not None:
             raise (ServerStalled if self.stalled else ServerGone)(self.reason)
 

@@ -71,7 +71,7 @@ from harness.report.headline import coloured, headline
 from harness.results import schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
-from harness.results.fileio import StoreError
+from harness.results.fileio import OutputError, StoreError
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.stats.group_sequential import operating_characteristics
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
@@ -511,6 +511,9 @@ class Run:
         if self.cfg.report:
             try:
                 self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+            except OutputError as e:  # a full disk: the measured verdict is in comparison.json already
+                self.log.say(f"report not written: {e}")
+                return code or exitcodes.BAD_CONFIG
             except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
                 self.log.write(traceback.format_exc())
                 self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "

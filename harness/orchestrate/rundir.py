@@ -293,6 +293,8 @@ class RunLog:
 
     def __init__(self, run_dir: Path | None):
         self.path = run_dir / RUN_LOG if run_dir is not None else None
+        #: why run.log cannot be written (a full disk), once it could not: the terminal still gets every line
+        self.broken: str | None = None
 
     def say(self, msg: str) -> None:
         line = printable(redact_text(msg))  # server text and names reach the terminal as escapes, never raw
@@ -301,8 +303,13 @@ class RunLog:
 
     def write(self, text: str) -> None:
         """Append to run.log only (when the run directory exists)."""
-        if self.path is None or not self.path.parent.is_dir():
+        if self.path is None or self.broken is not None or not self.path.parent.is_dir():
             return
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(f"[{stamp}] {printable(redact_text(text)).rstrip()}\n")
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(f"[{stamp}] {printable(redact_text(text)).rstrip()}\n")
+        except OSError as e:  # the log is a copy of what the terminal shows: it must not take the run down
+            self.broken = f"cannot write {self.path}: {e.strerror or e}"
+            print(f"[abh] warning: {self.broken}; the rest of this run is on the terminal only", file=sys.stderr,
+                  flush=True)

@@ -9,7 +9,8 @@ The lock is the kernel's (``fcntl.flock`` on the lock file), so a holder that di
 it. The file is removed on release, so a finished directory holds no trace of it; removing a lock file races
 with a process that opened it just before (it would lock a file no longer in the directory), so an acquirer
 checks that the file it locked is still the one at the path, and tries again if not. A file system that does
-not support ``flock`` runs unlocked.
+not support ``flock``, or a directory where no lock file can be made (read-only, full: its writes will fail and
+say so), runs unlocked.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ class DirLock:
     def acquire(self) -> DirLock:
         """Take the lock (the directory must exist); DirectoryInUse when another process holds it."""
         while self._fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return self  # no lock file can be made here (read-only, full): the writes will say why
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -59,8 +63,11 @@ class DirLock:
             if not same:  # its holder removed it as we opened it: lock the new one
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError:
+                pass  # a full disk: the lock holds, only the pid cannot be shown
             self._fd = fd
         return self
 

@@ -16,6 +16,7 @@ resume (and a comparison) with one line naming the file and the line.
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -24,14 +25,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from harness.results import integrity, schema
 from harness.results.dirlock import DirLock
-from harness.results.fileio import StoreError, atomic_write_text, read_jsonl
+from harness.results.fileio import OutputError, StoreError, atomic_write_text, read_jsonl, writing
 from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["META", "PROMPTS", "SAMPLES", "SUMMARY", "EvalStore", "SampleRecord", "StoreError",
-           "incomplete_reason", "load_eval", "load_samples", "summarize"]
+           "OutputError", "incomplete_reason", "load_eval", "load_samples", "summarize"]
 
 SAMPLES = schema.SAMPLES_FILE
 PROMPTS = schema.PROMPTS_FILE
@@ -55,8 +56,11 @@ class EvalStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.meta: dict[str, Any] = {}
-        self._samples_f: IO[str] | None = None
-        self._prompts_f: IO[str] | None = None
+        self._samples_f: IO[bytes] | None = None
+        self._prompts_f: IO[bytes] | None = None
+        #: the first write that failed (a full disk): every later append raises it again, so no torn line
+        #: follows another and what was written stays resumable
+        self.failed: OutputError | None = None
         self._lock = DirLock(self.root, "eval directory")
 
     def lock(self) -> None:
@@ -118,8 +122,11 @@ class EvalStore:
             new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
         self.meta = schema.stamp(schema.EVAL, new)
         self.save_meta()
-        self._samples_f = (self.root / SAMPLES).open("a", encoding="utf-8")
-        self._prompts_f = (self.root / PROMPTS).open("a", encoding="utf-8")
+        # unbuffered: a line is on disk (or its write failed) when append returns; nothing waits in a buffer
+        with writing(self.root / SAMPLES):
+            self._samples_f = (self.root / SAMPLES).open("ab", buffering=0)
+        with writing(self.root / PROMPTS):
+            self._prompts_f = (self.root / PROMPTS).open("ab", buffering=0)
         return done
 
     def close_files(self) -> None:
@@ -142,14 +149,19 @@ class EvalStore:
 
     # ------------------------------------------------------------------ writing
     def append(self, rec: SampleRecord, prompt: str | None = None) -> None:
-        """Append one sample (and its prompt) and flush, so a crash loses at most the line being written."""
+        """Append one sample (and its prompt), written through, so a crash loses at most the line being written;
+        OutputError when it cannot be written (then for every later append too)."""
         assert self._samples_f is not None, "open() first"
-        if prompt is not None and self._prompts_f is not None:
-            self._prompts_f.write(json.dumps({"index": rec.index, "prompt_sha256": rec.prompt_sha256,
-                                              "prompt": prompt}, ensure_ascii=False) + "\n")
-            self._prompts_f.flush()
-        self._samples_f.write(json.dumps(asdict(rec), ensure_ascii=False) + "\n")
-        self._samples_f.flush()
+        if self.failed is not None:
+            raise self.failed
+        try:
+            if prompt is not None and self._prompts_f is not None:
+                _append_line(self._prompts_f, self.root / PROMPTS,
+                             {"index": rec.index, "prompt_sha256": rec.prompt_sha256, "prompt": prompt})
+            _append_line(self._samples_f, self.root / SAMPLES, asdict(rec))
+        except OutputError as e:
+            self.failed = e
+            raise
 
     def save_meta(self) -> None:
         """Rewrite eval.json from ``self.meta`` (e.g. after adding the wall time of a session)."""
@@ -157,6 +169,18 @@ class EvalStore:
 
     def write_summary(self, summary: EvalSummary | dict[str, Any]) -> None:
         schema.write_eval_summary(self.root / SUMMARY, summary)  # type: ignore[arg-type]
+
+
+def _append_line(f: IO[bytes], path: Path, obj: dict[str, Any]) -> None:
+    """One JSON line, written whole or failing with OutputError (a short write of a full disk leaves a torn last
+    line, which a resume drops)."""
+    view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
+    with writing(path):
+        while view:
+            n = f.write(view)
+            if not n:  # a regular file writes something or raises; never spin on nothing
+                raise OSError(errno.EIO, "short write")
+            view = view[n:]
 
 
 # ------------------------------------------------------------------------------------------ reading

@@ -7,6 +7,7 @@ the arm's interpreter, where the harness may not be importable.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -20,6 +21,28 @@ _UMASK_LOCK = threading.Lock()
 
 class StoreError(RuntimeError):
     """A stored file or directory cannot be used (unreadable, of another eval, of an unknown schema)."""
+
+
+class OutputError(StoreError):
+    """A file cannot be written (disk full, read-only, permissions): one line naming it and the OS error. What
+    was written before stays as it was (writes are atomic or appended whole lines), so a rerun resumes."""
+
+    def __init__(self, path: str | Path, error: OSError):
+        why = error.strerror or str(error) or type(error).__name__
+        super().__init__(f"cannot write {path}: {why} (errno {error.errno})" if error.errno else
+                         f"cannot write {path}: {why}")
+        self.path, self.errno = Path(path), error.errno
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Any OSError of the block as the OutputError of ``path`` (the OS boundary of every write)."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as e:
+        raise OutputError(path, e) from None
 
 
 def current_umask() -> int:
@@ -39,28 +62,30 @@ def _mode_for(path: Path) -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half.
+    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half; an OS
+    error (a full disk) is the OutputError of ``path``, and the old file stays.
 
     ``mkstemp`` creates the temp file 0600; it is given the mode a plain write would have (the umask's, or
     the replaced file's), so a reviewer on the same cluster can open what the harness wrote.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = _mode_for(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = _mode_for(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
