@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from harness import exitcodes, stats
+from harness.analysis import determinism
 from harness.results import schema
 from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON, to_doc
@@ -320,6 +321,11 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     psi_aa = aa_blk.psi_aa
     noise = stats.noise_band(psi_aa, n, la, lb, alpha) if psi_aa is not None else None
     test, p, test_alpha = _basis(v, res, alpha)
+    # abh's GSM8K recipes are greedy: an eval that does not record its temperature ran at 0
+    temps = {r.meta.get("temperature", 0.0) for r in a_runs + b_runs + aa_runs}
+    ident = determinism.identical_outputs({"a": [(r.launch, r.outputs) for r in a_runs + aa_runs],
+                                           "b": [(r.launch, r.outputs) for r in b_runs]},
+                                          temps.pop() if len(temps) == 1 else None)
     return Comparison(
         simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
         hypothesis=hypothesis,
@@ -361,6 +367,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         psi_aa=psi_aa,
         psi_aa_per_arm=aa_blk.per_arm,
         psi_aa_source=aa_blk.source,
+        identical_outputs=ident,
         noise_band=[-noise, noise] if noise is not None else None,
         repeats_effective=r_eff,
         mde=res.mde,
@@ -372,7 +379,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         margin=margin,
         min_effect=min_effect,
         tost=res.tost,
-        warnings=[w for w in (aa_blk.warning,) if w],
+        warnings=[w for w in (aa_blk.warning,) if w] + determinism.warnings(ident),
         flips=[int(i) for i in indices[keep][res.d != 0]],
         diagnostics=_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
     )
@@ -413,6 +420,9 @@ def format_summary(c: Comparison) -> str:
     if c.psi_aa is not None and c.noise_band is not None:
         lines.append(f"  A/A: psi_AA {_pp(c.psi_aa, False)} % ({c.psi_aa_source}), noise band of delta "
                      f"±{_pp(c.noise_band[1], False)} pp")
+    identical = determinism.summary_line(c.identical_outputs or {})
+    if identical:
+        lines.append(f"  {identical}")
     if c.mde is not None:
         lines.append(f"  MDE at 80 % power: {_pp(c.mde, False)} pp ({c.mde_method}); smallest effect the "
                      f"test can detect at all {_pp(c.detectable_floor, False)} pp")

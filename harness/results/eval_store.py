@@ -17,6 +17,7 @@ resume (and a comparison) with one line naming the file and the line.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -281,6 +282,13 @@ class ScoredEval:
     #: the server launch that served it (``launch``, else the older ``instance``); an eval that names none is
     #: its own launch (``dir:<path>``), so it is never taken to share one with another
     launch: str
+    #: per question of ``meta["indices"]``: a 16-byte fingerprint of its output (None errored or missing), for
+    #: whether two passes answered alike (harness.analysis.determinism) without holding every pass's answers
+    outputs: tuple[bytes | None, ...] = ()
+
+
+def _fingerprint(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def load_scored(eval_dir: str | Path) -> ScoredEval:
@@ -300,4 +308,6 @@ def load_scored(eval_dir: str | Path) -> ScoredEval:
         if rec is not None and rec.error is None and rec.correct is not None:
             scores[j] = 1.0 if rec.correct else 0.0
     launch = meta.get("launch") or meta.get("instance") or f"dir:{root.resolve()}"
-    return ScoredEval(root, meta, summary, scores, str(launch))
+    outputs = tuple(_fingerprint(r.output) if r is not None and r.error is None and r.output is not None else None
+                    for r in map(by_index.get, indices))
+    return ScoredEval(root, meta, summary, scores, str(launch), outputs)

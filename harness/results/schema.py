@@ -98,6 +98,8 @@ class EvalMeta(TypedDict, total=False):
     dataset_canonical: bool
     num_questions: int
     stop: list[str]
+    #: the sampling temperature (absent in evals written before it was recorded: abh's recipes are greedy, 0)
+    temperature: float
     shots_sha256: str
     indices: list[int]
     api: str
@@ -472,6 +474,9 @@ class Comparison(Record):
     sequential: SequentialRecord | None = omit_none()
     verdict_fixed: str | None = omit_none()
     verdict_reason_fixed: str | None = omit_none()
+    #: per arm, the share of outputs identical across its passes (within a launch, across launches), and the arms
+    #: flagged for none at temperature 0 (harness.analysis.determinism); absent from comparisons written before it
+    identical_outputs: dict[str, JSON] | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ cost
