@@ -12,7 +12,8 @@ launch (``url:...``), which the statistics treat as dependent.
 
 Exit codes are those of ``abh run``: 0 finished; 2 bad command line, data or output directory (nothing is
 started); 4 a server is not reachable or stopped serving (answers so far are kept); 5 too many request
-errors; 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 interrupted by Ctrl-C / SIGTERM.
+errors; 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 / 129 interrupted by Ctrl-C / SIGTERM /
+SIGHUP. Two servers that say they serve different models are refused (exit 2) before any question.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from harness.cli.flags import HelpFormatter
 
 
 class _Signalled(BaseException):
-    """SIGINT/SIGTERM before the eval's own handlers were installed."""
+    """SIGINT/SIGTERM/SIGHUP before the eval's own handlers were installed."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -27,7 +27,7 @@ def eval_main(argv: list[str]) -> int:
 
     # First thing, before the heavy imports: a signal at any moment is honoured (even where the shell
     # started us with SIGINT ignored, as it does for `abh eval ... &` in a script).
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         return _eval(argv)
     except _Signalled as e:

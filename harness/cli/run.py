@@ -87,7 +87,7 @@ def task(cfg: DictConfig) -> int:
     overrides = [_lower_bool(redact_text(a)) for a in redact_argv(list(HydraConfig.get().overrides.task))]
     code = run_job(cfg, run_dir, ["abh", "run", *overrides])  # a sweep job's own: it reruns that job alone
     if code in INTERRUPTED_CODES and in_multirun():
-        raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
+        raise RunExit(code)  # Ctrl-C / SIGTERM / SIGHUP stops the whole sweep, not just this job
     if code and in_submitit():
         raise RunExit(code)  # the job fails, so submitit/SLURM see it
     return code

@@ -29,7 +29,9 @@ except ImportError:  # pragma: no cover - uvloop is a dependency except on Windo
 
 T = TypeVar("T")
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals that stop a measurement cleanly: Ctrl-C, SIGTERM (a scheduler's preemption) and SIGHUP (the
+#: terminal or ssh session that ran abh went away): each stops the servers and leaves a resumable directory.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -38,7 +40,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM: what was measured is on disk and everything is resumable; the command exits
+    """SIGINT, SIGTERM or SIGHUP: what was measured is on disk and everything is resumable; the command exits
     128 + the signal's number (``abh run`` stops its servers first: :mod:`harness.orchestrate.interrupts`)."""
 
     def __init__(self, signum: int):
@@ -114,7 +116,7 @@ class Stop:
 
 @contextmanager
 def signals_to(stop: Stop) -> Iterator[None]:
-    """SIGINT/SIGTERM trip ``stop`` for as long as the measurement runs, setup included. The handlers are the
+    """SIGINT/SIGTERM/SIGHUP trip ``stop`` for as long as the measurement runs, setup included. The handlers are the
     loop's own (under uvloop an exception raised in a Python-level signal handler is swallowed); the caller's
     handlers are given back afterwards."""
     loop = asyncio.get_running_loop()

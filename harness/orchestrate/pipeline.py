@@ -78,7 +78,7 @@ from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load
 from harness.util.redact import redact_text
 from harness.util.text import printable
 
-INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
+INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANGUP)
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
 
