@@ -41,7 +41,8 @@ def eval_main(argv: list[str]) -> int:
 
 #: ClientSettings fields -> the flags of abh eval that set them (for its error messages)
 FLAGS = {"parallel": "--parallel", "retries": "--retries", "request_timeout_s": "--request-timeout",
-         "stall_timeout_s": "--stall-timeout", "api_key_env": "--api-key-env"}
+         "stall_timeout_s": "--stall-timeout", "api_key_env": "--api-key-env",
+         "max_bytes_per_token": "--max-bytes-per-token"}
 FLAG_NAMES = re.compile(r"\b(?:" + "|".join(FLAGS) + r")\b")
 
 
@@ -92,6 +93,9 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--stall-timeout", type=float, metavar="S", default=d["stall_timeout_s"].default,
                     help="no answer for this many seconds while requests are in flight: probe the server's "
                          "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=d["max_bytes_per_token"].default,
+                    help="an answer larger than 1 MiB + B per token the request can produce is that request's "
+                         "error (response too large)")
     ap.add_argument("--wait-ready", type=float, metavar="S", default=0.0,
                     help="wait up to this many seconds for the server to load before the first request")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
@@ -109,7 +113,7 @@ def _eval(argv: list[str]) -> int:
         try:
             ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
                                 request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model,
-                                api_key_env=a.api_key_env)
+                                api_key_env=a.api_key_env, max_bytes_per_token=a.max_bytes_per_token)
         except ValueError as e:  # the settings' own names, as the flags that set them
             raise ValueError(FLAG_NAMES.sub(lambda m: FLAGS[m.group()], str(e))) from None
         test, train = gsm8k.load_splits(a.data, a.train_data, a.recipe, a.allow_noncanonical)
