@@ -5,6 +5,9 @@ token format are redacted whatever their name. Against a real server that checks
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +17,7 @@ from conftest import TEST_JSONL
 from helpers.faultserver import FaultServer
 
 from harness import exitcodes
+from harness.cli.main import main as abh_main
 from harness.results.fileio import read_json
 from harness.util.redact import REDACTED, redact_env, redact_text, redact_tree, scrub
 
@@ -23,10 +27,17 @@ API_KEY = "plain0key0without0any0known0format"  # not redacted by its form: only
 
 
 def abh(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    import os
-
+    """``abh ARGS`` as a command, in its own process (what it prints is what a terminal would show)."""
     return subprocess.run([sys.executable, "-m", "harness.cli.main", *args], capture_output=True, text=True,
                           timeout=180, env={**os.environ, **(env or {})})
+
+
+def abh_here(*args: str) -> subprocess.CompletedProcess:
+    """``abh ARGS`` in this process: exit code, stdout and stderr as a command's."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = abh_main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def with_userinfo(url: str) -> str:
@@ -45,23 +56,24 @@ def assert_nowhere(secret: str, root: Path, *outputs: str) -> None:
 def test_abh_eval_sends_userinfo_as_basic_auth_and_records_the_bare_url(tmp_path):
     out = tmp_path / "ev"
     with FaultServer("auth", expect=BASIC) as srv:
-        r = abh("eval", "--url", with_userinfo(srv.url), "--out", str(out), "--data", str(TEST_JSONL),
-                "--num-questions", "3", "--no-progress")
+        r = abh_here("eval", "--url", with_userinfo(srv.url), "--out", str(out), "--data", str(TEST_JSONL),
+                     "--num-questions", "3", "--no-progress")
         assert r.returncode == exitcodes.OK, r.stderr
         assert set(srv.auth_seen) == {BASIC}  # every request carried it (the server answers 401 otherwise)
     assert read_json(out / "eval.json")["url"] == srv.url
     assert_nowhere(PASSWORD, out, r.stdout, r.stderr)
 
 
-def test_abh_eval_sends_the_api_key_of_an_env_var_and_records_none(tmp_path):
+def test_abh_eval_sends_the_api_key_of_an_env_var_and_records_none(tmp_path, monkeypatch):
     out = tmp_path / "ev"
+    monkeypatch.setenv("ABH_TEST_KEY", API_KEY)
     with FaultServer("auth", expect=f"Bearer {API_KEY}") as srv:
-        r = abh("eval", "--url", srv.url, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", "3",
-                "--no-progress", "--api-key-env", "ABH_TEST_KEY", env={"ABH_TEST_KEY": API_KEY})
+        r = abh_here("eval", "--url", srv.url, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", "3",
+                     "--no-progress", "--api-key-env", "ABH_TEST_KEY")
         assert r.returncode == exitcodes.OK, r.stderr
         assert set(srv.auth_seen) == {f"Bearer {API_KEY}"}
     assert_nowhere(API_KEY, out, r.stdout, r.stderr)
-    r = abh("eval", "--url", srv.url, "--out", str(tmp_path / "x"), "--api-key-env", "ABH_NO_SUCH_VAR")
+    r = abh_here("eval", "--url", srv.url, "--out", str(tmp_path / "x"), "--api-key-env", "ABH_NO_SUCH_VAR")
     assert r.returncode == exitcodes.BAD_CONFIG and "--api-key-env=ABH_NO_SUCH_VAR: that environment variable is " \
         "not set" in r.stderr and not (tmp_path / "x").exists()
 
@@ -82,19 +94,21 @@ def test_abh_ab_reaches_userinfo_urls_and_leaks_the_password_nowhere(tmp_path):
     assert read_json(out / "evals" / "a" / "r1" / "eval.json")["url"] == sa.url
 
 
-def test_abh_ab_with_an_api_key(tmp_path):
+def test_abh_ab_with_an_api_key(tmp_path, monkeypatch):
     out = tmp_path / "ab"
+    monkeypatch.setenv("ABH_TEST_KEY", API_KEY)
     with FaultServer("auth", expect=f"Bearer {API_KEY}") as sa, FaultServer("auth", expect=f"Bearer {API_KEY}") as sb:
-        r = abh("ab", sa.url, sb.url, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", "4",
-                "--no-progress", "--api-key-env", "ABH_TEST_KEY", env={"ABH_TEST_KEY": API_KEY})
+        r = abh_here("ab", with_userinfo(sa.url), sb.url, "--out", str(out), "--data", str(TEST_JSONL),
+                     "--num-questions", "4", "--no-progress", "--api-key-env", "ABH_TEST_KEY")
         assert r.returncode == exitcodes.OK, r.stderr
-        assert set(sa.auth_seen) == {f"Bearer {API_KEY}"}
+        assert set(sa.auth_seen) == set(sb.auth_seen) == {f"Bearer {API_KEY}"}  # the key wins over userinfo
     assert_nowhere(API_KEY, out, r.stdout, r.stderr)
+    assert_nowhere(PASSWORD, out, r.stdout, r.stderr)
     assert read_json(out / "manifest.json")["config"]["client"]["api_key_env"] == "ABH_TEST_KEY"
 
 
 def test_a_bad_url_is_refused_without_repeating_its_password(tmp_path):
-    r = abh("eval", "--url", f"http://user:{PASSWORD}@127.0.0.1:notaport", "--out", str(tmp_path / "x"))
+    r = abh_here("eval", "--url", f"http://user:{PASSWORD}@127.0.0.1:notaport", "--out", str(tmp_path / "x"))
     assert r.returncode == exitcodes.BAD_CONFIG and "not a valid URL" in r.stderr and PASSWORD not in r.stderr
 
 

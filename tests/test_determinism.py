@@ -4,14 +4,16 @@ within a launch and across launches, next to ψ in comparison.json and the termi
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
-import sys
 
 from conftest import TEST_JSONL
 from helpers.faultserver import FaultServer
 
 from harness import exitcodes
 from harness.analysis.determinism import arm_identity, identical_outputs, summary_line
+from harness.cli.main import main as abh
 from harness.results.fileio import read_json
 
 
@@ -32,9 +34,12 @@ def test_zero_at_temperature_zero_is_flagged_not_otherwise():
 
 
 def ab(url_a: str, url_b: str, out, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli.main", "ab", url_a, url_b, "--out", str(out),
-                           "--num-questions", "30", "--repeats", "2", "--no-progress", "--data", str(TEST_JSONL),
-                           *extra], capture_output=True, text=True, timeout=180)
+    """``abh ab`` with two repeats per arm, in this process (exit code, stdout, stderr)."""
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        code = abh(["ab", url_a, url_b, "--out", str(out), "--num-questions", "30", "--repeats", "2",
+                    "--no-progress", "--data", str(TEST_JSONL), *extra])
+    return subprocess.CompletedProcess([], code, o.getvalue(), e.getvalue())
 
 
 def test_a_server_that_answers_at_random_is_flagged(tmp_path):

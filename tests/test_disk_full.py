@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import TEST_JSONL, SimServer, pid_alive
 from helpers.evals import make_eval, seed_vectors
+from helpers.runs import ONE_EACH, SMALL, rows, wait_for
 
 from harness import exitcodes
 
@@ -115,21 +116,43 @@ def test_abh_eval_on_a_full_disk_says_so_and_resumes(small_disk):
         srv.stop()
 
 
-def test_abh_run_on_a_full_disk_stops_its_servers_and_says_so_in_one_line(small_disk):
-    disk = small_disk(512 * 1024)
+def fill(root: Path) -> Path:
+    """Fill the file system of ``root`` to the last byte; the filler file."""
+    filler = root / "filler"
+    with filler.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return filler
+
+
+def test_abh_run_on_a_disk_that_fills_mid_eval(small_disk):
+    disk = small_disk(8 << 20)
     if not disk.tmpfs:
         pytest.skip("needs a tmpfs (root): the file-size limit would reach the servers' own logs first")
     run_dir = disk.root / "run"
-    args = ("run", f"hydra.run.dir={run_dir}", "task.num_questions=200", "progress=false", "report=false",
-            "experiment.aa_control=false", "divergence.enabled=false", "experiment.repeats=1")
-    r = disk.run(*args)
-    assert r.returncode == exitcodes.BAD_CONFIG, r.stderr
-    last = one_line(r)
-    assert last.startswith("[abh] error: cannot write ") and "No space left on device" in last
-    assert "could not stop" not in r.stderr and "bug" not in r.stderr
-    pids = [int(x.split("(pid ")[1].split(")")[0]) for x in r.stderr.splitlines() if "stopping simulated server" in x]
+    args = ("run", f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "engine.latency_s=0.05",
+            "engine.max_running_requests=8")
+    p = subprocess.Popen([*ABH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=disk.root.parent)
+    try:
+        wait_for(lambda: rows(run_dir / "evals" / "a" / "r1" / "samples.jsonl") > 10 or p.poll() is not None, 60,
+                 "the first answers")
+        filler = fill(disk.root)  # the disk fills while the eval writes
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == exitcodes.BAD_CONFIG, err
+    last = one_line(subprocess.CompletedProcess([], p.returncode, "", err))
+    assert last.startswith(f"[abh] error: cannot write {run_dir}/") and "No space left on device" in last, last
+    assert "could not stop" not in err and "bug" not in err
+    pids = [int(x.split("(pid ")[1].split(")")[0]) for x in err.splitlines() if "stopping simulated server" in x]
     assert pids and not any(pid_alive(p) for p in pids)
-    disk.grow()
+    filler.unlink()  # space again: the same command resumes
     r = disk.run(*args)
     assert r.returncode == exitcodes.OK, r.stderr
 

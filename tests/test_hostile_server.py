@@ -5,9 +5,10 @@ server sends reaches the terminal raw. Real client, real (hand-rolled) HTTP serv
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from conftest import TEST_JSONL
 from helpers.faultserver import ANSI, FaultServer
 
 from harness import exitcodes
+from harness.cli.main import main as abh
 from harness.results.eval_store import load_samples
 from harness.serving.client import Client, ClientConfig, Reply, retry_after_s
 
@@ -34,10 +36,12 @@ def generate(url: str, n: int = 1, **cfg: object) -> list[Reply]:
     return asyncio.run(go())
 
 
-def abh_eval(url: str, out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--url", url, "--out", str(out),
-                           "--data", str(TEST_JSONL), "--no-progress", *args],
-                          capture_output=True, text=True, timeout=timeout)
+def abh_eval(url: str, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """``abh eval`` in this process (its exit code, stdout and stderr, as a command's)."""
+    out_buf, err_buf = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out_buf), contextlib.redirect_stderr(err_buf):
+        code = abh(["eval", "--url", url, "--out", str(out), "--data", str(TEST_JSONL), "--no-progress", *args])
+    return subprocess.CompletedProcess([], code, out_buf.getvalue(), err_buf.getvalue())
 
 
 # ------------------------------------------------------------------------------------------ item 1

@@ -12,6 +12,7 @@ from pathlib import Path
 from conftest import TEST_JSONL
 from helpers.faultserver import FaultServer
 from helpers.markdown import parse_table
+from helpers.runs import abh_run_here
 
 from harness import exitcodes
 from harness.report.markdown import cell
@@ -56,8 +57,8 @@ def test_abh_ab_with_hostile_names(tmp_path: Path):
     assert rows[1]["name"] == NAME_B and rows[0]["name"] == printable(NAME_A, one_line=True)
 
 
-def test_abh_run_header_escapes_an_arms_name(tmp_path: Path):
-    r = subprocess.run([sys.executable, "-m", "harness.cli.main", "run", f"hydra.run.dir={tmp_path / 'run'}",
-                        "dry_run=true", "arms.a.name='\x1b]0;t\x07A\x9b'"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == exitcodes.OK, r.stderr
-    assert "=== arm a: \\x1b]0;t\\x07A\\x9b" in r.stdout and no_raw(r.stdout + r.stderr)
+def test_abh_run_header_escapes_an_arms_name(tmp_path: Path, capsys):
+    code = abh_run_here(f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true", "arms.a.name='\x1b]0;t\x07A\x9b'")
+    out, err = capsys.readouterr()
+    assert code == exitcodes.OK, err
+    assert "=== arm a: \\x1b]0;t\\x07A\\x9b" in out and no_raw(out + err)

@@ -3,14 +3,16 @@ with one message before any server starts (they used to launch both servers, the
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import copy
 
 import pytest
+from helpers.runs import abh_run_here
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import harness.config as hc
 from harness import exitcodes
+from harness.cli.main import main as abh
 
 
 def _compose(*overrides: str):
@@ -44,11 +46,31 @@ BAD = [
 ]
 
 
+@pytest.fixture(scope="module")
+def demo():
+    return _compose()
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)  # inf, nan, 1.5
+
+
 @pytest.mark.parametrize("override,message", BAD, ids=[o for o, _ in BAD])
-def test_every_numeric_key_is_range_and_finiteness_checked(override, message):
+def test_every_numeric_key_is_range_and_finiteness_checked(override, message, demo):
+    key, _, value = override.lstrip("+").partition("=")
+    cfg = copy.deepcopy(demo)  # composed once: the override set as Hydra would set it
+    OmegaConf.update(cfg, key, _number(value), force_add=True)
     with pytest.raises(hc.ConfigError) as e:
-        hc.validate(_compose(override))
+        hc.validate(cfg)
     assert message in str(e.value)
+
+
+def test_an_override_on_the_command_line_is_checked_too():
+    with pytest.raises(hc.ConfigError, match="client.stall_timeout_s must be a finite number, not inf"):
+        hc.validate(_compose("client.stall_timeout_s=inf"))
 
 
 def test_the_shipped_defaults_are_in_range():
@@ -56,30 +78,27 @@ def test_the_shipped_defaults_are_in_range():
         assert hc.numeric_problems(_compose(f"experiment={experiment}")) == []
 
 
-def test_abh_run_refuses_before_any_server(tmp_path):
+def test_abh_run_refuses_before_any_server(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "harness.cli.main", "run", f"hydra.run.dir={run_dir}",
-                        "client.request_timeout_s=0", "client.retries=-1", "progress=false"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == exitcodes.BAD_CONFIG, r.stderr
-    assert "client.request_timeout_s must be > 0" in r.stderr and "client.retries must be >= 0" in r.stderr
-    assert "Traceback" not in r.stderr and "launching" not in r.stderr and "bug" not in r.stderr
+    code = abh_run_here(f"hydra.run.dir={run_dir}", "client.request_timeout_s=0", "client.retries=-1",
+                        "progress=false")
+    err = capsys.readouterr().err
+    assert code == exitcodes.BAD_CONFIG, err
+    assert "client.request_timeout_s must be > 0" in err and "client.retries must be >= 0" in err
+    assert "Traceback" not in err and "launching" not in err and "bug" not in err
     assert not (run_dir / "manifest.json").exists() and not (run_dir / "servers").exists()
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
-def test_abh_eval_refuses_a_request_timeout_out_of_range(value, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--url", "http://127.0.0.1:9",
-                        "--out", str(tmp_path / "ev"), "--request-timeout", value], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == exitcodes.BAD_CONFIG, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--request-timeout must be" in lines[0] and "Traceback" not in r.stderr
+def test_abh_eval_refuses_a_request_timeout_out_of_range(value, tmp_path, capsys):
+    code = abh(["eval", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "ev"), "--request-timeout", value])
+    err = capsys.readouterr().err
+    assert code == exitcodes.BAD_CONFIG, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "--request-timeout must be" in lines[0] and "Traceback" not in err
     assert not (tmp_path / "ev").exists()
 
 
-def test_abh_eval_refuses_a_wait_ready_of_nan(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--url", "http://127.0.0.1:9",
-                        "--out", str(tmp_path / "ev"), "--wait-ready", "nan"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == exitcodes.BAD_CONFIG and "--wait-ready must be a finite number" in r.stderr
+def test_abh_eval_refuses_a_wait_ready_of_nan(tmp_path, capsys):
+    code = abh(["eval", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "ev"), "--wait-ready", "nan"])
+    assert code == exitcodes.BAD_CONFIG and "--wait-ready must be a finite number" in capsys.readouterr().err

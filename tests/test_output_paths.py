@@ -4,21 +4,25 @@ traceback."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers.evals import make_eval, seed_vectors
 
 from harness import exitcodes
+from harness.cli.main import main as abh_main
 from harness.util.paths import output_problem
 
-ABH = [sys.executable, "-m", "harness.cli.main"]
 
-
-def abh(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*ABH, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+def abh(*args: str) -> subprocess.CompletedProcess:
+    """``abh ARGS`` in this process (exit code, stdout, stderr); every refusal here comes before any work."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = abh_main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def one_line(r: subprocess.CompletedProcess) -> str:
@@ -37,10 +41,11 @@ def tree(root: Path) -> list[str]:
     ("hydra.run.dir=/", "refusing to write results into / itself"),
     ("hydra.run.dir=/proc/abh", "under /proc, a system directory"),
 ])
-def test_abh_run_refuses_a_directory_before_hydra_makes_it(override, words, tmp_path):
+def test_abh_run_refuses_a_directory_before_hydra_makes_it(override, words, tmp_path, monkeypatch):
     work = tmp_path / "a" / "b"
     work.mkdir(parents=True)
-    r = abh("run", override, "dry_run=true", cwd=work)
+    monkeypatch.chdir(work)
+    r = abh("run", override, "dry_run=true")
     assert r.returncode == exitcodes.BAD_CONFIG
     assert words in one_line(r)
     assert tree(tmp_path) == ["a", "a/b"]  # no results/.., no escaped/

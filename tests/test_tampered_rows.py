@@ -4,10 +4,11 @@ compares and resumes. The evals are real ones (abh eval against the simulator), 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,9 +29,12 @@ def server():
 
 
 def run_eval(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--url", url, "--out", str(out),
-                           "--data", str(TEST_JSONL), "--num-questions", str(N), "--no-progress", *extra],
-                          capture_output=True, text=True, timeout=120)
+    """``abh eval`` (a resume, mostly) in this process: exit code, stdout and stderr as a command's."""
+    out_buf, err_buf = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out_buf), contextlib.redirect_stderr(err_buf):
+        code = abh(["eval", "--url", url, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", str(N),
+                    "--no-progress", *extra])
+    return subprocess.CompletedProcess([], code, out_buf.getvalue(), err_buf.getvalue())
 
 
 @pytest.fixture(scope="module")
