@@ -16,7 +16,7 @@ from helpers.runs import abh_run_here
 
 from harness import exitcodes
 from harness.report.markdown import cell
-from harness.util.text import printable
+from harness.serving.untrusted import printable
 
 RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 NAME_A = "\x1b]0;pwned\x07base\x9b2J\u202e"

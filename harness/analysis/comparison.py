@@ -50,6 +50,7 @@ from harness.results.records import JSON, to_doc
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
 from harness.stats.accuracy import Analysis
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
+from harness.tasks.row_check import row_check
 
 KIND = schema.COMPARISON
 SCHEMA_VERSION = schema.WRITES[KIND]
@@ -99,7 +100,7 @@ class IncomparableEvals(CompareError):
 def _load_run(path: Path) -> ScoredEval:
     """One eval directory with its scores (CompareError when it cannot be read or lacks its identity)."""
     try:
-        run = load_scored(path)
+        run = load_scored(path, row_check)  # every row's claims checked against its question
     except StoreError as e:
         raise CompareError(f"cannot read eval {path}: {e}") from None
     missing = [k for k in IDENTITY_KEYS if k not in run.meta]

@@ -39,10 +39,11 @@ from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.fileio import OutputError
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
+from harness.serving.untrusted import printable
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
+from harness.tasks.row_check import row_check
 from harness.util.paths import output_problem
 from harness.util.redact import redact_argv
-from harness.util.text import printable
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,7 +92,7 @@ def _load_evals(dirs: Sequence[Path], allow_incomplete: bool) -> list[tuple[Path
     out = []
     for d in dirs:
         try:
-            meta, samples, summary = load_eval(d)
+            meta, samples, summary = load_eval(d, row_check)
         except (StoreError, OSError) as e:
             raise CompareError(f"cannot read eval {d}: {e}") from None
         why = incomplete_reason(meta, samples, summary)

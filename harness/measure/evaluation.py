@@ -17,7 +17,6 @@ from typing import Any
 from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
-from harness.results.integrity import questions_reference
 from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
 from harness.tasks.gsm8k import GSM8K, Dataset, Question, RecipeConfig
@@ -150,7 +149,8 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, store: EvalS
             warm_s = await warm_up()
         if stop.event.is_set():
             return {}
-        done = store.open(meta, questions_reference(task.questions))  # kept rows must be these questions
+        # the rows kept must be answers to these questions, scored as this task scores
+        done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.questions}, GSM8K.score)
         pending = [q for q in task.questions if q.index not in done]
         if not fresh and opts.warmup and pending and task.warms_up:
             warm_s = await warm_up()

@@ -73,10 +73,10 @@ from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
 from harness.results.fileio import OutputError, StoreError
 from harness.serving.client import ClientConfig, bearer_headers
+from harness.serving.untrusted import printable
 from harness.stats.group_sequential import operating_characteristics
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 from harness.util.redact import redact_text
-from harness.util.text import printable
 
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANGUP)
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.

@@ -33,9 +33,9 @@ from harness import __version__
 from harness.config import PROJECT_ROOT, ConfigError
 from harness.engines.gpu import gpu_inventory
 from harness.results import schema
+from harness.serving.untrusted import printable
 from harness.util.keys import flatten, matches
 from harness.util.redact import redact_text, redact_tree
-from harness.util.text import printable
 
 MANIFEST = schema.MANIFEST_FILE
 RUN_SUMMARY = schema.RUN_SUMMARY_FILE

@@ -25,7 +25,7 @@ from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.records import to_doc
-from harness.util.text import printable
+from harness.serving.untrusted import printable
 
 TEMPLATES = Path(__file__).parent / "templates"
 

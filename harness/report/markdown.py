@@ -23,8 +23,8 @@ from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.schema import Comparison, SweepSummary
+from harness.serving.untrusted import printable
 from harness.util.cmdline import redact_command
-from harness.util.text import printable
 
 MARKDOWN = "comparison.md"
 

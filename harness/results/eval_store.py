@@ -74,23 +74,25 @@ class EvalStore:
         self._lock.release()
 
     # ------------------------------------------------------------------ opening / resuming
-    def open(self, meta: EvalMeta | dict[str, Any],
-             reference: integrity.Reference | None = None) -> dict[int, SampleRecord]:
+    def open(self, meta: EvalMeta | dict[str, Any], reference: integrity.Reference | None = None,
+             score: integrity.Scorer | None = None) -> dict[int, SampleRecord]:
         """Create or resume the eval; return the answered samples already on disk, by index.
 
         ``meta`` must carry ``dataset_sha256``, ``recipe`` and ``indices``; a directory holding an eval
-        of different ones is refused rather than mixed. ``reference``: each question's prompt hash and label
-        (:func:`~harness.results.integrity.questions_reference`), which every kept row must match.
+        of different ones is refused rather than mixed. ``reference`` and ``score``: each question's prompt hash
+        and label, and the task's scorer, which every kept row must agree with
+        (:func:`~harness.results.integrity.verify`).
         """
         self.root.mkdir(parents=True, exist_ok=True)
         self.lock()
         try:
-            return self._open(meta, reference)
+            return self._open(meta, reference, score)
         except BaseException:
             self.unlock()  # refused (another eval's directory, a tampered row): held no longer
             raise
 
-    def _open(self, meta: EvalMeta | dict[str, Any], reference: integrity.Reference | None) -> dict[int, SampleRecord]:
+    def _open(self, meta: EvalMeta | dict[str, Any], reference: integrity.Reference | None,
+              score: integrity.Scorer | None) -> dict[int, SampleRecord]:
         meta_path = self.root / META
         done: dict[int, SampleRecord] = {}
         if meta_path.exists():
@@ -103,7 +105,8 @@ class EvalStore:
                         "use another output directory (or delete this one) instead of mixing results")
             wanted = set(meta["indices"])
             rows = integrity.read_rows(self.root / SAMPLES)
-            integrity.verify(self.root / SAMPLES, rows, reference)
+            if score is not None:
+                integrity.verify(self.root / SAMPLES, rows, reference, score)
             for _, rec in rows.values():
                 if rec.error is None and rec.index in wanted:
                     done[rec.index] = rec
@@ -202,17 +205,20 @@ def _evals_below(root: Path, most: int = 4) -> str:
     return f"; pass the eval directories it holds, e.g. {names}"
 
 
-def load_eval(root: str | Path) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
-    """(eval.json, samples, summary.json or None) of an eval directory, every row's claims checked against its
-    question (:func:`harness.results.integrity.verify`); StoreError (a SchemaError for a file of another kind
-    or an unknown schema_version) when it cannot be read or a row is not what it claims."""
+def load_eval(root: str | Path, check: integrity.RowCheck | None = None
+              ) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
+    """(eval.json, samples, summary.json or None) of an eval directory, every row type-checked and, given the
+    task's ``check``, its claims checked against its question (:func:`harness.results.integrity.verify`);
+    StoreError (a SchemaError for a file of another kind or an unknown schema_version) when it cannot be read or a
+    row is not what it claims."""
     root = Path(root)
     if not (root / META).exists():
         raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
     meta = schema.load_eval_meta(root / META)
     summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
     rows = integrity.read_rows(root / SAMPLES)
-    integrity.verify(root / SAMPLES, rows, integrity.reference_for(root, meta))
+    if check is not None:
+        integrity.verify(root / SAMPLES, rows, *check(root, meta))
     return meta, [rows[i][1] for i in sorted(rows)], summary
 
 
@@ -291,13 +297,14 @@ def _fingerprint(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def load_scored(eval_dir: str | Path) -> ScoredEval:
-    """The eval in ``eval_dir`` with its per-question scores and launch id (StoreError when unreadable)."""
+def load_scored(eval_dir: str | Path, check: integrity.RowCheck | None = None) -> ScoredEval:
+    """The eval in ``eval_dir`` with its per-question scores and launch id (StoreError when unreadable, or when
+    a row is not what it claims by the task's ``check``)."""
     import numpy as np
 
     root = Path(eval_dir)
     try:
-        meta, samples, summary = load_eval(root)
+        meta, samples, summary = load_eval(root, check)
     except (OSError, json.JSONDecodeError) as e:
         raise StoreError(f"cannot read eval {root}: {e}") from None
     indices = list(meta.get("indices") or [])

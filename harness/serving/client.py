@@ -39,6 +39,7 @@ import aiohttp
 import aiohttp.http_exceptions
 import orjson
 
+from harness.serving.untrusted import printable
 from harness.serving.wire import (
     API_NAMES,
     Api,
@@ -48,7 +49,6 @@ from harness.serving.wire import (
     TokenScores,
     for_api,
 )
-from harness.util.text import printable
 
 #: HTTP statuses that say "this URL does not serve that API" (no route, no such method, not implemented).
 NOT_SERVED = (404, 405, 501)

@@ -1,4 +1,5 @@
-"""Untrusted text made safe to print or write: control characters shown as escapes.
+"""Untrusted text made safe to print or write: control characters shown as escapes (the serving room owns it:
+the client is where a server's text first comes in; everything that prints a name or a server's words uses it).
 
 A server's error page, a model's output or a name from a command line may carry ANSI/OSC sequences (a window
 title, a screen clear, an OSC-8 link), C1 controls or bidirectional overrides. Printed raw they act on the
