@@ -394,7 +394,6 @@ class OpenAIApi(Api):
         inputs = _length(body.get("prompt")) if body.get("echo") or prompt_k is not None else 0
         return new * (1 + alternatives) + inputs * (1 + max(alternatives, _int(prompt_k, 0)))
 
-
     def scoring_by_ids(self) -> OpenAIApi:
         return replace(self, ids_scoring=True)
 
