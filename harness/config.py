@@ -18,6 +18,7 @@ starts. :func:`validate` adds the checks a type cannot express (value ranges, na
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -369,8 +370,27 @@ def _safe_dirname(text: str) -> str:
     return redact_text(text).replace(REDACTED, "REDACTED").replace("/", "_")[:200]
 
 
+def _run_name(name: Any) -> str:
+    """``experiment.name`` where it names a directory (``hydra.run.dir``, ``hydra.sweep.dir``): checked as
+    Hydra resolves the directory, before it makes it (``../../x`` would make a directory of the caller's choosing)."""
+    problem = name_problem(name)
+    if problem:
+        raise ConfigError(problem)
+    return str(name)
+
+
+def name_problem(name: Any) -> str | None:
+    """Why ``name`` is not a valid experiment name (None when it is): letters, digits, '_', '-', '.', not only dots."""
+    text = "" if name is None else str(name)
+    if not _NAME.match(text) or set(text) == {"."}:
+        return f"experiment.name {text!r} must be letters, digits, '_', '-', '.' (and not only dots)"
+    return None
+
+
 if not OmegaConf.has_resolver("abh_safe_dirname"):
     OmegaConf.register_new_resolver("abh_safe_dirname", _safe_dirname)
+if not OmegaConf.has_resolver("abh_run_name"):
+    OmegaConf.register_new_resolver("abh_run_name", _run_name)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -414,11 +434,7 @@ def _sequential_problems(cfg: Any) -> list[str]:
     if s.get("spending", "obf") not in SPENDING:
         out.append(f"stats.spending must be one of {', '.join(SPENDING)}, not {s.spending!r}")
     lo, hi = x.get("min_repeats", 2), x.get("max_repeats")
-    if lo < 1:
-        out.append(f"experiment.min_repeats must be >= 1, not {lo}")
-    if hi is not None and hi < 1:
-        out.append(f"experiment.max_repeats must be >= 1, not {hi}")
-    elif hi is not None and hi < lo:
+    if hi is not None and lo is not None and 1 <= hi < lo:
         out.append(f"experiment.max_repeats={hi} is below experiment.min_repeats={lo}: no look could happen")
     if x.get("sequential"):
         if hi is None:
@@ -454,6 +470,95 @@ def _stats_problems(cfg: Any) -> list[str]:
     wrong = settings_problem(str(s.hypothesis), frac(margin), frac(effect), float(s.alpha), float(s.max_error_rate))
     if wrong is not None:
         out.append(f"{SETTING_KEYS[wrong.setting]}: {wrong}")
+    return out
+
+
+#: The numeric keys' ranges (the client's own are ClientSettings.problems, the simulator's SimConfig.problems, the
+#: comparison's settings analysis.comparison.settings_problem, through _stats_problems):
+#: key -> (lowest, highest, the lowest itself excluded, whole numbers only). Engine keys hold for ``engine.`` and
+#: for every arm's engine overrides.
+ENGINE_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
+    "port": (0, 65535, False, True), "ready_timeout_s": (0, None, True, False),
+    "poll_interval_s": (0, None, True, False), "stop_timeout_s": (0, None, False, False),
+    "release_timeout_s": (0, None, False, False), "gpus": (0, None, False, True), "n_ctx": (1, None, False, True),
+    "n_threads": (1, None, False, True),
+}
+RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
+    "experiment.repeats": (1, None, False, True), "experiment.min_repeats": (1, None, False, True),
+    "experiment.max_repeats": (1, None, False, True), "task.num_questions": (1, None, False, True),
+    "task.num_shots": (0, None, False, True), "task.max_new_tokens": (0, None, False, True),
+    "stats.seed": (0, 2**32 - 1, False, True), "divergence.top_k": (1, None, False, True),
+}
+CHECK_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
+    "min_count": (0, None, False, True), "max_new_tokens": (1, None, False, True),
+    "num_experts": (0, None, False, True), "top_k": (0, None, False, True),
+    "routed_per_token": (0, None, False, True), "min_share": (0, 1, False, False),
+}
+
+
+def _out_of_range(key: str, value: Any, rule: tuple[float, float | None, bool, bool]) -> str | None:
+    """Why ``value`` is not a valid ``key`` (None when it is, or unset)."""
+    low, high, strict, whole = rule
+    if value is None:
+        return None
+    kind = "an integer" if whole else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{key} must be {kind}, not {value!r}"
+    if not math.isfinite(value):
+        return f"{key} must be a finite number, not {value!r}"
+    if whole and value != int(value):
+        return f"{key} must be {kind}, not {value!r}"
+    if value < low or (strict and value == low) or (high is not None and value > high):
+        span = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+        return f"{key} must be {span}, not {value!r}"
+    return None
+
+
+def _non_finite(node: Any, prefix: str) -> list[str]:
+    """Every float of the config tree that is inf or nan, as ``key must be a finite number``: no key of abh's
+    means anything at infinity (timeouts included: 0 turns off what may be turned off)."""
+    out: list[str] = []
+    items = node.items() if hasattr(node, "items") else enumerate(node) if isinstance(node, list | tuple) else []
+    for k, v in items:
+        key = f"{prefix}{k}" if isinstance(k, str) else f"{prefix.rstrip('.')}[{k}]"
+        if isinstance(v, float) and not math.isfinite(v):
+            out.append(f"{key} must be a finite number, not {v!r}")
+        elif hasattr(v, "items") or isinstance(v, list | tuple):
+            out += _non_finite(v, f"{key}.")
+    return out
+
+
+def numeric_problems(cfg: Any) -> list[str]:
+    """Every numeric key finite and in range (the client's and the simulator's by their own owners)."""
+    plain = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    assert isinstance(plain, dict)
+    out = _non_finite(plain, "")
+    for key, rule in RANGES.items():
+        section, name = key.split(".")
+        why = _out_of_range(key, (plain.get(section) or {}).get(name), rule)
+        if why and why not in out:
+            out.append(why)
+    engine = plain.get("engine") or {}
+    engines = [("engine", engine)] + [(f"arms.{k}.engine", {**engine, **(a.get("engine") or {})})
+                                      for k, a in (plain.get("arms") or {}).items()]
+    for where, values in engines:
+        for name, rule in ENGINE_RANGES.items():
+            why = _out_of_range(f"{where}.{name}", values.get(name), rule)
+            if why and why.replace(where, "engine", 1) not in out:
+                out.append(why)
+    for k, arm in (plain.get("arms") or {}).items():
+        for i, check in enumerate(arm.get("checks") or []):
+            for name, rule in CHECK_RANGES.items():
+                why = _out_of_range(f"arms.{k}.checks[{i}].{name}", (check or {}).get(name), rule)
+                if why:
+                    out.append(why)
+    client = plain.get("client") or {}
+    try:
+        settings = ClientSettings(**{k: v for k, v in client.items() if k in ClientSettings.__dataclass_fields__})
+    except TypeError:
+        return out  # a key the schema does not know: unknown_keys says so
+    out += [f"client.{p}" for p in settings.problems() if f"client.{p.split(' ')[0]} must be a finite" not in
+            " ".join(out)]
     return out
 
 
@@ -555,10 +660,8 @@ def validate(cfg: Any) -> None:
     elif e.api not in API_NAMES:
         problems.append(f"engine.api must be {' or '.join(API_NAMES)}, not {e.api!r}")
     x = cfg.experiment
-    if not _NAME.match(x.name or ""):
-        problems.append(f"experiment.name {x.name!r} must be letters, digits, '_', '-', '.'")
-    if x.repeats < 1:
-        problems.append("experiment.repeats must be >= 1")
+    if name_problem(x.name):
+        problems.append(str(name_problem(x.name)))
     if x.order not in ("interleaved", "blocked"):
         problems.append("experiment.order must be interleaved or blocked")
     for role in ("a", "b"):
@@ -587,22 +690,12 @@ def validate(cfg: Any) -> None:
     t = cfg.task
     if t.recipe not in RECIPES:
         problems.append(f"task.recipe must be one of {', '.join(RECIPES)}, not {t.recipe!r}")
-    if t.num_questions < 1 or t.num_shots < 0 or t.max_new_tokens < 0:
-        problems.append("task.num_questions must be >= 1, num_shots >= 0, max_new_tokens >= 0")
-    if cfg.client.parallel < 1:
-        problems.append("client.parallel must be >= 1")
     if e is not None and e.get("port") and x.get("concurrent_servers"):
         problems.append(f"engine.port={e.port} with experiment.concurrent_servers=true: both arms' servers "
                         "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
     if e is not None and e.get("kind") == "simulated":
         problems += _simulated_problems(cfg)
     problems += _sequential_problems(cfg)
-    if e is not None and e.get("gpus") is not None and e.gpus < 0:
-        problems.append(f"engine.gpus must be >= 0 (or null: derived from the flags), not {e.gpus}")
-    for key, arm in cfg.arms.items():
-        g = arm.engine.get("gpus") if arm.engine else None
-        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 0):
-            problems.append(f"arms.{key}.engine.gpus must be an integer >= 0, not {g!r}")
     s = cfg.stats
     if s.correction not in ("holm", "bh"):
         problems.append("stats.correction must be holm or bh")
@@ -613,10 +706,11 @@ def validate(cfg: Any) -> None:
     problems += _stats_problems(cfg)
     d = cfg.get("divergence")
     if d is not None:
-        if d.top_k < 1:
-            problems.append("divergence.top_k must be >= 1")
         if d.reference not in ("a", "b"):
             problems.append(f"divergence.reference must be a or b (whose greedy texts are scored), not {d.reference!r}")
+    for p in numeric_problems(cfg):
+        if p not in problems:
+            problems.append(p)
     if len(problems) == 1:
         raise ConfigError(f"bad config: {problems[0]}")
     if problems:

@@ -15,7 +15,8 @@ TOO_MANY_ERRORS = 5
 ARMS_DIFFER = 6
 #: The verdict is one the caller asked to fail on (``--fail-on``).
 GATE_FAILED = 7
-#: Interrupted by Ctrl-C (SIGINT) or SIGTERM (128 + the signal number); the run is resumable by rerunning
-#: the same command.
+#: Interrupted by Ctrl-C (SIGINT), SIGTERM or SIGHUP (128 + the signal number: a closed terminal or ssh session
+#: is a hangup); servers stopped, the run is resumable by rerunning the same command.
 INTERRUPTED = 130
 TERMINATED = 143
+HANGUP = 129

@@ -25,7 +25,7 @@ def make_eval(root: Path, correct: np.ndarray, simulated: bool = False, **meta: 
     store = EvalStore(root)
     store.open({"dataset_sha256": "d" * 64, "recipe": "sglang", "indices": list(range(len(correct))),
                 "simulated": simulated, **meta})
-    rows = [SampleRecord(index=i, prompt_sha256="0" * 64, output="#### 1", pred=1, label=1, correct=bool(ok),
+    rows = [SampleRecord(index=i, prompt_sha256="0" * 64, output=f"#### {2 - int(ok)}", pred=2 - int(ok), label=1, correct=bool(ok),
                          invalid=False, finish_reason="stop", prompt_tokens=1, completion_tokens=1, latency_s=0.1,
                          attempts=1) for i, ok in enumerate(correct)]
     for r in rows:

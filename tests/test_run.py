@@ -44,12 +44,13 @@ class Demo:
 
 #: Secrets the shared demo run carries in both arms' server environments (no arm difference): no file it writes
 #: and nothing it prints may hold them.
-SECRETS = ("hf_leak123", "leak456")
+SECRETS = ("hf_leak123", "leak456", "hf_Harmless0Name0But0A0Token0Value")
 #: The demo's design (2 repeats per arm on concurrent servers, an A/A control on fresh launches, the report) on
 #: 100 questions: every structural check of the demo, at a fraction of its cost; with secrets in the environment.
 DEMO_100 = ("progress=false", "task.num_questions=100", "client.parallel=100",
             f"+engine.env.HF_TOKEN={SECRETS[0]}", f"+arms.a.env.MY_SECRET={SECRETS[1]}",
-            f"+arms.b.env.MY_SECRET={SECRETS[1]}")
+            f"+arms.b.env.MY_SECRET={SECRETS[1]}", f"+arms.a.env.MY_SETTING={SECRETS[2]}",
+            f"+arms.b.env.MY_SETTING={SECRETS[2]}")  # a token by its form, under a name that says nothing (issue 22)
 
 
 def _demo_run(root: Path, *overrides: str) -> Demo:

@@ -43,12 +43,14 @@ from typing import Any
 import numpy as np
 
 from harness import exitcodes, stats
+from harness.analysis import determinism
 from harness.results import schema
 from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON, to_doc
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
 from harness.stats.accuracy import Analysis
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
+from harness.tasks.row_check import row_check
 
 KIND = schema.COMPARISON
 SCHEMA_VERSION = schema.WRITES[KIND]
@@ -90,11 +92,15 @@ def settings_problem(hypothesis: str, margin: float | None, min_effect: float | 
     return None
 
 
+class IncomparableEvals(CompareError):
+    """The evals asked different things (dataset, recipe or questions: e.g. servers of different models)."""
+
+
 # ------------------------------------------------------------------------------------------ loading
 def _load_run(path: Path) -> ScoredEval:
     """One eval directory with its scores (CompareError when it cannot be read or lacks its identity)."""
     try:
-        run = load_scored(path)
+        run = load_scored(path, row_check)  # every row's claims checked against its question
     except StoreError as e:
         raise CompareError(f"cannot read eval {path}: {e}") from None
     missing = [k for k in IDENTITY_KEYS if k not in run.meta]
@@ -137,7 +143,7 @@ def _check_same_questions(runs: Sequence[ScoredEval]) -> None:
             diff = _first_difference(ref.meta.get(key), r.meta.get(key), key)
             if diff:
                 what = {"dataset_sha256": "dataset", "recipe": "recipe", "indices": "question set"}[key]
-                raise CompareError(
+                raise IncomparableEvals(
                     f"refusing to compare: {ref.dir} and {r.dir} have a different {what} ({diff}); "
                     "only runs of the same dataset, recipe and question indices are comparable")
 
@@ -316,6 +322,11 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     psi_aa = aa_blk.psi_aa
     noise = stats.noise_band(psi_aa, n, la, lb, alpha) if psi_aa is not None else None
     test, p, test_alpha = _basis(v, res, alpha)
+    # abh's GSM8K recipes are greedy: an eval that does not record its temperature ran at 0
+    temps = {r.meta.get("temperature", 0.0) for r in a_runs + b_runs + aa_runs}
+    ident = determinism.identical_outputs({"a": [(r.launch, r.outputs) for r in a_runs + aa_runs],
+                                           "b": [(r.launch, r.outputs) for r in b_runs]},
+                                          temps.pop() if len(temps) == 1 else None)
     return Comparison(
         simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
         hypothesis=hypothesis,
@@ -357,6 +368,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         psi_aa=psi_aa,
         psi_aa_per_arm=aa_blk.per_arm,
         psi_aa_source=aa_blk.source,
+        identical_outputs=ident,
         noise_band=[-noise, noise] if noise is not None else None,
         repeats_effective=r_eff,
         mde=res.mde,
@@ -368,7 +380,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         margin=margin,
         min_effect=min_effect,
         tost=res.tost,
-        warnings=[w for w in (aa_blk.warning,) if w],
+        warnings=[w for w in (aa_blk.warning,) if w] + determinism.warnings(ident),
         flips=[int(i) for i in indices[keep][res.d != 0]],
         diagnostics=_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
     )
@@ -416,6 +428,9 @@ def format_summary(c: Comparison) -> str:
     if c.psi_aa is not None and c.noise_band is not None:
         lines.append(f"  A/A: psi_AA {_pp(c.psi_aa, False)} % ({c.psi_aa_source}), noise band of delta "
                      f"±{_pp(c.noise_band[1], False)} pp")
+    identical = determinism.summary_line(c.identical_outputs or {})
+    if identical:
+        lines.append(f"  {identical}")
     if c.mde is not None:
         lines.append(f"  MDE at 80 % power: {_effect(c.mde)} ({c.mde_method}); smallest effect the "
                      f"test can detect at all {_effect(c.detectable_floor)}")

@@ -76,10 +76,10 @@ def _http_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) ->
     what = f"GET {path} -> {c.key or '(body)'}"
     url = engine.url + path
     try:
-        r = requests.get(url, timeout=30)
+        r = requests.get(url, timeout=30, headers=engine.http_headers)
         if r.status_code == 404 and path in ENDPOINT_ALIASES:
             url = engine.url + ENDPOINT_ALIASES[path]
-            r = requests.get(url, timeout=30)
+            r = requests.get(url, timeout=30, headers=engine.http_headers)
         status = r.status_code
         body = r.json()
     except (requests.RequestException, ValueError) as e:

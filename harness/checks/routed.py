@@ -252,7 +252,7 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
     first: JSONObject | None = None
     failed: list[str] = []
     for rank in ranks:
-        ok, found, rev = _one_rank(url, c, rank, launch_env, emap)
+        ok, found, rev = _one_rank(url, c, rank, launch_env, emap, engine.http_headers)
         label = "any rank" if rank is None else f"rank {rank}"
         per_rank[label] = {"passed": ok, "found": found}
         if first is None or (not ok and not failed):
@@ -271,8 +271,9 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
 
 
 def _one_rank(url: str, c: CheckConfig, rank: int | None, launch_env: dict[str, str],
-              emap: ExpertMap | None) -> tuple[bool, str, JSONObject]:
-    """(passed, found, evidence) of one request, pinned to DP ``rank`` (None: not pinned)."""
+              emap: ExpertMap | None, headers: dict[str, str]) -> tuple[bool, str, JSONObject]:
+    """(passed, found, evidence) of one request, pinned to DP ``rank`` (None: not pinned); ``headers``: the
+    server's Authorization, when it wants one."""
     body: JSONObject = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens),
                                                               "temperature": 0},
                         "return_routed_experts": True}
@@ -282,12 +283,12 @@ def _one_rank(url: str, c: CheckConfig, rank: int | None, launch_env: dict[str, 
     try:
         if rank is not None:
             body["routed_dp_rank"] = rank
-        r = requests.post(url, json=body, timeout=300)
+        r = requests.post(url, json=body, timeout=300, headers=headers)
         if rank is not None and r.status_code == 400 and "routed_dp_rank" in r.text:
             body.pop("routed_dp_rank")
             body["data_parallel_rank"] = rank  # SGLang before routed_dp_rank (still its deprecated alias)
             ev["rank_field"] = "data_parallel_rank"
-            r = requests.post(url, json=body, timeout=300)
+            r = requests.post(url, json=body, timeout=300, headers=headers)
         status = r.status_code
         reply = r.json()
     except (requests.RequestException, ValueError) as e:

@@ -12,7 +12,8 @@ launch (``url:...``), which the statistics treat as dependent.
 
 Exit codes are those of ``abh run``: 0 finished; 2 bad command line, data or output directory (nothing is
 started); 4 a server is not reachable or stopped serving (answers so far are kept); 5 too many request
-errors; 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 interrupted by Ctrl-C / SIGTERM.
+errors; 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 / 129 interrupted by Ctrl-C / SIGTERM /
+SIGHUP. Two servers that say they serve different models are refused (exit 2) before any question.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
                          "vllm: that with every sampling field vLLM takes")
     ap.add_argument("--model", default="", help="OpenAI model name (default: the first of /v1/models)")
+    ap.add_argument("--api-key-env", default="", metavar="VAR",
+                    help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
+                         "a URL's user:password@ is sent as basic auth")
     ap.add_argument("--repeats", type=int, default=1, metavar="R", help="evals per arm")
     ap.add_argument("--a-name", default=None, metavar="NAME", help="arm A's name (default: A)")
     ap.add_argument("--b-name", default=None, metavar="NAME", help="arm B's name (default: B)")
@@ -153,6 +157,7 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
     values: dict[str, object] = {
         "arms.a.engine.url": urls[0], "arms.b.engine.url": urls[1], "arms.a.name": names[0], "arms.b.name": names[1],
         "engine.api": a.api, "engine.ready_timeout_s": float(a.wait_ready), "client.model": a.model,
+        "client.api_key_env": a.api_key_env,
         "experiment.repeats": a.repeats, "task.recipe": a.recipe, "task.num_shots": a.num_shots,
         "task.num_questions": a.num_questions, "task.max_new_tokens": a.max_new_tokens,
         "task.data_path": a.data or "", "task.train_path": a.train_data or "",
@@ -204,18 +209,46 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
                                 "order of the first run, or use another --out")
 
 
-def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int) -> None:
+def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
+                       headers: dict[str, str]) -> list[tuple[str, str]]:
     """Before anything is written: each server with an eval still to run answers HTTP at all (exit 4); the A/A
-    floor's server (``--aa``) whenever it is given."""
+    floor's server (``--aa``) whenever it is given. Returns (role, URL) of the servers asked."""
     from harness.results.eval_store import eval_done
-    from harness.serving.client import unreachable
+    from harness.serving.client import redact_userinfo, unreachable
 
+    asked = []
     for role, url in zip((*ROLES, "a2"), urls, strict=False):
         if role != "a2" and all(eval_done(out / "evals" / role / f"r{r}") for r in range(1, repeats + 1)):
             continue
-        why = unreachable(url)
+        why = unreachable(url, headers=headers)
         if why is not None:
-            raise ABFailure(exitcodes.SERVER_FAILURE, f"server {role.upper()} at {url} is not reachable: {why}")
+            raise ABFailure(exitcodes.SERVER_FAILURE,
+                            f"server {role.upper()} at {redact_userinfo(url)} is not reachable: {why}")
+        asked.append((role, url))
+    return asked
+
+
+def refuse_other_models(servers: Sequence[tuple[str, str]], headers: dict[str, str]) -> None:
+    """Servers of different models are not an A/B test of a change: said before any question (exit 2), rather
+    than found by the comparison (their recipes' model_path differ) after both evals."""
+    from harness.serving.client import served_model
+
+    models = {role: served_model(url, headers) for role, url in servers}
+    if len({m for m in models.values() if m is not None}) > 1:
+        said = ", ".join(f"{role.upper()}: {m!r}" for role, m in models.items() if m is not None)
+        raise ABFailure(exitcodes.BAD_CONFIG, f"the servers serve different models ({said}); abh ab compares "
+                        "servers of the same model that differ in one change")
+
+
+def auth_headers(api_key_env: str) -> dict[str, str]:
+    """The bearer header of ``--api-key-env`` (ABFailure, exit 2, when it names no variable that is set)."""
+    from harness.serving.client import ClientSettings, bearer_headers
+
+    settings = ClientSettings(api_key_env=api_key_env)
+    problems = [p for p in settings.problems() if p.startswith("api_key_env")]
+    if problems:
+        raise ABFailure(exitcodes.BAD_CONFIG, "--" + problems[0].replace("_", "-", 2))
+    return bearer_headers(settings)
 
 
 def compose_config(argv_overrides: list[str]) -> DictConfig:
@@ -250,9 +283,15 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     try:
         if a.out.exists() and not a.out.is_dir():
             raise ABFailure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
+        from harness.util.paths import output_problem
+
+        unsafe = output_problem(a.out)
+        if unsafe:
+            raise ABFailure(exitcodes.BAD_CONFIG, unsafe)
         urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
+        headers = auth_headers(a.api_key_env)
         refuse_swapped(a.out, urls[:2])
-        refuse_unreachable(a.out, urls, a.repeats)
+        refuse_other_models(refuse_unreachable(a.out, urls, a.repeats, headers), headers)
         cfg = compose_config(overrides(a, urls, names))
     except ABFailure as e:
         print(f"abh ab: {'error: ' if e.code == exitcodes.BAD_CONFIG else ''}{e}", file=sys.stderr)

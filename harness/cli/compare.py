@@ -35,9 +35,14 @@ from harness.cli.flags import HelpFormatter
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
 from harness.results import schema
+from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
+from harness.results.fileio import OutputError
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
+from harness.serving.untrusted import printable
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
+from harness.tasks.row_check import row_check
+from harness.util.paths import output_problem
 from harness.util.redact import redact_argv
 
 
@@ -87,7 +92,7 @@ def _load_evals(dirs: Sequence[Path], allow_incomplete: bool) -> list[tuple[Path
     out = []
     for d in dirs:
         try:
-            meta, samples, summary = load_eval(d)
+            meta, samples, summary = load_eval(d, row_check)
         except (StoreError, OSError) as e:
             raise CompareError(f"cannot read eval {d}: {e}") from None
         why = incomplete_reason(meta, samples, summary)
@@ -101,9 +106,9 @@ def _load_evals(dirs: Sequence[Path], allow_incomplete: bool) -> list[tuple[Path
 def _name(given: str | None, metas: Sequence[EvalMeta], default: str) -> str:
     """The arm's name: as given, else the one name its evals record, else ``default``."""
     if given is not None:
-        return given
+        return printable(given, one_line=True)  # stored escaped: no report or table gets a control character
     recorded = {str(m["arm"]) for m in metas if m.get("arm")}
-    return recorded.pop() if len(recorded) == 1 else default
+    return printable(recorded.pop(), one_line=True) if len(recorded) == 1 else default
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
@@ -117,6 +122,29 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         print(f"abh compare: --out {args.out} exists and is not a directory", file=sys.stderr)
         return exitcodes.BAD_CONFIG
+    unsafe = output_problem(args.out)
+    if unsafe:
+        print(f"abh compare: error: {unsafe}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    lock = DirLock(args.out, "comparison directory")
+    try:
+        if args.out.is_dir():
+            lock.acquire()  # another abh writing there: stop before the work, not after it
+        return _compare(args, argv, lock)
+    except DirectoryInUse as e:
+        print(f"abh compare: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except OutputError as e:  # a full disk, a read-only --out: the inputs are untouched, rerun when it is fixed
+        print(f"abh compare: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except OSError as e:  # the same, from a writer that is not abh's own (the samples export)
+        print(f"abh compare: error: cannot write into {args.out}: {e.strerror or e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    finally:
+        lock.release()
+
+
+def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     # an --aa directory with a scoring pass and no eval is the divergence's floor only, not an accuracy run
     aa_evals = [d for d in args.aa if not (has_pass(d) and not (d / schema.EVAL_FILE).exists())]
     try:
@@ -135,8 +163,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     names = ArmNames(a=_name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
                      b=_name(args.b_name, [m for _, m, _ in evals["b"]], "B"))
     c = replace(c, divergence=div, arm_names=names, command=["abh", "compare", *redact_argv(argv)])
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not lock.held:
+        lock.acquire()
     schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
-    print(format_summary(c))
+    print(printable(format_summary(c)))
     if div is not None:
         print(terminal_line(div))
     print(f"wrote {args.out / schema.COMPARISON_FILE}")

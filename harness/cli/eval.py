@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 
 from harness import exitcodes
@@ -10,7 +12,7 @@ from harness.cli.flags import HelpFormatter
 
 
 class _Signalled(BaseException):
-    """SIGINT/SIGTERM before the eval's own handlers were installed."""
+    """SIGINT/SIGTERM/SIGHUP before the eval's own handlers were installed."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -25,7 +27,7 @@ def eval_main(argv: list[str]) -> int:
 
     # First thing, before the heavy imports: a signal at any moment is honoured (even where the shell
     # started us with SIGINT ignored, as it does for `abh eval ... &` in a script).
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         return _eval(argv)
     except _Signalled as e:
@@ -35,6 +37,13 @@ def eval_main(argv: list[str]) -> int:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+#: ClientSettings fields -> the flags of abh eval that set them (for its error messages)
+FLAGS = {"parallel": "--parallel", "retries": "--retries", "request_timeout_s": "--request-timeout",
+         "stall_timeout_s": "--stall-timeout", "api_key_env": "--api-key-env",
+         "max_bytes_per_token": "--max-bytes-per-token"}
+FLAG_NAMES = re.compile(r"\b(?:" + "|".join(FLAGS) + r")\b")
 
 
 def _eval(argv: list[str]) -> int:
@@ -51,6 +60,7 @@ def _eval(argv: list[str]) -> int:
     from harness.serving.client import ClientConfig
     from harness.serving.wire import API_NAMES
     from harness.tasks import gsm8k
+    from harness.util.paths import output_problem
 
     d = ClientConfig.__dataclass_fields__
     ap = argparse.ArgumentParser(prog="abh eval", description="Run GSM8K against a running server.",
@@ -73,6 +83,9 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--max-new-tokens", type=int, metavar="N", default=512, help="generation length limit")
     ap.add_argument("--model-path", default=None, help="override the model path the stop list is chosen by")
     ap.add_argument("--model", default="", help="OpenAI model name (default: first of /v1/models)")
+    ap.add_argument("--api-key-env", default="", metavar="VAR",
+                    help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
+                         "a URL's user:password@ is sent as basic auth")
     ap.add_argument("--retries", type=int, metavar="N", default=d["retries"].default,
                     help="retries of a request after a timeout, 429, 5xx or a dropped connection")
     ap.add_argument("--request-timeout", type=float, metavar="S", default=d["request_timeout_s"].default,
@@ -80,6 +93,9 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--stall-timeout", type=float, metavar="S", default=d["stall_timeout_s"].default,
                     help="no answer for this many seconds while requests are in flight: probe the server's "
                          "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=d["max_bytes_per_token"].default,
+                    help="an answer larger than 1 MiB + B per token the request can produce is that request's "
+                         "error (response too large)")
     ap.add_argument("--wait-ready", type=float, metavar="S", default=0.0,
                     help="wait up to this many seconds for the server to load before the first request")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
@@ -89,10 +105,17 @@ def _eval(argv: list[str]) -> int:
         out = Path(a.out)
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {a.out} exists and is not a directory")
-        if a.wait_ready < 0:
-            raise ValueError("--wait-ready must be >= 0")
-        ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
-                            request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model)
+        unsafe = output_problem(out)
+        if unsafe:
+            raise ValueError(unsafe)
+        if not math.isfinite(a.wait_ready) or a.wait_ready < 0:
+            raise ValueError(f"--wait-ready must be a finite number >= 0, not {a.wait_ready!r}")
+        try:
+            ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
+                                request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model,
+                                api_key_env=a.api_key_env, max_bytes_per_token=a.max_bytes_per_token)
+        except ValueError as e:  # the settings' own names, as the flags that set them
+            raise ValueError(FLAG_NAMES.sub(lambda m: FLAGS[m.group()], str(e))) from None
         test, train = gsm8k.load_splits(a.data, a.train_data, a.recipe, a.allow_noncanonical)
         recipe = gsm8k.RecipeConfig(name=a.recipe, num_questions=a.num_questions, num_shots=a.num_shots,
                                     max_new_tokens=a.max_new_tokens, model_path=a.model_path)
@@ -117,10 +140,18 @@ def _eval(argv: list[str]) -> int:
               file=sys.stderr)
         return 128 + e.signum
     except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
-        from harness.results.eval_store import StoreError
+        from harness.results.eval_store import OutputError, StoreError
 
+        if isinstance(e, OutputError):
+            kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) and "
+                    "rerun the same command to resume") if out.is_dir() else ""
+            print(f"abh eval: error: {e}{kept}", file=sys.stderr)
+            return exitcodes.BAD_CONFIG
         if isinstance(e, StoreError | gsm8k.DatasetError):
             print(f"abh eval: error: {e}", file=sys.stderr)
+            return exitcodes.BAD_CONFIG
+        if isinstance(e, OSError):  # a directory that cannot be made or opened
+            print(f"abh eval: error: {a.out}: {e.strerror or e}", file=sys.stderr)
             return exitcodes.BAD_CONFIG
         raise
     print(format_summary(summary))

@@ -20,6 +20,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from harness import exitcodes
 from harness.analysis.sweep import summarize_sweep
@@ -88,7 +89,7 @@ def task(cfg: DictConfig) -> int:
     overrides = [_lower_bool(redact_text(a)) for a in redact_argv([*hc.overrides.task, *placed])]
     code = run_job(cfg, run_dir, ["abh", "run", *overrides])  # a sweep job's own: it reruns that job alone
     if code in INTERRUPTED_CODES and in_multirun():
-        raise RunExit(code)  # Ctrl-C / SIGTERM stops the whole sweep, not just this job
+        raise RunExit(code)  # Ctrl-C / SIGTERM / SIGHUP stops the whole sweep, not just this job
     if code and in_submitit():
         raise RunExit(code)  # the job fails, so submitit/SLURM see it
     return code
@@ -141,6 +142,41 @@ def malformed_yaml(roots: list[Path]) -> str | None:
     return None
 
 
+def _value(text: str) -> str:
+    """An override's value as Hydra reads a plain or quoted one."""
+    v = text.strip()
+    return v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v
+
+
+def directory_problem(argv: list[str]) -> str | None:
+    """A run or sweep directory the overrides would have Hydra make where it must not, as one line: an experiment
+    name that leaves ``results/`` (``experiment.name=../../x``; also the name of the experiment file picked), or
+    a ``hydra.run.dir`` / ``hydra.sweep.dir`` that is the root, a system directory or under a file. Checked before
+    Hydra composes anything, since Hydra makes the directory before the run's own validation."""
+    from harness.config import name_problem
+    from harness.util.paths import output_problem
+
+    for a in argv:
+        key, eq, raw = a.partition("=")
+        key = key.lstrip("+~")
+        if not eq:
+            continue
+        if key == "experiment.name":  # an interpolation is checked as Hydra resolves it (abh_run_name)
+            problem = None if "${" in raw else name_problem(_value(raw))
+        elif key in ("hydra.run.dir", "hydra.sweep.dir"):
+            problem = output_problem(_value(raw), key)
+        elif key == "experiment":
+            path = CONFIG_DIR / "experiment" / f"{_value(raw)}.yaml"
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+            name = ((doc or {}).get("experiment") or {}).get("name") if isinstance(doc, dict) else None
+            problem = name_problem(name) if isinstance(name, str) and "${" not in name else None
+        else:
+            problem = None
+        if problem:
+            return problem
+    return None
+
+
 def fail_on_override(argv: list[str]) -> list[str]:
     """``--fail-on X`` (or ``--fail-on=X``), the CI gate of ``abh compare`` and ``abh ab``, as the Hydra override
     ``fail_on=X``; everything else is left for Hydra."""
@@ -162,7 +198,7 @@ def main(argv: list[str]) -> int:
         print(help_text())
         return exitcodes.OK
     argv = fail_on_override(argv)
-    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"])
+    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"]) or directory_problem(argv)
     if bad:
         print(f"abh run: error: {bad}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
@@ -178,6 +214,10 @@ def main(argv: list[str]) -> int:
         return int(e.code) if isinstance(e.code, int) else exitcodes.UNEXPECTED
     except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before the job's handlers: nothing was started
         return exitcodes.INTERRUPTED
+    except OmegaConfBaseException as e:  # a resolver refused a value as Hydra resolved its directories
+        cause = e.__cause__ or e
+        print(f"abh run: error: {cause}".splitlines()[0], file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     except SystemExit as e:
         # Hydra exits 1 on composition errors (unknown key, bad value, missing config), argparse 2: bad config.
         if e.code in (0, None):

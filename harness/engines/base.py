@@ -123,6 +123,9 @@ class Engine:
         self.ready_s: float | None = None
         self._stopped = False
         self._wire: Api | None = None
+        #: headers the harness's own requests to the server carry (the client's ``Authorization``: a server that
+        #: wants an API key wants it for its health and info endpoints too); set by the run, never recorded
+        self.http_headers: dict[str, str] = {}
 
     # ------------------------------------------------------------------ identity
     @property
@@ -209,7 +212,7 @@ class Engine:
 
     # ------------------------------------------------------------------ HTTP helpers
     def _get(self, path: str, timeout: float = 10.0) -> requests.Response:
-        return requests.get(self.url + path, timeout=timeout)
+        return requests.get(self.url + path, timeout=timeout, headers=self.http_headers)
 
     def get_json(self, path: str, timeout: float = 10.0) -> Any:
         r = self._get(path, timeout)
@@ -243,6 +246,7 @@ class Engine:
         try:
             model = self.openai_model()
             r = requests.post(self.url + "/v1/completions", timeout=max(self.probe_timeout_s, 60.0),
+                              headers=self.http_headers,
                               json={"model": model, "prompt": "1 + 1 =", "max_tokens": 1, "temperature": 0.0})
         except requests.RequestException as e:
             return False, f"1-token /v1/completions: {type(e).__name__}"

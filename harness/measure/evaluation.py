@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
-from harness.results.fileio import StoreError
+from harness.results.fileio import OutputError, StoreError
 from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
 from harness.tasks.gsm8k import GSM8K, Dataset, Question, RecipeConfig
@@ -83,17 +83,27 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
     if out.exists() and not out.is_dir():
         raise StoreError(f"{out} exists and is not a directory")
     stop = Stop()
-    with signals_to(stop):
-        async with Client(client_cfg) as client:
-            try:
-                return await _run(test, recipe, client, out, train, opts, stop)
-            finally:
-                stop.raise_for_reason()
+    tell = opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr))
+    store = EvalStore(out)
+    if out.is_dir():
+        store.lock()  # a second process into this directory stops here, before it asks anything
+    try:
+        with signals_to(stop):
+            async with Client(client_cfg) as client:
+                for notice in client.notices:  # the parallelism fitted to the open-file limit
+                    tell(f"warning: {notice}")
+                client.on_notice = lambda s: tell(f"note: {s}")
+                try:
+                    return await _run(test, recipe, client, store, train, opts, stop)
+                finally:
+                    stop.raise_for_reason()
+    finally:
+        store.close()
 
 
-async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, train: Dataset | None,
+async def _run(test: Dataset, recipe: RecipeConfig, client: Client, store: EvalStore, train: Dataset | None,
                opts: EvalOptions, stop: Stop) -> dict[str, Any]:
-    cfg = client.cfg
+    cfg, out = client.cfg, store.root
     if opts.wait_ready_s > 0:
         await stop.race(client.wait_ready(opts.wait_ready_s, opts.on_status))
     facts = await stop.race(_server_facts(client)) or {}
@@ -127,7 +137,7 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
                               f"{warm.error[:160]}{found}; check the URL and the API")
         if warm.refused:
             raise ServerGone(f"nothing listens at {cfg.url} ({warm.error})")
-        print(f"warning: warm-up request failed: {warm.error}", file=sys.stderr)
+        (opts.on_status or (lambda s: print(s, file=sys.stderr)))(f"warning: warm-up request failed: {warm.error}")
         return time.perf_counter() - t
 
     with watchdogs(client, stop, opts.abort_check):
@@ -139,8 +149,8 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, out: Path, t
             warm_s = await warm_up()
         if stop.event.is_set():
             return {}
-        store = EvalStore(out)
-        done = store.open(meta)
+        # the rows kept must be answers to these questions, scored as this task scores
+        done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.questions}, GSM8K.score)
         pending = [q for q in task.questions if q.index not in done]
         if not fresh and opts.warmup and pending and task.warms_up:
             warm_s = await warm_up()
@@ -156,13 +166,17 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
     sampling = task.sampling_params()
     progress = Progress(len(task.questions), opts.progress, f"{out.parent.name}/{out.name}", initial=len(done),
                         correct=sum(1 for r in done.values() if r.correct), accuracy=True,
-                        in_flight=lambda: client.in_flight)
+                        in_flight=lambda: client.in_flight, note=client.status)
     t0 = time.perf_counter()
     held: list[tuple[Question, Reply]] = []  # refused replies: errors if the server lives, else missing
 
     def write(q: Question, reply: Reply) -> None:
         rec = _record(q.index, q.prompt_sha256, q.label, reply)
-        store.append(rec, q.prompt)
+        try:
+            store.append(rec, q.prompt)
+        except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
+            stop.fail(e)
+            return
         progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
     async def one(q: Question) -> None:
@@ -199,7 +213,7 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
         await asyncio.gather(*tasks, return_exceptions=True)  # retrieve, so nothing is logged
         progress.close()
         wall = time.perf_counter() - t0 + warm_s
-        store.close()
+        store.close_files()
         samples = load_samples(out)
         prev_wall = float(store.meta.get("wall_s_total", 0.0))
         summary = {**summarize(samples, len(task.questions), wall),
@@ -213,8 +227,13 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
             total = summary["latency_s"]
             summary["output_throughput"] = summary["output_tokens"] / total if total > 0 else None
         store.meta["wall_s_total"] = prev_wall + wall
-        store.save_meta()
-        store.write_summary(summary)
+        try:
+            store.save_meta()
+            store.write_summary(summary)
+        except OutputError:
+            if store.failed is None:
+                raise
+            # the disk that refused the answers refuses the summary too: the first error is the one to report
     return summary
 
 

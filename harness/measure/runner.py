@@ -29,7 +29,9 @@ except ImportError:  # pragma: no cover - uvloop is a dependency except on Windo
 
 T = TypeVar("T")
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals that stop a measurement cleanly: Ctrl-C, SIGTERM (a scheduler's preemption) and SIGHUP (the
+#: terminal or ssh session that ran abh went away): each stops the servers and leaves a resumable directory.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -38,7 +40,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM: what was measured is on disk and everything is resumable; the command exits
+    """SIGINT, SIGTERM or SIGHUP: what was measured is on disk and everything is resumable; the command exits
     128 + the signal's number (``abh run`` stops its servers first: :mod:`harness.orchestrate.interrupts`)."""
 
     def __init__(self, signum: int):
@@ -58,6 +60,14 @@ class Stop:
         self.reason: str | None = None
         self.signum: int | None = None
         self.stalled = False
+        #: an error of the measurement's own (its results cannot be written): raised as it is
+        self.error: Exception | None = None
+
+    def fail(self, error: Exception) -> None:
+        """Stop because of ``error`` (e.g. a full disk): the caller sees ``error`` itself."""
+        if self.error is None:
+            self.error = error
+        self.trip(str(error))
 
     def trip(self, reason: str, *, stalled: bool = False) -> None:
         if self.reason is None:
@@ -78,6 +88,8 @@ class Stop:
         or went away; nothing when the measurement was not stopped."""
         if self.signum is not None:
             raise Interrupted(self.signum)
+        if self.error is not None:
+            raise self.error
         if self.reason is not None:
             raise (ServerStalled if self.stalled else ServerGone)(self.reason)
 
@@ -104,7 +116,7 @@ class Stop:
 
 @contextmanager
 def signals_to(stop: Stop) -> Iterator[None]:
-    """SIGINT/SIGTERM trip ``stop`` for as long as the measurement runs, setup included. The handlers are the
+    """SIGINT/SIGTERM/SIGHUP trip ``stop`` for as long as the measurement runs, setup included. The handlers are the
     loop's own (under uvloop an exception raised in a Python-level signal handler is swallowed); the caller's
     handlers are given back afterwards."""
     loop = asyncio.get_running_loop()
@@ -157,10 +169,13 @@ class Progress:
     refreshed every second by :meth:`ticking` even when nothing finishes) and, for an eval, accuracy so far."""
 
     def __init__(self, total: int, enabled: bool, label: str, *, initial: int = 0, correct: int = 0,
-                 accuracy: bool = False, in_flight: Callable[[], int] | None = None):
+                 accuracy: bool = False, in_flight: Callable[[], int] | None = None,
+                 note: Callable[[], str | None] | None = None):
         self.answered, self.correct, self.errors = initial, correct, 0
         self.accuracy = accuracy
         self.in_flight = in_flight
+        #: what the client is waiting on, when anything (e.g. requests waiting out a server's Retry-After)
+        self.note = note
         self.bar = None
         if enabled:
             from tqdm import tqdm
@@ -175,6 +190,9 @@ class Progress:
         shown["err"] = self.errors
         if self.in_flight is not None:
             shown["in_flight"] = self.in_flight()
+        note = self.note() if self.note is not None else None
+        if note:
+            shown["note"] = note
         return shown
 
     def update(self, *, error: bool, correct: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM during ``abh run``, honoured in every phase.
+"""Ctrl-C, SIGTERM and SIGHUP during ``abh run``, honoured in every phase (:data:`~harness.measure.runner.SIGNALS`).
 
 A signal sets a flag, then acts by phase:
 
@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 class Interrupts:
-    """Installs the run's SIGINT/SIGTERM handler for the duration of a ``with`` block (main thread only)."""
+    """Installs the run's SIGINT/SIGTERM/SIGHUP handler for the duration of a ``with`` block (main thread only)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None

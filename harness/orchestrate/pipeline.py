@@ -28,7 +28,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness import exitcodes
-from harness.analysis.comparison import CompareError, CompareSettingsError, compare_dirs, format_summary
+from harness.analysis.comparison import (
+    CompareError,
+    CompareSettingsError,
+    IncomparableEvals,
+    compare_dirs,
+    format_summary,
+)
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence
 from harness.analysis.gate import comparison_exit, exit_reason
@@ -63,14 +69,16 @@ from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
 from harness.results import schema
+from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
-from harness.results.fileio import StoreError
-from harness.serving.client import ClientConfig
+from harness.results.fileio import OutputError, StoreError
+from harness.serving.client import ClientConfig, bearer_headers
+from harness.serving.untrusted import printable
 from harness.stats.group_sequential import operating_characteristics
 from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
 from harness.util.redact import redact_text
 
-INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED)
+INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANGUP)
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
 
@@ -114,8 +122,8 @@ def static_description(desc: dict[str, Any]) -> dict[str, Any]:
 
 def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
     """The arm's exact server command: one NAME=value per env var, then one ``--flag value`` per line."""
-    print(f"\n=== arm {key}: {arm.name} ({arm.side or 'no side declared'}) ===")
-    print(spec.pretty())
+    print(printable(f"\n=== arm {key}: {arm.name} ({arm.side or 'no side declared'}) ==="))
+    print(printable(spec.pretty()))
     if list(spec.argv) != list(spec.server_argv):
         head = spec.argv[:len(spec.argv) - len(spec.server_argv) + 1]
         print(f"# started through the fingerprint launcher: {' '.join(head)} ...")
@@ -155,6 +163,16 @@ class Run:
         self.engines: dict[str, Engine] = {}
         self.live_diff_checked = False
         run_dir.mkdir(parents=True, exist_ok=True)
+        # one process per run directory, before anything in it is read or written (released by run_experiment)
+        self.lock = DirLock(run_dir, "run directory").acquire()
+        try:
+            self._open(cfg, run_dir, command)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, cfg: DictConfig, run_dir: Path, command: list[str] | None) -> None:
+        """Resume or start the run's record (manifest), and set up its servers and scoring."""
         resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
         ignores = engine_class(str(cfg.engine.kind)).diff_ignore
         digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
@@ -165,9 +183,9 @@ class Run:
             experiment=str(self.x.name), config=resolved, digest=digest,
             dataset={"sha256": self.test.sha256, "source": self.test.source, "canonical": self.test.canonical,
                      "rows": len(self.test)}, argv=command)
-        self.pool = ServerPool(self.engines, self.arms, self.manifest, interrupts, log.say,
+        self.pool = ServerPool(self.engines, self.arms, self.manifest, self.interrupts, self.log.say,
                                concurrent=bool(self.x.concurrent_servers))
-        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, interrupts, log)
+        self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, self.interrupts, self.log)
                         if cfg.divergence.enabled else None)
         #: GPUs one server of each arm holds (engine.gpus, else derived from its flags): the cost accounting
         self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
@@ -186,6 +204,7 @@ class Run:
                 arm = resolve_arm(key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
                 engine = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm, self.run_dir,
                                        label=f"{role}-{key}")
+                engine.http_headers = bearer_headers(client_settings(self.cfg))
                 self.arms[key], self.engines[key] = arm, engine
                 descs[key] = static_description(describe_launch(arm, engine))
             if self.aa_key is not None:  # the floor's own server (abh ab --aa): not one of the compared arms
@@ -194,11 +213,13 @@ class Run:
                 self.arms[self.aa_key] = arm
                 self.engines[self.aa_key] = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm,
                                                           self.run_dir, label=f"aa-{self.aa_key}")
+                self.engines[self.aa_key].http_headers = bearer_headers(client_settings(self.cfg))
         except (ArmError, EngineError, OSError) as e:
             raise ConfigError(f"cannot prepare arms: {e}") from None
         diffs = arm_diff(descs)
         bad = disallowed(diffs, self.allowed)
-        self.manifest.record_arms({k: {"launch": descs[k], "name": self.arms[k].name, "side": self.arms[k].side}
+        self.manifest.record_arms({k: {"launch": descs[k], "name": printable(self.arms[k].name, one_line=True),
+                                       "side": printable(self.arms[k].side, one_line=True)}
                                    for k in self.keys.values()}, diffs, bad, self.allowed)
         # the source diff, computed from the arms' trees or refs; enforced (exit 6) before any server
         self.source_diff = sourcediff.compute(self.arms[self.keys["a"]], self.arms[self.keys["b"]],
@@ -245,14 +266,14 @@ class Run:
             print_launch(role, self.arms[key], self.engines[key].launch_spec())
         print("\nwhat differs between the arms:")
         for d in diffs or [{"key": "(nothing)", "values": {}}]:
-            print(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items()))
+            print(printable(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items())))
         print(self.source_diff.line())
         if self.source_diff.outside:
             print(f"  {self.source_diff.outside_line()}")
         for key, results in checks.items():
             for r in results:
-                print(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected {r.expected!r}, "
-                      f"found {r.found!r})")
+                print(printable(f"check [{key}] {r.name}: {'PASS' if r.passed else 'FAIL'} (expected "
+                                f"{r.expected!r}, found {r.found!r})"))
 
     # ------------------------------------------------------------------ measuring
     def acquire(self, item: Item, label: str) -> Launch:
@@ -404,7 +425,8 @@ class Run:
         # "instance" is the same id under the name the eval store records per session.
         meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
                 "simulated": engine.simulated}
-        opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta)
+        opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta,
+                           on_status=lambda line: self.log.say(f"  {line}"))
         try:
             summary = self.interrupts.run_async(
                 run_eval_async(self.test, recipe_of(cfg), ccfg, self.run_dir / rel, self.train, opts))
@@ -443,10 +465,14 @@ class Run:
             key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
             raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
                              "evals are kept") from None
+        except IncomparableEvals as e:  # not a matter of failed requests: a rerun would not change it
+            raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}") from None
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
-        comparison = replace(comparison, arm_names=schema.ArmNames(a=self.arms[x.a].name, b=self.arms[x.b].name),
+        # names are anyone's text: stored escaped, so no report, plot or table gets a control character
+        comparison = replace(comparison, arm_names=schema.ArmNames(a=printable(self.arms[x.a].name, one_line=True),
+                                                                   b=printable(self.arms[x.b].name, one_line=True)),
                              command=list(self.command) if self.command else None)
         cost = self.cost()
         m.record("cost", cost.to_doc())
@@ -475,7 +501,7 @@ class Run:
                                      sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
-        print(format_table(summary, comparison))
+        print(printable(format_table(summary, comparison)))  # arm names are anyone's text
         if seq is not None:
             print(f"  {sequential_line(seq)}")
         print(format_cost(cost))
@@ -485,6 +511,9 @@ class Run:
         if self.cfg.report:
             try:
                 self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+            except OutputError as e:  # a full disk: the measured verdict is in comparison.json already
+                self.log.say(f"report not written: {e}")
+                return code or exitcodes.BAD_CONFIG
             except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
                 self.log.write(traceback.format_exc())
                 self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
@@ -507,6 +536,13 @@ def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: 
                    command: list[str] | None = None) -> int:
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
     run = Run(cfg, run_dir, interrupts, log, command)
+    try:
+        return _run_experiment(run, cfg, interrupts)
+    finally:
+        run.lock.release()
+
+
+def _run_experiment(run: Run, cfg: DictConfig, interrupts: Interrupts) -> int:
     diffs, bad = run.prepare_arms()
     preflights = run.preflight()
     if cfg.dry_run:
@@ -583,6 +619,9 @@ def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) ->
     with Interrupts() as interrupts:
         try:
             code = run_experiment(cfg, run_dir, interrupts, log, command)
+        except DirectoryInUse as e:  # another run owns the directory, its run.log included: say it here only
+            print(redact_text(f"abh: error: {e}"), file=sys.stderr, flush=True)
+            return exitcodes.BAD_CONFIG
         except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
             known = exit_for(e)
             if known is None and not isinstance(e, Exception):

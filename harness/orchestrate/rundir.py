@@ -33,6 +33,7 @@ from harness import __version__
 from harness.config import PROJECT_ROOT, ConfigError
 from harness.engines.gpu import gpu_inventory
 from harness.results import schema
+from harness.serving.untrusted import printable
 from harness.util.keys import flatten, matches
 from harness.util.redact import redact_text, redact_tree
 
@@ -45,7 +46,9 @@ RUN_LOG = "run.log"
 #: Statistics are recomputed from the stored answers; scheduling options change when, not what, is asked;
 #: the scoring passes (``divergence``) record what they scored and are redone when it changed.
 NON_SEMANTIC = ("progress", "report", "dry_run", "fail_on", "stats", "client.request_timeout_s", "client.retries",
-                "client.backoff_s", "client.stall_timeout_s", "experiment.description", "experiment.order",
+                "client.backoff_s", "client.stall_timeout_s", "client.api_key", "client.api_key_env",
+                "client.max_bytes_per_token", "client.read_timeout_s", "client.progress_timeout_s",
+                "experiment.description", "experiment.order",
                 "experiment.concurrent_servers", "experiment.restart_per_repeat", "experiment.aa_fresh_launch",
                 "experiment.allowed_differences", "experiment.fix_files", "divergence")
 
@@ -290,16 +293,23 @@ class RunLog:
 
     def __init__(self, run_dir: Path | None):
         self.path = run_dir / RUN_LOG if run_dir is not None else None
+        #: why run.log cannot be written (a full disk), once it could not: the terminal still gets every line
+        self.broken: str | None = None
 
     def say(self, msg: str) -> None:
-        line = redact_text(msg)
+        line = printable(redact_text(msg))  # server text and names reach the terminal as escapes, never raw
         print(f"[abh] {line}", file=sys.stderr, flush=True)
         self.write(f"[abh] {line}")
 
     def write(self, text: str) -> None:
         """Append to run.log only (when the run directory exists)."""
-        if self.path is None or not self.path.parent.is_dir():
+        if self.path is None or self.broken is not None or not self.path.parent.is_dir():
             return
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(f"[{stamp}] {redact_text(text).rstrip()}\n")
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(f"[{stamp}] {printable(redact_text(text)).rstrip()}\n")
+        except OSError as e:  # the log is a copy of what the terminal shows: it must not take the run down
+            self.broken = f"cannot write {self.path}: {e.strerror or e}"
+            print(f"[abh] warning: {self.broken}; the rest of this run is on the terminal only", file=sys.stderr,
+                  flush=True)

@@ -19,6 +19,7 @@ from harness.checks.result import assert_checks
 from harness.engines import Engine
 from harness.orchestrate.interrupts import Interrupts
 from harness.orchestrate.rundir import Manifest
+from harness.results.fileio import OutputError
 
 
 @dataclass
@@ -99,16 +100,26 @@ class ServerPool:
             self.say(f"done with arm {key}'s server (launch {launch.id}): abh did not start it, it keeps running")
         with self.interrupts.deferred():
             info = launch.engine.stop(on_status=self.say)
-            self.manifest.record_stop(key, launch.id, info)
+            try:
+                self.manifest.record_stop(key, launch.id, info)
+            except OutputError as e:  # stopped all the same: the record is what failed (a full disk)
+                self.say(f"server of arm {key} stopped, but the manifest could not record it: {e}")
+                raise
         return info
 
     def stop_all(self) -> None:
-        """Stop every live server; one that cannot be stopped does not keep the others up."""
+        """Stop every live server; one that cannot be stopped does not keep the others up. A manifest that
+        cannot be written does not either: its error is raised once every server is down."""
+        unrecorded: OutputError | None = None
         for key in list(self.live):
             try:
                 self.stop(key)
+            except OutputError as e:
+                unrecorded = unrecorded or e
             except Exception as e:  # noqa: BLE001 - keep stopping the others
                 self.say(f"could not stop the server of arm {key}: {e}")
+        if unrecorded is not None:
+            raise unrecorded
 
     def log_tail(self, key: str, lines: int = 20) -> str:
         launch = self.live.get(key)

@@ -26,6 +26,7 @@ from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.records import to_doc
+from harness.serving.untrusted import printable
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -193,5 +194,5 @@ def render_sweep(root: Path) -> str:
 
 
 def write(path: Path, html: str) -> Path:
-    atomic_write_text(path, html)
+    atomic_write_text(path, printable(html))  # escaped, not only HTML-escaped: no raw control character
     return path

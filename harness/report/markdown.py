@@ -22,13 +22,16 @@ from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.schema import Comparison, SweepSummary
+from harness.serving.untrusted import printable
 
 MARKDOWN = "comparison.md"
 
 
 def cell(v: Any) -> str:
-    """A value as one table cell: pipes escaped, markup neutralised, on one line."""
-    s = "—" if v is None or v == "" else str(v)
+    """A value as one table cell: pipes escaped, markup neutralised (link and image syntax too), control
+    characters shown as escapes, on one line."""
+    s = "—" if v is None or v == "" else printable(str(v))
+    s = s.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
     return " ".join(s.split())
 
@@ -195,7 +198,7 @@ def render(root: Path) -> str:
 def write(root: Path) -> Path:
     """Write ``root/comparison.md``; return its path."""
     path = Path(root) / MARKDOWN
-    atomic_write_text(path, render(root))
+    atomic_write_text(path, printable(render(root)))  # no control character reaches a pasted review
     return path
 
 

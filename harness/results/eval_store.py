@@ -9,26 +9,31 @@ One directory per eval::
 
 Rerunning into the same directory resumes: questions with an answered row are kept, rows that carry a
 request error (and a torn last line from a crash) are dropped and sent again. The file is rewritten
-atomically before appending, so every question appears exactly once.
+atomically before appending, so every question appears exactly once. Rows read back are checked first
+(:mod:`harness.results.integrity`): a malformed, rescored-false, relabelled or conflicting row stops the
+resume (and a comparison) with one line naming the file and the line.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from harness.results import schema
-from harness.results.fileio import StoreError, atomic_write_text, read_jsonl
+from harness.results import integrity, schema
+from harness.results.dirlock import DirLock
+from harness.results.fileio import OutputError, StoreError, atomic_write_text, read_jsonl, writing
 from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["META", "PROMPTS", "SAMPLES", "SUMMARY", "EvalStore", "SampleRecord", "StoreError",
-           "incomplete_reason", "load_eval", "load_samples", "summarize"]
+           "OutputError", "incomplete_reason", "load_eval", "load_samples", "summarize"]
 
 SAMPLES = schema.SAMPLES_FILE
 PROMPTS = schema.PROMPTS_FILE
@@ -52,17 +57,42 @@ class EvalStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.meta: dict[str, Any] = {}
-        self._samples_f: IO[str] | None = None
-        self._prompts_f: IO[str] | None = None
+        self._samples_f: IO[bytes] | None = None
+        self._prompts_f: IO[bytes] | None = None
+        #: the first write that failed (a full disk): every later append raises it again, so no torn line
+        #: follows another and what was written stays resumable
+        self.failed: OutputError | None = None
+        self._lock = DirLock(self.root, "eval directory")
+
+    def lock(self) -> None:
+        """Hold the directory for this process (taken by :meth:`open`; earlier by a caller that wants a second
+        process refused before it sends anything): DirectoryInUse naming the holder's pid otherwise."""
+        if not self._lock.held:
+            self._lock.acquire()
+
+    def unlock(self) -> None:
+        self._lock.release()
 
     # ------------------------------------------------------------------ opening / resuming
-    def open(self, meta: EvalMeta | dict[str, Any]) -> dict[int, SampleRecord]:
+    def open(self, meta: EvalMeta | dict[str, Any], reference: integrity.Reference | None = None,
+             score: integrity.Scorer | None = None) -> dict[int, SampleRecord]:
         """Create or resume the eval; return the answered samples already on disk, by index.
 
         ``meta`` must carry ``dataset_sha256``, ``recipe`` and ``indices``; a directory holding an eval
-        of different ones is refused rather than mixed.
+        of different ones is refused rather than mixed. ``reference`` and ``score``: each question's prompt hash
+        and label, and the task's scorer, which every kept row must agree with
+        (:func:`~harness.results.integrity.verify`).
         """
         self.root.mkdir(parents=True, exist_ok=True)
+        self.lock()
+        try:
+            return self._open(meta, reference, score)
+        except BaseException:
+            self.unlock()  # refused (another eval's directory, a tampered row): held no longer
+            raise
+
+    def _open(self, meta: EvalMeta | dict[str, Any], reference: integrity.Reference | None,
+              score: integrity.Scorer | None) -> dict[int, SampleRecord]:
         meta_path = self.root / META
         done: dict[int, SampleRecord] = {}
         if meta_path.exists():
@@ -74,8 +104,10 @@ class EvalStore:
                         f"({_describe_change(old.get(key), meta.get(key))}); "
                         "use another output directory (or delete this one) instead of mixing results")
             wanted = set(meta["indices"])
-            for row in read_jsonl(self.root / SAMPLES):
-                rec = SampleRecord.from_dict(row)
+            rows = integrity.read_rows(self.root / SAMPLES)
+            if score is not None:
+                integrity.verify(self.root / SAMPLES, rows, reference, score)
+            for _, rec in rows.values():
                 if rec.error is None and rec.index in wanted:
                     done[rec.index] = rec
             resumes = int(old.get("resumes", 0)) + (1 if done else 0)
@@ -94,15 +126,24 @@ class EvalStore:
             new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
         self.meta = schema.stamp(schema.EVAL, new)
         self.save_meta()
-        self._samples_f = (self.root / SAMPLES).open("a", encoding="utf-8")
-        self._prompts_f = (self.root / PROMPTS).open("a", encoding="utf-8")
+        # unbuffered: a line is on disk (or its write failed) when append returns; nothing waits in a buffer
+        with writing(self.root / SAMPLES):
+            self._samples_f = (self.root / SAMPLES).open("ab", buffering=0)
+        with writing(self.root / PROMPTS):
+            self._prompts_f = (self.root / PROMPTS).open("ab", buffering=0)
         return done
 
-    def close(self) -> None:
+    def close_files(self) -> None:
+        """Stop appending (the directory stays locked: the summary is still to be written)."""
         for f in (self._samples_f, self._prompts_f):
             if f is not None and not f.closed:
                 f.close()
         self._samples_f = self._prompts_f = None
+
+    def close(self) -> None:
+        """Done with the eval: the files closed, the directory released."""
+        self.close_files()
+        self.unlock()
 
     def __enter__(self) -> EvalStore:
         return self
@@ -112,14 +153,19 @@ class EvalStore:
 
     # ------------------------------------------------------------------ writing
     def append(self, rec: SampleRecord, prompt: str | None = None) -> None:
-        """Append one sample (and its prompt) and flush, so a crash loses at most the line being written."""
+        """Append one sample (and its prompt), written through, so a crash loses at most the line being written;
+        OutputError when it cannot be written (then for every later append too)."""
         assert self._samples_f is not None, "open() first"
-        if prompt is not None and self._prompts_f is not None:
-            self._prompts_f.write(json.dumps({"index": rec.index, "prompt_sha256": rec.prompt_sha256,
-                                              "prompt": prompt}, ensure_ascii=False) + "\n")
-            self._prompts_f.flush()
-        self._samples_f.write(json.dumps(asdict(rec), ensure_ascii=False) + "\n")
-        self._samples_f.flush()
+        if self.failed is not None:
+            raise self.failed
+        try:
+            if prompt is not None and self._prompts_f is not None:
+                _append_line(self._prompts_f, self.root / PROMPTS,
+                             {"index": rec.index, "prompt_sha256": rec.prompt_sha256, "prompt": prompt})
+            _append_line(self._samples_f, self.root / SAMPLES, asdict(rec))
+        except OutputError as e:
+            self.failed = e
+            raise
 
     def save_meta(self) -> None:
         """Rewrite eval.json from ``self.meta`` (e.g. after adding the wall time of a session)."""
@@ -129,14 +175,24 @@ class EvalStore:
         schema.write_eval_summary(self.root / SUMMARY, summary)  # type: ignore[arg-type]
 
 
+def _append_line(f: IO[bytes], path: Path, obj: dict[str, Any]) -> None:
+    """One JSON line, written whole or failing with OutputError (a short write of a full disk leaves a torn last
+    line, which a resume drops)."""
+    view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
+    with writing(path):
+        while view:
+            n = f.write(view)
+            if not n:  # a regular file writes something or raises; never spin on nothing
+                raise OSError(errno.EIO, "short write")
+            view = view[n:]
+
+
 # ------------------------------------------------------------------------------------------ reading
 def load_samples(root: str | Path) -> list[SampleRecord]:
-    """All samples of an eval directory, one per index (the last row wins), sorted by index."""
-    by_index: dict[int, SampleRecord] = {}
-    for row in read_jsonl(Path(root) / SAMPLES):
-        rec = SampleRecord.from_dict(row)
-        by_index[rec.index] = rec
-    return [by_index[i] for i in sorted(by_index)]
+    """All samples of an eval directory, one per index, sorted by index: each row type-checked, an answer
+    superseding an error row; StoreError for a malformed row or two different answers to one question."""
+    rows = integrity.read_rows(Path(root) / SAMPLES)
+    return [rows[i][1] for i in sorted(rows)]
 
 
 def _evals_below(root: Path, most: int = 4) -> str:
@@ -149,15 +205,21 @@ def _evals_below(root: Path, most: int = 4) -> str:
     return f"; pass the eval directories it holds, e.g. {names}"
 
 
-def load_eval(root: str | Path) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
-    """(eval.json, samples, summary.json or None) of an eval directory; StoreError (a SchemaError for a
-    file of another kind or an unknown schema_version) when it cannot be read."""
+def load_eval(root: str | Path, check: integrity.RowCheck | None = None
+              ) -> tuple[EvalMeta, list[SampleRecord], EvalSummary | None]:
+    """(eval.json, samples, summary.json or None) of an eval directory, every row type-checked and, given the
+    task's ``check``, its claims checked against its question (:func:`harness.results.integrity.verify`);
+    StoreError (a SchemaError for a file of another kind or an unknown schema_version) when it cannot be read or a
+    row is not what it claims."""
     root = Path(root)
     if not (root / META).exists():
         raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
     meta = schema.load_eval_meta(root / META)
     summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
-    return meta, load_samples(root), summary
+    rows = integrity.read_rows(root / SAMPLES)
+    if check is not None:
+        integrity.verify(root / SAMPLES, rows, *check(root, meta))
+    return meta, [rows[i][1] for i in sorted(rows)], summary
 
 
 def incomplete_reason(meta: EvalMeta, samples: list[SampleRecord], summary: EvalSummary | None) -> str | None:
@@ -226,15 +288,23 @@ class ScoredEval:
     #: the server launch that served it (``launch``, else the older ``instance``); an eval that names none is
     #: its own launch (``dir:<path>``), so it is never taken to share one with another
     launch: str
+    #: per question of ``meta["indices"]``: a 16-byte fingerprint of its output (None errored or missing), for
+    #: whether two passes answered alike (harness.analysis.determinism) without holding every pass's answers
+    outputs: tuple[bytes | None, ...] = ()
 
 
-def load_scored(eval_dir: str | Path) -> ScoredEval:
-    """The eval in ``eval_dir`` with its per-question scores and launch id (StoreError when unreadable)."""
+def _fingerprint(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def load_scored(eval_dir: str | Path, check: integrity.RowCheck | None = None) -> ScoredEval:
+    """The eval in ``eval_dir`` with its per-question scores and launch id (StoreError when unreadable, or when
+    a row is not what it claims by the task's ``check``)."""
     import numpy as np
 
     root = Path(eval_dir)
     try:
-        meta, samples, summary = load_eval(root)
+        meta, samples, summary = load_eval(root, check)
     except (OSError, json.JSONDecodeError) as e:
         raise StoreError(f"cannot read eval {root}: {e}") from None
     indices = list(meta.get("indices") or [])
@@ -245,4 +315,6 @@ def load_scored(eval_dir: str | Path) -> ScoredEval:
         if rec is not None and rec.error is None and rec.correct is not None:
             scores[j] = 1.0 if rec.correct else 0.0
     launch = meta.get("launch") or meta.get("instance") or f"dir:{root.resolve()}"
-    return ScoredEval(root, meta, summary, scores, str(launch))
+    outputs = tuple(_fingerprint(r.output) if r is not None and r.error is None and r.output is not None else None
+                    for r in map(by_index.get, indices))
+    return ScoredEval(root, meta, summary, scores, str(launch), outputs)

@@ -7,10 +7,12 @@ the arm's interpreter, where the harness may not be importable.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,28 @@ _UMASK_LOCK = threading.Lock()
 
 class StoreError(RuntimeError):
     """A stored file or directory cannot be used (unreadable, of another eval, of an unknown schema)."""
+
+
+class OutputError(StoreError):
+    """A file cannot be written (disk full, read-only, permissions): one line naming it and the OS error. What
+    was written before stays as it was (writes are atomic or appended whole lines), so a rerun resumes."""
+
+    def __init__(self, path: str | Path, error: OSError):
+        why = error.strerror or str(error) or type(error).__name__
+        super().__init__(f"cannot write {path}: {why} (errno {error.errno})" if error.errno else
+                         f"cannot write {path}: {why}")
+        self.path, self.errno = Path(path), error.errno
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Any OSError of the block as the OutputError of ``path`` (the OS boundary of every write)."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as e:
+        raise OutputError(path, e) from None
 
 
 def current_umask() -> int:
@@ -38,28 +62,30 @@ def _mode_for(path: Path) -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half.
+    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half; an OS
+    error (a full disk) is the OutputError of ``path``, and the old file stays.
 
     ``mkstemp`` creates the temp file 0600; it is given the mode a plain write would have (the umask's, or
     the replaced file's), so a reviewer on the same cluster can open what the harness wrote.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = _mode_for(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = _mode_for(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -72,21 +98,28 @@ def read_json(path: Path) -> Any:
         return json.load(f)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a torn (unterminated, unparsable) last line from a crash is ignored."""
-    out: list[dict[str, Any]] = []
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of a JSONL file, read as a stream (a file of 1319 answers never has to fit in memory
+    twice). A torn (unterminated, unparsable) last line from a crash is skipped; any other line that is not a
+    JSON object is a StoreError naming the file and the line."""
     p = Path(path)
     if not p.exists():
-        return out
-    with p.open(encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # torn tail
+        return
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
-            raise StoreError(f"{p}: line {i + 1} is not valid JSON") from None
-    return out
+            try:
+                row = json.loads(raw)
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+                if not raw.endswith(b"\n"):  # the unterminated last line a crash leaves: torn, not wrong
+                    return
+                raise StoreError(f"{p}: line {lineno} is not valid JSON") from None
+            if not isinstance(row, dict):
+                raise StoreError(f"{p}: line {lineno} is not a JSON object (found {type(row).__name__})")
+            yield lineno, row
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file (see :func:`iter_jsonl`)."""
+    return [row for _, row in iter_jsonl(path)]

@@ -98,6 +98,8 @@ class EvalMeta(TypedDict, total=False):
     dataset_canonical: bool
     num_questions: int
     stop: list[str]
+    #: the sampling temperature (absent in evals written before it was recorded: abh's recipes are greedy, 0)
+    temperature: float
     shots_sha256: str
     indices: list[int]
     api: str
@@ -166,9 +168,52 @@ class SampleRecord:
     error: str | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SampleRecord:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+    def from_dict(cls, d: Any) -> SampleRecord:
+        """A row read back, every field type-checked (a row is data anyone could have edited): ValueError naming
+        the first field that is wrong. Unknown keys are ignored (a newer writer's)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
+        for f in fields(cls):
+            if f.name not in d and f.name not in _OPTIONAL_SAMPLE_FIELDS:
+                raise ValueError(f"the row has no {f.name!r}")
+            value = d.get(f.name)
+            ok, kind = _SAMPLE_TYPES[f.name]
+            if not ok(value):
+                raise ValueError(f"{f.name} must be {kind}, not {json.dumps(value, default=str)[:40]}")
+        rec = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        if rec.error is None and (rec.output is None or rec.correct is None or rec.invalid is None):
+            raise ValueError("an answered row (error null) needs its output, correct and invalid")
+        if rec.error is not None and rec.correct is not None:
+            raise ValueError("a row with a request error has no correct value (an error is never an answer)")
+        return rec
+
+
+def _whole(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _count_or_none(x: Any) -> bool:
+    return x is None or (_whole(x) and x >= 0)
+
+
+#: SampleRecord's fields: (the check, what it says when it fails)
+_SAMPLE_TYPES: dict[str, tuple[Any, str]] = {
+    "index": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
+    "prompt_sha256": (lambda x: isinstance(x, str), "a string"),
+    "output": (lambda x: x is None or isinstance(x, str), "a string or null"),
+    "pred": (lambda x: x is None or _whole(x), "a whole number or null"),
+    "label": (_whole, "a whole number"),
+    "correct": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
+    "invalid": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
+    "finish_reason": (lambda x: x is None or isinstance(x, str), "a string or null"),
+    "prompt_tokens": (_count_or_none, "a whole number >= 0 or null"),
+    "completion_tokens": (_count_or_none, "a whole number >= 0 or null"),
+    "latency_s": (lambda x: x is None or (isinstance(x, int | float) and not isinstance(x, bool) and x >= 0),
+                  "a number >= 0 or null"),
+    "attempts": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
+    "error": (lambda x: x is None or isinstance(x, str), "a string or null"),
+}
+_OPTIONAL_SAMPLE_FIELDS = frozenset({"error"})
 
 
 # ------------------------------------------------------------------------------------------ comparison
@@ -429,6 +474,9 @@ class Comparison(Record):
     sequential: SequentialRecord | None = omit_none()
     verdict_fixed: str | None = omit_none()
     verdict_reason_fixed: str | None = omit_none()
+    #: per arm, the share of outputs identical across its passes (within a launch, across launches), and the arms
+    #: flagged for none at temperature 0 (harness.analysis.determinism); absent from comparisons written before it
+    identical_outputs: dict[str, JSON] | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ cost

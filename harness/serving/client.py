@@ -3,30 +3,43 @@
 The protocol (SGLang native ``POST /generate`` or OpenAI ``POST /v1/completions``) is a
 :class:`harness.serving.wire.Api` object chosen once, here; the client sends what it builds and parses with it.
 Requests that queue behind a full batch can wait for minutes, so the read timeout is long; connection
-errors, timeouts, 429, 5xx (but 501) and unparsable bodies are retried with exponential backoff, other
-4xx and 501 never. A request that still fails comes back as a :class:`Reply` with ``error`` set: the
-caller records it as an error, never as a wrong answer.
+errors, timeouts, 429, 5xx (but 501) and unparsable bodies are retried with exponential backoff (or after the
+server's ``Retry-After``), other 4xx and 501 never. A request that still fails comes back as a :class:`Reply`
+with ``error`` set: the caller records it as an error, never as a wrong answer. Whatever a server sends (a torn
+or mis-chunked body, JSON nested 100 000 deep, a body larger than the request can need, a body trickled a byte
+at a time, a field of the wrong type) is that one request's error, never the eval's.
 
 A hung server is caught by :meth:`Client.watch_stall`: no answer for ``stall_timeout_s`` while requests
-are in flight, and its health endpoint does not answer either.
+are in flight, and its health endpoint does not answer either; or no answer at all for ``progress_timeout_s``
+whatever the health endpoint says.
+
+Credentials: a URL's userinfo (``http://user:pw@host``) is sent as basic auth and removed from the URL the
+client records; ``api_key`` (or the environment variable ``api_key_env`` names) is sent as
+``Authorization: Bearer`` and never recorded (it wins over userinfo).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import math
+import os
 import random
 import re
 import resource
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
+from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+import aiohttp.http_exceptions
 import orjson
 
+from harness.serving.untrusted import printable
 from harness.serving.wire import (
     API_NAMES,
     Api,
@@ -41,14 +54,24 @@ from harness.serving.wire import (
 NOT_SERVED = (404, 405, 501)
 
 
+#: Every answer may be this large whatever it asks for (headers of the JSON, an error page, model listings).
+BODY_FLOOR_BYTES = 1 << 20
+#: File descriptors kept free of sockets when the parallelism is fitted to the open-file limit (the interpreter,
+#: the eval's files, the resolver, the event loop).
+RESERVED_FDS = 64
+
+
 def _loads(raw: bytes) -> Any:
     """A response body's JSON: orjson (a scoring pass's bodies run to ~100 MiB: 1.6x faster than the stdlib's,
     ``benchmarks/bench_json.py``), the stdlib's for what orjson refuses (``NaN``/``-Infinity``, which Python's own
-    json writes)."""
+    json writes). ValueError for anything that is not JSON, nested too deep included."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(raw)
+        try:
+            return json.loads(raw)
+        except RecursionError:  # orjson stops at 1024 levels; the stdlib's recursion limit is no better
+            raise ValueError("JSON nested too deep") from None
 
 
 class ServerGone(RuntimeError):
@@ -84,6 +107,41 @@ class ClientSettings:
     stall_timeout_s: float = 180.0
     #: OpenAI model name; empty: the first of ``/v1/models``
     model: str = ""
+    #: sent as ``Authorization: Bearer`` with every request, never recorded; take it from the environment
+    #: (``client.api_key='${oc.env:OPENAI_API_KEY}'``), or name the variable in ``api_key_env``
+    api_key: str = field(default="", repr=False)
+    #: the environment variable holding the API key (read when the client is made, when ``api_key`` is empty)
+    api_key_env: str = ""
+    #: an answer larger than (1 MiB + the tokens the request can produce x this) is that request's error
+    #: ("response too large"): nothing huge is held or stored
+    max_bytes_per_token: int = 1024
+    #: once an answer's headers arrived, its whole body within this many seconds (a body trickled a byte at a
+    #: time is that request's error, retried)
+    read_timeout_s: float = 120.0
+    #: no answer to any request for this long while requests are in flight, even though the health endpoint
+    #: answers: the server is not serving (:class:`ServerStalled`, exit 4). 0 turns this off.
+    progress_timeout_s: float = 1200.0
+
+    def problems(self) -> list[str]:
+        """What is wrong with these values, one ``name ...`` line each (empty when valid): every number finite
+        and in range, so a bad value stops before any server starts."""
+        out: list[str] = []
+        for name, low, strict, whole in (("parallel", 1, False, True), ("request_timeout_s", 0, True, False),
+                                         ("retries", 0, False, True), ("backoff_s", 0, False, False),
+                                         ("stall_timeout_s", 0, False, False),
+                                         ("max_bytes_per_token", 1, False, True),
+                                         ("read_timeout_s", 0, True, False), ("progress_timeout_s", 0, False, False)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or (whole and v != int(v)):
+                out.append(f"{name} must be a finite {'whole ' if whole else ''}number, not {v!r}")
+            elif v < low or (strict and v == low):
+                out.append(f"{name} must be {'>' if strict else '>='} {low}, not {v!r}")
+        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
+            out.append(f"api_key_env must name an environment variable, not {self.api_key_env!r}")
+        elif self.api_key_env and not self.api_key and not os.environ.get(self.api_key_env):
+            out.append(f"api_key_env={self.api_key_env}: that environment variable is not set")
+        return out
 
 
 @dataclass(kw_only=True)
@@ -106,31 +164,60 @@ class ClientConfig(ClientSettings):
     def __post_init__(self) -> None:
         if self.api not in API_NAMES:
             raise ValueError(f"api must be one of {', '.join(API_NAMES)}, not {self.api!r}")
-        if self.parallel < 1:
-            raise ValueError("parallel must be >= 1")
-        if self.retries < 0:
-            raise ValueError("retries must be >= 0")
-        if self.stall_timeout_s < 0:
-            raise ValueError("stall_timeout_s must be >= 0 (0: no stall watchdog)")
-        if self.request_timeout_s <= 0:
-            raise ValueError("request_timeout_s must be > 0")
-        self.url = check_url(self.url)
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        # the credentials leave the URL here: what the client records and prints is the bare URL
+        self.url, self._auth = without_userinfo(check_url(self.url))
+        self._auth = bearer_headers(self).get("Authorization", self._auth)
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header the requests carry (empty without credentials): never recorded."""
+        return {"Authorization": self._auth} if self._auth else {}
+
+
+def bearer_headers(settings: ClientSettings) -> dict[str, str]:
+    """``Authorization: Bearer <api key>`` when the settings give a key (``api_key``, else the variable
+    ``api_key_env`` names); empty otherwise. Never recorded: it lives in request headers only."""
+    key = settings.api_key or (os.environ.get(settings.api_key_env, "") if settings.api_key_env else "")
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def check_url(url: str) -> str:
-    """``url`` without a trailing slash; ValueError unless it is a server's base URL, ``http(s)://host[:port][/path]``
-    (no query, no fragment)."""
+    """``url`` without a trailing slash; ValueError unless it is a server's base URL,
+    ``http(s)://[user:password@]host[:port][/path]`` (no query, no fragment). The message never repeats a
+    password."""
+    shown = printable(redact_userinfo(url), one_line=True)
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a bad port
     except ValueError as e:
-        raise ValueError(f"{url!r} is not a valid URL ({e})") from None
+        raise ValueError(f"{shown!r} is not a valid URL ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http(s) URL with a host, e.g. http://127.0.0.1:30000")
+        raise ValueError(f"{shown!r} is not an http(s) URL with a host, e.g. http://127.0.0.1:30000")
     if parts.query or parts.fragment:
-        raise ValueError(f"{url!r}: give the server's base URL, without a query or fragment")
+        raise ValueError(f"{shown!r}: give the server's base URL, without a query or fragment")
     del port
     return url.rstrip("/")
+
+
+def without_userinfo(url: str) -> tuple[str, str]:
+    """(``url`` without ``user:password@``, the ``Authorization`` value those make as basic auth, or "")."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, ""
+    host = parts.netloc.rpartition("@")[2]
+    user, password = parts.username or "", parts.password or ""
+    from urllib.parse import unquote
+
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), f"Basic {token}"
+
+
+def redact_userinfo(url: str) -> str:
+    """``url`` with its userinfo removed (for a message about a URL that may not even parse)."""
+    return re.sub(r"(?<=://)[^/@\s]*@", "", url)
 
 
 def url_identity(url: str) -> str:
@@ -144,21 +231,59 @@ def url_identity(url: str) -> str:
     return f"url:{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
 
 
-def unreachable(url: str, timeout_s: float = 10.0) -> str | None:
-    """None when something answers HTTP at ``url`` (any status), else why not (refused, no route, timeout)."""
-    import urllib.error
+def _open(url: str, path: str, headers: Mapping[str, str], timeout_s: float) -> Any:
+    """GET ``path`` of the server at ``url`` with the stdlib (no proxy, as the client), userinfo as basic auth."""
     import urllib.request
 
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as the client: no proxy
+    bare, auth = without_userinfo(url)
+    h = {**({"Authorization": auth} if auth else {}), **headers}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return opener.open(urllib.request.Request(bare + path, headers=h), timeout=timeout_s)
+
+
+def unreachable(url: str, timeout_s: float = 10.0, headers: Mapping[str, str] | None = None) -> str | None:
+    """None when something answers HTTP at ``url`` (any status), else why not (refused, no route, timeout)."""
+    import urllib.error
+
     try:
-        with opener.open(url + "/health", timeout=timeout_s):
+        with _open(url, "/health", headers or {}, timeout_s):
             return None
     except urllib.error.HTTPError:
         return None  # it answers HTTP; whether it serves the API is the eval's business
     except urllib.error.URLError as e:
-        return str(e.reason)
+        return printable(str(e.reason), one_line=True)
     except (OSError, ValueError) as e:  # timeouts, resets, a malformed answer
-        return f"{type(e).__name__}: {e}"
+        return printable(f"{type(e).__name__}: {e}", one_line=True)
+
+
+def served_model(url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> str | None:
+    """The model the server at ``url`` says it serves: ``model_path`` of ``/model_info`` (``/get_model_info``),
+    else the first id of ``/v1/models``; None when it says none (best effort, before an eval)."""
+    for path, pick in (("/model_info", lambda o: o.get("model_path")), ("/get_model_info", lambda o: o.get("model_path")),
+                       ("/v1/models", lambda o: ((o.get("data") or [{}])[0] or {}).get("id"))):
+        try:
+            with _open(url, path, headers or {}, timeout_s) as r:
+                obj = _loads(r.read(BODY_FLOOR_BYTES))
+            value = pick(obj) if isinstance(obj, dict) else None
+        except (OSError, ValueError, TypeError, AttributeError, IndexError):
+            continue
+        if isinstance(value, str) and value:
+            return printable(value, one_line=True)
+    return None
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError):
+            return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 @dataclass
@@ -198,34 +323,56 @@ class ScoreReply(Outcome):
 
 
 class _Retryable(Exception):
-    def __init__(self, msg: str, refused: bool = False, server: str | None = None):
-        super().__init__(msg)
-        self.refused, self.server = refused, server
+    """One attempt failed in a way worth another (the message is printable: server text is escaped)."""
+
+    def __init__(self, msg: str, refused: bool = False, server: str | None = None,
+                 retry_after: float | None = None):
+        super().__init__(printable(msg, one_line=True))
+        self.refused, self.server, self.retry_after = refused, server, retry_after
 
 
 class _Fatal(Exception):
     def __init__(self, msg: str, status: int, server: str | None = None):
-        super().__init__(msg)
+        super().__init__(printable(msg, one_line=True))
         self.status, self.server = status, server
 
 
-def raise_nofile_limit() -> None:
-    """Let one process hold thousands of sockets (parallel 1319 needs more than the usual 1024)."""
+def raise_nofile_limit() -> int:
+    """Let one process hold thousands of sockets (parallel 1319 needs more than the usual 1024): the soft
+    open-file limit raised to the hard one; returns the soft limit now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
         except (ValueError, OSError):
             pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def fit_parallelism(parallel: int) -> tuple[int, str | None]:
+    """``parallel`` as the open-file limit allows it (each request in flight holds a socket), after raising
+    the soft limit to the hard one: (the parallelism to use, a warning when it had to be capped)."""
+    soft = raise_nofile_limit()
+    if soft == resource.RLIM_INFINITY or parallel + RESERVED_FDS <= soft:
+        return parallel, None
+    capped = max(1, soft - RESERVED_FDS)
+    return capped, (f"the open-file limit is {soft} (its hard limit too): parallel {parallel} capped at {capped} "
+                    f"requests in flight; raise it (ulimit -n {parallel + RESERVED_FDS}) to send them all at once")
 
 
 _TAGS = re.compile(rb"<(script|style)[^>]*>.*?</\1>|<[^>]+>", re.S | re.I)
 
 
 def snippet(raw: bytes, limit: int) -> str:
-    """A response body shortened for one line: HTML tags dropped, whitespace collapsed."""
+    """A response body shortened for one line: HTML tags dropped, whitespace collapsed, control characters
+    (ANSI/OSC sequences of a hostile page) escaped."""
     text = _TAGS.sub(b" ", raw) if raw.lstrip()[:1] == b"<" else raw
-    return " ".join(text.decode(errors="replace").split())[:limit]
+    return printable(" ".join(text.decode(errors="replace").split())[:limit], one_line=True)
+
+
+def _server_header(r: aiohttp.ClientResponse) -> str | None:
+    value = r.headers.get("Server")
+    return None if value is None else printable(value, one_line=True)[:100]
 
 
 class Client:
@@ -239,17 +386,37 @@ class Client:
         self.cfg = cfg
         self.api: Api = for_api(cfg.api, cfg.model)  # the one place the protocol's name is read
         self._session: aiohttp.ClientSession | None = None
-        self._sem = asyncio.Semaphore(cfg.parallel)
+        #: requests in flight at once: ``cfg.parallel``, unless the open-file limit allows fewer sockets
+        self.parallel, warning = fit_parallelism(cfg.parallel)
+        #: what the caller should tell its user (the parallelism capped, a server's Retry-After honoured)
+        self.notices: list[str] = [warning] if warning else []
+        #: called with each notice as it happens (the eval prints it), besides keeping it in ``notices``
+        self.on_notice: Callable[[str], None] | None = None
+        self._sem = asyncio.Semaphore(self.parallel)
         self._in_flight = 0
         self._last_answer = time.monotonic()
+        #: requests now waiting out a server's Retry-After, and the longest wait asked
+        self._waiting = 0
+        self._retry_after_seen: float | None = None
 
     async def __aenter__(self) -> Client:
-        raise_nofile_limit()
         # limit=0: no hidden cap below `parallel`; the semaphore is the only limit.
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
         timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s, sock_connect=self.cfg.connect_timeout_s)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self.cfg.headers)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                              headers={**self.cfg.headers, **self.cfg.auth_headers})
         return self
+
+    def _notice(self, text: str) -> None:
+        self.notices.append(text)
+        if self.on_notice is not None:
+            self.on_notice(text)
+
+    def status(self) -> str | None:
+        """For the progress line: requests waiting out the server's Retry-After (None when none is)."""
+        if not self._waiting or self._retry_after_seen is None:
+            return None
+        return f"{self._waiting} waiting {self._retry_after_seen:g} s (Retry-After)"
 
     async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
@@ -268,9 +435,34 @@ class Client:
 
     # ------------------------------------------------------------------ simple calls
     async def get_json(self, path: str, timeout_s: float = 30.0) -> Any:
+        """GET ``path``: its JSON (ValueError for a body that is not JSON or is over 1 MiB)."""
         async with self.session.get(self.cfg.url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            raw = await self._body(r, BODY_FLOOR_BYTES)
             r.raise_for_status()
-            return json.loads(await r.text())
+            return _loads(raw)
+
+    async def _body(self, r: aiohttp.ClientResponse, cap: int) -> bytes:
+        """The body of ``r``, read within ``read_timeout_s`` of its headers and never past ``cap`` bytes
+        (_Retryable otherwise: a body trickled or too large is that request's error)."""
+        length = r.content_length
+        if length is not None and length > cap:
+            r.close()
+            raise _Retryable(f"response too large ({length} bytes; this request's answer is at most {cap})",
+                             server=_server_header(r))
+        buf = bytearray()
+        try:
+            async with asyncio.timeout(self.cfg.read_timeout_s):
+                async for chunk in r.content.iter_any():
+                    buf += chunk
+                    if len(buf) > cap:
+                        r.close()  # the rest is never read: the connection goes
+                        raise _Retryable(f"response too large (over {cap} bytes, the most this request's answer "
+                                         "can need)", server=_server_header(r))
+        except TimeoutError:
+            r.close()
+            raise _Retryable(f"the body was not complete {self.cfg.read_timeout_s:g} s after the headers "
+                             f"({len(buf)} bytes received): the server trickles it", server=_server_header(r)) from None
+        return bytes(buf)
 
     async def prepare(self) -> Api:
         """Learn what the protocol needs before the first request (the OpenAI model name, from
@@ -286,12 +478,14 @@ class Client:
         except aiohttp.ClientResponseError as e:
             if e.status in NOT_SERVED:
                 server = e.headers.get("Server") if e.headers else None
+                found = f" (Server: {printable(server, one_line=True)[:100]})" if server else ""
                 raise WrongServer(f"{self.cfg.url} does not serve the {self.api.name} API: GET {path} answered "
-                                  f"HTTP {e.status}{f' (Server: {server})' if server else ''}; "
-                                  "check the URL and the API") from None
-            raise ServerGone(f"cannot list models at {url}: HTTP {e.status} {e.message}") from None
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            raise ServerGone(f"cannot list models at {url}: {type(e).__name__}: {e}".rstrip(": ")) from None
+                                  f"HTTP {e.status}{found}; check the URL and the API") from None
+            raise ServerGone(printable(f"cannot list models at {url}: HTTP {e.status} {e.message}",
+                                       one_line=True)) from None
+        except (aiohttp.ClientError, TimeoutError, ValueError, _Retryable) as e:
+            raise ServerGone(printable(f"cannot list models at {url}: {type(e).__name__}: {e}".rstrip(": "),
+                                       one_line=True)) from None
         return self.api
 
     async def probe_health(self, timeout_s: float) -> str | None:
@@ -301,10 +495,12 @@ class Client:
         try:
             async with self.session.get(self.cfg.url + path,
                                         timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-                await r.read()
+                await self._body(r, BODY_FLOOR_BYTES)
                 if r.status == 200 or r.status in (404, 405):
                     return None
                 return f"GET {path} answered HTTP {r.status}"
+        except _Retryable as e:
+            return f"GET {path}: {e}"
         except TimeoutError:
             return f"GET {path} did not answer within {timeout_s:g} s"
         except aiohttp.ClientConnectorError:
@@ -333,46 +529,65 @@ class Client:
     # ------------------------------------------------------------------ stall watchdog
     async def watch_stall(self) -> str:
         """Return (a reason) only when the server looks hung: no answer for ``stall_timeout_s`` while
-        requests are in flight, and its health endpoint does not answer. Runs until cancelled otherwise."""
-        limit = self.cfg.stall_timeout_s
-        if limit <= 0:
+        requests are in flight, and its health endpoint does not answer; or no answer for
+        ``progress_timeout_s``, whatever the health endpoint says (progress is counted in answers: a server
+        whose /health answers while it trickles or drops every request is not serving). Runs until cancelled
+        otherwise."""
+        limit, most = self.cfg.stall_timeout_s, self.cfg.progress_timeout_s
+        periods = [x for x in (limit, most) if x > 0]
+        if not periods:
             await asyncio.Event().wait()  # watchdog off: never returns
+        probed = self._last_answer  # the quiet period the health probe last vouched for
         while True:
-            await asyncio.sleep(min(1.0, limit / 4))
-            quiet = time.monotonic() - self._last_answer
-            if self._in_flight == 0 or quiet < limit:
+            await asyncio.sleep(min(1.0, min(periods) / 4))
+            now = time.monotonic()
+            quiet = now - self._last_answer
+            if self._in_flight == 0:
+                continue
+            if most > 0 and quiet >= most:
+                return (f"no answer from {self.cfg.url} for {quiet:.0f} s with {self._in_flight} request(s) in "
+                        f"flight, although its health endpoint answers: the server is not serving requests")
+            if limit <= 0 or quiet < limit or now - max(probed, self._last_answer) < limit:
                 continue
             in_flight = self._in_flight
             problem = await self.probe_health(min(self.cfg.health_timeout_s, limit))
             if problem is None:
-                self._last_answer = time.monotonic()  # alive, only slow: give it another period
+                probed = time.monotonic()  # alive, only slow: probe again a period later (the clock runs on)
                 continue
             return (f"no answer from {self.cfg.url} for {quiet:.0f} s with {in_flight} request(s) in flight, "
                     f"and {problem}: the server is hung")
 
     # ------------------------------------------------------------------ generation
+    def reply_cap(self, body: Mapping[str, Any]) -> int:
+        """The most bytes an answer to ``body`` may have: 1 MiB plus ``max_bytes_per_token`` for every token
+        entry it can hold (:meth:`~harness.serving.wire.Api.reply_tokens`)."""
+        return BODY_FLOOR_BYTES + self.api.reply_tokens(body) * self.cfg.max_bytes_per_token
+
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
-        """One attempt: the parsed JSON of a 2xx answer; _Retryable or _Fatal otherwise."""
+        """One attempt: the parsed JSON of a 2xx answer; _Retryable or _Fatal otherwise, whatever the server
+        sends (the transport's and the parser's errors included)."""
         if self._in_flight == 0:
             self._last_answer = time.monotonic()  # the stall clock starts when something is asked
         self._in_flight += 1
         try:
             async with self.session.post(self.cfg.url + path, json=body) as r:
-                raw = await r.read()
+                server = _server_header(r)
+                raw = await self._body(r, self.reply_cap(body))
                 self._last_answer = time.monotonic()
-                server = r.headers.get("Server")
                 if r.status == 429 or (r.status >= 500 and r.status not in NOT_SERVED):
-                    raise _Retryable(f"HTTP {r.status}: {snippet(raw, 200)}", server=server)
+                    raise _Retryable(f"HTTP {r.status}: {snippet(raw, 200)}", server=server,
+                                     retry_after=retry_after_s(r.headers.get("Retry-After")))
                 if r.status >= 400:
                     raise _Fatal(f"HTTP {r.status}: {snippet(raw, 500)}", r.status, server)
                 try:
                     return _loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    raise _Retryable(f"malformed JSON body ({len(raw)} bytes): {raw[:80]!r}",
-                                     server=server) from None
+                except ValueError as e:  # not JSON, not UTF-8, nested too deep
+                    raise _Retryable(f"malformed JSON body ({len(raw)} bytes; {type(e).__name__}: "
+                                     f"{str(e)[:60]}): {raw[:80]!r}", server=server) from None
         except aiohttp.ClientConnectorError as e:  # nothing listens there (any more)
             raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": "), refused=True) from None
-        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+        except (TimeoutError, aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, OSError) as e:
+            # a bad chunk size, a torn body, a reset: this attempt's error (aiohttp raises several kinds for them)
             raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": ")) from None
         finally:
             self._in_flight -= 1
@@ -401,13 +616,35 @@ class Client:
                     reply.error, reply.refused, reply.server = str(e), e.refused, e.server
                     if attempt > self.cfg.retries:
                         break
-                    delay = min(self.cfg.backoff_max_s, self.cfg.backoff_s * 2 ** (attempt - 1))
-                    await asyncio.sleep(delay * (0.5 + random.random() / 2))
+                    await self._back_off(attempt, e.retry_after)
                     continue
+                except Exception as e:  # noqa: BLE001 - whatever one answer does, it is that request's error
+                    reply.error = printable(f"unexpected error reading the answer: {type(e).__name__}: {e}"[:300],
+                                            one_line=True)
+                    break
                 reply.error, reply.refused, reply.status = None, False, None
                 break
             reply.latency_s = time.perf_counter() - t0
             return result
+
+    async def _back_off(self, attempt: int, retry_after: float | None) -> None:
+        """Wait before another attempt: the server's ``Retry-After`` when it gave one (capped by the request
+        timeout; said once, and in the progress line while requests wait), else exponential backoff."""
+        if retry_after is None:
+            delay = min(self.cfg.backoff_max_s, self.cfg.backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            return
+        wait = min(retry_after, self.cfg.request_timeout_s)
+        if self._retry_after_seen is None or wait > self._retry_after_seen:
+            self._notice(f"{self.cfg.url} asked to retry after {retry_after:g} s (HTTP Retry-After); waiting "
+                         f"{wait:g} s before retrying" + (" (capped by the request timeout)" if wait < retry_after
+                                                          else ""))
+            self._retry_after_seen = wait
+        self._waiting += 1
+        try:
+            await asyncio.sleep(wait)
+        finally:
+            self._waiting -= 1
 
     async def generate(self, body: dict[str, Any]) -> Reply:
         """Send one generation request (``body`` from ``self.api``) with retries; never raises for HTTP."""

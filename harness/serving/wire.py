@@ -197,6 +197,12 @@ class Api(ABC):
             raise MalformedResponse(f"no logprob for {len(missing)} of {len(want)} reference ids (first at "
                                     f"{missing[0]})")
 
+    def reply_tokens(self, body: Mapping[str, Any]) -> int:
+        """The most token entries an answer to ``body`` can hold (a token, or one of its listed alternatives): what
+        bounds the answer's size. This base case is a request that generates nothing (``/tokenize``): one per
+        character of its text at most."""
+        return _length(body.get("prompt", body.get("text")))
+
     def scoring_probe(self, text: str) -> dict[str, Any] | None:
         """A greedy one-token generation of ``text`` with its logprob, to learn how this server aligns
         echoed logprobs (see :meth:`with_scoring_probe`); None when the protocol needs no probe."""
@@ -234,10 +240,22 @@ class SGLangApi(Api):
             obj = obj[0]
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
             raise MalformedResponse("response has no 'text' field")
-        meta = obj.get("meta_info") or {}
+        meta = _object(obj.get("meta_info"), "meta_info")
         fr = meta.get("finish_reason")
-        finish = fr.get("type") if isinstance(fr, dict) else fr
-        return Generation(obj["text"], finish, meta.get("prompt_tokens"), meta.get("completion_tokens"))
+        finish = _finish(fr.get("type") if isinstance(fr, dict) else fr, "meta_info.finish_reason")
+        return Generation(obj["text"], finish, _count(meta.get("prompt_tokens"), "meta_info.prompt_tokens"),
+                          _count(meta.get("completion_tokens"), "meta_info.completion_tokens"))
+
+    def reply_tokens(self, body: Mapping[str, Any]) -> int:
+        """``max_new_tokens``; with ``return_logprob`` each input and output token, with its top-k and asked ids."""
+        sampling = body.get("sampling_params")
+        if not isinstance(sampling, Mapping):
+            return super().reply_tokens(body)
+        new = _int(sampling.get("max_new_tokens"), 128)  # SGLang's default
+        if not body.get("return_logprob"):
+            return new
+        per = 1 + _int(body.get("top_logprobs_num"), 0) + _length(body.get("token_ids_logprob"))
+        return (_length(body.get("input_ids", body.get("text"))) + new) * per
 
     @staticmethod
     def _start(req: ScoreRequest) -> tuple[int, int]:
@@ -358,9 +376,23 @@ class OpenAIApi(Api):
             raise MalformedResponse("response has no choices[0].text") from None
         if not isinstance(text, str):
             raise MalformedResponse("choices[0].text is not a string")
-        usage = obj.get("usage") or {}
-        return Generation(text, choice.get("finish_reason"), usage.get("prompt_tokens"),
-                          usage.get("completion_tokens"))
+        if not isinstance(choice, dict):
+            raise MalformedResponse("choices[0] is not an object")
+        usage = _object(obj.get("usage"), "usage")
+        return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
+                          _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+                          _count(usage.get("completion_tokens"), "usage.completion_tokens"))
+
+    def reply_tokens(self, body: Mapping[str, Any]) -> int:
+        """``max_tokens`` with their ``logprobs`` alternatives; with ``echo`` or vLLM's ``prompt_logprobs`` the
+        input's tokens too, each with its alternatives."""
+        if "max_tokens" not in body:
+            return super().reply_tokens(body)
+        new = _int(body.get("max_tokens"), 16)  # OpenAI's default
+        alternatives = _int(body.get("logprobs"), 0)
+        prompt_k = body.get("prompt_logprobs")
+        inputs = _length(body.get("prompt")) if body.get("echo") or prompt_k is not None else 0
+        return new * (1 + alternatives) + inputs * (1 + max(alternatives, _int(prompt_k, 0)))
 
     def scoring_by_ids(self) -> OpenAIApi:
         return replace(self, ids_scoring=True)
@@ -547,6 +579,42 @@ def for_api(name: str, model: str = "") -> Api:
 
 
 # ---------------------------------------------------------------------------------------- helpers
+def _object(x: Any, what: str) -> dict[str, Any]:
+    """An optional JSON object of a reply (absent or null: empty); anything else is a malformed reply."""
+    if x is None:
+        return {}
+    if not isinstance(x, dict):
+        raise MalformedResponse(f"{what} is not an object: {x!r:.40}")
+    return x
+
+
+def _finish(x: Any, what: str) -> str | None:
+    """A finish reason: a string or null (a server-supplied value is stored only once its type is known)."""
+    if x is None or isinstance(x, str):
+        return x
+    raise MalformedResponse(f"{what} is not a string: {x!r:.40}")
+
+
+def _count(x: Any, what: str) -> int | None:
+    """A token count: null, or a whole number >= 0 (``12.0`` is 12); ``"12"``, ``1.5``, ``-3`` or ``true`` are
+    a malformed reply, never stored."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0 or x != int(x):
+        raise MalformedResponse(f"{what} is not a whole number >= 0: {x!r:.40}")
+    return int(x)
+
+
+def _int(x: Any, default: int) -> int:
+    """A count in a request body we built (``default`` when unset)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else default
+
+
+def _length(x: Any) -> int:
+    """Tokens a request's text or id list can make at most: its ids, or its characters."""
+    return len(x) if isinstance(x, str | list | tuple) else 0
+
+
 def _num(x: Any) -> float:
     """A logprob as a float (null: -inf, the bottom of any ordering)."""
     return -math.inf if x is None else float(x)

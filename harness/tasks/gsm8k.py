@@ -369,4 +369,5 @@ class GSM8K:
         return {"task": "gsm8k", "recipe": self.recipe.to_dict(), "dataset_sha256": self.test.sha256,
                 "dataset_source": self.test.source, "dataset_canonical": self.test.canonical,
                 "num_questions": len(self.questions), "stop": self.stop(),
+                "temperature": self.sampling_params()["temperature"],
                 "shots_sha256": hashlib.sha256(self.few_shot.encode()).hexdigest()}

@@ -13,6 +13,12 @@ Not secret: TOKEN or KEY that is not the last word (``token_ids``, ``num_key_val
 merely contain them (``tokenizer_path``, ``max_new_tokens``, ``monkey``), the bare word ``key`` (the harness's
 own ``key: build`` check fields), special tokens and counters (``eos_token``, ``pad_token``, ``#new-token: 6``),
 and in text a number under a TOKEN/KEY name (a count, never a credential).
+
+Whatever the name, two kinds of VALUE are secret too (:func:`scrub`): the userinfo of a URL
+(``http://user:pw@host`` shows as ``http://host``: abh sends it as basic auth and records the bare URL), and
+values in the format of a known credential: Hugging Face (``hf_...``), OpenAI/Anthropic (``sk-...``), GitHub
+(``ghp_...``, ``github_pat_...``), AWS access key ids (``AKIA...``), JWTs (``eyJ...``), Slack (``xox?-...``),
+GitLab (``glpat-...``). ``MY_SETTING=hf_...`` is redacted although ``MY_SETTING`` names no secret.
 """
 
 from __future__ import annotations
@@ -41,6 +47,28 @@ _BENIGN_BEFORE = {
 #: What a secret name contains, lower-cased (PASSWORD and PASSWD share passw): a line without any is let through.
 _HINTS = ("token", "key", "secret", "passw", "passphrase", "credential")
 _HINT = "(?:" + "|".join(_HINTS) + ")"
+
+
+#: Credential formats recognised by value (see the module docstring); long enough that no hash, id or word
+#: of prose matches.
+_TOKEN_VALUE = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}"
+    r"|github_pat_[A-Za-z0-9_]{30,}|(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,})(?![A-Za-z0-9_-])")
+#: What a token value starts with: a line without any of these skips the pattern above.
+_TOKEN_HINTS = ("hf_", "sk-", "gh", "github_pat_", "AKIA", "ASIA", "eyJ", "xox", "glpat-")
+#: ``scheme://userinfo@``: the credentials of a URL (removed, not replaced: the bare URL is what abh records)
+_USERINFO = re.compile(r"(?<=[A-Za-z0-9+.-]://)[^\s/@'\"<>]+@(?=[^\s@])")
+
+
+def scrub(text: str) -> str:
+    """``text`` with the secrets that are secret by their form, whatever their name: a URL's userinfo removed,
+    a value in a known credential format (``hf_...``, ``sk-...``, ...) redacted."""
+    if "://" in text and "@" in text:
+        text = _USERINFO.sub("", text)
+    if any(h in text for h in _TOKEN_HINTS):
+        text = _TOKEN_VALUE.sub(REDACTED, text)
+    return text
 
 
 def _words(name: str) -> list[str]:
@@ -101,8 +129,10 @@ def _hides(name: str, value: object, text: bool = True) -> bool:
 
 
 def redact_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """Copy of ``env`` with the values of secret-looking names replaced by ``***REDACTED***``."""
-    return {k: (REDACTED if is_secret_name(k) else v) for k, v in (env or {}).items()}
+    """Copy of ``env`` with the values of secret-looking names replaced by ``***REDACTED***``, and secret-looking
+    values (:func:`scrub`) under any name."""
+    return {k: (REDACTED if is_secret_name(k) else scrub(v) if isinstance(v, str) else v)
+            for k, v in (env or {}).items()}
 
 
 def _is_flag(tok: str) -> bool:
@@ -130,7 +160,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                     out.append(f"{name}={REDACTED}")
                     continue
                 redact_next = True
-        out.append(tok)
+        out.append(scrub(tok))
     return out
 
 
@@ -284,7 +314,7 @@ class Redactor:
             out = self._auth(out)
         if self._literals is not None:
             out = self._literals.sub(REDACTED, out)
-        return out + end
+        return scrub(out) + end
 
     def text(self, text: str) -> str:
         """Several lines, in order."""

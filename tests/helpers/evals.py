@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,9 @@ def make_eval(root: Path, correct: np.ndarray | list, *, errors: tuple[int, ...]
     rows = []
     for i, ok in enumerate(correct):
         err = "HTTP 500" if i in errors else None
-        rec = SampleRecord(index=i, prompt_sha256="0" * 64, output=None if err else "#### 1",
-                           pred=None if err else 1, label=1, correct=None if err else bool(ok),
+        # rows as the harness writes them: the output scores `correct` against the label, the hash is the prompt's
+        rec = SampleRecord(index=i, prompt_sha256=prompt_sha(i), output=None if err else f"#### {1 if ok else 2}",
+                           pred=None if err else (1 if ok else 2), label=1, correct=None if err else bool(ok),
                            invalid=None if err else False, finish_reason=None if err else "stop",
                            prompt_tokens=10, completion_tokens=5, latency_s=0.1, attempts=1, error=err)
         store.append(rec, prompt=f"Question {i}")
@@ -33,6 +35,11 @@ def make_eval(root: Path, correct: np.ndarray | list, *, errors: tuple[int, ...]
     store.write_summary({**summarize(rows, n, 1.0), "complete": True})
     store.close()
     return root
+
+
+def prompt_sha(i: int) -> str:
+    """The sha256 of the prompt :func:`make_eval` records for question ``i``."""
+    return hashlib.sha256(f"Question {i}".encode()).hexdigest()
 
 
 def seed_vectors() -> tuple[np.ndarray, np.ndarray]:

@@ -25,8 +25,8 @@ def _split(line: str) -> list[str]:
     out, cur, i = [], "", 1
     while i < len(line):
         ch = line[i]
-        if ch == "\\" and i + 1 < len(line) and line[i + 1] == "|":
-            cur += "|"
+        if ch == "\\" and i + 1 < len(line) and line[i + 1] in "|[]\\":  # markdown's backslash escapes
+            cur += line[i + 1]
             i += 2
             continue
         if ch == "|":

@@ -3,6 +3,7 @@ manifest.json of the run's shape), for the report tests, the browser test and be
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import replace
@@ -75,9 +76,9 @@ def _write_eval(d: Path, rows: list[dict[str, str]], src: Path, correct: np.ndar
             ok = bool(correct[i])
             pred = label if ok else label + 1 + int(rng.integers(0, 9))
             out = (outputs or {}).get(i) or _output(row, pred)
-            rec = SampleRecord(i, f"{i:064x}", out, pred, label, ok, False, "stop", 900 + i % 50,
-                               int(60 + rng.integers(0, 120)), float(lat[i]), 1)
             prompt = "Question: shot\nAnswer: 1\n\nQuestion: " + row["question"] + "\nAnswer:"
+            rec = SampleRecord(i, hashlib.sha256(prompt.encode()).hexdigest(), out, pred, label, ok, False, "stop",
+                               900 + i % 50, int(60 + rng.integers(0, 120)), float(lat[i]), 1)
             st.append(rec, prompt)
         st.write_summary({**summarize(load_samples(d), n, float(lat.max()) + 3.0), "complete": True,
                           "simulated": simulated})

@@ -1,0 +1,79 @@
+"""Does a server answer the same question the same way twice? The share of identical outputs across the passes
+of one arm (issue 22, item 13).
+
+At temperature 0 a server is expected to repeat itself, pass after pass, at least on one launch; how often it
+does not is the run-to-run noise that ψ_AA (the within-arm discordance of correctness) summarises. But ψ only
+sees answers that flip between right and wrong: a server that answers at random is wrong every time and has
+ψ = 0, which reads as "no noise". The share of byte-identical outputs says what ψ cannot: 0 % at temperature 0
+is flagged (nondeterministic, or not answering the question at all), and the figure is reported within one
+launch and across launches, next to ψ in ``comparison.json`` (``identical_outputs``) and the terminal summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+from typing import Any
+
+#: One pass of an arm: (its server launch, each question's output or a fingerprint of it
+#: (:class:`harness.results.eval_store.ScoredEval` ``outputs``), None where it has none).
+Pass = tuple[str, Sequence[str | bytes | None]]
+
+NOTE = ("share of questions whose output text is identical between two passes of the same arm, over the questions "
+        "both passes answered; within_launch: passes on one server launch; across_launches: passes on different "
+        "launches")
+
+
+def _share(x: Sequence[str | bytes | None], y: Sequence[str | bytes | None]) -> tuple[int, int]:
+    """(identical, compared) over the questions both passes answered."""
+    both = [(u, v) for u, v in zip(x, y, strict=True) if u is not None and v is not None]
+    return sum(u == v for u, v in both), len(both)
+
+
+def arm_identity(passes: Sequence[Pass]) -> dict[str, Any]:
+    """One arm's shares: overall, within a launch and across launches (None where no pair of passes is such)."""
+    sums = {"all": [0, 0], "within_launch": [0, 0], "across_launches": [0, 0]}
+    pairs = 0
+    for (la, xa), (lb, xb) in combinations(passes, 2):
+        same, n = _share(xa, xb)
+        pairs += 1
+        for key in ("all", "within_launch" if la == lb else "across_launches"):
+            sums[key][0] += same
+            sums[key][1] += n
+    return {"share": sums["all"][0] / sums["all"][1] if sums["all"][1] else None,
+            "within_launch": sums["within_launch"][0] / sums["within_launch"][1] if sums["within_launch"][1] else None,
+            "across_launches": (sums["across_launches"][0] / sums["across_launches"][1]
+                                if sums["across_launches"][1] else None),
+            "pairs": pairs, "questions": sums["all"][1]}
+
+
+def identical_outputs(arms: Mapping[str, Sequence[Pass]], temperature: float | None) -> dict[str, Any]:
+    """Each arm's :func:`arm_identity`, the sampling temperature, and the arms flagged: no output identical
+    across passes at temperature 0."""
+    out: dict[str, Any] = {role: arm_identity(passes) for role, passes in arms.items()}
+    out["temperature"] = temperature
+    out["flagged"] = [role for role in arms if temperature == 0 and out[role]["share"] == 0]
+    out["note"] = NOTE
+    return out
+
+
+def warnings(block: Mapping[str, Any]) -> list[str]:
+    """The sentence of each flagged arm (for ``comparison.json`` ``warnings`` and the terminal)."""
+    return [f"arm {role.upper()}: none of its {block[role]['questions']} outputs is identical across its passes at "
+            "temperature 0: the server is nondeterministic (or not answering the questions), so its within-arm "
+            "noise (ψ_AA) does not measure its run-to-run noise" for role in block.get("flagged") or []]
+
+
+def summary_line(block: Mapping[str, Any]) -> str | None:
+    """``identical outputs across passes: A 100.00 % (within a launch 100.00 %, across launches 99.10 %), ...``;
+    None when no arm has two passes."""
+    parts = []
+    for role in ("a", "b"):
+        arm = block.get(role) or {}
+        if arm.get("share") is None:
+            continue
+        split = [f"{label} {100 * arm[key]:.2f} %" for key, label in (("within_launch", "within a launch"),
+                                                                       ("across_launches", "across launches"))
+                 if arm.get(key) is not None]
+        parts.append(f"{role.upper()} {100 * arm['share']:.2f} %" + (f" ({', '.join(split)})" if split else ""))
+    return "identical outputs across passes: " + "; ".join(parts) if parts else None

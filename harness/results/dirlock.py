@@ -1,0 +1,98 @@
+"""One abh process per directory: an exclusive ``flock`` on a run, eval or comparison directory.
+
+Two ``abh run hydra.run.dir=SAME`` at once would each start servers, resume over each other's files and record
+each other's launches; two ``abh eval --out SAME`` would interleave their rows. The second process therefore
+stops at once (exit 2) and names the holder's pid, which the holder writes into the lock file
+``<dir>/.abh.lock`` for as long as it holds it.
+
+The lock is the kernel's (``fcntl.flock`` on the lock file), so a holder that dies, even of SIGKILL, releases
+it. The file is removed on release, so a finished directory holds no trace of it; removing a lock file races
+with a process that opened it just before (it would lock a file no longer in the directory), so an acquirer
+checks that the file it locked is still the one at the path, and tries again if not. A file system that does
+not support ``flock``, or a directory where no lock file can be made (read-only, full: its writes will fail and
+say so), runs unlocked.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+from harness.results.fileio import StoreError
+
+LOCK_FILE = ".abh.lock"
+
+
+class DirectoryInUse(StoreError):
+    """Another process holds the directory's lock (the message names it)."""
+
+
+class DirLock:
+    """``with DirLock(path, "run directory"):`` holds ``path`` exclusively (see the module docstring)."""
+
+    def __init__(self, root: str | Path, what: str = "directory"):
+        self.root = Path(root)
+        self.path = self.root / LOCK_FILE
+        self.what = what
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> DirLock:
+        """Take the lock (the directory must exist); DirectoryInUse when another process holds it."""
+        while self._fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return self  # no lock file can be made here (read-only, full): the writes will say why
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise DirectoryInUse(self._in_use()) from None
+                return self  # no flock here (some network file systems): run unlocked
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # its holder removed it as we opened it: lock the new one
+                os.close(fd)
+                continue
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError:
+                pass  # a full disk: the lock holds, only the pid cannot be shown
+            self._fd = fd
+        return self
+
+    def _in_use(self) -> str:
+        try:
+            pid = self.path.read_text().strip()
+        except OSError:
+            pid = ""
+        holder = f"pid {pid}" if pid.isdigit() else "pid unknown"
+        return (f"{self.root} is in use by another abh process ({holder}): one process per {self.what}; wait for it "
+                "to end, or use another directory")
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink()  # while still holding it: see the module docstring
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> DirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,112 @@
+"""What a stored eval's rows claim, checked before anything counts them (issue 22, item 6).
+
+``samples.jsonl`` is a plain text file: anyone can flip ``correct`` to true, relabel an answer as another
+question's or paste a row twice. Read back for a comparison or a resume, every row is therefore
+
+* type-checked (:meth:`~harness.results.schema.SampleRecord.from_dict`): a row ``{}``, ``[1, 2]``, an index
+  ``"5"`` or ``correct: "yes"`` is refused;
+* unique: two different answers to one question are refused (an error row is superseded by an answer, as the
+  resume rule says; identical copies are one row);
+
+and, given the task's :data:`RowCheck` (the task owns what "correct" means and what its prompts are:
+:func:`harness.tasks.row_check.row_check`, or the questions of the eval being resumed),
+
+* rescored: ``correct`` and ``invalid`` recomputed from the stored output and label by the task's scorer must be
+  the stored values;
+* matched to its question: its ``prompt_sha256`` must be the hash of that question's prompt, and its label the
+  dataset's.
+
+Anything else is a :class:`~harness.results.fileio.StoreError` naming the file and the line: the CLI exits 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from harness.results import schema
+from harness.results.fileio import StoreError, iter_jsonl
+from harness.results.schema import SampleRecord
+
+#: index -> (the sha256 of its prompt, or None where unknown; its label, or None where unknown)
+Reference = Mapping[int, tuple[str | None, int | None]]
+#: the task's scorer: (output, label) -> (pred, correct, invalid)
+Scorer = Callable[[str, int], tuple[int, bool, bool]]
+#: what the rows of the eval in a directory should hold, from its eval.json: (its reference, the task's scorer)
+RowCheck = Callable[[Path, Mapping[str, Any]], tuple[Reference | None, Scorer]]
+
+#: The fields two rows of one question must agree on to be the same answer.
+_ANSWER_FIELDS = ("prompt_sha256", "output", "pred", "label", "correct", "invalid", "error")
+_HINT = "the file was edited, or holds another eval's rows: restore it, or delete the row to have it asked again"
+
+
+def read_rows(path: Path) -> dict[int, tuple[int, SampleRecord]]:
+    """The rows of ``samples.jsonl`` by index, with their line numbers: each type-checked, duplicates resolved
+    (an answer supersedes an error row; identical answers are one); StoreError for a malformed row or two
+    different answers to one question."""
+    out: dict[int, tuple[int, SampleRecord]] = {}
+    for lineno, row in iter_jsonl(path):
+        try:
+            rec = SampleRecord.from_dict(row)
+        except ValueError as e:
+            raise StoreError(f"{path}: line {lineno}: {e}") from None
+        seen = out.get(rec.index)
+        if seen is None or seen[1].error is not None:
+            out[rec.index] = (lineno, rec)
+        elif rec.error is None and _answer(rec) != _answer(seen[1]):
+            raise StoreError(f"{path}: lines {seen[0]} and {lineno} are two different answers to question "
+                             f"{rec.index}; {_HINT}")
+    return out
+
+
+def _answer(rec: SampleRecord) -> tuple[Any, ...]:
+    d = asdict(rec)
+    return tuple(d[k] for k in _ANSWER_FIELDS)
+
+
+def verify(path: Path, rows: Mapping[int, tuple[int, SampleRecord]], reference: Reference | None,
+           score: Scorer) -> None:
+    """Each answered row's claims checked (see the module docstring); StoreError at the first that is false."""
+    for lineno, rec in sorted(rows.values(), key=lambda x: x[0]):
+        if rec.error is not None or rec.output is None:
+            continue
+        _, correct, invalid = score(rec.output, rec.label)
+        where = f"{path}: line {lineno} (question {rec.index})"
+        if (rec.correct, rec.invalid) != (correct, invalid):
+            raise StoreError(f"{where}: correct={_js(rec.correct)}, invalid={_js(rec.invalid)}, but its output "
+                             f"scores correct={_js(correct)}, invalid={_js(invalid)} against its label "
+                             f"{rec.label}; {_HINT}")
+        want_sha, want_label = (reference or {}).get(rec.index, (None, None))
+        if want_sha is not None and rec.prompt_sha256 != want_sha:
+            raise StoreError(f"{where}: its prompt hash is not question {rec.index}'s prompt (an answer to "
+                             f"another question?); {_HINT}")
+        if want_label is not None and rec.label != want_label:
+            raise StoreError(f"{where}: label {rec.label}, but the dataset's answer to question {rec.index} is "
+                             f"{want_label}; {_HINT}")
+
+
+def _js(x: Any) -> str:
+    return {True: "true", False: "false", None: "null"}.get(x, str(x))
+
+
+def prompt_hashes(root: Path) -> dict[int, str]:
+    """index -> sha256 of the prompt the eval's ``prompts.jsonl`` recorded for it."""
+    out: dict[int, str] = {}
+    for _, row in iter_jsonl(root / schema.PROMPTS_FILE):
+        i, prompt = row.get("index"), row.get("prompt")
+        if isinstance(i, int) and not isinstance(i, bool) and isinstance(prompt, str):
+            out[i] = hashlib.sha256(prompt.encode()).hexdigest()
+    return out
+
+
+def first_prompt(root: Path) -> tuple[int, str] | None:
+    """(index, prompt) of the first prompt ``prompts.jsonl`` recorded (None when it holds none)."""
+    for _, row in iter_jsonl(root / schema.PROMPTS_FILE):
+        i, prompt = row.get("index"), row.get("prompt")
+        if isinstance(i, int) and not isinstance(i, bool) and isinstance(prompt, str):
+            return i, prompt
+        break
+    return None

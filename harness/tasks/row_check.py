@@ -1,0 +1,73 @@
+"""What the stored rows of a GSM8K eval must hold (issue 22, item 6): the :data:`~harness.results.integrity.RowCheck`
+of this task, for :func:`~harness.results.integrity.verify`.
+
+Each question's label and the hash of its prompt come from the dataset the eval names, found by its content hash
+(the embedded canonical set, or the file at its ``dataset_source``), with the few-shot block its recipe makes
+(SGLang's: the test rows' first k; otherwise the block a recorded prompt starts with, trusted when its hash is the
+``shots_sha256`` eval.json records). Where the dataset cannot be found, the prompts the eval's ``prompts.jsonl``
+recorded give the hashes (no labels). Scoring is :meth:`~harness.tasks.gsm8k.GSM8K.score`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.results.integrity import Reference, Scorer, first_prompt, prompt_hashes
+from harness.tasks import gsm8k
+
+
+def row_check(root: Path, meta: Mapping[str, Any]) -> tuple[Reference | None, Scorer]:
+    """(the reference of the eval in ``root``, GSM8K's scorer)."""
+    return reference_for(root, meta), gsm8k.GSM8K.score
+
+
+def reference_for(root: Path, meta: Mapping[str, Any]) -> Reference | None:
+    """Each question's prompt sha256 and label (see the module docstring); None when neither the dataset nor
+    ``prompts.jsonl`` is there."""
+    rows = _dataset_rows(str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or ""))
+    if rows is None:
+        return {i: (sha, None) for i, sha in prompt_hashes(root).items()} or None
+    shots = _few_shot(root, meta, rows)
+    ref: dict[int, tuple[str | None, int | None]] = {}
+    for i in meta.get("indices") or []:
+        if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rows):
+            sha = None if shots is None else _sha(shots + gsm8k.one_example(rows[i], False))
+            ref[i] = (sha, gsm8k.get_answer_value(rows[i]["answer"]))
+    return ref
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def _dataset_rows(source: str, sha256: str) -> list[dict[str, str]] | None:
+    """The test rows whose content hash is ``sha256``: the embedded canonical set, or the file at ``source``
+    (None when neither has that hash)."""
+    try:
+        if sha256 == gsm8k.CANONICAL_TEST_HASH:
+            return gsm8k.read_embedded_test()
+        if source and not source.startswith(gsm8k.HF_PREFIX) and Path(source).is_file():
+            rows = gsm8k.read_jsonl(Path(source))
+            return rows if gsm8k.content_hash(rows) == sha256 else None
+    except gsm8k.DatasetError:
+        return None
+    return None
+
+
+def _few_shot(root: Path, meta: Mapping[str, Any], rows: list[dict[str, str]]) -> str | None:
+    """The eval's few-shot block (see the module docstring), or None when it cannot be trusted."""
+    recipe, want = meta.get("recipe"), meta.get("shots_sha256")
+    candidates: list[str] = []
+    if isinstance(recipe, dict) and recipe.get("name") == "sglang" and isinstance(recipe.get("num_shots"), int):
+        candidates.append(gsm8k.few_shot_block(rows[:recipe["num_shots"]]))
+    recorded = first_prompt(root)
+    if recorded is not None and 0 <= recorded[0] < len(rows):
+        suffix = gsm8k.one_example(rows[recorded[0]], False)
+        if recorded[1].endswith(suffix):
+            candidates.append(recorded[1][:-len(suffix)])
+    return next((shots for shots in candidates if want is None or _sha(shots) == want), None)
