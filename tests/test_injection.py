@@ -62,3 +62,11 @@ def test_abh_run_header_escapes_an_arms_name(tmp_path: Path, capsys):
     out, err = capsys.readouterr()
     assert code == exitcodes.OK, err
     assert "=== arm a: \\x1b]0;t\\x07A\\x9b" in out and no_raw(out + err)
+
+
+def test_the_headline_prose_keeps_brackets_but_makes_no_link() -> None:
+    from harness.report.markdown import prose
+    assert prose("[SIMULATED] REGRESSED −2 pp [−3, −1]") == "[SIMULATED] REGRESSED −2 pp [−3, −1]"
+    s = prose("not comparable: [x](javascript:alert(1)) ![i](http://e/p.png) <img src=x> **b** [r][1]\x1b[2J")
+    for bad in ("](", "![", "<img", "**b", "][", "\x1b"):
+        assert bad not in s.replace("\\](", "").replace("!\\[", "").replace("\\][", "").replace("\\*\\*b", ""), bad

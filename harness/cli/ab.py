@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--stall-timeout", type=float, metavar="S", default=client.stall_timeout_s,
                     help="no answer for this many seconds while requests are in flight: probe the server's "
                          "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=client.max_bytes_per_token,
+                    help="an answer larger than 1 MiB + B per token the request can produce is that request's "
+                         "error (response too large)")
     ap.add_argument("--wait-ready", type=float, metavar="S", default=60.0,
                     help="wait up to this many seconds for each server to serve before its first eval")
     ap.add_argument("--margin", type=float, default=None, metavar="PP",
@@ -163,7 +166,7 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
         "task.data_path": a.data or "", "task.train_path": a.train_data or "",
         "task.allow_noncanonical": a.allow_noncanonical, "client.parallel": a.parallel, "client.retries": a.retries,
         "client.request_timeout_s": float(a.request_timeout), "client.stall_timeout_s": float(a.stall_timeout),
-        "stats.hypothesis": a.hypothesis, "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin,
+        "client.max_bytes_per_token": a.max_bytes_per_token, "stats.hypothesis": a.hypothesis, "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin,
         "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,
     }

@@ -36,6 +36,16 @@ def cell(v: Any) -> str:
     return " ".join(s.split())
 
 
+def prose(v: Any) -> str:
+    """Text of ours with values inside (the headline) on one line: readable as written ("[SIMULATED]",
+    "[-7.42, +7.42]" kept), but no link, image or HTML can be made of it, and control characters show as
+    escapes."""
+    s = printable(str(v)).replace("\\", "\\\\")
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("](", "\\](").replace("][", "\\][").replace("![", "!\\[").replace("*", "\\*")
+    return " ".join(s.split())
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] | None = None) -> str:
     """A GFM table; ``align`` per column: "l" or "r"."""
     align = align or ["l"] * len(header)
@@ -146,7 +156,7 @@ def render(root: Path) -> str:
     parts = [f"### {sim}abh: {cell(names['b'])} (B) vs {cell(names['a'])} (A)"
              + (f" — {cell(experiment)}" if experiment else "")]
     # the verdict, stated once: the headline every surface shares
-    parts.append(f"> **{cell(headline(c))}**")
+    parts.append(f"> **{prose(headline(c))}**")
     if c.simulated:
         parts.append("> SIMULATED: these numbers come from the harness's simulated engine, not a real model server.")
     div = c.divergence
