@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -84,7 +84,7 @@ class EvalStore:
             new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions}
             # Rewrite without error rows, duplicates and torn lines, then append from there.
             atomic_write_text(self.root / SAMPLES,
-                              "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n"
+                              "".join(json.dumps(r.to_row(), ensure_ascii=False) + "\n"
                                       for r in sorted(done.values(), key=lambda r: r.index)))
             seen_prompts = {int(r["index"]): r for r in read_jsonl(self.root / PROMPTS) if isinstance(r.get("index"), int)}
             atomic_write_text(self.root / PROMPTS,
@@ -118,7 +118,7 @@ class EvalStore:
             self._prompts_f.write(json.dumps({"index": rec.index, "prompt_sha256": rec.prompt_sha256,
                                               "prompt": prompt}, ensure_ascii=False) + "\n")
             self._prompts_f.flush()
-        self._samples_f.write(json.dumps(asdict(rec), ensure_ascii=False) + "\n")
+        self._samples_f.write(json.dumps(rec.to_row(), ensure_ascii=False) + "\n")
         self._samples_f.flush()
 
     def save_meta(self) -> None:
@@ -211,11 +211,14 @@ class ScoredEval:
     dir: Path
     meta: EvalMeta
     summary: EvalSummary | None
-    #: per question of ``meta["indices"]``: 1 right, 0 wrong, NaN errored or missing
+    #: per question of ``meta["indices"]``: 1 right, 0 wrong, NaN errored or missing (a task whose answers score
+    #: in between: that score; a task that repeats questions: the mean over each question's answered repeats)
     scores: np.ndarray
     #: the server launch that served it (``launch``, else the older ``instance``); an eval that names none is
     #: its own launch (``dir:<path>``), so it is never taken to share one with another
     launch: str
+    #: the question of each score (``meta["indices"]``, or each repeated question's row once)
+    questions: np.ndarray | None = None
 
 
 def load_scored(eval_dir: str | Path) -> ScoredEval:
@@ -233,6 +236,18 @@ def load_scored(eval_dir: str | Path) -> ScoredEval:
     for j, idx in enumerate(indices):
         rec = by_index.get(idx)
         if rec is not None and rec.error is None and rec.correct is not None:
-            scores[j] = 1.0 if rec.correct else 0.0
+            scores[j] = rec.score if rec.score is not None else (1.0 if rec.correct else 0.0)
+    questions = np.asarray(indices)
+    repeats = int(meta.get("repeats") or 1)
+    if repeats > 1:  # the question's score: the mean over its answered repeats (NaN: none answered)
+        questions = np.asarray(sorted({i // repeats for i in indices}))
+        pos = {q: k for k, q in enumerate(questions.tolist())}
+        total, count = np.zeros(questions.size), np.zeros(questions.size)
+        for j, idx in enumerate(indices):
+            if np.isfinite(scores[j]):
+                total[pos[idx // repeats]] += scores[j]
+                count[pos[idx // repeats]] += 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scores = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     launch = meta.get("launch") or meta.get("instance") or f"dir:{root.resolve()}"
-    return ScoredEval(root, meta, summary, scores, str(launch))
+    return ScoredEval(root, meta, summary, scores, str(launch), questions)

@@ -100,6 +100,13 @@ class EvalMeta(TypedDict, total=False):
     stop: list[str]
     shots_sha256: str
     indices: list[int]
+    #: the upstream file the recipe follows (tasks other than GSM8K's bench_sglang recipes)
+    upstream: str
+    #: each index's group (MMLU: its subject), aligned with ``indices``
+    groups: list[str]
+    #: times each question is asked (GPQA); index = row * repeats + repeat, and a question's score is the mean
+    #: of its repeats
+    repeats: int
     api: str
     url: str
     parallel: int
@@ -154,8 +161,9 @@ class SampleRecord:
     index: int
     prompt_sha256: str
     output: str | None
-    pred: int | None
-    label: int
+    #: what the task's extractor read (GSM8K: a number; MMLU: a letter; None: nothing or an error)
+    pred: int | float | str | None
+    label: int | float | str
     correct: bool | None  # None when the request failed: an error is never a wrong answer
     invalid: bool | None
     finish_reason: str | None
@@ -164,11 +172,30 @@ class SampleRecord:
     latency_s: float | None
     attempts: int
     error: str | None = None
+    #: the task's score in [0, 1] when it is not simply ``correct`` (written only then)
+    score: float | None = None
+    #: a chat server's reasoning, returned apart from the answer (written only when returned)
+    reasoning: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SampleRecord:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``samples.jsonl`` row: every field, but ``score`` and ``reasoning`` only when set."""
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        for optional in ("score", "reasoning"):
+            if row[optional] is None:
+                del row[optional]
+        return row
+
+    @property
+    def value(self) -> float | None:
+        """The answer's score in [0, 1] (None for a request error)."""
+        if self.error is not None or self.correct is None:
+            return None
+        return self.score if self.score is not None else (1.0 if self.correct else 0.0)
 
 
 # ------------------------------------------------------------------------------------------ comparison
