@@ -12,6 +12,7 @@ file                    kind                      model
 ``summary.json``        ``abh.run.summary``       :class:`RunSummary` (in a run directory)
 ``comparison.json``     ``abh.comparison``        :class:`Comparison`
 ``sweep_summary.json``  ``abh.sweep``             :class:`SweepSummary`
+``tasks.json``          ``abh.tasks``             :class:`TasksComparison` (several tasks of one run)
 ======================  ========================  ==============================================
 
 ``samples.jsonl`` and ``prompts.jsonl`` rows belong to their ``eval.json``: its ``schema_version`` is
@@ -43,10 +44,12 @@ MANIFEST = "abh.run"
 RUN_SUMMARY = "abh.run.summary"
 COMPARISON = "abh.comparison"
 SWEEP = "abh.sweep"
+TASKS = "abh.tasks"
 
 #: The schema_version each kind is written with, and the versions this abh reads.
 SCHEMA_VERSION = 1
-WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP)}
+WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP,
+                                                       TASKS)}
 #: comparison and run summary v2: the question-level statistics (``test`` and ``p`` decide the verdict; the
 #: v1 keys ``p_value``, ``mcnemar_p``, ... are gone or under ``diagnostics``), ``design``, ``errors``, ``cost``
 WRITES[COMPARISON] = WRITES[RUN_SUMMARY] = 2
@@ -61,6 +64,9 @@ MANIFEST_FILE = "manifest.json"
 RUN_SUMMARY_FILE = "summary.json"
 COMPARISON_FILE = "comparison.json"
 SWEEP_FILE = "sweep_summary.json"
+TASKS_FILE = "tasks.json"
+#: a multi-task run's per-task comparisons: ``tasks/<key>/comparison.json`` (and its comparison.md, report.html)
+TASKS_DIR = "tasks"
 
 
 R = TypeVar("R", bound=Record)
@@ -574,6 +580,66 @@ class RunSummary(Record):
     cost: Cost | None = omit_none()
     #: a sequential run's looks and why it stopped; its verdict is then ``verdict``
     sequential: SequentialRecord | None = omit_none()
+    #: a run of several tasks: each task's verdict after the Holm adjustment across them (``verdict`` is then
+    #: the overall decision; tasks.json holds the per-task table)
+    tasks: dict[str, str] | None = omit_none()
+
+
+# ------------------------------------------------------------------------------------------ several tasks
+@dataclass(frozen=True)
+class GroupRow(Record):
+    """One group of a task's questions (MMLU: a subject or a category): both arms' accuracy on it."""
+
+    group: str
+    n: int
+    accuracy_a: float
+    accuracy_b: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class TaskRow(Record):
+    """One task of a multi-task comparison: its own comparison's headline and its verdict after Holm."""
+
+    key: str
+    task: str
+    recipe: str
+    dir: str
+    n: int
+    accuracy_a: float
+    accuracy_b: float
+    delta: float
+    delta_ci: list[float]
+    test: str | None
+    #: the two-sided superiority test's p (None: the verdict rested on another test, or none)
+    p: float | None
+    #: ``p`` adjusted by Holm across the run's tasks (1.0 where ``p`` is None)
+    p_holm: float
+    verdict: str
+    verdict_holm: str
+    verdict_reason: str
+    error_rate: float
+    simulated: bool = False
+    upstream: str | None = omit_none()
+    #: accuracy by group (MMLU: by subject, then by category), when the task's questions have groups
+    groups: list[GroupRow] = field(default_factory=list)
+    categories: list[GroupRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TasksComparison(Record):
+    """``tasks.json``: the tasks of one run (or of one pair of lm-eval sample files), a verdict per task and one
+    overall decision with the family-wise error rate controlled across the tasks (Holm)."""
+
+    decision: str
+    decision_reason: str
+    alpha: float
+    correction: str
+    hypothesis: str
+    rows: list[TaskRow]
+    simulated: bool = False
+    arm_names: ArmNames | None = omit_none()
+    command: list[str] | None = omit_none()
 
 
 class Manifest(TypedDict, total=False):
@@ -642,7 +708,8 @@ class SweepSummary(Record):
 
 # ------------------------------------------------------------------------------------------ checking
 _NAMES = {EVAL: "an eval (eval.json)", EVAL_SUMMARY: "an eval summary", MANIFEST: "a run manifest",
-          RUN_SUMMARY: "a run summary", COMPARISON: "a comparison", SWEEP: "a sweep summary"}
+          RUN_SUMMARY: "a run summary", COMPARISON: "a comparison", SWEEP: "a sweep summary",
+          TASKS: "a multi-task comparison (tasks.json)"}
 
 
 def stamp(kind: str, doc: dict[str, Any] | Any) -> dict[str, Any]:
@@ -765,3 +832,11 @@ def write_comparison(path: str | Path, doc: Comparison) -> None:
 
 def write_sweep_summary(path: str | Path, doc: SweepSummary) -> None:
     dump_record(path, SWEEP, doc)
+
+
+def load_tasks(path: str | Path) -> TasksComparison:
+    return load_record(path, TASKS, TasksComparison)
+
+
+def write_tasks(path: str | Path, doc: TasksComparison) -> None:
+    dump_record(path, TASKS, doc)
