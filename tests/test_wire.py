@@ -8,7 +8,15 @@ import pytest
 from conftest import TEST_JSONL
 
 from harness.serving.client import ClientConfig
-from harness.serving.wire import API_NAMES, ChatApi, Generation, MalformedResponse, OpenAIApi, SGLangApi, for_api
+from harness.serving.wire import (
+    API_NAMES,
+    ChatApi,
+    Generation,
+    MalformedResponse,
+    OpenAIApi,
+    SGLangApi,
+    for_api,
+)
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import GSM8K, RecipeConfig
 

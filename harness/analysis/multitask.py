@@ -165,11 +165,13 @@ def apply_holm(c: Comparison, row: TaskRow) -> Comparison:
 def format_tasks(tc: TasksComparison) -> str:
     """The per-task table and the overall decision, for the terminal."""
     lines = ["*** SIMULATED: results come from the simulated engine, not a real server ***"] if tc.simulated else []
-    head = f"{'task':<22} {'recipe':<17} {'n':>5} {'A':>7} {'B':>7} {'Δ pp':>7} {'p':>8} {'p Holm':>8}  verdict"
+    wk = max([4, *(len(r.key) for r in tc.rows)])
+    wr = max([6, *(len(r.recipe) for r in tc.rows)])
+    head = f"{'task':<{wk}} {'recipe':<{wr}} {'n':>5} {'A':>7} {'B':>7} {'Δ pp':>7} {'p':>8} {'p Holm':>8}  verdict"
     lines += [f"per task ({tc.correction} across {len(tc.rows)} tasks, α = {tc.alpha:g}):", head]
     for r in tc.rows:
         p = "n/a" if r.p is None else f"{r.p:.3g}"
-        lines.append(f"{r.key:<22} {r.recipe:<17} {r.n:>5} {100 * r.accuracy_a:>6.2f}% {100 * r.accuracy_b:>6.2f}% "
+        lines.append(f"{r.key:<{wk}} {r.recipe:<{wr}} {r.n:>5} {100 * r.accuracy_a:>6.2f}% {100 * r.accuracy_b:>6.2f}% "
                      f"{100 * r.delta:>+7.2f} {p:>8} {r.p_holm:>8.3g}  {r.verdict_holm}"
                      + (f" (own test: {r.verdict})" if r.verdict != r.verdict_holm else ""))
     lines.append(f"overall: {tc.decision.upper()} — {tc.decision_reason}")

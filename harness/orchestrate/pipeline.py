@@ -58,7 +58,13 @@ from harness.orchestrate.rundir import (
 from harness.orchestrate.schedule import Item, schedule, sequential_schedule, with_scoring
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
 from harness.orchestrate.servers import Launch, ServerPool
-from harness.orchestrate.tasks_phase import RunTask, combined_summary, compare_run_tasks, load_tasks, write_task_outputs
+from harness.orchestrate.tasks_phase import (
+    RunTask,
+    combined_summary,
+    compare_run_tasks,
+    load_tasks,
+    write_task_outputs,
+)
 from harness.report import write_markdown, write_report
 from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import combined_sentence, terminal_line

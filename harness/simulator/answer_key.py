@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.tasks.interface import Item, Task
 
+
 #: the tasks the simulator answers from the key (the others' prompts it parses itself)
 def needs_key(task: Task) -> bool:
     return not (task.name == "gsm8k" and task.recipe.name != "sgl_eval_chat")

@@ -78,6 +78,8 @@ KINDS: dict[str, Kind] = {
 }
 #: The task names a config may give (``task.name``).
 TASK_NAMES: tuple[str, ...] = tuple(KINDS)
+#: Every recipe name of any task (the command lines' ``--recipe`` choices; each task checks its own).
+ALL_RECIPES: tuple[str, ...] = tuple(dict.fromkeys(r for k in KINDS.values() for r in k.recipes))
 
 
 def kind(name: str) -> Kind:
