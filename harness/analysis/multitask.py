@@ -8,10 +8,11 @@ Each task has its own comparison (:func:`harness.analysis.comparison.compare_dir
 - a task's ``improved`` / ``regressed`` stands only when its adjusted p is below α (``verdict_holm``; otherwise
   ``inconclusive``); its other verdicts are unchanged;
 - the overall decision: ``not_comparable`` when any task is; else ``regressed`` when any task's adjusted verdict
-  is (a regression anywhere is one; improvements elsewhere are named in the reason); else ``improved`` when any
-  task's is; else, for the claims of no difference, the intersection-union rule (each task must show it at α,
-  which needs no adjustment): ``noninferior`` when every task is non-inferior or improved, ``equivalent`` when
-  every task is equivalent; else ``inconclusive``.
+  is (a regression anywhere is one; improvements elsewhere are named in the reason); else, for the claims of no
+  difference, the intersection-union rule (each task must show it at α, which needs no adjustment): with the
+  non-inferiority question, ``noninferior`` (``improved`` when some task also improved) only when every task is
+  non-inferior, equivalent or improved, else ``inconclusive``; otherwise ``improved`` when any task's adjusted
+  verdict is, ``equivalent`` when every task is equivalent, else ``inconclusive``.
 
 Under the null on every task the overall decision claims a difference with probability at most α (Holm's
 guarantee, whatever the dependence between the tasks: they share launches and servers); ``tests/test_multitask.py``
@@ -145,12 +146,19 @@ def overall(rows: Sequence[TaskRow], hypothesis: str, alpha: float) -> tuple[str
     if named("regressed"):
         extra = f"; improved on {', '.join(named('improved'))}" if named("improved") else ""
         return "regressed", f"regressed on {', '.join(named('regressed'))} ({held}){extra}"
+    if hypothesis == "noninferiority":
+        if all(r.verdict_holm in _NONINFERIOR for r in rows):
+            if named("improved"):
+                return "improved", (f"non-inferior on every one of the {m} tasks and improved on "
+                                    f"{', '.join(named('improved'))} ({held})")
+            return "noninferior", f"non-inferior on every one of the {m} tasks (each at its own level: intersection-union)"
+        return "inconclusive", "non-inferiority not shown on " + ", ".join(
+            f"{r.key} ({r.verdict_holm})" for r in rows if r.verdict_holm not in _NONINFERIOR)
+    if hypothesis == "equivalence" or not named("improved"):
+        if all(r.verdict_holm == "equivalent" for r in rows):
+            return "equivalent", f"equivalent on every one of the {m} tasks (each TOST at α: intersection-union)"
     if named("improved"):
         return "improved", f"improved on {', '.join(named('improved'))} and regressed on none ({held})"
-    if hypothesis == "noninferiority" and all(r.verdict_holm in _NONINFERIOR for r in rows):
-        return "noninferior", f"non-inferior on every one of the {m} tasks (each at its own level: intersection-union)"
-    if hypothesis != "noninferiority" and all(r.verdict_holm == "equivalent" for r in rows):
-        return "equivalent", f"equivalent on every one of the {m} tasks (each TOST at α: intersection-union)"
     return "inconclusive", f"no task differs after {held}; " + "; ".join(
         f"{r.key}: {r.verdict_holm} (Δ = {100 * r.delta:+.2f} pp)" for r in rows)
 
