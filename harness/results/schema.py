@@ -196,13 +196,6 @@ class SampleRecord:
                 del row[optional]
         return row
 
-    @property
-    def value(self) -> float | None:
-        """The answer's score in [0, 1] (None for a request error)."""
-        if self.error is not None or self.correct is None:
-            return None
-        return self.score if self.score is not None else (1.0 if self.correct else 0.0)
-
 
 # ------------------------------------------------------------------------------------------ comparison
 @dataclass(frozen=True)

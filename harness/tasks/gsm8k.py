@@ -381,7 +381,7 @@ class GSM8K(Task):
 
     def grade(self, output: str, item: Item) -> Scored:
         pred, correct, invalid = self.score(output, item.label)
-        return Scored(pred, 1.0 if correct else 0.0, invalid)
+        return Scored(pred, float(correct), invalid)
 
     def describe(self) -> dict[str, Any]:
         return {"task": "gsm8k", "recipe": self.recipe.to_dict(), "dataset_sha256": self.test.sha256,
