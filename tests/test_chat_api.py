@@ -72,3 +72,28 @@ def test_bad_task_options_are_one_line_exit_2(tmp_path, args, needle):
     done = abh("eval", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "x"), *args, cwd=tmp_path)
     assert done.returncode == exitcodes.BAD_CONFIG and needle in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_ab_of_two_tasks_on_two_running_servers(tmp_path, sim_server):
+    key = _key(tmp_path, registry.TaskSpec(name="mgsm_en", num_questions=20))
+    a = sim_server("--answer-key", str(key), "--accuracy", "0.7", "--build", "base")
+    b = sim_server("--answer-key", str(key), "--accuracy", "0.8", "--build", "fix")
+    out = tmp_path / "ab"
+    done = abh("ab", a.url, b.url, "--out", str(out), "--task", "gsm8k,mgsm_en", "--num-questions", "20",
+               "--parallel", "20", "--no-progress", cwd=tmp_path, timeout=300)
+    assert done.returncode == exitcodes.OK, done.stderr[-3000:]
+    from harness.results import schema
+
+    tc = schema.load_tasks(out / schema.TASKS_FILE)
+    assert [r.key for r in tc.rows] == ["gsm8k", "mgsm_en"] and all(r.n == 20 for r in tc.rows)
+    assert schema.load_eval_meta(out / "evals/b/r1/mgsm_en/eval.json")["api"] == "chat"
+    assert "per task (holm across 2 tasks" in done.stdout
+
+
+def test_ab_data_per_task_needs_its_name(tmp_path):
+    done = abh("ab", "http://127.0.0.1:9", "http://127.0.0.1:10", "--out", str(tmp_path / "x"), "--task",
+               "gsm8k,mmlu", "--data", "mmlu.csv", cwd=tmp_path)
+    assert done.returncode == exitcodes.BAD_CONFIG and "give TASK=PATH" in done.stderr
+    done = abh("ab", "http://127.0.0.1:9", "http://127.0.0.1:10", "--out", str(tmp_path / "x"), "--task",
+               "gsm8k,hellaswag", cwd=tmp_path)
+    assert done.returncode == exitcodes.BAD_CONFIG and "unknown task hellaswag" in done.stderr
