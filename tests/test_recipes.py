@@ -330,3 +330,25 @@ def test_unknown_task_and_recipe_are_one_line():
         registry.TaskSpec(name="mgsm_en", recipe="vllm"))[0]
     with pytest.raises(gsm8k.DatasetError, match="unknown task"):
         registry.kind("hellaswag")
+
+
+def test_data_from_a_url(tmp_path):
+    import http.server
+    import threading
+    from functools import partial
+
+    (tmp_path / "mgsm_en.tsv").write_text("".join(f"{r['inputs']}\t{r['targets']}\n" for r in mgsm.load(None).rows),
+                                          encoding="utf-8")
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        data = registry.load_data(registry.TaskSpec(name="mgsm_en", data_path=f"{base}/mgsm_en.tsv"))
+        assert data.test.canonical and data.test.source == f"{base}/mgsm_en.tsv"
+        with pytest.raises(gsm8k.DatasetError, match="HTTP 404") as e:
+            registry.load_data(registry.TaskSpec(name="mgsm_en", data_path=f"{base}/missing.tsv"))
+        assert "\n" not in str(e.value)
+    finally:
+        server.shutdown()
+        server.server_close()
