@@ -43,7 +43,6 @@ def read_bytes(spec: str, what: str) -> tuple[bytes, str]:
     if is_url(spec):
         import urllib.error
         import urllib.request
-
         from urllib.parse import urlsplit
 
         host = urlsplit(spec).hostname or ""
