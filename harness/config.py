@@ -5,7 +5,8 @@ Tree::
     configs/config.yaml          primary config: defaults list + top-level knobs
     configs/experiment/*.yaml    one file per experiment (package _global_): engine, arms a/b, repeats...
     configs/engine/*.yaml        one file per engine, extending its schema below
-    configs/task/*.yaml          GSM8K recipes
+    configs/task/*.yaml          one file per task and recipe (GSM8K's, MMLU, GPQA-diamond, MGSM-en); several at once:
+                                 ``task=[gsm8k,mmlu]`` (``tasks.<file>`` below)
     configs/stats/*.yaml         statistics settings
     configs/divergence/*.yaml    the scoring passes after the accuracy evals (divergence)
     configs/hydra/launcher/*     SLURM (submitit) launchers
@@ -33,7 +34,8 @@ from harness.serving.client import ClientSettings
 from harness.serving.wire import API_NAMES, DEFAULT_TOP_K
 from harness.simulator.sim_config import SimConfig
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
-from harness.tasks.gsm8k import CANONICAL_TEST_ROWS, RECIPES
+from harness.tasks.registry import TaskSpec
+from harness.tasks.registry import problems as task_problems
 
 #: The project checkout (holds configs/, arms/, results/).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -236,16 +238,26 @@ class ArmConfig:
 # -------------------------------------------------------------------------------------- the rest
 @dataclass
 class TaskConfig:
+    """One task and its recipe (harness.tasks.registry): ``name`` gsm8k | mmlu | gpqa_diamond | mgsm_en."""
+
     name: str = "gsm8k"
+    #: the task's recipe (empty: its first; GSM8K: sglang)
     recipe: str = "sglang"
-    num_questions: int = CANONICAL_TEST_ROWS
-    num_shots: int = 5
-    max_new_tokens: int = 512
-    #: GSM8K test JSONL (or a folder with test.jsonl/train.jsonl); empty = the shared copy beside the
-    #: checkout when present, else openai/gsm8k through `datasets`.
+    #: None: the recipe's upstream default (GSM8K: every question; MMLU: every row; a number: the first N, or
+    #: MMLU's and GPQA's random.Random(0) sample of N as upstream draws it)
+    num_questions: int | None = None
+    num_shots: int | None = None
+    max_new_tokens: int | None = None
+    #: the task's data: a local file or directory, hf:REPO[:CONFIG] or an http(s) URL; empty = the embedded copy
+    #: (GSM8K, MGSM-en; MMLU and GPQA are not shipped and need one)
     data_path: str = ""
     train_path: str = ""
     allow_noncanonical: bool = False
+    #: times each question is asked (GPQA: each with its own choice order; None: the task's default)
+    repeats: int | None = None
+    #: the protocol the task is sent by: sglang | openai | chat; empty: the engine's api when the recipe speaks
+    #: it, else the recipe's own (MMLU, GPQA, MGSM and sgl_eval_chat are chat recipes)
+    api: str = ""
 
 
 @dataclass
@@ -337,6 +349,9 @@ class Config:
     engine: Any = MISSING
     arms: dict[str, ArmConfig] = field(default_factory=dict)
     task: TaskConfig = field(default_factory=TaskConfig)
+    #: Several tasks, each evaluated on every launch (``abh run task=[gsm8k,mmlu]``: one entry per config file of
+    #: configs/task/, keyed by its name); empty: the one ``task``. When set, ``task`` is not used.
+    tasks: dict[str, TaskConfig] = field(default_factory=dict)
     client: ClientSettings = field(default_factory=ClientSettings)
     stats: StatsConfig = field(default_factory=StatsConfig)
     divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
@@ -687,9 +702,13 @@ def validate(cfg: Any) -> None:
     aa_arm = cfg.experiment.get("aa_arm") or ""
     if aa_arm and aa_arm not in cfg.arms:
         problems.append(f"experiment.aa_arm {aa_arm!r} is not an arm (arms: {', '.join(map(str, cfg.arms))})")
-    t = cfg.task
-    if t.recipe not in RECIPES:
-        problems.append(f"task.recipe must be one of {', '.join(RECIPES)}, not {t.recipe!r}")
+    for where, spec in task_specs(cfg):
+        problems += task_problems(spec, where)
+        if spec.api and spec.api not in API_NAMES:
+            problems.append(f"{where}.api must be {' or '.join(API_NAMES)} (or empty), not {spec.api!r}")
+    if cfg.get("tasks") and x.get("sequential"):
+        problems.append("experiment.sequential=true with several tasks: not supported (yet); run one task, or a "
+                        "fixed number of repeats")
     if e is not None and e.get("port") and x.get("concurrent_servers"):
         problems.append(f"engine.port={e.port} with experiment.concurrent_servers=true: both arms' servers "
                         "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
@@ -715,6 +734,23 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"bad config: {problems[0]}")
     if problems:
         raise ConfigError("bad config:\n  - " + "\n  - ".join(problems))
+
+
+def task_spec(t: Any) -> TaskSpec:
+    """One ``task:`` node as the registry's :class:`~harness.tasks.registry.TaskSpec`."""
+    return TaskSpec(name=str(t.name), recipe=str(t.recipe or ""), num_questions=t.get("num_questions"),
+                    num_shots=t.get("num_shots"), max_new_tokens=t.get("max_new_tokens"),
+                    data_path=str(t.get("data_path") or ""), train_path=str(t.get("train_path") or ""),
+                    allow_noncanonical=bool(t.get("allow_noncanonical")), repeats=t.get("repeats"),
+                    api=str(t.get("api") or ""))
+
+
+def task_specs(cfg: Any) -> list[tuple[str, TaskSpec]]:
+    """The run's tasks as (config path, spec): every ``tasks.<key>`` in order, else the one ``task``."""
+    many = cfg.get("tasks") or {}
+    if many:
+        return [(f"tasks.{key}", task_spec(t)) for key, t in many.items()]
+    return [("task", task_spec(cfg.task))]
 
 
 def client_settings(cfg: Any) -> ClientSettings:

@@ -77,7 +77,10 @@ OWNERS = {  # enumeration -> the one module that spells it out
     ("superiority", "noninferiority", "equivalence"): "stats/verdict.py",
     ("obf", "pocock"): "stats/group_sequential.py",
     ("regressed", "not-noninferior", "any-difference"): "analysis/gate.py",
-    ("sglang", "heldout"): "tasks/gsm8k.py",
+    # the recipes of each task: spelled out by the task's own module (the registry and the command lines read them)
+    ("sglang", "sglang_8shot", "heldout", "simple_eval", "vllm", "lm_eval_strict", "lm_eval_flexible",
+     "sgl_eval_chat"): "tasks/gsm8k.py",
+    ("sglang", "simple_evals"): "tasks/mmlu.py",
 }
 
 

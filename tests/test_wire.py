@@ -10,6 +10,7 @@ from conftest import TEST_JSONL
 from harness.serving.client import ClientConfig
 from harness.serving.wire import (
     API_NAMES,
+    ChatApi,
     Generation,
     MalformedResponse,
     OpenAIApi,
@@ -34,14 +35,16 @@ def task() -> GSM8K:
 
 
 def test_for_api_is_the_only_chooser():
-    assert API_NAMES == ("sglang", "openai", "vllm")
+    assert API_NAMES == ("sglang", "openai", "vllm", "chat")
     assert isinstance(for_api("sglang"), SGLangApi)
+    assert isinstance(for_api("chat", "m"), ChatApi) and for_api("chat").needs_model
     api = for_api("openai", "m")
     assert type(api) is OpenAIApi and api.model == "m" and not api.needs_model
     assert for_api("openai").needs_model
     v = for_api("vllm", "m")
     assert isinstance(v, VLLMApi) and v.model == "m" and v.with_model_listing({"data": [{"id": "x"}]}).name == "vllm"
-    with pytest.raises(ValueError, match="api must be one of sglang, openai, vllm"):
+    assert isinstance(for_api("chat", "m"), ChatApi)
+    with pytest.raises(ValueError, match="api must be one of sglang, openai, vllm, chat"):
         for_api("tgi")
     with pytest.raises(ValueError, match="api must be one of"):
         ClientConfig(url="http://x:1", api="tgi")
@@ -131,3 +134,35 @@ def test_model_listing():
         with pytest.raises(MalformedResponse):
             OpenAIApi().with_model_listing(bad)
     assert SGLangApi().with_model_listing({"data": [{"id": "x"}]}) == SGLangApi()
+
+
+def test_chat_bodies_and_reasoning_apart():
+    api = ChatApi("m")
+    body = api.generation_body("Solve 2+2.", {"max_new_tokens": 64, "temperature": 0.0, "top_p": 0.95,
+                                              "openai_extras": {"min_p": 0.0, "repetition_penalty": 1.0}})
+    assert json.dumps(body, separators=(",", ":")) == (
+        '{"messages":[{"role":"user","content":"Solve 2+2."}],"model":"m","max_tokens":64,"temperature":0.0,'
+        '"top_p":0.95,"min_p":0.0,"repetition_penalty":1.0}')
+    assert "stop" not in api.generation_body("x", {"max_new_tokens": 1, "stop": []})
+    assert api.generation_body("x", {"max_new_tokens": 1, "stop": ["Q"]})["stop"] == ["Q"]
+    assert api.warmup_body("", "first", {"max_new_tokens": 9})["max_tokens"] == 1
+    reply = {"choices": [{"message": {"role": "assistant", "content": "\\boxed{4}", "reasoning_content": "2+2=4"},
+                          "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 7}}
+    assert api.parse_generation(reply) == Generation("\\boxed{4}", "stop", 5, 7, "2+2=4")
+    vllm = {"choices": [{"message": {"content": None, "reasoning": "thinking..."}, "finish_reason": "length"}]}
+    assert api.parse_generation(vllm) == Generation("", "length", None, None, "thinking...")
+    for bad in ({}, {"choices": [{"text": "x"}]}, {"choices": [{"message": "x"}]},
+                {"choices": [{"message": {"content": 3}}]}):
+        with pytest.raises(MalformedResponse):
+            api.parse_generation(bad)
+    with pytest.raises(ValueError, match="no teacher-forced scoring"):
+        api.scoring_probe("x")
+
+
+def test_openai_extras_only_where_a_recipe_sets_them():
+    sp = {"max_new_tokens": 256, "stop": ["Question"], "temperature": 0.0, "openai_extras": {"seed": 42}}
+    assert OpenAIApi("m").generation_body("p", sp) == {
+        "model": "m", "prompt": "p", "max_tokens": 256, "temperature": 0.0, "stop": ["Question"], "seed": 42,
+        "stream": False}
+    assert SGLangApi().generation_body("p", sp) == {"text": "p", "sampling_params": {
+        "max_new_tokens": 256, "stop": ["Question"], "temperature": 0.0}}

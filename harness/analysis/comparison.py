@@ -287,7 +287,8 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     b_runs = [_load_run(Path(p)) for p in b_dirs]
     aa_runs = [_load_run(Path(p)) for p in aa_dirs]
     _check_same_questions(a_runs + b_runs + aa_runs)
-    indices = np.asarray(a_runs[0].meta["indices"])
+    first = a_runs[0]
+    indices = first.questions if first.questions is not None else np.asarray(first.meta["indices"])
     n_total = int(indices.size)
     A, B = _arm(a_runs), _arm(b_runs)
     AA = _arm(aa_runs) if aa_runs else None

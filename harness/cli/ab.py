@@ -28,8 +28,9 @@ from omegaconf import DictConfig
 from harness import exitcodes
 from harness.analysis.gate import FAIL_ON
 from harness.cli.flags import HelpFormatter
+from harness.serving.wire import API_NAMES
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
-from harness.tasks.gsm8k import CANONICAL_TEST_ROWS, RECIPES
+from harness.tasks.registry import ALL_RECIPES
 
 ROLES = ("a", "b")
 DEFAULT_NAMES = ("A", "B")
@@ -69,11 +70,14 @@ def _parser() -> argparse.ArgumentParser:
                     help="base URL of a second launch of arm A's server: the divergence's A/A floor (its three "
                          "scoring passes run on A, B and A2); without it divergence is not measured")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
-    from harness.serving.wire import API_NAMES
-
     ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
                     help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
-                         "vllm: that with every sampling field vLLM takes")
+                         "vllm: that with every sampling field vLLM takes; chat: POST /v1/chat/completions (a chat "
+                         "recipe is sent to the chat endpoint whatever this is)")
+    ap.add_argument("--task", default=None, metavar="NAME[,NAME...]",
+                    help="the task (a file of configs/task/: gsm8k, gsm8k_vllm, mmlu, mgsm_en, gpqa_diamond, ...; default "
+                         "gsm8k); several, comma-separated, are each evaluated on every eval of both servers, with a "
+                         "verdict per task and one overall decision (Holm across the tasks)")
     ap.add_argument("--model", default="", help="OpenAI model name (default: the first of /v1/models)")
     ap.add_argument("--api-key-env", default="", metavar="VAR",
                     help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
@@ -82,18 +86,21 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--a-name", default=None, metavar="NAME", help="arm A's name (default: A)")
     ap.add_argument("--b-name", default=None, metavar="NAME", help="arm B's name (default: B)")
     ap.add_argument("--names", default=None, metavar="A,B", help="both names at once (an alias of --a-name/--b-name)")
-    ap.add_argument("--data", default=None, metavar="PATH",
-                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl, or hf:openai/gsm8k through "
-                         "`datasets`); default: the canonical test set embedded in the package")
+    ap.add_argument("--data", action="append", default=None, metavar="[TASK=]PATH",
+                    help="the task's data: a file or directory, hf:REPO[:CONFIG] or an URL (GSM8K: test JSONL; default: "
+                         "the embedded copy); with several tasks, TASK=PATH for each (repeat the option)")
     ap.add_argument("--train-data", default=None, metavar="PATH",
-                    help="train JSONL (or hf:openai/gsm8k) for --recipe heldout (default: beside --data)")
+                    help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
+                         "--data)")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--recipe", choices=list(RECIPES), default="sglang",
-                    help="sglang: shots are test rows 0..k-1 (SGLang's script); heldout: shots from train")
-    ap.add_argument("--num-shots", type=int, metavar="K", default=5, help="few-shot examples in each prompt")
-    ap.add_argument("--num-questions", type=int, default=CANONICAL_TEST_ROWS, metavar="N",
-                    help="questions per eval (the first N)")
-    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=512, help="generation length limit")
+    ap.add_argument("--recipe", choices=list(ALL_RECIPES), default=None,
+                    help="the task's recipe (default: the task file's; GSM8K: sglang, SGLang's bench_sglang.py)")
+    ap.add_argument("--num-shots", type=int, metavar="K", default=None,
+                    help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")
+    ap.add_argument("--num-questions", type=int, default=None, metavar="N",
+                    help="questions per eval (default: the recipe's; GSM8K: all 1319)")
+    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
+                    help="generation length limit (default: the recipe's; sglang: 512)")
     ap.add_argument("--parallel", type=int, default=client.parallel, metavar="P", help="requests in flight")
     ap.add_argument("--retries", type=int, metavar="N", default=client.retries,
                     help="retries of a request after a timeout, 429, 5xx or a dropped connection")
@@ -157,17 +164,20 @@ NO_AA = ("abh ab measures divergence only with --aa URL_A2, a second launch of a
 def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) -> list[str]:
     """The Hydra overrides of experiment ``ab`` that say what this command line says (``urls``: A, B and,
     with ``--aa``, A's second launch)."""
+    tasks = task_names(a.task)
+    data = task_data(a.data, tasks)
+    per_task: dict[str, object] = {k: v for k, v in (
+        ("recipe", a.recipe), ("num_shots", a.num_shots), ("num_questions", a.num_questions),
+        ("max_new_tokens", a.max_new_tokens), ("train_path", a.train_data),
+        ("allow_noncanonical", a.allow_noncanonical or None)) if v is not None}
     values: dict[str, object] = {
         "arms.a.engine.url": urls[0], "arms.b.engine.url": urls[1], "arms.a.name": names[0], "arms.b.name": names[1],
         "engine.api": a.api, "engine.ready_timeout_s": float(a.wait_ready), "client.model": a.model,
         "client.api_key_env": a.api_key_env,
-        "experiment.repeats": a.repeats, "task.recipe": a.recipe, "task.num_shots": a.num_shots,
-        "task.num_questions": a.num_questions, "task.max_new_tokens": a.max_new_tokens,
-        "task.data_path": a.data or "", "task.train_path": a.train_data or "",
-        "task.allow_noncanonical": a.allow_noncanonical, "client.parallel": a.parallel, "client.retries": a.retries,
+        "experiment.repeats": a.repeats, "client.parallel": a.parallel, "client.retries": a.retries,
         "client.request_timeout_s": float(a.request_timeout), "client.stall_timeout_s": float(a.stall_timeout),
-        "client.max_bytes_per_token": a.max_bytes_per_token, "stats.hypothesis": a.hypothesis, "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin,
-        "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
+        "client.max_bytes_per_token": a.max_bytes_per_token, "stats.hypothesis": a.hypothesis,
+        "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin, "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,
     }
     if len(urls) == 3:  # the floor's own server: an arm of its own, named as A
@@ -175,7 +185,46 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
                        "divergence.enabled": True})
     else:
         values.update({"divergence.enabled": False, "divergence.off_reason": NO_AA})
-    return ["experiment=ab", *(f"{k}={hydra_value(v)}" for k, v in values.items())]
+    if len(tasks) == 1:
+        head = [] if tasks[0] == "gsm8k" else [f"task={tasks[0]}"]
+        values.update({f"task.{k}": v for k, v in per_task.items()})
+        if data.get(tasks[0]):
+            values["task.data_path"] = data[tasks[0]]
+    else:
+        head = [f"+task@tasks.{t}={t}" for t in tasks]
+        for t in tasks:
+            values.update({f"tasks.{t}.{k}": v for k, v in per_task.items()})
+            if data.get(t):
+                values[f"tasks.{t}.data_path"] = data[t]
+    return ["experiment=ab", *head, *(f"{k}={hydra_value(v)}" for k, v in values.items())]
+
+
+def task_names(text: str | None) -> list[str]:
+    """``--task gsm8k,mmlu`` -> ["gsm8k", "mmlu"] (config files of configs/task/; ValueError for an unknown one)."""
+    from harness.config import CONFIG_DIR
+
+    names = [n.strip() for n in (text or "gsm8k").split(",") if n.strip()]
+    known = sorted(p.stem for p in (CONFIG_DIR / "task").glob("*.yaml"))
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise ValueError(f"--task: unknown task {', '.join(bad) or repr(text)}; choose from {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--task names a task twice: {text}")
+    return names
+
+
+def task_data(given: Sequence[str] | None, tasks: Sequence[str]) -> dict[str, str]:
+    """``--data PATH`` (one task) or ``--data TASK=PATH`` (each of several) as {task: path}."""
+    out: dict[str, str] = {}
+    for item in given or []:
+        name, sep, path = item.partition("=")
+        if sep and name in tasks:
+            out[name] = path
+        elif len(tasks) == 1:
+            out[tasks[0]] = item
+        else:
+            raise ValueError(f"--data {item!r}: with several tasks, give TASK=PATH (tasks: {', '.join(tasks)})")
+    return out
 
 
 def check_urls(urls: Sequence[str]) -> list[str]:
@@ -276,7 +325,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     for opt, val, ok in (("--repeats", a.repeats, a.repeats >= 1), ("--num-questions", a.num_questions,
-                                                                      a.num_questions >= 1),
+                                                                      a.num_questions is None or a.num_questions >= 1),
                          ("--parallel", a.parallel, a.parallel >= 1), ("--alpha", a.alpha, 0 < a.alpha < 0.5),
                          ("--margin", a.margin, a.margin is None or a.margin > 0),
                          ("--max-error-rate", a.max_error_rate, 0 <= a.max_error_rate <= 1),
@@ -291,6 +340,10 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         unsafe = output_problem(a.out)
         if unsafe:
             raise ABFailure(exitcodes.BAD_CONFIG, unsafe)
+        try:
+            task_data(a.data, task_names(a.task))
+        except ValueError as e:
+            raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
         urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
         headers = auth_headers(a.api_key_env)
         refuse_swapped(a.out, urls[:2])

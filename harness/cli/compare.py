@@ -50,10 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="abh compare", description="Paired comparison of two arms' stored evals. Effects and margins are in percentage points "
                                              "(pp); --max-error-rate is a fraction.",
                                  formatter_class=HelpFormatter)
-    ap.add_argument("--a", action="append", required=True, type=Path, metavar="DIR",
+    ap.add_argument("--a", action="append", default=None, type=Path, metavar="DIR",
                     help="eval directory of arm A (repeat the option for repeats)")
-    ap.add_argument("--b", action="append", required=True, type=Path, metavar="DIR",
+    ap.add_argument("--b", action="append", default=None, type=Path, metavar="DIR",
                     help="eval directory of arm B (repeat the option for repeats)")
+    ap.add_argument("--lm-eval", nargs=2, type=Path, default=None, metavar=("A_SAMPLES", "B_SAMPLES"),
+                    help="instead of --a/--b: the samples lm-evaluation-harness wrote with --log_samples for the two "
+                         "servers (a samples_<task>_<date>.jsonl file, or the directory holding them); documents are "
+                         "paired by doc_id, every task/filter/metric is compared (Holm across them)")
     ap.add_argument("--aa", action="append", default=[], type=Path, metavar="DIR",
                     help="extra A/A runs of arm A's configuration (noise floor); a directory holding only a "
                          "scoring pass (scores.json, no eval) is the divergence's A/A floor")
@@ -116,6 +120,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     ap = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    if args.lm_eval is not None and (args.a or args.b):
+        ap.error("give either --lm-eval A_SAMPLES B_SAMPLES or --a/--b eval directories, not both")
+    if args.lm_eval is None and not (args.a and args.b):
+        ap.error("the following arguments are required: --a, --b (or --lm-eval A_SAMPLES B_SAMPLES)")
     for opt, val in (("--a-name", args.a_name), ("--b-name", args.b_name)):
         if val is not None and not val.strip():
             ap.error(f"{opt} must not be empty")
@@ -130,6 +138,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.out.is_dir():
             lock.acquire()  # another abh writing there: stop before the work, not after it
+        if args.lm_eval is not None:
+            return lm_eval_main(args, argv)
         return _compare(args, argv, lock)
     except DirectoryInUse as e:
         print(f"abh compare: error: {e}", file=sys.stderr)
@@ -186,4 +196,62 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     if reason:
         print(f"abh compare: {reason}", file=sys.stderr)
     print(coloured(headline(c), c.verdict, sys.stdout), flush=True)  # the verdict, last
+    return code
+
+
+def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``abh compare --lm-eval A_SAMPLES B_SAMPLES``: lm-eval's samples written as abh evals under
+    ``--out/lm_eval/{a,b}/<task>/``, then abh's paired comparison of each task/filter/metric (one: comparison.json
+    at ``--out``; several: tasks.json and tasks/<key>/, Holm across them). Exit codes as for --a/--b."""
+    from harness.analysis.multitask import TaskResult, compare_tasks, format_tasks
+    from harness.orchestrate.tasks_phase import write_task_outputs
+    from harness.report import write_markdown, write_report
+    from harness.results import lmeval_samples as lm
+
+    names = ArmNames(a=args.a_name or "A", b=args.b_name or "B")
+    command = ["abh", "compare", *redact_argv(list(argv))]
+    kwargs = {"margin": None if args.margin is None else args.margin / 100, "alpha": args.alpha, "seed": args.seed,
+              "max_error_rate": args.max_error_rate, "n_resamples": args.resamples, "hypothesis": args.hypothesis,
+              "min_effect": None if args.min_effect is None else args.min_effect / 100}
+    try:
+        sides = [lm.read_all(lm.sample_files(Path(p))) for p in args.lm_eval]
+        pairs = lm.pair(sides[0], sides[1])
+        comparisons, results = {}, []
+        for key, sa, sb in pairs:
+            safe = key.replace("/", "__")
+            ids = sorted(set(sa.docs) | set(sb.docs))
+            da = lm.to_eval_dir(sa, ids, args.out / "lm_eval" / "a" / safe, names.a)
+            db = lm.to_eval_dir(sb, ids, args.out / "lm_eval" / "b" / safe, names.b)
+            c = replace(compare_dirs([da], [db], **kwargs), arm_names=names, command=command)
+            comparisons[safe] = c
+            results.append(TaskResult(key=safe, task=sa.task, recipe=f"{sa.filter} {sa.metric}",
+                                      dir=f"{schema.TASKS_DIR}/{safe}", comparison=c,
+                                      upstream="lm-evaluation-harness --log_samples"))
+    except (CompareError, lm.LmEvalError) as e:
+        print(f"abh compare: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    if len(results) == 1:
+        c = next(iter(comparisons.values()))
+        schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
+        print(f"lm-eval {pairs[0][0]}: {len(c.flips)} documents differ of {c.n_total}")
+        print(format_summary(c))
+        for path in (args.out / schema.COMPARISON_FILE, write_markdown(args.out), write_report(args.out)):
+            print(f"wrote {path}")
+        code = comparison_exit(c, args.fail_on)
+        reason = exit_reason(code, c, args.fail_on)
+        if reason:
+            print(f"abh compare: {reason}", file=sys.stderr)
+        return code
+    tc = replace(compare_tasks(results, alpha=args.alpha, hypothesis=args.hypothesis), arm_names=names,
+                 command=command)
+    write_task_outputs(args.out, comparisons, tc, report=True)
+    print(format_tasks(tc))
+    for path in (args.out / schema.TASKS_FILE, write_markdown(args.out), write_report(args.out)):
+        print(f"wrote {path}")
+    from harness.analysis.gate import gate_exit
+
+    codes = [comparison_exit(c) for c in comparisons.values()]
+    code = max(codes, default=exitcodes.OK) or gate_exit(tc.decision, args.fail_on)
+    if code:
+        print(f"abh compare: overall decision {tc.decision} (exit {code})", file=sys.stderr)
     return code

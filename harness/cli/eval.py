@@ -55,32 +55,42 @@ def _eval(argv: list[str]) -> int:
         ServerGone,
         WrongServer,
         format_summary,
-        run_eval,
+        run_task_eval_async,
     )
+    from harness.measure.runner import run
     from harness.serving.client import ClientConfig
     from harness.serving.wire import API_NAMES
-    from harness.tasks import gsm8k
+    from harness.tasks import registry
+    from harness.tasks.interface import DatasetError
     from harness.util.paths import output_problem
 
     d = ClientConfig.__dataclass_fields__
-    ap = argparse.ArgumentParser(prog="abh eval", description="Run GSM8K against a running server.",
+    ap = argparse.ArgumentParser(prog="abh eval", description="Run a task (GSM8K by default) against a running server.",
                                  formatter_class=HelpFormatter)
     ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
                     help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
-                         "vllm: that with every sampling field vLLM takes")
+                         "vllm: that with every sampling field vLLM takes; chat: POST /v1/chat/completions (a chat "
+                         "recipe is sent to the chat endpoint whatever this is)")
     ap.add_argument("--out", required=True, metavar="DIR", help="eval directory (rerun the same command to resume)")
-    ap.add_argument("--num-questions", type=int, metavar="N", default=gsm8k.CANONICAL_TEST_ROWS,
-                    help="evaluate the first N questions")
+    ap.add_argument("--task", choices=list(registry.TASK_NAMES), default="gsm8k", help="the benchmark")
+    ap.add_argument("--num-questions", type=int, metavar="N", default=None,
+                    help="evaluate N questions (default: the recipe's; GSM8K: all 1319)")
     ap.add_argument("--parallel", type=int, metavar="P", default=d["parallel"].default, help="requests in flight")
     ap.add_argument("--data", default=None, metavar="PATH",
-                    help="GSM8K test JSONL (or a directory with test.jsonl/train.jsonl, or hf:openai/gsm8k through "
-                         "`datasets`); default: the canonical test set embedded in the package")
-    ap.add_argument("--train-data", default=None, metavar="PATH", help="train JSONL (or hf:openai/gsm8k) for --recipe heldout (default: beside --data)")
-    ap.add_argument("--recipe", choices=list(gsm8k.RECIPES), default="sglang",
-                    help="sglang: shots are test rows 0..k-1 (SGLang's script); heldout: shots from train")
-    ap.add_argument("--num-shots", type=int, metavar="K", default=5, help="few-shot examples in each prompt")
-    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=512, help="generation length limit")
+                    help="the task's data: a file or directory, hf:REPO[:CONFIG] or an URL; default: the embedded copy "
+                         "(GSM8K and MGSM-en; MMLU and GPQA are not shipped)")
+    ap.add_argument("--train-data", default=None, metavar="PATH",
+                    help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
+                         "--data)")
+    ap.add_argument("--recipe", choices=list(registry.ALL_RECIPES), default=None,
+                    help="the task's recipe (default: its first; GSM8K: sglang, SGLang's bench_sglang.py)")
+    ap.add_argument("--num-shots", type=int, metavar="K", default=None,
+                    help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")
+    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
+                    help="generation length limit (default: the recipe's; sglang: 512)")
+    ap.add_argument("--repeats", type=int, metavar="N", default=None,
+                    help="times each question is asked (GPQA: each with its own choice order; default 8)")
     ap.add_argument("--model-path", default=None, help="override the model path the stop list is chosen by")
     ap.add_argument("--model", default="", help="OpenAI model name (default: first of /v1/models)")
     ap.add_argument("--api-key-env", default="", metavar="VAR",
@@ -110,23 +120,30 @@ def _eval(argv: list[str]) -> int:
             raise ValueError(unsafe)
         if not math.isfinite(a.wait_ready) or a.wait_ready < 0:
             raise ValueError(f"--wait-ready must be a finite number >= 0, not {a.wait_ready!r}")
+        spec = registry.TaskSpec(name=a.task, recipe=a.recipe or "", num_questions=a.num_questions,
+                                 num_shots=a.num_shots, max_new_tokens=a.max_new_tokens, data_path=a.data or "",
+                                 train_path=a.train_data or "", allow_noncanonical=a.allow_noncanonical,
+                                 repeats=a.repeats)
+        bad = registry.problems(spec, "task")
+        if bad:
+            raise ValueError(bad[0])
+        data = registry.load_data(spec)
+        probe = registry.build(spec, data, a.model_path)  # bad options stop here, before any request
         try:
-            ccfg = ClientConfig(url=a.url, api=a.api, parallel=a.parallel, retries=a.retries,
-                                request_timeout_s=a.request_timeout, stall_timeout_s=a.stall_timeout, model=a.model,
-                                api_key_env=a.api_key_env, max_bytes_per_token=a.max_bytes_per_token)
+            ccfg = ClientConfig(url=a.url, api=registry.api_for(probe, a.api), parallel=a.parallel,
+                                retries=a.retries, request_timeout_s=a.request_timeout,
+                                stall_timeout_s=a.stall_timeout, model=a.model, api_key_env=a.api_key_env,
+                                max_bytes_per_token=a.max_bytes_per_token)
         except ValueError as e:  # the settings' own names, as the flags that set them
             raise ValueError(FLAG_NAMES.sub(lambda m: FLAGS[m.group()], str(e))) from None
-        test, train = gsm8k.load_splits(a.data, a.train_data, a.recipe, a.allow_noncanonical)
-        recipe = gsm8k.RecipeConfig(name=a.recipe, num_questions=a.num_questions, num_shots=a.num_shots,
-                                    max_new_tokens=a.max_new_tokens, model_path=a.model_path)
-        gsm8k.GSM8K(test, recipe, train)  # bad options stop here, before any request
-    except (gsm8k.DatasetError, ValueError) as e:
+    except (DatasetError, ValueError) as e:
         print(f"abh eval: error: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     opts = EvalOptions(progress=not a.no_progress, wait_ready_s=a.wait_ready,
                        on_status=lambda s: print(f"abh eval: {s}", file=sys.stderr))
     try:
-        summary = run_eval(test, recipe, ccfg, out, train, opts)
+        summary = run(run_task_eval_async(lambda mp: registry.build(spec, data, a.model_path or mp), ccfg, out,
+                                          opts))
     except WrongServer as e:
         print(f"abh eval: error: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
@@ -147,7 +164,7 @@ def _eval(argv: list[str]) -> int:
                     "rerun the same command to resume") if out.is_dir() else ""
             print(f"abh eval: error: {e}{kept}", file=sys.stderr)
             return exitcodes.BAD_CONFIG
-        if isinstance(e, StoreError | gsm8k.DatasetError):
+        if isinstance(e, StoreError | DatasetError):
             print(f"abh eval: error: {e}", file=sys.stderr)
             return exitcodes.BAD_CONFIG
         if isinstance(e, OSError):  # a directory that cannot be made or opened

@@ -45,7 +45,13 @@ def report_main(argv: Sequence[str] | None = None) -> int:
             written += [write_sweep_report(args.dir), write_markdown(args.dir)]
         else:
             written.append(write_report(args.dir))
-            if (args.dir / "comparison.json").exists():
+            if kind == "tasks":  # several tasks: each task's own files, then the run's markdown
+                from harness.results import schema
+
+                for sub in sorted((args.dir / schema.TASKS_DIR).glob(f"*/{schema.COMPARISON_FILE}")):
+                    written += [write_report(sub.parent), write_markdown(sub.parent)]
+                written.append(write_markdown(args.dir))
+            elif (args.dir / "comparison.json").exists():
                 written.append(write_markdown(args.dir))
                 if args.export:
                     written += export_samples(args.dir)

@@ -8,6 +8,7 @@ Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -121,6 +122,8 @@ def help_text() -> str:
         for d in sorted(p for p in arms.iterdir() if p.is_dir()):
             lines.append(f"  {d.name}: {', '.join(_options(d))}")
     lines += ["", "examples:", "  abh run                                 the SIMULATED demo",
+              "  abh run task=[gsm8k,mgsm_en]             several tasks on every launch: a verdict per task and",
+              "                                          one overall decision (Holm across the tasks)",
               "  abh run experiment=NAME dry_run=true     print each arm's command, run the static checks",
               "  abh run experiment.repeats=3 -m arms.b.engine.accuracy=0.93,0.96",
               "", "Hydra's own options: abh run --hydra-help"]
@@ -192,12 +195,41 @@ def fail_on_override(argv: list[str]) -> list[str]:
     return out
 
 
+_TASK_LIST = re.compile(r"^task=\[(.*)\]$")
+_TASK_KEY = re.compile(r"^(\+{0,2})task\.([A-Za-z_][\w.]*)=(.*)$", re.S)
+
+
+def tasks_override(argv: list[str]) -> list[str]:
+    """``task=[gsm8k,mmlu]`` (several tasks, each evaluated on every launch) as the Hydra overrides that put each
+    task's config file under ``tasks.<name>`` (``+task@tasks.gsm8k=gsm8k ...``); with several tasks, ``task.KEY=V``
+    applies to each of them (``tasks.<name>.KEY=V``; one task alone: ``tasks.mmlu.KEY=V``). ``task=[x]`` is
+    ``task=x``. Everything else is left for Hydra."""
+    names: list[str] = []
+    for a in argv:
+        m = _TASK_LIST.match(a)
+        if m:
+            names = [n.strip() for n in m.group(1).split(",") if n.strip()]
+    if len(names) < 2:
+        return [f"task={names[0]}" if _TASK_LIST.match(a) and names else a for a in argv]
+    out: list[str] = []
+    for a in argv:
+        if _TASK_LIST.match(a):
+            out += [f"+task@tasks.{n}={n}" for n in names]
+            continue
+        m = _TASK_KEY.match(a)
+        if m:
+            out += [f"{m.group(1)}tasks.{n}.{m.group(2)}={m.group(3)}" for n in names]
+            continue
+        out.append(a)
+    return out
+
+
 def main(argv: list[str]) -> int:
     """Entry of ``abh run``: hand the overrides to Hydra; map its outcome to our exit codes."""
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return exitcodes.OK
-    argv = fail_on_override(argv)
+    argv = tasks_override(fail_on_override(argv))
     bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"]) or directory_problem(argv)
     if bad:
         print(f"abh run: error: {bad}", file=sys.stderr)

@@ -17,12 +17,17 @@ from typing import Any
 from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
+from harness.results.integrity import Scorer
 from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
-from harness.tasks.gsm8k import GSM8K, Dataset, Question, RecipeConfig
+from harness.tasks.gsm8k import Dataset, RecipeConfig
+from harness.tasks.interface import Item, Task
 
-__all__ = ["EvalOptions", "Interrupted", "ServerGone", "ServerStalled", "WrongServer", "format_summary",
-           "run_eval", "run_eval_async"]
+__all__ = ["EvalOptions", "Interrupted", "ServerGone", "ServerStalled", "TaskBuilder", "WrongServer",
+           "format_summary", "run_eval", "run_eval_async", "run_task_eval_async"]
+
+#: Builds the eval's task once the server has said which model it serves (its ``model_path``, or None).
+TaskBuilder = Callable[[str | None], Task]
 
 #: Requests in a row refused after all their retries before an eval decides the server is gone.
 REFUSED_STREAK = 10
@@ -57,27 +62,50 @@ async def _server_facts(client: Client) -> dict[str, Any]:
     return facts
 
 
-def _record(q_index: int, sha: str, label: int, reply: Reply) -> SampleRecord:
+def scorer(task: Task) -> Scorer:
+    """``task``'s grader as the rows' check takes it: (output, label) -> (pred, correct, invalid)."""
+    def score(output: str, label: Any) -> tuple[Any, bool, bool]:
+        graded = task.grade(output, Item(index=-1, prompt="", label=label, row=-1))
+        return graded.pred, graded.score >= 1.0, graded.invalid
+    return score
+
+
+def _record(task: Task, item: Item, reply: Reply) -> SampleRecord:
     if reply.error is not None or reply.text is None:
-        return SampleRecord(index=q_index, prompt_sha256=sha, output=None, pred=None, label=label,
-                            correct=None, invalid=None, finish_reason=None, prompt_tokens=None,
+        return SampleRecord(index=item.index, prompt_sha256=item.prompt_sha256, output=None, pred=None,
+                            label=item.label, correct=None, invalid=None, finish_reason=None, prompt_tokens=None,
                             completion_tokens=None, latency_s=reply.latency_s, attempts=reply.attempts,
                             error=reply.error or "empty reply")
-    pred, correct, invalid = GSM8K.score(reply.text, label)
-    return SampleRecord(index=q_index, prompt_sha256=sha, output=reply.text, pred=pred, label=label,
-                        correct=correct, invalid=invalid, finish_reason=reply.finish_reason,
-                        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                        latency_s=reply.latency_s, attempts=reply.attempts, error=None)
+    graded = task.grade(reply.text, item)
+    return SampleRecord(index=item.index, prompt_sha256=item.prompt_sha256, output=reply.text, pred=graded.pred,
+                        label=item.label, correct=graded.score >= 1.0, invalid=graded.invalid,
+                        finish_reason=reply.finish_reason, prompt_tokens=reply.prompt_tokens,
+                        completion_tokens=reply.completion_tokens, latency_s=reply.latency_s,
+                        attempts=reply.attempts, error=None,
+                        score=None if graded.score in (0.0, 1.0) else graded.score, reasoning=reply.reasoning)
 
 
 async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: ClientConfig, out_dir: str | Path,
                          train: Dataset | None = None, opts: EvalOptions | None = None) -> dict[str, Any]:
-    """Run (or resume) one eval into ``out_dir``; return its summary (also written to summary.json).
+    """Run (or resume) one GSM8K eval into ``out_dir``; return its summary (also written to summary.json).
 
     Raises :class:`~harness.measure.runner.Interrupted` (SIGINT/SIGTERM), :class:`ServerStalled` (hung server),
     :class:`WrongServer` (the URL serves another API) or :class:`ServerGone` (the server died); answers
     already received are on disk in every case, and a rerun sends only the missing questions.
     """
+    from harness.tasks.registry import TaskData, kind
+
+    def gsm8k_task(model_path: str | None) -> Task:
+        if recipe.model_path is None:
+            recipe.model_path = model_path
+        return kind("gsm8k").build(TaskData(test, train), recipe)
+
+    return await run_task_eval_async(gsm8k_task, client_cfg, out_dir, opts)
+
+
+async def run_task_eval_async(build_task: TaskBuilder, client_cfg: ClientConfig, out_dir: str | Path,
+                              opts: EvalOptions | None = None) -> dict[str, Any]:
+    """Run (or resume) one eval of the task ``build_task`` makes into ``out_dir`` (see :func:`run_eval_async`)."""
     opts = opts or EvalOptions()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -94,15 +122,15 @@ async def run_eval_async(test: Dataset, recipe: RecipeConfig, client_cfg: Client
                     tell(f"warning: {notice}")
                 client.on_notice = lambda s: tell(f"note: {s}")
                 try:
-                    return await _run(test, recipe, client, store, train, opts, stop)
+                    return await _run(build_task, client, store, opts, stop)
                 finally:
                     stop.raise_for_reason()
     finally:
         store.close()
 
 
-async def _run(test: Dataset, recipe: RecipeConfig, client: Client, store: EvalStore, train: Dataset | None,
-               opts: EvalOptions, stop: Stop) -> dict[str, Any]:
+async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: EvalOptions,
+               stop: Stop) -> dict[str, Any]:
     cfg, out = client.cfg, store.root
     if opts.wait_ready_s > 0:
         await stop.race(client.wait_ready(opts.wait_ready_s, opts.on_status))
@@ -111,13 +139,11 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, store: EvalS
     if stop.event.is_set():
         return {}  # interrupted before anything was written; the caller raises
     api = client.api
-    if recipe.model_path is None:
-        recipe.model_path = (facts.get("model_info") or {}).get("model_path") or api.model or None
-    task = GSM8K(test, recipe, train)
-    sampling = task.sampling_params()
+    task = build_task((facts.get("model_info") or {}).get("model_path") or api.model or None)
+    sampling = task.sampling_params(chat=api.chat)
     server_info = facts.get("server_info") or {}
     simulated = bool(server_info.get("simulated")) or bool(opts.extra_meta.get("simulated"))
-    meta = {**task.describe(), "indices": [q.index for q in task.questions], "api": api.name,
+    meta = {**task.describe(), "indices": [q.index for q in task.items], "api": api.name,
             "url": cfg.url, "parallel": cfg.parallel, "simulated": simulated,
             "server": {k: server_info.get(k) for k in ("version", "build", "model_path", "engine")
                        if server_info.get(k) is not None},
@@ -127,7 +153,7 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, store: EvalS
         """SGLang's frontend warm-up (inside its timed batch, so its time counts in the latency); a URL that
         does not serve the API is refused here, once. Returns its duration."""
         t = time.perf_counter()
-        body = api.warmup_body(task.few_shot, task.questions[0].prompt, sampling)
+        body = api.warmup_body(task.few_shot, task.items[0].prompt, sampling)
         warm = await stop.race(client.generate(body))
         if warm is None or warm.error is None:
             return time.perf_counter() - t
@@ -150,28 +176,29 @@ async def _run(test: Dataset, recipe: RecipeConfig, client: Client, store: EvalS
         if stop.event.is_set():
             return {}
         # the rows kept must be answers to these questions, scored as this task scores
-        done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.questions}, GSM8K.score)
-        pending = [q for q in task.questions if q.index not in done]
+        done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.items}, scorer(task))
+        pending = [q for q in task.items if q.index not in done]
         if not fresh and opts.warmup and pending and task.warms_up:
             warm_s = await warm_up()
-        return await _ask(task, client, store, pending, done, opts, stop, test, simulated, warm_s)
+        return await _ask(task, client, store, pending, done, opts, stop, simulated, warm_s)
 
 
-async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Question],
-               done: dict[int, SampleRecord], opts: EvalOptions, stop: Stop, test: Dataset,
+async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item],
+               done: dict[int, SampleRecord], opts: EvalOptions, stop: Stop,
                simulated: bool, warm_s: float) -> dict[str, Any]:
     """Send the pending questions, store each answer as it arrives; write the summary however it ends.
     ``warm_s``: the warm-up's duration, counted in the wall time as SGLang's script counts it."""
     cfg, api, out = client.cfg, client.api, store.root
-    sampling = task.sampling_params()
-    progress = Progress(len(task.questions), opts.progress, f"{out.parent.name}/{out.name}", initial=len(done),
+    sampling = task.sampling_params(chat=api.chat)
+    n_items = len(task.items)
+    progress = Progress(n_items, opts.progress, f"{out.parent.name}/{out.name}", initial=len(done),
                         correct=sum(1 for r in done.values() if r.correct), accuracy=True,
                         in_flight=lambda: client.in_flight, note=client.status)
     t0 = time.perf_counter()
-    held: list[tuple[Question, Reply]] = []  # refused replies: errors if the server lives, else missing
+    held: list[tuple[Item, Reply]] = []  # refused replies: errors if the server lives, else missing
 
-    def write(q: Question, reply: Reply) -> None:
-        rec = _record(q.index, q.prompt_sha256, q.label, reply)
+    def write(q: Item, reply: Reply) -> None:
+        rec = _record(task, q, reply)
         try:
             store.append(rec, q.prompt)
         except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
@@ -179,7 +206,7 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
             return
         progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
-    async def one(q: Question) -> None:
+    async def one(q: Item) -> None:
         reply = await client.generate(api.generation_body(q.prompt, sampling))
         if reply.error is not None and opts.abort_check is not None and not stop.event.is_set():
             reason = opts.abort_check()
@@ -216,11 +243,12 @@ async def _ask(task: GSM8K, client: Client, store: EvalStore, pending: list[Ques
         store.close_files()
         samples = load_samples(out)
         prev_wall = float(store.meta.get("wall_s_total", 0.0))
-        summary = {**summarize(samples, len(task.questions), wall),
+        described = task.describe()
+        summary = {**summarize(samples, n_items, wall),
                    "wall_s_this_session": wall, "resumed": bool(store.meta.get("resumes")),
-                   "recipe": task.recipe.to_dict(), "dataset_sha256": test.sha256,
-                   "dataset_canonical": test.canonical, "api": api.name, "simulated": simulated,
-                   "complete": len(samples) == len(task.questions) and stop.reason is None,
+                   "recipe": task.recipe.to_dict(), "dataset_sha256": described["dataset_sha256"],
+                   "dataset_canonical": described["dataset_canonical"], "api": api.name, "simulated": simulated,
+                   "complete": len(samples) == n_items and stop.reason is None,
                    "aborted": stop.reason}
         if summary["resumed"]:
             summary["latency_s"] = prev_wall + wall

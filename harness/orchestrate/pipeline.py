@@ -38,6 +38,7 @@ from harness.analysis.comparison import (
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence
 from harness.analysis.gate import comparison_exit, exit_reason
+from harness.analysis.multitask import format_tasks
 from harness.arms import sourcediff
 from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
 from harness.checks.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
@@ -46,7 +47,7 @@ from harness.checks.static import run_static_checks
 from harness.config import SETTING_KEYS, ConfigError, arms_root, client_settings, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
-from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_eval_async
+from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
 from harness.orchestrate.design import describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.logprob_phase import ScoringPhase
@@ -64,6 +65,13 @@ from harness.orchestrate.rundir import (
 from harness.orchestrate.schedule import Item, schedule, sequential_schedule, with_scoring
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
 from harness.orchestrate.servers import Launch, ServerPool
+from harness.orchestrate.tasks_phase import (
+    RunTask,
+    combined_summary,
+    compare_run_tasks,
+    load_tasks,
+    write_task_outputs,
+)
 from harness.report import write_markdown, write_report
 from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import terminal_line
@@ -75,7 +83,7 @@ from harness.results.fileio import OutputError, StoreError
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.serving.untrusted import printable
 from harness.stats.group_sequential import operating_characteristics
-from harness.tasks.gsm8k import GSM8K, Dataset, DatasetError, RecipeConfig, load_splits
+from harness.tasks.gsm8k import DatasetError, RecipeConfig
 from harness.util.redact import redact_text
 
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANGUP)
@@ -93,25 +101,21 @@ class RunFailure(Exception):
 
 # ------------------------------------------------------------------------------------------ helpers
 def recipe_of(cfg: DictConfig) -> RecipeConfig:
+    """The single task's recipe as the config gives it (None: the recipe's upstream default)."""
     t = cfg.task
     return RecipeConfig(name=t.recipe, num_questions=t.num_questions, num_shots=t.num_shots,
                         max_new_tokens=t.max_new_tokens)
 
 
-def load_data(cfg: DictConfig) -> tuple[Dataset, Dataset | None]:
-    """Load and check the data, and build the task once, so bad data or options stop before any server."""
-    t = cfg.task
-    test, train = load_splits(t.data_path, t.train_path, t.recipe, t.allow_noncanonical)
-    GSM8K(test, recipe_of(cfg), train)
-    return test, train
-
-
-def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str) -> DictConfig:
-    """The run's engine config with the arm's ``engine:`` overrides; the simulator answers the run's data."""
+def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str, answer_key: str = "") -> DictConfig:
+    """The run's engine config with the arm's ``engine:`` overrides; the simulator answers the run's data (and,
+    from ``answer_key``, the tasks whose prompts it does not parse)."""
     merged = OmegaConf.merge(cfg.engine, OmegaConf.create(OmegaConf.to_container(arm_cfg.engine)))
     assert isinstance(merged, DictConfig)
     if merged.kind == "simulated" and not merged.get("data") and Path(data_source).is_file():
         merged.data = data_source
+    if merged.kind == "simulated" and answer_key and not merged.get("answer_key"):
+        merged.answer_key = answer_key
     return merged
 
 
@@ -152,7 +156,11 @@ class Run:
         validate(cfg)
         #: the command line that asked for the run, when it was not ``abh run`` (``abh ab``: shown in the report)
         self.command = command
-        self.test, self.train = load_data(cfg)
+        #: every task of the run with its data, loaded and built once (bad data stops here, before any server)
+        self.tasks: list[RunTask] = load_tasks(cfg)
+        self.test = next((t.data.test for t in self.tasks if t.spec.name == "gsm8k"), self.tasks[0].data.test)
+        #: the simulator's answer key for the tasks whose prompts it does not parse (written by :meth:`_open`)
+        self.answer_key = ""
         self.cfg, self.run_dir, self.x = cfg, run_dir, cfg.experiment
         self.interrupts, self.log = interrupts, log
         self.keys = {"a": str(self.x.a), "b": str(self.x.b)}  # role -> arm key
@@ -173,6 +181,12 @@ class Run:
 
     def _open(self, cfg: DictConfig, run_dir: Path, command: list[str] | None) -> None:
         """Resume or start the run's record (manifest), and set up its servers and scoring."""
+        if str(cfg.engine.kind) == "simulated":
+            from harness.simulator import answer_key
+
+            written = answer_key.write(run_dir / "simulator_answer_key.json",
+                                       [(t.key, t.probe) for t in self.tasks])
+            self.answer_key = str(written) if written else ""
         resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
         ignores = engine_class(str(cfg.engine.kind)).diff_ignore
         digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
@@ -182,17 +196,31 @@ class Run:
         self.manifest.start_session(
             experiment=str(self.x.name), config=resolved, digest=digest,
             dataset={"sha256": self.test.sha256, "source": self.test.source, "canonical": self.test.canonical,
-                     "rows": len(self.test)}, argv=command)
+                     "rows": len(self.test),
+                     **({"tasks": {t.key: {"task": t.spec.name, "recipe": t.probe.recipe.name,
+                                           "sha256": t.data.test.sha256, "source": t.data.test.source,
+                                           "rows": len(t.data.test)} for t in self.tasks}}
+                        if self.several else {})}, argv=command)
         self.pool = ServerPool(self.engines, self.arms, self.manifest, self.interrupts, self.log.say,
                                concurrent=bool(self.x.concurrent_servers))
+        # the divergence's scoring passes read one eval's texts: a run of several tasks does not measure it (yet)
         self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, self.interrupts, self.log)
-                        if cfg.divergence.enabled else None)
+                        if cfg.divergence.enabled and not self.several else None)
         #: GPUs one server of each arm holds (engine.gpus, else derived from its flags): the cost accounting
         self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
         #: a sequential run's looks (experiment.sequential), continued from the manifest's record
         self.looks: Looks | None = None
         if self.x.get("sequential"):
             self.looks = Looks(design_of(cfg), None if cfg.dry_run else self.manifest.data.get("sequential"))
+
+    @property
+    def several(self) -> bool:
+        """A run of several tasks (``tasks:``): every item evaluates each of them on its launch."""
+        return bool(self.tasks[0].key)
+
+    def item_done(self, rel: str) -> bool:
+        """The resume rule of one schedule item: every task's eval of it is done (:func:`eval_done`)."""
+        return all(eval_done(t.eval_dir(self.run_dir, rel)) for t in self.tasks)
 
     # ------------------------------------------------------------------ before any server
     def prepare_arms(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -202,7 +230,8 @@ class Run:
             for role, key in self.keys.items():
                 arm_cfg = self.cfg.arms[key]
                 arm = resolve_arm(key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
-                engine = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm, self.run_dir,
+                engine = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source, self.answer_key), arm,
+                                       self.run_dir,
                                        label=f"{role}-{key}")
                 engine.http_headers = bearer_headers(client_settings(self.cfg))
                 self.arms[key], self.engines[key] = arm, engine
@@ -211,7 +240,8 @@ class Run:
                 arm_cfg = self.cfg.arms[self.aa_key]
                 arm = resolve_arm(self.aa_key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
                 self.arms[self.aa_key] = arm
-                self.engines[self.aa_key] = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source), arm,
+                self.engines[self.aa_key] = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source,
+                                                                         self.answer_key), arm,
                                                           self.run_dir, label=f"aa-{self.aa_key}")
                 self.engines[self.aa_key].http_headers = bearer_headers(client_settings(self.cfg))
         except (ArmError, EngineError, OSError) as e:
@@ -352,7 +382,7 @@ class Run:
         label = {it: f"[{n}/{of}]" for n, it in enumerate(evals, start + 1)}
         for item in evals:
             self.manifest.add_eval(item.rel_dir, arm=item.arm_key, role=item.role, repeat=item.repeat)
-            if eval_done(self.run_dir / item.rel_dir):
+            if self.item_done(item.rel_dir):
                 self.log.say(f"{label[item]} {item.rel_dir}: already complete, kept")
             else:
                 pending.append(item)
@@ -420,16 +450,28 @@ class Run:
         self.manifest.eval_started(rel, launch.id)
         launch.passes += 1
         self.log.say(f"{label} eval {rel} (arm {key}, launch {launch.id}) on {engine.url}")
-        ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=engine.api)
         # launch: which server launch served the eval (the statistics treat runs that share one as dependent);
         # "instance" is the same id under the name the eval store records per session.
         meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
                 "simulated": engine.simulated}
-        opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive, extra_meta=meta,
-                           on_status=lambda line: self.log.say(f"  {line}"))
+        summaries = []
         try:
-            summary = self.interrupts.run_async(
-                run_eval_async(self.test, recipe_of(cfg), ccfg, self.run_dir / rel, self.train, opts))
+            for t in self.tasks:  # every task on this launch, one after the other
+                out = t.eval_dir(self.run_dir, rel)
+                if self.several and eval_done(out):
+                    continue
+                if self.several:
+                    self.log.say(f"  task {t.key} ({t.spec.name}, recipe {t.probe.recipe.name}) -> {out.name}/")
+                ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=t.api(engine.api))
+                opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive,
+                                   extra_meta={**meta, **({"task_key": t.key} if t.key else {})},
+                                   on_status=lambda line: self.log.say(f"  {line}"))
+                summaries.append(self.interrupts.run_async(run_task_eval_async(t.builder(), ccfg, out, opts)))
+                if self.several:
+                    acc = summaries[-1]["accuracy"]
+                    self.log.say(f"  {rel}/{t.key}: accuracy {acc:.4f}, errors {summaries[-1]['errors']}"
+                                 if acc is not None else f"  {rel}/{t.key}: no answers")
+            summary = summaries[0] if not self.several else combined_summary(summaries)
         except Interrupted:
             self.manifest.eval_ended(rel, "interrupted")
             raise
@@ -448,13 +490,16 @@ class Run:
             "errors" if summary["complete"] else "incomplete")
         self.manifest.eval_ended(rel, status, summary)
         acc = summary["accuracy"]
-        self.log.say(f"  {rel}: accuracy {acc:.4f}, errors {summary['errors']}" if acc is not None
-                     else f"  {rel}: no answers")
+        if not self.several:
+            self.log.say(f"  {rel}: accuracy {acc:.4f}, errors {summary['errors']}" if acc is not None
+                         else f"  {rel}: no answers")
 
     # ------------------------------------------------------------------ statistics and report
     def finish(self) -> int:
         x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
         dirs = {role: [run_dir / rel for rel in m.evals_of(role)] for role in ("a", "b", "aa")}
+        if self.several:
+            return self.finish_tasks(dirs)
         try:
             comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
                                       margin=None if s.margin_pp is None else s.margin_pp / 100,
@@ -523,6 +568,67 @@ class Run:
         self.log.write(f"verdict: {line}")
         print(coloured(line, comparison.verdict, sys.stdout), flush=True)
         return code
+
+
+    def finish_tasks(self, dirs: dict[str, list[Path]]) -> int:
+        """A run of several tasks: each task's comparison, Holm across them, the overall decision; the per-task
+        files, tasks.json, summary.json (its verdict: the overall decision), the report and comparison.md."""
+        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
+        names = schema.ArmNames(a=self.arms[x.a].name, b=self.arms[x.b].name)
+        try:
+            comparisons, tc = compare_run_tasks(
+                self.tasks, dirs, names=names, command=list(self.command) if self.command else None,
+                margin=None if s.margin_pp is None else s.margin_pp / 100,
+                min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100, alpha=s.alpha, seed=s.seed,
+                max_error_rate=s.max_error_rate, hypothesis=str(s.hypothesis))
+        except CompareError as e:
+            raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
+                             "command to retry the failed requests.") from None
+        write_task_outputs(run_dir, comparisons, tc, report=False)
+        cost = self.cost()
+        m.record("cost", cost.to_doc())
+        fail_on = self.cfg.get("fail_on")
+        gate = None if fail_on is None else str(fail_on)
+        codes = [comparison_exit(c, None) for c in comparisons.values()]
+        code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(tc.decision, gate)
+        design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
+                  "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
+                  "order": str(x.order), "tasks": [t.key for t in self.tasks]}
+        summary = schema.RunSummary(
+            experiment=str(x.name), verdict=tc.decision, verdict_reason=tc.decision_reason, exit_code=code,
+            simulated=tc.simulated, accuracy={}, arms={"a": names.a, "b": names.b}, repeats=int(x.repeats),
+            aa_control=bool(x.aa_control), design=design, cost=cost,
+            tasks={r.key: r.verdict_holm for r in tc.rows})
+        schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
+        m.record_status(code, summary.verdict)
+        print(f"experiment {x.name}: {names.a} (A) vs {names.b} (B), {len(self.tasks)} tasks x {x.repeats} "
+              "repeat(s), every task on every launch")
+        print(format_tasks(tc))
+        print(format_cost(cost))
+        if code == exitcodes.GATE_FAILED:
+            self.log.say(f"overall decision {tc.decision} fails --fail-on {gate} (exit {code})")
+        elif code:
+            worst = next(c for c in comparisons.values() if comparison_exit(c, None) == code)
+            reason = exit_reason(code, worst, None)
+            if reason:
+                self.log.say(reason)
+        if self.cfg.report:
+            try:
+                write_task_outputs(run_dir, comparisons, tc, report=True)
+                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
+                self.log.write(traceback.format_exc())
+                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
+                             f"traceback in {run_dir / RUN_LOG}")
+                return code or exitcodes.UNEXPECTED
+        return code
+
+
+def comparison_exit_of_decision(decision: str, fail_on: str | None) -> int:
+    """The gate on a multi-task run's overall decision (exit 7 when it is one ``--fail-on`` refuses)."""
+    from harness.analysis.gate import gate_exit
+
+    return gate_exit(decision, fail_on)
 
 
 def refuse_disallowed(bad: list[dict[str, Any]], what: str = "the arms differ") -> None:

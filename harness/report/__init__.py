@@ -27,10 +27,12 @@ class ReportError(RuntimeError):
 
 
 def detect(path: str | Path) -> str | None:
-    """"run", "comparison", "sweep" or None for what ``path`` holds."""
+    """"tasks" (several tasks: tasks.json), "run", "comparison", "sweep" or None for what ``path`` holds."""
     p = Path(path)
     if not p.is_dir():
         return None
+    if (p / schema.TASKS_FILE).exists():
+        return "tasks"
     if (p / schema.MANIFEST_FILE).exists():
         return "run"
     if (p / schema.COMPARISON_FILE).exists():
@@ -46,6 +48,10 @@ def write_report(path: str | Path) -> Path:
 
     root = Path(path)
     kind = detect(root)
+    if kind == "tasks":
+        from harness.report import tasks_section
+
+        return html.write(root / REPORT, tasks_section.render_html(root))
     if kind not in ("run", "comparison"):
         raise ReportError(f"{root} is not a run or comparison directory (no manifest.json or comparison.json)")
     return html.write(root / REPORT, html.render_comparison(root))
@@ -66,6 +72,13 @@ def write_markdown(path: str | Path) -> Path:
     return its path."""
     from harness.report import markdown
 
+    if (Path(path) / schema.TASKS_FILE).exists():
+        from harness.report import tasks_section
+        from harness.results.fileio import atomic_write_text
+
+        out = Path(path) / markdown.MARKDOWN
+        atomic_write_text(out, tasks_section.render_markdown(Path(path)))
+        return out
     if (Path(path) / schema.SWEEP_FILE).exists() and not (Path(path) / schema.COMPARISON_FILE).exists():
         return markdown.write_sweep(Path(path))
     if not (Path(path) / schema.COMPARISON_FILE).exists():

@@ -193,6 +193,15 @@ def render_sweep(root: Path) -> str:
     return _render("sweep.html.j2", sweep_context(root))
 
 
+def csp() -> str:
+    """The Content-Security-Policy of a page without a script (for the other report pages)."""
+    return _csp(None)
+
+
+def render_template(name: str, ctx: dict[str, Any]) -> str:
+    return _render(name, ctx)
+
+
 def write(path: Path, html: str) -> Path:
     atomic_write_text(path, printable(html))  # escaped, not only HTML-escaped: no raw control character
     return path

@@ -20,7 +20,7 @@ import errno
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -116,7 +116,7 @@ class EvalStore:
             new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions}
             # Rewrite without error rows, duplicates and torn lines, then append from there.
             atomic_write_text(self.root / SAMPLES,
-                              "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n"
+                              "".join(json.dumps(r.to_row(), ensure_ascii=False) + "\n"
                                       for r in sorted(done.values(), key=lambda r: r.index)))
             seen_prompts = {int(r["index"]): r for r in read_jsonl(self.root / PROMPTS) if isinstance(r.get("index"), int)}
             atomic_write_text(self.root / PROMPTS,
@@ -162,7 +162,7 @@ class EvalStore:
             if prompt is not None and self._prompts_f is not None:
                 _append_line(self._prompts_f, self.root / PROMPTS,
                              {"index": rec.index, "prompt_sha256": rec.prompt_sha256, "prompt": prompt})
-            _append_line(self._samples_f, self.root / SAMPLES, asdict(rec))
+            _append_line(self._samples_f, self.root / SAMPLES, rec.to_row())
         except OutputError as e:
             self.failed = e
             raise
@@ -283,7 +283,8 @@ class ScoredEval:
     dir: Path
     meta: EvalMeta
     summary: EvalSummary | None
-    #: per question of ``meta["indices"]``: 1 right, 0 wrong, NaN errored or missing
+    #: per question of ``meta["indices"]``: 1 right, 0 wrong, NaN errored or missing (a task whose answers score
+    #: in between: that score; a task that repeats questions: the mean over each question's answered repeats)
     scores: np.ndarray
     #: the server launch that served it (``launch``, else the older ``instance``); an eval that names none is
     #: its own launch (``dir:<path>``), so it is never taken to share one with another
@@ -291,6 +292,8 @@ class ScoredEval:
     #: per question of ``meta["indices"]``: a 16-byte fingerprint of its output (None errored or missing), for
     #: whether two passes answered alike (harness.analysis.determinism) without holding every pass's answers
     outputs: tuple[bytes | None, ...] = ()
+    #: the question of each score (``meta["indices"]``, or each repeated question's row once)
+    questions: np.ndarray | None = None
 
 
 def _fingerprint(text: str) -> bytes:
@@ -313,8 +316,20 @@ def load_scored(eval_dir: str | Path, check: integrity.RowCheck | None = None) -
     for j, idx in enumerate(indices):
         rec = by_index.get(idx)
         if rec is not None and rec.error is None and rec.correct is not None:
-            scores[j] = 1.0 if rec.correct else 0.0
+            scores[j] = rec.score if rec.score is not None else (1.0 if rec.correct else 0.0)
+    questions = np.asarray(indices)
+    repeats = int(meta.get("repeats") or 1)
+    if repeats > 1:  # the question's score: the mean over its answered repeats (NaN: none answered)
+        questions = np.asarray(sorted({i // repeats for i in indices}))
+        pos = {q: k for k, q in enumerate(questions.tolist())}
+        total, count = np.zeros(questions.size), np.zeros(questions.size)
+        for j, idx in enumerate(indices):
+            if np.isfinite(scores[j]):
+                total[pos[idx // repeats]] += scores[j]
+                count[pos[idx // repeats]] += 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scores = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     launch = meta.get("launch") or meta.get("instance") or f"dir:{root.resolve()}"
     outputs = tuple(_fingerprint(r.output) if r is not None and r.error is None and r.output is not None else None
                     for r in map(by_index.get, indices))
-    return ScoredEval(root, meta, summary, scores, str(launch), outputs)
+    return ScoredEval(root, meta, summary, scores, str(launch), outputs, questions)

@@ -32,11 +32,11 @@ from harness.results.fileio import StoreError, iter_jsonl
 from harness.results.schema import SampleRecord
 
 #: index -> (the sha256 of its prompt, or None where unknown; its label, or None where unknown)
-Reference = Mapping[int, tuple[str | None, int | None]]
+Reference = Mapping[int, tuple[str | None, Any]]
 #: the task's scorer: (output, label) -> (pred, correct, invalid)
-Scorer = Callable[[str, int], tuple[int, bool, bool]]
+Scorer = Callable[[str, Any], tuple[Any, bool, bool]]
 #: what the rows of the eval in a directory should hold, from its eval.json: (its reference, the task's scorer)
-RowCheck = Callable[[Path, Mapping[str, Any]], tuple[Reference | None, Scorer]]
+RowCheck = Callable[[Path, Mapping[str, Any]], tuple[Reference | None, Scorer | None]]
 
 #: The fields two rows of one question must agree on to be the same answer.
 _ANSWER_FIELDS = ("prompt_sha256", "output", "pred", "label", "correct", "invalid", "error")
@@ -68,12 +68,13 @@ def _answer(rec: SampleRecord) -> tuple[Any, ...]:
 
 
 def verify(path: Path, rows: Mapping[int, tuple[int, SampleRecord]], reference: Reference | None,
-           score: Scorer) -> None:
-    """Each answered row's claims checked (see the module docstring); StoreError at the first that is false."""
+           score: Scorer | None) -> None:
+    """Each answered row's claims checked (see the module docstring; ``score`` None: its grading is not
+    redone); StoreError at the first that is false."""
     for lineno, rec in sorted(rows.values(), key=lambda x: x[0]):
         if rec.error is not None or rec.output is None:
             continue
-        _, correct, invalid = score(rec.output, rec.label)
+        correct, invalid = (rec.correct, rec.invalid) if score is None else score(rec.output, rec.label)[1:]
         where = f"{path}: line {lineno} (question {rec.index})"
         if (rec.correct, rec.invalid) != (correct, invalid):
             raise StoreError(f"{where}: correct={_js(rec.correct)}, invalid={_js(rec.invalid)}, but its output "

@@ -12,6 +12,7 @@ file                    kind                      model
 ``summary.json``        ``abh.run.summary``       :class:`RunSummary` (in a run directory)
 ``comparison.json``     ``abh.comparison``        :class:`Comparison`
 ``sweep_summary.json``  ``abh.sweep``             :class:`SweepSummary`
+``tasks.json``          ``abh.tasks``             :class:`TasksComparison` (several tasks of one run)
 ======================  ========================  ==============================================
 
 ``samples.jsonl`` and ``prompts.jsonl`` rows belong to their ``eval.json``: its ``schema_version`` is
@@ -28,6 +29,7 @@ the field). The eval's own files and the manifest, which abh writes as events ha
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar, cast
@@ -43,10 +45,12 @@ MANIFEST = "abh.run"
 RUN_SUMMARY = "abh.run.summary"
 COMPARISON = "abh.comparison"
 SWEEP = "abh.sweep"
+TASKS = "abh.tasks"
 
 #: The schema_version each kind is written with, and the versions this abh reads.
 SCHEMA_VERSION = 1
-WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP)}
+WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP,
+                                                       TASKS)}
 #: comparison and run summary v2: the question-level statistics (``test`` and ``p`` decide the verdict; the
 #: v1 keys ``p_value``, ``mcnemar_p``, ... are gone or under ``diagnostics``), ``design``, ``errors``, ``cost``
 WRITES[COMPARISON] = WRITES[RUN_SUMMARY] = 2
@@ -61,6 +65,9 @@ MANIFEST_FILE = "manifest.json"
 RUN_SUMMARY_FILE = "summary.json"
 COMPARISON_FILE = "comparison.json"
 SWEEP_FILE = "sweep_summary.json"
+TASKS_FILE = "tasks.json"
+#: a multi-task run's per-task comparisons: ``tasks/<key>/comparison.json`` (and its comparison.md, report.html)
+TASKS_DIR = "tasks"
 
 
 R = TypeVar("R", bound=Record)
@@ -102,6 +109,13 @@ class EvalMeta(TypedDict, total=False):
     temperature: float
     shots_sha256: str
     indices: list[int]
+    #: the upstream file the recipe follows (tasks other than GSM8K's bench_sglang recipes)
+    upstream: str
+    #: each index's group (MMLU: its subject), aligned with ``indices``
+    groups: list[str]
+    #: times each question is asked (GPQA); index = row * repeats + repeat, and a question's score is the mean
+    #: of its repeats
+    repeats: int
     api: str
     url: str
     parallel: int
@@ -156,8 +170,9 @@ class SampleRecord:
     index: int
     prompt_sha256: str
     output: str | None
-    pred: int | None
-    label: int
+    #: what the task's extractor read (GSM8K: a number; MMLU: a letter; None: nothing or an error)
+    pred: int | float | str | None
+    label: int | float | str
     correct: bool | None  # None when the request failed: an error is never a wrong answer
     invalid: bool | None
     finish_reason: str | None
@@ -166,6 +181,10 @@ class SampleRecord:
     latency_s: float | None
     attempts: int
     error: str | None = None
+    #: the task's score in [0, 1] when it is not simply ``correct`` (written only then)
+    score: float | None = None
+    #: a chat server's reasoning, returned apart from the answer (written only when returned)
+    reasoning: str | None = None
 
     @classmethod
     def from_dict(cls, d: Any) -> SampleRecord:
@@ -187,9 +206,26 @@ class SampleRecord:
             raise ValueError("a row with a request error has no correct value (an error is never an answer)")
         return rec
 
+    def to_row(self) -> dict[str, Any]:
+        """The ``samples.jsonl`` row: every field, but ``score`` and ``reasoning`` only when set."""
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        for optional in ("score", "reasoning"):
+            if row[optional] is None:
+                del row[optional]
+        return row
+
 
 def _whole(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _scalar(x: Any) -> bool:
+    """What a task's extractor reads or a label is: a finite number or a string."""
+    return _number(x) or isinstance(x, str)
 
 
 def _count_or_none(x: Any) -> bool:
@@ -201,8 +237,8 @@ _SAMPLE_TYPES: dict[str, tuple[Any, str]] = {
     "index": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
     "prompt_sha256": (lambda x: isinstance(x, str), "a string"),
     "output": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "pred": (lambda x: x is None or _whole(x), "a whole number or null"),
-    "label": (_whole, "a whole number"),
+    "pred": (lambda x: x is None or _scalar(x), "a number, a string or null"),
+    "label": (_scalar, "a number or a string"),
     "correct": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
     "invalid": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
     "finish_reason": (lambda x: x is None or isinstance(x, str), "a string or null"),
@@ -212,8 +248,10 @@ _SAMPLE_TYPES: dict[str, tuple[Any, str]] = {
                   "a number >= 0 or null"),
     "attempts": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
     "error": (lambda x: x is None or isinstance(x, str), "a string or null"),
+    "score": (lambda x: x is None or (_number(x) and 0 <= x <= 1), "a number in [0, 1] or null"),
+    "reasoning": (lambda x: x is None or isinstance(x, str), "a string or null"),
 }
-_OPTIONAL_SAMPLE_FIELDS = frozenset({"error"})
+_OPTIONAL_SAMPLE_FIELDS = frozenset({"error", "score", "reasoning"})
 
 
 # ------------------------------------------------------------------------------------------ comparison
@@ -597,6 +635,66 @@ class RunSummary(Record):
     sequential: SequentialRecord | None = omit_none()
     #: the verdict in the one line every surface shows (harness.report.headline)
     headline: str | None = omit_none()
+    #: a run of several tasks: each task's verdict after the Holm adjustment across them (``verdict`` is then
+    #: the overall decision; tasks.json holds the per-task table)
+    tasks: dict[str, str] | None = omit_none()
+
+
+# ------------------------------------------------------------------------------------------ several tasks
+@dataclass(frozen=True)
+class GroupRow(Record):
+    """One group of a task's questions (MMLU: a subject or a category): both arms' accuracy on it."""
+
+    group: str
+    n: int
+    accuracy_a: float
+    accuracy_b: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class TaskRow(Record):
+    """One task of a multi-task comparison: its own comparison's headline and its verdict after Holm."""
+
+    key: str
+    task: str
+    recipe: str
+    dir: str
+    n: int
+    accuracy_a: float
+    accuracy_b: float
+    delta: float
+    delta_ci: list[float]
+    test: str | None
+    #: the two-sided superiority test's p (None: the verdict rested on another test, or none)
+    p: float | None
+    #: ``p`` adjusted by Holm across the run's tasks (1.0 where ``p`` is None)
+    p_holm: float
+    verdict: str
+    verdict_holm: str
+    verdict_reason: str
+    error_rate: float
+    simulated: bool = False
+    upstream: str | None = omit_none()
+    #: accuracy by group (MMLU: by subject, then by category), when the task's questions have groups
+    groups: list[GroupRow] = field(default_factory=list)
+    categories: list[GroupRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TasksComparison(Record):
+    """``tasks.json``: the tasks of one run (or of one pair of lm-eval sample files), a verdict per task and one
+    overall decision with the family-wise error rate controlled across the tasks (Holm)."""
+
+    decision: str
+    decision_reason: str
+    alpha: float
+    correction: str
+    hypothesis: str
+    rows: list[TaskRow]
+    simulated: bool = False
+    arm_names: ArmNames | None = omit_none()
+    command: list[str] | None = omit_none()
 
 
 class Manifest(TypedDict, total=False):
@@ -667,7 +765,8 @@ class SweepSummary(Record):
 
 # ------------------------------------------------------------------------------------------ checking
 _NAMES = {EVAL: "an eval (eval.json)", EVAL_SUMMARY: "an eval summary", MANIFEST: "a run manifest",
-          RUN_SUMMARY: "a run summary", COMPARISON: "a comparison", SWEEP: "a sweep summary"}
+          RUN_SUMMARY: "a run summary", COMPARISON: "a comparison", SWEEP: "a sweep summary",
+          TASKS: "a multi-task comparison (tasks.json)"}
 
 
 def stamp(kind: str, doc: dict[str, Any] | Any) -> dict[str, Any]:
@@ -790,3 +889,11 @@ def write_comparison(path: str | Path, doc: Comparison) -> None:
 
 def write_sweep_summary(path: str | Path, doc: SweepSummary) -> None:
     dump_record(path, SWEEP, doc)
+
+
+def load_tasks(path: str | Path) -> TasksComparison:
+    return load_record(path, TASKS, TasksComparison)
+
+
+def write_tasks(path: str | Path, doc: TasksComparison) -> None:
+    dump_record(path, TASKS, doc)

@@ -313,6 +313,8 @@ class Reply(Outcome):
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: a chat server's reasoning, returned apart from the answer (None: none returned)
+    reasoning: str | None = None
 
 
 @dataclass
@@ -653,6 +655,7 @@ class Client:
         if gen is not None:
             reply.text, reply.finish_reason = gen.text, gen.finish_reason
             reply.prompt_tokens, reply.completion_tokens = gen.prompt_tokens, gen.completion_tokens
+            reply.reasoning = gen.reasoning
         return reply
 
     # ------------------------------------------------------------------ teacher-forced scoring

@@ -1,14 +1,16 @@
-"""The wire protocols a server speaks: SGLang's native API, the OpenAI completions API and vLLM's superset of it.
+"""The wire protocols a server speaks: SGLang's native API, the OpenAI completions API, vLLM's superset of it and
+the OpenAI chat API.
 
-One object per protocol (:class:`SGLangApi`, :class:`OpenAIApi`, :class:`VLLMApi`), chosen once by
-:func:`for_api`. It knows
+One object per protocol (:class:`SGLangApi`, :class:`OpenAIApi`, :class:`VLLMApi`, :class:`ChatApi`), chosen once
+by :func:`for_api`. It knows
 the endpoints, builds the request bodies (a generation from a prompt and SGLang-style sampling params, the
 warm-up, a teacher-forced scoring request) and parses the responses. It does no I/O: the client sends what
 it builds and hands back what came back. Nothing else in the harness tests the protocol's name.
 
 Sampling params are always given in SGLang's vocabulary (the task's recipe, every field SGLang's frontend
-sends); :class:`OpenAIApi` maps the fields the OpenAI API has, :class:`VLLMApi` every field vLLM takes (it
-fills an omitted one from the model's ``generation_config.json``).
+sends); :class:`OpenAIApi` and :class:`ChatApi` map the fields their API has, and pass on the OpenAI-only
+fields a recipe may set (:data:`OPENAI_EXTRAS`: ``seed``, ``min_p``, ``repetition_penalty``) when it sets them;
+:class:`VLLMApi` sends every field vLLM takes (it fills an omitted one from the model's ``generation_config.json``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Generation:
     finish_reason: str | None
     prompt_tokens: int | None
     completion_tokens: int | None
+    #: the reasoning a chat server returned apart from the answer (``reasoning_content`` / ``reasoning``)
+    reasoning: str | None = None
 
 
 # ---------------------------------------------------------------------------------------- scoring
@@ -139,6 +143,8 @@ class Api(ABC):
     #: A scoring request can also ask for the logprobs of given ids at every position (SGLang's
     #: ``token_ids_logprob``; :attr:`ScoreRequest.token_ids`).
     scores_given_ids: ClassVar[bool] = False
+    #: The prompt is sent as a chat message (the server applies its chat template), not as raw text.
+    chat: ClassVar[bool] = False
 
     @property
     def model(self) -> str | None:
@@ -227,7 +233,7 @@ class SGLangApi(Api):
     scores_given_ids: ClassVar[bool] = True
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
-        return {"text": prompt, "sampling_params": dict(sampling)}
+        return {"text": prompt, "sampling_params": {k: v for k, v in sampling.items() if k != "openai_extras"}}
 
     def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
         """SGLang's frontend, byte for byte: ``RuntimeEndpoint.cache_prefix`` (python/sglang/lang/backend/
@@ -358,11 +364,10 @@ class OpenAIApi(Api):
         return replace(self, model_name=name)
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
-        """The same request as SGLang's (greedy, same stops and length) in the fields this API has."""
-        return {"model": self.model_name, "prompt": prompt, "max_tokens": sampling["max_new_tokens"],
-                "temperature": sampling["temperature"], "top_p": sampling["top_p"], "n": sampling["n"],
-                "stop": sampling["stop"], "frequency_penalty": sampling["frequency_penalty"],
-                "presence_penalty": sampling["presence_penalty"], "stream": False}
+        """The same request as SGLang's (greedy, same stops and length) in the fields this API has: those the
+        sampling params give, then the OpenAI-only ones a recipe sets (:data:`OPENAI_EXTRAS`)."""
+        return {"model": self.model_name, "prompt": prompt, **_openai_fields(sampling, COMPLETION_FIELDS),
+                "stream": False}
 
     def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
         # One token: not every OpenAI server accepts max_tokens 0.
@@ -557,13 +562,61 @@ class VLLMApi(OpenAIApi):
                 "include_stop_str_in_output": False, "ignore_eos": sampling.get("ignore_eos", False),
                 "skip_special_tokens": sampling.get("skip_special_tokens", True),
                 "spaces_between_special_tokens": sampling.get("spaces_between_special_tokens", True),
-                "stream": False}
+                "stream": False, **_extras(sampling)}
+class ChatApi(OpenAIApi):
+    """The OpenAI chat API (vLLM, SGLang's OpenAI server, llama.cpp): ``POST /v1/chat/completions``; the prompt is
+    one user message and the server applies its own chat template. A reasoning model's reasoning, when the
+    server returns it apart (``message.reasoning_content``, or vLLM's ``message.reasoning``), is kept apart
+    from the answer. Scoring (teacher-forced logprobs) is the completions API's: this one has no echo."""
+
+    name: ClassVar[str] = "chat"
+    generate_path: ClassVar[str] = "/v1/chat/completions"
+    chat: ClassVar[bool] = True
+
+    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+        """``messages`` (one user message), ``model``, then the sampling fields the recipe gives (an empty stop
+        list is left out: chat recipes send none)."""
+        fields = _openai_fields(sampling, CHAT_FIELDS)
+        if not fields.get("stop"):
+            fields.pop("stop", None)
+        return {"messages": [{"role": "user", "content": prompt}], "model": self.model_name, **fields}
+
+    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+        return self.generation_body(first_prompt or shots, {**sampling, "max_new_tokens": 1})
+
+    def parse_generation(self, obj: Any) -> Generation:
+        try:
+            choice = obj["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError):
+            raise MalformedResponse("response has no choices[0].message") from None
+        if not isinstance(message, dict):
+            raise MalformedResponse("choices[0].message is not an object")
+        text = message.get("content")
+        if text is None:  # a reasoning model that spent its whole budget thinking: no answer, not a bad body
+            text = ""
+        if not isinstance(text, str):
+            raise MalformedResponse("choices[0].message.content is not a string")
+        reasoning = message.get("reasoning_content")
+        if not isinstance(reasoning, str):
+            reasoning = message.get("reasoning") if isinstance(message.get("reasoning"), str) else None
+        usage = _object(obj.get("usage"), "usage")
+        return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
+                          _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+                          _count(usage.get("completion_tokens"), "usage.completion_tokens"), reasoning or None)
+
+    def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
+        raise ValueError("the chat API has no teacher-forced scoring (run the divergence with engine.api=openai)")
+
+    def scoring_probe(self, text: str) -> dict[str, Any]:
+        raise ValueError("the chat API has no teacher-forced scoring (run the divergence with engine.api=openai)")
 
 
 _FACTORIES: dict[str, Callable[[str], Api]] = {
     SGLangApi.name: lambda model: SGLangApi(),
     OpenAIApi.name: lambda model: OpenAIApi(model_name=model),
     VLLMApi.name: lambda model: VLLMApi(model_name=model),
+    ChatApi.name: lambda model: ChatApi(model_name=model),
 }
 #: The protocol names a config may give.
 API_NAMES: tuple[str, ...] = tuple(_FACTORIES)
@@ -613,6 +666,28 @@ def _int(x: Any, default: int) -> int:
 def _length(x: Any) -> int:
     """Tokens a request's text or id list can make at most: its ids, or its characters."""
     return len(x) if isinstance(x, str | list | tuple) else 0
+#: (OpenAI field, SGLang sampling-param name) in the order the completions body sends them.
+COMPLETION_FIELDS: tuple[tuple[str, str], ...] = (
+    ("max_tokens", "max_new_tokens"), ("temperature", "temperature"), ("top_p", "top_p"), ("n", "n"),
+    ("stop", "stop"), ("frequency_penalty", "frequency_penalty"), ("presence_penalty", "presence_penalty"))
+#: The same for the chat body (what upstream chat recipes send: length, temperature, top_p, stops).
+CHAT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("max_tokens", "max_new_tokens"), ("temperature", "temperature"), ("top_p", "top_p"), ("stop", "stop"))
+#: OpenAI-only request fields a recipe may set (vLLM's gsm8k_eval sends ``seed``, sgl-eval ``min_p`` and
+#: ``repetition_penalty``); sent only when the sampling params hold them.
+OPENAI_EXTRAS: tuple[str, ...] = ("seed", "min_p", "repetition_penalty")
+
+
+def _openai_fields(sampling: Mapping[str, Any], table: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The OpenAI body fields of SGLang-style ``sampling``: those of ``table`` it holds, then the extras it holds
+    under ``openai_extras`` (a recipe's OpenAI-only fields)."""
+    return {**{field_: sampling[key] for field_, key in table if key in sampling}, **_extras(sampling)}
+
+
+def _extras(sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI-only fields of ``sampling`` (under ``openai_extras``: a recipe's own) that it holds."""
+    extras = sampling.get("openai_extras") or {}
+    return {k: extras[k] for k in OPENAI_EXTRAS if k in extras}
 
 
 def _num(x: Any) -> float:

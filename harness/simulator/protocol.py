@@ -404,6 +404,42 @@ def _prompt_logprobs(st: SimState, full: list[int], n_prompt: int, sc: Scores, k
     return out
 
 
+def parse_chat(st: SimState, body: dict[str, Any]) -> dict[str, Any]:
+    """The validated options of an OpenAI /v1/chat/completions body (SimError 400 on anything invalid): the
+    last user message is the prompt (the simulator has no chat template; it answers what it is asked)."""
+    if body.get("stream"):
+        raise SimError(400, "streaming is not supported by the simulated engine")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        raise SimError(400, "messages must be a non-empty list of {role, content} objects")
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if not users:
+        raise SimError(400, "messages hold no user message")
+    check_common(body.get("temperature"), body.get("top_p"))
+    return {"prompt": users[-1], "model": body.get("model") or st.cfg.model_path,
+            "gen": {"max_new": as_int(body.get("max_tokens"), "max_tokens", 4096),
+                    "min_new": 0, "stops": as_str_list(body.get("stop"), "stop"), "stop_regex": [],
+                    "ignore_eos": False, "no_stop_trim": False}}
+
+
+def chat_response(st: SimState, req: dict[str, Any]) -> dict[str, Any]:
+    """Run an OpenAI /v1/chat/completions request and build vLLM's (and SGLang's) response for it."""
+    prompt = req["prompt"]
+    r = st.complete(prompt, chat=True, **req["gen"])
+    message: dict[str, Any] = {"role": "assistant", "content": r["text"]}
+    if st.cfg.reasoning:
+        message["reasoning_content"] = "Let me think about what is asked. (simulated reasoning)"
+    pt = r["prompt_tokens"]
+    return {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
+            "model": req["model"], "simulated": True,
+            "choices": [{"index": 0, "message": message, "finish_reason": r["finish"]["type"],
+                         "stop_reason": r["finish"].get("matched")}],
+            "usage": {"prompt_tokens": pt, "completion_tokens": r["completion_tokens"],
+                      "total_tokens": pt + r["completion_tokens"]}}
+
+
 def tokenize(st: SimState, body: dict[str, Any]) -> dict[str, Any]:
     prompt = body.get("prompt")
     if isinstance(prompt, str):

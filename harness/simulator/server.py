@@ -1,6 +1,7 @@
 """The simulated engine's HTTP server (aiohttp): SGLang's and OpenAI's wire protocols plus the side endpoints.
 
-Routes: ``POST /generate`` (SGLang), ``POST /v1/completions`` (OpenAI/vLLM), ``POST /tokenize`` and
+Routes: ``POST /generate`` (SGLang), ``POST /v1/completions`` (OpenAI/vLLM), ``POST /v1/chat/completions`` (the
+OpenAI chat API; the last user message is the prompt), ``POST /tokenize`` and
 ``/detokenize`` (also under ``/v1``), ``GET /health`` and ``/health_generate`` (one handler, 503 until ready,
 as SGLang), ``/get_server_info`` and ``/server_info``, ``/get_model_info`` and ``/model_info``,
 ``/flush_cache``, ``/v1/models``, ``/version``. Request and response shapes: ``harness.simulator.protocol``.
@@ -118,6 +119,16 @@ class Handlers:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self._openai)
 
+    # -------------------------------------------------------------- OpenAI /v1/chat/completions
+    def _chat(self, body: dict[str, Any], validate_only: bool = False, prepared: Any = None,
+              t0: float = 0.0) -> Any:
+        if validate_only:
+            return protocol.parse_chat(self.st, body)
+        return protocol.chat_response(self.st, prepared)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._chat)
+
     # -------------------------------------------------------------- tokenizer
     async def _plain(self, request: web.Request, fn: Callable[[SimState, dict[str, Any]], Any]) -> web.Response:
         if self.st.starting():
@@ -177,6 +188,7 @@ def build_app(cfg: SimConfig, argv: list[str] | None = None) -> web.Application:
     r = app.router
     r.add_post("/generate", h.generate)
     r.add_post("/v1/completions", h.completions)
+    r.add_post("/v1/chat/completions", h.chat)
     r.add_get("/health", h.health)
     r.add_get("/health_generate", h.health)
     for p in ("/get_server_info", "/server_info"):

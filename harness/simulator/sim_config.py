@@ -31,6 +31,10 @@ class SimConfig:
     port: int = _knob(0, "port; 0 picks a free one (printed in the ready line)")
     data: str = _knob("", "GSM8K test JSONL (or a directory with test.jsonl) the simulator answers from; "
                           "empty = the canonical test set embedded in the package")
+    answer_key: str = _knob("", "answer key of the tasks whose prompts the simulator does not parse (MMLU, GPQA, MGSM, "
+                                "the chat GSM8K): written by the run that launches it (harness.simulator.answer_key)")
+    reasoning: bool = _knob(False, "chat answers also carry reasoning apart (message.reasoning_content), as a "
+                                   "reasoning model's server with a reasoning parser returns it")
     seed: int = _knob(0, "seeds the per-question difficulties (shared by all arms of a comparison)")
     ability: float | None = _knob(None, "arm ability a: P(correct_i) = sigmoid(a - d_i); when set it is used "
                                         "instead of accuracy")

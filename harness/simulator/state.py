@@ -105,6 +105,13 @@ class SimState:
         #: how many times each question has been asked on this launch (its pass number)
         self._asked: dict[int, int] = {}
         self._pass: dict[int, list[bool]] = {}
+        #: the tasks answered from the run's answer key: per task, its launch outcomes and passes
+        from harness.simulator.answer_key import AnswerKey
+
+        self.key = AnswerKey(cfg.answer_key)
+        self._keyed: dict[str, list[bool]] = {}
+        self._keyed_pass: dict[tuple[str, int], list[bool]] = {}
+        self._keyed_asked: dict[tuple[str, int], int] = {}
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -178,8 +185,29 @@ class SimState:
             self._answers[(i, k)] = txt
         return txt
 
-    def raw_generation(self, prompt: str, ignore_eos: bool, min_tokens: int) -> tuple[str, bool]:
-        """(text the "model" writes, whether it ends in EOS). Without EOS it has more than min_tokens tokens."""
+    def keyed_outcome(self, task: str, position: int, n: int) -> bool:
+        """Outcome of a keyed task's question on its next pass on this launch: the arm's ability on that task's
+        own draw of difficulties, with this launch's and this pass's noise, as for GSM8K's questions."""
+        c = self.cfg
+        if task not in self._keyed:
+            salt = int.from_bytes(hashlib.sha256(f"{c.seed}/{task}".encode()).digest()[:4], "little")
+            base = model.base_outcomes(self.ability, salt, n, c.difficulty_sd)
+            self._keyed[task] = model.launch_outcomes(base, c.flip_rate, c.noise, f"{self.run_seed}/{task}")
+        k = self._keyed_asked.get((task, position), 0)
+        self._keyed_asked[(task, position)] = k + 1
+        if model.split_flip_rate(c.flip_rate, c.noise)[1] == 0:
+            k = 0
+        if (task, k) not in self._keyed_pass:
+            self._keyed_pass[(task, k)] = model.pass_outcomes(self._keyed[task], c.flip_rate, c.noise,
+                                                              f"{self.run_seed}/{task}", k)
+        return self._keyed_pass[(task, k)][position]
+
+    def raw_generation(self, prompt: str, ignore_eos: bool, min_tokens: int, chat: bool = False) -> tuple[str, bool]:
+        """(text the "model" writes, whether it ends in EOS). Without EOS it has more than min_tokens tokens. A chat
+        answer ends after the answer (an instruct model's EOS); a completion runs on as a base model does."""
+        entry = self.key.lookup(hashlib.sha256(prompt.encode()).hexdigest()) if self.key.by_sha else None
+        if entry is not None:
+            return (entry.right if self.keyed_outcome(entry.task, entry.position, entry.n) else entry.wrong), True
         q = gsm8k.question_from_prompt(prompt)
         i = self.index.get(q) if q is not None else None
         if i is None:
@@ -187,6 +215,8 @@ class SimState:
             start = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:4], "little")
         else:
             raw, start = self.answer_text(i), i + 1
+        if chat and not ignore_eos:
+            return raw.lstrip(" "), True
         n = len(self.rows)
         count = len(self.tokenizer.encode(raw)) if ignore_eos else 0
         k = 0
@@ -199,7 +229,8 @@ class SimState:
         return raw, not ignore_eos
 
     def complete(self, prompt: str, max_new: int, min_new: int, stops: list[str], stop_regex: list[str],
-                 ignore_eos: bool, no_stop_trim: bool, prompt_ids: list[int] | None = None) -> dict[str, Any]:
+                 ignore_eos: bool, no_stop_trim: bool, prompt_ids: list[int] | None = None,
+                 chat: bool = False) -> dict[str, Any]:
         """One generation: the returned text, the finish reason, the generated token ids (stop-string tokens
         and EOS included, as SGLang counts them) and token counts, all in the toy tokenizer's tokens."""
         ids = self.tokenizer.encode(prompt) if prompt_ids is None else list(prompt_ids)
@@ -220,7 +251,7 @@ class SimState:
         if max_new <= 0:
             return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_ids": ids,
                     "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}
-        raw, eos = self.raw_generation(prompt, ignore_eos, max_new)
+        raw, eos = self.raw_generation(prompt, ignore_eos, max_new, chat)
         pieces, raw_ids = self.tokenizer.encode_pieces(raw)
         ends = list(itertools.accumulate(len(p) for p in pieces))
         limit = ends[max_new - 1] if len(pieces) >= max_new else len(raw)

@@ -1,10 +1,13 @@
-"""GSM8K, exactly as SGLang's ``benchmark/gsm8k/bench_sglang.py`` runs it.
+"""GSM8K, exactly as SGLang's ``benchmark/gsm8k/bench_sglang.py`` runs it, and the other recipes maintainers run.
 
-Two recipes:
+The recipes of this module (the others follow their own upstream files in :mod:`harness.tasks.gsm8k_recipes`):
 
-* ``sglang`` (default): shots are test rows ``0..k-1`` and evaluated questions start at row 0, so the
-  first k evaluated questions are leaked into the prompt. Kept for comparability with numbers people
-  already quote.
+* ``sglang`` (default): ``sgl-project/sglang benchmark/gsm8k/bench_sglang.py`` (and
+  ``python/sglang/test/few_shot_gsm8k.py``, same helpers): shots are test rows ``0..k-1`` and evaluated
+  questions start at row 0, so the first k evaluated questions are leaked into the prompt. Kept for
+  comparability with numbers people already quote.
+* ``sglang_8shot``: the same script with ``--num-shots 8`` (``docs/basic_usage/deepseek_v32.md``:
+  ``--num-shots 8 --num-questions 1319 --parallel 1319``).
 * ``heldout``: shots are train rows ``0..k-1``; no evaluated question is leaked.
 
 Data: the canonical test split ships inside the package (``data/gsm8k/test.jsonl``, MIT licence, sha256
@@ -24,11 +27,17 @@ import ast
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.serving.wire import SGLangApi
+from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, Scored, Task
+from harness.tasks.sglang_frontend import chat_stops_for_model
+
+__all__ = ["BASE_STOP", "CANONICAL_TEST_ROWS", "GSM8K", "INVALID", "RECIPES", "Dataset", "DatasetError", "Question",
+           "RecipeConfig", "get_answer_value", "load", "load_splits"]
 
 INVALID = -9999999
 
@@ -41,11 +50,12 @@ CANONICAL_TRAIN_HASH = "9556bf9d7dba73d7fcaaeff6ca814c71684db1d8e8d485d83ec62f1c
 #: The stop list SGLang's frontend always sends for GSM8K.
 BASE_STOP = ["Question", "Assistant:", "<|separator|>"]
 
-RECIPES = ("sglang", "heldout")
-
-
-class DatasetError(ValueError):
-    """The data given is not usable (missing, malformed or not the canonical set)."""
+#: Every GSM8K recipe: this module's (SGLang's bench_sglang with 5 or 8 shots, heldout) and
+#: :mod:`harness.tasks.gsm8k_recipes`' (each named for the upstream it follows).
+RECIPES = ("sglang", "sglang_8shot", "heldout", "simple_eval", "vllm", "lm_eval_strict", "lm_eval_flexible",
+           "sgl_eval_chat")
+#: The recipes whose shots come from the train split (and need it).
+TRAIN_RECIPES = ("heldout", "vllm", "lm_eval_strict", "lm_eval_flexible")
 
 
 # --------------------------------------------------------------------------------------------- data
@@ -56,17 +66,6 @@ EMBEDDED_TEST = EMBEDDED_DIR / "test.jsonl"
 EMBEDDED_TEST_FILE_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
 #: ``task.data_path=hf:REPO[:CONFIG]`` loads a copy through `datasets` (config ``main`` by default).
 HF_PREFIX = "hf:"
-
-
-@dataclass(frozen=True)
-class Dataset:
-    rows: list[dict[str, str]]
-    source: str
-    sha256: str
-    canonical: bool
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 def content_hash(rows: list[dict[str, str]]) -> str:
@@ -187,14 +186,32 @@ def load_splits(data_path: str | Path | None, train_path: str | Path | None = No
     recipe's train split: ``train_path``, else :func:`train_source_for` the test data, else one clear error."""
     test = load(data_path or None, "test", allow_noncanonical)
     train = None
-    if recipe == "heldout":
+    if recipe in TRAIN_RECIPES:
         source = str(train_path) if train_path else train_source_for(data_path)
+        if source is None and recipe == "vllm":
+            return test, train_head()
         if source is None:
-            raise DatasetError("the heldout recipe takes its shots from the GSM8K train split, which abh does not "
+            raise DatasetError(f"the {recipe} recipe takes its shots from the GSM8K train split, which abh does not "
                                "ship: set task.train_path=/path/to/train.jsonl (abh eval: --train-data) or "
                                "task.train_path=hf:openai/gsm8k")
         train = load(source, "train", allow_noncanonical)
     return test, train
+
+
+#: The first train rows (MIT, as the test set), shipped for the recipes whose shots are the first train rows
+#: (vLLM's gsm8k_eval: train rows 0..k-1); sha256 of the file checked on every read.
+EMBEDDED_TRAIN_HEAD = EMBEDDED_DIR / "train_head.jsonl"
+EMBEDDED_TRAIN_HEAD_SHA256 = "8743e4cee831ece07b9770395c33f3244bbed3eee140d67801c0e9fbb587a53c"
+
+
+def train_head() -> Dataset:
+    """The embedded first rows of the canonical train split (a Dataset that is canonical as a prefix: its rows
+    are the train split's first rows byte for byte)."""
+    digest = hashlib.sha256(EMBEDDED_TRAIN_HEAD.read_bytes()).hexdigest() if EMBEDDED_TRAIN_HEAD.is_file() else ""
+    if digest != EMBEDDED_TRAIN_HEAD_SHA256:
+        raise DatasetError(f"the embedded GSM8K train head {EMBEDDED_TRAIN_HEAD} is damaged or missing: reinstall abh")
+    rows = read_jsonl(EMBEDDED_TRAIN_HEAD)
+    return Dataset(rows=rows, source=str(EMBEDDED_TRAIN_HEAD), sha256=content_hash(rows), canonical=True)
 
 
 def question_from_prompt(prompt: str) -> str | None:
@@ -229,47 +246,12 @@ def get_answer_value(answer_str: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------ recipes
-def chat_stop_for_model(model_path: str | None) -> str | None:
-    """The chat template stop string SGLang's frontend adds for this model (or None)."""
-    if not model_path:
-        return None
-    m = model_path.lower()
-    if "qwen" in m and ("chat" in m or "instruct" in m):
-        return "<|im_end|>"
-    if "llama-3" in m and "instruct" in m:
-        return "<|eot_id|>"
-    if "deepseek-v3" in m or "deepseek-r1" in m:
-        return "<｜end▁of▁sentence｜>"
-    if ("mistral" in m or "mixtral" in m) and "instruct" in m:
-        return "</s>"
-    return None
-
-
-@dataclass
-class RecipeConfig:
-    name: str = "sglang"
-    num_questions: int = CANONICAL_TEST_ROWS
-    num_shots: int = 5
-    max_new_tokens: int = 512
-    #: model path reported by the server (``/get_model_info``); picks the chat-template stop string.
-    model_path: str | None = None
-    extra_stop: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 @dataclass(frozen=True)
-class Question:
-    index: int
-    prompt: str
-    label: int
-    question: str
-    answer: str
+class Question(Item):
+    """One GSM8K question: an :class:`~harness.tasks.interface.Item` with its question and answer text."""
 
-    @property
-    def prompt_sha256(self) -> str:
-        return hashlib.sha256(self.prompt.encode()).hexdigest()
+    question: str = ""
+    answer: str = ""
 
 
 def one_example(row: dict[str, str], include_answer: bool) -> str:
@@ -283,41 +265,83 @@ def few_shot_block(shot_rows: list[dict[str, str]]) -> str:
     return "".join(one_example(r, True) + "\n\n" for r in shot_rows)
 
 
-class GSM8K:
-    """Prompts, request bodies and scoring for one recipe over a loaded test set."""
+#: Upstream defaults of this module's recipes: (shots, max new tokens); questions: the whole test set.
+SGLANG_DEFAULTS = {"sglang": (5, 512), "sglang_8shot": (8, 512), "heldout": (5, 512)}
+
+
+def resolved(recipe: RecipeConfig, shots: int, max_new_tokens: int, questions: int) -> RecipeConfig:
+    """``recipe`` with its unset (None) settings filled by the recipe's upstream defaults."""
+    return RecipeConfig(name=recipe.name, model_path=recipe.model_path, extra_stop=list(recipe.extra_stop),
+                        repeats=recipe.repeats,
+                        num_questions=questions if recipe.num_questions is None else recipe.num_questions,
+                        num_shots=shots if recipe.num_shots is None else recipe.num_shots,
+                        max_new_tokens=max_new_tokens if recipe.max_new_tokens is None else recipe.max_new_tokens)
+
+
+def check_settings(recipe: RecipeConfig) -> tuple[int, int, int]:
+    """(questions, shots, max new tokens) of a resolved recipe; DatasetError when one is out of range."""
+    q, k, m = recipe.num_questions, recipe.num_shots, recipe.max_new_tokens
+    assert q is not None and k is not None and m is not None, "resolve the recipe first"
+    if k < 0 or q < 1 or m < 0:
+        raise DatasetError("num_shots must be >= 0, num_questions >= 1, max_new_tokens >= 0")
+    return q, k, m
+
+
+class GSM8K(Task):
+    """Prompts, request bodies and scoring for one recipe over a loaded test set. This class is the ``sglang``,
+    ``sglang_8shot`` and ``heldout`` recipes; :func:`harness.tasks.registry.build` picks the class of the others."""
+
+    name = "gsm8k"
+    upstream = ("sgl-project/sglang benchmark/gsm8k/bench_sglang.py @ 0126b5f43b4f3cd7b1ff4fca0bed482cac4be0d8 "
+                "(= sglang==0.5.23 python/sglang/test/few_shot_gsm8k.py)")
+    apis: tuple[str, ...] = ("sglang", "openai", "chat")
+    #: the recipe's upstream (shots, max new tokens) where :data:`SGLANG_DEFAULTS` names none
+    DEFAULTS: tuple[int, int] = (5, 512)
+
+    def default_questions(self, test: Dataset, shots: int) -> int:
+        """Questions when the recipe does not say: the whole test set."""
+        return len(test.rows)
 
     def __init__(self, test: Dataset, recipe: RecipeConfig, train: Dataset | None = None):
         if recipe.name not in RECIPES:
             raise DatasetError(f"unknown recipe {recipe.name!r}; choose one of {', '.join(RECIPES)}")
-        if recipe.num_shots < 0 or recipe.num_questions < 1 or recipe.max_new_tokens < 0:
-            raise DatasetError("num_shots must be >= 0, num_questions >= 1, max_new_tokens >= 0")
-        if recipe.name == "heldout" and train is None:
-            raise DatasetError("the heldout recipe needs the train split (shots come from it)")
+        shots, max_new = SGLANG_DEFAULTS.get(recipe.name, self.DEFAULTS)
+        k0 = shots if recipe.num_shots is None else recipe.num_shots
+        recipe = resolved(recipe, shots, max_new, self.default_questions(test, k0))
+        n, k, _ = check_settings(recipe)
+        if recipe.name in TRAIN_RECIPES and train is None:
+            raise DatasetError(f"the {recipe.name} recipe needs the train split (shots come from it)")
         self.test, self.train, self.recipe = test, train, recipe
-        shots_from = test.rows if recipe.name == "sglang" else train.rows  # type: ignore[union-attr]
-        if recipe.num_shots > len(shots_from):
-            raise DatasetError(f"{recipe.num_shots} shots asked for, only {len(shots_from)} rows")
-        self.few_shot = few_shot_block(shots_from[: recipe.num_shots])
-        if recipe.num_questions > len(test.rows):
-            raise DatasetError(f"{recipe.num_questions} questions asked for; the test set has {len(test.rows)}")
-        n = recipe.num_questions
-        self.questions = [
-            Question(index=i, prompt=self.few_shot + one_example(test.rows[i], False),
+        self.build(test, train, n, k)
+
+    def build(self, test: Dataset, train: Dataset | None, n: int, k: int) -> None:
+        """The few-shot block and the questions (bench_sglang's ``main``)."""
+        shots_from = train.rows if self.recipe.name in TRAIN_RECIPES else test.rows  # type: ignore[union-attr]
+        if k > len(shots_from):
+            raise DatasetError(f"{k} shots asked for, only {len(shots_from)} rows")
+        self.few_shot = few_shot_block(shots_from[:k])
+        if n > len(test.rows):
+            raise DatasetError(f"{n} questions asked for; the test set has {len(test.rows)}")
+        self.questions: list[Question] = [
+            Question(index=i, prompt=self.few_shot + one_example(test.rows[i], False), row=i,
                      label=get_answer_value(test.rows[i]["answer"]),
                      question=test.rows[i]["question"], answer=test.rows[i]["answer"])
             for i in range(n)
         ]
 
+    @property
+    def items(self) -> Sequence[Question]:
+        return self.questions
+
     # ------------------------------------------------------------------ request bodies
     def stop(self) -> list[str]:
-        stop = list(BASE_STOP)
-        chat = chat_stop_for_model(self.recipe.model_path)
-        if chat:
-            stop.append(chat)
+        """bench_sglang's stop list, then every stop string of the chat template SGLang's frontend picks for the
+        model (``interpreter.py``: ``clone.stop += chat_template.stop_str``), then the recipe's extra stops."""
+        stop = [*BASE_STOP, *chat_stops_for_model(self.recipe.model_path)]
         stop.extend(s for s in self.recipe.extra_stop if s not in stop)
         return stop
 
-    def sampling_params(self, max_new_tokens: int | None = None) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> dict[str, Any]:
         """Every field SGLang's frontend sends, in its order; leaving one out lets the server's defaults in:
         ``RuntimeEndpoint.generate`` (python/sglang/lang/backend/runtime_endpoint.py) puts the two special-token
         flags first, then ``SglSamplingParams.to_srt_kwargs()`` (python/sglang/lang/ir.py), with the values
@@ -364,6 +388,10 @@ class GSM8K:
     def score(output: str, label: int) -> tuple[int, bool, bool]:
         pred = get_answer_value(output)
         return pred, pred == label, pred == INVALID
+
+    def grade(self, output: str, item: Item) -> Scored:
+        pred, correct, invalid = self.score(output, item.label)
+        return Scored(pred, float(correct), invalid)
 
     def describe(self) -> dict[str, Any]:
         return {"task": "gsm8k", "recipe": self.recipe.to_dict(), "dataset_sha256": self.test.sha256,

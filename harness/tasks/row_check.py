@@ -19,10 +19,18 @@ from typing import Any
 from harness.results.integrity import Reference, Scorer, first_prompt, prompt_hashes
 from harness.tasks import gsm8k
 
+#: the GSM8K recipes :meth:`~harness.tasks.gsm8k.GSM8K.score` grades (the others grade as their upstream does)
+OWN_RECIPES = ("sglang", "sglang_8shot", "heldout")
 
-def row_check(root: Path, meta: Mapping[str, Any]) -> tuple[Reference | None, Scorer]:
-    """(the reference of the eval in ``root``, GSM8K's scorer)."""
-    return reference_for(root, meta), gsm8k.GSM8K.score
+
+def row_check(root: Path, meta: Mapping[str, Any]) -> tuple[Reference | None, Scorer | None]:
+    """(the reference of the eval in ``root``, GSM8K's scorer); for another task or recipe, the prompts'
+    hashes ``prompts.jsonl`` recorded and no rescoring."""
+    recipe = meta.get("recipe")
+    name = recipe.get("name") if isinstance(recipe, dict) else None
+    if (meta.get("task") or "gsm8k") == "gsm8k" and name in OWN_RECIPES:
+        return reference_for(root, meta), gsm8k.GSM8K.score
+    return {i: (sha, None) for i, sha in prompt_hashes(root).items()} or None, None
 
 
 def reference_for(root: Path, meta: Mapping[str, Any]) -> Reference | None:

@@ -1,0 +1,139 @@
+"""The task interface: what an eval needs to know about a benchmark, and nothing about servers.
+
+A task is
+
+* a **dataset** (:class:`Dataset`): rows of string fields, each with a stable id (its position in the file,
+  which the content hash pins down), loaded from the embedded copy, a local file, ``hf:REPO[:CONFIG]`` or a URL
+  (:mod:`harness.tasks.sources`);
+* a **recipe** (:class:`RecipeConfig`): which upstream script's prompts, shots, sampling and parser to follow;
+* the **items** it sends (:class:`Item`): the prompt of each request (one per question; ``repeats`` per question
+  for a task that asks each question several times, e.g. GPQA with shuffled choices), the label the answer is
+  graded against and the dataset row it asks;
+* the **sampling params** per protocol family (:meth:`Task.sampling_params`; SGLang's vocabulary, which
+  :mod:`harness.serving.wire` maps onto each API), and the **protocols** the recipe may be sent by
+  (:attr:`Task.apis`, its own first);
+* an **answer extractor and grader** (:meth:`Task.grade`): the upstream parser, and a score in [0, 1].
+
+The per-question score of an eval is the mean of its items' scores (one item per question unless the task
+repeats questions): the paired statistics, resume, sweeps, report and markdown work on it for every task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+class DatasetError(ValueError):
+    """The data given is not usable (missing, malformed or not the canonical set)."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Rows of one split (string fields), where they came from, their content hash and whether they are the
+    canonical set (None: the task knows no canonical hash)."""
+
+    rows: list[dict[str, str]]
+    source: str
+    sha256: str
+    canonical: bool | None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class RecipeConfig:
+    """One recipe of a task with its settings. ``num_questions`` / ``num_shots`` / ``max_new_tokens`` None: the
+    recipe's upstream default. ``to_dict`` is what ``eval.json`` records as the eval's identity (a GSM8K recipe
+    keeps the six keys it always had)."""
+
+    name: str = "sglang"
+    num_questions: int | None = None
+    num_shots: int | None = None
+    max_new_tokens: int | None = None
+    #: model path reported by the server (``/get_model_info``); picks the chat-template stop string.
+    model_path: str | None = None
+    extra_stop: list[str] = field(default_factory=list)
+    #: times each question is asked (GPQA: each time with its own choice order); None: the task's default (1 for
+    #: most tasks)
+    repeats: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["repeats"] in (None, 1):
+            del d["repeats"]
+        return d
+
+
+@dataclass(frozen=True)
+class Item:
+    """One request of an eval: its index in the eval (unique; ``samples.jsonl``'s ``index``), the prompt text
+    (the whole prompt for a completion, the user message for chat), the label it is graded against, the
+    dataset row it asks and, for a task with a breakdown (MMLU), the row's group (its subject)."""
+
+    index: int
+    prompt: str
+    label: Any
+    row: int
+    group: str | None = None
+
+    @property
+    def prompt_sha256(self) -> str:
+        return hashlib.sha256(self.prompt.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One answer graded: what the extractor read (None: nothing), its score in [0, 1], and whether the answer
+    held nothing the extractor could read (SGLang's "invalid")."""
+
+    pred: Any
+    score: float
+    invalid: bool
+
+
+class Task(ABC):
+    """One recipe of one benchmark over loaded data (see the module docstring)."""
+
+    #: the benchmark's name (``task.name``)
+    name: ClassVar[str]
+    #: the upstream file the recipe follows, for eval.json and the report
+    upstream: str = ""
+    recipe: RecipeConfig
+    #: the shared prefix of every prompt (the few-shot block), which the warm-up primes; "" when none
+    few_shot: str = ""
+    #: the protocols (``harness.serving.wire`` names) this recipe may be sent by; the first is its own
+    apis: tuple[str, ...] = ()
+
+    @property
+    @abstractmethod
+    def items(self) -> Sequence[Item]:
+        """Every request of the eval, in the order they are sent."""
+
+    @property
+    def warms_up(self) -> bool:
+        """Whether one request primes the server before the batch (SGLang's own recipe says when it does)."""
+        return bool(self.items)
+
+    @abstractmethod
+    def sampling_params(self, chat: bool = False) -> dict[str, Any]:
+        """The generation parameters in SGLang's vocabulary (``chat``: for the chat API, where a recipe may
+        differ, e.g. run_eval's chat mode sends no stop strings); OpenAI-only fields under ``openai_extras``."""
+
+    @abstractmethod
+    def grade(self, output: str, item: Item) -> Scored:
+        """The upstream parser and grader on one answer."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What eval.json records of the task: ``task``, ``recipe`` (:meth:`RecipeConfig.to_dict`),
+        ``dataset_sha256`` / ``_source`` / ``_canonical``, ``num_questions``, ``stop``, ``shots_sha256``, and
+        whatever else identifies the eval."""
+
+    def groups(self) -> list[str] | None:
+        """Each item's group (MMLU: its subject), aligned with :attr:`items`; None for a task without groups."""
+        return None

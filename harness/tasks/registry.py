@@ -1,0 +1,138 @@
+"""Every task abh knows, its recipes, how its data is loaded and how a recipe is built over it; the one place a
+task name is looked up (config validation, ``abh run``, ``abh ab``, ``abh eval``).
+
+A task is asked for by a :class:`TaskSpec` (the ``task:`` config group's fields): loading its data
+(:func:`load_data`) happens once, before any server starts, so a missing file or a bad name stops the run with one
+line (exit 2); building the recipe (:func:`build`) happens per eval, once the server has said which model it
+serves (the GSM8K ``sglang`` recipe's stop strings depend on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.tasks import gpqa, gsm8k, mgsm, mmlu
+from harness.tasks.interface import Dataset, DatasetError, RecipeConfig, Task
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a config asks of one task (``task.*``); None: the recipe's upstream default."""
+
+    name: str = "gsm8k"
+    recipe: str = ""
+    num_questions: int | None = None
+    num_shots: int | None = None
+    max_new_tokens: int | None = None
+    data_path: str = ""
+    train_path: str = ""
+    allow_noncanonical: bool = False
+    repeats: int | None = None
+    #: the protocol to send it by (``harness.serving.wire`` names); empty: the engine's when the recipe speaks it,
+    #: else the recipe's own
+    api: str = ""
+
+    def recipe_config(self, model_path: str | None = None) -> RecipeConfig:
+        return RecipeConfig(name=self.recipe or default_recipe(self.name), num_questions=self.num_questions,
+                            num_shots=self.num_shots, max_new_tokens=self.max_new_tokens, model_path=model_path,
+                            repeats=self.repeats)
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A task's loaded data: the evaluated split and, for recipes whose shots come from it, the train split."""
+
+    test: Dataset
+    train: Dataset | None = None
+
+
+@dataclass(frozen=True)
+class Kind:
+    recipes: tuple[str, ...]
+    load: Callable[[TaskSpec, str], TaskData]
+    build: Callable[[TaskData, RecipeConfig], Task]
+
+
+def _gsm8k_load(spec: TaskSpec, recipe: str) -> TaskData:
+    test, train = gsm8k.load_splits(spec.data_path or None, spec.train_path or None, recipe, spec.allow_noncanonical)
+    return TaskData(test, train)
+
+
+def _gsm8k_build(data: TaskData, recipe: RecipeConfig) -> Task:
+    from harness.tasks.gsm8k_recipes import RECIPE_CLASSES
+
+    if recipe.repeats not in (None, 1):
+        raise DatasetError("GSM8K recipes ask each question once: task.repeats must be 1 (or unset)")
+    return RECIPE_CLASSES.get(recipe.name, gsm8k.GSM8K)(data.test, recipe, data.train)
+
+
+KINDS: dict[str, Kind] = {
+    "gsm8k": Kind(gsm8k.RECIPES, _gsm8k_load, _gsm8k_build),
+    "mmlu": Kind(mmlu.RECIPES, lambda s, r: TaskData(mmlu.load(s.data_path)),
+                 lambda d, r: mmlu.MMLU(d.test, r)),
+    "gpqa_diamond": Kind(gpqa.RECIPES, lambda s, r: TaskData(gpqa.load(s.data_path)),
+                         lambda d, r: gpqa.GPQA(d.test, r)),
+    "mgsm_en": Kind(mgsm.RECIPES, lambda s, r: TaskData(mgsm.load(s.data_path)),
+                    lambda d, r: mgsm.MGSM(d.test, r)),
+}
+#: The task names a config may give (``task.name``).
+TASK_NAMES: tuple[str, ...] = tuple(KINDS)
+#: Every recipe name of any task (the command lines' ``--recipe`` choices; each task checks its own).
+ALL_RECIPES: tuple[str, ...] = tuple(dict.fromkeys(r for k in KINDS.values() for r in k.recipes))
+
+
+def kind(name: str) -> Kind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise DatasetError(f"unknown task {name!r}; abh knows {', '.join(TASK_NAMES)}") from None
+
+
+def recipes_of(name: str) -> tuple[str, ...]:
+    return kind(name).recipes
+
+
+def default_recipe(name: str) -> str:
+    """A task's default recipe: the first it lists (GSM8K: ``sglang``)."""
+    return recipes_of(name)[0]
+
+
+def problems(spec: TaskSpec, where: str = "task") -> list[str]:
+    """What is wrong with ``spec`` that needs no data (names, ranges), as config-error lines."""
+    if spec.name not in KINDS:
+        return [f"{where}.name must be one of {', '.join(TASK_NAMES)}, not {spec.name!r}"]
+    out = []
+    recipes = recipes_of(spec.name)
+    if spec.recipe and spec.recipe not in recipes:
+        out.append(f"{where}.recipe must be one of {', '.join(recipes)} for task {spec.name}, not {spec.recipe!r}")
+    for field_, lo in (("num_questions", 1), ("num_shots", 0), ("max_new_tokens", 0), ("repeats", 1)):
+        v = getattr(spec, field_)
+        if v is not None and v < lo:
+            out.append(f"{where}.{field_} must be >= {lo}, not {v}")
+    return out
+
+
+def load_data(spec: TaskSpec) -> TaskData:
+    """The task's data, loaded and checked (DatasetError: one line)."""
+    recipe = spec.recipe or default_recipe(spec.name)
+    if recipe not in recipes_of(spec.name):
+        raise DatasetError(f"unknown {spec.name} recipe {recipe!r}; choose one of {', '.join(recipes_of(spec.name))}")
+    return kind(spec.name).load(spec, recipe)
+
+
+def build(spec: TaskSpec, data: TaskData, model_path: str | None = None) -> Task:
+    """The recipe over the loaded data (DatasetError for settings the data cannot meet)."""
+    return kind(spec.name).build(data, spec.recipe_config(model_path))
+
+
+def api_for(task: Task, engine_api: str, asked: str = "") -> str:
+    """The protocol an eval of ``task`` is sent by: ``asked`` (it must be one the recipe speaks), else the
+    engine's when the recipe speaks it, else the recipe's own (a chat recipe on a server launched for
+    ``/generate`` is sent to the same server's chat endpoint)."""
+    if asked:
+        if asked not in task.apis:
+            raise DatasetError(f"the {task.name} recipe {task.recipe.name} is sent by {' or '.join(task.apis)}, "
+                               f"not {asked}")
+        return asked
+    return engine_api if engine_api in task.apis else task.apis[0]
