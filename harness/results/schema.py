@@ -206,12 +206,53 @@ class Design(Record):
     kind: str
     launches: dict[str, int]
     passes_per_launch: dict[str, list[int]]
-    #: the unit of inference: ``question`` or ``launch``
+    #: the unit of inference: ``launch-aware`` (question x launch, launch variance from every launch) or
+    #: ``question`` (no configuration with two launches); files of abh <= 0.2 may say ``launch``
     unit: str
-    #: Cochran's Q over the launches of each arm (None: no arm with two launches)
+    #: Cochran's Q over the launches of each arm (None: no arm with two launches); a diagnostic only
     launch_heterogeneity: dict[str, JSON] | None
+    #: what this design (or these data) cannot resolve; None when nothing
     cannot_resolve: str | None
     notes: list[str]
+
+
+@dataclass(frozen=True)
+class LaunchVarianceEstimate(Record):
+    """The launch component of the accuracy test (:func:`harness.stats.launchvar.launch_aware_test`): σ²_L
+    estimated from every launch (A's, the A/A control's, B's), where it came from, and the parts of Var(Δ̂)
+    (fractions²). ``sigma2`` None: no configuration with two launches (the question-level test, qualified)."""
+
+    sigma2: float | None
+    #: sd of a launch's accuracy shift, sqrt(sigma2) (fraction)
+    sd: float | None
+    df_launch: int
+    source: str
+    #: k σ-part, question x arm interaction, question-level paired variance S²_d/n; k = 1/L_A + 1/L_B
+    var_launch: float
+    var_heterogeneity: float
+    var_question: float
+    k: float
+    #: launches of arm A, of the A/A control, of arm B
+    launches: dict[str, int]
+    #: questions every launch answered (the variance components are over these)
+    questions: int
+
+
+@dataclass(frozen=True)
+class ErrorGate(Record):
+    """Do the arms' request errors depend on the arm? Exact McNemar test of the per-question unanswered
+    indicators (:func:`harness.stats.errorgate.error_gate`); ``action`` none | drop | bound."""
+
+    unanswered_a: int
+    unanswered_b: int
+    a_only: int
+    b_only: int
+    both: int
+    p: float
+    alpha: float
+    action: str
+    reason: str
+    test: str
 
 
 @dataclass(frozen=True)
@@ -246,6 +287,8 @@ class Errors(Record):
     mde_allowance: float | None = omit_none()
     bounds: ErrorBounds | None = None
     changes_verdict: bool = False
+    #: whether the errors depend on the arm, and what was done: drop the unanswered questions, or bound
+    gate: ErrorGate | None = omit_none()
 
 
 @dataclass(frozen=True)
@@ -420,6 +463,13 @@ class Comparison(Record):
     flips: list[int]
     #: secondary figures, for reading; none of them decided the verdict
     diagnostics: dict[str, JSON]
+    #: the condition the verdict holds under (e.g. "valid only if launches do not shift accuracy"), None when
+    #: it needs none; also in ``verdict_reason``
+    qualification: str | None = omit_none()
+    #: degrees of freedom of the t reference of ``delta_ci`` (None: the question-level test)
+    delta_df: float | None = omit_none()
+    #: the launch component of the test: σ²_L, its source, the parts of Var(Δ̂)
+    launch_variance: LaunchVarianceEstimate | None = omit_none()
     # owned by the callers of compare_dirs
     arm_names: ArmNames | None = omit_none()
     command: list[str] | None = omit_none()
@@ -429,6 +479,10 @@ class Comparison(Record):
     sequential: SequentialRecord | None = omit_none()
     verdict_fixed: str | None = omit_none()
     verdict_reason_fixed: str | None = omit_none()
+    #: the fixed design's test, p and interval of the same data, when the sequential decision replaced them
+    test_fixed: str | None = omit_none()
+    p_fixed: float | None = omit_none()
+    delta_ci_fixed: list[float] | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ cost
@@ -486,6 +540,8 @@ class Look(Record):
     details: dict[str, JSON] = field(default_factory=dict)
     #: questions the look's estimate is over
     n: int | None = None
+    #: the stage-wise p of the test that decided (p < α exactly when it stopped on it); None in older files
+    p: float | None = None
 
 
 @dataclass(frozen=True)
