@@ -712,6 +712,10 @@ class SweepRow(Record):
     test_alpha: float | None = None
     simulated: bool = False
     gpu_hours: float | None = None
+    #: the test whose p is adjusted (a sequential run's: the stage-wise p of the look that decided), and the
+    #: condition the comparison's verdict holds under (e.g. "valid only if launches do not shift accuracy")
+    test: str | None = None
+    qualification: str | None = None
 
 
 @dataclass(frozen=True)

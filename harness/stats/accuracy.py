@@ -8,8 +8,9 @@ the launch variance + the question x arm interaction, Student's t with Satterthw
 Δ̂ ± t·SE inverts the same t (``p < α`` ⇔ 0 outside the interval). It is never switched on by a pretest:
 Cochran's Q over launches stays in ``design`` as a diagnostic.
 
-- **one launch per arm with an A/A control**: the launch variance comes from the A/A control's launches
-  (with A's one); the verdict says so (``qualification``: it assumes B's launches vary as A's do);
+- **one launch per arm with an A/A control** (or one arm with one launch): the launch variance comes from the
+  other configuration's launches (the A/A control's, with A's one); the verdict says so (``qualification``: it
+  assumes B's launches vary as A's do);
 - **one launch per configuration** (no A/A control, or one that shares A's launch): the launch variance
   cannot be estimated. The test is the question-level one (:mod:`.consistent`: the mid-p sign-flip test and
   Tango's score test, p = the larger; the interval is Tango's, extended to 0 when the sign-flip test does not
@@ -56,15 +57,17 @@ from .repeats import discordance
 from .signflip import SignFlip, signflip_test
 from .verdict import DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
 
-LAUNCH_AWARE = "launch-aware t-test (launch variance from every launch, Satterthwaite df)"
+LAUNCH_AWARE = "launch-aware t-test"
 QUESTION_TEST = "question-level test: mid-p sign-flip and Tango score (p = the larger)"
 LAUNCH_CI = "launch-aware t interval"
 SCORE_CI = "Tango score interval"
 SCORE_CI_EXTENDED = "Tango score interval, extended to 0 (the sign-flip test does not reject)"
 #: the verdict's condition when no configuration has two launches (one clause of the verdict sentence)
 QUALIFIED_NO_LAUNCHES = "valid only if launches do not shift accuracy"
-#: ... and when σ²_L comes from the A/A control's launches alone (one launch per arm)
+#: ... and when a configuration's launch variance is borrowed from the other's (it has one launch)
 QUALIFIED_AA_ONLY = "launch variance from the A/A control's launches: assumes B's launches vary as A's do"
+QUALIFIED_B_ONE = "launch variance from A's launches: assumes B's launches vary as A's do"
+QUALIFIED_A_ONE = "launch variance from B's launches: assumes A's launches vary as B's do"
 
 
 # ------------------------------------------------------------------------------------------ results
@@ -167,14 +170,13 @@ def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, JSON] | Non
     few questions answered by every launch) warrant it."""
     la, lb = len(a.launch_ids()), len(b.launch_ids())
     pa, pb = a.passes_per_launch(), b.passes_per_launch()
-    la_cfg = la + lv.launches_aa
     if la == 1 and lb == 1:
         kind = "one run per arm" if pa == [1] and pb == [1] else "one launch per arm, repeated passes"
     elif la >= 2 and lb >= 2:
         kind = "several launches per arm"
     else:
         kind = "several launches for one arm only"
-    cannot = None
+    cannot = None  # what the verdict's qualification cannot say in one clause: why, and what resolves it
     if lv.df_launch == 0 and lv.components is None:
         cannot = ("fewer than two questions were answered by every launch: the launch-to-launch variance cannot "
                   "be estimated, and a launch-wide accuracy shift cannot be told from the change")
@@ -182,11 +184,6 @@ def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, JSON] | Non
         cannot = ("one launch per configuration cannot separate a launch-wide accuracy shift (something fixed "
                   "for a server launch that moves every answer alike) from the change: run each arm on several "
                   "launches (experiment.restart_per_repeat=true) or the A/A control on fresh launches")
-    elif lb == 1:
-        cannot = (f"B has one launch: its launch-to-launch variation is assumed equal to A's configuration's "
-                  f"({la_cfg} launches)")
-    elif la_cfg == 1:
-        cannot = f"A has one launch: its launch-to-launch variation is assumed equal to B's ({lb} launches)"
     notes = []
     if max(pa + pb) > 1:
         notes.append("repeated passes on one launch add evidence only through answers that vary from pass to "
@@ -231,10 +228,13 @@ def psi_aa_block(a_cfg: ArmRuns, b: ArmRuns, psi_ab: float, n: int) -> PsiAA:
 
 # ------------------------------------------------------------------------------------------ core
 def _qualification(lv: LaunchAwareResult) -> str | None:
+    """The condition the verdict holds under: none when both configurations have launches of their own."""
     if lv.df_launch == 0:
         return QUALIFIED_NO_LAUNCHES
-    if lv.launches_a == 1 and lv.launches_b == 1:
-        return QUALIFIED_AA_ONLY
+    if lv.launches_b == 1:
+        return QUALIFIED_AA_ONLY if lv.launches_a == 1 else QUALIFIED_B_ONE
+    if lv.launches_a + lv.launches_aa == 1:
+        return QUALIFIED_A_ONE
     return None
 
 
