@@ -167,8 +167,8 @@ def grid_consistency(max_n: int = 120) -> str:
             tango_alone += int(np.sum(old_out != (r["p_signflip"] < alpha)))
             levels += b.size
     return (f"every table (b, c) with b + c <= n <= {max_n} ({tables} tables) at α = 0.01, 0.05, 0.1 "
-            f"({levels} decisions): today (mid-p sign-flip p vs Tango CI) {tango_alone} disagreements; "
-            f"consistent {disagree}")
+            f"({levels} decisions): the mid-p sign-flip p with Tango's interval (the verdict's pair before issue 25) "
+            f"{tango_alone} disagreements; the comparison's question-level test {disagree}")
 
 
 def main() -> None:
