@@ -73,9 +73,14 @@ def test_no_margin_gives_inconclusive_with_mde_and_alpha_sets_the_level(tmp_path
     c = compare_dirs([da], [db], None, 0.05, 0)
     assert c["verdict"] == "inconclusive" and c["tost"] is None
     assert f"MDE at 80 % power = {100 * c['mde']:.2f} pp" in c["verdict_reason"]
-    # the test that decided: the sign-flip (mid-p McNemar) test, and its p is the only top-level p
-    assert c["test"] == "paired sign-flip test over questions (mid-p)"
-    assert c["p"] == pytest.approx(float(S.mcnemar_midp(10, 14)))
+    # one launch per arm, no A/A control: the question-level test (mid-p McNemar and Tango's score test, p the
+    # larger, so p and interval agree), qualified in the verdict itself; its p is the only top-level p
+    assert c["test"] == "question-level test: mid-p sign-flip and Tango score (p = the larger)"
+    assert c["p"] == pytest.approx(max(float(S.mcnemar_midp(10, 14)), float(S.score_p(10, 14, N, 0.0))))
+    assert c["qualification"] == "valid only if launches do not shift accuracy"
+    assert c["verdict_reason"].endswith("; valid only if launches do not shift accuracy")
+    assert c["launch_variance"]["sigma2"] is None and c["launch_variance"]["df_launch"] == 0
+    assert "delta_df" not in c and c["design"]["unit"] == "question"
     c10 = compare_dirs([da], [db], None, 0.10, 0)
     assert c10["delta_ci_level"] == 0.9 and "90 % Tango" in c10["verdict_reason"]
     text = format_summary(Comparison.from_doc(c10))
@@ -97,10 +102,16 @@ def test_verbatim_repeats_add_no_evidence(tmp_path: Path):
     assert two["verdict"] == "inconclusive" and two["design"]["launches"] == {"a": 1, "b": 1}
     assert two["design"]["passes_per_launch"] == {"a": [2], "b": [2]}
     assert (two["a_only"], two["b_only"]) == (8, 17)
-    # without launch ids each eval is its own launch: identical launches are still no new evidence
+    # without launch ids each eval is its own launch: identical launches measure a launch variance of 0 (the
+    # launch-aware t, n - 1 df) and are still no new evidence: the same Δ, SE and, nearly, p and interval
     three = compare_dirs([make_eval(tmp_path / f"x{r}", a) for r in range(3)],
                          [make_eval(tmp_path / f"y{r}", b) for r in range(3)], None, 0.05, 0)
-    assert three["p"] == pytest.approx(one["p"]) and three["design"]["launches"] == {"a": 3, "b": 3}
+    assert three["design"]["launches"] == {"a": 3, "b": 3} and three["design"]["unit"] == "launch-aware"
+    assert three["launch_variance"]["sigma2"] == 0 and three["delta_df"] == pytest.approx(N - 1)
+    assert three["delta_se"] == pytest.approx(one["delta_se"] * np.sqrt(N / (N - 1)))
+    assert three["p"] == pytest.approx(one["p"], rel=0.1) and three["verdict"] == "inconclusive"
+    assert three["delta_ci"] == pytest.approx(one["delta_ci"], abs=2e-3)
+    assert "qualification" not in three and three["design"]["cannot_resolve"] is None
 
 
 def test_repeats_on_fresh_launches(tmp_path: Path):
@@ -127,8 +138,9 @@ def test_repeats_on_fresh_launches(tmp_path: Path):
     assert c2["delta_ci"] == c["delta_ci"] and c2["p"] == c["p"] and c2["diagnostics"] == c["diagnostics"]
 
 
-def test_launch_wide_shifts_make_launches_the_unit(tmp_path: Path):
-    """Launches of each arm differ by whole-accuracy shifts: inference moves to launches (Welch t)."""
+def test_launch_wide_shifts_enter_the_launch_aware_test(tmp_path: Path):
+    """Launches of each arm differ by whole-accuracy shifts: the launch-aware test measures them (σ_L about
+    2.5 pp here) and its interval is as wide as they make it."""
     rng = np.random.default_rng(6)
     n = 1319
     base = rng.random(n) < 0.85
@@ -138,10 +150,16 @@ def test_launch_wide_shifts_make_launches_the_unit(tmp_path: Path):
     a_dirs = [make_eval(tmp_path / f"a{i}", launch(s), launch=f"A{i}") for i, s in enumerate(shifts)]
     b_dirs = [make_eval(tmp_path / f"b{i}", launch(s + 0.01), launch=f"B{i}") for i, s in enumerate(shifts)]
     c = compare_dirs(a_dirs, b_dirs, None, 0.05, 0, n_resamples=500)
-    assert c["design"]["unit"] == "launch" and c["design"]["launch_heterogeneity"]["p"] < 1e-6
-    assert c["test"] == "Welch t-test over launches" and c["delta_ci_method"] == "t interval over launches"
+    assert c["design"]["unit"] == "launch-aware" and c["design"]["launch_heterogeneity"]["p"] < 1e-6
+    assert c["test"] == S.accuracy.LAUNCH_AWARE and c["delta_ci_method"] == "launch-aware t interval"
+    lv = c["launch_variance"]
+    assert lv["df_launch"] == 4 and lv["launches"] == {"a": 3, "aa": 0, "b": 3} and 0.015 < lv["sd"] < 0.04
+    assert "arm A's 3 launches and arm B's 3 launches" in lv["source"]
+    assert 4 <= c["delta_df"] < 6 and c["design"]["cannot_resolve"] is None
     assert c["verdict"] == "inconclusive"   # a 1 pp shift is hidden under ±3 pp launch shifts
     assert c["delta_ci"][1] - c["delta_ci"][0] > 0.03
+    # the interval is the t interval of the p: they never disagree
+    assert (c["p"] < 0.05) == (c["delta_ci"][0] > 0 or c["delta_ci"][1] < 0)
 
 
 def test_one_sided_errors_are_never_equivalent(tmp_path: Path):
@@ -271,8 +289,13 @@ def test_symmetric_errors_and_the_error_limit(tmp_path: Path):
     assert (c["a_only"], c["b_only"]) == (10, 14) and c["both"] == 1227
     assert c["error_rate"] == pytest.approx(5 / N) and c["arms"]["b"]["error_rate"] == pytest.approx(5 / N)
     assert c["verdict"] == "inconclusive" and not c["errors"]["changes_verdict"]
-    assert {v["verdict"] for v in c["errors"]["bounds"].values()} == {"inconclusive"}
+    # 5 unanswered by A only, 5 by B only: the errors do not depend on the arm, so the 10 questions are left
+    # out of both arms and no bound is computed
+    g = c["errors"]["gate"]
+    assert (g["a_only"], g["b_only"], g["both"]) == (5, 5, 0) and g["p"] == pytest.approx(1.0)
+    assert g["action"] == "drop" and c["errors"]["bounds"] is None and "mde_allowance" not in c["errors"]
     assert c["errors"]["p"] == pytest.approx(1.0)
+    assert "drop: errors do not depend on the arm" in format_summary(Comparison.from_doc(c))
     # above the threshold: not comparable
     db2 = make_eval(tmp_path / "b2", b, errors=tuple(both_right[5:40]))
     c2 = compare_dirs([da], [db2], None, 0.05, 0)
@@ -348,9 +371,11 @@ def test_identical_repeats_use_the_score_interval(tmp_path: Path):
     a_dirs = [make_eval(tmp_path / f"a{r}", a) for r in range(2)]
     b_dirs = [make_eval(tmp_path / f"b{r}", a) for r in range(2)]
     c = compare_dirs(a_dirs, b_dirs, margin=0.01, alpha=0.05, seed=0, n_resamples=500)
-    assert c["delta_se"] == 0 and not c["tost"]["equivalent"]
+    # identical runs on two launches per arm: no variance at all, and the SE is floored at one question's
+    # worth (1/n), so neither an effect nor equivalence is claimed on 30 questions
+    assert c["delta_se"] == pytest.approx(1 / 30) and not c["tost"]["equivalent"]
     assert c["verdict"] == "inconclusive" and c["psi_aa"] == 0.0
-    assert c["delta_ci"][0] < -0.05 and c["delta_ci"][1] > 0.05 and c["delta_ci_method"] == "Tango score interval"
+    assert c["delta_ci"][0] < -0.05 and c["delta_ci"][1] > 0.05 and c["delta_ci_method"] == "launch-aware t interval"
 
 
 def test_refusal_names_the_differing_recipe_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -403,8 +428,8 @@ def test_sweep_adjusts_every_verdict_that_rests_on_a_test(tmp_path: Path):
 
 
 def test_launch_variation_seen_only_in_the_aa_runs_is_borrowed(tmp_path: Path):
-    """One launch per arm plus A/A runs on other launches: launch shifts are measured on arm A's
-    configuration and the arms' single launches borrow that variance."""
+    """One launch per arm plus A/A runs on other launches: the launch variance comes from the A/A control's
+    launches (with A's one), and the verdict says so."""
     rng = np.random.default_rng(7)
     n = 1319
     base = rng.random(n) < 0.85
@@ -416,7 +441,13 @@ def test_launch_variation_seen_only_in_the_aa_runs_is_borrowed(tmp_path: Path):
     db = make_eval(tmp_path / "b", launch(0.01), launch="B0")
     aa = [make_eval(tmp_path / f"aa{i}", launch(s), launch=f"A{i + 1}") for i, s in enumerate((0.04, -0.04))]
     c = compare_dirs([da], [db], None, 0.05, 0, aa_dirs=aa, n_resamples=500)
-    assert c["design"]["unit"] == "launch" and c["design"]["kind"] == "one launch per arm, repeated passes" \
-        or c["design"]["kind"] == "one run per arm"
-    assert c["test"] == "Welch t-test over launches" and c["verdict"] == "inconclusive"
-    assert c["diagnostics"]["launch_t"]["df"] == pytest.approx(2.0)
+    assert c["design"]["unit"] == "launch-aware" and c["design"]["kind"] == "one run per arm"
+    assert c["test"] == S.accuracy.LAUNCH_AWARE and c["verdict"] == "inconclusive"
+    lv = c["launch_variance"]
+    assert lv["df_launch"] == 2 and lv["launches"] == {"a": 1, "aa": 2, "b": 1} and lv["sd"] > 0.02
+    assert "the A/A control's launches with arm A's one (3 launches of A)" in lv["source"]
+    assert c["delta_df"] == pytest.approx(2.0, abs=0.05)
+    assert c["qualification"] == S.accuracy.QUALIFIED_AA_ONLY and c["verdict_reason"].endswith(S.accuracy.QUALIFIED_AA_ONLY)
+    assert c["design"]["cannot_resolve"] is None  # the qualification says it, in the verdict itself
+    text = format_summary(Comparison.from_doc(c))
+    assert "launch variance: sd " in text and "A/A control's launches" in text

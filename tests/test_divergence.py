@@ -268,3 +268,81 @@ def test_words_for_each_verdict_and_kld_formatting():
     assert R.sentence(nm) == "outputs not measured: arm B was not scored: no logprobs"
     assert R.section(nm)["svg"] is None and R.section(None)["label"] == "NOT MEASURED"
     assert R.split_at("abc def", 4, None) == {"before": "abc ", "mark": "def", "after": ""}
+
+
+# ------------------------------------------------------------------------------ over launches
+def launch_passes(tmp_path: Path, w: World, shift: float, scales: tuple[float, ...], m_b: int,
+                  scales_b: tuple[float, ...] | None = None) -> tuple[Path, list[Path], list[Path]]:
+    """The reference pass and one pass per further launch of A (noise scale ``scales``) and of B (``m_b``
+    launches), each recording its launch id."""
+    rng = np.random.default_rng(3)
+
+    def one(root: Path, lp: np.ndarray, launch: str) -> Path:
+        write_pass(root, w, lp)
+        meta = json.loads((root / S.SCORES_META).read_text())
+        (root / S.SCORES_META).write_text(json.dumps({**meta, "launch": launch}))
+        return root
+
+    ref = one(tmp_path / "ref", w.logprobs(rng), "a-1")
+    a = [one(tmp_path / f"a{j}", w.logprobs(rng, noise=0.02 * s), f"a-{j + 2}") for j, s in enumerate(scales)]
+    sb = scales_b or (1.0,) * m_b
+    b = [one(tmp_path / f"b{j}", w.logprobs(rng, shift, noise=0.02 * s), f"b-{j + 1}") for j, s in enumerate(sb)]
+    return ref, a, b
+
+
+def test_the_launch_level_test_decides_with_three_or_more_launches(tmp_path, world):
+    """The seed design's passes (floor + 3 more A launches, 3 B launches): the verdict is the launch-level test
+    (kld_launches), the per-question test a diagnostic; one pass per launch; a noise scale that differs by launch
+    does not make the verdict diverge when B is A."""
+    from harness.stats.kld_launches import launch_divergence_test
+
+    ref, a, b = launch_passes(tmp_path / "null", world, 0.0, (1.0, 1.6, 0.7, 1.2), 3, (1.7, 0.8, 1.1))
+    d = compute_divergence(ref, b[0], a[0], launches_a=a[1:], launches_b=b[1:], n_resamples=199)
+    lt = d["launch_test"]
+    assert (lt["launches_a"], lt["launches_b"]) == (4, 3) and d["test"] == lt["method"] and d["p"] == lt["p"]
+    assert lt["dirs_a"] == [str(x) for x in a] and lt["dirs_b"] == [str(x) for x in b]
+    assert d["per_question"]["test"].startswith("one-sided sign-flip") and "qualification" not in d
+    # the same test on the per-launch KLDs it reports
+    assert lt["ratio"] == pytest.approx(np.exp(np.mean(np.log(lt["kld_launch_b"])) - np.mean(np.log(lt["kld_launch_a"]))))
+    assert lt["arrangements"] == 35 and lt["df"] == 5 and lt["ratio_mde"] > 1
+    # B's first launch is noisier than the floor's: the per-question test (one floor, one B pass) sees it as
+    # divergence; the launch-level test measures the noise scale's variation across launches
+    assert d["per_question"]["p"] < 0.05 and d["verdict"] == "indistinguishable"
+    assert "not above A's launches, B's 3 launch(es)" in d["verdict_reason"]
+    div = Divergence.from_doc(d)
+    assert "B's 3 launch(es)" in R.sentence(div) and "launch-level test: B's 3 launch(es)" in R.terminal_line(div)
+    assert any(f.startswith("launch-level test (the verdict's)") for f in R.facts(div))
+    assert any("(diagnostic)" in f for f in R.facts(div))
+    # a real build change shows across launches too
+    ref, a, b = launch_passes(tmp_path / "shift", world, 0.5, (1.0, 1.0, 1.0, 1.0), 3)
+    d = compute_divergence(ref, b[0], a[0], launches_a=a[1:], launches_b=b[1:], n_resamples=199)
+    assert d["verdict"] == "diverged" and d["launch_test"]["ratio"] > 10
+    # the verdict is kld_launches' test on the per-launch KLDs; the per-token measures stay the first B pass's
+    assert d["launch_test"]["kld_launch_b"][0] == pytest.approx(d["kld_mean"])   # token-weighted, like kld_mean
+    assert launch_divergence_test(np.asarray(d["launch_test"]["kld_launch_a"])[:, None],
+                                  np.asarray(d["launch_test"]["kld_launch_b"])[:, None]).p == pytest.approx(d["p"])
+
+
+def test_one_a_a_launch_and_one_b_launch_say_they_assume_a_constant_noise_scale(tmp_path, world):
+    ref, ab, aa = three_passes(tmp_path, world, 0.0)
+    d = compute_divergence(ref, ab, aa, n_resamples=199)
+    assert "launch_test" not in d and d["test"] == d["per_question"]["test"] and d["p"] == d["per_question"]["p"]
+    assert d["qualification"].startswith("assumes the noise scale is the same on every launch")
+    assert d["verdict_reason"].endswith(d["qualification"])
+    assert d["qualification"] in R.sentence(Divergence.from_doc(d))
+
+
+def test_a_launch_scored_twice_counts_once_and_divergence_of_dirs_takes_every_pass(tmp_path, world):
+    from helpers.docs import divergence_of_dirs_doc
+
+    ref, a, b = launch_passes(tmp_path, world, 0.0, (1.0, 1.0), 2)
+    twin = tmp_path / "twin"
+    write_pass(twin, world, world.logprobs(np.random.default_rng(9)))
+    meta = json.loads((twin / S.SCORES_META).read_text())
+    (twin / S.SCORES_META).write_text(json.dumps({**meta, "launch": "a-2"}))   # a[0]'s launch again
+    d = compute_divergence(ref, b[0], a[0], launches_a=[twin, *a[1:]], launches_b=b[1:], n_resamples=199)
+    assert d["launch_test"]["launches_a"] == 2 and "launch a-2 is scored by" in d["launches_skipped"][str(twin)]
+    # abh compare: the first A directory with a pass is the reference, the A/A's the floor, the rest the launches
+    via = divergence_of_dirs_doc([ref, a[1]], b, [a[0]], n_resamples=199)
+    assert via["launch_test"]["dirs_a"] == [str(a[0]), str(a[1])] and via["launch_test"]["launches_b"] == 2
+    assert via["p"] == d["p"]

@@ -301,7 +301,8 @@ def test_a_sweep_shows_the_kld_column(tmp_path):
 
 def test_the_scoring_passes_take_no_launch_of_their_own_and_the_design_says_so(tmp_path, capsys):
     """One server at a time, a restart per repeat (the seed's design): the passes ride on the evals' launches, the
-    floor on the A/A control's first; the run makes exactly the launches the design printed (in this process)."""
+    floor on the A/A control's first, and every other launch gets one pass (A r2, B r2, A/A r2); the run makes
+    exactly the launches the design printed (in this process), and the divergence is tested over launches."""
     run_dir = tmp_path / "restart"
     code = abh_run_here(f"hydra.run.dir={run_dir}", *RUN, "experiment.restart_per_repeat=true",
                         "experiment.concurrent_servers=false", "experiment.repeats=2", "experiment.aa_control=true",
@@ -311,12 +312,18 @@ def test_the_scoring_passes_take_no_launch_of_their_own_and_the_design_says_so(t
     m = read_json(run_dir / "manifest.json")
     made = [x["id"] for arm in m["arms"].values() for x in arm["launches"]]
     assert len(made) == m["planned_design"]["launches"] == 6  # A 2 + B 2 + A/A 2: no launch for a pass
-    assert m["planned_design"]["scoring"] == {"passes": 3, "own_launches": 0, "floor_server": False}
+    assert m["planned_design"]["scoring"] == {"passes": 6, "own_launches": 0, "floor_server": False}
     assert "design: 2 repeat(s) per arm, one server at a time: 6 server launch(es), scoring passes included" in err
-    assert "scoring: 3 pass(es) for the divergence" in err and "no launch of their own" in err
+    assert "scoring: 6 pass(es) for the divergence" in err and "no launch of their own" in err
     sc = m["scoring"]
     served = {rel: ev["launches"][0] for rel, ev in m["evals"].items()}
-    assert sc["evals/a/r1"]["launch"] == served["evals/a/r1"] and sc["evals/b/r1"]["launch"] == served["evals/b/r1"]
-    assert sc["evals/aa/r1"]["launch"] == served["evals/aa/r1"] != served["evals/a/r1"]
+    assert set(sc) == {"evals/a/r1", "evals/b/r1", "evals/aa/r1", "evals/a/r2", "evals/b/r2", "evals/aa/r2"}
+    assert all(sc[rel]["launch"] == served[rel] for rel in sc)          # each on its eval's launch
+    assert len({sc[rel]["launch"] for rel in sc}) == 6                   # one pass per launch
     cost = read_json(run_dir / "summary.json")["cost"]
-    assert cost["total"]["launches"] == 6 and cost["total"]["scoring_passes"] == 3 and cost["total"]["scoring_s"] > 0
+    assert cost["total"]["launches"] == 6 and cost["total"]["scoring_passes"] == 6 and cost["total"]["scoring_s"] > 0
+    div = read_json(run_dir / "comparison.json")["divergence"]
+    lt = div["launch_test"]
+    assert (lt["launches_a"], lt["launches_b"]) == (3, 2) and div["test"] == lt["method"] and div["p"] == lt["p"]
+    assert lt["dirs_a"][0].endswith("evals/aa/r1") and lt["dirs_b"][0].endswith("evals/b/r1")
+    assert div["per_question"]["test"].startswith("one-sided sign-flip") and "qualification" not in div

@@ -16,9 +16,12 @@ from hydra import compose, initialize_config_dir
 import harness.config as hc
 from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost
 from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
-from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of, look_estimate
+from harness.orchestrate.sequential import Looks, apply_to_comparison, arm_runs, design_of, look_estimate
 from harness.results.schema import SequentialRecord
-from harness.stats.group_sequential import SequentialDesign, decide_look
+from harness.stats.group_sequential import SequentialDesign, stagewise_p
+from harness.stats.launch_looks import decide_look_arms
+from harness.stats.launches import ArmRuns
+from harness.stats.launchvar import launch_aware_test
 
 
 def _cfg(*overrides: str):
@@ -44,24 +47,28 @@ def _evals(root: Path, rng: np.random.Generator, p_a: float, p_b: float, repeats
 
 def test_design_of_the_config() -> None:
     d = design_of(_cfg("experiment.sequential=true", "experiment.max_repeats=6", "stats.spending=pocock",
-                       "stats.futility=false", "stats.margin_pp=0.5"))
+                       "stats.futility=false", "stats.margin_pp=0.5", "stats.min_effect_pp=0.3"))
     assert (d.max_repeats, d.min_repeats, d.spending, d.futility, d.margin, d.alpha) == (6, 2, "pocock", False,
                                                                                           0.005, 0.05)
     assert d.hypothesis == "superiority" and d.tests_margin  # with a margin it also tests equivalence
+    assert d.min_effect == pytest.approx(0.003)
 
 
 def test_estimate_matches_an_independent_computation(tmp_path: Path) -> None:
     a_dirs, b_dirs, am, bm = _evals(tmp_path, np.random.default_rng(1), 0.8, 0.85, 3)
-    delta, se, n = look_estimate(a_dirs, b_dirs)
+    est = look_estimate(a_dirs, b_dirs)
     d = bm.mean(0) - am.mean(0)  # one pass per launch: per question the mean over launches
-    assert n == am.shape[1]
-    assert delta == pytest.approx(d.mean()) and se == pytest.approx(d.std(ddof=1) / np.sqrt(n))
+    assert est.n == am.shape[1] and est.delta == pytest.approx(d.mean())
+    # the launch-aware estimate of the same scores, launches as the evals record them
+    ref = launch_aware_test(ArmRuns(am, ("a-1", "a-2", "a-3")), ArmRuns(bm, ("b-1", "b-2", "b-3")))
+    assert est.se == pytest.approx(ref.se) and est.df == pytest.approx(ref.df) and est.df_launch == 4
 
 
 def test_passes_on_one_launch_are_averaged_first(tmp_path: Path) -> None:
     a_dirs, b_dirs, am, bm = _evals(tmp_path, np.random.default_rng(2), 0.8, 0.8, 2, shared_launch=True)
-    delta, _, _ = look_estimate(a_dirs, b_dirs)
-    assert delta == pytest.approx((bm.mean(0) - am.mean(0)).mean())  # equal weights here: same value
+    est = look_estimate(a_dirs, b_dirs)
+    assert est.delta == pytest.approx((bm.mean(0) - am.mean(0)).mean())  # equal weights here: same value
+    assert (est.launches_a, est.launches_b, est.df_launch) == (1, 2, 1)  # A's two passes share one launch
     # one launch for A's two passes: A contributes one cluster (its mean), B two
     from harness.orchestrate.sequential import _by_launch
 
@@ -75,8 +82,12 @@ def test_looks_decide_record_and_resume(tmp_path: Path) -> None:
     assert looks.look(1, a_dirs[:1], b_dirs[:1]) is None  # before min_repeats: no look
     first = looks.look(2, a_dirs[:2], b_dirs[:2])
     assert first is not None and first.stop and first.verdict == "improved" and first.reason == "efficacy"
-    expected = decide_look(design, 2, *look_estimate(a_dirs[:2], b_dirs[:2]))
+    expected = decide_look_arms(design, 2, arm_runs(a_dirs[:2]), arm_runs(b_dirs[:2]))
     assert first.z == pytest.approx(expected.z) and first.bound == pytest.approx(expected.bound)
+    # what decided is recorded: the stage-wise p (below α: it stopped), the repeated CI, the t boundary
+    assert first.p == pytest.approx(stagewise_p(design, 2, first.z)) and first.p < 0.05
+    assert first.repeated_ci[0] > 0 and first.details["bound_t"] >= first.bound
+    assert first.details["errors"]["action"] == "none" and first.details["df_launch"] == 2
     assert looks.decided and not looks.wants(3) and looks.wants(2)
     cost = run_cost([LaunchRecord(r, 60.0, 200.0, 8) for r in ("a", "b", "a", "b")],
                     [EvalRecord(r, 100.0) for r in ("a", "b", "a", "b")])
@@ -117,6 +128,91 @@ def test_the_sequential_decision_is_the_comparisons_verdict() -> None:
     assert c.verdict_reason.startswith("sequential design: improved") and c.sequential == rec
     bad = apply_to_comparison(comparison(verdict="not_comparable", verdict_reason="errors"), rec)
     assert bad.verdict == "not_comparable" and bad.verdict_fixed is None
+
+
+def _launch_runs(rng: np.random.Generator, n: int, repeats: int, fix: float, shift_sd: float = 0.0
+                 ) -> tuple[ArmRuns, ArmRuns]:
+    """A fresh launch of both arms per repeat: B fixes a share ``fix`` of the questions A gets wrong; each
+    launch flips 3 % of answers and shifts accuracy by N(0, shift_sd)."""
+    base = rng.random(n) < 0.8
+    fixed = ~base & (rng.random(n) < fix / 0.2)
+
+    def launch(right: np.ndarray) -> np.ndarray:
+        flip = rng.random(n) < 0.03 + max(0.0, rng.normal(0, shift_sd))
+        return np.where(flip, ~right, right).astype(float)
+
+    a = np.vstack([launch(base) for _ in range(repeats)])
+    b = np.vstack([launch(base | fixed) for _ in range(repeats)])
+    return (ArmRuns(a, tuple(f"a-{r}" for r in range(repeats))),
+            ArmRuns(b, tuple(f"b-{r}" for r in range(repeats))))
+
+
+def _run(looks: Looks, a: ArmRuns, b: ArmRuns) -> list:
+    out = []
+    for r in range(1, looks.design.max_repeats + 1):
+        lk = looks.decide(r, ArmRuns(a.scores[:r], a.launches[:r]), ArmRuns(b.scores[:r], b.launches[:r]))
+        if lk is not None:
+            out.append(lk)
+            if lk.stop:
+                break
+    return out
+
+
+def test_a_look_needs_the_declared_effect_on_its_repeated_ci() -> None:
+    """A clear +3 pp effect stops early without a declared effect; declared at 5 pp it never stops as
+    improved: the repeated CI does not exclude effects below 5 pp, and the last look says so."""
+    a, b = _launch_runs(np.random.default_rng(11), 1000, 6, 0.03)
+    plain = _run(Looks(SequentialDesign(max_repeats=6, min_repeats=2)), a, b)
+    assert plain[-1].verdict == "improved" and plain[-1].repeats < 6
+    assert plain[-1].repeated_ci[0] > 0 and plain[-1].p < 0.05
+    strict = _run(Looks(SequentialDesign(max_repeats=6, min_repeats=2, min_effect=0.05, futility=False)), a, b)
+    assert [lk.verdict for lk in strict] == [None] * (len(strict) - 1) + ["inconclusive"] and len(strict) == 5
+    assert "does not exclude effects smaller than the declared 5.00 pp" in strict[-1].sentence
+    assert strict[-1].repeated_ci[0] < 0.05
+
+
+def test_a_look_never_claims_what_the_error_bounds_do_not_share() -> None:
+    """B errs on 3 % of the questions A gets right (errors depend on the arm: the gate bounds): the
+    +3 pp effect on the answered questions never stops the run as improved, since counting B's unanswered
+    questions wrong makes it a regression; the last look is inconclusive because of errors."""
+    a, b = _launch_runs(np.random.default_rng(12), 1000, 6, 0.03)
+    right = np.flatnonzero(a.scores.mean(axis=0) > 0.9)[:30]
+    bs = b.scores.copy()
+    bs[:, right] = np.nan
+    b = ArmRuns(bs, b.launches)
+    looks = _run(Looks(SequentialDesign(max_repeats=6, min_repeats=2)), a, b)
+    assert all(lk.verdict != "improved" for lk in looks)
+    last = looks[-1]
+    assert last.repeats == 6 and last.verdict == "inconclusive" and last.reason == "errors"
+    assert last.details["errors"]["action"] == "bound" and last.details["errors"]["bounds"]["against_b"] != "improved"
+    assert "request errors could change the verdict" in last.sentence
+
+
+def test_the_decided_look_replaces_the_fixed_test_p_and_interval() -> None:
+    a, b = _launch_runs(np.random.default_rng(11), 1000, 6, 0.03)
+    looks = Looks(SequentialDesign(max_repeats=6, min_repeats=2))
+    last = _run(looks, a, b)[-1]
+    fixed = comparison(verdict="improved", verdict_reason="fixed", test="fixed test", p=1e-6, delta_ci=[0.01, 0.05])
+    c = apply_to_comparison(fixed, looks.record())
+    assert c.test.startswith("group-sequential launch-aware") and c.p == last.p and c.test_alpha == 0.05
+    assert c.delta_ci == last.repeated_ci and c.delta_ci_method.startswith("repeated confidence interval")
+    assert c.delta_df == pytest.approx(last.details["df"])
+    assert (c.test_fixed, c.p_fixed, c.delta_ci_fixed) == ("fixed test", 1e-6, [0.01, 0.05])
+    # the fixed design's errors rule says errors could change the verdict: the sequential claim does not stand
+    errs = comparison(verdict="inconclusive", verdict_reason="request errors could change the verdict: ...",
+                      errors={"changes_verdict": True})
+    g = apply_to_comparison(errs, looks.record())
+    assert g.verdict == "inconclusive" and g.sequential.reason == "errors" and g.p is None
+    assert "request errors could change the verdict" in g.verdict_reason and g.verdict_fixed == "inconclusive"
+
+
+def test_looks_of_another_estimator_are_refused() -> None:
+    a, b = _launch_runs(np.random.default_rng(13), 300, 2, 0.0)
+    looks = Looks(SequentialDesign(max_repeats=6, min_repeats=2))
+    looks.decide(2, a, b)
+    doc = {**looks.record().to_doc(), "estimator": "question-level paired z: ..."}
+    with pytest.raises(hc.ConfigError, match="another estimator"):
+        Looks(SequentialDesign(max_repeats=6, min_repeats=2), doc)
 
 
 # ------------------------------------------------------------------------------------------ the design

@@ -193,53 +193,77 @@ def test_a_signal_during_a_coroutine_cancels_it_and_comes_out_as_interrupted() -
 
 
 # ------------------------------------------------------------------------------------------ scoring in the schedule
-def _placed(items, reference="a", aa_key=None):
+def _placed(items, reference="a", aa_key=None, concurrent=False):
     from harness.orchestrate.design import plan_launches
     from harness.orchestrate.schedule import with_scoring
 
-    full = with_scoring(items, reference, {"a": "a", "b": "b"}, aa_key)
-    return full, plan_launches(full, concurrent=False), plan_launches(items, concurrent=False)
+    full = with_scoring(items, reference, {"a": "a", "b": "b"}, aa_key, concurrent=concurrent)
+    return full, plan_launches(full, concurrent=concurrent), plan_launches(items, concurrent=concurrent)
 
 
-@pytest.mark.parametrize("design", [
-    {"repeats": 2, "order": "interleaved", "aa_control": True},                              # the demo
-    {"repeats": 3, "order": "interleaved", "aa_control": True, "restart_per_repeat": True},  # the seed
-    {"repeats": 2, "order": "interleaved", "aa_control": False, "restart_per_repeat": True},
-    {"repeats": 2, "order": "blocked", "aa_control": True},
+@pytest.mark.parametrize("design,concurrent,passes", [
+    ({"repeats": 2, "order": "interleaved", "aa_control": True}, True,                          # the demo
+     ["ref", "ab", "aa", "launch"]),
+    ({"repeats": 2, "order": "interleaved", "aa_control": True}, False,                         # one GPU box
+     ["ref", "ab", "launch", "launch", "aa", "launch"]),
+    ({"repeats": 3, "order": "interleaved", "aa_control": True, "restart_per_repeat": True}, False,  # the seed
+     ["ref", "ab", "launch", "launch", "launch", "launch", "aa", "launch"]),
+    ({"repeats": 2, "order": "interleaved", "aa_control": False, "restart_per_repeat": True}, False,
+     ["ref", "ab", "aa", "launch"]),
+    ({"repeats": 2, "order": "blocked", "aa_control": True}, False, ["ref", "ab", "aa", "launch"]),
 ])
-def test_scoring_passes_ride_on_the_evals_launches(design):
+def test_scoring_passes_ride_on_the_evals_launches(design, concurrent, passes):
     items = schedule("a", "b", design.pop("repeats"), design.pop("order"), design.pop("aa_control"), **design)
-    full, with_passes, without = _placed(items)
-    assert [it.scoring for it in full if it.scoring] == ["ref", "ab", "aa"]
+    full, with_passes, without = _placed(items, concurrent=concurrent)
+    assert [it.scoring for it in full if it.scoring] == passes
     assert len(with_passes) == len(without)  # zero extra launches
-    # the floor never runs on the reference pass's launch
-    ref_launch = next(lc for lc in with_passes if lc.key == "a" and lc.scoring and "a" in lc.roles)
+    # one pass per launch that serves evals: the reference's, the compared, the floor and every other one
+    assert all(lc.scoring == 1 for lc in with_passes) and len(with_passes) == len(passes)
     floor = full.index(next(it for it in full if it.scoring == "aa"))
-    floor_launch = [lc for lc in with_passes if lc.key == "a"]
-    assert sum(lc.scoring for lc in floor_launch) == 2 and ref_launch.scoring == 1
-    assert full[floor - 1].fresh  # right after an eval on a fresh launch
+    assert full[floor - 1].fresh  # the floor right after an eval on a fresh launch
+    for i, it in enumerate(full):  # every pass right after an eval on its launch, into that eval's directory
+        if it.scoring in ("ab", "aa", "launch") and it.scoring != "ab":
+            assert full[i - 1].is_eval and full[i - 1].arm_key == it.arm_key
+        if it.scoring == "launch":
+            assert it.rel_dir == full[i - 1].rel_dir and not it.fresh
+
+
+def test_the_seed_design_scores_four_launches_of_a_and_three_of_b():
+    from harness.orchestrate.schedule import scoring_dirs
+
+    items = schedule("a", "b", 3, "interleaved", True, restart_per_repeat=True)
+    full, _, _ = _placed(items)
+    d = scoring_dirs(full, "a", {"a": "a", "b": "b"})
+    assert d == {"ref": ["evals/a/r1"], "same": ["evals/aa/r1", "evals/a/r2", "evals/a/r3", "evals/aa/r2"],
+                 "other": ["evals/b/r1", "evals/b/r2", "evals/b/r3"]}
 
 
 def test_a_design_without_a_later_fresh_launch_gets_one_for_the_floor_and_says_so():
     from harness.orchestrate.design import describe, format_design
 
     items = schedule("a", "b", 2, "interleaved", aa_control=False)
-    full, with_passes, without = _placed(items)
+    full, with_passes, without = _placed(items, concurrent=True)
     assert len(with_passes) == len(without) + 1 and full[-1].scoring == "aa" and full[-1].fresh
-    d = describe(full, concurrent=False, gpus={"a": 8, "b": 8, "aa": 8})
+    d = describe(full, concurrent=True, gpus={"a": 8, "b": 8, "aa": 8})
     assert d["scoring"] == {"passes": 3, "own_launches": 1, "floor_server": False}
     text = "\n".join(format_design(d, 2, False))
     assert f"{len(with_passes)} server launch(es), scoring passes included" in text
     assert "1 launch(es) of their own for the floor" in text
     # a second server given for the floor (abh ab --aa): it serves the floor, no fresh launch of A is needed
-    full, with_passes, _ = _placed(items, aa_key="a2")
+    full, with_passes, _ = _placed(items, aa_key="a2", concurrent=True)
     assert full[-1].arm_key == "a2" and full[-1].scoring == "aa"
 
 
 def test_with_reference_b_in_blocked_order_the_compared_pass_waits_for_the_reference():
-    full, _, _ = _placed(schedule("a", "b", 2, "blocked", False), reference="b")
+    """Blocked order, reference B: A's launches ran before B's texts existed (not scored again: that would need
+    a launch), the compared pass relaunches A as before; that stops B's server, so B r2 runs on a launch of
+    its own and gets a pass (the reference configuration's second launch), and the floor its own launch."""
+    full, with_passes, without = _placed(schedule("a", "b", 2, "blocked", False), reference="b")
     passes = [(it.scoring, it.arm_key, it.rel_dir) for it in full if it.scoring]
-    assert passes == [("ref", "b", "evals/b/r1"), ("ab", "a", "evals/a/r1"), ("aa", "b", "evals/bb/r1")]
+    assert passes == [("ref", "b", "evals/b/r1"), ("ab", "a", "evals/a/r1"), ("launch", "b", "evals/b/r2"),
+                      ("aa", "b", "evals/bb/r1")]
+    # the compared pass's relaunch of A, B's relaunch for r2 it causes, the floor's launch; none for B r2's pass
+    assert len(with_passes) == len(without) + 3
 
 
 def test_the_trade_off_line_never_offers_a_restart_abh_cannot_do():

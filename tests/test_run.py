@@ -155,9 +155,10 @@ def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
         assert read_json(run_dir / rel / "eval.json")["launch"] == ids[0], rel
     launches = {x["id"]: x for arm in manifest["arms"].values() for x in arm["launches"]}
     # the divergence's scoring passes ride on the evals' launches: A's reference pass on A's repeat-1 launch (a-1),
-    # B's on b-1, and the A/A floor on the A/A control's first (fresh) launch (a-2): no launch of their own
+    # B's on b-1, the A/A floor on the A/A control's first (fresh) launch (a-2) and one pass on its second (a-3):
+    # one pass per launch, no launch of their own
     assert {rel: x["launch"] for rel, x in manifest["scoring"].items()} == {
-        "evals/a/r1": "a-1", "evals/b/r1": "b-1", "evals/aa/r1": "a-2"}
+        "evals/a/r1": "a-1", "evals/b/r1": "b-1", "evals/aa/r1": "a-2", "evals/aa/r2": "a-3"}
     assert set(launches) == {"a-1", "a-2", "a-3", "b-1"}
     assert len({x["probe"]["pid"] for x in launches.values()}) == 4  # four server processes, as designed
     assert all(x["stop"]["how"] == "SIGTERM" for x in launches.values())
@@ -169,7 +170,7 @@ def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
     cost = cost_from_manifest(manifest, run_dir)  # every launch's spawn, ready and stop times are recorded
     assert cost.estimated == [] and cost.total.launches == 4
     planned = manifest["planned_design"]
-    assert planned["launches"] == 4 and planned["scoring"]["passes"] == 3 and planned["scoring"]["own_launches"] == 0
+    assert planned["launches"] == 4 and planned["scoring"]["passes"] == 4 and planned["scoring"]["own_launches"] == 0
 
 
 def test_demo_asserts_both_arms_live_before_the_first_question(demo100: Demo) -> None:
@@ -418,7 +419,7 @@ def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
     # kept too (they name their reference pass by its place in the run directory, not by an absolute path)
     assert abh_run_here(*base, "stats.margin_pp=2.0") == exitcodes.OK
     err = capsys.readouterr().err
-    for rel in ("evals/a/r1", "evals/b/r1", "evals/aa/r1"):
+    for rel in ("evals/a/r1", "evals/b/r1", "evals/aa/r1", "evals/aa/r2"):
         assert f"scoring {rel}: already scored, kept" in err, err[-2000:]
     assert read_json(run_dir / "comparison.json")["margin"] == 0.02
     assert len(read_json(run_dir / "manifest.json")["sessions"]) == 2

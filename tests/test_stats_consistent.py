@@ -57,7 +57,7 @@ def test_exhaustive_grid_to_120():
         assert np.array_equal(r["significant"], r["p_signflip"] < alpha)
 
 
-def test_today_disagreements_exist_on_the_grid():
+def test_the_mid_p_p_and_tangos_interval_disagree_on_some_tables():
     """What the consistent form fixes: the mid-p p and Tango's interval disagree on some tables."""
     b, c, n = grid(60)
     lo, hi = score_interval(b, c, n, 0.05)
@@ -116,27 +116,29 @@ def test_exact_operating_characteristics():
 
 
 def test_audit_case_n200_delta5_quick():
-    """The audit's case (n = 200, Δ = +5 pp; 3 launches per arm, 300 experiments): today's p and interval
-    can disagree; the new pipeline's never do."""
+    """The audit's case (n = 200, Δ = +5 pp; 3 launches per arm, 150 experiments), through compare_arms: its p
+    and interval never disagree."""
     s = G.AccuracyScenario(n=200, difficulty="logitnormal", delta=0.05, launches_aa=0)
     r = G.accuracy_rates(s, 150, seed=3)
-    assert r["new_disagree"].k == 0
-    print(f"today's disagreements {r['old_disagree'].k} / 150")
+    assert r["disagree"].k == 0 and r["fallback"].k == 0
 
 
 def test_one_run_per_arm_compare_arms_disagreements_are_what_is_fixed():
+    """One run per arm (no launch replication): compare_arms' test is the consistent one, so its p and
+    interval never disagree; the mid-p test's p with Tango's interval (the pair the verdict used before) did.
+    Its decision is the mid-p test's (the quoted p is the larger of the two)."""
     rng = np.random.default_rng(4)
-    today = new = 0
+    before = new = 0
     for _ in range(300):
         n = 200
         pa = rng.beta(0.6, 0.3, n)
         a = (rng.random(n) < pa).astype(float)
         b = np.where(rng.random(n) < 0.1, 1.0, (rng.random(n) < pa).astype(float))
-        r = compare_arms(ArmRuns(a, ("a",)), ArmRuns(b, ("b",)), compute_mde=False)
-        today += (r.analysis.p < 0.05) != (r.analysis.ci[0] > 0 or r.analysis.ci[1] < 0)
+        r = compare_arms(ArmRuns(a, ("a",)), ArmRuns(b, ("b",)), compute_mde=False).analysis
         c = C.consistent_paired(b - a)
-        new += (c.p < 0.05) != (c.ci[0] > 0 or c.ci[1] < 0)
-        # one run per arm: the decision is today's mid-p test's (the quoted p is the larger of the two)
-        assert c.p_signflip == pytest.approx(r.analysis.p) and c.significant == (r.analysis.p < 0.05)
+        assert r.unit == "question" and r.p == pytest.approx(c.p) and r.ci == pytest.approx(list(c.ci))
+        new += (r.p < 0.05) != (r.ci[0] > 0 or r.ci[1] < 0)
+        before += (c.p_signflip < 0.05) != (c.ci_tango[0] > 0 or c.ci_tango[1] < 0)
+        assert c.significant == (c.p_signflip < 0.05)
     assert new == 0
-    print(f"one run per arm, 300 experiments: today {today} disagreements, consistent {new}")
+    print(f"one run per arm, 300 experiments: mid-p p vs Tango CI {before} disagreements, compare_arms {new}")

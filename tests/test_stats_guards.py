@@ -76,3 +76,18 @@ def test_guards_change_nothing_on_ordinary_inputs():
             assert new[k] == pytest.approx(ref[k], rel=1e-12)
     from harness.stats.mde import mde_paired_exact
     assert GD.safe_mde_paired_exact(1319, 0.04) == pytest.approx(mde_paired_exact(1319, 0.04))
+
+
+def test_the_crash_case_through_compare_arms():
+    """The audit's crash (n = 3, every d_i = 1/3 as a difference of means over 3 runs): compare_arms' verdict has a
+    finite interval of positive width and an MDE (inf: 3 questions cannot detect anything), no OverflowError, on one
+    launch per arm (the question-level test) and on three launches per arm (the launch-aware test)."""
+    from harness.stats import ArmRuns, compare_arms
+
+    a = np.array([[0, 1, 1], [0, 0, 1], [0, 0, 0]], float)     # question means 0, 1/3, 2/3
+    b = np.array([[1, 1, 1], [0, 1, 1], [0, 0, 1]], float)     # 1/3, 2/3, 1
+    for launches in (("x",) * 3, ("x", "y", "z")):
+        r = compare_arms(ArmRuns(a, launches), ArmRuns(b, tuple(f"b{v}" for v in launches)), margin=0.05)
+        lo, hi = r.analysis.ci
+        assert np.isfinite([lo, hi]).all() and hi > lo and r.analysis.mde is not None and r.analysis.mde > 0
+        assert r.verdict.word == "inconclusive"

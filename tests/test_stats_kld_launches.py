@@ -74,10 +74,20 @@ def test_degenerate_designs():
 def test_size_when_the_noise_scale_varies_quick():
     """Lognormal noise scale sd 0.3 per launch, the seed default design (A 3 launches, A/A 2, B 3, one pass
     each; reference on A's first launch: m_A = 4, m_B = 3), 200 experiments: the launch-level test at most
-    5 % + 3 MC SEs; today's per-question test (one A/A launch, one B launch) far above."""
+    5 % + 3 MC SEs; the per-question test (one A/A launch, one B launch) far above."""
     s = G.DivergenceScenario(scale_sd=0.3)
     r = G.divergence_rates(s, 200, seed=4, designs=((4, 3), (2, 3)))
     print({k: getattr(v, "rate", v) for k, v in r.items()})
     bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / 200)
     assert r["launch_4_3"].rate <= bound and r["launch_2_3"].rate <= bound  # type: ignore[union-attr]
     assert r["question_1_1"].rate > 0.2  # type: ignore[union-attr]
+
+
+def test_the_product_decides_with_the_launch_level_test_quick():
+    """compute_divergence on the seed design's passes (in-memory score tables: floor + 3 more A launches, 3 B
+    launches) decides exactly as the launch-level test on the same launches, with and without a build shift."""
+    for shift, seed in ((0.0, 5), (0.05, 6)):
+        s = G.DivergenceScenario(scale_sd=0.3, shift=shift)
+        r = G.divergence_rates(s, 20, seed=seed, designs=((4, 3),), product=(4, 3), n_resamples=199)
+        assert r["product_4_3"].k == r["launch_4_3"].k  # type: ignore[union-attr]
+        assert (r["launch_4_3"].k > 8) == (shift > 0)  # type: ignore[union-attr]

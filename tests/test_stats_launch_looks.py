@@ -75,9 +75,9 @@ def test_margin_designs():
 
 
 def test_sequential_false_positives_under_launch_shift_quick():
-    """Fresh launch per repeat, max 6 repeats, launch shift N(0, 0.1): 400 experiments; today's looks
-    12-13 % in the audit; these at most 6 % + 3 MC SEs."""
+    """Fresh launch per repeat, max 6 repeats, launch shift N(0, 0.1): 400 experiments through Looks;
+    the question-level looks 12-13 % in the audit; these at most 6 % + 3 MC SEs."""
     s = G.AccuracyScenario(shift="normal", shift_sd=0.1)
-    r = G.sequential_rates(s, 400, seed=11, old=False)
+    r = G.sequential_rates(s, 400, seed=11)
     print({k: getattr(v, "rate", v) for k, v in r.items()})
-    assert r["new_reject"].rate <= 0.06 + 3 * math.sqrt(0.06 * 0.94 / 400)  # type: ignore[union-attr]
+    assert r["reject"].rate <= 0.06 + 3 * math.sqrt(0.06 * 0.94 / 400)  # type: ignore[union-attr]

@@ -332,24 +332,32 @@ def test_mde_t_and_t_tost_match_statsmodels():
         assert r.p_equivalence == pytest.approx(p_ref, rel=1e-9)
 
 
-def test_launch_welch_t_matches_scipy():
+def test_compare_arms_launch_test_matches_scipy_student_t_over_launches():
+    """The comparison's test (compare_arms, launch-aware) is Student's t on launch accuracies
+    (scipy.stats.ttest_ind, pooled variance) whenever the launch term carries all of Var(Δ̂) (no question x
+    arm interaction is estimated): same p, df and interval."""
+    from scipy.stats import t as t_dist
     from scipy.stats import ttest_ind
 
     rng = np.random.default_rng(19)
-    a_acc, b_acc = [], []
-    for accs, la in ((a_acc, 3), (b_acc, 4)):
-        for _ in range(la):
-            accs.append(rng.random(500) < rng.uniform(0.8, 0.9))
-    A = S.ArmRuns(np.array(a_acc, float), ("a1", "a2", "a3"))
-    B = S.ArmRuns(np.array(b_acc, float), ("b1", "b2", "b3", "b4"))
-    from harness.stats.accuracy import launch_t
-
-    keep = np.ones(500, bool)
-    delta = float(B.scores.mean() - A.scores.mean())
-    r = launch_t(A, B, keep, delta)
-    ref = ttest_ind(B.scores.mean(axis=1), A.scores.mean(axis=1), equal_var=False)
-    assert r.p == pytest.approx(ref.pvalue, rel=1e-9)
-    assert r.df == pytest.approx(ref.df, rel=1e-9)
+    checked = 0
+    for _ in range(30):
+        accs: list[list[np.ndarray]] = [[], []]
+        for arm, la in ((0, 3), (1, 4)):
+            for _ in range(la):
+                accs[arm].append(rng.random(500) < rng.uniform(0.8, 0.9))
+        A = S.ArmRuns(np.array(accs[0], float), ("a1", "a2", "a3"))
+        B = S.ArmRuns(np.array(accs[1], float), ("b1", "b2", "b3", "b4"))
+        r = S.compare_arms(A, B, compute_mde=False).analysis
+        assert r.unit == "launch-aware" and r.launch is not None and r.launch.df_launch == 5
+        if r.launch.var_heterogeneity > 0:
+            continue
+        ref = ttest_ind(B.scores.mean(axis=1), A.scores.mean(axis=1), equal_var=True)
+        assert r.p == pytest.approx(ref.pvalue, rel=1e-9) and r.df == pytest.approx(5.0)
+        half = t_dist.ppf(0.975, 5) * abs(r.delta / ref.statistic)
+        assert r.ci == pytest.approx([r.delta - half, r.delta + half], rel=1e-9)
+        checked += 1
+    assert checked >= 5
 
 
 def test_score_interval_array_and_scalar_paths_agree():

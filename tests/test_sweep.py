@@ -106,3 +106,34 @@ def test_short_job_directories_are_mapped_to_the_overrides_their_manifest_record
     md = write_markdown(tmp_path).read_text()
     assert "| engine.flip_rate=0.04 |" in md and "| `job1` | task.num_questions=50 engine.flip_rate=0.04 |" in md
     assert "abh sweep of demo: 2 comparison(s)" in md
+def test_a_sequential_jobs_stage_wise_p_is_what_the_sweep_adjusts(tmp_path):
+    """A sequential run's comparison carries the deciding look's stage-wise p (and its test), not the fixed
+    design's: the sweep adjusts that p; a qualified verdict is marked in the table."""
+    import numpy as np
+
+    from harness.orchestrate.sequential import Looks, apply_to_comparison
+    from harness.stats.group_sequential import SequentialDesign
+    from harness.stats.launches import ArmRuns
+
+    rng = np.random.default_rng(1)
+    base = rng.random(1000) < 0.8
+    fixed = ~base & (rng.random(1000) < 0.15)
+    looks = Looks(SequentialDesign(max_repeats=6, min_repeats=2))
+    for r in range(2, 7):
+        a = ArmRuns(np.vstack([np.where(rng.random(1000) < 0.03, ~base, base) for _ in range(r)]).astype(float),
+                    tuple(f"a{k}" for k in range(r)))
+        b = ArmRuns(np.vstack([np.where(rng.random(1000) < 0.03, ~(base | fixed), base | fixed) for _ in range(r)])
+                    .astype(float), tuple(f"b{k}" for k in range(r)))
+        if looks.decide(r, a, b).stop:
+            break
+    seq = apply_to_comparison(_comparison(1e-9, "improved", 0.02), looks.record())
+    assert seq.p == looks.looks[-1].p and seq.p_fixed == 1e-9 and seq.verdict == "improved"
+    write_comparison(tmp_path / "job0_x=1" / "comparison.json", seq)
+    write_comparison(tmp_path / "job1_x=2" / "comparison.json",
+                     _comparison(0.5, "inconclusive", 0.0, qualification="valid only if launches do not shift accuracy"))
+    s = summarize_sweep(tmp_path, "holm")
+    rows = {r.label: r for r in s.comparisons}
+    assert rows["x=1"].p == seq.p and rows["x=1"].p_adjusted == pytest.approx(min(1.0, 2 * seq.p))
+    assert rows["x=1"].test == seq.test and rows["x=1"].test.startswith("group-sequential")
+    text = format_sweep(s)
+    assert "inconclusive †" in text and "(† valid only if launches do not shift accuracy)" in text

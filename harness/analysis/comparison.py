@@ -9,15 +9,18 @@ The statistics are :func:`harness.stats.compare_arms` (see :mod:`harness.stats.a
 each arm's mean over its runs (passes averaged within a launch first, then launches; an errored run is
 skipped, so a question uses the runs it has), d_i = B_i - A_i, and
 
-- the verdict's test: the paired sign-flip test over questions of Δ = mean d_i (exact, mid-p; the mid-p
-  McNemar test for one run per arm), or Welch's t over launch accuracies when the arms' launches differ
-  beyond question-level noise (Cochran's Q);
-- the interval ``delta_ci`` (level 1 - α): Tango's score interval of the effective table (or the t
-  interval over launches); TOST / non-inferiority (``--margin``) invert the same score test;
-- the MDE of that test at 80 % power, computed exactly (binomial sums), not by the normal formula;
-- errors: each arm's error rate, a paired test of their difference, and the verdict recomputed with one
-  arm's errored answers counted wrong and the other's right (both ways): if that changes the verdict it is
-  ``inconclusive`` and the reason says why. Above ``max_error_rate`` the arms are ``not_comparable``.
+- the verdict's test: the launch-aware t-test of Δ = mean d_i, its launch variance estimated from every launch
+  of A, of the A/A control (``--aa``) and of B (``launch_variance`` says from which, ``delta_df`` its df); with
+  one launch per configuration the question-level test (mid-p sign-flip and Tango score), and the verdict
+  is qualified ("valid only if launches do not shift accuracy", ``qualification``);
+- the interval ``delta_ci`` (level 1 - α) inverts that test: ``p < α`` exactly when 0 is outside it; TOST /
+  non-inferiority (``--margin``) use the same statistic;
+- the MDE of that test at 80 % power (the t approximation; exact binomial sums for the question-level test);
+- errors: each arm's error rate, and the gate ``errors.gate``: when the errors do not depend on the arm
+  (exact McNemar test of the unanswered indicators) the questions unanswered in either arm are left out;
+  when they do, the verdict is recomputed with one arm's unanswered questions counted wrong and the other's
+  right (both ways) and is ``inconclusive`` if that changes it. Above ``max_error_rate`` the arms are
+  ``not_comparable``.
 
 ``test`` and ``p`` are the test and p-value that decided the verdict (the superiority test, the TOST or the
 non-inferiority test, compared with ``test_alpha``); other p-values are under ``diagnostics`` only.
@@ -36,7 +39,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ from harness import exitcodes, stats
 from harness.analysis import determinism
 from harness.results import schema
 from harness.results.eval_store import ScoredEval, StoreError, load_scored
-from harness.results.records import JSON, to_doc
+from harness.results.records import JSON
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
 from harness.stats.accuracy import Analysis
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
@@ -226,7 +228,7 @@ def _table(am: np.ndarray, bm: np.ndarray) -> dict[str, float]:
 def _basis(v: stats.Verdict, res: Analysis, alpha: float) -> tuple[str | None, float | None, float | None]:
     """(test, p, level it was compared with) of the claim that decided the verdict."""
     t = res.tost
-    method = "Tango score test" if res.unit == "question" else "t-test over launches"
+    method = "launch-aware t-test" if res.unit == "launch-aware" else "Tango score test"
     if v.basis == "equivalence" and t is not None:
         return f"TOST ({method}, ±margin)", t.p_equivalence, alpha
     if v.basis == "noninferiority" and t is not None:
@@ -246,11 +248,15 @@ def _diagnostics(res: Analysis, A: stats.ArmRuns, B: stats.ArmRuns, alpha: float
     ok = ~(np.isnan(a1) | np.isnan(b1))
     t1 = stats.paired_table(a1[ok].astype(bool), b1[ok].astype(bool))
     psi = float(np.abs(d).mean())
+    q = stats.consistent_paired(d, alpha)
     out: dict[str, JSON] = {
         "note": "secondary figures for reading; the verdict rests on `test` and `p` only",
         "mcnemar_first_runs": {"table": dict(t1.as_dict()), "exact_p": float(stats.mcnemar_exact(t1.a_only, t1.b_only)),
                                "midp": float(stats.mcnemar_midp(t1.a_only, t1.b_only))},
         "effective_table": {k: float(v) for k, v in res.table.items()},
+        # the question-level test (no launch component): what the verdict would rest on if launches never shifted
+        "question_level": {"p": q.p, "p_signflip": q.p_signflip, "p_score": q.p_score, "ci": list(q.ci),
+                           "ci_tango": list(q.ci_tango)},
         "delta_ci_bootstrap_bca": _pair(stats.paired_bootstrap_ci(res.a_means, res.b_means, alpha,
                                                                   n_resamples, "bca", seed=seed)),
         "delta_ci_bootstrap_percentile": _pair(stats.paired_bootstrap_ci(res.a_means, res.b_means, alpha,
@@ -260,8 +266,10 @@ def _diagnostics(res: Analysis, A: stats.ArmRuns, B: stats.ArmRuns, alpha: float
     }
     if res.signflip is not None:
         out["signflip_exact_p"] = float(stats.signflip_test(d, mid_p=False).p)
-    if res.launch_t is not None:
-        out["launch_t"] = to_doc(asdict(res.launch_t))
+    lv = res.launch
+    if lv is not None and lv.df_launch > 0:
+        out["launch_aware"] = {"t": lv.t, "df": lv.df, "se": lv.se, "var_noise": lv.var_noise,
+                               "sigma2_launch": lv.sigma2_launch}
     return out
 
 
@@ -373,8 +381,8 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         noise_band=[-noise, noise] if noise is not None else None,
         repeats_effective=r_eff,
         mde=res.mde,
-        mde_method=(f"exact power (80 %) of the {res.test} at α = {alpha:g}" if res.unit == "question"
-                    else f"t approximation (80 %) for the {res.test} at α = {alpha:g}")
+        mde_method=(f"exact power (80 %) of the mid-p sign-flip test at α = {alpha:g}" if res.unit == "question"
+                    else f"t approximation (80 %) for the launch-aware t-test ({res.df:.1f} df) at α = {alpha:g}")
                    + (" plus the error bounds' shift of Δ" if cmp.errors.mde_allowance else ""),
         mde_unpaired=stats.mde_unpaired(n, float((res.a_means.mean() + res.b_means.mean()) / 2), alpha),
         detectable_floor=stats.mde_floor(n, alpha),
@@ -384,6 +392,9 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         warnings=[w for w in (aa_blk.warning,) if w] + determinism.warnings(ident),
         flips=[int(i) for i in indices[keep][res.d != 0]],
         diagnostics=_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
+        qualification=res.qualification,
+        delta_df=res.df,
+        launch_variance=res.launch_variance,
     )
 
 
@@ -415,6 +426,9 @@ def format_summary(c: Comparison) -> str:
     d = c.design
     lines.append(f"design: {d.kind} (launches A {d.launches['a']}, B {d.launches['b']}; passes per launch "
                  f"A {d.passes_per_launch['a']}, B {d.passes_per_launch['b']}); unit of inference: {d.unit}")
+    lv = c.launch_variance
+    if lv is not None and lv.sd is not None:
+        lines.append(f"  launch variance: sd {_pp(lv.sd, False)} pp per launch; {lv.source}")
     if d.cannot_resolve:
         lines.append(f"  cannot resolve: {d.cannot_resolve}")
     lines.append(f"questions: {c.n} compared of {c.n_total} ({c.dropped_errors} without an answer from "
@@ -442,9 +456,13 @@ def format_summary(c: Comparison) -> str:
                      f"{'non-inferior' if t.noninferior else 'not shown non-inferior'}")
     e = c.errors
     if e.rate_a > 0 or e.rate_b > 0:
-        lines.append(f"  errors: A {_pp(e.rate_a, False)} %, B {_pp(e.rate_b, False)} % (difference p = "
-                     f"{e.p:.3g}); verdict if errors counted against B / against A: "
-                     + (f"{e.bounds.against_b.verdict} / {e.bounds.against_a.verdict}" if e.bounds else "n/a"))
+        line = f"  errors: A {_pp(e.rate_a, False)} %, B {_pp(e.rate_b, False)} %"
+        if e.gate is not None and e.gate.action != "none":
+            line += f"; {e.gate.action}: {e.gate.reason}"
+        if e.bounds:
+            line += (f"; verdict if errors counted against B / against A: {e.bounds.against_b.verdict} / "
+                     f"{e.bounds.against_a.verdict}")
+        lines.append(line)
     for w in c.warnings:
         lines.append(f"  warning: {w}")
     if c.p is not None:

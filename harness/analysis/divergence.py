@@ -1,12 +1,20 @@
 """The ``divergence`` object of ``comparison.json``: how far arm B's next-token distributions are from arm
-A's on A's own greedy text, against the A/A floor (A scored again on a fresh pass or launch).
+A's on A's own greedy text, against the A/A floor (A scored again on fresh launches).
 
-:func:`compute_divergence` reads three scoring passes of the same reference text (A's greedy completions)
-from ``scores.parquet`` (:mod:`harness.results.token_store`): A's reference pass, B's (A/B) and A''s (A/A), and the
-greedy texts of the three evals (``samples.jsonl`` ``output``). Questions are aligned by index; a question
+:func:`compute_divergence` reads scoring passes of the same reference text (A's greedy completions) from
+``scores.parquet`` (:mod:`harness.results.token_store`): A's reference pass, B's (A/B), A''s floor (A/A) and
+the passes on every other launch the run holds (A's other launches, the A/A control's, B's others), and the
+greedy texts of the three first evals (``samples.jsonl`` ``output``). Questions are aligned by index; a question
 missing from a pass, or whose reference token ids differ between passes (another tokenizer), is dropped and
-counted. Per-token measures and the test are :mod:`harness.stats.kld`; this module only reads,
-aligns (in chunks of tokens, never per-token Python objects) and assembles the JSON.
+counted. Per-token measures and the tests are :mod:`harness.stats.kld` and :mod:`harness.stats.kld_launches`;
+this module only reads, aligns (in chunks of tokens, never per-token Python objects) and assembles the JSON.
+
+**The verdict** is the launch-level test when the run scored three or more launches besides the reference's:
+each launch's token-weighted mean KLD, B's launches against A's (one-sided t-test of log KLD; its size holds
+when the noise scale varies from launch to launch). With one A/A launch and one B launch it is the per-question
+test (sign-flip over questions of KLD_i(A‖B) - KLD_i(A‖A′)) and it says it assumes the noise scale is the same
+on every launch; otherwise that test is kept as a diagnostic (``per_question``). The per-token measures (KLD
+mean and percentiles, same top token, first divergence) are those of the first B pass and the floor.
 
 Verdict ``not_measured`` (with ``verdict_reason``) whenever a pass is missing or was not scorable: the A/B
 measures are still filled when only the A/A floor is missing; nothing is ever reported as a silent zero.
@@ -22,9 +30,18 @@ from typing import Any
 import numpy as np
 
 from harness.results.eval_store import load_samples
-from harness.results.schema import Divergence, Histogram, KldHistogram, TopQuestion
+from harness.results.records import JSON, finite_or_none
+from harness.results.schema import (
+    Divergence,
+    DivergenceLaunchTest,
+    DivergencePerQuestion,
+    Histogram,
+    KldHistogram,
+    TopQuestion,
+)
 from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
 from harness.stats import kld as dv
+from harness.stats import kld_launches as kl
 
 #: tokens per chunk of the per-token computation (bounds the (chunk, k, k) id-matching temporaries)
 CHUNK_TOKENS = 8_192
@@ -34,7 +51,12 @@ KL_METHOD = ("KL(A||B) per token over A's top-k ids that B also reported, all ot
              "tail bucket on each side (a lower bound of the full-vocabulary KL)")
 DEFAULT_TOP_N = 10
 #: what ``scoring`` copies from each pass's scores.json
-SCORING_KEYS = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url")
+SCORING_KEYS = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch")
+#: the assumption of each design the launch-level test cannot cover (one clause of the verdict)
+QUALIFIED_ONE_EACH = "assumes the noise scale is the same on every launch (one A/A launch, one B launch)"
+QUALIFIED_ONE_A = "one A launch besides the reference's: the launch-to-launch variance comes from B's launches"
+QUALIFIED_ONE_B = ("one B launch: the test leans on log KLD being normal across launches (slightly liberal when "
+                   "the noise scale varies)")
 
 
 # ------------------------------------------------------------------------------------------ alignment
@@ -87,6 +109,72 @@ def _pair_measures(ref: ScoreTable, cmp: ScoreTable, r_rows: np.ndarray,
         out["dlp"][s:s + r.size] = cmp.logprob[c].astype(float) - ref.logprob[r].astype(float)
         out["cmp_top"][s:s + r.size] = dv.top_id(c_ids, c_lps)
     return out
+
+
+def _question_kld(ref: ScoreTable, cmp: ScoreTable) -> np.ndarray:
+    """Per reference question, the mean per-token KL(ref‖cmp) over its tokens; NaN where ``cmp`` lacks the
+    question or scored other reference tokens (chunked like :func:`_pair_measures`)."""
+    present, same, pos = _match(ref, cmp)
+    idx = np.flatnonzero(present & same)
+    out = np.full(ref.questions.size, np.nan)
+    if idx.size == 0:
+        return out
+    r_rows, off = _ranges(ref.offsets, idx)
+    c_rows, _ = _ranges(cmp.offsets, pos[idx])
+    kl_tok = np.empty(r_rows.size)
+    k = ref.top_k
+    for s in range(0, r_rows.size, CHUNK_TOKENS):
+        r, c = r_rows[s:s + CHUNK_TOKENS], c_rows[s:s + CHUNK_TOKENS]
+        cor = None
+        if cmp.ref_top_logprobs is not None:
+            cor = np.full((r.size, k), np.nan)
+            w = min(k, cmp.ref_top_logprobs.shape[1])
+            cor[:, :w] = cmp.ref_top_logprobs[c, :w]
+        kl_tok[s:s + r.size] = dv.token_kl(ref.top_ids[r], ref.top_logprobs[r], cmp.top_ids[c], cmp.top_logprobs[c],
+                                           cor)
+    out[idx] = dv.segment_means(kl_tok, off)
+    return out
+
+
+#: a pass: the directory that holds it, or the pass already loaded (calibration builds them in memory)
+PassSource = str | Path | ScoreTable
+
+
+def _scores(d: PassSource) -> ScoreTable:
+    return d if isinstance(d, ScoreTable) else load_scores(d)
+
+
+def _name(d: PassSource | None) -> str | None:
+    if isinstance(d, ScoreTable):
+        return str(d.meta.get("dir") or f"(in memory: launch {d.meta.get('launch')})")
+    return None if d is None else str(d)
+
+
+def _launch_passes(dirs: Sequence[PassSource], ref: ScoreTable, used: dict[str, str],
+                   skipped: dict[str, str]) -> tuple[list[np.ndarray], list[str], dict[str, dict[str, JSON]]]:
+    """The per-question KLD against ``ref`` of each further pass in ``dirs`` that was scored on a launch no
+    other pass used (``used``: launch id -> directory, updated); the others go to ``skipped`` with why."""
+    out, names, scoring = [], [], {}
+    for d in dirs:
+        name = str(_name(d))
+        try:
+            t = _scores(d)
+        except NotMeasured as e:
+            skipped[name] = f"not scored: {e.reason}"
+            continue
+        except (ScoresError, OSError, ValueError) as e:
+            skipped[name] = f"unreadable: {e}"
+            continue
+        launch = t.meta.get("launch")
+        if launch is not None and str(launch) in used:
+            skipped[name] = f"launch {launch} is scored by {used[str(launch)]} already"
+            continue
+        if launch is not None:
+            used[str(launch)] = name
+        out.append(_question_kld(ref, t))
+        names.append(name)
+        scoring[name] = {k: t.meta.get(k) for k in SCORING_KEYS if k in t.meta}
+    return out, names, scoring
 
 
 # ------------------------------------------------------------------------------------------ texts
@@ -150,7 +238,8 @@ def _hist(x: np.ndarray) -> Histogram:
 
 
 # ------------------------------------------------------------------------------------------ main
-def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: str | Path | None, *,
+def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource | None, *,
+                       launches_a: Sequence[PassSource] = (), launches_b: Sequence[PassSource] = (),
                        texts_ref: Mapping[int, str | None] | None = None,
                        texts_b: Mapping[int, str | None] | None = None,
                        texts_aa: Mapping[int, str | None] | None = None,
@@ -160,16 +249,19 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
 
     ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
     text; ``aa_dir``: A again (fresh pass or launch) — each a directory holding ``scores.parquet`` +
-    ``scores.json`` (:mod:`harness.results.token_store`). ``texts_*``: greedy outputs by question index of arm A's eval
+    ``scores.json`` (:mod:`harness.results.token_store`); ``launches_a`` / ``launches_b``: the passes on A's
+    other launches (its other repeats', the A/A control's) and on B's other launches, for the launch-level
+    test (a pass on a launch another pass scored already is left out). ``texts_*``: greedy outputs by question index of arm A's eval
     (the reference), B's eval and the A/A eval; when None they are read from ``samples.jsonl`` in the same
     directories. ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
     ``reference``: which arm's greedy texts the passes scored (recorded; ``b`` turns the roles around).
     """
-    dirs = {"ref": str(ref_dir), "ab": None if ab_dir is None else str(ab_dir),
-            "aa": None if aa_dir is None else str(aa_dir)}
-    t_ref = texts_ref if texts_ref is not None else _texts(Path(ref_dir))
-    t_b = texts_b if texts_b is not None else _texts(None if ab_dir is None else Path(ab_dir))
-    t_aa = texts_aa if texts_aa is not None else _texts(None if aa_dir is None else Path(aa_dir))
+    dirs = {"ref": _name(ref_dir), "ab": _name(ab_dir), "aa": _name(aa_dir)}
+
+    def texts(d: PassSource | None, given: Mapping[int, str | None] | None) -> Mapping[int, str | None]:
+        return given if given is not None else _texts(None if d is None or isinstance(d, ScoreTable) else Path(d))
+
+    t_ref, t_b, t_aa = texts(ref_dir, texts_ref), texts(ab_dir, texts_b), texts(aa_dir, texts_aa)
     rate_ab, n_ab = _text_rate(t_ref, t_b)
     rate_aa, n_aa = _text_rate(t_ref, t_aa)
 
@@ -179,7 +271,7 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
                           kl_method=KL_METHOD, dirs=dirs, reference=reference)
 
     try:
-        ref = load_scores(ref_dir)
+        ref = _scores(ref_dir)
     except NotMeasured as e:
         return fail(f"arm A's reference pass was not scored: {e.reason}")
     except (ScoresError, OSError, ValueError) as e:
@@ -187,7 +279,7 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
     if ab_dir is None:
         return fail("arm B was not scored (no scoring pass)")
     try:
-        ab = load_scores(ab_dir)
+        ab = _scores(ab_dir)
     except NotMeasured as e:
         return fail(f"arm B was not scored: {e.reason}")
     except (ScoresError, OSError, ValueError) as e:
@@ -198,14 +290,14 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
         aa_reason = "no A/A scoring pass: there is no floor to test against"
     else:
         try:
-            aa = load_scores(aa_dir)
+            aa = _scores(aa_dir)
         except NotMeasured as e:
             aa_reason = f"the A/A pass was not scored: {e.reason}"
         except (ScoresError, OSError, ValueError) as e:
             aa_reason = f"the A/A scores are unreadable: {e}"
 
-    scoring = {name: {k: t.meta.get(k) for k in SCORING_KEYS if k in t.meta}
-               for name, t in (("ref", ref), ("ab", ab), ("aa", aa)) if t is not None}
+    scoring: dict[str, dict[str, JSON]] = {name: {k: t.meta.get(k) for k in SCORING_KEYS if k in t.meta}
+                                            for name, t in (("ref", ref), ("ab", ab), ("aa", aa)) if t is not None}
     nq = int(ref.questions.size)
     present_ab, same_ab, pos_ab = _match(ref, ab)
     keep = present_ab & same_ab
@@ -215,6 +307,18 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
         keep &= present_aa & same_aa
         dropped["missing_aa"] = int((~present_aa).sum())
         dropped["token_mismatch_aa"] = int((present_aa & ~same_aa).sum())
+    # the further launches: one pass per launch (the reference's, the compared pass's and the floor's taken)
+    used = {str(t.meta["launch"]): str(_name(d)) for t, d in ((ref, ref_dir), (ab, ab_dir), (aa, aa_dir))
+            if t is not None and t.meta.get("launch") is not None}
+    skipped: dict[str, str] = {}
+    more_a, names_a, sc_a = _launch_passes([] if aa is None else launches_a, ref, used, skipped)
+    more_b, names_b, sc_b = _launch_passes([] if aa is None else launches_b, ref, used, skipped)
+    scoring.update(sc_a)
+    scoring.update(sc_b)
+    if more_a or more_b:
+        extra_ok = np.all([np.isfinite(k) for k in more_a + more_b], axis=0)
+        dropped["missing_other_launches"] = int((keep & ~extra_ok).sum())
+        keep &= extra_ok
     idx = np.flatnonzero(keep)
     if idx.size < 2:
         why = (f"only {idx.size} question(s) were scored on the same reference tokens by every pass "
@@ -277,15 +381,37 @@ def compute_divergence(ref_dir: str | Path, ab_dir: str | Path | None, aa_dir: s
         questions_dropped=dropped, top_k=ref.top_k, kld_histogram=histogram, scoring=scoring,
         text_identical_rate=rate_ab, text_questions=n_ab, text_identical_rate_aa=rate_aa, text_questions_aa=n_aa,
         first_divergence_median=median_first(fd_ab), first_divergence_median_aa=median_first(fd_aa),
-        top_questions=top, kl_method=KL_METHOD, dirs=dirs, reference=reference)
-    if m_aa is None or test is None:
+        top_questions=top, kl_method=KL_METHOD, dirs=dirs, reference=reference, launches_skipped=skipped)
+    if m_aa is None or test is None or kld_aa_q is None:
         return div
+    pq = DivergencePerQuestion(test=test["test"], p=test["p_value"], p_floor=test["p_floor"],
+                               p_at_floor=test["p_value_at_floor"], effect=test["effect"], effect_ci=test["effect_ci"],
+                               effect_ci_method=test["effect_ci_method"], effect_se=test["effect_se"],
+                               effect_mde=test["effect_mde"], n_resamples=n_resamples)
     div = replace(div, kld_mean_aa=float(m_aa["kl"].mean()), kld_max_aa=float(m_aa["kl"].max()),
                   kld_percentiles_aa=dv.kld_percentiles(m_aa["kl"]), same_top_rate_aa=float(m_aa["same"].mean()),
-                  rms_dlogprob_aa=dv.rms(m_aa["dlp"]), alpha=alpha, p=test["p_value"], p_floor=test["p_floor"], p_at_floor=test["p_value_at_floor"],
-                  n_resamples=n_resamples, test=test["test"], effect=test["effect"], effect_ci=test["effect_ci"],
-                  effect_ci_method=test["effect_ci_method"], effect_se=test["effect_se"],
-                  effect_mde=test["effect_mde"])
+                  rms_dlogprob_aa=dv.rms(m_aa["dlp"]), alpha=alpha, per_question=pq)
+    ka = np.vstack([kld_aa_q] + [k[idx] for k in more_a])
+    kb = np.vstack([kld_q] + [k[idx] for k in more_b])
+    if ka.shape[0] + kb.shape[0] < 3:  # one A/A launch, one B launch: the per-question test decides
+        div = replace(div, verdict=test["verdict"], p=pq.p, p_floor=pq.p_floor, p_at_floor=pq.p_at_floor,
+                      n_resamples=n_resamples, test=pq.test, effect=pq.effect, effect_ci=pq.effect_ci,
+                      effect_ci_method=pq.effect_ci_method, effect_se=pq.effect_se, effect_mde=pq.effect_mde,
+                      qualification=QUALIFIED_ONE_EACH)
+        return replace(div, verdict_reason=_reason(div))
+    lt = kl.launch_divergence_test(ka, kb, tokens_q.astype(float), alpha=alpha, per_question=False)
+    sd = kl.pooled_sd_log(np.asarray(lt.kld_launch_a), np.asarray(lt.kld_launch_b))
+    qual = QUALIFIED_ONE_A if lt.launches_a == 1 else QUALIFIED_ONE_B if lt.launches_b == 1 else None
+    block = DivergenceLaunchTest(
+        method=lt.method, p=lt.p, t=finite_or_none(lt.t), df=lt.df, ratio=lt.ratio,
+        ratio_ci=None if lt.ratio_ci is None else [float(x) for x in lt.ratio_ci],
+        ratio_mde=kl.mde_ratio(sd, lt.launches_a, lt.launches_b, alpha), effect=lt.effect, sd_log=finite_or_none(sd),
+        p_permutation=lt.p_permutation, arrangements=lt.arrangements, launches_a=lt.launches_a,
+        launches_b=lt.launches_b, kld_launch_a=list(lt.kld_launch_a), kld_launch_b=list(lt.kld_launch_b),
+        dirs_a=[str(_name(aa_dir)), *names_a], dirs_b=[str(_name(ab_dir)), *names_b], qualification=qual)
+    div = replace(div, verdict=lt.verdict, p=lt.p, p_floor=None, p_at_floor=False, n_resamples=None, test=lt.method,
+                  effect=lt.effect, effect_ci=None, effect_ci_method=None, effect_se=None, effect_mde=None,
+                  launch_test=block, qualification=qual)
     return replace(div, verdict_reason=_reason(div))
 
 
@@ -299,15 +425,17 @@ def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path
     """The ``divergence`` object for a comparison of these eval directories, or None when none of them
     records a scoring pass: the reference pass is the first A directory that records one (else arm A's first
     directory, so the verdict says it was not scored), the compared pass the first such B directory, the floor
-    the first such A/A directory. ``kwargs`` go to :func:`compute_divergence`."""
+    the first such A/A directory (else A's next one), and every further pass on A's, the A/A control's and B's
+    directories goes to the launch-level test. ``kwargs`` go to :func:`compute_divergence`."""
     if not any(has_pass(d) for d in (*a_dirs, *b_dirs, *aa_dirs)):
         return None
-
-    def first(dirs: Sequence[str | Path]) -> Path | None:
-        return next((Path(d) for d in dirs if has_pass(d)), None)
-
-    ref = first(a_dirs) or Path(a_dirs[0])
-    return compute_divergence(ref, first(b_dirs), first(aa_dirs), **kwargs)
+    a = [Path(d) for d in a_dirs if has_pass(d)]
+    b = [Path(d) for d in b_dirs if has_pass(d)]
+    aa = [Path(d) for d in aa_dirs if has_pass(d)]
+    ref = a[0] if a else Path(a_dirs[0])
+    same = aa + a[1:]
+    return compute_divergence(ref, b[0] if b else None, same[0] if same else None, launches_a=same[1:],
+                              launches_b=b[1:], **kwargs)
 
 
 def _reason(d: Divergence) -> str:
@@ -315,11 +443,22 @@ def _reason(d: Divergence) -> str:
 
     assert d.p is not None and d.alpha is not None and d.effect is not None
     p_txt = format_p(d.p, d.p_floor)
-    kl = f"KLD {d.kld_mean:.3g} vs A/A {d.kld_mean_aa:.3g} nats/token"
+    kl_txt = f"KLD {d.kld_mean:.3g} vs A/A {d.kld_mean_aa:.3g} nats/token"
+    qual = f"; {d.qualification}" if d.qualification else ""
+    lt = d.launch_test
+    if lt is not None:
+        rci = f" [{lt.ratio_ci[0]:.3g}, {lt.ratio_ci[1]:.3g}]" if lt.ratio_ci else ""
+        t_txt = f"t = {lt.t:.2f}, " if lt.t is not None else ""
+        over = (f"B's {lt.launches_b} launch(es) {lt.ratio:.3g}x A's {lt.launches_a} (ratio of geometric-mean "
+                f"launch KLDs{rci}; one-sided t-test over launches, {t_txt}{lt.df or 0:g} df, {p_txt}")
+        if d.verdict == "diverged":
+            return f"{kl_txt}: {over} < α = {d.alpha:g}){qual}"
+        mde = f"; could detect a ratio of about {lt.ratio_mde:.2g}" if lt.ratio_mde else ""
+        return f"{kl_txt}: not above A's launches, {over} >= α = {d.alpha:g}){mde}{qual}"
     ci = d.effect_ci
     ci_txt = f", {100 * (1 - d.alpha):g} % CI [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
     if d.verdict == "diverged":
-        return (f"{kl}: {d.effect:.3g} nats/token above the A/A floor{ci_txt}, {p_txt} < α = {d.alpha:g} "
-                f"(one-sided sign-flip test over {d.questions} questions)")
+        return (f"{kl_txt}: {d.effect:.3g} nats/token above the A/A floor{ci_txt}, {p_txt} < α = {d.alpha:g} "
+                f"(one-sided sign-flip test over {d.questions} questions){qual}")
     mde = f"; could detect about {d.effect_mde:.2g} nats/token" if d.effect_mde else ""
-    return f"{kl}: not above the A/A floor ({p_txt} >= α = {d.alpha:g}){ci_txt}{mde}"
+    return f"{kl_txt}: not above the A/A floor ({p_txt} >= α = {d.alpha:g}){ci_txt}{mde}{qual}"

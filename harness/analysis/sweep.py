@@ -19,7 +19,9 @@ SWEEP_SUMMARY = schema.SWEEP_FILE
 
 
 def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str | None = None) -> SweepSummary:
-    """Collect each job's comparison.json under ``sweep_dir``; adjust their p by Holm or BH.
+    """Collect each job's comparison.json under ``sweep_dir``; adjust their p by Holm or BH. ``p`` is the p that
+    decided each verdict (``comparison.json`` ``p``: a sequential run's is the stage-wise p of its deciding look,
+    p < ``test_alpha`` exactly when it stopped on that test), so the adjustment acts on what decided.
 
     ``experiment`` names the sweep (its report's title); by default the experiment the jobs' manifests
     record. A comparison.json of an unknown schema_version is refused (SchemaError), not misread.
@@ -46,7 +48,8 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
             p=c.p, p_value_floor=c.p_floor, p_value_at_floor=at_floor(c.p, c.p_floor),
             test_alpha=c.test_alpha or c.alpha, mde=c.mde, verdict=c.verdict, alpha=c.alpha, simulated=c.simulated,
             divergence=None if div is None else div.verdict, kld=None if div is None else div.kld_mean,
-            kld_aa=None if div is None else div.kld_mean_aa, gpu_hours=_gpu_hours(costs.get(path.parent.name))))
+            kld_aa=None if div is None else div.kld_mean_aa, gpu_hours=_gpu_hours(costs.get(path.parent.name)),
+            test=c.test, qualification=c.qualification))
     ps = np.array([r.p if r.p is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
     adjusted = []

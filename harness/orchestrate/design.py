@@ -47,6 +47,8 @@ class PlannedLaunch:
     role: str
     roles: list[str] = field(default_factory=list)
     scoring: int = 0
+    #: positions (in the schedule) of the items this launch serves
+    items: list[int] = field(default_factory=list)
 
     @property
     def passes(self) -> int:
@@ -57,7 +59,7 @@ def plan_launches(items: Iterable[ScheduleItem], concurrent: bool) -> list[Plann
     """The launches the schedule makes, in order, with the evals each serves."""
     live: dict[str, PlannedLaunch] = {}
     out: list[PlannedLaunch] = []
-    for it in items:
+    for pos, it in enumerate(items):
         if not concurrent:
             for other in [k for k in live if k != it.arm_key]:
                 live.pop(other)
@@ -68,6 +70,7 @@ def plan_launches(items: Iterable[ScheduleItem], concurrent: bool) -> list[Plann
             cur = PlannedLaunch(it.arm_key, it.role)
             live[it.arm_key] = cur
             out.append(cur)
+        cur.items.append(pos)
         if it.is_eval:
             cur.roles.append(it.role)
         else:

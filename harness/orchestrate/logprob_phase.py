@@ -1,5 +1,5 @@
-"""The scoring passes of ``abh run``: three teacher-forced scoring passes of the reference arm's greedy texts
-(repeat 1), for the divergence (:mod:`harness.measure.logprob_pass`), each on a launch the evals hold
+"""The scoring passes of ``abh run``: teacher-forced scoring passes of the reference arm's greedy texts (repeat 1),
+for the divergence (:mod:`harness.measure.logprob_pass`), each on a launch the evals hold
 (:func:`harness.orchestrate.schedule.with_scoring` places them in the schedule).
 
 =============  ==================================  =====================================================
@@ -12,16 +12,20 @@ compared       the other arm, on its repeat-1      ``evals/<other>/r1/``
 floor (A/A)    a FRESH launch of the reference     ``evals/aa/r1/`` (reference ``a``; ``evals/bb/r1/``
                arm: never the reference pass's     for ``b``): the A/A control's eval directory when the
                                                    run has one, else a directory holding the pass only
+launch         every other launch of either arm    that launch's eval directory (``evals/a/r2/``,
+               (and of the A/A control), right     ``evals/b/r3/``, ``evals/aa/r2/``, ...)
+               after an eval on it
 =============  ==================================  =====================================================
 
 The floor must be drawn like the compared pass: that one runs on another launch than the reference pass, so
 the floor does too (an A/A pass on the reference pass's own launch misses the launch-to-launch noise, and the
-test then rejects every time). Launches are acquired from the run's :class:`ServerPool` and recorded like the
-evals' (role ``a``/``b``, and ``aa`` for the floor of reference ``a``); each pass goes to the manifest under
-``scoring``. Signals cancel a pass through :meth:`Interrupts.run_async` (nothing of it is kept; a rerun
-scores again). A pass is kept on a rerun when it scored the same reference texts at the same ``top_k``; a
-server that fails during a pass makes it ``not_measured`` for this run (the accuracy verdict stands) and is
-retried by the next one.
+test then rejects every time); a ``launch`` pass that finds itself on a launch another pass already scored (a
+server abh did not start is one launch whatever the schedule planned) is not scored again. Launches are
+acquired from the run's :class:`ServerPool` and recorded like the evals' (role ``a``/``b``, and ``aa`` for the
+floor of reference ``a``); each pass goes to the manifest under ``scoring``. Signals cancel a pass through
+:meth:`Interrupts.run_async` (nothing of it is kept; a rerun scores again). A pass is kept on a rerun when it
+scored the same reference texts at the same ``top_k``; a server that fails during a pass makes it
+``not_measured`` for this run (the accuracy verdict stands) and is retried by the next one.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from harness.config import client_settings
 from harness.measure.logprob_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import Manifest, RunLog, eval_rel_dir
-from harness.orchestrate.schedule import Item, floor_dir
+from harness.orchestrate.schedule import Item, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.results.eval_store import SAMPLES
 from harness.results.fileio import read_json
@@ -52,7 +56,7 @@ def _sha256(path: Path) -> str | None:
 
 
 class ScoringPhase:
-    """Runs (or keeps) the three passes of one run, one schedule item at a time; see the module docstring."""
+    """Runs (or keeps) the scoring passes of one run, one schedule item at a time; see the module docstring."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, keys: dict[str, str], pool: ServerPool, manifest: Manifest,
                  interrupts: Interrupts, log: RunLog):
@@ -67,11 +71,18 @@ class ScoringPhase:
     def ref_dir(self) -> Path:
         return self.run_dir / eval_rel_dir(self.reference, 1)
 
-    def dirs(self) -> dict[str, Path]:
-        """The passes' directories by name (ref, ab, aa)."""
-        other = "b" if self.reference == "a" else "a"
-        return {"ref": self.ref_dir, "ab": self.run_dir / eval_rel_dir(other, 1),
-                "aa": self.run_dir / floor_dir(self.reference)}
+    def dirs(self, items: list[Item]) -> dict[str, list[Path]]:
+        """The passes of the schedule ``items`` by side (:func:`harness.orchestrate.schedule.scoring_dirs`):
+        ``ref``, ``same`` (the floor first) and ``other`` (the compared pass first), as directories."""
+        return {side: [self.run_dir / d for d in rels]
+                for side, rels in scoring_dirs(items, self.reference, self.keys).items()}
+
+    def _scored_on(self, launch_id: str) -> str | None:
+        """The pass (its directory) already scored on launch ``launch_id`` in this run, if any."""
+        for rel, rec in (self.manifest.data.get("scoring") or {}).items():
+            if isinstance(rec, dict) and rec.get("launch") == launch_id and rec.get("status") == "ok":
+                return str(rel)
+        return None
 
     def current(self, item: Item) -> bool:
         """Whether ``item``'s pass is on disk and scored the same reference texts at the same ``top_k``."""
@@ -102,10 +113,18 @@ class ScoringPhase:
         texts = _sha256(ref_eval / SAMPLES)
         if item.scoring == "ref":
             self.redo = True
-        launch.passes += 1
         engine = launch.engine
-        what = {"ref": "reference pass", "ab": "compared pass",
+        what = {"ref": "reference pass", "ab": "compared pass", "launch": "pass on another launch",
                 "aa": f"{self.reference.upper()}/{self.reference.upper()} floor"}[item.scoring]
+        twin = self._scored_on(launch.id) if item.scoring == "launch" else None
+        if twin is not None and twin != item.rel_dir:  # one launch, one pass: a second adds no launch's noise
+            why = f"launch {launch.id} was scored already ({twin}): one pass per launch"
+            self.log.say(f"scoring {item.rel_dir}: skipped, {why}")
+            write_not_measured(out, why, {"pass": item.scoring, "launch": launch.id, "requested_top_k": self.top_k,
+                                          "reference_sha256": texts, "reference_pass": self._rel(ref_scores),
+                                          "same_launch_as": twin})
+            return
+        launch.passes += 1
         self.log.say(f"scoring {item.rel_dir} ({what}, arm {item.arm_key}, launch {launch.id}) on {engine.url}")
         meta: dict[str, Any] = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
                                 "engine": engine.kind, "simulated": engine.simulated, "reference": self.reference,

@@ -9,7 +9,8 @@ In order:
 3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
    checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
 4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
-   other arm's and a fresh launch of its own (:mod:`~harness.orchestrate.logprob_phase`), after every accuracy eval;
+   other arm's, a fresh launch of its own and every other launch the run holds
+   (:mod:`~harness.orchestrate.logprob_phase`), each right after an eval on that launch;
 5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
    table on the terminal and ``report.html``.
 
@@ -36,7 +37,7 @@ from harness.analysis.comparison import (
     format_summary,
 )
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
-from harness.analysis.divergence import compute_divergence
+from harness.analysis.divergence import compute_divergence, has_pass
 from harness.analysis.gate import comparison_exit, exit_reason
 from harness.analysis.multitask import format_tasks
 from harness.arms import sourcediff
@@ -344,7 +345,8 @@ class Run:
                              restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
         if self.scoring is None:
             return items
-        return with_scoring(items, self.scoring.reference, self.keys, self.aa_key)
+        return with_scoring(items, self.scoring.reference, self.keys, self.aa_key,
+                            concurrent=bool(x.concurrent_servers))
 
     def cost(self) -> schema.Cost:
         """GPU time so far, per role and in total, from the manifest's launch and eval records."""
@@ -526,10 +528,12 @@ class Run:
             seq = self.looks.record(cost)
             m.record("sequential", seq.to_doc())
             comparison = apply_to_comparison(comparison, seq)
-        if self.scoring is not None:
-            d = self.scoring.dirs()
+        if self.scoring is not None:  # every pass the schedule placed that ran (a sequential run stops early)
+            d = {side: [p for p in dirs if has_pass(p)] for side, dirs in self.scoring.dirs(self.items()).items()}
             comparison = replace(comparison, divergence=compute_divergence(
-                d["ref"], d["ab"], d["aa"], alpha=s.alpha, seed=s.seed, reference=self.scoring.reference))
+                self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None),
+                launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
+                reference=self.scoring.reference))
         elif self.cfg.divergence.get("off_reason"):
             comparison = replace(comparison, divergence=schema.Divergence(
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))

@@ -1,32 +1,39 @@
 """The order of a run's evals and scoring passes, and which of them need a server launch of their own.
 
-The divergence's three scoring passes (:mod:`harness.orchestrate.logprob_phase`) ride on launches the evals
-hold, so they cost no launch of their own wherever the design allows:
+The divergence's scoring passes (:mod:`harness.orchestrate.logprob_phase`) ride on launches the evals hold, so
+they cost no launch of their own wherever the design allows:
 
 * the **reference** pass right after the reference arm's repeat 1, on that eval's launch;
 * the **compared** pass right after the other arm's repeat 1, on that eval's launch;
 * the **floor** (A/A) pass on the first later *fresh* launch of the reference arm: the A/A control's first eval
   (reference A), else the reference arm's next fresh repeat; a design with neither (one launch per arm, no
-  A/A control on a fresh launch) gets a launch for the floor alone, which the printed design shows.
+  A/A control on a fresh launch) gets a launch for the floor alone, which the printed design shows;
+* a **launch** pass on every other launch the run holds (the reference arm's other launches, the A/A
+  control's, the other arm's), right after the first eval on it that follows the reference pass, while it is
+  live, into that eval's directory. The launch-level divergence test compares the compared arm's launches with
+  the reference configuration's (:mod:`harness.stats.kld_launches`). Launches whose evals all ran before the
+  reference texts existed (blocked order, reference B) are not scored: that would need a launch of their own.
 
 A floor on the reference pass's own launch would miss the launch-to-launch noise the compared pass carries,
-and the test would reject every time: it is never scheduled there.
+and the test would reject every time: no pass other than the reference's is ever scheduled there. Which
+eval runs on which launch follows the server pool's rules (:func:`harness.orchestrate.design.plan_launches`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from harness.orchestrate.design import plan_launches
 from harness.orchestrate.rundir import eval_rel_dir
 
-#: the scoring passes, in the order they run: reference, compared, floor
-PASSES = ("ref", "ab", "aa")
+#: the scoring passes: reference, compared, floor, and one on every other launch the run holds
+PASSES = ("ref", "ab", "aa", "launch")
 
 
 @dataclass(frozen=True)
 class Item:
     """One step of the run: an eval (an arm's repeat, or one of the A/A control's baseline runs), or one
-    scoring pass (``scoring``: ``ref``, ``ab`` or ``aa``) over the reference arm's repeat-1 texts."""
+    scoring pass (``scoring``: ``ref``, ``ab``, ``aa`` or ``launch``) over the reference arm's repeat-1 texts."""
 
     role: str  # "a", "b" or "aa" (the launch's role in the cost accounting)
     arm_key: str
@@ -53,10 +60,12 @@ def floor_dir(reference: str) -> str:
     return eval_rel_dir(reference * 2, 1)
 
 
-def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key: str | None = None) -> list[Item]:
-    """``items`` with the three scoring passes placed on launches the evals hold (see the module docstring).
+def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key: str | None = None, *,
+                 concurrent: bool = False) -> list[Item]:
+    """``items`` with the scoring passes placed on launches the evals hold (see the module docstring).
     ``keys``: role -> arm key; ``aa_key``: the arm whose launch serves the floor when it is not the reference
-    arm itself (``abh ab --aa URL``: a second server of arm A)."""
+    arm itself (``abh ab --aa URL``: a second server of arm A); ``concurrent``: the servers may run at once
+    (``experiment.concurrent_servers``; it decides which evals share a launch)."""
     other = "b" if reference == "a" else "a"
     ref_key = keys[reference]
     host = None  # the eval whose (fresh) launch serves the floor: the A/A control's first, else a later repeat
@@ -84,6 +93,39 @@ def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key
         out.append(Item(role, aa_key or ref_key, 1, fresh=True, scoring="aa", pass_dir=floor_dir(reference)))
     # the compared pass and the floor score the reference pass's ids: it comes first
     assert [it.scoring for it in out if it.scoring][:1] == ["ref"], out
+    return _on_every_launch(out, set(keys.values()), concurrent)
+
+
+def _on_every_launch(items: list[Item], arms: set[str], concurrent: bool) -> list[Item]:
+    """``items`` with a ``launch`` pass after the first eval, following the reference pass, of every launch
+    of the compared arms that serves no pass yet (placed while the launch is live: no launch is added)."""
+    ref_at = next(i for i, it in enumerate(items) if it.scoring == "ref")
+    after: dict[int, Item] = {}
+    for lc in plan_launches(items, concurrent):
+        served = [items[i] for i in lc.items]
+        if lc.key not in arms or any(not it.is_eval for it in served):
+            continue
+        host = next((i for i in lc.items if i > ref_at and items[i].is_eval), None)
+        if host is not None:
+            it = items[host]
+            after[host] = replace(it, fresh=False, scoring="launch", pass_dir=eval_rel_dir(it.role, it.repeat))
+    out: list[Item] = []
+    for i, it in enumerate(items):
+        out.append(it)
+        if i in after:
+            out.append(after[i])
+    return out
+
+
+def scoring_dirs(items: list[Item], reference: str, keys: dict[str, str]) -> dict[str, list[str]]:
+    """The scoring passes of a schedule by what they are for the divergence: ``ref`` (the reference pass),
+    ``same`` (the reference configuration's other launches: the floor first) and ``other`` (the compared
+    configuration's launches: the compared pass first); run-directory-relative paths, in schedule order."""
+    ref_key = keys[reference]
+    out: dict[str, list[str]] = {"ref": [], "same": [], "other": []}
+    for it in sorted((it for it in items if it.scoring), key=lambda it: it.scoring == "launch"):  # stable
+        side = {"ref": "ref", "aa": "same", "ab": "other"}.get(it.scoring or "")
+        out[side or ("same" if it.arm_key == ref_key else "other")].append(it.rel_dir)
     return out
 
 

@@ -3,16 +3,20 @@ decide, record; stop as soon as the verdict is decided or at ``experiment.max_re
 
 The design is :class:`harness.stats.group_sequential.SequentialDesign` built from the config
 (:func:`design_of`): ``experiment.max_repeats`` / ``min_repeats``, ``stats.alpha``, ``stats.spending``,
-``stats.futility``, ``stats.hypothesis`` and ``stats.margin_pp``. Each look is
-:func:`harness.stats.group_sequential.decide_look` on the question-level estimate (Δ, SE, n) of repeats 1..r
-(:func:`look_estimate`); the decision is pure, so a resumed run would decide the same way, and it continues
-from the recorded looks (:class:`Looks`, built from the manifest's ``sequential`` record). A rerun whose
-design differs from the recorded one is refused: the error rates hold for the design the looks were made
+``stats.futility``, ``stats.hypothesis``, ``stats.margin_pp`` and ``stats.min_effect_pp``. Each look is
+:func:`harness.stats.launch_looks.decide_look_arms` on the evals of repeats 1..r: the launch-aware estimate
+(the launch variance from every launch so far, Satterthwaite df, on the boundaries' z scale by tail matching),
+with the fixed design's safeguards (the declared effect on the repeated CI; the error gate and, when the errors
+depend on the arm, both error bounds); it records the stage-wise p, the repeated CI and the boundary that
+decided. The decision is pure, so a resumed run would decide the same way, and it continues from the recorded
+looks (:class:`Looks`, built from the manifest's ``sequential`` record). A rerun whose design (or look
+estimator) differs from the recorded one is refused: the error rates hold for the design the looks were made
 with, not for one changed half-way.
 
-Each repeat is a fresh launch of both arms: under no effect the repeats' per-question differences are then
-independent and identically distributed, which is what makes the information fraction ``r / max_repeats``
-(see :mod:`harness.stats.group_sequential`).
+Each repeat is a fresh launch of both arms: under no effect the repeats are then independent and identically
+distributed, which is what makes the information fraction ``r / max_repeats`` (see
+:mod:`harness.stats.group_sequential`). The A/A control runs after the looks, so a look's launch variance
+comes from the arms' own launches (df 2(r - 1)).
 """
 
 from __future__ import annotations
@@ -26,18 +30,19 @@ import numpy as np
 
 from harness.config import ConfigError
 from harness.results.eval_store import StoreError, load_scored
-from harness.results.records import RecordError, to_doc
+from harness.results.records import JSON, RecordError, finite_or_none, to_doc
 from harness.results.schema import Comparison, Cost, Look, SequentialRecord
-from harness.stats.group_sequential import (
-    LookDecision,
-    SequentialDesign,
-    decide_look,
-    question_level_estimate,
-)
+from harness.stats.group_sequential import LookDecision, SequentialDesign
+from harness.stats.launch_looks import ESTIMATOR as LAUNCH_ESTIMATOR
+from harness.stats.launch_looks import decide_look_arms
+from harness.stats.launches import ArmRuns
+from harness.stats.launchvar import LaunchAwareResult, launch_aware_test
 
 #: What the test at each look is (recorded with the looks, shown in the report).
-ESTIMATOR = ("question-level paired z: per question the passes are averaged within a launch, then the "
-             "launches; d_i = B_i - A_i, Δ = mean(d), SE = sd(d)/sqrt(n) (floored at 1/n)")
+ESTIMATOR = LAUNCH_ESTIMATOR
+#: the comparison's ``test`` when the sequential decision is its verdict
+SEQUENTIAL_TEST = "group-sequential launch-aware t-test (stage-wise p, Lan-DeMets boundaries)"
+SEQUENTIAL_CI = "repeated confidence interval of the deciding look"
 #: The reasons a look stops for (LookDecision.reason), other than reaching max_repeats.
 EARLY_REASONS = ("efficacy", "equivalence", "noninferiority", "futility")
 
@@ -46,11 +51,12 @@ def design_of(cfg: Any) -> SequentialDesign:
     """The sequential design of a run config (``experiment`` and ``stats`` sections)."""
     x, s = cfg.experiment, cfg.stats
     margin = None if s.get("margin_pp") is None else float(s.margin_pp) / 100
+    min_effect = None if s.get("min_effect_pp") is None else float(s.min_effect_pp) / 100
     try:
         return SequentialDesign(max_repeats=int(x.max_repeats), min_repeats=int(x.get("min_repeats", 2)),
                                 alpha=float(s.alpha), spending=str(s.get("spending", "obf")),
                                 hypothesis=str(s.get("hypothesis", "superiority")), margin=margin,
-                                futility=bool(s.get("futility", True)))
+                                futility=bool(s.get("futility", True)), min_effect=min_effect)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"bad sequential design: {e}") from None
 
@@ -63,20 +69,45 @@ def design_dict(design: SequentialDesign) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ estimate
 def _by_launch(dirs: Sequence[Path]) -> list[np.ndarray]:
     """An arm's evals grouped by the launch that served them: one (passes, n) matrix per launch."""
-    groups: dict[str, list[np.ndarray]] = {}
+    arm = arm_runs(dirs)
+    if arm is None:
+        return []
+    ids = np.asarray(arm.launches)
+    return [arm.scores[ids == k] for k in arm.launch_ids()]
+
+
+def arm_runs(dirs: Sequence[Path]) -> ArmRuns | None:
+    """An arm's evals as runs with the launch id of each (None for no directory)."""
+    runs = []
     for d in dirs:
         try:
-            ev = load_scored(d)
+            runs.append(load_scored(d))
         except StoreError as e:
             raise StoreError(f"cannot read eval {d} for a sequential look: {e}") from None
-        groups.setdefault(ev.launch, []).append(ev.scores)
-    return [np.vstack(v) for v in groups.values()]
+    if not runs:
+        return None
+    return ArmRuns(np.vstack([r.scores for r in runs]), tuple(r.launch for r in runs))
 
 
-def look_estimate(a_dirs: Sequence[Path], b_dirs: Sequence[Path]) -> tuple[float, float, int]:
-    """(Δ, SE, n) of B - A over the given evals, with the question as the unit and launches as clusters
-    (:func:`harness.stats.group_sequential.question_level_estimate`)."""
-    return question_level_estimate(_by_launch(a_dirs), _by_launch(b_dirs))
+def look_estimate(a_dirs: Sequence[Path], b_dirs: Sequence[Path], aa_dirs: Sequence[Path] = (),
+                  alpha: float = 0.05) -> LaunchAwareResult:
+    """The launch-aware estimate of B - A over the given evals (passes averaged within a launch, then the
+    launches; the launch variance from every launch: :func:`harness.stats.launchvar.launch_aware_test`)."""
+    a, b = arm_runs(a_dirs), arm_runs(b_dirs)
+    if a is None or b is None:
+        raise StoreError("a sequential look needs evals of both arms")
+    return launch_aware_test(a, b, arm_runs(aa_dirs), alpha=alpha)
+
+
+def _finite(v: Any) -> JSON:
+    """A look's details as JSON: non-finite numbers (a df of inf) become None."""
+    if isinstance(v, float):
+        return finite_or_none(v)
+    if isinstance(v, dict):
+        return {str(k): _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    return to_doc(v)
 
 
 # ------------------------------------------------------------------------------------------ the looks
@@ -91,6 +122,11 @@ class Looks:
         self.design = design
         self.estimator = estimator
         self.looks: list[Look] = []
+        if recorded and recorded.get("looks") and recorded.get("estimator") not in (None, estimator):
+            raise ConfigError(
+                "this run directory holds sequential looks made with another estimator ("
+                f"{recorded.get('estimator')!r}); the error rates hold only for the estimator the looks were "
+                "made with. Use another hydra.run.dir (or the abh version that made them).")
         if recorded and recorded.get("looks"):
             before = dict(recorded.get("design") or {})
             now = design_dict(design)
@@ -131,18 +167,32 @@ class Looks:
         return repeats <= self.design.max_repeats and not any(v.stop and v.repeats < repeats for v in self.looks)
 
     # ------------------------------------------------------------------ a look
-    def look(self, repeats: int, a_dirs: Sequence[Path], b_dirs: Sequence[Path]) -> Look | None:
-        """The decision after ``repeats`` repeats of both arms (``a_dirs``/``b_dirs``: their evals 1..r): the
-        recorded one if an earlier session made it, else a new one, recorded. None before min_repeats (no
-        look is planned there)."""
+    def look(self, repeats: int, a_dirs: Sequence[Path], b_dirs: Sequence[Path],
+             aa_dirs: Sequence[Path] = ()) -> Look | None:
+        """The decision after ``repeats`` repeats of both arms (``a_dirs``/``b_dirs``: their evals 1..r;
+        ``aa_dirs``: the A/A control's evals so far): the recorded one if an earlier session made it, else a new
+        one, recorded. None before min_repeats (no look is planned there)."""
         if repeats < self.design.min_repeats:
             return None
         old = self.recorded(repeats)
         if old is not None:
             return old
-        delta, se, n = look_estimate(a_dirs, b_dirs)
-        decision: LookDecision = decide_look(self.design, repeats, delta, se, n)
-        entry = Look.from_doc({**to_doc(asdict(decision)), "n": n})
+        a, b = arm_runs(a_dirs), arm_runs(b_dirs)
+        if a is None or b is None:
+            raise StoreError("a sequential look needs evals of both arms")
+        return self.decide(repeats, a, b, arm_runs(aa_dirs))
+
+    def decide(self, repeats: int, a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None) -> Look | None:
+        """:meth:`look` on the arms' runs (launch ids as recorded): pure but for the record it adds."""
+        if repeats < self.design.min_repeats:
+            return None
+        old = self.recorded(repeats)
+        if old is not None:
+            return old
+        decision: LookDecision = decide_look_arms(self.design, repeats, a, b, aa)
+        doc = _finite(asdict(decision))
+        assert isinstance(doc, dict)
+        entry = Look.from_doc({**doc, "n": decision.details.get("n")})
         self.looks.append(entry)
         self.looks.sort(key=lambda v: v.repeats)
         return entry
@@ -169,10 +219,36 @@ class Looks:
 
 def apply_to_comparison(comparison: Comparison, record: SequentialRecord) -> Comparison:
     """A decided sequential run's verdict is the sequential decision: it becomes the comparison's
-    ``verdict`` (every reader of comparison.json sees it), the fixed-design test of the same data is kept
-    as ``verdict_fixed``. A comparison that is not comparable (errors) stays so."""
+    ``verdict``, and ``test``, ``p``, ``test_alpha``, ``delta_ci`` and ``delta_df`` become those of the look that
+    decided (its stage-wise p, repeated CI and t df), so every reader of comparison.json (and a sweep's
+    adjustment) sees what decided; the fixed-design test of the same data is kept as ``verdict_fixed``,
+    ``test_fixed``, ``p_fixed`` and ``delta_ci_fixed``. A comparison that is not comparable stays so, and the
+    sequential verdict is never a claim that the fixed design's errors rule says request errors could change."""
     if not record.stopped or comparison.verdict == "not_comparable" or record.verdict is None:
         return replace(comparison, sequential=record)
-    return replace(comparison, sequential=record, verdict_fixed=comparison.verdict,
-                   verdict_reason_fixed=comparison.verdict_reason, verdict=record.verdict,
-                   verdict_reason=f"sequential design: {record.sentence}")
+    look = record.looks[-1] if record.looks else None
+    verdict, reason, sentence = record.verdict, record.reason, record.sentence
+    if comparison.errors.changes_verdict and verdict in ("improved", "regressed", "equivalent", "noninferior"):
+        verdict, reason = "inconclusive", "errors"
+        sentence = f"{record.sentence}; but {comparison.verdict_reason}"
+    fixed = replace(comparison, sequential=replace(record, verdict=verdict, reason=reason, sentence=sentence),
+                    verdict_fixed=comparison.verdict, verdict_reason_fixed=comparison.verdict_reason,
+                    test_fixed=comparison.test, p_fixed=comparison.p, delta_ci_fixed=comparison.delta_ci,
+                    verdict=verdict, verdict_reason=f"sequential design: {sentence}")
+    if look is None or reason == "errors":
+        return replace(fixed, test="error bounds at the looks (the decision recomputed with each arm's errored "
+                                   "answers counted wrong)" if reason == "errors" else fixed.test,
+                       p=None if reason == "errors" else fixed.p, test_alpha=None if reason == "errors" else
+                       fixed.test_alpha)
+    d = record.design
+    alpha = float(d.get("alpha") or comparison.alpha)  # type: ignore[arg-type]
+    margin_claim = verdict in ("equivalent", "noninferior") or (
+        verdict == "inconclusive" and d.get("hypothesis") in ("equivalence", "noninferiority"))
+    eq_alpha = d.get("alpha_equivalence")
+    level = (float(eq_alpha) if isinstance(eq_alpha, int | float) else
+             alpha / 2 if d.get("hypothesis") == "noninferiority" else alpha) if margin_claim else alpha
+    df = look.details.get("df")
+    return replace(fixed, test=SEQUENTIAL_TEST, p=look.p, test_alpha=level, p_floor=None,
+                   delta_ci=look.repeated_ci if look.repeated_ci is not None else comparison.delta_ci,
+                   delta_ci_method=SEQUENTIAL_CI if look.repeated_ci is not None else comparison.delta_ci_method,
+                   delta_df=float(df) if isinstance(df, int | float) else None)

@@ -59,17 +59,33 @@ def verdict_label(word: str | None) -> str:
     return VERDICT_LABELS.get(word or "", (word or "unknown").upper().replace("_", " "))
 
 
+def launch_clause(div: Divergence) -> str:
+    """``B's 3 launches 1.9x A's 4 [1.2, 3.1]``: the launch-level test in one clause ("" without one)."""
+    lt = div.launch_test
+    if lt is None:
+        return ""
+    ci = f" [{lt.ratio_ci[0]:.2g}, {lt.ratio_ci[1]:.2g}]" if lt.ratio_ci else ""
+    return f"B's {lt.launches_b} launch(es) {lt.ratio:.2g}x A's {lt.launches_a}{ci}"
+
+
 def sentence(div: Divergence | None) -> str:
-    """The divergence verdict as one quotable sentence."""
+    """The divergence verdict as one quotable sentence (with the launch-level test and the assumption the
+    verdict rests on, one clause each)."""
     if div is None:
         return "outputs not measured: no scoring pass ran"
     ab, aa = kld(div.kld_mean), kld(div.kld_mean_aa)
+    over = f"{launch_clause(div)}, " if div.launch_test is not None else ""
+    qual = f"; {div.qualification}" if div.qualification else ""
     if div.verdict == "diverged":
-        return f"outputs diverge beyond A/A noise: KLD {ab} vs {aa} nats/token ({_p(div)})"
+        return f"outputs diverge beyond A/A noise: KLD {ab} vs {aa} nats/token ({over}{_p(div)}){qual}"
     if div.verdict == "indistinguishable":
-        s = f"outputs indistinguishable from A/A noise: KLD {ab} vs {aa} nats/token ({_p(div)})"
-        return s + (f"; this run could detect about {kld(div.effect_mde)} nats/token above the floor"
-                    if div.effect_mde else "")
+        s = f"outputs indistinguishable from A/A noise: KLD {ab} vs {aa} nats/token ({over}{_p(div)})"
+        lt = div.launch_test
+        if lt is not None and lt.ratio_mde:
+            s += f"; this run could detect a KLD ratio of about {lt.ratio_mde:.2g}"
+        elif lt is None and div.effect_mde:
+            s += f"; this run could detect about {kld(div.effect_mde)} nats/token above the floor"
+        return s + qual
     return f"outputs not measured: {div.verdict_reason or 'no scores'}"
 
 
@@ -89,9 +105,12 @@ def terminal_line(div: Divergence | None) -> str:
         return f"divergence: NOT MEASURED — {div.verdict_reason or 'no scores'}"
     ci = div.effect_ci
     ci_txt = f" [{kld(ci[0])}, {kld(ci[1])}]" if ci else ""
+    test = (f"launch-level test: {launch_clause(div)}" if div.launch_test is not None else
+            f"{kld(div.effect)} above the floor{ci_txt}")
+    qual = f"; {div.qualification}" if div.qualification else ""
     return (f"divergence: {verdict_label(div.verdict)} — KLD {kld(div.kld_mean)} vs A/A "
-            f"{kld(div.kld_mean_aa)} nats/token, {kld(div.effect)} above the floor{ci_txt}, "
-            f"{_p(div)}; same top token {pct(div.same_top_rate, 1)} vs {pct(div.same_top_rate_aa, 1)}; "
+            f"{kld(div.kld_mean_aa)} nats/token, {test}, {_p(div)}{qual}; same top token "
+            f"{pct(div.same_top_rate, 1)} vs {pct(div.same_top_rate_aa, 1)}; "
             f"texts identical {pct(div.text_identical_rate, 1)} vs {pct(div.text_identical_rate_aa, 1)} "
             f"({div.tokens} tokens, {div.questions} questions)")
 
@@ -118,12 +137,25 @@ def facts(div: Divergence) -> list[str]:
         if dropped:
             s += " (dropped: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in dropped.items()) + ")"
         out.append(s + f"; top-k = {div.top_k}")
-    if div.effect is not None:
-        ci = div.effect_ci
+    lt = div.launch_test
+    if lt is not None:
+        out.append(f"launch-level test (the verdict's): {launch_clause(div)}, mean launch KLD "
+                   f"{kld(float(sum(lt.kld_launch_b) / len(lt.kld_launch_b)))} vs "
+                   f"{kld(float(sum(lt.kld_launch_a) / len(lt.kld_launch_a)))} nats/token; one-sided t-test of log "
+                   f"KLD over launches, {lt.df or 0:g} df, {_p(div)}"
+                   + (f", permutation p = {pval(lt.p_permutation)}" if lt.p_permutation is not None else ""))
+    pq = div.per_question
+    if pq is not None:
+        ci = pq.effect_ci
         alpha = div.alpha or 0.05
         ci_txt = f", {100 * (1 - alpha):g} % CI [{kld(ci[0])}, {kld(ci[1])}]" if ci else ""
-        out.append(f"KLD above the A/A floor: {kld(div.effect)} nats/token{ci_txt}; one-sided sign-flip "
-                   f"test with questions as the unit, {_p(div)}")
+        role = " (diagnostic)" if lt is not None else ""
+        p_txt = (f"p < {pq.p_floor / (1 - pq.p_floor):.2g}" if pq.p_floor and at_floor(pq.p, pq.p_floor)
+                 else f"p = {pval(pq.p)}")
+        out.append(f"KLD above the A/A floor{role}: {kld(pq.effect)} nats/token{ci_txt}; one-sided sign-flip "
+                   f"test with questions as the unit, {p_txt}")
+    if div.qualification:
+        out.append(f"assumes: {div.qualification}")
     if div.same_top_rate is not None:
         out.append(f"same top token: {pct(div.same_top_rate)} (A/A {pct(div.same_top_rate_aa)}); "
                    f"RMS Δlogprob of the reference token: {_g(div.rms_dlogprob)} "

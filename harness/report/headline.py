@@ -82,6 +82,8 @@ def headline(c: Comparison) -> str:
     parts = [head]
     if first or margin:
         parts.append("; ".join(x for x in (*first, margin) if x))
+    if c.qualification:  # the condition the verdict holds under (one launch per configuration)
+        parts.append(c.qualification)
     seq = c.sequential
     if seq is not None and seq.stopped:
         fixed = c.verdict_fixed

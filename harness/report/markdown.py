@@ -172,6 +172,12 @@ def render(root: Path) -> str:
                  "arms); "
                  f"MDE at 80 % power {words.effect_pp(c.mde)}"
                  + (f"; margin ±{words.pp(c.margin, signed=False)}" if c.margin is not None else ""))
+    lv = c.launch_variance
+    if lv is not None and lv.sd is not None:
+        facts.append(f"**Launch variance:** sd {words.pp(lv.sd, signed=False)} per launch; {cell(lv.source)}")
+    gate = c.errors.gate
+    if gate is not None and gate.action != "none":
+        facts.append(f"**Request errors:** {gate.action}: {cell(gate.reason)}")
     if div is not None:
         facts.append(f"**Divergence:** {cell(report_divergence.sentence(div))}")
     seq = cost.load_sequential(root, manifest, c)

@@ -28,8 +28,11 @@ def format_sweep(s: SweepSummary) -> str:
         v = r.verdict + (f" (unadjusted: {r.verdict_unadjusted})"
                          if (r.verdict_unadjusted or r.verdict) != r.verdict else "")
         k = f" {kld_cell(r):>20}" if kld else ""
-        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}{k}  {v}")
+        lines.append(f"{label:<{width}} {d:>9} {ci_s:>20} {p:>8} {p_adj:>8}{k}  {v}" + (" †" if r.qualification else ""))
     lines.append(f"(p adjusted across {len(s.comparisons)} comparisons by {s.correction})")
+    quals = sorted({r.qualification for r in s.comparisons if r.qualification})
+    if quals:
+        lines.append(f"(† {'; '.join(quals)})")
     if kld:
         lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor)")
     if s.cost:

@@ -117,13 +117,17 @@ def verdict_detail(c: Comparison) -> list[str]:
     d = c.design
     out.append(f"design: {d.kind} (launches A {d.launches.get('a')}, B {d.launches.get('b')}); unit of "
                f"inference: {d.unit}")
+    lv = c.launch_variance
+    if lv is not None and lv.sd is not None:
+        out.append(f"launch variance: sd {pp(lv.sd, signed=False)} per launch; {lv.source}")
     if d.cannot_resolve:
         out.append(f"cannot resolve: {d.cannot_resolve}")
     if c.test:
         out.append(f"decided by: {test_text(c)}" + (f" (α = {c.test_alpha:g})" if c.test_alpha is not None else ""))
     e = c.errors
     if e.rate_a > 0 or e.rate_b > 0:
-        out.append(f"request errors: A {pct(e.rate_a)}, B {pct(e.rate_b)} (difference p = {pval(e.p)})")
+        gate = f"; {e.gate.action}: {e.gate.reason}" if e.gate is not None and e.gate.action != "none" else ""
+        out.append(f"request errors: A {pct(e.rate_a)}, B {pct(e.rate_b)}{gate}")
     if c.noise_band is not None:
         out.append(f"A/A noise band of Δ: ±{pp(c.noise_band[1], signed=False)} (ψ_AA = {pct(c.psi_aa)}, "
                    f"{c.psi_aa_source or 'source n/a'})")

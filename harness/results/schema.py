@@ -289,12 +289,53 @@ class Design(Record):
     kind: str
     launches: dict[str, int]
     passes_per_launch: dict[str, list[int]]
-    #: the unit of inference: ``question`` or ``launch``
+    #: the unit of inference: ``launch-aware`` (question x launch, launch variance from every launch) or
+    #: ``question`` (no configuration with two launches); files of abh <= 0.2 may say ``launch``
     unit: str
-    #: Cochran's Q over the launches of each arm (None: no arm with two launches)
+    #: Cochran's Q over the launches of each arm (None: no arm with two launches); a diagnostic only
     launch_heterogeneity: dict[str, JSON] | None
+    #: what this design (or these data) cannot resolve; None when nothing
     cannot_resolve: str | None
     notes: list[str]
+
+
+@dataclass(frozen=True)
+class LaunchVarianceEstimate(Record):
+    """The launch component of the accuracy test (:func:`harness.stats.launchvar.launch_aware_test`): σ²_L
+    estimated from every launch (A's, the A/A control's, B's), where it came from, and the parts of Var(Δ̂)
+    (fractions²). ``sigma2`` None: no configuration with two launches (the question-level test, qualified)."""
+
+    sigma2: float | None
+    #: sd of a launch's accuracy shift, sqrt(sigma2) (fraction)
+    sd: float | None
+    df_launch: int
+    source: str
+    #: k σ-part, question x arm interaction, question-level paired variance S²_d/n; k = 1/L_A + 1/L_B
+    var_launch: float
+    var_heterogeneity: float
+    var_question: float
+    k: float
+    #: launches of arm A, of the A/A control, of arm B
+    launches: dict[str, int]
+    #: questions every launch answered (the variance components are over these)
+    questions: int
+
+
+@dataclass(frozen=True)
+class ErrorGate(Record):
+    """Do the arms' request errors depend on the arm? Exact McNemar test of the per-question unanswered
+    indicators (:func:`harness.stats.errorgate.error_gate`); ``action`` none | drop | bound."""
+
+    unanswered_a: int
+    unanswered_b: int
+    a_only: int
+    b_only: int
+    both: int
+    p: float
+    alpha: float
+    action: str
+    reason: str
+    test: str
 
 
 @dataclass(frozen=True)
@@ -329,6 +370,8 @@ class Errors(Record):
     mde_allowance: float | None = omit_none()
     bounds: ErrorBounds | None = None
     changes_verdict: bool = False
+    #: whether the errors depend on the arm, and what was done: drop the unanswered questions, or bound
+    gate: ErrorGate | None = omit_none()
 
 
 @dataclass(frozen=True)
@@ -389,6 +432,54 @@ class KldHistogram(Record):
 
 
 @dataclass(frozen=True)
+class DivergenceLaunchTest(Record):
+    """The launch-level divergence test (:func:`harness.stats.kld_launches.launch_divergence_test`): each
+    launch's token-weighted mean KLD against the reference pass, B's launches against A's other launches (the
+    floor's, A's other repeats', the A/A control's), a one-sided t-test of log mean KLD."""
+
+    method: str
+    p: float
+    t: float | None
+    df: float | None
+    #: geometric-mean ratio of B's launch KLDs over A's, its (1 - α) t interval, and the ratio this run
+    #: could detect at 80 % power (from the launches' pooled sd of log KLD)
+    ratio: float
+    ratio_ci: list[float] | None
+    ratio_mde: float | None
+    #: mean over B's launches minus mean over A's (nats/token)
+    effect: float
+    sd_log: float | None
+    #: exact permutation p over the launch labels (floor 1/arrangements)
+    p_permutation: float | None
+    arrangements: int | None
+    launches_a: int
+    launches_b: int
+    kld_launch_a: list[float]
+    kld_launch_b: list[float]
+    #: the passes of each side, in order (the floor and the compared pass first)
+    dirs_a: list[str]
+    dirs_b: list[str]
+    qualification: str | None = None
+
+
+@dataclass(frozen=True)
+class DivergencePerQuestion(Record):
+    """The per-question test of the first B pass against the floor (d_i = KLD_i(A‖B) - KLD_i(A‖A′), one-sided
+    sign-flip, questions as the unit): the verdict's test with one A/A and one B launch, else a diagnostic."""
+
+    test: str
+    p: float
+    p_floor: float | None
+    p_at_floor: bool
+    effect: float
+    effect_ci: list[float] | None
+    effect_ci_method: str
+    effect_se: float | None
+    effect_mde: float | None
+    n_resamples: int
+
+
+@dataclass(frozen=True)
 class Divergence(Record):
     """``comparison.json`` ``divergence``: the reference arm's greedy texts scored teacher-forced by its own
     server, by the other arm's and by a fresh launch of its own (the A/A floor); computed by
@@ -437,6 +528,14 @@ class Divergence(Record):
     scoring: dict[str, dict[str, JSON]] = field(default_factory=dict)
     #: whose greedy texts are the reference (``a`` unless ``divergence.reference`` says ``b``)
     reference: str = "a"
+    #: the launch-level test over every scored launch (the verdict's when there are 3 or more launches besides
+    #: the reference's), the per-question test (the verdict's with one A/A and one B launch, else a diagnostic)
+    launch_test: DivergenceLaunchTest | None = omit_none()
+    per_question: DivergencePerQuestion | None = omit_none()
+    #: the assumption the verdict rests on (e.g. one A/A launch: a constant noise scale across launches)
+    qualification: str | None = omit_none()
+    #: passes left out of the launch-level test, and why (not scored, a launch scored twice)
+    launches_skipped: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -503,6 +602,13 @@ class Comparison(Record):
     flips: list[int]
     #: secondary figures, for reading; none of them decided the verdict
     diagnostics: dict[str, JSON]
+    #: the condition the verdict holds under (e.g. "valid only if launches do not shift accuracy"), None when
+    #: it needs none; also in ``verdict_reason``
+    qualification: str | None = omit_none()
+    #: degrees of freedom of the t reference of ``delta_ci`` (None: the question-level test)
+    delta_df: float | None = omit_none()
+    #: the launch component of the test: σ²_L, its source, the parts of Var(Δ̂)
+    launch_variance: LaunchVarianceEstimate | None = omit_none()
     # owned by the callers of compare_dirs
     arm_names: ArmNames | None = omit_none()
     command: list[str] | None = omit_none()
@@ -515,6 +621,10 @@ class Comparison(Record):
     #: per arm, the share of outputs identical across its passes (within a launch, across launches), and the arms
     #: flagged for none at temperature 0 (harness.analysis.determinism); absent from comparisons written before it
     identical_outputs: dict[str, JSON] | None = omit_none()
+    #: the fixed design's test, p and interval of the same data, when the sequential decision replaced them
+    test_fixed: str | None = omit_none()
+    p_fixed: float | None = omit_none()
+    delta_ci_fixed: list[float] | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ cost
@@ -572,6 +682,8 @@ class Look(Record):
     details: dict[str, JSON] = field(default_factory=dict)
     #: questions the look's estimate is over
     n: int | None = None
+    #: the stage-wise p of the test that decided (p < α exactly when it stopped on it); None in older files
+    p: float | None = None
 
 
 @dataclass(frozen=True)
@@ -750,6 +862,10 @@ class SweepRow(Record):
     test_alpha: float | None = None
     simulated: bool = False
     gpu_hours: float | None = None
+    #: the test whose p is adjusted (a sequential run's: the stage-wise p of the look that decided), and the
+    #: condition the comparison's verdict holds under (e.g. "valid only if launches do not shift accuracy")
+    test: str | None = None
+    qualification: str | None = None
 
 
 @dataclass(frozen=True)

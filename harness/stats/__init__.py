@@ -1,23 +1,37 @@
 """Statistics engine: pure, vectorised, seeded functions over numpy arrays (no servers, no I/O).
 
-- :mod:`.analysis`: the comparison of two arms' score matrices: design, test, interval, errors, verdict;
+- :mod:`.accuracy`: the comparison of two arms' score matrices: design, test, interval, errors, verdict;
+- :mod:`.launchvar`: the accuracy test with a launch component estimated from every launch (A, A/A, B);
+- :mod:`.consistent`: the question-level test whose p and interval never disagree (no launch replication);
+- :mod:`.errorgate`: do request errors depend on the arm? (drop the unanswered questions, or bound);
+- :mod:`.guards`: the design effect, effective table and exact MDE guarded against round-off and overflow;
 - :mod:`.launches`: runs grouped by server launch, per-question arm means, launch heterogeneity;
 - :mod:`.signflip`: the paired sign-flip test over questions (exact, mid-p);
-- :mod:`.score`: Tango's score test and interval of the paired Δ, the effective table of repeats;
+- :mod:`.tango`: Tango's score test and interval of the paired Δ, the effective table of repeats;
 - :mod:`.equivalence`: non-inferiority and equivalence (TOST) by the score test or a t-test;
 - :mod:`.proportions`: per-arm Wilson and bootstrap intervals, unpaired difference;
 - :mod:`.paired`: the 2x2 table, exact / mid-p / asymptotic McNemar, Newcombe and paired bootstrap
   intervals (diagnostics);
 - :mod:`.repeats`: per-question means, cluster bootstrap, discordance and the A/A noise band;
-- :mod:`.power`: MDEs (exact power of the test used; normal planning formulas) and repeats needed;
+- :mod:`.mde`: MDEs (exact power of the test used; normal planning formulas) and repeats needed;
+- :mod:`.group_sequential`: group-sequential boundaries (Lan-DeMets spending), looks, operating characteristics;
+- :mod:`.launch_looks`: the sequential look statistic with the launch component;
+- :mod:`.kld`: per-token divergence measures and the per-question divergence test;
+- :mod:`.kld_launches`: the launch-level divergence test (B's launches vs A's);
 - :mod:`.multiple`: Holm and Benjamini-Hochberg;
 - :mod:`.verdict`: improved / regressed / equivalent / noninferior / inconclusive / not_comparable;
 - :mod:`.simulate`: score matrices of every run design, for calibration.
 """
 
 from .accuracy import compare_arms, describe_design, error_block, psi_aa_block, within_arm_psi
+from .consistent import ConsistentResult, consistent_paired, consistent_table
 from .equivalence import score_tost, t_tost
+from .errorgate import ErrorGate, ErrorRobust, error_gate, error_robust_test
+from .guards import design_effect, robust_effective_table, safe_mde_paired_exact
+from .kld_launches import LaunchDivergence, launch_divergence_test, launch_power, launches_needed
+from .launch_looks import decide_launch_look, launch_look, launch_look_estimate
 from .launches import ArmRuns, heterogeneity_q, launch_heterogeneity, launch_means, question_means
+from .launchvar import LaunchAwareResult, LaunchVariance, launch_aware_test, planned_se, variance_components
 from .mde import (
     critical_counts,
     mde_floor,
@@ -67,14 +81,18 @@ from .verdict import HYPOTHESES, VERDICTS, Evidence, Verdict, decide, format_p
 
 __all__ = [
     "accuracy_bootstrap_ci", "adjust", "ArmRuns", "bca_interval", "benjamini_hochberg", "bootstrap_mean_ci",
-    "bootstrap_means", "cluster_bootstrap_ci", "compare_arms", "critical_counts", "decide", "describe_design",
-    "discordance", "effective_repeats", "effective_table", "error_block", "Evidence", "format_p",
-    "heterogeneity_q", "holm", "HYPOTHESES", "jackknife_means", "launch_heterogeneity", "launch_means",
+    "bootstrap_means", "cluster_bootstrap_ci", "compare_arms", "consistent_paired", "consistent_table",
+    "ConsistentResult", "critical_counts", "decide", "decide_launch_look", "describe_design", "design_effect",
+    "discordance", "effective_repeats", "effective_table", "error_block", "error_gate", "error_robust_test",
+    "ErrorGate", "ErrorRobust", "Evidence", "format_p", "heterogeneity_q", "holm", "HYPOTHESES", "jackknife_means",
+    "launch_aware_test", "launch_divergence_test", "launch_heterogeneity", "launch_look", "launch_look_estimate",
+    "launch_means", "launch_power", "LaunchAwareResult", "LaunchDivergence", "launches_needed", "LaunchVariance",
     "mcnemar_asymptotic", "mcnemar_exact", "mcnemar_midp", "mde_floor", "mde_paired", "mde_paired_exact",
     "mde_repeats", "mde_t", "mde_unpaired", "min_detectable_discordant", "n_needed_paired",
     "naive_run_bootstrap_ci", "newcombe_paired_ci", "noise_band", "paired_bootstrap_ci", "paired_se",
-    "paired_table", "paired_wald_ci", "PairedTable", "per_question_means", "percentile_interval", "power_at",
-    "power_paired_exact", "psi_aa_block", "question_means", "repeats_needed", "score_interval", "score_p",
-    "score_tost", "score_z", "signflip_test", "t_tost", "two_proportion_z_test", "unpaired_diff_ci",
-    "Verdict", "VERDICTS", "wilson_interval", "within_arm_psi", "z_crit", "z_sum",
+    "paired_table", "paired_wald_ci", "PairedTable", "per_question_means", "percentile_interval", "planned_se",
+    "power_at", "power_paired_exact", "psi_aa_block", "question_means", "repeats_needed", "robust_effective_table",
+    "safe_mde_paired_exact", "score_interval", "score_p", "score_tost", "score_z", "signflip_test", "t_tost",
+    "two_proportion_z_test", "unpaired_diff_ci", "variance_components", "Verdict", "VERDICTS", "wilson_interval",
+    "within_arm_psi", "z_crit", "z_sum",
 ]

@@ -1,49 +1,73 @@
 """The comparison of two arms' score matrices: the design, the test, the interval, errors and the verdict.
 
-Inference is at the level that is exchangeable under the design that was run:
+Per question, each arm's mean (passes averaged within a launch, then launches; errored runs skipped),
+d_i = B_i - A_i and Δ = mean d_i over the questions both arms answered. The test of Δ = 0 has a launch
+component estimated from every launch the run has (:mod:`.launchvar`): arm A's, the A/A control's (launches
+of A's configuration) and B's, pooled in a launch x question analysis of variance; Var(Δ̂) = (1/L_A + 1/L_B) ×
+the launch variance + the question x arm interaction, Student's t with Satterthwaite's df, and the interval
+Δ̂ ± t·SE inverts the same t (``p < α`` ⇔ 0 outside the interval). It is never switched on by a pretest:
+Cochran's Q over launches stays in ``design`` as a diagnostic.
 
-- **questions** (default): per question, each arm's mean (passes averaged within a launch, then launches;
-  errored runs skipped), d_i = B_i - A_i, and the paired sign-flip test of Δ = mean d_i
-  (:mod:`.signflip`; mid-p, exact). The interval is Tango's score interval (:mod:`.score`) of the
-  effective table of the d_i. Runs that repeat verbatim leave every d_i unchanged: no extra evidence.
-- **launches**: when an arm's launches differ in accuracy more than question-level noise explains (Cochran's
-  Q over the launches of each arm, p < α), the launch-wide shifts are the noise that matters: the test is
-  Welch's t on launch accuracies (an arm with one launch borrows the other arm's launch variance) and the
-  interval its t interval. One launch per arm cannot detect such a shift at all: the design says so.
+- **one launch per arm with an A/A control** (or one arm with one launch): the launch variance comes from the
+  other configuration's launches (the A/A control's, with A's one); the verdict says so (``qualification``: it
+  assumes B's launches vary as A's do);
+- **one launch per configuration** (no A/A control, or one that shares A's launch): the launch variance
+  cannot be estimated. The test is the question-level one (:mod:`.consistent`: the mid-p sign-flip test and
+  Tango's score test, p = the larger; the interval is Tango's, extended to 0 when the sign-flip test does not
+  reject, so p and interval agree), and the verdict sentence carries "valid only if launches do not shift
+  accuracy". Runs that repeat verbatim on one launch add no evidence.
 
-Errors: each arm's error rate, a paired test of whether they differ, and the verdict recomputed with each
-arm's unanswered questions (no answered run) counted wrong and the other's right, both ways; if the
-verdict changes, it becomes ``inconclusive`` and the reason says why. A question with some answered runs
-uses them (its errored runs are skipped), so repeats make transient errors nearly free. The MDE then
-includes the adverse bound's shift of Δ (an effect must clear it).
+Errors (:mod:`.errorgate`): an exact McNemar test of the arms' per-question unanswered indicators says whether
+the errors depend on the arm. When they do not (or nothing is unanswered), the questions unanswered in either
+arm are left out and the test runs on the rest. When they do, the verdict is recomputed with each arm's
+unanswered questions counted wrong and the other's right, both ways; if either changes it, it becomes
+``inconclusive`` and the reason says why, and the MDE includes the adverse bound's shift of Δ. A question with
+some answered runs uses them (its errored runs are skipped), so repeats make transient errors nearly free.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from itertools import combinations
 
 import numpy as np
 
 from harness.results.records import JSON
-from harness.results.schema import Design, ErrorBound, ErrorBounds, Errors, Tost
+from harness.results.schema import (
+    Design,
+    ErrorBound,
+    ErrorBounds,
+    ErrorGate,
+    Errors,
+    LaunchVarianceEstimate,
+    Tost,
+)
 
-from .dist import t_ppf, t_sf
+from .consistent import consistent_paired
 from .equivalence import score_tost, t_tost
-from .launches import ArmRuns, launch_accuracies, launch_heterogeneity, question_means
-from .mde import mde_paired_exact, mde_t
+from .errorgate import error_gate, impute_unanswered, unanswered
+from .guards import robust_effective_table, safe_mde_paired_exact
+from .launches import ArmRuns, launch_heterogeneity, question_means
+from .launchvar import LaunchAwareResult, launch_aware_test
+from .mde import mde_t
 from .repeats import discordance
 from .signflip import SignFlip, signflip_test
-from .tango import effective_table, score_interval
 from .verdict import DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
 
-SIGNFLIP = "paired sign-flip test over questions (mid-p)"
-LAUNCH_T = "Welch t-test over launches"
+LAUNCH_AWARE = "launch-aware t-test"
+QUESTION_TEST = "question-level test: mid-p sign-flip and Tango score (p = the larger)"
+LAUNCH_CI = "launch-aware t interval"
 SCORE_CI = "Tango score interval"
-LAUNCH_CI = "t interval over launches"
+SCORE_CI_EXTENDED = "Tango score interval, extended to 0 (the sign-flip test does not reject)"
+#: the verdict's condition when no configuration has two launches (one clause of the verdict sentence)
+QUALIFIED_NO_LAUNCHES = "valid only if launches do not shift accuracy"
+#: ... and when a configuration's launch variance is borrowed from the other's (it has one launch)
+QUALIFIED_AA_ONLY = "launch variance from the A/A control's launches: assumes B's launches vary as A's do"
+QUALIFIED_B_ONE = "launch variance from A's launches: assumes B's launches vary as A's do"
+QUALIFIED_A_ONE = "launch variance from B's launches: assumes A's launches vary as B's do"
 
 
 # ------------------------------------------------------------------------------------------ results
@@ -74,17 +98,6 @@ class PsiAA:
 
 
 @dataclass(frozen=True)
-class LaunchT:
-    """SE and Welch-Satterthwaite df of Δ from the arms' launch accuracies, and the t test's p."""
-
-    se: float
-    df: float
-    p: float
-    launch_accuracies_a: list[float]
-    launch_accuracies_b: list[float]
-
-
-@dataclass(frozen=True)
 class Analysis:
     """Statistics of B against A over the questions both arms answered at least once (no verdict): the
     paired set ``keep``, per-question means, Δ, the test that applies to the design (name, p), the (1 - α)
@@ -109,8 +122,28 @@ class Analysis:
     mde: float | None
     #: the MDE of the test alone, before the error bounds' allowance (set when errors widen ``mde``)
     mde_test: float | None = None
+    #: df of the t reference (None: the question-level test)
+    df: float | None = None
+    #: the condition the verdict holds under (one clause of the verdict sentence), None when unqualified
+    qualification: str | None = None
+    #: the launch-aware test (its variance components), always computed
+    launch: LaunchAwareResult | None = None
     signflip: SignFlip | None = None
-    launch_t: LaunchT | None = None
+
+    @property
+    def launch_variance(self) -> LaunchVarianceEstimate | None:
+        lv = self.launch
+        if lv is None:
+            return None
+        comp = lv.components
+        measured = lv.df_launch > 0
+        return LaunchVarianceEstimate(
+            sigma2=lv.sigma2_launch if measured else None,
+            sd=math.sqrt(lv.sigma2_launch) if measured else None, df_launch=lv.df_launch,
+            source=lv.variance_source, var_launch=lv.var_launch, var_heterogeneity=lv.var_heterogeneity,
+            var_question=lv.var_question, k=lv.k, launches={"a": lv.launches_a, "aa": lv.launches_aa,
+                                                           "b": lv.launches_b},
+            questions=comp.questions if comp is not None else 0)
 
     def evidence(self) -> Evidence:
         t = self.tost
@@ -131,29 +164,31 @@ class ArmsComparison:
 
 
 # ------------------------------------------------------------------------------------------ design
-def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, JSON] | None, unit: str) -> Design:
-    """Which design was run (launches per arm, passes per launch) and what it can and cannot resolve."""
+def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, JSON] | None, lv: LaunchAwareResult) -> Design:
+    """Which design was run (launches per arm, passes per launch) and what it cannot resolve: only where the
+    design (a configuration with one launch, whose launch variance is borrowed or unknown) or the data (too
+    few questions answered by every launch) warrant it."""
     la, lb = len(a.launch_ids()), len(b.launch_ids())
     pa, pb = a.passes_per_launch(), b.passes_per_launch()
     if la == 1 and lb == 1:
         kind = "one run per arm" if pa == [1] and pb == [1] else "one launch per arm, repeated passes"
-        cannot = ("one launch per arm cannot separate a launch-wide accuracy shift (something fixed for a "
-                  "server launch that moves every answer alike) from the change: run each arm on several "
-                  "launches (experiment.restart_per_repeat=true) to resolve it")
     elif la >= 2 and lb >= 2:
         kind = "several launches per arm"
-        cannot = (f"launch-wide shifts too small for Cochran's Q over {la} + {lb} launches to detect are treated "
-                  "as absent (more launches per arm resolve smaller ones)")
     else:
         kind = "several launches for one arm only"
-        cannot = ("the arm with one launch has no launch-to-launch variation of its own; it is assumed equal "
-                  "to the other arm's")
+    cannot = None  # what the verdict's qualification cannot say in one clause: why, and what resolves it
+    if lv.df_launch == 0 and lv.components is None:
+        cannot = ("fewer than two questions were answered by every launch: the launch-to-launch variance cannot "
+                  "be estimated, and a launch-wide accuracy shift cannot be told from the change")
+    elif lv.df_launch == 0:
+        cannot = ("one launch per configuration cannot separate a launch-wide accuracy shift (something fixed "
+                  "for a server launch that moves every answer alike) from the change: run each arm on several "
+                  "launches (experiment.restart_per_repeat=true) or the A/A control on fresh launches")
     notes = []
     if max(pa + pb) > 1:
         notes.append("repeated passes on one launch add evidence only through answers that vary from pass to "
                       "pass; verbatim repeats add none")
-    if unit == "launch":
-        notes.append("launches differ in accuracy beyond question-level noise: launches are the unit")
+    unit = "launch-aware" if lv.df_launch > 0 else "question"
     return Design(kind=kind, launches={"a": la, "b": lb}, passes_per_launch={"a": pa, "b": pb}, unit=unit,
                   launch_heterogeneity=heterogeneity, cannot_resolve=cannot, notes=notes)
 
@@ -192,31 +227,21 @@ def psi_aa_block(a_cfg: ArmRuns, b: ArmRuns, psi_ab: float, n: int) -> PsiAA:
 
 
 # ------------------------------------------------------------------------------------------ core
-def launch_t(a: ArmRuns, b: ArmRuns, keep: np.ndarray, delta: float, a_config: ArmRuns | None = None) -> LaunchT:
-    """SE and Welch-Satterthwaite df of Δ from the arms' launch accuracies over the questions ``keep``.
-    An arm with one launch borrows the pooled launch variance of the configurations with several
-    (``a_config``: arm A's configuration including its A/A launches, default ``a``)."""
-    ms = [m[~np.isnan(m)] for m in (launch_accuracies(a, keep), launch_accuracies(b, keep))]
-    src = [m[~np.isnan(m)] for m in (launch_accuracies(a_config or a, keep), ms[1])]
-    multi = [m for m in src if m.size >= 2]
-    pooled_df = sum(m.size - 1 for m in multi)
-    if pooled_df == 0:
-        raise ValueError("launch-level inference needs a configuration with two or more launches")
-    pooled = sum(float(np.var(m, ddof=1)) * (m.size - 1) for m in multi) / pooled_df
-    comps = [(float(np.var(m, ddof=1)) / m.size, m.size - 1) for m in ms if m.size >= 2]
-    single = [m for m in ms if m.size < 2]
-    if single:   # the arms with one launch share one borrowed estimate: one component, its df once
-        comps.append((pooled * sum(1.0 / max(m.size, 1) for m in single), pooled_df))
-    var = sum(v for v, _ in comps)
-    df = var**2 / sum(v**2 / d for v, d in comps) if var > 0 else float(pooled_df)
-    se = math.sqrt(var)
-    p = float(2 * t_sf(abs(delta) / se, df)) if se > 0 else 1.0
-    return LaunchT(se=se, df=float(df), p=p, launch_accuracies_a=ms[0].tolist(), launch_accuracies_b=ms[1].tolist())
+def _qualification(lv: LaunchAwareResult) -> str | None:
+    """The condition the verdict holds under: none when both configurations have launches of their own."""
+    if lv.df_launch == 0:
+        return QUALIFIED_NO_LAUNCHES
+    if lv.launches_b == 1:
+        return QUALIFIED_AA_ONLY if lv.launches_a == 1 else QUALIFIED_B_ONE
+    if lv.launches_a + lv.launches_aa == 1:
+        return QUALIFIED_A_ONE
+    return None
 
 
 def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float = 0.05,
             margin: float | None = None, compute_mde: bool = True) -> Analysis:
-    """Statistics of B against A over the questions both arms answered at least once (no verdict)."""
+    """Statistics of B against A over the questions both arms answered at least once (no verdict); see the
+    module docstring for the test."""
     am, bm = question_means(a), question_means(b)
     keep = ~(np.isnan(am) | np.isnan(bm))
     n = int(keep.sum())
@@ -224,31 +249,28 @@ def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float =
         raise ValueError(f"only {n} question(s) answered by both arms; nothing to compare")
     d = bm[keep] - am[keep]
     delta = float(d.mean())
-    a_cfg = a if aa is None else a.concat(aa)
-    het = launch_heterogeneity([a_cfg, b])
-    unit = "launch" if het is not None and het["p"] < alpha else "question"
-    table = effective_table(d)
+    lv = launch_aware_test(a, b, aa, alpha=alpha, keep=keep)
+    het = launch_heterogeneity([a if aa is None else a.concat(aa), b])
+    table = robust_effective_table(d)
     common = {"keep": keep, "n": n, "a_means": am[keep], "b_means": bm[keep], "d": d, "delta": delta,
-              "table": table, "unit": unit, "design": describe_design(a, b, het, unit)}
-    if unit == "question":
-        sf = signflip_test(d)
-        lo, hi = score_interval(table["b"], table["c"], table["n"], alpha)
-        mde = None
-        if compute_mde:
-            # chance disagreement: the part of the (effective) discordance that is not the observed effect
-            psi_noise = 2 * min(table["b"], table["c"]) / table["n"]
-            mde = mde_paired_exact(table["n"], psi_noise, alpha)
-        return Analysis(**common, test=SIGNFLIP, p=sf.p, p_floor=sf.p_floor, ci=[float(lo), float(hi)],
-                        ci_method=SCORE_CI, se=math.sqrt(float(np.sum((d - delta) ** 2))) / n,
-                        tost=None if margin is None else score_tost(table["b"], table["c"], table["n"], margin,
-                                                                    alpha),
-                        mde=mde, signflip=sf)
-    lt = launch_t(a, b, keep, delta, a_cfg)
-    tq = float(t_ppf(1 - alpha / 2, lt.df))
-    return Analysis(**common, test=LAUNCH_T, p=lt.p, p_floor=None, ci=[delta - tq * lt.se, delta + tq * lt.se],
-                    ci_method=LAUNCH_CI, se=lt.se,
-                    tost=None if margin is None else t_tost(delta, lt.se, lt.df, margin, alpha),
-                    mde=mde_t(lt.se, lt.df, alpha) if compute_mde and lt.se > 0 else None, launch_t=lt)
+              "table": table, "design": describe_design(a, b, het, lv), "qualification": _qualification(lv),
+              "launch": lv}
+    if lv.df_launch > 0:
+        return Analysis(**common, unit="launch-aware", test=LAUNCH_AWARE, p=lv.p, p_floor=None, ci=list(lv.ci),
+                        ci_method=LAUNCH_CI, se=lv.se, df=lv.df,
+                        tost=None if margin is None else t_tost(delta, lv.se, lv.df, margin, alpha),
+                        mde=mde_t(lv.se, lv.df, alpha) if compute_mde else None)
+    c = consistent_paired(d, alpha)
+    mde = None
+    if compute_mde:
+        # chance disagreement: the part of the (effective) discordance that is not the observed effect
+        psi_noise = 2 * min(table["b"], table["c"]) / table["n"]
+        mde = safe_mde_paired_exact(table["n"], psi_noise, alpha)
+    return Analysis(**common, unit="question", test=QUESTION_TEST, p=c.p, p_floor=c.p_floor, ci=list(c.ci),
+                    ci_method=SCORE_CI_EXTENDED if c.extended else SCORE_CI,
+                    se=math.sqrt(float(np.sum((d - delta) ** 2))) / n,
+                    tost=None if margin is None else score_tost(table["b"], table["c"], table["n"], margin, alpha),
+                    mde=mde, signflip=signflip_test(d))
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -256,42 +278,42 @@ def error_rates(arm: ArmRuns) -> float:
     return float(np.isnan(arm.scores).mean()) if arm.scores.size else 0.0
 
 
-def unanswered(arm: ArmRuns) -> np.ndarray:
-    """Questions the arm has no answer for in any run (errored or missing everywhere)."""
-    return np.isnan(arm.scores).all(axis=0)
-
-
-def impute_unanswered(arm: ArmRuns, value: float) -> ArmRuns:
-    """The arm with its unanswered questions scored ``value`` (1 right, 0 wrong) in every run. A question
-    with some answered runs keeps using those: its errored runs are skipped, not imputed."""
-    return arm.with_scores(np.where(unanswered(arm)[None, :], value, arm.scores))
-
-
-def error_block(a: ArmRuns, b: ArmRuns) -> Errors:
+def error_block(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> Errors:
     """Per-arm error rates (share of runs x questions errored or missing), the questions each arm has no
-    answer for, and the paired sign-flip test (mid-p; the mid-p McNemar test for one run per arm) over
-    questions of whether the arms' error shares differ."""
+    answer for, the gate (do the errors depend on the arm: :func:`harness.stats.errorgate.error_gate`) and,
+    as a diagnostic, the paired sign-flip test (mid-p) over questions of whether the arms' error shares
+    differ."""
     ea, eb = np.isnan(a.scores).mean(axis=0), np.isnan(b.scores).mean(axis=0)
+    gate = error_gate(a, b, alpha)
     return Errors(rate_a=error_rates(a), rate_b=error_rates(b), unanswered_a=int(unanswered(a).sum()),
                   unanswered_b=int(unanswered(b).sum()),
                   test="paired sign-flip test over questions of the error shares (mid-p)",
-                  p=signflip_test(eb - ea).p)
+                  p=signflip_test(eb - ea).p, gate=ErrorGate.from_doc(asdict(gate)))
+
+
+def _qualified(v: Verdict, qualification: str | None) -> Verdict:
+    """The verdict with its condition as the last clause of its reason."""
+    if qualification is None or v.word == "not_comparable":
+        return v
+    return Verdict(v.word, f"{v.reason}; {qualification}", v.basis)
 
 
 def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesis: str = "superiority",
                  alpha: float = 0.05, margin: float | None = None, min_effect: float | None = None,
                  failures: Sequence[str] = (), max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
                  compute_mde: bool = True) -> ArmsComparison:
-    """Analysis and verdict of B against A, with the error bounds (see the module docstring)."""
+    """Analysis and verdict of B against A, with the error gate and, when the errors depend on the arm, the
+    error bounds (see the module docstring)."""
     if a.scores.shape[1] != b.scores.shape[1]:
         raise ValueError("arms are not aligned by question")
     res = analyse(a, b, aa=aa, alpha=alpha, margin=margin, compute_mde=compute_mde)
-    errs = error_block(a, b)
+    errs = error_block(a, b, alpha)
     error_rate = max(errs.rate_a, errs.rate_b)
     verdict_of = partial(decide, hypothesis=hypothesis, alpha=alpha, margin=margin, min_effect=min_effect)
     v = verdict_of(res.evidence(), failures=failures, error_rate=error_rate, max_error_rate=max_error_rate)
-    if v.word == "not_comparable" or not (errs.unanswered_a or errs.unanswered_b):
-        return ArmsComparison(res, errs, v, error_rate)
+    assert errs.gate is not None
+    if v.word == "not_comparable" or errs.gate.action != "bound":
+        return ArmsComparison(res, errs, _qualified(v, res.qualification), error_rate)
     bound = {}
     for name, va, vb in (("against_b", 1.0, 0.0), ("against_a", 0.0, 1.0)):
         r = analyse(impute_unanswered(a, va), impute_unanswered(b, vb), aa=aa, alpha=alpha, margin=margin,
@@ -312,4 +334,4 @@ def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesi
     if res.mde is not None:
         res = replace(res, mde_test=res.mde, mde=res.mde + shift)
     errs = replace(errs, mde_allowance=shift, bounds=bounds, changes_verdict=changes)
-    return ArmsComparison(res, errs, v, error_rate)
+    return ArmsComparison(res, errs, _qualified(v, res.qualification), error_rate)

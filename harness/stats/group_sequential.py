@@ -322,6 +322,8 @@ class SequentialDesign:
     futility: bool = True
     futility_power: float = 0.02
     futility_from: float = 0.5
+    #: the declared practical effect (fraction): an efficacy stop also needs the repeated CI beyond ±min_effect
+    min_effect: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_repeats < 1 or not 1 <= self.min_repeats <= self.max_repeats:
@@ -338,6 +340,8 @@ class SequentialDesign:
             raise ValueError("margin must be positive")
         if not 0 <= self.futility_power < 1 or not 0 <= self.futility_from <= 1:
             raise ValueError("futility_power must be in [0, 1) and futility_from in [0, 1]")
+        if self.min_effect is not None and self.min_effect < 0:
+            raise ValueError("min_effect must be >= 0")
 
     @property
     def looks(self) -> list[int]:
@@ -422,6 +426,9 @@ class LookDecision:
     margin_bound: float | None = None
     repeats_saved: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    #: the stage-wise ordering p of the test that decided (:func:`stagewise_p`): p < α exactly when it
+    #: stopped with that test's verdict; None where the estimator does not compute it
+    p: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -518,6 +525,33 @@ def _conditional_power(d: SequentialDesign, repeats: int, delta: float, se: floa
             lo, hi = -m + e * se_k, m - e * se_k
             cps.append(float(max(0.0, ndtr((hi - delta) / sd) - ndtr((lo - delta) / sd))))
     return max(cps)
+
+
+# ------------------------------------------------------------------------------------------ p-values
+def stagewise_p(design: SequentialDesign, repeats: int, z: float, which: str = "efficacy") -> float:
+    """The stage-wise ordering p-value (Armitage 1957; Fairbanks and Madsen 1982; Jennison and Turnbull 2000,
+    §8.4) of a look after ``repeats`` repeats with statistic ``z``: under H0, the probability of stopping with
+    the same verdict at an earlier look, or at this look with a statistic at least as extreme,
+
+        p = Σ_{j < k} P(stop at look j) + P(reach look k and |Z_k| >= |z|)     (``which="efficacy"``, two-sided)
+
+    on the design's boundaries (futility is non-binding and ignored: the p is conservative when it stops a run).
+    ``which="margin"``: the one-sided margin test (equivalence side or non-inferiority) with its boundaries e_j
+    and Z_k >= z. With the design's own boundaries, p <= α exactly when the look crosses its boundary (at the
+    last look, p = α on it), so a sweep's multiplicity adjustment acts on the p that decided."""
+    d = design
+    looks = [k for k in d.looks if k <= repeats] or [repeats]
+    k = len(looks)
+    t = [d.info(j) for j in looks]
+    if which == "efficacy":
+        bounds = [d.bound_at(j, "efficacy") for j in looks[:-1]] + [abs(z)]
+        p = exit_probabilities(t, bounds)
+        return float(min(1.0, max(0.0, p["up"][:k].sum() + p["down"][:k].sum())))
+    if which != "margin":
+        raise ValueError("which must be efficacy or margin")
+    bounds = [d.bound_at(j, "margin") for j in looks[:-1]] + [z]
+    p = exit_probabilities(t, bounds, np.full(k, -np.inf))
+    return float(min(1.0, max(0.0, p["up"][:k].sum())))
 
 
 # ------------------------------------------------------------------------------------------ planning

@@ -41,6 +41,7 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import nctdtr
 
 from ._rng import SeedLike
@@ -186,7 +187,10 @@ def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, 
         raise ValueError("need m_A + m_B >= 3, a positive ratio and a positive sd")
     ncp = math.log(ratio) / (sd_log * math.sqrt(1 / launches_a + 1 / launches_b))
     crit = float(t_ppf(1 - alpha, df))
-    return float(1 - nctdtr(df, ncp, crit))
+    power = float(1 - nctdtr(df, ncp, crit))
+    if not math.isfinite(power):  # nctdtr gives NaN far in the tail (ncp of tens): the test then surely decides
+        return 1.0 if ncp > crit else 0.0
+    return power
 
 
 def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float = 0.8, alpha: float = 0.05,
@@ -197,3 +201,26 @@ def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float =
         if m + launches_b >= 3 and launch_power(ratio, sd_log, m, launches_b, alpha) >= power:
             return m
     return None
+
+
+def mde_ratio(sd_log: float, launches_a: int, launches_b: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest KLD ratio B/A (geometric) the launch-level test detects with ``power`` when log K varies
+    with sd ``sd_log`` across launches (inverts :func:`launch_power`); None when it cannot be planned (fewer
+    than 3 launches, a zero or non-finite sd)."""
+    if launches_a + launches_b < 3 or not (math.isfinite(sd_log) and sd_log > 0):
+        return None
+    f = lambda x: launch_power(math.exp(x), sd_log, launches_a, launches_b, alpha) - power  # noqa: E731
+    hi = 1.0
+    while f(hi) < 0 and hi < 60:
+        hi *= 2
+    return float(math.exp(brentq(f, 0.0, hi, xtol=1e-10))) if f(hi) >= 0 else None
+
+
+def pooled_sd_log(kld_launch_a: np.ndarray, kld_launch_b: np.ndarray) -> float:
+    """Pooled within-side sd of log launch-mean KLD (NaN with fewer than 3 launches)."""
+    xa = np.log(np.maximum(np.asarray(kld_launch_a, dtype=float), KLD_FLOOR))
+    xb = np.log(np.maximum(np.asarray(kld_launch_b, dtype=float), KLD_FLOOR))
+    df = xa.size + xb.size - 2
+    if df < 1:
+        return math.nan
+    return math.sqrt(float(np.sum((xa - xa.mean()) ** 2) + np.sum((xb - xb.mean()) ** 2)) / df)

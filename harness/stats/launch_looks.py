@@ -25,19 +25,30 @@ the error rates, so leaving it out keeps them).
 A look with no launch replication (df_L = 0: one launch per arm and no A/A control, i.e. the first repeat)
 cannot see launch shifts and does not stop (``reason = "no_launch_replication"``), except that the last look
 is always final (``inconclusive``).
+
+**The fixed design's safeguards** hold at every look (:func:`decide_look_arms`): a declared effect
+(``design.min_effect``) must be cleared by the repeated CI for an efficacy stop (else the run goes on; the
+last look says the effect was not shown); request errors go through the gate of :mod:`.errorgate`, and when
+they depend on the arm a look stops with a verdict only if both error bounds (each arm's unanswered questions
+counted wrong, the other's right) reach the same verdict (else the run goes on, and the last look is
+``inconclusive`` because of errors). Each decision carries the stage-wise ordering p of the test that decided
+(:func:`harness.stats.group_sequential.stagewise_p`): p < α exactly when the look stopped on that test, so a
+sweep adjusts the p the verdict rests on.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from .dist import t_ppf, t_sf
-from .group_sequential import Z_MAX, LookDecision, SequentialDesign, spend
+from .errorgate import ErrorGate, error_gate, impute_unanswered
+from .group_sequential import Z_MAX, LookDecision, SequentialDesign, spend, stagewise_p
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
 
@@ -123,11 +134,21 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     rci = [float(delta - tc * se), float(delta + tc * se)] if math.isfinite(tc) else [-1.0, 1.0]
     base.update(bound=c, alpha_spent=spent, repeated_ci=rci)
     saved = max(0, d.max_repeats - repeats)
-    if abs(t) >= tc:
+    base["p"] = p_eff = stagewise_p(d, repeats, z)
+    bar = d.min_effect or 0.0
+    crossed = abs(t) >= tc
+    beyond = rci[0] > bar if t > 0 else rci[1] < -bar
+    details["crossed"] = crossed
+    if crossed and beyond:
         word = "improved" if t > 0 else "regressed"
+        eff = f", beyond the declared effect ±{100 * bar:.2f} pp" if d.min_effect is not None else ""
         return LookDecision(**base, stop=True, verdict=word, reason="efficacy", repeats_saved=saved, details=details,
                             sentence=f"{word} {where}: Δ = {_pp(delta)}, |t| = {abs(t):.2f} >= boundary {tc:.2f} "
-                                     f"(t, {df:.1f} df; z-scale {c:.2f}; α spent {spent:.3g} of {d.alpha:g})")
+                                     f"(t, {df:.1f} df; z-scale {c:.2f}; stage-wise p = {p_eff:.3g}, α spent "
+                                     f"{spent:.3g} of {d.alpha:g}){eff}")
+    short = (f"; |t| = {abs(t):.2f} crossed {tc:.2f} but the repeated CI [{100 * rci[0]:+.2f}, "
+             f"{100 * rci[1]:+.2f}] pp does not exclude effects smaller than the declared "
+             f"{100 * bar:.2f} pp") if crossed else ""
     margin_z = margin_bound = None
     if d.tests_margin:
         m = float(d.margin)  # type: ignore[arg-type]
@@ -137,20 +158,31 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
         margin_z, margin_bound = [z_equivalent(t_lo, df), z_equivalent(t_hi, df)], e
         base.update(margin_z=margin_z, margin_bound=margin_bound)
         details["margin_t"], details["margin_bound_t"] = [t_lo, t_hi], te
+        p_lo = stagewise_p(d, repeats, margin_z[0], "margin")
+        p_eq = max(p_lo, stagewise_p(d, repeats, margin_z[1], "margin"))
+        details["p_noninferiority"], details["p_equivalence"] = p_lo, p_eq
         if d.hypothesis == "noninferiority" and t_lo >= te:
+            base["p"] = p_lo
             return LookDecision(**base, stop=True, verdict="noninferior", reason="noninferiority",
                                 repeats_saved=saved, details=details,
                                 sentence=f"noninferior {where}: Δ = {_pp(delta)} > -{100 * m:.2f} pp, t = "
-                                         f"{t_lo:.2f} >= boundary {te:.2f} (one-sided α {d.eq_alpha:g})")
+                                         f"{t_lo:.2f} >= boundary {te:.2f} (one-sided α {d.eq_alpha:g}; "
+                                         f"stage-wise p = {p_lo:.3g})")
         if d.hypothesis != "noninferiority" and min(t_lo, t_hi) >= te:
+            base["p"] = p_eq
             return LookDecision(**base, stop=True, verdict="equivalent", reason="equivalence",
                                 repeats_saved=saved, details=details,
                                 sentence=f"equivalent {where}: Δ = {_pp(delta)} within ±{100 * m:.2f} pp, both "
-                                         f"one-sided t >= boundary {te:.2f} (α {d.eq_alpha:g} per side)")
+                                         f"one-sided t >= boundary {te:.2f} (α {d.eq_alpha:g} per side; "
+                                         f"stage-wise p = {p_eq:.3g})")
+        if d.hypothesis == "noninferiority":
+            base["p"] = p_lo
+        elif d.hypothesis == "equivalence":
+            base["p"] = p_eq
     if last:
+        why = short or f", |t| = {abs(t):.2f} < boundary {tc:.2f}"
         return LookDecision(**base, stop=True, verdict="inconclusive", reason="max_repeats", details=details,
-                            sentence=f"inconclusive after all {repeats} repeats: Δ = {_pp(delta)}, |t| = "
-                                     f"{abs(t):.2f} < boundary {tc:.2f}")
+                            sentence=f"inconclusive after all {repeats} repeats: Δ = {_pp(delta)}{why}")
     if d.futility and not d.tests_margin and t_info >= d.futility_from:
         band = float(d.futility_z()[repeats - d.min_repeats])
         if abs(z) < band:
@@ -159,7 +191,42 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
                                 sentence=f"inconclusive (futility) {where}: Δ = {_pp(delta)}, |z| = {abs(z):.2f} "
                                          f"< {band:.2f}: the remaining repeats could not plausibly reach a verdict")
     return LookDecision(**base, stop=False, verdict=None, reason="continue", details=details,
-                        sentence=f"continue {where}: |t| = {abs(t):.2f} < boundary {tc:.2f}")
+                        sentence=f"continue {where}" + (short or f": |t| = {abs(t):.2f} < boundary {tc:.2f}"))
+
+
+#: verdicts a look stops with on a test (the error bounds must reach the same one)
+CLAIMS = ("improved", "regressed", "equivalent", "noninferior")
+
+
+def _gate_details(gate: ErrorGate) -> dict[str, Any]:
+    return {"action": gate.action, "p": gate.p, "a_only": gate.a_only, "b_only": gate.b_only, "both": gate.both}
+
+
+def decide_look_arms(design: SequentialDesign, repeats: int, a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None
+                     ) -> LookDecision:
+    """The look after ``repeats`` repeats from the arms' runs (launch ids as recorded; ``aa``: the A/A
+    control's runs so far), with the fixed design's safeguards (module docstring): the launch-aware estimate,
+    the declared effect, and the error gate (its bounds when the errors depend on the arm)."""
+    gate = error_gate(a, b, design.alpha)
+    dec = decide_launch_look(design, repeats, launch_aware_test(a, b, aa, alpha=design.alpha))
+    details = {**dec.details, "errors": _gate_details(gate)}
+    if gate.action != "bound":
+        return replace(dec, details=details)
+    bounds = {name: decide_launch_look(design, repeats, launch_aware_test(
+        impute_unanswered(a, va), impute_unanswered(b, vb), aa, alpha=design.alpha))
+        for name, va, vb in (("against_b", 1.0, 0.0), ("against_a", 0.0, 1.0))}
+    details["errors"]["bounds"] = {k: v.verdict for k, v in bounds.items()}
+    if dec.verdict not in CLAIMS or all(v.verdict == dec.verdict for v in bounds.values()):
+        return replace(dec, details=details)
+    why = (f"request errors could change the verdict ({gate.reason}): counting B's unanswered questions wrong "
+           f"and A's right the look says {bounds['against_b'].verdict or 'continue'}, the reverse "
+           f"{bounds['against_a'].verdict or 'continue'}")
+    where = f"after {repeats} of at most {design.max_repeats} repeats"
+    if repeats >= design.max_repeats:
+        return replace(dec, stop=True, verdict="inconclusive", reason="errors", details=details, repeats_saved=0,
+                       sentence=f"inconclusive {where}: {dec.verdict} without the unanswered questions, but {why}")
+    return replace(dec, stop=False, verdict=None, reason="errors", details=details, repeats_saved=0,
+                   sentence=f"continue {where}: {dec.verdict} without the unanswered questions, but {why}")
 
 
 def launch_look(design: SequentialDesign, repeats: int, a_launches: Sequence[np.ndarray],

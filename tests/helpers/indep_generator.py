@@ -19,13 +19,22 @@ The true Δ is the population mean of π_B - π_A over questions, shifts and noi
 
 **Errors** (persistent: a question unanswered in every run of the arm): ``both_shared`` (the same questions
 in both arms), ``both_indep`` (each arm its own, at the same rate), ``b_only``, ``b_informative`` (B errs on
-questions it would have got wrong); plus ``transient_rate`` (each run x question independently NaN).
+questions it would have got wrong), ``b_on_a_right`` (B errs on questions A's first launch got right: counted
+against B they cancel an effect of the same size); plus ``transient_rate`` (each run x question independently NaN).
 
 **Divergence model.** Per question 4-16 reference tokens over a 64-id vocabulary; base logits N(0, 1.2²) plus
 a peaked top id. A launch draws a noise scale s_l = exp(N(0, scale_sd²)) that multiplies its launch noise
 (sd ``launch_sd`` per token x id) and its one pass's noise (``pass_sd``); B adds its build's perturbation
 ``shift``·N(0, 1) (fixed per experiment). The reference is A's first launch; every other launch scores the
 reference's top-k ids, and the per-token KL(ref‖launch) is the library's lumped top-k KL.
+:func:`divergence_passes` builds the same passes as in-memory score tables
+(:class:`harness.results.token_store.ScoreTable`) for the product's :func:`harness.analysis.divergence.compute_divergence`.
+
+**Calibration runs** (:func:`accuracy_rates`, :func:`sequential_rates`, :func:`divergence_rates`) go through
+the product's functions: :func:`harness.stats.compare_arms` (the comparison's statistics and verdict),
+:class:`harness.orchestrate.sequential.Looks` (a sequential run's looks) and
+:func:`harness.analysis.divergence.compute_divergence` (the seed design's divergence verdict); the other
+divergence designs call :func:`harness.stats.kld_launches.launch_divergence_test`, the test that function uses.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import expit, log_softmax
 
+from harness.results.token_store import ScoreTable
 from harness.stats import kld as dv
 from harness.stats.launches import ArmRuns
 from harness.stats.signflip import signflip_weighted
@@ -43,7 +53,7 @@ from harness.stats.signflip import signflip_weighted
 DIFFICULTIES = ("beta", "logitnormal")
 EFFECTS = ("few", "uniform", "mixed")
 SHIFTS = ("none", "normal", "t3")
-ERRORS = ("none", "both_shared", "both_indep", "b_only", "b_informative")
+ERRORS = ("none", "both_shared", "both_indep", "b_only", "b_informative", "b_on_a_right")
 P_CLIP = 1e-7
 LAUNCH_NOISE_SD = 0.3
 MIXED_BREAK = 0.03
@@ -192,6 +202,9 @@ def accuracy_experiment(s: AccuracyScenario, rng: np.random.Generator) -> Experi
             ua, ub = rng.random(n) < e, rng.random(n) < e
         elif s.errors == "b_only":
             ub = rng.random(n) < e
+        elif s.errors == "b_on_a_right":   # B errs on questions A's first launch got right
+            right = ya[0, 0] == 1
+            ub = right & (rng.random(n) < min(1.0, e / max(float(right.mean()), 1e-9)))
         else:   # b_informative: B errs on questions its first pass got wrong
             wrong = yb[0, 0] == 0
             rate = min(1.0, e / max(float(wrong.mean()), 1e-9))
@@ -237,6 +250,26 @@ class DivergenceExperiment:
 
 
 def divergence_experiment(s: DivergenceScenario, rng: np.random.Generator) -> DivergenceExperiment:
+    """Per-question KLD against the reference of every other launch (:func:`divergence_passes`)."""
+    e = divergence_passes(s, rng)
+    ka = np.vstack([question_kld(e.ref, t) for t in e.a]) if e.a else np.zeros((0, s.questions))
+    kb = np.vstack([question_kld(e.ref, t) for t in e.b])
+    return DivergenceExperiment(ka, kb, np.diff(e.ref.offsets).astype(float))
+
+
+@dataclass(frozen=True)
+class DivergencePasses:
+    """One divergence experiment as the product reads it: the reference pass and every other launch's pass
+    (in-memory score tables), A's others (arm A's, then the A/A control's) and B's."""
+
+    ref: ScoreTable
+    a: list[ScoreTable]
+    b: list[ScoreTable]
+
+
+def divergence_passes(s: DivergenceScenario, rng: np.random.Generator) -> DivergencePasses:
+    """The scoring passes of :func:`divergence_experiment`'s model (the same draws in the same order), each
+    launch's logprobs of the reference's top-k ids, as the product stores them."""
     lens = rng.integers(s.min_tokens, s.max_tokens + 1, s.questions)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     t = int(offsets[-1])
@@ -244,7 +277,6 @@ def divergence_experiment(s: DivergenceScenario, rng: np.random.Generator) -> Di
     base = 1.2 * rng.standard_normal(shape, dtype=np.float32)
     base[np.arange(t), rng.integers(0, s.vocab, t)] += rng.uniform(1.0, 6.0, t).astype(np.float32)
     build = rng.standard_normal(shape, dtype=np.float32)
-    # one pass per launch: its launch and pass noise are one normal field of sd hypot(launch_sd, pass_sd)
     noise_sd = float(np.hypot(s.launch_sd, s.pass_sd))
 
     def logits(build_scale: float) -> np.ndarray:
@@ -255,15 +287,30 @@ def divergence_experiment(s: DivergenceScenario, rng: np.random.Generator) -> Di
     ref_lp = log_softmax(logits(0.0), axis=1).astype(float)
     ids = np.argpartition(-ref_lp, s.top_k - 1, axis=1)[:, : s.top_k]
     ref_top = np.take_along_axis(ref_lp, ids, axis=1)
+    token = np.argmax(ref_lp, axis=1)
+    col = np.argmax(ids == token[:, None], axis=1)
+    questions = np.arange(s.questions, dtype=np.int64)
+    position = np.arange(t) - np.repeat(offsets[:-1], lens)
 
-    def kld(build_scale: float) -> np.ndarray:
+    def table(top: np.ndarray, launch: str, on_ref: bool) -> ScoreTable:
+        return ScoreTable(questions=questions, offsets=offsets, position=position, token_id=token,
+                          logprob=top[np.arange(t), col], top_ids=ids, top_logprobs=top,
+                          ref_top_logprobs=top if on_ref else None, text_offset=None, meta={"launch": launch})
+
+    def launch_pass(build_scale: float, launch: str) -> ScoreTable:
         lq = np.take_along_axis(log_softmax(logits(build_scale), axis=1), ids, axis=1).astype(float)
-        return dv.segment_means(dv.lumped_kl(ref_top, lq), offsets)
+        return table(lq, launch, True)
 
     m_a = s.launches_a - 1 + s.launches_aa
-    ka = np.vstack([kld(0.0) for _ in range(m_a)]) if m_a else np.zeros((0, s.questions))
-    kb = np.vstack([kld(s.shift) for _ in range(s.launches_b)])
-    return DivergenceExperiment(ka, kb, lens.astype(float))
+    a = [launch_pass(0.0, f"A{j + 1}") for j in range(m_a)]
+    b = [launch_pass(s.shift, f"B{j}") for j in range(s.launches_b)]
+    return DivergencePasses(table(ref_top, "A0", False), a, b)
+
+
+def question_kld(ref: ScoreTable, cmp: ScoreTable) -> np.ndarray:
+    """Per-question mean lumped KL(ref‖cmp) of two passes built by :func:`divergence_passes`."""
+    assert cmp.ref_top_logprobs is not None
+    return dv.segment_means(dv.lumped_kl(ref.top_logprobs, cmp.ref_top_logprobs), ref.offsets)
 
 
 # ------------------------------------------------------------------------------------------ calibration runs
@@ -293,98 +340,101 @@ class Rate:
         return f"{100 * self.rate:5.1f} [{100 * lo:4.1f}, {100 * hi:4.1f}]"
 
 
-def accuracy_rates(s: AccuracyScenario, experiments: int, seed: int = 0, *, old: bool = True,
-                   include_aa: bool = False, alpha: float = 0.05) -> dict[str, Rate]:
-    """Rejections in the direction asked (Δ = 0: either direction; Δ ≠ 0: sign of Δ), coverage of the true
-    Δ and p/CI disagreements, for the new pipeline (error gate + launch-aware test) and, with ``old``,
-    today's :func:`harness.stats.compare_arms`."""
+def accuracy_rates(s: AccuracyScenario, experiments: int, seed: int = 0, *, alpha: float = 0.05) -> dict[str, Rate]:
+    """Through the product's :func:`harness.stats.compare_arms` (the comparison's statistics, with the A/A
+    control): rejections in the direction asked (Δ = 0: ``improved`` or ``regressed``; Δ ≠ 0: the verdict of
+    Δ's sign), coverage of the true Δ by ``delta_ci``, p/CI disagreements (p < α while 0 is inside the interval,
+    or the reverse), experiments the error gate bounded, and those with no launch replication (the
+    question-level test, qualified)."""
     from harness.stats import compare_arms
-    from harness.stats.errorgate import error_robust_test
-    from harness.stats.launchvar import launch_aware_test
 
     rng = np.random.default_rng(seed)
     want = int(np.sign(s.delta))
-    c = {k: 0 for k in ("new_reject", "new_cover", "new_disagree", "new_bound", "new_fallback",
-                        "old_reject", "old_cover", "old_disagree")}
+    words = ("improved", "regressed") if want == 0 else (("improved",) if want > 0 else ("regressed",))
+    c = {k: 0 for k in ("reject", "cover", "disagree", "bound", "fallback")}
     for _ in range(experiments):
         e = accuracy_experiment(s, rng)
-        aa = e.aa
-        r = error_robust_test(e.a, e.b, lambda a, b, aa=aa: launch_aware_test(
-            a, b, aa, alpha=alpha, include_aa_in_estimate=include_aa))
-        c["new_reject"] += (r.direction != 0) if want == 0 else (r.direction == want)
-        c["new_cover"] += r.main.ci[0] <= e.true_delta <= r.main.ci[1]
-        c["new_disagree"] += (r.main.p < alpha) != (r.main.ci[0] > 0 or r.main.ci[1] < 0)
-        c["new_bound"] += r.gate.action == "bound"
-        c["new_fallback"] += r.main.df_launch == 0
-        if old:
-            o = compare_arms(e.a, e.b, aa=aa, alpha=alpha, compute_mde=False)
-            w = o.verdict.word
-            c["old_reject"] += (w in ("improved", "regressed")) if want == 0 else (
-                w == ("improved" if want > 0 else "regressed"))
-            c["old_cover"] += o.analysis.ci[0] <= e.true_delta <= o.analysis.ci[1]
-            c["old_disagree"] += (o.analysis.p < alpha) != (o.analysis.ci[0] > 0 or o.analysis.ci[1] < 0)
-    return {k: Rate(v, experiments) for k, v in c.items() if old or not k.startswith("old")}
+        r = compare_arms(e.a, e.b, aa=e.aa, alpha=alpha, compute_mde=False)
+        an = r.analysis
+        c["reject"] += r.verdict.word in words
+        c["cover"] += an.ci[0] <= e.true_delta <= an.ci[1]
+        c["disagree"] += (an.p < alpha) != (an.ci[0] > 0 or an.ci[1] < 0)
+        c["bound"] += r.errors.gate is not None and r.errors.gate.action == "bound"
+        c["fallback"] += an.unit == "question"
+    return {k: Rate(v, experiments) for k, v in c.items()}
 
 
 def sequential_rates(s: AccuracyScenario, experiments: int, seed: int = 0, *, max_repeats: int = 6,
-                     min_repeats: int = 2, old: bool = True) -> dict[str, Rate | float]:
-    """A sequential run with a fresh launch of both arms per repeat: rejections and mean repeats of the
-    launch-aware looks (:func:`harness.stats.launch_looks.launch_look`) and, with ``old``, today's
-    question-level looks."""
+                     min_repeats: int = 2, min_effect: float | None = None) -> dict[str, Rate | float]:
+    """A sequential run with a fresh launch of both arms per repeat, through the product's
+    :class:`harness.orchestrate.sequential.Looks` (launch-aware looks with the error gate and the declared
+    effect): rejections in the direction asked, mean repeats, and the decisions ``improved`` where the fixed
+    design's errors rule (:func:`harness.stats.compare_arms` on the data of the deciding look) says request
+    errors could change the verdict (``improved_despite_errors``: must be 0)."""
+    from harness.orchestrate.sequential import Looks
+    from harness.stats import compare_arms
     from harness.stats import group_sequential as sq
-    from harness.stats.launch_looks import launch_look
 
-    design = sq.SequentialDesign(max_repeats=max_repeats, min_repeats=min_repeats)
+    design = sq.SequentialDesign(max_repeats=max_repeats, min_repeats=min_repeats, min_effect=min_effect)
     sc = s.with_(launches_a=max_repeats, launches_b=max_repeats, launches_aa=0, passes=1)
     rng = np.random.default_rng(seed)
     want = int(np.sign(s.delta))
-    hits = {"new": 0, "old": 0}
-    reps = {"new": 0, "old": 0}
+    words = ("improved", "regressed") if want == 0 else (("improved",) if want > 0 else ("regressed",))
+    hits = reps = bad = errors_rule = 0
     for _ in range(experiments):
         e = accuracy_experiment(sc, rng)
-        A = [e.a.scores[i] for i in range(max_repeats)]
-        B = [e.b.scores[i] for i in range(max_repeats)]
-        for name in ("new", "old") if old else ("new",):
-            for k in range(min_repeats, max_repeats + 1):
-                if name == "new":
-                    dec = launch_look(design, k, A[:k], B[:k])
-                else:
-                    dl, se, nq = sq.question_level_estimate(A[:k], B[:k])
-                    dec = sq.decide_look(design, k, dl, se, nq)
-                if dec.stop:
-                    v = dec.verdict
-                    hits[name] += (v in ("improved", "regressed")) if want == 0 else (
-                        v == ("improved" if want > 0 else "regressed"))
-                    reps[name] += k
-                    break
-    out: dict[str, Rate | float] = {}
-    for name in hits:
-        if name == "old" and not old:
-            continue
-        out[f"{name}_reject"] = Rate(hits[name], experiments)
-        out[f"{name}_repeats"] = reps[name] / experiments
-    return out
+        looks = Looks(design)
+        for k in range(min_repeats, max_repeats + 1):
+            a, b = ArmRuns(e.a.scores[:k], e.a.launches[:k]), ArmRuns(e.b.scores[:k], e.b.launches[:k])
+            look = looks.decide(k, a, b)
+            if look is not None and look.stop:
+                hits += look.verdict in words
+                reps += k
+                if s.errors != "none":
+                    fixed = compare_arms(a, b, alpha=design.alpha, compute_mde=False)
+                    errors_rule += fixed.errors.changes_verdict
+                    bad += fixed.errors.changes_verdict and look.verdict == "improved"
+                break
+    return {"reject": Rate(hits, experiments), "repeats": reps / experiments,
+            "errors_rule_inconclusive": Rate(errors_rule, experiments),
+            "improved_despite_errors": Rate(bad, experiments)}
 
 
 def divergence_rates(s: DivergenceScenario, experiments: int, seed: int = 0,
-                     designs: tuple[tuple[int, int], ...] = ((4, 3),)) -> dict[str, Rate | float]:
+                     designs: tuple[tuple[int, int], ...] = ((4, 3),), product: tuple[int, int] | None = None,
+                     n_resamples: int = 999) -> dict[str, Rate | float]:
     """For each (m_A, m_B) (the first m_A of A's other launches, the first m_B of B's): the launch-level
-    test's rejections; and the per-question test of today's design (one A/A launch, one B launch); the
-    pooled sd of log launch-mean KLD (for planning)."""
+    test's rejections (:func:`harness.stats.kld_launches.launch_divergence_test`); ``product``: one design run
+    through the product's :func:`harness.analysis.divergence.compute_divergence` (its verdict, key
+    ``product_<m_A>_<m_B>``; the floor is A's first other launch, the compared pass B's first); the
+    per-question test of one A/A launch and one B launch (``question_1_1``); the pooled sd of log launch-mean
+    KLD and the geometric-mean KLD ratio B/A (for planning)."""
+    from harness.analysis.divergence import compute_divergence
     from harness.stats.kld_launches import launch_divergence_test, launch_means
 
     rng = np.random.default_rng(seed)
     c = {f"launch_{ma}_{mb}": 0 for ma, mb in designs}
     c["question_1_1"] = 0
+    if product is not None:
+        c[f"product_{product[0]}_{product[1]}"] = 0
     sds, ratios = [], []
     for _ in range(experiments):
-        e = divergence_experiment(s, rng)
+        e = divergence_passes(s, rng)
+        ka = np.vstack([question_kld(e.ref, t) for t in e.a])
+        kb = np.vstack([question_kld(e.ref, t) for t in e.b])
+        tokens = np.diff(e.ref.offsets).astype(float)
         for ma, mb in designs:
-            r = launch_divergence_test(e.kld_a[:ma], e.kld_b[:mb], e.tokens, per_question=False)
+            r = launch_divergence_test(ka[:ma], kb[:mb], tokens, per_question=False)
             c[f"launch_{ma}_{mb}"] += r.verdict == "diverged"
-        t = signflip_weighted(e.kld_b[0] - e.kld_a[0], e.tokens, 999, seed=rng)
+        if product is not None:
+            ma, mb = product
+            d = compute_divergence(e.ref, e.b[0], e.a[0], launches_a=e.a[1:ma], launches_b=e.b[1:mb],
+                                   texts_ref={}, texts_b={}, texts_aa={}, n_resamples=n_resamples,
+                                   seed=int(rng.integers(2**31)), top_n=0)
+            c[f"product_{ma}_{mb}"] += d.verdict == "diverged"
+        t = signflip_weighted(kb[0] - ka[0], tokens, 999, seed=rng)
         c["question_1_1"] += t.p < 0.05 and t.statistic > 0
-        la, lb = np.log(launch_means(e.kld_a, e.tokens)), np.log(launch_means(e.kld_b, e.tokens))
+        la, lb = np.log(launch_means(ka, tokens)), np.log(launch_means(kb, tokens))
         ss = float(np.sum((la - la.mean()) ** 2) + np.sum((lb - lb.mean()) ** 2))
         sds.append(ss / (la.size + lb.size - 2))
         ratios.append(float(np.exp(lb.mean() - la.mean())))
