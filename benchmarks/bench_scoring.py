@@ -6,12 +6,18 @@ floor on a fresh launch of A; then :func:`harness.analysis.divergence.compute_di
 this process's CPU time, tokens, ``scores.parquet`` size, and the client's peak RSS (``VmHWM``) so far. The
 simulators are separate processes: their CPU is not counted, their wall time is.
 
-    python benchmarks/bench_scoring.py [--questions 1319] [--parallel 1319] [--top-k 20]
+    python benchmarks/bench_scoring.py [--questions 1319] [--parallel 1319] [--top-k 20] [--baseline REV]
+
+With ``--baseline REV`` (a git revision of this repository, e.g. the commit before a change), the same
+measurement runs twice, one after the other in this run, in subprocesses: once on REV's harness (exported
+with ``git archive``) and once on this checkout's; a table of both and their ratios (REV / this) follows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -59,12 +65,48 @@ class Sim:
         self.proc.wait(10)
 
 
+def side_by_side(args: argparse.Namespace) -> None:
+    """The measurement on ``args.baseline``'s harness and on this checkout's, and their ratios."""
+    here = Path(__file__).resolve().parent.parent
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="bench_scoring_base_") as base:
+        archive = subprocess.run(["git", "-C", str(here), "archive", args.baseline, "harness"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", base], input=archive, check=True)
+        for name, root in ((args.baseline, Path(base)), ("this checkout", here)):
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            out = subprocess.run([sys.executable, __file__, "--json", "--questions", str(args.questions),
+                                  "--parallel", str(args.parallel), "--top-k", str(args.top_k)], env=env,
+                                 capture_output=True, text=True, cwd=base)
+            if out.returncode:
+                sys.exit(f"the measurement on {name} failed:\n{out.stderr[-3000:]}")
+            runs[name] = {r["step"]: r for r in json.loads(out.stdout.strip().splitlines()[-1])}
+    old, new = runs[args.baseline], runs["this checkout"]
+    assert next(iter(old.values()))["harness"].startswith(base), "the baseline run did not import REV's harness"
+    print(f"{args.questions} questions, parallel {args.parallel}, top-{args.top_k}: {args.baseline} vs this checkout "
+          "(CPU: the client process's; the simulators run in their own processes)")
+    print(f"{'step':16s} {'CPU s ' + args.baseline[:8]:>16s} {'CPU s now':>10s} {'CPU ratio':>10s} "
+          f"{'wall s ' + args.baseline[:8]:>17s} {'wall s now':>11s} {'wall ratio':>11s}")
+    for step, o in old.items():
+        n = new[step]
+        print(f"{step:16s} {o['cpu']:16.2f} {n['cpu']:10.2f} {o['cpu'] / n['cpu']:9.2f}x "
+              f"{o['wall']:17.2f} {n['wall']:11.2f} {o['wall'] / n['wall']:10.2f}x")
+    ev = new.get("eval a")
+    if ev:
+        for step in ("reference pass", "B pass", "A/A floor"):
+            print(f"{step}: wall {new[step]['wall'] / ev['wall']:.2f}x an eval's ({ev['wall']:.2f} s) on this checkout")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=1319)
     ap.add_argument("--parallel", type=int, default=1319)
     ap.add_argument("--top-k", type=int, default=20)
+    ap.add_argument("--baseline", metavar="REV", help="also measure REV's harness, side by side")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.baseline:
+        return side_by_side(args)
     test = gsm8k.load(EMBEDDED_TEST, "test")
     root = Path(tempfile.mkdtemp(prefix="bench_scoring_"))
     a, b = root / "evals/a/r1", root / "evals/b/r1"
@@ -96,7 +138,13 @@ def main() -> None:
     finally:
         a2.stop()
     d = timed("divergence", lambda: compute_divergence(a, b, root / "evals/aa/r1"))
-    print(f"{args.questions} questions, parallel {args.parallel}, top-{args.top_k}; {d['tokens']} reference tokens")
+    if args.json:
+        import harness
+
+        print(json.dumps([{"step": name, "wall": wall, "cpu": cpu, "peak_rss_mib": peak, "harness": harness.__file__}
+                          for name, wall, cpu, _, peak in rows]))
+        return
+    print(f"{args.questions} questions, parallel {args.parallel}, top-{args.top_k}; {d.tokens} reference tokens")
     print(f"{'step':16s} {'wall s':>8s} {'CPU s':>8s} {'tokens':>8s} {'parquet MiB':>12s} {'peak RSS MiB':>13s}")
     for name, wall, cpu, out, peak in rows:
         toks = out.get("tokens") if isinstance(out, dict) and "status" in out else ""
@@ -105,7 +153,7 @@ def main() -> None:
             rel = {"reference pass": a, "B pass": b, "A/A floor": root / "evals/aa/r1"}[name]
             size = f"{(rel / 'scores.parquet').stat().st_size / 2**20:.1f}"
         print(f"{name:16s} {wall:8.2f} {cpu:8.2f} {toks!s:>8s} {size:>12s} {peak:13.0f}")
-    print(f"verdict {d['verdict']}: KLD {d['kld_mean']:.4g} vs A/A {d['kld_mean_aa']:.4g} "
+    print(f"verdict {d.verdict}: KLD {d.kld_mean:.4g} vs A/A {d.kld_mean_aa:.4g} "
           "(peak RSS: this process's VmHWM after each step, imports included)")
 
 

@@ -214,3 +214,14 @@ def test_abh_eval_never_prints_a_servers_control_characters(tmp_path):
     assert r2.returncode == exitcodes.BAD_CONFIG and "does not serve the sglang API" in r2.stderr
     for text in (r.stderr, r.stdout, r2.stderr, r2.stdout):
         assert not any(c in text for c in "\x1b\x07\x9b"), text
+
+
+def test_a_batched_tokenize_is_bounded_by_every_texts_characters():
+    """/tokenize of 1319 prompts at once (the reference pass): the answer may hold one id per character of every
+    prompt, not one per prompt (a 7 MB answer was cut at 2.4 MB)."""
+    from harness.serving.wire import for_api
+
+    texts = ["x" * 900] * 1319
+    for api in ("sglang", "openai", "vllm"):
+        assert for_api(api, "m").reply_tokens({"prompt": texts, "add_special_tokens": True}) == 900 * 1319
+    assert for_api("openai", "m").reply_tokens({"prompt": [[1, 2, 3], [4, 5]], "max_tokens": 1, "echo": True}) == 1 + 5

@@ -263,3 +263,39 @@ def test_real_llamacpp_scores_its_own_greedy_text(tmp_path):
     assert reply.error is None and reply.scores is not None
     assert reply.scores.texts == lp["tokens"]
     assert reply.scores.logprobs == pytest.approx(lp["token_logprobs"], abs=1e-3)
+
+
+@pytest.mark.parametrize("texts, asked", [(True, False), (False, True)])
+def test_the_array_parser_of_sglang_scores_agrees_with_the_entry_by_entry_one(monkeypatch: pytest.MonkeyPatch,
+                                                                             texts: bool, asked: bool) -> None:
+    """A regular SGLang answer is parsed by numpy (no Python object per alternative); the careful parser gives
+    the same scores on it, ties in logprob kept in the server's order."""
+    import numpy as np
+
+    from harness.serving import wire
+
+    rng = np.random.default_rng(3)
+    t, k, m = 40, 8, 5
+    lps = np.round(rng.normal(-3, 1, (t, k)), 1)  # rounded: ties
+    ids = rng.integers(0, 50_000, (t, k))
+    text = (lambda i: f"w{i}") if texts else (lambda i: None)
+    tops = [None] + [[[float(lps[i, j]), int(ids[i, j]), text(ids[i, j])] for j in range(k)] for i in range(t)]
+    rows = [[None, 1, None]] + [[float(lps[i, 0]), int(ids[i, 0]), text(ids[i, 0])] for i in range(t)]
+    ask = [int(x) for x in ids[0, :m]]
+    by_id = [None] + [[[float(-i - j / 10), a, None] for j, a in enumerate(ask)] for i in range(t)] if asked else None
+    obj = {"meta_info": {"input_token_logprobs": rows, "input_top_logprobs": tops, "prompt_tokens": t + 4,
+                         **({"input_token_ids_logprobs": by_id} if asked else {})}}
+    req = ScoreRequest(list(range(1, 5)), [int(x) for x in ids[:, 0]], top_k=6)
+    fast = SGLangApi().parse_scores(obj, req)
+    assert fast.dense_top is not None
+    monkeypatch.setattr(wire, "_dense_sglang", lambda *a: None)
+    slow = SGLangApi().parse_scores(obj, req)
+    assert slow.dense_top is None
+    for name in ("ids", "texts", "logprobs", "top_ids", "top_texts", "top_logprobs", "id_logprobs", "input_tokens"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    np.testing.assert_array_equal(fast.dense_top[0], np.asarray(slow.top_ids))
+    # an irregular answer (a null logprob among the alternatives) is left to the careful parser
+    monkeypatch.undo()
+    assert SGLangApi().parse_scores(obj, req).dense_top is not None
+    tops[3][2][0] = None
+    assert SGLangApi().parse_scores(obj, req).dense_top is None

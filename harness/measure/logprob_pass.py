@@ -207,7 +207,9 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
     same choice in every pass of a protocol). ``ref_top`` (T, k_ref): the reference pass's top-k ids, whose
     logprobs this server gave (``id_logprobs``) are lined up with it."""
     t = len(sc)
-    by_id = all(i is not None for i in sc.ids) and all(i is not None for row in sc.top_ids for i in row)
+    dense = sc.dense_top
+    by_id = dense is not None or (all(i is not None for i in sc.ids)
+                                  and all(i is not None for row in sc.top_ids for i in row))
     if by_id:
         tok = np.asarray(sc.ids if t else (ref_ids or []), dtype=np.int64)
     else:
@@ -215,7 +217,10 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
     lp = np.asarray([np.nan if v is None else v for v in sc.logprobs], dtype=np.float64)
     ids = np.full((t, k), -1, np.int64)
     tlp = np.full((t, k), -np.inf)
-    for i in range(t):
+    if dense is not None:  # the parser's arrays: no Python object per alternative
+        w = min(k, dense[0].shape[1])
+        ids[:, :w], tlp[:, :w] = dense[0][:, :w], dense[1][:, :w]
+    for i in range(t if dense is None else 0):
         row_ids = [int(x) if x is not None else -1 for x in sc.top_ids[i]] if by_id else [
             text_key(x) for x in sc.top_texts[i]]
         w = min(k, len(row_ids))

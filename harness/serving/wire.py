@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any, ClassVar
 
+import numpy as np
+
 
 class MalformedResponse(ValueError):
     """A 2xx response body without the protocol's shape (a proxy's error page, a torn body, ...)."""
@@ -102,6 +104,9 @@ class TokenScores:
     id_logprobs: list[dict[int, float]] = field(default_factory=list)
     text_offsets: list[int | None] = field(default_factory=list)
     input_tokens: int | None = None
+    #: ``top_ids`` (-1 for none) and ``top_logprobs`` as (T, k) arrays, when the parser built them so (the
+    #: scoring pass then stores them without a Python object per alternative)
+    dense_top: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.logprobs)
@@ -311,6 +316,9 @@ class SGLangApi(Api):
         if req.by_ids and len(rows) != len(req.reference):
             raise MalformedResponse(f"{len(rows)} input logprobs for a reference of {len(req.reference)} tokens")
         total = meta.get("prompt_tokens")
+        fast = _dense_sglang(rows, tops, by_id, req.top_k, total if isinstance(total, int) else None)
+        if fast is not None:
+            return fast
         out = TokenScores(input_tokens=total if isinstance(total, int) else None)
         for row, top, asked in zip(rows, tops, by_id, strict=True):
             lp, tid, text = _triple(row)
@@ -664,8 +672,15 @@ def _int(x: Any, default: int) -> int:
 
 
 def _length(x: Any) -> int:
-    """Tokens a request's text or id list can make at most: its ids, or its characters."""
-    return len(x) if isinstance(x, str | list | tuple) else 0
+    """Tokens a request's text or id list can make at most: its ids, or its characters; for a batch (a list of
+    texts or of id lists, as ``/tokenize`` takes), the sum over its members."""
+    if isinstance(x, str):
+        return len(x)
+    if isinstance(x, list | tuple):
+        if not x or not isinstance(x[0], str | list | tuple):  # ids (a scoring request's input_ids)
+            return len(x)
+        return sum(len(m) if isinstance(m, str | list | tuple) else 1 for m in x)
+    return 0
 #: (OpenAI field, SGLang sampling-param name) in the order the completions body sends them.
 COMPLETION_FIELDS: tuple[tuple[str, str], ...] = (
     ("max_tokens", "max_new_tokens"), ("temperature", "temperature"), ("top_p", "top_p"), ("n", "n"),
@@ -688,6 +703,64 @@ def _extras(sampling: Mapping[str, Any]) -> dict[str, Any]:
     """The OpenAI-only fields of ``sampling`` (under ``openai_extras``: a recipe's own) that it holds."""
     extras = sampling.get("openai_extras") or {}
     return {k: extras[k] for k in OPENAI_EXTRAS if k in extras}
+
+
+def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
+    """Per-position lists of SGLang ``[logprob, id, text]`` entries as one (T, k, 3) object array, or None when
+    they are not that regular (ragged, nulls, short entries: the careful path parses them)."""
+    if not x:
+        return None
+    try:
+        arr = np.array(x, dtype=object)
+    except ValueError:  # ragged
+        return None
+    if arr.ndim != 3 or arr.shape[2] != 3 or (width is not None and arr.shape[1] < 1):
+        return None
+    return arr
+
+
+def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], k: int,
+                  total: int | None) -> TokenScores | None:
+    """:meth:`SGLangApi.parse_scores` on a regular answer (every position with the same number of
+    alternatives, no null logprob), in a few numpy operations instead of a Python object per alternative;
+    None when the answer is not regular (then the entry-by-entry parser reads it, and names what is wrong)."""
+    if not rows:
+        return None
+    own, top = _entries([rows]), _entries(tops)
+    if own is None or top is None or top.shape[0] != len(rows):
+        return None
+    try:
+        lp = own[0, :, 0].astype(np.float64)
+        ids = own[0, :, 1].astype(np.int64)
+        top_lp = top[:, :, 0].astype(np.float64)
+        top_ids = top[:, :, 1].astype(np.int64)
+    except (TypeError, ValueError):  # a null, a string where a number belongs: the careful path
+        return None
+    if not (np.isfinite(lp).all() and np.isfinite(top_lp).all() and (own[0, :, 1] != None).all()):  # noqa: E711
+        return None
+    texts = [x if isinstance(x, str) else None for x in own[0, :, 2].tolist()]
+    order = np.argsort(-top_lp, axis=1, kind="stable")[:, :k]  # by logprob; ties keep the server's order
+    top_lp = np.take_along_axis(top_lp, order, axis=1)
+    top_ids = np.take_along_axis(top_ids, order, axis=1)
+    top_texts = np.take_along_axis(top[:, :, 2], order, axis=1).tolist()
+    asked: list[dict[int, float]] = []
+    for entry in by_id:
+        if not entry:
+            asked.append({})
+            continue
+        got = _entries([entry])
+        if got is None:
+            return None
+        try:
+            a_lp, a_ids = got[0, :, 0].astype(np.float64), got[0, :, 1].astype(np.int64)
+        except (TypeError, ValueError):
+            return None
+        asked.append(dict(zip(a_ids.tolist(), a_lp.tolist(), strict=True)))
+    out = TokenScores(ids=ids.tolist(), texts=texts, logprobs=lp.tolist(), top_ids=top_ids.tolist(),
+                      top_texts=[[t if isinstance(t, str) else None for t in row] for row in top_texts],
+                      top_logprobs=top_lp.tolist(), id_logprobs=asked, text_offsets=[None] * len(rows),
+                      input_tokens=total, dense_top=(top_ids, top_lp))
+    return out
 
 
 def _num(x: Any) -> float:
