@@ -285,7 +285,7 @@ def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_se
     assert _received(sa) == before[0] and _received(flaky) - before[1] >= errors + 1  # the failed ones again
 
 
-@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), ("0", "indistinguishable")])
+@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), pytest.param("0", "indistinguishable", marks=pytest.mark.slow)])
 def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    shift: str, verdict: str) -> None:
     """abh ab A B --aa A2 (issue 21): the reference pass on A, the compared pass on B, the floor on A2; B's logits

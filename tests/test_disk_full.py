@@ -128,6 +128,7 @@ def fill(root: Path) -> Path:
     return filler
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_abh_run_on_a_disk_that_fills_mid_eval(small_disk):
     disk = small_disk(8 << 20)
     if not disk.tmpfs:

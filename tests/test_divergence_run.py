@@ -138,6 +138,7 @@ def _shifted_run(tmp_path: Path) -> tuple[Path, str]:
     return run_dir, r.stdout
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
     run_dir, stdout = _shifted_run(tmp_path)
     c = read_json(run_dir / "comparison.json")
@@ -299,6 +300,7 @@ def test_a_sweep_shows_the_kld_column(tmp_path):
     assert "KLD A‖B (A/A)" in html and "0.023 (0.00033) *" in html
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_the_scoring_passes_take_no_launch_of_their_own_and_the_design_says_so(tmp_path, capsys):
     """One server at a time, a restart per repeat (the seed's design): the passes ride on the evals' launches, the
     floor on the A/A control's first, and every other launch gets one pass (A r2, B r2, A/A r2); the run makes

@@ -120,6 +120,7 @@ def test_help_shows_defaults():
     assert "(default: None)" not in text and "(default: )" not in text
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_a_server_that_hangs_mid_eval_stops_the_eval_with_exit_4(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.9", "--hang-after", "41", "--latency-s", "0.01", "--max-running-requests", "4")
     out = tmp_path / "ev"

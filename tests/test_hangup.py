@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import TEST_JSONL, SimServer
 from helpers.faultserver import FaultServer
 from helpers.runs import ONE_EACH, SMALL, interrupt_run, rows
@@ -18,6 +19,7 @@ from harness import exitcodes
 from harness.results.fileio import read_json
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_sighup_mid_eval_stops_the_servers_and_exits_129(tmp_path: Path):
     run_dir = tmp_path / "run"
     args = [f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "engine.latency_s=0.05", "engine.max_running_requests=8"]

@@ -88,6 +88,7 @@ def test_every_surface_carries_the_one_line(tmp_path: Path, capsys: pytest.Captu
     assert "/server_info differs" not in err and "/server_info differs" in (run_dir / "run.log").read_text()
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_library_log_lines_stay_in_run_log(tmp_path: Path) -> None:
     """A fresh matplotlib cache logs "generated new fontManager" at INFO: run.log has it, the console does not."""
     from helpers.runs import abh_run

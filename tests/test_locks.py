@@ -89,6 +89,7 @@ def test_a_second_abh_eval_into_the_same_directory_exits_2_at_once(tmp_path):
         srv.stop()
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_a_second_abh_run_on_the_same_directory_starts_no_server(tmp_path):
     run_dir = tmp_path / "run"
     args = ["run", f"hydra.run.dir={run_dir}", "task.num_questions=40", "engine.latency_s=0.5", "client.parallel=2",

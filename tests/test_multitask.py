@@ -52,6 +52,7 @@ def null_fpr(reps: int, tasks: int = 3, n: int = 400, seed: int = 20) -> tuple[f
     return holm_hits / reps, raw_hits / reps
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_overall_decision_fpr_under_a_null_on_three_tasks_is_at_most_alpha():
     fpr, unadjusted = null_fpr(800)
     assert fpr <= ALPHA, fpr
@@ -113,6 +114,7 @@ def _mmlu_csv(path: Path, n: int = 60) -> Path:
 BASE = ("progress=false", "client.parallel=64", "divergence.enabled=false", *ONE_EACH)
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_a_run_of_three_tasks_gives_a_verdict_per_task_and_one_decision(tmp_path, capsys):
     mmlu = _mmlu_csv(tmp_path / "mmlu.csv")
     run = tmp_path / "run"

@@ -191,6 +191,7 @@ def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo100: Demo) 
 
 
 # ------------------------------------------------------------------------------ resume, signals
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """SIGTERM while only arm A's server has run: exit 143, server gone, answers kept; the rerun resumes on a
@@ -426,6 +427,7 @@ def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
 
 
 # ------------------------------------------------------------------------------------------ sweeps
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_sweep_exit_code_is_its_worst_job_and_secrets_stay_out(tmp_path: Path) -> None:
     """Two jobs, the second with arm B on the wrong side (exit 3): the sweep summary still counts it (p = 1)
     and the sweep exits 3; a secret override leaks into no file or directory name."""

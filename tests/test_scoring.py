@@ -120,6 +120,7 @@ def test_compared_pass_sends_the_same_ids_and_asks_for_the_reference_top_ids(sim
 
 
 # ------------------------------------------------------------------------------------------ OpenAI: ids (vLLM's)
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_openai_passes_of_a_server_that_takes_ids_are_scored_by_ids(sim_server, tmp_path):
     """The simulator speaks vLLM's extensions (/tokenize, ids as the prompt, prompt_logprobs keyed by id): the
     reference pass finds that out and every pass sends the same ids (the text path and the BOS model it

@@ -193,6 +193,7 @@ def test_generation_logprobs_cover_every_generated_token(sim_server, tok):
     assert "input_token_logprobs" not in b[1]["meta_info"]
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_logit_shift_and_noise_on_the_wire_without_touching_accuracy(sim_server, tok):
     common = ["--flip-rate", "0.05", "--run-seed", "3", "--accuracy", "0.8"]
     a = sim_server(*common, "--build", "baseline", "--logit-shift", "0.3", "--logprob-noise", "0")

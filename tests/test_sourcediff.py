@@ -211,6 +211,7 @@ def test_seed_dry_run_with_the_default_refs_in_a_clone_without_them_is_bad_confi
     assert r.returncode == exitcodes.BAD_CONFIG and "fbecd75c8313" in r.stderr
 
 
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 @pytest.mark.skipif(not TEST_JSONL.exists(), reason="GSM8K test set not found")
 def test_a_real_run_records_the_source_diff_and_an_extra_file_stops_it_before_any_server(repo, tmp_path, abh_here):
     """The demo (simulated) experiment with git arms from the SGLang-shaped repository."""

@@ -267,6 +267,7 @@ def _row(c: SIM.Calibration) -> str:
 
 @pytest.mark.parametrize("design,noise", [(DESIGNS[0], NOISES[2]), (DESIGNS[1], NOISES[0]), (DESIGNS[2], NOISES[1])],
                          ids=["single-mixed", "one-launch-verbatim", "launch-per-repeat-pass"])
+@pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
 def test_verdict_calibration_quick(design: SIM.Design, noise: SIM.Noise):
     """Small version of the calibration (300 experiments per cell): bounds of about ±3 Monte Carlo SEs,
     which the old repeats test (16 % false positives on verbatim repeats) fails."""

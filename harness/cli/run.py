@@ -24,11 +24,9 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import exitcodes
-from harness.analysis.sweep import summarize_sweep
 from harness.cli.hydra_errors import one_line
 from harness.config import CONFIG_DIR, arms_root
 from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
-from harness.report.sweep_text import format_sweep
 from harness.results import schema
 from harness.util.redact import Redactor, redact_argv, redact_text, secret_values
 from harness.util.redact_stdio import redacted_stdio
@@ -296,6 +294,9 @@ class SweepCallback(Callback):
             return
         redact_multirun_yaml(sweep_dir)
         try:
+            from harness.analysis.sweep import summarize_sweep  # a sweep's end only: not every job's import
+            from harness.report.sweep_text import format_sweep
+
             s = summarize_sweep(sweep_dir, str(config.stats.correction))
         except schema.SchemaError as e:
             print(f"abh: sweep summary not written: {e}", file=sys.stderr, flush=True)

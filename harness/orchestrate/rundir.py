@@ -126,6 +126,10 @@ def provenance() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ the manifest
+#: manifest keys a session replaces whole and never edits in place (their redaction is cached by identity)
+_SET_ONCE = frozenset({"config", "config_semantic"})
+
+
 class Manifest:
     """manifest.json. Every event of the run goes through one of these methods, which records it and rewrites
     the file atomically (redacted, once, in :meth:`_commit`), so a crash leaves an accurate record. A dry run
@@ -138,10 +142,22 @@ class Manifest:
         # A manifest this abh cannot read (another kind, an unknown schema_version) raises SchemaError.
         self.data: dict[str, Any] = dict(schema.load_manifest(self.path)) if self.path.exists() else {}
         self.session: dict[str, Any] = {}
+        #: the redacted copies of the parts a session sets once and never changes (the resolved config): the
+        #: manifest is rewritten at every event, and redacting them again each time was most of its cost
+        self._redacted: dict[str, tuple[Any, Any]] = {}
 
     def _commit(self) -> None:
         if self.enabled:
-            schema.write_manifest(self.path, redact_tree(self.data))  # type: ignore[arg-type]
+            out: dict[str, Any] = {}
+            for key, value in self.data.items():
+                if key in _SET_ONCE:
+                    seen = self._redacted.get(key)
+                    if seen is None or seen[0] is not value:
+                        seen = self._redacted[key] = (value, redact_tree(value))
+                    out[key] = seen[1]
+                else:
+                    out[key] = redact_tree(value)
+            schema.write_manifest(self.path, out)  # type: ignore[arg-type]
 
     def _arm(self, key: str) -> dict[str, Any]:
         arm: dict[str, Any] = self.data.setdefault("arms", {}).setdefault(key, {})
