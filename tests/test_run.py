@@ -355,6 +355,10 @@ def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path: 
         assert lines.count(p) == 2, p  # once per arm, as --flag value
     assert "-m sglang.launch_server" in out and "dry run: no server started" in out
     assert not list((tmp_path / "dry").glob("evals/*"))
+    # issue 21: the design counts the scoring passes, and they take no launch of their own
+    assert "one server at a time: 8 server launch(es), scoring passes included" in err
+    assert "scoring: 8 pass(es) for the divergence (reference, compared, A/A floor) on the evals' launches: no " \
+           "launch of their own" in err
 
 
 def test_seed_dry_run_without_a_clone_says_to_set_sglang_repo(tmp_path: Path, capsys: pytest.CaptureFixture[str],
