@@ -299,3 +299,44 @@ def test_the_array_parser_of_sglang_scores_agrees_with_the_entry_by_entry_one(mo
     assert SGLangApi().parse_scores(obj, req).dense_top is not None
     tops[3][2][0] = None
     assert SGLangApi().parse_scores(obj, req).dense_top is None
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_an_answer_without_texts_read_from_its_bytes_is_the_json_parsers(asked: bool) -> None:
+    """The compared and floor passes' answers (no token texts) are read by numpy from the body's bytes; the
+    scores are those the JSON parser gives, and anything irregular is left to it."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    t, k, m = 30, 6, 4
+    lps, ids = np.round(rng.normal(-3, 1, (t, k)), 1), rng.integers(0, 50_000, (t, k))
+    ask = [int(x) for x in ids[0, :m]]
+    meta = {"prompt_tokens": t + 4, "input_token_logprobs": [[None, 1, None]] + [
+                [float(lps[i, 0]), int(ids[i, 0]), None] for i in range(t)],
+            "input_top_logprobs": [None] + [[[float(lps[i, j]), int(ids[i, j]), None] for j in range(k)]
+                                            for i in range(t)]}
+    if asked:
+        meta["input_token_ids_logprobs"] = [None] + [[[float(-i - j / 10), a, None] for j, a in enumerate(ask)]
+                                                     for i in range(t)]
+    obj = {"text": "", "meta_info": {"id": "x", **meta, "e2e_latency": 0.1}}
+    req = ScoreRequest(list(range(1, 5)), [int(x) for x in ids[:, 0]], top_k=5, token_ids=ask if asked else None,
+                       texts=False)
+    raw = json.dumps(obj).encode()
+    fast, slow = SGLangApi().decode_scores(raw, req), SGLangApi().parse_scores(obj, req)
+    assert fast is not None
+    for name in ("ids", "logprobs", "top_ids", "top_logprobs", "input_tokens"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    if asked:
+        assert fast.asked_ids == tuple(ask)
+        got = [{a: float(v) for a, v in zip(fast.asked_ids, row, strict=True)} for row in fast.dense_asked]
+        assert got == slow.id_logprobs
+    # left to the JSON parser: texts asked for, a string among the numbers, a null logprob, ragged positions,
+    # a key given twice, an array that is not meta_info's
+    assert SGLangApi().decode_scores(raw, ScoreRequest(req.prompt, req.reference, top_k=5, texts=True)) is None
+    bad = [raw.replace(b'null]]', b'"x"]]', 1), raw.replace(b"[-3", b"[null", 1),
+           json.dumps({**obj, "meta_info": {**meta, "input_top_logprobs": meta["input_top_logprobs"][:-1] + [
+               meta["input_top_logprobs"][-1][:-1]]}}).encode(),
+           raw[:-1] + b', "input_top_logprobs": []}',
+           json.dumps({"text": "", "meta_info": {"prompt_tokens": 3}, "x": meta}).encode()]
+    for b in bad:
+        assert SGLangApi().decode_scores(b, req) is None, b[:60]

@@ -231,6 +231,13 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
         # this server's logprobs of the reference pass's top-k ids: asked ones (token_ids_logprob), and the
         # reference token itself (its logprob comes with every answer)
         ref_lp = np.full(ref_top.shape, np.nan)
+        if sc.dense_asked is not None and sc.asked_ids:  # the asked ids' columns, looked up by id
+            asked = np.asarray(sc.asked_ids, dtype=np.int64)
+            order = np.argsort(asked, kind="stable")
+            col = np.searchsorted(asked[order], ref_top).clip(0, asked.size - 1)
+            hit = (asked[order][col] == ref_top) & (ref_top >= 0)
+            got_lp = np.take_along_axis(sc.dense_asked, order[col], axis=1)
+            ref_lp = np.where(hit, got_lp, np.nan)
         for i, got in enumerate(sc.id_logprobs):
             if got:
                 ref_lp[i] = [got.get(int(x), np.nan) if x >= 0 else np.nan for x in ref_top[i]]

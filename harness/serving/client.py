@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import math
 import os
 import random
@@ -37,7 +36,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import aiohttp.http_exceptions
-import orjson
 
 from harness.serving.untrusted import printable
 from harness.serving.wire import (
@@ -49,6 +47,7 @@ from harness.serving.wire import (
     TokenScores,
     for_api,
 )
+from harness.serving.wire import loads_body as _loads
 
 #: HTTP statuses that say "this URL does not serve that API" (no route, no such method, not implemented).
 NOT_SERVED = (404, 405, 501)
@@ -59,19 +58,6 @@ BODY_FLOOR_BYTES = 1 << 20
 #: File descriptors kept free of sockets when the parallelism is fitted to the open-file limit (the interpreter,
 #: the eval's files, the resolver, the event loop).
 RESERVED_FDS = 64
-
-
-def _loads(raw: bytes) -> Any:
-    """A response body's JSON: orjson (a scoring pass's bodies run to ~100 MiB: 1.6x faster than the stdlib's,
-    ``benchmarks/bench_json.py``), the stdlib's for what orjson refuses (``NaN``/``-Infinity``, which Python's own
-    json writes). ValueError for anything that is not JSON, nested too deep included."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:
-            return json.loads(raw)
-        except RecursionError:  # orjson stops at 1024 levels; the stdlib's recursion limit is no better
-            raise ValueError("JSON nested too deep") from None
 
 
 class ServerGone(RuntimeError):
@@ -565,9 +551,10 @@ class Client:
         entry it can hold (:meth:`~harness.serving.wire.Api.reply_tokens`)."""
         return BODY_FLOOR_BYTES + self.api.reply_tokens(body) * self.cfg.max_bytes_per_token
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
-        """One attempt: the parsed JSON of a 2xx answer; _Retryable or _Fatal otherwise, whatever the server
-        sends (the transport's and the parser's errors included)."""
+    async def _post(self, path: str, body: dict[str, Any], decode: Callable[[bytes], Any] | None = None) -> Any:
+        """One attempt: the parsed JSON of a 2xx answer (or what ``decode`` makes of its bytes, when it makes
+        anything); _Retryable or _Fatal otherwise, whatever the server sends (the transport's and the parser's
+        errors included)."""
         if self._in_flight == 0:
             self._last_answer = time.monotonic()  # the stall clock starts when something is asked
         self._in_flight += 1
@@ -582,7 +569,8 @@ class Client:
                 if r.status >= 400:
                     raise _Fatal(f"HTTP {r.status}: {snippet(raw, 500)}", r.status, server)
                 try:
-                    return _loads(raw)
+                    decoded = decode(raw) if decode is not None else None
+                    return _loads(raw) if decoded is None else decoded
                 except ValueError as e:  # not JSON, not UTF-8, nested too deep
                     raise _Retryable(f"malformed JSON body ({len(raw)} bytes; {type(e).__name__}: "
                                      f"{str(e)[:60]}): {raw[:80]!r}", server=server) from None
@@ -707,7 +695,9 @@ class Client:
         body = self.api.scoring_body(req)
 
         async def once() -> TokenScores:
-            obj = await self._post(self.api.score_path, body)
+            obj = await self._post(self.api.score_path, body, lambda raw: self.api.decode_scores(raw, req))
+            if isinstance(obj, TokenScores):  # read from the bytes: no JSON objects made
+                return obj
             try:
                 return self.api.parse_scores(obj, req)
             except MalformedResponse as e:

@@ -15,8 +15,10 @@ fields a recipe may set (:data:`OPENAI_EXTRAS`: ``seed``, ``min_p``, ``repetitio
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +26,7 @@ from operator import itemgetter
 from typing import Any, ClassVar
 
 import numpy as np
+import orjson
 
 
 class MalformedResponse(ValueError):
@@ -107,6 +110,10 @@ class TokenScores:
     #: ``top_ids`` (-1 for none) and ``top_logprobs`` as (T, k) arrays, when the parser built them so (the
     #: scoring pass then stores them without a Python object per alternative)
     dense_top: tuple[np.ndarray, np.ndarray] | None = None
+    #: the asked ids' logprobs as a (T, m) array, column j for ``asked_ids[j]`` (NaN: not given), when the
+    #: parser read them so; ``id_logprobs`` is then empty
+    dense_asked: np.ndarray | None = None
+    asked_ids: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.logprobs)
@@ -180,6 +187,11 @@ class Api(ABC):
     @abstractmethod
     def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
         """The teacher-forced scoring request for ``req`` (ValueError if this protocol cannot ask it)."""
+
+    def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
+        """The scores of a scoring answer read straight from its bytes, where the protocol can do that faster
+        than JSON objects; None: parse the JSON (:meth:`parse_scores`)."""
+        return None
 
     @abstractmethod
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
@@ -293,6 +305,66 @@ class SGLangApi(Api):
         if req.token_ids is not None:
             body["token_ids_logprob"] = list(req.token_ids)
         return body
+
+    def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
+        """An answer without token texts (``return_text_in_logprobs`` off: the compared and floor passes) read
+        from its bytes by numpy: the three logprob arrays are cut out and parsed as flat numbers, the rest of
+        the body by the JSON parser. Taken only when every check holds (each key once, no string inside the
+        arrays, k entries of [logprob, whole id >= 0, null] at every position after the skipped ones, the rest
+        of the body SGLang's shape); None otherwise, and :meth:`parse_scores` reads the JSON as always."""
+        if req.texts or not req.by_ids:
+            return None
+        cut = {key: _array_extent(raw, b'"' + key.encode() + b'":', depth) for key, depth in _SGLANG_ARRAYS}
+        own, top = cut["input_token_logprobs"], cut["input_top_logprobs"]
+        if own is None or top is None:
+            return None
+        spans = sorted(x for x in cut.values() if x is not None)
+        rest, at = [], 0
+        for a, b in spans:
+            if a < at:
+                return None
+            rest += [raw[at:a], b"null"]
+            at = b
+        rest.append(raw[at:])
+        try:
+            obj = loads_body(b"".join(rest))
+        except ValueError:
+            return None
+        meta = obj.get("meta_info") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict) or any(meta.get(k, 0) is not None for k, v in cut.items() if v is not None):
+            return None  # the arrays were not meta_info's own
+        _, skip = self._start(req)
+        rows = _pairs(raw[own[0]:own[1]])
+        if rows is None or rows.size % 2 or rows.size // 2 != skip + len(req.reference):
+            return None
+        t = rows.size // 2 - skip
+        rows = rows[2 * skip:].reshape(t, 2)
+        tops = _triples(raw[top[0]:top[1]], skip, t)
+        if tops is None or not _ids_ok(rows[:, 1]):
+            return None
+        asked = None
+        if cut["input_token_ids_logprobs"] is not None:
+            span = cut["input_token_ids_logprobs"]
+            asked = _triples(raw[span[0]:span[1]], skip, t)
+            want = np.asarray(list(req.token_ids or []), dtype=np.float64)
+            if asked is None or asked.shape[1] != want.size or not (asked[:, :, 1] == want).all():
+                return None
+        elif req.token_ids:
+            return None
+        lp, ids = rows[:, 0], rows[:, 1].astype(np.int64)
+        if not np.isfinite(lp).all():
+            return None
+        top_lp, top_ids = tops[:, :, 0], tops[:, :, 1].astype(np.int64)
+        order = np.argsort(-top_lp, axis=1, kind="stable")[:, :req.top_k]  # ties keep the server's order
+        top_lp, top_ids = np.take_along_axis(top_lp, order, axis=1), np.take_along_axis(top_ids, order, axis=1)
+        total = meta.get("prompt_tokens")
+        return TokenScores(ids=ids.tolist(), texts=[None] * t, logprobs=lp.tolist(), top_ids=top_ids.tolist(),
+                           top_texts=[[None] * top_ids.shape[1]] * t, top_logprobs=top_lp.tolist(),
+                           id_logprobs=[], text_offsets=[None] * t,
+                           input_tokens=total if isinstance(total, int) and not isinstance(total, bool) else None,
+                           dense_top=(top_ids, top_lp),
+                           dense_asked=None if asked is None else asked[:, :, 0],
+                           asked_ids=tuple(int(x) for x in (req.token_ids or [])))
 
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
         """``meta_info.input_token_logprobs``: ``[[logprob|null, id, text|null], ...]``, one per input
@@ -703,6 +775,79 @@ def _extras(sampling: Mapping[str, Any]) -> dict[str, Any]:
     """The OpenAI-only fields of ``sampling`` (under ``openai_extras``: a recipe's own) that it holds."""
     extras = sampling.get("openai_extras") or {}
     return {k: extras[k] for k in OPENAI_EXTRAS if k in extras}
+
+
+def loads_body(raw: bytes) -> Any:
+    """A response body's JSON: orjson (a scoring pass's bodies run to ~100 MiB: 1.6x faster than the stdlib's,
+    ``benchmarks/bench_json.py``), the stdlib's for what orjson refuses (``NaN``/``-Infinity``, which Python's own
+    json writes). ValueError for anything that is not JSON, nested too deep included."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(raw)
+        except RecursionError:  # orjson stops at 1024 levels; the stdlib's recursion limit is no better
+            raise ValueError("JSON nested too deep") from None
+
+
+#: SGLang's per-position logprob arrays in ``meta_info`` (what :meth:`SGLangApi.decode_scores` cuts out)
+_SGLANG_ARRAYS = (("input_token_logprobs", 2), ("input_top_logprobs", 3), ("input_token_ids_logprobs", 3))
+_OPEN, _CLOSE = ord("["), ord("]")
+
+
+def _array_extent(raw: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
+    """Where the JSON array after ``key`` (``"name":``) starts and ends in ``raw``, an array of ``depth`` levels
+    whose last element is an array (it ends at the first ``]`` * depth); None when the key is absent or there
+    more than once, or the array holds a string (a key inside a JSON string cannot match: its quotes would be
+    escaped). A wrong end cannot pass: the arrays' counts and the rest of the body's JSON are checked."""
+    i = raw.find(key)
+    if i < 0 or raw.find(key, i + 1) >= 0:
+        return None
+    start = i + len(key)
+    while start < len(raw) and raw[start] in b" \t\r\n":
+        start += 1
+    if start >= len(raw) or raw[start] != _OPEN:
+        return None
+    close = raw.find(b"]" * depth, start)
+    if close < 0:
+        return None
+    end = close + depth
+    return (start, end) if raw.find(b'"', start, end) < 0 else None
+
+
+def _pairs(region: bytes) -> np.ndarray | None:
+    """Every ``[logprob, id, null]`` entry of a string-free JSON array as a (logprob, id) pair, flat (a null
+    logprob or a null position: NaN); None when anything else is in it."""
+    body = region.translate(None, b" \t\r\n").replace(b",null]", b"]").replace(b"null", b"nan").translate(None, b"[]")
+    if not body:
+        return np.zeros(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            values = np.fromstring(body, sep=",")
+        except (ValueError, DeprecationWarning):
+            return None
+    return values if values.size == body.count(b",") + 1 else None
+
+
+def _triples(region: bytes, skip: int, t: int) -> np.ndarray | None:
+    """A per-position array of ``[logprob, id, null]`` entries, the first ``skip`` positions null, as (t, k, 2)
+    (logprob, id); None unless every later position holds the same k >= 1 entries of that shape."""
+    values = _pairs(region)
+    if values is None or t < 1 or values.size <= skip or not np.isnan(values[:skip]).all():
+        return None
+    values = values[skip:]
+    if values.size % (2 * t):
+        return None
+    out = values.reshape(t, -1, 2)
+    if not (_ids_ok(out[:, :, 1]) and not np.isnan(out[:, :, 0]).any()):
+        return None
+    return out
+
+
+def _ids_ok(x: np.ndarray) -> bool:
+    """Token ids read as floats: whole numbers >= 0 (below 2**53, exact in a float)."""
+    return bool(np.isfinite(x).all() and (x >= 0).all() and (x < 2 ** 53).all() and (x == np.floor(x)).all())
 
 
 def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
