@@ -1,4 +1,4 @@
-"""Exit codes of ``abh`` (documented in the README)."""
+"""Exit codes of ``abh`` (documented in docs/commands.md)."""
 
 OK = 0
 #: Something went wrong that has no code of its own (a bug: please report it).
