@@ -115,13 +115,17 @@ def test_the_report_navigates_at_desktop_and_phone_width(nav_report: Path, chrom
         # font (9 pt), is the smallest text in px
         "plot_scale": "Math.min.apply(null, Array.prototype.map.call(document.querySelectorAll('.plotbox svg'),"
                       "function(s){return s.getBoundingClientRect().width / s.viewBox.baseVal.width}))",
-        "copy": COPY_JS, "toc": TOC_JS, "sort": SORT_JS, "browser": BROWSER_JS})
+        "copy": COPY_JS, "toc": TOC_JS, "sort": SORT_JS, "browser": BROWSER_JS,
+        # each arm's output in the flipped table, and the question, get most of the page's width
+        "outputs": "Math.min.apply(null, Array.prototype.map.call(document.querySelectorAll('#flips td.ans pre, "
+                   "#flips td.q'), function(e){return e.getBoundingClientRect().width}))"})
     print(f"\nscreenshot: {shot}")
     v = res.values
     assert res.console_errors == [] and _only_the_file(res.requests, res.url) == []
     assert v["overflow"] == [] and v["scroll_width"] <= width  # nothing runs off the page sideways
     assert v["verdict"][0] <= v["verdict"][1]  # the verdict fits its card
     assert 9 * v["plot_scale"] >= 7  # its smallest text >= 7 px (was 4 at 390 px): a narrow page scrolls the plot
+    assert v["outputs"] >= min(300, 0.2 * width)  # an output was 56 px wide at 390 px, a few letters a line
     copied, label, clipboard, command = v["copy"]
     assert copied == "1" and label == "copied" and clipboard == command and command.startswith("abh ")
     assert v["toc"] == [0, True]  # the table of contents stays on screen while the page scrolls

@@ -87,8 +87,10 @@
       if (cls) { e.className = cls; }
       return e;
     }
-    function armCell(arm) {
+    var heads = document.querySelectorAll('#qb thead th');
+    function armCell(arm, k) {
       var td = el('td', null, 'ans');
+      if (heads[k]) { td.setAttribute('data-arm', heads[k].textContent); }  // the arm's name where rows stack
       var line = el('div');
       arm.p.forEach(function (p, k) {
         var ok = arm.ok[k];
@@ -118,7 +120,7 @@
         tr.appendChild(el('td', labels[r.c] || r.c, 'cat ' + (r.c === 'b' ? 'ok' : r.c === 'a' ? 'no' : 'muted')));
         tr.appendChild(el('td', r.q, 'q'));
         tr.appendChild(el('td', r.l, 'num'));
-        tr.appendChild(armCell(r.a)); tr.appendChild(armCell(r.b));
+        tr.appendChild(armCell(r.a, 4)); tr.appendChild(armCell(r.b, 5));
         body.appendChild(tr);
       });
       n.textContent = Math.min(shown, hits.length) + ' of ' + hits.length;
