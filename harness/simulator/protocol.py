@@ -271,16 +271,21 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
         "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
         "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
     }
+    # the alternatives' entries are built inline (a scoring pass makes ~6 million of them)
+    text = st.tokenizer.token_text
     if item.top_logprobs_num > 0:
         def top(p: int) -> list[list[Any]]:
-            return [_entry(st, v, i, with_text) for i, v in sc.top[at[p]]]
+            if with_text:
+                return [[v, i, text(i)] for i, v in sc.top[at[p]]]
+            return [[v, i, None] for i, v in sc.top[at[p]]]
         out["input_top_logprobs"] = [None if p == s else top(p) for p in range(s, n_in)]
         out["output_top_logprobs"] = [top(p) for p in range(n_in, len(full))]
     if item.token_ids_logprob is not None:
         want = item.token_ids_logprob
+        want_text = [text(i) if with_text else None for i in want]
 
         def asked(p: int) -> list[list[Any]]:
-            return [_entry(st, v, i, with_text) for i, v in zip(want, sc.requested[at[p]], strict=True)]
+            return [[v, i, t] for i, v, t in zip(want, sc.requested[at[p]], want_text, strict=True)]
         out["input_token_ids_logprobs"] = [None if p == s else asked(p) for p in range(s, n_in)]
         out["output_token_ids_logprobs"] = [asked(p) for p in range(n_in, len(full))]
     return out
