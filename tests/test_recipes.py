@@ -352,3 +352,23 @@ def test_data_from_a_url(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_each_recipe_is_sent_by_the_engines_protocol_where_it_can_be() -> None:
+    """The protocol of an eval: the engine's when the recipe speaks it (vLLM's is the OpenAI completions API with
+    every sampling field: a completions recipe on a vLLM server is sent by it, not by the recipe's first), else
+    the recipe's own; a protocol asked for that the recipe cannot be sent by is refused."""
+    import pytest
+
+    from harness.tasks import registry
+    from harness.tasks.interface import DatasetError
+
+    spec = registry.TaskSpec(name="gsm8k")
+    t = registry.build(spec, registry.load_data(spec))
+    assert [registry.api_for(t, e) for e in ("sglang", "openai", "vllm", "chat")] == ["sglang", "openai", "vllm", "chat"]
+    assert registry.api_for(t, "sglang", "vllm") == "vllm"
+    chat = registry.TaskSpec(name="gsm8k", recipe="sgl_eval_chat")
+    ct = registry.build(chat, registry.load_data(chat))
+    assert registry.api_for(ct, "vllm") == "chat"  # a chat recipe goes to the same server's chat endpoint
+    with pytest.raises(DatasetError, match="not vllm"):
+        registry.api_for(ct, "sglang", "vllm")

@@ -702,6 +702,12 @@ _FACTORIES: dict[str, Callable[[str], Api]] = {
 API_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 
+def can_send(api: str, recipe_apis: Sequence[str]) -> bool:
+    """Whether a recipe written for the protocols ``recipe_apis`` can be sent by ``api``: its own, or ``vllm``
+    for a completions recipe (:class:`VLLMApi` is the OpenAI completions API with every sampling field set)."""
+    return api in recipe_apis or (api == VLLMApi.name and OpenAIApi.name in recipe_apis)
+
+
 def for_api(name: str, model: str = "") -> Api:
     """The protocol object for ``name`` (one of :data:`API_NAMES`); ``model``: OpenAI model name, when known."""
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.serving.wire import can_send
 from harness.tasks import gpqa, gsm8k, mgsm, mmlu
 from harness.tasks.interface import Dataset, DatasetError, RecipeConfig, Task
 
@@ -131,8 +132,8 @@ def api_for(task: Task, engine_api: str, asked: str = "") -> str:
     engine's when the recipe speaks it, else the recipe's own (a chat recipe on a server launched for
     ``/generate`` is sent to the same server's chat endpoint)."""
     if asked:
-        if asked not in task.apis:
+        if not can_send(asked, task.apis):
             raise DatasetError(f"the {task.name} recipe {task.recipe.name} is sent by {' or '.join(task.apis)}, "
                                f"not {asked}")
         return asked
-    return engine_api if engine_api in task.apis else task.apis[0]
+    return engine_api if can_send(engine_api, task.apis) else task.apis[0]
