@@ -94,6 +94,7 @@ NOISE = {"sigma_launch": 0.02, "sigma_pass": 0.02}
 
 
 # ------------------------------------------------------------------------------ quick (default run)
+@pytest.mark.slow  # a simulation of thousands of experiments: the slow suite (.ci/run runs it)
 def test_false_positive_rate_under_pass_and_launch_noise_quick():
     exps = 300
     fpr = rejection_rate(exps, 100, shift=0.0, **NOISE)

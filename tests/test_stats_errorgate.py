@@ -81,6 +81,7 @@ def test_drop_leaves_out_the_questions_unanswered_in_either_arm():
     assert r.main.n == n - 8
 
 
+@pytest.mark.slow  # a simulation of thousands of experiments: the slow suite (.ci/run runs it)
 def test_power_with_errors_on_both_arms_quick():
     """1 % persistent errors on both arms, independent of the arm, Δ = +1.5 pp, 3 + 3 launches + A/A 2,
     no launch shift (the audit: the bound-always rule 13 % power against 84 % without errors): 250

@@ -71,6 +71,7 @@ def test_degenerate_designs():
         DL.launch_divergence_test(kld(rng, 2, n=5), kld(rng, 2, n=6))
 
 
+@pytest.mark.slow  # a simulation of thousands of experiments: the slow suite (.ci/run runs it)
 def test_size_when_the_noise_scale_varies_quick():
     """Lognormal noise scale sd 0.3 per launch, the seed default design (A 3 launches, A/A 2, B 3, one pass
     each; reference on A's first launch: m_A = 4, m_B = 3), 200 experiments: the launch-level test at most

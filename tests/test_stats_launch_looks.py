@@ -74,6 +74,7 @@ def test_margin_designs():
     assert not SL.decide_launch_look(d, 3, est(0.0, 0.02, 30)).stop
 
 
+@pytest.mark.slow  # a simulation of thousands of experiments: the slow suite (.ci/run runs it)
 def test_sequential_false_positives_under_launch_shift_quick():
     """Fresh launch per repeat, max 6 repeats, launch shift N(0, 0.1): 400 experiments through Looks;
     the question-level looks 12-13 % in the audit; these at most 6 % + 3 MC SEs."""

@@ -194,6 +194,7 @@ def _cluster_and_naive_coverage(exps: int) -> tuple[float, float]:
     return cluster / exps, naive / exps
 
 
+@pytest.mark.slow  # a simulation of thousands of experiments: the slow suite (.ci/run runs it)
 def test_cluster_bootstrap_calibrated_naive_run_resampling_not_quick():
     """500 experiments: bounds of about ±3 Monte Carlo SEs (the 2000-experiment version is slow)."""
     cluster, naive = _cluster_and_naive_coverage(500)
