@@ -23,10 +23,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
 import orjson
+
+if TYPE_CHECKING:  # numpy is imported where answers are parsed: a simulator or an eval need not load it
+    import numpy as np
 
 
 class MalformedResponse(ValueError):
@@ -312,6 +314,7 @@ class SGLangApi(Api):
         the body by the JSON parser. Taken only when every check holds (each key once, no string inside the
         arrays, k entries of [logprob, whole id >= 0, null] at every position after the skipped ones, the rest
         of the body SGLang's shape); None otherwise, and :meth:`parse_scores` reads the JSON as always."""
+        import numpy as np
         if req.texts or not req.by_ids:
             return None
         cut = {key: _array_extent(raw, b'"' + key.encode() + b'":', depth) for key, depth in _SGLANG_ARRAYS}
@@ -824,6 +827,7 @@ def _array_extent(raw: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
 def _pairs(region: bytes) -> np.ndarray | None:
     """Every ``[logprob, id, null]`` entry of a string-free JSON array as a (logprob, id) pair, flat (a null
     logprob or a null position: NaN); None when anything else is in it."""
+    import numpy as np
     body = region.translate(None, b" \t\r\n").replace(b",null]", b"]").replace(b"null", b"nan").translate(None, b"[]")
     if not body:
         return np.zeros(0)
@@ -839,6 +843,7 @@ def _pairs(region: bytes) -> np.ndarray | None:
 def _triples(region: bytes, skip: int, t: int) -> np.ndarray | None:
     """A per-position array of ``[logprob, id, null]`` entries, the first ``skip`` positions null, as (t, k, 2)
     (logprob, id); None unless every later position holds the same k >= 1 entries of that shape."""
+    import numpy as np
     values = _pairs(region)
     if values is None or t < 1 or values.size <= skip or not np.isnan(values[:skip]).all():
         return None
@@ -853,12 +858,14 @@ def _triples(region: bytes, skip: int, t: int) -> np.ndarray | None:
 
 def _ids_ok(x: np.ndarray) -> bool:
     """Token ids read as floats: whole numbers >= 0 (below 2**53, exact in a float)."""
+    import numpy as np
     return bool(np.isfinite(x).all() and (x >= 0).all() and (x < 2 ** 53).all() and (x == np.floor(x)).all())
 
 
 def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
     """Per-position lists of SGLang ``[logprob, id, text]`` entries as one (T, k, 3) object array, or None when
     they are not that regular (ragged, nulls, short entries: the careful path parses them)."""
+    import numpy as np
     if not x:
         return None
     try:
@@ -875,6 +882,7 @@ def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], k: int,
     """:meth:`SGLangApi.parse_scores` on a regular answer (every position with the same number of
     alternatives, no null logprob), in a few numpy operations instead of a Python object per alternative;
     None when the answer is not regular (then the entry-by-entry parser reads it, and names what is wrong)."""
+    import numpy as np
     if not rows:
         return None
     own, top = _entries([rows]), _entries(tops)
