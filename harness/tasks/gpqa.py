@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.tasks import sources
-from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, Scored, Task
+from harness.tasks.interface import (
+    Dataset,
+    DatasetError,
+    Item,
+    RecipeConfig,
+    Scored,
+    Task,
+    zero_shot_questions,
+)
 from harness.tasks.multichoice import ANSWER_PATTERN_MULTICHOICE, extract_first, format_question
 
 RECIPES = ("simple_evals",)
@@ -68,13 +76,7 @@ class GPQA(Task):
     apis = ("chat",)
 
     def __init__(self, data: Dataset, recipe: RecipeConfig):
-        if recipe.name not in RECIPES:
-            raise DatasetError(f"unknown GPQA recipe {recipe.name!r}; choose one of {', '.join(RECIPES)}")
-        if recipe.num_shots:
-            raise DatasetError("GPQA's recipe is zero-shot: num_shots must be 0 (or unset)")
-        n = len(data.rows) if recipe.num_questions is None else recipe.num_questions
-        if not 1 <= n <= len(data.rows):
-            raise DatasetError(f"{n} questions asked for; the GPQA data has {len(data.rows)}")
+        n = zero_shot_questions(recipe, RECIPES, "GPQA", len(data.rows))
         repeats = DEFAULT_REPEATS if recipe.repeats is None else recipe.repeats
         if repeats < 1:
             raise DatasetError("task.repeats must be >= 1")

@@ -137,3 +137,18 @@ class Task(ABC):
     def groups(self) -> list[str] | None:
         """Each item's group (MMLU: its subject), aligned with :attr:`items`; None for a task without groups."""
         return None
+
+
+def zero_shot_questions(recipe: RecipeConfig, recipes: Sequence[str], benchmark: str, rows: int,
+                        plural: bool = False) -> int:
+    """The number of questions of a zero-shot ``recipe`` over ``rows`` data rows (all of them when unset);
+    DatasetError for a recipe not in ``recipes``, any shots, or a count outside 1..rows."""
+    if recipe.name not in recipes:
+        raise DatasetError(f"unknown {benchmark} recipe {recipe.name!r}; choose one of {', '.join(recipes)}")
+    if recipe.num_shots:
+        raise DatasetError(f"{benchmark}'s recipe{'s are' if plural else ' is'} zero-shot: num_shots must be 0 "
+                           "(or unset)")
+    n = rows if recipe.num_questions is None else recipe.num_questions
+    if not 1 <= n <= rows:
+        raise DatasetError(f"{n} questions asked for; the {benchmark} data has {rows}")
+    return n

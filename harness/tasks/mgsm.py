@@ -20,7 +20,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.tasks import gsm8k, sources
-from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, Scored, Task
+from harness.tasks.interface import (
+    Dataset,
+    DatasetError,
+    Item,
+    RecipeConfig,
+    Scored,
+    Task,
+    zero_shot_questions,
+)
 
 RECIPES = ("simple_evals",)
 ROWS = 250
@@ -82,13 +90,7 @@ class MGSM(Task):
     apis = ("chat",)
 
     def __init__(self, data: Dataset, recipe: RecipeConfig):
-        if recipe.name not in RECIPES:
-            raise DatasetError(f"unknown MGSM recipe {recipe.name!r}; choose one of {', '.join(RECIPES)}")
-        if recipe.num_shots:
-            raise DatasetError("MGSM's recipe is zero-shot: num_shots must be 0 (or unset)")
-        n = len(data.rows) if recipe.num_questions is None else recipe.num_questions
-        if not 1 <= n <= len(data.rows):
-            raise DatasetError(f"{n} questions asked for; the MGSM data has {len(data.rows)}")
+        n = zero_shot_questions(recipe, RECIPES, "MGSM", len(data.rows))
         self.recipe = RecipeConfig(name=recipe.name, num_questions=n, num_shots=0,
                                    max_new_tokens=recipe.max_new_tokens or MAX_NEW_TOKENS)
         self.data = data

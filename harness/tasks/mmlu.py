@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.tasks import sources
-from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, Scored, Task
+from harness.tasks.interface import (
+    Dataset,
+    DatasetError,
+    Item,
+    RecipeConfig,
+    Scored,
+    Task,
+    zero_shot_questions,
+)
 from harness.tasks.multichoice import (
     SGLANG_ANSWER_PATTERN,
     extract_first,
@@ -122,13 +130,7 @@ class MMLU(Task):
     apis = ("chat",)
 
     def __init__(self, data: Dataset, recipe: RecipeConfig):
-        if recipe.name not in RECIPES:
-            raise DatasetError(f"unknown MMLU recipe {recipe.name!r}; choose one of {', '.join(RECIPES)}")
-        if recipe.num_shots:
-            raise DatasetError("MMLU's recipes are zero-shot: num_shots must be 0 (or unset)")
-        n = len(data.rows) if recipe.num_questions is None else recipe.num_questions
-        if not 1 <= n <= len(data.rows):
-            raise DatasetError(f"{n} questions asked for; the MMLU data has {len(data.rows)}")
+        n = zero_shot_questions(recipe, RECIPES, "MMLU", len(data.rows), plural=True)
         self.recipe = RecipeConfig(name=recipe.name, num_questions=n, num_shots=0,
                                    max_new_tokens=recipe.max_new_tokens or MAX_NEW_TOKENS)
         self.data = data
