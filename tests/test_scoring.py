@@ -96,6 +96,31 @@ def test_reference_pass_scores_every_reference_token_by_ids(sim_server, tmp_path
     assert t.text_offset is not None and (t.text_offset[first] == 0).all()
 
 
+def test_reference_pass_takes_token_texts_from_detokenize_and_asks_answers_for_none(sim_server, tmp_path,
+                                                                                    monkeypatch):
+    """The texts come from one /detokenize request, so the scoring answers carry none (3x less to parse); a
+    server without /detokenize is asked for texts in its answers instead: the same offsets and scores either way."""
+    from harness.serving.wire import SGLangApi
+
+    s = sim_server("--build", "a", "--noise", "launch")
+    ev = _eval(s.url, tmp_path / "a", n=12)
+    asked_texts: list[bool] = []
+    body = SGLangApi.scoring_body
+    monkeypatch.setattr(SGLangApi, "scoring_body", lambda self, req: (asked_texts.append(req.texts), body(self, req))[1])
+    passes = {}
+    for name, paths in (("detokenized", SGLangApi.detokenize_paths), ("texts in answers", ())):
+        monkeypatch.setattr(SGLangApi, "detokenize_paths", paths)
+        asked_texts.clear()
+        out = tmp_path / name
+        assert score_pass(ev, _cfg(s.url), out, ScoringOptions(progress=False))["status"] == "ok"
+        passes[name] = (load_scores(out), set(asked_texts))
+    (t1, texts1), (t2, texts2) = passes["detokenized"], passes["texts in answers"]
+    assert texts1 == {False} and True in texts2
+    assert t1.text_offset is not None and np.array_equal(t1.text_offset, t2.text_offset)
+    assert np.array_equal(t1.token_id, t2.token_id) and np.allclose(t1.top_logprobs, t2.top_logprobs, atol=1e-11)
+    assert np.array_equal(t1.top_ids, t2.top_ids)
+
+
 def test_compared_pass_sends_the_same_ids_and_asks_for_the_reference_top_ids(sim_server, tmp_path):
     a = sim_server("--build", "a", "--noise", "launch")
     b = sim_server("--build", "b", "--logit-shift", "0.3", "--noise", "launch")

@@ -333,7 +333,9 @@ def test_an_answer_without_texts_read_from_its_bytes_is_the_json_parsers(asked: 
     # left to the JSON parser: texts asked for, a string among the numbers, a null logprob, ragged positions,
     # a key given twice, an array that is not meta_info's
     assert SGLangApi().decode_scores(raw, ScoreRequest(req.prompt, req.reference, top_k=5, texts=True)) is None
+    assert raw.count(b"[null, 1, null]") == 1
     bad = [raw.replace(b'null]]', b'"x"]]', 1), raw.replace(b"[-3", b"[null", 1),
+           raw.replace(b"[null, 1, null]", b"[null, true, null]"),  # a boolean is not an id
            json.dumps({**obj, "meta_info": {**meta, "input_top_logprobs": meta["input_top_logprobs"][:-1] + [
                meta["input_top_logprobs"][-1][:-1]]}}).encode(),
            raw[:-1] + b', "input_top_logprobs": []}',

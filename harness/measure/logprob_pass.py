@@ -202,10 +202,11 @@ class _Rows:
 
 
 def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.ndarray | None,
-          reference_text: str) -> _Rows:
+          reference_text: str, offsets: np.ndarray | None = None) -> _Rows:
     """One answer as the writer's arrays. Ids where the server gave ids at every place, else text keys (the
     same choice in every pass of a protocol). ``ref_top`` (T, k_ref): the reference pass's top-k ids, whose
-    logprobs this server gave (``id_logprobs``) are lined up with it."""
+    logprobs this server gave (``id_logprobs``) are lined up with it. ``offsets``: the tokens' text offsets
+    where the answer has no texts (from :func:`_token_offsets`)."""
     t = len(sc)
     dense = sc.dense_top
     by_id = dense is not None or (all(i is not None for i in sc.ids)
@@ -243,12 +244,12 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
                 ref_lp[i] = [got.get(int(x), np.nan) if x >= 0 else np.nan for x in ref_top[i]]
         own = (ref_top == tok[:, None]) & ~np.isnan(lp)[:, None]
         ref_lp = np.where(own, np.broadcast_to(lp[:, None], ref_top.shape), ref_lp)
-    offs: np.ndarray | None = None
-    if all(o is not None for o in sc.text_offsets) and t:
-        offs = np.asarray(sc.text_offsets, dtype=np.int64)
-    elif t and all(x is not None for x in sc.texts) and "".join(x or "" for x in sc.texts) == reference_text:
-        lens = np.fromiter((len(x or "") for x in sc.texts), dtype=np.int64, count=t)
-        offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    offs = offsets if offsets is not None and offsets.size == t else None
+    if offs is None and t:
+        if all(o is not None for o in sc.text_offsets):
+            offs = np.asarray(sc.text_offsets, dtype=np.int64)
+        elif all(x is not None for x in sc.texts):
+            offs = _token_offsets([str(x) for x in sc.texts], reference_text)
     return _Rows(tok, lp, ids, tlp, ref_lp, offs)
 
 
@@ -288,9 +289,41 @@ async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list
             continue
         tokens = obj.get("tokens") if isinstance(obj, dict) else None
         if (isinstance(tokens, list) and len(tokens) == len(texts)
-                and all(isinstance(t, list) and all(isinstance(x, int) for x in t) for t in tokens)):
-            return [[int(x) for x in t] for t in tokens]
+                and all(isinstance(t, list) and set(map(type, t)) <= {int} for t in tokens)):
+            return tokens  # lists of ints (not bools) as parsed
     return None
+
+
+async def _detokenize_each(client: Client, id_lists: list[list[int]]) -> list[list[str]] | None:
+    """Every token of every list as its own text, in one request where the server detokenizes lists of id
+    lists (``api.detokenize_paths``); None where it does not (then the answers carry the texts)."""
+    api = client.api
+    flat = [[int(i)] for ids in id_lists for i in ids]
+    body: dict[str, Any] = {"tokens": flat, "skip_special_tokens": False}
+    if api.model:
+        body["model"] = api.model
+    for path in api.detokenize_paths:
+        try:
+            obj = await client.post_json(path, body)
+        except ValueError:
+            continue
+        texts = obj.get("text") if isinstance(obj, dict) else None
+        if isinstance(texts, list) and len(texts) == len(flat) and all(isinstance(x, str) for x in texts):
+            out, at = [], 0
+            for ids in id_lists:
+                out.append(texts[at:at + len(ids)])
+                at += len(ids)
+            return out
+    return None
+
+
+def _token_offsets(texts: list[str], reference: str) -> np.ndarray | None:
+    """Where each token's text starts in ``reference``, when the texts make it up exactly (a token that is
+    part of a character decodes to a replacement character alone: then None, as for texts in the answer)."""
+    if not texts or "".join(texts) != reference:
+        return None
+    lens = np.fromiter((len(x) for x in texts), dtype=np.int64, count=len(texts))
+    return np.concatenate([[0], np.cumsum(lens)[:-1]])
 
 
 async def _by_ids(client: Client, api: Api, ref: Reference, k: int) -> tuple[Api, str | None]:
@@ -387,6 +420,9 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     probe_ref = next(r for r in refs if r.text)
     k = int(opts.top_k)
     text_reason: str | None = None
+    detokenized: set[int] = set()  # questions whose tokens' texts came from the server's detokenizer: their
+    # answers need none
+    offsets: dict[int, np.ndarray] = {}
     if is_reference:
         api, text_reason = await _by_ids(client, api, probe_ref, k)
         if text_reason is None:
@@ -395,6 +431,14 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             texts = await _tokenize_all(client, [r.text for r in refs], False) if prompts is not None else None
             if prompts is not None and texts is not None:
                 inputs = {r.question: (p, t) for r, p, t in zip(refs, prompts, texts, strict=True)}
+                # the tokens' texts (where the first diverging token starts) by one request, so that the answers
+                # need none: a scoring answer with a text in each of its top-k entries takes 3x the parsing
+                # (the server's own per-token texts would be these same single-token decodes)
+                token_texts = await _detokenize_each(client, texts)
+                if token_texts is not None:
+                    detokenized = {r.question for r in refs}
+                    offsets = {r.question: o for r, tt in zip(refs, token_texts, strict=True)
+                               if (o := _token_offsets(tt, r.text)) is not None}
     elif inputs is not None:
         api = client.api = api.scoring_by_ids()  # the reference pass's ids: its probe below confirms them
     if inputs is None:  # by text: how this server aligns echoed logprobs
@@ -427,7 +471,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             ref_ids = r_ids
             if not r_ids:
                 return None, [], None
-            req = ScoreRequest(p_ids, r_ids, top_k=k)
+            req = ScoreRequest(p_ids, r_ids, top_k=k, texts=ref.question not in detokenized)
         else:
             if not ref.text:
                 return None, [], None
@@ -476,11 +520,11 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                         in_flight=lambda: client.in_flight)
     try:
         with ScoresWriter(out, top_k=k, meta=meta) as writer:
-            _store(writer, await probe(probe_ref), progress, k)
+            _store(writer, await probe(probe_ref), progress, k, offsets)
 
             async def scored(ref: Reference) -> None:
                 # stored by the task that got the answer: what waits is compact arrays, not parsed JSON
-                _store(writer, await one(ref), progress, k)
+                _store(writer, await one(ref), progress, k, offsets)
 
             tasks = [asyncio.ensure_future(scored(r)) for r in refs if r is not probe_ref]
             try:
@@ -498,7 +542,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     return dict(read_json(out / SCORES_META))
 
 
-def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int) -> None:
+def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int, offsets: dict[int, np.ndarray]) -> None:
     ref, reply, ref_ids, top, problem = res
     if problem is not None:
         writer.record_error(ref.question, problem)
@@ -511,7 +555,7 @@ def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int) -> Non
         writer.record_error(ref.question, reply.error or "no scores")
         progress.update(error=True)
         return
-    rows = _rows(reply.scores, ref_ids, k, top, ref.text)
+    rows = _rows(reply.scores, ref_ids, k, top, ref.text, offsets.get(ref.question))
     if rows.token_id.size:
         writer.add(ref.question, rows.token_id, rows.logprob, rows.top_ids, rows.top_logprobs,
                    rows.ref_top_logprobs, rows.text_offsets)

@@ -36,14 +36,32 @@ def key_of(*parts: object) -> int:
     return int.from_bytes(h, "little")
 
 
+#: Per seed, the last sequence hashed and its states: requests share long prefixes (the few-shot block), whose
+#: states are taken from here instead of recomputed (one Python hash per token is most of a request's cost)
+_LAST: dict[int, tuple[np.ndarray, list[int]]] = {}
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.size, b.size)
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
 def context_states(ids: Sequence[int], seed: int) -> list[int]:
     """``s[p]`` = hash of ``ids[:p]`` (seeded) for p = 0..len(ids): what a position's distribution depends on."""
-    s = mix(key_of("abh-sim/ctx", seed))
-    out = [s]
-    for t in ids:
-        s = mix(s ^ ((int(t) + GOLDEN) & M64))
+    arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+    last = _LAST.get(seed)
+    m = _common_prefix(last[0], arr) if last is not None else 0
+    if last is not None and m:
+        out = last[1][:m + 1]
+    else:
+        m, out = 0, [mix(key_of("abh-sim/ctx", seed))]
+    s = out[-1]
+    for t in arr[m:].tolist():
+        s = mix(s ^ ((t + GOLDEN) & M64))
         out.append(s)
-    return out
+    _LAST[seed] = (arr, out)
+    return list(out)
 
 
 def uniform(keys: np.ndarray) -> np.ndarray:

@@ -36,19 +36,47 @@ from harness.simulator.tokens import N_SPECIAL
 CANDIDATES = 48
 MARGIN_MEAN = 2.5
 TAIL_LOGIT = -14.0
-@dataclass
+@dataclass(eq=False)
 class Scores:
-    """Scores of positions ``positions`` (each >= 1) of one sequence."""
+    """Scores of positions ``positions`` (each >= 1) of one sequence (equal when every score is)."""
 
     positions: list[int]
     #: logprob of the token at each position
     token_logprobs: list[float]
-    #: per position, the top-k [(id, logprob)] (empty when k = 0)
-    top: list[list[tuple[int, float]]]
-    #: per position, the logprob of each requested id (empty when none were requested)
-    requested: list[list[float]]
     #: per position, the 1-based rank of the token at that position
     ranks: list[int]
+    #: the top-k ids and logprobs, (n, k) each, sorted by logprob (None: k = 0, or rows of unequal length)
+    top_ids: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
+    #: per position, the logprob of each requested id, (n, R) (None when none were requested)
+    requested_logprobs: np.ndarray | None = None
+    #: the top-k as lists where the rows differ in length (a vocabulary smaller than k)
+    ragged_top: list[list[tuple[int, float]]] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Scores):
+            return NotImplemented
+        return (self.positions, self.token_logprobs, self.ranks, self.top, self.requested) == (
+            other.positions, other.token_logprobs, other.ranks, other.top, other.requested)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    @property
+    def top(self) -> list[list[tuple[int, float]]]:
+        """Per position, the top-k [(id, logprob)] (empty when k = 0)."""
+        if self.ragged_top is not None:
+            return self.ragged_top
+        if self.top_ids is None or self.top_logprobs is None:
+            return [[] for _ in self.positions]
+        return [list(zip(i, v, strict=True)) for i, v in zip(self.top_ids.tolist(), self.top_logprobs.tolist(),
+                                                             strict=True)]
+
+    @property
+    def requested(self) -> list[list[float]]:
+        """Per position, the logprob of each requested id (empty when none were requested)."""
+        if self.requested_logprobs is None:
+            return [[] for _ in self.positions]
+        return self.requested_logprobs.tolist()
 
 
 class NextTokenModel:
@@ -75,7 +103,7 @@ class NextTokenModel:
         request was scored before on this launch (only ``pass``/``mixed`` noise uses it)."""
         pos = [int(p) for p in positions]
         if not pos:
-            return Scores([], [], [], [], [])
+            return Scores([], [], [])
         if min(pos) < 1 or max(pos) >= len(ids):
             raise ValueError("positions must lie in 1..len(ids)-1")
         st = states if states is not None else context_states(ids, self.seed)
@@ -115,28 +143,36 @@ class NextTokenModel:
         lp_tail = TAIL_LOGIT - log_z
         token_lp = lp[:, 0]
         ranks = 1 + (lp > token_lp[:, None]).sum(axis=1)
-        tops: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        out = Scores(pos, token_lp.tolist(), ranks.tolist())
         if top_k > 0:
             best = np.argsort(-lp, axis=1, kind="stable")[:, :min(top_k, k_c)]
-            ids_b = np.take_along_axis(cand, best, axis=1).tolist()
-            lp_b = np.take_along_axis(lp, best, axis=1).tolist()
+            ids_b = np.take_along_axis(cand, best, axis=1)
+            lp_b = np.take_along_axis(lp, best, axis=1)
             ok = ~np.take_along_axis(dup, best, axis=1)
-            for r in range(n):
-                row = list(zip(ids_b[r], lp_b[r], strict=True))
-                if not ok[r].all():
-                    row = [x for x, keep in zip(row, ok[r], strict=True) if keep]
-                if len(row) < top_k:  # past the candidates: tail ids, all with the tail logprob
-                    row += self._tail_ids(int(s[r]), set(cand[r][~dup[r]].tolist()), top_k - len(row),
-                                          float(lp_tail[r]))
-                tops[r] = row
-        req: list[list[float]] = [[] for _ in range(n)]
+            if ok.all() and ids_b.shape[1] == top_k:  # every row: k distinct candidates (no tail ids needed)
+                out.top_ids, out.top_logprobs = ids_b, lp_b
+            else:
+                tops: list[list[tuple[int, float]]] = []
+                for r in range(n):
+                    row = [x for x, keep in zip(zip(ids_b[r].tolist(), lp_b[r].tolist(), strict=True),
+                                                ok[r].tolist(), strict=True) if keep]
+                    if len(row) < top_k:  # past the candidates: tail ids, all with the tail logprob
+                        row += self._tail_ids(int(s[r]), set(cand[r][~dup[r]].tolist()), top_k - len(row),
+                                              float(lp_tail[r]))
+                    tops.append(row)
+                if len({len(row) for row in tops}) == 1:
+                    out.top_ids = np.array([[i for i, _ in row] for row in tops], dtype=np.int64).reshape(n, -1)
+                    out.top_logprobs = np.array([[v for _, v in row] for row in tops],
+                                                dtype=np.float64).reshape(n, -1)
+                else:
+                    out.ragged_top = tops
         if len(requested):
             want = np.array([int(i) for i in requested], dtype=np.int64)
             hit = (cand[:, None, :] == want[None, :, None]) & ~dup[:, None, :]  # (n, R, K)
             found = hit.any(axis=2)
             val = np.where(hit, lp[:, None, :], -np.inf).max(axis=2)
-            req = np.where(found, val, lp_tail[:, None]).tolist()
-        return Scores(pos, token_lp.tolist(), tops, req, ranks.tolist())
+            out.requested_logprobs = np.where(found, val, lp_tail[:, None])
+        return out
 
     def _tail_ids(self, state: int, taken: set[int], count: int, lp_tail: float) -> list[tuple[int, float]]:
         out: list[tuple[int, float]] = []

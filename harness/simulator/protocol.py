@@ -88,6 +88,8 @@ from typing import TYPE_CHECKING, Any
 from harness.simulator.state import SimError, SimState
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from harness.simulator.logprobs import Scores
 
 #: sampling_params keys SGLang accepts; anything else is HTTP 400 (as newer SGLang does).
@@ -271,24 +273,45 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
         "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
         "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
     }
-    # the alternatives' entries are built inline (a scoring pass makes ~6 million of them)
+    # the alternatives' entries: without texts written by numpy as JSON text (harness.simulator.jsonfmt; a
+    # scoring pass makes ~6 million of them), with texts built inline
     text = st.tokenizer.token_text
+    n_rows = n_in - s - 1  # input positions after the first (null) one; the output positions follow
     if item.top_logprobs_num > 0:
         def top(p: int) -> list[list[Any]]:
             if with_text:
                 return [[v, i, text(i)] for i, v in sc.top[at[p]]]
             return [[v, i, None] for i, v in sc.top[at[p]]]
-        out["input_top_logprobs"] = [None if p == s else top(p) for p in range(s, n_in)]
-        out["output_top_logprobs"] = [top(p) for p in range(n_in, len(full))]
+        fast = (None if with_text or sc.top_ids is None or sc.top_logprobs is None else
+                _fragments(sc.top_logprobs, sc.top_ids, n_rows))
+        out["input_top_logprobs"], out["output_top_logprobs"] = fast or (
+            [None if p == s else top(p) for p in range(s, n_in)], [top(p) for p in range(n_in, len(full))])
     if item.token_ids_logprob is not None:
         want = item.token_ids_logprob
         want_text = [text(i) if with_text else None for i in want]
 
         def asked(p: int) -> list[list[Any]]:
             return [[v, i, t] for i, v, t in zip(want, sc.requested[at[p]], want_text, strict=True)]
-        out["input_token_ids_logprobs"] = [None if p == s else asked(p) for p in range(s, n_in)]
-        out["output_token_ids_logprobs"] = [asked(p) for p in range(n_in, len(full))]
+        import numpy as np  # noqa: F811 - loaded where scores are asked for, not by every simulator
+        got = sc.requested_logprobs
+        fast = (None if with_text or got is None or not want else
+                _fragments(got, np.broadcast_to(np.asarray(want, dtype=np.int64), got.shape), n_rows))
+        out["input_token_ids_logprobs"], out["output_token_ids_logprobs"] = fast or (
+            [None if p == s else asked(p) for p in range(s, n_in)], [asked(p) for p in range(n_in, len(full))])
     return out
+
+
+def _fragments(logprobs: np.ndarray, ids: np.ndarray, n_rows: int) -> tuple[Any, Any] | None:
+    """The input and output arrays of ``[lp, id, null]`` entries as pre-written JSON (the first ``n_rows`` rows
+    are input positions, after one ``null``); None when numpy cannot write them (then they are built as lists)."""
+    import orjson
+
+    from harness.simulator.jsonfmt import position_entries
+    head = position_entries(logprobs[:n_rows], ids[:n_rows], 1)
+    tail = position_entries(logprobs[n_rows:], ids[n_rows:], 0)
+    if head is None or tail is None:
+        return None
+    return orjson.Fragment(head), orjson.Fragment(tail)
 
 
 def parse_completions(st: SimState, body: dict[str, Any]) -> dict[str, Any]:

@@ -28,11 +28,11 @@ from harness.simulator.state import SIM_VERSION, SimError, SimState
 Work = Callable[..., Any]
 
 
-def _dumps(obj: Any) -> str:
+def _dumps(obj: Any) -> bytes:
     """A response body by orjson (a scoring answer holds millions of numbers: several times faster than the
     stdlib's). Every float the simulator answers is finite by construction (logprobs of a softmax over finite
     logits, a finite tail), so orjson's null for a non-finite float never arises."""
-    return orjson.dumps(obj).decode()
+    return orjson.dumps(obj)
 
 
 def _err(status: int, message: str) -> web.Response:
@@ -93,8 +93,8 @@ class Handlers:
                     if st.fault_rng.random() < 0.5:
                         payload = payload[: max(1, len(payload) // 2)]
                     else:
-                        payload = "<html><body>502 Bad Gateway (simulated)</body></html>"
-                resp = web.Response(text=payload, content_type="application/json")
+                        payload = b"<html><body>502 Bad Gateway (simulated)</body></html>"
+                resp = web.Response(body=payload, content_type="application/json")
         except SimError as e:
             resp = _err(e.status, str(e))
         st.completed += 1
