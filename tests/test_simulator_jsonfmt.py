@@ -40,3 +40,9 @@ def test_fixed_numbers_are_one_width_and_refuse_what_they_cannot_write() -> None
 @pytest.mark.parametrize("skip", [0, 1])
 def test_no_positions(skip: int) -> None:
     assert orjson.loads(position_entries(np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64), skip)) == [None] * skip
+
+
+def test_one_row_of_ids_is_the_same_ids_at_every_position() -> None:
+    lp = -np.arange(12, dtype=float).reshape(3, 4) / 7
+    ids = np.array([5, 50, 500, 5000])
+    assert position_entries(lp, ids, 1) == position_entries(lp, np.tile(ids, (3, 1)), 1)

@@ -125,7 +125,7 @@ def as_int(v: Any, name: str, default: int, lo: int = 0) -> int:
 
 
 def _is_ids(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    return isinstance(v, list) and set(map(type, v)) <= {int}  # ints, not bools (a scoring request sends ~1000)
 
 
 def check_common(temperature: Any, top_p: Any) -> None:
@@ -140,7 +140,7 @@ def _per_item(v: Any, i: int, batched: bool) -> Any:
 
 
 def _check_vocab(st: SimState, ids: list[int], name: str) -> None:
-    if any(t < 0 or t >= st.cfg.vocab_size for t in ids):
+    if ids and (min(ids) < 0 or max(ids) >= st.cfg.vocab_size):
         raise SimError(400, f"{name} holds a token id outside [0, {st.cfg.vocab_size})")
 
 
@@ -292,10 +292,10 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
 
         def asked(p: int) -> list[list[Any]]:
             return [[v, i, t] for i, v, t in zip(want, sc.requested[at[p]], want_text, strict=True)]
-        import numpy as np  # noqa: F811 - loaded where scores are asked for, not by every simulator
+        import numpy as np  # loaded where scores are asked for, not by every simulator
         got = sc.requested_logprobs
         fast = (None if with_text or got is None or not want else
-                _fragments(got, np.broadcast_to(np.asarray(want, dtype=np.int64), got.shape), n_rows))
+                _fragments(got, np.asarray(want, dtype=np.int64), n_rows))
         out["input_token_ids_logprobs"], out["output_token_ids_logprobs"] = fast or (
             [None if p == s else asked(p) for p in range(s, n_in)], [asked(p) for p in range(n_in, len(full))])
     return out
@@ -303,12 +303,12 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
 
 def _fragments(logprobs: np.ndarray, ids: np.ndarray, n_rows: int) -> tuple[Any, Any] | None:
     """The input and output arrays of ``[lp, id, null]`` entries as pre-written JSON (the first ``n_rows`` rows
-    are input positions, after one ``null``); None when numpy cannot write them (then they are built as lists)."""
+    are input positions, after one ``null``; ``ids`` (k,): the same at every position); None when numpy cannot write them (then they are built as lists)."""
     import orjson
 
     from harness.simulator.jsonfmt import position_entries
-    head = position_entries(logprobs[:n_rows], ids[:n_rows], 1)
-    tail = position_entries(logprobs[n_rows:], ids[n_rows:], 0)
+    head = position_entries(logprobs[:n_rows], ids if ids.ndim == 1 else ids[:n_rows], 1)
+    tail = position_entries(logprobs[n_rows:], ids if ids.ndim == 1 else ids[n_rows:], 0)
     if head is None or tail is None:
         return None
     return orjson.Fragment(head), orjson.Fragment(tail)
