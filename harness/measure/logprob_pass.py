@@ -298,7 +298,7 @@ async def _detokenize_each(client: Client, id_lists: list[list[int]]) -> list[li
     """Every token of every list as its own text, in one request where the server detokenizes lists of id
     lists (``api.detokenize_paths``); None where it does not (then the answers carry the texts)."""
     api = client.api
-    flat = [[int(i)] for ids in id_lists for i in ids]
+    flat = [[i] for ids in id_lists for i in ids]  # ints already (the tokenizer's answer, checked)
     body: dict[str, Any] = {"tokens": flat, "skip_special_tokens": False}
     if api.model:
         body["model"] = api.model
