@@ -310,7 +310,7 @@ def fingerprint(opts, module, args, harness_pid):
 def write_atomic(path, obj):
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    # Same as harness.results.eval_store.atomic_write_json, which this stdlib-only file (run in the arm's interpreter,
+    # Same as harness.results.fileio.atomic_write_json, which this stdlib-only file (run in the arm's interpreter,
     # where the harness may not be installed) cannot import.
     fd, tmp = tempfile.mkstemp(prefix=".fingerprint.", dir=d)
     try:
