@@ -24,6 +24,7 @@ logprob of the token there, the top-k (id, logprob) list and the logprobs of any
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,9 +62,9 @@ class Scores:
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
-    @property
+    @functools.cached_property
     def top(self) -> list[list[tuple[int, float]]]:
-        """Per position, the top-k [(id, logprob)] (empty when k = 0)."""
+        """Per position, the top-k [(id, logprob)] (empty when k = 0); made once, when first read."""
         if self.ragged_top is not None:
             return self.ragged_top
         if self.top_ids is None or self.top_logprobs is None:
@@ -71,9 +72,9 @@ class Scores:
         return [list(zip(i, v, strict=True)) for i, v in zip(self.top_ids.tolist(), self.top_logprobs.tolist(),
                                                              strict=True)]
 
-    @property
+    @functools.cached_property
     def requested(self) -> list[list[float]]:
-        """Per position, the logprob of each requested id (empty when none were requested)."""
+        """Per position, the logprob of each requested id (empty when none were requested); made once."""
         if self.requested_logprobs is None:
             return [[] for _ in self.positions]
         return self.requested_logprobs.tolist()
