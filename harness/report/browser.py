@@ -20,7 +20,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
+
+from harness.results.records import JSON, JSONObject
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 #: Flags that keep Chromium off the network and quiet on a closed machine.
@@ -34,6 +36,37 @@ class BrowserError(RuntimeError):
     """Chromium is missing, did not start, or did not answer."""
 
 
+class Command(TypedDict):
+    """A DevTools protocol command as sent: ``id`` pairs the reply with it, ``sessionId`` sends it to a page."""
+
+    id: int
+    method: str
+    params: JSONObject
+    sessionId: NotRequired[str]
+
+
+class Message(TypedDict, total=False):
+    """A DevTools protocol message from Chromium: the reply to the command of ``id`` (its ``result`` or its
+    ``error``), or an event (``method``, ``params``)."""
+
+    id: int
+    result: JSONObject
+    error: JSON
+    method: str
+    params: JSONObject
+    sessionId: str
+
+
+def _obj(v: JSON | None) -> JSONObject:
+    """``v`` if it is a JSON object, else an empty one."""
+    return v if isinstance(v, dict) else {}
+
+
+def _objects(v: JSON | None) -> list[JSONObject]:
+    """The JSON objects of the array ``v`` (none when it is no array)."""
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
 @dataclass
 class PageResult:
     url: str
@@ -41,7 +74,8 @@ class PageResult:
     text: str
     console_errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
-    values: dict[str, Any] = field(default_factory=dict)
+    #: the values of the ``evaluate`` expressions, by name (as JSON)
+    values: dict[str, JSON] = field(default_factory=dict)
     screenshot: Path | None = None
     height: int = 0
 
@@ -77,12 +111,13 @@ class _Pipe:
         os.close(res_w)
         self._buf = b""
         self._id = 0
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Message] = []
 
-    def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None,
-             timeout: float = 30.0) -> dict[str, Any]:
+    def send(self, method: str, params: JSONObject | None = None, session: str | None = None,
+             timeout: float = 30.0) -> JSONObject:
+        """Send a command; return its reply's ``result`` (events that arrive meanwhile are kept in ``events``)."""
         self._id += 1
-        msg: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
+        msg: Command = {"id": self._id, "method": method, "params": params or {}}
         if session:
             msg["sessionId"] = session
         try:
@@ -101,7 +136,7 @@ class _Pipe:
             if "method" in m:
                 self.events.append(m)
 
-    def wait_event(self, method: str, timeout: float) -> dict[str, Any] | None:
+    def wait_event(self, method: str, timeout: float) -> Message | None:
         for e in self.events:
             if e.get("method") == method:
                 return e
@@ -116,7 +151,7 @@ class _Pipe:
                     return m
         return None
 
-    def _next(self, timeout: float) -> dict[str, Any] | None:
+    def _next(self, timeout: float) -> Message | None:
         deadline = time.monotonic() + max(0.0, timeout)
         while b"\0" not in self._buf:
             left = deadline - time.monotonic()
@@ -146,18 +181,18 @@ class _Pipe:
         self._log.close()
 
 
-def _console_errors(events: list[dict[str, Any]]) -> list[str]:
+def _console_errors(events: list[Message]) -> list[str]:
     out = []
     for e in events:
         m, p = e.get("method"), e.get("params") or {}
         if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-            out.append("console." + p["type"] + ": " + " ".join(
-                str(a.get("value", a.get("description", ""))) for a in p.get("args") or []))
+            out.append(f"console.{p['type']}: " + " ".join(
+                str(a.get("value", a.get("description", ""))) for a in _objects(p.get("args"))))
         elif m == "Runtime.exceptionThrown":
-            d = p.get("exceptionDetails") or {}
-            out.append("exception: " + str((d.get("exception") or {}).get("description") or d.get("text")))
-        elif m == "Log.entryAdded" and (p.get("entry") or {}).get("level") == "error":
-            ent = p["entry"]
+            d = _obj(p.get("exceptionDetails"))
+            out.append("exception: " + str(_obj(d.get("exception")).get("description") or d.get("text")))
+        elif m == "Log.entryAdded" and _obj(p.get("entry")).get("level") == "error":
+            ent = _obj(p.get("entry"))
             out.append(f"log ({ent.get('source')}): {ent.get('text')} {ent.get('url') or ''}".strip())
     return out
 
@@ -179,11 +214,11 @@ def render_page(path: str | Path, screenshot: str | Path | None = None, *, width
     with tempfile.TemporaryDirectory(prefix="abh-chromium-") as tmp:
         pipe = _Pipe(exe, width, height, str(Path(tmp) / "profile"), Path(tmp) / "chromium.log")
         try:
-            targets = pipe.send("Target.getTargets", timeout=timeout).get("targetInfos") or []
+            targets = _objects(pipe.send("Target.getTargets", timeout=timeout).get("targetInfos"))
             page = next((t["targetId"] for t in targets if t.get("type") == "page"), None)
             if page is None:
                 page = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-            sid = pipe.send("Target.attachToTarget", {"targetId": page, "flatten": True})["sessionId"]
+            sid = str(pipe.send("Target.attachToTarget", {"targetId": page, "flatten": True})["sessionId"])
             for dom in ("Page.enable", "Runtime.enable", "Log.enable", "Network.enable"):
                 pipe.send(dom, session=sid)
             with contextlib.suppress(BrowserError):  # the page's copy buttons may write the clipboard (tests read it)
@@ -199,12 +234,12 @@ def render_page(path: str | Path, screenshot: str | Path | None = None, *, width
                 raise BrowserError(f"{url} did not finish loading within {timeout:.0f} s")
             time.sleep(0.3)  # let late console messages / requests arrive
 
-            def ev(expr: str) -> Any:
+            def ev(expr: str) -> JSON:
                 r = pipe.send("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True,
                                                    "userGesture": True}, session=sid)
                 if r.get("exceptionDetails"):
-                    raise BrowserError(f"evaluating {expr!r}: {r['exceptionDetails'].get('text')}")
-                return (r.get("result") or {}).get("value")
+                    raise BrowserError(f"evaluating {expr!r}: {_obj(r['exceptionDetails']).get('text')}")
+                return _obj(r.get("result")).get("value")
 
             title = ev("document.title")
             text = ev("document.body ? document.body.innerText : ''")
@@ -213,21 +248,23 @@ def render_page(path: str | Path, screenshot: str | Path | None = None, *, width
             page_h = height
             if screenshot is not None:
                 metrics = pipe.send("Page.getLayoutMetrics", session=sid)
-                size = metrics.get("cssContentSize") or metrics.get("contentSize") or {}
-                page_h = int(min(max_height, size.get("height", height))) if full_page else height
-                params: dict[str, Any] = {"format": "png"}
+                size = _obj(metrics.get("cssContentSize") or metrics.get("contentSize"))
+                content_h = size.get("height", height)
+                page_h = (int(min(max_height, content_h if isinstance(content_h, int | float) else height)) if full_page
+                          else height)
+                params: JSONObject = {"format": "png"}
                 if full_page:
                     params.update(captureBeyondViewport=True,
                                   clip={"x": 0, "y": 0, "width": width, "height": page_h, "scale": 1})
-                data = pipe.send("Page.captureScreenshot", params, session=sid, timeout=timeout)["data"]
+                data = str(pipe.send("Page.captureScreenshot", params, session=sid, timeout=timeout)["data"])
                 shot = Path(screenshot)
                 shot.parent.mkdir(parents=True, exist_ok=True)
                 shot.write_bytes(base64.b64decode(data))
             pipe.send("Runtime.evaluate", {"expression": "0"}, session=sid)  # flush pending events
             events = pipe.events
-            requests = [str((e.get("params") or {}).get("request", {}).get("url")) for e in events
+            requests = [str(_obj(_obj(e.get("params")).get("request")).get("url")) for e in events
                         if e.get("method") == "Network.requestWillBeSent"]
-            return PageResult(url=url, title=title or "", text=text or "", console_errors=_console_errors(events),
+            return PageResult(url=url, title=str(title or ""), text=str(text or ""), console_errors=_console_errors(events),
                               requests=requests, values=values, screenshot=shot, height=page_h)
         finally:
             pipe.close()

@@ -10,15 +10,68 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.analysis.cost import blocks
 from harness.report.words import pp
 from harness.results import schema
-from harness.results.records import RecordError
+from harness.results.records import JSON, RecordError
 from harness.results.schema import Comparison, Cost, RunSummary, SequentialRecord
 
 ROLE_LABELS = {"a": "A", "b": "B", "aa": "A/A control", "total": "total"}
+
+
+class CostRow(TypedDict):
+    """A role's row of the cost table (and the total's): counts, times as text, GPUs, GPU-hours as text."""
+
+    role: str
+    label: str
+    launches: int
+    evals: int
+    launch: str
+    eval: str
+    server: str
+    gpus: int
+    #: scoring passes, their time and GPU-hours ("—": none)
+    scoring: str
+    gpu_hours: str
+
+
+class LookRow(TypedDict):
+    """A look of a sequential run: its estimate and boundary as text, and what it decided."""
+
+    repeats: int
+    delta: str
+    se: str
+    z: str
+    bound: str
+    alpha_spent: str
+    #: conditional power ("—": not computed)
+    cp: str
+    decision: str
+    reason: str
+    stop: bool
+
+
+class SequentialFacts(TypedDict):
+    """How a sequential run went: its design (as recorded), how far it ran, why it stopped, what it saved."""
+
+    repeats_run: int
+    max_repeats: int
+    min_repeats: JSON
+    spending: JSON
+    alpha: JSON
+    hypothesis: JSON
+    margin: JSON
+    futility: JSON
+    verdict: str | None
+    reason: str | None
+    sentence: str | None
+    stopped: bool
+    repeats_saved: int
+    gpu_hours_saved: str
+    gpu_hours_per_repeat: str
+    estimator: str
 
 
 def run_summary(root: Path) -> RunSummary | None:
@@ -71,7 +124,7 @@ def hms(seconds: float | None) -> str:
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
-def cost_rows(cost: Cost) -> list[dict[str, Any]]:
+def cost_rows(cost: Cost) -> list[CostRow]:
     """One row per role present and the total: launches, evals, launch / eval / server time, GPUs, GPU-hours."""
     return [{"role": role, "label": ROLE_LABELS[role], "launches": b.launches, "evals": b.evals,
              "launch": hms(b.launch_s), "eval": hms(b.eval_s), "server": hms(b.server_s), "gpus": b.gpus,
@@ -91,7 +144,7 @@ def cost_line(cost: Cost) -> str:
             + (f" (estimated from timestamps: {', '.join(cost.estimated)})" if cost.estimated else ""))
 
 
-def look_rows(seq: SequentialRecord) -> list[dict[str, Any]]:
+def look_rows(seq: SequentialRecord) -> list[LookRow]:
     """The look table of a sequential run: per look Δ, SE, z, its boundary, α spent and the decision."""
     return [{"repeats": look.repeats, "delta": pp(look.delta), "se": pp(look.se, signed=False),
              "z": f"{look.z:+.2f}", "bound": "—" if look.bound is None else f"±{look.bound:.2f}",
@@ -101,7 +154,7 @@ def look_rows(seq: SequentialRecord) -> list[dict[str, Any]]:
              "stop": look.stop} for look in seq.looks]
 
 
-def sequential_facts(seq: SequentialRecord) -> dict[str, Any]:
+def sequential_facts(seq: SequentialRecord) -> SequentialFacts:
     """Repeats run, why it stopped, what it saved against running every repeat (the fixed design)."""
     d = seq.design
     return {"repeats_run": seq.repeats_run, "max_repeats": seq.max_repeats, "min_repeats": d.get("min_repeats"),

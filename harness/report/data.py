@@ -13,13 +13,30 @@ import statistics
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from harness.report.texts import first_difference, split_at, word_end
+from harness.report.views import (
+    Answer,
+    ArmView,
+    BrowserArm,
+    CheckRow,
+    CommandLine,
+    DiffRow,
+    DiffView,
+    FlipRow,
+    InstanceRow,
+    KvRow,
+    QuestionRow,
+    RunRow,
+    ServerView,
+    TextRow,
+)
 from harness.results import schema
 from harness.results.eval_store import load_eval
 from harness.results.fileio import read_jsonl
-from harness.results.schema import Comparison, Manifest, SampleRecord
+from harness.results.records import JSON, JSONObject
+from harness.results.schema import Comparison, EvalMeta, EvalSummary, Manifest, SampleRecord
 from harness.tasks.gsm8k import question_from_prompt
 from harness.util.cmdline import command_line, redact_command, shell_command
 from harness.util.ggml import TYPE_FLAGS, named
@@ -52,7 +69,7 @@ def arm_names(c: Comparison) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def obj(v: Any) -> dict[str, Any]:
+def obj(v: Any) -> JSONObject:
     """``v`` if it is a JSON object, else an empty one (stored files are read defensively for display)."""
     return v if isinstance(v, dict) else {}
 
@@ -74,7 +91,7 @@ def is_block(v: Any) -> bool:
     return isinstance(v, dict | list) or (isinstance(v, str) and ("\n" in v or len(v) > 120))
 
 
-def kv_rows(d: Any, skip: Iterable[str] = ()) -> list[dict[str, Any]]:
+def kv_rows(d: Any, skip: Iterable[str] = ()) -> list[KvRow]:
     """[{key, text, block}] of a dict (or of a list, by position)."""
     skip = set(skip)
     if isinstance(d, dict):
@@ -115,8 +132,8 @@ class Run:
 
     def __init__(self, role: str, repeat: int, recorded: str, path: Path | None, base: Path | None = None):
         self.role, self.repeat, self.recorded, self.path, self.base = role, repeat, recorded, path, base
-        self.meta: dict[str, Any] = {}  # eval.json and summary.json, read defensively for display
-        self.summary: dict[str, Any] = {}
+        self.meta: EvalMeta = {}  # eval.json and summary.json, read defensively for display
+        self.summary: EvalSummary = {}
         self.samples: dict[int, SampleRecord] = {}
         self.error: str | None = None
         if path is None:
@@ -124,18 +141,18 @@ class Run:
             return
         try:
             meta, samples, summary = load_eval(path)
-            self.meta, self.summary = dict(meta), dict(summary or {})
+            self.meta, self.summary = meta.copy(), summary.copy() if summary is not None else EvalSummary()
             self.samples = {s.index: s for s in samples}
         except Exception as e:  # noqa: BLE001 - shown in the report instead
             self.error = f"cannot read {path}: {e}"
 
-    def server(self) -> dict[str, Any]:
+    def server(self) -> ServerView:
         """Which server answered: its URL, build and version, as the eval recorded them."""
-        facts = self.meta.get("server") or {}
+        facts = self.meta.get("server") or schema.ServerFacts()
         return {"url": self.meta.get("url"), "build": facts.get("build"), "version": facts.get("version"),
                 "model_path": facts.get("model_path")}
 
-    def row(self, label: str) -> dict[str, Any]:
+    def row(self, label: str) -> RunRow:
         s = self.summary
         lat = [r.latency_s for r in self.samples.values() if isinstance(r.latency_s, int | float)]
         q = statistics.quantiles(lat, n=10) if len(lat) >= 2 else None
@@ -203,7 +220,7 @@ def _cut(s: str | None) -> tuple[str, bool]:
     return (s[:MAX_OUTPUT_CHARS], True) if len(s) > MAX_OUTPUT_CHARS else (s, False)
 
 
-def _answer(rec: SampleRecord | None, repeat: int) -> dict[str, Any]:
+def _answer(rec: SampleRecord | None, repeat: int) -> Answer:
     if rec is None:
         return {"repeat": repeat, "missing": True, "correct": None, "pred": "—", "output": "", "cut": False,
                 "finish": None, "error": None}
@@ -213,7 +230,7 @@ def _answer(rec: SampleRecord | None, repeat: int) -> dict[str, Any]:
             "finish": rec.finish_reason, "error": rec.error}
 
 
-def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[dict[str, Any]], int]:
+def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[FlipRow], int]:
     """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped.
 
     Returns (rows, total) with at most MAX_FLIPS rows.
@@ -242,7 +259,7 @@ def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[d
     chosen.sort(key=lambda t: (order[t[1]], -abs(t[2]), t[0]))
     chosen = chosen[:MAX_FLIPS]
     texts = question_texts(a_runs + b_runs, {i for i, _, _ in chosen})
-    rows = []
+    rows: list[FlipRow] = []
     for i, cat, _ in chosen:
         rec_a = next((r.samples.get(i) for r in a_runs), None)
         # Lead with a repeat in which the arms disagree, so the two outputs shown first differ in outcome.
@@ -250,9 +267,9 @@ def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[d
                   if ra.samples[i].correct != rb.samples[i].correct), 0)
         a_ord = a_runs[k:k + 1] + a_runs[:k] + a_runs[k + 1:]
         b_ord = b_runs[k:k + 1] + b_runs[:k] + b_runs[k + 1:]
-        answers = {"a": [_answer(r.samples.get(i), r.repeat) for r in a_ord],
-                   "b": [_answer(r.samples.get(i), r.repeat) for r in b_ord]}
-        _mark_parting(answers["a"][0], answers["b"][0])
+        answers_a = [_answer(r.samples.get(i), r.repeat) for r in a_ord]
+        answers_b = [_answer(r.samples.get(i), r.repeat) for r in b_ord]
+        _mark_parting(answers_a[0], answers_b[0])
         rows.append({
             "index": i, "cat": cat, "question": texts.get(i, "(question text not available)"),
             "label": rec_a.label if rec_a is not None else "—",
@@ -260,12 +277,12 @@ def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[d
             "score_b": f"{sum(bool(r.samples[i].correct) for r in b_runs)}/{len(b_runs)}",
             "mean_a": sum(bool(r.samples[i].correct) for r in a_runs) / len(a_runs),
             "mean_b": sum(bool(r.samples[i].correct) for r in b_runs) / len(b_runs),
-            **answers,
+            "a": answers_a, "b": answers_b,
         })
     return rows, total
 
 
-def _mark_parting(a: dict[str, Any], b: dict[str, Any]) -> None:
+def _mark_parting(a: Answer, b: Answer) -> None:
     """Split the two outputs shown first at the word where they part (``split``: before, mark, after)."""
     d = first_difference(a["output"], b["output"])
     for ans in (a, b):
@@ -281,7 +298,7 @@ OUTCOMES = {"b": "only B right", "a": "only A right", "mixed": "mixed across rep
 BROWSER_OUTPUT_CHARS = 1500
 
 
-def all_questions(c: Comparison, runs: dict[str, list[Run]]) -> list[dict[str, Any]]:
+def all_questions(c: Comparison, runs: dict[str, list[Run]]) -> list[QuestionRow]:
     """Every question of the comparison, for the report's question browser: index, outcome (:data:`OUTCOMES`),
     question, label, and per arm each repeat's parsed answer and correctness with repeat 1's output. Short
     keys: the page embeds all of them as JSON."""
@@ -291,7 +308,7 @@ def all_questions(c: Comparison, runs: dict[str, list[Run]]) -> list[dict[str, A
         return []
     idx = [int(i) for i in (a_runs[0].meta.get("indices") or sorted(a_runs[0].samples))]
     texts = question_texts(a_runs + b_runs, set(idx))
-    out = []
+    out: list[QuestionRow] = []
     for i in idx:
         sa = [r.samples.get(i) for r in a_runs]
         sb = [r.samples.get(i) for r in b_runs]
@@ -304,7 +321,7 @@ def all_questions(c: Comparison, runs: dict[str, list[Run]]) -> list[dict[str, A
                    else "a" if (ma, mb) == (1, 0) else "mixed")
         first = next((s for s in sa + sb if s is not None), None)
 
-        def arm(samples: list[SampleRecord | None]) -> dict[str, Any]:
+        def arm(samples: list[SampleRecord | None]) -> BrowserArm:
             s0 = samples[0]
             text = (s0.output or "") if s0 is not None else ""
             return {"p": [_answer(s, k + 1)["pred"] for k, s in enumerate(samples)],
@@ -330,10 +347,10 @@ def _find_arm_key(role: str, manifest: Mapping[str, Any], names: dict[str, str])
     return str(keys[pos]) if len(keys) > pos else None
 
 
-def _checks(v: Any) -> list[dict[str, Any]]:
+def _checks(v: Any) -> list[CheckRow]:
     if not isinstance(v, list):
         return []
-    out: list[dict[str, Any]] = []
+    out: list[CheckRow] = []
     for ch in v:
         if not isinstance(ch, dict):
             out.append({"name": as_text(ch), "kind": "", "passed": None, "expected": "", "found": "",
@@ -355,59 +372,72 @@ def _line_key(line: str) -> str:
     return "--port" if text.startswith("--port ") or text.startswith("--port=") else text
 
 
-def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+def _launch(arm: JSONObject) -> tuple[str, list[TextRow], list[KvRow]]:
+    """An arm's server command (shell form, environment first, redacted), its environment and the launch's
+    other recorded fields."""
+    launch = arm.get("launch")
+    env: Any = None
+    argv: Any = None
+    other: list[KvRow] = []
+    if isinstance(launch, dict):
+        argv = launch.get("argv", launch.get("command", launch.get("cmd")))
+        env = launch.get("env", launch.get("env_delta"))
+        other = kv_rows(launch, skip=("argv", "command", "cmd", "env", "env_delta"))
+    elif launch is not None:
+        other = kv_rows(launch)
+    env_rows: list[TextRow] = []
+    if isinstance(env, dict):
+        env_rows = [{"key": k, "text": v} for k, v in redact_env({str(k): as_text(v) for k, v in env.items()}).items()]
+    command = shell_command(argv if isinstance(argv, str | list | tuple) else None,
+                            env if isinstance(env, dict | list) else None)
+    return command, env_rows, other
+
+
+def _instances(launches: JSON) -> list[InstanceRow]:
+    if not isinstance(launches, list):
+        return []
+    return [{"id": as_text(i.get("id")), "url": as_text(i.get("url")),
+             "probe": as_text(i.get("probe")) if i.get("probe") is not None else ""}
+            if isinstance(i, dict) else {"id": as_text(i), "url": "", "probe": ""} for i in launches]
+
+
+def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[ArmView]:
     arms = obj(manifest.get("arms"))
-    views: list[dict[str, Any]] = []
+    found: list[tuple[str, str, JSONObject]] = []  # (role, key, the manifest's record of the arm)
     for role in ("a", "b"):
         key = _find_arm_key(role, manifest, names)
         arm = arms.get(key) if key is not None else None
-        if not isinstance(arm, dict):
-            continue
-        launch = arm.get("launch")
-        env: Any = None
-        argv: Any = None
-        other: list[dict[str, Any]] = []
-        if isinstance(launch, dict):
-            argv = launch.get("argv", launch.get("command", launch.get("cmd")))
-            env = launch.get("env", launch.get("env_delta"))
-            other = kv_rows(launch, skip=("argv", "command", "cmd", "env", "env_delta"))
-        elif launch is not None:
-            other = kv_rows(launch)
-        env_rows = []
-        if isinstance(env, dict):
-            env_rows = [{"key": k, "text": v} for k, v in redact_env({str(k): as_text(v) for k, v in env.items()}).items()]
-        known = {"name", "side", "launch", "static_checks", "live_checks", "instances", "launches"}
-        launches = arm.get("launches", arm.get("instances"))
-        command = shell_command(argv if isinstance(argv, str | list | tuple) else None,
-                                env if isinstance(env, dict | list) else None)
-        views.append({
-            "role": role, "key": key, "name": arm.get("name") or names.get(role) or key, "side": arm.get("side"),
-            "command": command, "env": env_rows, "launch_other": other,
-            "static_checks": _checks(arm.get("static_checks")), "live_checks": _checks(arm.get("live_checks")),
-            "instances": [{"id": as_text(i.get("id")), "url": as_text(i.get("url")),
-                           "probe": as_text(i.get("probe")) if i.get("probe") is not None else ""}
-                          if isinstance(i, dict) else {"id": as_text(i), "url": "", "probe": ""}
-                          for i in launches] if isinstance(launches, list) else [],
-            "extra": kv_rows({k: v for k, v in arm.items() if k not in known}),
-        })
+        if key is not None and isinstance(arm, dict):
+            found.append((role, key, arm))
+    launches = [_launch(arm) for _, _, arm in found]
     # Mark the command lines that the other arm's command does not have (the port the harness picked for each
     # launch is not a difference between the arms).
-    norm = [{_line_key(ln) for ln in v["command"].splitlines()} for v in views]
-    for j, view in enumerate(views):
-        theirs = norm[1 - j] if len(views) == 2 else None
-        view["command_lines"] = [{"text": ln, "differs": theirs is not None and _line_key(ln) not in theirs}
-                                 for ln in view["command"].splitlines()]
+    norm = [{_line_key(ln) for ln in command.splitlines()} for command, _, _ in launches]
+    known = {"name", "side", "launch", "static_checks", "live_checks", "instances", "launches"}
+    views: list[ArmView] = []
+    for j, ((role, key, arm), (command, env_rows, other)) in enumerate(zip(found, launches, strict=True)):
+        theirs = norm[1 - j] if len(found) == 2 else None
+        lines: list[CommandLine] = [{"text": ln, "differs": theirs is not None and _line_key(ln) not in theirs}
+                                    for ln in command.splitlines()]
+        views.append({
+            "role": role, "key": key, "name": str(arm.get("name") or names.get(role) or key), "side": arm.get("side"),
+            "command": command, "env": env_rows, "launch_other": other,
+            "static_checks": _checks(arm.get("static_checks")), "live_checks": _checks(arm.get("live_checks")),
+            "instances": _instances(arm.get("launches", arm.get("instances"))),
+            "extra": kv_rows({k: v for k, v in arm.items() if k not in known}),
+            "command_lines": lines,
+        })
     return views
 
 
-def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> dict[str, Any] | None:
+def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> DiffView | None:
     ad = manifest.get("arm_diff")
     if not isinstance(ad, dict):
         return None
     key_a, key_b = _find_arm_key("a", manifest, names), _find_arm_key("b", manifest, names)
     dis = ad.get("disallowed") or []
     dis_keys: set[Any] = {d.get("key") if isinstance(d, dict) else d for d in dis}
-    rows: list[dict[str, Any]] = []
+    rows: list[DiffRow] = []
     for d in ad.get("differences") or []:
         if not isinstance(d, dict):
             rows.append({"key": as_text(d), "a": "", "b": "", "others": [], "allowed": str(d) not in dis_keys})
@@ -415,7 +445,7 @@ def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> dict[str, A
         vals = obj(d.get("values"))
         if str(d.get("key", "")).rsplit(".", 1)[-1] in TYPE_FLAGS:  # llama.cpp's KV types: ids, shown named
             vals = {k: named(v) for k, v in vals.items()}
-        others = [{"key": str(k), "text": as_text(v)} for k, v in vals.items() if k not in (key_a, key_b)]
+        others: list[TextRow] = [{"key": str(k), "text": as_text(v)} for k, v in vals.items() if k not in (key_a, key_b)]
         others += kv_rows({k: v for k, v in d.items() if k not in ("key", "values")})
         rows.append({"key": as_text(d.get("key")),
                      "a": as_text(vals.get(key_a)) if key_a in vals else "(not set)",
@@ -435,8 +465,8 @@ def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> dict[str, A
 
 # ------------------------------------------------------------------------------------------ provenance
 def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
-                    c: Comparison | None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+                    c: Comparison | None) -> list[KvRow]:
+    rows: list[KvRow] = []
     prov = manifest.get("provenance")
     rows += kv_rows(prov)
     ds = manifest.get("dataset")
@@ -448,10 +478,10 @@ def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
             if k in first.meta:
                 rows.append({"key": k.replace("_", " "), "text": as_text(first.meta[k]), "block": False})
     if first is not None:
-        for k in ("recipe", "stop", "api"):
-            if k in first.meta:
-                v = first.meta[k]
-                rows.append({"key": k, "text": as_text(v), "block": is_block(v)})
+        for key in ("recipe", "stop", "api"):
+            if key in first.meta:
+                v = first.meta[key]
+                rows.append({"key": key, "text": as_text(v), "block": is_block(v)})
     for k in ("alpha", "seed", "n_resamples", "delta_ci_method", "test", "max_error_rate", "table_source"):
         v = getattr(c, k, None)
         if v is not None:
@@ -467,7 +497,8 @@ def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
     return rows
 
 
-def finite(x: Any) -> bool:
+def finite(x: Any) -> TypeGuard[float]:
+    """``x`` is a number (not a bool, not NaN)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and not math.isnan(x)
 
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.report import plots
-from harness.report.texts import split_at, word_end
+from harness.report.texts import Split, split_at, word_end
 from harness.report.words import pct, pval
-from harness.results.records import to_doc
 from harness.results.schema import Divergence, SweepRow
 from harness.stats.verdict import at_floor
 
@@ -26,6 +25,45 @@ VERDICT_LABELS = {"diverged": "DIVERGED", "indistinguishable": "INDISTINGUISHABL
 VERDICT_COLORS = {"diverged": "#c62828", "indistinguishable": "#1565c0", "not_measured": "#616161"}
 COLOR_AB = plots.COLOR_B
 COLOR_AA = "#7f7f7f"
+
+
+class PercentileRow(TypedDict):
+    """A statistic of the per-token KLD (mean, a percentile, max) of A‖B and of the A/A floor, as text."""
+
+    label: str
+    ab: str
+    aa: str
+
+
+class TopRow(TypedDict):
+    """A question of the "diverge most" table: its KLDs as text, and both greedy texts split around the first
+    divergence (None: no text stored)."""
+
+    question: int
+    tokens: int
+    text_identical: bool | None
+    kld_text: str
+    kld_aa_text: str
+    d_text: str
+    same_top_text: str
+    a: Split | None
+    b: Split | None
+
+
+class DivergenceView(TypedDict):
+    """The report's divergence section: the verdict in words, its facts, the KLD percentiles, the plot (SVG)
+    and the questions that diverge most."""
+
+    verdict: str
+    #: the arm whose greedy texts were scored ("a" or "b")
+    reference: str
+    label: str
+    color: str
+    sentence: str
+    facts: list[str]
+    percentiles: list[PercentileRow]
+    svg: str | None
+    rows: list[TopRow]
 
 
 def _num(x: Any) -> float | None:
@@ -175,11 +213,11 @@ def _g(x: Any) -> str:
     return "n/a" if v is None else f"{v:.3g}"
 
 
-def percentile_rows(div: Divergence) -> list[dict[str, str]]:
+def percentile_rows(div: Divergence) -> list[PercentileRow]:
     """[{label, ab, aa}] for a table: mean, 99.9 / 99 / 95 / 90 percentiles, median, max of per-token KLD."""
     p_ab = div.kld_percentiles or {}
     p_aa = div.kld_percentiles_aa or {}
-    rows = [{"label": "mean", "ab": kld(div.kld_mean), "aa": kld(div.kld_mean_aa)}]
+    rows: list[PercentileRow] = [{"label": "mean", "ab": kld(div.kld_mean), "aa": kld(div.kld_mean_aa)}]
     for key in ("99.9", "99", "95", "90", "50"):
         rows.append({"label": "median" if key == "50" else f"{key} %", "ab": kld(p_ab.get(key)),
                      "aa": kld(p_aa.get(key))})
@@ -240,7 +278,7 @@ def _outputs(d: Any) -> dict[int, str | None]:
 
 
 def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
-             texts_b: Mapping[int, str | None] | None = None) -> list[dict[str, Any]]:
+             texts_b: Mapping[int, str | None] | None = None) -> list[TopRow]:
     """The questions that diverge most, each with both greedy texts split around the first divergence.
 
     Texts default to ``samples.jsonl`` of ``div["dirs"]["ref"]`` (arm A) and ``["ab"]`` (arm B). A's mark is
@@ -249,7 +287,7 @@ def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
     """
     ta = texts_a if texts_a is not None else _outputs(div.dirs.get("ref"))
     tb = texts_b if texts_b is not None else _outputs(div.dirs.get("ab"))
-    rows = []
+    rows: list[TopRow] = []
     for q in div.top_questions:
         c = q.first_divergence_char
         span = q.first_divergence_span
@@ -257,7 +295,7 @@ def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
         text_a, text_b = ta.get(q.question), tb.get(q.question)
         b_end = word_end(text_b, c) if text_b is not None and c is not None else None
         rows.append({
-            **to_doc(q),
+            "question": q.question, "tokens": q.tokens, "text_identical": q.text_identical,
             "kld_text": kld(q.kld), "kld_aa_text": kld(q.kld_aa), "d_text": kld(q.d),
             "same_top_text": pct(q.same_top_rate, 1),
             "a": split_at(text_a, a_start, a_end),
@@ -266,7 +304,7 @@ def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
     return rows
 
 
-def section(div: Divergence | None) -> dict[str, Any]:
+def section(div: Divergence | None) -> DivergenceView:
     """Everything the template's divergence section shows."""
     word = div.verdict if div is not None else "not_measured"
     measured = div is not None and word in ("diverged", "indistinguishable")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from harness.report import data
 
@@ -27,13 +27,29 @@ PARQUET = "samples.parquet"
 CSV = "samples.csv"
 
 
-def samples_rows(root: Path) -> list[dict[str, Any]]:
+class SampleRow(TypedDict):
+    """A row of the table: one question of one eval (the columns of :data:`COLUMNS`, in order)."""
+
+    question_index: int
+    arm: str
+    role: str
+    repeat: int
+    correct: bool | None
+    invalid: bool | None
+    error: str | None
+    missing: bool
+    answer: int | float | str | None
+    label: int | float | str | None
+    output: str | None
+
+
+def samples_rows(root: Path) -> list[SampleRow]:
     """The rows of the table for the comparison (or run) directory ``root``."""
     c = data.load_comparison(Path(root))
     if c is None:
         raise FileNotFoundError(f"{root} holds no comparison.json")
     names = data.arm_names(c)
-    rows: list[dict[str, Any]] = []
+    rows: list[SampleRow] = []
     for role, runs in data.load_runs(c, Path(root)).items():
         for run in runs:
             if run.error is not None:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import jinja2
 from markupsafe import Markup
@@ -22,10 +22,14 @@ from harness import __version__
 from harness.report import cost_section as cost
 from harness.report import data, plots, words
 from harness.report import divergence_section as report_divergence
+from harness.report.cost_section import CostRow, LookRow, SequentialFacts
+from harness.report.divergence_section import DivergenceView
 from harness.report.headline import headline
+from harness.report.views import ArmView, DiffView, FlipRow, KvRow, QuestionRow, RunRow
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
-from harness.results.records import to_doc
+from harness.results.records import JSON
+from harness.results.schema import Arms, Comparison, SweepRow
 from harness.serving.untrusted import printable
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -35,7 +39,118 @@ TEMPLATES = Path(__file__).parent / "templates"
 PAGE_JS = (TEMPLATES / "report.js").read_text(encoding="utf-8")
 
 
-def _json_for_script(value: Any) -> Markup:
+# ------------------------------------------------------------------------------------------ what the pages read
+class VerdictView(TypedDict):
+    """The verdict atop the page: its word, label and colour, the headline (after the badge: ``rest``) and the
+    supporting facts."""
+
+    word: str
+    label: str
+    color: str
+    rest: str
+    headline: str
+    details: list[str]
+
+
+class PerfRow(TypedDict):
+    """An arm's batch latency, output throughput and per-request p50, each the mean over its runs (None: no run
+    recorded it)."""
+
+    label: str
+    runs: int
+    latency_s: float | None
+    throughput: float | None
+    p50: float | None
+
+
+class ReproduceRow(TypedDict):
+    """A command of the Reproduce box: the id its copy button targets, its label and the command."""
+
+    id: str
+    label: str
+    text: str | None
+
+
+class DivergencePanel(DivergenceView):
+    """The divergence section as the page shows it (``svg`` as markup), with the reference arm's label and the
+    compared arm's."""
+
+    ref_label: str
+    cmp_label: str
+
+
+class ComparisonContext(TypedDict):
+    """What report.html of a run or comparison directory reads (templates/report.html.j2)."""
+
+    kind: str
+    servers: bool
+    title: str
+    experiment: str | None
+    description: JSON
+    simulated: bool
+    c: Comparison | None
+    names: dict[str, str]
+    root: str
+    verdict: VerdictView
+    arms_c: Arms | None
+    arm_views: list[ArmView]
+    diff: DiffView | None
+    acc_svg: Markup | None
+    delta_svg: Markup | None
+    div: DivergencePanel | None
+    run_rows: list[RunRow]
+    perf: list[PerfRow]
+    flips: list[FlipRow]
+    flips_total: int
+    flip_counts: dict[str, int]
+    max_flips: int
+    cost_rows: list[CostRow]
+    cost_estimated: list[str]
+    seq: SequentialFacts | None
+    look_rows: list[LookRow]
+    provenance: list[KvRow]
+    config_json: str | None
+    notes: list[str]
+    generated: str
+    version: str
+    questions_json: Markup | None
+    outcomes_json: Markup
+    outcomes: dict[str, str]
+    n_questions: int
+    reproduce: list[ReproduceRow]
+    script: Markup
+    csp: str
+
+
+class SweepRowView(TypedDict):
+    """A comparison of the sweep's table: its row of sweep_summary.json, the link to its report.html (None: no
+    report below the sweep's directory), its verdict's colour and its KLD cell."""
+
+    row: SweepRow
+    link: str | None
+    color: str
+    kld: str
+
+
+class SweepContext(TypedDict):
+    """What report.html of a sweep directory reads (templates/sweep.html.j2)."""
+
+    title: str
+    experiment: str | None
+    simulated: bool
+    sentence: str
+    rows: list[SweepRowView]
+    correction: str
+    forest_svg: Markup | None
+    root: str
+    kld: bool
+    cost_rows: list[CostRow]
+    generated: str
+    version: str
+    csp: str
+
+
+def _json_for_script(value: list[QuestionRow] | dict[str, str]) -> Markup:
     """``value`` as JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it early)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
@@ -59,17 +174,18 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _render(name: str, ctx: dict[str, Any]) -> str:
-    return _env().get_template(name).render(**ctx)
+def template(name: str) -> jinja2.Template:
+    """The page template ``name`` of templates/, with the report's helpers (``pct``, ``pp``, ...) at hand."""
+    return _env().get_template(name)
 
 
 # ------------------------------------------------------------------------------------------ comparison
-def comparison_context(root: Path) -> dict[str, Any]:
+def comparison_context(root: Path) -> ComparisonContext:
     """What report.html shows. Arm names and "simulated" are the comparison's (comparison.json owns them);
     a run directory adds its manifest (launches, side checks, provenance)."""
     root = Path(root)
     c = data.load_comparison(root)
-    manifest: dict[str, Any] = dict(data.load_manifest(root))
+    manifest = data.load_manifest(root)
     notes: list[str] = []
     if c is None:
         status = manifest.get("status")
@@ -88,15 +204,14 @@ def comparison_context(root: Path) -> dict[str, Any]:
 
     acc_svg = delta_svg = None
     if c is not None:
-        acc_svg = Markup(plots.accuracy_svg([
-            {**to_doc(c.arms.a), "label": f"A: {names['a']}", "color": plots.COLOR_A},
-            {**to_doc(c.arms.b), "label": f"B: {names['b']}", "color": plots.COLOR_B}]))
+        acc_svg = Markup(plots.accuracy_svg([plots.arm_plot(c.arms.a, f"A: {names['a']}", plots.COLOR_A),
+                                             plots.arm_plot(c.arms.b, f"B: {names['b']}", plots.COLOR_B)]))
         if data.finite(c.delta):
             delta_svg = Markup(plots.delta_svg(c))
 
     labels = {"a": f"A: {names['a']}", "b": f"B: {names['b']}", "aa": f"A/A: {names['a']}"}
     run_rows = [r.row(labels[role]) for role in ("a", "b", "aa") for r in runs[role]]
-    perf = []
+    perf: list[PerfRow] = []
     for role in ("a", "b"):
         rows = [r for r in run_rows if r["role"] == role]
         lat = [r["latency_s"] for r in rows if data.finite(r["latency_s"])]
@@ -106,31 +221,28 @@ def comparison_context(root: Path) -> dict[str, Any]:
                      "throughput": sum(thr) / len(thr) if thr else None, "p50": sum(p50) / len(p50) if p50 else None})
     flips, flips_total = data.flipped_questions(c, runs) if c is not None else ([], 0)
     questions = data.all_questions(c, runs) if c is not None else []
-    reproduce = [{"id": "cmd-abh", "label": "abh command", "text": data.abh_command(c, manifest)}]
+    reproduce: list[ReproduceRow] = [{"id": "cmd-abh", "label": "abh command", "text": data.abh_command(c, manifest)}]
     reproduce += [{"id": f"cmd-{v['role']}", "label": f"arm {v['role'].upper()} server ({v['name']})",
                    "text": v["command"]} for v in data.arm_views(manifest, names)]
     reproduce = [r for r in reproduce if r["text"]]
     counts = {k: sum(1 for f in flips if f["cat"] == k) for k in ("b", "a", "mixed")}
 
-    div = None
+    div: DivergencePanel | None = None
     if c is not None and c.divergence is not None:
-        div = report_divergence.section(c.divergence)
-        div["svg"] = Markup(div["svg"]) if div["svg"] else None  # numbers only, drawn here
-        ref = "b" if div["reference"] == "b" else "a"
-        div["ref_label"] = labels_of(names)[ref]
-        div["cmp_label"] = labels_of(names)["a" if ref == "b" else "b"]
+        sec = report_divergence.section(c.divergence)
+        ref = "b" if sec["reference"] == "b" else "a"
+        div = {**sec, "svg": Markup(sec["svg"]) if sec["svg"] else None,  # numbers only, drawn here
+               "ref_label": labels_of(names)[ref], "cmp_label": labels_of(names)["a" if ref == "b" else "b"]}
     verdict = c.verdict if c is not None else "not_comparable"
     experiment = manifest.get("experiment")
     run_cost = cost.load_cost(root, manifest)
     seq = cost.load_sequential(root, manifest, c)
     title = f"{names['b']} vs {names['a']}" + (f" — {experiment}" if experiment else "")
-    ctx = {
+    ctx: ComparisonContext = {
         "kind": "run" if manifest else "comparison",
         "servers": any(any(v for v in r["server"].values()) for r in run_rows),
         "title": title, "experiment": experiment,
-        "description": ((manifest.get("config") or {}).get("experiment") or {}).get("description")
-        if isinstance(manifest.get("config"), dict) and isinstance(manifest["config"].get("experiment"), dict)
-        else None,
+        "description": data.obj(data.obj(manifest.get("config")).get("experiment")).get("description"),
         "simulated": simulated, "c": c, "names": names, "root": str(root),
         "verdict": {"word": verdict, "label": words.verdict_label(verdict),
                     "color": plots.VERDICT_COLORS.get(verdict or "", "#333333"),
@@ -150,7 +262,7 @@ def comparison_context(root: Path) -> dict[str, Any]:
         "notes": notes, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__,
         "questions_json": _json_for_script(questions) if questions else None,
         "outcomes_json": _json_for_script(data.OUTCOMES), "outcomes": data.OUTCOMES, "n_questions": len(questions),
-        "reproduce": reproduce, "toc": [],
+        "reproduce": reproduce,
         "script": Markup(PAGE_JS), "csp": _csp(PAGE_JS),
     }
     return ctx
@@ -161,28 +273,28 @@ def labels_of(names: dict[str, str]) -> dict[str, str]:
 
 
 def render_comparison(root: Path) -> str:
-    return _render("report.html.j2", comparison_context(root))
+    return template("report.html.j2").render(**comparison_context(root))
 
 
 # ------------------------------------------------------------------------------------------ sweep
-def sweep_context(root: Path) -> dict[str, Any]:
+def sweep_context(root: Path) -> SweepContext:
     s = schema.load_sweep_summary(Path(root) / schema.SWEEP_FILE)
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepRowView] = []
     for r in s.comparisons:
         d = Path(r.dir)
         if not d.is_absolute():
             d = Path(root) / d
         cand = [d / "report.html", Path(root) / r.job / "report.html"]
         link = next((p for p in cand if p.exists()), None)
-        rows.append({**to_doc(r),
-                     "_link": (Path(r.job) / "report.html").as_posix() if link is not None and
+        rows.append({"row": r,
+                     "link": (Path(r.job) / "report.html").as_posix() if link is not None and
                      link.parent.parent.resolve() == Path(root).resolve() else None,
-                     "_color": plots.VERDICT_COLORS.get(r.verdict, "#333333"), "_kld": report_divergence.kld_cell(r)})
+                     "color": plots.VERDICT_COLORS.get(r.verdict, "#333333"), "kld": report_divergence.kld_cell(r)})
     return {
         "title": f"Sweep: {s.experiment}" if s.experiment else f"Sweep in {Path(root).resolve().name}",
         "experiment": s.experiment, "simulated": s.simulated,
         "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.correction,
-        "forest_svg": Markup(plots.forest_svg(rows)) if rows else None, "root": str(root),
+        "forest_svg": Markup(plots.forest_svg(s.comparisons)) if rows else None, "root": str(root),
         "kld": any(r.divergence for r in s.comparisons),
         "cost_rows": cost.cost_rows(s.cost) if s.cost else [],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__, "csp": _csp(None),
@@ -190,16 +302,12 @@ def sweep_context(root: Path) -> dict[str, Any]:
 
 
 def render_sweep(root: Path) -> str:
-    return _render("sweep.html.j2", sweep_context(root))
+    return template("sweep.html.j2").render(**sweep_context(root))
 
 
 def csp() -> str:
     """The Content-Security-Policy of a page without a script (for the other report pages)."""
     return _csp(None)
-
-
-def render_template(name: str, ctx: dict[str, Any]) -> str:
-    return _render(name, ctx)
 
 
 def write(path: Path, html: str) -> Path:

@@ -21,10 +21,13 @@ from harness.report import divergence_section as report_divergence
 from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
+from harness.results.records import JSON
 from harness.results.schema import Comparison, SweepSummary
 from harness.serving.untrusted import printable
 
 MARKDOWN = "comparison.md"
+#: a side check's result as a table cell (by its ``passed``; anything else: "not run")
+CHECK_RESULTS: dict[bool | None, str] = {True: "PASS", False: "FAIL"}
 
 
 def cell(v: Any) -> str:
@@ -100,20 +103,20 @@ def _checks(manifest: Mapping[str, Any], names: dict[str, str]) -> list[list[str
     for view in data.arm_views(manifest, names):
         for when, checks in (("static", view["static_checks"]), ("live", view["live_checks"])):
             for ch in checks:
-                result = {True: "PASS", False: "FAIL"}.get(ch["passed"], "not run")
+                result = CHECK_RESULTS.get(ch["passed"], "not run")
                 rows.append([view["role"].upper(), ch["name"], when, result, ch["expected"], ch["found"]])
     return rows
 
 
-def _source_refs_run(manifest: Mapping[str, Any], names: dict[str, str]) -> list[list[str]]:
-    rows = []
-    arms: dict[str, Any] = manifest["arms"] if isinstance(manifest.get("arms"), dict) else {}
+def _source_refs_run(manifest: Mapping[str, Any], names: dict[str, str]) -> list[list[JSON]]:
+    """Each arm's source as its launch recorded it (``launch.source``), the stored values as they are."""
+    rows: list[list[JSON]] = []
+    arms = data.obj(manifest.get("arms"))
     for view in data.arm_views(manifest, names):
-        arm = arms.get(view["key"]) or {}
-        launch: dict[str, Any] = arm["launch"] if isinstance(arm.get("launch"), dict) else {}
-        src: dict[str, Any] = launch["source"] if isinstance(launch.get("source"), dict) else {}
+        src = data.obj(data.obj(data.obj(arms.get(view["key"])).get("launch")).get("source"))
         patches = src.get("patches") or ([src["patch"]] if src.get("patch") else [])
-        patch_txt = ", ".join(str(p.get("file", p)) if isinstance(p, dict) else str(p) for p in patches)
+        patch_txt = ", ".join(str(p.get("file", p)) if isinstance(p, dict) else str(p)
+                              for p in (patches if isinstance(patches, list) else [patches]))
         commit = src.get("commit")
         dirty = " (dirty)" if src.get("dirty") else ""
         rows.append([view["role"].upper(), view["name"], src.get("kind") or "", src.get("tree") or src.get("path") or "",
@@ -147,7 +150,7 @@ def render(root: Path) -> str:
     c = data.load_comparison(root)
     if c is None:
         raise FileNotFoundError(f"{root} holds no {schema.COMPARISON_FILE}")
-    manifest: dict[str, Any] = dict(data.load_manifest(root))
+    manifest = data.load_manifest(root)
     names = data.arm_names(c)
     runs = data.load_runs(c, root)
     level = f"{100 * (1 - c.alpha):g} %"

@@ -10,9 +10,9 @@ import io
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
-from harness.results.schema import Comparison
+from harness.results.schema import ArmResult, Comparison, SweepRow
 
 COLOR_A = "#4c72b0"
 COLOR_B = "#dd8452"
@@ -26,6 +26,22 @@ VERDICT_COLORS = {
 }
 
 
+class ArmPlot(TypedDict):
+    """An arm as the accuracy plot draws it: its label and colour, accuracy, both intervals, each run's accuracy."""
+
+    label: str
+    color: str
+    accuracy: float
+    wilson: list[float]
+    bootstrap: list[float]
+    repeats: list[float | None]
+
+
+def arm_plot(arm: ArmResult, label: str, color: str) -> ArmPlot:
+    return {"label": label, "color": color, "accuracy": arm.accuracy, "wilson": arm.wilson,
+            "bootstrap": arm.bootstrap, "repeats": arm.repeats}
+
+
 def _plt():
     import matplotlib
 
@@ -35,7 +51,7 @@ def _plt():
     return plt
 
 
-def _rc(salt: str) -> dict[str, Any]:
+def _rc(salt: str) -> dict[str, str | int | bool]:
     # A distinct salt per plot keeps clip-path ids unique when several SVGs share one page.
     return {"svg.fonttype": "path", "svg.hashsalt": f"abh-{salt}", "font.size": 10,
             "axes.spines.top": False, "axes.spines.right": False, "axes.titlesize": 11}
@@ -74,7 +90,7 @@ def _to_svg(fig: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------ per arm
-def accuracy_svg(arms: Sequence[dict[str, Any]]) -> str:
+def accuracy_svg(arms: Sequence[ArmPlot]) -> str:
     """Per-arm accuracy (%): point, Wilson interval (thick), bootstrap interval (thin), repeats (dots).
 
     ``arms``: [{label, accuracy, wilson, bootstrap, repeats, color}] from top to bottom.
@@ -96,7 +112,7 @@ def accuracy_svg(arms: Sequence[dict[str, Any]]) -> str:
                 ax.plot([100 * b[0], 100 * b[1]], [y - 0.12] * 2, color=col, lw=1.6, marker="|", ms=9,
                         label="bootstrap interval" if y == ys[0] else None)
                 xs += [100 * b[0], 100 * b[1]]
-            reps = [100 * r for r in arm.get("repeats") or [] if _finite(r) is not None]
+            reps = [100 * r for r in arm.get("repeats") or [] if r is not None and _finite(r) is not None]
             if len(reps) > 1:
                 ax.scatter(reps, [y - 0.32] * len(reps), s=22, facecolors="white", edgecolors=col, zorder=3,
                            label="single runs" if y == ys[0] else None)
@@ -178,7 +194,7 @@ def delta_svg(c: Comparison) -> str:
 
 
 # ------------------------------------------------------------------------------------------ sweep
-def forest_svg(rows: Sequence[dict[str, Any]]) -> str:
+def forest_svg(rows: Sequence[SweepRow]) -> str:
     """One row per comparison: Δ with its interval, coloured by verdict; grey bar = ±MDE around 0."""
     plt = _plt()
     with plt.rc_context(_rc("forest")):
@@ -188,26 +204,26 @@ def forest_svg(rows: Sequence[dict[str, Any]]) -> str:
         ys = list(range(n))[::-1]
         seen: set[str] = set()
         for y, r in zip(ys, rows, strict=False):
-            v = r.get("verdict") or "unknown"
+            v = r.verdict or "unknown"
             col = VERDICT_COLORS.get(v, "#333333")
-            mde = _finite(r.get("mde"))
+            mde = _finite(r.mde)
             if mde is not None:
                 ax.plot([-100 * mde, 100 * mde], [y, y], color="#dddddd", lw=7, solid_capstyle="butt", zorder=1,
                         label="±MDE" if "mde" not in seen else None)
                 seen.add("mde")
                 xs += [-100 * mde, 100 * mde]
-            ci = _pair(r.get("delta_ci"))
+            ci = _pair(r.delta_ci)
             if ci:
                 ax.plot([100 * ci[0], 100 * ci[1]], [y, y], color=col, lw=2, marker="|", ms=8, zorder=3)
                 xs += [100 * ci[0], 100 * ci[1]]
-            d = _finite(r.get("delta"))
+            d = _finite(r.delta)
             if d is not None:
                 ax.plot([100 * d], [y], "o", color=col, ms=7, zorder=4, mec="white",
                         label=v.replace("_", " ") if v not in seen else None)
                 seen.add(v)
                 xs.append(100 * d)
         ax.axvline(0, color="#222222", lw=0.9)
-        ax.set_yticks(ys, [_label(r.get("label") or r.get("job", ""), 60) for r in rows] or [""])
+        ax.set_yticks(ys, [_label(r.label or r.job, 60) for r in rows] or [""])
         span = max(max(abs(x) for x in xs), 0.25) * 1.15
         ax.set_xlim(-span, span)
         ax.set_ylim(-0.7, n - 0.3)

@@ -6,14 +6,43 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from harness import __version__
 from harness.report import plots, words
 from harness.report.markdown import cell, table
 from harness.results import schema
-from harness.results.records import to_doc
-from harness.results.schema import TasksComparison
+from harness.results.schema import TaskRow, TasksComparison
+
+
+class TaskRowView(TypedDict):
+    """A task of the page's table: its row of tasks.json, its Holm verdict's colour, the link to its own report
+    (None: it has none)."""
+
+    row: TaskRow
+    color: str
+    link: str | None
+
+
+class TasksContext(TypedDict):
+    """What report.html of several tasks reads (templates/tasks.html.j2), but its ``csp``."""
+
+    title: str
+    tc: TasksComparison
+    rows: list[TaskRowView]
+    simulated: bool
+    correction: str
+    level: str
+    decision_color: str
+    root: str
+    generated: str
+    version: str
+
+
+class TasksPage(TasksContext):
+    """The tasks page's context with its Content-Security-Policy."""
+
+    csp: str
 
 
 def load(root: Path) -> TasksComparison:
@@ -24,14 +53,14 @@ def _names(tc: TasksComparison) -> tuple[str, str]:
     return (tc.arm_names.a, tc.arm_names.b) if tc.arm_names else ("A", "B")
 
 
-def context(root: Path) -> dict[str, Any]:
+def context(root: Path) -> TasksContext:
     tc = load(root)
     a, b = _names(tc)
-    rows = []
+    rows: list[TaskRowView] = []
     for r in tc.rows:
         link = Path(r.dir) / "report.html"
-        rows.append({**to_doc(r), "_color": plots.VERDICT_COLORS.get(r.verdict_holm, "#333333"),
-                     "_link": link.as_posix() if (Path(root) / link).exists() else None})
+        rows.append({"row": r, "color": plots.VERDICT_COLORS.get(r.verdict_holm, "#333333"),
+                     "link": link.as_posix() if (Path(root) / link).exists() else None})
     return {"title": f"{b} vs {a}: {len(tc.rows)} tasks", "tc": tc, "rows": rows, "simulated": tc.simulated,
             "correction": tc.correction, "level": f"{100 * (1 - tc.alpha):g} %",
             "decision_color": plots.VERDICT_COLORS.get(tc.decision, "#333333"), "root": str(root),
@@ -41,8 +70,8 @@ def context(root: Path) -> dict[str, Any]:
 def render_html(root: Path) -> str:
     from harness.report import html
 
-    ctx = {**context(root), "csp": html.csp()}
-    return html.render_template("tasks.html.j2", ctx)
+    ctx: TasksPage = {**context(root), "csp": html.csp()}
+    return html.template("tasks.html.j2").render(**ctx)
 
 
 def render_markdown(root: Path) -> str:

@@ -3,8 +3,18 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 #: characters of context kept before the first divergence and after the marked token
 CONTEXT_CHARS = 600
+
+
+class Split(TypedDict):
+    """A text around a marked span: what comes before it, the span, what follows (each cut to the context)."""
+
+    before: str
+    mark: str
+    after: str
 
 
 def first_difference(a: str | None, b: str | None) -> int | None:
@@ -25,7 +35,7 @@ def word_end(text: str, start: int) -> int:
 
 
 def split_at(text: str | None, start: int | None, end: int | None,
-             context: int = CONTEXT_CHARS) -> dict[str, str] | None:
+             context: int = CONTEXT_CHARS) -> Split | None:
     """{before, mark, after} of a text around the marked span (cut to ``context`` characters each side)."""
     if text is None:
         return None
