@@ -600,7 +600,8 @@ class IdenticalOutputs(TypedDict, total=False):
 
     a: ArmIdentity
     b: ArmIdentity
-    temperature: float | None
+    #: as the evals recorded it (bench_sglang's recipes: the int 0), kept so when read back
+    temperature: int | float | None
     flagged: list[str]
     note: str
 
