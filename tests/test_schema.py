@@ -7,6 +7,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 import pytest
 from helpers.docs import comparison, tost
@@ -244,3 +245,27 @@ def test_a_sample_row_has_every_field_in_order_and_the_optional_ones_only_when_s
     assert list(rec.to_row()) == [n for n in names if n not in ("score", "reasoning")]
     full = schema.SampleRecord(**{**rec.to_row(), "score": 0.5, "reasoning": "r"})
     assert list(full.to_row()) == names and schema.SampleRecord.from_dict(full.to_row()) == full
+
+
+def test_a_typed_block_may_leave_out_its_not_required_keys() -> None:
+    """Read back, a ``NotRequired`` key of a TypedDict field may be absent (Python 3.11's ``__required_keys__``
+    says otherwise under ``from __future__ import annotations``), and is checked when present."""
+    from dataclasses import dataclass
+
+    from harness.results.records import Record, RecordError
+
+    @dataclass(frozen=True)
+    class Holder(Record):
+        block: Block
+
+    assert Holder.from_doc({"block": {"x": 1}}) == Holder({"x": 1})
+    for doc, message in (({"block": {}}, "block.x: missing"),
+                         ({"block": {"x": 1, "y": 2}}, "block.y: expected a string, found 2")):
+        with pytest.raises(RecordError) as e:
+            Holder.from_doc(doc)
+        assert str(e.value) == message
+
+
+class Block(TypedDict):
+    x: int
+    y: NotRequired[str]

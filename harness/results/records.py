@@ -143,14 +143,28 @@ def _convert(tp: Any, v: Any, where: str) -> Any:
     return v  # a JSON alias or another type the record does not check further
 
 
+_REQUIRED: dict[type, frozenset[str]] = {}
+
+
+def _required_keys(tp: Any) -> frozenset[str]:
+    """The keys the TypedDict ``tp`` requires. (Its ``__required_keys__`` counts a ``NotRequired[...]`` key as
+    required when the module has ``from __future__ import annotations``: Python 3.11 sees the string.)"""
+    if tp not in _REQUIRED:
+        origins = {k: typing.get_origin(v) for k, v in typing.get_type_hints(tp, include_extras=True).items()}
+        _REQUIRED[tp] = frozenset(k for k, o in origins.items() if o is typing.Required
+                                  or (o is not typing.NotRequired and k in tp.__required_keys__))
+    return _REQUIRED[tp]
+
+
 def _typed_dict(tp: Any, v: Any, where: str) -> JSONObject:
     """A JSON object read as the TypedDict ``tp``: its declared keys checked (a required one missing is an
     error), the others kept as they are; the keys stay in the stored order."""
     if not isinstance(v, dict):
         raise RecordError(f"{where}: expected an object, found {_describe(v)}")
     hints = _hints(tp)
+    required = _required_keys(tp)
     for key in hints:
-        if key in tp.__required_keys__ and key not in v:
+        if key in required and key not in v:
             raise RecordError(f"{where}.{key}: missing")
     return {str(k): _convert(hints[k], x, f"{where}.{k}") if k in hints else x for k, x in v.items()}
 

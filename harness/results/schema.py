@@ -22,8 +22,10 @@ with a one-line :class:`SchemaError` (the CLI exits 2 on it): a future format is
 The results a computation produces (comparison, divergence, cost, sequential looks, run and sweep summaries)
 are frozen :class:`~harness.results.records.Record` dataclasses, built once and serialised by
 :func:`~harness.results.records.to_doc`; their loaders check every field (a hand-edited file is refused naming
-the field). The eval's own files and the manifest, which abh writes as events happen, are ``TypedDict``
-(``total=False``: fields only some writers set); :class:`SampleRecord` is a dataclass.
+the field); a block of one that is a plain JSON object of known keys (``identical_outputs``,
+``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files and the
+manifest, which abh writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set);
+:class:`SampleRecord` is a dataclass, written as a :class:`SampleRow` (``prompts.jsonl``: :class:`PromptRow`).
 """
 
 from __future__ import annotations
