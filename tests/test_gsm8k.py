@@ -252,3 +252,15 @@ def test_fresh_copy_without_shared_data_runs_offline(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     manifest = json.loads((run / "manifest.json").read_text())
     assert str(copy / "harness" / "tasks" / "data" / "gsm8k" / "test.jsonl") in json.dumps(manifest)
+
+
+@pytest.mark.parametrize("recipe", [RecipeConfig(), RecipeConfig(repeats=1),
+                                    RecipeConfig(name="vllm", num_questions=5, num_shots=2, max_new_tokens=9,
+                                                 model_path="m", extra_stop=["x"], repeats=8)])
+def test_a_recipe_is_recorded_as_it_always_was(recipe: RecipeConfig) -> None:
+    """``eval.json``'s ``recipe`` (a resume compares it): every field in the dataclass's order, ``repeats`` only
+    when it is not 1."""
+    from dataclasses import asdict
+
+    before = {k: v for k, v in asdict(recipe).items() if k != "repeats" or v not in (None, 1)}
+    assert recipe.to_dict() == before and list(recipe.to_dict()) == list(before)

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 import pytest
 from helpers.docs import comparison, tost
@@ -200,3 +201,71 @@ def test_a_record_round_trips_through_its_one_serialisation(tmp_path: Path) -> N
     doc = read_json(path)
     assert "divergence" not in doc and "sequential" not in doc  # optional blocks appear only when set
     assert doc["tost"]["equivalent"] is True and doc["arm_names"] == {"a": "x", "b": "y"}
+
+
+IDENTICAL = {"a": {"share": 0.5, "within_launch": 1.0, "across_launches": None, "pairs": 2, "questions": 4},
+             "b": {"share": 1.0, "within_launch": None, "across_launches": 1.0, "pairs": 1, "questions": 4},
+             "temperature": 0, "flagged": [], "note": "n"}
+
+
+def test_a_typed_block_round_trips_and_is_checked_key_by_key(tmp_path: Path) -> None:
+    """``identical_outputs`` and ``design.launch_heterogeneity`` are TypedDicts: stored as they are (keys in their
+    order, an int temperature an int), read back with every declared key checked, other keys kept."""
+    het = {"test": "Cochran's Q", "q": 3.0, "df": 2, "p": 0.22}
+    c = comparison(verdict="improved", identical_outputs=IDENTICAL, design={"launch_heterogeneity": het})
+    path = tmp_path / "comparison.json"
+    schema.write_comparison(path, c)
+    doc = read_json(path)
+    assert doc["identical_outputs"] == IDENTICAL and list(doc["identical_outputs"]) == list(IDENTICAL)
+    assert json.dumps(doc["identical_outputs"]["temperature"]) == "0"
+    assert schema.load_comparison(path) == c
+    doc["identical_outputs"]["by_a_newer_tool"] = 1
+    atomic_write_json(path, doc)
+    assert schema.load_comparison(path).identical_outputs["by_a_newer_tool"] == 1
+    for edit, message in (({"identical_outputs": {**IDENTICAL, "a": {**IDENTICAL["a"], "pairs": "2"}}},
+                           "identical_outputs.a.pairs: expected an integer, found '2'"),
+                          ({"identical_outputs": {**IDENTICAL, "b": {"share": 1.0}}},
+                           "identical_outputs.b.within_launch: missing"),
+                          ({"identical_outputs": 5}, "identical_outputs: expected an object, found 5"),
+                          ({"design": {**doc["design"], "launch_heterogeneity": {**het, "df": 2.5}}},
+                           "design.launch_heterogeneity.df: expected an integer, found 2.5")):
+        atomic_write_json(path, {**doc, **edit})
+        with pytest.raises(schema.SchemaError) as e:
+            schema.load_comparison(path)
+        assert str(e.value) == f"{path}: {message}"
+
+
+def test_a_sample_row_has_every_field_in_order_and_the_optional_ones_only_when_set() -> None:
+    from dataclasses import fields
+
+    rec = schema.SampleRecord(index=3, prompt_sha256="h", output="x", pred=1, label=1, correct=True, invalid=False,
+                              finish_reason="stop", prompt_tokens=5, completion_tokens=2, latency_s=0.1, attempts=1)
+    names = [f.name for f in fields(schema.SampleRecord)]
+    assert list(schema.SampleRow.__annotations__) == names
+    assert list(rec.to_row()) == [n for n in names if n not in ("score", "reasoning")]
+    full = schema.SampleRecord(**{**rec.to_row(), "score": 0.5, "reasoning": "r"})
+    assert list(full.to_row()) == names and schema.SampleRecord.from_dict(full.to_row()) == full
+
+
+def test_a_typed_block_may_leave_out_its_not_required_keys() -> None:
+    """Read back, a ``NotRequired`` key of a TypedDict field may be absent (Python 3.11's ``__required_keys__``
+    says otherwise under ``from __future__ import annotations``), and is checked when present."""
+    from dataclasses import dataclass
+
+    from harness.results.records import Record, RecordError
+
+    @dataclass(frozen=True)
+    class Holder(Record):
+        block: Block
+
+    assert Holder.from_doc({"block": {"x": 1}}) == Holder({"x": 1})
+    for doc, message in (({"block": {}}, "block.x: missing"),
+                         ({"block": {"x": 1, "y": 2}}, "block.y: expected a string, found 2")):
+        with pytest.raises(RecordError) as e:
+            Holder.from_doc(doc)
+        assert str(e.value) == message
+
+
+class Block(TypedDict):
+    x: int
+    y: NotRequired[str]

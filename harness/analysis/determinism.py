@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from typing import Any
+from typing import Literal
 
+from harness.results.schema import ArmIdentity, IdenticalOutputs
+
+#: The arms whose passes are compared (arm A's passes include its A/A control's).
+Role = Literal["a", "b"]
 #: One pass of an arm: (its server launch, each question's output or a fingerprint of it
 #: (:class:`harness.results.eval_store.ScoredEval` ``outputs``), None where it has none).
 Pass = tuple[str, Sequence[str | bytes | None]]
@@ -30,7 +34,7 @@ def _share(x: Sequence[str | bytes | None], y: Sequence[str | bytes | None]) -> 
     return sum(u == v for u, v in both), len(both)
 
 
-def arm_identity(passes: Sequence[Pass]) -> dict[str, Any]:
+def arm_identity(passes: Sequence[Pass]) -> ArmIdentity:
     """One arm's shares: overall, within a launch and across launches (None where no pair of passes is such)."""
     sums = {"all": [0, 0], "within_launch": [0, 0], "across_launches": [0, 0]}
     pairs = 0
@@ -47,33 +51,41 @@ def arm_identity(passes: Sequence[Pass]) -> dict[str, Any]:
             "pairs": pairs, "questions": sums["all"][1]}
 
 
-def identical_outputs(arms: Mapping[str, Sequence[Pass]], temperature: float | None) -> dict[str, Any]:
+def identical_outputs(arms: Mapping[Role, Sequence[Pass]], temperature: float | None) -> IdenticalOutputs:
     """Each arm's :func:`arm_identity`, the sampling temperature, and the arms flagged: no output identical
     across passes at temperature 0."""
-    out: dict[str, Any] = {role: arm_identity(passes) for role, passes in arms.items()}
+    out: IdenticalOutputs = {}
+    for role, passes in arms.items():
+        out[role] = arm_identity(passes)
     out["temperature"] = temperature
     out["flagged"] = [role for role in arms if temperature == 0 and out[role]["share"] == 0]
     out["note"] = NOTE
     return out
 
 
-def warnings(block: Mapping[str, Any]) -> list[str]:
+def warnings(block: IdenticalOutputs) -> list[str]:
     """The sentence of each flagged arm (for ``comparison.json`` ``warnings`` and the terminal)."""
-    return [f"arm {role.upper()}: none of its {block[role]['questions']} outputs is identical across its passes at "
-            "temperature 0: the server is nondeterministic (or not answering the questions), so its within-arm "
-            "noise (ψ_AA) does not measure its run-to-run noise" for role in block.get("flagged") or []]
+    out = []
+    for role in block.get("flagged") or []:
+        arm = block["a"] if role == "a" else block["b"]
+        out.append(f"arm {role.upper()}: none of its {arm['questions']} outputs is identical across its passes at "
+                   "temperature 0: the server is nondeterministic (or not answering the questions), so its "
+                   "within-arm noise (ψ_AA) does not measure its run-to-run noise")
+    return out
 
 
-def summary_line(block: Mapping[str, Any]) -> str | None:
+def summary_line(block: IdenticalOutputs) -> str | None:
     """``identical outputs across passes: A 100.00 % (within a launch 100.00 %, across launches 99.10 %), ...``;
     None when no arm has two passes."""
     parts = []
-    for role in ("a", "b"):
-        arm = block.get(role) or {}
-        if arm.get("share") is None:
+    roles: tuple[Role, ...] = ("a", "b")
+    for role in roles:
+        arm = block.get(role)
+        share = None if arm is None else arm.get("share")
+        if arm is None or share is None:
             continue
-        split = [f"{label} {100 * arm[key]:.2f} %" for key, label in (("within_launch", "within a launch"),
-                                                                       ("across_launches", "across launches"))
-                 if arm.get(key) is not None]
-        parts.append(f"{role.upper()} {100 * arm['share']:.2f} %" + (f" ({', '.join(split)})" if split else ""))
+        split = [f"{label} {100 * part:.2f} %" for part, label in ((arm.get("within_launch"), "within a launch"),
+                                                                   (arm.get("across_launches"), "across launches"))
+                 if part is not None]
+        parts.append(f"{role.upper()} {100 * share:.2f} %" + (f" ({', '.join(split)})" if split else ""))
     return "identical outputs across passes: " + "; ".join(parts) if parts else None

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,7 +51,8 @@ KL_METHOD = ("KL(A||B) per token over A's top-k ids that B also reported, all ot
              "tail bucket on each side (a lower bound of the full-vocabulary KL)")
 DEFAULT_TOP_N = 10
 #: what ``scoring`` copies from each pass's scores.json
-SCORING_KEYS = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch")
+ScoringKey = Literal["wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch"]
+SCORING_KEYS: tuple[ScoringKey, ...] = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch")
 #: the assumption of each design the launch-level test cannot cover (one clause of the verdict)
 QUALIFIED_ONE_EACH = "assumes the noise scale is the same on every launch (one A/A launch, one B launch)"
 QUALIFIED_ONE_A = "one A launch besides the reference's: the launch-to-launch variance comes from B's launches"
@@ -173,8 +174,13 @@ def _launch_passes(dirs: Sequence[PassSource], ref: ScoreTable, used: dict[str, 
             used[str(launch)] = name
         out.append(_question_kld(ref, t))
         names.append(name)
-        scoring[name] = {k: t.meta.get(k) for k in SCORING_KEYS if k in t.meta}
+        scoring[name] = _scoring(t)
     return out, names, scoring
+
+
+def _scoring(t: ScoreTable) -> dict[str, JSON]:
+    """What ``divergence.scoring`` copies from a pass's scores.json (:data:`SCORING_KEYS` it holds)."""
+    return {k: t.meta[k] for k in SCORING_KEYS if k in t.meta}
 
 
 # ------------------------------------------------------------------------------------------ texts
@@ -296,8 +302,7 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
         except (ScoresError, OSError, ValueError) as e:
             aa_reason = f"the A/A scores are unreadable: {e}"
 
-    scoring: dict[str, dict[str, JSON]] = {name: {k: t.meta.get(k) for k in SCORING_KEYS if k in t.meta}
-                                            for name, t in (("ref", ref), ("ab", ab), ("aa", aa)) if t is not None}
+    scoring = {name: _scoring(t) for name, t in (("ref", ref), ("ab", ab), ("aa", aa)) if t is not None}
     nq = int(ref.questions.size)
     present_ab, same_ab, pos_ab = _match(ref, ab)
     keep = present_ab & same_ab

@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -77,33 +77,173 @@ class PlanError(ValueError):
     """The run cannot be planned from (missing files, no discordance) or an option is nonsense."""
 
 
+# ------------------------------------------------------------------------------------------ the documents
+class PowerFigures(TypedDict):
+    """:func:`power_figures`: the MDEs of a design and what detecting ``effect`` needs (fractions)."""
+
+    n: int
+    p: float
+    alpha: float
+    power: float
+    discordance: float | None
+    repeats: int | None
+    effect: float | None
+    effect_pp: float | None
+    mde_unpaired: float
+    mde_paired: float | None
+    mde_repeats: float | None
+    repeats_needed: int | None
+    n_needed_paired: int | None
+    mde: float
+
+
+class SequentialPlanDesign(TypedDict):
+    spending: str
+    min_repeats: int
+    max_repeats: int
+    futility: bool
+    futility_power: float
+    futility_from: float
+    alpha: float
+    bounds: list[float]
+    futility_z: list[float]
+
+
+class SequentialRepeats(TypedDict):
+    """Repeats per arm of a sequential design: expected under the effect, under no effect, at worst."""
+
+    expected: float
+    expected_if_null: float
+    worst: int
+
+
+class SequentialHours(TypedDict):
+    """GPU-hours (or wall hours) of :class:`SequentialRepeats` (None: the cost of a repeat is unknown)."""
+
+    expected: float | None
+    expected_if_null: float | None
+    worst: float | None
+
+
+class SequentialPlan(TypedDict):
+    """``sequential`` of a plan: the design found, its power and false positive rate, its repeats and their cost
+    (the cost added by :func:`make_plan`)."""
+
+    design: SequentialPlanDesign
+    power: float
+    false_positive_rate: float
+    repeats: SequentialRepeats
+    gpu_hours: NotRequired[SequentialHours]
+    wall_hours: NotRequired[SequentialHours]
+
+
+class FixedPlan(TypedDict):
+    repeats: int
+    power: float
+    gpu_hours: float | None
+    wall_hours: float | None
+    gpu_hours_one_launch_per_arm: float | None
+
+
+class PlanRepeats(TypedDict):
+    fixed: int
+    sequential_expected: float | None
+    sequential_expected_if_null: float | None
+    sequential_worst: int | None
+
+
+class PlanGpuHours(TypedDict):
+    fixed: float | None
+    sequential_expected: float | None
+    sequential_expected_if_null: float | None
+    sequential_worst: float | None
+
+
+class PerRepeatCost(TypedDict):
+    """One repeat (a launch and an eval of each arm, then its stop): per-arm seconds and GPUs, GPU-hours, wall
+    seconds, and where the figures came from."""
+
+    launch_s: dict[str, float]
+    eval_s: dict[str, float]
+    stop_s: dict[str, float]
+    gpus: dict[str, int]
+    gpu_hours: float
+    wall_s: float
+    source: str
+
+
+class NoiseEstimate(TypedDict):
+    """σ² of the plan and where it came from (:func:`noise_from_runs`); ``notes`` go to the plan's notes."""
+
+    sigma2: float
+    source: str
+    psi_within: dict[str, float | None]
+    psi_between: float | None
+    fresh_launch_pairs: int
+    same_launch_pairs: int
+    notes: NotRequired[list[str]]
+
+
+class PlanScoring(TypedDict):
+    """The divergence's scoring passes of the run planned from: once per run, on the evals' launches."""
+
+    passes: int
+    wall_s: float
+    gpu_hours: float | None
+    note: str
+
+
+class Plan(TypedDict):
+    """The plan (``abh power --json``, kind ``abh.plan``; the module docstring shows it). ``source`` to
+    ``scoring``: a plan from a run (:func:`plan_from_run`)."""
+
+    schema_version: int
+    kind: str
+    effect_pp: float
+    effect: float
+    alpha: float
+    power: float
+    n: int
+    fixed: FixedPlan
+    sequential: SequentialPlan | None
+    repeats: PlanRepeats
+    gpu_hours: PlanGpuHours
+    per_repeat: PerRepeatCost | None
+    notes: list[str]
+    source: NotRequired[str]
+    simulated: NotRequired[bool]
+    accuracy: NotRequired[dict[str, float | None]]
+    noise: NotRequired[NoiseEstimate]
+    scoring: NotRequired[PlanScoring | None]
+
+
 # ------------------------------------------------------------------------------------------ figures
 def power_figures(n: int, p: float, discordance: float | None = None, repeats: int | None = None,
-                  effect: float | None = None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+                  effect: float | None = None, alpha: float = 0.05, power: float = 0.8) -> PowerFigures:
     """MDEs (fractions) for n questions at accuracy p, and the repeats / questions needed for ``effect``
     (a fraction)."""
-    out: dict[str, Any] = {"n": n, "p": p, "alpha": alpha, "power": power, "discordance": discordance,
-                           "repeats": repeats, "effect": effect,
-                           "effect_pp": None if effect is None else 100 * effect,
-                           "mde_unpaired": stats.mde_unpaired(n, p, alpha, power),
-                           "mde_paired": None, "mde_repeats": None, "repeats_needed": None,
-                           "n_needed_paired": None}
+    mde_unpaired = stats.mde_unpaired(n, p, alpha, power)
+    mde_paired = mde_repeats = None
+    needed = n_paired = None
     if discordance is not None:
-        out["mde_paired"] = stats.mde_paired(n, discordance, alpha, power)
+        mde_paired = stats.mde_paired(n, discordance, alpha, power)
         if repeats is not None:
-            out["mde_repeats"] = stats.mde_repeats(n, discordance, repeats, alpha, power)
+            mde_repeats = stats.mde_repeats(n, discordance, repeats, alpha, power)
         if effect is not None:
-            out["repeats_needed"] = stats.repeats_needed(effect, n, discordance, alpha, power)
-            out["n_needed_paired"] = stats.n_needed_paired(effect, discordance, alpha, power)
-    out["mde"] = next(v for v in (out["mde_repeats"], out["mde_paired"], out["mde_unpaired"]) if v is not None)
-    return out
+            needed = stats.repeats_needed(effect, n, discordance, alpha, power)
+            n_paired = stats.n_needed_paired(effect, discordance, alpha, power)
+    mde = next(v for v in (mde_repeats, mde_paired, mde_unpaired) if v is not None)
+    return {"n": n, "p": p, "alpha": alpha, "power": power, "discordance": discordance, "repeats": repeats,
+            "effect": effect, "effect_pp": None if effect is None else 100 * effect, "mde_unpaired": mde_unpaired,
+            "mde_paired": mde_paired, "mde_repeats": mde_repeats, "repeats_needed": needed,
+            "n_needed_paired": n_paired, "mde": mde}
 
 
 # ------------------------------------------------------------------------------------------ the plan
 def sequential_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: float = 0.8,
                     min_repeats: int = 1, spending: str = "obf", futility: bool = True,
                     futility_power: float = 0.02, futility_from: float = 0.5,
-                    start: int = 1) -> dict[str, Any] | None:
+                    start: int = 1) -> SequentialPlan | None:
     """The smallest sequential design (a look after every repeat, up to ``max_repeats``) whose power to
     detect ``effect`` reaches ``power``; None above :data:`MAX_SEQUENTIAL_REPEATS`."""
     for k in range(max(start, min_repeats), MAX_SEQUENTIAL_REPEATS + 1):
@@ -126,8 +266,8 @@ def sequential_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, p
 
 
 def make_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: float = 0.8,
-              per_repeat: Mapping[str, Any] | None = None, min_repeats: int = 1, spending: str = "obf",
-              futility: bool = True, notes: Sequence[str] = ()) -> dict[str, Any]:
+              per_repeat: PerRepeatCost | None = None, min_repeats: int = 1, spending: str = "obf",
+              futility: bool = True, notes: Sequence[str] = ()) -> Plan:
     """The plan (see the module docstring for its JSON shape) from n, σ² and the cost of one repeat."""
     if sigma2 < 0 or n < 1:
         raise PlanError("need n >= 1 and a discordance >= 0")
@@ -152,32 +292,43 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: 
     gh = wall = None
     if per_repeat is not None:
         gh, wall = float(per_repeat["gpu_hours"]), float(per_repeat["wall_s"]) / 3600
-    fixed = {"repeats": r_fixed, "power": fixed_power,
-             "gpu_hours": None if gh is None else r_fixed * gh, "wall_hours": None if wall is None else r_fixed * wall,
-             "gpu_hours_one_launch_per_arm": None if per_repeat is None else _one_launch_gpu_hours(per_repeat, r_fixed)}
+    fixed: FixedPlan = {
+        "repeats": r_fixed, "power": fixed_power,
+        "gpu_hours": None if gh is None else r_fixed * gh, "wall_hours": None if wall is None else r_fixed * wall,
+        "gpu_hours_one_launch_per_arm": None if per_repeat is None else _one_launch_gpu_hours(per_repeat, r_fixed)}
     if seq is not None:
-        seq["gpu_hours"] = {k: None if gh is None else v * gh for k, v in seq["repeats"].items()}
-        seq["wall_hours"] = {k: None if wall is None else v * wall for k, v in seq["repeats"].items()}
+        seq["gpu_hours"] = _hours(seq["repeats"], gh)
+        seq["wall_hours"] = _hours(seq["repeats"], wall)
     if per_repeat is not None and fixed["gpu_hours_one_launch_per_arm"] is not None and r_fixed > 1:
         notes.append("a fixed design that keeps one launch per arm for all its repeats costs "
                      f"{fixed['gpu_hours_one_launch_per_arm']:.2f} GPU-hours instead of {fixed['gpu_hours']:.2f}, "
                      "but cannot tell a launch-wide shift from the change: the plan launches afresh per repeat")
-    sr = seq["repeats"] if seq else {}
-    sg = seq["gpu_hours"] if seq else {}
+    sr = seq["repeats"] if seq else None
+    sg = seq["gpu_hours"] if seq else None
     return {
         "schema_version": SCHEMA_VERSION, "kind": KIND, "effect_pp": 100 * effect, "effect": effect,
         "alpha": alpha, "power": power, "n": n,
         "fixed": fixed, "sequential": seq,
-        "repeats": {"fixed": r_fixed, "sequential_expected": sr.get("expected"),
-                    "sequential_expected_if_null": sr.get("expected_if_null"), "sequential_worst": sr.get("worst")},
-        "gpu_hours": {"fixed": fixed["gpu_hours"], "sequential_expected": sg.get("expected"),
-                      "sequential_expected_if_null": sg.get("expected_if_null"), "sequential_worst": sg.get("worst")},
-        "per_repeat": None if per_repeat is None else dict(per_repeat),
+        "repeats": {"fixed": r_fixed, "sequential_expected": None if sr is None else sr["expected"],
+                    "sequential_expected_if_null": None if sr is None else sr["expected_if_null"],
+                    "sequential_worst": None if sr is None else sr["worst"]},
+        "gpu_hours": {"fixed": fixed["gpu_hours"], "sequential_expected": None if sg is None else sg["expected"],
+                      "sequential_expected_if_null": None if sg is None else sg["expected_if_null"],
+                      "sequential_worst": None if sg is None else sg["worst"]},
+        "per_repeat": None if per_repeat is None else per_repeat.copy(),
         "notes": notes,
     }
 
 
-def _one_launch_gpu_hours(per_repeat: Mapping[str, Any], repeats: int) -> float | None:
+def _hours(repeats: SequentialRepeats, per_repeat: float | None) -> SequentialHours:
+    """The cost of a sequential design's repeats at ``per_repeat`` hours each (None: unknown)."""
+    if per_repeat is None:
+        return {"expected": None, "expected_if_null": None, "worst": None}
+    return {"expected": repeats["expected"] * per_repeat, "expected_if_null": repeats["expected_if_null"] * per_repeat,
+            "worst": repeats["worst"] * per_repeat}
+
+
+def _one_launch_gpu_hours(per_repeat: PerRepeatCost, repeats: int) -> float | None:
     try:
         return sum(per_repeat["gpus"][r] * (per_repeat["launch_s"][r] + repeats * per_repeat["eval_s"][r]
                                              + per_repeat["stop_s"][r]) for r in ("a", "b")) / 3600
@@ -186,7 +337,7 @@ def _one_launch_gpu_hours(per_repeat: Mapping[str, Any], repeats: int) -> float 
 
 
 def per_repeat_cost(launch_s: Mapping[str, float], eval_s: Mapping[str, float], stop_s: Mapping[str, float],
-                    gpus: Mapping[str, int], source: str) -> dict[str, Any]:
+                    gpus: Mapping[str, int], source: str) -> PerRepeatCost:
     """One repeat = one launch and one eval of each arm (then its stop): GPU-hours and wall seconds."""
     per_arm = {r: launch_s[r] + eval_s[r] + stop_s[r] for r in ("a", "b")}
     return {"launch_s": dict(launch_s), "eval_s": dict(eval_s), "stop_s": dict(stop_s), "gpus": dict(gpus),
@@ -210,7 +361,7 @@ def _role(ev: ScoredEval) -> str:
     return str(ev.meta.get("role") or ev.dir.parent.name)
 
 
-def noise_from_runs(runs: Sequence[ScoredEval]) -> dict[str, Any]:
+def noise_from_runs(runs: Sequence[ScoredEval]) -> NoiseEstimate:
     """σ² for the plan: ψ within each arm (A with its A/A runs: :func:`harness.stats.within_arm_psi`, pairs on
     different launches preferred), pooled evenly over the arms, else ψ between the arms."""
     groups = {"a": [r for r in runs if _role(r) in ("a", "aa")], "b": [r for r in runs if _role(r) == "b"]}
@@ -243,7 +394,7 @@ def noise_from_runs(runs: Sequence[ScoredEval]) -> dict[str, Any]:
 
 
 def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_s: float | None = None,
-                             eval_s: float | None = None, gpus: int | None = None) -> dict[str, Any]:
+                             eval_s: float | None = None, gpus: int | None = None) -> PerRepeatCost:
     """Per-arm seconds per launch, per eval, of stopping, and GPUs, from the run's cost records; the
     overrides (both arms) win."""
     cost = cost_from_manifest(manifest, run_dir)
@@ -273,7 +424,7 @@ def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_
 
 def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None, power: float = 0.8,
                   launch_s: float | None = None, eval_s: float | None = None, gpus: int | None = None,
-                  min_repeats: int = 1, spending: str = "obf", futility: bool = True) -> dict[str, Any]:
+                  min_repeats: int = 1, spending: str = "obf", futility: bool = True) -> Plan:
     """The plan for detecting ``effect`` (fraction) with the noise, times and GPUs a finished run measured."""
     root = Path(run_dir)
     if not root.is_dir():
@@ -310,7 +461,7 @@ def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None
     for arm, roles in (("a", ("a",)), ("b", ("b",))):
         vals = [float(np.nanmean(r.scores)) for r in runs if _role(r) in roles and np.isfinite(r.scores).any()]
         acc[arm] = float(np.mean(vals)) if vals else None
-    scoring = None
+    scoring: PlanScoring | None = None
     if manifest:
         total = cost_from_manifest(manifest, root).total
         if total.scoring_passes:
@@ -325,7 +476,7 @@ def _num(x: float | None, fmt: str = ".2f") -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
-def format_plan(p: Mapping[str, Any]) -> str:
+def format_plan(p: Plan) -> str:
     lines = []
     if p.get("simulated"):
         lines.append("*** SIMULATED: noise and times measured on the simulated engine ***")

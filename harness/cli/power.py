@@ -9,9 +9,9 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.analysis.planning import (
+    Plan,
     PlanError,
     format_plan,
     make_plan,
@@ -69,7 +69,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         ap.error("--gpus must be >= 0")
     if a.min_repeats < 1:
         ap.error("--min-repeats must be >= 1")
-    plan: dict[str, Any] | None  # the sequential plan, when one is asked for
+    plan: Plan | None  # the sequential plan, when one is asked for
     if a.run_dir is not None:
         if a.effect is None:
             ap.error("--from needs --effect PP")

@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 from harness.results import integrity, schema
 from harness.results.dirlock import DirLock
 from harness.results.fileio import OutputError, StoreError, atomic_write_text, read_jsonl, writing
-from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
+from harness.results.schema import EvalMeta, EvalSummary, PromptRow, SampleRecord, SampleRow
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,7 +96,7 @@ class EvalStore:
         meta_path = self.root / META
         done: dict[int, SampleRecord] = {}
         if meta_path.exists():
-            old: dict[str, Any] = dict(schema.load_eval_meta(meta_path))
+            old = schema.load_eval_meta(meta_path)
             for key in ("dataset_sha256", "recipe", "indices", "api"):
                 if old.get(key) != meta.get(key):
                     raise StoreError(
@@ -175,7 +175,7 @@ class EvalStore:
         schema.write_eval_summary(self.root / SUMMARY, summary)  # type: ignore[arg-type]
 
 
-def _append_line(f: IO[bytes], path: Path, obj: dict[str, Any]) -> None:
+def _append_line(f: IO[bytes], path: Path, obj: SampleRow | PromptRow) -> None:
     """One JSON line, written whole or failing with OutputError (a short write of a full disk leaves a torn last
     line, which a resume drops)."""
     view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))

@@ -23,7 +23,7 @@ from typing import Any
 from harness.results import schema
 from harness.results.eval_store import EvalStore, summarize
 from harness.results.fileio import StoreError
-from harness.results.schema import SampleRecord
+from harness.results.schema import EvalMeta, SampleRecord
 
 #: ``samples_<task>_<date_id>.jsonl`` (date_id: ``datetime.now().isoformat()`` with ``:`` as ``-``)
 _FILE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[\d\-.]+)\.jsonl$")
@@ -168,7 +168,7 @@ def to_eval_dir(s: Series, doc_ids: list[int], out: Path, arm: str) -> Path:
     missing: counted as an error, as a request that never came back)."""
     digest = hashlib.sha256(json.dumps([[i, s.docs[i].doc_hash if i in s.docs else None] for i in doc_ids]
                                        ).encode()).hexdigest()
-    meta: dict[str, Any] = {
+    meta: EvalMeta = {
         "task": s.task, "recipe": {"name": f"lm-eval {s.filter} {s.metric}", "filter": s.filter, "metric": s.metric},
         "upstream": "lm-evaluation-harness --log_samples", "dataset_sha256": digest, "dataset_source": s.source,
         "dataset_canonical": None, "num_questions": len(doc_ids), "stop": [], "shots_sha256": "",

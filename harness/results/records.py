@@ -1,7 +1,7 @@
 """Typed result records: frozen dataclasses built once, serialised by one function and read back by one.
 
-A :class:`Record` is a frozen dataclass whose fields are JSON values, other records, or lists / string-keyed
-dicts of them. :func:`to_doc` turns one into the JSON object that is stored (fields in declaration order;
+A :class:`Record` is a frozen dataclass whose fields are JSON values, other records, lists / string-keyed
+dicts of them, or ``TypedDict`` JSON objects (a block of declared keys, kept as the dict it is). :func:`to_doc` turns one into the JSON object that is stored (fields in declaration order;
 a field declared with ``omit_none()`` is left out while it is None, so optional blocks appear only when
 set); :func:`from_doc` reads one back, checking every field against its declared type, so a hand-edited or
 truncated file is refused with the field's path (``arms.a.accuracy: expected a number, found "x"``) instead of
@@ -49,7 +49,7 @@ def omit_none(default: Any = None) -> Any:
 def to_doc(value: Any) -> Any:
     """The JSON form of a record (or of a value inside one)."""
     if isinstance(value, Record):
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
             if v is None and f.metadata.get("omit_none"):
@@ -102,6 +102,8 @@ def _convert(tp: Any, v: Any, where: str) -> Any:
         raise RecordError(f"{where}: expected one of {typing.get_args(tp)}, found {_describe(v)}")
     if isinstance(tp, type) and issubclass(tp, Record):
         return from_doc(tp, v, where)
+    if typing.is_typeddict(tp):
+        return _typed_dict(tp, v, where)
     if origin in (list, tuple):
         if not isinstance(v, list | tuple):
             raise RecordError(f"{where}: expected a list, found {_describe(v)}")
@@ -139,6 +141,32 @@ def _convert(tp: Any, v: Any, where: str) -> Any:
             return None
         raise RecordError(f"{where}: expected null, found {_describe(v)}")
     return v  # a JSON alias or another type the record does not check further
+
+
+_REQUIRED: dict[type, frozenset[str]] = {}
+
+
+def _required_keys(tp: Any) -> frozenset[str]:
+    """The keys the TypedDict ``tp`` requires. (Its ``__required_keys__`` counts a ``NotRequired[...]`` key as
+    required when the module has ``from __future__ import annotations``: Python 3.11 sees the string.)"""
+    if tp not in _REQUIRED:
+        origins = {k: typing.get_origin(v) for k, v in typing.get_type_hints(tp, include_extras=True).items()}
+        _REQUIRED[tp] = frozenset(k for k, o in origins.items() if o is typing.Required
+                                  or (o is not typing.NotRequired and k in tp.__required_keys__))
+    return _REQUIRED[tp]
+
+
+def _typed_dict(tp: Any, v: Any, where: str) -> JSONObject:
+    """A JSON object read as the TypedDict ``tp``: its declared keys checked (a required one missing is an
+    error), the others kept as they are; the keys stay in the stored order."""
+    if not isinstance(v, dict):
+        raise RecordError(f"{where}: expected an object, found {_describe(v)}")
+    hints = _hints(tp)
+    required = _required_keys(tp)
+    for key in hints:
+        if key in required and key not in v:
+            raise RecordError(f"{where}.{key}: missing")
+    return {str(k): _convert(hints[k], x, f"{where}.{k}") if k in hints else x for k, x in v.items()}
 
 
 def from_doc(cls: type[R], doc: Any, where: str = "") -> R:

@@ -22,8 +22,10 @@ with a one-line :class:`SchemaError` (the CLI exits 2 on it): a future format is
 The results a computation produces (comparison, divergence, cost, sequential looks, run and sweep summaries)
 are frozen :class:`~harness.results.records.Record` dataclasses, built once and serialised by
 :func:`~harness.results.records.to_doc`; their loaders check every field (a hand-edited file is refused naming
-the field). The eval's own files and the manifest, which abh writes as events happen, are ``TypedDict``
-(``total=False``: fields only some writers set); :class:`SampleRecord` is a dataclass.
+the field); a block of one that is a plain JSON object of known keys (``identical_outputs``,
+``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files and the
+manifest, which abh writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set);
+:class:`SampleRecord` is a dataclass, written as a :class:`SampleRow` (``prompts.jsonl``: :class:`PromptRow`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar, cast
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
@@ -102,7 +104,8 @@ class EvalMeta(TypedDict, total=False):
     recipe: Any  # the recipe as a dict (RecipeConfig.to_dict); older writers and tests: a name
     dataset_sha256: str
     dataset_source: str
-    dataset_canonical: bool
+    #: None: the task knows no canonical hash (MMLU, GPQA, MGSM, lm-eval samples)
+    dataset_canonical: bool | None
     num_questions: int
     stop: list[str]
     #: the sampling temperature (absent in evals written before it was recorded: abh's recipes are greedy, 0)
@@ -156,7 +159,7 @@ class EvalSummary(TypedDict, total=False):
     resumed: bool
     recipe: Any
     dataset_sha256: str
-    dataset_canonical: bool
+    dataset_canonical: bool | None
     api: str
     simulated: bool
     complete: bool
@@ -206,13 +209,47 @@ class SampleRecord:
             raise ValueError("a row with a request error has no correct value (an error is never an answer)")
         return rec
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> SampleRow:
         """The ``samples.jsonl`` row: every field, but ``score`` and ``reasoning`` only when set."""
-        row = {f.name: getattr(self, f.name) for f in fields(self)}
-        for optional in ("score", "reasoning"):
-            if row[optional] is None:
-                del row[optional]
+        row: SampleRow = {"index": self.index, "prompt_sha256": self.prompt_sha256, "output": self.output,
+                          "pred": self.pred, "label": self.label, "correct": self.correct, "invalid": self.invalid,
+                          "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+                          "completion_tokens": self.completion_tokens, "latency_s": self.latency_s,
+                          "attempts": self.attempts, "error": self.error}
+        if self.score is not None:
+            row["score"] = self.score
+        if self.reasoning is not None:
+            row["reasoning"] = self.reasoning
         return row
+
+
+class SampleRow(TypedDict):
+    """A ``samples.jsonl`` row as written (:meth:`SampleRecord.to_row`): the fields of :class:`SampleRecord` in
+    their order, ``score`` and ``reasoning`` only when set."""
+
+    index: int
+    prompt_sha256: str
+    output: str | None
+    pred: int | float | str | None
+    label: int | float | str
+    correct: bool | None
+    invalid: bool | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float | None
+    attempts: int
+    error: str | None
+    score: NotRequired[float]
+    reasoning: NotRequired[str]
+
+
+class PromptRow(TypedDict):
+    """A ``prompts.jsonl`` row: the exact text of one prompt sent."""
+
+    index: int
+    prompt_sha256: str
+    prompt: str
 
 
 def _whole(x: Any) -> bool:
@@ -282,6 +319,15 @@ class Arms(Record):
     b: ArmResult
 
 
+class LaunchHeterogeneity(TypedDict):
+    """Cochran's Q over the launches of each arm, summed (:func:`harness.stats.launches.launch_heterogeneity`)."""
+
+    test: str
+    q: float
+    df: int
+    p: float
+
+
 @dataclass(frozen=True)
 class Design(Record):
     """Which design was run (launches per arm, passes per launch) and what it can and cannot resolve."""
@@ -293,7 +339,7 @@ class Design(Record):
     #: ``question`` (no configuration with two launches); files of abh <= 0.2 may say ``launch``
     unit: str
     #: Cochran's Q over the launches of each arm (None: no arm with two launches); a diagnostic only
-    launch_heterogeneity: dict[str, JSON] | None
+    launch_heterogeneity: LaunchHeterogeneity | None
     #: what this design (or these data) cannot resolve; None when nothing
     cannot_resolve: str | None
     notes: list[str]
@@ -538,6 +584,30 @@ class Divergence(Record):
     launches_skipped: dict[str, str] = field(default_factory=dict)
 
 
+class ArmIdentity(TypedDict):
+    """One arm's share of outputs identical between two of its passes (:func:`harness.analysis.determinism.
+    arm_identity`): overall, within a launch, across launches (None where no pair of passes is such)."""
+
+    share: float | None
+    within_launch: float | None
+    across_launches: float | None
+    pairs: int
+    questions: int
+
+
+class IdenticalOutputs(TypedDict, total=False):
+    """``comparison.json`` ``identical_outputs`` (:func:`harness.analysis.determinism.identical_outputs`): each
+    arm's :class:`ArmIdentity`, the sampling temperature, the arms flagged (no output identical across passes at
+    temperature 0) and what the shares are."""
+
+    a: ArmIdentity
+    b: ArmIdentity
+    #: as the evals recorded it (bench_sglang's recipes: the int 0), kept so when read back
+    temperature: int | float | None
+    flagged: list[str]
+    note: str
+
+
 @dataclass(frozen=True)
 class Comparison(Record):
     """``comparison.json``: arm B against arm A over stored evals (proportions as fractions).
@@ -620,7 +690,7 @@ class Comparison(Record):
     verdict_reason_fixed: str | None = omit_none()
     #: per arm, the share of outputs identical across its passes (within a launch, across launches), and the arms
     #: flagged for none at temperature 0 (harness.analysis.determinism); absent from comparisons written before it
-    identical_outputs: dict[str, JSON] | None = omit_none()
+    identical_outputs: IdenticalOutputs | None = omit_none()
     #: the fixed design's test, p and interval of the same data, when the sequential decision replaced them
     test_fixed: str | None = omit_none()
     p_fixed: float | None = omit_none()
@@ -885,13 +955,19 @@ _NAMES = {EVAL: "an eval (eval.json)", EVAL_SUMMARY: "an eval summary", MANIFEST
           TASKS: "a multi-task comparison (tasks.json)"}
 
 
-def stamp(kind: str, doc: dict[str, Any] | Any) -> dict[str, Any]:
+#: A document abh writes: an eval's or a manifest's (TypedDict), or a result record's (:meth:`Record.to_doc`).
+D = TypeVar("D", EvalMeta, EvalSummary, Manifest, JSONObject)
+
+
+def stamp(kind: str, doc: D) -> D:
     """``doc`` with ``kind`` and the ``schema_version`` this abh writes, both first."""
-    body = {k: v for k, v in dict(doc).items() if k not in ("kind", "schema_version")}
+    body = doc.copy()
+    body.pop("kind", None)
+    body.pop("schema_version", None)
     return {"kind": kind, "schema_version": WRITES[kind], **body}
 
 
-def check(doc: Any, kind: str, where: str | Path) -> dict[str, Any]:
+def check(doc: Any, kind: str, where: str | Path) -> JSONObject:
     """``doc`` itself if it is a document of ``kind`` in a schema_version this abh reads; else SchemaError."""
     if not isinstance(doc, dict):
         raise SchemaError(f"{where}: expected {_NAMES[kind]} (a JSON object), found {type(doc).__name__}")
@@ -907,7 +983,7 @@ def check(doc: Any, kind: str, where: str | Path) -> dict[str, Any]:
     return doc
 
 
-def load(path: str | Path, kind: str) -> dict[str, Any]:
+def load(path: str | Path, kind: str) -> JSONObject:
     """Read and check one stored document. A missing file raises FileNotFoundError; anything unreadable
     (not JSON, not UTF-8, wrong kind, unknown version) raises SchemaError."""
     p = Path(path)
@@ -922,7 +998,7 @@ def load(path: str | Path, kind: str) -> dict[str, Any]:
     return check(doc, kind, p)
 
 
-def dump(path: str | Path, kind: str, doc: dict[str, Any] | Any) -> None:
+def dump(path: str | Path, kind: str, doc: D) -> None:
     """Write one document of ``kind`` atomically, stamped with its kind and schema_version."""
     atomic_write_json(Path(path), stamp(kind, doc))
 

@@ -45,6 +45,7 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 
 from harness.results.fileio import atomic_write_json, read_json
+from harness.results.records import JSONObject
 
 SCHEMA_VERSION = 1
 SCORES = "scores.parquet"
@@ -53,6 +54,22 @@ KIND = "abh.scores"
 PAD_ID = -1
 DEFAULT_ROW_GROUP_ROWS = 65_536
 MAX_ERROR_EXAMPLES = 5
+
+
+#: ``scores.json``: the writer's own keys (see the module docstring), then those of the caller's meta that abh's
+#: scoring passes set (harness.measure.logprob_pass, harness.orchestrate.logprob_phase); functional syntax, for
+#: the key ``pass``
+ScoresMeta = TypedDict("ScoresMeta", {
+    "schema_version": int, "kind": str, "status": str, "reason": str | None,
+    # the caller's meta: which pass, of which arm and launch, against which reference, how it was asked
+    "pass": str, "arm": str, "role": str, "launch": str, "engine": str, "simulated": bool, "reference": str,
+    "reference_sha256": str, "reference_pass": str | None, "reference_eval": str, "reference_scores": str | None,
+    "requested_top_k": int, "url": str, "api": str, "by_ids": bool, "by_text_reason": str | None,
+    "echo_shift": int | None, "asked_ids": int, "wall_s": float, "transient": bool, "same_launch_as": str,
+    # written by ScoresWriter.close (status ok)
+    "top_k": int, "questions": int, "tokens": int, "top_width": int, "ref_width": int, "text_offsets": bool,
+    "errors": int, "error_examples": dict[str, str],
+}, total=False)
 
 
 class ScoresError(RuntimeError):
@@ -116,7 +133,7 @@ class ScoresWriter:
     partial file is removed.
     """
 
-    def __init__(self, root: str | Path, *, top_k: int, meta: dict[str, Any] | None = None,
+    def __init__(self, root: str | Path, *, top_k: int, meta: JSONObject | None = None,
                  row_group_rows: int = DEFAULT_ROW_GROUP_ROWS):
         import pyarrow.parquet as pq
 
@@ -270,7 +287,7 @@ class ScoresWriter:
             self.abort()
 
 
-def write_not_measured(root: str | Path, reason: str, meta: dict[str, Any] | None = None) -> None:
+def write_not_measured(root: str | Path, reason: str, meta: JSONObject | None = None) -> None:
     """Record that this pass could not be scored (e.g. the engine returns no prompt logprobs), and why."""
     root = Path(root)
     (root / SCORES).unlink(missing_ok=True)
@@ -314,7 +331,8 @@ class ScoreTable:
     top_logprobs: np.ndarray
     ref_top_logprobs: np.ndarray | None
     text_offset: np.ndarray | None
-    meta: dict[str, Any] = field(default_factory=dict)
+    #: ``scores.json`` of the pass
+    meta: ScoresMeta = field(default_factory=ScoresMeta)
 
     @property
     def tokens(self) -> int:
@@ -376,7 +394,7 @@ def load_scores(root: str | Path) -> ScoreTable:
     status, reason = scores_status(root)
     if status != "ok":
         raise NotMeasured(reason or "not measured")
-    meta = read_json(root / SCORES_META)
+    meta: ScoresMeta = read_json(root / SCORES_META)  # parsed JSON: scores_status read it, status ok
     pf = pq.ParquetFile(root / SCORES)
     n = pf.metadata.num_rows
     if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):

@@ -35,13 +35,13 @@ from itertools import combinations
 
 import numpy as np
 
-from harness.results.records import JSON
 from harness.results.schema import (
     Design,
     ErrorBound,
     ErrorBounds,
     ErrorGate,
     Errors,
+    LaunchHeterogeneity,
     LaunchVarianceEstimate,
     Tost,
 )
@@ -164,7 +164,7 @@ class ArmsComparison:
 
 
 # ------------------------------------------------------------------------------------------ design
-def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: dict[str, JSON] | None, lv: LaunchAwareResult) -> Design:
+def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: LaunchHeterogeneity | None, lv: LaunchAwareResult) -> Design:
     """Which design was run (launches per arm, passes per launch) and what it cannot resolve: only where the
     design (a configuration with one launch, whose launch variance is borrowed or unknown) or the data (too
     few questions answered by every launch) warrant it."""

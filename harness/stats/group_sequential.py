@@ -47,11 +47,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
+
+from harness.results.records import JSONObject
 
 from .verdict import HYPOTHESES
 
@@ -405,6 +407,64 @@ def _cp_superiority(z: float, t: float, c_last: float) -> float:
     return float(ndtr((m - c_last) / s) + ndtr((-c_last - m) / s))
 
 
+class LookErrors(TypedDict):
+    """A look's error gate (:func:`harness.stats.launch_looks.decide_look_arms`): its action, p and discordant
+    counts, and with ``bound`` the verdict of each error bound."""
+
+    action: str
+    p: float
+    a_only: int
+    b_only: int
+    both: int
+    bounds: NotRequired[dict[str, str | None]]
+
+
+class LookDetails(TypedDict, total=False):
+    """What a launch-aware look adds (:func:`harness.stats.launch_looks.decide_launch_look`): the t statistic,
+    its df and nominal p, the t-scale boundaries, the launch variance and where it came from, the margin tests,
+    the error gate."""
+
+    t: float
+    df: float
+    p: float
+    estimator: str
+    sigma2_launch: float
+    df_launch: int
+    variance_source: str
+    qualification: str | None
+    n: int
+    bound_t: float | None
+    crossed: bool
+    margin_t: list[float]
+    margin_bound_t: float
+    p_noninferiority: float
+    p_equivalence: float
+    errors: LookErrors
+
+
+class LookEstimate(TypedDict):
+    """The estimate a look decides on, as :class:`LookDecision` keywords."""
+
+    repeats: int
+    delta: float
+    se: float
+    z: float
+    info_fraction: float
+
+
+class LookFields(LookEstimate):
+    """A look past its first repeats, as :class:`LookDecision` keywords: the estimate, the boundary and the
+    repeated CI, and what the look's tests add."""
+
+    bound: float | None
+    alpha_spent: float
+    repeated_ci: list[float] | None
+    margin_z: NotRequired[list[float]]
+    margin_bound: NotRequired[float]
+    conditional_power: NotRequired[float]
+    p: NotRequired[float]
+
+
 @dataclass(frozen=True)
 class LookDecision:
     """The outcome of one look. ``stop`` false means: run another repeat of both arms."""
@@ -425,12 +485,13 @@ class LookDecision:
     margin_z: list[float] | None = None
     margin_bound: float | None = None
     repeats_saved: int = 0
-    details: dict[str, Any] = field(default_factory=dict)
+    details: LookDetails = field(default_factory=LookDetails)
     #: the stage-wise ordering p of the test that decided (:func:`stagewise_p`): p < α exactly when it
     #: stopped with that test's verdict; None where the estimator does not compute it
     p: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
+        """The look as a JSON object (its fields, ``details`` included)."""
         return asdict(self)
 
 
@@ -451,15 +512,15 @@ def decide_look(design: SequentialDesign, repeats: int, delta: float, se: float,
     s = max(float(se) if np.isfinite(se) else 0.0, se_floor(n) if floor is None else floor)
     z = 0.0 if delta == 0 else float(delta) / s
     last = repeats >= d.max_repeats
-    base: dict[str, Any] = {"repeats": repeats, "delta": float(delta), "se": s, "z": z, "info_fraction": t}
+    est: LookEstimate = {"repeats": repeats, "delta": float(delta), "se": s, "z": z, "info_fraction": t}
     if repeats < d.min_repeats:
-        return LookDecision(**base, stop=False, verdict=None, reason="before_min_repeats",
+        return LookDecision(**est, stop=False, verdict=None, reason="before_min_repeats",
                             sentence=f"no look before repeat {d.min_repeats}", bound=None, alpha_spent=0.0,
                             repeated_ci=None)
     c = d.bound_at(repeats, "efficacy")
     spent = float(spend(t, d.alpha / 2, d.spending) * 2) if not last else d.alpha
     rci = [float(delta - c * s), float(delta + c * s)]
-    base.update(bound=c, alpha_spent=spent, repeated_ci=rci)
+    base: LookFields = {**est, "bound": c, "alpha_spent": spent, "repeated_ci": rci}
     saved = max(0, d.max_repeats - repeats)
     where = f"after {repeats} of at most {d.max_repeats} repeats"
     if abs(z) >= c:
@@ -473,7 +534,7 @@ def decide_look(design: SequentialDesign, repeats: int, delta: float, se: float,
         e = d.bound_at(repeats, "margin")
         z_lo, z_hi = (delta + m) / s, (m - delta) / s
         margin_z, margin_bound = [float(z_lo), float(z_hi)], e
-        base.update(margin_z=margin_z, margin_bound=margin_bound)
+        base["margin_z"], base["margin_bound"] = margin_z, margin_bound
         if d.hypothesis == "noninferiority" and z_lo >= e:
             return LookDecision(**base, stop=True, verdict="noninferior", reason="noninferiority",
                                 repeats_saved=saved,
@@ -555,8 +616,22 @@ def stagewise_p(design: SequentialDesign, repeats: int, z: float, which: str = "
 
 
 # ------------------------------------------------------------------------------------------ planning
+class OperatingCharacteristics(TypedDict):
+    """Power, rejection rate and expected repeats of a design at one drift, and the stopping probability of each
+    look (:func:`operating_characteristics`)."""
+
+    power: float
+    reject: float
+    expected_repeats: float
+    stop_probability: list[float]
+    futility_probability: float
+    looks: list[int]
+    bounds: list[float]
+    futility_z: list[float]
+
+
 def operating_characteristics(design: SequentialDesign, drift: float,
-                              info: Sequence[float] | None = None) -> dict[str, Any]:
+                              info: Sequence[float] | None = None) -> OperatingCharacteristics:
     """Power and expected repeats of a superiority design (margin-free) when ``E[Z] = drift sqrt(t)``.
 
     ``drift`` is the effect over the SE of the estimate at ``max_repeats`` (``effect / se_K``). ``info``:

@@ -42,7 +42,7 @@ lognormal scale sd of 0.3); only more A/A launches can measure that variance.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from scipy.special import ndtri
@@ -265,9 +265,27 @@ def weighted_mean_se(d: np.ndarray, weights: np.ndarray | None = None) -> float:
     return float(np.sqrt(np.var(u, ddof=1) / n))
 
 
+class DivergenceTest(TypedDict):
+    """The outcome of :func:`divergence_test` (``effect`` and its interval in nats/token)."""
+
+    verdict: str
+    effect: float
+    effect_ci: list[float] | None
+    effect_ci_method: str
+    effect_se: float
+    effect_mde: float | None
+    p_value: float
+    p_floor: float | None
+    p_value_at_floor: bool
+    n_resamples: int
+    alpha: float
+    questions: int
+    test: str
+
+
 def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray | None = None,
                     alpha: float = 0.05, n_resamples: int = 9_999, seed: SeedLike = None,
-                    ci_method: str = "bca", power: float = 0.8) -> dict[str, Any]:
+                    ci_method: str = "bca", power: float = 0.8) -> DivergenceTest:
     """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A').
 
     ``kld_ab``/``kld_aa``: per-question mean KL (nats/token) over the same reference tokens; ``tokens``:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
@@ -46,7 +45,7 @@ from scipy.special import nctdtr
 
 from ._rng import SeedLike
 from .dist import t_ppf, t_sf
-from .kld import divergence_test
+from .kld import DivergenceTest, divergence_test
 
 #: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
 KLD_FLOOR = 1e-12
@@ -88,7 +87,7 @@ class LaunchDivergence:
     arrangements: int | None
     qualification: str | None
     #: the per-question sign-flip test on launch-averaged KLDs (diagnostic; the verdict when one launch each)
-    per_question: dict[str, Any] | None
+    per_question: DivergenceTest | None
 
 
 def launch_means(kld: np.ndarray, tokens: np.ndarray | None = None) -> np.ndarray:

@@ -41,14 +41,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from .dist import t_ppf, t_sf
 from .errorgate import ErrorGate, error_gate, impute_unanswered
-from .group_sequential import Z_MAX, LookDecision, SequentialDesign, spend, stagewise_p
+from .group_sequential import (
+    Z_MAX,
+    LookDecision,
+    LookDetails,
+    LookErrors,
+    LookEstimate,
+    LookFields,
+    SequentialDesign,
+    spend,
+    stagewise_p,
+)
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
 
@@ -108,13 +117,13 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     t = delta / se if se > 0 else 0.0
     z = z_equivalent(t, df)
     p = min(1.0, 2 * float(t_sf(abs(t), df))) if math.isfinite(df) else est.p
-    details: dict[str, Any] = {"t": t, "df": df, "p": p, "estimator": ESTIMATOR, "sigma2_launch": est.sigma2_launch,
-               "df_launch": est.df_launch, "variance_source": est.variance_source,
-               "qualification": est.qualification, "n": est.n}
-    base: dict[str, Any] = {"repeats": repeats, "delta": float(delta), "se": float(se), "z": z, "info_fraction": t_info}
+    details: LookDetails = {"t": t, "df": df, "p": p, "estimator": ESTIMATOR, "sigma2_launch": est.sigma2_launch,
+                            "df_launch": est.df_launch, "variance_source": est.variance_source,
+                            "qualification": est.qualification, "n": est.n}
+    look: LookEstimate = {"repeats": repeats, "delta": float(delta), "se": float(se), "z": z, "info_fraction": t_info}
     where = f"after {repeats} of at most {d.max_repeats} repeats"
     if repeats < d.min_repeats:
-        return LookDecision(**base, stop=False, verdict=None, reason="before_min_repeats",
+        return LookDecision(**look, stop=False, verdict=None, reason="before_min_repeats",
                             sentence=f"no look before repeat {d.min_repeats}", bound=None, alpha_spent=0.0,
                             repeated_ci=None, details=details)
     c = d.bound_at(repeats, "efficacy")
@@ -122,17 +131,17 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     if est.df_launch == 0:
         details["bound_t"] = None
         if last:
-            return LookDecision(**base, stop=True, verdict="inconclusive", reason="max_repeats", bound=c,
+            return LookDecision(**look, stop=True, verdict="inconclusive", reason="max_repeats", bound=c,
                                 alpha_spent=spent, repeated_ci=None, details=details,
                                 sentence=f"inconclusive after all {repeats} repeats: no launch replication, the "
                                          "launch-to-launch variance could not be estimated")
-        return LookDecision(**base, stop=False, verdict=None, reason="no_launch_replication", bound=c,
+        return LookDecision(**look, stop=False, verdict=None, reason="no_launch_replication", bound=c,
                             alpha_spent=spent, repeated_ci=None, details=details,
                             sentence=f"continue {where}: one launch per configuration, no launch variance yet")
     tc = t_bound(c, df)
     details["bound_t"] = tc
     rci = [float(delta - tc * se), float(delta + tc * se)] if math.isfinite(tc) else [-1.0, 1.0]
-    base.update(bound=c, alpha_spent=spent, repeated_ci=rci)
+    base: LookFields = {**look, "bound": c, "alpha_spent": spent, "repeated_ci": rci}
     saved = max(0, d.max_repeats - repeats)
     base["p"] = p_eff = stagewise_p(d, repeats, z)
     bar = d.min_effect or 0.0
@@ -156,7 +165,7 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
         te = t_bound(e, df)
         t_lo, t_hi = (delta + m) / se, (m - delta) / se
         margin_z, margin_bound = [z_equivalent(t_lo, df), z_equivalent(t_hi, df)], e
-        base.update(margin_z=margin_z, margin_bound=margin_bound)
+        base["margin_z"], base["margin_bound"] = margin_z, margin_bound
         details["margin_t"], details["margin_bound_t"] = [t_lo, t_hi], te
         p_lo = stagewise_p(d, repeats, margin_z[0], "margin")
         p_eq = max(p_lo, stagewise_p(d, repeats, margin_z[1], "margin"))
@@ -198,7 +207,7 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
 CLAIMS = ("improved", "regressed", "equivalent", "noninferior")
 
 
-def _gate_details(gate: ErrorGate) -> dict[str, Any]:
+def _gate_details(gate: ErrorGate) -> LookErrors:
     return {"action": gate.action, "p": gate.p, "a_only": gate.a_only, "b_only": gate.b_only, "both": gate.both}
 
 
@@ -209,7 +218,7 @@ def decide_look_arms(design: SequentialDesign, repeats: int, a: ArmRuns, b: ArmR
     the declared effect, and the error gate (its bounds when the errors depend on the arm)."""
     gate = error_gate(a, b, design.alpha)
     dec = decide_launch_look(design, repeats, launch_aware_test(a, b, aa, alpha=design.alpha))
-    details = {**dec.details, "errors": _gate_details(gate)}
+    details: LookDetails = {**dec.details, "errors": _gate_details(gate)}
     if gate.action != "bound":
         return replace(dec, details=details)
     bounds = {name: decide_launch_look(design, repeats, launch_aware_test(

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from harness.results.schema import LaunchHeterogeneity
 
 from .dist import chi2_sf
 
@@ -104,7 +105,7 @@ def heterogeneity_q(y: np.ndarray) -> tuple[float, int, int]:
     return float(q), L - 1, int(n)
 
 
-def launch_heterogeneity(arms: Sequence[ArmRuns]) -> dict[str, Any] | None:
+def launch_heterogeneity(arms: Sequence[ArmRuns]) -> LaunchHeterogeneity | None:
     """Do launches of the same configuration differ in accuracy more than question-level noise explains?
 
     Cochran's Q of each configuration with two or more launches, summed (independent configurations);

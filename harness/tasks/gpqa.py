@@ -23,12 +23,14 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from harness.results.schema import EvalMeta
 from harness.tasks import sources
 from harness.tasks.interface import (
     Dataset,
     DatasetError,
     Item,
     RecipeConfig,
+    SamplingParams,
     Scored,
     Task,
     zero_shot_questions,
@@ -82,6 +84,7 @@ class GPQA(Task):
             raise DatasetError("task.repeats must be >= 1")
         self.recipe = RecipeConfig(name=recipe.name, num_questions=n, num_shots=0, repeats=repeats,
                                    max_new_tokens=recipe.max_new_tokens or MAX_NEW_TOKENS)
+        self.num_questions, self.repeats = n, repeats
         self.data = data
         rng = random.Random(0)
         rows = list(range(len(data.rows)))
@@ -106,15 +109,15 @@ class GPQA(Task):
     def items(self) -> Sequence[Item]:
         return self._items
 
-    def sampling_params(self, chat: bool = True) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = True) -> SamplingParams:
         return {"max_new_tokens": self.recipe.max_new_tokens, "temperature": 0.0, "top_p": 1.0}
 
     def grade(self, output: str, item: Item) -> Scored:
         pred = extract_first(ANSWER_PATTERN_MULTICHOICE, output)
         return Scored(pred, 1.0 if pred == item.label else 0.0, pred is None)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EvalMeta:
         return {"task": self.name, "recipe": self.recipe.to_dict(), "upstream": self.upstream,
                 "dataset_sha256": self.data.sha256, "dataset_source": self.data.source,
-                "dataset_canonical": self.data.canonical, "num_questions": self.recipe.num_questions,
-                "stop": [], "shots_sha256": "", "repeats": self.recipe.repeats}
+                "dataset_canonical": self.data.canonical, "num_questions": self.num_questions,
+                "stop": [], "shots_sha256": "", "repeats": self.repeats}

@@ -30,10 +30,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from harness.results.records import JSONObject
+from harness.results.schema import EvalMeta
 from harness.serving.wire import SGLangApi
-from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, Scored, Task
+from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, SamplingParams, Scored, Task
 from harness.tasks.sglang_frontend import chat_stops_for_model
 
 __all__ = ["BASE_STOP", "CANONICAL_TEST_ROWS", "GSM8K", "INVALID", "RECIPES", "Dataset", "DatasetError", "Question",
@@ -341,7 +342,7 @@ class GSM8K(Task):
         stop.extend(s for s in self.recipe.extra_stop if s not in stop)
         return stop
 
-    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
         """Every field SGLang's frontend sends, in its order; leaving one out lets the server's defaults in:
         ``RuntimeEndpoint.generate`` (python/sglang/lang/backend/runtime_endpoint.py) puts the two special-token
         flags first, then ``SglSamplingParams.to_srt_kwargs()`` (python/sglang/lang/ir.py), with the values
@@ -373,13 +374,13 @@ class GSM8K(Task):
         sends the traced prefix (the few-shot block) only when it is longer than 64 characters."""
         return len(self.questions) > 1 and len(self.few_shot) > 64
 
-    def warmup_body(self) -> dict[str, Any]:
+    def warmup_body(self) -> JSONObject:
         """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone, zero
         new tokens); the body itself is built by :mod:`harness.serving.wire`, which owns the protocols."""
         return SGLangApi().warmup_body(self.few_shot, self.questions[0].prompt if self.questions else "",
                                        self.sampling_params())
 
-    def generate_body(self, q: Question) -> dict[str, Any]:
+    def generate_body(self, q: Question) -> JSONObject:
         """``q`` as SGLang's ``/generate`` body."""
         return SGLangApi().generation_body(q.prompt, self.sampling_params())
 
@@ -393,7 +394,7 @@ class GSM8K(Task):
         pred, correct, invalid = self.score(output, item.label)
         return Scored(pred, float(correct), invalid)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EvalMeta:
         return {"task": "gsm8k", "recipe": self.recipe.to_dict(), "dataset_sha256": self.test.sha256,
                 "dataset_source": self.test.source, "dataset_canonical": self.test.canonical,
                 "num_questions": len(self.questions), "stop": self.stop(),

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from harness.tasks.gsm8k import BASE_STOP, GSM8K, INVALID, Question, few_shot_block, one_example
-from harness.tasks.interface import Dataset, DatasetError, Item, Scored
+from harness.tasks.interface import Dataset, DatasetError, Item, SamplingParams, Scored
 from harness.tasks.mathgrade import math_equal, require_math_verify, search_boxed
 
 
@@ -53,8 +53,8 @@ class SimpleEvalGSM8K(GSM8K):
     def stop(self) -> list[str]:
         return list(BASE_STOP)
 
-    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None
+    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
+        out: SamplingParams = {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None
                                else max_new_tokens, "temperature": 0.0, "top_p": 1.0}
         if not chat:
             out["stop"] = self.stop()
@@ -94,7 +94,7 @@ class VllmGSM8K(GSM8K):
     def stop(self) -> list[str]:
         return list(BASE_STOP)
 
-    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
         return {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
                 "stop": self.stop(), "temperature": 0.0, "openai_extras": {"seed": 42}}
 
@@ -163,7 +163,7 @@ class LmEvalGSM8K(GSM8K):
     def stop(self) -> list[str]:
         return list(LM_EVAL_UNTIL)
 
-    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
         return {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
                 "temperature": 0.0, "stop": self.stop(), "openai_extras": {"seed": LM_EVAL_SEED}}
 
@@ -213,7 +213,7 @@ class SglEvalChatGSM8K(GSM8K):
     def stop(self) -> list[str]:
         return []
 
-    def sampling_params(self, chat: bool = True, max_new_tokens: int | None = None) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = True, max_new_tokens: int | None = None) -> SamplingParams:
         return {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
                 "temperature": 0.0, "top_p": 0.95, "openai_extras": {"min_p": 0.0, "repetition_penalty": 1.0}}
 

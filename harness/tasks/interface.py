@@ -23,8 +23,10 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NotRequired, TypedDict
+
+from harness.results.schema import EvalMeta
 
 
 class DatasetError(ValueError):
@@ -45,6 +47,53 @@ class Dataset:
         return len(self.rows)
 
 
+class RecipeDict(TypedDict):
+    """A recipe as ``eval.json`` records it (:meth:`RecipeConfig.to_dict`): its settings, ``repeats`` only when a
+    question is asked more than once."""
+
+    name: str
+    num_questions: int | None
+    num_shots: int | None
+    max_new_tokens: int | None
+    model_path: str | None
+    extra_stop: list[str]
+    repeats: NotRequired[int]
+
+
+class OpenAIExtras(TypedDict, total=False):
+    """OpenAI-only request fields a recipe sets (sent as they are by the OpenAI protocols of
+    :mod:`harness.serving.wire`)."""
+
+    seed: int
+    min_p: float
+    repetition_penalty: float
+
+
+class SamplingParams(TypedDict, total=False):
+    """Generation parameters in SGLang's vocabulary (``/generate``'s ``sampling_params``), as many as a recipe
+    sets; :mod:`harness.serving.wire` maps them onto each API. ``max_new_tokens`` is None only for a recipe not
+    resolved yet."""
+
+    skip_special_tokens: bool
+    spaces_between_special_tokens: bool
+    max_new_tokens: int | None
+    min_new_tokens: int
+    n: int
+    stop: list[str]
+    stop_token_ids: list[int]
+    stop_regex: list[str]
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    frequency_penalty: float
+    presence_penalty: float
+    ignore_eos: bool
+    regex: str | None
+    json_schema: str | None
+    openai_extras: OpenAIExtras
+
+
 @dataclass
 class RecipeConfig:
     """One recipe of a task with its settings. ``num_questions`` / ``num_shots`` / ``max_new_tokens`` None: the
@@ -62,10 +111,12 @@ class RecipeConfig:
     #: most tasks)
     repeats: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["repeats"] in (None, 1):
-            del d["repeats"]
+    def to_dict(self) -> RecipeDict:
+        d: RecipeDict = {"name": self.name, "num_questions": self.num_questions, "num_shots": self.num_shots,
+                         "max_new_tokens": self.max_new_tokens, "model_path": self.model_path,
+                         "extra_stop": list(self.extra_stop)}
+        if self.repeats not in (None, 1):
+            d["repeats"] = self.repeats
         return d
 
 
@@ -120,7 +171,7 @@ class Task(ABC):
         return bool(self.items)
 
     @abstractmethod
-    def sampling_params(self, chat: bool = False) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = False) -> SamplingParams:
         """The generation parameters in SGLang's vocabulary (``chat``: for the chat API, where a recipe may
         differ, e.g. run_eval's chat mode sends no stop strings); OpenAI-only fields under ``openai_extras``."""
 
@@ -129,7 +180,7 @@ class Task(ABC):
         """The upstream parser and grader on one answer."""
 
     @abstractmethod
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EvalMeta:
         """What eval.json records of the task: ``task``, ``recipe`` (:meth:`RecipeConfig.to_dict`),
         ``dataset_sha256`` / ``_source`` / ``_canonical``, ``num_questions``, ``stop``, ``shots_sha256``, and
         whatever else identifies the eval."""

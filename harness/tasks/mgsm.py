@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
+from harness.results.schema import EvalMeta
 from harness.tasks import gsm8k, sources
 from harness.tasks.interface import (
     Dataset,
     DatasetError,
     Item,
     RecipeConfig,
+    SamplingParams,
     Scored,
     Task,
     zero_shot_questions,
@@ -101,14 +102,14 @@ class MGSM(Task):
     def items(self) -> Sequence[Item]:
         return self._items
 
-    def sampling_params(self, chat: bool = True) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = True) -> SamplingParams:
         return {"max_new_tokens": self.recipe.max_new_tokens, "temperature": 0.0, "top_p": 1.0}
 
     def grade(self, output: str, item: Item) -> Scored:
         pred = parse_answer(output)
         return Scored(pred, 1.0 if score_mgsm(str(item.label), pred) else 0.0, pred == "")
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EvalMeta:
         return {"task": self.name, "recipe": self.recipe.to_dict(), "upstream": self.upstream,
                 "dataset_sha256": self.data.sha256, "dataset_source": self.data.source,
                 "dataset_canonical": self.data.canonical, "num_questions": len(self._items), "stop": [],

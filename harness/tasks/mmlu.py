@@ -26,12 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.results.schema import EvalMeta
 from harness.tasks import sources
 from harness.tasks.interface import (
     Dataset,
     DatasetError,
     Item,
     RecipeConfig,
+    SamplingParams,
     Scored,
     Task,
     zero_shot_questions,
@@ -147,7 +149,7 @@ class MMLU(Task):
     def items(self) -> Sequence[Item]:
         return self._items
 
-    def sampling_params(self, chat: bool = True) -> dict[str, Any]:
+    def sampling_params(self, chat: bool = True) -> SamplingParams:
         return {"max_new_tokens": self.recipe.max_new_tokens, "temperature": 0.0, "top_p": 1.0}
 
     def grade(self, output: str, item: Item) -> Scored:
@@ -155,10 +157,10 @@ class MMLU(Task):
                 else extract_first(SGLANG_ANSWER_PATTERN, output))
         return Scored(pred, 1.0 if pred == item.label else 0.0, pred is None)
 
-    def groups(self) -> list[str] | None:
+    def groups(self) -> list[str]:
         return [str(it.group) for it in self._items]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EvalMeta:
         return {"task": self.name, "recipe": self.recipe.to_dict(), "upstream": self.upstream,
                 "dataset_sha256": self.data.sha256, "dataset_source": self.data.source,
                 "dataset_canonical": self.data.canonical, "num_questions": len(self._items), "stop": [],
