@@ -58,6 +58,8 @@ import numpy as np
 from harness.measure.runner import Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import PROMPTS, load_samples
 from harness.results.fileio import read_json, read_jsonl
+from harness.results.records import JSONObject
+from harness.results.schema import PromptRow
 from harness.results.token_store import (
     SCORES,
     SCORES_META,
@@ -102,10 +104,12 @@ def load_references(eval_dir: str | Path) -> list[Reference]:
     """The answered questions of ``eval_dir`` as references, by question index. A question with a request
     error has no reference; an empty completion is kept (it has no token to score)."""
     root = Path(eval_dir)
-    prompts: dict[int, dict[str, Any]] = {}
+    prompts: dict[int, PromptRow] = {}
     for row in read_jsonl(root / PROMPTS):
-        if isinstance(row.get("index"), int) and isinstance(row.get("prompt"), str):
-            prompts[int(row["index"])] = row
+        # a row without its hash cannot be checked against the answer: as good as no prompt
+        if all(isinstance(row.get(k), t) for k, t in (("index", int), ("prompt", str), ("prompt_sha256", str))):
+            prompts[int(row["index"])] = PromptRow(index=int(row["index"]), prompt=row["prompt"],
+                                                   prompt_sha256=row["prompt_sha256"])
     out = []
     for s in load_samples(root):
         if s.error is not None or s.output is None:
@@ -261,7 +265,7 @@ class _NotScorable(Exception):
 async def _tokenize(client: Client, text: str, special: bool) -> list[int] | None:
     """``text`` as ids by the server's tokenize endpoint; None when it serves none (scored by text then)."""
     api = client.api
-    body: dict[str, Any] = {"prompt": text, "add_special_tokens": special}
+    body: JSONObject = {"prompt": text, "add_special_tokens": special}
     if api.model:
         body["model"] = api.model
     for path in api.tokenize_paths:
@@ -279,7 +283,7 @@ async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list
     """Every text as ids in one request where the server takes a list (SGLang, the simulator); None when it
     does not (then one request per text)."""
     api = client.api
-    body: dict[str, Any] = {"prompt": texts, "add_special_tokens": special}
+    body: JSONObject = {"prompt": texts, "add_special_tokens": special}
     if api.model:
         body["model"] = api.model
     for path in api.tokenize_paths:
@@ -299,7 +303,7 @@ async def _detokenize_each(client: Client, id_lists: list[list[int]]) -> list[li
     lists (``api.detokenize_paths``); None where it does not (then the answers carry the texts)."""
     api = client.api
     flat = [[i] for ids in id_lists for i in ids]  # ints already (the tokenizer's answer, checked)
-    body: dict[str, Any] = {"tokens": flat, "skip_special_tokens": False}
+    body: JSONObject = {"tokens": flat, "skip_special_tokens": False}
     if api.model:
         body["model"] = api.model
     for path in api.detokenize_paths:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
+from harness.results.records import JSONObject
+
 if TYPE_CHECKING:  # numpy is imported where answers are parsed: a simulator or an eval need not load it
     import numpy as np
 
@@ -177,11 +179,11 @@ class Api(ABC):
         return self
 
     @abstractmethod
-    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         """The request for one generation of ``prompt`` with SGLang-style ``sampling`` params."""
 
     @abstractmethod
-    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         """The request sent once before a batch, to prime the prefix cache with the few-shot block."""
 
     @abstractmethod
@@ -189,7 +191,7 @@ class Api(ABC):
         """The generation in a 2xx response body (raises :class:`MalformedResponse`)."""
 
     @abstractmethod
-    def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
+    def scoring_body(self, req: ScoreRequest) -> JSONObject:
         """The teacher-forced scoring request for ``req`` (ValueError if this protocol cannot ask it)."""
 
     def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
@@ -230,7 +232,7 @@ class Api(ABC):
         character of its text at most."""
         return _length(body.get("prompt", body.get("text")))
 
-    def scoring_probe(self, text: str) -> dict[str, Any] | None:
+    def scoring_probe(self, text: str) -> JSONObject | None:
         """A greedy one-token generation of ``text`` with its logprob, to learn how this server aligns
         echoed logprobs (see :meth:`with_scoring_probe`); None when the protocol needs no probe."""
         return None
@@ -256,10 +258,10 @@ class SGLangApi(Api):
     #: openai/serving_tokenize.py, ``OpenAIServingDetokenize``; SGLang 0.5)
     detokenize_paths: ClassVar[tuple[str, ...]] = ("/detokenize", "/v1/detokenize")
 
-    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         return {"text": prompt, "sampling_params": {k: v for k, v in sampling.items() if k != "openai_extras"}}
 
-    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         """SGLang's frontend, byte for byte: ``RuntimeEndpoint.cache_prefix`` (python/sglang/lang/backend/
         runtime_endpoint.py) posts the traced prefix (the few-shot block) with ``max_new_tokens: 0`` and no other
         sampling field."""
@@ -300,11 +302,11 @@ class SGLangApi(Api):
             p = req.prompt_tokens
         return (p - 1, 1) if p > 0 else (0, 0)
 
-    def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
+    def scoring_body(self, req: ScoreRequest) -> JSONObject:
         """``input_ids`` (or ``text``), ``max_new_tokens: 0``, logprobs from the first reference token on
         (``logprob_start_len`` = prompt tokens - 1: see :meth:`_start`)."""
         start, _ = self._start(req)
-        body: dict[str, Any] = ({"input_ids": [*req.prompt, *req.reference]} if req.by_ids
+        body: JSONObject = ({"input_ids": [*req.prompt, *req.reference]} if req.by_ids
                                 else {"text": str(req.prompt) + str(req.reference)})
         body.update({"sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
                      "logprob_start_len": start, "top_logprobs_num": req.top_k,
@@ -451,13 +453,13 @@ class OpenAIApi(Api):
             raise MalformedResponse(f"{self.models_path} lists a model without an id")
         return replace(self, model_name=name)
 
-    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         """The same request as SGLang's (greedy, same stops and length) in the fields this API has: those the
         sampling params give, then the OpenAI-only ones a recipe sets (:data:`OPENAI_EXTRAS`)."""
         return {"model": self.model_name, "prompt": prompt, **_openai_fields(sampling, COMPLETION_FIELDS),
                 "stream": False}
 
-    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         # One token: not every OpenAI server accepts max_tokens 0.
         return self.generation_body(shots or first_prompt, {**sampling, "max_new_tokens": 1})
 
@@ -490,7 +492,7 @@ class OpenAIApi(Api):
     def scoring_by_ids(self) -> OpenAIApi:
         return replace(self, ids_scoring=True)
 
-    def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
+    def scoring_body(self, req: ScoreRequest) -> JSONObject:
         """``echo`` returns the input's tokens with their logprobs, or (ids, :attr:`ids_scoring`) vLLM's
         ``prompt_logprobs`` the distribution at every input position, keyed by id. One token is generated and
         ignored: llama-cpp-python reads ``max_tokens: 0`` as "no limit" (and older vLLM refuses it)."""
@@ -593,7 +595,7 @@ class OpenAIApi(Api):
             out.add(tid, text, logprob, top, None, off)
         return out
 
-    def scoring_probe(self, text: str) -> dict[str, Any]:
+    def scoring_probe(self, text: str) -> JSONObject:
         return {"model": self.model_name, "prompt": text, "max_tokens": 1, "temperature": 0.0, "logprobs": 1,
                 "stream": False}
 
@@ -632,7 +634,7 @@ class VLLMApi(OpenAIApi):
 
     name: ClassVar[str] = "vllm"
 
-    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         """SGLang's sampling params in vLLM's names: ``min_new_tokens`` -> ``min_tokens``, ``max_new_tokens`` ->
         ``max_tokens``; ``repetition_penalty`` 1.0 where the recipe has none (SGLang's ``SamplingParams``
         default, python/sglang/srt/sampling/sampling_params.py), ``seed`` 0 (no effect at temperature 0; above
@@ -661,7 +663,7 @@ class ChatApi(OpenAIApi):
     generate_path: ClassVar[str] = "/v1/chat/completions"
     chat: ClassVar[bool] = True
 
-    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         """``messages`` (one user message), ``model``, then the sampling fields the recipe gives (an empty stop
         list is left out: chat recipes send none)."""
         fields = _openai_fields(sampling, CHAT_FIELDS)
@@ -669,7 +671,7 @@ class ChatApi(OpenAIApi):
             fields.pop("stop", None)
         return {"messages": [{"role": "user", "content": prompt}], "model": self.model_name, **fields}
 
-    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         return self.generation_body(first_prompt or shots, {**sampling, "max_new_tokens": 1})
 
     def parse_generation(self, obj: Any) -> Generation:
@@ -693,10 +695,10 @@ class ChatApi(OpenAIApi):
                           _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
                           _count(usage.get("completion_tokens"), "usage.completion_tokens"), reasoning or None)
 
-    def scoring_body(self, req: ScoreRequest) -> dict[str, Any]:
+    def scoring_body(self, req: ScoreRequest) -> JSONObject:
         raise ValueError("the chat API has no teacher-forced scoring (run the divergence with engine.api=openai)")
 
-    def scoring_probe(self, text: str) -> dict[str, Any]:
+    def scoring_probe(self, text: str) -> JSONObject:
         raise ValueError("the chat API has no teacher-forced scoring (run the divergence with engine.api=openai)")
 
 
@@ -779,13 +781,13 @@ CHAT_FIELDS: tuple[tuple[str, str], ...] = (
 OPENAI_EXTRAS: tuple[str, ...] = ("seed", "min_p", "repetition_penalty")
 
 
-def _openai_fields(sampling: Mapping[str, Any], table: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+def _openai_fields(sampling: Mapping[str, Any], table: tuple[tuple[str, str], ...]) -> JSONObject:
     """The OpenAI body fields of SGLang-style ``sampling``: those of ``table`` it holds, then the extras it holds
     under ``openai_extras`` (a recipe's OpenAI-only fields)."""
     return {**{field_: sampling[key] for field_, key in table if key in sampling}, **_extras(sampling)}
 
 
-def _extras(sampling: Mapping[str, Any]) -> dict[str, Any]:
+def _extras(sampling: Mapping[str, Any]) -> JSONObject:
     """The OpenAI-only fields of ``sampling`` (under ``openai_extras``: a recipe's own) that it holds."""
     extras = sampling.get("openai_extras") or {}
     return {k: extras[k] for k in OPENAI_EXTRAS if k in extras}
