@@ -38,6 +38,7 @@ import aiohttp
 import aiohttp.http_exceptions
 import orjson
 
+from harness.results.records import JSONObject
 from harness.serving.untrusted import printable
 from harness.serving.wire import (
     API_NAMES,
@@ -563,7 +564,7 @@ class Client:
         entry it can hold (:meth:`~harness.serving.wire.Api.reply_tokens`)."""
         return BODY_FLOOR_BYTES + self.api.reply_tokens(body) * self.cfg.max_bytes_per_token
 
-    async def _post(self, path: str, body: dict[str, Any], decode: Callable[[bytes], Any] | None = None) -> Any:
+    async def _post(self, path: str, body: JSONObject, decode: Callable[[bytes], Any] | None = None) -> Any:
         """One attempt: the parsed JSON of a 2xx answer (or what ``decode`` makes of its bytes, when it makes
         anything); _Retryable or _Fatal otherwise, whatever the server sends (the transport's and the parser's
         errors included)."""
@@ -594,7 +595,7 @@ class Client:
         finally:
             self._in_flight -= 1
 
-    async def _once(self, body: dict[str, Any]) -> Generation:
+    async def _once(self, body: JSONObject) -> Generation:
         obj = await self._post(self.api.generate_path, body)
         try:
             return self.api.parse_generation(obj)
@@ -648,7 +649,7 @@ class Client:
         finally:
             self._waiting -= 1
 
-    async def generate(self, body: dict[str, Any]) -> Reply:
+    async def generate(self, body: JSONObject) -> Reply:
         """Send one generation request (``body`` from ``self.api``) with retries; never raises for HTTP."""
         reply = Reply()
         gen: Generation | None = await self._with_retries(reply, lambda: self._once(body))
@@ -685,7 +686,7 @@ class Client:
             raise ValueError(str(e)) from None
         return self.api
 
-    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+    async def post_json(self, path: str, body: JSONObject) -> Any:
         """POST ``body`` as JSON with the usual retries; the parsed answer. ServerGone if it still fails,
         ValueError on a 4xx (or 501)."""
         out = Outcome()
