@@ -152,15 +152,21 @@ def test_sglang_teacher_forced_scoring_shapes(sim_server, tok):
     for j in range(1, len(itl)):
         assert len(top[j]) == 5 and [e[0] for e in top[j]] == sorted((e[0] for e in top[j]), reverse=True)
         assert [e[1] for e in asked[j]] == want
-        for lp, i, _ in top[j]:  # an id in both lists has one logprob
+        for lp, i, _ in top[j]:  # an id in both lists has one logprob: the same number on the wire
             if i in want:
-                assert asked[j][want.index(i)][0] == pytest.approx(lp)
+                assert asked[j][want.index(i)][0] == lp
         if itl[j][1] in [e[1] for e in top[j]]:
-            assert itl[j][0] == pytest.approx(next(e[0] for e in top[j] if e[1] == itl[j][1]))
+            assert itl[j][0] == next(e[0] for e in top[j] if e[1] == itl[j][1])
     assert asked[1][0][0] == pytest.approx(itl[1][0])  # the reference's first token, asked by id
     # the same request as text: the same tokens, the same numbers (noise=launch: repeats are verbatim)
     r2 = post(s.url, "/generate", {**{k: v for k, v in body.items() if k != "input_ids"}, "text": text})
     assert r2["meta_info"]["input_token_logprobs"] == itl
+    # without texts (the arrays written by numpy, harness.simulator.jsonfmt): the very same numbers and ids
+    r3 = post(s.url, "/generate", {**body, "return_text_in_logprobs": False})["meta_info"]
+    assert [e[:2] for e in r3["input_token_logprobs"]] == [e[:2] for e in itl]
+    for key in ("input_top_logprobs", "input_token_ids_logprobs"):
+        assert r3[key][0] is None and all(x[2] is None for e in r3[key][1:] for x in e)
+        assert [[x[:2] for x in e] for e in r3[key][1:]] == [[x[:2] for x in e] for e in m[key][1:]], key
     # the default start (-1) is the last input token only; a start past the input is a 400
     d = post(s.url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 0},
                                   "return_logprob": True})["meta_info"]
