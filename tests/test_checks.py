@@ -4,6 +4,7 @@ value matching, and the message a failed assertion gives."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import sys
 import textwrap
 
@@ -121,6 +122,19 @@ def test_side_assertion_error_names_every_failed_check():
         "found 'baseline'\n  check 'custom' (custom: p:f(http://x)): expected True; found 'RuntimeError: boom'")
     assert [f.name for f in ei.value.failures] == ["build", "custom"] and ei.value.arm == "b"
     assert not isinstance(ei.value, ValueError | RuntimeError)  # never mistaken for a config or engine error
+
+
+def test_a_recorded_check_is_every_field_in_order_and_a_copy():
+    @dataclasses.dataclass
+    class Seen:  # a custom check's own evidence: recorded as the dict it is
+        rows: list[int]
+
+    r = CheckResult("custom", "custom", True, True, True, {"function": "p:f", "evidence": Seen([1])}, "b", "p:f(u)")
+    doc = r.to_dict()
+    assert doc == dataclasses.asdict(r) and doc["evidence"] == {"function": "p:f", "evidence": {"rows": [1]}}
+    assert list(doc) == [f.name for f in dataclasses.fields(r)]
+    doc["evidence"]["function"] = "changed"
+    assert r.evidence["function"] == "p:f"
 
 
 # -------------------------------------------------------------------------------- live checks

@@ -84,6 +84,25 @@ def test_seed_experiment_has_every_env_var_and_flag(seed_cfg, tmp_path):
     assert a_argv == b_argv
 
 
+def test_the_launcher_reads_its_own_flags_and_hands_the_rest_over(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("abh_launcher_under_test", LAUNCHER)
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    opts, module, args = launcher.parse(["--fingerprint", "fp.json", "--dist", "sglang", "--module", "m.x",
+                                         "--hash", "a.py", "--hash", "b.py", "--tree", "/t", "--no-watchdog",
+                                         "--module-dists", "-m", "sglang.launch_server", "--tp", "8"])
+    assert opts == {"fingerprint": "fp.json", "dist": ["sglang"], "module": ["m.x"], "hash": ["a.py", "b.py"],
+                    "tree": "/t", "pdeathsig": True, "watchdog": False, "module_dists": True}
+    assert (module, args) == ("sglang.launch_server", ["--tp", "8"])
+    for argv in (["--bogus", "x", "-m", "m"], ["--tree"], ["--pdeathsig", "x", "-m", "m"], ["--dist", "d"]):
+        with pytest.raises(SystemExit) as ei:
+            launcher.parse(argv)
+        assert "launcher: " in str(ei.value) and "usage: launcher.py" in str(ei.value)
+
+
 def test_seed_arms_checks(seed_cfg):
     kinds = {k: [c.kind for c in seed_cfg.arms[k].checks] for k in ("a", "b")}
     assert kinds["a"] == kinds["b"] and "source" in kinds["a"] and "fingerprint" in kinds["a"]

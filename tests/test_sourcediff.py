@@ -3,6 +3,7 @@ and the seed experiment's dry run against an SGLang-shaped repository (base, fix
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -153,6 +154,16 @@ def test_line_and_patterns():
         f"{PREFIX} none (the a and b sources are identical")
     assert outside_fix(["a/b.py", "a/c.py", "test/t.py"], ["a/b.py", "test/*"]) == ["a/c.py"]
     assert outside_fix(["a/b.py"], ["/a/b.py"]) == []
+
+
+def test_the_recorded_diff_is_every_field_in_order_then_the_line():
+    d = sourcediff.SourceDiff(method="sha256", a="a", b="b", files=["x.py"], compared={"a": "/t/a", "b": "/t/b"},
+                              fix_files=["y.py"], outside=["x.py"])
+    doc = d.to_dict()
+    assert doc == {**dataclasses.asdict(d), "line": d.line()}
+    assert list(doc) == [f.name for f in dataclasses.fields(d)] + ["line"]
+    doc["files"].append("z.py")  # a copy: the record does not share the diff's lists
+    assert d.files == ["x.py"]
 
 
 # ------------------------------------------------------------------- the seed's dry run (the CLI)

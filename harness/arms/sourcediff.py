@@ -14,7 +14,6 @@ prints and the manifest records (``source diff between the arms: python/sglang/.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import os
 import subprocess
@@ -22,7 +21,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from harness import exitcodes
 from harness.arms.arm import ResolvedArm, sha256_file
@@ -40,6 +39,21 @@ class SourceDiffError(Exception):
     """The arms' sources differ outside the fix, or cannot be compared: nothing is measured (exit 6)."""
 
     code = exitcodes.ARMS_DIFFER
+
+
+class SourceDiffDoc(TypedDict):
+    """A :class:`SourceDiff` as recorded (the manifest's ``source_diff``): its fields and its :meth:`line`."""
+
+    method: str
+    a: str
+    b: str
+    files: list[str]
+    compared: dict[str, str]
+    fix_files: list[str]
+    outside: list[str]
+    error: str | None
+    missing_source: bool
+    line: str
 
 
 @dataclass
@@ -60,10 +74,10 @@ class SourceDiff:
     #: The error comes from an arm whose source is missing (a dry run records that elsewhere).
     missing_source: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["line"] = self.line()
-        return d
+    def to_dict(self) -> SourceDiffDoc:
+        return SourceDiffDoc(method=self.method, a=self.a, b=self.b, files=list(self.files),
+                             compared=dict(self.compared), fix_files=list(self.fix_files), outside=list(self.outside),
+                             error=self.error, missing_source=self.missing_source, line=self.line())
 
     def line(self) -> str:
         """``source diff between the arms: F1, F2 (2 files; git diff 1a2b3c4d5e6f..7a8b9c0d1e2f)``."""

@@ -18,7 +18,7 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 MARKER = "ABH-STACK-RESULT:"
 #: Distribution names (normalised: lower case, '-' for '_') that make up the stack, and the module each
@@ -31,6 +31,31 @@ DISTS = {
     "numpy": "numpy",
 }
 MODULES = ("torch", "triton", "aiter", "mori", "sglang", "sgl_kernel", "vllm", "flashinfer", "transformers")
+
+if TYPE_CHECKING:  # for the type checker only: this file runs on whatever Python the arm has
+    from typing import TypedDict
+
+    #: a module-level literal as :func:`_assignments` keeps it
+    Scalar = str | int | float | bool | None
+
+    class Toolkits(TypedDict):
+        rocm: str | None
+        rocm_path: str | None
+        cuda: str | None
+        cuda_home: str | None
+
+    class StackProbeResult(TypedDict):
+        """What the probe prints (see the module docstring)."""
+
+        python: str
+        python_version: str
+        #: {distribution: version}
+        distributions: dict[str, str]
+        #: {module: where this interpreter finds it}
+        modules: dict[str, str]
+        provided_by: dict[str, list[str]]
+        torch_build: dict[str, Scalar] | None
+        toolkits: Toolkits
 
 
 def _behave_like_dash_c() -> None:
@@ -66,14 +91,15 @@ def module_origin(name: str) -> str | None:
     return os.path.abspath(locs[0]) if locs else None
 
 
-def _assignments(path: str) -> dict[str, Any]:
-    """Module-level ``NAME = literal`` of a file, read from its syntax tree."""
+def _assignments(path: str) -> dict[str, Scalar]:
+    """Module-level ``NAME = literal`` of a file, read from its syntax tree (literals that are a string, a
+    number, a bool or None)."""
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, UnicodeDecodeError):
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, Scalar] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
@@ -84,13 +110,15 @@ def _assignments(path: str) -> dict[str, Any]:
         for t in targets:
             if isinstance(t, ast.Name):
                 try:
-                    out[t.id] = ast.literal_eval(value)
+                    literal = ast.literal_eval(value)
                 except (ValueError, TypeError, SyntaxError):
                     continue
+                if literal is None or isinstance(literal, (str, int, float, bool)):
+                    out[t.id] = literal
     return out
 
 
-def torch_build(origin: str | None) -> dict[str, Any] | None:
+def torch_build(origin: str | None) -> dict[str, Scalar] | None:
     """torch's ``version.py``: its version and the CUDA / HIP it was built for."""
     if not origin:
         return None
@@ -107,7 +135,7 @@ def _read(path: str) -> str | None:
         return None
 
 
-def toolkits() -> dict[str, Any]:
+def toolkits() -> Toolkits:
     """ROCm and CUDA toolkit versions installed on this machine (None where absent)."""
     rocm_path = os.environ.get("ROCM_PATH") or "/opt/rocm"
     rocm = _read(os.path.join(rocm_path, ".info", "version")) or _read(os.path.join(rocm_path, ".info",
@@ -135,7 +163,7 @@ def provided_by(modules: list[str]) -> dict[str, list[str]]:
     return {m: sorted(set(table[m])) for m in modules if m in table}
 
 
-def probe() -> dict[str, Any]:
+def probe() -> StackProbeResult:
     origins = {m: module_origin(m) for m in MODULES}
     return {
         "python": sys.executable,

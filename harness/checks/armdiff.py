@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from harness.arms import stack
 from harness.arms.arm import ResolvedArm
 from harness.engines.base import Engine
+from harness.results.records import JSON, JSONObject
 from harness.util.cmdline import is_flag
 from harness.util.keys import flatten, matches
 from harness.util.redact import redact_argv, redact_env
@@ -40,18 +41,73 @@ _FP_DROP = ("pid", "ppid", "time", "argv", "argv_sha256", "cwd", "sys_path", "py
 #: Shown for a key one arm does not have.
 ABSENT = "<absent>"
 
+#: One flag's value as :func:`parse_flags` reads it: its text, True for a flag without one, a list for a flag
+#: given several times (and ``_positional``: the arguments that are no flag's).
+FlagValue = str | bool | list[str | bool]
 
-def parse_flags(argv: Sequence[str]) -> dict[str, Any]:
+
+class ArmIdentity(TypedDict):
+    key: str
+    name: str
+    side: str
+
+
+class LaunchCommand(TypedDict):
+    """How the launch is started, for display (secrets redacted): not compared (see :data:`NOISE_PREFIXES`)."""
+
+    argv: list[str]
+    server_argv: list[str]
+    command_line: str
+    env_delta: dict[str, str]
+    cwd: str
+    log_path: str
+    fingerprint_path: str | None
+    url: str
+
+
+class LaunchDescription(TypedDict):
+    """What an arm's launch is (:func:`describe_launch`), as the manifest records it under ``arms.<key>.launch``:
+    before any server without its ``fingerprint`` (:func:`static_description`), after the launch with it."""
+
+    arm: ArmIdentity
+    argv: list[str]
+    engine_kind: str
+    simulated: bool
+    python: str | None
+    module: str | None
+    command: LaunchCommand
+    #: the engine's config fields (args and env apart), and the ones that say how the harness drives the server
+    engine: JSONObject
+    harness: JSONObject
+    args: dict[str, FlagValue]
+    env: dict[str, str]
+    source: JSONObject
+    #: the serving process's own record (None before the launch, or without one)
+    fingerprint: NotRequired[JSONObject | None]
+    stack: JSONObject | None
+    #: {placeholder: the path it stands for}: ``<source>``, ``<run_dir>``, ``<worktree>``
+    normalize: dict[str, str]
+
+
+class ArmDiffRow(TypedDict):
+    """One difference between the arms (:func:`arm_diff`, :func:`server_info_diff`): the dotted key and each
+    arm's value there (:data:`ABSENT` where it has none)."""
+
+    key: str
+    values: dict[str, JSON]
+
+
+def parse_flags(argv: Sequence[str]) -> dict[str, FlagValue]:
     """``["--tp", "8", "--flag", "--x=1", "pos"]`` -> ``{"--tp": "8", "--flag": True, "--x": "1",
     "_positional": ["pos"]}``; a repeated flag collects a list."""
-    out: dict[str, Any] = {}
-    pos: list[str] = []
+    out: dict[str, FlagValue] = {}
+    pos: list[str | bool] = []
     i = 0
     while i < len(argv):
         t = str(argv[i])
         if is_flag(t):
             name, eq, val = t.partition("=")
-            value: Any
+            value: str | bool
             if eq:
                 value = val
             elif i + 1 < len(argv) and not is_flag(str(argv[i + 1])):
@@ -72,7 +128,7 @@ def parse_flags(argv: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def describe_launch(arm: ResolvedArm, engine: Engine) -> dict[str, Any]:
+def describe_launch(arm: ResolvedArm, engine: Engine) -> LaunchDescription:
     """What an arm's launch is: command (for display), python, module, engine fields, flags, env (secrets
     redacted), source and the live fingerprint (None before launch). Input of :func:`arm_diff`."""
     spec = engine.launch_spec()
@@ -119,14 +175,21 @@ def _normalize(value: Any, roots: list[tuple[str, str]]) -> Any:
     return value
 
 
-def arm_diff(descs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def static_description(desc: LaunchDescription) -> LaunchDescription:
+    """A launch description without what only the serving process knows (its live fingerprint)."""
+    out = desc.copy()
+    out.pop("fingerprint", None)
+    return out
+
+
+def arm_diff(descs: Mapping[str, LaunchDescription]) -> list[ArmDiffRow]:
     """Dotted keys whose values differ between arms: ``[{"key", "values": {arm: value or "<absent>"}}]``.
 
     Paths inside each arm's own source tree and the run directory are normalised (``<source>``,
     ``<run_dir>``) outside the ``source`` section, so two trees that hold the same files do not differ by
     their location; per-launch noise (port, log path, worktree path, pids, times) is ignored.
     """
-    flat: dict[str, dict[str, Any]] = {}
+    flat: dict[str, dict[str, JSON]] = {}
     for name, d in descs.items():
         nz = d.get("normalize") or {}
         roots = sorted(((r, t) for t, r in nz.items() if r and t != "<worktree>"), key=lambda x: -len(x[0]))
@@ -134,7 +197,7 @@ def arm_diff(descs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         norm = {k: _normalize(v, wt if k == "source" else roots) for k, v in d.items()}
         flat[name] = {k: v for k, v in flatten(norm).items() if not matches(k, NOISE_PREFIXES)}
     keys = sorted(set().union(*[set(f) for f in flat.values()])) if flat else []
-    diffs: list[dict[str, Any]] = []
+    diffs: list[ArmDiffRow] = []
     for k in keys:
         vals = {name: f.get(k, ABSENT) for name, f in flat.items()}
         if len({json.dumps(v, sort_keys=True, default=str) for v in vals.values()}) > 1:
@@ -142,11 +205,11 @@ def arm_diff(descs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     return diffs
 
 
-def disallowed(diffs: Iterable[Mapping[str, Any]], allowed: Iterable[str]) -> list[dict[str, Any]]:
+def disallowed(diffs: Iterable[ArmDiffRow], allowed: Iterable[str]) -> list[ArmDiffRow]:
     """The differences not covered by ``allowed`` (dotted prefixes: ``source``, ``env.SGLANG_X``, ``args``,
     ``engine.accuracy``, ``fingerprint.files`` ...)."""
     allowed = [str(a) for a in allowed]
-    return [dict(d) for d in diffs if not matches(str(d["key"]), allowed)]
+    return [d.copy() for d in diffs if not matches(str(d["key"]), allowed)]
 
 
 #: ``/server_info`` keys that differ per launch or per port, never between arms.
@@ -154,17 +217,17 @@ SERVER_INFO_NOISE = ("port", "nccl_port", "dist_init_addr", "host", "launch_comm
                      "metrics_port", "grpc_port", "file_storage_path", "tokenizer_worker_ipc_name")
 
 
-def server_info_diff(infos: Mapping[str, Any]) -> list[dict[str, Any]]:
+def server_info_diff(infos: Mapping[str, JSON]) -> list[ArmDiffRow]:
     """Dotted keys of ``/server_info`` (``{arm: server_info}``) whose values differ between the arms, like
     :func:`arm_diff` (per-launch noise such as the port left out): what the servers resolved differently from
     the same flags, e.g. ``max_total_num_tokens`` when one arm's build uses more memory."""
-    flat: dict[str, dict[str, Any]] = {}
+    flat: dict[str, dict[str, JSON]] = {}
     for name, info in infos.items():
         tree = info if isinstance(info, Mapping) else {}
         flat[name] = {k: v for k, v in flatten(tree).items()
                       if k.split(".")[-1] not in SERVER_INFO_NOISE}
     keys = sorted(set().union(*[set(f) for f in flat.values()])) if flat else []
-    out: list[dict[str, Any]] = []
+    out: list[ArmDiffRow] = []
     for k in keys:
         vals = {name: f.get(k, ABSENT) for name, f in flat.items()}
         if len({json.dumps(v, sort_keys=True, default=str) for v in vals.values()}) > 1:

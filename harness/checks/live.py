@@ -20,6 +20,7 @@ from harness.checks.result import CheckResult, check_name
 from harness.checks.routed import routed_experts_check
 from harness.config import CheckConfig
 from harness.engines.base import Engine
+from harness.results.records import JSONObject
 
 
 def load_callable(spec: str, arms_root: str | None = None) -> Callable[..., Any]:
@@ -87,7 +88,7 @@ def _http_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) ->
                            {"url": url}, arm.key, what)
     found = lookup(body, c.key)
     ok, exp = compare(found, c, arm.source.tree)
-    ev = {"url": url, "status": status, "key": c.key}
+    ev: JSONObject = {"url": url, "status": status, "key": c.key}
     if status != 200:
         return CheckResult(name, c.kind, False, exp, f"HTTP {status}", ev, arm.key, what)
     return CheckResult(name, c.kind, ok, exp, shown(found), ev, arm.key, what)

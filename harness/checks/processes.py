@@ -20,6 +20,7 @@ from harness.checks.match import MISSING, compare, shown
 from harness.checks.result import CheckResult, check_name, short
 from harness.config import CheckConfig
 from harness.engines.base import Engine
+from harness.results.records import JSONObject
 
 #: Lines of evidence kept per log check.
 _KEEP = 5
@@ -61,13 +62,13 @@ def process_env_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: i
         return CheckResult(name, c.kind, False, expected, "the engine has no server process (not launched by the "
                            "harness)", {}, arm.key, what)
     procs = [p for p in server_processes(pid) if not c.process or c.process in _cmdline(p)]
-    seen: list[dict[str, Any]] = []
-    bad: list[dict[str, Any]] = []
+    seen: list[JSONObject] = []  # one row per process: pid, cmdline, value (and error)
+    bad: list[JSONObject] = []
     for p in procs:
         env = _environ(p)
         value: Any = MISSING if env is None else env.get(c.key, MISSING)
         ok, _exp = compare(value, c, arm.source.tree)
-        row = {"pid": p.pid, "cmdline": short(_cmdline(p), 120), "value": shown(value)}
+        row: JSONObject = {"pid": p.pid, "cmdline": short(_cmdline(p), 120), "value": shown(value)}
         if env is None:
             row["error"] = "environment not readable"
         seen.append(row)
@@ -120,5 +121,5 @@ def log_line_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int)
         found.append(f"{len(hits)} line(s) with {needle!r}")
     if avoid:
         found.append(f"{len(bad)} line(s) with {avoid!r}")
-    ev = {"log_path": path, "from_byte": start, "lines": hits[:_KEEP], "unwanted_lines": bad[:_KEEP]}
+    ev: JSONObject = {"log_path": path, "from_byte": start, "lines": hits[:_KEEP], "unwanted_lines": bad[:_KEEP]}
     return CheckResult(name, c.kind, ok, expected, "; ".join(found) or "log readable", ev, arm.key, what)

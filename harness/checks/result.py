@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.config import CheckConfig
+from harness.results.records import JSON, JSONObject
 
 
 def short(v: Any, n: int = 200) -> str:
@@ -24,23 +25,39 @@ def check_name(c: CheckConfig, index: int = 0) -> str:
     return f"{c.kind}[{index}]" + (f" {what}" if what else "")
 
 
+class CheckResultDoc(TypedDict):
+    """A :class:`CheckResult` as recorded (the manifest's ``static_checks`` and ``live_checks``)."""
+
+    name: str
+    kind: str
+    passed: bool
+    expected: JSON
+    found: JSON
+    evidence: JSONObject
+    arm: str
+    what: str
+
+
 @dataclass
 class CheckResult:
     """One side assertion's outcome. ``expected`` / ``found`` are the raw values where the check compares
     one value (http / fingerprint ``equals``: e.g. ``'fix'`` and ``'baseline'``), else short descriptions;
-    ``what`` says what was looked at (``GET /get_server_info -> build``)."""
+    ``what`` says what was looked at (``GET /get_server_info -> build``); ``evidence``, what the check saw (each
+    kind records its own fields; a custom check, whatever its function returned)."""
 
     name: str
     kind: str
     passed: bool
     expected: Any
     found: Any
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: JSONObject = field(default_factory=dict)
     arm: str = ""
     what: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> CheckResultDoc:
+        d = dataclasses.asdict(self)  # deep copies (a dataclass in a custom check's evidence becomes a dict)
+        return CheckResultDoc(name=self.name, kind=self.kind, passed=self.passed, expected=d["expected"],
+                              found=d["found"], evidence=d["evidence"], arm=self.arm, what=self.what)
 
     def describe(self) -> str:
         what = f"{self.kind}: {self.what}" if self.what else self.kind

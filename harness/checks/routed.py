@@ -148,7 +148,7 @@ def expectation(c: CheckConfig) -> str:
     return text
 
 
-def wire_dtype(meta: dict[str, Any], launch_env: dict[str, str]) -> tuple[str, str]:
+def wire_dtype(meta: JSONObject, launch_env: dict[str, str]) -> tuple[str, str]:
     """(dtype, where it comes from) of an answer's routed experts: ``meta_info.routed_experts_dtype``, else the
     server's ``SGLANG_ROUTED_EXPERTS_DTYPE`` at launch, else int32 (SGLang's default and its legacy payloads)."""
     said = meta.get("routed_experts_dtype")
@@ -223,7 +223,7 @@ def expert_map_for(c: CheckConfig, args: Sequence[str], tree: str | None) -> tup
     return None, None
 
 
-def _positions(meta: dict[str, Any], start: int) -> int | None:
+def _positions(meta: JSONObject, start: int) -> int | None:
     p, g = meta.get("prompt_tokens"), meta.get("completion_tokens")
     if isinstance(p, int) and isinstance(g, int):
         return max(0, p + g - 1 - start)

@@ -21,9 +21,28 @@ import inspect
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 MARKER = "ABH-PROBE-RESULT:"
+
+if TYPE_CHECKING:  # for the type checker only: this file runs on whatever Python the arm has
+    from typing import Literal, TypedDict
+
+    class SourceProbeResult(TypedDict, total=False):
+        """What :func:`probe` reports (see the module docstring): ``error`` says why there is no ``source``."""
+
+        python: str
+        python_version: str
+        #: how the source was found: the module imported, or its file read (it does not import here)
+        mode: Literal["import", "ast"]
+        module_file: str | None
+        error: str
+        first_line: int
+        object_file: str
+        import_error: str
+        source: str
+        source_sha256: str
+        sys_path_head: list[str]
 
 
 def _behave_like_dash_c() -> None:
@@ -72,9 +91,9 @@ def ast_source(path: str, dotted: str) -> tuple[str, int]:
     return "".join(lines[start - 1:node.end_lineno]), start
 
 
-def probe(module: str, obj_path: str, launcher_path: str) -> dict[str, Any]:
+def probe(module: str, obj_path: str, launcher_path: str) -> SourceProbeResult:
     """What the arm's interpreter sees of ``module``.``obj_path``: see the module docstring."""
-    out: dict[str, Any] = {"python": sys.executable, "python_version": sys.version.split()[0]}
+    out: SourceProbeResult = {"python": sys.executable, "python_version": sys.version.split()[0]}
     src = None
     try:
         mod = importlib.import_module(module)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from harness.arms.arm import ResolvedArm, run_probe
 from harness.checks import source_probe
 from harness.checks.result import CheckResult, check_name, short
 from harness.config import CheckConfig
 from harness.engines.base import LAUNCHER
+from harness.results.records import JSONObject
 
 STATIC_KINDS = ("source",)
 #: Seconds allowed for a source probe (importing a large package such as SGLang can take a while).
@@ -27,8 +27,9 @@ SOURCE_PROBE = Path(source_probe.__file__).resolve()
 
 
 def probe_source(arm: ResolvedArm, module: str, obj: str, env: Mapping[str, str] | None = None,
-                 timeout_s: float = SOURCE_PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run the source probe in the arm's own interpreter (with its PYTHONPATH and env, in its source tree)."""
+                 timeout_s: float = SOURCE_PROBE_TIMEOUT_S) -> JSONObject:
+    """Run the source probe in the arm's own interpreter (with its PYTHONPATH and env, in its source tree): what
+    it printed (:class:`~harness.checks.source_probe.SourceProbeResult`), or ``{"error": ...}``."""
     cwd = arm.source.tree or None
     if cwd and not Path(cwd).is_dir():
         cwd = None
@@ -84,11 +85,12 @@ def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str
     ev = {k: v for k, v in res.items() if k != "source"}
     ev["interpreter"] = arm.interpreter
     src = res.get("source")
-    if src is None:
+    if not isinstance(src, str):
         return CheckResult(name, c.kind, False, expected, res.get("error", "no source"), ev, arm.key, target)
     found: list[str] = []
     ok = True
-    first = int(res.get("first_line") or 1)
+    line = res.get("first_line")
+    first = line if isinstance(line, int) and line else 1
     if c.contains is not None:
         has = c.contains in src
         ok &= has
@@ -102,6 +104,7 @@ def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str
         if has:
             ev["lacks_violated_at"] = _matching_lines(src, c.lacks, first)
     mfile = res.get("module_file")
+    mfile = mfile if isinstance(mfile, str) else None
     if under is not None:
         inside = _is_under(mfile, under)
         ok &= inside

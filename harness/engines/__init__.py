@@ -19,6 +19,7 @@ from harness.arms.arm import ResolvedArm
 from harness.config import ENGINE_SCHEMAS, EngineConfig
 from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
 from harness.engines.process import PortInUseError
+from harness.results.records import JSONObject
 
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "PortInUseError", "create_engine",
            "engine_class", "engine_config", "known_engines"]
@@ -53,14 +54,14 @@ def _schema(kind: str) -> type:
     return getattr(mod, "CONFIG", EngineConfig)
 
 
-def engine_config(engine_cfg: Any, overrides: dict[str, Any] | None = None) -> Any:
+def engine_config(engine_cfg: Any, overrides: JSONObject | None = None) -> Any:
     """The engine's schema dataclass from a DictConfig / dict / dataclass plus per-arm overrides (typed)."""
     if isinstance(engine_cfg, EngineConfig):  # a schema dataclass
         kind = engine_cfg.kind
         node = OmegaConf.structured(engine_cfg)
     else:
         if isinstance(engine_cfg, DictConfig):
-            data = cast(dict[str, Any], OmegaConf.to_container(engine_cfg, resolve=True, throw_on_missing=False))
+            data = cast(JSONObject, OmegaConf.to_container(engine_cfg, resolve=True, throw_on_missing=False))
         else:
             data = dict(engine_cfg)
         kind = str(data.get("kind", ""))

@@ -35,7 +35,7 @@ import re
 import sys
 import time
 import warnings
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 MARKER = "ABH-ARGS-RESULT:"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -47,6 +47,38 @@ def _behave_like_dash_c() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or os.curdir) == here:
         sys.path[0] = ""
+
+
+if TYPE_CHECKING:  # for the type checker only: this file runs on whatever Python the arm has
+    from typing import TypedDict
+
+    class DeprecatedFlag(TypedDict):
+        flag: str
+        #: the warning the parser logged for it, else the flag's help
+        message: str
+
+    #: a flag argparse took as the abbreviation of the option ``as`` (a keyword: the functional form)
+    AbbreviatedFlag = TypedDict("AbbreviatedFlag", {"flag": str, "as": str})
+
+    class IgnoredFlag(TypedDict):
+        flag: str
+        #: the name it parses into, which ``ServerArgs`` has no field for
+        dest: str
+
+    class ArgsProbeResult(TypedDict, total=False):
+        """What :func:`parse` reports (see the module docstring); ``import_error`` instead of the rest when the
+        module does not import."""
+
+        module: str
+        error: str | None
+        deprecated: list[DeprecatedFlag]
+        abbreviated: list[AbbreviatedFlag]
+        ignored: list[IgnoredFlag]
+        messages: list[str]
+        import_error: str
+        import_s: float
+        module_file: str | None
+        version: str | None
 
 
 class _Refused(Exception):
@@ -70,9 +102,9 @@ def _fields(cls: Any) -> set[str] | None:
     return set(names) if names else None
 
 
-def parse(module_name: str, argv: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"module": module_name, "error": None, "deprecated": [], "abbreviated": [],
-                           "ignored": [], "messages": []}
+def parse(module_name: str, argv: list[str]) -> ArgsProbeResult:
+    out: ArgsProbeResult = {"module": module_name, "error": None, "deprecated": [], "abbreviated": [],
+                            "ignored": [], "messages": []}
     t0 = time.monotonic()
     try:
         module = importlib.import_module(module_name)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import requests
 
@@ -25,6 +25,7 @@ from harness.engines.process import (
     EngineError,
     ServerProcess,
     StatusFn,
+    StopInfo,
     busy_ports,
     check_port_free,
     check_ports_free,
@@ -33,7 +34,7 @@ from harness.engines.process import (
     port_in_use,
     wait_until_ready,
 )
-from harness.results.records import JSONObject
+from harness.results.records import JSON, JSONObject
 from harness.serving.wire import Api, for_api
 from harness.util.cmdline import command_line, shell_command
 from harness.util.redact import redact_argv, redact_env
@@ -82,6 +83,25 @@ class LaunchSpec:
             d["env_delta"] = redact_env(self.env_delta)
         d["command_line"] = self.command_line(redact)
         return d
+
+
+class ServerProbe(TypedDict):
+    """A snapshot of a running server (:meth:`Engine.probe`; the manifest's ``launches[].probe``): what abh
+    knows of it, and what the server says of itself (its JSON as it answered, None where it did not)."""
+
+    engine: str
+    label: str
+    url: str
+    api: str
+    pid: int | None
+    simulated: bool
+    #: ``server_info.version``
+    version: JSON
+    server_info: JSON
+    model_info: JSON
+    models: JSON
+    fingerprint: JSONObject | None
+    time: str
 
 
 def _plain(cfg: Any) -> dict[str, Any]:
@@ -184,7 +204,7 @@ class Engine:
     def wait_ready(self, on_status: StatusFn | None = None) -> float:
         raise NotImplementedError
 
-    def stop(self, on_status: StatusFn | None = None) -> JSONObject | None:
+    def stop(self, on_status: StatusFn | None = None) -> StopInfo | None:
         return None
 
     def alive(self) -> str | None:
@@ -258,7 +278,7 @@ class Engine:
             return False, "1-token /v1/completions: no choices in the reply"
         return True, "1-token /v1/completions works"
 
-    def probe(self) -> JSONObject:
+    def probe(self) -> ServerProbe:
         """Snapshot of the running server: server info, model info, models, fingerprint."""
         # the current names first; the deprecated ones for older servers
         server_info = self._first_json("/server_info", "/get_server_info")
@@ -386,7 +406,7 @@ class LaunchedEngine(Engine):
                                         status_every_s=max(1.0, min(5.0, 10 * float(self.cfg.poll_interval_s))))
         return self.ready_s
 
-    def stop(self, on_status: StatusFn | None = None) -> JSONObject | None:
+    def stop(self, on_status: StatusFn | None = None) -> StopInfo | None:
         if self.proc is None:
             return None
         return self.proc.stop(float(self.cfg.stop_timeout_s), on_status, host=self.host, port=self.port,

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from harness.arms.arm import ResolvedArm
 from harness.engines.base import Engine, EngineError, LaunchSpec
-from harness.engines.process import StatusFn
+from harness.engines.process import StatusFn, StopInfo
 from harness.serving.client import check_url, url_identity
 
 
@@ -84,7 +84,7 @@ class ExternalEngine(Engine):
                           f"{timeout:.0f} s, {detail})")
             time.sleep(max(0.0, min(float(self.cfg.poll_interval_s), timeout - elapsed)))
 
-    def stop(self, on_status: StatusFn | None = None) -> dict[str, Any] | None:
+    def stop(self, on_status: StatusFn | None = None) -> StopInfo | None:
         """Nothing to stop: the server is someone else's."""
         return None
 

@@ -13,11 +13,32 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypedDict
 
 from harness.engines.vram import amd_vram_used_mib
 
 StatusFn = Callable[[str], None]
+
+
+class GpuSnapshot(TypedDict):
+    """Which processes hold a GPU, and the memory each GPU uses (MiB, by the tool's GPU index)."""
+
+    tool: str | None
+    pids: list[int]
+    used_mib: dict[str, float]
+
+
+class GpuRelease(TypedDict, total=False):
+    """How the GPUs came back after a stop (the stop record's ``gpu``): ``holders`` and ``over_mib`` when they
+    did not within the timeout."""
+
+    tool: str | None
+    released: bool
+    waited_s: float
+    #: the server's pids still on a GPU
+    holders: list[int]
+    #: MiB above the pre-launch level, per GPU
+    over_mib: dict[str, float]
 
 TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi")
 
@@ -56,7 +77,7 @@ def gpu_inventory() -> list[dict[str, str]] | None:
     return None if out is None else [{"tool": tool, "report": out[-4000:]}]
 
 
-def gpu_snapshot() -> dict[str, Any] | None:
+def gpu_snapshot() -> GpuSnapshot | None:
     """GPU processes and used memory per GPU (MiB), from whichever vendor tool exists; None without one."""
     tool = gpu_tool()
     if tool is None:
@@ -80,9 +101,9 @@ def gpu_snapshot() -> dict[str, Any] | None:
     return {"tool": tool, "pids": sorted(pids), "used_mib": used}
 
 
-def wait_gpu_release(server_pids: set[int], baseline: dict[str, Any] | None, timeout_s: float,
+def wait_gpu_release(server_pids: set[int], baseline: GpuSnapshot | None, timeout_s: float,
                      on_status: StatusFn | None = None, slack_mib: float = 1024.0,
-                     poll_s: float = 1.0) -> dict[str, Any]:
+                     poll_s: float = 1.0) -> GpuRelease:
     """Wait until no server pid holds a GPU and used memory is back near its pre-launch level (best effort),
     asking the GPU tool every ``poll_s`` seconds."""
     t0 = time.monotonic()
@@ -92,7 +113,7 @@ def wait_gpu_release(server_pids: set[int], baseline: dict[str, Any] | None, tim
     last_note = 0.0
     while True:
         holders = sorted(set(snap["pids"]) & server_pids)
-        over = {}
+        over: dict[str, float] = {}
         if baseline and baseline.get("used_mib"):
             for gpu, mib in snap["used_mib"].items():
                 base = baseline["used_mib"].get(gpu)

@@ -41,16 +41,34 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 SCHEMA_VERSION = 1
 USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module-dists] [--module NAME]... [--hash SPEC]... "
          "[--tree DIR] [--no-pdeathsig] [--no-watchdog] -m MODULE [ARGS...]")
 
 
+if TYPE_CHECKING:  # for the type checker only: this file runs on whatever Python the arm has
+    from typing import TypedDict
+
+    class Options(TypedDict):
+        """The launcher's own flags (see USAGE)."""
+
+        fingerprint: str | None
+        dist: list[str]
+        module: list[str]
+        hash: list[str]
+        tree: str | None
+        pdeathsig: bool
+        watchdog: bool
+        module_dists: bool
+
+
 def parse(argv):
-    opts: dict[str, Any] = {"fingerprint": None, "dist": [], "module": [], "hash": [], "tree": None,
-                            "pdeathsig": True, "watchdog": True, "module_dists": False}
+    opts: Options = {"fingerprint": None, "dist": [], "module": [], "hash": [], "tree": None,
+                     "pdeathsig": True, "watchdog": True, "module_dists": False}
+    #: the flags given once per value, each collecting a list
+    lists = {"--dist": opts["dist"], "--module": opts["module"], "--hash": opts["hash"]}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -58,21 +76,26 @@ def parse(argv):
             if i + 1 >= len(argv):
                 break
             return opts, argv[i + 1], list(argv[i + 2:])
-        if a in ("--no-pdeathsig", "--no-watchdog"):
-            opts[a[5:]] = False
+        if a == "--no-pdeathsig":
+            opts["pdeathsig"] = False
+            i += 1
+            continue
+        if a == "--no-watchdog":
+            opts["watchdog"] = False
             i += 1
             continue
         if a == "--module-dists":  # a scan of every installed distribution: ~0.3 s, asked for by the engine
             opts["module_dists"] = True
             i += 1
             continue
-        key = a[2:] if a.startswith("--") else None
-        if key not in opts or i + 1 >= len(argv):
+        if a not in ("--fingerprint", "--tree", *lists) or i + 1 >= len(argv):
             sys.exit(f"launcher: unexpected argument {a!r}\n{USAGE}")
-        if isinstance(opts[key], list):
-            opts[key].append(argv[i + 1])
+        if a == "--fingerprint":
+            opts["fingerprint"] = argv[i + 1]
+        elif a == "--tree":
+            opts["tree"] = argv[i + 1]
         else:
-            opts[key] = argv[i + 1]
+            lists[a].append(argv[i + 1])
         i += 2
     sys.exit(f"launcher: missing -m MODULE\n{USAGE}")
 

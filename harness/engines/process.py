@@ -29,9 +29,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TypedDict
 
-from harness.engines.gpu import StatusFn, gpu_snapshot, wait_gpu_release
+from harness.engines.gpu import GpuRelease, GpuSnapshot, StatusFn, gpu_snapshot, wait_gpu_release
 from harness.util.redact import redact_argv, redact_text
 
 
@@ -248,6 +248,24 @@ def describe_exit(code: int, sigill_hint: str = "") -> str:
     return f"server process was killed by {sig.name} (exit code {code})" + (f": {cause}" if cause else "")
 
 
+class StopInfo(TypedDict, total=False):
+    """How a server was stopped (:meth:`ServerProcess.stop`; the manifest's ``launches[].stop``)."""
+
+    pid: int | None
+    #: ``SIGTERM``, ``SIGKILL``, ``SIGKILL (still running)``, ``already exited`` or ``never started``
+    how: str
+    #: resident memory of the server's processes just before the stop (what the host gets back)
+    rss_mib: float
+    returncode: int | None
+    #: processes of the server still alive after the stop, and whether there are none
+    leftover_pids: list[int]
+    memory_released: bool
+    #: the port is free again (absent when the stop was given no host and port)
+    port_free: bool
+    gpu: GpuRelease
+    seconds: float
+
+
 class ServerProcess:
     """One server process group: start, poll, log tail, stop (idempotent)."""
 
@@ -265,8 +283,8 @@ class ServerProcess:
         self.log_offset = 0
         self._log: IO[bytes] | None = None
         self._known: dict[int, float] = {}  # pid -> create_time of the group and its descendants
-        self.stop_info: dict[str, Any] | None = None
-        self.gpu_baseline: dict[str, Any] | None = None
+        self.stop_info: StopInfo | None = None
+        self.gpu_baseline: GpuSnapshot | None = None
 
     # ------------------------------------------------------------------ start
     def start(self) -> None:
@@ -399,11 +417,11 @@ class ServerProcess:
 
     # ------------------------------------------------------------------ stop
     def stop(self, stop_timeout_s: float = 60.0, on_status: StatusFn | None = None, host: str | None = None,
-             port: int | None = None, release_timeout_s: float = 300.0) -> dict[str, Any]:
+             port: int | None = None, release_timeout_s: float = 300.0) -> StopInfo:
         """Stop the server (idempotent): SIGTERM to the group, wait, SIGKILL; then wait for port and GPUs."""
         if self.stop_info is not None:
             return self.stop_info
-        info: dict[str, Any] = {"pid": self.pid}
+        info: StopInfo = {"pid": self.pid}
         t0 = time.monotonic()
         if self.proc is None:
             self.stop_info = {**info, "how": "never started"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from harness.results.schema import Cost
 
@@ -55,6 +55,54 @@ class PlannedLaunch:
         return len(self.roles)
 
 
+class RolePlan(TypedDict):
+    """One role's part of the design: its launches, evals, the most passes one launch serves, and whether the
+    launch-to-launch noise is ``sampled``, ``not sampled``, ``partly sampled`` (or a ``single run``)."""
+
+    launches: int
+    evals: int
+    passes_per_launch: int
+    launch_noise: str
+
+
+class ScoringPlan(TypedDict):
+    """The divergence's scoring passes, and the launches they need of their own."""
+
+    passes: int
+    own_launches: int
+    floor_server: bool
+
+
+class SequentialPlan(TypedDict):
+    """What a sequential run says of its schedule: the most and fewest repeats, and the expected number without
+    an effect (None for a design with a margin)."""
+
+    max_repeats: int
+    min_repeats: int
+    expected_if_null: float | None
+
+
+class ExpectedCost(TypedDict):
+    gpu_hours: float
+    server_s: float
+
+
+class PlannedDesign(TypedDict):
+    """The design of a schedule (:func:`describe`; the manifest's ``planned_design``)."""
+
+    launches: int
+    evals: int
+    #: by role (``a``, ``b``, ``aa``), for the roles the schedule has
+    roles: dict[str, RolePlan]
+    scoring: ScoringPlan | None
+    concurrent: bool
+    #: GPUs per launch, by role
+    gpus: dict[str, int]
+    sequential: SequentialPlan | None
+    #: None until launch and eval times are known
+    expected: ExpectedCost | None
+
+
 def plan_launches(items: Iterable[ScheduleItem], concurrent: bool) -> list[PlannedLaunch]:
     """The launches the schedule makes, in order, with the evals each serves."""
     live: dict[str, PlannedLaunch] = {}
@@ -88,33 +136,33 @@ def _role_of(launch: PlannedLaunch) -> str:
 
 def describe(items: Sequence[ScheduleItem], *, concurrent: bool, gpus: Mapping[str, int],
              times: Mapping[str, Mapping[str, float]] | None = None,
-             sequential: Mapping[str, Any] | None = None, floor_server: bool = False) -> dict[str, Any]:
+             sequential: SequentialPlan | None = None, floor_server: bool = False) -> PlannedDesign:
     """The design of a schedule: per role (``a``, ``b``, ``aa``) launches, evals, the most passes one launch
     serves, whether launch noise is sampled; GPUs per role (``gpus``: by role); the expected cost when
     ``times`` gives per role ``launch_s``, ``eval_s`` and ``stop_s`` (seconds). ``sequential``: ``max_repeats``,
     ``min_repeats`` and the expected repeats (``expected_if_null``), to say the schedule is a worst case;
     ``floor_server``: the A/A floor's scoring pass has a server of its own (``abh ab --aa``)."""
     launches = plan_launches(items, concurrent)
-    roles: dict[str, dict[str, Any]] = {}
+    roles: dict[str, RolePlan] = {}
     for role in ("a", "b", "aa"):
         mine = [lc for lc in launches if _role_of(lc) == role]
         evals = sum(1 for it in items if it.role == role and it.is_eval)
         if not mine and not evals:
             continue
-        roles[role] = {"launches": len(mine), "evals": evals,
-                       "passes_per_launch": max((lc.passes for lc in mine), default=0)}
-    for role, r in roles.items():
         served = [lc for lc in launches if role in lc.roles]
         per = max((lc.roles.count(role) for lc in served), default=0)
-        r["launch_noise"] = ("single run" if r["evals"] <= 1 else "sampled" if per == 1 else
-                             "not sampled" if len(served) == 1 else "partly sampled")
+        roles[role] = {"launches": len(mine), "evals": evals,
+                       "passes_per_launch": max((lc.passes for lc in mine), default=0),
+                       "launch_noise": ("single run" if evals <= 1 else "sampled" if per == 1 else
+                                        "not sampled" if len(served) == 1 else "partly sampled")}
     passes = [it for it in items if not it.is_eval]
-    scoring = {"passes": len(passes), "own_launches": sum(1 for lc in launches if lc.scoring and not lc.roles),
-               "floor_server": floor_server}
-    out: dict[str, Any] = {"launches": len(launches), "evals": len(items) - len(passes), "roles": roles,
-                           "scoring": scoring if passes else None,
-                           "concurrent": concurrent, "gpus": dict(gpus), "sequential": dict(sequential or {}) or None,
-                           "expected": None}
+    scoring: ScoringPlan = {"passes": len(passes),
+                            "own_launches": sum(1 for lc in launches if lc.scoring and not lc.roles),
+                            "floor_server": floor_server}
+    out: PlannedDesign = {"launches": len(launches), "evals": len(items) - len(passes), "roles": roles,
+                          "scoring": scoring if passes else None,
+                          "concurrent": concurrent, "gpus": dict(gpus),
+                          "sequential": sequential.copy() if sequential else None, "expected": None}
     if times:
         gh = wall = 0.0
         for lc in launches:
@@ -132,7 +180,7 @@ def _hours(s: float) -> str:
     return f"{s / 3600:.2f} h" if s >= 3600 else f"{s / 60:.1f} min"
 
 
-def format_design(d: Mapping[str, Any], repeats: int, restart_per_repeat: bool, can_restart: bool = True) -> list[str]:
+def format_design(d: PlannedDesign, repeats: int, restart_per_repeat: bool, can_restart: bool = True) -> list[str]:
     """The lines printed before the run starts. ``can_restart``: abh starts the servers (not ``abh ab``'s)."""
     names = {"a": "A", "b": "B", "aa": "A/A control"}
     seq = d.get("sequential")

@@ -32,20 +32,27 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from omegaconf import DictConfig
 
 from harness.config import client_settings
 from harness.measure.logprob_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
-from harness.orchestrate.rundir import Manifest, RunLog, eval_rel_dir
+from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
 from harness.orchestrate.schedule import Item, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.results.eval_store import SAMPLES
 from harness.results.fileio import read_json
 from harness.results.token_store import SCORES_META, write_not_measured
 from harness.serving.client import ClientConfig, ServerGone
+
+#: What a pass records of itself with its scores (``scores.json`` meta): its kind (``pass``, a keyword: the
+#: functional form), where it ran, and the reference texts it scored (their sha256 and the reference pass).
+ScoringMeta = TypedDict("ScoringMeta", {
+    "pass": str, "arm": str, "role": str, "launch": str, "engine": str, "simulated": bool, "reference": str,
+    "reference_sha256": str | None, "reference_pass": str | None,
+})
 
 
 def _sha256(path: Path) -> str | None:
@@ -126,20 +133,21 @@ class ScoringPhase:
             return
         launch.passes += 1
         self.log.say(f"scoring {item.rel_dir} ({what}, arm {item.arm_key}, launch {launch.id}) on {engine.url}")
-        meta: dict[str, Any] = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
-                                "engine": engine.kind, "simulated": engine.simulated, "reference": self.reference,
-                                "reference_sha256": texts, "reference_pass": self._rel(ref_scores)}
-        record: dict[str, Any] = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
-                                  "status": "running"}
-        self.manifest.record("scoring", {**(self.manifest.data.get("scoring") or {}), item.rel_dir: record})
+        meta: ScoringMeta = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
+                             "engine": engine.kind, "simulated": engine.simulated, "reference": self.reference,
+                             "reference_sha256": texts, "reference_pass": self._rel(ref_scores)}
+        record: ScoringRecord = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
+                                 "status": "running"}
+        scoring = {**(self.manifest.data.get("scoring") or {}), item.rel_dir: record}
+        self.manifest.record("scoring", scoring)
         ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=engine.api)
         opts = ScoringOptions(top_k=self.top_k, reference_scores=ref_scores, progress=bool(cfg.progress),
-                              abort_check=engine.alive, meta=meta)
+                              abort_check=engine.alive, meta=dict(meta))
         try:
             result = self.interrupts.run_async(score_pass_async(ref_eval, ccfg, out, opts))
         except Interrupted:
             record["status"] = "interrupted"
-            self.manifest.record("scoring", self.manifest.data.get("scoring"))
+            self.manifest.record("scoring", scoring)
             raise
         except ServerGone as e:
             why = f"the server of arm {item.arm_key} (launch {launch.id}) failed while scoring: {e}"
@@ -151,7 +159,7 @@ class ScoringPhase:
         record.update({"status": result.get("status"), "reason": result.get("reason"),
                        "wall_s": result.get("wall_s"), "questions": result.get("questions"),
                        "tokens": result.get("tokens"), "errors": result.get("errors")})
-        self.manifest.record("scoring", self.manifest.data.get("scoring"))
+        self.manifest.record("scoring", scoring)
         if result.get("status") == "ok":
             self.log.say(f"  {item.rel_dir}: {result.get('tokens')} tokens of {result.get('questions')} questions "
                          f"scored in {result.get('wall_s', 0.0):.1f} s, errors {result.get('errors')}")

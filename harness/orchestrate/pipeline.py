@@ -24,7 +24,6 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,20 +41,29 @@ from harness.analysis.gate import comparison_exit, exit_reason
 from harness.analysis.multitask import format_tasks
 from harness.arms import sourcediff
 from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
-from harness.checks.armdiff import arm_diff, describe_launch, disallowed, server_info_diff
+from harness.checks.armdiff import (
+    ArmDiffRow,
+    LaunchDescription,
+    arm_diff,
+    describe_launch,
+    disallowed,
+    server_info_diff,
+    static_description,
+)
 from harness.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.checks.static import run_static_checks
 from harness.config import SETTING_KEYS, ConfigError, arms_root, client_settings, validate
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
-from harness.orchestrate.design import describe, format_design, times_from_cost
+from harness.orchestrate.design import SequentialPlan, describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.logprob_phase import ScoringPhase
 from harness.orchestrate.rundir import (
     COMPARISON,
     RUN_LOG,
     RUN_SUMMARY,
+    DatasetRecord,
     Manifest,
     RunLog,
     check_resume,
@@ -81,6 +89,7 @@ from harness.results import schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
 from harness.results.fileio import OutputError, StoreError
+from harness.results.records import JSON
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.serving.untrusted import printable
 from harness.stats.group_sequential import operating_characteristics
@@ -118,11 +127,6 @@ def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str, answe
     if merged.kind == "simulated" and answer_key and not merged.get("answer_key"):
         merged.answer_key = answer_key
     return merged
-
-
-def static_description(desc: dict[str, Any]) -> dict[str, Any]:
-    """A launch description without what only the serving process knows (its live fingerprint)."""
-    return {k: v for k, v in desc.items() if k != "fingerprint"}
 
 
 def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
@@ -194,14 +198,14 @@ class Run:
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
         if not cfg.dry_run:
             check_resume(self.manifest.data, digest, run_dir)
-        self.manifest.start_session(
-            experiment=str(self.x.name), config=resolved, digest=digest,
-            dataset={"sha256": self.test.sha256, "source": self.test.source, "canonical": self.test.canonical,
-                     "rows": len(self.test),
-                     **({"tasks": {t.key: {"task": t.spec.name, "recipe": t.probe.recipe.name,
-                                           "sha256": t.data.test.sha256, "source": t.data.test.source,
-                                           "rows": len(t.data.test)} for t in self.tasks}}
-                        if self.several else {})}, argv=command)
+        dataset: DatasetRecord = {"sha256": self.test.sha256, "source": self.test.source,
+                                  "canonical": self.test.canonical, "rows": len(self.test)}
+        if self.several:
+            dataset["tasks"] = {t.key: {"task": t.spec.name, "recipe": t.probe.recipe.name,
+                                        "sha256": t.data.test.sha256, "source": t.data.test.source,
+                                        "rows": len(t.data.test)} for t in self.tasks}
+        self.manifest.start_session(experiment=str(self.x.name), config=resolved, digest=digest, dataset=dataset,
+                                    argv=command)
         self.pool = ServerPool(self.engines, self.arms, self.manifest, self.interrupts, self.log.say,
                                concurrent=bool(self.x.concurrent_servers))
         # the divergence's scoring passes read one eval's texts: a run of several tasks does not measure it (yet)
@@ -224,9 +228,9 @@ class Run:
         return all(eval_done(t.eval_dir(self.run_dir, rel)) for t in self.tasks)
 
     # ------------------------------------------------------------------ before any server
-    def prepare_arms(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def prepare_arms(self) -> tuple[list[ArmDiffRow], list[ArmDiffRow]]:
         """Resolve each arm and its engine; return (differences between the static launches, the disallowed)."""
-        descs = {}
+        descs: dict[str, LaunchDescription] = {}
         try:
             for role, key in self.keys.items():
                 arm_cfg = self.cfg.arms[key]
@@ -292,7 +296,7 @@ class Run:
         self.manifest.record_static_checks({k: [r.to_dict() for r in rs] for k, rs in results.items()})
         return results
 
-    def print_dry_run(self, diffs: list[dict[str, Any]], checks: dict[str, list[CheckResult]]) -> None:
+    def print_dry_run(self, diffs: list[ArmDiffRow], checks: dict[str, list[CheckResult]]) -> None:
         for role, key in self.keys.items():
             print_launch(role, self.arms[key], self.engines[key].launch_spec())
         print("\nwhat differs between the arms:")
@@ -318,9 +322,7 @@ class Run:
             bad = disallowed(diffs, self.allowed)
             self.manifest.record_live_diff(full, diffs, bad)
             # /server_info of both arms, diffed like the launch: shown and recorded, not enforced
-            infos = {k: ((self.manifest.data["arms"][k].get("launches") or [{}])[-1].get("probe") or {})
-                     .get("server_info") for k in self.keys.values()}
-            info_diff = server_info_diff(infos)
+            info_diff = server_info_diff({k: self.server_info(k) for k in self.keys.values()})
             self.manifest.record("server_info_diff", info_diff)
             if info_diff:  # one line; each difference is in run.log and manifest.json
                 keys = [str(d["key"]) for d in info_diff]
@@ -332,6 +334,12 @@ class Run:
                              "run.log and manifest.json server_info_diff have each")
             refuse_disallowed(bad, "the serving processes differ")
         return launch
+
+    def server_info(self, key: str) -> JSON:
+        """What arm ``key``'s last launch said in ``/server_info`` (its probe), None without one."""
+        launches = self.manifest.data["arms"][key].get("launches") or []
+        probe = launches[-1].get("probe") if launches else None
+        return probe.get("server_info") if probe else None
 
     def items(self) -> list[Item]:
         """The schedule: a fixed design's every eval, or a sequential run's worst case (max_repeats), with the
@@ -362,7 +370,7 @@ class Run:
             prior = self.cost()
             if "launch_s" not in prior.estimated:
                 times = times_from_cost(prior)
-        seq = None
+        seq: SequentialPlan | None = None
         if self.looks is not None:
             d = self.looks.design
             seq = {"max_repeats": d.max_repeats, "min_repeats": d.min_repeats,
@@ -540,9 +548,9 @@ class Run:
         schema.write_comparison(run_dir / COMPARISON, comparison)
         fail_on = self.cfg.get("fail_on")
         code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
-        design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
-                  "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
-                  "order": str(x.order)}
+        design: dict[str, JSON] = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
+                                   "restart_per_repeat": bool(x.restart_per_repeat),
+                                   "aa_fresh_launch": bool(x.aa_fresh_launch), "order": str(x.order)}
         line = headline(comparison)
         summary = schema.run_summary(comparison, experiment=str(x.name),
                                      repeats=int(x.repeats) if seq is None else seq.repeats_run,
@@ -595,9 +603,10 @@ class Run:
         gate = None if fail_on is None else str(fail_on)
         codes = [comparison_exit(c, None) for c in comparisons.values()]
         code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(tc.decision, gate)
-        design = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
-                  "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
-                  "order": str(x.order), "tasks": [t.key for t in self.tasks]}
+        design: dict[str, JSON] = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
+                                   "restart_per_repeat": bool(x.restart_per_repeat),
+                                   "aa_fresh_launch": bool(x.aa_fresh_launch), "order": str(x.order),
+                                   "tasks": [t.key for t in self.tasks]}
         summary = schema.RunSummary(
             experiment=str(x.name), verdict=tc.decision, verdict_reason=tc.decision_reason, exit_code=code,
             simulated=tc.simulated, accuracy={}, arms={"a": names.a, "b": names.b}, repeats=int(x.repeats),
@@ -635,7 +644,7 @@ def comparison_exit_of_decision(decision: str, fail_on: str | None) -> int:
     return gate_exit(decision, fail_on)
 
 
-def refuse_disallowed(bad: list[dict[str, Any]], what: str = "the arms differ") -> None:
+def refuse_disallowed(bad: list[ArmDiffRow], what: str = "the arms differ") -> None:
     if bad:
         raise RunFailure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
                          + "; ".join(d["key"] for d in bad)

@@ -27,12 +27,19 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast, overload
 
 from harness import __version__
+from harness.arms.sourcediff import SourceDiffDoc
+from harness.checks.armdiff import ArmDiffRow, LaunchDescription
+from harness.checks.result import CheckResultDoc
 from harness.config import PROJECT_ROOT, ConfigError
+from harness.engines.base import ServerProbe
 from harness.engines.gpu import gpu_inventory
+from harness.engines.process import StopInfo
+from harness.orchestrate.design import PlannedDesign
 from harness.results import schema
+from harness.results.records import JSONObject
 from harness.serving.untrusted import printable
 from harness.util.keys import flatten, matches
 from harness.util.redact import redact_text, redact_tree
@@ -53,6 +60,170 @@ NON_SEMANTIC = ("progress", "report", "dry_run", "fail_on", "stats", "client.req
                 "experiment.allowed_differences", "experiment.fix_files", "divergence")
 
 
+# ------------------------------------------------------------------------------------------ the record's shape
+class ConfigDigest(TypedDict):
+    """What decides whether a rerun may resume (:func:`config_digest`): the digest and the keys it covers."""
+
+    sha256: str
+    #: the resolved config's keys that change what is measured, flattened (``a.b.c``), secrets redacted
+    semantic: JSONObject
+
+
+class Provenance(TypedDict):
+    harness_version: str
+    harness_commit: str | None
+    harness_dirty: bool
+    host: str
+    platform: str
+    python: str
+    gpus: list[dict[str, str]] | None
+
+
+class TaskDataset(TypedDict):
+    """One task's data in a run of several tasks."""
+
+    task: str
+    recipe: str
+    sha256: str
+    source: str
+    rows: int
+
+
+class DatasetRecord(TypedDict):
+    """The run's test data (a run of several tasks: the GSM8K one, else the first; ``tasks``: each one's)."""
+
+    sha256: str
+    source: str
+    canonical: bool | None
+    rows: int
+    tasks: NotRequired[dict[str, TaskDataset]]
+
+
+class SessionRecord(TypedDict, total=False):
+    """One invocation of the run (``sessions[]``): ``ended`` once it is over."""
+
+    started: float
+    pid: int
+    argv: list[str]
+    #: evals were on disk already when it started
+    resume: bool
+    ended: float
+
+
+class LaunchRecord(TypedDict, total=False):
+    """One server launch (``arms.<key>.launches[]``): its id, the role of the eval it was started for, when it
+    was spawned and ready (``launch_s`` between them), its probe; once stopped, when, ``server_s`` (spawned to
+    stopped) and how (``stop``). Older runs recorded less (harness.analysis.cost infers the rest)."""
+
+    id: str
+    role: str
+    url: str
+    spawned: float
+    ready: float
+    launch_s: float
+    probe: ServerProbe | None
+    stopped: float
+    server_s: float
+    stop: StopInfo | None
+
+
+class ArmRecord(TypedDict, total=False):
+    """One arm (``arms.<key>``): its name, side and launch description, its checks, launches and status."""
+
+    launch: LaunchDescription
+    name: str
+    side: str
+    static_checks: list[CheckResultDoc]
+    #: ``ok``, ``failed``, ``side_check_failed``, or the status of its last eval
+    status: str
+    launches: list[LaunchRecord]
+    #: the live checks of its last launch
+    live_checks: list[CheckResultDoc]
+
+
+class EvalFigures(TypedDict):
+    """An eval's figures as the manifest keeps them (its ``summary.json`` has the rest)."""
+
+    n: int | None
+    correct: int | None
+    errors: int | None
+    accuracy: float | None
+    latency_s: float | None
+
+
+class EvalRecord(TypedDict, total=False):
+    """One schedule item's eval (``evals.<evals/role/rK>``): which arm, role and repeat, the launches that
+    served it (``resumed_on``: the one its last session resumed on), its status and figures."""
+
+    arm: str
+    role: str
+    repeat: int
+    launches: list[str]
+    #: ``running``, ``complete``, ``errors``, ``incomplete``, ``interrupted`` or ``failed``
+    status: str
+    started: float
+    ended: float
+    error: str
+    summary: EvalFigures
+    resumed_on: list[str]
+
+
+class ArmDiffRecord(TypedDict):
+    """How the arms' launches differ (``arm_diff``: before any server, with the experiment's ``allowed``
+    differences; ``arm_diff_live``: once both served, fingerprints included)."""
+
+    differences: list[ArmDiffRow]
+    disallowed: list[ArmDiffRow]
+    allowed: NotRequired[list[str]]
+
+
+class RunStatus(TypedDict):
+    code: int
+    verdict: str | None
+    error: NotRequired[str]
+
+
+#: One scoring pass of the divergence (``scoring.<eval dir>``, harness.orchestrate.logprob_phase): its kind
+#: (``pass``: ref, ab, aa or launch; a keyword, hence the functional form), where it ran and how it went.
+ScoringRecord = TypedDict("ScoringRecord", {
+    "pass": str, "arm": str, "role": str, "launch": str,
+    #: ``running``, ``interrupted``, ``ok`` or ``not_measured`` (with ``reason``)
+    "status": str | None, "reason": str | None,
+    "wall_s": float | None, "questions": int | None, "tokens": int | None, "errors": int | None,
+}, total=False)
+
+
+class RunManifest(TypedDict, total=False):
+    """``manifest.json`` as this module builds it, event by event (:class:`Manifest`); what is written is its
+    redacted copy (:class:`harness.results.schema.Manifest`)."""
+
+    kind: str
+    schema_version: int
+    experiment: str
+    #: the resolved config (redacted when written)
+    config: JSONObject
+    config_sha256: str
+    config_semantic: JSONObject
+    provenance: Provenance
+    dataset: DatasetRecord
+    sessions: list[SessionRecord]
+    evals: dict[str, EvalRecord]
+    arms: dict[str, ArmRecord]
+    arm_diff: ArmDiffRecord
+    source_diff: SourceDiffDoc
+    #: each arm's preflight (harness.engines.preflight.Preflight)
+    preflight: dict[str, JSONObject]
+    planned_design: PlannedDesign
+    arm_diff_live: ArmDiffRecord
+    #: /server_info of both arms, diffed like the launches: shown and recorded, not enforced
+    server_info_diff: list[ArmDiffRow]
+    scoring: dict[str, ScoringRecord]
+    #: the documents of harness.results.schema.Cost and SequentialRecord
+    cost: JSONObject
+    sequential: JSONObject
+    status: RunStatus
+
+
 def eval_rel_dir(role: str, repeat: int) -> str:
     """``evals/<role>/r<repeat>``: where one schedule item's answers live, relative to the run directory."""
     return f"evals/{role}/r{repeat}"
@@ -67,12 +238,13 @@ def non_semantic_keys(engine_ignores: Iterable[str], arm_keys: Iterable[str]) ->
             *(f"arms.{a}.engine.{k}" for a in arm_keys for k in ignores)]
 
 
-def config_digest(resolved: Mapping[str, Any], non_semantic: Iterable[str] = NON_SEMANTIC) -> dict[str, Any]:
+def config_digest(resolved: Mapping[str, Any], non_semantic: Iterable[str] = NON_SEMANTIC) -> ConfigDigest:
     """sha256 of the resolved config minus the keys that do not change what is measured; secret values are
     redacted first (a rotated token changes nothing measured and must not be hashed either)."""
     skip = list(non_semantic)
     flat = {k: v for k, v in flatten(resolved).items() if not matches(k, skip)}
     semantic = redact_tree(flat)
+    assert isinstance(semantic, dict)  # a mapping's redacted copy is a dict
     digest = hashlib.sha256(json.dumps(semantic, sort_keys=True, default=str).encode()).hexdigest()
     return {"sha256": digest, "semantic": semantic}
 
@@ -87,7 +259,7 @@ def _same_but_added(before: Any, after: Any) -> bool:
     return bool(before == after)
 
 
-def check_resume(recorded: Mapping[str, Any], digest: Mapping[str, Any], run_dir: Path) -> None:
+def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path) -> None:
     """Refuse (ConfigError) to resume a run directory that holds a run of a different config."""
     old = recorded.get("config_sha256")
     if not old or old == digest["sha256"]:
@@ -112,7 +284,7 @@ def _git(*args: str) -> str | None:
         return None
 
 
-def provenance() -> dict[str, Any]:
+def provenance() -> Provenance:
     """Where and with what the run was made: harness version and commit, host, platform, Python, GPUs."""
     return {
         "harness_version": __version__,
@@ -140,36 +312,38 @@ class Manifest:
         self.path = run_dir / MANIFEST
         self.enabled = enabled
         # A manifest this abh cannot read (another kind, an unknown schema_version) raises SchemaError.
-        self.data: dict[str, Any] = dict(schema.load_manifest(self.path)) if self.path.exists() else {}
-        self.session: dict[str, Any] = {}
+        # Read back as the shape this class builds (the parse boundary: a run recorded by an older abh may lack
+        # fields, which is why they are optional).
+        self.data: RunManifest = (cast(RunManifest, dict(schema.load_manifest(self.path))) if self.path.exists()
+                                  else {})
+        self.session: SessionRecord = {}
         #: the redacted copies of the parts a session sets once and never changes (the resolved config): the
         #: manifest is rewritten at every event, and redacting them again each time was most of its cost
         self._redacted: dict[str, tuple[Any, Any]] = {}
 
     def _commit(self) -> None:
         if self.enabled:
-            out: dict[str, Any] = {}
-            for key, value in self.data.items():
-                if key in _SET_ONCE:
-                    seen = self._redacted.get(key)
-                    if seen is None or seen[0] is not value:
-                        seen = self._redacted[key] = (value, redact_tree(value))
-                    out[key] = seen[1]
-                else:
-                    out[key] = redact_tree(value)
+            out = {key: self._redact(key, value) for key, value in self.data.items()}
             schema.write_manifest(self.path, out)  # type: ignore[arg-type]
 
-    def _arm(self, key: str) -> dict[str, Any]:
-        arm: dict[str, Any] = self.data.setdefault("arms", {}).setdefault(key, {})
-        return arm
+    def _redact(self, key: str, value: object) -> object:
+        """The redacted copy of the manifest's part ``key``."""
+        if key not in _SET_ONCE:
+            return redact_tree(value)
+        seen = self._redacted.get(key)
+        if seen is None or seen[0] is not value:
+            seen = self._redacted[key] = (value, redact_tree(value))
+        return seen[1]
 
-    def _eval(self, rel: str) -> dict[str, Any]:
-        ev: dict[str, Any] = self.data.setdefault("evals", {})[rel]
-        return ev
+    def _arm(self, key: str) -> ArmRecord:
+        return self.data.setdefault("arms", {}).setdefault(key, {})
+
+    def _eval(self, rel: str) -> EvalRecord:
+        return self.data.setdefault("evals", {})[rel]
 
     # ------------------------------------------------------------------ session
-    def start_session(self, *, experiment: str, config: dict[str, Any], digest: Mapping[str, Any],
-                      dataset: dict[str, Any], argv: list[str] | None = None) -> None:
+    def start_session(self, *, experiment: str, config: JSONObject, digest: ConfigDigest, dataset: DatasetRecord,
+                      argv: list[str] | None = None) -> None:
         m = self.data
         self.session = {"started": time.time(), "pid": os.getpid(), "argv": list(sys.argv if argv is None else argv),
                         "resume": any(self.run_dir.glob("evals/*/*/samples.jsonl"))}
@@ -186,20 +360,34 @@ class Manifest:
         self._commit()
 
     # ------------------------------------------------------------------ arms, before any server
-    def record_arms(self, arms: Mapping[str, Mapping[str, Any]], diffs: list[dict[str, Any]],
-                    disallowed: list[dict[str, Any]], allowed: list[str]) -> None:
+    def record_arms(self, arms: Mapping[str, ArmRecord], diffs: list[ArmDiffRow], disallowed: list[ArmDiffRow],
+                    allowed: list[str]) -> None:
         """Each arm's name, side and static launch description, and how the launches differ."""
         self.data["arm_diff"] = {"differences": diffs, "disallowed": disallowed, "allowed": allowed}
         for key, info in arms.items():
             self._arm(key).update(info)
         self._commit()
 
-    def record(self, key: str, value: Any) -> None:
+    @overload
+    def record(self, key: Literal["source_diff"], value: SourceDiffDoc) -> None: ...
+    @overload
+    def record(self, key: Literal["preflight"], value: dict[str, JSONObject]) -> None: ...
+    @overload
+    def record(self, key: Literal["planned_design"], value: PlannedDesign) -> None: ...
+    @overload
+    def record(self, key: Literal["server_info_diff"], value: list[ArmDiffRow]) -> None: ...
+    @overload
+    def record(self, key: Literal["scoring"], value: dict[str, ScoringRecord]) -> None: ...
+    @overload
+    def record(self, key: Literal["cost", "sequential"], value: JSONObject) -> None: ...
+
+    def record(self, key: Literal["source_diff", "preflight", "planned_design", "server_info_diff", "scoring",
+                                  "cost", "sequential"], value: Any) -> None:
         """A run-level fact (``source_diff``, ``server_info_diff``, ...) under ``key``."""
         self.data[key] = value
         self._commit()
 
-    def record_static_checks(self, checks: Mapping[str, list[dict[str, Any]]]) -> None:
+    def record_static_checks(self, checks: Mapping[str, list[CheckResultDoc]]) -> None:
         for key, results in checks.items():
             self._arm(key)["static_checks"] = results
         self._commit()
@@ -214,7 +402,7 @@ class Manifest:
         return f"{key}-{len(self._arm(key).get('launches', [])) + 1}"
 
     def record_launch(self, key: str, launch_id: str, *, role: str, url: str, spawned: float,
-                      probe: dict[str, Any] | None, live_checks: list[dict[str, Any]]) -> None:
+                      probe: ServerProbe | None, live_checks: list[CheckResultDoc]) -> None:
         """A server launch that is ready: when it was spawned and became ready (``launch_s`` between them, for
         the cost accounting), the role of the eval it was started for, its probe and live checks."""
         ready = time.time()
@@ -224,7 +412,7 @@ class Manifest:
         self._arm(key)["live_checks"] = live_checks
         self._commit()
 
-    def record_stop(self, key: str, launch_id: str, info: dict[str, Any] | None) -> None:
+    def record_stop(self, key: str, launch_id: str, info: StopInfo | None) -> None:
         for launch in self._arm(key).get("launches", []):
             if launch.get("id") == launch_id:
                 launch["stopped"] = time.time()
@@ -233,8 +421,8 @@ class Manifest:
                 launch["stop"] = info
         self._commit()
 
-    def record_live_diff(self, launches: Mapping[str, dict[str, Any]], diffs: list[dict[str, Any]],
-                         disallowed: list[dict[str, Any]]) -> None:
+    def record_live_diff(self, launches: Mapping[str, LaunchDescription], diffs: list[ArmDiffRow],
+                         disallowed: list[ArmDiffRow]) -> None:
         """Both serving processes reported their live fingerprints: the full launches and how they differ."""
         self.data["arm_diff_live"] = {"differences": diffs, "disallowed": disallowed}
         for key, desc in launches.items():
@@ -260,7 +448,8 @@ class Manifest:
         if error is not None:
             ev["error"] = error
         if summary is not None:
-            ev["summary"] = {k: summary.get(k) for k in ("n", "correct", "errors", "accuracy", "latency_s")}
+            ev["summary"] = {"n": summary.get("n"), "correct": summary.get("correct"), "errors": summary.get("errors"),
+                             "accuracy": summary.get("accuracy"), "latency_s": summary.get("latency_s")}
             if summary.get("resumed"):
                 ev["resumed_on"] = ev.get("launches", [])[-1:]
             self._arm(ev["arm"])["status"] = "ok" if status == "complete" else status
@@ -273,10 +462,13 @@ class Manifest:
 
     # ------------------------------------------------------------------ the end
     def record_status(self, code: int, verdict: str | None, error: str | None = None) -> None:
-        self.data["status"] = {"code": code, "verdict": verdict, **({"error": error} if error else {})}
+        status: RunStatus = {"code": code, "verdict": verdict}
+        if error:
+            status["error"] = error
+        self.data["status"] = status
         self._commit()
 
-    def design(self) -> dict[str, Any]:
+    def design(self) -> dict[str, dict[str, int]]:
         """The run design as it actually ran, from the launch ids recorded per eval: how many server launches
         served each role, and the most passes over the questions one launch served."""
         evals = self.data.get("evals", {})
@@ -284,7 +476,7 @@ class Manifest:
         for ev in evals.values():
             for launch in set(ev.get("launches", [])):
                 passes[launch] = passes.get(launch, 0) + 1
-        out: dict[str, Any] = {"launches": {}, "passes_per_launch": {}}
+        out: dict[str, dict[str, int]] = {"launches": {}, "passes_per_launch": {}}
         for role in ("a", "b", "aa"):
             ids = {lid for ev in evals.values() if ev.get("role") == role for lid in ev.get("launches", [])}
             out["launches"][role] = len(ids)

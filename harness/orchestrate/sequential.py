@@ -61,7 +61,7 @@ def design_of(cfg: Any) -> SequentialDesign:
         raise ConfigError(f"bad sequential design: {e}") from None
 
 
-def design_dict(design: SequentialDesign) -> dict[str, Any]:
+def design_dict(design: SequentialDesign) -> dict[str, JSON]:
     """The design as recorded (and compared on resume)."""
     return {k: v for k, v in asdict(design).items()}
 

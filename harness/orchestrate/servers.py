@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from harness.arms.arm import ResolvedArm
 from harness.checks.live import run_live_checks
 from harness.checks.result import assert_checks
 from harness.engines import Engine
+from harness.engines.process import StopInfo
 from harness.orchestrate.interrupts import Interrupts
 from harness.orchestrate.rundir import Manifest
 from harness.results.fileio import OutputError
@@ -89,7 +89,7 @@ class ServerPool:
         self.launched.add(key)
         return launch
 
-    def stop(self, key: str, why: str = "") -> dict[str, Any] | None:
+    def stop(self, key: str, why: str = "") -> StopInfo | None:
         """Stop arm ``key``'s live server (a signal waits until it is down)."""
         launch = self.live.pop(key, None)
         if launch is None:

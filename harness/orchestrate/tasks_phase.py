@@ -63,8 +63,9 @@ def load_tasks(cfg: Any) -> list[RunTask]:
     return out
 
 
-def combined_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One item's figures over its tasks' evals (the manifest's record of the item)."""
+def combined_summary(summaries: Sequence[dict[str, Any]]) -> schema.EvalSummary:
+    """One item's figures over its tasks' evals (their summaries, as the eval returns them): what the manifest
+    records of the item, in the form of one eval's summary."""
     def total(k: str) -> Any:
         return sum(s.get(k) or 0 for s in summaries)
 
