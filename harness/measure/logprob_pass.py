@@ -65,6 +65,7 @@ from harness.results.token_store import (
     SCORES_META,
     NotMeasured,
     ScoresError,
+    ScoresMeta,
     ScoresWriter,
     ScoreTable,
     load_scores,
@@ -189,7 +190,7 @@ class ScoringOptions:
     #: Polled about twice a second; a reason (e.g. "server process exited") stops the pass (ServerGone).
     abort_check: Callable[[], str | None] | None = None
     #: Recorded in scores.json (arm, role, launch, engine, ...).
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: ScoresMeta = field(default_factory=lambda: ScoresMeta())
     #: Wait up to this long for the server's health endpoint first (0: do not wait).
     wait_ready_s: float = 0.0
 
@@ -355,7 +356,7 @@ async def _by_ids(client: Client, api: Api, ref: Reference, k: int) -> tuple[Api
 
 
 async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig, out_dir: str | Path,
-                           opts: ScoringOptions | None = None) -> dict[str, Any]:
+                           opts: ScoringOptions | None = None) -> ScoresMeta:
     """Score the reference completions of ``reference_eval`` on the server of ``client_cfg`` into
     ``out_dir``; return what ``scores.json`` says (``status`` ok or not_measured).
 
@@ -366,14 +367,14 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
     opts = opts or ScoringOptions()
     out = Path(out_dir)
     ref_eval = Path(reference_eval)
-    meta: dict[str, Any] = {**opts.meta, "reference_eval": str(ref_eval),
+    meta: ScoresMeta = {**opts.meta, "reference_eval": str(ref_eval),
                             "reference_scores": None if opts.reference_scores is None else str(opts.reference_scores),
                             "requested_top_k": int(opts.top_k), "url": client_cfg.url}
     t0 = time.perf_counter()
     for name in (SCORES_META, SCORES, INPUTS):  # a pass is redone whole: no stale file may outlive it
         (out / name).unlink(missing_ok=True)
 
-    def not_measured(reason: str) -> dict[str, Any]:
+    def not_measured(reason: str) -> ScoresMeta:
         write_not_measured(out, reason, {**meta, "wall_s": time.perf_counter() - t0})
         return {**meta, "status": "not_measured", "reason": reason}
 
@@ -414,9 +415,9 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
 Result = tuple[Reference, ScoreReply | None, list[int] | None, np.ndarray | None, str | None]
 
 
-async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: dict[str, Any],
+async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: ScoresMeta,
                  t0: float, ref_table: ScoreTable | None,
-                 inputs: dict[int, tuple[list[int], list[int]]] | None) -> dict[str, Any]:
+                 inputs: dict[int, tuple[list[int], list[int]]] | None) -> ScoresMeta:
     if opts.wait_ready_s > 0:
         await client.wait_ready(opts.wait_ready_s)
     api = await client.prepare()
@@ -543,7 +544,8 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             writer.meta["wall_s"] = time.perf_counter() - t0
     finally:
         progress.close()
-    return dict(read_json(out / SCORES_META))
+    written: ScoresMeta = read_json(out / SCORES_META)  # what the writer just wrote
+    return written
 
 
 def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int, offsets: dict[int, np.ndarray]) -> None:
@@ -566,6 +568,6 @@ def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int, offset
     progress.update(error=False)
 
 
-def score_pass(*args: Any, **kwargs: Any) -> dict[str, Any]:
+def score_pass(*args: Any, **kwargs: Any) -> ScoresMeta:
     """Synchronous wrapper of :func:`score_pass_async`."""
     return run(score_pass_async(*args, **kwargs))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TypedDict
 
 from omegaconf import DictConfig
 
@@ -44,15 +43,8 @@ from harness.orchestrate.schedule import Item, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.results.eval_store import SAMPLES
 from harness.results.fileio import read_json
-from harness.results.token_store import SCORES_META, write_not_measured
+from harness.results.token_store import SCORES_META, ScoresMeta, write_not_measured
 from harness.serving.client import ClientConfig, ServerGone
-
-#: What a pass records of itself with its scores (``scores.json`` meta): its kind (``pass``, a keyword: the
-#: functional form), where it ran, and the reference texts it scored (their sha256 and the reference pass).
-ScoringMeta = TypedDict("ScoringMeta", {
-    "pass": str, "arm": str, "role": str, "launch": str, "engine": str, "simulated": bool, "reference": str,
-    "reference_sha256": str | None, "reference_pass": str | None,
-})
 
 
 def _sha256(path: Path) -> str | None:
@@ -133,7 +125,7 @@ class ScoringPhase:
             return
         launch.passes += 1
         self.log.say(f"scoring {item.rel_dir} ({what}, arm {item.arm_key}, launch {launch.id}) on {engine.url}")
-        meta: ScoringMeta = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
+        meta: ScoresMeta = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
                              "engine": engine.kind, "simulated": engine.simulated, "reference": self.reference,
                              "reference_sha256": texts, "reference_pass": self._rel(ref_scores)}
         record: ScoringRecord = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
@@ -142,7 +134,7 @@ class ScoringPhase:
         self.manifest.record("scoring", scoring)
         ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=engine.api)
         opts = ScoringOptions(top_k=self.top_k, reference_scores=ref_scores, progress=bool(cfg.progress),
-                              abort_check=engine.alive, meta=dict(meta))
+                              abort_check=engine.alive, meta=meta)
         try:
             result = self.interrupts.run_async(score_pass_async(ref_eval, ccfg, out, opts))
         except Interrupted:

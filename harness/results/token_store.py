@@ -63,7 +63,7 @@ ScoresMeta = TypedDict("ScoresMeta", {
     "schema_version": int, "kind": str, "status": str, "reason": str | None,
     # the caller's meta: which pass, of which arm and launch, against which reference, how it was asked
     "pass": str, "arm": str, "role": str, "launch": str, "engine": str, "simulated": bool, "reference": str,
-    "reference_sha256": str, "reference_pass": str | None, "reference_eval": str, "reference_scores": str | None,
+    "reference_sha256": str | None, "reference_pass": str | None, "reference_eval": str, "reference_scores": str | None,
     "requested_top_k": int, "url": str, "api": str, "by_ids": bool, "by_text_reason": str | None,
     "echo_shift": int | None, "asked_ids": int, "wall_s": float, "transient": bool, "same_launch_as": str,
     # written by ScoresWriter.close (status ok)
@@ -133,7 +133,7 @@ class ScoresWriter:
     partial file is removed.
     """
 
-    def __init__(self, root: str | Path, *, top_k: int, meta: JSONObject | None = None,
+    def __init__(self, root: str | Path, *, top_k: int, meta: ScoresMeta | None = None,
                  row_group_rows: int = DEFAULT_ROW_GROUP_ROWS):
         import pyarrow.parquet as pq
 
@@ -287,7 +287,7 @@ class ScoresWriter:
             self.abort()
 
 
-def write_not_measured(root: str | Path, reason: str, meta: JSONObject | None = None) -> None:
+def write_not_measured(root: str | Path, reason: str, meta: ScoresMeta | None = None) -> None:
     """Record that this pass could not be scored (e.g. the engine returns no prompt logprobs), and why."""
     root = Path(root)
     (root / SCORES).unlink(missing_ok=True)
