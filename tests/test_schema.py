@@ -269,3 +269,30 @@ def test_a_typed_block_may_leave_out_its_not_required_keys() -> None:
 class Block(TypedDict):
     x: int
     y: NotRequired[str]
+
+
+def test_every_stored_kind_is_in_the_one_registry_with_its_version(tmp_path):
+    """scores.json, the plan and the launch fingerprint are registered like the rest; the stdlib-only launcher's
+    own copy of the fingerprint's version is the registry's; a scores.json of a version abh does not read is no
+    pass (not_measured, naming the version), never read as one."""
+    import re
+
+    import numpy as np
+
+    from harness.analysis import planning
+    from harness.results import schema, token_store
+
+    assert {schema.SCORES, schema.PLAN, schema.FINGERPRINT} <= set(schema.WRITES) <= set(schema.READS)
+    assert token_store.KIND == schema.SCORES and token_store.SCHEMA_VERSION == schema.WRITES[schema.SCORES]
+    assert planning.SCHEMA_VERSION == schema.WRITES[schema.PLAN] and planning.KIND == schema.PLAN
+    launcher = (Path(schema.__file__).parents[1] / "engines" / "launcher.py").read_text()
+    assert re.search(r"^SCHEMA_VERSION = (\d+)$", launcher, re.M).group(1) == str(schema.WRITES[schema.FINGERPRINT])
+    assert f'"kind": "{schema.FINGERPRINT}"' in launcher
+    w = token_store.ScoresWriter(tmp_path, top_k=2)
+    w.add(0, np.array([5]), np.array([-0.1]), np.array([[5, 6]]), np.array([[-0.1, -2.5]]))
+    w.close()
+    assert token_store.scores_status(tmp_path) == ("ok", None)
+    meta = json.loads((tmp_path / "scores.json").read_text())
+    (tmp_path / "scores.json").write_text(json.dumps({**meta, "schema_version": 99}))
+    status, reason = token_store.scores_status(tmp_path)
+    assert status == "not_measured" and "schema_version 99" in reason

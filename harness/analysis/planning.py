@@ -63,12 +63,13 @@ import numpy as np
 
 from harness import stats
 from harness.analysis.cost import cost_from_manifest
+from harness.results import schema
 from harness.results.eval_store import ScoredEval, load_scored
 from harness.results.fileio import StoreError, read_json
 from harness.stats import group_sequential as sq
 
-SCHEMA_VERSION = 1
-KIND = "abh.plan"
+KIND = schema.PLAN
+SCHEMA_VERSION = schema.WRITES[KIND]
 #: sequential designs are searched up to this many repeats per arm
 MAX_SEQUENTIAL_REPEATS = 200
 

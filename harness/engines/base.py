@@ -34,6 +34,7 @@ from harness.engines.process import (
     port_in_use,
     wait_until_ready,
 )
+from harness.results import schema
 from harness.results.records import JSON, JSONObject
 from harness.serving.wire import Api, for_api
 from harness.util.cmdline import command_line, shell_command
@@ -437,6 +438,6 @@ class LaunchedEngine(Engine):
             return None
         try:
             with open(spec.fingerprint_path, encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, ValueError):
+                return schema.check(json.load(f), schema.FINGERPRINT, spec.fingerprint_path)
+        except (OSError, ValueError, schema.SchemaError):  # unreadable, or a version abh does not read: none
             return None

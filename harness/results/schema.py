@@ -48,11 +48,17 @@ RUN_SUMMARY = "abh.run.summary"
 COMPARISON = "abh.comparison"
 SWEEP = "abh.sweep"
 TASKS = "abh.tasks"
+#: a scoring pass's ``scores.json`` (harness.results.token_store), ``abh power --json``'s plan
+#: (harness.analysis.planning) and a launch's fingerprint, written by the stdlib-only launcher in the arm's own
+#: interpreter (harness/engines/launcher.py keeps its own copy of the version; a test holds them equal)
+SCORES = "abh.scores"
+PLAN = "abh.plan"
+FINGERPRINT = "abh.fingerprint"
 
 #: The schema_version each kind is written with, and the versions this abh reads.
 SCHEMA_VERSION = 1
 WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP,
-                                                       TASKS)}
+                                                       TASKS, SCORES, PLAN, FINGERPRINT)}
 #: comparison and run summary v2: the question-level statistics (``test`` and ``p`` decide the verdict; the
 #: v1 keys ``p_value``, ``mcnemar_p``, ... are gone or under ``diagnostics``), ``design``, ``errors``, ``cost``
 WRITES[COMPARISON] = WRITES[RUN_SUMMARY] = 2
@@ -952,7 +958,8 @@ class SweepSummary(Record):
 # ------------------------------------------------------------------------------------------ checking
 _NAMES = {EVAL: "an eval (eval.json)", EVAL_SUMMARY: "an eval summary", MANIFEST: "a run manifest",
           RUN_SUMMARY: "a run summary", COMPARISON: "a comparison", SWEEP: "a sweep summary",
-          TASKS: "a multi-task comparison (tasks.json)"}
+          TASKS: "a multi-task comparison (tasks.json)", SCORES: "a scoring pass (scores.json)",
+          PLAN: "a plan (abh power --json)", FINGERPRINT: "a launch fingerprint"}
 
 
 #: A document abh writes: an eval's or a manifest's (TypedDict), or a result record's (:meth:`Record.to_doc`).

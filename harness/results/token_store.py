@@ -44,13 +44,14 @@ from typing import Any, Literal, TypedDict
 
 import numpy as np
 
+from harness.results import schema
 from harness.results.fileio import atomic_write_json, read_json
 from harness.results.records import JSONObject
 
-SCHEMA_VERSION = 1
 SCORES = "scores.parquet"
 SCORES_META = "scores.json"
-KIND = "abh.scores"
+KIND = schema.SCORES
+SCHEMA_VERSION = schema.WRITES[KIND]
 PAD_ID = -1
 DEFAULT_ROW_GROUP_ROWS = 65_536
 MAX_ERROR_EXAMPLES = 5
@@ -305,6 +306,10 @@ def scores_status(root: str | Path) -> tuple[str, str | None]:
         meta = read_json(meta_path)
     except (OSError, ValueError) as e:
         return "not_measured", f"{meta_path} is unreadable: {e}"
+    try:
+        schema.check(meta, KIND, meta_path)  # a kind or version this abh does not read is no pass to use
+    except schema.SchemaError as e:
+        return "not_measured", str(e)
     if meta.get("status") != "ok":
         return "not_measured", str(meta.get("reason") or f"{meta_path} status {meta.get('status')!r}")
     if not (root / SCORES).exists():
