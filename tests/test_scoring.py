@@ -107,15 +107,23 @@ def test_reference_pass_takes_token_texts_from_detokenize_and_asks_answers_for_n
     asked_texts: list[bool] = []
     body = SGLangApi.scoring_body
     monkeypatch.setattr(SGLangApi, "scoring_body", lambda self, req: (asked_texts.append(req.texts), body(self, req))[1])
+    import harness.measure.logprob_pass as lp_pass
+
     passes = {}
-    for name, paths in (("detokenized", SGLangApi.detokenize_paths), ("texts in answers", ())):
+    for name, paths, chunk in (("detokenized", SGLangApi.detokenize_paths, lp_pass.DETOKENIZE_CHUNK),
+                               ("in chunks of 7 ids", SGLangApi.detokenize_paths, 7),
+                               ("texts in answers", (), lp_pass.DETOKENIZE_CHUNK)):
         monkeypatch.setattr(SGLangApi, "detokenize_paths", paths)
+        monkeypatch.setattr(lp_pass, "DETOKENIZE_CHUNK", chunk)
         asked_texts.clear()
         out = tmp_path / name
         assert score_pass(ev, _cfg(s.url), out, ScoringOptions(progress=False))["status"] == "ok"
         passes[name] = (load_scores(out), set(asked_texts))
     (t1, texts1), (t2, texts2) = passes["detokenized"], passes["texts in answers"]
-    assert texts1 == {False} and True in texts2
+    assert texts1 == {False} and True in texts2 and passes["in chunks of 7 ids"][1] == {False}
+    assert np.array_equal(passes["in chunks of 7 ids"][0].text_offset, t1.text_offset)
+    # an answer's size bound counts one text per id asked
+    assert SGLangApi().reply_tokens({"tokens": [[5]] * 3, "skip_special_tokens": False}) == 3
     assert t1.text_offset is not None and np.array_equal(t1.text_offset, t2.text_offset)
     assert np.array_equal(t1.token_id, t2.token_id) and np.allclose(t1.top_logprobs, t2.top_logprobs, atol=1e-11)
     assert np.array_equal(t1.top_ids, t2.top_ids)

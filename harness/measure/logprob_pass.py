@@ -299,26 +299,36 @@ async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list
     return None
 
 
+#: Ids per ``/detokenize`` request (each a text of its own in the answer)
+DETOKENIZE_CHUNK = 16_384
+
+
 async def _detokenize_each(client: Client, id_lists: list[list[int]]) -> list[list[str]] | None:
-    """Every token of every list as its own text, in one request where the server detokenizes lists of id
-    lists (``api.detokenize_paths``); None where it does not (then the answers carry the texts)."""
+    """Every token of every list as its own text, where the server detokenizes lists of id lists
+    (``api.detokenize_paths``), in requests of about :data:`DETOKENIZE_CHUNK` ids; None where it does not (then
+    the answers carry the texts)."""
     api = client.api
     flat = [[i] for ids in id_lists for i in ids]  # ints already (the tokenizer's answer, checked)
-    body: JSONObject = {"tokens": flat, "skip_special_tokens": False}
-    if api.model:
-        body["model"] = api.model
     for path in api.detokenize_paths:
+        texts: list[str] = []
         try:
-            obj = await client.post_json(path, body)
-        except ValueError:
+            for at in range(0, len(flat), DETOKENIZE_CHUNK):
+                chunk = flat[at:at + DETOKENIZE_CHUNK]
+                body: JSONObject = {"tokens": chunk, "skip_special_tokens": False}
+                if api.model:
+                    body["model"] = api.model
+                obj = await client.post_json(path, body)
+                got = obj.get("text") if isinstance(obj, dict) else None
+                if not (isinstance(got, list) and len(got) == len(chunk) and all(isinstance(x, str) for x in got)):
+                    raise ValueError(f"POST {path} answered no text per id")
+                texts += got
+        except ValueError:  # a 4xx, or not one text per id: not this path (or not this server)
             continue
-        texts = obj.get("text") if isinstance(obj, dict) else None
-        if isinstance(texts, list) and len(texts) == len(flat) and all(isinstance(x, str) for x in texts):
-            out, at = [], 0
-            for ids in id_lists:
-                out.append(texts[at:at + len(ids)])
-                at += len(ids)
-            return out
+        out, at = [], 0
+        for ids in id_lists:
+            out.append(texts[at:at + len(ids)])
+            at += len(ids)
+        return out
     return None
 
 

@@ -228,9 +228,9 @@ class Api(ABC):
 
     def reply_tokens(self, body: Mapping[str, Any]) -> int:
         """The most token entries an answer to ``body`` can hold (a token, or one of its listed alternatives): what
-        bounds the answer's size. This base case is a request that generates nothing (``/tokenize``): one per
-        character of its text at most."""
-        return _length(body.get("prompt", body.get("text")))
+        bounds the answer's size. This base case is a request that generates nothing: ``/tokenize`` (one per
+        character of its text at most) or ``/detokenize`` (one text per id)."""
+        return _length(body.get("prompt", body.get("text", body.get("tokens"))))
 
     def scoring_probe(self, text: str) -> JSONObject | None:
         """A greedy one-token generation of ``text`` with its logprob, to learn how this server aligns
