@@ -74,6 +74,7 @@ def test_bad_task_options_are_one_line_exit_2(tmp_path, args, needle):
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # two tasks through `abh ab` (the per-task data test stays in the default run)
 def test_ab_of_two_tasks_on_two_running_servers(tmp_path, sim_server):
     key = _key(tmp_path, registry.TaskSpec(name="mgsm_en", num_questions=20))
     a = sim_server("--answer-key", str(key), "--accuracy", "0.7", "--build", "base")

@@ -157,6 +157,7 @@ def test_abh_run_on_a_disk_that_fills_mid_eval(small_disk):
     assert abh_run_here(*args[1:]) == exitcodes.OK
 
 
+@pytest.mark.slow  # the eval's full-disk test stays in the default run
 def test_abh_compare_on_a_full_or_read_only_disk(small_disk, tmp_path):
     a, b = seed_vectors()
     da, db = make_eval(tmp_path / "a", a[:300]), make_eval(tmp_path / "b", b[:300])

@@ -132,6 +132,7 @@ def test_abh_compare_out_is_locked(tmp_path, capsys):
     assert not (out / LOCK_FILE).exists()
 
 
+@pytest.mark.slow  # the eval directory's lock test stays in the default run
 def test_abh_ab_out_is_locked(tmp_path):
     out = tmp_path / "ab"
     out.mkdir()
