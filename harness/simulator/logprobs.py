@@ -171,10 +171,15 @@ class NextTokenModel:
                 else:
                     out.ragged_top = tops
         if len(requested):
+            # each requested id looked up among the row's sorted candidates (rows offset by the vocabulary size so
+            # that one sorted array holds them all); the first of equal candidates is the one kept (not a dup)
             want = np.array([int(i) for i in requested], dtype=np.int64)
-            hit = (cand[:, None, :] == want[None, :, None]) & ~dup[:, None, :]  # (n, R, K)
-            found = hit.any(axis=2)
-            val = np.where(hit, lp[:, None, :], -np.inf).max(axis=2)
+            row_off = np.arange(n, dtype=np.int64)[:, None] * np.int64(self.vocab_size + 1)
+            keys = (srt + row_off).ravel()
+            q = (want[None, :] + row_off).ravel()
+            at = np.minimum(np.searchsorted(keys, q), keys.size - 1)
+            found = (keys[at] == q).reshape(n, -1)
+            val = np.take_along_axis(lp, order, axis=1).ravel()[at].reshape(n, -1)
             out.requested_logprobs = np.where(found, val, lp_tail[:, None])
         return out
 
