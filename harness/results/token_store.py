@@ -144,7 +144,9 @@ class ScoresWriter:
         self.meta = dict(meta or {})
         self.row_group_rows = int(row_group_rows)
         self._partial = self.root / f".{SCORES}.partial"
-        self._writer = pq.ParquetWriter(self._partial, _schema(), compression="zstd")
+        # dictionary encoding only where values repeat (a question's index on each of its rows): on the logprob
+        # and id columns it costs ~40 % of the write for 1 % of the size
+        self._writer = pq.ParquetWriter(self._partial, _schema(), compression="zstd", use_dictionary=["question"])
         self._buf: list[_Chunk] = []
         self._buffered = 0
         self._seen: set[int] = set()

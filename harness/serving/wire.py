@@ -336,8 +336,11 @@ class SGLangApi(Api):
             rest += [raw[at:a], b"null"]
             at = b
         rest.append(raw[at:])
+        body = b"".join(rest)  # small: the arrays are out
+        if any(body.count(b'"' + key.encode() + b'":') != 1 for key, span in cut.items() if span is not None):
+            return None  # a key twice: the careful path reads what the JSON says
         try:
-            obj = loads_body(b"".join(rest))
+            obj = loads_body(body)
         except ValueError:
             return None
         meta = obj.get("meta_info") if isinstance(obj, dict) else None
@@ -813,11 +816,13 @@ _OPEN, _CLOSE = ord("["), ord("]")
 
 def _array_extent(raw: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
     """Where the JSON array after ``key`` (``"name":``) starts and ends in ``raw``, an array of ``depth`` levels
-    whose last element is an array (it ends at the first ``]`` * depth); None when the key is absent or there
-    more than once, or the array holds a string (a key inside a JSON string cannot match: its quotes would be
-    escaped). A wrong end cannot pass: the arrays' counts and the rest of the body's JSON are checked."""
+    whose last element is an array (it ends at the first ``]`` * depth); None when the key is absent. A key
+    inside a JSON string cannot match (its quotes would be escaped). What is not checked here is checked by
+    the caller, without another scan of the body: a string inside the array (a byte :func:`_numbers` refuses),
+    a wrong end (the arrays' counts, the rest of the body's JSON), the key twice (the rest's JSON then holds
+    its other value where the cut one was null, or holds one in ``meta_info`` where the cut one was elsewhere)."""
     i = raw.find(key)
-    if i < 0 or raw.find(key, i + 1) >= 0:
+    if i < 0:
         return None
     start = i + len(key)
     while start < len(raw) and raw[start] in b" \t\r\n":
@@ -827,8 +832,7 @@ def _array_extent(raw: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
     close = raw.find(b"]" * depth, start)
     if close < 0:
         return None
-    end = close + depth
-    return (start, end) if raw.find(b'"', start, end) < 0 else None
+    return start, close + depth
 
 
 #: ``null`` becomes ``1e99`` by one byte translation (n -> 1, u -> e, l -> 9), read back as NaN: no logprob or

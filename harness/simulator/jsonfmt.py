@@ -18,12 +18,15 @@ __all__ = ["DECIMALS", "fixed_numbers", "position_entries"]
 #: Decimals of a logprob on the wire (a real server's are float32: about 7 significant digits)
 DECIMALS = 12
 _SPACE, _MINUS, _DOT, _ZERO = ord(" "), ord("-"), ord("."), ord("0")
+_OPEN, _CLOSE, _COMMA = ord("["), ord("]"), ord(",")
 
 
 @functools.cache
 def _six_digits() -> np.ndarray:
-    """The six ASCII digits of every integer below 10**6, (10**6, 6) (6 MB, made once)."""
-    return (_ZERO + (np.arange(10 ** 6)[:, None] // 10 ** np.arange(5, -1, -1)) % 10).astype(np.uint8)
+    """The six ASCII digits of every integer below 10**6, (10**6, 6) (6 MB, made once): the three-digit table
+    repeated (the high half) beside itself tiled (the low half), a copy instead of a division per digit."""
+    three = (_ZERO + (np.arange(1000)[:, None] // np.array([100, 10, 1])) % 10).astype(np.uint8)
+    return np.concatenate([np.repeat(three, 1000, axis=0), np.tile(three, (1000, 1))], axis=1)
 
 
 def _digits(n: np.ndarray, width: int) -> np.ndarray:
@@ -63,11 +66,13 @@ def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
     for j in range(1, n_int):
         n_digits += whole >= 10 ** j
     first = 1 + n_int - n_digits  # column of the first digit
-    if n_int > 1:
-        lead = np.arange(1, 1 + n_int)[None, :] < first[:, None]
-        out[:, 1:1 + n_int][lead] = _SPACE
-    rows = np.flatnonzero((v < 0) & (scaled > 0))
-    out[rows, first[rows] - 1] = _MINUS
+    minus = (v < 0) & (scaled > 0)
+    for c in range(n_int):  # a column at a time (whole digits are few): spaces before the first digit, the sign
+        # just before it
+        col = out[:, c]
+        if c:
+            col[first > c] = _SPACE
+        col[minus & (first == c + 1)] = _MINUS
     if decimals:
         out[:, 1 + n_int] = _DOT
         out[:, 2 + n_int:] = _digits(scaled % scale, decimals)
@@ -92,13 +97,23 @@ def position_entries(logprobs: np.ndarray, ids: np.ndarray, skip: int) -> bytes 
     idt = fixed_numbers(tid.reshape(-1).astype(np.float64), 0)
     if nums is None or idt is None:
         return None
-    wi = idt.shape[1]
-    if tid.ndim == 1:  # one row of ids, written once and repeated
-        idt = np.broadcast_to(idt[None], (n, k, wi)).reshape(n * k, wi)
-    col = np.full((n * k, 1), ord(","), dtype=np.uint8)
-    opening = np.full((n * k, 1), ord("["), dtype=np.uint8)
-    closing = np.broadcast_to(np.frombuffer(b",null],", dtype=np.uint8), (n * k, 7))
-    entries = np.concatenate([opening, nums, col, idt, closing], axis=1).reshape(n, -1)
-    rows = np.concatenate([opening[:n], entries, col[:n]], axis=1)
-    rows[:, -2] = ord("]")  # the last entry's separator closes the position's list
-    return b"[" + head + rows.tobytes()[:-1] + b"]"
+    # written in place into the answer's bytes: "[" + head, then per row "[" + k entries "[lp,id,null]," + ","
+    # (a row's last entry closes the row instead: "...null]]"), the last row's "," closing the whole array
+    wn, wi = nums.shape[1], idt.shape[1]
+    e = wn + wi + 9  # "[" lp "," id ",null],"
+    width = 2 + k * e
+    buf = np.empty(1 + len(head) + n * width, dtype=np.uint8)
+    buf[0] = _OPEN
+    buf[1:1 + len(head)] = np.frombuffer(head, dtype=np.uint8)
+    rows = buf[1 + len(head):].reshape(n, width)
+    rows[:, 0] = _OPEN
+    entries = rows[:, 1:1 + k * e].reshape(n, k, e)
+    entries[:, :, 0] = _OPEN
+    entries[:, :, 1:1 + wn] = nums.reshape(n, k, wn)
+    entries[:, :, 1 + wn] = _COMMA
+    entries[:, :, 2 + wn:2 + wn + wi] = idt.reshape(k, wi) if tid.ndim == 1 else idt.reshape(n, k, wi)
+    entries[:, :, 2 + wn + wi:] = np.frombuffer(b",null],", dtype=np.uint8)
+    rows[:, -2] = _CLOSE  # the last entry's separator closes the row
+    rows[:, -1] = _COMMA
+    buf[-1] = _CLOSE  # the last row's separator closes the array
+    return buf.tobytes()

@@ -41,10 +41,14 @@ def _err(status: int, message: str) -> web.Response:
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
     try:
-        body = await request.json(loads=json.loads)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise SimError(400, "request body is not valid JSON") from None
+        body = orjson.loads(raw)  # a scoring request carries ~1000 ids: 5x faster than the stdlib's parser
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses but Python's json reads (NaN, Infinity, lone surrogates) is read as before
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise SimError(400, "request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise SimError(400, "request body must be a JSON object")
     return body
