@@ -6,6 +6,9 @@ floor on a fresh launch of A; then :func:`harness.analysis.divergence.compute_di
 this process's CPU time, tokens, ``scores.parquet`` size, and the client's peak RSS (``VmHWM``) so far. The
 simulators are separate processes: their CPU is not counted in the client's but shown beside it (``sim CPU``),
 their wall time is part of each step's. One-time imports are paid before the first step (:func:`warm_up`).
+Then each step runs again with the simulator's cost taken out (``... (replayed)``): recorded through
+``benchmarks/replay_server.py`` (not timed), then timed against that proxy replaying the recorded answers; its
+``sim CPU`` is the proxy's. The last lines give each pass's wall over an eval's, with the simulator in and out.
 
     python benchmarks/bench_scoring.py [--questions 1319] [--parallel 1319] [--top-k 20] [--baseline REV]
 
@@ -51,6 +54,43 @@ def warm_up(root: Path) -> None:
     pq.write_table(pa.table({"x": [1]}), root / "warm_up.parquet")
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Replay:
+    """``benchmarks/replay_server.py`` in front of a server: records its answers, then replays them."""
+
+    def __init__(self, upstream: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("replay_server.py")),
+                                      "--port", str(self.port), "--upstream", upstream],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            try:
+                if requests.get(self.url + "/__replay__/stats", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("replay server not ready")
+
+    def mode(self, what: str) -> dict:
+        return requests.post(f"{self.url}/__replay__/{what}", timeout=10).json()
+
+    def cpu(self) -> float:
+        return Sim.cpu(self)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 class Sim:
     def __init__(self, *args: str) -> None:
         import socket
@@ -71,7 +111,7 @@ class Sim:
         raise RuntimeError("simulator not ready")
 
     def cpu(self) -> float:
-        """The simulator process's CPU seconds so far (user + system, from /proc)."""
+        """The process's CPU seconds so far (user + system, from /proc)."""
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -104,18 +144,29 @@ def side_by_side(args: argparse.Namespace) -> None:
     assert next(iter(old.values()))["harness"].startswith(base), "the baseline run did not import REV's harness"
     print(f"{args.questions} questions, parallel {args.parallel}, top-{args.top_k}: {args.baseline} vs this checkout "
           "(CPU: the client process's; the simulators run in their own processes)")
-    print(f"{'step':16s} {'CPU s ' + args.baseline[:8]:>16s} {'CPU s now':>10s} {'CPU ratio':>10s} "
+    print(f"{'step':26s} {'CPU s ' + args.baseline[:8]:>16s} {'CPU s now':>10s} {'CPU ratio':>10s} "
           f"{'wall s ' + args.baseline[:8]:>17s} {'wall s now':>11s} {'wall ratio':>11s} "
           f"{'sim CPU s ' + args.baseline[:8]:>20s} {'sim CPU s now':>14s}")
     for step, o in old.items():
         n = new[step]
-        print(f"{step:16s} {o['cpu']:16.2f} {n['cpu']:10.2f} {o['cpu'] / n['cpu']:9.2f}x "
+        print(f"{step:26s} {o['cpu']:16.2f} {n['cpu']:10.2f} {o['cpu'] / n['cpu']:9.2f}x "
               f"{o['wall']:17.2f} {n['wall']:11.2f} {o['wall'] / n['wall']:10.2f}x "
               f"{o['sim_cpu']:20.2f} {n['sim_cpu']:14.2f}")
-    ev = new.get("eval a")
-    if ev:
-        for step in ("reference pass", "B pass", "A/A floor"):
-            print(f"{step}: wall {new[step]['wall'] / ev['wall']:.2f}x an eval's ({ev['wall']:.2f} s) on this checkout")
+    ratios(new, "on this checkout")
+
+
+def ratios(run: dict, where: str) -> None:
+    """Each pass's wall over an eval's (against the simulator), with the simulator's cost in and out."""
+    ev = run.get("eval a")
+    if not ev:
+        return
+    for step in ("reference pass", "B pass", "A/A floor"):
+        line = f"{step}: wall {run[step]['wall'] / ev['wall']:.2f}x an eval's ({ev['wall']:.2f} s)"
+        rep = run.get(f"{step} (replayed)")
+        if rep:
+            line += (f"; replayed (the simulator's cost out: {run[step]['sim_cpu']:.2f} s of its CPU) "
+                     f"{rep['wall'] / ev['wall']:.2f}x")
+        print(f"{line} {where}")
 
 
 def main() -> None:
@@ -142,6 +193,21 @@ def main() -> None:
         rows.append((name, wall, cpu, (sim.cpu() - s0) if sim else 0.0, out, peak_rss_mib()))
         return out
 
+    def replayed(name: str, sim: Sim, step) -> None:  # type: ignore[no-untyped-def]
+        """``step(url, out_dir)`` through a recording proxy of ``sim`` (not timed), then timed against the proxy
+        replaying those answers: the client's wall and CPU without the simulator's (the proxy's CPU beside)."""
+        proxy = Replay(sim.url)
+        try:
+            scratch = Path(tempfile.mkdtemp(prefix="replay_", dir=root))
+            step(proxy.url, scratch / "recorded")
+            proxy.mode("replay")
+            timed(f"{name} (replayed)", lambda: step(proxy.url, scratch / "replayed"), proxy)  # type: ignore[arg-type]
+            stats = proxy.mode("stats")
+            if stats["missed"]:
+                sys.exit(f"{name}: {stats['missed']} request(s) replayed were never recorded")
+        finally:
+            proxy.stop()
+
     a1, b1 = Sim("--build", "a", "--noise", "launch"), Sim("--build", "b", "--logit-shift", "0.3", "--noise", "launch")
     try:
         for d, s in ((a, a1), (b, b1)):
@@ -153,6 +219,15 @@ def main() -> None:
               a1)
         timed("B pass", lambda: score_pass(a, cfg(b1), b, ScoringOptions(top_k=args.top_k, reference_scores=a,
                                                                            progress=False)), b1)
+        # the same steps again, the simulator's cost taken out: recorded through a proxy, then replayed by it
+        replayed("eval a", a1, lambda url, d: run_eval(
+            test, gsm8k.RecipeConfig(num_questions=args.questions), ClientConfig(url=url, parallel=args.parallel),
+            d, None, EvalOptions(progress=False)))
+        replayed("reference pass", a1, lambda url, d: score_pass(
+            a, ClientConfig(url=url, parallel=args.parallel), d, ScoringOptions(top_k=args.top_k, progress=False)))
+        replayed("B pass", b1, lambda url, d: score_pass(
+            a, ClientConfig(url=url, parallel=args.parallel), d,
+            ScoringOptions(top_k=args.top_k, reference_scores=a, progress=False)))
     finally:
         a1.stop()
         b1.stop()
@@ -161,6 +236,9 @@ def main() -> None:
         timed("A/A floor", lambda: score_pass(a, ClientConfig(url=a2.url, parallel=args.parallel), root / "evals/aa/r1",
                                               ScoringOptions(top_k=args.top_k, reference_scores=a, progress=False)),
               a2)
+        replayed("A/A floor", a2, lambda url, d: score_pass(
+            a, ClientConfig(url=url, parallel=args.parallel), d,
+            ScoringOptions(top_k=args.top_k, reference_scores=a, progress=False)))
     finally:
         a2.stop()
     d = timed("divergence", lambda: compute_divergence(a, b, root / "evals/aa/r1"))
@@ -171,17 +249,19 @@ def main() -> None:
                            "harness": harness.__file__} for name, wall, cpu, sim, _, peak in rows]))
         return
     print(f"{args.questions} questions, parallel {args.parallel}, top-{args.top_k}; {d.tokens} reference tokens")
-    print(f"{'step':16s} {'wall s':>8s} {'CPU s':>8s} {'sim CPU s':>10s} {'tokens':>8s} {'parquet MiB':>12s} "
+    print(f"{'step':26s} {'wall s':>8s} {'CPU s':>8s} {'sim CPU s':>10s} {'tokens':>8s} {'parquet MiB':>12s} "
           f"{'peak RSS MiB':>13s}")
     for name, wall, cpu, sim, out, peak in rows:
         toks = out.get("tokens") if isinstance(out, dict) and "status" in out else ""
         size = ""
         if isinstance(out, dict) and out.get("status") == "ok":
-            rel = {"reference pass": a, "B pass": b, "A/A floor": root / "evals/aa/r1"}[name]
-            size = f"{(rel / 'scores.parquet').stat().st_size / 2**20:.1f}"
-        print(f"{name:16s} {wall:8.2f} {cpu:8.2f} {sim:10.2f} {toks!s:>8s} {size:>12s} {peak:13.0f}")
+            rel = {"reference pass": a, "B pass": b, "A/A floor": root / "evals/aa/r1"}.get(name)
+            size = f"{(rel / 'scores.parquet').stat().st_size / 2**20:.1f}" if rel else ""
+        print(f"{name:26s} {wall:8.2f} {cpu:8.2f} {sim:10.2f} {toks!s:>8s} {size:>12s} {peak:13.0f}")
     print(f"verdict {d.verdict}: KLD {d.kld_mean:.4g} vs A/A {d.kld_mean_aa:.4g} "
-          "(peak RSS: this process's VmHWM after each step, imports included)")
+          "(peak RSS: this process's VmHWM after each step, imports included; sim CPU of a replayed step: the "
+          "replaying proxy's)")
+    ratios({name: {"wall": wall, "sim_cpu": sim} for name, wall, _, sim, _, _ in rows}, "")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,28 @@ def test_asked_ids_unions_the_likeliest_ids_without_the_reference_token():
     assert asked_ids(top, lps, 0) == [] and asked_ids(np.full((2, 3), -1), np.zeros((2, 3)), 5) == []
 
 
+def test_asked_ids_from_the_best_entries_are_those_of_all_entries() -> None:
+    """The union is taken from the best entries alone when they hold enough distinct ids: the same ids, in the
+    same order, as ordering every entry (ties, repeats, NaN-free logprobs on a coarse grid to force ties)."""
+    rng = np.random.default_rng(3)
+
+    def by_all(top: np.ndarray, lps: np.ndarray, cap: int, ref: np.ndarray) -> list[int]:
+        keep = (top >= 0) & (top != ref[:, None])
+        pairs = sorted(zip((-lps[keep]).tolist(), top[keep].tolist(), strict=True))
+        out: list[int] = []
+        for _, i in pairs:
+            if i not in out:
+                out.append(i)
+        return out[:cap]
+
+    for _ in range(300):
+        t, k, cap = int(rng.integers(1, 60)), int(rng.integers(1, 25)), int(rng.integers(1, 40))
+        top = rng.integers(-1, int(rng.integers(2, 400)), (t, k))
+        lps = np.round(rng.normal(-3, 2, (t, k)), int(rng.integers(0, 3)))
+        ref = rng.integers(0, 50, t)
+        assert asked_ids(top, lps, cap, ref) == by_all(top, lps, cap, ref)
+
+
 def test_text_key_is_stable_non_negative_int32():
     keys = [text_key(t) for t in (" 18", "\n\n", "<tok_7>", "é", "")]
     assert all(0 <= k < 2**31 for k in keys) and len(set(keys)) == len(keys)

@@ -2,7 +2,7 @@
 early, the signals and watchdogs that trip it, and the progress bar.
 
 * :func:`run`: a coroutine in a fresh event loop, uvloop where installed (it roughly halves the client's
-  per-request overhead at parallel 1319);
+  per-request overhead at parallel 1319), the cyclic garbage collector paused;
 * :class:`Stop`: why the measurement stops before its end, tripped by Ctrl-C/SIGTERM (:func:`signals_to`), the
   client's stall watchdog or the server-process check (:func:`watchdogs`); the first reason wins, a signal is
   always recorded, and :meth:`Stop.raise_for_reason` turns it into the exception the caller sees;
@@ -12,6 +12,7 @@ early, the signals and watchdogs that trip it, and the progress bar.
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -35,8 +36,17 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to its end in a fresh event loop (uvloop when installed)."""
-    return uvloop.run(coro) if HAVE_UVLOOP else asyncio.run(coro)
+    """Run ``coro`` to its end in a fresh event loop (uvloop when installed), Python's cyclic garbage collector
+    paused meanwhile (as it was before, after): a measurement's objects are freed by reference counting, and a
+    collection of the oldest generation walks every live request's objects to find nothing (10-20 % of a scoring
+    pass's client CPU: ``benchmarks/bench_scoring.py``). Cycles made meanwhile are collected after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return uvloop.run(coro) if HAVE_UVLOOP else asyncio.run(coro)
+    finally:
+        if was:
+            gc.enable()
 
 
 class Interrupted(BaseException):
