@@ -93,6 +93,33 @@ def test_references_are_the_answered_questions_with_the_prompts_sent(sim_server,
     assert all(r.prompt.endswith("Answer:") and r.text and r.prompt_tokens for r in refs)
 
 
+def test_a_pass_sends_at_most_its_own_parallel_requests_at_once(sim_server, tmp_path, monkeypatch):
+    """``divergence.parallel`` caps a pass's requests in flight below the client's ``parallel`` (never above it),
+    and scores.json says what was used."""
+    import harness.measure.logprob_pass as lp
+
+    s = sim_server("--build", "a", "--noise", "launch")
+    ev = _eval(s.url, tmp_path / "a", n=12)
+    peaks: list[int] = []
+
+    class Counting(lp.Client):  # type: ignore[misc,valid-type]
+        async def post_json(self, path, body):  # type: ignore[no-untyped-def]
+            peaks.append(self.in_flight)
+            return await super().post_json(path, body)
+
+        async def score(self, req):  # type: ignore[no-untyped-def]
+            reply = await super().score(req)
+            peaks.append(self.in_flight)
+            return reply
+
+    monkeypatch.setattr(lp, "Client", Counting)
+    meta = score_pass(ev, _cfg(s.url), ev, ScoringOptions(progress=False, parallel=3))
+    assert meta["status"] == "ok" and meta["parallel"] == 3 and meta["questions"] == 12
+    assert peaks and max(peaks) <= 3
+    meta = score_pass(ev, _cfg(s.url), ev, ScoringOptions(progress=False, parallel=1000))
+    assert meta["status"] == "ok" and meta["parallel"] == 32  # the client's own, when it is the lower
+
+
 # ------------------------------------------------------------------------------------------ SGLang, by ids
 def test_reference_pass_scores_every_reference_token_by_ids(sim_server, tmp_path):
     s = sim_server("--build", "a", "--noise", "launch")

@@ -49,7 +49,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,7 +72,14 @@ from harness.results.token_store import (
     write_not_measured,
 )
 from harness.serving.client import Client, ClientConfig, ScoreReply
-from harness.serving.wire import DEFAULT_TOP_K, Api, MalformedResponse, ScoreRequest, TokenScores
+from harness.serving.wire import (
+    DEFAULT_TOP_K,
+    SCORING_PARALLEL,
+    Api,
+    MalformedResponse,
+    ScoreRequest,
+    TokenScores,
+)
 
 __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_ids",
            "load_references", "score_pass", "score_pass_async", "text_key"]
@@ -195,6 +202,10 @@ def _first_distinct(ids: np.ndarray, lps: np.ndarray, cap: int) -> list[int]:
 @dataclass
 class ScoringOptions:
     top_k: int = DEFAULT_TOP_K
+    #: Scoring requests in flight at once, at most the client's ``parallel`` (``divergence.parallel``): a
+    #: server's prefill batches are full long before 1319, and each request in flight is a connection and an
+    #: answer held by the client.
+    parallel: int = SCORING_PARALLEL
     #: The reference pass's directory; None: this pass IS the reference pass (it scores its own text).
     reference_scores: Path | None = None
     max_asked_ids: int = DEFAULT_MAX_ASKED_IDS
@@ -387,11 +398,14 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
     no pass (a rerun scores again).
     """
     opts = opts or ScoringOptions()
+    if opts.parallel < client_cfg.parallel:
+        client_cfg = replace(client_cfg, parallel=max(1, int(opts.parallel)))
     out = Path(out_dir)
     ref_eval = Path(reference_eval)
     meta: ScoresMeta = {**opts.meta, "reference_eval": str(ref_eval),
                             "reference_scores": None if opts.reference_scores is None else str(opts.reference_scores),
-                            "requested_top_k": int(opts.top_k), "url": client_cfg.url}
+                            "requested_top_k": int(opts.top_k), "parallel": int(client_cfg.parallel),
+                            "url": client_cfg.url}
     t0 = time.perf_counter()
     for name in (SCORES_META, SCORES, INPUTS):  # a pass is redone whole: no stale file may outlive it
         (out / name).unlink(missing_ok=True)

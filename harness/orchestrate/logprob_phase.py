@@ -133,7 +133,8 @@ class ScoringPhase:
         scoring = {**(self.manifest.data.get("scoring") or {}), item.rel_dir: record}
         self.manifest.record("scoring", scoring)
         ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=engine.api)
-        opts = ScoringOptions(top_k=self.top_k, reference_scores=ref_scores, progress=bool(cfg.progress),
+        opts = ScoringOptions(top_k=self.top_k, parallel=int(cfg.divergence.parallel), reference_scores=ref_scores,
+                              progress=bool(cfg.progress),
                               abort_check=engine.alive, meta=meta)
         try:
             result = self.interrupts.run_async(score_pass_async(ref_eval, ccfg, out, opts))

@@ -65,7 +65,7 @@ ScoresMeta = TypedDict("ScoresMeta", {
     # the caller's meta: which pass, of which arm and launch, against which reference, how it was asked
     "pass": str, "arm": str, "role": str, "launch": str, "engine": str, "simulated": bool, "reference": str,
     "reference_sha256": str | None, "reference_pass": str | None, "reference_eval": str, "reference_scores": str | None,
-    "requested_top_k": int, "url": str, "api": str, "by_ids": bool, "by_text_reason": str | None,
+    "requested_top_k": int, "parallel": int, "url": str, "api": str, "by_ids": bool, "by_text_reason": str | None,
     "echo_shift": int | None, "asked_ids": int, "wall_s": float, "transient": bool, "same_launch_as": str,
     # written by ScoresWriter.close (status ok)
     "top_k": int, "questions": int, "tokens": int, "top_width": int, "ref_width": int, "text_offsets": bool,

@@ -51,6 +51,8 @@ class Generation:
 # ---------------------------------------------------------------------------------------- scoring
 #: Alternatives per reference token a scoring pass asks each server for (``divergence.top_k``).
 DEFAULT_TOP_K = 20
+#: Scoring requests in flight at once (``divergence.parallel``; at most the client's ``parallel``).
+SCORING_PARALLEL = 128
 
 
 @dataclass(frozen=True)
