@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -336,6 +337,11 @@ def test_an_answer_without_texts_read_from_its_bytes_is_the_json_parsers(asked: 
     assert raw.count(b"[null, 1, null]") == 1
     bad = [raw.replace(b'null]]', b'"x"]]', 1), raw.replace(b"[-3", b"[null", 1),
            raw.replace(b"[null, 1, null]", b"[null, true, null]"),  # a boolean is not an id
+           raw.replace(b"[-3", b"[n", 1),  # a stray n (the letter a null reads by) before a number
+           re.sub(rb"(\[-?[\d.]+), \d+, null\]", rb"\1, null, null]", raw.decode().encode(), count=2),  # null ids
+           re.sub(rb"\[-?[\d.]+, (\d+, null\])", rb"[null, \1", raw, count=3),  # a null logprob after the first
+           raw.replace(b"[-3", b"[nil", 1), raw.replace(b"[-3", b"[None", 1), raw.replace(b"[-3", b"[-inf", 1),
+           raw.replace(b"[-3", b"[{}", 1), raw.replace(b"[-3", b'[{"a": 1}', 1),
            json.dumps({**obj, "meta_info": {**meta, "input_top_logprobs": meta["input_top_logprobs"][:-1] + [
                meta["input_top_logprobs"][-1][:-1]]}}).encode(),
            raw[:-1] + b', "input_top_logprobs": []}',

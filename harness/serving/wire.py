@@ -106,22 +106,34 @@ class TokenScores:
     ids: list[int | None] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
     logprobs: list[float | None] = field(default_factory=list)
-    top_ids: list[list[int | None]] = field(default_factory=list)
     top_texts: list[list[str | None]] = field(default_factory=list)
-    top_logprobs: list[list[float]] = field(default_factory=list)
     id_logprobs: list[dict[int, float]] = field(default_factory=list)
     text_offsets: list[int | None] = field(default_factory=list)
     input_tokens: int | None = None
-    #: ``top_ids`` (-1 for none) and ``top_logprobs`` as (T, k) arrays, when the parser built them so (the
-    #: scoring pass then stores them without a Python object per alternative)
+    #: ``top_ids`` and ``top_logprobs`` as (T, k) arrays, when the parser built them so (the scoring pass then
+    #: stores them without a Python object per alternative; the lists are made from them only when asked for)
     dense_top: tuple[np.ndarray, np.ndarray] | None = None
     #: the asked ids' logprobs as a (T, m) array, column j for ``asked_ids[j]`` (NaN: not given), when the
     #: parser read them so; ``id_logprobs`` is then empty
     dense_asked: np.ndarray | None = None
     asked_ids: tuple[int, ...] = ()
+    _top_ids: list[list[int | None]] | None = field(default=None, repr=False)
+    _top_logprobs: list[list[float]] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.logprobs)
+
+    @property
+    def top_ids(self) -> list[list[int | None]]:
+        if self._top_ids is None:
+            self._top_ids = self.dense_top[0].tolist() if self.dense_top is not None else []
+        return self._top_ids
+
+    @property
+    def top_logprobs(self) -> list[list[float]]:
+        if self._top_logprobs is None:
+            self._top_logprobs = self.dense_top[1].tolist() if self.dense_top is not None else []
+        return self._top_logprobs
 
     def add(self, token_id: int | None, text: str | None, logprob: float | None,
             top: Sequence[tuple[int | None, str | None, float]], id_logprobs: dict[int, float] | None = None,
@@ -349,18 +361,18 @@ class SGLangApi(Api):
         if not isinstance(meta, dict) or any(meta.get(k, 0) is not None for k, v in cut.items() if v is not None):
             return None  # the arrays were not meta_info's own
         _, skip = self._start(req)
-        rows = _pairs(raw[own[0]:own[1]])
+        flat = bytearray(raw.translate(_NULL_TO_NUMBER))
+        rows = _pairs(raw, flat, own, skip)
         if rows is None or rows.shape[0] != skip + len(req.reference):
             return None
         t = rows.shape[0] - skip
         rows = rows[skip:]
-        tops = _triples(raw[top[0]:top[1]], skip, t)
+        tops = _triples(raw, flat, top, skip, t)
         if tops is None or not _ids_ok(rows[:, 1]):
             return None
         asked = None
         if cut["input_token_ids_logprobs"] is not None:
-            span = cut["input_token_ids_logprobs"]
-            asked = _triples(raw[span[0]:span[1]], skip, t)
+            asked = _triples(raw, flat, cut["input_token_ids_logprobs"], skip, t)
             want = np.asarray(list(req.token_ids or []), dtype=np.float64)
             if asked is None or asked.shape[1] != want.size or not (asked[:, :, 1] == want).all():
                 return None
@@ -373,9 +385,8 @@ class SGLangApi(Api):
         order = np.argsort(-top_lp, axis=1, kind="stable")[:, :req.top_k]  # ties keep the server's order
         top_lp, top_ids = np.take_along_axis(top_lp, order, axis=1), np.take_along_axis(top_ids, order, axis=1)
         total = meta.get("prompt_tokens")
-        return TokenScores(ids=ids.tolist(), texts=[None] * t, logprobs=lp.tolist(), top_ids=top_ids.tolist(),
-                           top_texts=[[None] * top_ids.shape[1]] * t, top_logprobs=top_lp.tolist(),
-                           id_logprobs=[], text_offsets=[None] * t,
+        return TokenScores(ids=ids.tolist(), texts=[None] * t, logprobs=lp.tolist(),
+                           top_texts=[[None] * top_ids.shape[1]] * t, id_logprobs=[], text_offsets=[None] * t,
                            input_tokens=total if isinstance(total, int) and not isinstance(total, bool) else None,
                            dense_top=(top_ids, top_lp),
                            dense_asked=None if asked is None else asked[:, :, 0],
@@ -837,68 +848,71 @@ def _array_extent(raw: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
     return start, close + depth
 
 
-#: ``null`` becomes ``1e99`` by one byte translation (n -> 1, u -> e, l -> 9), read back as NaN: no logprob or
-#: token id comes near it. The same translation deletes the brackets.
-_NULL_TO_NUMBER = bytes.maketrans(b"nul", b"1e9")
-#: Every byte a string-free array of numbers may hold once its brackets are gone and its nulls are numbers
-_NUMBER_BYTES = b"0123456789+-.eE, \t\r\n"
+#: ``null`` becomes ``9`` by one byte translation (n -> 9, u and l -> spaces), which also blanks the brackets: a
+#: small int the JSON parser makes without an allocation. A stray u or l is a space then (it cannot join or
+#: change a number); a null is told from a written 9 by counting the n's (:func:`_numbers`).
+_NULL_TO_NUMBER = bytes.maketrans(b"nul[]", b"9    ")
+#: what a null reads as (:data:`_NULL_TO_NUMBER`)
+_NULL = 9.0
 
 
-def _numbers(region: bytes) -> np.ndarray | None:
-    """Every number of a string-free JSON array (of arrays), flat, a ``null`` as NaN; None when anything else is
-    in it (``true``, an object, a word). One byte translation and one flat JSON list for orjson (3x faster than
+def _numbers(raw: bytes, flat: bytearray, span: tuple[int, int]) -> tuple[np.ndarray, int] | None:
+    """Every number of the string-free JSON array (of arrays) at ``span`` of ``raw``, flat, a ``null`` as
+    :data:`_NULL`, and how many nulls it holds (its n's: the caller checks that they are all where nulls belong,
+    so that a null elsewhere or a stray n, which reads as a 9, is never taken for a number); None when anything
+    else is in it (a string, an object, ``true``, a word: the translation leaves letters that no JSON value but a
+    number holds). ``flat``: ``raw`` translated by :data:`_NULL_TO_NUMBER` (once per answer); the array's own
+    brackets are put back in it and the span read by orjson as one flat list, without a copy (3x faster than
     numpy's text parser on a scoring answer: ``benchmarks/bench_scoring.py``)."""
     import numpy as np
-    body = region.translate(_NULL_TO_NUMBER, b"[]")
-    if not body.strip():
-        return np.zeros(0)
-    if body.translate(None, _NUMBER_BYTES):  # a letter left: true, false, NaN, an object
+    a, b = span
+    if raw.find(b'"', a, b) >= 0:  # a string (the only JSON value orjson reads that numpy would take)
         return None
+    flat[a], flat[b - 1] = _OPEN, _CLOSE
     try:
-        values = np.array(orjson.loads(b"[" + body + b"]"), dtype=np.float64)
-    except (orjson.JSONDecodeError, TypeError, ValueError, OverflowError):
+        values = orjson.loads(memoryview(flat)[a:b])
+        return np.fromiter(values, dtype=np.float64, count=len(values)), raw.count(b"n", a, b)
+    except (orjson.JSONDecodeError, TypeError, ValueError, OverflowError):  # an object, a word, a bool left
         return None
-    if values.ndim != 1:
+
+
+def _pairs(raw: bytes, flat: bytearray, span: tuple[int, int], skip: int) -> np.ndarray | None:
+    """Every ``[logprob, id, null]`` entry of the JSON array at ``span`` (:func:`_numbers`) as a (logprob, id)
+    row, (N, 2); None when anything else is in it, or a null anywhere but in the text place and the first
+    ``skip`` entries' logprob place (there it reads as :data:`_NULL`)."""
+    got = _numbers(raw, flat, span)
+    if got is None or got[0].size % 3:
         return None
-    values[values == 1e99] = np.nan
-    return values
-
-
-def _pairs(region: bytes) -> np.ndarray | None:
-    """Every ``[logprob, id, null]`` entry of a string-free JSON array as a (logprob, id) row, (N, 2) (a null
-    logprob: NaN); None when anything else is in it."""
-    values = _numbers(region)
-    if values is None or values.size % 3:
+    out, nulls = got[0].reshape(-1, 3), got[1]
+    if not (_all_null(out[:, 2]) and nulls == out.shape[0] + int((out[:skip, 0] == _NULL).sum())):
         return None
-    out = values.reshape(-1, 3)
-    return out[:, :2] if _all_nan(out[:, 2]) else None
+    return out[:, :2]
 
 
-def _all_nan(x: np.ndarray) -> bool:
-    import numpy as np
-    return bool(np.isnan(x).all())
+def _all_null(x: np.ndarray) -> bool:
+    return bool((x == _NULL).all())
 
 
-def _triples(region: bytes, skip: int, t: int) -> np.ndarray | None:
-    """A per-position array of ``[logprob, id, null]`` entries, the first ``skip`` positions null, as (t, k, 2)
-    (logprob, id); None unless every later position holds the same k >= 1 entries of that shape."""
-    import numpy as np
-    values = _numbers(region)
-    if values is None or t < 1 or values.size <= skip or not _all_nan(values[:skip]):
+def _triples(raw: bytes, flat: bytearray, span: tuple[int, int], skip: int, t: int) -> np.ndarray | None:
+    """The per-position array of ``[logprob, id, null]`` entries at ``span`` (:func:`_numbers`), the first
+    ``skip`` positions null, as (t, k, 2) (logprob, id); None unless every later position holds the same k >= 1
+    entries of that shape, with a null nowhere but in the text place."""
+    got = _numbers(raw, flat, span)
+    if got is None or t < 1 or got[0].size <= skip or not _all_null(got[0][:skip]):
         return None
-    values = values[skip:]
+    values, nulls = got[0][skip:], got[1]
     if values.size % (3 * t):
         return None
     out = values.reshape(t, -1, 3)
-    if not (_all_nan(out[:, :, 2]) and _ids_ok(out[:, :, 1]) and not np.isnan(out[:, :, 0]).any()):
+    if not (nulls == skip + out.shape[0] * out.shape[1] and _all_null(out[:, :, 2]) and _ids_ok(out[:, :, 1])):
         return None
     return out[:, :, :2]
 
 
 def _ids_ok(x: np.ndarray) -> bool:
-    """Token ids read as floats: whole numbers >= 0 (below 2**53, exact in a float)."""
+    """Token ids read as floats: whole numbers >= 0 (below 2**53, exact in a float; a NaN or a null is not)."""
     import numpy as np
-    return bool(np.isfinite(x).all() and (x >= 0).all() and (x < 2 ** 53).all() and (x == np.floor(x)).all())
+    return bool(((x >= 0) & (x < 2 ** 53)).all() and (x == np.floor(x)).all())
 
 
 def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
@@ -954,9 +968,9 @@ def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], k: int,
         except (TypeError, ValueError):
             return None
         asked.append(dict(zip(a_ids.tolist(), a_lp.tolist(), strict=True)))
-    out = TokenScores(ids=ids.tolist(), texts=texts, logprobs=lp.tolist(), top_ids=top_ids.tolist(),
+    out = TokenScores(ids=ids.tolist(), texts=texts, logprobs=lp.tolist(),
                       top_texts=[[t if isinstance(t, str) else None for t in row] for row in top_texts],
-                      top_logprobs=top_lp.tolist(), id_logprobs=asked, text_offsets=[None] * len(rows),
+                      id_logprobs=asked, text_offsets=[None] * len(rows),
                       input_tokens=total, dense_top=(top_ids, top_lp))
     return out
 
