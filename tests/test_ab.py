@@ -267,6 +267,7 @@ def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path, 
     assert json.loads((root / "evals/a/r1/eval.json").read_text())["resumes"] == 1
 
 
+@pytest.mark.slow
 def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_server, tmp_path, capsys,
                                                                quick_backoff):
     sa, _ = servers

@@ -38,6 +38,7 @@ def test_mgsm_over_chat_records_reasoning_apart(tmp_path, sim_server):
     assert 15 <= right <= 30 and all(r["pred"] == r["label"] for r in rows if r["correct"])
 
 
+@pytest.mark.slow
 def test_sgl_eval_chat_is_graded_by_math_verify(tmp_path, sim_server):
     key = _key(tmp_path, registry.TaskSpec(name="gsm8k", recipe="sgl_eval_chat", num_questions=20))
     server = sim_server("--answer-key", str(key), "--accuracy", "0.7")

@@ -73,6 +73,7 @@ def test_recorded_failures_exit_as_abh_run_would(tmp_path: Path, extra: dict, co
     assert read_json(tmp_path / "out" / "comparison.json")["verdict"] == "not_comparable"
 
 
+@pytest.mark.slow
 def test_fail_on_regressed_exits_7_on_a_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(6)
     a = rng.random(500) < 0.8

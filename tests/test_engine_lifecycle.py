@@ -119,6 +119,7 @@ def test_death_mid_run_keeps_samples_and_resumes(tmp_path):
     assert s["complete"] and len(load_samples(out)) == 60 and s["resumed"]
 
 
+@pytest.mark.slow
 def test_hang_times_out_requests_as_errors(tmp_path):
     out = tmp_path / "eval"
     with sim(tmp_path, hang_after=5) as e:  # the warm-up + 4 questions are answered, then nothing

@@ -37,6 +37,7 @@ def slow_server():
     s.stop()
 
 
+@pytest.mark.slow
 def test_a_low_hard_limit_caps_the_parallelism_with_a_warning(slow_server, tmp_path):
     r = eval_with_nofile(slow_server.url, tmp_path / "ev", 256, 256)
     assert r.returncode == exitcodes.OK, r.stderr

@@ -110,6 +110,7 @@ def test_demo_end_to_end(demo: Demo) -> None:
     print(f"demo took {demo.seconds:.1f} s")
 
 
+@pytest.mark.slow
 def test_demo_on_100_questions_end_to_end(demo100: Demo) -> None:
     """Everything test_demo_end_to_end checks but the verdict, which needs all 1319 questions (slow)."""
     r, run_dir = demo100.result, demo100.run_dir
@@ -234,6 +235,7 @@ def test_a_signal_in_any_phase_stops_the_servers_and_exits_promptly(tmp_path: Pa
 
 
 # ---------------------------------------------------------------------------------- server failures
+@pytest.mark.slow
 def test_server_death_mid_eval_exits_4_with_its_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """In this process (the runs below run `abh run` as a command): the servers are real processes all the same."""
     run_dir = tmp_path / "run"
@@ -280,6 +282,7 @@ def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_pa
     assert read_json(run_dir / "summary.json")["exit_code"] == 0
 
 
+@pytest.mark.slow
 def test_a_secret_flag_on_a_failing_server_leaks_nowhere(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     r = abh_run(f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "+engine.args=[--api-key,sk-LEAKME42]",
@@ -361,6 +364,7 @@ def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path: 
            "launch of their own" in err
 
 
+@pytest.mark.slow
 def test_seed_dry_run_without_a_clone_says_to_set_sglang_repo(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SGLANG_REPO", raising=False)
@@ -412,6 +416,7 @@ def test_help_lists_the_config_groups_not_the_schemas(capsys: pytest.CaptureFixt
 
 
 # ---------------------------------------------------------------------------------- config changes
+@pytest.mark.slow
 def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"

@@ -234,6 +234,7 @@ def _two_arms(sim_server, k: int) -> None:
     assert (b + c) / k < 0.10  # ... and agrees on most questions
 
 
+@pytest.mark.slow
 def test_two_arms_paired_and_correct_on_300_questions(sim_server):
     _two_arms(sim_server, 300)
 
@@ -333,6 +334,7 @@ def test_hang_after(sim_server):
             requests.get(s.url + path, timeout=0.5)
 
 
+@pytest.mark.slow
 def test_startup_delay_answers_503_on_health_until_ready():
     """Like SGLang until its warm-up ends: /health and /health_generate (one handler) and requests say 503."""
     s = SimServer("--startup-s", "1.5")
@@ -369,6 +371,7 @@ def test_sigterm(sim_server):
 
 
 # ------------------------------------------------------------------------------------------- load
+@pytest.mark.slow
 def test_full_concurrency_1319(sim_server):
     s = sim_server("--latency-s", "0.5")
     t0 = time.monotonic()

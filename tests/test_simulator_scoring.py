@@ -260,6 +260,7 @@ def test_openai_echo_logprobs_score_the_prompt(sim_server, tok):
 
 
 # -------------------------------------------------------------------------------- routed experts
+@pytest.mark.slow
 def test_routed_experts_on_buggy_and_fixed_builds(sim_server, tok):
     fixed = sim_server("--build", "fix")
     buggy = sim_server("--build", "base", "--routed-experts-bug")

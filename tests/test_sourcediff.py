@@ -200,6 +200,7 @@ def test_seed_dry_run_base_vs_fix_exits_0_naming_only_topk(repo, tmp_path, seed_
     assert "check [b] select_experts contains the per-rank shared-slot gate fix: PASS" in r.stdout
 
 
+@pytest.mark.slow
 def test_seed_dry_run_with_another_changed_file_exits_6(repo, tmp_path, seed_dry_run):
     r = seed_dry_run(repo, repo.base, repo.extra, tmp_path)
     assert r.returncode == exitcodes.ARMS_DIFFER, r.stderr[-3000:]

@@ -68,8 +68,9 @@ def test_fft_convolution_matches_the_direct_one():
 
 
 def test_the_statistics_do_not_import_scipy_stats():
-    """The point of this module: `abh run`, `abh compare` and the report pay for scipy.special, not scipy.stats."""
+    """The point of this module: `abh run`, `abh compare` and the report pay for scipy.special, not scipy.stats
+    (nor scipy.optimize: harness.stats.roots)."""
     code = ("import sys, harness.stats, harness.analysis.comparison, harness.cli.run; "
-            "print(sorted(m for m in sys.modules if m.startswith(('scipy.stats', 'scipy.signal'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('scipy.stats', 'scipy.signal', 'scipy.optimize'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

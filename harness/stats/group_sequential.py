@@ -50,10 +50,10 @@ from functools import lru_cache
 from typing import NotRequired, TypedDict
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
 from harness.results.records import JSONObject
+from harness.stats.roots import brentq
 
 from .verdict import HYPOTHESES
 
@@ -393,8 +393,9 @@ class SequentialDesign:
             if _cp_superiority(hi, t, c_last) < self.futility_power:
                 out[j] = hi
             else:
-                out[j] = brentq(lambda z, t=t: _cp_superiority(z, t, c_last) - self.futility_power, 0.0, hi,
-                                xtol=1e-9)
+                def short(z: float, t: float = t) -> float:
+                    return _cp_superiority(z, t, c_last) - self.futility_power
+                out[j] = brentq(short, 0.0, hi, xtol=1e-9)
         return out
 
 

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import nctdtr
+
+from harness.stats.roots import brentq
 
 from ._rng import SeedLike
 from .dist import t_ppf, t_sf

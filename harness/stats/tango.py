@@ -22,8 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
+
+from harness.stats.roots import brentq
 
 _EPS = 1e-12
 
