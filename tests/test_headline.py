@@ -99,3 +99,39 @@ def test_library_log_lines_stay_in_run_log(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     assert "matplotlib" not in r.stderr + r.stdout and "fontManager" in (run_dir / "run.log").read_text()
     assert r.stdout.strip().splitlines()[-1] == read_json(run_dir / "summary.json")["headline"]
+
+
+def test_job_logging_keeps_matplotlib_warnings_in_run_log(tmp_path: Path) -> None:
+    """The job logging config: matplotlib's warnings (its font-cache note after 5 s on a slow first run) go to
+    run.log only; any other library's warning reaches the console too; secrets are redacted in both."""
+    import io
+    import logging
+    import logging.config
+
+    import yaml
+
+    conf = yaml.safe_load((Path(__file__).parents[1] / "configs/hydra/job_logging/redacted.yaml").read_text())
+    conf["handlers"]["file"]["filename"] = str(tmp_path / "run.log")
+    stream = io.StringIO()
+    conf["handlers"]["console"]["stream"] = stream
+    root, saved = logging.getLogger(), logging.getLogger().handlers[:]
+    saved_level = root.level
+    try:
+        logging.config.dictConfig(conf)
+        # a child no earlier test's logging set-up has seen (dictConfig disables the loggers it does not name)
+        logging.getLogger("matplotlib.abh_font_manager_test").warning("Matplotlib is building the font cache")
+        logging.getLogger("urllib3").warning("other library api_key=sk-abcdefghijklmnopqrstuvwx")
+        logging.getLogger("matplotlib").info("generated new fontManager")
+        for h in logging.getLogger().handlers + logging.getLogger("matplotlib").handlers:
+            h.flush()
+    finally:
+        for h in logging.getLogger().handlers + logging.getLogger("matplotlib").handlers:
+            h.close()
+        root.handlers[:] = saved
+        root.setLevel(saved_level)
+        logging.getLogger("matplotlib").handlers.clear()
+        logging.getLogger("matplotlib").propagate = True
+    console, log = stream.getvalue(), (tmp_path / "run.log").read_text()
+    assert "font cache" in log and "fontManager" in log and "font" not in console
+    assert "other library" in console and "other library" in log
+    assert "sk-abcdefghijklmnopqrstuvwx" not in console + log
