@@ -478,7 +478,7 @@ def _stats_problems(cfg: Any) -> list[str]:
         if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 0.1:
             out.append(f"stats.{key}={v:g} is in percentage points (1.0 = 1 pp), and {v:g} pp is below one "
                        f"question in a thousand: did you mean {v * 100:g}?")
-    from harness.analysis.comparison import settings_problem
+    from harness.analysis.compare_settings import settings_problem
     from harness.stats.verdict import HYPOTHESES
 
     def frac(v: Any) -> float | None:
@@ -493,7 +493,7 @@ def _stats_problems(cfg: Any) -> list[str]:
 
 
 #: The numeric keys' ranges (the client's own are ClientSettings.problems, the simulator's SimConfig.problems, the
-#: comparison's settings analysis.comparison.settings_problem, through _stats_problems):
+#: comparison's settings analysis.compare_settings.settings_problem, through _stats_problems):
 #: key -> (lowest, highest, the lowest itself excluded, whole numbers only). Engine keys hold for ``engine.`` and
 #: for every arm's engine overrides.
 ENGINE_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {

@@ -12,7 +12,8 @@ from helpers.docs import comparison, doc
 from helpers.evals import N, make_eval, seed_vectors
 
 from harness import stats as S
-from harness.analysis.comparison import CompareError, format_summary
+from harness.analysis.compare_settings import CompareError
+from harness.analysis.comparison import format_summary
 from harness.cli.compare import compare_main as main
 from harness.cli.power import power_main
 from harness.results.schema import Comparison

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 import harness.config as hc
 import harness.orchestrate.pipeline as pipeline
 from harness import exitcodes
-from harness.analysis.comparison import settings_problem
+from harness.analysis.compare_settings import settings_problem
 
 
 def _cfg(*overrides: str):

@@ -23,12 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness import exitcodes
-from harness.analysis.comparison import (
-    CompareError,
-    compare_dirs,
-    failure_exit,
-    format_summary,
-)
+from harness.analysis.compare_settings import CompareError
+from harness.analysis.comparison import compare_dirs, failure_exit, format_summary
 from harness.analysis.divergence import divergence_of_dirs, has_pass
 from harness.analysis.gate import FAIL_ON, comparison_exit, exit_reason
 from harness.cli.flags import HelpFormatter

@@ -26,7 +26,6 @@ from omegaconf.errors import OmegaConfBaseException
 from harness import exitcodes
 from harness.cli.hydra_errors import one_line
 from harness.config import CONFIG_DIR, arms_root
-from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
 from harness.results import schema
 from harness.util.redact import Redactor, redact_argv, redact_text, secret_values
 from harness.util.redact_stdio import redacted_stdio
@@ -86,6 +85,10 @@ def task(cfg: DictConfig) -> int:
     hc = HydraConfig.get()
     placed = [o for o in hc.overrides.hydra if o.startswith(("hydra.run.dir=", "hydra.sweep.dir=", "hydra/launcher="))]
     overrides = [_lower_bool(redact_text(a)) for a in redact_argv([*hc.overrides.task, *placed])]
+    # the pipeline (servers, client, statistics) is imported once a job runs: `--cfg`, `--help` and Hydra's own
+    # refusals answer without it
+    from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
+
     code = run_job(cfg, run_dir, ["abh", "run", *overrides])  # a sweep job's own: it reruns that job alone
     if code in INTERRUPTED_CODES and in_multirun():
         raise RunExit(code)  # Ctrl-C / SIGTERM / SIGHUP stops the whole sweep, not just this job

@@ -28,13 +28,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from harness import exitcodes
-from harness.analysis.comparison import (
-    CompareError,
-    CompareSettingsError,
-    IncomparableEvals,
-    compare_dirs,
-    format_summary,
-)
+from harness.analysis.compare_settings import CompareError, CompareSettingsError
+from harness.analysis.comparison import IncomparableEvals, compare_dirs, format_summary
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence, has_pass
 from harness.analysis.gate import comparison_exit, exit_reason
