@@ -78,6 +78,7 @@ def test_abh_eval_sends_the_api_key_of_an_env_var_and_records_none(tmp_path, mon
         "not set" in r.stderr and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # a whole run of processes: abh eval's userinfo test and abh ab's api-key test stay in the default run
 def test_abh_ab_reaches_userinfo_urls_and_leaks_the_password_nowhere(tmp_path):
     """manifest.json, run.log, eval.json, comparison.json/.md, summary.json, report.html and the terminal."""
     out = tmp_path / "ab"

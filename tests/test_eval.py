@@ -59,6 +59,7 @@ def test_full_1319_at_parallel_1319_bookkeeping(sim_server, tmp_path):
         assert x.pred == gsm8k.get_answer_value(x.output) and x.correct == (x.pred == x.label)
 
 
+@pytest.mark.slow  # a whole run of processes: the Ctrl-C/SIGTERM mid-eval resume tests stay in the default run
 def test_killed_midway_resumes_without_loss_or_duplicates(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.9", "--latency-s", "0.05", "--max-running-requests", "20")
     out = tmp_path / "ev"

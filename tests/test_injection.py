@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import TEST_JSONL
 from helpers.faultserver import FaultServer
 from helpers.markdown import parse_table
@@ -39,6 +40,7 @@ def test_a_markdown_cell_escapes_links_images_and_controls():
     assert no_raw(c) and "\\\\x1b" in c
 
 
+@pytest.mark.slow  # a whole run of processes: abh run's header escaping and the escaping functions stay in the default run
 def test_abh_ab_with_hostile_names(tmp_path: Path):
     out = tmp_path / "ab"
     with FaultServer("ok") as sa, FaultServer("ok") as sb:

@@ -136,6 +136,7 @@ def test_vllm_needs_the_vllm_distribution_metadata():
     assert not vllm_distribution(arm, {"error": "the arm's interpreter /venv/bin/python does not exist"}).ran
 
 
+@pytest.mark.slow  # a whole run of processes: the parser's refusals are checked in-process in the default run
 def test_a_dry_run_stops_on_a_refused_flag_before_anything_else(tmp_path):
     """The seed experiment with the arms on a tree whose SGLang splits --cuda-graph-max-bs (exit 2, the flag named,
     the deprecation warned), before the source diff and the side checks would be looked at."""

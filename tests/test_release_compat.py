@@ -73,6 +73,7 @@ def test_abh_compare_of_the_stored_evals_gives_the_stored_comparison(release: Pa
         assert new[key] == old[key], key
 
 
+@pytest.mark.slow  # a whole run of processes: the stored kinds' loading and rewriting stay in the default run
 def test_a_finished_run_and_ab_directory_resume_without_sending_a_question(release: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """The same commands as 0.1.0's rerun: every eval and scoring pass is kept, the comparison recomputed (the

@@ -253,6 +253,7 @@ def test_server_death_mid_eval_exits_4_with_its_log(tmp_path: Path, capsys: pyte
         assert not pid_alive(pid)
 
 
+@pytest.mark.slow  # a whole run of processes: abh eval's error-rows retry test stays in the default run
 def test_error_rows_are_retried_by_a_rerun_and_fault_knobs_are_not_config(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """Every request fails: one line and exit 5, not a traceback; the rerun without the fault resends them.
