@@ -207,6 +207,21 @@ def quiet_tail(text: str, lines: int) -> str:
                              if dropped else []))
 
 
+#: The last line of a Python traceback: ``SomeError: message`` (a worker's ``(EngineCore_DP0 pid=12)`` prefix and a
+#: dotted module path allowed).
+EXCEPTION_LINE = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit)\b:?\s.*\S")
+#: Exceptions that only say another process failed ("see root cause above"): never the root cause themselves.
+WRAPPER_EXCEPTION = re.compile(r"root cause above|initialization failed|EngineDeadError|Failed core proc", re.I)
+
+
+def root_cause(text: str) -> str:
+    """The exception line that says why a server died, from its log: the last traceback's own message, not the
+    wrapper a parent process raised about a child's failure ('' when the log holds no traceback)."""
+    found = [line.strip() for line in text.splitlines() if EXCEPTION_LINE.match(line.strip())]
+    causes = [line for line in found if not WRAPPER_EXCEPTION.search(line)]
+    return (causes or found or [""])[-1][:400]
+
+
 def last_log_line(path: str | Path | None, start: int = 0) -> str:
     for line in reversed(read_log_tail(path, start, lines=20, max_bytes=8192).splitlines()):
         if line.strip():
@@ -330,6 +345,10 @@ class ServerProcess:
 
     def last_line(self) -> str:
         return last_log_line(self.log_path, self.log_offset)
+
+    def root_cause(self) -> str:
+        """The exception that killed the server, from this launch's log (tracebacks are long: read deep), redacted."""
+        return redact_text(root_cause(read_log_tail(self.log_path, self.log_offset, lines=4000, max_bytes=512 * 1024)))
 
     # ------------------------------------------------------------------ the process tree
     def _remember_tree(self) -> None:
@@ -500,8 +519,10 @@ def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]],
     while True:
         reason = proc.exit_reason()
         if reason is not None:
+            cause = proc.root_cause()
             raise EngineError(f"{proc.name}: {reason} while waiting for {what} (after "
-                              f"{time.monotonic() - t0:.1f} s)", proc.tail(), str(proc.log_path))
+                              f"{time.monotonic() - t0:.1f} s)" + (f"; root cause: {cause}" if cause else ""),
+                              proc.tail(), str(proc.log_path))
         ok, detail = check()
         elapsed = time.monotonic() - t0
         if ok:
