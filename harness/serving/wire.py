@@ -393,12 +393,12 @@ class SGLangApi(Api):
             return None
         lp, ids = rows[:, 0], rows[:, 1].astype(np.int64)
         top_lp, top_ids = tops[:, :, 0], tops[:, :, 1].astype(np.int64)
-        total = meta.get("prompt_tokens")
-        problem = (self._not_this_request(req, ids.tolist(), total, n_rows)
+        total, id_list = meta.get("prompt_tokens"), ids.tolist()
+        problem = (self._not_this_request(req, id_list, total, n_rows)
                    or dense_problem(lp, top_lp, top_ids, req.top_k, None if asked is None else asked[:, :, 0]))
         if problem is not None:
             raise MalformedResponse(problem)
-        return TokenScores(ids=ids.tolist(), texts=[None] * t, logprobs=lp.tolist(),
+        return TokenScores(ids=id_list, texts=[None] * t, logprobs=lp.tolist(),
                            top_texts=[[None] * top_ids.shape[1]] * t, id_logprobs=[], text_offsets=[None] * t,
                            input_tokens=total if isinstance(total, int) and not isinstance(total, bool) else None,
                            dense_top=(top_ids, top_lp),
@@ -442,13 +442,14 @@ class SGLangApi(Api):
         None: it holds one entry per input position from ``logprob_start_len`` on (``n_rows``) of the
         ``prompt_tokens`` it counts; asked by ids, it counts the ids sent and scores exactly the reference's."""
         start, _ = self._start(req)
-        if isinstance(total, int) and not isinstance(total, bool) and n_rows != total - start:
+        counted = isinstance(total, int) and not isinstance(total, bool)
+        if counted and n_rows != total - start:
             return (f"{NOT_THIS_REQUEST}: {n_rows} logprob entries from input position {start}, but "
                     f"prompt_tokens {total}")
         if not req.by_ids:
             return None
         sent = len(req.prompt) + len(req.reference)
-        if total is not None and total != sent:
+        if counted and total != sent:
             return f"{NOT_THIS_REQUEST}: prompt_tokens {total} for an input of {sent} token ids"
         want = [int(x) for x in req.reference]
         if list(ids) != want:
