@@ -96,3 +96,19 @@ def test_honest_scores_through_the_proxy_measure_the_divergence(servers, tmp_pat
     assert code == 0, err
     assert read_json(tmp_path / "run" / "evals" / "b" / "r1" / "scores.json")["errors"] == 0
     assert read_json(tmp_path / "run" / "comparison.json")["divergence"]["verdict"] != "not_measured"
+
+
+@pytest.mark.slow  # kin: test_wire_plausible.py::test_the_first_answer_to_a_prompt_sets_its_count_and_the_tokenizer...
+def test_without_a_tokenizer_for_every_prompt_the_first_pass_on_a_launch_sets_the_counts(tmp_path, capsys):
+    """vLLM's /tokenize takes one text: the prompts' counts are the launch's first answers, and the second pass
+    on the same launch, swapped, is caught against them."""
+    from helpers.fake_vllm import FakeVLLM
+
+    with FakeVLLM() as a, FakeVLLM() as b, TamperProxy(b.url, "swap", skip=int(N) + 1) as proxy:  # r1: honest
+        code, _, err = ab(capsys, a.url, proxy.url, tmp_path / "run", "--api", "vllm", "--repeats", "2")
+        assert proxy.tampered >= int(N) // 2
+    assert code == exitcodes.TOO_MANY_ERRORS, err
+    assert all(r["error"] is None for r in read_jsonl(tmp_path / "run" / "evals" / "b" / "r1" / "samples.jsonl"))
+    errors = [r["error"] for r in read_jsonl(tmp_path / "run" / "evals" / "b" / "r2" / "samples.jsonl") if r["error"]]
+    assert errors and all(e.startswith(f"{NOT_THIS_REQUEST}: prompt_tokens ") for e in errors)
+    assert all("(its first answer to this prompt)" in e for e in errors)

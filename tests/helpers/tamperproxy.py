@@ -72,17 +72,18 @@ class TamperProxy(ThreadedApp):
         self._previous: bytes | None = None
 
     def _change(self, path: str, body: Any, answer: bytes) -> bytes:
+        scoring = isinstance(body, dict) and bool(body.get("return_logprob"))
+        if self.mode == "pass" or (self.mode != "swap" and not scoring):
+            return answer
+        if self.skip > 0:
+            self.skip -= 1
+            return answer
         if self.mode == "swap":
             previous, self._previous = self._previous, answer
             if previous is None or previous == answer:
                 return answer
             self.tampered += 1
             return previous
-        if self.mode == "pass" or not (isinstance(body, dict) and body.get("return_logprob")):
-            return answer
-        if self.skip > 0:
-            self.skip -= 1
-            return answer
         obj = json.loads(answer)
         if not tamper_scores(obj, self.mode):
             return answer
