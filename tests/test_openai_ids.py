@@ -65,7 +65,7 @@ def test_prompt_logprobs_answers_are_checked():
     def answer(rows):
         return {"choices": [{"prompt_logprobs": rows}], "usage": {"prompt_tokens": 4}}
 
-    good = [None, {"6": {"logprob": -1.0, "rank": 1}},
+    good = [None, {"6": {"logprob": -1.0, "rank": 1}, "3": {"logprob": -1.5, "rank": 2}},  # k = 2 at each
             {"7": {"logprob": -0.5, "rank": 2, "decoded_token": " x"}, "9": {"logprob": -0.1, "rank": 1}},
             {"8": {"logprob": -3.0, "rank": 40, "decoded_token": "y"}, "1": {"logprob": -0.2, "rank": 1},
              "2": {"logprob": -0.9, "rank": 2}}]

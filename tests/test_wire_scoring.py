@@ -117,7 +117,7 @@ def _sglang_answer(ids: list[int], start: int, top_k: int, asked: list[int] | No
         lp = None if pos == start else -0.1 * pos
         rows.append([lp, ids[pos], f"t{ids[pos]}"])
         tops.append(None if pos == start else [[-0.1 * pos + 0.05 * (r == 0) - 0.5 * r, 100 + r, f"a{r}"]
-                                               for r in range(top_k)][::-1])  # deliberately unsorted
+                                               for r in range(top_k)])  # sorted, as engines promise
         by_id.append(None if pos == start else [[-1.0 - 0.01 * t, t, f"t{t}"] for t in (asked or [])])
     meta: dict[str, Any] = {"id": "x", "finish_reason": {"type": "length", "length": 0}, "prompt_tokens": len(ids),
                             "completion_tokens": 0, "cached_tokens": 0, "e2e_latency": 0.01,
@@ -155,13 +155,14 @@ def test_sglang_scores_parse():
     s = SGLangApi().parse_scores(_sglang_answer([5, 6], 0, 2, None), ScoreRequest([], [5, 6], top_k=2))
     assert s.logprobs == [None, pytest.approx(-0.1)] and s.top_ids[0] == [] and s.id_logprobs == [{}, {}]
     # batched answer (a list) and text mode
-    s = SGLangApi().parse_scores([_sglang_answer(ids, 2, 0, None)], ScoreRequest("a", "b", prompt_tokens=3))
+    s = SGLangApi().parse_scores([_sglang_answer(ids, 2, 0, None)], ScoreRequest("a", "b", top_k=0, prompt_tokens=3))
     assert s.ids == [14, 15] and s.top_ids == [[], []]
 
 
 def test_sglang_scores_malformed():
-    req = ScoreRequest([1, 2], [3, 4])
+    req = ScoreRequest([1, 2], [3, 4], top_k=1)
     good = _sglang_answer([1, 2, 3, 4], 1, 1, None)
+    assert SGLangApi().parse_scores(good, req).ids == [3, 4]
     short = json.loads(json.dumps(good))
     short["meta_info"]["input_token_logprobs"].pop()
     uneven = json.loads(json.dumps(good))
@@ -277,8 +278,9 @@ def test_the_array_parser_of_sglang_scores_agrees_with_the_entry_by_entry_one(mo
 
     rng = np.random.default_rng(3)
     t, k, m = 40, 8, 5
-    lps = np.round(rng.normal(-3, 1, (t, k)), 1)  # rounded: ties
-    ids = rng.integers(0, 50_000, (t, k))
+    # sorted as engines send them, at most 0; rounded: ties
+    lps = -np.sort(-np.minimum(np.round(rng.normal(-3, 1, (t, k)), 1), 0.0), axis=1)
+    ids = np.stack([rng.choice(50_000, k, replace=False) for _ in range(t)])  # distinct at each position
     text = (lambda i: f"w{i}") if texts else (lambda i: None)
     tops = [None] + [[[float(lps[i, j]), int(ids[i, j]), text(ids[i, j])] for j in range(k)] for i in range(t)]
     rows = [[None, 1, None]] + [[float(lps[i, 0]), int(ids[i, 0]), text(ids[i, 0])] for i in range(t)]
@@ -286,7 +288,7 @@ def test_the_array_parser_of_sglang_scores_agrees_with_the_entry_by_entry_one(mo
     by_id = [None] + [[[float(-i - j / 10), a, None] for j, a in enumerate(ask)] for i in range(t)] if asked else None
     obj = {"meta_info": {"input_token_logprobs": rows, "input_top_logprobs": tops, "prompt_tokens": t + 4,
                          **({"input_token_ids_logprobs": by_id} if asked else {})}}
-    req = ScoreRequest(list(range(1, 5)), [int(x) for x in ids[:, 0]], top_k=6)
+    req = ScoreRequest(list(range(1, 5)), [int(x) for x in ids[:, 0]], top_k=k)
     fast = SGLangApi().parse_scores(obj, req)
     assert fast.dense_top is not None
     monkeypatch.setattr(wire, "_dense_sglang", lambda *a: None)
@@ -295,10 +297,10 @@ def test_the_array_parser_of_sglang_scores_agrees_with_the_entry_by_entry_one(mo
     for name in ("ids", "texts", "logprobs", "top_ids", "top_texts", "top_logprobs", "id_logprobs", "input_tokens"):
         assert getattr(fast, name) == getattr(slow, name), name
     np.testing.assert_array_equal(fast.dense_top[0], np.asarray(slow.top_ids))
-    # an irregular answer (a null logprob among the alternatives) is left to the careful parser
+    # an irregular answer (a null logprob among the alternatives: -inf, last) is left to the careful parser
     monkeypatch.undo()
     assert SGLangApi().parse_scores(obj, req).dense_top is not None
-    tops[3][2][0] = None
+    tops[3][-1][0] = None
     assert SGLangApi().parse_scores(obj, req).dense_top is None
 
 
@@ -310,7 +312,8 @@ def test_an_answer_without_texts_read_from_its_bytes_is_the_json_parsers(asked: 
 
     rng = np.random.default_rng(5)
     t, k, m = 30, 6, 4
-    lps, ids = np.round(rng.normal(-3, 1, (t, k)), 1), rng.integers(0, 50_000, (t, k))
+    lps = -np.sort(-np.minimum(np.round(rng.normal(-3, 1, (t, k)), 1), 0.0), axis=1)  # as engines send them
+    ids = np.stack([rng.choice(50_000, k, replace=False) for _ in range(t)])
     ask = [int(x) for x in ids[0, :m]]
     meta = {"prompt_tokens": t + 4, "input_token_logprobs": [[None, 1, None]] + [
                 [float(lps[i, 0]), int(ids[i, 0]), None] for i in range(t)],
@@ -320,7 +323,7 @@ def test_an_answer_without_texts_read_from_its_bytes_is_the_json_parsers(asked: 
         meta["input_token_ids_logprobs"] = [None] + [[[float(-i - j / 10), a, None] for j, a in enumerate(ask)]
                                                      for i in range(t)]
     obj = {"text": "", "meta_info": {"id": "x", **meta, "e2e_latency": 0.1}}
-    req = ScoreRequest(list(range(1, 5)), [int(x) for x in ids[:, 0]], top_k=5, token_ids=ask if asked else None,
+    req = ScoreRequest(list(range(1, 5)), [int(x) for x in ids[:, 0]], top_k=k, token_ids=ask if asked else None,
                        texts=False)
     raw = json.dumps(obj).encode()
     fast, slow = SGLangApi().decode_scores(raw, req), SGLangApi().parse_scores(obj, req)

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.measure.prompt_tokens import PromptTokens
 from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
 from harness.results.integrity import Scorer
 from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
+from harness.serving.wire import NOT_THIS_REQUEST
 from harness.tasks.gsm8k import Dataset, RecipeConfig
 from harness.tasks.interface import Item, Task
 
@@ -46,6 +48,9 @@ class EvalOptions:
     wait_ready_s: float = 0.0
     #: Gets one-line status messages (e.g. "waiting for the server to load (10/600 s)").
     on_status: Callable[[str], None] | None = None
+    #: The prompts' token counts on this server, shared by every pass on one launch (None: this eval's own):
+    #: each answer's ``prompt_tokens`` is checked against its prompt's
+    prompt_tokens: PromptTokens | None = None
 
 
 async def _server_facts(client: Client) -> dict[str, Any]:
@@ -180,14 +185,33 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
         pending = [q for q in task.items if q.index not in done]
         if not fresh and opts.warmup and pending and task.warms_up:
             warm_s = await warm_up()
-        return await _ask(task, client, store, pending, done, opts, stop, simulated, warm_s)
+        counts = opts.prompt_tokens if opts.prompt_tokens is not None else PromptTokens()
+        await stop.race(_learn_prompt_tokens(client, counts, pending))
+        if stop.event.is_set():
+            return {}
+        return await _ask(task, client, store, pending, done, opts, stop, simulated, warm_s, counts)
+
+
+async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: list[Item]) -> None:
+    """The pending prompts' token counts by the server's tokenizer, in one request where it takes a list (not
+    for the chat API: its count includes the template); nothing learnt where it cannot (then the first answer to
+    each prompt on this launch sets its count)."""
+    if not pending or client.api.chat:
+        return
+    try:
+        ids = await client.tokenize_all([q.prompt for q in pending], True)
+    except ServerGone:  # the generation requests find out whether the server is gone
+        return
+    if ids is not None:
+        counts.learn([PromptTokens.key(client.api.name, q.prompt_sha256) for q in pending], [len(x) for x in ids])
 
 
 async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item],
                done: dict[int, SampleRecord], opts: EvalOptions, stop: Stop,
-               simulated: bool, warm_s: float) -> dict[str, Any]:
+               simulated: bool, warm_s: float, counts: PromptTokens) -> dict[str, Any]:
     """Send the pending questions, store each answer as it arrives; write the summary however it ends.
-    ``warm_s``: the warm-up's duration, counted in the wall time as SGLang's script counts it."""
+    ``warm_s``: the warm-up's duration, counted in the wall time as SGLang's script counts it; ``counts``: each
+    prompt's token count on this server, which its answer must repeat."""
     cfg, api, out = client.cfg, client.api, store.root
     sampling = task.sampling_params(chat=api.chat)
     n_items = len(task.items)
@@ -196,9 +220,12 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                         in_flight=lambda: client.in_flight, note=client.status)
     t0 = time.perf_counter()
     held: list[tuple[Item, Reply]] = []  # refused replies: errors if the server lives, else missing
+    mixed: list[str] = []  # errors of answers that were another request's
 
     def write(q: Item, reply: Reply) -> None:
         rec = _record(task, q, reply)
+        if rec.error is not None and rec.error.startswith(NOT_THIS_REQUEST):
+            mixed.append(rec.error)
         try:
             store.append(rec, q.prompt)
         except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
@@ -207,7 +234,9 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
         progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
     async def one(q: Item) -> None:
-        reply = await client.generate(api.generation_body(q.prompt, sampling))
+        key = PromptTokens.key(api.name, q.prompt_sha256)
+        reply = await client.generate(api.generation_body(q.prompt, sampling),
+                                      lambda gen: counts.check(key, gen.prompt_tokens))
         if reply.error is not None and opts.abort_check is not None and not stop.event.is_set():
             reason = opts.abort_check()
             if reason is not None:
@@ -239,6 +268,10 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                 t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)  # retrieve, so nothing is logged
         progress.close()
+        if mixed:
+            (opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr)))(
+                f"warning: {len(mixed)} question(s) of {out.parent.name}/{out.name} got answers to other requests "
+                f"from {cfg.url} (counted as request errors), e.g. {mixed[0]}")
         wall = time.perf_counter() - t0 + warm_s
         store.close_files()
         samples = load_samples(out)

@@ -306,20 +306,7 @@ async def _tokenize(client: Client, text: str, special: bool) -> list[int] | Non
 async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[list[int]] | None:
     """Every text as ids in one request where the server takes a list (SGLang, the simulator); None when it
     does not (then one request per text)."""
-    api = client.api
-    body: JSONObject = {"prompt": texts, "add_special_tokens": special}
-    if api.model:
-        body["model"] = api.model
-    for path in api.tokenize_paths:
-        try:
-            obj = await client.post_json(path, body)
-        except ValueError:
-            continue
-        tokens = obj.get("tokens") if isinstance(obj, dict) else None
-        if (isinstance(tokens, list) and len(tokens) == len(texts)
-                and all(isinstance(t, list) and set(map(type, t)) <= {int} for t in tokens)):
-            return tokens  # lists of ints (not bools) as parsed
-    return None
+    return await client.tokenize_all(texts, special)
 
 
 #: Ids per ``/detokenize`` request (each a text of its own in the answer)

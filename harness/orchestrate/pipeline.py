@@ -470,7 +470,8 @@ class Run:
                 ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=t.api(engine.api))
                 opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive,
                                    extra_meta={**meta, **({"task_key": t.key} if t.key else {})},
-                                   on_status=lambda line: self.log.say(f"  {line}"))
+                                   on_status=lambda line: self.log.say(f"  {line}"),
+                                   prompt_tokens=launch.prompt_tokens)
                 summaries.append(self.interrupts.run_async(run_task_eval_async(t.builder(), ccfg, out, opts)))
                 if self.several:
                     acc = summaries[-1]["accuracy"]

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.arms.arm import ResolvedArm
 from harness.checks.live import run_live_checks
 from harness.checks.result import assert_checks
 from harness.engines import Engine
 from harness.engines.process import StopInfo
+from harness.measure.prompt_tokens import PromptTokens
 from harness.orchestrate.interrupts import Interrupts
 from harness.orchestrate.rundir import Manifest
 from harness.results.fileio import OutputError
@@ -31,6 +32,8 @@ class Launch:
     engine: Engine
     #: Evals started on this launch (passes over the questions).
     passes: int = 0
+    #: What this launch's tokenizer makes of each prompt: every pass's answers are checked against it.
+    prompt_tokens: PromptTokens = field(default_factory=PromptTokens)
 
 
 class ServerPool:

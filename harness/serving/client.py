@@ -584,6 +584,8 @@ class Client:
                 try:
                     decoded = decode(raw) if decode is not None else None
                     return _loads(raw) if decoded is None else decoded
+                except MalformedResponse as e:  # read, and impossible (a NaN logprob, another request's answer)
+                    raise _Retryable(str(e), server=server) from None
                 except ValueError as e:  # not JSON, not UTF-8, nested too deep
                     raise _Retryable(f"malformed JSON body ({len(raw)} bytes; {type(e).__name__}: "
                                      f"{str(e)[:60]}): {raw[:80]!r}", server=server) from None
@@ -595,12 +597,16 @@ class Client:
         finally:
             self._in_flight -= 1
 
-    async def _once(self, body: JSONObject) -> Generation:
+    async def _once(self, body: JSONObject, check: Callable[[Generation], str | None] | None) -> Generation:
         obj = await self._post(self.api.generate_path, body)
         try:
-            return self.api.parse_generation(obj)
+            gen = self.api.parse_generation(obj)
         except MalformedResponse as e:
             raise _Retryable(str(e)) from None
+        problem = check(gen) if check is not None else None
+        if problem is not None:
+            raise _Retryable(problem)
+        return gen
 
     async def _with_retries(self, reply: Outcome, attempt_once: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``attempt_once`` with retries, bounded by the concurrency semaphore; fill ``reply``'s
@@ -649,10 +655,12 @@ class Client:
         finally:
             self._waiting -= 1
 
-    async def generate(self, body: JSONObject) -> Reply:
-        """Send one generation request (``body`` from ``self.api``) with retries; never raises for HTTP."""
+    async def generate(self, body: JSONObject, check: Callable[[Generation], str | None] | None = None) -> Reply:
+        """Send one generation request (``body`` from ``self.api``) with retries; never raises for HTTP.
+        ``check``: why a parsed answer is not the answer to this request (e.g. it counts another prompt's
+        tokens), or None; an answer it refuses is that attempt's error, retried like any other."""
         reply = Reply()
-        gen: Generation | None = await self._with_retries(reply, lambda: self._once(body))
+        gen: Generation | None = await self._with_retries(reply, lambda: self._once(body, check))
         if gen is not None:
             reply.text, reply.finish_reason = gen.text, gen.finish_reason
             reply.prompt_tokens, reply.completion_tokens = gen.prompt_tokens, gen.completion_tokens
@@ -700,6 +708,24 @@ class Client:
                 raise ValueError(f"POST {path} answered {out.error[:200]}: this server cannot score")
             raise ServerGone(f"POST {self.cfg.url}{path} failed: {out.error}")
         return obj
+
+    async def tokenize_all(self, texts: list[str], special: bool) -> list[list[int]] | None:
+        """Every text as ids by the server's tokenizer, in one request where it takes a list (SGLang, the
+        simulator); None when it does not (no tokenize endpoint, or one text per request: vLLM). ServerGone when
+        the server cannot be asked."""
+        body: JSONObject = {"prompt": texts, "add_special_tokens": special}
+        if self.api.model:
+            body["model"] = self.api.model
+        for path in self.api.tokenize_paths:
+            try:
+                obj = await self.post_json(path, body)
+            except ValueError:  # 4xx: not this path (or not this server)
+                continue
+            tokens = obj.get("tokens") if isinstance(obj, dict) else None
+            if (isinstance(tokens, list) and len(tokens) == len(texts)
+                    and all(isinstance(t, list) and set(map(type, t)) <= {int} for t in tokens)):
+                return tokens  # lists of ints (not bools) as parsed
+        return None
 
     async def score(self, req: ScoreRequest) -> ScoreReply:
         """Score one reference teacher-forced (same session, concurrency and retry rules as

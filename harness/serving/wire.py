@@ -27,6 +27,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 
 from harness.results.records import JSONObject
+from harness.serving.plausible import (
+    LOGPROB_ROUNDOFF,
+    array_problem,
+    asked_problem,
+    dense_problem,
+    logprob_problem,
+    top_problem,
+)
 
 if TYPE_CHECKING:  # numpy is imported where answers are parsed: a simulator or an eval need not load it
     import numpy as np
@@ -34,6 +42,11 @@ if TYPE_CHECKING:  # numpy is imported where answers are parsed: a simulator or 
 
 class MalformedResponse(ValueError):
     """A 2xx response body without the protocol's shape (a proxy's error page, a torn body, ...)."""
+
+
+#: How every error for an answer that cannot be the answer to its request begins (it scores other tokens, counts
+#: another prompt: a server or proxy that mixes answers up)
+NOT_THIS_REQUEST = "not the answer to this request"
 
 
 @dataclass(frozen=True)
@@ -365,7 +378,7 @@ class SGLangApi(Api):
         rows = _pairs(raw, flat, own, skip)
         if rows is None or rows.shape[0] != skip + len(req.reference):
             return None
-        t = rows.shape[0] - skip
+        n_rows, t = rows.shape[0], rows.shape[0] - skip
         rows = rows[skip:]
         tops = _triples(raw, flat, top, skip, t)
         if tops is None or not _ids_ok(rows[:, 1]):
@@ -375,17 +388,17 @@ class SGLangApi(Api):
             asked = _triples(raw, flat, cut["input_token_ids_logprobs"], skip, t)
             want = np.asarray(list(req.token_ids or []), dtype=np.float64)
             if asked is None or asked.shape[1] != want.size or not (asked[:, :, 1] == want).all():
-                return None
+                return None  # the careful path names what is wrong
         elif req.token_ids:
             return None
         lp, ids = rows[:, 0], rows[:, 1].astype(np.int64)
-        if not np.isfinite(lp).all():
-            return None
         top_lp, top_ids = tops[:, :, 0], tops[:, :, 1].astype(np.int64)
-        order = np.argsort(-top_lp, axis=1, kind="stable")[:, :req.top_k]  # ties keep the server's order
-        top_lp, top_ids = np.take_along_axis(top_lp, order, axis=1), np.take_along_axis(top_ids, order, axis=1)
-        total = meta.get("prompt_tokens")
-        return TokenScores(ids=ids.tolist(), texts=[None] * t, logprobs=lp.tolist(),
+        total, id_list = meta.get("prompt_tokens"), ids.tolist()
+        problem = (self._not_this_request(req, id_list, total, n_rows)
+                   or dense_problem(lp, top_lp, top_ids, req.top_k, None if asked is None else asked[:, :, 0]))
+        if problem is not None:
+            raise MalformedResponse(problem)
+        return TokenScores(ids=id_list, texts=[None] * t, logprobs=lp.tolist(),
                            top_texts=[[None] * top_ids.shape[1]] * t, id_logprobs=[], text_offsets=[None] * t,
                            input_tokens=total if isinstance(total, int) and not isinstance(total, bool) else None,
                            dense_top=(top_ids, top_lp),
@@ -410,22 +423,40 @@ class SGLangApi(Api):
         _, skip = self._start(req)
         if len(rows) < skip:
             raise MalformedResponse("meta_info.input_token_logprobs is empty")
+        n_rows = len(rows)
         rows, tops, by_id = rows[skip:], tops[skip:], by_id[skip:]
         if req.by_ids and len(rows) != len(req.reference):
             raise MalformedResponse(f"{len(rows)} input logprobs for a reference of {len(req.reference)} tokens")
         total = meta.get("prompt_tokens")
-        fast = _dense_sglang(rows, tops, by_id, req.top_k, total if isinstance(total, int) else None)
-        if fast is not None:
-            return fast
-        out = TokenScores(input_tokens=total if isinstance(total, int) else None)
-        for row, top, asked in zip(rows, tops, by_id, strict=True):
-            lp, tid, text = _triple(row)
-            alts = _alternatives(top)
-            alts.sort(key=itemgetter(2), reverse=True)  # by logprob; stable: ties keep the server's order
-            out.add(tid, text, lp, alts[:req.top_k],
-                    {i: v for (i, _, v), e in zip(_alternatives(asked), asked or [], strict=True)
-                     if i is not None and e[0] is not None})
+        out = _dense_sglang(rows, tops, by_id, req, total if isinstance(total, int) else None)
+        if out is None:
+            out = _sglang_entries(rows, tops, by_id, req, total if isinstance(total, int) else None)
+        problem = self._not_this_request(req, out.ids, total, n_rows)
+        if problem is not None:
+            raise MalformedResponse(problem)
         return out
+
+    def _not_this_request(self, req: ScoreRequest, ids: Sequence[int | None], total: Any,
+                          n_rows: int) -> str | None:
+        """Why a scoring answer cannot be the answer to ``req`` (a proxy or a server that mixes answers up), or
+        None: it holds one entry per input position from ``logprob_start_len`` on (``n_rows``) of the
+        ``prompt_tokens`` it counts; asked by ids, it counts the ids sent and scores exactly the reference's."""
+        start, _ = self._start(req)
+        counted = isinstance(total, int) and not isinstance(total, bool)
+        if counted and n_rows != total - start:
+            return (f"{NOT_THIS_REQUEST}: {n_rows} logprob entries from input position {start}, but "
+                    f"prompt_tokens {total}")
+        if not req.by_ids:
+            return None
+        sent = len(req.prompt) + len(req.reference)
+        if counted and total != sent:
+            return f"{NOT_THIS_REQUEST}: prompt_tokens {total} for an input of {sent} token ids"
+        want = [int(x) for x in req.reference]
+        if list(ids) != want:
+            at = next(i for i, (a, b) in enumerate(zip(ids, want, strict=True)) if a != b)
+            return (f"{NOT_THIS_REQUEST}: it scores token {ids[at]} at reference position {at}, where "
+                    f"{want[at]} was sent")
+        return None
 
 
 @dataclass(frozen=True)
@@ -534,10 +565,12 @@ class OpenAIApi(Api):
             raise MalformedResponse(f"{n} prompt_logprobs entries for an input of {len(ids)} tokens")
         usage = obj.get("usage") if isinstance(obj, dict) else None
         n_in = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        _ids_sent(req, n_in)
         out = TokenScores(input_tokens=n_in if isinstance(n_in, int) else None)
         k = req.top_k
         for i in range(len(req.prompt), len(ids)):
             tid, entry = ids[i], rows[i]
+            where = f"at reference token {i - len(req.prompt)}"
             if entry is None:
                 out.add(tid, None, None, [])
                 continue
@@ -549,8 +582,10 @@ class OpenAIApi(Api):
             for key, v in entry.items():
                 try:
                     j, value = int(key), v["logprob"]
-                    lp = _num(value)
+                    lp = _num(value, where)
                     rank, dec = v.get("rank"), v.get("decoded_token")
+                except MalformedResponse:
+                    raise
                 except (KeyError, TypeError, ValueError, AttributeError):
                     raise MalformedResponse(f"prompt_logprobs[{i}] entry is not {{id: {{logprob, rank}}}}: "
                                             f"{key!r:.20}: {v!r:.60}") from None
@@ -561,7 +596,12 @@ class OpenAIApi(Api):
                     alts.append((j, dec, lp))
             if own is None:
                 raise MalformedResponse(f"prompt_logprobs[{i}] lacks the input token {tid}")
-            alts.sort(key=itemgetter(2), reverse=True)  # by logprob; stable: ties keep the server's order
+            alts.sort(key=itemgetter(2), reverse=True)  # by logprob (a dict's order is no promise); stable
+            # the top-k (and the input token, when no rank says it is not one of them), each id once however its
+            # key is spelt
+            problem = top_problem([a[0] for a in alts], [a[2] for a in alts], k, where, spare=1)
+            if problem is not None:
+                raise MalformedResponse(problem)
             out.add(tid, text, own, alts[:k])
         return out
 
@@ -595,18 +635,18 @@ class OpenAIApi(Api):
             raise MalformedResponse(f"{len(tokens)} echoed tokens for a reference ending at token {end}")
         usage = obj.get("usage") or {}
         n_in = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        _ids_sent(req, n_in)
         out = TokenScores(input_tokens=n_in if isinstance(n_in, int) else None)
         for i in range(first, end):
+            where = f"at reference token {i - first}"
             tid, text = _token_id_or_text(tokens[i])
             j = i - self.echo_shift  # the entry holding this token's distribution
             dist = tops[j] if j >= 0 and isinstance(tops[j], dict) else {}
-            if self.echo_shift:
-                value = dist.get(tokens[i])
-                logprob = None if value is None else float(value)
-            else:
-                logprob = None if values[i] is None else float(values[i])
-            alts = sorted(dist.items(), key=lambda kv: -_num(kv[1]))[:req.top_k]
-            top = [(*_token_id_or_text(k), _num(v)) for k, v in alts]
+            logprob = _logprob(dist.get(tokens[i]) if self.echo_shift else values[i], where)
+            if len(dist) > req.top_k + 1:  # the top-k and the token itself
+                raise MalformedResponse(f"{len(dist)} alternatives {where} where {req.top_k} were asked")
+            top = sorted(((*_token_id_or_text(key), _num(v, where)) for key, v in dist.items()),
+                         key=lambda e: -e[2])[:req.top_k]
             off = offsets[i] - start if not req.by_ids and isinstance(offsets, list) else None
             out.add(tid, text, logprob, top, None, off)
         return out
@@ -930,7 +970,7 @@ def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
     return arr
 
 
-def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], k: int,
+def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], req: ScoreRequest,
                   total: int | None) -> TokenScores | None:
     """:meth:`SGLangApi.parse_scores` on a regular answer (every position with the same number of
     alternatives, no null logprob), in a few numpy operations instead of a Python object per alternative;
@@ -948,25 +988,31 @@ def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], k: int,
         top_ids = top[:, :, 1].astype(np.int64)
     except (TypeError, ValueError):  # a null, a string where a number belongs: the careful path
         return None
-    if not (np.isfinite(lp).all() and np.isfinite(top_lp).all() and (own[0, :, 1] != None).all()):  # noqa: E711
+    # a null (numpy reads it as NaN) where a number belongs: the careful path reads it as the protocol means it
+    if (own[0, :, :2] == None).any() or (top[:, :, :2] == None).any():  # noqa: E711
         return None
+    problem = dense_problem(lp, top_lp, top_ids, req.top_k)
+    if problem is not None:
+        raise MalformedResponse(problem)
     texts = [x if isinstance(x, str) else None for x in own[0, :, 2].tolist()]
-    order = np.argsort(-top_lp, axis=1, kind="stable")[:, :k]  # by logprob; ties keep the server's order
-    top_lp = np.take_along_axis(top_lp, order, axis=1)
-    top_ids = np.take_along_axis(top_ids, order, axis=1)
-    top_texts = np.take_along_axis(top[:, :, 2], order, axis=1).tolist()
+    top_texts = top[:, :, 2].tolist()
+    want = None if req.token_ids is None else [int(x) for x in req.token_ids]
     asked: list[dict[int, float]] = []
-    for entry in by_id:
-        if not entry:
+    for i, entry in enumerate(by_id):
+        if not entry and not want:
             asked.append({})
             continue
-        got = _entries([entry])
+        got = _entries([entry]) if entry else None
         if got is None:
             return None
         try:
             a_lp, a_ids = got[0, :, 0].astype(np.float64), got[0, :, 1].astype(np.int64)
         except (TypeError, ValueError):
             return None
+        problem = (asked_problem(a_ids.tolist(), want, f"at reference token {i}")
+                   or array_problem(a_lp[None, :], "of an asked id ", i))
+        if problem is not None:
+            raise MalformedResponse(problem)
         asked.append(dict(zip(a_ids.tolist(), a_lp.tolist(), strict=True)))
     out = TokenScores(ids=ids.tolist(), texts=texts, logprobs=lp.tolist(),
                       top_texts=[[t if isinstance(t, str) else None for t in row] for row in top_texts],
@@ -975,25 +1021,48 @@ def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], k: int,
     return out
 
 
-def _num(x: Any) -> float:
-    """A logprob as a float (null: -inf, the bottom of any ordering)."""
-    return -math.inf if x is None else float(x)
+def _num(x: Any, where: str = "") -> float:
+    """A logprob as a float (null: -inf, the bottom of any ordering), checked (:func:`_logprob`)."""
+    v = _logprob(x, where)
+    return -math.inf if v is None else v
 
 
-def _triple(x: Any) -> tuple[float | None, int | None, str | None]:
+def _ids_sent(req: ScoreRequest, counted: Any) -> None:
+    """Raise :class:`MalformedResponse` when an answer to the id request ``req`` counts another input length
+    (``usage.prompt_tokens``): the answer to another request."""
+    sent = len(req.prompt) + len(req.reference)
+    if req.by_ids and isinstance(counted, int) and counted != sent:
+        raise MalformedResponse(f"{NOT_THIS_REQUEST}: prompt_tokens {counted} for an input of {sent} "
+                                "token ids")
+
+
+def _logprob(x: Any, where: str) -> float | None:
+    """A logprob a server wrote (null: None), checked (:func:`~harness.serving.plausible.logprob_problem`)."""
+    if x is None:
+        return None
+    try:
+        problem = logprob_problem(x, where)
+    except (TypeError, ValueError):
+        raise MalformedResponse(f"logprob {x!r:.40} {where} is not a number") from None
+    if problem is not None:
+        raise MalformedResponse(problem)
+    return float(x)
+
+
+def _triple(x: Any, where: str = "") -> tuple[float | None, int | None, str | None]:
     """SGLang's ``[logprob, token_id, text]`` (text null unless ``return_text_in_logprobs``)."""
     if not isinstance(x, list | tuple) or len(x) < 2:
         raise MalformedResponse(f"logprob entry is not [logprob, id, text]: {x!r:.80}")
     try:
-        lp = None if x[0] is None else float(x[0])
         tid = None if x[1] is None else int(x[1])
     except (TypeError, ValueError):
         raise MalformedResponse(f"logprob entry is not [logprob, id, text]: {x!r:.80}") from None
+    lp = _logprob(x[0], where)
     text = x[2] if len(x) > 2 and isinstance(x[2], str) else None
     return lp, tid, text
 
 
-def _alternatives(entries: Any) -> list[tuple[int | None, str | None, float]]:
+def _alternatives(entries: Any, where: str = "") -> list[tuple[int | None, str | None, float]]:
     """A list of SGLang ``[logprob, token_id, text]`` entries as ``(id, text, logprob)`` (a null logprob: -inf),
     in the server's order: :func:`_triple`'s checks, in one pass (a scoring pass parses ~40 per token)."""
     if not entries:
@@ -1001,12 +1070,38 @@ def _alternatives(entries: Any) -> list[tuple[int | None, str | None, float]]:
     try:
         if not isinstance(entries, list) or not all(isinstance(e, list | tuple) and len(e) >= 2 for e in entries):
             raise TypeError
-        return [(None if e[1] is None else int(e[1]), e[2] if len(e) > 2 and isinstance(e[2], str) else None,
-                 -math.inf if e[0] is None else float(e[0])) for e in entries]
+        out = [(None if e[1] is None else int(e[1]), e[2] if len(e) > 2 and isinstance(e[2], str) else None,
+                -math.inf if e[0] is None else float(e[0])) for e in entries]
     except (TypeError, ValueError):
         for e in entries if isinstance(entries, list) else [entries]:
             _triple(e)  # names the entry that is not [logprob, id, text]
         raise MalformedResponse(f"logprob entries are not a list of [logprob, id, text]: {entries!r:.80}") from None
+    for (_, _, v), e in zip(out, entries, strict=True):
+        if e[0] is not None and not (-math.inf < v <= LOGPROB_ROUNDOFF):
+            _logprob(e[0], where)  # raises, naming the value
+    return out
+
+
+def _sglang_entries(rows: list[Any], tops: list[Any], by_id: list[Any], req: ScoreRequest,
+                    total: int | None) -> TokenScores:
+    """:meth:`SGLangApi.parse_scores` entry by entry (an answer :func:`_dense_sglang` does not take: texts, nulls,
+    ragged lists), each checked, naming the first entry that is not a server's."""
+    out = TokenScores(input_tokens=total)
+    want = None if req.token_ids is None else [int(x) for x in req.token_ids]
+    for i, (row, top, asked) in enumerate(zip(rows, tops, by_id, strict=True)):
+        where = f"at reference token {i}"
+        lp, tid, text = _triple(row, where)
+        alts = _alternatives(top, where)
+        # the first input token (an empty prompt) has no context: no logprob, no alternatives
+        problem = top_problem([a[0] for a in alts], [a[2] for a in alts], req.top_k, where,
+                              exact=lp is not None or bool(alts))
+        given = _alternatives(asked, where)
+        problem = problem or asked_problem([a[0] for a in given], want if asked or lp is not None else None, where)
+        if problem is not None:
+            raise MalformedResponse(problem)
+        out.add(tid, text, lp, alts, {j: v for (j, _, v), e in zip(given, asked or [], strict=True)
+                                      if j is not None and e[0] is not None})
+    return out
 
 
 _TOKEN_ID = re.compile(r"token_id:(\d+)")

@@ -24,7 +24,10 @@ from helpers.aioserver import ThreadedApp
 BOS_ID, BOS_TEXT = 1, "<|im_start|>"
 _PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 #: Candidate next tokens at every position (besides the one that comes): the model's top-k come from these.
-_COMMON = [" the", " 7", ".", "\n", " is", " and", " of", " 3", " a", ":"]
+#: the model's vocabulary besides the texts it tokenizes: more than the 20 alternatives a scoring pass asks for
+#: (a real vocabulary's tens of thousands), so that every position has all k of them
+_COMMON = [" the", " 7", ".", "\n", " is", " and", " of", " 3", " a", ":", " to", " in", " it", " was", " for",
+           " on", " with", " 4", " 5", " 12", " he", " she", " at", " by"]
 
 
 def _tid(text: str) -> int:

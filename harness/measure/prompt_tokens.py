@@ -1,0 +1,49 @@
+"""Is this answer the answer to this question? What one server's tokenizer makes of each prompt, so that every
+generation's ``prompt_tokens`` (SGLang ``meta_info.prompt_tokens``, OpenAI ``usage.prompt_tokens``) is checked
+against its own prompt.
+
+A server or proxy that answers a request with another request's answer (the previous one's, say) sends the right
+shape for the wrong question: graded, it is a wrong answer, and the comparison a regression. Its
+``prompt_tokens`` gives it away: it counts the other prompt. The count a prompt must have on a server comes from
+the server's tokenizer (``/tokenize`` of every prompt, in one request, where the protocol and server allow it:
+not the chat API, whose count includes the chat template), else from the server's first answer to that prompt,
+which every later pass on the same launch must repeat. A mismatch is that request's error, retried as any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.serving.wire import NOT_THIS_REQUEST
+
+#: where an expected count came from, for the message
+BY_TOKENIZER = "its /tokenize"
+BY_FIRST_ANSWER = "its first answer to this prompt"
+
+
+class PromptTokens:
+    """The token count of each prompt on one server launch (keyed by the protocol and the prompt's digest: a
+    chat prompt counts its template), shared by every pass on that launch."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, tuple[int, str]] = {}
+
+    @staticmethod
+    def key(api: str, prompt_sha256: str) -> str:
+        return f"{api}:{prompt_sha256}"
+
+    def learn(self, keys: Sequence[str], counts: Sequence[int]) -> None:
+        """What the server's tokenizer made of these prompts (it overrides what a first answer said)."""
+        for key, n in zip(keys, counts, strict=True):
+            self._counts[key] = (n, BY_TOKENIZER)
+
+    def check(self, key: str, got: int | None) -> str | None:
+        """Why an answer counting ``got`` prompt tokens cannot answer the prompt ``key``, or None (the first
+        answer to a prompt of unknown count sets it; an answer without a count cannot be checked)."""
+        if got is None:
+            return None
+        have = self._counts.setdefault(key, (got, BY_FIRST_ANSWER))
+        if have[0] == got:
+            return None
+        return (f"{NOT_THIS_REQUEST}: prompt_tokens {got}, but this prompt is {have[0]} tokens on "
+                f"this server ({have[1]})")
