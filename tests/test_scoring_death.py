@@ -1,0 +1,197 @@
+"""A server that dies in the middle of a scoring pass: the pass says so (ServerGone; abh ab and abh run exit 4),
+keeps what it scored as a partial pass (``partial: true``, status not_measured), a rerun asks only the questions
+it lacks and ends bit-identical to a pass that never stopped; and no divergence verdict rests on a handful of
+questions (``divergence.min_scored_share``), whether the server died or answered most requests with errors.
+The servers die by the simulator's fault injection (``--crash-after``: after serving N requests), never by a
+timer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import requests
+from conftest import TEST_JSONL, SimServer
+from helpers.docs import divergence_doc as compute_divergence
+
+from harness import exitcodes
+from harness.analysis.divergence import compute_divergence as divergence_of
+from harness.config import RANGES
+from harness.measure.evaluation import EvalOptions, run_eval
+from harness.measure.logprob_pass import ScoringOptions, score_pass
+from harness.results.fileio import read_json
+from harness.results.token_store import ScoresWriter, load_scores, scores_status
+from harness.serving.client import ClientConfig, ServerGone
+from harness.stats.verdict import DEFAULT_MIN_SCORED_SHARE
+from harness.tasks import gsm8k
+
+N = 40
+
+
+def _cfg(url: str, parallel: int = 8) -> ClientConfig:
+    return ClientConfig(url=url, api="sglang", parallel=parallel, retries=1, backoff_s=0.01)
+
+
+def _received(s: SimServer) -> int:
+    return int(requests.get(s.url + "/get_server_info", timeout=5).json()["requests_received"])
+
+
+@pytest.fixture
+def reference(sim_server, tmp_path):
+    """Arm A's eval of N questions and its reference pass, on one simulator."""
+    a = sim_server("--build", "a", "--run-seed", "1")
+    ev = tmp_path / "a"
+    run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=N), ClientConfig(url=a.url, parallel=32),
+             ev, None, EvalOptions(progress=False))
+    assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"
+    return ev
+
+
+def test_a_server_that_dies_mid_pass_leaves_a_partial_pass_that_a_rerun_resumes(reference, sim_server, tmp_path):
+    ev = reference
+    opts = ScoringOptions(progress=False, reference_scores=ev)
+    # B serves 6 scoring requests, then its process exits: every later request is refused
+    dying = sim_server("--build", "a", "--run-seed", "2", "--crash-after", "6", "--max-running-requests", "2")
+    with pytest.raises(ServerGone, match="refuses connections"):
+        score_pass(ev, _cfg(dying.url), tmp_path / "b", opts)
+    meta = read_json(tmp_path / "b" / "scores.json")
+    assert meta["partial"] is True and meta["status"] == "not_measured" and "partial pass" in meta["reason"]
+    assert meta["questions"] == 6 and meta["errors"] == 0  # the refused requests are missing, not errors
+    assert meta["missing"] == N - 6 and meta["questions_planned"] == N
+    assert scores_status(tmp_path / "b")[0] == "not_measured"
+    d = compute_divergence(ev, tmp_path / "b", ev)
+    assert d["verdict"] == "not_measured" and "partial pass" in d["verdict_reason"]
+
+    # the rerun (a new server of the same build and seed) asks only the 34 missing questions
+    again = sim_server("--build", "a", "--run-seed", "2")
+    before = _received(again)
+    resumed = score_pass(ev, _cfg(again.url), tmp_path / "b", opts)
+    assert _received(again) - before == N - 6
+    assert resumed["status"] == "ok" and resumed["partial"] is False and resumed["missing"] == 0
+    assert resumed["questions"] == N and resumed["resumes"] == 1 and resumed["pass_id"] == meta["pass_id"]
+    # ... and ends where a pass that never stopped ends, bit for bit
+    whole = score_pass(ev, _cfg(again.url), tmp_path / "whole", opts)
+    assert whole["questions"] == N
+    got, want = load_scores(tmp_path / "b"), load_scores(tmp_path / "whole")
+    for col in ("questions", "offsets", "token_id", "logprob", "top_ids", "top_logprobs", "ref_top_logprobs"):
+        np.testing.assert_array_equal(getattr(got, col), getattr(want, col), err_msg=col)
+    # a complete pass is not asked again
+    before = _received(again)
+    assert score_pass(ev, _cfg(again.url), tmp_path / "b", opts)["questions"] == N
+    assert _received(again) - before == 0
+
+
+def test_a_pass_whose_reference_pass_changed_is_scored_afresh(reference, sim_server, tmp_path):
+    """The rows a pass keeps are those of the reference pass it scored against: a new reference pass (its
+    ``pass_id``) makes the next pass start over."""
+    ev = reference
+    b = sim_server("--build", "a", "--run-seed", "2")
+    first = score_pass(ev, _cfg(b.url), tmp_path / "b", ScoringOptions(progress=False, reference_scores=ev))
+    assert score_pass(ev, _cfg(b.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"  # scored anew
+    before = _received(b)
+    again = score_pass(ev, _cfg(b.url), tmp_path / "b", ScoringOptions(progress=False, reference_scores=ev))
+    assert again["pass_id"] != first["pass_id"] and again["resumes"] == 0 and again["questions"] == N
+    assert _received(b) - before == N
+
+
+# ------------------------------------------------------------------------------------------ too few questions
+def _pass(root, questions, errors=(), planned=None, shift=0.0):
+    rng = np.random.default_rng(7)
+    with ScoresWriter(root, top_k=3, meta={} if planned is None else {"questions_planned": planned}) as w:
+        for q in questions:
+            lps = np.sort(np.log(rng.dirichlet(np.ones(3), 4)), axis=1)[:, ::-1] - shift * (q % 3)
+            w.add(q, np.arange(4) + 10, lps[:, 0], np.tile([10, 11, 12], (4, 1)), lps)
+        for q in errors:
+            w.record_error(q, "HTTP 500: simulated fault")
+    return root
+
+
+def test_a_divergence_from_a_handful_of_questions_is_not_measured(tmp_path):
+    """B's server answered 2 of 40 scoring requests (alive, every other one an error): no verdict, and the
+    reason says how many were scored; a pass that did not record its plan counts its errors instead."""
+    ref = _pass(tmp_path / "ref", range(N), planned=N)
+    ab = _pass(tmp_path / "ab", [0, 1], errors=range(2, N), shift=0.5)
+    aa = _pass(tmp_path / "aa", range(N))
+    d = divergence_of(ref, ab, aa, n_resamples=99)
+    assert d.verdict == "not_measured" and d.questions == 0
+    assert "only 2 of the 40 questions" in d.verdict_reason and "divergence.min_scored_share 0.95" in d.verdict_reason
+    assert divergence_of(ref, ab, aa, n_resamples=99, min_scored_share=0.0).verdict != "not_measured"
+    # the reference pass's own errors count: 38 scored of 40 asked is 95 %, 37 is too few
+    assert divergence_of(_pass(tmp_path / "r38", range(38), errors=(38, 39)), _pass(tmp_path / "b38", range(38)),
+                         aa, n_resamples=99).verdict != "not_measured"
+    d = divergence_of(_pass(tmp_path / "r37", range(37), errors=(37, 38, 39)), _pass(tmp_path / "b37", range(37)),
+                      aa, n_resamples=99)
+    assert d.verdict == "not_measured" and "only 37 of the 40" in d.verdict_reason
+
+
+def test_min_scored_share_is_a_config_key_with_a_range_and_a_default():
+    from harness.config import DivergenceConfig
+
+    assert DivergenceConfig().min_scored_share == DEFAULT_MIN_SCORED_SHARE == 0.95
+    assert RANGES["divergence.min_scored_share"] == (0, 1, False, False)
+
+
+
+# ------------------------------------------------------------------------------------------ whole runs (slow)
+@pytest.mark.slow  # ~6 s, two abh ab runs; the default run: the pass itself dies and resumes (above)
+def test_abh_ab_whose_server_dies_mid_scoring_exits_4_and_the_rerun_asks_only_the_rest(sim_server, tmp_path, capsys,
+                                                                                     monkeypatch):
+    from test_ab import ab_here
+
+    from harness.cli import ab as ab_cli
+
+    overrides = ab_cli.overrides  # the client's retries as they are, with a backoff of milliseconds
+    monkeypatch.setattr(ab_cli, "overrides", lambda *args: [*overrides(*args), "client.backoff_s=0.01"])
+    a = sim_server("--accuracy", "0.9", "--run-seed", "1")
+    a2 = sim_server("--accuracy", "0.9", "--run-seed", "3")
+    # B's warm-up and its eval's 40 questions, then 6 scoring requests: its process exits in the compared pass
+    b = sim_server("--accuracy", "0.9", "--run-seed", "2", "--crash-after", str(1 + N + 6),
+                   "--max-running-requests", "2")
+    root = tmp_path / "run"
+    code, _, err = ab_here(capsys, a.url, b.url, root, "--aa", a2.url, "--num-questions", str(N))
+    assert code == exitcodes.SERVER_FAILURE, err[-3000:]
+    [line] = [ln for ln in err.splitlines() if ln.startswith("[abh] error:")]
+    assert f"server of arm b (launch url:{b.url}) failed during scoring evals/b/r1" in line
+    assert "refuses connections" in line and "rerun the same command to resume" in line and "Traceback" not in err
+    meta = read_json(root / "evals/b/r1/scores.json")
+    assert meta["partial"] is True and meta["questions"] == 6 and meta["missing"] == N - 6
+    assert read_json(root / "manifest.json")["scoring"]["evals/b/r1"]["status"] == "failed"
+    assert not (root / "comparison.json").exists()  # no verdict from a run whose server died
+
+    b.stop()
+    again = SimServer("--accuracy", "0.9", "--run-seed", "2", port=b.port).wait_ready()  # the same URL, restarted
+    try:
+        code, out, err = ab_here(capsys, a.url, again.url, root, "--aa", a2.url, "--num-questions", str(N))
+        assert code == exitcodes.OK, err[-3000:]
+        assert _received(again) == N - 6  # its eval is complete: only the missing scoring requests
+    finally:
+        again.stop()
+    assert "scoring evals/a/r1: already scored, kept" in err
+    d = read_json(root / "comparison.json")["divergence"]
+    assert d["verdict"] in ("diverged", "indistinguishable") and d["questions"] == N, d["verdict_reason"]
+    resumed = read_json(root / "evals/b/r1/scores.json")
+    assert resumed["resumes"] == 1 and resumed["partial"] is False and resumed["pass_id"] == meta["pass_id"]
+
+
+@pytest.mark.slow  # a whole abh run with three launched servers; the default run: the pass itself (above)
+def test_abh_run_whose_server_dies_mid_scoring_exits_4_with_its_log(tmp_path, capsys):
+    from helpers.runs import ONE_EACH, abh_run_here
+
+    run_dir = tmp_path / "run"
+    # arm b's warm-up and 40 questions, then 6 scoring requests
+    args = (f"hydra.run.dir={run_dir}", "progress=false", "report=false", f"task.num_questions={N}",
+            "client.parallel=40", "client.backoff_s=0.01", *ONE_EACH)
+    code = abh_run_here(*args, f"+arms.b.engine.crash_after={1 + N + 6}")
+    err = capsys.readouterr().err
+    assert code == exitcodes.SERVER_FAILURE, err[-3000:]
+    assert "server of arm b (launch b-1) failed during scoring evals/b/r1" in err
+    assert "last lines of its log" in err and "simulated crash" in err and "Traceback" not in err
+    meta = read_json(run_dir / "evals/b/r1/scores.json")
+    assert meta["partial"] is True and 0 < meta["questions"] < N
+    code = abh_run_here(*args)  # the fault is no part of the config: the rerun resumes
+    err = capsys.readouterr().err
+    assert code == exitcodes.OK, err[-3000:]
+    assert "evals/b/r1: already complete, kept" in err and "scoring evals/a/r1: already scored, kept" in err
+    resumed = read_json(run_dir / "evals/b/r1/scores.json")
+    assert resumed["resumes"] == 1 and resumed["questions"] == N and resumed["partial"] is False
+    d = read_json(run_dir / "comparison.json")["divergence"]
+    assert d["verdict"] in ("diverged", "indistinguishable") and d["questions"] == N, d["verdict_reason"]
