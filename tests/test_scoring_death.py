@@ -7,6 +7,8 @@ timer."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import requests
@@ -24,7 +26,7 @@ from harness.serving.client import ClientConfig, ServerGone
 from harness.stats.verdict import DEFAULT_MIN_SCORED_SHARE
 from harness.tasks import gsm8k
 
-N = 40
+N = 20
 
 
 def _cfg(url: str, parallel: int = 8) -> ClientConfig:
@@ -35,22 +37,27 @@ def _received(s: SimServer) -> int:
     return int(requests.get(s.url + "/get_server_info", timeout=5).json()["requests_received"])
 
 
-@pytest.fixture
-def reference(sim_server, tmp_path):
-    """Arm A's eval of N questions and its reference pass, on one simulator."""
-    a = sim_server("--build", "a", "--run-seed", "1")
-    ev = tmp_path / "a"
-    run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=N), ClientConfig(url=a.url, parallel=32),
-             ev, None, EvalOptions(progress=False))
-    assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"
-    return ev
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One simulator (a fixed launch noise: every launch of it scores alike), arm A's eval of N questions on it and
+    its reference pass."""
+    a = SimServer("--build", "a", "--run-seed", "2", "--noise", "launch").wait_ready()
+    try:
+        ev = tmp_path_factory.mktemp("death") / "a"
+        run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=N),
+                 ClientConfig(url=a.url, parallel=32), ev, None, EvalOptions(progress=False))
+        assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"
+        yield a, ev
+    finally:
+        a.stop()
 
 
-def test_a_server_that_dies_mid_pass_leaves_a_partial_pass_that_a_rerun_resumes(reference, sim_server, tmp_path):
-    ev = reference
+def test_a_server_that_dies_mid_pass_leaves_a_partial_pass_that_a_rerun_resumes(served, sim_server, tmp_path):
+    a, ev = served
     opts = ScoringOptions(progress=False, reference_scores=ev)
-    # B serves 6 scoring requests, then its process exits: every later request is refused
-    dying = sim_server("--build", "a", "--run-seed", "2", "--crash-after", "6", "--max-running-requests", "2")
+    # another launch of the same server serves 6 scoring requests, then its process exits: the rest are refused
+    dying = sim_server("--build", "a", "--run-seed", "2", "--noise", "launch", "--crash-after", "6",
+                       "--max-running-requests", "2")
     with pytest.raises(ServerGone, match="refuses connections"):
         score_pass(ev, _cfg(dying.url), tmp_path / "b", opts)
     meta = read_json(tmp_path / "b" / "scores.json")
@@ -61,36 +68,38 @@ def test_a_server_that_dies_mid_pass_leaves_a_partial_pass_that_a_rerun_resumes(
     d = compute_divergence(ev, tmp_path / "b", ev)
     assert d["verdict"] == "not_measured" and "partial pass" in d["verdict_reason"]
 
-    # the rerun (a new server of the same build and seed) asks only the 34 missing questions
-    again = sim_server("--build", "a", "--run-seed", "2")
-    before = _received(again)
-    resumed = score_pass(ev, _cfg(again.url), tmp_path / "b", opts)
-    assert _received(again) - before == N - 6
+    # the rerun (on a live launch of the same server) asks only the missing questions
+    before = _received(a)
+    resumed = score_pass(ev, _cfg(a.url), tmp_path / "b", opts)
+    assert _received(a) - before == N - 6
     assert resumed["status"] == "ok" and resumed["partial"] is False and resumed["missing"] == 0
     assert resumed["questions"] == N and resumed["resumes"] == 1 and resumed["pass_id"] == meta["pass_id"]
     # ... and ends where a pass that never stopped ends, bit for bit
-    whole = score_pass(ev, _cfg(again.url), tmp_path / "whole", opts)
+    whole = score_pass(ev, _cfg(a.url), tmp_path / "whole", opts)
     assert whole["questions"] == N
     got, want = load_scores(tmp_path / "b"), load_scores(tmp_path / "whole")
     for col in ("questions", "offsets", "token_id", "logprob", "top_ids", "top_logprobs", "ref_top_logprobs"):
         np.testing.assert_array_equal(getattr(got, col), getattr(want, col), err_msg=col)
     # a complete pass is not asked again
-    before = _received(again)
-    assert score_pass(ev, _cfg(again.url), tmp_path / "b", opts)["questions"] == N
-    assert _received(again) - before == 0
+    before = _received(a)
+    assert score_pass(ev, _cfg(a.url), tmp_path / "b", opts)["questions"] == N
+    assert _received(a) - before == 0
 
 
-def test_a_pass_whose_reference_pass_changed_is_scored_afresh(reference, sim_server, tmp_path):
+def test_a_pass_whose_reference_pass_changed_is_scored_afresh(served, tmp_path):
     """The rows a pass keeps are those of the reference pass it scored against: a new reference pass (its
     ``pass_id``) makes the next pass start over."""
-    ev = reference
-    b = sim_server("--build", "a", "--run-seed", "2")
-    first = score_pass(ev, _cfg(b.url), tmp_path / "b", ScoringOptions(progress=False, reference_scores=ev))
-    assert score_pass(ev, _cfg(b.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"  # scored anew
-    before = _received(b)
-    again = score_pass(ev, _cfg(b.url), tmp_path / "b", ScoringOptions(progress=False, reference_scores=ev))
+    a, shared = served
+    ev = tmp_path / "a"
+    shutil.copytree(shared, ev)
+    opts = ScoringOptions(progress=False, reference_scores=ev)
+    first = score_pass(ev, _cfg(a.url), tmp_path / "b", opts)
+    (ev / "scores.json").unlink()  # the reference pass is scored anew
+    assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"
+    before = _received(a)
+    again = score_pass(ev, _cfg(a.url), tmp_path / "b", opts)
     assert again["pass_id"] != first["pass_id"] and again["resumes"] == 0 and again["questions"] == N
-    assert _received(b) - before == N
+    assert _received(a) - before == N
 
 
 # ------------------------------------------------------------------------------------------ too few questions
@@ -108,9 +117,9 @@ def _pass(root, questions, errors=(), planned=None, shift=0.0):
 def test_a_divergence_from_a_handful_of_questions_is_not_measured(tmp_path):
     """B's server answered 2 of 40 scoring requests (alive, every other one an error): no verdict, and the
     reason says how many were scored; a pass that did not record its plan counts its errors instead."""
-    ref = _pass(tmp_path / "ref", range(N), planned=N)
-    ab = _pass(tmp_path / "ab", [0, 1], errors=range(2, N), shift=0.5)
-    aa = _pass(tmp_path / "aa", range(N))
+    ref = _pass(tmp_path / "ref", range(40), planned=N)
+    ab = _pass(tmp_path / "ab", [0, 1], errors=range(2, 40), shift=0.5)
+    aa = _pass(tmp_path / "aa", range(40))
     d = divergence_of(ref, ab, aa, n_resamples=99)
     assert d.verdict == "not_measured" and d.questions == 0
     assert "only 2 of the 40 questions" in d.verdict_reason and "divergence.min_scored_share 0.95" in d.verdict_reason

@@ -406,8 +406,9 @@ def _digest(refs: list[Reference]) -> str:
     return h.hexdigest()
 
 
-#: scores.json keys a resumed pass must share with the pass on disk (the protocol's are checked once asked)
-_RESUME_KEYS = ("requested_top_k", "reference_scores", "reference_pass_id", "references_digest")
+#: scores.json keys a resumed pass must share with the pass on disk (the protocol's are checked once asked); the
+#: reference pass by its id, not its path (a run directory may move)
+_RESUME_KEYS = ("requested_top_k", "reference_pass_id", "references_digest")
 
 
 @dataclass
@@ -427,7 +428,8 @@ def _carried(out: Path, meta: ScoresMeta, max_asked_ids: int) -> _Carried | None
 
     try:
         old = cast(ScoresMeta, schema.check(read_json(out / SCORES_META), schema.SCORES, out / SCORES_META))
-        if not isinstance(old.get("pass_id"), str) or any(old.get(key) != meta.get(key) for key in _RESUME_KEYS):
+        if (not isinstance(old.get("pass_id"), str) or any(old.get(key) != meta.get(key) for key in _RESUME_KEYS)
+                or (old.get("reference_scores") is None) != (meta.get("reference_scores") is None)):
             return None
         if old.get("asked_ids", 0) not in (0, max_asked_ids) or not (out / SCORES).is_file():
             return None
