@@ -146,6 +146,18 @@ def test_an_eval_against_a_redirecting_server_is_refused_and_sends_it_nothing(ca
     assert capture.seen == []
 
 
+def test_abh_eval_waiting_for_a_redirecting_server_stops_at_once(capture, tmp_path, capsys):
+    """--wait-ready polls the health endpoint: a redirect there is the wrong URL (exit 2 at once), not a server loading."""
+    with Redirecting(capture.url) as srv:
+        capsys.readouterr()
+        code = abh_main(["eval", "--url", with_userinfo(srv.url), "--out", str(tmp_path / "ev"), "--data",
+                         str(TEST_JSONL), "--num-questions", "3", "--no-progress", "--wait-ready", "600"])
+        err = capsys.readouterr().err
+        assert srv.seen == ["GET /health_generate"]  # asked once
+    assert code == exitcodes.BAD_CONFIG and f"redirect to {capture.url}/health_generate" in err and PASSWORD not in err
+    assert capture.seen == []
+
+
 def test_a_scoring_pass_against_a_redirecting_server_sends_it_nothing(capture, tmp_path, sim_server):
     from test_scoring import _eval
 

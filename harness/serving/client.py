@@ -530,6 +530,13 @@ class Client:
     async def probe_health(self, timeout_s: float) -> str | None:
         """None when the health endpoint answers (200, or 404/405: it has none but the server answers
         HTTP); else what went wrong, for a message."""
+        try:
+            return await self._health(timeout_s)
+        except Redirected as e:
+            return str(e)
+
+    async def _health(self, timeout_s: float) -> str | None:
+        """:meth:`probe_health`, but :class:`Redirected` for a redirect (never followed)."""
         path = self.api.health_path
         try:
             async with self.session.get(self.cfg.url + path, timeout=aiohttp.ClientTimeout(total=timeout_s),
@@ -541,8 +548,6 @@ class Client:
                 return f"GET {path} answered HTTP {r.status}"
         except _Retryable as e:
             return f"GET {path}: {e}"
-        except Redirected as e:
-            return str(e)
         except TimeoutError:
             return f"GET {path} did not answer within {timeout_s:g} s"
         except aiohttp.ClientConnectorError:
@@ -552,12 +557,16 @@ class Client:
 
     async def wait_ready(self, timeout_s: float, on_status: Callable[[str], None] | None = None,
                          every_s: float = 10.0) -> None:
-        """Poll the health endpoint until it answers 200; ServerGone after ``timeout_s``.
-        ``on_status`` gets a "waiting for the server to load" line about every ``every_s`` seconds."""
+        """Poll the health endpoint until it answers 200; ServerGone after ``timeout_s``, :class:`WrongServer` at
+        once for a redirect (no server is behind this URL itself). ``on_status`` gets a "waiting for the server
+        to load" line about every ``every_s`` seconds."""
         t0 = time.monotonic()
         last = t0 - every_s
         while True:
-            problem = await self.probe_health(min(10.0, max(1.0, timeout_s)))
+            try:
+                problem = await self._health(min(10.0, max(1.0, timeout_s)))
+            except Redirected as e:
+                raise WrongServer(f"{self.cfg.url}: {e}") from None
             if problem is None:
                 return
             now = time.monotonic()
