@@ -8,11 +8,14 @@ timer."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import requests
+from aiohttp import ClientSession, web
 from conftest import TEST_JSONL, SimServer
+from helpers.aioserver import ThreadedApp
 from helpers.docs import divergence_doc as compute_divergence
 
 from harness import exitcodes
@@ -62,7 +65,7 @@ def test_a_server_that_dies_mid_pass_leaves_a_partial_pass_that_a_rerun_resumes(
         score_pass(ev, _cfg(dying.url), tmp_path / "b", opts)
     meta = read_json(tmp_path / "b" / "scores.json")
     assert meta["partial"] is True and meta["status"] == "not_measured" and "partial pass" in meta["reason"]
-    assert meta["questions"] == 6 and meta["errors"] == 0  # the refused requests are missing, not errors
+    assert meta["questions"] == 6 and meta["errors"] == 0, meta["error_examples"]  # the refused requests are missing, not errors
     assert meta["missing"] == N - 6 and meta["questions_planned"] == N
     assert scores_status(tmp_path / "b")[0] == "not_measured"
     d = compute_divergence(ev, tmp_path / "b", ev)
@@ -100,6 +103,43 @@ def test_a_pass_whose_reference_pass_changed_is_scored_afresh(served, tmp_path):
     again = score_pass(ev, _cfg(a.url), tmp_path / "b", opts)
     assert again["pass_id"] != first["pass_id"] and again["resumes"] == 0 and again["questions"] == N
     assert _received(a) - before == N
+
+
+class Failing(ThreadedApp):
+    """A proxy in front of a simulator that answers HTTP 500 to the scoring requests after the first ``keep``,
+    up to ``fail`` of them (a live server whose requests error), and passes everything else on."""
+
+    def __init__(self, target: str, keep: int, fail: int) -> None:
+        super().__init__()
+        self.target, self.keep, self.fail, self.scoring = target, keep, fail, 0
+
+    def routes(self, app: web.Application) -> None:
+        async def any_(request: web.Request) -> web.Response:
+            body = await request.read()
+            if request.method == "POST" and request.path == "/generate":
+                self.scoring += 1
+                if self.keep < self.scoring <= self.keep + self.fail:
+                    return web.json_response({"error": "injected"}, status=500)
+            async with ClientSession() as s, s.request(request.method, self.target + request.path, data=body,
+                                                       headers={"Content-Type": "application/json"}) as r:
+                return web.Response(body=await r.read(), status=r.status, content_type="application/json")
+
+        app.router.add_route("*", "/{tail:.*}", any_)
+
+
+def test_a_pass_with_many_request_errors_gives_no_verdict_and_the_rerun_asks_only_those(served, tmp_path):
+    """A live server answers most scoring requests with an error: the pass is whole (status ok) but counts them,
+    the divergence says too few questions were scored, and the next pass into it asks only the failed ones."""
+    a, ev = served
+    opts = ScoringOptions(progress=False, reference_scores=ev)
+    with Failing(a.url, keep=4, fail=N - 6) as proxy:
+        meta = score_pass(ev, replace(_cfg(proxy.url), retries=0), tmp_path / "b", opts)
+    assert meta["status"] == "ok" and meta["errors"] == N - 6 and meta["questions"] == 6, meta
+    d = compute_divergence(ev, tmp_path / "b", ev)
+    assert d["verdict"] == "not_measured" and f"only 6 of the {N} questions" in d["verdict_reason"]
+    before = _received(a)
+    again = score_pass(ev, _cfg(a.url), tmp_path / "b", opts)
+    assert _received(a) - before == N - 6 and again["errors"] == 0 and again["questions"] == N
 
 
 # ------------------------------------------------------------------------------------------ too few questions

@@ -193,7 +193,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                         correct=sum(1 for r in done.values() if r.correct), accuracy=True,
                         in_flight=lambda: client.in_flight, note=client.status)
     t0 = time.perf_counter()
-    refusals: Refusals[tuple[Item, Reply]] = Refusals(cfg.url, stop)  # errors if the server lives, else missing
+    refusals: Refusals[tuple[Item, Reply]] = Refusals(cfg.url, stop)  # unanswered: errors if the server lives
 
     def write(q: Item, reply: Reply) -> None:
         rec = _record(task, q, reply)
@@ -208,18 +208,19 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
         reply = await client.generate(api.generation_body(q.prompt, sampling))
         if reply.error is not None and stop.after_failure(opts.abort_check):
             return  # failed because the server died: "missing" (sent again on resume), not an error
-        if reply.refused:
-            refusals.hold((q, reply))
+        if reply.lost:
+            refusals.hold((q, reply), reply.refused)
             return
-        for held in refusals.release():  # the server answers again: the refusals were real request errors
-            write(*held)
+        if not stop.event.is_set():  # the server answers again: the unanswered ones were real request errors
+            for held in refusals.release():
+                write(*held)
         write(q, reply)
 
     tasks = [] if stop.event.is_set() else [asyncio.ensure_future(one(q)) for q in pending]
     try:
         with progress.ticking():
             finished = bool(tasks) and await stop.race(asyncio.gather(*tasks)) is not None
-        if finished:
+        if finished and not stop.event.is_set():  # (the last request may be the one that tripped it)
             for held in refusals.release():
                 write(*held)
     finally:

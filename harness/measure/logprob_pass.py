@@ -672,7 +672,8 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     probe_ref = next((r for r in todo if r.text and r.question in planned), None)
     progress = Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}",
                         initial=len(refs) - len(todo), in_flight=lambda: client.in_flight)
-    refusals: Refusals[Result] = Refusals(client.cfg.url, stop)  # errors if the server lives, else missing
+    refusals: Refusals[Result] = Refusals(client.cfg.url, stop)  # unanswered: errors if the server lives
+    unanswered: set[int] = set()  # released as errors: missing after all if the server turns out gone
     previous_wall = float(carried.meta.get("wall_s") or 0.0) if carried is not None else 0.0
     try:
         with ScoresWriter(out, top_k=k, meta=meta,
@@ -685,11 +686,13 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                 if (problem is not None or (reply is not None and reply.error is not None)) \
                         and stop.after_failure(opts.abort_check):
                     return  # failed because the pass stops: missing (asked again by a resume), not an error
-                if reply is not None and reply.refused:
-                    refusals.hold(res)
+                if reply is not None and reply.lost:
+                    refusals.hold(res, reply.refused)
                     return
-                for held in refusals.release():  # the server answers again: the refusals were request errors
-                    _store(writer, held, progress, k, plan.offsets)
+                if not stop.tripped:  # the server answers again: the unanswered ones were request errors
+                    for held in refusals.release():
+                        unanswered.add(held[0].question)
+                        _store(writer, held, progress, k, plan.offsets)
                 _store(writer, res, progress, k, plan.offsets)
 
             first = None if probe_ref is None else await stop.race(probe(probe_ref))
@@ -711,11 +714,14 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             if stop.signum is not None or stop.error is not None:
                 writer.abort()  # a signal keeps nothing of this session: the pass on disk stays as it was
                 return None
-            if finished:
+            if finished and not stop.tripped:  # (the last request may be the one that tripped it)
                 for held in refusals.release():
                     _store(writer, held, progress, k, plan.offsets)
             if is_reference and inputs is not None:
                 _write_inputs(out / INPUTS, inputs)
+            if stop.tripped:  # no HTTP answer while the server was dying: missing, asked again by a resume
+                for q in unanswered:
+                    writer.errors.pop(q, None)
             missing = planned - writer.questions - set(writer.errors)
             writer.meta.update({"wall_s": previous_wall + time.perf_counter() - t0, "missing": len(missing)})
             writer.close(partial=_partial_reason(len(planned), len(writer.questions), len(missing), stop.reason)

@@ -139,23 +139,26 @@ class Stop:
 
 
 class Refusals(Generic[T]):
-    """Requests refused after all their retries, held back: :data:`REFUSED_STREAK` of them in a row means the
-    server is gone (``stop`` is tripped; they stay missing, sent again on a resume; a server abh did not start has
+    """Requests that got no HTTP answer after all their retries (refused, reset, timed out: what a dying server
+    does), held back: :data:`REFUSED_STREAK` refused ones with no answer in between mean the server is gone
+    (``stop`` is tripped; every held request stays missing, sent again on a resume; a server abh did not start has
     no process to watch); an answer in between makes them real request errors (:meth:`release`)."""
 
     def __init__(self, url: str, stop: Stop):
         self.url, self.stop = url, stop
         self.held: list[T] = []
+        self.refused = 0
 
-    def hold(self, item: T) -> None:
+    def hold(self, item: T, refused: bool) -> None:
         self.held.append(item)
-        if len(self.held) >= REFUSED_STREAK:
-            self.stop.trip(f"{self.url} refuses connections ({len(self.held)} requests in a row after retries): "
+        self.refused += refused
+        if self.refused >= REFUSED_STREAK:
+            self.stop.trip(f"{self.url} refuses connections ({self.refused} requests in a row after retries): "
                            "the server is gone")
 
     def release(self) -> list[T]:
         """The held requests, to be recorded as errors (the server answers again, or the measurement ended)."""
-        out, self.held = self.held, []
+        out, self.held, self.refused = self.held, [], 0
         return out
 
 

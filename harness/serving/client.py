@@ -322,6 +322,8 @@ class Outcome:
     status: int | None = None
     #: The last attempt found nothing listening (connection refused): the server is likely gone.
     refused: bool = False
+    #: The last attempt got no HTTP answer at all (refused, reset, timed out): a server that is dying does that.
+    lost: bool = False
     #: The ``Server`` header of the last HTTP response, if any (says what answered).
     server: str | None = None
 
@@ -354,9 +356,10 @@ class _Retryable(Exception):
     """One attempt failed in a way worth another (the message is printable: server text is escaped)."""
 
     def __init__(self, msg: str, refused: bool = False, server: str | None = None,
-                 retry_after: float | None = None):
+                 retry_after: float | None = None, lost: bool = False):
         super().__init__(printable(msg, one_line=True))
         self.refused, self.server, self.retry_after = refused, server, retry_after
+        self.lost = lost or refused
 
 
 class _Fatal(Exception):
@@ -643,7 +646,7 @@ class Client:
             raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": "), refused=True) from None
         except (TimeoutError, aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, OSError) as e:
             # a bad chunk size, a torn body, a reset: this attempt's error (aiohttp raises several kinds for them)
-            raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": ")) from None
+            raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": "), lost=True) from None
         finally:
             self._in_flight -= 1
 
@@ -668,7 +671,7 @@ class Client:
                     reply.error, reply.status, reply.server = str(e), e.status, e.server
                     break
                 except _Retryable as e:
-                    reply.error, reply.refused, reply.server = str(e), e.refused, e.server
+                    reply.error, reply.refused, reply.lost, reply.server = str(e), e.refused, e.lost, e.server
                     if attempt > self.cfg.retries:
                         break
                     await self._back_off(attempt, e.retry_after)
@@ -677,7 +680,7 @@ class Client:
                     reply.error = printable(f"unexpected error reading the answer: {type(e).__name__}: {e}"[:300],
                                             one_line=True)
                     break
-                reply.error, reply.refused, reply.status = None, False, None
+                reply.error, reply.refused, reply.lost, reply.status = None, False, False, None
                 break
             reply.latency_s = time.perf_counter() - t0
             return result
