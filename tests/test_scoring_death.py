@@ -22,7 +22,7 @@ from harness import exitcodes
 from harness.analysis.divergence import compute_divergence as divergence_of
 from harness.config import RANGES
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import ScoringOptions, score_pass
+from harness.measure.logprob_pass import ScoringOptions, _read_inputs, score_pass
 from harness.results.fileio import read_json
 from harness.results.token_store import ScoresWriter, load_scores, scores_status
 from harness.serving.client import ClientConfig, ServerGone
@@ -87,6 +87,32 @@ def test_a_server_that_dies_mid_pass_leaves_a_partial_pass_that_a_rerun_resumes(
     before = _received(a)
     assert score_pass(ev, _cfg(a.url), tmp_path / "b", opts)["questions"] == N
     assert _received(a) - before == 0
+
+
+def test_a_reference_pass_that_dies_resumes_with_the_ids_it_tokenized(served, sim_server, tmp_path):
+    """The reference pass tokenizes every question once (``score_inputs.parquet``, what the other passes send): a
+    partial one keeps its ids, and the resumed pass ends as the unbroken one did (ids, offsets, scores)."""
+    a, shared = served
+    ev = tmp_path / "a"
+    shutil.copytree(shared, ev)
+    for name in ("scores.json", "scores.parquet", "score_inputs.parquet"):
+        (ev / name).unlink()
+    dying = sim_server("--build", "a", "--run-seed", "2", "--noise", "launch", "--crash-after", "7",
+                       "--max-running-requests", "2")
+    with pytest.raises(ServerGone):
+        score_pass(ev, _cfg(dying.url), ev, ScoringOptions(progress=False))
+    meta = read_json(ev / "scores.json")
+    assert meta["partial"] is True and meta["by_ids"] is True and 0 < meta["questions"] < N
+    assert (ev / "score_inputs.parquet").is_file()
+    before = _received(a)
+    resumed = score_pass(ev, _cfg(a.url), ev, ScoringOptions(progress=False))
+    # the missing questions, and the one request that asks whether the server scores ids
+    assert _received(a) - before == meta["missing"] + 1
+    assert resumed["questions"] == N and resumed["resumes"] == 1
+    got, want = load_scores(ev), load_scores(shared)
+    for col in ("questions", "offsets", "token_id", "logprob", "top_ids", "top_logprobs", "text_offset"):
+        np.testing.assert_array_equal(getattr(got, col), getattr(want, col), err_msg=col)
+    assert _read_inputs(ev / "score_inputs.parquet") == _read_inputs(shared / "score_inputs.parquet")
 
 
 def test_a_pass_whose_reference_pass_changed_is_scored_afresh(served, tmp_path):
