@@ -33,7 +33,7 @@ from omegaconf import MISSING, OmegaConf
 from harness.serving.client import ClientSettings
 from harness.serving.wire import API_NAMES, DEFAULT_TOP_K, SCORING_PARALLEL
 from harness.simulator.sim_config import SimConfig
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, DEFAULT_MIN_SCORED_SHARE
 from harness.tasks.registry import TaskSpec
 from harness.tasks.registry import problems as task_problems
 
@@ -301,6 +301,9 @@ class DivergenceConfig:
     parallel: int = SCORING_PARALLEL
     #: Whose greedy texts (repeat 1) are the reference: ``a`` or ``b``.
     reference: str = "a"
+    #: The least share (0-1) of the questions the reference pass was to score that every pass must have scored
+    #: for a verdict; below it (request errors, a server that died) the divergence is not_measured, with the reason.
+    min_scored_share: float = DEFAULT_MIN_SCORED_SHARE
     #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
     #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
     off_reason: str = ""
@@ -507,7 +510,7 @@ RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
     "experiment.max_repeats": (1, None, False, True), "task.num_questions": (1, None, False, True),
     "task.num_shots": (0, None, False, True), "task.max_new_tokens": (0, None, False, True),
     "stats.seed": (0, 2**32 - 1, False, True), "divergence.top_k": (1, None, False, True),
-    "divergence.parallel": (1, None, False, True),
+    "divergence.parallel": (1, None, False, True), "divergence.min_scored_share": (0, 1, False, False),
 }
 CHECK_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
     "min_count": (0, None, False, True), "max_new_tokens": (1, None, False, True),

@@ -43,6 +43,9 @@ BAD = [
     ("stats.seed=-1", "stats.seed must be >= 0"),
     ("stats.alpha=nan", "stats.alpha must be a finite number, not nan"),
     ("divergence.top_k=0", "divergence.top_k must be >= 1, not 0"),
+    ("divergence.min_scored_share=1.5", "divergence.min_scored_share must be >= 0 and <= 1, not 1.5"),
+    ("divergence.min_scored_share=-0.1", "divergence.min_scored_share must be >= 0 and <= 1, not -0.1"),
+    ("divergence.min_scored_share=nan", "divergence.min_scored_share must be a finite number, not nan"),
 ]
 
 

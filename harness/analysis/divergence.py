@@ -16,8 +16,10 @@ test (sign-flip over questions of KLD_i(A‖B) - KLD_i(A‖A′)) and it says it
 on every launch; otherwise that test is kept as a diagnostic (``per_question``). The per-token measures (KLD
 mean and percentiles, same top token, first divergence) are those of the first B pass and the floor.
 
-Verdict ``not_measured`` (with ``verdict_reason``) whenever a pass is missing or was not scorable: the A/B
-measures are still filled when only the A/A floor is missing; nothing is ever reported as a silent zero.
+Verdict ``not_measured`` (with ``verdict_reason``) whenever a pass is missing, partial or was not scorable, or
+fewer than ``min_scored_share`` (``divergence.min_scored_share``) of the questions the reference pass was to
+score were scored by every pass (request errors, a server that died): the A/B measures are still filled when
+only the A/A floor is missing; nothing is ever reported as a silent zero, nor decided on a handful of questions.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from harness.results.schema import (
 from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
 from harness.stats import kld as dv
 from harness.stats import kld_launches as kl
+from harness.stats.verdict import DEFAULT_MIN_SCORED_SHARE
 
 #: tokens per chunk of the per-token computation (bounds the (chunk, k, k) id-matching temporaries)
 CHUNK_TOKENS = 8_192
@@ -250,7 +253,8 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                        texts_b: Mapping[int, str | None] | None = None,
                        texts_aa: Mapping[int, str | None] | None = None,
                        alpha: float = 0.05, n_resamples: int = 9_999, seed: int = 0,
-                       top_n: int = DEFAULT_TOP_N, reference: str = "a") -> Divergence:
+                       top_n: int = DEFAULT_TOP_N, reference: str = "a",
+                       min_scored_share: float = DEFAULT_MIN_SCORED_SHARE) -> Divergence:
     """The ``divergence`` object of comparison.json.
 
     ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
@@ -261,6 +265,8 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
     (the reference), B's eval and the A/A eval; when None they are read from ``samples.jsonl`` in the same
     directories. ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
     ``reference``: which arm's greedy texts the passes scored (recorded; ``b`` turns the roles around).
+    ``min_scored_share``: below this share of the questions the reference pass was to score (its
+    ``questions_planned``, else its questions and errors) scored by every pass, the verdict is not_measured.
     """
     dirs = {"ref": _name(ref_dir), "ab": _name(ab_dir), "aa": _name(aa_dir)}
 
@@ -306,10 +312,12 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
     nq = int(ref.questions.size)
     present_ab, same_ab, pos_ab = _match(ref, ab)
     keep = present_ab & same_ab
+    scored_all = present_ab.copy()
     dropped = {"missing_ab": int((~present_ab).sum()), "token_mismatch_ab": int((present_ab & ~same_ab).sum())}
     if aa is not None:
         present_aa, same_aa, pos_aa = _match(ref, aa)
         keep &= present_aa & same_aa
+        scored_all &= present_aa
         dropped["missing_aa"] = int((~present_aa).sum())
         dropped["token_mismatch_aa"] = int((present_aa & ~same_aa).sum())
     # the further launches: one pass per launch (the reference's, the compared pass's and the floor's taken)
@@ -324,6 +332,10 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
         extra_ok = np.all([np.isfinite(k) for k in more_a + more_b], axis=0)
         dropped["missing_other_launches"] = int((keep & ~extra_ok).sum())
         keep &= extra_ok
+        scored_all &= extra_ok
+    short = _too_few_scored(ref, int(scored_all.sum()), min_scored_share, dropped)
+    if short is not None:
+        return fail(short)
     idx = np.flatnonzero(keep)
     if idx.size < 2:
         why = (f"only {idx.size} question(s) were scored on the same reference tokens by every pass "
@@ -418,6 +430,22 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                   effect=lt.effect, effect_ci=None, effect_ci_method=None, effect_se=None, effect_mde=None,
                   launch_test=block, qualification=qual)
     return replace(div, verdict_reason=_reason(div))
+
+
+def _too_few_scored(ref: ScoreTable, scored: int, least: float, dropped: dict[str, int]) -> str | None:
+    """Why ``scored`` questions (scored by every pass) are too few for a verdict: under ``least`` of those the
+    reference pass was to score; None when they are enough."""
+    planned = ref.meta.get("questions_planned")
+    errors = ref.meta.get("errors")
+    if not isinstance(planned, int) or isinstance(planned, bool):  # a pass that did not record it
+        planned = int(ref.questions.size) + (errors if isinstance(errors, int) and not isinstance(errors, bool) else 0)
+    planned = max(planned, int(ref.questions.size))
+    if planned == 0 or scored >= least * planned:
+        return None
+    lost = ", ".join(f"{k} {v}" for k, v in dropped.items() if v and not k.startswith("token_mismatch"))
+    return (f"only {scored} of the {planned} questions the reference pass was to score were scored by every pass "
+            f"({scored / planned:.1%}, under divergence.min_scored_share {least:g}; reference pass request errors "
+            f"{errors or 0}{'; ' + lost if lost else ''}): too few for a verdict; rerun to score the rest")
 
 
 def has_pass(d: str | Path) -> bool:

@@ -19,7 +19,7 @@ from harness.checks.processes import log_line_check, process_env_check
 from harness.checks.result import CheckResult, check_name
 from harness.checks.routed import routed_experts_check
 from harness.config import CheckConfig
-from harness.engines.base import Engine
+from harness.engines.base import Engine, refuse_redirect
 from harness.results.records import JSONObject
 
 
@@ -77,10 +77,11 @@ def _http_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int) ->
     what = f"GET {path} -> {c.key or '(body)'}"
     url = engine.url + path
     try:
-        r = requests.get(url, timeout=30, headers=engine.http_headers)
+        r = requests.get(url, timeout=30, headers=engine.http_headers, allow_redirects=False)
         if r.status_code == 404 and path in ENDPOINT_ALIASES:
             url = engine.url + ENDPOINT_ALIASES[path]
-            r = requests.get(url, timeout=30, headers=engine.http_headers)
+            r = requests.get(url, timeout=30, headers=engine.http_headers, allow_redirects=False)
+        refuse_redirect(r, "GET", path)
         status = r.status_code
         body = r.json()
     except (requests.RequestException, ValueError) as e:

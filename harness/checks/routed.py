@@ -52,7 +52,7 @@ import requests
 from harness.arms.arm import ResolvedArm
 from harness.checks.result import CheckResult, check_name
 from harness.config import CheckConfig
-from harness.engines.base import Engine
+from harness.engines.base import Engine, refuse_redirect
 from harness.engines.sglang import dp_attention_ranks
 from harness.results.records import JSONObject
 
@@ -283,12 +283,13 @@ def _one_rank(url: str, c: CheckConfig, rank: int | None, launch_env: dict[str, 
     try:
         if rank is not None:
             body["routed_dp_rank"] = rank
-        r = requests.post(url, json=body, timeout=300, headers=headers)
+        r = requests.post(url, json=body, timeout=300, headers=headers, allow_redirects=False)
         if rank is not None and r.status_code == 400 and "routed_dp_rank" in r.text:
             body.pop("routed_dp_rank")
             body["data_parallel_rank"] = rank  # SGLang before routed_dp_rank (still its deprecated alias)
             ev["rank_field"] = "data_parallel_rank"
-            r = requests.post(url, json=body, timeout=300, headers=headers)
+            r = requests.post(url, json=body, timeout=300, headers=headers, allow_redirects=False)
+        refuse_redirect(r, "POST", url)
         status = r.status_code
         reply = r.json()
     except (requests.RequestException, ValueError) as e:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -261,6 +262,18 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
                                 "order of the first run, or use another --out")
 
 
+@contextmanager
+def refused_redirect(role: str, url: str) -> Iterator[None]:
+    """A server whose probe answers a redirect (never followed: the credentials would go with it) is the wrong
+    URL: one line, exit 2."""
+    from harness.serving.client import Redirected, redact_userinfo
+
+    try:
+        yield
+    except Redirected as e:
+        raise ABFailure(exitcodes.BAD_CONFIG, f"server {role.upper()} at {redact_userinfo(url)}: {e}") from None
+
+
 def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
                        headers: dict[str, str]) -> list[tuple[str, str]]:
     """Before anything is written: each server with an eval still to run answers HTTP at all (exit 4); the A/A
@@ -272,7 +285,8 @@ def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
     for role, url in zip((*ROLES, "a2"), urls, strict=False):
         if role != "a2" and all(eval_done(out / "evals" / role / f"r{r}") for r in range(1, repeats + 1)):
             continue
-        why = unreachable(url, headers=headers)
+        with refused_redirect(role, url):
+            why = unreachable(url, headers=headers)
         if why is not None:
             raise ABFailure(exitcodes.SERVER_FAILURE,
                             f"server {role.upper()} at {redact_userinfo(url)} is not reachable: {why}")
@@ -285,7 +299,10 @@ def refuse_other_models(servers: Sequence[tuple[str, str]], headers: dict[str, s
     than found by the comparison (their recipes' model_path differ) after both evals."""
     from harness.serving.client import served_model
 
-    models = {role: served_model(url, headers) for role, url in servers}
+    models = {}
+    for role, url in servers:
+        with refused_redirect(role, url):
+            models[role] = served_model(url, headers)
     if len({m for m in models.values() if m is not None}) > 1:
         said = ", ".join(f"{role.upper()}: {m!r}" for role, m in models.items() if m is not None)
         raise ABFailure(exitcodes.BAD_CONFIG, f"the servers serve different models ({said}); abh ab compares "

@@ -36,6 +36,7 @@ from harness.engines.process import (
 )
 from harness.results import schema
 from harness.results.records import JSON, JSONObject
+from harness.serving.client import redirect_error
 from harness.serving.wire import Api, for_api
 from harness.util.cmdline import command_line, shell_command
 from harness.util.redact import redact_argv, redact_env
@@ -44,7 +45,13 @@ from harness.util.redact import redact_argv, redact_env
 #: lookup).
 LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
 
-__all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "LAUNCHER"]
+__all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "LAUNCHER", "refuse_redirect"]
+
+
+def refuse_redirect(r: requests.Response, method: str, path: str) -> None:
+    """``requests.HTTPError`` naming the Location for a 3xx answer (requests is told not to follow it)."""
+    if 300 <= r.status_code < 400:
+        raise requests.HTTPError(redirect_error(method, path, r.status_code, r.headers.get("Location")), response=r)
 
 
 @dataclass
@@ -233,10 +240,12 @@ class Engine:
 
     # ------------------------------------------------------------------ HTTP helpers
     def _get(self, path: str, timeout: float = 10.0) -> requests.Response:
-        return requests.get(self.url + path, timeout=timeout, headers=self.http_headers)
+        # no redirect is followed (the credentials would go with it): a 3xx is not an answer
+        return requests.get(self.url + path, timeout=timeout, headers=self.http_headers, allow_redirects=False)
 
     def get_json(self, path: str, timeout: float = 10.0) -> Any:
         r = self._get(path, timeout)
+        refuse_redirect(r, "GET", path)
         r.raise_for_status()
         return r.json()
 
@@ -267,7 +276,7 @@ class Engine:
         try:
             model = self.openai_model()
             r = requests.post(self.url + "/v1/completions", timeout=max(self.probe_timeout_s, 60.0),
-                              headers=self.http_headers,
+                              headers=self.http_headers, allow_redirects=False,
                               json={"model": model, "prompt": "1 + 1 =", "max_tokens": 1, "temperature": 0.0})
         except requests.RequestException as e:
             return False, f"1-token /v1/completions: {type(e).__name__}"

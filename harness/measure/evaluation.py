@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.measure.prompt_tokens import PromptTokens
-from harness.measure.runner import Interrupted, Progress, Stop, run, signals_to, watchdogs
+from harness.measure.runner import Interrupted, Progress, Refusals, Stop, run, signals_to, watchdogs
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
 from harness.results.integrity import Scorer
@@ -30,10 +30,6 @@ __all__ = ["EvalOptions", "Interrupted", "ServerGone", "ServerStalled", "TaskBui
 
 #: Builds the eval's task once the server has said which model it serves (its ``model_path``, or None).
 TaskBuilder = Callable[[str | None], Task]
-
-#: Requests in a row refused after all their retries before an eval decides the server is gone.
-REFUSED_STREAK = 10
-
 
 @dataclass
 class EvalOptions:
@@ -162,6 +158,8 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
         warm = await stop.race(client.generate(body))
         if warm is None or warm.error is None:
             return time.perf_counter() - t
+        if warm.status is not None and 300 <= warm.status < 400:  # never followed: the URL is not the server's
+            raise WrongServer(f"{cfg.url}: {warm.error}")
         if warm.not_served:
             found = f" (Server: {warm.server})" if warm.server else ""
             raise WrongServer(f"{cfg.url} does not serve the {api.name} API: POST {api.generate_path} answered "
@@ -219,7 +217,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                         correct=sum(1 for r in done.values() if r.correct), accuracy=True,
                         in_flight=lambda: client.in_flight, note=client.status)
     t0 = time.perf_counter()
-    held: list[tuple[Item, Reply]] = []  # refused replies: errors if the server lives, else missing
+    refusals: Refusals[tuple[Item, Reply]] = Refusals(cfg.url, stop)  # unanswered: errors if the server lives
     mixed: list[str] = []  # errors of answers that were another request's
 
     def write(q: Item, reply: Reply) -> None:
@@ -237,31 +235,23 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
         key = PromptTokens.key(api.name, q.prompt_sha256)
         reply = await client.generate(api.generation_body(q.prompt, sampling),
                                       lambda gen: counts.check(key, gen.prompt_tokens))
-        if reply.error is not None and opts.abort_check is not None and not stop.event.is_set():
-            reason = opts.abort_check()
-            if reason is not None:
-                stop.trip(reason)
-        if stop.event.is_set() and reply.error is not None:
+        if reply.error is not None and stop.after_failure(opts.abort_check):
             return  # failed because the server died: "missing" (sent again on resume), not an error
-        if reply.refused:
-            # Hold it: a run of refused connections after retries means the server is gone (abh eval
-            # has no process to watch); then these questions stay missing rather than errors.
-            held.append((q, reply))
-            if len(held) >= REFUSED_STREAK:
-                stop.trip(f"{cfg.url} refuses connections ({len(held)} requests in a row after retries): "
-                          "the server is gone")
+        if reply.lost:
+            refusals.hold((q, reply), reply.refused)
             return
-        while held:  # the server answers again: the refusals were real request errors
-            write(*held.pop(0))
+        if not stop.event.is_set():  # the server answers again: the unanswered ones were real request errors
+            for held in refusals.release():
+                write(*held)
         write(q, reply)
 
     tasks = [] if stop.event.is_set() else [asyncio.ensure_future(one(q)) for q in pending]
     try:
         with progress.ticking():
             finished = bool(tasks) and await stop.race(asyncio.gather(*tasks)) is not None
-        if finished:
-            while held:
-                write(*held.pop(0))
+        if finished and not stop.event.is_set():  # (the last request may be the one that tripped it)
+            for held in refusals.release():
+                write(*held)
     finally:
         for t in tasks:  # stopped: in-flight requests are cancelled, never stored as errors
             if not t.done():

@@ -38,9 +38,15 @@ there. SGLang scored by text (no ``/tokenize``) needs the prompt's length in tok
 Before the pass, one question is scored alone: a server that refuses it (HTTP 4xx), answers without
 per-token logprobs, or cannot be aligned (:meth:`harness.serving.client.Client.prepare_scoring`) is ``not_measured``.
 Then every question is sent at the client's concurrency, with its retries and stall watchdog; a question
-that still fails is left out and counted (``errors``). A pass is all or nothing on disk: interrupted, it
-leaves no ``scores.parquet`` and is redone by the next run. It runs after the accuracy evals, never inside
-them, and its wall time is recorded (``wall_s``).
+that still fails is left out and counted (``errors``). A server that dies is caught as the eval catches it
+(its process gone, or :data:`~harness.measure.runner.REFUSED_STREAK` requests in a row refused after their
+retries): the requests that failed with it are *missing*, not errors. A pass stopped that way or by a hung
+server keeps what it scored as a partial pass (``partial: true``, status ``not_measured``, the reason and
+``missing``); the next pass into the directory for the same references, reference pass and top_k resumes it
+(``pass_id`` kept, ``resumes`` counted) and asks only the questions it lacks (those missing, and its request
+errors). A signal or a SIGKILL keeps nothing of the session: the directory holds what it held before (nothing,
+or the pass a rerun resumes). It runs after the accuracy evals, never inside them, and its wall time is
+recorded (``wall_s``, summed over its sessions).
 """
 
 from __future__ import annotations
@@ -48,14 +54,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
+import orjson
 
-from harness.measure.runner import Progress, Stop, run, signals_to, watchdogs
+from harness.measure.runner import Progress, Refusals, Stop, run, signals_to, watchdogs
+from harness.results import schema
 from harness.results.eval_store import PROMPTS, load_samples
 from harness.results.fileio import read_json, read_jsonl
 from harness.results.records import JSONObject
@@ -69,6 +78,7 @@ from harness.results.token_store import (
     ScoresWriter,
     ScoreTable,
     load_scores,
+    scores_schema,
     write_not_measured,
 )
 from harness.serving.client import Client, ClientConfig, ScoreReply
@@ -375,14 +385,65 @@ async def _by_ids(client: Client, api: Api, ref: Reference, k: int) -> tuple[Api
     return cand, None
 
 
+def _digest(refs: list[Reference]) -> str:
+    """What a resumed pass must have scored: the reference texts after their prompts, by question."""
+    h = hashlib.sha256()
+    for r in refs:
+        h.update(orjson.dumps([r.question, r.prompt, r.text, r.prompt_tokens]))
+    return h.hexdigest()
+
+
+#: scores.json keys a resumed pass must share with the pass on disk (the protocol's are checked once asked); the
+#: reference pass by its id, not its path (a run directory may move)
+_RESUME_KEYS = ("requested_top_k", "reference_pass_id", "references_digest")
+
+
+@dataclass
+class _Carried:
+    """A pass on disk this one resumes: its scores.json, the questions it holds rows of, the ids it sent."""
+
+    meta: ScoresMeta
+    questions: set[int]
+    inputs: dict[int, tuple[list[int], list[int]]] | None
+
+
+def _carried(out: Path, meta: ScoresMeta, max_asked_ids: int) -> _Carried | None:
+    """The pass in ``out`` that this one continues: written by abh (a kind and version it reads) for the same
+    references, reference pass and top_k, with its rows on disk (and its ids, for a reference pass by ids);
+    None: score afresh."""
+    import pyarrow.parquet as pq
+
+    try:
+        old = cast(ScoresMeta, schema.check(read_json(out / SCORES_META), schema.SCORES, out / SCORES_META))
+        if (not isinstance(old.get("pass_id"), str) or any(old.get(key) != meta.get(key) for key in _RESUME_KEYS)
+                or (old.get("reference_scores") is None) != (meta.get("reference_scores") is None)):
+            return None
+        if old.get("asked_ids", 0) not in (0, max_asked_ids) or not (out / SCORES).is_file():
+            return None
+        pf = pq.ParquetFile(out / SCORES)
+        if not pf.schema_arrow.equals(scores_schema()):
+            return None
+        questions = {int(q) for q in pf.read(columns=["question"]).column("question").unique().to_pylist()}
+        inputs = _read_inputs(out / INPUTS) if old.get("by_ids") and old.get("reference_scores") is None else None
+    except (OSError, ValueError, schema.SchemaError):
+        return None
+    if inputs is not None and not questions <= set(inputs):
+        return None
+    return _Carried(old, questions, inputs)
+
+
 async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig, out_dir: str | Path,
                            opts: ScoringOptions | None = None) -> ScoresMeta:
     """Score the reference completions of ``reference_eval`` on the server of ``client_cfg`` into
     ``out_dir``; return what ``scores.json`` says (``status`` ok or not_measured).
 
+    A pass already in ``out_dir`` for the same references, reference pass and top_k is resumed: its questions
+    are kept and only the others asked (those it stopped before, and its request errors).
+
     Raises :class:`~harness.serving.client.ServerGone` (:class:`~harness.serving.client.ServerStalled`) when the
-    server dies or hangs, :class:`~harness.measure.runner.Interrupted` on SIGINT/SIGTERM; then ``out_dir`` holds
-    no pass (a rerun scores again).
+    server dies or hangs: then ``out_dir`` holds the questions scored so far as a partial pass (``partial: true``,
+    status not_measured), which a rerun resumes; :class:`~harness.measure.runner.Interrupted` on SIGINT/SIGTERM
+    (``out_dir`` as it was before).
     """
     opts = opts or ScoringOptions()
     if opts.parallel < client_cfg.parallel:
@@ -392,12 +453,11 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
     meta: ScoresMeta = {**opts.meta, "reference_eval": str(ref_eval),
                             "reference_scores": None if opts.reference_scores is None else str(opts.reference_scores),
                             "requested_top_k": int(opts.top_k), "parallel": int(client_cfg.parallel),
-                            "url": client_cfg.url}
+                            "url": client_cfg.url, "reference_pass_id": None}
     t0 = time.perf_counter()
-    for name in (SCORES_META, SCORES, INPUTS):  # a pass is redone whole: no stale file may outlive it
-        (out / name).unlink(missing_ok=True)
 
     def not_measured(reason: str) -> ScoresMeta:
+        (out / INPUTS).unlink(missing_ok=True)
         write_not_measured(out, reason, {**meta, "wall_s": time.perf_counter() - t0})
         return {**meta, "status": "not_measured", "reason": reason}
 
@@ -405,6 +465,7 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
         refs = load_references(ref_eval)
     except (OSError, ValueError, ScoringError) as e:
         return not_measured(f"the reference eval {ref_eval} cannot be read: {e}")
+    meta["references_digest"] = _digest(refs)
     ref_table = None
     inputs: dict[int, tuple[list[int], list[int]]] | None = None
     if opts.reference_scores is not None:
@@ -414,21 +475,25 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
             return not_measured(f"the reference pass was not scored: {e.reason}")
         except (ScoresError, OSError, ValueError) as e:
             return not_measured(f"the reference pass {opts.reference_scores} is unreadable: {e}")
+        meta["reference_pass_id"] = ref_table.meta.get("pass_id")
         scored = {int(q) for q in ref_table.questions}
         refs = [r for r in refs if r.question in scored]
         if (Path(opts.reference_scores) / INPUTS).exists():
             inputs = _read_inputs(Path(opts.reference_scores) / INPUTS)
     if not any(r.text for r in refs):
         return not_measured(f"the reference eval {ref_eval} has no answered question with a completion to score")
+    carried = _carried(out, meta, opts.max_asked_ids)
+    if carried is None:  # a pass is redone whole: no stale file may outlive it
+        for name in (SCORES_META, SCORES, INPUTS):
+            (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     stop = Stop()
     with signals_to(stop):
         async with Client(client_cfg) as client:
             try:
                 with watchdogs(client, stop, opts.abort_check):
-                    done = await stop.race(_score(client, refs, out, opts, meta, t0, ref_table, inputs))
+                    done = await _score(client, refs, out, opts, meta, t0, ref_table, inputs, stop, carried)
             except _NotScorable as e:
-                (out / INPUTS).unlink(missing_ok=True)
                 return not_measured(str(e))
     stop.raise_for_reason()
     assert done is not None
@@ -438,34 +503,54 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
 Result = tuple[Reference, ScoreReply | None, list[int] | None, np.ndarray | None, str | None]
 
 
-async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: ScoresMeta,
-                 t0: float, ref_table: ScoreTable | None,
-                 inputs: dict[int, tuple[list[int], list[int]]] | None) -> ScoresMeta:
+@dataclass
+class _Plan:
+    """How a pass asks its server, learnt before its first scoring request (:func:`_prepare`)."""
+
+    api: Api
+    by_ids: bool
+    inputs: dict[int, tuple[list[int], list[int]]] | None
+    #: questions whose tokens' texts came from the server's detokenizer (their answers need none), and where
+    #: each of their tokens starts in the reference text
+    detokenized: set[int]
+    offsets: dict[int, np.ndarray]
+    carried: _Carried | None
+
+
+async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, meta: ScoresMeta,
+                   ref_table: ScoreTable | None, inputs: dict[int, tuple[list[int], list[int]]] | None,
+                   carried: _Carried | None) -> _Plan:
+    """Ask the server what the pass needs (ids or text, the reference pass's tokenization); drop ``carried`` when
+    this server is asked otherwise than the pass on disk was."""
     if opts.wait_ready_s > 0:
         await client.wait_ready(opts.wait_ready_s)
     api = await client.prepare()
     is_reference = opts.reference_scores is None
-    probe_ref = next(r for r in refs if r.text)
+    todo = [r for r in refs if carried is None or r.question not in carried.questions]
+    probe_ref = next((r for r in todo if r.text), None) or next(r for r in refs if r.text)
     k = int(opts.top_k)
     text_reason: str | None = None
-    detokenized: set[int] = set()  # questions whose tokens' texts came from the server's detokenizer: their
-    # answers need none
+    detokenized: set[int] = set()
     offsets: dict[int, np.ndarray] = {}
     if is_reference:
         api, text_reason = await _by_ids(client, api, probe_ref, k)
+        if carried is not None and carried.meta.get("by_ids") != (text_reason is None):
+            carried = None
         if text_reason is None:
-            inputs = {}  # tokenize once, here; the other passes send the same ids
-            prompts = await _tokenize_all(client, [r.prompt for r in refs], True)
-            texts = await _tokenize_all(client, [r.text for r in refs], False) if prompts is not None else None
+            inputs = dict(carried.inputs or {}) if carried is not None else {}  # tokenized once: kept
+            new = [r for r in refs if r.question not in inputs]
+            prompts = await _tokenize_all(client, [r.prompt for r in new], True) if new else []
+            texts = await _tokenize_all(client, [r.text for r in new], False) if prompts is not None and new else []
             if prompts is not None and texts is not None:
-                inputs = {r.question: (p, t) for r, p, t in zip(refs, prompts, texts, strict=True)}
+                inputs.update({r.question: (p, t) for r, p, t in zip(new, prompts, texts, strict=True)})
                 # the tokens' texts (where the first diverging token starts) by one request, so that the answers
                 # need none: a scoring answer with a text in each of its top-k entries takes 3x the parsing
                 # (the server's own per-token texts would be these same single-token decodes)
-                token_texts = await _detokenize_each(client, texts)
+                asked = [r for r in todo if r.question in inputs]
+                token_texts = await _detokenize_each(client, [inputs[r.question][1] for r in asked]) if asked else []
                 if token_texts is not None:
-                    detokenized = {r.question for r in refs}
-                    offsets = {r.question: o for r, tt in zip(refs, token_texts, strict=True)
+                    detokenized = {r.question for r in asked}
+                    offsets = {r.question: o for r, tt in zip(asked, token_texts, strict=True)
                                if (o := _token_offsets(tt, r.text)) is not None}
     elif inputs is not None:
         api = client.api = api.scoring_by_ids()  # the reference pass's ids: its probe below confirms them
@@ -476,12 +561,38 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             why = str(e) if "cannot score" in str(e) else f"{client.cfg.url} cannot score: {e}"
             raise _NotScorable(why + (f"; not by token ids either: {text_reason}" if text_reason else "")) from None
     by_ids = inputs is not None
-    if by_ids and not is_reference:
-        assert inputs is not None
-        refs = [r for r in refs if r.question in inputs]
+    if carried is not None and (carried.meta.get("api") != api.name or carried.meta.get("by_ids") != by_ids):
+        carried = None
     ask = api.scores_given_ids and ref_table is not None and opts.max_asked_ids > 0
     meta.update({"api": api.name, "by_ids": by_ids, "by_text_reason": text_reason if not by_ids else None,
                  "echo_shift": getattr(api, "echo_shift", None), "asked_ids": opts.max_asked_ids if ask else 0})
+    return _Plan(api, by_ids, inputs, detokenized, offsets, carried)
+
+
+async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: ScoresMeta,
+                 t0: float, ref_table: ScoreTable | None, inputs: dict[int, tuple[list[int], list[int]]] | None,
+                 stop: Stop, carried: _Carried | None) -> ScoresMeta | None:
+    """The pass, or None when it was stopped before its first scoring request or by a signal (nothing changed on
+    disk)."""
+    plan = await stop.race(_prepare(client, refs, opts, meta, ref_table, inputs, carried))
+    if plan is None:
+        return None
+    api, by_ids, inputs, carried = plan.api, plan.by_ids, plan.inputs, plan.carried
+    if carried is None:
+        for name in (SCORES_META, SCORES):  # asked otherwise than the pass on disk: redone whole
+            (out / name).unlink(missing_ok=True)
+    is_reference = opts.reference_scores is None
+    if by_ids and not is_reference:
+        assert inputs is not None
+        refs = [r for r in refs if r.question in inputs]
+    k = int(opts.top_k)
+    ask = bool(meta.get("asked_ids"))
+    meta.update({"pass_id": uuid.uuid4().hex if carried is None else str(carried.meta.get("pass_id")),
+                 "resumes": 0 if carried is None else int(carried.meta.get("resumes") or 0) + 1})
+    # the questions with a reference token: those the pass is to score
+    planned = {r.question for r in refs
+               if (inputs[r.question][1] if by_ids and inputs is not None and r.question in inputs else r.text)}
+    meta["questions_planned"] = len(planned)
 
     async def request(ref: Reference) -> tuple[ScoreRequest | None, list[int] | None, np.ndarray | None]:
         """The scoring request of one question (None: an empty reference), the reference ids it sends and
@@ -499,7 +610,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             ref_ids = r_ids
             if not r_ids:
                 return None, [], None
-            req = ScoreRequest(p_ids, r_ids, top_k=k, texts=ref.question not in detokenized)
+            req = ScoreRequest(p_ids, r_ids, top_k=k, texts=ref.question not in plan.detokenized)
         else:
             if not ref.text:
                 return None, [], None
@@ -544,31 +655,73 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                                f"({e}): this server cannot score") from None
         return ref, ScoreReply(latency_s=time.perf_counter() - t, attempts=1, scores=scores), ref_ids, top, None
 
+    todo = [r for r in refs if carried is None or r.question not in carried.questions]
+    probe_ref = next((r for r in todo if r.text and r.question in planned), None)
     progress = Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}",
-                        in_flight=lambda: client.in_flight)
+                        initial=len(refs) - len(todo), in_flight=lambda: client.in_flight)
+    refusals: Refusals[Result] = Refusals(client.cfg.url, stop)  # unanswered: errors if the server lives
+    unanswered: set[int] = set()  # released as errors: missing after all if the server turns out gone
+    previous_wall = float(carried.meta.get("wall_s") or 0.0) if carried is not None else 0.0
     try:
-        with ScoresWriter(out, top_k=k, meta=meta) as writer:
-            _store(writer, await probe(probe_ref), progress, k, offsets)
+        with ScoresWriter(out, top_k=k, meta=meta,
+                          carry=None if carried is None else out / SCORES) as writer:
 
             async def scored(ref: Reference) -> None:
                 # stored by the task that got the answer: what waits is compact arrays, not parsed JSON
-                _store(writer, await one(ref), progress, k, offsets)
+                res = await one(ref)
+                reply, problem = res[1], res[4]
+                if (problem is not None or (reply is not None and reply.error is not None)) \
+                        and stop.after_failure(opts.abort_check):
+                    return  # failed because the pass stops: missing (asked again by a resume), not an error
+                if reply is not None and reply.lost:
+                    refusals.hold(res, reply.refused)
+                    return
+                if not stop.tripped:  # the server answers again: the unanswered ones were request errors
+                    for held in refusals.release():
+                        unanswered.add(held[0].question)
+                        _store(writer, held, progress, k, plan.offsets)
+                _store(writer, res, progress, k, plan.offsets)
 
-            tasks = [asyncio.ensure_future(scored(r)) for r in refs if r is not probe_ref]
+            first = None if probe_ref is None else await stop.race(probe(probe_ref))
+            if first is not None:
+                _store(writer, first, progress, k, plan.offsets)
+            tasks = [] if stop.tripped else [asyncio.ensure_future(scored(r)) for r in todo if r is not probe_ref]
+
+            async def every() -> bool:  # a task of its own: cancelled by a stop, as a gathering future is not
+                await asyncio.gather(*tasks)
+                return True
+
             try:
                 with progress.ticking():
-                    await asyncio.gather(*tasks)
+                    finished = await stop.race(every()) is not None
             finally:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+            if stop.signum is not None or stop.error is not None:
+                writer.abort()  # a signal keeps nothing of this session: the pass on disk stays as it was
+                return None
+            if finished and not stop.tripped:  # (the last request may be the one that tripped it)
+                for held in refusals.release():
+                    _store(writer, held, progress, k, plan.offsets)
             if is_reference and inputs is not None:
                 _write_inputs(out / INPUTS, inputs)
-            writer.meta["wall_s"] = time.perf_counter() - t0
+            if stop.tripped:  # no HTTP answer while the server was dying: missing, asked again by a resume
+                for q in unanswered:
+                    writer.errors.pop(q, None)
+            missing = planned - writer.questions - set(writer.errors)
+            writer.meta.update({"wall_s": previous_wall + time.perf_counter() - t0, "missing": len(missing)})
+            writer.close(partial=_partial_reason(len(planned), len(writer.questions), len(missing), stop.reason)
+                         if stop.tripped and missing else None)
     finally:
         progress.close()
     written: ScoresMeta = read_json(out / SCORES_META)  # what the writer just wrote
     return written
+
+
+def _partial_reason(planned: int, scored: int, missing: int, why: str | None) -> str:
+    return (f"partial pass: {scored} of {planned} questions scored, {missing} missing when it stopped "
+            f"({why}); rerun to score the rest")
 
 
 def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int, offsets: dict[int, np.ndarray]) -> None:

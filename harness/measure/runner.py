@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from harness.serving.client import Client, ServerGone, ServerStalled
 
@@ -62,6 +62,10 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+#: Requests in a row refused after all their retries before a measurement decides the server is gone.
+REFUSED_STREAK = 10
+
+
 class Stop:
     """Why a measurement stops early (see the module docstring)."""
 
@@ -103,6 +107,16 @@ class Stop:
         if self.reason is not None:
             raise (ServerStalled if self.stalled else ServerGone)(self.reason)
 
+    def after_failure(self, abort_check: Callable[[], str | None] | None) -> bool:
+        """After a request failed: whether it failed because the measurement stops (the server process is gone,
+        ``abort_check`` asked now, or it was stopped already); such a request is missing (sent again on a
+        resume), never an error."""
+        if abort_check is not None and not self.event.is_set():
+            reason = abort_check()
+            if reason is not None:
+                self.trip(reason)
+        return self.event.is_set()
+
     async def race(self, aw: Awaitable[T]) -> T | None:
         """``await aw``, unless the measurement is stopped first: then it is cancelled and None returned."""
         if self.event.is_set():
@@ -122,6 +136,30 @@ class Stop:
                 task.cancel()
             await asyncio.gather(task, stopper, return_exceptions=True)
         return None if task.cancelled() else task.result()
+
+
+class Refusals(Generic[T]):
+    """Requests that got no HTTP answer after all their retries (refused, reset, timed out: what a dying server
+    does), held back: :data:`REFUSED_STREAK` refused ones with no answer in between mean the server is gone
+    (``stop`` is tripped; every held request stays missing, sent again on a resume; a server abh did not start has
+    no process to watch); an answer in between makes them real request errors (:meth:`release`)."""
+
+    def __init__(self, url: str, stop: Stop):
+        self.url, self.stop = url, stop
+        self.held: list[T] = []
+        self.refused = 0
+
+    def hold(self, item: T, refused: bool) -> None:
+        self.held.append(item)
+        self.refused += refused
+        if self.refused >= REFUSED_STREAK:
+            self.stop.trip(f"{self.url} refuses connections ({self.refused} requests in a row after retries): "
+                           "the server is gone")
+
+    def release(self) -> list[T]:
+        """The held requests, to be recorded as errors (the server answers again, or the measurement ended)."""
+        out, self.held, self.refused = self.held, [], 0
+        return out
 
 
 @contextmanager

@@ -22,10 +22,13 @@ the floor does too (an A/A pass on the reference pass's own launch misses the la
 test then rejects every time); a ``launch`` pass that finds itself on a launch another pass already scored (a
 server abh did not start is one launch whatever the schedule planned) is not scored again. Launches are
 acquired from the run's :class:`ServerPool` and recorded like the evals' (role ``a``/``b``, and ``aa`` for the
-floor of reference ``a``); each pass goes to the manifest under ``scoring``. Signals cancel a pass through
-:meth:`Interrupts.run_async` (nothing of it is kept; a rerun scores again). A pass is kept on a rerun when it
-scored the same reference texts at the same ``top_k``; a server that fails during a pass makes it
-``not_measured`` for this run (the accuracy verdict stands) and is retried by the next one.
+floor of reference ``a``); each pass goes to the manifest under ``scoring``. A pass is kept on a rerun when it
+scored the same reference texts at the same ``top_k``, every question it was to (no request error, not
+partial), against the reference pass as it is now (its ``pass_id`` and question count). A server that dies or
+hangs during a pass stops the run as in an eval (exit 4 with the server's last log lines): the questions scored
+so far are kept as a partial pass, and the rerun asks only the others
+(:func:`harness.measure.logprob_pass.score_pass_async`). A signal cancels the session of a pass (nothing of it
+is kept; the rerun scores it again, or resumes the partial pass it was resuming).
 """
 
 from __future__ import annotations
@@ -63,8 +66,6 @@ class ScoringPhase:
         self.pool, self.manifest, self.interrupts, self.log = pool, manifest, interrupts, log
         self.reference = str(cfg.divergence.reference)
         self.top_k = int(cfg.divergence.top_k)
-        #: a reference pass scored in this session: the other passes score against it again
-        self.redo = False
 
     @property
     def ref_dir(self) -> Path:
@@ -84,19 +85,23 @@ class ScoringPhase:
         return None
 
     def current(self, item: Item) -> bool:
-        """Whether ``item``'s pass is on disk and scored the same reference texts at the same ``top_k``."""
-        if self.redo and item.scoring != "ref":
-            return False
+        """Whether ``item``'s pass is on disk, whole (not partial, no request error), and scored the same reference
+        texts at the same ``top_k`` against the reference pass as it is now."""
         ref_scores = None if item.scoring == "ref" else self.ref_dir
         return self._current(self.run_dir / item.rel_dir, _sha256(self.ref_dir / SAMPLES), ref_scores)
 
     def _current(self, out: Path, texts: str | None, ref_scores: Path | None) -> bool:
         try:
             meta = read_json(out / SCORES_META)
+            ref = read_json(ref_scores / SCORES_META) if ref_scores is not None else None
         except (OSError, ValueError):
             return False
-        return (not meta.get("transient") and meta.get("requested_top_k") == self.top_k
-                and meta.get("reference_sha256") == texts
+        if ref is not None and meta.get("status") == "ok" and (
+                meta.get("reference_pass_id") != ref.get("pass_id")
+                or meta.get("questions_planned", ref.get("questions")) != ref.get("questions")):
+            return False  # the reference pass was scored again, or resumed with more questions, since
+        return (not meta.get("transient") and not meta.get("partial") and not meta.get("errors")
+                and meta.get("requested_top_k") == self.top_k and meta.get("reference_sha256") == texts
                 # the reference pass by its place in the run directory, so a moved or copied run resumes
                 and meta.get("reference_pass") == self._rel(ref_scores))
 
@@ -110,8 +115,6 @@ class ScoringPhase:
         ref_eval = self.ref_dir
         ref_scores = None if item.scoring == "ref" else self.ref_dir
         texts = _sha256(ref_eval / SAMPLES)
-        if item.scoring == "ref":
-            self.redo = True
         engine = launch.engine
         what = {"ref": "reference pass", "ab": "compared pass", "launch": "pass on another launch",
                 "aa": f"{self.reference.upper()}/{self.reference.upper()} floor"}[item.scoring]
@@ -142,13 +145,10 @@ class ScoringPhase:
             record["status"] = "interrupted"
             self.manifest.record("scoring", scoring)
             raise
-        except ServerGone as e:
-            why = f"the server of arm {item.arm_key} (launch {launch.id}) failed while scoring: {e}"
-            write_not_measured(out, why, {**meta, "transient": True, "requested_top_k": self.top_k,
-                                          "reference_eval": str(ref_eval),
-                                          "reference_scores": None if ref_scores is None else str(ref_scores)})
-            self.pool.stop(item.arm_key, "it failed")
-            result = {"status": "not_measured", "reason": why}
+        except ServerGone as e:  # the caller stops the server and the run (exit 4): the partial pass is kept
+            record.update({"status": "failed", "reason": str(e)})
+            self.manifest.record("scoring", scoring)
+            raise
         record.update({"status": result.get("status"), "reason": result.get("reason"),
                        "wall_s": result.get("wall_s"), "questions": result.get("questions"),
                        "tokens": result.get("tokens"), "errors": result.get("errors")})

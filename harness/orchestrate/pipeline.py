@@ -407,7 +407,25 @@ class Run:
                 if scoring.current(item):
                     self.log.say(f"scoring {item.rel_dir}: already scored, kept")
                 else:
-                    scoring.score(item, self.acquire(item, "[scoring]"))
+                    self.score(scoring, item)
+
+    def score(self, scoring: ScoringPhase, item: Item) -> None:
+        """One scoring pass; a server that dies or hangs in it stops the run as in an eval (exit 4)."""
+        launch = self.acquire(item, "[scoring]")
+        try:
+            scoring.score(item, launch)
+        except ServerGone as e:
+            raise self.server_failed(item.arm_key, launch, f"scoring {item.rel_dir}", e,
+                                     "The questions scored so far are kept") from None
+
+    def server_failed(self, key: str, launch: Launch, during: str, e: ServerGone, kept: str) -> RunFailure:
+        """Stop the server of ``key`` that failed ``during`` something; the run's failure (exit 4), with the
+        server's last log lines where abh launched it."""
+        tail = self.pool.log_tail(key)
+        self.pool.stop(key, "it failed")
+        return RunFailure(exitcodes.SERVER_FAILURE,
+                          f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun the "
+                          "same command to resume." + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
 
     def measure(self) -> None:
         items = self.items()
@@ -485,13 +503,8 @@ class Run:
             self.manifest.eval_ended(rel, "failed", error=str(e))
             raise RunFailure(exitcodes.BAD_CONFIG, f"arm {key}: {e}") from None
         except ServerGone as e:  # died, or stalled (the client's watchdog): stop it, say why, keep the answers
-            tail = self.pool.log_tail(key)
             self.manifest.eval_ended(rel, "failed", error=str(e))
-            self.pool.stop(key, "it failed")
-            raise RunFailure(exitcodes.SERVER_FAILURE,
-                             f"server of arm {key} (launch {launch.id}) failed during {rel}: {e}. "
-                             "Answers so far are kept; rerun the same command to resume."
-                             + (f"\n--- last lines of its log ---\n{tail}" if tail else "")) from None
+            raise self.server_failed(key, launch, rel, e, "Answers so far are kept") from None
         status = "complete" if summary["complete"] and not summary["errors"] else (
             "errors" if summary["complete"] else "incomplete")
         self.manifest.eval_ended(rel, status, summary)
@@ -537,7 +550,7 @@ class Run:
             comparison = replace(comparison, divergence=compute_divergence(
                 self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None),
                 launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
-                reference=self.scoring.reference))
+                reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share)))
         elif self.cfg.divergence.get("off_reason"):
             comparison = replace(comparison, divergence=schema.Divergence(
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))

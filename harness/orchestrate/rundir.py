@@ -187,7 +187,8 @@ class RunStatus(TypedDict):
 #: (``pass``: ref, ab, aa or launch; a keyword, hence the functional form), where it ran and how it went.
 ScoringRecord = TypedDict("ScoringRecord", {
     "pass": str, "arm": str, "role": str, "launch": str,
-    #: ``running``, ``interrupted``, ``ok`` or ``not_measured`` (with ``reason``)
+    #: ``running``, ``interrupted``, ``failed`` (the server died or hung: with ``reason``), ``ok`` or
+    #: ``not_measured`` (with ``reason``)
     "status": str | None, "reason": str | None,
     "wall_s": float | None, "questions": int | None, "tokens": int | None, "errors": int | None,
 }, total=False)

@@ -7,6 +7,8 @@ without generating. It is stored in the eval directory of the server's run, besi
     scores.json      {"schema_version", "kind": "abh.scores", "status": "ok" | "not_measured", "reason",
                       "top_k", "questions", "tokens", "errors", "error_examples", "top_width",
                       "ref_width", "text_offsets" (list widths, whether offsets were stored),
+                      "partial" (the pass stopped before every question was asked: status
+                      not_measured, the questions scored so far kept for a rerun to resume),
                       ... the caller's meta (reference dir, engine, wall_s)}
 
 ``scores.parquet`` columns (Parquet via pyarrow, zstd, row groups of ``row_group_rows`` tokens):
@@ -69,7 +71,12 @@ ScoresMeta = TypedDict("ScoresMeta", {
     "echo_shift": int | None, "asked_ids": int, "wall_s": float, "transient": bool, "same_launch_as": str,
     # written by ScoresWriter.close (status ok)
     "top_k": int, "questions": int, "tokens": int, "top_width": int, "ref_width": int, "text_offsets": bool,
-    "errors": int, "error_examples": dict[str, str],
+    "errors": int, "error_examples": dict[str, str], "partial": bool,
+    # the caller's, for a resume: this pass's id (kept by a resume), the reference pass's it scored against,
+    # the questions it was to score (those with a reference token) and those not asked when it stopped, and the
+    # sessions that added to it
+    "pass_id": str, "reference_pass_id": str | None, "questions_planned": int, "missing": int, "resumes": int,
+    "references_digest": str,
 }, total=False)
 
 
@@ -85,7 +92,8 @@ class NotMeasured(ScoresError):  # noqa: N818 - a state, not a failure
         self.reason = reason
 
 
-def _schema() -> Any:
+def scores_schema() -> Any:
+    """The columns of ``scores.parquet`` (module docstring)."""
     import pyarrow as pa
 
     return pa.schema([
@@ -130,12 +138,13 @@ class ScoresWriter:
     """Stream one scoring pass to ``root/scores.parquet``, one question at a time, in any order.
 
     Written to a hidden partial file and renamed on :meth:`close`, with ``scores.json`` written last: a
-    crash leaves no ``scores.parquet`` and no ``status: ok``. Use as a context manager; on an exception the
-    partial file is removed.
+    crash leaves no ``scores.parquet`` and no ``status: ok`` (what was published before stays as it was). Use as
+    a context manager; on an exception the partial file is removed. ``carry``: a ``scores.parquet`` whose rows
+    this pass keeps (a resumed pass: its questions are not added again).
     """
 
     def __init__(self, root: str | Path, *, top_k: int, meta: ScoresMeta | None = None,
-                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS):
+                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, carry: str | Path | None = None):
         import pyarrow.parquet as pq
 
         self.root = Path(root)
@@ -146,7 +155,7 @@ class ScoresWriter:
         self._partial = self.root / f".{SCORES}.partial"
         # dictionary encoding only where values repeat (a question's index on each of its rows): on the logprob
         # and id columns it costs ~40 % of the write for 1 % of the size
-        self._writer = pq.ParquetWriter(self._partial, _schema(), compression="zstd", use_dictionary=["question"])
+        self._writer = pq.ParquetWriter(self._partial, scores_schema(), compression="zstd", use_dictionary=["question"])
         self._buf: list[_Chunk] = []
         self._buffered = 0
         self._seen: set[int] = set()
@@ -155,6 +164,32 @@ class ScoresWriter:
         self._offsets = False
         self.tokens = 0
         self._closed = False
+        if carry is not None:
+            try:
+                self._carry(Path(carry))
+            except BaseException:
+                self.abort()
+                raise
+
+    def _carry(self, path: Path) -> None:
+        """Copy the rows of ``path`` (a pass this one resumes), one row group at a time."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, use_threads=False)
+            self._writer.write_table(t, row_group_size=max(t.num_rows, 1))
+            self._seen.update(int(q) for q in pc.unique(t.column("question")).to_pylist())
+            self.tokens += t.num_rows
+            self._width = max(self._width, _list_width(t.column("top_ids").combine_chunks()))
+            self._ref_width = max(self._ref_width, _list_width(t.column("ref_top_logprobs").combine_chunks()))
+            self._offsets = self._offsets or t.column("text_offset").null_count < t.num_rows
+
+    @property
+    def questions(self) -> set[int]:
+        """The questions this pass holds rows of (carried ones included)."""
+        return set(self._seen)
 
     def add(self, question: int, token_ids: Sequence[int] | np.ndarray, logprobs: Sequence[float] | np.ndarray,
             top_ids: Sequence[Sequence[int]] | np.ndarray, top_logprobs: Sequence[Sequence[float]] | np.ndarray,
@@ -248,13 +283,15 @@ class ScoresWriter:
             pa.array(cat("logprob")),
             lists("top_ids", pa.int32(), False), lists("top_logprobs", pa.float32(), False),
             lists("ref_top_logprobs", pa.float32(), True), text_offset,
-        ], schema=_schema())
+        ], schema=scores_schema())
         self._writer.write_table(table, row_group_size=max(n, 1))
         self._buf.clear()
         self._buffered = 0
 
-    def close(self) -> Path:
-        """Flush, publish ``scores.parquet`` and write ``scores.json`` (status ok); return the parquet path."""
+    def close(self, partial: str | None = None) -> Path:
+        """Flush, publish ``scores.parquet`` and write ``scores.json`` (status ok); return the parquet path.
+        ``partial``: why the pass stopped before every question was asked: published all the same, with status
+        not_measured, ``partial: true`` and that reason (a rerun resumes it)."""
         if self._closed:
             return self.root / SCORES
         self._flush()
@@ -264,7 +301,8 @@ class ScoresWriter:
             os.fsync(f.fileno())
         os.replace(self._partial, self.root / SCORES)
         atomic_write_json(self.root / SCORES_META, {
-            "schema_version": SCHEMA_VERSION, "kind": KIND, **self.meta, "status": "ok", "reason": None,
+            "schema_version": SCHEMA_VERSION, "kind": KIND, **self.meta,
+            "status": "ok" if partial is None else "not_measured", "reason": partial, "partial": partial is not None,
             "top_k": self.top_k, "questions": len(self._seen), "tokens": self.tokens,
             "top_width": self._width, "ref_width": self._ref_width, "text_offsets": self._offsets,
             "errors": len(self.errors),

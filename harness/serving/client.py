@@ -74,6 +74,18 @@ class WrongServer(ServerGone):
     """The URL serves something else than the API asked for (404/405/501 on the API's own endpoint)."""
 
 
+class Redirected(Exception):  # noqa: N818 - what the server did, as ServerGone
+    """The server answered a 3xx: abh follows no redirect of an inference server (the request's credentials
+    would go wherever it points). The message names the ``Location``."""
+
+
+def redirect_error(method: str, path: str, status: int, location: str | None) -> str:
+    """One line for a 3xx answer: what redirected where (the Location is the server's text: escaped, cut)."""
+    where = printable(location, one_line=True)[:200] if location else "no Location"
+    return (f"{method} {path} answered HTTP {status}, a redirect to {where}: abh follows no redirect from an "
+            "inference server (its credentials would follow); give the server's own URL")
+
+
 #: Requests in flight by default: SGLang's GSM8K run (``bench_sglang.py --parallel 1319``) sends every question at once.
 DEFAULT_PARALLEL = 1319
 
@@ -231,17 +243,31 @@ def url_identity(url: str) -> str:
 
 
 def _open(url: str, path: str, headers: Mapping[str, str], timeout_s: float) -> Any:
-    """GET ``path`` of the server at ``url`` with the stdlib (no proxy, as the client), userinfo as basic auth."""
+    """GET ``path`` of the server at ``url`` with the stdlib (no proxy, as the client), userinfo as basic auth;
+    :class:`Redirected` for a 3xx (no redirect is followed)."""
+    import urllib.error
     import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # the 3xx comes back as an HTTPError, below
 
     bare, auth = without_userinfo(url)
     h = {**({"Authorization": auth} if auth else {}), **headers}
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return opener.open(urllib.request.Request(bare + path, headers=h), timeout=timeout_s)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
+    try:
+        return opener.open(urllib.request.Request(bare + path, headers=h), timeout=timeout_s)
+    except urllib.error.HTTPError as e:
+        if 300 <= e.code < 400:
+            location = e.headers.get("Location") if e.headers else None
+            e.close()
+            raise Redirected(redirect_error("GET", path, e.code, location)) from None
+        raise
 
 
 def unreachable(url: str, timeout_s: float = 10.0, headers: Mapping[str, str] | None = None) -> str | None:
-    """None when something answers HTTP at ``url`` (any status), else why not (refused, no route, timeout)."""
+    """None when something answers HTTP at ``url`` (any status but a redirect: :class:`Redirected`), else why
+    not (refused, no route, timeout)."""
     import urllib.error
 
     try:
@@ -257,7 +283,8 @@ def unreachable(url: str, timeout_s: float = 10.0, headers: Mapping[str, str] | 
 
 def served_model(url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> str | None:
     """The model the server at ``url`` says it serves: ``model_path`` of ``/model_info`` (``/get_model_info``),
-    else the first id of ``/v1/models``; None when it says none (best effort, before an eval)."""
+    else the first id of ``/v1/models``; None when it says none (best effort, before an eval; a redirect is
+    :class:`Redirected`, never followed)."""
     for path, pick in (("/model_info", lambda o: o.get("model_path")), ("/get_model_info", lambda o: o.get("model_path")),
                        ("/v1/models", lambda o: ((o.get("data") or [{}])[0] or {}).get("id"))):
         try:
@@ -295,6 +322,8 @@ class Outcome:
     status: int | None = None
     #: The last attempt found nothing listening (connection refused): the server is likely gone.
     refused: bool = False
+    #: The last attempt got no HTTP answer at all (refused, reset, timed out): a server that is dying does that.
+    lost: bool = False
     #: The ``Server`` header of the last HTTP response, if any (says what answered).
     server: str | None = None
 
@@ -327,9 +356,10 @@ class _Retryable(Exception):
     """One attempt failed in a way worth another (the message is printable: server text is escaped)."""
 
     def __init__(self, msg: str, refused: bool = False, server: str | None = None,
-                 retry_after: float | None = None):
+                 retry_after: float | None = None, lost: bool = False):
         super().__init__(printable(msg, one_line=True))
         self.refused, self.server, self.retry_after = refused, server, retry_after
+        self.lost = lost or refused
 
 
 class _Fatal(Exception):
@@ -369,6 +399,13 @@ def snippet(raw: bytes, limit: int) -> str:
     (ANSI/OSC sequences of a hostile page) escaped."""
     text = _TAGS.sub(b" ", raw) if raw.lstrip()[:1] == b"<" else raw
     return printable(" ".join(text.decode(errors="replace").split())[:limit], one_line=True)
+
+
+def _refuse_redirect(r: aiohttp.ClientResponse, method: str, path: str) -> None:
+    """:class:`Redirected` for a 3xx answer (aiohttp is told not to follow it)."""
+    if 300 <= r.status < 400:
+        r.close()
+        raise Redirected(redirect_error(method, path, r.status, r.headers.get("Location")))
 
 
 def _server_header(r: aiohttp.ClientResponse) -> str | None:
@@ -437,7 +474,9 @@ class Client:
     # ------------------------------------------------------------------ simple calls
     async def get_json(self, path: str, timeout_s: float = 30.0) -> Any:
         """GET ``path``: its JSON (ValueError for a body that is not JSON or is over 1 MiB)."""
-        async with self.session.get(self.cfg.url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+        async with self.session.get(self.cfg.url + path, timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                    allow_redirects=False) as r:
+            _refuse_redirect(r, "GET", path)
             raw = await self._body(r, BODY_FLOOR_BYTES)
             r.raise_for_status()
             return _loads(raw)
@@ -484,6 +523,8 @@ class Client:
                                   f"HTTP {e.status}{found}; check the URL and the API") from None
             raise ServerGone(printable(f"cannot list models at {url}: HTTP {e.status} {e.message}",
                                        one_line=True)) from None
+        except Redirected as e:
+            raise WrongServer(f"{self.cfg.url}: {e}") from None
         except (aiohttp.ClientError, TimeoutError, ValueError, _Retryable) as e:
             raise ServerGone(printable(f"cannot list models at {url}: {type(e).__name__}: {e}".rstrip(": "),
                                        one_line=True)) from None
@@ -492,10 +533,18 @@ class Client:
     async def probe_health(self, timeout_s: float) -> str | None:
         """None when the health endpoint answers (200, or 404/405: it has none but the server answers
         HTTP); else what went wrong, for a message."""
+        try:
+            return await self._health(timeout_s)
+        except Redirected as e:
+            return str(e)
+
+    async def _health(self, timeout_s: float) -> str | None:
+        """:meth:`probe_health`, but :class:`Redirected` for a redirect (never followed)."""
         path = self.api.health_path
         try:
-            async with self.session.get(self.cfg.url + path,
-                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            async with self.session.get(self.cfg.url + path, timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                        allow_redirects=False) as r:
+                _refuse_redirect(r, "GET", path)
                 await self._body(r, BODY_FLOOR_BYTES)
                 if r.status == 200 or r.status in (404, 405):
                     return None
@@ -511,12 +560,16 @@ class Client:
 
     async def wait_ready(self, timeout_s: float, on_status: Callable[[str], None] | None = None,
                          every_s: float = 10.0) -> None:
-        """Poll the health endpoint until it answers 200; ServerGone after ``timeout_s``.
-        ``on_status`` gets a "waiting for the server to load" line about every ``every_s`` seconds."""
+        """Poll the health endpoint until it answers 200; ServerGone after ``timeout_s``, :class:`WrongServer` at
+        once for a redirect (no server is behind this URL itself). ``on_status`` gets a "waiting for the server
+        to load" line about every ``every_s`` seconds."""
         t0 = time.monotonic()
         last = t0 - every_s
         while True:
-            problem = await self.probe_health(min(10.0, max(1.0, timeout_s)))
+            try:
+                problem = await self._health(min(10.0, max(1.0, timeout_s)))
+            except Redirected as e:
+                raise WrongServer(f"{self.cfg.url}: {e}") from None
             if problem is None:
                 return
             now = time.monotonic()
@@ -572,8 +625,10 @@ class Client:
             self._last_answer = time.monotonic()  # the stall clock starts when something is asked
         self._in_flight += 1
         try:
-            async with self.session.post(self.cfg.url + path, json=body) as r:
+            async with self.session.post(self.cfg.url + path, json=body, allow_redirects=False) as r:
                 server = _server_header(r)
+                if 300 <= r.status < 400:  # never followed: that request's error, not retried
+                    raise _Fatal(redirect_error("POST", path, r.status, r.headers.get("Location")), r.status, server)
                 raw = await self._body(r, self.reply_cap(body))
                 self._last_answer = time.monotonic()
                 if r.status == 429 or (r.status >= 500 and r.status not in NOT_SERVED):
@@ -593,7 +648,7 @@ class Client:
             raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": "), refused=True) from None
         except (TimeoutError, aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, OSError) as e:
             # a bad chunk size, a torn body, a reset: this attempt's error (aiohttp raises several kinds for them)
-            raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": ")) from None
+            raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": "), lost=True) from None
         finally:
             self._in_flight -= 1
 
@@ -622,7 +677,7 @@ class Client:
                     reply.error, reply.status, reply.server = str(e), e.status, e.server
                     break
                 except _Retryable as e:
-                    reply.error, reply.refused, reply.server = str(e), e.refused, e.server
+                    reply.error, reply.refused, reply.lost, reply.server = str(e), e.refused, e.lost, e.server
                     if attempt > self.cfg.retries:
                         break
                     await self._back_off(attempt, e.retry_after)
@@ -631,7 +686,7 @@ class Client:
                     reply.error = printable(f"unexpected error reading the answer: {type(e).__name__}: {e}"[:300],
                                             one_line=True)
                     break
-                reply.error, reply.refused, reply.status = None, False, None
+                reply.error, reply.refused, reply.lost, reply.status = None, False, False, None
                 break
             reply.latency_s = time.perf_counter() - t0
             return result

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 #: share of questions lost to request errors above which an arm is not comparable (stats.max_error_rate)
 DEFAULT_MAX_ERROR_RATE = 0.02
+#: the least share of the reference pass's questions every scoring pass must have scored for a divergence
+#: verdict (divergence.min_scored_share)
+DEFAULT_MIN_SCORED_SHARE = 0.95
 VERDICTS = ("improved", "regressed", "equivalent", "noninferior", "inconclusive", "not_comparable")
 HYPOTHESES = ("superiority", "noninferiority", "equivalence")
 
