@@ -66,6 +66,7 @@ from .dist import t_ppf, t_sf
 from .launches import ArmRuns, launch_means, question_means
 
 METHOD = "launch-aware t-test (launch and question components, Satterthwaite df)"
+
 METHOD_QUESTION = "question-level test (mid-p sign-flip and Tango score, no launch component)"
 QUALIFICATION_NO_LAUNCHES = ("valid only if launches do not shift accuracy: no configuration has two launches, "
                              "so the launch-to-launch variance cannot be estimated from this run (run the A/A "
@@ -89,6 +90,8 @@ class LaunchVariance:
     questions: int
     launches: tuple[int, ...]
     groups: tuple[str, ...]
+    #: each configuration's between-launch mean square (None where it has one launch)
+    ms_launch_by_group: tuple[float | None, ...] = ()
 
 
 def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | None = None) -> LaunchVariance:
@@ -104,10 +107,12 @@ def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | Non
     ss_l = ss_e = 0.0
     df_l = df_e = 0
     by_group: list[float | None] = []
+    launch_by_group: list[float | None] = []
     for y in ys:
         L = y.shape[0]
         if L < 2 or n < 2:
             by_group.append(None)
+            launch_by_group.append(None)
             continue
         m = y.mean(axis=1)
         q = y.mean(axis=0)
@@ -117,13 +122,15 @@ def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | Non
         ss_l, ss_e = ss_l + sl, ss_e + se
         df_l, df_e = df_l + L - 1, df_e + (L - 1) * (n - 1)
         by_group.append(se / ((L - 1) * (n - 1)))
+        launch_by_group.append(sl / (L - 1))
     if df_l == 0:
         nan = float("nan")
-        return LaunchVariance(nan, nan, nan, nan, tuple(by_group), 0, 0, n, tuple(y.shape[0] for y in ys), names)
+        return LaunchVariance(nan, nan, nan, nan, tuple(by_group), 0, 0, n, tuple(y.shape[0] for y in ys), names,
+                              tuple(launch_by_group))
     ms_l, ms_e = ss_l / df_l, ss_e / df_e
     raw = (ms_l - ms_e) / n
     return LaunchVariance(max(raw, 0.0), raw, ms_l, ms_e, tuple(by_group), df_l, df_e, n,
-                          tuple(y.shape[0] for y in ys), names)
+                          tuple(y.shape[0] for y in ys), names, tuple(launch_by_group))
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,8 @@ class LaunchAwareResult:
     method: str
     qualification: str | None
     components: LaunchVariance | None
+    #: Welch-Satterthwaite df of the launch term alone (each configuration's launch variance on its own df)
+    df_launch_term: float | None = None
 
 
 def _complete(tables: Sequence[np.ndarray]) -> np.ndarray:
@@ -225,23 +234,16 @@ def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alph
 
     mse_a = comp.ms_resid_by_group[0] if comp.ms_resid_by_group[0] is not None else comp.ms_resid
     mse_b = comp.ms_resid_by_group[1] if comp.ms_resid_by_group[1] is not None else comp.ms_resid
-    noise = (mse_a / la + mse_b / lb) / n
     n_c = comp.questions
-    # k × the variance of a launch accuracy over n questions, σ̂²_L + MS_E / n (= MS_L / n when n_c = n), NOT
-    # floored at k MS_E / n: that floor is the truncation of σ̂²_L at 0, which makes the test conservative
-    var_l = k * max(comp.ms_launch / n_c + comp.ms_resid * (1.0 / n - 1.0 / n_c), 0.0)
-    het = max(0.0, var_q - noise)
-    v = var_l + het
-    # the df take the launch term at no less than its within-launch-noise part k MS_E / n (its value at
-    # σ²_L = 0): from the realised term they grow exactly when it is small by chance, i.e. when |t| is large
-    var_l_df = max(var_l, k * comp.ms_resid / n)
-    den = var_l_df**2 / comp.df_launch
-    v_df = var_l_df + het
-    if het > 0:
-        den += var_q**2 / (n - 1) + noise**2 / max(comp.df_resid, 1)
-    v = max(v, 1.0 / n**2)   # one question's worth: identical launches cannot claim anything
-    df = float(v_df**2 / den) if den > 0 else float(comp.df_launch)
-    df = min(max(df, float(comp.df_launch)), float(n - 1 + comp.df_launch))
+    # each configuration's variance of a launch accuracy over the n questions of Δ: MS_L,g / n_c, adjusted
+    # for the questions some launch missed (σ̂²_L,g + MS_E / n = MS_L,g / n when n_c = n)
+    tau2 = [math.nan if m is None else m / n_c + comp.ms_resid * (1.0 / n - 1.0 / n_c)
+            for m in comp.ms_launch_by_group]
+    df_g = [L - 1 for L in comp.launches]
+    cv = combine_variance(tau2[0], tau2[1], mse_a / n, mse_b / n, df_g[0], df_g[1], la, lb, var_q, n,
+                          comp.df_resid)
+    v, df, var_l, het = float(cv.var), float(cv.df), float(cv.var_launch), float(cv.var_heterogeneity)
+    noise = mse_a / la / n + mse_b / lb / n
     se = math.sqrt(v)
     t = delta / se
     p = min(1.0, 2 * float(t_sf(abs(t), df)))
@@ -253,14 +255,63 @@ def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alph
                 "vary as A's do")
     src = _source(len(a.launch_ids()), laa, lb, comp)
     return LaunchAwareResult(delta, se, df, t, p, ci, alpha, p < alpha, n, la, lb, laa, k, var_l, het, var_q,
-                             noise, comp.sigma2, comp.df_launch, src, METHOD, qual, comp)
+                             noise, comp.sigma2, comp.df_launch, src, METHOD, qual, comp,
+                             df_launch_term=float(cv.df_launch))
 
 
-def planned_se(sigma2_launch: float, noise_per_launch: float, heterogeneity: float, launches_a: int,
-               launches_b: int) -> float:
-    """Planning: the SE of Δ̂ for L_A and L_B launches from a previous run's components, sqrt(k (σ²_L +
-    σ²_e/n) + h) with k = 1/L_A + 1/L_B; ``noise_per_launch`` is σ²_e/n (``components.ms_resid / n``),
-    ``heterogeneity`` the interaction term h (``var_heterogeneity``). The MDE at 80 % power is then
-    :func:`harness.stats.mde.mde_t` (se, df) with df ≈ the planned df_L (Σ over configurations of L_g - 1)."""
-    k = 1.0 / launches_a + 1.0 / launches_b
-    return math.sqrt(k * (max(sigma2_launch, 0.0) + max(noise_per_launch, 0.0)) + max(heterogeneity, 0.0))
+@dataclass(frozen=True)
+class CombinedVariance:
+    """:func:`combine_variance`: V, its df and parts (arrays when the inputs are: the planner's draws)."""
+
+    var: np.ndarray
+    df: np.ndarray
+    var_launch: np.ndarray
+    var_heterogeneity: np.ndarray
+    #: df of the launch term alone (Welch-Satterthwaite)
+    df_launch: np.ndarray
+
+
+def combine_variance(tau2_a: float | np.ndarray, tau2_b: float | np.ndarray, noise_a: float, noise_b: float,
+                     df_a: int, df_b: int, la: int, lb: int, var_q: float, n: int, df_e: int) -> CombinedVariance:
+    """V = Var(Δ̂) and its Satterthwaite df from each configuration's launch-accuracy variance ``tau2_g``
+    (MS_L,g / n on ``df_g`` = L_g - 1; a configuration with one launch, df 0, borrows the other's), their
+    within-launch noise ``noise_g`` = MS_E,g / n, the launches in Δ (``la``, ``lb``), the question-level
+    variance ``var_q`` = S²_d / n and the residual df ``df_e`` (see the module docstring). Vectorised over
+    ``tau2_a`` / ``tau2_b``: the planner (:func:`harness.analysis.planning.design_power`) runs the verdict's
+    own arithmetic on draws of them."""
+    ta = np.asarray(tau2_a, dtype=float)
+    tb = np.asarray(tau2_b, dtype=float)
+    if df_a == 0:
+        ta = tb
+    if df_b == 0:
+        tb = ta
+    var_l = np.maximum(ta / la + tb / lb, 0.0)
+    # the df take each launch term at no less than its within-launch-noise part (its value at σ²_L = 0):
+    # from the realised term they grow exactly when it is small by chance, i.e. when |t| is large
+    fa, fb = np.maximum(ta, noise_a) / la, np.maximum(tb, noise_b) / lb
+    if df_a and df_b:
+        den_l = fa**2 / df_a + fb**2 / df_b
+        low = float(min(df_a, df_b))
+    else:   # one estimate serves both terms: they are one term on its df
+        den_l = (fa + fb) ** 2 / max(df_a, df_b)
+        low = float(max(df_a, df_b))
+    e = noise_a / la + noise_b / lb
+    het = max(0.0, var_q - e)
+    den = den_l + ((var_q**2 / (n - 1) + e**2 / max(df_e, 1)) if het > 0 else 0.0)
+    v = np.maximum(var_l + het, 1.0 / n**2)   # one question's worth: identical launches cannot claim anything
+    df = np.clip((fa + fb + het) ** 2 / den, low, float(n - 1 + df_a + df_b))
+    df_l = np.clip((fa + fb) ** 2 / den_l, low, float(df_a + df_b))
+    return CombinedVariance(v, df, var_l, np.full(v.shape, het), df_l)
+
+
+def planned_se(sigma2_launch: float | tuple[float, float], noise_per_launch: float | tuple[float, float],
+               heterogeneity: float, launches_a: int, launches_b: int) -> float:
+    """Planning: the SE of Δ̂ for L_A and L_B launches from a previous run's components,
+    sqrt((σ²_L,A + σ²_e,A/n)/L_A + (σ²_L,B + σ²_e,B/n)/L_B + h); a single number for σ²_L (or the noise
+    σ²_e/n, ``components.ms_resid / n``) is both configurations'; ``heterogeneity`` is the interaction term h
+    (``var_heterogeneity``). The power of the verdict's test for a design is
+    :func:`harness.analysis.planning.design_power` (its own df and pooling rule)."""
+    s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
+    e2 = noise_per_launch if isinstance(noise_per_launch, tuple) else (noise_per_launch, noise_per_launch)
+    return math.sqrt((max(s2[0], 0.0) + max(e2[0], 0.0)) / launches_a
+                     + (max(s2[1], 0.0) + max(e2[1], 0.0)) / launches_b + max(heterogeneity, 0.0))
