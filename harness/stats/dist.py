@@ -1,4 +1,4 @@
-"""The probability distributions the statistics use: binomial, chi-square, F and Student t, from
+"""The probability distributions the statistics use: binomial, chi-square and Student t, from
 ``scipy.special``'s ufuncs.
 
 ``scipy.stats`` would give the same numbers (the tests check that it does) but costs about a second to
@@ -12,7 +12,7 @@ NaN here.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import bdtr, bdtrc, chdtrc, fdtri, gammaln, stdtr, stdtrit, xlog1py, xlogy
+from scipy.special import bdtr, bdtrc, chdtrc, gammaln, stdtr, stdtrit, xlog1py, xlogy
 
 ArrayLike = np.ndarray | float | int
 
@@ -70,7 +70,3 @@ def t_ppf(q: ArrayLike, df: ArrayLike) -> np.ndarray:
     q = np.asarray(q, dtype=float)
     return np.where(q == 0, -np.inf, stdtrit(df, q))[()]  # stdtrit gives +inf at 0
 
-
-def f_ppf(q: ArrayLike, dfn: ArrayLike, dfd: ArrayLike) -> np.ndarray:
-    """The q-quantile of the F distribution with (``dfn``, ``dfd``) degrees of freedom (``scipy.stats.f.ppf``)."""
-    return np.asarray(fdtri(dfn, dfd, q))[()]

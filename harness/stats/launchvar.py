@@ -60,13 +60,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
 from .consistent import consistent_paired
 from .dist import t_ppf, t_sf
 from .launches import ArmRuns, launch_means, question_means
+from .mde import power_at
 
 METHOD = "launch-aware t-test (launch and question components, Satterthwaite df)"
 
+#: draws of the launch variance estimates behind :func:`power_launch_aware` (fixed seed: a plan is reproducible)
+POWER_DRAWS = 20_000
 METHOD_QUESTION = "question-level test (mid-p sign-flip and Tango score, no launch component)"
 QUALIFICATION_NO_LAUNCHES = ("valid only if launches do not shift accuracy: no configuration has two launches, "
                              "so the launch-to-launch variance cannot be estimated from this run (run the A/A "
@@ -299,8 +303,11 @@ def combine_variance(tau2_a: float | np.ndarray, tau2_b: float | np.ndarray, noi
     het = max(0.0, var_q - e)
     den = den_l + ((var_q**2 / (n - 1) + e**2 / max(df_e, 1)) if het > 0 else 0.0)
     v = np.maximum(var_l + het, 1.0 / n**2)   # one question's worth: identical launches cannot claim anything
-    df = np.clip((fa + fb + het) ** 2 / den, low, float(n - 1 + df_a + df_b))
-    df_l = np.clip((fa + fb) ** 2 / den_l, low, float(df_a + df_b))
+    with np.errstate(divide="ignore", invalid="ignore"):   # identical launches: no variance, the launch df
+        df = np.where(den > 0, (fa + fb + het) ** 2 / den, float(df_a + df_b))
+        df_l = np.where(den_l > 0, (fa + fb) ** 2 / den_l, float(df_a + df_b))
+    df = np.clip(df, low, float(n - 1 + df_a + df_b))
+    df_l = np.clip(df_l, low, float(df_a + df_b))
     return CombinedVariance(v, df, var_l, np.full(v.shape, het), df_l)
 
 
@@ -315,3 +322,67 @@ def planned_se(sigma2_launch: float | tuple[float, float], noise_per_launch: flo
     e2 = noise_per_launch if isinstance(noise_per_launch, tuple) else (noise_per_launch, noise_per_launch)
     return math.sqrt((max(s2[0], 0.0) + max(e2[0], 0.0)) / launches_a
                      + (max(s2[1], 0.0) + max(e2[1], 0.0)) / launches_b + max(heterogeneity, 0.0))
+
+
+def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
+                       launches_a: int, launches_b: int, launches_aa: int = 0, heterogeneity: float = 0.0,
+                       alpha: float = 0.05) -> float:
+    """Power of the comparison's own test (:func:`harness.stats.launchvar.launch_aware_test`) to detect
+    ``effect`` in a design of L_A and L_B launches per arm plus L_AA launches of the A/A control, n questions.
+
+    Model: a launch's accuracy has variance τ²_g = σ²_L,g + σ²_e/n (``sigma2_launch``: one value or (A, B);
+    ``noise_per_launch`` = σ²_e/n, its within-launch part), ``heterogeneity`` h the question x arm term, so
+    Var(Δ̂) = τ²_A/L_A + τ²_B/L_B + h. The verdict estimates τ²_g from L_g - 1 df (A's configuration counts
+    the A/A launches): the power averages, over draws τ̂²_g = τ²_g χ²_df/df, the chance that |Δ̂| clears
+    t_{1-α/2, ν} sqrt(V̂) with V̂ and ν from :func:`harness.stats.launchvar.combine_variance` (the verdict's own
+    arithmetic: Welch's launch term, Satterthwaite's df). Without a configuration of two launches the verdict
+    is the question-level test, blind to σ²_L: its power is that of a normal test with variance e + h."""
+    s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
+    tau_a, tau_b = max(s2[0], 0.0) + noise_per_launch, max(s2[1], 0.0) + noise_per_launch
+    v_true = tau_a / launches_a + tau_b / launches_b + max(heterogeneity, 0.0)
+    e = noise_per_launch * (1.0 / launches_a + 1.0 / launches_b)
+    var_q = e + max(heterogeneity, 0.0)
+    df_a, df_b = launches_a + launches_aa - 1, launches_b - 1
+    if v_true <= 0:
+        return 1.0
+    if df_a + df_b == 0:
+        return float(power_at(effect, math.sqrt(v_true), alpha) if var_q <= 0 else
+                     _power_given(effect, v_true, np.array([var_q]), np.array([math.inf]), alpha).mean())
+    rng = np.random.default_rng(0)
+    wa = rng.chisquare(df_a, POWER_DRAWS) / df_a if df_a else np.full(POWER_DRAWS, np.nan)
+    wb = rng.chisquare(df_b, POWER_DRAWS) / df_b if df_b else np.full(POWER_DRAWS, np.nan)
+    # the residual df of the ANOVA (launches x questions), large: the noise is known to it
+    df_e = max((df_a + df_b) * (n - 1), 1)
+    cv = combine_variance(tau_a * wa, tau_b * wb, noise_per_launch, noise_per_launch, df_a, df_b, launches_a,
+                          launches_b, var_q, n, df_e)
+    return float(_power_given(effect, v_true, cv.var, cv.df, alpha).mean())
+
+
+def _power_given(effect: float, v_true: float, v_hat: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
+    """P(|Δ̂| > t_{1-α/2,df} sqrt(v_hat)) for Δ̂ ~ N(effect, v_true), per draw."""
+    c = np.where(np.isinf(df), ndtri(1 - alpha / 2), t_ppf(1 - alpha / 2, np.where(np.isinf(df), 1.0, df)))
+    half = c * np.sqrt(v_hat)
+    sd = math.sqrt(v_true)
+    return ndtr((effect - half) / sd) + ndtr((-effect - half) / sd)
+
+
+def launches_needed(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
+                    launches_aa: int = 0, heterogeneity: float = 0.0, alpha: float = 0.05, power: float = 0.8,
+                    most: int = 200) -> int | None:
+    """Fewest launches per arm (a fresh launch per repeat) whose :func:`power_launch_aware` reaches ``power``;
+    None beyond ``most`` (a launch variance too large for the effect, or an interaction h that launches
+    cannot average away)."""
+    lo, hi = 1, 1
+    while power_launch_aware(effect, n, sigma2_launch, noise_per_launch, hi, hi, launches_aa, heterogeneity,
+                             alpha) < power:
+        if hi >= most:
+            return None
+        lo, hi = hi + 1, min(most, hi * 2)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if power_launch_aware(effect, n, sigma2_launch, noise_per_launch, mid, mid, launches_aa, heterogeneity,
+                              alpha) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
