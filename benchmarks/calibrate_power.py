@@ -81,21 +81,20 @@ def run(d: G.Design, exps: int, seed: int, resamples: int) -> dict[str, int]:
     return out
 
 
-def truth(d: G.Design, seed: int, exps: int = 300) -> tuple[float, float, float]:
-    """The plan's inputs for a design's generator: per configuration σ²_L (A, B) and the within-launch noise
-    σ²_e / n, averaged over ``exps`` experiments of 8 launches per configuration."""
+def truth(d: G.Design, seed: int, exps: int = 60) -> tuple[float, float, float]:
+    """The plan's inputs for a design's generator: each configuration's σ²_L (the population variance of a
+    launch's accuracy shift, :func:`greedy_generator.launch_accuracy_variance`) and the within-launch noise
+    σ²_e / n (MS_E / n averaged over ``exps`` experiments of 8 launches per configuration)."""
+    s_a = G.launch_accuracy_variance(d)
+    s_b = G.launch_accuracy_variance(d, d.b_shift_sd) if d.b_shift_sd is not None else s_a
     big = d.with_(launches_a=8, launches_b=8, launches_aa=0, passes=1, delta=0.0)
     ya, _, yb = G.draw(big, exps, np.random.default_rng(seed))
-    s_a, s_b, noise = [], [], []
+    noise = []
     for e in range(exps):
         r = launch_aware_test(G.arm_runs(ya[e], 8, 1, "a"), G.arm_runs(yb[e], 8, 1, "b"))  # type: ignore[arg-type]
-        c = r.components
-        assert c is not None
-        ms_l = c.ms_launch_by_group
-        s_a.append(ms_l[0] / d.n - c.ms_resid / d.n)   # type: ignore[operator]
-        s_b.append(ms_l[1] / d.n - c.ms_resid / d.n)   # type: ignore[operator]
-        noise.append(c.ms_resid / d.n)
-    return float(np.mean(s_a)), float(np.mean(s_b)), float(np.mean(noise))
+        assert r.components is not None
+        noise.append(r.components.ms_resid / d.n)
+    return s_a, s_b, float(np.mean(noise))
 
 
 def verdict_row(args: tuple[str, str, int, int, int]) -> str:

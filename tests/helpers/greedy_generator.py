@@ -125,3 +125,28 @@ def arm_runs(y: np.ndarray, launches: int, passes: int, prefix: str) -> ArmRuns 
     if launches == 0:
         return None
     return ArmRuns(y, tuple(f"{prefix}{lo}" for lo in range(launches) for _ in range(passes)))
+
+
+def launch_accuracy_variance(d: Design, sd: float | None = None, questions: int = 200_000, seed: int = 0) -> float:
+    """The population variance of a launch's accuracy shift, Var_u A(u), A(u) the expected accuracy of a
+    launch with shift u (over questions, their greedy latents and flips), u drawn as ``d.shift`` with sd
+    ``sd`` (default ``d.shift_sd``): 200,000 questions, u on a quadrature grid weighted by its density."""
+    sd = d.shift_sd if sd is None else sd
+    if d.shift == "none" or sd == 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    theta = _mean_offset(d.accuracy) + THETA_SD * rng.standard_normal(questions)
+    z = rng.logistic(0.0, 1.0, questions)
+    rate = np.minimum(0.5, d.flip_base * rng.pareto(FLIP_TAIL, questions))
+    x = theta + z
+    # expected accuracy at shift u: greedy unless flipped, a redraw when flipped
+    grid = np.linspace(-12 * sd, 12 * sd, 961)
+    acc = np.array([np.mean((1 - rate) * (x + u > 0) + rate * expit(theta + u)) for u in grid])
+    if d.shift == "normal":
+        w = np.exp(-0.5 * (grid / sd) ** 2)
+    else:   # sd T3 / sqrt(3): scale s = sd / sqrt(3), density ∝ (1 + (u/s)² / 3)^-2
+        s = sd / np.sqrt(3.0)
+        w = (1 + (grid / s) ** 2 / 3) ** -2
+    w /= w.sum()
+    mean = float(np.sum(w * acc))
+    return float(np.sum(w * (acc - mean) ** 2))
