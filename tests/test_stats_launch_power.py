@@ -95,7 +95,7 @@ def test_launch_bootstrap_covers_under_launch_shifts():
     for i in range(exps):
         a, b, aa = _normal(rng, 3, 3, 2, n, 0.3, 0.0)
         r = LV.launch_aware_test(a, b, aa)
-        lb = launch_bootstrap(a, b, aa, np.ones(n, dtype=bool), r.df_launch_term or r.df, n_resamples=299, seed=i)
+        lb = launch_bootstrap(a, b, aa, np.ones(n, dtype=bool), r.df, n_resamples=299, seed=i)
         assert lb is not None and lb.a is not None and lb.b is not None
         cover += lb.delta[0] <= 0 <= lb.delta[1]
         q = paired_bootstrap_ci(a.scores.mean(axis=0), b.scores.mean(axis=0), n_resamples=299,
@@ -116,7 +116,7 @@ def test_launch_bootstrap_on_the_greedy_generator():
     for e in range(60):
         a, aa, b = _arm(ya[e], "a"), _arm(yaa[e], "aa"), _arm(yb[e], "b")
         r = LV.launch_aware_test(a, b, aa)
-        lb = launch_bootstrap(a, b, aa, np.ones(d.n, dtype=bool), r.df_launch_term or r.df, n_resamples=199, seed=e)
+        lb = launch_bootstrap(a, b, aa, np.ones(d.n, dtype=bool), r.df, n_resamples=199, seed=e)
         assert lb is not None
         cover += lb.delta[0] <= 0 <= lb.delta[1]
     assert cover >= 54

@@ -251,8 +251,7 @@ def _launch_bootstrap(res: Analysis, A: stats.ArmRuns, B: stats.ArmRuns, AA: sta
     lv = res.launch
     if lv is None or lv.df_launch == 0:
         return None
-    df = lv.df_launch_term if lv.df_launch_term is not None else lv.df
-    return stats.launch_bootstrap(A, B, AA, res.keep, df, alpha, n_resamples,
+    return stats.launch_bootstrap(A, B, AA, res.keep, lv.df, alpha, n_resamples,
                                   seed=np.random.default_rng([seed, 1]))
 
 

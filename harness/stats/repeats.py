@@ -102,7 +102,8 @@ def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarra
     """:func:`two_level_bootstrap_ci` of Δ = mean over ``keep`` of (B̄_i - Ā_i) and of each arm's accuracy.
     A's launches are drawn from its configuration's (arm A's and the A/A control's: launches of the same
     server); a configuration with one launch borrows the other's deviations for Δ (the verdict's assumption).
-    ``df``: the launch term's df (the verdict's). None when no configuration has two launches."""
+    ``df``: the verdict's df (its launch and question parts, Satterthwaite). None when no configuration has two
+    launches."""
     keep = np.asarray(keep, dtype=bool)
     cfg = a if aa is None else a.concat(aa)
     dev_a = launch_deviations(launch_means(cfg)[:, keep])
@@ -119,7 +120,12 @@ def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarra
     def arm(center: np.ndarray, dev: np.ndarray | None, L: int, launches: int) -> tuple[float, float] | None:
         if dev is None:
             return None
-        return two_level_bootstrap_ci(center, [(dev, L, 1.0)], launches - 1, alpha, n_resamples, rng)
+        # Satterthwaite's df of the arm's accuracy: its launch part on launches - 1 df, its question part on n - 1
+        v_l = float(np.mean(dev.mean(axis=1) ** 2)) / L
+        v_q = float(np.var(center, ddof=1)) / center.size
+        den = v_l**2 / (launches - 1) + v_q**2 / (center.size - 1)
+        df_arm = (v_l + v_q) ** 2 / den if den > 0 else float("inf")
+        return two_level_bootstrap_ci(center, [(dev, L, 1.0)], df_arm, alpha, n_resamples, rng)
 
     n_cfg = len(cfg.launch_ids())
     src_a = f"A's {n_cfg} launches" + (" (with the A/A control's)" if aa is not None else "")
