@@ -22,18 +22,23 @@ df_L = Σ_g (L_g - 1), MS_E the launch x question residual mean square (df_E = �
 E[MS_L] = σ²_e + n σ²_L and E[MS_E] = σ²_e, so σ̂²_L = (MS_L - MS_E)/n (the REML estimate for this balanced
 design when positive; checked against statsmodels' MixedLM). The variance of Δ̂ is
 
-    V = b + h,   b = k MS_L / n            (launch term: k × the pooled variance of launch accuracies)
+    V = b + h,   b = τ̂²_A / L_A + τ̂²_B / L_B   (τ̂²_g = MS_L,g / n: each configuration's variance of its launch
+                                               accuracies, from its own launches: Welch's form)
                  h = max(0, S²_d/n - e),   e = (MS_E,A/L_A + MS_E,B/L_B)/n   (question x arm interaction)
 
-which is S²_d/n + k σ̂²_L (the question-level paired variance plus the launch variance times
-1/L_A + 1/L_B) with the truncation at 0 placed on the interaction, not on σ̂²_L. The statistic
-t = Δ̂ / sqrt(V) is referred to Student's t with Satterthwaite's df
+which is S²_d/n + the launch variances over the launches (the question-level paired variance plus each
+configuration's launch variance) with the truncation at 0 placed on the interaction, not on σ̂²_L. A
+configuration with one launch borrows the other's τ̂² (b = k τ̂², on that configuration's df). Pooling τ²
+over the configurations (the form before Welch's) let A's quiet launches outweigh B's noisy ones: with B's
+launch sd 6x A's it rejected 13.5 % of true nulls (normal model, tests/test_stats_launchvar.py). The
+statistic t = Δ̂ / sqrt(V) is referred to Student's t with Satterthwaite's df
 
-    ν = (b' + h)² / (b'²/df_L + [h > 0] (S⁴_d/(n²(n - 1)) + e²/df_E)),   b' = max(b, k MS_E / n),
+    ν = (b'_A + b'_B + h)² / (b'_A²/df_A + b'_B²/df_B + [h > 0] (S⁴_d/(n²(n - 1)) + e²/df_E)),
+    b'_g = max(τ̂²_g, MS_E,g / n) / L_g,
 
-between df_L and n - 1 + df_L: ≈ df_L when the launch term dominates (as it must: σ²_L is known only to
-df_L), larger when the question x arm interaction does. The launch term enters the df at no less than its
-within-launch-noise part k MS_E/n (its value at σ²_L = 0, estimated to df_E): Satterthwaite's df from the
+between min(df_A, df_B) and n - 1 + df_L: ≈ Welch's df when the launch terms dominate, larger when the
+question x arm interaction does. Each launch term enters the df at no less than its within-launch-noise part
+MS_E,g/(n L_g) (its value at σ²_L = 0, estimated to df_E): Satterthwaite's df from the
 realised b grow exactly when b is small by chance, i.e. when |t| is large, which made the test liberal at
 df_L <= 2 (6.8 % at df_L = 1, 2000 experiments; 0.3 % with b'). The interval Δ̂ ± t_{1-α/2,ν} sqrt(V) inverts
 the same t: "p < α" and "0 outside the CI" never disagree.
