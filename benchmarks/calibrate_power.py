@@ -40,7 +40,6 @@ DESIGNS = {"seed (A 3 + B 3 + A/A 2, n 1319)": SEED,
            "seed design, n 198": SEED.with_(n=198)}
 SHIFTS: dict[str, dict[str, Any]] = {"none": {"shift": "none"}, "t3 sd 0.15": {"shift": "t3", "shift_sd": 0.15},
                                      "t3 sd 0.3": {"shift": "t3", "shift_sd": 0.3},
-                                     "normal sd 0.15": {"shift": "normal", "shift_sd": 0.15},
                                      "B 0.30 vs A 0.05 (normal)": {"shift": "normal", "shift_sd": 0.05,
                                                                    "b_shift_sd": 0.3}}
 
