@@ -161,3 +161,21 @@ def test_planned_power_on_the_greedy_generator(shift: str, launches: int):
     achieved = hits / 300
     print(f"{shift} L {launches}: planned {planned:.3f} achieved {achieved:.3f}")
     assert abs(planned - achieved) <= 0.05 + 3 * math.sqrt(achieved * (1 - achieved) / 300)
+
+
+def test_report_and_markdown_show_the_launch_bootstrap(tmp_path: Path):
+    """report.html and comparison.md show the launch-aware bootstrap beside the verdict's interval."""
+    from helpers.rundirs import build_run_dir
+
+    from harness.report import write_markdown, write_report
+
+    root = build_run_dir(tmp_path / "run", n=80, repeats=2, aa=True)
+    c = json.loads((root / "comparison.json").read_text())
+    boot = c["diagnostics"]["delta_ci_bootstrap_launch"]
+    assert boot is not None
+    html = write_report(root).read_text()
+    assert "launch-aware bootstrap" in html
+    lo = f"{100 * boot[0]:+.2f}".replace("-", "\u2212")
+    assert lo in html
+    md = write_markdown(root).read_text()
+    assert "Launch-aware bootstrap" in md and lo in md
