@@ -69,4 +69,3 @@ def t_ppf(q: ArrayLike, df: ArrayLike) -> np.ndarray:
     """The q-quantile of Student's t with ``df`` degrees of freedom (``scipy.stats.t.ppf``)."""
     q = np.asarray(q, dtype=float)
     return np.where(q == 0, -np.inf, stdtrit(df, q))[()]  # stdtrit gives +inf at 0
-

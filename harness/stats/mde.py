@@ -146,4 +146,3 @@ def mde_t(se: float, df: float, alpha: float = 0.05, power: float = 0.8) -> floa
     """MDE of a two-sided t-test on an estimate with standard error ``se`` and ``df`` degrees of freedom:
     (t_{1-α/2} + t_{power})·SE (the usual approximation to the noncentral t)."""
     return float((t_ppf(1 - alpha / 2, df) + t_ppf(power, df)) * se)
-
