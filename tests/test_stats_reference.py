@@ -333,9 +333,10 @@ def test_mde_t_and_t_tost_match_statsmodels():
 
 
 def test_compare_arms_launch_test_matches_scipy_student_t_over_launches():
-    """The comparison's test (compare_arms, launch-aware) is Student's t on launch accuracies
-    (scipy.stats.ttest_ind, pooled variance) whenever the launch term carries all of Var(Δ̂) (no question x
-    arm interaction is estimated): same p, df and interval."""
+    """The comparison's test (compare_arms, launch-aware) is Welch's t on launch accuracies
+    (scipy.stats.ttest_ind, unequal variances: each arm's launch variance from its own launches) whenever the
+    launch terms carry all of Var(Δ̂) (no question x arm interaction is estimated): same p, df and interval.
+    (It was the pooled-variance t before B's launch variance came from B's launches.)"""
     from scipy.stats import t as t_dist
     from scipy.stats import ttest_ind
 
@@ -352,9 +353,15 @@ def test_compare_arms_launch_test_matches_scipy_student_t_over_launches():
         assert r.unit == "launch-aware" and r.launch is not None and r.launch.df_launch == 5
         if r.launch.var_heterogeneity > 0:
             continue
-        ref = ttest_ind(B.scores.mean(axis=1), A.scores.mean(axis=1), equal_var=True)
-        assert r.p == pytest.approx(ref.pvalue, rel=1e-9) and r.df == pytest.approx(5.0)
-        half = t_dist.ppf(0.975, 5) * abs(r.delta / ref.statistic)
+        ref = ttest_ind(B.scores.mean(axis=1), A.scores.mean(axis=1), equal_var=False)
+        c = r.launch.components
+        assert c is not None
+        floors = [e / 500 for e in c.ms_resid_by_group]
+        if ref.df < 2 or np.var(A.scores.mean(axis=1), ddof=1) < floors[0] \
+                or np.var(B.scores.mean(axis=1), ddof=1) < floors[1]:
+            continue   # the df's floors (one arm's df; each launch term at its within-launch noise) apply
+        assert r.p == pytest.approx(ref.pvalue, rel=1e-9) and r.df == pytest.approx(ref.df, rel=1e-9)
+        half = t_dist.ppf(0.975, ref.df) * abs(r.delta / ref.statistic)
         assert r.ci == pytest.approx([r.delta - half, r.delta + half], rel=1e-9)
         checked += 1
     assert checked >= 5

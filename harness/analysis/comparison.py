@@ -239,6 +239,31 @@ def _diagnostics(res: Analysis, A: stats.ArmRuns, B: stats.ArmRuns, alpha: float
     return out
 
 
+#: what the per-arm and paired bootstrap intervals resample (they predate the launch-aware one)
+BOOTSTRAP_QUESTIONS = "question-only: questions resampled, launch-to-launch variation not in the interval"
+LAUNCH_BOOTSTRAP_METHOD = ("two-level cluster bootstrap: each arm's launches (deviations scaled by sqrt(L/(L-1))), "
+                           "then questions (paired), percentile interval widened by t(df)/z")
+
+
+def _launch_bootstrap(res: Analysis, A: stats.ArmRuns, B: stats.ArmRuns, AA: stats.ArmRuns | None, alpha: float,
+                      n_resamples: int, seed: int) -> stats.LaunchBootstrap | None:
+    """The two-level bootstrap beside the verdict's interval (None without a configuration of two launches)."""
+    lv = res.launch
+    if lv is None or lv.df_launch == 0:
+        return None
+    return stats.launch_bootstrap(A, B, AA, res.keep, lv.df, alpha, n_resamples,
+                                  seed=np.random.default_rng([seed, 1]))
+
+
+def _launch_bootstrap_block(lb: stats.LaunchBootstrap | None) -> dict[str, JSON]:
+    if lb is None:
+        return {"delta_ci_bootstrap_launch": None,
+                "delta_ci_bootstrap_launch_method": "none: no configuration has two launches to resample"}
+    return {"delta_ci_bootstrap_launch": _pair(lb.delta), "delta_ci_bootstrap_launch_method": LAUNCH_BOOTSTRAP_METHOD,
+            "delta_ci_bootstrap_launch_source": lb.source,
+            "delta_ci_bootstrap_scope": BOOTSTRAP_QUESTIONS + " (delta_ci_bootstrap_bca, _percentile)"}
+
+
 def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float | None = None,
                  alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
@@ -281,13 +306,17 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     n, keep = res.n, res.keep
     seeds = np.random.default_rng(seed).integers(0, 2**32, size=3)
 
-    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[ScoredEval], s: int) -> ArmResult:
+    boot = _launch_bootstrap(res, A, B, AA, alpha, n_resamples, seed)
+
+    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[ScoredEval], s: int,
+                  launch_ci: tuple[float, float] | None) -> ArmResult:
         acc = float(means.mean())
         per_run = [float(np.nanmean(x)) if np.isfinite(x).any() else None for x in arm.scores[:, keep]]
         return ArmResult(accuracy=acc, wilson=_pair(stats.wilson_interval(acc * n, n, alpha)),
                          bootstrap=_pair(stats.accuracy_bootstrap_ci(means, alpha, n_resamples, seed=s)),
                          repeats=per_run, n_runs=arm.n_runs, launches=list(arm.launches),
-                         error_rate=float(np.isnan(arm.scores).mean()), dirs=[str(r.dir) for r in runs])
+                         error_rate=float(np.isnan(arm.scores).mean()), dirs=[str(r.dir) for r in runs],
+                         bootstrap_kind=BOOTSTRAP_QUESTIONS, bootstrap_launch=_pair(launch_ci) if launch_ci else None)
 
     table = _table(res.a_means, res.b_means)
     psi = float(np.abs(res.d).mean())
@@ -327,8 +356,8 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         dataset_sha256=a_runs[0].meta.get("dataset_sha256"),
         recipe=a_runs[0].meta.get("recipe"),
         design=res.design,
-        arms=Arms(a=arm_block(A, res.a_means, a_runs, int(seeds[0])),
-                  b=arm_block(B, res.b_means, b_runs, int(seeds[1]))),
+        arms=Arms(a=arm_block(A, res.a_means, a_runs, int(seeds[0]), boot.a if boot else None),
+                  b=arm_block(B, res.b_means, b_runs, int(seeds[1]), boot.b if boot else None)),
         aa_dirs=[str(r.dir) for r in aa_runs],
         table_source=("one run per arm" if A.n_runs == 1 and B.n_runs == 1 else
                       "per-question means over each arm's runs (counts are question mass)"),
@@ -357,7 +386,8 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         tost=res.tost,
         warnings=[w for w in (aa_blk.warning,) if w] + determinism.warnings(ident),
         flips=[int(i) for i in indices[keep][res.d != 0]],
-        diagnostics=_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
+        diagnostics={**_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
+                     **_launch_bootstrap_block(boot)},
         qualification=res.qualification,
         delta_df=res.df,
         launch_variance=res.launch_variance,

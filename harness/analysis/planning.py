@@ -67,6 +67,7 @@ from harness.results import schema
 from harness.results.eval_store import ScoredEval, load_scored
 from harness.results.fileio import StoreError, read_json
 from harness.stats import group_sequential as sq
+from harness.stats import launchvar
 
 KIND = schema.PLAN
 SCHEMA_VERSION = schema.WRITES[KIND]
@@ -185,6 +186,23 @@ class NoiseEstimate(TypedDict):
     notes: NotRequired[list[str]]
 
 
+class LaunchPlan(TypedDict):
+    """``launch`` of a plan: the launch-to-launch variance the plan assumes and the verdict's reference it plans
+    with (:func:`design_power`)."""
+
+    #: sd of a launch's accuracy shift (fraction) and its square; where it came from
+    sd: float
+    sigma2: float
+    source: str
+    #: σ²_e / n: a launch accuracy's within-launch noise
+    noise_per_launch: float
+    #: the question x arm term the effect itself adds (it sits on whole questions)
+    heterogeneity: float
+    aa_launches: int
+    reference: str
+    power_by_launches: list[dict[str, float]]
+
+
 class PlanScoring(TypedDict):
     """The divergence's scoring passes of the run planned from: once per run, on the evals' launches."""
 
@@ -216,6 +234,7 @@ class Plan(TypedDict):
     accuracy: NotRequired[dict[str, float | None]]
     noise: NotRequired[NoiseEstimate]
     scoring: NotRequired[PlanScoring | None]
+    launch: NotRequired[LaunchPlan]
 
 
 # ------------------------------------------------------------------------------------------ figures
@@ -238,6 +257,42 @@ def power_figures(n: int, p: float, discordance: float | None = None, repeats: i
             "effect": effect, "effect_pp": None if effect is None else 100 * effect, "mde_unpaired": mde_unpaired,
             "mde_paired": mde_paired, "mde_repeats": mde_repeats, "repeats_needed": needed,
             "n_needed_paired": n_paired, "mde": mde}
+
+
+# ------------------------------------------------------------------------------------------ the verdict's power
+REFERENCE = ("the comparison's launch-aware t-test: Welch's launch term, Satterthwaite's df (one launch per arm "
+             "and no A/A launch: the question-level test)")
+#: launches per arm shown in ``launch.power_by_launches``
+SHOWN_LAUNCHES = range(1, 7)
+
+
+def effect_heterogeneity(effect: float, n: int) -> float:
+    """The question x arm variance an effect adds when it sits on whole questions (B turns |effect| n of them
+    around): |effect| (1 - |effect|) / n, the planner's default (0 for an effect spread evenly)."""
+    e = min(abs(effect), 1.0)
+    return e * (1 - e) / n
+
+
+def design_power(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
+                 launches_a: int, launches_b: int, launches_aa: int = 0, alpha: float = 0.05,
+                 heterogeneity: float | None = None) -> float:
+    """Power of the verdict's own test for the design (:func:`harness.stats.launchvar.power_launch_aware`),
+    with the effect's heterogeneity (:func:`effect_heterogeneity`) unless given."""
+    h = effect_heterogeneity(effect, n) if heterogeneity is None else heterogeneity
+    return launchvar.power_launch_aware(effect, n, sigma2_launch, noise_per_launch, launches_a, launches_b,
+                                              launches_aa, h, alpha)
+
+
+def launch_plan(effect: float, n: int, sigma2_launch: float, noise_per_launch: float, aa_launches: int,
+                source: str, alpha: float = 0.05) -> LaunchPlan:
+    """The ``launch`` block: the assumed launch variance and the power of 1-6 launches per arm."""
+    h = effect_heterogeneity(effect, n)
+    return {"sd": math.sqrt(max(sigma2_launch, 0.0)), "sigma2": max(sigma2_launch, 0.0), "source": source,
+            "noise_per_launch": noise_per_launch, "heterogeneity": h, "aa_launches": aa_launches,
+            "reference": REFERENCE,
+            "power_by_launches": [{"launches": L, "power": design_power(effect, n, sigma2_launch, noise_per_launch,
+                                                                        L, L, aa_launches, alpha, h)}
+                                  for L in SHOWN_LAUNCHES]}
 
 
 # ------------------------------------------------------------------------------------------ the plan
@@ -268,24 +323,42 @@ def sequential_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, p
 
 def make_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: float = 0.8,
               per_repeat: PerRepeatCost | None = None, min_repeats: int = 1, spending: str = "obf",
-              futility: bool = True, notes: Sequence[str] = ()) -> Plan:
-    """The plan (see the module docstring for its JSON shape) from n, σ² and the cost of one repeat."""
+              futility: bool = True, notes: Sequence[str] = (), *, launch_sigma2: float | None = None,
+              noise_per_launch: float | None = None, aa_launches: int = 0, launch_source: str | None = None) -> Plan:
+    """The plan (see the module docstring for its JSON shape) from n, σ² (the run-to-run discordance ψ), the
+    launch variance (``launch_sigma2``, σ²_L of a launch's accuracy; None: assumed 0, said so), the A/A
+    launches of the planned design and the cost of one repeat (a fresh launch of each arm). The fixed design
+    is the fewest launches per arm whose power under the verdict's own test (:func:`design_power`) reaches
+    ``power``."""
     if sigma2 < 0 or n < 1:
         raise PlanError("need n >= 1 and a discordance >= 0")
     notes = list(notes)
     if sigma2 == 0:
         notes.append("no run-to-run discordance was measured (ψ = 0): one repeat per arm is the plan, but "
                      "a zero noise estimate is not evidence of no noise; measure with at least 2 launches per arm")
-    r_fixed = stats.repeats_needed(effect, n, sigma2, alpha, power) if sigma2 > 0 else 1
-    se_fixed = math.sqrt(sigma2 / (n * r_fixed)) if sigma2 > 0 else 0.0
-    fixed_power = float(stats.power_at(effect, se_fixed, alpha)) if se_fixed > 0 else 1.0
+    noise = sigma2 / (2 * n) if noise_per_launch is None else noise_per_launch
+    s2l = 0.0 if launch_sigma2 is None else max(launch_sigma2, 0.0)
+    if launch_sigma2 is None:
+        launch_source = "assumed 0 (no --launch-sd, no launch variance measured): the plan is a lower bound"
+        notes.append("the launch-to-launch variance is assumed 0: give --launch-sd PP (or plan --from a run with "
+                     "the A/A control on fresh launches); launches that shift accuracy need more repeats")
+    h = effect_heterogeneity(effect, n)
+    found = launchvar.launches_needed(effect, n, s2l, noise, aa_launches, h, alpha, power,
+                                            most=MAX_SEQUENTIAL_REPEATS)
+    if found is None:
+        notes.append(f"no design of up to {MAX_SEQUENTIAL_REPEATS} launches per arm reaches "
+                     f"{100 * power:g} % power: the launch variance is too large for this effect")
+    r_fixed = MAX_SEQUENTIAL_REPEATS if found is None else found
+    fixed_power = design_power(effect, n, s2l, noise, r_fixed, r_fixed, aa_launches, alpha, h)
+    # the sequential design's normal model, per repeat: the variance of one fresh launch of each arm
+    sigma2 = n * 2 * (s2l + noise)
     floor = stats.mde_floor(n, alpha)
     if effect < floor:
         notes.append(f"{100 * effect:.2f} pp is {effect * n:.1f} of {n} questions: if the effect sits on that few "
                      f"questions no number of repeats shows it with the question as the unit (at least "
                      f"{stats.min_detectable_discordant(alpha)} questions are needed); add questions")
     seq = None
-    if r_fixed <= MAX_SEQUENTIAL_REPEATS:
+    if found is not None:
         seq = sequential_plan(effect, n, sigma2, alpha, power, min_repeats=min_repeats, spending=spending,
                               futility=futility, start=r_fixed)
     if seq is None:
@@ -306,6 +379,10 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: 
                      "but cannot tell a launch-wide shift from the change: the plan launches afresh per repeat")
     sr = seq["repeats"] if seq else None
     sg = seq["gpu_hours"] if seq else None
+    if seq is not None:
+        notes.append("the sequential design uses a normal approximation with the launch variance known; the fixed "
+                     "design uses the verdict's own t reference")
+    lp = launch_plan(effect, n, s2l, noise, aa_launches, str(launch_source), alpha)
     return {
         "schema_version": SCHEMA_VERSION, "kind": KIND, "effect_pp": 100 * effect, "effect": effect,
         "alpha": alpha, "power": power, "n": n,
@@ -318,6 +395,7 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: 
                       "sequential_worst": None if sg is None else sg["worst"]},
         "per_repeat": None if per_repeat is None else per_repeat.copy(),
         "notes": notes,
+        "launch": lp,
     }
 
 
@@ -423,9 +501,34 @@ def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_
     return per_repeat_cost(per["launch_s"], per["eval_s"], per["stop_s"], g, source)
 
 
+def launch_from_runs(runs: Sequence[ScoredEval]) -> tuple[float | None, float | None, int, str]:
+    """(σ²_L, σ²_e / n, A/A launches, source) the verdict's own variance components measure in the run
+    (:func:`harness.stats.launchvar.launch_aware_test`: A's launches with the A/A control's, and B's);
+    σ²_L None when no configuration has two launches."""
+    def arm(roles: tuple[str, ...]) -> stats.ArmRuns | None:
+        rs = [r for r in runs if _role(r) in roles]
+        return stats.ArmRuns(np.vstack([r.scores for r in rs]), tuple(r.launch for r in rs)) if rs else None
+
+    a, aa, b = arm(("a",)), arm(("aa",)), arm(("b",))
+    laa = 0 if aa is None else len(aa.launch_ids())
+    if a is None or b is None:
+        return None, None, laa, "the run lacks an arm"
+    try:
+        r = stats.launch_aware_test(a, b, aa)
+    except ValueError as e:
+        return None, None, laa, str(e)
+    c = r.components
+    if c is None or r.df_launch == 0:
+        return None, None, laa, "not measurable: no configuration of the run has two launches"
+    return (max(c.sigma2_raw, 0.0), c.ms_resid / r.n, laa,
+            f"measured: {r.variance_source}; sd {100 * math.sqrt(max(c.sigma2_raw, 0.0)):.2f} pp on "
+            f"{r.df_launch} df")
+
+
 def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None, power: float = 0.8,
                   launch_s: float | None = None, eval_s: float | None = None, gpus: int | None = None,
-                  min_repeats: int = 1, spending: str = "obf", futility: bool = True) -> Plan:
+                  min_repeats: int = 1, spending: str = "obf", futility: bool = True,
+                  launch_sd: float | None = None, aa_launches: int | None = None) -> Plan:
     """The plan for detecting ``effect`` (fraction) with the noise, times and GPUs a finished run measured."""
     root = Path(run_dir)
     if not root.is_dir():
@@ -457,7 +560,17 @@ def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None
     simulated = any(bool(r.meta.get("simulated")) for r in runs)
     if simulated and per_repeat is not None and gpus is None and per_repeat["gpu_hours"] == 0:
         notes.append("SIMULATED run: no GPUs were held; pass --gpus and --launch-s for the real box")
-    plan = make_plan(effect, n, noise["sigma2"], alpha, power, per_repeat, min_repeats, spending, futility, notes)
+    s2l, noise_l, laa, src = launch_from_runs(runs)
+    if launch_sd is not None:
+        s2l, src = launch_sd**2, f"assumed: --launch-sd {100 * launch_sd:g} pp (the run measured: {src})"
+    elif s2l is None:
+        src = f"assumed 0 ({src}): the plan is a lower bound"
+    plan = make_plan(effect, n, noise["sigma2"], alpha, power, per_repeat, min_repeats, spending, futility, notes,
+                     launch_sigma2=s2l if s2l is not None else (0.0 if "assumed 0" in src else None),
+                     noise_per_launch=noise_l, aa_launches=laa if aa_launches is None else aa_launches,
+                     launch_source=src)
+    if s2l is None and launch_sd is None:
+        plan["notes"].append("the run cannot measure the launch-to-launch variance: give --launch-sd PP")
     acc = {}
     for arm, roles in (("a", ("a",)), ("b", ("b",))):
         vals = [float(np.nanmean(r.scores)) for r in runs if _role(r) in roles and np.isfinite(r.scores).any()]
@@ -493,9 +606,15 @@ def format_plan(p: Plan) -> str:
                      f"{pr['wall_s'] / 3600:.2f} h wall; GPUs A {pr['gpus']['a']}, B {pr['gpus']['b']}; launch "
                      f"A {pr['launch_s']['a']:.0f} s, B {pr['launch_s']['b']:.0f} s; eval A {pr['eval_s']['a']:.0f} s, "
                      f"B {pr['eval_s']['b']:.0f} s ({pr['source']})")
+    lp = p.get("launch")
+    if lp:
+        lines.append(f"  launch variance: sd {100 * lp['sd']:.2f} pp per launch ({lp['source']}); "
+                     f"A/A launches {lp['aa_launches']}")
+        lines.append(f"  power by launches per arm ({lp['reference']}): "
+                     + ", ".join(f"{int(x['launches'])}: {100 * x['power']:.0f} %" for x in lp["power_by_launches"]))
     f = p["fixed"]
-    lines.append(f"  fixed design:      {f['repeats']} repeats per arm (power {100 * f['power']:.1f} %), "
-                 f"{_num(f['gpu_hours'])} GPU-hours")
+    lines.append(f"  fixed design:      {f['repeats']} repeats per arm, each a fresh launch (power "
+                 f"{100 * f['power']:.1f} %), {_num(f['gpu_hours'])} GPU-hours")
     s = p.get("sequential")
     if s:
         r, g = s["repeats"], s["gpu_hours"]

@@ -47,6 +47,11 @@ def power_main(argv: Sequence[str] | None = None) -> int:
                     help="run-to-run discordance ψ (A/A, a fraction) (without --from)")
     ap.add_argument("--repeats", type=int, default=None, metavar="R", help="runs per arm, for its MDE")
     ap.add_argument("--effect", type=float, default=None, metavar="PP", help="effect to detect, percentage points")
+    ap.add_argument("--launch-sd", type=float, default=None, metavar="PP",
+                    help="assumed sd of a launch's accuracy shift, percentage points (default: measured by --from's "
+                         "run, else 0, a lower bound)")
+    ap.add_argument("--aa-launches", type=int, default=None, metavar="N",
+                    help="A/A control launches in the planned design (default: --from's run's, else 0)")
     ap.add_argument("--alpha", type=float, default=None, help="level (default: the run's stats.alpha, else 0.05)")
     ap.add_argument("--power", type=float, default=0.8, help="probability of detecting the effect, a fraction")
     ap.add_argument("--launch-s", type=float, default=None, help="seconds from spawn to ready per launch")
@@ -69,6 +74,11 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         ap.error("--gpus must be >= 0")
     if a.min_repeats < 1:
         ap.error("--min-repeats must be >= 1")
+    if a.launch_sd is not None and (not math.isfinite(a.launch_sd) or not 0 <= a.launch_sd < 100):
+        ap.error(f"--launch-sd is in percentage points, in [0, 100): got {a.launch_sd}")
+    if a.aa_launches is not None and a.aa_launches < 0:
+        ap.error("--aa-launches must be >= 0")
+    launch_sd = None if a.launch_sd is None else a.launch_sd / 100
     plan: Plan | None  # the sequential plan, when one is asked for
     if a.run_dir is not None:
         if a.effect is None:
@@ -77,7 +87,8 @@ def power_main(argv: Sequence[str] | None = None) -> int:
             ap.error("--from reads n, accuracy and discordance from the run; drop --n/--p/--discordance")
         try:
             plan = plan_from_run(a.run_dir, _effect_fraction(ap, a.effect, None), a.alpha, a.power, a.launch_s,
-                                 a.eval_s, a.gpus, a.min_repeats, a.spending, not a.no_futility)
+                                 a.eval_s, a.gpus, a.min_repeats, a.spending, not a.no_futility, launch_sd,
+                                 a.aa_launches)
         except PlanError as e:
             print(f"abh power: {e}", file=sys.stderr)
             return 2
@@ -101,7 +112,9 @@ def power_main(argv: Sequence[str] | None = None) -> int:
             per_repeat = per_repeat_cost({"a": ls, "b": ls}, {"a": es, "b": es}, {"a": 0.0, "b": 0.0},
                                          {"a": g, "b": g}, "options")
         plan = make_plan(effect, a.n, a.discordance, alpha, a.power, per_repeat, a.min_repeats, a.spending,
-                         not a.no_futility)
+                         not a.no_futility, launch_sigma2=None if launch_sd is None else launch_sd**2,
+                         aa_launches=a.aa_launches or 0,
+                         launch_source=None if launch_sd is None else f"assumed: --launch-sd {a.launch_sd:g} pp")
     if a.json:
         print(json.dumps({**f, "plan": plan} if plan else f, indent=2))
         return 0
@@ -115,8 +128,9 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     if f["mde_repeats"] is not None:
         print(f"  {a.repeats} repeats per arm  {100 * f['mde_repeats']:.2f} pp")
     if f["repeats_needed"] is not None:
-        print(f"  to detect {a.effect:.2f} pp ({effect * a.n:.1f} questions): "
-              f"{f['repeats_needed']} repeats per arm, or {f['n_needed_paired']} questions in one paired run")
+        print(f"  to detect {a.effect:.2f} pp ({effect * a.n:.1f} questions), question-level normal model (no "
+              f"launch variance): {f['repeats_needed']} repeats per arm, or {f['n_needed_paired']} questions in one "
+              "paired run" + ("; the plan below is the verdict's own test" if plan is not None else ""))
     elif effect is not None:
         print("  repeats needed: give --discordance PSI (the A/A discordance)")
     if plan is not None:

@@ -171,6 +171,11 @@ def render(root: Path) -> str:
                          words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.p)]],
                        ["r", "r", "l", "l", "r"]))
     facts = [f"**Why:** {cell(c.verdict_reason)}"]
+    boot = c.diagnostics.get("delta_ci_bootstrap_launch")
+    if isinstance(boot, list) and len(boot) == 2:
+        facts.append(f"**Launch-aware bootstrap:** Δ {words.ci_pp(boot)} (launches, then questions, resampled; "
+                     f"beside the verdict's {words.ci_pp(c.delta_ci)}); the per-arm and paired bootstrap "
+                     "intervals elsewhere resample questions only")
     facts.append(f"**Questions:** {c.n} paired of {c.n_total} ({c.dropped_errors} without an answer from both "
                  "arms); "
                  f"MDE at 80 % power {words.effect_pp(c.mde)}"

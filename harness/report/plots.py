@@ -10,7 +10,7 @@ import io
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from harness.results.schema import ArmResult, Comparison, SweepRow
 
@@ -35,11 +35,12 @@ class ArmPlot(TypedDict):
     wilson: list[float]
     bootstrap: list[float]
     repeats: list[float | None]
+    bootstrap_launch: NotRequired[list[float] | None]
 
 
 def arm_plot(arm: ArmResult, label: str, color: str) -> ArmPlot:
     return {"label": label, "color": color, "accuracy": arm.accuracy, "wilson": arm.wilson,
-            "bootstrap": arm.bootstrap, "repeats": arm.repeats}
+            "bootstrap": arm.bootstrap, "repeats": arm.repeats, "bootstrap_launch": arm.bootstrap_launch}
 
 
 def _plt():
@@ -91,7 +92,8 @@ def _to_svg(fig: Any) -> str:
 
 # ------------------------------------------------------------------------------------------ per arm
 def accuracy_svg(arms: Sequence[ArmPlot]) -> str:
-    """Per-arm accuracy (%): point, Wilson interval (thick), bootstrap interval (thin), repeats (dots).
+    """Per-arm accuracy (%): point, Wilson interval (thick), question-only bootstrap interval (thin), the
+    launch-aware (two-level) bootstrap interval (dashed, when the arm has launches to resample), repeats (dots).
 
     ``arms``: [{label, accuracy, wilson, bootstrap, repeats, color}] from top to bottom.
     """
@@ -110,8 +112,13 @@ def accuracy_svg(arms: Sequence[ArmPlot]) -> str:
                 xs += [100 * w[0], 100 * w[1]]
             if b:
                 ax.plot([100 * b[0], 100 * b[1]], [y - 0.12] * 2, color=col, lw=1.6, marker="|", ms=9,
-                        label="bootstrap interval" if y == ys[0] else None)
+                        label="bootstrap interval (questions only)" if y == ys[0] else None)
                 xs += [100 * b[0], 100 * b[1]]
+            bl = _pair(arm.get("bootstrap_launch"))
+            if bl:
+                ax.plot([100 * bl[0], 100 * bl[1]], [y - 0.22] * 2, color=col, lw=1.2, ls="--", marker="|", ms=7,
+                        label="launch-aware bootstrap (launches, then questions)" if y == ys[0] else None)
+                xs += [100 * bl[0], 100 * bl[1]]
             reps = [100 * r for r in arm.get("repeats") or [] if r is not None and _finite(r) is not None]
             if len(reps) > 1:
                 ax.scatter(reps, [y - 0.32] * len(reps), s=22, facecolors="white", edgecolors=col, zorder=3,

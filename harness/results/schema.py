@@ -317,6 +317,11 @@ class ArmResult(Record):
     launches: list[str]
     error_rate: float
     dirs: list[str]
+    #: what ``bootstrap`` resamples: questions only (the launch-to-launch variation is not in it)
+    bootstrap_kind: str | None = omit_none()
+    #: the two-level (launches, then questions) bootstrap interval; absent when the arm's configuration has
+    #: one launch
+    bootstrap_launch: list[float] | None = omit_none()
 
 
 @dataclass(frozen=True)

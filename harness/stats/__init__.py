@@ -79,9 +79,11 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time each c
         z_crit,
     )
     from .repeats import (
+        LaunchBootstrap,
         cluster_bootstrap_ci,
         discordance,
         effective_repeats,
+        launch_bootstrap,
         naive_run_bootstrap_ci,
         noise_band,
         per_question_means,
@@ -118,7 +120,8 @@ _OWNER: dict[str, str] = {
     "newcombe_paired_ci": "paired", "paired_bootstrap_ci": "paired", "paired_se": "paired", "paired_table": "paired",
     "paired_wald_ci": "paired", "PairedTable": "paired", "accuracy_bootstrap_ci": "proportions",
     "two_proportion_z_test": "proportions", "unpaired_diff_ci": "proportions", "wilson_interval": "proportions",
-    "z_crit": "proportions", "cluster_bootstrap_ci": "repeats", "discordance": "repeats",
+    "z_crit": "proportions", "cluster_bootstrap_ci": "repeats", "LaunchBootstrap": "repeats",
+    "launch_bootstrap": "repeats", "discordance": "repeats",
     "effective_repeats": "repeats", "naive_run_bootstrap_ci": "repeats", "noise_band": "repeats",
     "per_question_means": "repeats", "bca_interval": "resample", "bootstrap_mean_ci": "resample",
     "bootstrap_means": "resample", "jackknife_means": "resample", "percentile_interval": "resample",
@@ -144,7 +147,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "accuracy_bootstrap_ci", "adjust", "ArmRuns", "bca_interval", "benjamini_hochberg", "bootstrap_mean_ci",
-    "bootstrap_means", "cluster_bootstrap_ci", "compare_arms", "consistent_paired", "consistent_table",
+    "bootstrap_means", "cluster_bootstrap_ci", "launch_bootstrap", "LaunchBootstrap", "compare_arms", "consistent_paired", "consistent_table",
     "ConsistentResult", "critical_counts", "decide", "decide_launch_look", "describe_design", "design_effect",
     "discordance", "effective_repeats", "effective_table", "error_block", "error_gate", "error_robust_test",
     "ErrorGate", "ErrorRobust", "Evidence", "format_p", "heterogeneity_q", "holm", "HYPOTHESES", "jackknife_means",

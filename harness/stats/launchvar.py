@@ -22,18 +22,23 @@ df_L = Σ_g (L_g - 1), MS_E the launch x question residual mean square (df_E = �
 E[MS_L] = σ²_e + n σ²_L and E[MS_E] = σ²_e, so σ̂²_L = (MS_L - MS_E)/n (the REML estimate for this balanced
 design when positive; checked against statsmodels' MixedLM). The variance of Δ̂ is
 
-    V = b + h,   b = k MS_L / n            (launch term: k × the pooled variance of launch accuracies)
+    V = b + h,   b = τ̂²_A / L_A + τ̂²_B / L_B   (τ̂²_g = MS_L,g / n: each configuration's variance of its launch
+                                               accuracies, from its own launches: Welch's form)
                  h = max(0, S²_d/n - e),   e = (MS_E,A/L_A + MS_E,B/L_B)/n   (question x arm interaction)
 
-which is S²_d/n + k σ̂²_L (the question-level paired variance plus the launch variance times
-1/L_A + 1/L_B) with the truncation at 0 placed on the interaction, not on σ̂²_L. The statistic
-t = Δ̂ / sqrt(V) is referred to Student's t with Satterthwaite's df
+which is S²_d/n + the launch variances over the launches (the question-level paired variance plus each
+configuration's launch variance) with the truncation at 0 placed on the interaction, not on σ̂²_L. A
+configuration with one launch borrows the other's τ̂² (b = k τ̂², on that configuration's df). Pooling τ²
+over the configurations (the form before Welch's) let A's quiet launches outweigh B's noisy ones: with B's
+launch sd 6x A's it rejected 13.5 % of true nulls (normal model, tests/test_stats_launchvar.py). The
+statistic t = Δ̂ / sqrt(V) is referred to Student's t with Satterthwaite's df
 
-    ν = (b' + h)² / (b'²/df_L + [h > 0] (S⁴_d/(n²(n - 1)) + e²/df_E)),   b' = max(b, k MS_E / n),
+    ν = (b'_A + b'_B + h)² / (b'_A²/df_A + b'_B²/df_B + [h > 0] (S⁴_d/(n²(n - 1)) + e²/df_E)),
+    b'_g = max(τ̂²_g, MS_E,g / n) / L_g,
 
-between df_L and n - 1 + df_L: ≈ df_L when the launch term dominates (as it must: σ²_L is known only to
-df_L), larger when the question x arm interaction does. The launch term enters the df at no less than its
-within-launch-noise part k MS_E/n (its value at σ²_L = 0, estimated to df_E): Satterthwaite's df from the
+between min(df_A, df_B) and n - 1 + df_L: ≈ Welch's df when the launch terms dominate, larger when the
+question x arm interaction does. Each launch term enters the df at no less than its within-launch-noise part
+MS_E,g/(n L_g) (its value at σ²_L = 0, estimated to df_E): Satterthwaite's df from the
 realised b grow exactly when b is small by chance, i.e. when |t| is large, which made the test liberal at
 df_L <= 2 (6.8 % at df_L = 1, 2000 experiments; 0.3 % with b'). The interval Δ̂ ± t_{1-α/2,ν} sqrt(V) inverts
 the same t: "p < α" and "0 outside the CI" never disagree.
@@ -60,12 +65,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
 from .consistent import consistent_paired
 from .dist import t_ppf, t_sf
 from .launches import ArmRuns, launch_means, question_means
+from .mde import power_at
 
 METHOD = "launch-aware t-test (launch and question components, Satterthwaite df)"
+
+#: draws of the launch variance estimates behind :func:`power_launch_aware` (fixed seed: a plan is reproducible)
+POWER_DRAWS = 8_000
 METHOD_QUESTION = "question-level test (mid-p sign-flip and Tango score, no launch component)"
 QUALIFICATION_NO_LAUNCHES = ("valid only if launches do not shift accuracy: no configuration has two launches, "
                              "so the launch-to-launch variance cannot be estimated from this run (run the A/A "
@@ -89,6 +99,8 @@ class LaunchVariance:
     questions: int
     launches: tuple[int, ...]
     groups: tuple[str, ...]
+    #: each configuration's between-launch mean square (None where it has one launch)
+    ms_launch_by_group: tuple[float | None, ...] = ()
 
 
 def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | None = None) -> LaunchVariance:
@@ -104,10 +116,12 @@ def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | Non
     ss_l = ss_e = 0.0
     df_l = df_e = 0
     by_group: list[float | None] = []
+    launch_by_group: list[float | None] = []
     for y in ys:
         L = y.shape[0]
         if L < 2 or n < 2:
             by_group.append(None)
+            launch_by_group.append(None)
             continue
         m = y.mean(axis=1)
         q = y.mean(axis=0)
@@ -117,13 +131,15 @@ def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | Non
         ss_l, ss_e = ss_l + sl, ss_e + se
         df_l, df_e = df_l + L - 1, df_e + (L - 1) * (n - 1)
         by_group.append(se / ((L - 1) * (n - 1)))
+        launch_by_group.append(sl / (L - 1))
     if df_l == 0:
         nan = float("nan")
-        return LaunchVariance(nan, nan, nan, nan, tuple(by_group), 0, 0, n, tuple(y.shape[0] for y in ys), names)
+        return LaunchVariance(nan, nan, nan, nan, tuple(by_group), 0, 0, n, tuple(y.shape[0] for y in ys), names,
+                              tuple(launch_by_group))
     ms_l, ms_e = ss_l / df_l, ss_e / df_e
     raw = (ms_l - ms_e) / n
     return LaunchVariance(max(raw, 0.0), raw, ms_l, ms_e, tuple(by_group), df_l, df_e, n,
-                          tuple(y.shape[0] for y in ys), names)
+                          tuple(y.shape[0] for y in ys), names, tuple(launch_by_group))
 
 
 @dataclass(frozen=True)
@@ -156,6 +172,8 @@ class LaunchAwareResult:
     method: str
     qualification: str | None
     components: LaunchVariance | None
+    #: Welch-Satterthwaite df of the launch term alone (each configuration's launch variance on its own df)
+    df_launch_term: float | None = None
 
 
 def _complete(tables: Sequence[np.ndarray]) -> np.ndarray:
@@ -225,23 +243,16 @@ def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alph
 
     mse_a = comp.ms_resid_by_group[0] if comp.ms_resid_by_group[0] is not None else comp.ms_resid
     mse_b = comp.ms_resid_by_group[1] if comp.ms_resid_by_group[1] is not None else comp.ms_resid
-    noise = (mse_a / la + mse_b / lb) / n
     n_c = comp.questions
-    # k × the variance of a launch accuracy over n questions, σ̂²_L + MS_E / n (= MS_L / n when n_c = n), NOT
-    # floored at k MS_E / n: that floor is the truncation of σ̂²_L at 0, which makes the test conservative
-    var_l = k * max(comp.ms_launch / n_c + comp.ms_resid * (1.0 / n - 1.0 / n_c), 0.0)
-    het = max(0.0, var_q - noise)
-    v = var_l + het
-    # the df take the launch term at no less than its within-launch-noise part k MS_E / n (its value at
-    # σ²_L = 0): from the realised term they grow exactly when it is small by chance, i.e. when |t| is large
-    var_l_df = max(var_l, k * comp.ms_resid / n)
-    den = var_l_df**2 / comp.df_launch
-    v_df = var_l_df + het
-    if het > 0:
-        den += var_q**2 / (n - 1) + noise**2 / max(comp.df_resid, 1)
-    v = max(v, 1.0 / n**2)   # one question's worth: identical launches cannot claim anything
-    df = float(v_df**2 / den) if den > 0 else float(comp.df_launch)
-    df = min(max(df, float(comp.df_launch)), float(n - 1 + comp.df_launch))
+    # each configuration's variance of a launch accuracy over the n questions of Δ: MS_L,g / n_c, adjusted
+    # for the questions some launch missed (σ̂²_L,g + MS_E / n = MS_L,g / n when n_c = n)
+    tau2 = [math.nan if m is None else m / n_c + comp.ms_resid * (1.0 / n - 1.0 / n_c)
+            for m in comp.ms_launch_by_group]
+    df_g = [L - 1 for L in comp.launches]
+    cv = combine_variance(tau2[0], tau2[1], mse_a / n, mse_b / n, df_g[0], df_g[1], la, lb, var_q, n,
+                          comp.df_resid)
+    v, df, var_l, het = float(cv.var), float(cv.df), float(cv.var_launch), float(cv.var_heterogeneity)
+    noise = mse_a / la / n + mse_b / lb / n
     se = math.sqrt(v)
     t = delta / se
     p = min(1.0, 2 * float(t_sf(abs(t), df)))
@@ -253,14 +264,123 @@ def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alph
                 "vary as A's do")
     src = _source(len(a.launch_ids()), laa, lb, comp)
     return LaunchAwareResult(delta, se, df, t, p, ci, alpha, p < alpha, n, la, lb, laa, k, var_l, het, var_q,
-                             noise, comp.sigma2, comp.df_launch, src, METHOD, qual, comp)
+                             noise, comp.sigma2, comp.df_launch, src, METHOD, qual, comp,
+                             df_launch_term=float(cv.df_launch))
 
 
-def planned_se(sigma2_launch: float, noise_per_launch: float, heterogeneity: float, launches_a: int,
-               launches_b: int) -> float:
-    """Planning: the SE of Δ̂ for L_A and L_B launches from a previous run's components, sqrt(k (σ²_L +
-    σ²_e/n) + h) with k = 1/L_A + 1/L_B; ``noise_per_launch`` is σ²_e/n (``components.ms_resid / n``),
-    ``heterogeneity`` the interaction term h (``var_heterogeneity``). The MDE at 80 % power is then
-    :func:`harness.stats.mde.mde_t` (se, df) with df ≈ the planned df_L (Σ over configurations of L_g - 1)."""
-    k = 1.0 / launches_a + 1.0 / launches_b
-    return math.sqrt(k * (max(sigma2_launch, 0.0) + max(noise_per_launch, 0.0)) + max(heterogeneity, 0.0))
+@dataclass(frozen=True)
+class CombinedVariance:
+    """:func:`combine_variance`: V, its df and parts (arrays when the inputs are: the planner's draws)."""
+
+    var: np.ndarray
+    df: np.ndarray
+    var_launch: np.ndarray
+    var_heterogeneity: np.ndarray
+    #: df of the launch term alone (Welch-Satterthwaite)
+    df_launch: np.ndarray
+
+
+def combine_variance(tau2_a: float | np.ndarray, tau2_b: float | np.ndarray, noise_a: float, noise_b: float,
+                     df_a: int, df_b: int, la: int, lb: int, var_q: float, n: int, df_e: int) -> CombinedVariance:
+    """V = Var(Δ̂) and its Satterthwaite df from each configuration's launch-accuracy variance ``tau2_g``
+    (MS_L,g / n on ``df_g`` = L_g - 1; a configuration with one launch, df 0, borrows the other's), their
+    within-launch noise ``noise_g`` = MS_E,g / n, the launches in Δ (``la``, ``lb``), the question-level
+    variance ``var_q`` = S²_d / n and the residual df ``df_e`` (see the module docstring). Vectorised over
+    ``tau2_a`` / ``tau2_b``: the planner (:func:`harness.analysis.planning.design_power`) runs the verdict's
+    own arithmetic on draws of them."""
+    ta = np.asarray(tau2_a, dtype=float)
+    tb = np.asarray(tau2_b, dtype=float)
+    if df_a == 0:
+        ta = tb
+    if df_b == 0:
+        tb = ta
+    var_l = np.maximum(ta / la + tb / lb, 0.0)
+    # the df take each launch term at no less than its within-launch-noise part (its value at σ²_L = 0):
+    # from the realised term they grow exactly when it is small by chance, i.e. when |t| is large
+    fa, fb = np.maximum(ta, noise_a) / la, np.maximum(tb, noise_b) / lb
+    if df_a and df_b:
+        den_l = fa**2 / df_a + fb**2 / df_b
+        low = float(min(df_a, df_b))
+    else:   # one estimate serves both terms: they are one term on its df
+        den_l = (fa + fb) ** 2 / max(df_a, df_b)
+        low = float(max(df_a, df_b))
+    e = noise_a / la + noise_b / lb
+    het = max(0.0, var_q - e)
+    den = den_l + ((var_q**2 / (n - 1) + e**2 / max(df_e, 1)) if het > 0 else 0.0)
+    v = np.maximum(var_l + het, 1.0 / n**2)   # one question's worth: identical launches cannot claim anything
+    with np.errstate(divide="ignore", invalid="ignore"):   # identical launches: no variance, the launch df
+        df = np.where(den > 0, (fa + fb + het) ** 2 / den, float(df_a + df_b))
+        df_l = np.where(den_l > 0, (fa + fb) ** 2 / den_l, float(df_a + df_b))
+    df = np.clip(df, low, float(n - 1 + df_a + df_b))
+    df_l = np.clip(df_l, low, float(df_a + df_b))
+    return CombinedVariance(v, df, var_l, np.full(v.shape, het), df_l)
+
+
+def planned_se(sigma2_launch: float | tuple[float, float], noise_per_launch: float | tuple[float, float],
+               heterogeneity: float, launches_a: int, launches_b: int) -> float:
+    """Planning: the SE of Δ̂ for L_A and L_B launches from a previous run's components,
+    sqrt((σ²_L,A + σ²_e,A/n)/L_A + (σ²_L,B + σ²_e,B/n)/L_B + h); a single number for σ²_L (or the noise
+    σ²_e/n, ``components.ms_resid / n``) is both configurations'; ``heterogeneity`` is the interaction term h
+    (``var_heterogeneity``). The power of the verdict's test for a design is
+    :func:`harness.analysis.planning.design_power` (its own df and pooling rule)."""
+    s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
+    e2 = noise_per_launch if isinstance(noise_per_launch, tuple) else (noise_per_launch, noise_per_launch)
+    return math.sqrt((max(s2[0], 0.0) + max(e2[0], 0.0)) / launches_a
+                     + (max(s2[1], 0.0) + max(e2[1], 0.0)) / launches_b + max(heterogeneity, 0.0))
+
+
+def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
+                       launches_a: int, launches_b: int, launches_aa: int = 0, heterogeneity: float = 0.0,
+                       alpha: float = 0.05) -> float:
+    """Power of the comparison's own test (:func:`harness.stats.launchvar.launch_aware_test`) to detect
+    ``effect`` in a design of L_A and L_B launches per arm plus L_AA launches of the A/A control, n questions.
+
+    Model: a launch's accuracy has variance τ²_g = σ²_L,g + σ²_e/n (``sigma2_launch``: one value or (A, B);
+    ``noise_per_launch`` = σ²_e/n, its within-launch part), ``heterogeneity`` h the question x arm term, so
+    Var(Δ̂) = τ²_A/L_A + τ²_B/L_B + h. The verdict estimates τ²_g from L_g - 1 df (A's configuration counts
+    the A/A launches): the power averages, over draws τ̂²_g = τ²_g χ²_df/df, the chance that |Δ̂| clears
+    t_{1-α/2, ν} sqrt(V̂) with V̂ and ν from :func:`harness.stats.launchvar.combine_variance` (the verdict's own
+    arithmetic: Welch's launch term, Satterthwaite's df). Without a configuration of two launches the verdict
+    is the question-level test, blind to σ²_L: its power is that of a normal test with variance e + h."""
+    s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
+    tau_a, tau_b = max(s2[0], 0.0) + noise_per_launch, max(s2[1], 0.0) + noise_per_launch
+    v_true = tau_a / launches_a + tau_b / launches_b + max(heterogeneity, 0.0)
+    e = noise_per_launch * (1.0 / launches_a + 1.0 / launches_b)
+    var_q = e + max(heterogeneity, 0.0)
+    df_a, df_b = launches_a + launches_aa - 1, launches_b - 1
+    if v_true <= 0:
+        return 1.0
+    if df_a + df_b == 0:
+        return float(power_at(effect, math.sqrt(v_true), alpha) if var_q <= 0 else
+                     _power_given(effect, v_true, np.array([var_q]), np.array([math.inf]), alpha).mean())
+    rng = np.random.default_rng(0)
+    wa = rng.chisquare(df_a, POWER_DRAWS) / df_a if df_a else np.full(POWER_DRAWS, np.nan)
+    wb = rng.chisquare(df_b, POWER_DRAWS) / df_b if df_b else np.full(POWER_DRAWS, np.nan)
+    # the residual df of the ANOVA (launches x questions), large: the noise is known to it
+    df_e = max((df_a + df_b) * (n - 1), 1)
+    cv = combine_variance(tau_a * wa, tau_b * wb, noise_per_launch, noise_per_launch, df_a, df_b, launches_a,
+                          launches_b, var_q, n, df_e)
+    return float(_power_given(effect, v_true, cv.var, cv.df, alpha).mean())
+
+
+def _power_given(effect: float, v_true: float, v_hat: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
+    """P(|Δ̂| > t_{1-α/2,df} sqrt(v_hat)) for Δ̂ ~ N(effect, v_true), per draw."""
+    c = np.where(np.isinf(df), ndtri(1 - alpha / 2), t_ppf(1 - alpha / 2, np.where(np.isinf(df), 1.0, df)))
+    half = c * np.sqrt(v_hat)
+    sd = math.sqrt(v_true)
+    return ndtr((effect - half) / sd) + ndtr((-effect - half) / sd)
+
+
+def launches_needed(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
+                    launches_aa: int = 0, heterogeneity: float = 0.0, alpha: float = 0.05, power: float = 0.8,
+                    most: int = 200) -> int | None:
+    """Fewest launches per arm (a fresh launch per repeat) whose :func:`power_launch_aware` reaches ``power``;
+    None beyond ``most`` (a launch variance too large for the effect, or an interaction h that launches
+    cannot average away)."""
+    # a scan, not a bisection: one launch per arm without an A/A launch is the question-level test, whose
+    # power can exceed that of two launches on 2 df
+    for launches in range(1, most + 1):
+        if power_launch_aware(effect, n, sigma2_launch, noise_per_launch, launches, launches, launches_aa,
+                              heterogeneity, alpha) >= power:
+            return launches
+    return None

@@ -9,9 +9,14 @@ The verdict's inference with repeats is in :mod:`.analysis` (launches as replica
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
-from ._rng import SeedLike
+import numpy as np
+from scipy.special import ndtri
+
+from ._rng import SeedLike, as_rng
+from .dist import t_ppf
+from .launches import ArmRuns, launch_means, question_means
 from .paired import paired_bootstrap_ci
 from .proportions import z_crit
 from .resample import DEFAULT_MAX_ELEMS, bootstrap_means, percentile_interval
@@ -35,6 +40,99 @@ def cluster_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = 
     with all of its runs of both arms) — the question-level cluster bootstrap."""
     return paired_bootstrap_ci(per_question_means(a_runs), per_question_means(b_runs), alpha=alpha,
                                n_resamples=n_resamples, method=method, seed=seed, max_elems=max_elems)
+
+
+def launch_deviations(table: np.ndarray) -> np.ndarray | None:
+    """``(L, n)`` launch means of one configuration as deviations from each question's mean over the
+    launches, scaled by sqrt(L / (L - 1)) so that a launch drawn from them has the launch variance's unbiased
+    size (resampling L values underestimates it by (L - 1) / L); a question some launch did not answer
+    contributes no launch variation. None for fewer than two launches."""
+    y = np.atleast_2d(np.asarray(table, dtype=float))
+    L = y.shape[0]
+    if L < 2:
+        return None
+    dev = np.sqrt(L / (L - 1)) * (y - np.nanmean(y, axis=0))
+    return np.nan_to_num(dev, nan=0.0)
+
+
+def two_level_bootstrap_ci(center: np.ndarray, pools: list[tuple[np.ndarray, int, float]], df: float,
+                           alpha: float = 0.05, n_resamples: int = 10_000, seed: SeedLike = None,
+                           max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
+    """Interval of mean(center) resampling launches, then questions: the question-level cluster bootstrap
+    (:func:`cluster_bootstrap_ci`'s resampling of questions, each with all of its runs, the arms paired)
+    with, in each resample, every ``(deviations (P, n), L, sign)`` pool adding ``sign`` x the mean of L
+    launches drawn with replacement from its P launch deviations (:func:`launch_deviations`).
+
+    With a handful of launches the bootstrap distribution has the normal's tails where the launch mean has
+    Student's t's: the percentile interval is widened about the estimate by t_{1-α/2, df} / z_{1-α/2} (``df``:
+    the launch term's df; inf leaves it as it is)."""
+    center = np.asarray(center, dtype=float)
+    cols = [center[:, None]] + [np.asarray(d, dtype=float).T for d, _, _ in pools]
+    x = np.hstack(cols)
+    rng = as_rng(seed)
+    means = bootstrap_means(x, n_resamples, rng, max_elems)
+    stat = means[:, 0].copy()
+    at = 1
+    for dev, L, sign in pools:
+        P = dev.shape[0]
+        counts = rng.multinomial(L, np.full(P, 1.0 / P), size=n_resamples) / L
+        stat += sign * np.sum(counts * means[:, at:at + P], axis=1)
+        at += P
+    est = float(center.mean())
+    lo, hi = percentile_interval(stat, alpha)
+    c = 1.0 if not np.isfinite(df) else float(t_ppf(1 - alpha / 2, df) / ndtri(1 - alpha / 2))
+    return est + c * (lo - est), est + c * (hi - est)
+
+
+@dataclass(frozen=True)
+class LaunchBootstrap:
+    """Two-level (launches, then questions) bootstrap intervals: of Δ, and of each arm's accuracy (None where
+    the arm's configuration has one launch: its question-level interval is all there is)."""
+
+    delta: tuple[float, float]
+    a: tuple[float, float] | None
+    b: tuple[float, float] | None
+    #: whose launches were resampled for each arm
+    source: str
+
+
+def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarray, df: float,
+                     alpha: float = 0.05, n_resamples: int = 10_000,
+                     seed: SeedLike = None) -> LaunchBootstrap | None:
+    """:func:`two_level_bootstrap_ci` of Δ = mean over ``keep`` of (B̄_i - Ā_i) and of each arm's accuracy.
+    A's launches are drawn from its configuration's (arm A's and the A/A control's: launches of the same
+    server); a configuration with one launch borrows the other's deviations for Δ (the verdict's assumption).
+    ``df``: the verdict's df (its launch and question parts, Satterthwaite). None when no configuration has two
+    launches."""
+    keep = np.asarray(keep, dtype=bool)
+    cfg = a if aa is None else a.concat(aa)
+    dev_a = launch_deviations(launch_means(cfg)[:, keep])
+    dev_b = launch_deviations(launch_means(b)[:, keep])
+    if dev_a is None and dev_b is None:
+        return None
+    la, lb = len(a.launch_ids()), len(b.launch_ids())
+    am, bm = question_means(a)[keep], question_means(b)[keep]
+    rng = as_rng(seed)
+    pa, pb = dev_a if dev_a is not None else dev_b, dev_b if dev_b is not None else dev_a
+    assert pa is not None and pb is not None
+    delta = two_level_bootstrap_ci(bm - am, [(pb, lb, 1.0), (pa, la, -1.0)], df, alpha, n_resamples, rng)
+
+    def arm(center: np.ndarray, dev: np.ndarray | None, L: int, launches: int) -> tuple[float, float] | None:
+        if dev is None:
+            return None
+        # Satterthwaite's df of the arm's accuracy: its launch part on launches - 1 df, its question part on n - 1
+        v_l = float(np.mean(dev.mean(axis=1) ** 2)) / L
+        v_q = float(np.var(center, ddof=1)) / center.size
+        den = v_l**2 / (launches - 1) + v_q**2 / (center.size - 1)
+        df_arm = (v_l + v_q) ** 2 / den if den > 0 else float("inf")
+        return two_level_bootstrap_ci(center, [(dev, L, 1.0)], df_arm, alpha, n_resamples, rng)
+
+    n_cfg = len(cfg.launch_ids())
+    src_a = f"A's {n_cfg} launches" + (" (with the A/A control's)" if aa is not None else "")
+    src_b = f"B's {lb} launches" if dev_b is not None else "A's launches for B (B has one)"
+    if dev_a is None:
+        src_a = "B's launches for A (A has one)"
+    return LaunchBootstrap(delta, arm(am, dev_a, la, n_cfg), arm(bm, dev_b, lb, lb), f"{src_a}; {src_b}")
 
 
 def naive_run_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = 0.05,
