@@ -278,6 +278,9 @@ class StatsConfig:
     #: Multiple-comparison correction across a sweep: holm | bh.
     correction: str = "holm"
     seed: int = 0
+    #: State that server launches do not shift accuracy: a verdict with one launch per configuration (about the
+    #: two server instances only) is then one ``fail_on`` acts on; recorded in comparison.json ``assumptions``.
+    assume_no_launch_shift: bool = False
     #: Sequential runs (experiment.sequential): alpha spending of the group-sequential design, obf
     #: (O'Brien-Fleming type: almost nothing spent at early looks) or pocock (even spending).
     spending: str = "obf"
@@ -504,7 +507,7 @@ ENGINE_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
 }
 RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
     "experiment.repeats": (1, None, False, True), "experiment.min_repeats": (1, None, False, True),
-    "experiment.max_repeats": (1, None, False, True), "task.num_questions": (1, None, False, True),
+    "experiment.max_repeats": (1, None, False, True), "task.num_questions": (2, None, False, True),
     "task.num_shots": (0, None, False, True), "task.max_new_tokens": (0, None, False, True),
     "stats.seed": (0, 2**32 - 1, False, True), "divergence.top_k": (1, None, False, True),
     "divergence.parallel": (1, None, False, True),
