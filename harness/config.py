@@ -346,7 +346,8 @@ class ExperimentConfig:
     #: Sequential runs: the first look is after this many repeats.
     min_repeats: int = 2
     #: The arm whose launch serves the divergence's A/A floor pass; empty: a fresh launch of the reference arm
-    #: (``abh ab --aa URL``: a second server of arm A, an arm of its own).
+    #: (``abh ab --aa URL``: a second server of arm A, an arm of its own). With ``aa_control`` the A/A control
+    #: runs on it too, one eval per repeat in the arms' order (its floor pass rides on its first eval).
     aa_arm: str = ""
 
 
