@@ -89,7 +89,7 @@ def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key
             if ref_done:
                 out.append(compared)
         elif it is host:
-            out.append(Item(it.role, ref_key, it.repeat, scoring="aa", pass_dir=floor_dir(reference)))
+            out.append(Item(it.role, it.arm_key, it.repeat, scoring="aa", pass_dir=floor_dir(reference)))
     if host is None:  # no later fresh launch of the reference arm: one for the floor alone
         role = "aa" if reference == "a" else reference
         out.append(Item(role, aa_key or ref_key, 1, fresh=True, scoring="aa", pass_dir=floor_dir(reference)))
