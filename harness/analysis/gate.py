@@ -80,9 +80,9 @@ def gate_not_applied(c: Comparison, fail_on: str | None) -> str | None:
     if fail_on is None or gated(c) or c.error_rate_exceeded:
         return None
     return (f"--fail-on {fail_on} not applied to verdict {c.verdict}: it is about these two server instances only "
-            "(one launch per configuration: a launch-wide accuracy shift cannot be told from the change); give a "
-            f"second launch of A (abh ab --aa URL_A2, the A/A control) or state the assumption with {ASSUME_FLAG} "
-            f"({ASSUME_KEY}=true)")
+            "(one launch per configuration: a launch-wide accuracy shift cannot be told from the change); give A a "
+            "second launch (the A/A control: abh ab --aa URL_A2, abh run experiment.aa_control=true) or state the "
+            f"assumption with {ASSUME_FLAG} ({ASSUME_KEY}=true)")
 
 
 def exit_reason(code: int, c: Comparison, fail_on: str | None) -> str | None:
