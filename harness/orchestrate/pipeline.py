@@ -594,7 +594,10 @@ class Run:
                 self.tasks, dirs, names=names, command=list(self.command) if self.command else None,
                 margin=None if s.margin_pp is None else s.margin_pp / 100,
                 min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100, alpha=s.alpha, seed=s.seed,
-                max_error_rate=s.max_error_rate, hypothesis=str(s.hypothesis))
+                max_error_rate=s.max_error_rate, hypothesis=str(s.hypothesis),
+                assume_no_launch_shift=bool(s.get("assume_no_launch_shift", False)))
+        except TooFewAnswered as e:
+            raise RunFailure(e.exit_code, f"the arms cannot be compared: {e}") from None
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
