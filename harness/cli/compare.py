@@ -7,10 +7,12 @@ every compared run as ``samples.parquet`` / ``samples.csv``. When the directorie
 ``--aa`` one), ``comparison.json`` also gets the ``divergence`` object (:mod:`harness.analysis.divergence`). Its exit codes are those of ``abh run``:
 
 - 2: bad command line, unreadable or incomparable evals (different questions, an unknown schema_version,
-  an incomplete eval unless ``--allow-incomplete``); nothing is written;
+  an incomplete eval unless ``--allow-incomplete``, several evals of an arm that record neither a launch id nor
+  a server URL unless ``--launches-from-passes``); nothing is written;
 - 3 / 4: an eval records a failed side check / a failed arm;
-- 5: the share of questions lost to request errors exceeds ``--max-error-rate``;
-- 7: the verdict is one ``--fail-on`` asked to fail on;
+- 5: the share of questions lost to request errors exceeds ``--max-error-rate`` (an arm with no answer too);
+- 7: the verdict is one ``--fail-on`` asked to fail on (not a verdict about two server instances only, one
+  launch per configuration, unless ``--assume-no-launch-shift`` states that launches do not shift accuracy);
 - 0 otherwise, whatever the verdict.
 """
 
