@@ -200,5 +200,5 @@ def test_ab_without_aa_gates_on_nothing_it_cannot_defend() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("key, sd", [("ab_aa_r1", 0.15), ("ab_aa_r1", 0.3), ("ab_aa_r3", 0.3)])
 def test_ab_with_aa_false_positive_rate_full_size(key: str, sd: float) -> None:
-    gated, _ = _fpr(key, 1000, sd, seed=21, n=1319)
+    gated, _ = _fpr(key, 500, sd, seed=21, n=1319)
     assert gated <= 0.06
