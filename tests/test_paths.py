@@ -52,6 +52,8 @@ def test_one_launch_per_arm_is_about_the_instances_and_not_gated(tmp_path: Path,
     [line] = [ln for ln in err.splitlines() if "not applied" in ln]
     assert "--fail-on regressed" in line and "--assume-no-launch-shift" in line and "two server instances" in line
     assert "`--fail-on` does not act on it without `--assume-no-launch-shift`" in (tmp_path / "out/comparison.md").read_text()
+    assert '<span class="scope">[instances only]</span> <span class="vword">REGRESSED' in (
+        tmp_path / "out/report.html").read_text()
 
     # the assumption stated: recorded, said first, and the gate acts
     assert _compare(tmp_path, [da], [db], "--fail-on", "regressed", "--assume-no-launch-shift",
