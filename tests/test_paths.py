@@ -204,3 +204,18 @@ def test_ab_without_aa_gates_on_nothing_it_cannot_defend() -> None:
 def test_ab_with_aa_false_positive_rate_full_size(key: str, sd: float) -> None:
     gated, _ = _fpr(key, 500, sd, seed=21, n=1319)
     assert gated <= 0.06
+
+
+def test_the_aa_servers_evals_follow_the_arms_and_host_the_floor() -> None:
+    from harness.orchestrate.schedule import schedule, with_scoring
+
+    items = schedule("a", "b", 2, "interleaved", True, aa_arm="a2")
+    assert [(it.role, it.arm_key, it.repeat) for it in items] == [
+        ("a", "a", 1), ("b", "b", 1), ("aa", "a2", 1), ("a", "a", 2), ("b", "b", 2), ("aa", "a2", 2)]
+    blocked = schedule("a", "b", 2, "blocked", True, aa_arm="a2")
+    assert [it.role for it in blocked] == ["a", "a", "b", "b", "aa", "aa"]
+    full = with_scoring(items, "a", {"a": "a", "b": "b"}, "a2", concurrent=True)
+    floor = [it for it in full if it.scoring == "aa"]
+    assert [(it.arm_key, it.rel_dir) for it in floor] == [("a2", "evals/aa/r1")]
+    assert full.index(floor[0]) == full.index(items[2]) + 1  # right after A2's first eval, on its launch
+    assert not any(it.fresh for it in full if it.arm_key == "a2")
