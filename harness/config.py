@@ -278,6 +278,9 @@ class StatsConfig:
     #: Multiple-comparison correction across a sweep: holm | bh.
     correction: str = "holm"
     seed: int = 0
+    #: State that server launches do not shift accuracy: a verdict with one launch per configuration (about the
+    #: two server instances only) is then one ``fail_on`` acts on; recorded in comparison.json ``assumptions``.
+    assume_no_launch_shift: bool = False
     #: Sequential runs (experiment.sequential): alpha spending of the group-sequential design, obf
     #: (O'Brien-Fleming type: almost nothing spent at early looks) or pocock (even spending).
     spending: str = "obf"
@@ -346,7 +349,8 @@ class ExperimentConfig:
     #: Sequential runs: the first look is after this many repeats.
     min_repeats: int = 2
     #: The arm whose launch serves the divergence's A/A floor pass; empty: a fresh launch of the reference arm
-    #: (``abh ab --aa URL``: a second server of arm A, an arm of its own).
+    #: (``abh ab --aa URL``: a second server of arm A, an arm of its own). With ``aa_control`` the A/A control
+    #: runs on it too, one eval per repeat in the arms' order (its floor pass rides on its first eval).
     aa_arm: str = ""
 
 
@@ -507,7 +511,7 @@ ENGINE_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
 }
 RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
     "experiment.repeats": (1, None, False, True), "experiment.min_repeats": (1, None, False, True),
-    "experiment.max_repeats": (1, None, False, True), "task.num_questions": (1, None, False, True),
+    "experiment.max_repeats": (1, None, False, True), "task.num_questions": (2, None, False, True),
     "task.num_shots": (0, None, False, True), "task.max_new_tokens": (0, None, False, True),
     "stats.seed": (0, 2**32 - 1, False, True), "divergence.top_k": (1, None, False, True),
     "divergence.parallel": (1, None, False, True), "divergence.min_scored_share": (0, 1, False, False),

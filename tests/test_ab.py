@@ -115,7 +115,9 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
         assert got["arms"][role]["accuracy"] == want["arms"][role]["accuracy"]
         assert got["arms"][role]["wilson"] == want["arms"][role]["wilson"]
     assert "\n".join(_summary_lines(compare_out)) in r.stdout  # the same printed table, line for line
-    assert got["verdict"] == "regressed" and r.stdout.strip().splitlines()[-1].startswith("[SIMULATED] REGRESSED ")
+    # one launch per arm: the verdict is about the two server instances, and says so first
+    assert got["verdict"] == "regressed" and got["instances_only"] is True
+    assert r.stdout.strip().splitlines()[-1].startswith("[SIMULATED] [instances only] REGRESSED ")
 
     # independently of compare: the accuracies are those of the stored answers
     for role, server in (("a", sa), ("b", sb)):
@@ -133,8 +135,9 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
 
     # a finished run recomputes without sending anything, and the same URLs swapped are refused
     before = _received(sa), _received(sb)
-    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--fail-on", "any-difference")
+    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--fail-on", "any-difference", "--assume-no-launch-shift")
     assert code == exitcodes.GATE_FAILED, err
+    assert read_json(root / "comparison.json")["assumptions"] == ["no_launch_shift"]
     assert (_received(sa), _received(sb)) == before
     code, _, err = ab_here(capsys, sb.url, sa.url, root)
     assert code == exitcodes.BAD_CONFIG
@@ -147,22 +150,25 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
 def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     sa, sb = servers
     root = tmp_path / "run"
-    code, _, err = ab_here(capsys, sa.url, sb.url, root, "--repeats", "2", "--names", "base,fix", "--fail-on",
-                           "regressed")
-    assert code == exitcodes.GATE_FAILED, err
-    assert "verdict regressed fails --fail-on regressed (exit 7)" in err
+    code, out, err = ab_here(capsys, sa.url, sb.url, root, "--repeats", "2", "--names", "base,fix", "--fail-on",
+                             "regressed")
+    # repeats on one launch per arm: about the two instances only, so the gate does not act and says why
+    assert code == exitcodes.OK, err
+    [why] = [ln for ln in err.splitlines() if "--fail-on regressed not applied to verdict regressed" in ln]
+    assert "two server instances only" in why and "--assume-no-launch-shift" in why and "--aa URL_A2" in why
+    assert out.strip().splitlines()[-1].startswith("[SIMULATED] [instances only] REGRESSED ")
     order = [ln.split()[3] for ln in err.splitlines() if ln.startswith("[abh] [") and " eval " in ln]
     assert order == ["evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2"]
     c = read_json(root / "comparison.json")
     assert c["arm_names"] == {"a": "base", "b": "fix"}
     assert c["arms"]["a"]["n_runs"] == 2 == c["arms"]["b"]["n_runs"] and c["verdict"] == "regressed"
     assert [Path(d).relative_to(root).as_posix() for d in c["arms"]["b"]["dirs"]] == ["evals/b/r1", "evals/b/r2"]
-    assert read_json(root / "summary.json")["exit_code"] == exitcodes.GATE_FAILED
+    assert read_json(root / "summary.json")["exit_code"] == exitcodes.OK
     assert read_json(root / "summary.json")["arms"] == {"a": "base", "b": "fix"}
     assert "fix vs base" in (root / "report.html").read_text()
     md = (root / "comparison.md").read_text()
     assert {row["arm"]: row["name"] for row in parse_table(md, "arm")} == {"A": "base", "B": "fix"}
-    assert md.startswith("### [SIMULATED] abh: fix (B) vs base (A) — ab\n\n> **[SIMULATED] REGRESSED ")
+    assert md.startswith("### [SIMULATED] abh: fix (B) vs base (A) — ab\n\n> **[SIMULATED] [instances only] REGRESSED ")
     for rel in ("evals/a/r2", "evals/b/r2"):
         meta = read_json(root / rel / "eval.json")
         assert meta["repeat"] == 2 and meta["arm"] == meta["role"]
@@ -174,8 +180,10 @@ def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     kept = {p: p.stat().st_mtime_ns for p in root.glob("evals/a/*/*")}
     before = _received(sa), _received(sb)
     code, _, err = ab_here(capsys, sa.url, sb.url, root, "--repeats", "2", "--names", "base,fix", "--fail-on",
-                           "regressed")
+                           "regressed", "--assume-no-launch-shift")  # the assumption stated: the gate acts
     assert code == exitcodes.GATE_FAILED, err
+    assert "verdict regressed fails --fail-on regressed (exit 7)" in err
+    assert "[assumes no launch shift] REGRESSED" in (root / "comparison.md").read_text()
     assert err.count("already complete, kept") == 3
     assert {p: p.stat().st_mtime_ns for p in root.glob("evals/a/*/*")} == kept
     assert _received(sa) == before[0]
@@ -289,8 +297,9 @@ def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_se
 @pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), pytest.param("0", "indistinguishable", marks=pytest.mark.slow)])
 def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    shift: str, verdict: str) -> None:
-    """abh ab A B --aa A2 (issue 21): the reference pass on A, the compared pass on B, the floor on A2; B's logits
-    shifted by 0.3 diverge beyond the floor, unshifted they do not."""
+    """abh ab A B --aa A2: A2 is the A/A control, evaluated like A in the arms' order (A r1, B r1, A2 r1): its
+    launch gives the accuracy verdict its launch variance; the reference pass on A, the compared pass on B, the
+    floor on A2 after its eval; B's logits shifted by 0.3 diverge beyond the floor, unshifted they do not."""
     a = sim_server("--accuracy", "0.9", "--run-seed", "1")
     a2 = sim_server("--accuracy", "0.9", "--run-seed", "3")
     b = sim_server("--accuracy", "0.9", "--run-seed", "2", "--logit-shift", shift)
@@ -298,12 +307,19 @@ def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, c
     code, out, err = ab_here(capsys, a.url, b.url, root, "--aa", a2.url)
     assert code == 0, err[-2000:]
     c = read_json(root / "comparison.json")
+    order = [ln.split()[3] for ln in err.splitlines() if ln.startswith("[abh] [") and " eval " in ln]
+    assert order == ["evals/a/r1", "evals/b/r1", "evals/aa/r1"]
+    assert read_json(root / "evals/aa/r1/eval.json")["launch"] == launch_id(a2.url)
+    assert [Path(d).relative_to(root).as_posix() for d in c["aa_dirs"]] == ["evals/aa/r1"]
+    assert c["instances_only"] is False and c["design"]["unit"] == "launch-aware"
+    assert c["launch_variance"]["launches"] == {"a": 1, "aa": 1, "b": 1} and c["launch_variance"]["df_launch"] == 1
+    assert "[instances only]" not in out and f"A/A floor, arm a2, launch {launch_id(a2.url)}" in err
     d = c["divergence"]
     assert d["verdict"] == verdict, d.get("verdict_reason")
     assert (d["kld_mean"] > 5 * d["kld_mean_aa"]) is (verdict == "diverged")
     m = read_json(root / "manifest.json")
     assert m["planned_design"]["scoring"]["floor_server"] is True
-    assert m["planned_design"]["scoring"]["own_launches"] == 1  # the floor server, no eval on it
+    assert m["planned_design"]["scoring"]["own_launches"] == 0  # the floor rides on A2's eval
     launches = {k: [lc["id"] for lc in v.get("launches", [])] for k, v in m["arms"].items()}
     assert launches == {"a": [launch_id(a.url)], "b": [launch_id(b.url)], "a2": [launch_id(a2.url)]}
     assert f"outputs {'diverge' if verdict == 'diverged' else 'indistinguishable'}" in out.strip().splitlines()[-1]

@@ -105,8 +105,8 @@ def test_verbatim_repeats_add_no_evidence(tmp_path: Path):
     assert (two["a_only"], two["b_only"]) == (8, 17)
     # without launch ids each eval is its own launch: identical launches measure a launch variance of 0 (the
     # launch-aware t, n - 1 df) and are still no new evidence: the same Δ, SE and, nearly, p and interval
-    three = compare_dirs([make_eval(tmp_path / f"x{r}", a) for r in range(3)],
-                         [make_eval(tmp_path / f"y{r}", b) for r in range(3)], None, 0.05, 0)
+    three = compare_dirs([make_eval(tmp_path / f"x{r}", a, launch=f"A{r}") for r in range(3)],
+                         [make_eval(tmp_path / f"y{r}", b, launch=f"B{r}") for r in range(3)], None, 0.05, 0)
     assert three["design"]["launches"] == {"a": 3, "b": 3} and three["design"]["unit"] == "launch-aware"
     assert three["launch_variance"]["sigma2"] == 0 and three["delta_df"] == pytest.approx(N - 1)
     assert three["delta_se"] == pytest.approx(one["delta_se"] * np.sqrt(N / (N - 1)))
@@ -119,9 +119,9 @@ def test_repeats_on_fresh_launches(tmp_path: Path):
     rng = np.random.default_rng(5)
     n = 400
     q = rng.uniform(0, 1, n)
-    a_dirs = [make_eval(tmp_path / f"a{r}", rng.random(n) < q) for r in range(3)]
-    b_dirs = [make_eval(tmp_path / f"b{r}", rng.random(n) < np.clip(q + 0.12, 0, 1)) for r in range(3)]
-    aa = [make_eval(tmp_path / "aa", rng.random(n) < q)]
+    a_dirs = [make_eval(tmp_path / f"a{r}", rng.random(n) < q, launch=f"A{r}") for r in range(3)]
+    b_dirs = [make_eval(tmp_path / f"b{r}", rng.random(n) < np.clip(q + 0.12, 0, 1), launch=f"B{r}") for r in range(3)]
+    aa = [make_eval(tmp_path / "aa", rng.random(n) < q, launch="AA")]
     c = compare_dirs(a_dirs, b_dirs, margin=None, alpha=0.05, seed=1, aa_dirs=aa, n_resamples=2000)
     assert c["design"]["kind"] == "several launches per arm"
     assert c["table_source"].startswith("per-question means")
@@ -181,8 +181,8 @@ def test_one_sided_errors_are_never_equivalent(tmp_path: Path):
         assert c["test"].startswith("error bounds") and c["p"] is None
     assert e["bounds"]["against_a"]["verdict"] == "noninferior"
     # the same deterministic errors in every repeat: still unanswered, still not equivalent
-    a_dirs = [make_eval(tmp_path / f"ra{r}", a) for r in range(2)]
-    b_dirs = [make_eval(tmp_path / f"rb{r}", a, errors=errs) for r in range(2)]
+    a_dirs = [make_eval(tmp_path / f"ra{r}", a, launch=f"A{r}") for r in range(2)]
+    b_dirs = [make_eval(tmp_path / f"rb{r}", a, errors=errs, launch=f"B{r}") for r in range(2)]
     c = compare_dirs(a_dirs, b_dirs, 0.01, 0.05, 0, hypothesis="equivalence", n_resamples=500)
     assert c["verdict"] == "inconclusive" and c["errors"]["unanswered_b"] == 26
     assert c["mde"] > c["errors"]["mde_allowance"] == pytest.approx(26 / N)
@@ -193,8 +193,8 @@ def test_errors_use_each_questions_available_runs(tmp_path: Path):
     rng = np.random.default_rng(2)
     n = 300
     a = rng.random(n) < 0.8
-    a_dirs = [make_eval(tmp_path / "a0", a, errors=(0, 1, 2)), make_eval(tmp_path / "a1", a)]
-    b_dirs = [make_eval(tmp_path / "b0", a), make_eval(tmp_path / "b1", a, errors=(3, 4))]
+    a_dirs = [make_eval(tmp_path / "a0", a, errors=(0, 1, 2), launch="A0"), make_eval(tmp_path / "a1", a, launch="A1")]
+    b_dirs = [make_eval(tmp_path / "b0", a, launch="B0"), make_eval(tmp_path / "b1", a, errors=(3, 4), launch="B1")]
     c = compare_dirs(a_dirs, b_dirs, None, 0.05, 0, n_resamples=500)
     assert c["n"] == n and c["dropped_errors"] == 0
     assert c["errors"]["rate_a"] == pytest.approx(3 / (2 * n)) and c["errors"]["rate_b"] == pytest.approx(2 / (2 * n))
@@ -370,8 +370,8 @@ def test_identical_small_evals_are_not_equivalent(tmp_path: Path, capsys: pytest
 
 def test_identical_repeats_use_the_score_interval(tmp_path: Path):
     a = np.arange(30) % 3 == 0
-    a_dirs = [make_eval(tmp_path / f"a{r}", a) for r in range(2)]
-    b_dirs = [make_eval(tmp_path / f"b{r}", a) for r in range(2)]
+    a_dirs = [make_eval(tmp_path / f"a{r}", a, launch=f"A{r}") for r in range(2)]
+    b_dirs = [make_eval(tmp_path / f"b{r}", a, launch=f"B{r}") for r in range(2)]
     c = compare_dirs(a_dirs, b_dirs, margin=0.01, alpha=0.05, seed=0, n_resamples=500)
     # identical runs on two launches per arm: no variance at all, and the SE is floored at one question's
     # worth (1/n), so neither an effect nor equivalence is claimed on 30 questions

@@ -149,7 +149,7 @@ def test_comparison_md_states_the_result(tmp_path: Path) -> None:
     assert stat["95 % CI"] == f"[{100 * lo:+.2f}, {100 * hi:+.2f}] pp".replace("-", "\u2212")
     assert stat["test (decided the verdict)"] == c["test"] and stat["p"] == f"{c['p']:.3g}"
     assert "verdict" not in stat and c["verdict"] == "equivalent"  # stated once, in the headline
-    assert "> **EQUIVALENT " in md and "within ±2 pp" in md and md.count("EQUIVALENT") == 1
+    assert "> **[instances only] EQUIVALENT " in md and "within ±2 pp" in md and md.count("EQUIVALENT") == 1
     assert "#### Side checks" in md and "#### Sources" in md
     assert "```sh\nabh compare --a " in md and "--b-name fix" in md
 
@@ -176,9 +176,10 @@ def test_comparison_md_of_a_run_has_checks_sources_and_commands(tmp_path: Path) 
 def test_samples_export_joins_arms_and_repeats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(1)
     n = 40
-    a_dirs = [make_eval(tmp_path / f"a{r}", rng.random(n) < 0.7) for r in range(2)]
-    b_dirs = [make_eval(tmp_path / f"b{r}", rng.random(n) < 0.8, errors=(3,) if r == 1 else ()) for r in range(2)]
-    aa = make_eval(tmp_path / "aa", rng.random(n) < 0.7)
+    a_dirs = [make_eval(tmp_path / f"a{r}", rng.random(n) < 0.7, launch=f"A{r}") for r in range(2)]
+    b_dirs = [make_eval(tmp_path / f"b{r}", rng.random(n) < 0.8, errors=(3,) if r == 1 else (), launch=f"B{r}")
+              for r in range(2)]
+    aa = make_eval(tmp_path / "aa", rng.random(n) < 0.7, launch="AA")
     args = ["compare", "--out", str(tmp_path / "out"), "--resamples", "200", "--max-error-rate", "0.1",
             "--a-name", "base", "--b-name", "fix", "--aa", str(aa)]
     for d in a_dirs:

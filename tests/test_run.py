@@ -485,8 +485,10 @@ def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
 def test_fail_on_gate_exits_7_on_the_verdict_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        fail_on: str, b_accuracy: float, code: int) -> None:
     run_dir = tmp_path / "run"
+    # one launch per arm: the gate acts on its verdict only with the assumption stated
     assert abh_run_here("--fail-on", fail_on, f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH,
-                        f"arms.b.engine.accuracy={b_accuracy}", "engine.flip_rate=0.0") == code
+                        f"arms.b.engine.accuracy={b_accuracy}", "engine.flip_rate=0.0",
+                        "stats.assume_no_launch_shift=true") == code
     s = read_json(run_dir / "summary.json")
     assert s["exit_code"] == code
     if code == exitcodes.GATE_FAILED:

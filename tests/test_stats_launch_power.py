@@ -126,9 +126,10 @@ def test_comparison_reports_the_launch_bootstrap_beside_the_question_only_one(tm
     rng = np.random.default_rng(3)
     n = 200
     q = rng.uniform(0, 1, n)
-    a = [make_eval(tmp_path / f"a{r}", rng.random(n) < q) for r in range(3)]
-    b = [make_eval(tmp_path / f"b{r}", rng.random(n) < q) for r in range(3)]
-    c = compare_dirs(a, b, aa_dirs=[make_eval(tmp_path / "aa", rng.random(n) < q)], n_resamples=500).to_doc()
+    a = [make_eval(tmp_path / f"a{r}", rng.random(n) < q, launch=f"a-{r}") for r in range(3)]
+    b = [make_eval(tmp_path / f"b{r}", rng.random(n) < q, launch=f"b-{r}") for r in range(3)]
+    aa = make_eval(tmp_path / "aa", rng.random(n) < q, launch="aa-1")
+    c = compare_dirs(a, b, aa_dirs=[aa], n_resamples=500).to_doc()
     dg = c["diagnostics"]
     lo, hi = dg["delta_ci_bootstrap_launch"]
     assert lo < c["delta"] < hi and "two-level" in dg["delta_ci_bootstrap_launch_method"]

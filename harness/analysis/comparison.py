@@ -47,6 +47,7 @@ import numpy as np
 from harness import exitcodes, stats
 from harness.analysis import determinism
 from harness.analysis.compare_settings import CompareError, settings_problem
+from harness.analysis.launch_ids import NOTES, launch_ids
 from harness.results import schema
 from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON
@@ -174,8 +175,8 @@ def _pair(lo_hi: tuple[float, float] | tuple[np.ndarray, np.ndarray]) -> list[fl
 
 
 # ------------------------------------------------------------------------------------------ comparison
-def _arm(runs: Sequence[ScoredEval]) -> stats.ArmRuns:
-    return stats.ArmRuns(np.vstack([r.scores for r in runs]), tuple(r.launch for r in runs))
+def _arm(runs: Sequence[ScoredEval], launches: Sequence[str]) -> stats.ArmRuns:
+    return stats.ArmRuns(np.vstack([r.scores for r in runs]), tuple(launches))
 
 
 def _count(x: float) -> float:
@@ -268,13 +269,17 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
                  alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
                  n_resamples: int = 10_000, failures: Sequence[str] = (),
-                 hypothesis: str = "superiority") -> Comparison:
+                 hypothesis: str = "superiority", assume_no_launch_shift: bool = False,
+                 launches_from_passes: bool = False) -> Comparison:
     """The comparison of arm B against arm A (the content of comparison.json; proportions as fractions).
 
     ``hypothesis`` is the question asked: superiority | noninferiority | equivalence (the last two need
     ``margin``, a fraction); ``min_effect`` (fraction) is the declared practical effect an improved /
     regressed verdict must be shown to exceed; ``failures`` are extra not-comparable reasons from the
-    caller (e.g. a runner that knows an arm failed).
+    caller (e.g. a runner that knows an arm failed). ``assume_no_launch_shift``: the user states that launches
+    do not shift accuracy (recorded in ``assumptions``; the gate then acts on an instances-only verdict);
+    ``launches_from_passes``: evals without a launch id each ran on a launch of their own
+    (:mod:`harness.analysis.launch_ids`).
     """
     if not a_dirs or not b_dirs:
         raise CompareError("need at least one eval directory per arm (--a and --b)")
@@ -285,12 +290,26 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     a_runs = [_load_run(Path(p)) for p in a_dirs]
     b_runs = [_load_run(Path(p)) for p in b_dirs]
     aa_runs = [_load_run(Path(p)) for p in aa_dirs]
+    return compare_runs(a_runs, b_runs, aa_runs, margin=margin, alpha=alpha, seed=seed,
+                        max_error_rate=max_error_rate, min_effect=min_effect, n_resamples=n_resamples,
+                        failures=failures, hypothesis=hypothesis, assume_no_launch_shift=assume_no_launch_shift,
+                        launches_from_passes=launches_from_passes)
+
+
+def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_runs: Sequence[ScoredEval] = (),
+                 *, margin: float | None = None, alpha: float = 0.05, seed: int = 0,
+                 max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
+                 n_resamples: int = 10_000, failures: Sequence[str] = (), hypothesis: str = "superiority",
+                 assume_no_launch_shift: bool = False, launches_from_passes: bool = False) -> Comparison:
+    """:func:`compare_dirs` of evals already read (its settings checked): everything after the loading."""
+    a_runs, b_runs, aa_runs = list(a_runs), list(b_runs), list(aa_runs)
     _check_same_questions(a_runs + b_runs + aa_runs)
     first = a_runs[0]
     indices = first.questions if first.questions is not None else np.asarray(first.meta["indices"])
     n_total = int(indices.size)
-    A, B = _arm(a_runs), _arm(b_runs)
-    AA = _arm(aa_runs) if aa_runs else None
+    (a_ids, b_ids), missing_ids = launch_ids([a_runs + aa_runs, b_runs], launches_from_passes)
+    A, B = _arm(a_runs, a_ids[:len(a_runs)]), _arm(b_runs, b_ids)
+    AA = _arm(aa_runs, a_ids[len(a_runs):]) if aa_runs else None
 
     fails = list(failures)
     for r in a_runs + aa_runs:
@@ -301,8 +320,14 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         cmp = stats.compare_arms(A, B, aa=AA, hypothesis=hypothesis, alpha=alpha, margin=margin,
                                  min_effect=min_effect, failures=fails, max_error_rate=max_error_rate)
     except ValueError as e:
-        raise CompareError(str(e)) from None
+        raise too_few_answered(e, A, B, n_total, max_error_rate) from None
     res, v = cmp.analysis, cmp.verdict
+    qualification = res.qualification
+    if missing_ids is not None:  # how the launches were counted is part of what the verdict rests on
+        note = NOTES[missing_ids]
+        qualification = f"{note}; {qualification}" if qualification else note
+        if v.word != "not_comparable":
+            v = stats.Verdict(v.word, f"{v.reason}; {note}", v.basis)
     n, keep = res.n, res.keep
     seeds = np.random.default_rng(seed).integers(0, 2**32, size=3)
 
@@ -328,8 +353,9 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
     test, p, test_alpha = _basis(v, res, alpha)
     # abh's GSM8K recipes are greedy: an eval that does not record its temperature ran at 0
     temps = {r.meta.get("temperature", 0.0) for r in a_runs + b_runs + aa_runs}
-    ident = determinism.identical_outputs({"a": [(r.launch, r.outputs) for r in a_runs + aa_runs],
-                                           "b": [(r.launch, r.outputs) for r in b_runs]},
+    ident = determinism.identical_outputs({"a": [(lid, r.outputs) for lid, r in zip(a_ids, a_runs + aa_runs,
+                                                                                      strict=True)],
+                                           "b": [(lid, r.outputs) for lid, r in zip(b_ids, b_runs, strict=True)]},
                                           temps.pop() if len(temps) == 1 else None)
     return Comparison(
         simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
@@ -388,10 +414,42 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
         flips=[int(i) for i in indices[keep][res.d != 0]],
         diagnostics={**_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
                      **_launch_bootstrap_block(boot)},
-        qualification=res.qualification,
+        qualification=qualification,
         delta_df=res.df,
         launch_variance=res.launch_variance,
+        instances_only=res.unit == "question",
+        assumptions=[NO_LAUNCH_SHIFT] if assume_no_launch_shift else [],
+        launch_ids_missing=missing_ids,
     )
+
+
+#: ``assumptions`` entry of ``--assume-no-launch-shift`` (``stats.assume_no_launch_shift``)
+NO_LAUNCH_SHIFT = "no_launch_shift"
+
+
+class TooFewAnswered(CompareError):
+    """Fewer than two questions answered by both arms; ``exit_code`` says whether request errors (5: not
+    comparable) or the evals themselves (2: fewer than two questions asked) are why."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def too_few_answered(e: ValueError, a: stats.ArmRuns, b: stats.ArmRuns, n_total: int,
+                     max_error_rate: float) -> CompareError:
+    """Why the arms cannot be compared when the statistics refuse (fewer than two questions both answered)."""
+    if n_total < 2:
+        return TooFewAnswered(f"the evals hold {n_total} question(s): a paired comparison needs at least two "
+                              "(ask for more questions)", exitcodes.BAD_CONFIG)
+    rates = {name: float(np.isnan(arm.scores).mean()) for name, arm in (("A", a), ("B", b))}
+    if max(rates.values()) > 0:
+        worst = max(rates, key=lambda k: rates[k])
+        both = int((np.isfinite(a.scores).any(axis=0) & np.isfinite(b.scores).any(axis=0)).sum())
+        return TooFewAnswered(f"only {both} question(s) answered by both arms: {100 * rates[worst]:.2f} % of arm "
+                              f"{worst}'s answers were lost to request errors (--max-error-rate "
+                              f"{100 * max_error_rate:g} %); the arms are not comparable", exitcodes.TOO_MANY_ERRORS)
+    return CompareError(str(e))
 
 
 def _pp(x: float | None, signed: bool = True) -> str:
@@ -427,6 +485,13 @@ def format_summary(c: Comparison) -> str:
         lines.append(f"  launch variance: sd {_pp(lv.sd, False)} pp per launch; {lv.source}")
     if d.cannot_resolve:
         lines.append(f"  cannot resolve: {d.cannot_resolve}")
+    if c.launch_ids_missing:
+        lines.append(f"  {NOTES[c.launch_ids_missing]}")
+    if c.instances_only and c.verdict != "not_comparable":
+        lines.append("  scope: the verdict is about these two server instances only; " + (
+            "assumed (--assume-no-launch-shift): launches do not shift accuracy, so it stands for the "
+            "configurations" if NO_LAUNCH_SHIFT in c.assumptions else
+            "--fail-on acts on it only with --assume-no-launch-shift"))
     lines.append(f"questions: {c.n} compared of {c.n_total} ({c.dropped_errors} without an answer from "
                  f"both arms); runs: A {a.n_runs}, B {b.n_runs}")
     for name, arm in (("A", a), ("B", b)):

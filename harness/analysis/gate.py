@@ -8,6 +8,11 @@ One pure decision used by ``abh compare``, ``abh run`` and ``abh ab``:
 - ``any-difference``: fail when the arms are shown to differ: ``improved`` or ``regressed``.
 
 A verdict word the gate does not know (a newer abh's) fails whatever ``fail_on`` says: a gate fails closed.
+
+An instances-only verdict (one launch per configuration: it is about the two server instances, and a launch-wide
+accuracy shift cannot be told from the change) is not gated on: the exit code is as if no ``--fail-on`` matched,
+and :func:`gate_not_applied` says why, naming the flag that states the assumption it needs
+(``--assume-no-launch-shift``, recorded in the comparison's ``assumptions``), which makes it gated again.
 """
 
 from __future__ import annotations
@@ -54,7 +59,30 @@ def comparison_exit(c: Comparison, fail_on: str | None = None, recorded_failure:
         return recorded_failure
     if c.error_rate_exceeded:
         return exitcodes.TOO_MANY_ERRORS
+    if not gated(c):
+        return exitcodes.OK
     return gate_exit(c.verdict, fail_on)
+
+
+#: the flag (and config key) that states the assumption an instances-only verdict needs to be gated on
+ASSUME_FLAG = "--assume-no-launch-shift"
+ASSUME_KEY = "stats.assume_no_launch_shift"
+
+
+def gated(c: Comparison) -> bool:
+    """Whether ``--fail-on`` acts on the comparison's verdict: not on an instances-only one (a not-comparable
+    verdict is not about launches: it is gated), unless the user stated that launches do not shift accuracy."""
+    return c.verdict == "not_comparable" or not c.instances_only or "no_launch_shift" in c.assumptions
+
+
+def gate_not_applied(c: Comparison, fail_on: str | None) -> str | None:
+    """Why ``--fail-on`` did not act on the verdict (one line), None when it did or none was given."""
+    if fail_on is None or gated(c) or c.error_rate_exceeded:
+        return None
+    return (f"--fail-on {fail_on} not applied to verdict {c.verdict}: it is about these two server instances only "
+            "(one launch per configuration: a launch-wide accuracy shift cannot be told from the change); give A a "
+            "second launch (the A/A control: abh ab --aa URL_A2, abh run experiment.aa_control=true) or state the "
+            f"assumption with {ASSUME_FLAG} ({ASSUME_KEY}=true)")
 
 
 def exit_reason(code: int, c: Comparison, fail_on: str | None) -> str | None:

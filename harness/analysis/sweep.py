@@ -48,10 +48,12 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
             p=c.p, p_value_floor=c.p_floor, p_value_at_floor=at_floor(c.p, c.p_floor),
             test_alpha=c.test_alpha or c.alpha, mde=c.mde, verdict=c.verdict, alpha=c.alpha, simulated=c.simulated,
             divergence=None if div is None else div.verdict, kld=None if div is None else div.kld_mean,
+            divergence_p=div.p if div is not None and div.verdict in MEASURED else None,
             kld_aa=None if div is None else div.kld_mean_aa, gpu_hours=_gpu_hours(costs.get(path.parent.name)),
             test=c.test, qualification=c.qualification))
     ps = np.array([r.p if r.p is not None else 1.0 for r in rows], dtype=float)
     adj = adjust(ps, method) if len(rows) else ps
+    rows = adjust_divergence(rows, method)
     adjusted = []
     labels = swept_labels([r.overrides or _dirname_overrides(r.job) for r in rows]) if rows else []
     for r, pa, label in zip(rows, adj, labels, strict=True):
@@ -68,6 +70,34 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
                            cost=sum_costs(costs.values()) if costs else None)
     schema.write_sweep_summary(root / SWEEP_SUMMARY, summary)
     return summary
+
+
+#: the divergence verdicts that rest on a test (its p); others (not_measured) are no member of the family
+MEASURED = ("diverged", "indistinguishable")
+
+
+def adjust_divergence(rows: list[SweepRow], method: str) -> list[SweepRow]:
+    """The rows with each measured divergence's p adjusted across the jobs that measured one (a job that produced
+    no comparison counts with p = 1, as for accuracy) and its verdict "diverged" only when the adjusted p is
+    below α: a sweep of many jobs stars no divergence that one job in twenty would show by chance."""
+    import numpy as np
+
+    from harness.stats import adjust
+
+    family = [i for i, r in enumerate(rows) if r.divergence_p is not None]
+    if not family:
+        return rows
+    family += [i for i, r in enumerate(rows) if r.missing]
+    adj = adjust(np.asarray([rows[i].divergence_p if rows[i].divergence_p is not None else 1.0 for i in family],
+                            dtype=float), method)
+    out = list(rows)
+    for i, pa in zip(family, adj, strict=True):
+        r = rows[i]
+        if r.missing:
+            continue
+        word = "diverged" if r.divergence == "diverged" and pa < (r.alpha or 0.05) else "indistinguishable"
+        out[i] = replace(r, divergence_p_adjusted=float(pa), divergence_unadjusted=r.divergence, divergence=word)
+    return out
 
 
 def job_costs(root: Path) -> dict[str, Cost]:

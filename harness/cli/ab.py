@@ -8,11 +8,15 @@ the same command resumes; a rerun that asks other questions, or gives the two UR
 
 abh did not launch these servers, so it asserts nothing about which side of a change each is on; each eval
 records the server's own account of itself (``/get_server_info``), and every eval of one URL counts as one
-launch (``url:...``), which the statistics treat as dependent.
+launch (``url:...``), which the statistics treat as dependent. So with one URL per arm the accuracy verdict is
+about the two server instances only (its headline says ``[instances only]`` first, and ``--fail-on`` does not act
+on it unless ``--assume-no-launch-shift`` states that launches do not shift accuracy). ``--aa URL_A2`` adds a
+second launch of A, evaluated like A once per repeat (A r1, B r1, A2 r1, ...): the A/A control, whose launch gives
+the verdict its launch-to-launch variance as ``abh run``'s A/A control does.
 
 Exit codes are those of ``abh run``: 0 finished; 2 bad command line, data or output directory (nothing is
 started); 4 a server is not reachable or stopped serving (answers so far are kept); 5 too many request
-errors; 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 / 129 interrupted by Ctrl-C / SIGTERM /
+errors (an arm with no answer at all included); 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 / 129 interrupted by Ctrl-C / SIGTERM /
 SIGHUP. Two servers that say they serve different models are refused (exit 2) before any question.
 """
 
@@ -27,7 +31,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness import exitcodes
-from harness.analysis.gate import FAIL_ON
+from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
 from harness.cli.flags import HelpFormatter
 from harness.serving.wire import API_NAMES
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
@@ -68,8 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("url_a", metavar="URL_A", help="base URL of arm A's server (the baseline)")
     ap.add_argument("url_b", metavar="URL_B", help="base URL of arm B's server (the change)")
     ap.add_argument("--aa", default=None, metavar="URL_A2",
-                    help="base URL of a second launch of arm A's server: the divergence's A/A floor (its three "
-                         "scoring passes run on A, B and A2); without it divergence is not measured")
+                    help="base URL of a second launch of arm A's server: evaluated like A (interleaved: A r1, B r1, "
+                         "A2 r1, ...), it gives the accuracy verdict its launch-to-launch variance (the A/A "
+                         "control) and the divergence its A/A floor (its three scoring passes run on A, B and A2); "
+                         "without it the accuracy verdict is about the two server instances only and divergence "
+                         "is not measured")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
     ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
                     help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
@@ -130,7 +137,11 @@ def _parser() -> argparse.ArgumentParser:
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")
     ap.add_argument("--fail-on", choices=FAIL_ON, default=None,
                     help=f"exit {exitcodes.GATE_FAILED} when the verdict is regressed / not shown non-inferior / "
-                         "a difference either way")
+                         "a difference either way (without --aa, only with --assume-no-launch-shift)")
+    ap.add_argument(ASSUME_FLAG, action="store_true",
+                    help="state that server launches do not shift accuracy: without --aa the verdict is about the "
+                         "two server instances only, and --fail-on acts on it only with this flag (recorded in "
+                         "comparison.json assumptions and in the markdown)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return ap
 
@@ -180,10 +191,11 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
         "client.max_bytes_per_token": a.max_bytes_per_token, "stats.hypothesis": a.hypothesis,
         "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin, "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,
+        "stats.assume_no_launch_shift": bool(a.assume_no_launch_shift),
     }
-    if len(urls) == 3:  # the floor's own server: an arm of its own, named as A
+    if len(urls) == 3:  # a second launch of A: an arm of its own, named as A, the A/A control's server
         values.update({"arms.a2.name": names[0], "arms.a2.engine.url": urls[2], "experiment.aa_arm": "a2",
-                       "divergence.enabled": True})
+                       "experiment.aa_control": True, "divergence.enabled": True})
     else:
         values.update({"divergence.enabled": False, "divergence.off_reason": NO_AA})
     if len(tasks) == 1:
@@ -342,7 +354,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     for opt, val, ok in (("--repeats", a.repeats, a.repeats >= 1), ("--num-questions", a.num_questions,
-                                                                      a.num_questions is None or a.num_questions >= 1),
+                                                                      a.num_questions is None or a.num_questions >= 2),
                          ("--parallel", a.parallel, a.parallel >= 1), ("--alpha", a.alpha, 0 < a.alpha < 0.5),
                          ("--margin", a.margin, a.margin is None or a.margin > 0),
                          ("--max-error-rate", a.max_error_rate, 0 <= a.max_error_rate <= 1),

@@ -7,10 +7,12 @@ every compared run as ``samples.parquet`` / ``samples.csv``. When the directorie
 ``--aa`` one), ``comparison.json`` also gets the ``divergence`` object (:mod:`harness.analysis.divergence`). Its exit codes are those of ``abh run``:
 
 - 2: bad command line, unreadable or incomparable evals (different questions, an unknown schema_version,
-  an incomplete eval unless ``--allow-incomplete``); nothing is written;
+  an incomplete eval unless ``--allow-incomplete``, several evals of an arm that record neither a launch id nor
+  a server URL unless ``--launches-from-passes``); nothing is written;
 - 3 / 4: an eval records a failed side check / a failed arm;
-- 5: the share of questions lost to request errors exceeds ``--max-error-rate``;
-- 7: the verdict is one ``--fail-on`` asked to fail on;
+- 5: the share of questions lost to request errors exceeds ``--max-error-rate`` (an arm with no answer too);
+- 7: the verdict is one ``--fail-on`` asked to fail on (not a verdict about two server instances only, one
+  launch per configuration, unless ``--assume-no-launch-shift`` states that launches do not shift accuracy);
 - 0 otherwise, whatever the verdict.
 """
 
@@ -24,9 +26,9 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.compare_settings import CompareError
-from harness.analysis.comparison import compare_dirs, failure_exit, format_summary
+from harness.analysis.comparison import TooFewAnswered, compare_dirs, failure_exit, format_summary
 from harness.analysis.divergence import divergence_of_dirs, has_pass
-from harness.analysis.gate import FAIL_ON, comparison_exit, exit_reason
+from harness.analysis.gate import ASSUME_FLAG, FAIL_ON, comparison_exit, exit_reason, gate_not_applied, gated
 from harness.cli.flags import HelpFormatter
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
@@ -83,7 +85,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="compare evals that did not finish (their missing questions are dropped like errors)")
     ap.add_argument("--fail-on", choices=FAIL_ON, default=None,
                     help=f"exit {exitcodes.GATE_FAILED} when the verdict is regressed / not shown non-inferior / "
-                         "a difference either way")
+                         "a difference either way (not on a verdict about two server instances only, without "
+                         f"{ASSUME_FLAG})")
+    ap.add_argument(ASSUME_FLAG, action="store_true",
+                    help="state that server launches do not shift accuracy: with one launch per arm the verdict is "
+                         "about the two server instances only, and --fail-on acts on it only with this flag "
+                         "(recorded in comparison.json assumptions and in the markdown)")
+    ap.add_argument("--launches-from-passes", action="store_true",
+                    help="evals that record no launch id (a standalone abh eval) each ran on a server launch of "
+                         "their own (default: the evals of one server URL are one launch; without a URL the "
+                         "comparison is refused)")
     return ap
 
 
@@ -160,10 +171,11 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
                          alpha=args.alpha, seed=args.seed, aa_dirs=aa_evals, max_error_rate=args.max_error_rate,
                          min_effect=None if args.min_effect is None else args.min_effect / 100,
                          n_resamples=args.resamples,
-                         hypothesis=args.hypothesis)
+                         hypothesis=args.hypothesis, assume_no_launch_shift=args.assume_no_launch_shift,
+                         launches_from_passes=args.launches_from_passes)
     except CompareError as e:
         print(f"abh compare: {e}", file=sys.stderr)
-        return exitcodes.BAD_CONFIG
+        return e.exit_code if isinstance(e, TooFewAnswered) else exitcodes.BAD_CONFIG
     div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed,
                              n_resamples=args.resamples)
     names = ArmNames(a=_name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
@@ -188,7 +200,7 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     failed = next((code for code in (exitcodes.SIDE_ASSERTION_FAILED, exitcodes.SERVER_FAILURE) if code in recorded),
                   exitcodes.OK)
     code = comparison_exit(c, args.fail_on, failed)
-    reason = exit_reason(code, c, args.fail_on)
+    reason = exit_reason(code, c, args.fail_on) or gate_not_applied(c, args.fail_on)
     if reason:
         print(f"abh compare: {reason}", file=sys.stderr)
     print(coloured(headline(c), c.verdict, sys.stdout), flush=True)  # the verdict, last
@@ -207,6 +219,7 @@ def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     names = ArmNames(a=args.a_name or "A", b=args.b_name or "B")
     command = ["abh", "compare", *redact_argv(list(argv))]
     kwargs = {"margin": None if args.margin is None else args.margin / 100, "alpha": args.alpha, "seed": args.seed,
+              "assume_no_launch_shift": args.assume_no_launch_shift,
               "max_error_rate": args.max_error_rate, "n_resamples": args.resamples, "hypothesis": args.hypothesis,
               "min_effect": None if args.min_effect is None else args.min_effect / 100}
     try:
@@ -234,7 +247,7 @@ def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for path in (args.out / schema.COMPARISON_FILE, write_markdown(args.out), write_report(args.out)):
             print(f"wrote {path}")
         code = comparison_exit(c, args.fail_on)
-        reason = exit_reason(code, c, args.fail_on)
+        reason = exit_reason(code, c, args.fail_on) or gate_not_applied(c, args.fail_on)
         if reason:
             print(f"abh compare: {reason}", file=sys.stderr)
         return code
@@ -247,7 +260,11 @@ def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from harness.analysis.gate import gate_exit
 
     codes = [comparison_exit(c) for c in comparisons.values()]
-    code = max(codes, default=exitcodes.OK) or gate_exit(tc.decision, args.fail_on)
+    ungated = next((c for c in comparisons.values() if not gated(c)), None)
+    code = max(codes, default=exitcodes.OK) or gate_exit(tc.decision, None if ungated else args.fail_on)
     if code:
         print(f"abh compare: overall decision {tc.decision} (exit {code})", file=sys.stderr)
+    elif ungated is not None and args.fail_on is not None:
+        print(f"abh compare: overall decision {tc.decision}: {gate_not_applied(ungated, args.fail_on)}",
+              file=sys.stderr)
     return code

@@ -203,8 +203,9 @@ def format_design(d: PlannedDesign, repeats: int, restart_per_repeat: bool, can_
         lines.append(f"  trade-off: {who} one launch for several repeats: cheaper (no launch "
                      "per repeat), but a launch-wide shift (autotuning, memory layout) cannot be told from the change; "
                      + ("experiment.restart_per_repeat=true samples it at one launch per repeat" if can_restart else
-                        "abh cannot restart servers it did not start: to sample it, restart both servers between "
-                        "repeats, `abh eval` each launch and `abh compare` the evals"))
+                        "abh cannot restart servers it did not start: to sample it, "
+                        + ("" if "aa" in d["roles"] else "give a second launch of A (abh ab --aa URL_A2), or ")
+                        + "restart both servers between repeats, `abh eval` each launch and `abh compare` the evals"))
     elif seq:
         lines.append("  each repeat of both arms is a fresh launch: the sequential design needs independent repeats"
                      + ("" if restart_per_repeat else " (experiment.restart_per_repeat=false does not apply to a "

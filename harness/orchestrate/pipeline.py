@@ -29,10 +29,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import exitcodes
 from harness.analysis.compare_settings import CompareError, CompareSettingsError
-from harness.analysis.comparison import IncomparableEvals, compare_dirs, format_summary
+from harness.analysis.comparison import IncomparableEvals, TooFewAnswered, compare_dirs, format_summary
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence, has_pass
-from harness.analysis.gate import comparison_exit, exit_reason
+from harness.analysis.gate import comparison_exit, exit_reason, gate_not_applied, gated
 from harness.analysis.multitask import format_tasks
 from harness.arms import sourcediff
 from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
@@ -345,7 +345,8 @@ class Run:
                                         aa_fresh_launch=bool(x.aa_fresh_launch))
         else:
             items = schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
-                             restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch))
+                             restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch),
+                             aa_arm=self.aa_key)
         if self.scoring is None:
             return items
         return with_scoring(items, self.scoring.reference, self.keys, self.aa_key,
@@ -524,13 +525,18 @@ class Run:
                                       margin=None if s.margin_pp is None else s.margin_pp / 100,
                                       min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
                                       alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
-                                      hypothesis=str(s.hypothesis))
+                                      hypothesis=str(s.hypothesis),
+                                      assume_no_launch_shift=bool(s.get("assume_no_launch_shift", False)))
         except CompareSettingsError as e:  # the settings, not the evals: they are kept for the rerun
             key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
             raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
                              "evals are kept") from None
         except IncomparableEvals as e:  # not a matter of failed requests: a rerun would not change it
             raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}") from None
+        except TooFewAnswered as e:  # request errors (5, a rerun retries them), or too few questions asked (2)
+            raise RunFailure(e.exit_code, f"the arms cannot be compared: {e}" + (
+                ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
+                else " (task.num_questions)")) from None
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
@@ -571,7 +577,8 @@ class Run:
         if seq is not None:
             print(f"  {sequential_line(seq)}")
         print(format_cost(cost))
-        reason = exit_reason(code, comparison, None if fail_on is None else str(fail_on))
+        reason = (exit_reason(code, comparison, None if fail_on is None else str(fail_on))
+                  or gate_not_applied(comparison, None if fail_on is None else str(fail_on)))
         if reason:
             self.log.say(reason)
         if self.cfg.report:
@@ -601,7 +608,10 @@ class Run:
                 self.tasks, dirs, names=names, command=list(self.command) if self.command else None,
                 margin=None if s.margin_pp is None else s.margin_pp / 100,
                 min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100, alpha=s.alpha, seed=s.seed,
-                max_error_rate=s.max_error_rate, hypothesis=str(s.hypothesis))
+                max_error_rate=s.max_error_rate, hypothesis=str(s.hypothesis),
+                assume_no_launch_shift=bool(s.get("assume_no_launch_shift", False)))
+        except TooFewAnswered as e:
+            raise RunFailure(e.exit_code, f"the arms cannot be compared: {e}") from None
         except CompareError as e:
             raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
                              "command to retry the failed requests.") from None
@@ -611,7 +621,9 @@ class Run:
         fail_on = self.cfg.get("fail_on")
         gate = None if fail_on is None else str(fail_on)
         codes = [comparison_exit(c, None) for c in comparisons.values()]
-        code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(tc.decision, gate)
+        ungated = next((c for c in comparisons.values() if not gated(c)), None)
+        code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(
+            tc.decision, None if ungated is not None else gate)
         design: dict[str, JSON] = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
                                    "restart_per_repeat": bool(x.restart_per_repeat),
                                    "aa_fresh_launch": bool(x.aa_fresh_launch), "order": str(x.order),
@@ -634,6 +646,8 @@ class Run:
             reason = exit_reason(code, worst, None)
             if reason:
                 self.log.say(reason)
+        elif ungated is not None and gate is not None:
+            self.log.say(f"overall decision {tc.decision}: " + str(gate_not_applied(ungated, gate)))
         if self.cfg.report:
             try:
                 write_task_outputs(run_dir, comparisons, tc, report=True)

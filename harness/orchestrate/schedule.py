@@ -72,6 +72,8 @@ def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key
     if aa_key is None:
         fresh_ref = [it for it in items if it.fresh and it.arm_key == ref_key and (it.role == "aa" or it.repeat > 1)]
         host = next((it for it in fresh_ref if it.role == "aa"), fresh_ref[0] if fresh_ref else None)
+    elif reference == "a":  # the floor's own server evaluates the A/A control: the floor rides on its first eval
+        host = next((it for it in items if it.arm_key == aa_key and it.role == "aa"), None)
     compared = Item(other, keys[other], 1, scoring="ab", pass_dir=eval_rel_dir(other, 1))
     out: list[Item] = []
     ref_done = other_seen = False
@@ -87,7 +89,7 @@ def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key
             if ref_done:
                 out.append(compared)
         elif it is host:
-            out.append(Item(it.role, ref_key, it.repeat, scoring="aa", pass_dir=floor_dir(reference)))
+            out.append(Item(it.role, it.arm_key, it.repeat, scoring="aa", pass_dir=floor_dir(reference)))
     if host is None:  # no later fresh launch of the reference arm: one for the floor alone
         role = "aa" if reference == "a" else reference
         out.append(Item(role, aa_key or ref_key, 1, fresh=True, scoring="aa", pass_dir=floor_dir(reference)))
@@ -130,17 +132,23 @@ def scoring_dirs(items: list[Item], reference: str, keys: dict[str, str]) -> dic
 
 
 def schedule(a: str, b: str, repeats: int, order: str, aa_control: bool, *, restart_per_repeat: bool = False,
-             aa_fresh_launch: bool = True) -> list[Item]:
+             aa_fresh_launch: bool = True, aa_arm: str | None = None) -> list[Item]:
     """``interleaved``: A1 B1 A2 B2 ... (drift hits both arms alike); ``blocked``: A1 A2 ... B1 B2 ...; then
     the A/A control's two baseline runs, each on a fresh launch of arm A unless ``aa_fresh_launch`` is off, so
-    the control samples the launch-to-launch noise the arms' runs see."""
+    the control samples the launch-to-launch noise the arms' runs see.
+
+    ``aa_arm``: the A/A control runs on that arm's server instead (``abh ab --aa URL_A2``: a second launch of A
+    abh did not start), one eval per repeat in the arms' order (A1 B1 A2'1 A2 B2 A2'2 ...), so drift hits it
+    as it hits the arms."""
     fresh = restart_per_repeat
+    aa = aa_arm if aa_control else None
+    rounds = [[Item("a", a, r, fresh), Item("b", b, r, fresh)] + ([Item("aa", aa, r)] if aa else [])
+              for r in range(1, repeats + 1)]
     if order == "interleaved":
-        items = [it for r in range(1, repeats + 1) for it in (Item("a", a, r, fresh), Item("b", b, r, fresh))]
+        items = [it for rnd in rounds for it in rnd]
     else:
-        items = ([Item("a", a, r, fresh) for r in range(1, repeats + 1)]
-                 + [Item("b", b, r, fresh) for r in range(1, repeats + 1)])
-    if aa_control:
+        items = [rnd[k] for k in range(len(rounds[0])) for rnd in rounds]
+    if aa_control and aa is None:
         items += [Item("aa", a, r, fresh or aa_fresh_launch) for r in (1, 2)]
     return items
 

@@ -3,6 +3,10 @@
 
 ``IMPROVED +1.33 pp [+0.52, +2.21], p = 0.0014 · non-inferior within 1 pp · outputs indistinguishable (KLD ...)``
 
+A verdict about the two server instances only (one launch per configuration, e.g. ``abh ab`` without ``--aa``)
+says so in its first words, ``[instances only] REGRESSED ...``; with ``--assume-no-launch-shift`` they are
+``[assumes no launch shift] REGRESSED ...`` (after ``[SIMULATED]`` for a simulated run).
+
 The first word is the verdict of the question asked (``stats.hypothesis``); what the margin shows follows
 it, worded so it cannot read as a second verdict: under superiority an inconclusive result that is shown
 non-inferior says "no improvement shown; non-inferior within 1 pp", not "inconclusive" beside
@@ -66,22 +70,36 @@ def _outputs(c: Comparison) -> str | None:
     return "outputs " + divergence_section.short(div)
 
 
+#: the first words of a verdict about the two server instances only (one launch per configuration), and of one
+#: the user made about the configurations by stating that launches do not shift accuracy
+INSTANCES_ONLY = "[instances only]"
+ASSUMED = "[assumes no launch shift]"
+
+
+def scope(c: Comparison) -> str:
+    """What the verdict is about, as its first words ("" when about the configurations, with no assumption)."""
+    if not c.instances_only or c.verdict == "not_comparable":
+        return ""
+    return ASSUMED if "no_launch_shift" in c.assumptions else INSTANCES_ONLY
+
+
 def headline(c: Comparison) -> str:
     """The comparison's verdict as the one line every surface shows."""
     label = words.verdict_label(c.verdict)
     sim = "[SIMULATED] " if c.simulated else ""
     if c.verdict == "not_comparable":
         return f"{sim}{label}: {c.verdict_reason or 'an arm failed'}"
-    head = f"{sim}{label} {_numbers(c)}"
+    first = scope(c)
+    head = f"{sim}{first + ' ' if first else ''}{label} {_numbers(c)}"
     if c.verdict == "equivalent":
         head += f" within ±{_margin(c)}"
     elif c.verdict == "noninferior":
         head += f" within {_margin(c)}"
-    first = [_undecided(c)] if c.verdict == "inconclusive" else []
+    undecided = [_undecided(c)] if c.verdict == "inconclusive" else []
     margin = _margin_clause(c)
     parts = [head]
-    if first or margin:
-        parts.append("; ".join(x for x in (*first, margin) if x))
+    if undecided or margin:
+        parts.append("; ".join(x for x in (*undecided, margin) if x))
     if c.qualification:  # the condition the verdict holds under (one launch per configuration)
         parts.append(c.qualification)
     seq = c.sequential

@@ -24,7 +24,7 @@ from harness.report import data, plots, words
 from harness.report import divergence_section as report_divergence
 from harness.report.cost_section import CostRow, LookRow, SequentialFacts
 from harness.report.divergence_section import DivergenceView
-from harness.report.headline import headline
+from harness.report.headline import headline, scope
 from harness.report.views import ArmView, DiffView, FlipRow, KvRow, QuestionRow, RunRow
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
@@ -47,6 +47,8 @@ class VerdictView(TypedDict):
     word: str
     label: str
     color: str
+    #: the headline's first words before the badge ("[instances only]"; "" when about the configurations)
+    scope: str
     rest: str
     headline: str
     details: list[str]
@@ -246,6 +248,7 @@ def comparison_context(root: Path) -> ComparisonContext:
         "simulated": simulated, "c": c, "names": names, "root": str(root),
         "verdict": {"word": verdict, "label": words.verdict_label(verdict),
                     "color": plots.VERDICT_COLORS.get(verdict or "", "#333333"),
+                    "scope": scope(c) if c is not None else "",
                     # the headline, its verdict word drawn as the badge (one statement, not two)
                     "rest": headline(c).split(words.verdict_label(verdict), 1)[-1] if c is not None
                     else f": {missing_reason}",

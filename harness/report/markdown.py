@@ -180,6 +180,14 @@ def render(root: Path) -> str:
                  "arms); "
                  f"MDE at 80 % power {words.effect_pp(c.mde)}"
                  + (f"; margin ±{words.pp(c.margin, signed=False)}" if c.margin is not None else ""))
+    if c.instances_only and c.verdict != "not_comparable":
+        facts.append("**Scope:** these two server instances only (one launch per arm: a launch-wide accuracy shift "
+                     "cannot be told from the change); " + (
+                         "**assumed** by the user (`--assume-no-launch-shift`): launches do not shift accuracy"
+                         if "no_launch_shift" in c.assumptions else
+                         "`--fail-on` does not act on it without `--assume-no-launch-shift`"))
+    elif c.assumptions:
+        facts.append(f"**Assumptions stated:** {cell(', '.join(c.assumptions))}")
     lv = c.launch_variance
     if lv is not None and lv.sd is not None:
         facts.append(f"**Launch variance:** sd {words.pp(lv.sd, signed=False)} per launch; {cell(lv.source)}")
@@ -244,7 +252,8 @@ def render_sweep(s: SweepSummary) -> str:
                        ["l", "r", "r", "r", "r"] + (["r"] if kld else []) + ["l", "l"]))
     notes = [f"p adjusted across {len(s.comparisons)} comparisons by {s.correction}."]
     if kld:
-        notes.append("KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor.")
+        notes.append("KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor, its p "
+                     f"adjusted across the jobs by {s.correction} as accuracy's.")
     if s.cost:
         notes.append(f"**Cost:** {cell(cost.cost_line(s.cost))}")
     if s.missing:

@@ -34,7 +34,8 @@ def format_sweep(s: SweepSummary) -> str:
     if quals:
         lines.append(f"(† {'; '.join(quals)})")
     if kld:
-        lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor)")
+        lines.append("(KLD: mean nats/token A‖B, in brackets the A/A floor's; * = diverged beyond the floor, its p "
+                     f"adjusted across the jobs by {s.correction} as accuracy's)")
     if s.cost:
         lines.append(f"cost of the sweep ({len(s.comparisons)} jobs):")
         lines.append(format_cost(s.cost))

@@ -706,6 +706,16 @@ class Comparison(Record):
     test_fixed: str | None = omit_none()
     p_fixed: float | None = omit_none()
     delta_ci_fixed: list[float] | None = omit_none()
+    #: the verdict is about these two server instances only: no configuration has two launches, so a launch-wide
+    #: accuracy shift cannot be told from the change (``--fail-on`` does not act on it unless ``assumptions``
+    #: holds ``no_launch_shift``)
+    instances_only: bool = False
+    #: what the user stated and the verdict may rest on: ``no_launch_shift`` (``--assume-no-launch-shift``,
+    #: ``stats.assume_no_launch_shift``: launches do not shift accuracy, so an instances-only verdict is gated on)
+    assumptions: list[str] = field(default_factory=list)
+    #: how launches were counted for evals that record no launch id (None: every eval records one):
+    #: ``per_server`` (passes of one server URL are one launch) or ``per_pass`` (``--launches-from-passes``)
+    launch_ids_missing: str | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ cost
@@ -933,10 +943,16 @@ class SweepRow(Record):
     p_value_at_floor: bool = False
     p_adjusted: float | None = None
     mde: float | None = None
-    #: divergence (when the job scored): its verdict, and the mean KLD A‖B and A‖A' (nats/token)
+    #: divergence (when the job scored): its verdict after the sweep's adjustment of its p (as accuracy's), and
+    #: the mean KLD A‖B and A‖A' (nats/token)
     divergence: str | None = None
     kld: float | None = None
     kld_aa: float | None = None
+    #: the divergence test's p, adjusted across the jobs that measured divergence (Holm or BH, as ``p``), and the
+    #: job's own verdict before the adjustment
+    divergence_p: float | None = omit_none()
+    divergence_p_adjusted: float | None = omit_none()
+    divergence_unadjusted: str | None = omit_none()
     verdict: str = "not_comparable"
     verdict_unadjusted: str | None = None
     alpha: float | None = None

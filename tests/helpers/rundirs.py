@@ -62,7 +62,7 @@ def _write_eval(d: Path, rows: list[dict[str, str]], src: Path, correct: np.ndar
     meta = {"task": "gsm8k", "recipe": {"name": "sglang", "num_questions": n, "num_shots": 5, "max_new_tokens": 512},
             "dataset_sha256": "f" * 64, "dataset_source": str(src), "dataset_canonical": n == 1319,
             "indices": list(range(n)), "api": "sglang", "url": "http://127.0.0.1:30000", "simulated": simulated,
-            "arm": arm, "role": role, "repeat": repeat}
+            "arm": arm, "role": role, "repeat": repeat, "launch": f"{role}-{repeat}"}  # a fresh launch per eval
     lat = rng.gamma(4.0, 2.5, size=n)
     with EvalStore(d) as st:
         st.open(meta)
