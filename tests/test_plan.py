@@ -176,3 +176,25 @@ def test_make_plan_edge_cases() -> None:
     assert any("add questions" in n for n in tiny["notes"])
     far = P.make_plan(0.0008, N, 0.5)
     assert far["sequential"] is None and far["repeats"]["sequential_worst"] is None
+
+
+def test_a_plan_from_evals_without_launch_ids_counts_one_launch_per_server(tmp_path: Path) -> None:
+    """Passes of one server are one launch (as the comparison counts them), so no launch variance is measured
+    from them; the same evals with a launch id each measure it."""
+    rng = np.random.default_rng(9)
+    base = rng.random(N) < 0.9
+    for with_ids in (False, True):
+        root = tmp_path / ("ids" if with_ids else "noids")
+        for role in ("a", "b"):
+            for r in (1, 2, 3):
+                x = base.copy()
+                redraw = rng.random(N) < 0.05
+                x[redraw] = rng.random(int(redraw.sum())) < 0.5
+                ids = {"launch": f"{role}-{r}"} if with_ids else {}
+                make_eval(root / f"evals/{role}/r{r}", x, role=role, repeat=r, url=f"http://127.0.0.1:{3000 if role == 'a' else 3001}",
+                          **ids)
+        sigma2, _, _, source = P.launch_from_runs(P._runs(root))
+        if with_ids:
+            assert sigma2 is not None and source.startswith("measured")
+        else:
+            assert sigma2 is None and "not measurable" in source

@@ -54,6 +54,7 @@ Without ``--discordance`` or ``--effect`` (``--n``/``--p`` only) the JSON is the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -63,6 +64,7 @@ import numpy as np
 
 from harness import stats
 from harness.analysis.cost import cost_from_manifest
+from harness.analysis.launch_ids import LaunchesUnknown, launch_ids
 from harness.results import schema
 from harness.results.eval_store import ScoredEval, load_scored
 from harness.results.fileio import StoreError, read_json
@@ -426,14 +428,21 @@ def per_repeat_cost(launch_s: Mapping[str, float], eval_s: Mapping[str, float], 
 
 # ------------------------------------------------------------------------------------------ from a run
 def _runs(run_dir: Path) -> list[ScoredEval]:
-    """Every eval of the run, with its scores (1/0/NaN) and launch (the one eval-directory reader)."""
+    """Every eval of the run, with its scores (1/0/NaN) and launch (the one eval-directory reader), launches
+    counted as the comparison counts them (evals without a launch id: one launch per server)."""
     out = []
     for meta_path in sorted(run_dir.glob("evals/*/*/eval.json")):
         try:
             out.append(load_scored(meta_path.parent))
         except StoreError as e:
             raise PlanError(str(e)) from None
-    return out
+    configs = [[r for r in out if _role(r) in ("a", "aa")], [r for r in out if _role(r) == "b"]]
+    try:
+        ids, _ = launch_ids(configs)
+    except LaunchesUnknown as e:
+        raise PlanError(str(e)) from None
+    launch = {r.dir: i for rs, idl in zip(configs, ids, strict=True) for r, i in zip(rs, idl, strict=True)}
+    return [dataclasses.replace(r, launch=launch.get(r.dir, r.launch)) for r in out]
 
 
 def _role(ev: ScoredEval) -> str:
