@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--stall-timeout", type=float, metavar="S", default=client.stall_timeout_s,
                     help="no answer for this many seconds while requests are in flight: probe the server's "
                          "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--progress-timeout", type=float, metavar="S", default=client.progress_timeout_s,
+                    help="no answer to any request for this many seconds while requests are in flight, even though "
+                         "the server's health endpoint answers: stop (exit 4); 0 turns this off")
     ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=client.max_bytes_per_token,
                     help="an answer larger than 1 MiB + B per token the request can produce is that request's "
                          "error (response too large)")
@@ -176,6 +179,7 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
         "client.api_key_env": a.api_key_env,
         "experiment.repeats": a.repeats, "client.parallel": a.parallel, "client.retries": a.retries,
         "client.request_timeout_s": float(a.request_timeout), "client.stall_timeout_s": float(a.stall_timeout),
+        "client.progress_timeout_s": float(a.progress_timeout),
         "client.max_bytes_per_token": a.max_bytes_per_token, "stats.hypothesis": a.hypothesis,
         "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin, "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,

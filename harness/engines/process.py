@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, TypedDict
 
 from harness.engines.gpu import GpuRelease, GpuSnapshot, StatusFn, gpu_snapshot, wait_gpu_release
+from harness.results import fileio
 from harness.util.redact import redact_argv, redact_text
 
 
@@ -156,9 +157,7 @@ def redact_log_file(path: str | Path | None, max_bytes: int = 256 * 1024 * 1024)
     text = p.read_text(errors="replace")
     clean = redact_text(text)
     if clean != text:
-        tmp = p.with_name(p.name + ".redacting")
-        tmp.write_text(clean)
-        os.replace(tmp, p)
+        fileio.atomic_write_text(p, clean)
 
 
 def read_log_tail(path: str | Path | None, start: int = 0, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
@@ -291,9 +290,9 @@ class ServerProcess:
         if self.proc is not None:
             raise RuntimeError(f"{self.name}: already started")
         self.gpu_baseline = gpu_snapshot()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        Path(self.cwd).mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
+        fileio.make_dirs(self.log_path.parent)  # no planted link on the way: the launcher writes beside the log
+        fileio.make_dirs(self.cwd)
+        self._log = fileio.open_append(self.log_path)  # owned by this object, closed in stop()
         self._log.write(f"\n===== abh: {time.strftime('%Y-%m-%d %H:%M:%S')} launching {self.name}: "
                         f"{subprocess.list2cmdline(redact_argv(self.argv))}\n".encode())
         self._log.flush()
