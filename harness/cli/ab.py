@@ -265,6 +265,18 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
                                 "order of the first run, or use another --out")
 
 
+def refuse_links(out: Path) -> None:
+    """A link planted in a run directory to resume is refused (exit 2) before its evals are read."""
+    from harness.orchestrate.rundir import refuse_planted_links
+    from harness.results.fileio import PlantedLink
+
+    if out.is_dir():
+        try:
+            refuse_planted_links(out)
+        except PlantedLink as e:
+            raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
+
+
 def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
                        headers: dict[str, str]) -> list[tuple[str, str]]:
     """Before anything is written: each server with an eval still to run answers HTTP at all (exit 4); the A/A
@@ -350,6 +362,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
             raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
         urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
         headers = auth_headers(a.api_key_env)
+        refuse_links(a.out)
         refuse_swapped(a.out, urls[:2])
         refuse_other_models(refuse_unreachable(a.out, urls, a.repeats, headers), headers)
         cfg = compose_config(overrides(a, urls, names))

@@ -64,6 +64,7 @@ from harness.orchestrate.rundir import (
     check_resume,
     config_digest,
     non_semantic_keys,
+    refuse_planted_links,
     write_failure_summary,
 )
 from harness.orchestrate.schedule import Item, schedule, sequential_schedule, with_scoring
@@ -174,8 +175,7 @@ class Run:
         # one process per run directory, before anything in it is read or written (released by run_experiment)
         self.lock = DirLock(run_dir, "run directory").acquire()
         try:
-            # a link among its files, or anywhere among its evals, was planted: refused before any server
-            fileio.check_tree(fileio.check_dir(run_dir) / "evals")
+            refuse_planted_links(run_dir)  # before anything in it is read, and before any server
             self._open(cfg, run_dir, command)
         except BaseException:
             self.lock.release()

@@ -278,6 +278,13 @@ def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path,
                       f"its results would be mixed with this one's. Use another {dir_option}, or delete it.")
 
 
+def refuse_planted_links(run_dir: Path) -> None:
+    """PlantedLink naming a symbolic link among the run directory's files or anywhere in its ``evals/`` (all abh's
+    own: a link there was planted, and a resume would read or write through it); its ``worktrees/`` (source
+    trees) may hold links."""
+    fileio.check_tree(fileio.check_dir(run_dir) / "evals")
+
+
 # ---------------------------------------------------------------------------------- provenance
 def _git(*args: str) -> str | None:
     try:
