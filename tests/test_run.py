@@ -424,7 +424,8 @@ def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
     shutil.copytree(demo100.run_dir, run_dir)  # a finished run of its own: the shared one stays as it is
     base = [f"hydra.run.dir={run_dir}", *DEMO_100]
     assert abh_run_here(*base, "engine.flip_rate=0.2") == exitcodes.BAD_CONFIG  # refused before any server
-    assert "holds a run of a different config (changed: engine.flip_rate)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds a run of a different config (changed: engine.flip_rate)" in err and "another hydra.run.dir" in err
     assert read_json(run_dir / "manifest.json")["config"]["engine"]["flip_rate"] == 0.02
     # statistics settings may change: they are recomputed from the stored answers; the copy's scoring passes are
     # kept too (they name their reference pass by its place in the run directory, not by an absolute path)
@@ -519,3 +520,16 @@ def test_a_server_that_hangs_mid_eval_ends_the_run_with_exit_4_within_the_stall_
     assert 0 < len(kept) < 200 and all(x["error"] is None for x in kept)
     for pid in server_pids(run_dir):
         assert not pid_alive(pid)
+
+
+def test_a_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No run.log, no lock file, no directory: what a dry run has to say is on the terminal. A directory that
+    holds files already keeps them."""
+    run_dir = tmp_path / "results" / "demo"
+    assert abh_run_here(f"hydra.run.dir={run_dir}", "dry_run=true") == exitcodes.OK
+    assert "dry run: no server started" in capsys.readouterr().out
+    assert not run_dir.exists()
+    run_dir.mkdir()
+    (run_dir / "notes.txt").write_text("mine")
+    assert abh_run_here(f"hydra.run.dir={run_dir}", "dry_run=true") == exitcodes.OK
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]

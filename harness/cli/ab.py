@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from harness import exitcodes
 from harness.analysis.gate import FAIL_ON
-from harness.cli.flags import HelpFormatter
+from harness.cli.flags import HelpFormatter, as_flags
 from harness.serving.wire import API_NAMES
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
 from harness.tasks.registry import ALL_RECIPES
@@ -348,6 +348,13 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
                          ("--wait-ready", a.wait_ready, a.wait_ready >= 0)):
         if not ok:
             ap.error(f"{opt} {val} is out of range")
+    from harness.serving.client import ClientSettings
+
+    problems = ClientSettings(parallel=a.parallel, retries=a.retries, request_timeout_s=a.request_timeout,
+                              stall_timeout_s=a.stall_timeout, progress_timeout_s=a.progress_timeout,
+                              max_bytes_per_token=a.max_bytes_per_token).problems()
+    if problems:  # the settings' own ranges, before any server is asked anything
+        ap.error(as_flags(problems[0]))
     try:
         if a.out.exists() and not a.out.is_dir():
             raise ABFailure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")

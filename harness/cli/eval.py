@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 
 from harness import exitcodes
-from harness.cli.flags import HelpFormatter
+from harness.cli.flags import HelpFormatter, as_flags
 
 
 class _Signalled(BaseException):
@@ -39,12 +38,6 @@ def eval_main(argv: list[str]) -> int:
             signal.signal(s, h)
 
 
-#: ClientSettings fields -> the flags of abh eval that set them (for its error messages)
-FLAGS = {"parallel": "--parallel", "retries": "--retries", "request_timeout_s": "--request-timeout",
-         "stall_timeout_s": "--stall-timeout", "progress_timeout_s": "--progress-timeout",
-         "api_key_env": "--api-key-env",
-         "max_bytes_per_token": "--max-bytes-per-token"}
-FLAG_NAMES = re.compile(r"\b(?:" + "|".join(FLAGS) + r")\b")
 
 
 def _eval(argv: list[str]) -> int:
@@ -140,7 +133,7 @@ def _eval(argv: list[str]) -> int:
                                 model=a.model, api_key_env=a.api_key_env,
                                 max_bytes_per_token=a.max_bytes_per_token)
         except ValueError as e:  # the settings' own names, as the flags that set them
-            raise ValueError(FLAG_NAMES.sub(lambda m: FLAGS[m.group()], str(e))) from None
+            raise ValueError(as_flags(str(e))) from None
     except (DatasetError, ValueError) as e:
         print(f"abh eval: error: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
