@@ -72,9 +72,9 @@ def test_a_second_abh_eval_into_the_same_directory_exits_2_at_once(tmp_path):
     try:
         first = subprocess.Popen(ABH + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(out / LOCK_FILE, first)
-        t0 = time.monotonic()
         second = subprocess.run(ABH + args, capture_output=True, text=True, timeout=60)
-        assert time.monotonic() - t0 < 8
+        assert first.poll() is None  # refused while the holder still runs: it did not wait for it (however slow
+        # its own start on a loaded machine)
         assert second.returncode == exitcodes.BAD_CONFIG, second.stderr
         assert f"in use by another abh process (pid {first.pid})" in second.stderr
         assert "Traceback" not in second.stderr and len(second.stderr.strip().splitlines()) == 1
