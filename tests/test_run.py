@@ -5,6 +5,7 @@ sweeps and submitit."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -232,6 +233,26 @@ def test_a_signal_in_any_phase_stops_the_servers_and_exits_promptly(tmp_path: Pa
     assert res.children and res.survivors() == [], phase
     assert "Traceback" not in res.stderr and "Exception in callback" not in res.stderr
     assert "servers stopped, results kept" in res.stderr
+
+
+@pytest.mark.slow  # a whole run of processes; the pool's own test is in the default run (test_orchestrate.py)
+def test_ctrl_c_is_not_held_by_a_gpu_tool_that_hangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi on a machine whose driver does not answer hangs for the query's timeout (15 s, asked twice
+    before each launch and again after each stop): Ctrl-C while a launch asks it used to wait 2 x 15 s, and the
+    stop as long again (the signal test took 30.4 s). The signal lands while the tool is asked (the tool says so
+    by a file): the run stops at once."""
+    bin_dir, asked = tmp_path / "bin", tmp_path / "asked"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\ncase \"$*\" in *query-compute-apps*) touch {asked}; exec sleep 60;; esac\nexit 1\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    run_dir = tmp_path / "run"
+    res = interrupt_run([f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH], tmp_path, when=asked.exists,
+                        sig=signal.SIGINT)
+    assert res.returncode == 130, res.stderr[-2000:]
+    assert res.seconds < 10, res.seconds  # not the tool's 2 x 15 s (and as long again to stop)
+    assert res.survivors() == [] and "servers stopped, results kept" in res.stderr
 
 
 # ---------------------------------------------------------------------------------- server failures
