@@ -106,6 +106,7 @@ def test_abh_ab_refuses_a_planted_link_and_changes_nothing_outside(servers, tmp_
     assert snapshot(outside) == before and link.is_symlink()
 
 
+@pytest.mark.slow  # a whole run, then its rerun; the same link planted before a first run is in the default run
 def test_a_link_planted_in_a_finished_run_is_refused_on_the_rerun(servers, tmp_path, outside, capsys):
     run = tmp_path / "run"
     code, err = ab(capsys, servers, run)
