@@ -66,8 +66,11 @@ def test_a_killed_holder_releases_the_lock(tmp_path):
 
 def test_a_second_abh_eval_into_the_same_directory_exits_2_at_once(tmp_path):
     srv = SimServer("--latency-s", "0.5").wait_ready()
+    # the holder's server answers the warm-up and two questions, then nothing: the holder runs until it is
+    # stopped, however long the second process takes to start on a loaded machine
+    hung = SimServer("--hang-after", "3").wait_ready()
     out = tmp_path / "ev"
-    args = ["eval", "--url", srv.url, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", "40",
+    args = ["eval", "--url", hung.url, "--out", str(out), "--data", str(TEST_JSONL), "--num-questions", "40",
             "--parallel", "2", "--no-progress"]
     try:
         first = subprocess.Popen(ABH + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -82,11 +85,13 @@ def test_a_second_abh_eval_into_the_same_directory_exits_2_at_once(tmp_path):
         assert first.returncode == exitcodes.TERMINATED and not (out / LOCK_FILE).exists()
         rows = (out / "samples.jsonl").read_text().splitlines()
         assert len(rows) == len({json.loads(r)["index"] for r in rows})  # nobody wrote into its file
+        args[2] = srv.url
         done = subprocess.run(ABH + [*args[:-3], "--parallel", "40", "--no-progress"], capture_output=True,
                               text=True, timeout=120)  # the holder gone, the same command resumes
         assert done.returncode == exitcodes.OK, done.stderr
     finally:
         srv.stop()
+        hung.stop()
 
 
 @pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
