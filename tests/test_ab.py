@@ -144,6 +144,7 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
     assert "swapped" in err and len(err.strip().splitlines()) == 1
     code, _, err = ab_here(capsys, sa.url, sb.url, root, "--num-questions", "50")  # kept evals are of 100
     assert code == exitcodes.BAD_CONFIG and "holds a run of a different config (changed: task.num_questions)" in err
+    assert "Use another --out, or delete it" in err and "hydra.run.dir" not in err  # abh ab's own option
     assert (_received(sa), _received(sb)) == before
 
 

@@ -138,16 +138,18 @@ def _serve_in_thread(app: web.Application, port: int):
 
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
+    listening = threading.Event()
 
     def run():
         asyncio.set_event_loop(loop)
         loop.run_until_complete(runner.setup())
         loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        listening.set()
         loop.run_forever()
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    time.sleep(0.3)
+    assert listening.wait(60), "the test server never listened"  # the event, not a guess at how long it takes
     return loop, runner
 
 

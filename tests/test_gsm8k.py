@@ -264,3 +264,35 @@ def test_a_recipe_is_recorded_as_it_always_was(recipe: RecipeConfig) -> None:
 
     before = {k: v for k, v in asdict(recipe).items() if k != "repeats" or v not in (None, 1)}
     assert recipe.to_dict() == before and list(recipe.to_dict()) == list(before)
+
+
+def _rows_file(tmp_path, rows) -> str:
+    p = tmp_path / "dups.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(p)
+
+
+def test_a_question_twice_with_two_answers_is_refused_naming_both_lines(tmp_path, capsys):
+    rows = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(5)]
+    rows.insert(4, {"question": "q1", "answer": "#### 7"})  # line 5 asks line 2's question, another answer
+    with pytest.raises(DatasetError) as e:
+        gsm8k.load(_rows_file(tmp_path, rows), allow_noncanonical=True)
+    assert "line 2 and line 5 ask the same question with different answers (1 and 7)" in str(e.value)
+    # the same answer twice: accepted, with one warning line naming both
+    rows[4] = {"question": "q1", "answer": "again #### 1"}
+    assert len(gsm8k.load(_rows_file(tmp_path, rows), allow_noncanonical=True)) == 6
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line 2 and line 5 ask the same question with the same answer" in err[0]
+    assert gsm8k.load(None).canonical and not capsys.readouterr().err  # the canonical set: no repeat at all
+
+
+def test_conflicting_duplicates_exit_2_from_abh_eval(tmp_path, capsys):
+    from harness.cli.main import main as cli_main
+
+    rows = [{"question": "q", "answer": "#### 1"}, {"question": "r", "answer": "#### 2"},
+            {"question": "q", "answer": "#### 3"}]
+    code = cli_main(["eval", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "ev"), "--data",
+                     _rows_file(tmp_path, rows), "--allow-noncanonical"])
+    err = capsys.readouterr().err
+    assert code == 2 and "line 1 and line 3 ask the same question with different answers" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "ev").exists()

@@ -152,6 +152,44 @@ def test_the_watchdog_counts_answers_not_health_checks():
     assert srv.requests.count("GET /health_generate") >= 1  # it did ask, and the answer did not reset the clock
 
 
+def test_progress_timeout_is_a_flag_of_abh_eval(tmp_path):
+    """``--progress-timeout S``: a server that takes health checks but answers nothing stops a CI job after S
+    seconds (exit 4), not the 20 minutes of the default; out of range is the field's own check, exit 2."""
+    with FaultServer("hang") as srv:
+        r = abh_eval(srv.url, tmp_path / "ev", "--num-questions", "2", "--stall-timeout", "0",
+                     "--progress-timeout", "0.5")
+    assert r.returncode == exitcodes.SERVER_FAILURE, r.stderr
+    assert "although its health endpoint answers: the server is not serving" in r.stderr
+    r = abh_eval("http://127.0.0.1:9", tmp_path / "ev2", "--progress-timeout", "-1")
+    assert r.returncode == exitcodes.BAD_CONFIG and "--progress-timeout must be >= 0, not -1.0" in r.stderr
+
+
+def test_progress_timeout_is_a_flag_of_abh_ab(tmp_path):
+    """The same flag of ``abh ab``: the run's ``client.progress_timeout_s``, its range checked before any server
+    is asked anything (the whole run against a hung server: the slow test below)."""
+    from harness.cli import ab as ab_cli
+
+    args = ab_cli._parser().parse_args(["http://h:1", "http://h:2", "--out", "o", "--progress-timeout", "30"])
+    assert "client.progress_timeout_s=30.0" in ab_cli.overrides(args, ["http://h:1", "http://h:2"], ["A", "B"])
+    err_buf = io.StringIO()
+    with contextlib.redirect_stderr(err_buf), pytest.raises(SystemExit) as e:
+        abh(["ab", "http://127.0.0.1:9", "http://127.0.0.1:8", "--out", str(tmp_path / "ab"),
+             "--progress-timeout", "nan"])
+    assert e.value.code == exitcodes.BAD_CONFIG and "--progress-timeout must be a finite number" in err_buf.getvalue()
+    assert not (tmp_path / "ab").exists()
+
+
+@pytest.mark.slow  # a whole abh ab run; the flag's plumbing and abh eval's are in the default run
+def test_abh_ab_progress_timeout_stops_a_server_that_answers_health_only(tmp_path):
+    with FaultServer("hang") as srv, FaultServer("hang") as other:
+        err_buf = io.StringIO()
+        with contextlib.redirect_stderr(err_buf), contextlib.redirect_stdout(io.StringIO()):
+            code = abh(["ab", srv.url, other.url, "--out", str(tmp_path / "ab"), "--data", str(TEST_JSONL),
+                        "--num-questions", "2", "--no-progress", "--stall-timeout", "0", "--progress-timeout", "0.5"])
+    assert code == exitcodes.SERVER_FAILURE, err_buf.getvalue()
+    assert "although its health endpoint answers" in err_buf.getvalue()
+
+
 # ------------------------------------------------------------------------------------------ item 10
 def test_retry_after_is_honoured_and_said():
     async def go(url: str) -> tuple[Reply, float, str | None, list[str]]:

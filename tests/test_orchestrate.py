@@ -84,6 +84,13 @@ class FakeEngine:
         self.url = f"http://fake/{key}"
         self.starts = self.stops = 0
         self.dead: str | None = None
+        self.settled: list[bool] = []
+        #: what asking the GPUs before a launch does (a vendor tool that can hang for its timeouts)
+        self.gpu_query: Any = None
+
+    def prepare_launch(self) -> None:
+        if self.gpu_query is not None:
+            self.gpu_query()
 
     def launch_spec(self) -> LaunchSpec:
         return LaunchSpec(argv=[], server_argv=[], env_delta={}, env={}, launched=self.launched)
@@ -104,8 +111,9 @@ class FakeEngine:
     def launch_identity(self) -> str | None:
         return None if self.launched else f"url:{self.url}"  # as the external engine: one URL, one launch
 
-    def stop(self, on_status: Any = None) -> dict[str, Any]:
+    def stop(self, on_status: Any = None, settle: bool = True) -> dict[str, Any]:
         self.stops += 1
+        self.settled.append(settle)
         return {"how": "SIGTERM"}
 
     def log_tail(self, lines: int = 20) -> str:
@@ -174,6 +182,36 @@ def test_a_signal_raises_in_plain_code_and_waits_in_a_deferred_section() -> None
             it.check()
     assert raised.value.exit_code == 130
     assert signal.getsignal(signal.SIGINT) is before  # handlers restored
+
+
+def test_ctrl_c_while_a_launch_asks_the_gpus_acts_at_once(tmp_path: Path) -> None:
+    """A GPU tool that hangs (nvidia-smi without a driver: two 15 s timeouts) used to be asked inside the section
+    a signal must not cut, so Ctrl-C waited for it (the 30 s of the signal test under load): it is asked before,
+    and the signal raises there, before any process starts. The interrupted run's stops do not wait for the port
+    and GPUs either (the same tool would hold it again)."""
+    pool, eng = _pool(tmp_path, concurrent=True)
+    started_query = []
+
+    def hung_tool() -> None:
+        started_query.append(True)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the tool is being asked
+        for _ in range(2000):  # the tool's answer, late (a signal raises in between)
+            os.sched_yield()
+        eng["b"].starts = -100  # reached only when the signal waited for the tool
+
+    with Interrupts() as it:
+        pool.interrupts = it
+        assert pool.acquire("a", "a").id == "a-1"  # a launch whose GPU query answers
+        eng["b"].gpu_query = hung_tool
+        with pytest.raises(Interrupted):
+            pool.acquire("b", "b")
+        assert started_query and eng["b"].starts == 0 and "b" not in pool.live  # nothing was started
+        pool.stop_all()
+    assert eng["a"].settled == [False]  # interrupted: stopped without waiting for its port and GPUs
+    pool2, eng2 = _pool(tmp_path, concurrent=True)
+    pool2.acquire("a", "a")
+    pool2.stop_all()
+    assert eng2["a"].settled == [True]  # a stop in an uninterrupted run waits for them
 
 
 def test_a_signal_during_a_coroutine_cancels_it_and_comes_out_as_interrupted() -> None:

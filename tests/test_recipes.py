@@ -372,3 +372,26 @@ def test_each_recipe_is_sent_by_the_engines_protocol_where_it_can_be() -> None:
     assert registry.api_for(ct, "vllm") == "chat"  # a chat recipe goes to the same server's chat endpoint
     with pytest.raises(DatasetError, match="not vllm"):
         registry.api_for(ct, "sglang", "vllm")
+
+
+def test_each_task_refuses_a_question_twice_with_two_answers(tmp_path, capsys):
+    """MMLU (a question is its text and its four choices), GPQA (its text; the label is the correct answer's
+    text) and MGSM: the two lines are named; the same question with the same answer is a warning line."""
+    row = {"Question": "q?", "A": "1", "B": "2", "C": "3", "D": "4", "Answer": "A", "Subject": "s"}
+    with pytest.raises(gsm8k.DatasetError, match="line 2 and line 4 ask the same question with different answers"):
+        mmlu.load(str(_mmlu_csv(tmp_path, [row, dict(row, Question="p?"), dict(row, Answer="B")])))
+    other_choices = dict(row, D="5", Answer="B")  # the same text with other choices is another question
+    assert len(mmlu.load(str(_mmlu_csv(tmp_path, [row, other_choices])))) == 2
+    gpqa_csv = _gpqa_csv(tmp_path, 3)
+    lines = gpqa_csv.read_text().splitlines()
+    gpqa_csv.write_text("\n".join([*lines, lines[2].replace("Correct Answer", "Another", 1)]) + "\n")
+    with pytest.raises(gsm8k.DatasetError, match="line 3 and line 5 ask the same question with different answers"):
+        gpqa.load(str(gpqa_csv))
+    tsv = tmp_path / "mgsm_en.tsv"
+    tsv.write_text("a question\t3\nanother\t4\na question\t3\n")
+    assert len(mgsm.load(str(tsv))) == 3
+    err = capsys.readouterr().err
+    assert "line 1 and line 3 ask the same question with the same answer" in err
+    tsv.write_text("a question\t3\nanother\t4\na question\t5\n")
+    with pytest.raises(gsm8k.DatasetError, match="line 1 and line 3 ask the same question with different answers"):
+        mgsm.load(str(tsv))

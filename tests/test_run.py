@@ -5,6 +5,7 @@ sweeps and submitit."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -216,22 +217,44 @@ def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
         assert sorted(x["index"] for x in read_jsonl(run_dir / rel / "samples.jsonl")) == list(range(200)), rel
 
 
-@pytest.mark.parametrize("phase, override, moment, sig", [
-    ("waiting for the server", "engine.startup_s=30", "launching arm a", signal.SIGINT),
-    # SIGTERM mid-eval is in the default run (the resume test above); SIGTERM in the warm-up is slow
-    pytest.param("the eval's warm-up request", "engine.latency_s=15", "eval evals/a/r1", signal.SIGTERM,
+@pytest.mark.parametrize("phase, override, moment, after_s, sig", [
+    # the first "waiting" line: the run is in the wait for readiness (a time after "launching" was a guess)
+    ("waiting for the server", "engine.startup_s=30", "waiting: simulated server a-a", 0.0, signal.SIGINT),
+    # SIGTERM mid-eval is in the default run (the resume test above); SIGTERM in the warm-up is slow (the
+    # warm-up takes 15 s: a signal at any moment of it is honoured at once)
+    pytest.param("the eval's warm-up request", "engine.latency_s=15", "eval evals/a/r1", 1.5, signal.SIGTERM,
                  marks=pytest.mark.slow),
 ])
 def test_a_signal_in_any_phase_stops_the_servers_and_exits_promptly(tmp_path: Path, phase: str, override: str,
-                                                                    moment: str, sig: int) -> None:
+                                                                    moment: str, after_s: float, sig: int) -> None:
     run_dir = tmp_path / "run"
     res = interrupt_run([f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, override], tmp_path,
-                        when=lambda: log_has(run_dir, moment), sig=sig, after_s=1.5)
+                        when=lambda: log_has(run_dir, moment), sig=sig, after_s=after_s)
     assert res.returncode == 128 + sig, (phase, res.stderr[-2000:])
-    assert res.seconds < 20, phase
+    assert res.seconds < 20, (phase, res.seconds, (run_dir / "run.log").read_text()[-2000:])
     assert res.children and res.survivors() == [], phase
     assert "Traceback" not in res.stderr and "Exception in callback" not in res.stderr
     assert "servers stopped, results kept" in res.stderr
+
+
+@pytest.mark.slow  # a whole run of processes; the pool's own test is in the default run (test_orchestrate.py)
+def test_ctrl_c_is_not_held_by_a_gpu_tool_that_hangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi on a machine whose driver does not answer hangs for the query's timeout (15 s, asked twice
+    before each launch and again after each stop): Ctrl-C while a launch asks it used to wait 2 x 15 s, and the
+    stop as long again (the signal test took 30.4 s). The signal lands while the tool is asked (the tool says so
+    by a file): the run stops at once."""
+    bin_dir, asked = tmp_path / "bin", tmp_path / "asked"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\ncase \"$*\" in *query-compute-apps*) touch {asked}; exec sleep 60;; esac\nexit 1\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    run_dir = tmp_path / "run"
+    res = interrupt_run([f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH], tmp_path, when=asked.exists,
+                        sig=signal.SIGINT)
+    assert res.returncode == 130, res.stderr[-2000:]
+    assert res.seconds < 10, res.seconds  # not the tool's 2 x 15 s (and as long again to stop)
+    assert res.survivors() == [] and "servers stopped, results kept" in res.stderr
 
 
 # ---------------------------------------------------------------------------------- server failures
@@ -424,7 +447,8 @@ def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
     shutil.copytree(demo100.run_dir, run_dir)  # a finished run of its own: the shared one stays as it is
     base = [f"hydra.run.dir={run_dir}", *DEMO_100]
     assert abh_run_here(*base, "engine.flip_rate=0.2") == exitcodes.BAD_CONFIG  # refused before any server
-    assert "holds a run of a different config (changed: engine.flip_rate)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds a run of a different config (changed: engine.flip_rate)" in err and "another hydra.run.dir" in err
     assert read_json(run_dir / "manifest.json")["config"]["engine"]["flip_rate"] == 0.02
     # statistics settings may change: they are recomputed from the stored answers; the copy's scoring passes are
     # kept too (they name their reference pass by its place in the run directory, not by an absolute path)
@@ -521,3 +545,16 @@ def test_a_server_that_hangs_mid_eval_ends_the_run_with_exit_4_within_the_stall_
     assert 0 < len(kept) < 200 and all(x["error"] is None for x in kept)
     for pid in server_pids(run_dir):
         assert not pid_alive(pid)
+
+
+def test_a_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No run.log, no lock file, no directory: what a dry run has to say is on the terminal. A directory that
+    holds files already keeps them."""
+    run_dir = tmp_path / "results" / "demo"
+    assert abh_run_here(f"hydra.run.dir={run_dir}", "dry_run=true") == exitcodes.OK
+    assert "dry run: no server started" in capsys.readouterr().out
+    assert not run_dir.exists()
+    run_dir.mkdir()
+    (run_dir / "notes.txt").write_text("mine")
+    assert abh_run_here(f"hydra.run.dir={run_dir}", "dry_run=true") == exitcodes.OK
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]

@@ -378,7 +378,7 @@ def test_full_concurrency_1319(sim_server):
     out = batch(s.url, range(len(ROWS)))
     elapsed = time.monotonic() - t0
     assert len(out) == 1319 and all(st == 200 for st, _ in out)
-    assert elapsed < 6, elapsed  # served concurrently, not one by one
+    assert elapsed < 60, elapsed  # served concurrently, not one by one (660 s), even on a loaded machine
 
 
 def test_max_running_requests_queue(sim_server):

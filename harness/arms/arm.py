@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from harness.config import ArmConfig, CheckConfig
+from harness.results import fileio
 from harness.results.records import JSONObject
 
 SOURCE_KINDS = ("installed", "pythonpath", "git")
@@ -191,12 +192,12 @@ def _make_worktree(key: str, repo: Path, ref: str, run_dir: Path) -> tuple[Path,
     if r.returncode != 0:
         raise ArmError(f"arm {key!r}: git ref {want!r} not found in {repo}")
     commit = r.stdout.strip()
-    wt = (run_dir / "worktrees" / key).resolve()
+    wt = fileio.check(run_dir / "worktrees" / key).resolve()  # a planted link is refused, never removed through
     if wt.exists():  # a rerun of the same run directory: start from a clean worktree again
         if _git(["-C", str(repo), "worktree", "remove", "--force", str(wt)]).returncode != 0:
             shutil.rmtree(wt, ignore_errors=True)
     _git(["-C", str(repo), "worktree", "prune"])
-    wt.parent.mkdir(parents=True, exist_ok=True)
+    fileio.make_dirs(wt.parent)
     _git(["-C", str(repo), "worktree", "add", "--detach", str(wt), commit], check=True)
     return wt, commit
 

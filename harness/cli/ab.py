@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
-from harness.cli.flags import HelpFormatter
+from harness.cli.flags import HelpFormatter, as_flags
 from harness.serving.wire import API_NAMES
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
 from harness.tasks.registry import ALL_RECIPES
@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--stall-timeout", type=float, metavar="S", default=client.stall_timeout_s,
                     help="no answer for this many seconds while requests are in flight: probe the server's "
                          "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--progress-timeout", type=float, metavar="S", default=client.progress_timeout_s,
+                    help="no answer to any request for this many seconds while requests are in flight, even though "
+                         "the server's health endpoint answers: stop (exit 4); 0 turns this off")
     ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=client.max_bytes_per_token,
                     help="an answer larger than 1 MiB + B per token the request can produce is that request's "
                          "error (response too large)")
@@ -188,6 +191,7 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
         "client.api_key_env": a.api_key_env,
         "experiment.repeats": a.repeats, "client.parallel": a.parallel, "client.retries": a.retries,
         "client.request_timeout_s": float(a.request_timeout), "client.stall_timeout_s": float(a.stall_timeout),
+        "client.progress_timeout_s": float(a.progress_timeout),
         "client.max_bytes_per_token": a.max_bytes_per_token, "stats.hypothesis": a.hypothesis,
         "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin, "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,
@@ -286,6 +290,18 @@ def refused_redirect(role: str, url: str) -> Iterator[None]:
         raise ABFailure(exitcodes.BAD_CONFIG, f"server {role.upper()} at {redact_userinfo(url)}: {e}") from None
 
 
+def refuse_links(out: Path) -> None:
+    """A link planted in a run directory to resume is refused (exit 2) before its evals are read."""
+    from harness.orchestrate.rundir import refuse_planted_links
+    from harness.results.fileio import PlantedLink
+
+    if out.is_dir():
+        try:
+            refuse_planted_links(out)
+        except PlantedLink as e:
+            raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
+
+
 def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
                        headers: dict[str, str]) -> list[tuple[str, str]]:
     """Before anything is written: each server with an eval still to run answers HTTP at all (exit 4); the A/A
@@ -361,6 +377,13 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
                          ("--wait-ready", a.wait_ready, a.wait_ready >= 0)):
         if not ok:
             ap.error(f"{opt} {val} is out of range")
+    from harness.serving.client import ClientSettings
+
+    problems = ClientSettings(parallel=a.parallel, retries=a.retries, request_timeout_s=a.request_timeout,
+                              stall_timeout_s=a.stall_timeout, progress_timeout_s=a.progress_timeout,
+                              max_bytes_per_token=a.max_bytes_per_token).problems()
+    if problems:  # the settings' own ranges, before any server is asked anything
+        ap.error(as_flags(problems[0]))
     try:
         if a.out.exists() and not a.out.is_dir():
             raise ABFailure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
@@ -375,6 +398,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
             raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
         urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
         headers = auth_headers(a.api_key_env)
+        refuse_links(a.out)
         refuse_swapped(a.out, urls[:2])
         refuse_other_models(refuse_unreachable(a.out, urls, a.repeats, headers), headers)
         cfg = compose_config(overrides(a, urls, names))

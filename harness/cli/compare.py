@@ -35,7 +35,7 @@ from harness.report.headline import coloured, headline
 from harness.results import schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
-from harness.results.fileio import OutputError
+from harness.results.fileio import OutputError, PlantedLink, check_dir
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.serving.untrusted import printable
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
@@ -145,10 +145,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.out.is_dir():
             lock.acquire()  # another abh writing there: stop before the work, not after it
+            check_dir(args.out)  # and a link planted among its files
         if args.lm_eval is not None:
             return lm_eval_main(args, argv)
         return _compare(args, argv, lock)
-    except DirectoryInUse as e:
+    except (DirectoryInUse, PlantedLink) as e:
         print(f"abh compare: error: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     except OutputError as e:  # a full disk, a read-only --out: the inputs are untouched, rerun when it is fixed

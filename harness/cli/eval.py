@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 
 from harness import exitcodes
-from harness.cli.flags import HelpFormatter
+from harness.cli.flags import HelpFormatter, as_flags
 
 
 class _Signalled(BaseException):
@@ -39,11 +38,6 @@ def eval_main(argv: list[str]) -> int:
             signal.signal(s, h)
 
 
-#: ClientSettings fields -> the flags of abh eval that set them (for its error messages)
-FLAGS = {"parallel": "--parallel", "retries": "--retries", "request_timeout_s": "--request-timeout",
-         "stall_timeout_s": "--stall-timeout", "api_key_env": "--api-key-env",
-         "max_bytes_per_token": "--max-bytes-per-token"}
-FLAG_NAMES = re.compile(r"\b(?:" + "|".join(FLAGS) + r")\b")
 
 
 def _eval(argv: list[str]) -> int:
@@ -103,6 +97,9 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--stall-timeout", type=float, metavar="S", default=d["stall_timeout_s"].default,
                     help="no answer for this many seconds while requests are in flight: probe the server's "
                          "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--progress-timeout", type=float, metavar="S", default=d["progress_timeout_s"].default,
+                    help="no answer to any request for this many seconds while requests are in flight, even though "
+                         "the server's health endpoint answers: stop (exit 4); 0 turns this off")
     ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=d["max_bytes_per_token"].default,
                     help="an answer larger than 1 MiB + B per token the request can produce is that request's "
                          "error (response too large)")
@@ -132,10 +129,11 @@ def _eval(argv: list[str]) -> int:
         try:
             ccfg = ClientConfig(url=a.url, api=registry.api_for(probe, a.api), parallel=a.parallel,
                                 retries=a.retries, request_timeout_s=a.request_timeout,
-                                stall_timeout_s=a.stall_timeout, model=a.model, api_key_env=a.api_key_env,
+                                stall_timeout_s=a.stall_timeout, progress_timeout_s=a.progress_timeout,
+                                model=a.model, api_key_env=a.api_key_env,
                                 max_bytes_per_token=a.max_bytes_per_token)
         except ValueError as e:  # the settings' own names, as the flags that set them
-            raise ValueError(FLAG_NAMES.sub(lambda m: FLAGS[m.group()], str(e))) from None
+            raise ValueError(as_flags(str(e))) from None
     except (DatasetError, ValueError) as e:
         print(f"abh eval: error: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG

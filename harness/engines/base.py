@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypedDict
 import requests
 
 from harness.arms.arm import ResolvedArm
+from harness.engines.gpu import GpuSnapshot, gpu_snapshot
 from harness.engines.preflight import Preflight
 from harness.engines.process import (
     EngineError,
@@ -202,6 +203,11 @@ class Engine:
     def launch_spec(self) -> LaunchSpec:
         raise NotImplementedError
 
+    def prepare_launch(self) -> None:
+        """What a launch asks before it starts anything (the GPUs' use, from a vendor tool that can take seconds):
+        called outside the section a signal must not cut, so Ctrl-C acts at once; :meth:`launch` asks it itself
+        when it was not called."""
+
     def launch(self) -> None:
         raise NotImplementedError
 
@@ -212,7 +218,9 @@ class Engine:
     def wait_ready(self, on_status: StatusFn | None = None) -> float:
         raise NotImplementedError
 
-    def stop(self, on_status: StatusFn | None = None) -> StopInfo | None:
+    def stop(self, on_status: StatusFn | None = None, settle: bool = True) -> StopInfo | None:
+        """Stop the server abh started; ``settle``: then wait for its port and GPU memory to be free again (not
+        when the run is interrupted: nothing is launched next, and the user waits)."""
         return None
 
     def alive(self) -> str | None:
@@ -317,6 +325,8 @@ class LaunchedEngine(Engine):
         super().__init__(cfg, arm, run_dir, label)
         self.proc: ServerProcess | None = None
         self.server_dir = self.run_dir / "servers"
+        #: the GPUs' use before the next launch, once :meth:`prepare_launch` asked (a 1-tuple: None is an answer)
+        self._gpu_baseline: tuple[GpuSnapshot | None] | None = None
 
     # ------------------------------------------------------------------ to override
     @property
@@ -403,9 +413,16 @@ class LaunchedEngine(Engine):
                 check_ports_free([self.port, *self.derived_ports()], "picked for the server")
         if spec.fingerprint_path:
             Path(spec.fingerprint_path).unlink(missing_ok=True)
+        if self._gpu_baseline is None:
+            self.prepare_launch()
+        assert self._gpu_baseline is not None
+        baseline, self._gpu_baseline = self._gpu_baseline[0], None
         self.proc = ServerProcess(spec.argv, spec.env, spec.cwd, spec.log_path,
                                   name=f"{self.kind} server {self.label}", sigill_hint=self.sigill_hint)
-        self.proc.start()
+        self.proc.start(baseline)
+
+    def prepare_launch(self) -> None:
+        self._gpu_baseline = (gpu_snapshot(),)
 
     def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
         if self.proc is None:
@@ -416,11 +433,11 @@ class LaunchedEngine(Engine):
                                         status_every_s=max(1.0, min(5.0, 10 * float(self.cfg.poll_interval_s))))
         return self.ready_s
 
-    def stop(self, on_status: StatusFn | None = None) -> StopInfo | None:
+    def stop(self, on_status: StatusFn | None = None, settle: bool = True) -> StopInfo | None:
         if self.proc is None:
             return None
         return self.proc.stop(float(self.cfg.stop_timeout_s), on_status, host=self.host, port=self.port,
-                              release_timeout_s=float(self.cfg.release_timeout_s))
+                              release_timeout_s=float(self.cfg.release_timeout_s), settle=settle)
 
     def alive(self) -> str | None:
         if self.proc is None:

@@ -84,7 +84,7 @@ class ExternalEngine(Engine):
                           f"{timeout:.0f} s, {detail})")
             time.sleep(max(0.0, min(float(self.cfg.poll_interval_s), timeout - elapsed)))
 
-    def stop(self, on_status: StatusFn | None = None) -> StopInfo | None:
+    def stop(self, on_status: StatusFn | None = None, settle: bool = True) -> StopInfo | None:
         """Nothing to stop: the server is someone else's."""
         return None
 

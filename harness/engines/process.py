@@ -29,9 +29,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TypedDict
+from typing import IO, Literal, TypedDict
 
 from harness.engines.gpu import GpuRelease, GpuSnapshot, StatusFn, gpu_snapshot, wait_gpu_release
+from harness.results import fileio
 from harness.util.redact import redact_argv, redact_text
 
 
@@ -156,9 +157,7 @@ def redact_log_file(path: str | Path | None, max_bytes: int = 256 * 1024 * 1024)
     text = p.read_text(errors="replace")
     clean = redact_text(text)
     if clean != text:
-        tmp = p.with_name(p.name + ".redacting")
-        tmp.write_text(clean)
-        os.replace(tmp, p)
+        fileio.atomic_write_text(p, clean)
 
 
 def read_log_tail(path: str | Path | None, start: int = 0, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
@@ -275,7 +274,8 @@ class StopInfo(TypedDict, total=False):
     #: processes of the server still alive after the stop, and whether there are none
     leftover_pids: list[int]
     memory_released: bool
-    #: the port is free again (absent when the stop was given no host and port)
+    #: the port is free again (absent when the stop was given no host and port); absent with ``gpu`` when the
+    #: stop waited for neither (an interrupted run)
     port_free: bool
     gpu: GpuRelease
     seconds: float
@@ -302,13 +302,15 @@ class ServerProcess:
         self.gpu_baseline: GpuSnapshot | None = None
 
     # ------------------------------------------------------------------ start
-    def start(self) -> None:
+    def start(self, gpu_baseline: GpuSnapshot | None | Literal["now"] = "now") -> None:
+        """Start the server; ``gpu_baseline``: the GPUs' use before it, when the caller asked already (outside the
+        section a signal must not cut); "now": asked here."""
         if self.proc is not None:
             raise RuntimeError(f"{self.name}: already started")
-        self.gpu_baseline = gpu_snapshot()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        Path(self.cwd).mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
+        self.gpu_baseline = gpu_snapshot() if gpu_baseline == "now" else gpu_baseline
+        fileio.make_dirs(self.log_path.parent)  # no planted link on the way: the launcher writes beside the log
+        fileio.make_dirs(self.cwd)
+        self._log = fileio.open_append(self.log_path)  # owned by this object, closed in stop()
         self._log.write(f"\n===== abh: {time.strftime('%Y-%m-%d %H:%M:%S')} launching {self.name}: "
                         f"{subprocess.list2cmdline(redact_argv(self.argv))}\n".encode())
         self._log.flush()
@@ -436,8 +438,9 @@ class ServerProcess:
 
     # ------------------------------------------------------------------ stop
     def stop(self, stop_timeout_s: float = 60.0, on_status: StatusFn | None = None, host: str | None = None,
-             port: int | None = None, release_timeout_s: float = 300.0) -> StopInfo:
-        """Stop the server (idempotent): SIGTERM to the group, wait, SIGKILL; then wait for port and GPUs."""
+             port: int | None = None, release_timeout_s: float = 300.0, settle: bool = True) -> StopInfo:
+        """Stop the server (idempotent): SIGTERM to the group, wait, SIGKILL; then (``settle``) wait for port and
+        GPUs (an interrupted run does not: a GPU tool that hangs would hold Ctrl-C for its timeouts)."""
         if self.stop_info is not None:
             return self.stop_info
         info: StopInfo = {"pid": self.pid}
@@ -486,6 +489,10 @@ class ServerProcess:
         redact_log_file(self.log_path)
         with _LIVE_LOCK:
             _LIVE.discard(self)
+        if not settle:
+            info["seconds"] = time.monotonic() - t0
+            self.stop_info = info
+            return info
         if host is not None and port:
             if not wait_port_free(host, port, min(release_timeout_s, 60.0)):
                 info["port_free"] = False

@@ -44,6 +44,7 @@ from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
 from harness.orchestrate.schedule import Item, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
+from harness.results import fileio
 from harness.results.eval_store import SAMPLES
 from harness.results.fileio import read_json
 from harness.results.token_store import SCORES_META, ScoresMeta, write_not_measured
@@ -91,6 +92,7 @@ class ScoringPhase:
         return self._current(self.run_dir / item.rel_dir, _sha256(self.ref_dir / SAMPLES), ref_scores)
 
     def _current(self, out: Path, texts: str | None, ref_scores: Path | None) -> bool:
+        fileio.check_dir(out)  # a pass read or written through a planted link is refused, naming it
         try:
             meta = read_json(out / SCORES_META)
             ref = read_json(ref_scores / SCORES_META) if ref_scores is not None else None
@@ -111,7 +113,7 @@ class ScoringPhase:
     def score(self, item: Item, launch: Launch) -> None:
         """Score ``item``'s pass on ``launch`` (the schedule's launch for it)."""
         assert item.scoring is not None
-        cfg, out = self.cfg, self.run_dir / item.rel_dir
+        cfg, out = self.cfg, fileio.check_dir(self.run_dir / item.rel_dir)
         ref_eval = self.ref_dir
         ref_scores = None if item.scoring == "ref" else self.ref_dir
         texts = _sha256(ref_eval / SAMPLES)

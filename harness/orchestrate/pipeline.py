@@ -64,6 +64,7 @@ from harness.orchestrate.rundir import (
     check_resume,
     config_digest,
     non_semantic_keys,
+    refuse_planted_links,
     write_failure_summary,
 )
 from harness.orchestrate.schedule import Item, schedule, sequential_schedule, with_scoring
@@ -80,10 +81,10 @@ from harness.report import write_markdown, write_report
 from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
-from harness.results import schema
+from harness.results import fileio, schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
-from harness.results.fileio import OutputError, StoreError
+from harness.results.fileio import OutputError, PlantedLink, StoreError
 from harness.results.records import JSON
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.serving.untrusted import printable
@@ -174,6 +175,7 @@ class Run:
         # one process per run directory, before anything in it is read or written (released by run_experiment)
         self.lock = DirLock(run_dir, "run directory").acquire()
         try:
+            refuse_planted_links(run_dir)  # before anything in it is read, and before any server
             self._open(cfg, run_dir, command)
         except BaseException:
             self.lock.release()
@@ -185,14 +187,15 @@ class Run:
             from harness.simulator import answer_key
 
             written = answer_key.write(run_dir / "simulator_answer_key.json",
-                                       [(t.key, t.probe) for t in self.tasks])
+                                       [(t.key, t.probe) for t in self.tasks], dry_run=bool(cfg.dry_run))
             self.answer_key = str(written) if written else ""
         resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
         ignores = engine_class(str(cfg.engine.kind)).diff_ignore
         digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
-        if not cfg.dry_run:
-            check_resume(self.manifest.data, digest, run_dir)
+        if not cfg.dry_run:  # abh ab names its run directory --out
+            check_resume(self.manifest.data, digest, run_dir,
+                         "--out" if command is not None and command[1:2] == ["ab"] else "hydra.run.dir")
         dataset: DatasetRecord = {"sha256": self.test.sha256, "source": self.test.source,
                                   "canonical": self.test.canonical, "rows": len(self.test)}
         if self.several:
@@ -219,8 +222,9 @@ class Run:
         return bool(self.tasks[0].key)
 
     def item_done(self, rel: str) -> bool:
-        """The resume rule of one schedule item: every task's eval of it is done (:func:`eval_done`)."""
-        return all(eval_done(t.eval_dir(self.run_dir, rel)) for t in self.tasks)
+        """The resume rule of one schedule item: every task's eval of it is done (:func:`eval_done`); an eval
+        directory reached through a planted link is refused, never read as this run's."""
+        return all(eval_done(fileio.check(t.eval_dir(self.run_dir, rel))) for t in self.tasks)
 
     # ------------------------------------------------------------------ before any server
     def prepare_arms(self) -> tuple[list[ArmDiffRow], list[ArmDiffRow]]:
@@ -757,11 +761,12 @@ def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) ->
     """Run (or resume) the experiment in ``run_dir`` with the run's signal handling; every way out becomes an
     exit code and one line (a bug: its traceback in run.log), and a failed run leaves its failure summary.
     ``command``: the (redacted) command line that asked for it, recorded with the results."""
-    log = RunLog(run_dir)
+    log = RunLog(None if cfg.dry_run else run_dir)  # a dry run writes nothing
     with Interrupts() as interrupts:
         try:
             code = run_experiment(cfg, run_dir, interrupts, log, command)
-        except DirectoryInUse as e:  # another run owns the directory, its run.log included: say it here only
+        except (DirectoryInUse, PlantedLink) as e:  # another run owns the directory, its run.log included, or a
+            # link was planted in it (run.log perhaps): said here only
             print(redact_text(f"abh: error: {e}"), file=sys.stderr, flush=True)
             return exitcodes.BAD_CONFIG
         except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
@@ -771,8 +776,10 @@ def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) ->
             if known is None:
                 code = exitcodes.UNEXPECTED
                 log.write(traceback.format_exc())
-                line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback in "
-                        f"{run_dir / RUN_LOG}")
+                if log.path is None:  # a dry run: no run.log
+                    traceback.print_exc()
+                line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback "
+                        + (f"in {run_dir / RUN_LOG}" if log.path is not None else "above"))
                 print(redact_text(line), file=sys.stderr, flush=True)
                 log.write(line)
                 reason = f"unexpected error (a bug): {type(e).__name__}: {e}"
@@ -783,4 +790,7 @@ def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) ->
             if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
                 with contextlib.suppress(Exception):  # the failure is reported already; this is the record
                     write_failure_summary(run_dir, str(cfg.experiment.name), code, reason)
+    if cfg.dry_run:  # Hydra made the run directory for it: a dry run leaves none behind (one that holds files stays)
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
     return code

@@ -38,7 +38,8 @@ from harness.engines.base import ServerProbe
 from harness.engines.gpu import gpu_inventory
 from harness.engines.process import StopInfo
 from harness.orchestrate.design import PlannedDesign
-from harness.results import schema
+from harness.results import fileio, schema
+from harness.results.fileio import OutputError, PlantedLink
 from harness.results.records import JSONObject
 from harness.serving.untrusted import printable
 from harness.util.keys import flatten, matches
@@ -260,8 +261,10 @@ def _same_but_added(before: Any, after: Any) -> bool:
     return bool(before == after)
 
 
-def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path) -> None:
-    """Refuse (ConfigError) to resume a run directory that holds a run of a different config."""
+def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path,
+                 dir_option: str = "hydra.run.dir") -> None:
+    """Refuse (ConfigError) to resume a run directory that holds a run of a different config; ``dir_option``: how
+    the command names its run directory (``abh ab``: ``--out``)."""
     old = recorded.get("config_sha256")
     if not old or old == digest["sha256"]:
         return
@@ -273,7 +276,14 @@ def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path) -> 
     if not changed:
         return
     raise ConfigError(f"{run_dir} holds a run of a different config (changed: {', '.join(changed[:8]) or '?'}); "
-                      "its results would be mixed with this one's. Use another hydra.run.dir, or delete it.")
+                      f"its results would be mixed with this one's. Use another {dir_option}, or delete it.")
+
+
+def refuse_planted_links(run_dir: Path) -> None:
+    """PlantedLink naming a symbolic link among the run directory's files or anywhere in its ``evals/`` (all abh's
+    own: a link there was planted, and a resume would read or write through it); its ``worktrees/`` (source
+    trees) may hold links."""
+    fileio.check_tree(fileio.check_dir(run_dir) / "evals")
 
 
 # ---------------------------------------------------------------------------------- provenance
@@ -516,9 +526,10 @@ class RunLog:
             return
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         try:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(f"[{stamp}] {printable(redact_text(text)).rstrip()}\n")
-        except OSError as e:  # the log is a copy of what the terminal shows: it must not take the run down
-            self.broken = f"cannot write {self.path}: {e.strerror or e}"
+            fileio.append_text(self.path, f"[{stamp}] {printable(redact_text(text)).rstrip()}\n")
+        except PlantedLink as e:  # written through never; the run refuses it as it opens its directory
+            self.broken = str(e)
+        except OutputError as e:  # the log is a copy of what the terminal shows: it must not take the run down
+            self.broken = str(e)
             print(f"[abh] warning: {self.broken}; the rest of this run is on the terminal only", file=sys.stderr,
                   flush=True)

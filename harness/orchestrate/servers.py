@@ -76,6 +76,7 @@ class ServerPool:
         launch = Launch(engine.launch_identity() or self.manifest.next_launch_id(key), key, engine)
         self.say(f"{label + ' ' if label else ''}launching arm {key} ({engine.kind}), launch {launch.id}")
         spawned = time.time()
+        engine.prepare_launch()  # a GPU tool's answer can take seconds: Ctrl-C meanwhile acts at once
         with self.interrupts.deferred():
             engine.launch()
             self.live[key] = launch
@@ -102,7 +103,9 @@ class ServerPool:
         else:
             self.say(f"done with arm {key}'s server (launch {launch.id}): abh did not start it, it keeps running")
         with self.interrupts.deferred():
-            info = launch.engine.stop(on_status=self.say)
+            # interrupted: the server is stopped, but its port and GPU memory are not waited for (nothing is
+            # launched next; a hung GPU tool would hold Ctrl-C for its timeouts)
+            info = launch.engine.stop(on_status=self.say, settle=self.interrupts.signum is None)
             try:
                 self.manifest.record_stop(key, launch.id, info)
             except OutputError as e:  # stopped all the same: the record is what failed (a full disk)

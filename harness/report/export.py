@@ -12,11 +12,11 @@ of its questions, joined long-form for pandas users::
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from harness.report import data
+from harness.results.fileio import atomic_output, atomic_write_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,15 +78,7 @@ def export_samples(root: Path) -> list[Path]:
     """Write ``root/samples.parquet`` and ``root/samples.csv`` (each atomically); return their paths."""
     root = Path(root)
     df = samples_frame(root)
-    out = []
-    for name, write in ((PARQUET, lambda p: df.to_parquet(p, index=False)),
-                        (CSV, lambda p: df.to_csv(p, index=False))):
-        path = root / name
-        tmp = root / f".{name}.tmp{os.getpid()}"
-        try:
-            write(tmp)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        out.append(path)
-    return out
+    with atomic_output(root / PARQUET) as f:
+        df.to_parquet(f, index=False)
+    atomic_write_text(root / CSV, df.to_csv(index=False))
+    return [root / PARQUET, root / CSV]

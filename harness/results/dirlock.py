@@ -10,7 +10,10 @@ it. The file is removed on release, so a finished directory holds no trace of it
 with a process that opened it just before (it would lock a file no longer in the directory), so an acquirer
 checks that the file it locked is still the one at the path, and tries again if not. A file system that does
 not support ``flock``, or a directory where no lock file can be made (read-only, full: its writes will fail and
-say so), runs unlocked.
+say so), runs unlocked. A lock file that is a symbolic link is refused (PlantedLink), never opened through.
+
+While locked, the directory is an output directory of this process (:func:`harness.results.fileio.hold`): no
+write under it descends into a symbolic link.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from harness.results.fileio import StoreError
+from harness.results import fileio
+from harness.results.fileio import PlantedLink, StoreError
 
 LOCK_FILE = ".abh.lock"
 
@@ -37,25 +41,30 @@ class DirLock:
         self.path = self.root / LOCK_FILE
         self.what = what
         self._fd: int | None = None
+        self._holding = False  # an output directory of this process (fileio.hold), locked or not
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     def acquire(self) -> DirLock:
-        """Take the lock (the directory must exist); DirectoryInUse when another process holds it."""
+        """Take the lock (the directory must exist); DirectoryInUse when another process holds it, PlantedLink when
+        the lock file (or a directory on the way to it, inside an output directory held already) is a link."""
+        fileio.check(self.path)
         while self._fd is None:
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError:
-                return self  # no lock file can be made here (read-only, full): the writes will say why
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise PlantedLink(self.path) from None
+                return self._hold()  # no lock file can be made here (read-only, full): the writes will say why
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 os.close(fd)
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise DirectoryInUse(self._in_use()) from None
-                return self  # no flock here (some network file systems): run unlocked
+                return self._hold()  # no flock here (some network file systems): run unlocked
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:
@@ -69,6 +78,12 @@ class DirLock:
             except OSError:
                 pass  # a full disk: the lock holds, only the pid cannot be shown
             self._fd = fd
+        return self._hold()
+
+    def _hold(self) -> DirLock:
+        if not self._holding:
+            fileio.hold(self.root)
+            self._holding = True
         return self
 
     def _in_use(self) -> str:
@@ -81,6 +96,9 @@ class DirLock:
                 "to end, or use another directory")
 
     def release(self) -> None:
+        if self._holding:
+            fileio.let_go(self.root)
+            self._holding = False
         if self._fd is None:
             return
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from harness.results import integrity, schema
+from harness.results import fileio, integrity, schema
 from harness.results.dirlock import DirLock
 from harness.results.fileio import OutputError, StoreError, atomic_write_text, read_jsonl, writing
 from harness.results.schema import EvalMeta, EvalSummary, PromptRow, SampleRecord, SampleRow
@@ -83,9 +83,10 @@ class EvalStore:
         and label, and the task's scorer, which every kept row must agree with
         (:func:`~harness.results.integrity.verify`).
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        fileio.make_dirs(self.root)
         self.lock()
         try:
+            fileio.check_dir(self.root)  # every file in it is the eval's own: a link in it was planted
             return self._open(meta, reference, score)
         except BaseException:
             self.unlock()  # refused (another eval's directory, a tampered row): held no longer
@@ -127,10 +128,8 @@ class EvalStore:
         self.meta = schema.stamp(schema.EVAL, new)
         self.save_meta()
         # unbuffered: a line is on disk (or its write failed) when append returns; nothing waits in a buffer
-        with writing(self.root / SAMPLES):
-            self._samples_f = (self.root / SAMPLES).open("ab", buffering=0)
-        with writing(self.root / PROMPTS):
-            self._prompts_f = (self.root / PROMPTS).open("ab", buffering=0)
+        self._samples_f = fileio.open_append(self.root / SAMPLES)
+        self._prompts_f = fileio.open_append(self.root / PROMPTS)
         return done
 
     def close_files(self) -> None:

@@ -3,18 +3,26 @@
 Stdlib only and importing nothing of the harness, so the schema (:mod:`harness.results.schema`) and the eval
 store (:mod:`harness.results.eval_store`) can both build on it. (The arm-side launcher keeps its own copy: it runs in
 the arm's interpreter, where the harness may not be importable.)
+
+No write follows a symbolic link planted in an output directory (a run, eval or comparison directory: the
+directories this process holds, :func:`hold`): every file is opened with ``O_NOFOLLOW`` (or made anew and renamed
+into place), and every directory between the output directory and the file is checked to be a real directory
+(:func:`check`); a link is :class:`PlantedLink`, one line naming it, and nothing is written through it. The output
+directory itself may be a link: the user named it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _UMASK_LOCK = threading.Lock()
 
@@ -32,6 +40,195 @@ class OutputError(StoreError):
         super().__init__(f"cannot write {path}: {why} (errno {error.errno})" if error.errno else
                          f"cannot write {path}: {why}")
         self.path, self.errno = Path(path), error.errno
+
+
+class PlantedLink(StoreError):
+    """A symbolic link where abh would write (a file, or a directory on the way to one, inside an output directory):
+    refused, naming it, before anything is written through it."""
+
+    def __init__(self, path: str | Path):
+        try:
+            target = f" (to {os.readlink(path)})"
+        except OSError:
+            target = ""
+        super().__init__(f"{path} is a symbolic link{target}: abh writes nothing through a link inside its output "
+                         "directory; remove the link (or use another output directory)")
+        self.path = Path(path)
+
+
+# ------------------------------------------------------------------------------------- output directories
+_ROOTS: dict[str, int] = {}  # the output directories this process holds (both spellings), how many times held
+_ROOTS_LOCK = threading.Lock()
+
+
+def _spellings(root: str | Path) -> set[str]:
+    return {os.path.abspath(root), os.path.realpath(root)}
+
+
+def hold(root: str | Path) -> None:
+    """``root`` is an output directory of this process: every directory between it and a file written under it is
+    checked (:func:`check`) until :func:`let_go`. (The directory lock, :class:`harness.results.dirlock.DirLock`,
+    holds the directory it locks.)"""
+    with _ROOTS_LOCK:
+        for r in _spellings(root):
+            _ROOTS[r] = _ROOTS.get(r, 0) + 1
+
+
+def let_go(root: str | Path) -> None:
+    with _ROOTS_LOCK:
+        for r in _spellings(root):
+            if _ROOTS.get(r, 0) <= 1:
+                _ROOTS.pop(r, None)
+            else:
+                _ROOTS[r] -= 1
+
+
+def _below_root(path: Path) -> list[Path]:
+    """The paths from the outermost held output directory containing ``path`` (exclusive) down to ``path``
+    (inclusive); none when no held directory contains it."""
+    p = os.path.abspath(path)
+    with _ROOTS_LOCK:
+        roots = [r for r in _ROOTS if p.startswith(r.rstrip(os.sep) + os.sep)]
+    if not roots:
+        return []
+    root = min(roots, key=len)
+    parts = Path(os.path.relpath(p, root)).parts
+    return [Path(root, *parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def check(path: str | Path) -> Path:
+    """``path``, after checking that neither it nor a directory between its output directory and it is a symbolic
+    link (PlantedLink naming the first link otherwise); what does not exist yet is not a link. A path under no held
+    output directory is not checked (a file opened by :func:`open_nofollow` still follows no link)."""
+    for p in _below_root(Path(path)):
+        try:
+            if os.lstat(p).st_mode & 0o170000 == 0o120000:  # S_IFLNK
+                raise PlantedLink(p)
+        except FileNotFoundError:
+            break
+        except NotADirectoryError:
+            break  # a file where a directory should be: the write that follows fails and says so
+    return Path(path)
+
+
+def check_dir(path: str | Path) -> Path:
+    """``path`` checked (:func:`check`), and no entry directly inside it a symbolic link: every file an output
+    directory holds is abh's own, so a link in it was planted (PlantedLink naming it)."""
+    check(path)
+    try:
+        with os.scandir(path) as entries:
+            for e in entries:
+                if e.is_symlink():
+                    raise PlantedLink(e.path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return Path(path)
+
+
+def check_tree(path: str | Path) -> Path:
+    """:func:`check_dir` of ``path`` and of every directory below it: a tree abh alone writes (a run's ``evals/``)
+    holds no link at any depth."""
+    for top, dirs, files in os.walk(check_dir(path)):  # a link to a directory is among the files: not descended
+        for name in (*dirs, *files):
+            if os.path.islink(os.path.join(top, name)):
+                raise PlantedLink(os.path.join(top, name))
+    return Path(path)
+
+
+def make_dirs(path: str | Path) -> Path:
+    """``mkdir -p path`` that descends into no symbolic link below its output directory (PlantedLink)."""
+    path = check(path)
+    with writing(path):
+        path.mkdir(parents=True, exist_ok=True)
+    return check(path)  # made between the check and the mkdir: still no link on the way
+
+
+def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
+    """``os.open`` of a file under an output directory, without following a link at ``path`` or on the way to it:
+    PlantedLink for a link, OutputError for any other OS error."""
+    check(path)
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PlantedLink(path) from None
+        raise OutputError(path, e) from None
+
+
+def open_append(path: str | Path) -> IO[bytes]:
+    """``path`` opened for appending (created if missing), unbuffered: each write is on disk when it returns."""
+    return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab", buffering=0)
+
+
+def open_new(path: str | Path) -> IO[bytes]:
+    """``path`` made anew for writing (a stale file of a crashed session removed first; a link never followed)."""
+    check(path)
+    with writing(path), contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a link is refused above; this removes a regular file only
+    return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb")
+
+
+def append_text(path: str | Path, text: str) -> None:
+    """Append ``text`` to ``path`` (a log), no link followed."""
+    with open_append(path) as f, writing(path):
+        f.write(text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
+    """A binary file to write ``path`` through: a temp file beside it, fsynced and renamed over ``path`` when the
+    block ends (removed if it raises), so readers see the old file or the new one, never half; a link at ``path``
+    or on the way to it is PlantedLink, an OS error (a full disk) the OutputError of ``path``.
+
+    ``mkstemp`` creates the temp file 0600 (and never through a link); it is given the mode a plain write would have
+    (the umask's, or the replaced file's), so a reviewer on the same cluster can open what the harness wrote.
+    """
+    path = check(path)
+    make_dirs(path.parent)
+    with writing(path):
+        mode = _mode_for(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            check(path)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+def replace(src: str | Path, dst: str | Path) -> None:
+    """``os.replace(src, dst)`` onto a ``dst`` that is no planted link (PlantedLink otherwise)."""
+    check(dst)
+    with writing(dst):
+        os.replace(src, dst)
+
+
+class RunLogHandler(logging.FileHandler):
+    """The logging handler of a run's ``run.log`` (configs/hydra/job_logging): appends without following a link,
+    opened at the first record. A ``run.log`` that is a planted link gets no record (the run refuses it, naming
+    it, as it opens the run directory)."""
+
+    def __init__(self, filename: str, encoding: str = "utf-8") -> None:
+        super().__init__(filename, mode="a", encoding=encoding, delay=True)
+        self.refused = False
+
+    def _open(self) -> Any:
+        return os.fdopen(open_nofollow(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                         encoding=self.encoding)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.refused:
+            return
+        try:
+            super().emit(record)
+        except StoreError:  # a planted link (or an unwritable run.log): the run says so in its own words
+            self.refused = True
 
 
 @contextlib.contextmanager
@@ -57,35 +254,16 @@ def _mode_for(path: Path) -> int:
     """An existing file keeps its permissions; a new one gets what ``open()`` would give it (0666 & ~umask)."""
     try:
         return path.stat().st_mode & 0o7777
-    except FileNotFoundError:
+    except OSError:
         return 0o666 & ~current_umask()
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half; an OS
-    error (a full disk) is the OutputError of ``path``, and the old file stays.
-
-    ``mkstemp`` creates the temp file 0600; it is given the mode a plain write would have (the umask's, or
-    the replaced file's), so a reviewer on the same cluster can open what the harness wrote.
-    """
-    path = Path(path)
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mode = _mode_for(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            os.fchmod(fd, mode)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+    """Write via a temp file in the same directory, fsync, rename (:func:`atomic_output`): readers see old or new,
+    never half; an OS error (a full disk) is the OutputError of ``path``, and the old file stays; a planted link
+    is PlantedLink."""
+    with atomic_output(path) as f:
+        f.write(text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -46,7 +46,7 @@ from typing import Any, Literal, TypedDict
 
 import numpy as np
 
-from harness.results import schema
+from harness.results import fileio, schema
 from harness.results.fileio import atomic_write_json, read_json
 from harness.results.records import JSONObject
 
@@ -147,15 +147,16 @@ class ScoresWriter:
                  row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, carry: str | Path | None = None):
         import pyarrow.parquet as pq
 
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = fileio.make_dirs(root)
         self.top_k = int(top_k)
         self.meta = dict(meta or {})
         self.row_group_rows = int(row_group_rows)
         self._partial = self.root / f".{SCORES}.partial"
+        # written through a descriptor that followed no link (pyarrow would open a planted one's target)
+        self._file = fileio.open_new(self._partial)
         # dictionary encoding only where values repeat (a question's index on each of its rows): on the logprob
         # and id columns it costs ~40 % of the write for 1 % of the size
-        self._writer = pq.ParquetWriter(self._partial, scores_schema(), compression="zstd", use_dictionary=["question"])
+        self._writer = pq.ParquetWriter(self._file, scores_schema(), compression="zstd", use_dictionary=["question"])
         self._buf: list[_Chunk] = []
         self._buffered = 0
         self._seen: set[int] = set()
@@ -297,9 +298,9 @@ class ScoresWriter:
         self._flush()
         self._writer.close()
         self._closed = True
-        with open(self._partial, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(self._partial, self.root / SCORES)
+        os.fsync(self._file.fileno())
+        self._file.close()
+        fileio.replace(self._partial, self.root / SCORES)
         atomic_write_json(self.root / SCORES_META, {
             "schema_version": SCHEMA_VERSION, "kind": KIND, **self.meta,
             "status": "ok" if partial is None else "not_measured", "reason": partial, "partial": partial is not None,
@@ -316,6 +317,7 @@ class ScoresWriter:
             try:
                 self._writer.close()
             finally:
+                self._file.close()
                 self._partial.unlink(missing_ok=True)
 
     def __enter__(self) -> ScoresWriter:

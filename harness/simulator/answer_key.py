@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.results.fileio import atomic_write_text
 from harness.tasks.interface import Item, Task
 
 
@@ -68,13 +69,13 @@ def build(tasks: Sequence[tuple[str, Task]]) -> dict[str, Any]:
     return out
 
 
-def write(path: Path, tasks: Sequence[tuple[str, Task]]) -> Path | None:
-    """Write the key of ``tasks`` to ``path``; None (nothing written) when no task needs one."""
-    key = build(tasks)
-    if not key["tasks"]:
+def write(path: Path, tasks: Sequence[tuple[str, Task]], dry_run: bool = False) -> Path | None:
+    """Write the key of ``tasks`` to ``path`` (a dry run only names it); None (nothing written) when no task needs
+    one."""
+    if not any(needs_key(task) for _, task in tasks):
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(key, ensure_ascii=False), encoding="utf-8")
+    if not dry_run:
+        atomic_write_text(path, json.dumps(build(tasks), ensure_ascii=False))
     return path
 
 

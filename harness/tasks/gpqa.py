@@ -57,6 +57,7 @@ def load(data_path: str | None) -> Dataset:
     spec = str(data_path or "")
     if not spec:
         raise DatasetError(NO_DATA)
+    lines: list[int] | None = None
     if sources.is_hf(spec):
         rows, where = sources.load_hf(spec, "train", "gpqa_diamond", _from_hf, "GPQA"), spec
     else:
@@ -64,9 +65,11 @@ def load(data_path: str | None) -> Dataset:
             raw, where = sources.read_bytes(spec, "GPQA")
         except DatasetError as e:
             raise DatasetError(f"{e}. {NO_DATA}") from None
-        rows = sources.read_csv(sources.text_of(raw, where, "GPQA"), where, COLUMNS)
+        lines = []
+        rows = sources.read_csv(sources.text_of(raw, where, "GPQA"), where, COLUMNS, lines)
     if not rows:
         raise DatasetError(f"{where} holds no GPQA rows")
+    sources.refuse_conflicting_duplicates(rows, where, lambda r: r["Question"], lambda r: r["Correct Answer"], lines)
     rows = [{k: r[k] for k in COLUMNS} for r in rows]
     return Dataset(rows=rows, source=where, sha256=sources.content_hash(rows, COLUMNS),
                    canonical=None)

@@ -34,6 +34,7 @@ from pathlib import Path
 from harness.results.records import JSONObject
 from harness.results.schema import EvalMeta
 from harness.serving.wire import SGLangApi
+from harness.tasks import sources
 from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, SamplingParams, Scored, Task
 from harness.tasks.sglang_frontend import chat_stops_for_model
 
@@ -78,8 +79,9 @@ def content_hash(rows: list[dict[str, str]]) -> str:
     return h.hexdigest()
 
 
-def read_jsonl(path: Path) -> list[dict[str, str]]:
-    """The rows of a GSM8K JSONL file (``question`` and ``answer`` strings); any problem is one DatasetError line."""
+def read_jsonl(path: Path, lines: list[int] | None = None) -> list[dict[str, str]]:
+    """The rows of a GSM8K JSONL file (``question`` and ``answer`` strings); any problem is one DatasetError line.
+    ``lines``, when given, gets each row's line number."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -104,6 +106,8 @@ def read_jsonl(path: Path) -> list[dict[str, str]]:
                 or not isinstance(obj.get("answer"), str):
             raise DatasetError(f"{path}:{lineno}: each line needs string fields 'question' and 'answer'")
         rows.append({"question": obj["question"], "answer": obj["answer"]})
+        if lines is not None:
+            lines.append(lineno)
     return rows
 
 
@@ -141,6 +145,7 @@ def load(path: str | Path | None = None, split: str = "test", allow_noncanonical
     ``allow_noncanonical`` (the Dataset then says ``canonical=False``).
     """
     spec = "" if path is None else str(path)
+    lines: list[int] | None = None
     if not spec:
         if split != "test":
             raise DatasetError(f"abh ships only the GSM8K test split; give a path to the {split} split "
@@ -152,7 +157,11 @@ def load(path: str | Path | None = None, split: str = "test", allow_noncanonical
         p = Path(spec).expanduser()
         if p.is_dir():
             p = p / f"{split}.jsonl"
-        rows, source = read_jsonl(p), str(p.resolve())
+        lines = []
+        rows, source = read_jsonl(p, lines), str(p.resolve())
+    if split == "test":  # the graded split (the train split gives shots only)
+        sources.refuse_conflicting_duplicates(rows, source, lambda r: r["question"],
+                                              lambda r: get_answer_value(r["answer"]), lines)
     digest = content_hash(rows)
     want_rows, want_hash = ((CANONICAL_TEST_ROWS, CANONICAL_TEST_HASH) if split == "test"
                             else (CANONICAL_TRAIN_ROWS, CANONICAL_TRAIN_HASH))

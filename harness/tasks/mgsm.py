@@ -64,11 +64,12 @@ def from_gsm8k(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def load(data_path: str | None) -> Dataset:
     spec = str(data_path or "")
+    lines: list[int] | None = None
     if not spec:
         rows, where = from_gsm8k(gsm8k.read_embedded_test()), f"{gsm8k.EMBEDDED_TEST} (rows 0..{ROWS - 1})"
     else:
         raw, where = sources.read_bytes(spec, "MGSM")
-        rows = []
+        rows, lines = [], []
         for lineno, line in enumerate(sources.text_of(raw, where, "MGSM").splitlines(), 1):
             line = line.strip()  # as mgsm_eval.py's get_lang_examples
             if not line:
@@ -79,8 +80,10 @@ def load(data_path: str | None) -> Dataset:
             if "." in parts[1]:
                 raise DatasetError(f"{where}:{lineno}: target {parts[1]!r} contains a decimal point")
             rows.append({"inputs": parts[0], "targets": parts[1]})
+            lines.append(lineno)
     if not rows:
         raise DatasetError(f"{where} holds no MGSM rows")
+    sources.refuse_conflicting_duplicates(rows, where, lambda r: r["inputs"], lambda r: r["targets"], lines)
     digest = sources.content_hash(rows, COLUMNS)
     return Dataset(rows=rows, source=where, sha256=digest, canonical=digest == CANONICAL_HASH)
 

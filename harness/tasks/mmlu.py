@@ -101,6 +101,7 @@ def load(data_path: str | None) -> Dataset:
     spec = str(data_path or "")
     if not spec:
         raise DatasetError(NO_DATA)
+    lines: list[int] | None = None
     if sources.is_hf(spec):
         rows, where = sources.load_hf(spec, "test", "all", _from_hf, "MMLU"), spec + "/test"
     elif not sources.is_url(spec) and Path(spec).expanduser().is_dir():
@@ -117,10 +118,14 @@ def load(data_path: str | None) -> Dataset:
         where = str(folder.resolve())
     else:
         raw, where = sources.read_bytes(spec, "MMLU")
-        rows = sources.read_csv(sources.text_of(raw, where, "MMLU"), where, COLUMNS)
+        lines = []
+        rows = sources.read_csv(sources.text_of(raw, where, "MMLU"), where, COLUMNS, lines)
     if not rows:
         raise DatasetError(f"{where} holds no MMLU rows")
     _check(rows, where)
+    # a question is its text and its choices (one text may come with other choices, and another answer)
+    sources.refuse_conflicting_duplicates(rows, where, lambda r: tuple(r[c] for c in LETTERS_COLS),
+                                          lambda r: r["Answer"], lines)
     rows = [{k: r[k] for k in COLUMNS} for r in rows]
     return Dataset(rows=rows, source=where, sha256=sources.content_hash(rows, COLUMNS), canonical=None)
 

@@ -9,7 +9,8 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,37 @@ def text_of(raw: bytes, where: str, what: str) -> str:
         raise DatasetError(f"{where}:{line}: not UTF-8 text; {what} files are UTF-8") from None
 
 
-def read_csv(text: str, where: str, required: Sequence[str]) -> list[dict[str, str]]:
-    """The rows of a CSV file with a header holding ``required`` columns (any others are kept)."""
+def refuse_conflicting_duplicates(rows: Sequence[dict[str, str]], where: str,
+                                  question: Callable[[dict[str, str]], Hashable],
+                                  label: Callable[[dict[str, str]], object], lines: Sequence[int] | None = None) -> None:
+    """A question asked twice (the fields its prompt is made of: ``question``) with two different labels is a
+    DatasetError naming both lines (``lines``: each row's line in ``where``; else its row number): one of them
+    grades right answers as wrong. The same question with the same label twice is one warning line on stderr
+    (it counts once per appearance)."""
+    def place(k: int) -> str:
+        return f"line {lines[k]}" if lines is not None else f"row {k + 1}"
+
+    first: dict[Hashable, int] = {}
+    repeated: list[tuple[int, int]] = []
+    for i, r in enumerate(rows):
+        j = first.setdefault(question(r), i)
+        if j == i:
+            continue
+        if label(rows[j]) != label(r):
+            raise DatasetError(f"{where}: {place(j)} and {place(i)} ask the same question with different answers "
+                               f"({label(rows[j])!r} and {label(r)!r}): one of them grades right answers as wrong; "
+                               "fix the data")
+        repeated.append((j, i))
+    if repeated:
+        j, i = repeated[0]
+        more = f" (and {len(repeated) - 1} more)" if len(repeated) > 1 else ""
+        print(f"abh: warning: {where}: {place(j)} and {place(i)} ask the same question with the same answer{more}: "
+              "each counts once per appearance", file=sys.stderr, flush=True)
+
+
+def read_csv(text: str, where: str, required: Sequence[str], lines: list[int] | None = None) -> list[dict[str, str]]:
+    """The rows of a CSV file with a header holding ``required`` columns (any others are kept); ``lines``, when
+    given, gets each row's line number."""
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []
     missing = [c for c in required if c not in header]
@@ -93,6 +123,8 @@ def read_csv(text: str, where: str, required: Sequence[str]) -> list[dict[str, s
             if None in row:
                 raise DatasetError(f"{where}:{reader.line_num}: more fields than the header names")
             rows.append({k: v if v is not None else "" for k, v in row.items() if k})
+            if lines is not None:
+                lines.append(reader.line_num)
     except csv.Error as e:
         raise DatasetError(f"{where}:{reader.line_num}: not valid CSV ({e})") from None
     return rows
