@@ -239,3 +239,19 @@ def test_the_run_log_handler_writes_nothing_through_a_link_and_opens_late(tmp_pa
     assert "a line for run.log" in (tmp_path / "run.log").read_text()
     assert (outside / "precious.txt").read_text() == "not abh's to write\n"
     assert "Logging error" not in capsys.readouterr().err
+
+
+def test_the_scoring_inputs_file_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    from harness.measure.logprob_pass import INPUTS, _write_inputs
+
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes(b"keep")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / INPUTS).symlink_to(outside)
+    with pytest.raises(PlantedLink):
+        _write_inputs(run / INPUTS, {0: ([1, 2], [3])})
+    assert outside.read_bytes() == b"keep"
+    (run / INPUTS).unlink()
+    _write_inputs(run / INPUTS, {0: ([1, 2], [3])})
+    assert (run / INPUTS).is_file() and not (run / INPUTS).is_symlink()

@@ -64,7 +64,7 @@ import numpy as np
 import orjson
 
 from harness.measure.runner import Progress, Refusals, Stop, run, signals_to, watchdogs
-from harness.results import schema
+from harness.results import fileio, schema
 from harness.results.eval_store import PROMPTS, load_samples
 from harness.results.fileio import read_json, read_jsonl
 from harness.results.records import JSONObject
@@ -160,9 +160,8 @@ def _write_inputs(path: Path, rows: dict[int, tuple[list[int], list[int]]]) -> N
     table = pa.table({"question": pa.array(qs, type=pa.int32()),
                       "prompt_ids": pa.array([rows[q][0] for q in qs], type=pa.list_(pa.int32())),
                       "reference_ids": pa.array([rows[q][1] for q in qs], type=pa.list_(pa.int32()))})
-    partial = path.with_name(f".{path.name}.partial")
-    pq.write_table(table, partial, compression="zstd")
-    partial.replace(path)
+    with fileio.atomic_output(path) as f:  # a link planted at the path is refused, never written through
+        pq.write_table(table, f, compression="zstd")
 
 
 def _read_inputs(path: Path) -> dict[int, tuple[list[int], list[int]]]:
