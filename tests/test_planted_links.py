@@ -249,9 +249,11 @@ def test_the_scoring_inputs_file_is_never_written_through_a_planted_link(tmp_pat
     run = tmp_path / "run"
     run.mkdir()
     (run / INPUTS).symlink_to(outside)
-    with pytest.raises(PlantedLink):
+    (run / f".{INPUTS}.partial").symlink_to(outside)  # the old code's fixed temporary name
+    with DirLock(run), pytest.raises(PlantedLink):
         _write_inputs(run / INPUTS, {0: ([1, 2], [3])})
     assert outside.read_bytes() == b"keep"
+    (run / f".{INPUTS}.partial").unlink()
     (run / INPUTS).unlink()
     _write_inputs(run / INPUTS, {0: ([1, 2], [3])})
     assert (run / INPUTS).is_file() and not (run / INPUTS).is_symlink()
