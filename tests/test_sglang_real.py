@@ -38,7 +38,7 @@ def test_cpu_sglang_smollm2_serves_two_dtypes_and_measures_divergence(tmp_path):
     launches = [launch for arm in m["arms"].values() for launch in arm["launches"]]
     assert len(launches) == 3  # A and B once each (up together), the floor on a fresh launch of A
     checks = {key: arm["live_checks"] for key, arm in m["arms"].items()}
-    assert all(ch["passed"] for cs in checks.values() for ch in cs) and all(len(cs) == 3 for cs in checks.values())
+    assert all(ch["passed"] for cs in checks.values() for ch in cs) and all(len(cs) == 4 for cs in checks.values())
     found = {key: " ".join(str(ch["found"]) for ch in cs) for key, cs in checks.items()}
     assert "bfloat16" in found["a"] and "float32" in found["b"]  # the checks tell the arms apart
     for launch in launches:

@@ -64,5 +64,5 @@ def needs_sglang() -> pytest.MarkDecorator:
 
 def needs_sglang_parser() -> pytest.MarkDecorator:
     """Skip where scripts/sglang_cpu/install.sh's venv is absent, except under CI."""
-    why = None if os.access(sglang_python(), os.X_OK) else f"no SGLang parser venv at {sglang_python().parent.parent}"
+    why = None if os.access(sglang_python(), os.X_OK) else f"no SGLang venv at {sglang_python().parent.parent}"
     return pytest.mark.skipif(why is not None and not os.environ.get("CI"), reason=str(why))
