@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_model, needs_sglang()]
 
 
 @pytest.mark.timeout(2700)
-def test_cpu_sglang_smollm2_serves_two_dtypes_and_measures_divergence(tmp_path):
+def test_cpu_sglang_smollm2_serves_two_kv_cache_dtypes_and_measures_divergence(tmp_path):
     run_dir = tmp_path / "run"
     r = abh_run("experiment=cpu_sglang_smollm2", "task.num_questions=8", f"hydra.run.dir={run_dir}",
                 "progress=false", cwd=tmp_path, timeout=2700)
@@ -39,8 +39,8 @@ def test_cpu_sglang_smollm2_serves_two_dtypes_and_measures_divergence(tmp_path):
     assert len(launches) == 3  # A and B once each (up together), the floor on a fresh launch of A
     checks = {key: arm["live_checks"] for key, arm in m["arms"].items()}
     assert all(ch["passed"] for cs in checks.values() for ch in cs) and all(len(cs) == 4 for cs in checks.values())
-    found = {key: " ".join(str(ch["found"]) for ch in cs) for key, cs in checks.items()}
-    assert "bfloat16" in found["a"] and "float32" in found["b"]  # the checks tell the arms apart
+    kv = {key: [ch for ch in cs if ch["kind"] == "log_line"][0]["evidence"]["lines"] for key, cs in checks.items()}
+    assert "dtype: torch.float32," in kv["a"][0] and "dtype: torch.bfloat16," in kv["b"][0]  # the arms told apart
     for launch in launches:
         probe = launch["probe"]
         assert probe["engine"] == "sglang" and not probe["simulated"]
