@@ -218,15 +218,25 @@ def test_a_signal_during_scoring_stops_the_servers_and_a_rerun_scores_again(tmp_
     assert d["verdict"] in ("diverged", "indistinguishable") and d["questions"] == 40
 
 
+def test_divergence_switched_off_says_why_before_the_evals(tmp_path, capsys):
+    """An experiment whose divergence is off by default (off_reason) says so with the design, before a question."""
+    code = abh_run_here(f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true", "divergence.enabled=false",
+                        "divergence.off_reason=too slow on this engine")
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    assert "divergence: not measured: too slow on this engine" in out.out + out.err
+
+
 # ------------------------------------------------------------------------------------------ real llama.cpp
 @pytest.mark.slow
 @pytest.mark.real_model
 @pytest.mark.timeout(5400)  # llama-cpp-python ranks the whole vocabulary for every echoed token: ~30 min
 @needs_llamacpp()
 def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
+    """Divergence is off by default in cpu_smollm2 (its cost); switched on, it sees the q8_0 keys."""
     run_dir = tmp_path / "cpu"
-    r = abh_run("experiment=cpu_smollm2", "task.num_questions=8", f"hydra.run.dir={run_dir}", "progress=false",
-                cwd=tmp_path, timeout=5400)
+    r = abh_run("experiment=cpu_smollm2", "task.num_questions=8", "divergence.enabled=true",
+                f"hydra.run.dir={run_dir}", "progress=false", cwd=tmp_path, timeout=5400)
     assert r.returncode == 0, r.stderr[-3000:]
     c = read_json(run_dir / "comparison.json")
     assert c["verdict"] in ("inconclusive", "equivalent", "noninferior")  # accuracy cannot separate the arms

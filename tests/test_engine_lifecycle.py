@@ -151,6 +151,30 @@ def test_server_ignoring_sigterm_gets_sigkill(tmp_path):
     assert wait_gone(pid) and info["leftover_pids"] == []
 
 
+def test_server_busy_after_sigterm_gets_sigint_within_the_stop_timeout(tmp_path):
+    """A server that waits out SIGTERM (uvicorn finishing a busy request) is sent SIGINT, its force quit, after
+    the engine's interrupt_after_s, and stops on it long before stop_timeout_s would SIGKILL it."""
+    e = sim(tmp_path, ignore_sigterm=True, stop_timeout_s=60.0)
+    e.launch()
+    e.wait_ready()
+    pid = e.pid
+    statuses: list[str] = []
+    t0 = time.monotonic()
+    info = e.proc.stop(60.0, statuses.append, interrupt_after_s=0.5)
+    assert info["how"] == "SIGTERM, then SIGINT" and info["returncode"] != -signal.SIGKILL
+    assert 0.5 <= time.monotonic() - t0 < 30
+    assert any("SIGINT" in s for s in statuses), statuses
+    assert wait_gone(pid) and info["leftover_pids"] == []
+
+
+def test_interrupt_after_is_not_sent_to_a_server_that_stops_on_sigterm(tmp_path):
+    e = sim(tmp_path)
+    e.launch()
+    e.wait_ready()
+    info = e.proc.stop(60.0, interrupt_after_s=30.0)
+    assert info["how"] == "SIGTERM"
+
+
 def test_configured_port_taken_is_a_clear_error(tmp_path):
     port = free_port()
     with socket.socket() as s:

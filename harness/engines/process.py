@@ -2,7 +2,8 @@
 
 * :class:`ServerProcess` starts an argv list (never a shell string) in its own session / process group,
   stdout+stderr appended to a log file in the run directory, and stops it on every path: SIGTERM to the
-  group, ``stop_timeout_s``, SIGKILL to the group and to any descendant that left it; then it waits until
+  group (SIGINT too after the engine's ``interrupt_after_s``), ``stop_timeout_s``, SIGKILL to the group and to any
+  descendant that left it; then it waits until
   the port is free and, where a GPU tool exists, until the GPU memory the server held is released (best
   effort, bounded by ``release_timeout_s``; see :mod:`harness.engines.gpu`).
 * :func:`wait_until_ready` polls a readiness check, checking before each poll that the process is alive,
@@ -266,7 +267,8 @@ class StopInfo(TypedDict, total=False):
     """How a server was stopped (:meth:`ServerProcess.stop`; the manifest's ``launches[].stop``)."""
 
     pid: int | None
-    #: ``SIGTERM``, ``SIGKILL``, ``SIGKILL (still running)``, ``already exited`` or ``never started``
+    #: ``SIGTERM``, ``SIGTERM, then SIGINT``, ``SIGKILL``, ``SIGKILL (still running)``, ``already exited`` or
+    #: ``never started``
     how: str
     #: resident memory of the server's processes just before the stop (what the host gets back)
     rss_mib: float
@@ -437,10 +439,33 @@ class ServerProcess:
             return True
 
     # ------------------------------------------------------------------ stop
+    def _wait_stopped(self, stop_timeout_s: float, interrupt_after_s: float | None,
+                      on_status: StatusFn | None) -> str:
+        """Wait up to ``stop_timeout_s`` for the process after SIGTERM, sending SIGINT after ``interrupt_after_s``;
+        which signal it stopped on (TimeoutExpired: it did not)."""
+        assert self.proc is not None
+        if interrupt_after_s is None or interrupt_after_s >= stop_timeout_s:
+            self.proc.wait(stop_timeout_s)
+            return "SIGTERM"
+        try:
+            self.proc.wait(interrupt_after_s)
+            return "SIGTERM"
+        except subprocess.TimeoutExpired:
+            if on_status:
+                on_status(f"{self.name} (pid {self.proc.pid}) still runs {interrupt_after_s:g} s after SIGTERM "
+                          f"(busy): SIGINT")
+            self._signal_group(signal.SIGINT)
+        self.proc.wait(stop_timeout_s - interrupt_after_s)
+        return "SIGTERM, then SIGINT"
+
     def stop(self, stop_timeout_s: float = 60.0, on_status: StatusFn | None = None, host: str | None = None,
-             port: int | None = None, release_timeout_s: float = 300.0, settle: bool = True) -> StopInfo:
+             port: int | None = None, release_timeout_s: float = 300.0, settle: bool = True,
+             interrupt_after_s: float | None = None) -> StopInfo:
         """Stop the server (idempotent): SIGTERM to the group, wait, SIGKILL; then (``settle``) wait for port and
-        GPUs (an interrupted run does not: a GPU tool that hangs would hold Ctrl-C for its timeouts)."""
+        GPUs (an interrupted run does not: a GPU tool that hangs would hold Ctrl-C for its timeouts).
+
+        ``interrupt_after_s``: a server still running that long after SIGTERM gets SIGINT, within the same
+        ``stop_timeout_s`` (uvicorn's "force quit": after SIGTERM it waits for every busy request to finish)."""
         if self.stop_info is not None:
             return self.stop_info
         info: StopInfo = {"pid": self.pid}
@@ -457,8 +482,7 @@ class ServerProcess:
                 on_status(f"stopping {self.name} (pid {self.proc.pid}): SIGTERM to its process group")
             self._signal_group(signal.SIGTERM)
             try:
-                self.proc.wait(stop_timeout_s)
-                info["how"] = "SIGTERM"
+                info["how"] = self._wait_stopped(stop_timeout_s, interrupt_after_s, on_status)
             except subprocess.TimeoutExpired:
                 if on_status:
                     on_status(f"{self.name} (pid {self.proc.pid}) ignored SIGTERM for {stop_timeout_s:.0f} s: "

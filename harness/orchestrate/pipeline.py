@@ -382,6 +382,9 @@ class Run:
         for line in format_design(design, int(x.repeats), bool(x.restart_per_repeat),
                                   can_restart=str(self.cfg.engine.kind) != "external"):
             self.log.say(line)
+        off = self.cfg.divergence
+        if not off.enabled and off.get("off_reason"):  # said before the evals, not only in the verdict after them
+            self.log.say(f"  divergence: not measured: {off.off_reason}")
 
     def run_items(self, items: list[Item], of: int, start: int = 0) -> None:
         """Run ``items`` (evals numbered from ``start`` + 1 of ``of``), keeping the evals already complete and the

