@@ -377,10 +377,19 @@ def launches_needed(effect: float, n: int, sigma2_launch: float | tuple[float, f
     """Fewest launches per arm (a fresh launch per repeat) whose :func:`power_launch_aware` reaches ``power``;
     None beyond ``most`` (a launch variance too large for the effect, or an interaction h that launches
     cannot average away)."""
-    # a scan, not a bisection: one launch per arm without an A/A launch is the question-level test, whose
-    # power can exceed that of two launches on 2 df
-    for launches in range(1, most + 1):
-        if power_launch_aware(effect, n, sigma2_launch, noise_per_launch, launches, launches, launches_aa,
-                              heterogeneity, alpha) >= power:
-            return launches
-    return None
+    def enough(launches: int) -> bool:
+        return power_launch_aware(effect, n, sigma2_launch, noise_per_launch, launches, launches, launches_aa,
+                                  heterogeneity, alpha) >= power
+
+    # one launch per arm without an A/A launch is the question-level test, whose power can exceed that of two
+    # launches on 2 df: asked apart; from two launches on, power grows with the launches (more df, less
+    # variance), so a bisection finds the fewest
+    if enough(1):
+        return 1
+    if most < 2 or not enough(most):
+        return None
+    lo, hi = 1, most  # not enough at lo, enough at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
