@@ -185,8 +185,7 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
             warm_s = await warm_up()
         counts = opts.prompt_tokens if opts.prompt_tokens is not None else PromptTokens()
         await stop.race(_learn_prompt_tokens(client, counts, pending))
-        if stop.event.is_set():
-            return {}
+        # interrupted or not: the directory is open, and _ask writes its summary however it ends
         return await _ask(task, client, store, pending, done, opts, stop, simulated, warm_s, counts)
 
 
