@@ -80,13 +80,17 @@ def test_fail_on_regressed_exits_7_on_a_regression(tmp_path: Path, capsys: pytes
     b = a & (rng.random(500) < 0.85)
     da, db = make_eval(tmp_path / "a", a), make_eval(tmp_path / "b", b)
     assert _compare(tmp_path, da, db) == 0
-    assert _compare(tmp_path, da, db, "--fail-on", "regressed") == 7
+    # one eval per arm: a verdict about the two instances, which the gate does not act on unless told to
+    assert _compare(tmp_path, da, db, "--fail-on", "regressed") == 0
+    assert "not applied to verdict regressed" in capsys.readouterr().err
+    assume = "--assume-no-launch-shift"
+    assert _compare(tmp_path, da, db, "--fail-on", "regressed", assume) == 7
     assert "verdict regressed fails --fail-on regressed" in capsys.readouterr().err
     assert read_json(tmp_path / "out" / "comparison.json")["verdict"] == "regressed"
     # the reverse comparison improved: a regression gate passes, an any-difference gate does not
-    assert _compare(tmp_path, db, da, "--fail-on", "regressed") == 0
-    assert _compare(tmp_path, db, da, "--fail-on", "any-difference") == 7
-    assert _compare(tmp_path, db, da, "--fail-on", "not-noninferior") == 0
+    assert _compare(tmp_path, db, da, "--fail-on", "regressed", assume) == 0
+    assert _compare(tmp_path, db, da, "--fail-on", "any-difference", assume) == 7
+    assert _compare(tmp_path, db, da, "--fail-on", "not-noninferior", assume) == 0
     with pytest.raises(SystemExit):
         _compare(tmp_path, da, db, "--fail-on", "worse")
 
