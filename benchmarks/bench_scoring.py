@@ -99,7 +99,7 @@ class Sim:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.simulator", "--port", str(self.port), *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "abh_simulator", "--port", str(self.port), *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(600):
             try:
@@ -130,7 +130,7 @@ def side_by_side(args: argparse.Namespace) -> None:
         tree = Path(base) / "tree"
         tree.mkdir()
         subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        # the runs' working directory holds no harness: `python -m harness.simulator` would import one found
+        # the runs' working directory holds no harness: `python -m abh_simulator` would import one found
         # there before PYTHONPATH's (the baseline's simulators served both runs until this was so)
         for name, root in ((args.baseline, tree), ("this checkout", here)):
             env = {**os.environ, "PYTHONPATH": str(root)}

@@ -32,7 +32,7 @@ from omegaconf import MISSING, OmegaConf
 
 from harness.serving.client import ClientSettings
 from harness.serving.wire import API_NAMES, DEFAULT_TOP_K, SCORING_PARALLEL
-from harness.simulator.sim_config import SimConfig
+from abh_simulator.sim_config import SimConfig
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, DEFAULT_MIN_SCORED_SHARE
 from harness.tasks.registry import TaskSpec
 from harness.tasks.registry import problems as task_problems
@@ -125,13 +125,13 @@ class ExternalEngineConfig(EngineConfig):
 class SimulatedEngineConfig(SimConfig, EngineConfig):
     """The project's GSM8K server simulator (SIMULATED: rehearsal, tests, power planning).
 
-    Every knob of :class:`harness.simulator.sim_config.SimConfig` is a field here with SimConfig's own default
+    Every knob of :class:`abh_simulator.sim_config.SimConfig` is a field here with SimConfig's own default
     (``engine.accuracy``, ``engine.flip_rate``, ``engine.noise``, ...; SimConfig comes first in the bases, so
     its defaults win, also for ``host``, ``port`` and ``model_path``). Only how the harness runs it is set here.
     """
 
     kind: str = "simulated"
-    module: str = "harness.simulator"
+    module: str = "abh_simulator"
     ready_timeout_s: float = 60.0
     poll_interval_s: float = 0.1
     stop_timeout_s: float = 10.0
@@ -427,7 +427,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 def _simulated_problems(cfg: Any) -> list[str]:
     """The simulator's own value checks (SimConfig.problems) on the engine and on each arm's merged engine."""
-    from harness.simulator.sim_config import knob_types
+    from abh_simulator.sim_config import knob_types
 
     types = knob_types()
 

@@ -79,7 +79,7 @@ class SimServer:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.simulator", "--port", str(self.port), "--data", str(TEST_JSONL), *args],
+            [sys.executable, "-m", "abh_simulator", "--port", str(self.port), "--data", str(TEST_JSONL), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, timeout: float = 30.0, path: str = "/health") -> SimServer:

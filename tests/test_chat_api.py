@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness import exitcodes
-from harness.simulator import answer_key
+from abh_simulator import answer_key
 from harness.tasks import registry
 from tests.helpers.runs import abh
 

@@ -164,7 +164,7 @@ def test_http_fingerprint_custom_checks_on_the_simulated_engine(tmp_path):
         {"kind": "custom", "name": "custom ok", "function": "myprobe:build_is"},
         {"kind": "custom", "name": "custom no", "function": "myprobe:always_false"},
         {"kind": "custom", "name": "custom missing", "function": "nosuchprobe:f"},
-        {"kind": "source", "module": "harness.simulator", "object": "SimConfig", "contains": "class SimConfig"},
+        {"kind": "source", "module": "abh_simulator", "object": "SimConfig", "contains": "class SimConfig"},
     ]
     # the probe file is found under arms_root/arms
     a = resolve_arm("b", {"name": "fix", "engine": {"build": "fix"}, "checks": checks}, tmp_path, tmp_path)

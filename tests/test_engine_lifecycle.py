@@ -59,7 +59,7 @@ def test_ready_probe_stop(tmp_path):
         assert e.simulated and info["simulated"] is True
         assert info["server_info"]["build"] == "b7" and info["server_info"]["simulated"] is True
         fp = info["fingerprint"]
-        assert fp["pid"] == e.pid and fp["module"] == "harness.simulator"
+        assert fp["pid"] == e.pid and fp["module"] == "abh_simulator"
         assert fp["modules"]["harness"]["file"].endswith("harness/__init__.py")
         assert fp["guards"]["pdeathsig"] is True and fp["guards"]["watchdog_pid"]
         pid, watchdog = e.pid, fp["guards"]["watchdog_pid"]

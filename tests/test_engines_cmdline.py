@@ -230,7 +230,7 @@ def test_simulated_knobs_become_flags(tmp_path):
     spec = e.launch_spec()
     assert e.simulated
     argv = spec.server_argv
-    assert argv[1:3] == ["-m", "harness.simulator"]
+    assert argv[1:3] == ["-m", "abh_simulator"]
     pairs = {argv[i]: argv[i + 1] for i in range(3, len(argv) - 1) if argv[i].startswith("--")}
     assert pairs["--accuracy"] == "0.5"  # the arm's override wins
     for flag, val in {"--flip-rate": "0.05", "--seed": "3", "--run-seed": "7", "--latency-s": "0.5",

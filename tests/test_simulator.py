@@ -14,7 +14,7 @@ import pytest
 import requests
 from conftest import SimServer
 
-from harness.simulator.model import (
+from abh_simulator.model import (
     ability_for_accuracy,
     base_outcomes,
     expected_accuracy,
@@ -24,7 +24,7 @@ from harness.simulator.model import (
     run_outcomes,
     split_flip_rate,
 )
-from harness.simulator.sim_config import SimConfig
+from abh_simulator.sim_config import SimConfig
 from harness.tasks.gsm8k import EMBEDDED_TEST as DATA
 from harness.tasks.gsm8k import question_from_prompt
 
@@ -121,8 +121,8 @@ def test_every_simconfig_knob_is_an_engine_key_with_the_same_default():
     """SimConfig is the only source of the simulator's defaults: each field is engine.<field> with the same
     default, settable from the command line, and reaches the simulator's flags unchanged (round trip)."""
     from harness.config import SimulatedEngineConfig
-    from harness.simulator.__main__ import parse_args
-    from harness.simulator.sim_config import knob_types, to_argv
+    from abh_simulator.__main__ import parse_args
+    from abh_simulator.sim_config import knob_types, to_argv
 
     engine = _compose().engine
     names = [f.name for f in fields(SimConfig)]

@@ -1,4 +1,4 @@
-"""harness/simulator/jsonfmt.py: SGLang's ``[logprob, id, null]`` arrays written by numpy are the JSON the lists
+"""abh_simulator/jsonfmt.py: SGLang's ``[logprob, id, null]`` arrays written by numpy are the JSON the lists
 would be (within the 12 decimals written), for any sizes, signs, widths and leading null positions."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import orjson
 import pytest
 
-from harness.simulator.jsonfmt import DECIMALS, fixed_numbers, position_entries
+from abh_simulator.jsonfmt import DECIMALS, fixed_numbers, position_entries
 
 
 def test_position_entries_are_the_lists_json() -> None:

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import requests
 
-from harness.simulator import experts
-from harness.simulator.hashing import context_states
-from harness.simulator.logprobs import NextTokenModel
-from harness.simulator.state import known_texts
-from harness.simulator.tokens import EOS_ID, Tokenizer, hash_id, pieces
+from abh_simulator import experts
+from abh_simulator.hashing import context_states
+from abh_simulator.logprobs import NextTokenModel
+from abh_simulator.state import known_texts
+from abh_simulator.tokens import EOS_ID, Tokenizer, hash_id, pieces
 from harness.tasks.gsm8k import read_embedded_test
 
 ROWS = read_embedded_test()
@@ -161,7 +161,7 @@ def test_sglang_teacher_forced_scoring_shapes(sim_server, tok):
     # the same request as text: the same tokens, the same numbers (noise=launch: repeats are verbatim)
     r2 = post(s.url, "/generate", {**{k: v for k, v in body.items() if k != "input_ids"}, "text": text})
     assert r2["meta_info"]["input_token_logprobs"] == itl
-    # without texts (the arrays written by numpy, harness.simulator.jsonfmt): the very same numbers and ids
+    # without texts (the arrays written by numpy, abh_simulator.jsonfmt): the very same numbers and ids
     r3 = post(s.url, "/generate", {**body, "return_text_in_logprobs": False})["meta_info"]
     assert [e[:2] for e in r3["input_token_logprobs"]] == [e[:2] for e in itl]
     for key in ("input_top_logprobs", "input_token_ids_logprobs"):

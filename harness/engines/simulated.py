@@ -1,4 +1,4 @@
-"""SIMULATED engine: the project's GSM8K server simulator (``python -m harness.simulator``) as a real process.
+"""SIMULATED engine: the project's GSM8K server simulator (``python -m abh_simulator``) as a real process.
 
 Every SimConfig knob of the engine config becomes a flag; ready when ``GET /health_generate`` is 200. It says
 SIMULATED: ``simulated`` is True and the simulator's own /get_server_info reports ``"simulated": true``.
@@ -32,7 +32,7 @@ class SimulatedEngine(LaunchedEngine):
         the simulator's own mapping, so a knob added to SimConfig needs no second list here."""
         from dataclasses import fields
 
-        from harness.simulator.sim_config import SimConfig, to_argv
+        from abh_simulator.sim_config import SimConfig, to_argv
 
         values = {f.name: getattr(self.cfg, f.name) for f in fields(SimConfig) if hasattr(self.cfg, f.name)}
         values.update(host=self.host, port=self.port)

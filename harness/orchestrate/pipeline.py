@@ -184,7 +184,7 @@ class Run:
     def _open(self, cfg: DictConfig, run_dir: Path, command: list[str] | None) -> None:
         """Resume or start the run's record (manifest), and set up its servers and scoring."""
         if str(cfg.engine.kind) == "simulated":
-            from harness.simulator import answer_key
+            from abh_simulator import answer_key
 
             written = answer_key.write(run_dir / "simulator_answer_key.json",
                                        [(t.key, t.probe) for t in self.tasks], dry_run=bool(cfg.dry_run))

@@ -1,5 +1,5 @@
 """A generator of stored evals for calibrating the paths a user takes (``abh ab`` with and without ``--aa``, evals
-without launch ids), written for that purpose and sharing nothing with the simulator (``harness.simulator``) or
+without launch ids), written for that purpose and sharing nothing with the simulator (``abh_simulator``) or
 ``harness.stats.simulate``.
 
 The world: question i has a log-odds difficulty b_i (normal, fixed for a world: the benchmark is fixed). A server

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import __version__
-from harness.simulator import model, text
-from harness.simulator.sim_config import SimConfig
-from harness.simulator.tokens import EOS_ID, Tokenizer
+from abh_simulator import model, text
+from abh_simulator.sim_config import SimConfig
+from abh_simulator.tokens import EOS_ID, Tokenizer
 from harness.tasks import gsm8k
 
 if TYPE_CHECKING:  # numpy-backed; imported on first use so that the server starts fast
-    from harness.simulator.logprobs import NextTokenModel, Scores
+    from abh_simulator.logprobs import NextTokenModel, Scores
 
 SIM_VERSION = f"simulated-{__version__}"
 EOS_TOKEN_ID = EOS_ID
@@ -106,7 +106,7 @@ class SimState:
         self._asked: dict[int, int] = {}
         self._pass: dict[int, list[bool]] = {}
         #: the tasks answered from the run's answer key: per task, its launch outcomes and passes
-        from harness.simulator.answer_key import AnswerKey
+        from abh_simulator.answer_key import AnswerKey
 
         self.key = AnswerKey(cfg.answer_key)
         self._keyed: dict[str, list[bool]] = {}
@@ -121,7 +121,7 @@ class SimState:
     @cached_property
     def lm(self) -> NextTokenModel:
         """The next-token model behind logprobs."""
-        from harness.simulator.logprobs import NextTokenModel
+        from abh_simulator.logprobs import NextTokenModel
 
         c = self.cfg
         return NextTokenModel(c.seed, c.vocab_size, c.build, c.logit_shift, c.logprob_noise, c.noise, self.run_seed)
@@ -145,7 +145,7 @@ class SimState:
             "build": self.cfg.build,
             "model_path": self.cfg.model_path,
             "served_model_name": self.cfg.model_path,
-            "launch_command": shlex.join([sys.executable, "-m", "harness.simulator", *self.argv[1:]]),
+            "launch_command": shlex.join([sys.executable, "-m", "abh_simulator", *self.argv[1:]]),
             "server_args": args,
             "simulation": {
                 "num_questions": len(self.rows),
@@ -295,9 +295,9 @@ class SimState:
 
     def routed_experts(self, ids: list[int], start: int, states: list[int] | None = None) -> str:
         """SGLang's ``meta_info["routed_experts"]`` for the sequence ``ids`` (prompt + generated tokens):
-        rows for positions start..len(ids)-2, base64 int32 (see harness.simulator.experts)."""
-        from harness.simulator import experts
-        from harness.simulator.hashing import context_states
+        rows for positions start..len(ids)-2, base64 int32 (see abh_simulator.experts)."""
+        from abh_simulator import experts
+        from abh_simulator.hashing import context_states
 
         cfg = self.cfg
         st = states if states is not None else context_states(ids, cfg.seed)

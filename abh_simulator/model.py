@@ -1,6 +1,6 @@
 """The simulated engine's model of correctness: question difficulties, an arm's outcomes, run-to-run noise.
 
-Pure functions, no I/O: the server (``harness.simulator.state``) and power or calibration studies call the same
+Pure functions, no I/O: the server (``abh_simulator.state``) and power or calibration studies call the same
 code.
 
 * Each test question ``i`` has a latent difficulty ``d_i ~ Normal(0, sd)`` and a uniform ``u_i ~ U(0, 1)``,

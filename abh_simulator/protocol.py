@@ -5,7 +5,7 @@ scheduler's logprob processing (the first input position's logprob is always ``n
 dropped) and ``TokenizerManager.detokenize_logprob_tokens`` (each entry ``[logprob, token_id, text|null]``),
 SGLang's ``/tokenize`` (``TokenizeRequest``/``TokenizeResponse``) and vLLM's ``/v1/completions``
 (``CompletionLogProbs``, ``echo`` with ``max_tokens: 0``, the ``prompt_logprobs`` extension). Token ids are
-the simulator's toy tokenizer's (``harness.simulator.tokens``); get them from ``/tokenize``.
+the simulator's toy tokenizer's (``abh_simulator.tokens``); get them from ``/tokenize``.
 
 SGLang ``POST /generate``
 -------------------------
@@ -45,7 +45,7 @@ input position ``s + j`` and its logprob is that of ``ids[s + j]`` given ``ids[:
 whose logprob is always ``null`` (as in SGLang). So to score reference tokens ``ids[P:]`` after a prompt of
 ``P`` tokens, send ``logprob_start_len = P - 1`` and read entries ``1..``. ``routed_experts``: base64 of
 little-endian int32, C order, shape ``(L + G - 1 - routed_experts_start_len, num_layers, topk)`` (see
-``harness.simulator.experts``). Output ids include the tokens of a matched stop string and the EOS id (2).
+``abh_simulator.experts``). Output ids include the tokens of a matched stop string and the EOS id (2).
 
 SGLang ``POST /tokenize`` and ``POST /detokenize`` (also under ``/v1/``)
 ------------------------------------------------------------------------
@@ -85,12 +85,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.simulator.state import SimError, SimState
+from abh_simulator.state import SimError, SimState
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from harness.simulator.logprobs import Scores
+    from abh_simulator.logprobs import Scores
 
 #: sampling_params keys SGLang accepts; anything else is HTTP 400 (as newer SGLang does).
 ALLOWED_SAMPLING_KEYS = frozenset({
@@ -247,7 +247,7 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
     full = item.ids + r["output_ids"]
     states = None
     if item.return_logprob or (opts["return_routed_experts"] and st.cfg.enable_return_routed_experts):
-        from harness.simulator.hashing import context_states  # numpy: only when asked for
+        from abh_simulator.hashing import context_states  # numpy: only when asked for
 
         states = context_states(full, st.cfg.seed)
     if item.return_logprob:
@@ -273,7 +273,7 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
         "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
         "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
     }
-    # the alternatives' entries: without texts written by numpy as JSON text (harness.simulator.jsonfmt; a
+    # the alternatives' entries: without texts written by numpy as JSON text (abh_simulator.jsonfmt; a
     # scoring pass makes ~6 million of them), with texts built inline
     text = st.tokenizer.token_text
     n_rows = n_in - s - 1  # input positions after the first (null) one; the output positions follow
@@ -306,7 +306,7 @@ def _fragments(logprobs: np.ndarray, ids: np.ndarray, n_rows: int) -> tuple[Any,
     are input positions, after one ``null``; ``ids`` (k,): the same at every position); None when numpy cannot write them (then they are built as lists)."""
     import orjson
 
-    from harness.simulator.jsonfmt import position_entries
+    from abh_simulator.jsonfmt import position_entries
     head = position_entries(logprobs[:n_rows], ids if ids.ndim == 1 else ids[:n_rows], 1)
     tail = position_entries(logprobs[n_rows:], ids if ids.ndim == 1 else ids[n_rows:], 0)
     if head is None or tail is None:

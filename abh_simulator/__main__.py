@@ -1,4 +1,4 @@
-"""``python -m harness.simulator [--flag value ...]``: command line -> SimConfig -> a running server.
+"""``python -m abh_simulator [--flag value ...]``: command line -> SimConfig -> a running server.
 
 Every SimConfig knob is a flag (``flip_rate`` -> ``--flip-rate``; bools ``--x`` / ``--no-x``), with the
 dataclass's default; ``--random-seed`` is also accepted for ``--run-seed``, as SGLang spells it. Exit 2 on a
@@ -15,7 +15,7 @@ from collections.abc import Coroutine
 from dataclasses import fields
 from typing import Any
 
-from harness.simulator.sim_config import FLAG_ALIASES, SimConfig, default_of, flag, knob_types
+from abh_simulator.sim_config import FLAG_ALIASES, SimConfig, default_of, flag, knob_types
 
 
 def _raise_nofile() -> None:
@@ -31,7 +31,7 @@ def _raise_nofile() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m harness.simulator",
+        prog="python -m abh_simulator",
         description="SIMULATED GSM8K inference server (SGLang /generate + OpenAI /v1/completions). "
                     "Not a model: a rehearsal, test and power-planning tool.")
     types = knob_types()
@@ -73,7 +73,7 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     cfg = parse_args(args)
-    from harness.simulator.server import serve  # aiohttp: after the flags are known good
+    from abh_simulator.server import serve  # aiohttp: after the flags are known good
 
     _raise_nofile()
     try:

@@ -4,7 +4,7 @@ It is NOT a model. It speaks SGLang's native API (``POST /generate``) and OpenAI
 plus the usual side endpoints, and answers GSM8K test questions correctly with a per-question probability.
 Everything it reports says ``simulated``. Start it as a real process::
 
-    python -m harness.simulator --port 30000 --accuracy 0.95 --build fix
+    python -m abh_simulator --port 30000 --accuracy 0.95 --build fix
 
 Modules: ``config`` (SimConfig: every knob and its default), ``model`` (question difficulties, an arm's
 outcomes, run-to-run noise), ``text`` (the answers it writes), ``state`` (one launch: data, outcomes per pass,
@@ -19,9 +19,9 @@ text is a GSM8K-style rationale ending in ``#### N`` followed, like a base model
 ``Question: ...`` blocks and then EOS; stop strings (``"Question"`` in SGLang's recipe) trim it, and
 ``max_new_tokens`` truncates it.
 
-This package imports nothing heavy: the server itself (aiohttp) lives in ``harness.simulator.server``.
+This package imports nothing heavy: the server itself (aiohttp) lives in ``abh_simulator.server``.
 """
 
-from harness.simulator.sim_config import SimConfig
+from abh_simulator.sim_config import SimConfig
 
 __all__ = ["SimConfig"]

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.simulator.hashing import key_of, mix_np
+from abh_simulator.hashing import key_of, mix_np
 
 
 def routed_experts(states: Sequence[int], start: int, end: int, seed: int, num_experts: int, topk: int,
                    num_layers: int, buggy: bool) -> np.ndarray:
     """(end - start, num_layers, topk) int32: the experts the gate routes positions start..end-1 to;
-    ``states[p]`` is the context hash of position p (harness.simulator.logprobs.context_states)."""
+    ``states[p]`` is the context hash of position p (abh_simulator.logprobs.context_states)."""
     n = max(0, end - start)
     out = np.zeros((n, num_layers, topk), dtype=np.int32)
     if n == 0:

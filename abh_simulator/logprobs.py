@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.simulator.hashing import GOLDEN, context_states, key_of, mix, mix_np, normal, pair_keys, uniform
-from harness.simulator.jsonfmt import DECIMALS
-from harness.simulator.tokens import N_SPECIAL
+from abh_simulator.hashing import GOLDEN, context_states, key_of, mix, mix_np, normal, pair_keys, uniform
+from abh_simulator.jsonfmt import DECIMALS
+from abh_simulator.tokens import N_SPECIAL
 
 CANDIDATES = 48
 MARGIN_MEAN = 2.5
@@ -141,7 +141,7 @@ class NextTokenModel:
         tail_log_mass = np.log((self.vocab_size - n_cand).astype(np.float64)) + TAIL_LOGIT
         top = logits.max(axis=1)
         log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1) + np.exp(tail_log_mass - top))
-        # on the wire a logprob has DECIMALS decimals (harness.simulator.jsonfmt writes them so): every protocol
+        # on the wire a logprob has DECIMALS decimals (abh_simulator.jsonfmt writes them so): every protocol
         # answers these same values, the server's own logprob of a token and its entry among the top-k alike
         lp = np.round(logits - log_z[:, None], DECIMALS)
         lp_tail = np.round(TAIL_LOGIT - log_z, DECIMALS)

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-#: Where run-to-run noise is drawn (see harness.simulator.model.split_flip_rate).
+#: Where run-to-run noise is drawn (see abh_simulator.model.split_flip_rate).
 NOISE_MODES = ("launch", "pass", "mixed")
 #: Knobs whose flag has a second spelling.
 FLAG_ALIASES = {"run_seed": ["--random-seed"]}
@@ -32,7 +32,7 @@ class SimConfig:
     data: str = _knob("", "GSM8K test JSONL (or a directory with test.jsonl) the simulator answers from; "
                           "empty = the canonical test set embedded in the package")
     answer_key: str = _knob("", "answer key of the tasks whose prompts the simulator does not parse (MMLU, GPQA, MGSM, "
-                                "the chat GSM8K): written by the run that launches it (harness.simulator.answer_key)")
+                                "the chat GSM8K): written by the run that launches it (abh_simulator.answer_key)")
     reasoning: bool = _knob(False, "chat answers also carry reasoning apart (message.reasoning_content), as a "
                                    "reasoning model's server with a reasoning parser returns it")
     seed: int = _knob(0, "seeds the per-question difficulties (shared by all arms of a comparison)")
@@ -51,13 +51,13 @@ class SimConfig:
     max_running_requests: int = _knob(0, "requests served at once, others queue (0 = unlimited)")
     build: str = _knob("", "build label reported by /get_server_info")
     model_path: str = _knob("simulated/gsm8k", "model path reported by the server")
-    # ---- teacher-forced scoring: the next-token model behind logprobs (harness.simulator.logprobs)
+    # ---- teacher-forced scoring: the next-token model behind logprobs (abh_simulator.logprobs)
     vocab_size: int = _knob(32000, "vocabulary size of the toy tokenizer and the next-token model")
     logit_shift: float = _knob(0.0, "size (nats, sd per logit) of this build's perturbation of the next-token "
                                     "logits, keyed by the build label; 0 = identical to any other build; never "
                                     "changes the answers (accuracy)")
     logprob_noise: float = _knob(0.025, "run-to-run noise on the logits (sd, nats), drawn where noise says")
-    # ---- MoE routing as SGLang returns it (harness.simulator.experts)
+    # ---- MoE routing as SGLang returns it (abh_simulator.experts)
     enable_return_routed_experts: bool = _knob(True, "serve return_routed_experts (SGLang's "
                                                      "--enable-return-routed-experts; on by default here)")
     routed_experts_bug: bool = _knob(False, "the shared-slot bug: the gate routes top-(k-1) and returns its shared "

@@ -4,7 +4,7 @@ Routes: ``POST /generate`` (SGLang), ``POST /v1/completions`` (OpenAI/vLLM), ``P
 OpenAI chat API; the last user message is the prompt), ``POST /tokenize`` and
 ``/detokenize`` (also under ``/v1``), ``GET /health`` and ``/health_generate`` (one handler, 503 until ready,
 as SGLang), ``/get_server_info`` and ``/server_info``, ``/get_model_info`` and ``/model_info``,
-``/flush_cache``, ``/v1/models``, ``/version``. Request and response shapes: ``harness.simulator.protocol``.
+``/flush_cache``, ``/v1/models``, ``/version``. Request and response shapes: ``abh_simulator.protocol``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from harness.simulator import protocol
-from harness.simulator.sim_config import SimConfig
-from harness.simulator.state import SIM_VERSION, SimError, SimState
+from abh_simulator import protocol
+from abh_simulator.sim_config import SimConfig
+from abh_simulator.state import SIM_VERSION, SimError, SimState
 
 Work = Callable[..., Any]
 
