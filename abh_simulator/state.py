@@ -17,10 +17,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import __version__
 from abh_simulator import model, text
 from abh_simulator.sim_config import SimConfig
 from abh_simulator.tokens import EOS_ID, Tokenizer
+from harness import __version__
 from harness.tasks import gsm8k
 
 if TYPE_CHECKING:  # numpy-backed; imported on first use so that the server starts fast

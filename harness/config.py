@@ -30,9 +30,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from abh_simulator.sim_config import SimConfig
 from harness.serving.client import ClientSettings
 from harness.serving.wire import API_NAMES, DEFAULT_TOP_K, SCORING_PARALLEL
-from abh_simulator.sim_config import SimConfig
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, DEFAULT_MIN_SCORED_SHARE
 from harness.tasks.registry import TaskSpec
 from harness.tasks.registry import problems as task_problems

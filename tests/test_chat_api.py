@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harness import exitcodes
 from abh_simulator import answer_key
+from harness import exitcodes
 from harness.tasks import registry
 from tests.helpers.runs import abh
 
