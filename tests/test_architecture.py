@@ -3,6 +3,8 @@ included), and the rooms that must not depend on one another do not."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import textwrap
 from pathlib import Path
 
@@ -11,14 +13,20 @@ from helpers.import_graph import cycles, import_graph
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 
 
+@functools.cache
+def harness_graph() -> dict[str, frozenset[str]]:
+    """The package's import graph, read once per test process (parsing every module is most of these tests' cost)."""
+    return {m: frozenset(deps) for m, deps in import_graph(HARNESS).items()}
+
+
 def test_no_import_cycles_among_harness_modules():
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
     assert "harness.arms.arm" in graph and "harness.engines.base" in graph  # the graph covers the package
     assert cycles(graph) == []
 
 
 def test_layering():
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
     # an arm is config turned into something launchable: it knows no engine; engines take a ResolvedArm
     assert not {m for m in graph["harness.arms.arm"] if m.startswith("harness.engines")}
     assert "harness.arms.arm" in graph["harness.engines.base"]
@@ -49,6 +57,16 @@ def test_the_graph_sees_type_checking_relative_and_local_imports(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the plan of the house
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(_tree(path)))
+
+
 def _modules() -> list[Path]:
     return sorted(p for p in HARNESS.rglob("*.py") if "__pycache__" not in p.parts)
 
@@ -87,7 +105,7 @@ OWNERS = {  # enumeration -> the one module that spells it out
 def _literal_sequences(path: Path):
     import ast
 
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _nodes(path):
         if isinstance(node, ast.Tuple | ast.List | ast.Set) and node.elts and all(
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
             yield node.lineno, frozenset(e.value for e in node.elts)  # type: ignore[attr-defined]
@@ -107,7 +125,7 @@ def test_every_enumeration_is_spelled_out_once():
 def _code_numbers(path: Path, value: float) -> list[int]:
     import ast
 
-    return [n.lineno for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return [n.lineno for n in _nodes(path)
             if isinstance(n, ast.Constant) and type(n.value) in (int, float) and n.value == value]
 
 
@@ -130,7 +148,7 @@ def test_each_rule_has_one_owner():
 
     defs: dict[str, list[str]] = {}  # module-level functions (a method may hand on to its module's owner)
     for p in _modules():
-        for node in ast.parse(p.read_text(encoding="utf-8")).body:
+        for node in _tree(p).body:
             if isinstance(node, ast.FunctionDef):
                 defs.setdefault(node.name, []).append(str(p.relative_to(HARNESS)))
     # the eval-directory reader, ψ within an arm, the sign-flip test, "p at its floor", the resume rule
@@ -143,7 +161,7 @@ def test_each_rule_has_one_owner():
     text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
     assert [f for f, t in text.items() if "(1 + 1e-9)" in t] == ["stats/verdict.py"]  # the floor's tolerance
     assert [f for f, t in text.items() if "correct else 0.0" in t] == ["results/eval_store.py"]  # 0/1 scores
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
     for user in ("harness.cli.ab", "harness.orchestrate.pipeline"):
         assert "harness.results.eval_store" in graph[user], user  # both resume by eval_done
     assert "harness.orchestrate.pipeline" in graph["harness.cli.ab"]  # abh ab is a run of the pipeline
@@ -165,7 +183,7 @@ def test_the_architecture_page_draws_the_import_graph_as_it_is():
     import re
     from functools import cache
 
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
 
     def room(m: str) -> str:
         parts = m.split(".")
