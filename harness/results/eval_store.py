@@ -16,6 +16,7 @@ resume (and a comparison) with one line naming the file and the line.
 
 from __future__ import annotations
 
+import copy
 import errno
 import hashlib
 import json
@@ -209,16 +210,43 @@ def load_eval(root: str | Path, check: integrity.RowCheck | None = None
     """(eval.json, samples, summary.json or None) of an eval directory, every row type-checked and, given the
     task's ``check``, its claims checked against its question (:func:`harness.results.integrity.verify`);
     StoreError (a SchemaError for a file of another kind or an unknown schema_version) when it cannot be read or a
-    row is not what it claims."""
+    row is not what it claims. A comparison reads each eval several times (its table, report, markdown, export):
+    the files are read and checked once per version of them (inode, size, mtime)."""
     root = Path(root)
     if not (root / META).exists():
         raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
+    key = (root.resolve(), _stamp(root), check)
+    if key not in _LOADED:
+        if len(_LOADED) >= 32:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = _load_eval(root, check)
+    meta, samples, summary = _LOADED[key]
+    return copy.deepcopy(meta), list(samples), copy.deepcopy(summary)
+
+
+def _stamp(root: Path) -> tuple[tuple[int, int, int], ...]:
+    out = []
+    for name in (META, SAMPLES, SUMMARY):
+        try:
+            st = (root / name).stat()
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((0, -1, 0))
+    return tuple(out)
+
+
+_Loaded = tuple[EvalMeta, tuple[SampleRecord, ...], EvalSummary | None]
+#: (directory, its files' stamps, the row check) -> what they hold, for the last 32 evals read
+_LOADED: dict[tuple[Path, tuple[tuple[int, int, int], ...], Any], _Loaded] = {}
+
+
+def _load_eval(root: Path, check: integrity.RowCheck | None) -> _Loaded:
     meta = schema.load_eval_meta(root / META)
     summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
     rows = integrity.read_rows(root / SAMPLES)
     if check is not None:
         integrity.verify(root / SAMPLES, rows, *check(root, meta))
-    return meta, [rows[i][1] for i in sorted(rows)], summary
+    return meta, tuple(rows[i][1] for i in sorted(rows)), summary
 
 
 def incomplete_reason(meta: EvalMeta, samples: list[SampleRecord], summary: EvalSummary | None) -> str | None:
