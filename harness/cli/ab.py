@@ -28,11 +28,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
 from harness.cli.flags import HelpFormatter, as_flags
+from harness.config import ConfigError, validate
 from harness.serving.wire import API_NAMES
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
 from harness.tasks.registry import ALL_RECIPES
@@ -348,16 +347,6 @@ def auth_headers(api_key_env: str) -> dict[str, str]:
     return bearer_headers(settings)
 
 
-def compose_config(argv_overrides: list[str]) -> DictConfig:
-    """The resolved config of the run, composed by Hydra as ``abh run experiment=ab ...`` would."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.config import CONFIG_DIR
-
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3", job_name="abh_ab"):
-        return compose("config", overrides=argv_overrides)
-
-
 def ab_main(argv: Sequence[str] | None = None) -> int:
     """``abh ab``: see the module docstring for what it writes and its exit codes."""
     from harness.util.redact import redact_argv
@@ -401,7 +390,13 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         refuse_links(a.out)
         refuse_swapped(a.out, urls[:2])
         refuse_other_models(refuse_unreachable(a.out, urls, a.repeats, headers), headers)
-        cfg = compose_config(overrides(a, urls, names))
+        from harness.cli.compose import compose_config
+
+        cfg = validate(compose_config(overrides(a, urls, names)))
+    except ConfigError as e:
+        from harness.orchestrate.pipeline import refuse_config
+
+        return refuse_config(e, a.out, dry_run=False)
     except ABFailure as e:
         print(f"abh ab: {'error: ' if e.code == exitcodes.BAD_CONFIG else ''}{e}", file=sys.stderr)
         return e.code
