@@ -20,8 +20,8 @@ from helpers.docs import divergence_doc as compute_divergence
 
 from harness import exitcodes
 from harness.analysis.divergence import compute_divergence as divergence_of
+from harness.measure.divergence_pass import ScoringOptions, _read_inputs, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import ScoringOptions, _read_inputs, score_pass
 from harness.results.fileio import read_json
 from harness.results.token_store import ScoresWriter, load_scores, scores_status
 from harness.serving.client import ClientConfig, ServerGone

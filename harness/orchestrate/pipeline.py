@@ -10,7 +10,7 @@ In order:
    checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
 4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
    other arm's, a fresh launch of its own and every other launch the run holds
-   (:mod:`~harness.orchestrate.logprob_phase`), each right after an eval on that launch;
+   (:mod:`~harness.orchestrate.divergence_phase`), each right after an eval on that launch;
 5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
    table on the terminal and ``report.html``.
 
@@ -58,8 +58,8 @@ from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, cre
 from harness.engines.preflight import Preflight
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
 from harness.orchestrate.design import SequentialPlan, describe, format_design, times_from_cost
+from harness.orchestrate.divergence_phase import ScoringPhase
 from harness.orchestrate.interrupts import Interrupted, Interrupts
-from harness.orchestrate.logprob_phase import ScoringPhase
 from harness.orchestrate.rundir import (
     COMPARISON,
     RUN_LOG,

@@ -1,5 +1,5 @@
 """The scoring passes of ``abh run``: teacher-forced scoring passes of the reference arm's greedy texts (repeat 1),
-for the divergence (:mod:`harness.measure.logprob_pass`), each on a launch the evals hold
+for the divergence (:mod:`harness.measure.divergence_pass`), each on a launch the evals hold
 (:func:`harness.orchestrate.schedule.with_scoring` places them in the schedule).
 
 =============  ==================================  =====================================================
@@ -27,7 +27,7 @@ scored the same reference texts at the same ``top_k``, every question it was to 
 partial), against the reference pass as it is now (its ``pass_id`` and question count). A server that dies or
 hangs during a pass stops the run as in an eval (exit 4 with the server's last log lines): the questions scored
 so far are kept as a partial pass, and the rerun asks only the others
-(:func:`harness.measure.logprob_pass.score_pass_async`). A signal cancels the session of a pass (nothing of it
+(:func:`harness.measure.divergence_pass.score_pass_async`). A signal cancels the session of a pass (nothing of it
 is kept; the rerun scores it again, or resumes the partial pass it was resuming).
 """
 
@@ -37,7 +37,7 @@ import hashlib
 from pathlib import Path
 
 from harness.config import Config
-from harness.measure.logprob_pass import ScoringOptions, score_pass_async
+from harness.measure.divergence_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
 from harness.orchestrate.schedule import Item, scoring_dirs
