@@ -35,12 +35,6 @@ def register() -> None:
     cs.store(group="arms", name="arm_schema", node=ArmConfig)
 
 
-def _safe_dirname(text: str) -> str:
-    from harness.util.redact import REDACTED, redact_text
-
-    return redact_text(text).replace(REDACTED, "REDACTED").replace("/", "_")[:200]
-
-
 def _run_name(name: Any) -> str:
     """``experiment.name`` where it names a directory (``hydra.run.dir``, ``hydra.sweep.dir``): checked as
     Hydra resolves the directory, before it makes it (``../../x`` would make a directory of the caller's choosing)."""
@@ -51,8 +45,6 @@ def _run_name(name: Any) -> str:
 
 
 register()
-if not OmegaConf.has_resolver("abh_safe_dirname"):
-    OmegaConf.register_new_resolver("abh_safe_dirname", _safe_dirname)
 if not OmegaConf.has_resolver("abh_run_name"):
     OmegaConf.register_new_resolver("abh_run_name", _run_name)
 
