@@ -8,7 +8,7 @@ import functools
 import textwrap
 from pathlib import Path
 
-from helpers.import_graph import cycles, import_graph
+from helpers.import_graph import cycles, import_graph, outside_imports
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 
@@ -131,7 +131,7 @@ def _code_numbers(path: Path, value: float) -> list[int]:
 
 def test_each_default_has_one_owner():
     owners = {  # value -> (the modules allowed to spell it, why)
-        1319: {"tasks/gsm8k.py", "serving/client.py",  # the test set's size; SGLang's default parallel
+        1319: {"tasks/gsm8k.py", "serving/settings.py",  # the test set's size; SGLang's default parallel
                "stats/simulate.py"},  # the simulated designs' default size (stats takes no task dependency)
     }
     for value, allowed in owners.items():
@@ -139,7 +139,7 @@ def test_each_default_has_one_owner():
         assert where <= allowed, (value, where - allowed)
     text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
     for name, owner in (("DEFAULT_MAX_ERROR_RATE =", "stats/verdict.py"), ("DEFAULT_TOP_K =", "serving/wire.py"),
-                        ("DEFAULT_PARALLEL =", "serving/client.py"), ("CANONICAL_TEST_ROWS =", "tasks/gsm8k.py")):
+                        ("DEFAULT_PARALLEL =", "serving/settings.py"), ("CANONICAL_TEST_ROWS =", "tasks/gsm8k.py")):
         assert [f for f, t in text.items() if name in t] == [owner], name
 
 
@@ -207,3 +207,79 @@ def test_the_architecture_page_draws_the_import_graph_as_it_is():
         for name in re.findall(r"`([\w.]+?)(?:/|\.py)?`", cell):
             drawn[name] = int(f)
     assert drawn == {r: floor(r) for r in rooms}
+
+
+# ------------------------------------------------------------------------------------------ the config's door
+def _floors() -> dict[str, int]:
+    page = (HARNESS.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page[page.index("## Architecture"):page.index("## Layout")]
+    import re
+
+    return {name: int(f) for f, cell in re.findall(r"^\| (\d+) \| ([^|]+) \|", section, re.M)
+            for name in re.findall(r"`([\w.]+?)(?:/|\.py)?`", cell)}
+
+
+def test_nothing_below_orchestrate_imports_omegaconf_or_hydra():
+    """The config is typed objects from the door on: only the commands (and the Hydra callbacks) see the composed
+    tree; orchestrate and every room below it take harness.config's dataclasses."""
+    floors, imports = _floors(), outside_imports(HARNESS)
+    assert floors["orchestrate"] > floors["config"]
+    below = {m: names & {"omegaconf", "hydra"} for m, names in imports.items()
+             if not m.startswith(("harness.cli", "harness.orchestrate"))}
+    assert {m: n for m, n in below.items() if n} == {}
+    assert {m for m, names in imports.items() if "omegaconf" in names or "hydra" in names} >= {"harness.cli.compose"}
+    orchestrate = {m for m, names in imports.items() if m.startswith("harness.orchestrate") and "omegaconf" in names}
+    assert orchestrate == set(), orchestrate
+
+
+def test_harness_config_imports_no_http_client_nor_hydra():
+    import subprocess
+    import sys
+
+    code = ("import sys, harness.config; "
+            "print(sorted(m for m in ('aiohttp', 'omegaconf', 'hydra', 'requests') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=HARNESS.parent)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_each_setting_default_is_declared_once():
+    """A config key's default is written on its schema field (harness/config.py, harness/serving/settings.py),
+    once: no file of configs/ restates it (an experiment sets what it changes; a group file names its task)."""
+    import dataclasses
+
+    import yaml
+
+    import harness.config as hc
+
+    schemas: dict[str, type] = {"stats": hc.StatsConfig, "divergence": hc.DivergenceConfig, "task": hc.TaskConfig}
+    restated = []
+    for path in sorted((HARNESS.parent / "configs").rglob("*.yaml")):
+        group = path.parent.name
+        schema = hc.ENGINE_SCHEMAS.get(path.stem) if group == "engine" else schemas.get(group)
+        if schema is None:
+            continue
+        doc, default = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, schema()
+        names = {f.name for f in dataclasses.fields(schema)}
+        restated += [f"{path.name}:{k}" for k, v in doc.items()
+                     if k in names and k != "name" and getattr(default, k) == v]
+    assert restated == []
+    # the values shared with the rooms below config (the wire's top_k, the client's parallel) are named once
+    text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
+    for name in ("DEFAULT_TOP_K =", "SCORING_PARALLEL =", "DEFAULT_PARALLEL =", "DEFAULT_MIN_SCORED_SHARE ="):
+        assert len([f for f, t in text.items() if name in t]) == 1, name
+
+
+def test_every_range_is_declared_on_its_field_once():
+    """The ranges of the config's numbers are on the fields (harness.util.ranges.ranged); no table of ranges keyed
+    by config key is kept beside them, and the commands read the same fields."""
+    import harness.config as hc
+    from harness.serving.settings import ClientSettings
+    from harness.util.ranges import Range, range_of
+
+    assert range_of(hc.DivergenceConfig, "top_k") == Range(1, whole=True)
+    assert range_of(ClientSettings, "parallel") == Range(1, whole=True)
+    text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
+    assert [f for f, t in text.items() if "RANGES" in t] == []
+    for cli in ("cli/ab.py", "cli/eval.py"):  # the client's flags are checked by ClientSettings' own ranges
+        assert "parallel >= 1" not in text[cli] and "a.parallel < 1" not in text[cli]

@@ -40,6 +40,8 @@ SAMPLES = schema.SAMPLES_FILE
 PROMPTS = schema.PROMPTS_FILE
 SUMMARY = schema.EVAL_SUMMARY_FILE
 META = schema.EVAL_FILE
+#: What eval.json records of each session (a resume on another server, or with fewer sockets, shows)
+SESSION_KEYS = ("url", "instance", "server", "parallel_used")
 
 
 def _describe_change(old: Any, new: Any) -> str:
@@ -114,8 +116,9 @@ class EvalStore:
                     done[rec.index] = rec
             resumes = int(old.get("resumes", 0)) + (1 if done else 0)
             # Each session's target is kept: a resume on another server instance (new port) is recorded.
-            sessions = [*old.get("sessions", []), {k: meta.get(k) for k in ("url", "instance", "server")}]
-            new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions}
+            sessions = [*old.get("sessions", []), {k: meta.get(k) for k in SESSION_KEYS}]
+            new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions,
+                                   **({"parallel_used": meta["parallel_used"]} if "parallel_used" in meta else {})}
             # Rewrite without error rows, duplicates and torn lines, then append from there.
             atomic_write_text(self.root / SAMPLES,
                               "".join(json.dumps(r.to_row(), ensure_ascii=False) + "\n"
@@ -125,7 +128,7 @@ class EvalStore:
                               "".join(json.dumps(seen_prompts[i], ensure_ascii=False) + "\n"
                                       for i in sorted(seen_prompts) if i in done))
         else:
-            new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
+            new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in SESSION_KEYS}]}
         self.meta = schema.stamp(schema.EVAL, new)
         self.save_meta()
         # unbuffered: a line is on disk (or its write failed) when append returns; nothing waits in a buffer
