@@ -189,3 +189,13 @@ def test_the_architecture_page_draws_the_import_graph_as_it_is():
         for name in re.findall(r"`([\w.]+?)(?:/|\.py)?`", cell):
             drawn[name] = int(f)
     assert drawn == {r: floor(r) for r in rooms}
+
+
+# ------------------------------------------------------------------------------------------ rooms kept small and apart
+def test_stats_imports_nothing_from_results():
+    """The statistics return their own types (stats/outcomes.py holds the stored ones); results stores them."""
+    graph = import_graph(HARNESS)
+    stats = {m: deps for m, deps in graph.items() if m.startswith("harness.stats")}
+    assert "harness.stats.outcomes" in stats and "harness.stats.outcomes" in graph["harness.results.schema"]
+    assert {m: sorted(d for d in deps if d.startswith("harness.results")) for m, deps in stats.items()
+            if any(d.startswith("harness.results") for d in deps)} == {}

@@ -39,6 +39,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
 from harness.results.records import JSON, JSONObject, Record, RecordError, omit_none
+from harness.stats.outcomes import Design, Errors, LaunchVarianceEstimate, Tost
 
 # ------------------------------------------------------------------------------------------ kinds
 EVAL = "abh.eval"
@@ -328,124 +329,6 @@ class ArmResult(Record):
 class Arms(Record):
     a: ArmResult
     b: ArmResult
-
-
-class LaunchHeterogeneity(TypedDict):
-    """Cochran's Q over the launches of each arm, summed (:func:`harness.stats.launches.launch_heterogeneity`)."""
-
-    test: str
-    q: float
-    df: int
-    p: float
-
-
-@dataclass(frozen=True)
-class Design(Record):
-    """Which design was run (launches per arm, passes per launch) and what it can and cannot resolve."""
-
-    kind: str
-    launches: dict[str, int]
-    passes_per_launch: dict[str, list[int]]
-    #: the unit of inference: ``launch-aware`` (question x launch, launch variance from every launch) or
-    #: ``question`` (no configuration with two launches); files of abh <= 0.2 may say ``launch``
-    unit: str
-    #: Cochran's Q over the launches of each arm (None: no arm with two launches); a diagnostic only
-    launch_heterogeneity: LaunchHeterogeneity | None
-    #: what this design (or these data) cannot resolve; None when nothing
-    cannot_resolve: str | None
-    notes: list[str]
-
-
-@dataclass(frozen=True)
-class LaunchVarianceEstimate(Record):
-    """The launch component of the accuracy test (:func:`harness.stats.launchvar.launch_aware_test`): σ²_L
-    estimated from every launch (A's, the A/A control's, B's), where it came from, and the parts of Var(Δ̂)
-    (fractions²). ``sigma2`` None: no configuration with two launches (the question-level test, qualified)."""
-
-    sigma2: float | None
-    #: sd of a launch's accuracy shift, sqrt(sigma2) (fraction)
-    sd: float | None
-    df_launch: int
-    source: str
-    #: k σ-part, question x arm interaction, question-level paired variance S²_d/n; k = 1/L_A + 1/L_B
-    var_launch: float
-    var_heterogeneity: float
-    var_question: float
-    k: float
-    #: launches of arm A, of the A/A control, of arm B
-    launches: dict[str, int]
-    #: questions every launch answered (the variance components are over these)
-    questions: int
-
-
-@dataclass(frozen=True)
-class ErrorGate(Record):
-    """Do the arms' request errors depend on the arm? Exact McNemar test of the per-question unanswered
-    indicators (:func:`harness.stats.errorgate.error_gate`); ``action`` none | drop | bound."""
-
-    unanswered_a: int
-    unanswered_b: int
-    a_only: int
-    b_only: int
-    both: int
-    p: float
-    alpha: float
-    action: str
-    reason: str
-    test: str
-
-
-@dataclass(frozen=True)
-class ErrorBound(Record):
-    """The comparison recomputed with one arm's unanswered questions counted wrong and the other's right."""
-
-    delta: float
-    ci: list[float]
-    test: str
-    p: float | None
-    verdict: str
-
-
-@dataclass(frozen=True)
-class ErrorBounds(Record):
-    against_b: ErrorBound
-    against_a: ErrorBound
-
-
-@dataclass(frozen=True)
-class Errors(Record):
-    """Request errors of a comparison: rates, unanswered questions, a paired test of their difference, and
-    the bounds of the verdict they could move."""
-
-    rate_a: float
-    rate_b: float
-    unanswered_a: int
-    unanswered_b: int
-    test: str
-    p: float
-    #: how far the adverse bound moves Δ (an effect must clear it; added to the MDE)
-    mde_allowance: float | None = omit_none()
-    bounds: ErrorBounds | None = None
-    changes_verdict: bool = False
-    #: whether the errors depend on the arm, and what was done: drop the unanswered questions, or bound
-    gate: ErrorGate | None = omit_none()
-
-
-@dataclass(frozen=True)
-class Tost(Record):
-    """Equivalence (TOST at α: the 1 - 2α interval inside ±margin) and non-inferiority (one-sided at α/2)."""
-
-    method: str
-    margin: float
-    alpha: float
-    p_noninferiority: float
-    p_nonsuperiority: float
-    p_equivalence: float
-    ci: list[float]
-    ci_level: float
-    noninferiority_alpha: float
-    noninferior: bool
-    equivalent: bool
 
 
 @dataclass(frozen=True)

@@ -29,22 +29,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import combinations
 
 import numpy as np
-
-from harness.results.schema import (
-    Design,
-    ErrorBound,
-    ErrorBounds,
-    ErrorGate,
-    Errors,
-    LaunchHeterogeneity,
-    LaunchVarianceEstimate,
-    Tost,
-)
 
 from .consistent import consistent_paired
 from .equivalence import score_tost, t_tost
@@ -53,6 +42,15 @@ from .guards import robust_effective_table, safe_mde_paired_exact
 from .launches import ArmRuns, launch_heterogeneity, question_means
 from .launchvar import LaunchAwareResult, launch_aware_test
 from .mde import mde_t
+from .outcomes import (
+    Design,
+    ErrorBound,
+    ErrorBounds,
+    Errors,
+    LaunchHeterogeneity,
+    LaunchVarianceEstimate,
+    Tost,
+)
 from .repeats import discordance
 from .signflip import SignFlip, signflip_test
 from .verdict import DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
@@ -288,7 +286,7 @@ def error_block(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> Errors:
     return Errors(rate_a=error_rates(a), rate_b=error_rates(b), unanswered_a=int(unanswered(a).sum()),
                   unanswered_b=int(unanswered(b).sum()),
                   test="paired sign-flip test over questions of the error shares (mid-p)",
-                  p=signflip_test(eb - ea).p, gate=ErrorGate.from_doc(asdict(gate)))
+                  p=signflip_test(eb - ea).p, gate=gate)
 
 
 def _qualified(v: Verdict, qualification: str | None) -> Verdict:

@@ -13,9 +13,8 @@ Both forms return a :class:`Tost` (stored as ``tost`` in comparison.json):
 
 from __future__ import annotations
 
-from harness.results.schema import Tost
-
 from .dist import t_cdf, t_ppf, t_sf
+from .outcomes import Tost
 from .tango import score_interval, score_p
 
 

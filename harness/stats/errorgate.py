@@ -33,9 +33,8 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from .launches import ArmRuns
+from .outcomes import ErrorGate
 from .paired import mcnemar_exact
-
-TEST = "exact McNemar test of the per-question unanswered indicators (A vs B)"
 
 
 # the same two helpers as harness.stats.accuracy (not imported from there: analysis is to call this module)
@@ -47,24 +46,6 @@ def unanswered(arm: ArmRuns) -> np.ndarray:
 def impute_unanswered(arm: ArmRuns, value: float) -> ArmRuns:
     """The arm with its unanswered questions scored ``value`` in every run (answered runs kept)."""
     return arm.with_scores(np.where(unanswered(arm)[None, :], value, arm.scores))
-
-
-@dataclass(frozen=True)
-class ErrorGate:
-    """The arms' unanswered questions and whether their pattern depends on the arm."""
-
-    unanswered_a: int
-    unanswered_b: int
-    #: unanswered by A only / by B only / by both
-    a_only: int
-    b_only: int
-    both: int
-    p: float
-    alpha: float
-    #: none | drop | bound
-    action: str
-    reason: str
-    test: str = TEST
 
 
 def error_gate(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> ErrorGate:

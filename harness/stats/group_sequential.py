@@ -47,12 +47,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from harness.results.records import JSONObject
 from harness.stats.roots import brentq
 
 from .verdict import HYPOTHESES
@@ -491,7 +490,7 @@ class LookDecision:
     #: stopped with that test's verdict; None where the estimator does not compute it
     p: float | None = None
 
-    def as_dict(self) -> JSONObject:
+    def as_dict(self) -> dict[str, Any]:
         """The look as a JSON object (its fields, ``details`` included)."""
         return asdict(self)
 
