@@ -39,7 +39,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
 from harness.results.records import JSON, JSONObject, Record, RecordError, omit_none
-from harness.stats.outcomes import Design, Errors, LaunchVarianceEstimate, Tost
+from harness.stats.outcomes import Design, Errors, LaunchVarianceEstimate, LookDecision, Tost
 
 # ------------------------------------------------------------------------------------------ kinds
 EVAL = "abh.eval"
@@ -634,40 +634,13 @@ class Cost(Record):
 
 # ------------------------------------------------------------------------------------------ sequential
 @dataclass(frozen=True)
-class Look(Record):
-    """One look of a sequential run (:class:`harness.stats.group_sequential.LookDecision`, as stored)."""
-
-    repeats: int
-    stop: bool
-    verdict: str | None
-    reason: str
-    sentence: str
-    delta: float
-    se: float
-    z: float
-    bound: float | None
-    info_fraction: float
-    alpha_spent: float
-    repeated_ci: list[float] | None
-    conditional_power: float | None = None
-    margin_z: list[float] | None = None
-    margin_bound: float | None = None
-    repeats_saved: int = 0
-    details: dict[str, JSON] = field(default_factory=dict)
-    #: questions the look's estimate is over
-    n: int | None = None
-    #: the stage-wise p of the test that decided (p < α exactly when it stopped on it); None in older files
-    p: float | None = None
-
-
-@dataclass(frozen=True)
 class SequentialRecord(Record):
     """``sequential`` of a sequential run (experiment.sequential=true), in the manifest (as the looks happen)
     and in summary.json / comparison.json: the design, every look and the outcome."""
 
     design: dict[str, JSON]
     estimator: str
-    looks: list[Look]
+    looks: list[LookDecision]
     stopped: bool
     repeats_run: int
     max_repeats: int

@@ -45,15 +45,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from harness.stats.roots import brentq
 
+from .outcomes import LookDecision
 from .verdict import HYPOTHESES
 
 SPENDING = ("obf", "pocock")
@@ -463,36 +464,6 @@ class LookFields(LookEstimate):
     margin_bound: NotRequired[float]
     conditional_power: NotRequired[float]
     p: NotRequired[float]
-
-
-@dataclass(frozen=True)
-class LookDecision:
-    """The outcome of one look. ``stop`` false means: run another repeat of both arms."""
-
-    repeats: int
-    stop: bool
-    verdict: str | None  # improved | regressed | equivalent | noninferior | inconclusive | None (continue)
-    reason: str  # efficacy | equivalence | noninferiority | futility | max_repeats | before_min_repeats | continue
-    sentence: str
-    delta: float
-    se: float
-    z: float
-    bound: float | None
-    info_fraction: float
-    alpha_spent: float
-    repeated_ci: list[float] | None
-    conditional_power: float | None = None
-    margin_z: list[float] | None = None
-    margin_bound: float | None = None
-    repeats_saved: int = 0
-    details: LookDetails = field(default_factory=LookDetails)
-    #: the stage-wise ordering p of the test that decided (:func:`stagewise_p`): p < α exactly when it
-    #: stopped with that test's verdict; None where the estimator does not compute it
-    p: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The look as a JSON object (its fields, ``details`` included)."""
-        return asdict(self)
 
 
 def _pp(x: float) -> str:

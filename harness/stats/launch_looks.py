@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -218,7 +219,7 @@ def decide_look_arms(design: SequentialDesign, repeats: int, a: ArmRuns, b: ArmR
     the declared effect, and the error gate (its bounds when the errors depend on the arm)."""
     gate = error_gate(a, b, design.alpha)
     dec = decide_launch_look(design, repeats, launch_aware_test(a, b, aa, alpha=design.alpha))
-    details: LookDetails = {**dec.details, "errors": _gate_details(gate)}
+    details: dict[str, Any] = {**dec.details, "errors": _gate_details(gate)}
     if gate.action != "bound":
         return replace(dec, details=details)
     bounds = {name: decide_launch_look(design, repeats, launch_aware_test(

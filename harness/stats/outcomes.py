@@ -3,6 +3,7 @@ reader of a stored comparison imports them). ``harness.results.schema`` embeds t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -134,3 +135,34 @@ class Tost:
     noninferiority_alpha: float
     noninferior: bool
     equivalent: bool
+
+
+@dataclass(frozen=True)
+class LookDecision:
+    """The outcome of one look of a sequential run (:mod:`harness.stats.group_sequential`), as made and as stored
+    in the ``sequential`` record. ``stop`` false means: run another repeat of both arms."""
+
+    repeats: int
+    stop: bool
+    verdict: str | None  # improved | regressed | equivalent | noninferior | inconclusive | None (continue)
+    reason: str  # efficacy | equivalence | noninferiority | futility | max_repeats | before_min_repeats | continue
+    sentence: str
+    delta: float
+    se: float
+    z: float
+    bound: float | None
+    info_fraction: float
+    alpha_spent: float
+    repeated_ci: list[float] | None
+    conditional_power: float | None = None
+    margin_z: list[float] | None = None
+    margin_bound: float | None = None
+    repeats_saved: int = 0
+    #: what the estimator adds (a launch-aware look: ``harness.stats.group_sequential.LookDetails``); stored with
+    #: non-finite numbers as null
+    details: Mapping[str, Any] = field(default_factory=dict)
+    #: questions the look's estimate is over (None in looks stored before it was recorded)
+    n: int | None = None
+    #: the stage-wise ordering p of the test that decided (:func:`stagewise_p`): p < α exactly when it
+    #: stopped with that test's verdict; None where the estimator does not compute it
+    p: float | None = None
