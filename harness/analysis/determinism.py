@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Literal
 
-from harness.results.schema import ArmIdentity, IdenticalOutputs
+from harness.results.schema import IdenticalOutputs, IdenticalShare
 
 #: The arms whose passes are compared (arm A's passes include its A/A control's).
 Role = Literal["a", "b"]
@@ -34,7 +34,7 @@ def _share(x: Sequence[str | bytes | None], y: Sequence[str | bytes | None]) -> 
     return sum(u == v for u, v in both), len(both)
 
 
-def arm_identity(passes: Sequence[Pass]) -> ArmIdentity:
+def arm_identity(passes: Sequence[Pass]) -> IdenticalShare:
     """One arm's shares: overall, within a launch and across launches (None where no pair of passes is such)."""
     sums = {"all": [0, 0], "within_launch": [0, 0], "across_launches": [0, 0]}
     pairs = 0

@@ -51,7 +51,7 @@ from harness.config import SETTING_KEYS, ConfigError, arms_root, client_settings
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
-from harness.orchestrate.design import SequentialPlan, describe, format_design, times_from_cost
+from harness.orchestrate.design import SequentialSchedule, describe, format_design, times_from_cost
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.logprob_phase import ScoringPhase
 from harness.orchestrate.rundir import (
@@ -67,7 +67,7 @@ from harness.orchestrate.rundir import (
     refuse_planted_links,
     write_failure_summary,
 )
-from harness.orchestrate.schedule import Item, schedule, sequential_schedule, with_scoring
+from harness.orchestrate.schedule import Step, schedule, sequential_schedule, with_scoring
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.orchestrate.tasks_phase import (
@@ -310,7 +310,7 @@ class Run:
                                 f"{r.expected!r}, found {r.found!r})"))
 
     # ------------------------------------------------------------------ measuring
-    def acquire(self, item: Item, label: str) -> Launch:
+    def acquire(self, item: Step, label: str) -> Launch:
         """The server for ``item``'s eval; once both arms have served in this session, their live launches
         (fingerprints included) are diffed and a disallowed difference stops the run."""
         launch = self.pool.acquire(item.arm_key, item.role, fresh=item.fresh, label=label)
@@ -340,7 +340,7 @@ class Run:
         probe = launches[-1].get("probe") if launches else None
         return probe.get("server_info") if probe else None
 
-    def items(self) -> list[Item]:
+    def items(self) -> list[Step]:
         """The schedule: a fixed design's every eval, or a sequential run's worst case (max_repeats), with the
         scoring passes placed on the evals' launches (:func:`harness.orchestrate.schedule.with_scoring`)."""
         x = self.x
@@ -360,7 +360,7 @@ class Run:
         """GPU time so far, per role and in total, from the manifest's launch and eval records."""
         return cost_from_manifest(self.manifest.data, self.run_dir, gpus=self.gpus)
 
-    def print_design(self, items: list[Item]) -> None:
+    def print_design(self, items: list[Step]) -> None:
         """Before the first launch: launches per arm, passes per launch, whether launch noise is sampled and
         the expected cost when earlier launches of this run directory were timed (harness.orchestrate.design)."""
         x, a = self.x, self.keys["a"]
@@ -370,7 +370,7 @@ class Run:
             prior = self.cost()
             if "launch_s" not in prior.estimated:
                 times = times_from_cost(prior)
-        seq: SequentialPlan | None = None
+        seq: SequentialSchedule | None = None
         if self.looks is not None:
             d = self.looks.design
             seq = {"max_repeats": d.max_repeats, "min_repeats": d.min_repeats,
@@ -386,11 +386,11 @@ class Run:
         if not off.enabled and off.get("off_reason"):  # said before the evals, not only in the verdict after them
             self.log.say(f"  divergence: not measured: {off.off_reason}")
 
-    def run_items(self, items: list[Item], of: int, start: int = 0) -> None:
+    def run_items(self, items: list[Step], of: int, start: int = 0) -> None:
         """Run ``items`` (evals numbered from ``start`` + 1 of ``of``), keeping the evals already complete and the
         scoring passes already scored. With concurrent servers every arm's server is up and asserted before the
         first question."""
-        pending: list[Item] = []
+        pending: list[Step] = []
         evals = [it for it in items if it.is_eval]
         label = {it: f"[{n}/{of}]" for n, it in enumerate(evals, start + 1)}
         for item in evals:
@@ -402,7 +402,7 @@ class Run:
         scoring = self.scoring
         pending += [it for it in items if not it.is_eval and scoring is not None and not scoring.current(it)]
         if self.x.concurrent_servers:
-            firsts: dict[str, Item] = {}
+            firsts: dict[str, Step] = {}
             for it in [it for it in items if it in pending]:
                 firsts.setdefault(it.arm_key, it)
             for first in firsts.values():
@@ -417,7 +417,7 @@ class Run:
                 else:
                     self.score(scoring, item)
 
-    def score(self, scoring: ScoringPhase, item: Item) -> None:
+    def score(self, scoring: ScoringPhase, item: Step) -> None:
         """One scoring pass; a server that dies or hangs in it stops the run as in an eval (exit 4)."""
         launch = self.acquire(item, "[scoring]")
         try:
@@ -447,7 +447,7 @@ class Run:
             self.pool.stop_all()
             self.manifest.end_session()
 
-    def measure_sequential(self, items: list[Item]) -> None:
+    def measure_sequential(self, items: list[Step]) -> None:
         """Repeat r of both arms (fresh launches), then the look; stop when a look decides or at max_repeats;
         then the A/A control. Every look is recorded in the manifest as it is made, so a rerun continues from
         the recorded looks (and skips the repeats a decided run no longer needs)."""
@@ -476,7 +476,7 @@ class Run:
         if aa and looks.decided:
             self.run_items(aa, of, done)
 
-    def evaluate(self, item: Item, launch: Launch, label: str) -> None:
+    def evaluate(self, item: Step, launch: Launch, label: str) -> None:
         cfg, key, rel, engine = self.cfg, item.arm_key, item.rel_dir, launch.engine
         self.manifest.eval_started(rel, launch.id)
         launch.passes += 1

@@ -478,7 +478,7 @@ class Divergence(Record):
     launches_skipped: dict[str, str] = field(default_factory=dict)
 
 
-class ArmIdentity(TypedDict):
+class IdenticalShare(TypedDict):
     """One arm's share of outputs identical between two of its passes (:func:`harness.analysis.determinism.
     arm_identity`): overall, within a launch, across launches (None where no pair of passes is such)."""
 
@@ -491,11 +491,11 @@ class ArmIdentity(TypedDict):
 
 class IdenticalOutputs(TypedDict, total=False):
     """``comparison.json`` ``identical_outputs`` (:func:`harness.analysis.determinism.identical_outputs`): each
-    arm's :class:`ArmIdentity`, the sampling temperature, the arms flagged (no output identical across passes at
+    arm's :class:`IdenticalShare`, the sampling temperature, the arms flagged (no output identical across passes at
     temperature 0) and what the shares are."""
 
-    a: ArmIdentity
-    b: ArmIdentity
+    a: IdenticalShare
+    b: IdenticalShare
     #: as the evals recorded it (bench_sglang's recipes: the int 0), kept so when read back
     temperature: int | float | None
     flagged: list[str]
