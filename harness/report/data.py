@@ -36,7 +36,7 @@ from harness.results import schema
 from harness.results.eval_store import load_eval
 from harness.results.fileio import read_jsonl
 from harness.results.records import JSON, JSONObject
-from harness.results.schema import Comparison, EvalMeta, EvalSummary, Manifest, SampleRecord
+from harness.results.schema import Comparison, EvalMeta, EvalSummary, SampleRecord
 from harness.tasks.gsm8k import question_from_prompt
 from harness.util.cmdline import command_line, redact_command, shell_command
 from harness.util.ggml import TYPE_FLAGS, named
@@ -56,7 +56,7 @@ def load_comparison(root: Path) -> Comparison | None:
     return schema.load_comparison(path) if path.exists() else None
 
 
-def load_manifest(root: Path) -> Manifest:
+def load_manifest(root: Path) -> dict[str, Any]:
     """``root/manifest.json`` of a run, or {} for a comparison directory (SchemaError as above)."""
     path = Path(root) / schema.MANIFEST_FILE
     return schema.load_manifest(path) if path.exists() else {}

@@ -8,7 +8,7 @@ file                    kind                      model
 ``eval.json``           ``abh.eval``              :class:`EvalMeta` (what one eval asked, of whom)
 ``summary.json``        ``abh.eval.summary``      :class:`EvalSummary` (in an eval directory)
 ``samples.jsonl``       (rows of the eval above)  :class:`SampleRecord`, one per question
-``manifest.json``       ``abh.run``               :class:`Manifest` (provenance of an ``abh run``)
+``manifest.json``       ``abh.run``               ``harness.orchestrate.rundir.RunManifest``
 ``summary.json``        ``abh.run.summary``       :class:`RunSummary` (in a run directory)
 ``comparison.json``     ``abh.comparison``        :class:`Comparison`
 ``sweep_summary.json``  ``abh.sweep``             :class:`SweepSummary`
@@ -23,8 +23,9 @@ The results a computation produces (comparison, divergence, cost, sequential loo
 are frozen :class:`~harness.results.records.Record` dataclasses, built once and serialised by
 :func:`~harness.results.records.to_doc`; their loaders check every field (a hand-edited file is refused naming
 the field); a block of one that is a plain JSON object of known keys (``identical_outputs``,
-``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files and the
-manifest, which abh writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set);
+``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files, which abh
+writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set); the manifest is
+declared once, by its writer (``harness.orchestrate.rundir``);
 :class:`SampleRecord` is a dataclass, written as a :class:`SampleRow` (``prompts.jsonl``: :class:`PromptRow`).
 """
 
@@ -756,28 +757,6 @@ class TasksComparison(Record):
     command: list[str] | None = omit_none()
 
 
-class Manifest(TypedDict, total=False):
-    """``manifest.json``: provenance of a run, rewritten at every step (see harness.orchestrate.rundir). Its
-    ``cost`` and ``sequential`` are the documents of :class:`Cost` and :class:`SequentialRecord`."""
-
-    kind: str
-    schema_version: int
-    experiment: str
-    config: JSONObject
-    config_sha256: str
-    config_semantic: JSONObject
-    provenance: JSONObject
-    dataset: JSONObject
-    sessions: list[JSONObject]
-    evals: dict[str, JSONObject]
-    arms: dict[str, JSONObject]
-    arm_diff: JSONObject
-    arm_diff_live: JSONObject
-    cost: JSONObject
-    sequential: JSONObject
-    status: JSONObject
-
-
 # ------------------------------------------------------------------------------------------ sweep
 @dataclass(frozen=True)
 class SweepRow(Record):
@@ -839,8 +818,8 @@ _NAMES = {EVAL: "an eval (eval.json)", EVAL_SUMMARY: "an eval summary", MANIFEST
           PLAN: "a plan (abh power --json)", FINGERPRINT: "a launch fingerprint"}
 
 
-#: A document abh writes: an eval's or a manifest's (TypedDict), or a result record's (:meth:`Record.to_doc`).
-D = TypeVar("D", EvalMeta, EvalSummary, Manifest, JSONObject)
+#: A document abh writes: an eval's (TypedDict), a manifest, or a result record's (:meth:`Record.to_doc`).
+D = TypeVar("D", EvalMeta, EvalSummary, JSONObject)
 
 
 def stamp(kind: str, doc: D) -> D:
@@ -910,8 +889,10 @@ def load_eval_summary(path: str | Path) -> EvalSummary:
     return cast(EvalSummary, load(path, EVAL_SUMMARY))
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    return cast(Manifest, load(path, MANIFEST))
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    """``manifest.json``, checked for its kind and version; its one declaration is the writer's
+    (``harness.orchestrate.rundir.RunManifest``), which readers here below it read key by key."""
+    return load(path, MANIFEST)
 
 
 def load_run_summary(path: str | Path) -> RunSummary:
@@ -934,7 +915,7 @@ def write_eval_summary(path: str | Path, doc: EvalSummary) -> None:
     dump(path, EVAL_SUMMARY, doc)
 
 
-def write_manifest(path: str | Path, doc: Manifest) -> None:
+def write_manifest(path: str | Path, doc: JSONObject) -> None:
     dump(path, MANIFEST, doc)
 
 
