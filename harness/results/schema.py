@@ -26,14 +26,14 @@ the field); a block of one that is a plain JSON object of known keys (``identica
 ``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files, which abh
 writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set); the manifest is
 declared once, by its writer (``harness.orchestrate.rundir``);
-:class:`SampleRecord` is a dataclass, written as a :class:`SampleRow` (``prompts.jsonl``: :class:`PromptRow`).
+:class:`SampleRecord` is a dataclass, written as its fields (``prompts.jsonl``: :class:`PromptRow`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
@@ -174,92 +174,6 @@ class EvalSummary(TypedDict, total=False):
     aborted: str | None
 
 
-@dataclass
-class SampleRecord:
-    """One row of ``samples.jsonl``: one question's answer (or its request error)."""
-
-    index: int
-    prompt_sha256: str
-    output: str | None
-    #: what the task's extractor read (GSM8K: a number; MMLU: a letter; None: nothing or an error)
-    pred: int | float | str | None
-    label: int | float | str
-    correct: bool | None  # None when the request failed: an error is never a wrong answer
-    invalid: bool | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_s: float | None
-    attempts: int
-    error: str | None = None
-    #: the task's score in [0, 1] when it is not simply ``correct`` (written only then)
-    score: float | None = None
-    #: a chat server's reasoning, returned apart from the answer (written only when returned)
-    reasoning: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: Any) -> SampleRecord:
-        """A row read back, every field type-checked (a row is data anyone could have edited): ValueError naming
-        the first field that is wrong. Unknown keys are ignored (a newer writer's)."""
-        if not isinstance(d, dict):
-            raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
-        for f in fields(cls):
-            if f.name not in d and f.name not in _OPTIONAL_SAMPLE_FIELDS:
-                raise ValueError(f"the row has no {f.name!r}")
-            value = d.get(f.name)
-            ok, kind = _SAMPLE_TYPES[f.name]
-            if not ok(value):
-                raise ValueError(f"{f.name} must be {kind}, not {json.dumps(value, default=str)[:40]}")
-        rec = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
-        if rec.error is None and (rec.output is None or rec.correct is None or rec.invalid is None):
-            raise ValueError("an answered row (error null) needs its output, correct and invalid")
-        if rec.error is not None and rec.correct is not None:
-            raise ValueError("a row with a request error has no correct value (an error is never an answer)")
-        return rec
-
-    def to_row(self) -> SampleRow:
-        """The ``samples.jsonl`` row: every field, but ``score`` and ``reasoning`` only when set."""
-        row: SampleRow = {"index": self.index, "prompt_sha256": self.prompt_sha256, "output": self.output,
-                          "pred": self.pred, "label": self.label, "correct": self.correct, "invalid": self.invalid,
-                          "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
-                          "completion_tokens": self.completion_tokens, "latency_s": self.latency_s,
-                          "attempts": self.attempts, "error": self.error}
-        if self.score is not None:
-            row["score"] = self.score
-        if self.reasoning is not None:
-            row["reasoning"] = self.reasoning
-        return row
-
-
-class SampleRow(TypedDict):
-    """A ``samples.jsonl`` row as written (:meth:`SampleRecord.to_row`): the fields of :class:`SampleRecord` in
-    their order, ``score`` and ``reasoning`` only when set."""
-
-    index: int
-    prompt_sha256: str
-    output: str | None
-    pred: int | float | str | None
-    label: int | float | str
-    correct: bool | None
-    invalid: bool | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_s: float | None
-    attempts: int
-    error: str | None
-    score: NotRequired[float]
-    reasoning: NotRequired[str]
-
-
-class PromptRow(TypedDict):
-    """A ``prompts.jsonl`` row: the exact text of one prompt sent."""
-
-    index: int
-    prompt_sha256: str
-    prompt: str
-
-
 def _whole(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -277,26 +191,88 @@ def _count_or_none(x: Any) -> bool:
     return x is None or (_whole(x) and x >= 0)
 
 
-#: SampleRecord's fields: (the check, what it says when it fails)
-_SAMPLE_TYPES: dict[str, tuple[Any, str]] = {
-    "index": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
-    "prompt_sha256": (lambda x: isinstance(x, str), "a string"),
-    "output": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "pred": (lambda x: x is None or _scalar(x), "a number, a string or null"),
-    "label": (_scalar, "a number or a string"),
-    "correct": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
-    "invalid": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
-    "finish_reason": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "prompt_tokens": (_count_or_none, "a whole number >= 0 or null"),
-    "completion_tokens": (_count_or_none, "a whole number >= 0 or null"),
-    "latency_s": (lambda x: x is None or (isinstance(x, int | float) and not isinstance(x, bool) and x >= 0),
-                  "a number >= 0 or null"),
-    "attempts": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
-    "error": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "score": (lambda x: x is None or (_number(x) and 0 <= x <= 1), "a number in [0, 1] or null"),
-    "reasoning": (lambda x: x is None or isinstance(x, str), "a string or null"),
-}
+def _checked(ok: Any, says: str, **default: Any) -> Any:
+    """A ``samples.jsonl`` field with its check (``ok``) and what the refusal says when it fails."""
+    return field(metadata={"ok": ok, "says": says}, **default)
+
+
+def _optional_str(**default: Any) -> Any:
+    return _checked(lambda x: x is None or isinstance(x, str), "a string or null", **default)
+
+
+def _flag() -> Any:
+    return _checked(lambda x: x is None or isinstance(x, bool), "true, false or null")
+
+
+def _count() -> Any:
+    return _checked(_count_or_none, "a whole number >= 0 or null")
+
+
+#: what a row read back may lack (older writers; ``score`` and ``reasoning`` are written only when set)
 _OPTIONAL_SAMPLE_FIELDS = frozenset({"error", "score", "reasoning"})
+
+
+@dataclass
+class SampleRecord:
+    """One row of ``samples.jsonl``: one question's answer (or its request error). Each field carries the check
+    a row read back must pass."""
+
+    index: int = _checked(lambda x: _whole(x) and x >= 0, "a whole number >= 0")
+    prompt_sha256: str = _checked(lambda x: isinstance(x, str), "a string")
+    output: str | None = _optional_str()
+    #: what the task's extractor read (GSM8K: a number; MMLU: a letter; None: nothing or an error)
+    pred: int | float | str | None = _checked(lambda x: x is None or _scalar(x), "a number, a string or null")
+    label: int | float | str = _checked(_scalar, "a number or a string")
+    correct: bool | None = _flag()  # None when the request failed: an error is never a wrong answer
+    invalid: bool | None = _flag()
+    finish_reason: str | None = _optional_str()
+    prompt_tokens: int | None = _count()
+    completion_tokens: int | None = _count()
+    latency_s: float | None = _checked(
+        lambda x: x is None or (isinstance(x, int | float) and not isinstance(x, bool) and x >= 0),
+        "a number >= 0 or null")
+    attempts: int = _checked(lambda x: _whole(x) and x >= 0, "a whole number >= 0")
+    error: str | None = _optional_str(default=None)
+    #: the task's score in [0, 1] when it is not simply ``correct`` (written only then)
+    score: float | None = _checked(lambda x: x is None or (_number(x) and 0 <= x <= 1), "a number in [0, 1] or null",
+                                   default=None)
+    #: a chat server's reasoning, returned apart from the answer (written only when returned)
+    reasoning: str | None = _optional_str(default=None)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> SampleRecord:
+        """A row read back, every field checked (a row is data anyone could have edited): ValueError naming
+        the first field that is wrong. Unknown keys are ignored (a newer writer's)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
+        for f in fields(cls):
+            if f.name not in d and f.name not in _OPTIONAL_SAMPLE_FIELDS:
+                raise ValueError(f"the row has no {f.name!r}")
+            value = d.get(f.name)
+            if not f.metadata["ok"](value):
+                raise ValueError(f"{f.name} must be {f.metadata['says']}, not {json.dumps(value, default=str)[:40]}")
+        rec = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        if rec.error is None and (rec.output is None or rec.correct is None or rec.invalid is None):
+            raise ValueError("an answered row (error null) needs its output, correct and invalid")
+        if rec.error is not None and rec.correct is not None:
+            raise ValueError("a row with a request error has no correct value (an error is never an answer)")
+        return rec
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``samples.jsonl`` row: every field in order, but ``score`` and ``reasoning`` only when set."""
+        row = asdict(self)
+        for key in ("score", "reasoning"):
+            if row[key] is None:
+                del row[key]
+        return row
+
+
+class PromptRow(TypedDict):
+    """A ``prompts.jsonl`` row: the exact text of one prompt sent."""
+
+    index: int
+    prompt_sha256: str
+    prompt: str
 
 
 # ------------------------------------------------------------------------------------------ comparison
