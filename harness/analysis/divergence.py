@@ -36,7 +36,6 @@ from harness.results.records import JSON, finite_or_none
 from harness.results.schema import (
     Divergence,
     DivergenceLaunchTest,
-    DivergencePerQuestion,
     Histogram,
     KldHistogram,
     TopQuestion,
@@ -390,7 +389,7 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
         first_divergence_span=fd_ab[i].first_divergence_span, text_identical_aa=fd_aa[i].text_identical,
         first_divergence_aa=fd_aa[i].first_divergence) for i in order]
     div = Divergence(
-        verdict="not_measured" if test is None else test["verdict"],
+        verdict="not_measured" if test is None else test.verdict,
         verdict_reason=aa_reason or "no A/A floor",
         kld_mean=float(m_ab["kl"].mean()), kld_max=float(m_ab["kl"].max()),
         kld_percentiles=dv.kld_percentiles(m_ab["kl"]), same_top_rate=float(m_ab["same"].mean()),
@@ -401,17 +400,14 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
         top_questions=top, kl_method=KL_METHOD, dirs=dirs, reference=reference, launches_skipped=skipped)
     if m_aa is None or test is None or kld_aa_q is None:
         return div
-    pq = DivergencePerQuestion(test=test["test"], p=test["p_value"], p_floor=test["p_floor"],
-                               p_at_floor=test["p_value_at_floor"], effect=test["effect"], effect_ci=test["effect_ci"],
-                               effect_ci_method=test["effect_ci_method"], effect_se=test["effect_se"],
-                               effect_mde=test["effect_mde"], n_resamples=n_resamples)
+    pq = test
     div = replace(div, kld_mean_aa=float(m_aa["kl"].mean()), kld_max_aa=float(m_aa["kl"].max()),
                   kld_percentiles_aa=dv.kld_percentiles(m_aa["kl"]), same_top_rate_aa=float(m_aa["same"].mean()),
                   rms_dlogprob_aa=dv.rms(m_aa["dlp"]), alpha=alpha, per_question=pq)
     ka = np.vstack([kld_aa_q] + [k[idx] for k in more_a])
     kb = np.vstack([kld_q] + [k[idx] for k in more_b])
     if ka.shape[0] + kb.shape[0] < 3:  # one A/A launch, one B launch: the per-question test decides
-        div = replace(div, verdict=test["verdict"], p=pq.p, p_floor=pq.p_floor, p_at_floor=pq.p_at_floor,
+        div = replace(div, verdict=test.verdict, p=pq.p, p_floor=pq.p_floor, p_at_floor=pq.p_at_floor,
                       n_resamples=n_resamples, test=pq.test, effect=pq.effect, effect_ci=pq.effect_ci,
                       effect_ci_method=pq.effect_ci_method, effect_se=pq.effect_se, effect_mde=pq.effect_mde,
                       qualification=QUALIFIED_ONE_EACH)

@@ -40,7 +40,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
 from harness.results.records import JSON, JSONObject, Record, RecordError, omit_none
-from harness.stats.outcomes import Design, Errors, LaunchVarianceEstimate, LookDecision, Tost
+from harness.stats.outcomes import Design, DivergenceTest, Errors, LaunchVarianceEstimate, LookDecision, Tost
 
 # ------------------------------------------------------------------------------------------ kinds
 EVAL = "abh.eval"
@@ -380,23 +380,6 @@ class DivergenceLaunchTest(Record):
 
 
 @dataclass(frozen=True)
-class DivergencePerQuestion(Record):
-    """The per-question test of the first B pass against the floor (d_i = KLD_i(A‖B) - KLD_i(A‖A′), one-sided
-    sign-flip, questions as the unit): the verdict's test with one A/A and one B launch, else a diagnostic."""
-
-    test: str
-    p: float
-    p_floor: float | None
-    p_at_floor: bool
-    effect: float
-    effect_ci: list[float] | None
-    effect_ci_method: str
-    effect_se: float | None
-    effect_mde: float | None
-    n_resamples: int
-
-
-@dataclass(frozen=True)
 class Divergence(Record):
     """``comparison.json`` ``divergence``: the reference arm's greedy texts scored teacher-forced by its own
     server, by the other arm's and by a fresh launch of its own (the A/A floor); computed by
@@ -448,7 +431,7 @@ class Divergence(Record):
     #: the launch-level test over every scored launch (the verdict's when there are 3 or more launches besides
     #: the reference's), the per-question test (the verdict's with one A/A and one B launch, else a diagnostic)
     launch_test: DivergenceLaunchTest | None = omit_none()
-    per_question: DivergencePerQuestion | None = omit_none()
+    per_question: DivergenceTest | None = omit_none()
     #: the assumption the verdict rests on (e.g. one A/A launch: a constant noise scale across launches)
     qualification: str | None = omit_none()
     #: passes left out of the launch-level test, and why (not scored, a launch scored twice)

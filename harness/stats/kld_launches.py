@@ -46,7 +46,8 @@ from harness.stats.roots import brentq
 
 from ._rng import SeedLike
 from .dist import t_ppf, t_sf
-from .kld import DivergenceTest, divergence_test
+from .kld import divergence_test
+from .outcomes import DivergenceTest
 
 #: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
 KLD_FLOOR = 1e-12
@@ -154,7 +155,7 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
                              seed=seed, ci_method="percentile")
     if ma == 1 and mb == 1:
         assert pq is not None
-        p = float(pq["p_value"])
+        p = float(pq.p)
         return LaunchDivergence("diverged" if p < alpha and effect > 0 else "indistinguishable", METHOD_QUESTION,
                                 p, alpha, 1, 1, tuple(la.tolist()), tuple(lb.tolist()), ratio, None, effect,
                                 None, None, None, None, QUALIFICATION_ONE_EACH, pq)

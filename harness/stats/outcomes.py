@@ -166,3 +166,26 @@ class LookDecision:
     #: the stage-wise ordering p of the test that decided (:func:`stagewise_p`): p < α exactly when it
     #: stopped with that test's verdict; None where the estimator does not compute it
     p: float | None = None
+
+
+@dataclass(frozen=True)
+class DivergenceTest:
+    """The per-question divergence test (:func:`harness.stats.kld.divergence_test`): d_i = KLD_i(A‖B) -
+    KLD_i(A‖A′), one-sided sign-flip over questions, ``effect`` and its interval in nats/token. Stored as
+    comparison.json ``divergence.per_question``: the verdict's test with one A/A and one B launch, else a
+    diagnostic."""
+
+    test: str
+    p: float
+    p_floor: float | None
+    p_at_floor: bool
+    effect: float
+    effect_ci: list[float] | None
+    effect_ci_method: str
+    effect_se: float | None
+    effect_mde: float | None
+    n_resamples: int
+    #: diverged | indistinguishable, at ``alpha``, over ``questions`` (files written before them: "", None)
+    verdict: str = ""
+    alpha: float | None = _omit_none()
+    questions: int | None = _omit_none()
