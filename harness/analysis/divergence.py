@@ -35,7 +35,6 @@ from harness.results.eval_store import load_samples
 from harness.results.records import JSON, finite_or_none
 from harness.results.schema import (
     Divergence,
-    DivergenceLaunchTest,
     Histogram,
     KldHistogram,
     TopQuestion,
@@ -415,13 +414,9 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
     lt = kl.launch_divergence_test(ka, kb, tokens_q.astype(float), alpha=alpha, per_question=False)
     sd = kl.pooled_sd_log(np.asarray(lt.kld_launch_a), np.asarray(lt.kld_launch_b))
     qual = QUALIFIED_ONE_A if lt.launches_a == 1 else QUALIFIED_ONE_B if lt.launches_b == 1 else None
-    block = DivergenceLaunchTest(
-        method=lt.method, p=lt.p, t=finite_or_none(lt.t), df=lt.df, ratio=lt.ratio,
-        ratio_ci=None if lt.ratio_ci is None else [float(x) for x in lt.ratio_ci],
-        ratio_mde=kl.mde_ratio(sd, lt.launches_a, lt.launches_b, alpha), effect=lt.effect, sd_log=finite_or_none(sd),
-        p_permutation=lt.p_permutation, arrangements=lt.arrangements, launches_a=lt.launches_a,
-        launches_b=lt.launches_b, kld_launch_a=list(lt.kld_launch_a), kld_launch_b=list(lt.kld_launch_b),
-        dirs_a=[str(_name(aa_dir)), *names_a], dirs_b=[str(_name(ab_dir)), *names_b], qualification=qual)
+    block = replace(lt, t=finite_or_none(lt.t), ratio_mde=kl.mde_ratio(sd, lt.launches_a, lt.launches_b, alpha),
+                    sd_log=finite_or_none(sd), dirs_a=[str(_name(aa_dir)), *names_a],
+                    dirs_b=[str(_name(ab_dir)), *names_b], qualification=qual)
     div = replace(div, verdict=lt.verdict, p=lt.p, p_floor=None, p_at_floor=False, n_resamples=None, test=lt.method,
                   effect=lt.effect, effect_ci=None, effect_ci_method=None, effect_se=None, effect_mde=None,
                   launch_test=block, qualification=qual)

@@ -40,7 +40,15 @@ from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
 from harness.results.records import JSON, JSONObject, Record, RecordError, omit_none
-from harness.stats.outcomes import Design, DivergenceTest, Errors, LaunchVarianceEstimate, LookDecision, Tost
+from harness.stats.outcomes import (
+    Design,
+    DivergenceTest,
+    Errors,
+    LaunchDivergence,
+    LaunchVarianceEstimate,
+    LookDecision,
+    Tost,
+)
 
 # ------------------------------------------------------------------------------------------ kinds
 EVAL = "abh.eval"
@@ -349,37 +357,6 @@ class KldHistogram(Record):
 
 
 @dataclass(frozen=True)
-class DivergenceLaunchTest(Record):
-    """The launch-level divergence test (:func:`harness.stats.kld_launches.launch_divergence_test`): each
-    launch's token-weighted mean KLD against the reference pass, B's launches against A's other launches (the
-    floor's, A's other repeats', the A/A control's), a one-sided t-test of log mean KLD."""
-
-    method: str
-    p: float
-    t: float | None
-    df: float | None
-    #: geometric-mean ratio of B's launch KLDs over A's, its (1 - α) t interval, and the ratio this run
-    #: could detect at 80 % power (from the launches' pooled sd of log KLD)
-    ratio: float
-    ratio_ci: list[float] | None
-    ratio_mde: float | None
-    #: mean over B's launches minus mean over A's (nats/token)
-    effect: float
-    sd_log: float | None
-    #: exact permutation p over the launch labels (floor 1/arrangements)
-    p_permutation: float | None
-    arrangements: int | None
-    launches_a: int
-    launches_b: int
-    kld_launch_a: list[float]
-    kld_launch_b: list[float]
-    #: the passes of each side, in order (the floor and the compared pass first)
-    dirs_a: list[str]
-    dirs_b: list[str]
-    qualification: str | None = None
-
-
-@dataclass(frozen=True)
 class Divergence(Record):
     """``comparison.json`` ``divergence``: the reference arm's greedy texts scored teacher-forced by its own
     server, by the other arm's and by a fresh launch of its own (the A/A floor); computed by
@@ -430,7 +407,7 @@ class Divergence(Record):
     reference: str = "a"
     #: the launch-level test over every scored launch (the verdict's when there are 3 or more launches besides
     #: the reference's), the per-question test (the verdict's with one A/A and one B launch, else a diagnostic)
-    launch_test: DivergenceLaunchTest | None = omit_none()
+    launch_test: LaunchDivergence | None = omit_none()
     per_question: DivergenceTest | None = omit_none()
     #: the assumption the verdict rests on (e.g. one A/A launch: a constant noise scale across launches)
     qualification: str | None = omit_none()

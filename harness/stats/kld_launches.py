@@ -36,7 +36,6 @@ there (per-question test 94 %, but at 49 % false positives).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
@@ -47,7 +46,7 @@ from harness.stats.roots import brentq
 from ._rng import SeedLike
 from .dist import t_ppf, t_sf
 from .kld import divergence_test
-from .outcomes import DivergenceTest
+from .outcomes import LaunchDivergence
 
 #: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
 KLD_FLOOR = 1e-12
@@ -63,33 +62,6 @@ QUALIFICATION_ONE_A = ("one launch of A besides the reference: the launch-to-lau
 QUALIFICATION_ONE_B = ("one launch of B: the test compares a single launch with A's and leans on log K being normal "
                        "across launches (7 % false positives at a lognormal noise-scale sd of 0.3 with 4 A launches); "
                        "score the reference on two or more launches of B")
-
-
-@dataclass(frozen=True)
-class LaunchDivergence:
-    """The launch-level divergence verdict and its evidence."""
-
-    verdict: str
-    method: str
-    p: float
-    alpha: float
-    launches_a: int
-    launches_b: int
-    #: each launch's token-weighted mean KLD against the reference (nats/token)
-    kld_launch_a: tuple[float, ...]
-    kld_launch_b: tuple[float, ...]
-    #: geometric-mean ratio of B's launch KLDs over A's, and its two-sided (1 - α) t interval
-    ratio: float
-    ratio_ci: tuple[float, float] | None
-    #: arithmetic difference of the launch means, B - A (nats/token)
-    effect: float
-    t: float | None
-    df: float | None
-    p_permutation: float | None
-    arrangements: int | None
-    qualification: str | None
-    #: the per-question sign-flip test on launch-averaged KLDs (diagnostic; the verdict when one launch each)
-    per_question: DivergenceTest | None
 
 
 def launch_means(kld: np.ndarray, tokens: np.ndarray | None = None) -> np.ndarray:
@@ -156,9 +128,11 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
     if ma == 1 and mb == 1:
         assert pq is not None
         p = float(pq.p)
-        return LaunchDivergence("diverged" if p < alpha and effect > 0 else "indistinguishable", METHOD_QUESTION,
-                                p, alpha, 1, 1, tuple(la.tolist()), tuple(lb.tolist()), ratio, None, effect,
-                                None, None, None, None, QUALIFICATION_ONE_EACH, pq)
+        return LaunchDivergence(
+            verdict="diverged" if p < alpha and effect > 0 else "indistinguishable", method=METHOD_QUESTION, p=p,
+            alpha=alpha, launches_a=1, launches_b=1, kld_launch_a=tuple(la.tolist()), kld_launch_b=tuple(lb.tolist()),
+            ratio=ratio, ratio_ci=None, effect=effect, t=None, df=None, p_permutation=None, arrangements=None,
+            qualification=QUALIFICATION_ONE_EACH, per_question=pq)
     t, df, se = pooled_t(xb, xa)
     if math.isinf(t):
         p = 0.0 if t > 0 else 1.0
@@ -174,9 +148,11 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
         ratio_ci = (ratio, ratio)
     p_perm, count = permutation_p(xb, xa)
     verdict = "diverged" if p < alpha and ratio > 1 else "indistinguishable"
-    return LaunchDivergence(verdict, METHOD_T, p, alpha, ma, mb, tuple(la.tolist()), tuple(lb.tolist()), ratio,
-                            ratio_ci, effect, t, df, p_perm, count,
-                            QUALIFICATION_ONE_A if ma == 1 else QUALIFICATION_ONE_B if mb == 1 else None, pq)
+    return LaunchDivergence(
+        verdict=verdict, method=METHOD_T, p=p, alpha=alpha, launches_a=ma, launches_b=mb,
+        kld_launch_a=tuple(la.tolist()), kld_launch_b=tuple(lb.tolist()), ratio=ratio, ratio_ci=ratio_ci,
+        effect=effect, t=t, df=df, p_permutation=p_perm, arrangements=count,
+        qualification=QUALIFICATION_ONE_A if ma == 1 else QUALIFICATION_ONE_B if mb == 1 else None, per_question=pq)
 
 
 def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, alpha: float = 0.05) -> float:

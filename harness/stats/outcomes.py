@@ -189,3 +189,42 @@ class DivergenceTest:
     verdict: str = ""
     alpha: float | None = _omit_none()
     questions: int | None = _omit_none()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchDivergence:
+    """The launch-level divergence test (:func:`harness.stats.kld_launches.launch_divergence_test`): each
+    launch's token-weighted mean KLD against the reference pass, B's launches against A's other launches (the
+    floor's, A's other repeats', the A/A control's), a one-sided t-test of log mean KLD. Stored as
+    comparison.json ``divergence.launch_test`` with what the analysis adds (``ratio_mde``, ``sd_log``, the
+    passes' directories, its own qualification)."""
+
+    method: str
+    p: float
+    t: float | None
+    df: float | None
+    #: geometric-mean ratio of B's launch KLDs over A's, its (1 - α) t interval, and the ratio this run
+    #: could detect at 80 % power (from the launches' pooled sd of log KLD)
+    ratio: float
+    ratio_ci: tuple[float, float] | None
+    ratio_mde: float | None = None
+    #: mean over B's launches minus mean over A's (nats/token)
+    effect: float
+    sd_log: float | None = None
+    #: exact permutation p over the launch labels (floor 1/arrangements)
+    p_permutation: float | None
+    arrangements: int | None
+    launches_a: int
+    launches_b: int
+    #: each launch's token-weighted mean KLD against the reference (nats/token)
+    kld_launch_a: tuple[float, ...]
+    kld_launch_b: tuple[float, ...]
+    #: the passes of each side, in order (the floor and the compared pass first)
+    dirs_a: list[str] = field(default_factory=list)
+    dirs_b: list[str] = field(default_factory=list)
+    qualification: str | None = None
+    #: diverged | indistinguishable at ``alpha`` (files written before them: "", None)
+    verdict: str = ""
+    alpha: float | None = _omit_none()
+    #: the per-question sign-flip test on launch-averaged KLDs (diagnostic; the verdict when one launch each)
+    per_question: DivergenceTest | None = _omit_none()
