@@ -24,6 +24,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -89,7 +90,7 @@ from harness.results.records import JSON
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.serving.untrusted import printable
 from harness.stats.group_sequential import operating_characteristics
-from harness.tasks.gsm8k import DatasetError, RecipeConfig
+from harness.tasks.gsm8k import DatasetError
 from harness.util.redact import redact_text
 
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANGUP)
@@ -106,13 +107,6 @@ class RunFailure(Exception):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def recipe_of(cfg: DictConfig) -> RecipeConfig:
-    """The single task's recipe as the config gives it (None: the recipe's upstream default)."""
-    t = cfg.task
-    return RecipeConfig(name=t.recipe, num_questions=t.num_questions, num_shots=t.num_shots,
-                        max_new_tokens=t.max_new_tokens)
-
-
 def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str, answer_key: str = "") -> DictConfig:
     """The run's engine config with the arm's ``engine:`` overrides; the simulator answers the run's data (and,
     from ``answer_key``, the tasks whose prompts it does not parse)."""
@@ -523,30 +517,41 @@ class Run:
 
     # ------------------------------------------------------------------ statistics and report
     def finish(self) -> int:
-        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
-        dirs = {role: [run_dir / rel for rel in m.evals_of(role)] for role in ("a", "b", "aa")}
-        if self.several:
-            return self.finish_tasks(dirs)
+        """Compare the arms (each task, then Holm across them, in a run of several), write comparison.json (or
+        the per-task files and tasks.json) and summary.json, print the table, the report, and the verdict last;
+        the exit code."""
+        dirs = {role: [self.run_dir / rel for rel in self.manifest.evals_of(role)] for role in ("a", "b", "aa")}
         try:
-            comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
-                                      margin=None if s.margin_pp is None else s.margin_pp / 100,
-                                      min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
-                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
-                                      hypothesis=str(s.hypothesis),
-                                      assume_no_launch_shift=bool(s.get("assume_no_launch_shift", False)))
-        except CompareSettingsError as e:  # the settings, not the evals: they are kept for the rerun
-            key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
-            raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
-                             "evals are kept") from None
-        except IncomparableEvals as e:  # not a matter of failed requests: a rerun would not change it
-            raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}") from None
-        except TooFewAnswered as e:  # request errors (5, a rerun retries them), or too few questions asked (2)
-            raise RunFailure(e.exit_code, f"the arms cannot be compared: {e}" + (
-                ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
-                else " (task.num_questions)")) from None
+            if self.several:
+                code, tasks = self._conclude_tasks(dirs)
+            else:
+                code, comparison, line = self._conclude(dirs)
         except CompareError as e:
-            raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
-                             "command to retry the failed requests.") from None
+            raise _cannot_compare(e) from None
+        if self.cfg.report:
+            code = self._write_reports(code, tasks if self.several else None)
+        if not self.several:  # the verdict last: on stdout (coloured on a terminal) and in run.log
+            self.log.write(f"verdict: {line}")
+            print(coloured(line, comparison.verdict, sys.stdout), flush=True)
+        return code
+
+    def _compare_settings(self) -> dict[str, Any]:
+        s = self.cfg.stats
+        return {"margin": None if s.margin_pp is None else s.margin_pp / 100,
+                "min_effect": None if s.min_effect_pp is None else s.min_effect_pp / 100, "alpha": s.alpha,
+                "seed": s.seed, "max_error_rate": s.max_error_rate, "hypothesis": str(s.hypothesis),
+                "assume_no_launch_shift": bool(s.get("assume_no_launch_shift", False))}
+
+    def _design(self, **extra: JSON) -> dict[str, JSON]:
+        x = self.x
+        return {**self.manifest.design(), "concurrent_servers": bool(x.concurrent_servers),
+                "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
+                "order": str(x.order), **extra}
+
+    def _conclude(self, dirs: dict[str, list[Path]]) -> tuple[int, schema.Comparison, str]:
+        """One task: its comparison (with the sequential decision and the divergence), summary.json, the table."""
+        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
+        comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"], **self._compare_settings())
         # names are anyone's text: stored escaped, so no report, plot or table gets a control character
         comparison = replace(comparison, arm_names=schema.ArmNames(a=printable(self.arms[x.a].name, one_line=True),
                                                                    b=printable(self.arms[x.b].name, one_line=True)),
@@ -569,59 +574,32 @@ class Run:
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))
         schema.write_comparison(run_dir / COMPARISON, comparison)
         fail_on = self.cfg.get("fail_on")
-        code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
-        design: dict[str, JSON] = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
-                                   "restart_per_repeat": bool(x.restart_per_repeat),
-                                   "aa_fresh_launch": bool(x.aa_fresh_launch), "order": str(x.order)}
+        gate = None if fail_on is None else str(fail_on)
+        code = comparison_exit(comparison, gate)  # 5, or 7 for --fail-on
         line = headline(comparison)
         summary = schema.run_summary(comparison, experiment=str(x.name),
                                      repeats=int(x.repeats) if seq is None else seq.repeats_run,
-                                     aa_control=bool(x.aa_control), exit_code=code, design=design, cost=cost,
-                                     sequential=seq, headline=line)
+                                     aa_control=bool(x.aa_control), exit_code=code, design=self._design(),
+                                     cost=cost, sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
         print(printable(format_table(summary, comparison)))  # arm names are anyone's text
         if seq is not None:
             print(f"  {sequential_line(seq)}")
         print(format_cost(cost))
-        reason = (exit_reason(code, comparison, None if fail_on is None else str(fail_on))
-                  or gate_not_applied(comparison, None if fail_on is None else str(fail_on)))
+        reason = exit_reason(code, comparison, gate) or gate_not_applied(comparison, gate)
         if reason:
             self.log.say(reason)
-        if self.cfg.report:
-            try:
-                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
-            except OutputError as e:  # a full disk: the measured verdict is in comparison.json already
-                self.log.say(f"report not written: {e}")
-                return code or exitcodes.BAD_CONFIG
-            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
-                self.log.write(traceback.format_exc())
-                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
-                             f"traceback in {run_dir / RUN_LOG}")
-                code = code or exitcodes.UNEXPECTED
-        # the verdict last: on stdout (coloured on a terminal) and in run.log
-        self.log.write(f"verdict: {line}")
-        print(coloured(line, comparison.verdict, sys.stdout), flush=True)
-        return code
+        return code, comparison, line
 
-
-    def finish_tasks(self, dirs: dict[str, list[Path]]) -> int:
-        """A run of several tasks: each task's comparison, Holm across them, the overall decision; the per-task
-        files, tasks.json, summary.json (its verdict: the overall decision), the report and comparison.md."""
-        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
+    def _conclude_tasks(self, dirs: dict[str, list[Path]]) -> tuple[int, TaskOutputs]:
+        """Several tasks: each task's comparison, Holm across them, the overall decision; the per-task files,
+        tasks.json, summary.json (its verdict: the overall decision)."""
+        x, run_dir, m = self.x, self.run_dir, self.manifest
         names = schema.ArmNames(a=self.arms[x.a].name, b=self.arms[x.b].name)
-        try:
-            comparisons, tc = compare_run_tasks(
-                self.tasks, dirs, names=names, command=list(self.command) if self.command else None,
-                margin=None if s.margin_pp is None else s.margin_pp / 100,
-                min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100, alpha=s.alpha, seed=s.seed,
-                max_error_rate=s.max_error_rate, hypothesis=str(s.hypothesis),
-                assume_no_launch_shift=bool(s.get("assume_no_launch_shift", False)))
-        except TooFewAnswered as e:
-            raise RunFailure(e.exit_code, f"the arms cannot be compared: {e}") from None
-        except CompareError as e:
-            raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
-                             "command to retry the failed requests.") from None
+        comparisons, tc = compare_run_tasks(self.tasks, dirs, names=names,
+                                            command=list(self.command) if self.command else None,
+                                            **self._compare_settings())
         write_task_outputs(run_dir, comparisons, tc, report=False)
         cost = self.cost()
         m.record("cost", cost.to_doc())
@@ -631,14 +609,10 @@ class Run:
         ungated = next((c for c in comparisons.values() if not gated(c)), None)
         code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(
             tc.decision, None if ungated is not None else gate)
-        design: dict[str, JSON] = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
-                                   "restart_per_repeat": bool(x.restart_per_repeat),
-                                   "aa_fresh_launch": bool(x.aa_fresh_launch), "order": str(x.order),
-                                   "tasks": [t.key for t in self.tasks]}
         summary = schema.RunSummary(
             experiment=str(x.name), verdict=tc.decision, verdict_reason=tc.decision_reason, exit_code=code,
             simulated=tc.simulated, accuracy={}, arms={"a": names.a, "b": names.b}, repeats=int(x.repeats),
-            aa_control=bool(x.aa_control), design=design, cost=cost,
+            aa_control=bool(x.aa_control), design=self._design(tasks=[t.key for t in self.tasks]), cost=cost,
             tasks={r.key: r.verdict_holm for r in tc.rows})
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
@@ -655,16 +629,45 @@ class Run:
                 self.log.say(reason)
         elif ungated is not None and gate is not None:
             self.log.say(f"overall decision {tc.decision}: " + str(gate_not_applied(ungated, gate)))
-        if self.cfg.report:
-            try:
-                write_task_outputs(run_dir, comparisons, tc, report=True)
-                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
-            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
-                self.log.write(traceback.format_exc())
-                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
-                             f"traceback in {run_dir / RUN_LOG}")
-                return code or exitcodes.UNEXPECTED
+        return code, (comparisons, tc)
+
+    def _write_reports(self, code: int, tasks: TaskOutputs | None) -> int:
+        """report.html and comparison.md (and each task's, in a run of several); a report that cannot be written
+        never takes the measured verdict with it, but the exit code says so."""
+        run_dir = self.run_dir
+        try:
+            if tasks is not None:
+                write_task_outputs(run_dir, *tasks, report=True)
+            self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+        except OutputError as e:  # a full disk: the measured verdict is in comparison.json already
+            self.log.say(f"report not written: {e}")
+            return code or exitcodes.BAD_CONFIG
+        except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
+            self.log.write(traceback.format_exc())
+            self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
+                         f"traceback in {run_dir / RUN_LOG}")
+            return code or exitcodes.UNEXPECTED
         return code
+
+
+#: a run of several tasks: each task's comparison and the tasks compared together
+TaskOutputs = tuple[dict[str, schema.Comparison], schema.TasksComparison]
+
+
+def _cannot_compare(e: CompareError) -> RunFailure:
+    """The exit code and message of a comparison that could not be made (one task or several alike)."""
+    if isinstance(e, CompareSettingsError):  # the settings, not the evals: they are kept for the rerun
+        key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
+        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
+                          "evals are kept")
+    if isinstance(e, IncomparableEvals):  # not a matter of failed requests: a rerun would not change it
+        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}")
+    if isinstance(e, TooFewAnswered):  # request errors (5, a rerun retries them), or too few questions asked (2)
+        return RunFailure(e.exit_code, f"the arms cannot be compared: {e}" + (
+            ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
+            else " (task.num_questions)"))
+    return RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command to "
+                      "retry the failed requests.")
 
 
 def comparison_exit_of_decision(decision: str, fail_on: str | None) -> int:
@@ -744,20 +747,7 @@ def exit_for(e: BaseException) -> tuple[int, str] | None:
     return None
 
 
-# ------------------------------------------------------------------------------------------ Hydra
-
-
-
-
-
-
-
-
-
-
-
-
-# ------------------------------------------------------------------------------------------ --help
+# ------------------------------------------------------------------------------------------ the job
 
 
 def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) -> int:
