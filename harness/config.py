@@ -291,7 +291,7 @@ class StatsConfig:
 
 @dataclass
 class DivergenceConfig:
-    """The scoring passes after the accuracy evals (issue 11): arm B's and a fresh launch of the reference
+    """The scoring passes after the accuracy evals: arm B's and a fresh launch of the reference
     arm's next-token distributions on the reference arm's greedy texts, against each other."""
 
     #: Score after the accuracy evals (one pass per server: reference, compared, floor) and report divergence.

@@ -199,3 +199,13 @@ def test_stats_imports_nothing_from_results():
     assert "harness.stats.outcomes" in stats and "harness.stats.outcomes" in graph["harness.results.schema"]
     assert {m: sorted(d for d in deps if d.startswith("harness.results")) for m, deps in stats.items()
             if any(d.startswith("harness.results") for d in deps)} == {}
+
+
+def test_no_comment_says_which_issue():
+    """Comments and docstrings say why, never which issue or which rule was "today's"."""
+    import re
+
+    pattern = re.compile(r"issue #?\d+|today's rule", re.I)
+    found = [f"{p.relative_to(HARNESS)}:{i}" for p in _modules()
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert found == []

@@ -1,5 +1,5 @@
 """Does a server answer the same question the same way twice? The share of identical outputs across the passes
-of one arm (issue 22, item 13).
+of one arm.
 
 At temperature 0 a server is expected to repeat itself, pass after pass, at least on one launch; how often it
 does not is the run-to-run noise that ψ_AA (the within-arm discordance of correctness) summarises. But ψ only

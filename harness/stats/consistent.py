@@ -1,8 +1,8 @@
 """One story for the question-level verdict: a p-value and an interval that never disagree.
 
-Today the verdict quotes the mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval
-(:mod:`.score`): two different methods, so "p < α" and "0 outside the interval" can disagree (issue 25,
-item 4: 56 of 2000 experiments at n = 200, Δ = +5 pp). Here both come from ONE family of tests
+The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.score`) are two different
+methods, so "p < α" and "0 outside the interval" can disagree (56 of 2000 experiments at n = 200, Δ = +5 pp).
+Here both come from ONE family of tests
 {φ(Δ0)}, and the interval is its inversion:
 
     φ(Δ0) rejects  ⇔  Tango's score test of Δ = Δ0 rejects at α,
@@ -18,14 +18,14 @@ extended to reach 0 whenever the sign-flip test does not reject (``extended``). 
 
 For one run per arm (whole counts) the mid-p McNemar test never rejects where Tango's test does not
 (checked exhaustively for every table with n <= 120 at α = 0.01, 0.05, 0.1: tests/test_stats_consistent.py),
-so the decision is exactly today's mid-p test and costs no power; only the interval changes, extended to 0
+so the decision is exactly the mid-p test and costs no power; only the interval changes, extended to 0
 in the tables where Tango alone would reject (1692 of 907,860 table-levels there). With repeats the two can
 disagree both ways and the combined test is the stricter; :func:`exact_operating` gives exact rejection
 rates and coverage for one run per arm by summing over every table. Numerically, the bisection's endpoint can sit within 1e-17 of 0 when |Z(0)| is within
 round-off of z_{1-α/2}; the interval's endpoint is then set by the test decision (``nudged``), so the
 equivalence holds in floating point too.
 
-Repeats: ``d`` are fractions; the sign-flip test runs on them exactly as today, and Tango's on the
+Repeats: ``d`` are fractions; the sign-flip test runs on them exactly as alone, and Tango's on the
 effective table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
 """
 

@@ -1,7 +1,7 @@
 """Do request errors depend on the arm? The gate that decides between dropping unanswered questions and
-today's error bounds (issue 25, item 3).
+bounding the verdict by them.
 
-Today every unanswered question (no answered run in an arm) triggers the bound rule: the verdict is
+Bounding on every unanswered question (no answered run in an arm): the verdict is
 recomputed with one arm's unanswered questions counted wrong and the other's right, both ways, and becomes
 ``inconclusive`` when either bound changes it. With 1 % persistent errors on both arms, independent of the
 arm, that rule decides almost every experiment (power 13 % instead of 84 % at Δ = +1.5 pp, 3 launches): a
@@ -17,7 +17,7 @@ in A only: b; in B only: c) split Binomial(b + c, 1/2): the exact McNemar test o
 - the test does not reject: ``drop``: the questions unanswered in either arm are left out and the paired
   test runs on the rest. Valid when errors are not informative of the errored arm's answer beyond the
   question itself (under H0 the pairs that remain are still exchangeable);
-- the test rejects (the error pattern differs between the arms): ``bound``, today's rule.
+- the test rejects (the error pattern differs between the arms): ``bound``, the rule above.
 
 The gate rejects with probability <= alpha_gate when errors do not depend on the arm, so it costs at most
 that share of experiments the bounds' loss of power. Errors that cluster by launch (an outage) make the

@@ -2,7 +2,7 @@
 ~0, an effective table so large that the score interval has zero width, and an exact MDE whose binomial
 sums would overflow.
 
-The case that crashed (issue 25, item 6): every per-question difference equals one fraction, e.g. n = 3,
+The case that crashed: every per-question difference equals one fraction, e.g. n = 3,
 d_i = 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3. The sample variance Σ (d_i - Δ)² / n² is then
 round-off (~1e-33), the design effect deff = V̂(Δ) / ((ψ - Δ²) / n) ~1e-32, the effective table has
 n ~ 6e32 questions, Tango's interval has zero width and :func:`harness.stats.mde.critical_counts`

@@ -1,4 +1,4 @@
-"""Divergence of B from A with launches as the unit (issue 25, item 2).
+"""Divergence of B from A with launches as the unit.
 
 The per-question test of :mod:`.divergence` (d_i = KLD_i(A‖B) - KLD_i(A‖A'), sign-flip over questions)
 assumes the questions are independent given A's reference pass. A noise *scale* fixed per launch (every

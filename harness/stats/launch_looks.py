@@ -1,7 +1,6 @@
-"""The look statistic of a sequential run with the launch component of :mod:`.launchvar` (issue 25,
-item 5).
+"""The look statistic of a sequential run with the launch component of :mod:`.launchvar`.
 
-Today every look (:func:`harness.stats.group_sequential.decide_look` on
+A question-level look (:func:`harness.stats.group_sequential.decide_look` on
 :func:`harness.stats.group_sequential.question_level_estimate`) uses SE = sd(d)/sqrt(n): a launch-wide accuracy
 shift is invisible to it, and with a fresh launch per repeat, max 6 repeats and a log-odds shift of sd 0.1
 per launch the false-positive rate is 12-13 %.

@@ -1,11 +1,10 @@
-"""The accuracy test of B against A with a launch component estimated from every launch of the run
-(issue 25, item 1).
+"""The accuracy test of B against A with a launch component estimated from every launch of the run.
 
 Why: a server launch can shift the accuracy of every question alike (something fixed for the launch:
 kernels picked, a numerics path, a cache layout). The question-level test sees none of that shift (it is
-common to all questions, so it cancels out of sd(d_i)); today's pretest (Cochran's Q, p < α) switches to
-launches as the unit only when it detects the shift, which it rarely does with 3 launches, so the false-
-positive rate is 11-19 % under a log-odds shift of sd 0.15 per launch.
+common to all questions, so it cancels out of sd(d_i)); a pretest (Cochran's Q, p < α) switching to
+launches as the unit only when it detects the shift rarely does so with 3 launches: the false-positive rate
+is then 11-19 % under a log-odds shift of sd 0.15 per launch.
 
 **Model.** Per configuration g (A, whose launches include the A/A control's, and B), launch l, question i,
 the launch's mean score over its passes is y_gli = μ_gi + u_gl + e_gli: μ_gi the question's expected score in
