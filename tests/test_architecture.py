@@ -3,6 +3,7 @@ included), and the rooms that must not depend on one another do not."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
@@ -209,3 +210,25 @@ def test_no_comment_says_which_issue():
     found = [f"{p.relative_to(HARNESS)}:{i}" for p in _modules()
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+def _definitions() -> list[tuple[str, ast.AST]]:
+    return [(str(p.relative_to(HARNESS)), node) for p in _modules()
+            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))]
+
+
+def test_no_class_name_is_defined_twice():
+    """A class name means one thing across the package (a TypedDict's and a dataclass's alike)."""
+    where: dict[str, list[str]] = {}
+    for path, node in _definitions():
+        if isinstance(node, ast.ClassDef):
+            where.setdefault(node.name, []).append(path)
+    assert len(where) > 100 and "Comparison" in where  # the walk sees the package's classes
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
+def test_no_function_is_longer_than_100_lines():
+    long = {f"{path}:{node.name}": node.end_lineno - node.lineno + 1 for path, node in _definitions()
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
+            and node.end_lineno - node.lineno + 1 > 100}
+    assert long == {}
