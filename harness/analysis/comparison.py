@@ -53,7 +53,7 @@ from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary, IdenticalOutputs
 from harness.stats.accuracy import Analysis
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
+from harness.stats.verdict import ALPHA, DEFAULT_MAX_ERROR_RATE
 from harness.tasks.row_check import row_check
 
 KIND = schema.COMPARISON
@@ -266,7 +266,7 @@ def _launch_bootstrap_block(lb: stats.LaunchBootstrap | None) -> dict[str, JSON]
 
 
 def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float | None = None,
-                 alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
+                 alpha: float = ALPHA, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
                  n_resamples: int = 10_000, failures: Sequence[str] = (),
                  hypothesis: str = "superiority", assume_no_launch_shift: bool = False,
@@ -297,7 +297,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
 
 
 def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_runs: Sequence[ScoredEval] = (),
-                 *, margin: float | None = None, alpha: float = 0.05, seed: int = 0,
+                 *, margin: float | None = None, alpha: float = ALPHA, seed: int = 0,
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
                  n_resamples: int = 10_000, failures: Sequence[str] = (), hypothesis: str = "superiority",
                  assume_no_launch_shift: bool = False, launches_from_passes: bool = False) -> Comparison:

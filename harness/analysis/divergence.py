@@ -43,7 +43,7 @@ from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, S
 from harness.stats import kld as dv
 from harness.stats import kld_launches as kl
 from harness.stats.outcomes import DivergenceTest
-from harness.stats.verdict import DEFAULT_MIN_SCORED_SHARE
+from harness.stats.verdict import ALPHA, DEFAULT_MIN_SCORED_SHARE
 
 #: tokens per chunk of the per-token computation (bounds the (chunk, k, k) id-matching temporaries)
 CHUNK_TOKENS = 8_192
@@ -251,7 +251,7 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                        texts_ref: Mapping[int, str | None] | None = None,
                        texts_b: Mapping[int, str | None] | None = None,
                        texts_aa: Mapping[int, str | None] | None = None,
-                       alpha: float = 0.05, n_resamples: int = 9_999, seed: int = 0,
+                       alpha: float = ALPHA, n_resamples: int = 9_999, seed: int = 0,
                        top_n: int = DEFAULT_TOP_N, reference: str = "a",
                        min_scored_share: float = DEFAULT_MIN_SCORED_SHARE) -> Divergence:
     """The ``divergence`` object of comparison.json.

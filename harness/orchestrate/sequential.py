@@ -38,6 +38,7 @@ from harness.stats.launch_looks import decide_look_arms
 from harness.stats.launches import ArmRuns
 from harness.stats.launchvar import LaunchAwareResult, launch_aware_test
 from harness.stats.outcomes import LookDecision
+from harness.stats.verdict import ALPHA
 
 #: What the test at each look is (recorded with the looks, shown in the report).
 ESTIMATOR = LAUNCH_ESTIMATOR
@@ -91,7 +92,7 @@ def arm_runs(dirs: Sequence[Path]) -> ArmRuns | None:
 
 
 def look_estimate(a_dirs: Sequence[Path], b_dirs: Sequence[Path], aa_dirs: Sequence[Path] = (),
-                  alpha: float = 0.05) -> LaunchAwareResult:
+                  alpha: float = ALPHA) -> LaunchAwareResult:
     """The launch-aware estimate of B - A over the given evals (passes averaged within a launch, then the
     launches; the launch variance from every launch: :func:`harness.stats.launchvar.launch_aware_test`)."""
     a, b = arm_runs(a_dirs), arm_runs(b_dirs)

@@ -53,7 +53,7 @@ from .outcomes import (
 )
 from .repeats import discordance
 from .signflip import SignFlip, signflip_test
-from .verdict import DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
+from .verdict import ALPHA, DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
 
 LAUNCH_AWARE = "launch-aware t-test"
 QUESTION_TEST = "question-level test: mid-p sign-flip and Tango score (p = the larger)"
@@ -236,7 +236,7 @@ def _qualification(lv: LaunchAwareResult) -> str | None:
     return None
 
 
-def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float = 0.05,
+def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float = ALPHA,
             margin: float | None = None, compute_mde: bool = True) -> Analysis:
     """Statistics of B against A over the questions both arms answered at least once (no verdict); see the
     module docstring for the test."""
@@ -276,7 +276,7 @@ def error_rates(arm: ArmRuns) -> float:
     return float(np.isnan(arm.scores).mean()) if arm.scores.size else 0.0
 
 
-def error_block(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> Errors:
+def error_block(a: ArmRuns, b: ArmRuns, alpha: float = ALPHA) -> Errors:
     """Per-arm error rates (share of runs x questions errored or missing), the questions each arm has no
     answer for, the gate (do the errors depend on the arm: :func:`harness.stats.errorgate.error_gate`) and,
     as a diagnostic, the paired sign-flip test (mid-p) over questions of whether the arms' error shares
@@ -297,7 +297,7 @@ def _qualified(v: Verdict, qualification: str | None) -> Verdict:
 
 
 def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesis: str = "superiority",
-                 alpha: float = 0.05, margin: float | None = None, min_effect: float | None = None,
+                 alpha: float = ALPHA, margin: float | None = None, min_effect: float | None = None,
                  failures: Sequence[str] = (), max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
                  compute_mde: bool = True) -> ArmsComparison:
     """Analysis and verdict of B against A, with the error gate and, when the errors depend on the arm, the

@@ -41,6 +41,7 @@ from .guards import robust_effective_table
 from .paired import mcnemar_midp
 from .signflip import signflip_test
 from .tango import score_interval, score_p
+from .verdict import ALPHA
 
 TEST = "mid-p sign-flip test over questions and Tango's score test, both at α (p = the larger)"
 CI_METHOD = "Tango score interval, extended to 0 when the sign-flip test does not reject"
@@ -88,7 +89,7 @@ def _combine(delta: np.ndarray, p_sf: np.ndarray, p_sc: np.ndarray, lo: np.ndarr
     return p, lo2, hi2, sig, extended, up | down
 
 
-def consistent_table(b: Any, c: Any, n: Any, alpha: float = 0.05) -> dict[str, np.ndarray]:
+def consistent_table(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> dict[str, np.ndarray]:
     """The decision for one run per arm from whole counts (vectorised over tables): ``b`` questions only
     A answered right, ``c`` only B, ``n`` questions. The sign-flip test is then the mid-p McNemar test.
     Returns arrays ``p``, ``p_signflip``, ``p_score``, ``lo``, ``hi``, ``lo_tango``, ``hi_tango``,
@@ -103,7 +104,7 @@ def consistent_table(b: Any, c: Any, n: Any, alpha: float = 0.05) -> dict[str, n
             "significant": sig, "extended": ext, "nudged": nud}
 
 
-def consistent_paired(d: np.ndarray, alpha: float = 0.05, variance: float | None = None) -> ConsistentResult:
+def consistent_paired(d: np.ndarray, alpha: float = ALPHA, variance: float | None = None) -> ConsistentResult:
     """The question-level decision from per-question differences ``d`` (B - A; NaN skipped): the mid-p
     sign-flip test of mean(d) = 0, Tango's score test and interval of the effective table (``variance``:
     the design's V̂(Δ), default question-level), combined as in the module docstring."""
@@ -124,7 +125,7 @@ def consistent_paired(d: np.ndarray, alpha: float = 0.05, variance: float | None
                             n=int(d.size), table=t)
 
 
-def exact_operating(n: int, psi: float, delta: float, alpha: float = 0.05) -> dict[str, float]:
+def exact_operating(n: int, psi: float, delta: float, alpha: float = ALPHA) -> dict[str, float]:
     """Exact rejection rates (two-sided, at α) and coverage of Δ for one run per arm: the table is
     multinomial with P(only A right) = (ψ - Δ)/2, P(only B right) = (ψ + Δ)/2; sums over every (b, c).
 

@@ -35,6 +35,7 @@ import numpy as np
 from .launches import ArmRuns
 from .outcomes import ErrorGate
 from .paired import mcnemar_exact
+from .verdict import ALPHA
 
 
 # the same two helpers as harness.stats.accuracy (not imported from there: analysis is to call this module)
@@ -48,7 +49,7 @@ def impute_unanswered(arm: ArmRuns, value: float) -> ArmRuns:
     return arm.with_scores(np.where(unanswered(arm)[None, :], value, arm.scores))
 
 
-def error_gate(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> ErrorGate:
+def error_gate(a: ArmRuns, b: ArmRuns, alpha: float = ALPHA) -> ErrorGate:
     """The gate of the module docstring for two arms aligned by question."""
     if a.scores.shape[1] != b.scores.shape[1]:
         raise ValueError("arms are not aligned by question")
@@ -97,7 +98,7 @@ def _direction(r: _Tested) -> int:
 
 
 def error_robust_test(a: ArmRuns, b: ArmRuns, test: Callable[[ArmRuns, ArmRuns], R],
-                      alpha_gate: float = 0.05) -> ErrorRobust[R]:
+                      alpha_gate: float = ALPHA) -> ErrorRobust[R]:
     """``test(a, b)`` on the questions both arms answered, gated as in the module docstring. ``test``
     returns an object with ``delta`` and ``significant`` (e.g. a :class:`harness.stats.launchvar.LaunchAwareResult`;
     close over the A/A control and α). With ``bound``, a direction stands only when both bounds (A's

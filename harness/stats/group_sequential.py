@@ -55,7 +55,7 @@ from scipy.special import ndtr, ndtri
 from harness.stats.roots import brentq
 
 from .outcomes import LookDecision
-from .verdict import HYPOTHESES
+from .verdict import ALPHA, HYPOTHESES
 
 SPENDING = ("obf", "pocock")
 #: z boundary used when a look spends (almost) nothing: nothing real reaches it
@@ -232,7 +232,7 @@ def _spending_boundaries(t: tuple[float, ...], alpha: float, kind: str, sides: i
     return tuple(bounds)
 
 
-def spending_boundaries(t: Sequence[float], alpha: float = 0.05, kind: str = "obf",
+def spending_boundaries(t: Sequence[float], alpha: float = ALPHA, kind: str = "obf",
                         sides: int = 2) -> np.ndarray:
     """Lan-DeMets boundaries ``c_k`` (z scale) at information fractions ``t`` (increasing, in (0, 1]).
 
@@ -246,7 +246,7 @@ def spending_boundaries(t: Sequence[float], alpha: float = 0.05, kind: str = "ob
     return np.asarray(_spending_boundaries(tt, float(alpha), kind, sides))
 
 
-def classical_boundaries(looks: int, alpha: float = 0.05, kind: str = "obf", sides: int = 2) -> np.ndarray:
+def classical_boundaries(looks: int, alpha: float = ALPHA, kind: str = "obf", sides: int = 2) -> np.ndarray:
     """The original equally spaced designs: Pocock (1977) ``c_k = C`` and O'Brien and Fleming (1979)
     ``c_k = C sqrt(K / k)``, C solved so the overall level is ``alpha`` (two-sided symmetric or one-sided).
     For reference values (Jennison and Turnbull 2000, tables 2.1 and 2.3)."""
@@ -314,7 +314,7 @@ class SequentialDesign:
 
     max_repeats: int
     min_repeats: int = 1
-    alpha: float = 0.05
+    alpha: float = ALPHA
     spending: str = "obf"
     hypothesis: str = "superiority"
     margin: float | None = None

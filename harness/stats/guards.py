@@ -34,6 +34,7 @@ import numpy as np
 
 from .mde import mde_paired, mde_paired_exact
 from .signflip import lattice_scale
+from .verdict import ALPHA
 
 #: a raw design effect below this is the round-off of an exactly zero sample variance
 DEFF_ROUNDOFF = 1e-9
@@ -99,7 +100,7 @@ def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict
             "n_raw": n, "deff_raw": de.deff_raw, "deff_guarded": float(de.guarded)}
 
 
-def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = ALPHA, power: float = 0.8) -> float:
     """:func:`harness.stats.mde.mde_paired_exact`, but never raising on a huge or non-finite n: past
     :data:`MAX_EXACT_N` effective questions the normal formula z·sqrt(max(ψ, 1/n)/n) (identical there to
     within 1e-3 relative), and ``inf`` for n that is not finite or below 1."""

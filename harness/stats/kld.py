@@ -51,6 +51,7 @@ from ._rng import SeedLike, as_rng
 from .outcomes import DivergenceTest
 from .resample import DEFAULT_MAX_ELEMS, bca_interval, percentile_interval
 from .signflip import signflip_weighted
+from .verdict import ALPHA
 
 DIVERGENCE_VERDICTS = ("diverged", "indistinguishable", "not_measured")
 #: KLD percentiles reported, as llama.cpp prints them (50 = median)
@@ -222,7 +223,7 @@ def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | N
 
 
 # ------------------------------------------------------------------------------------------ test
-def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = 0.05,
+def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = ALPHA,
                      n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
                      max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample).
@@ -267,7 +268,7 @@ def weighted_mean_se(d: np.ndarray, weights: np.ndarray | None = None) -> float:
 
 
 def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray | None = None,
-                    alpha: float = 0.05, n_resamples: int = 9_999, seed: SeedLike = None,
+                    alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = None,
                     ci_method: str = "bca", power: float = 0.8) -> DivergenceTest:
     """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A').
 

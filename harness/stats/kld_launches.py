@@ -47,6 +47,7 @@ from ._rng import SeedLike
 from .dist import t_ppf, t_sf
 from .kld import divergence_test
 from .outcomes import LaunchDivergence
+from .verdict import ALPHA
 
 #: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
 KLD_FLOOR = 1e-12
@@ -102,7 +103,7 @@ def permutation_p(x_b: np.ndarray, x_a: np.ndarray) -> tuple[float | None, int |
 
 
 def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndarray | None = None, *,
-                           alpha: float = 0.05, n_resamples: int = 9_999, seed: SeedLike = 0,
+                           alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = 0,
                            per_question: bool = True) -> LaunchDivergence:
     """B's launches against A's other launches (see the module docstring).
 
@@ -155,7 +156,7 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
         qualification=QUALIFICATION_ONE_A if ma == 1 else QUALIFICATION_ONE_B if mb == 1 else None, per_question=pq)
 
 
-def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, alpha: float = 0.05) -> float:
+def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, alpha: float = ALPHA) -> float:
     """Power of the launch-level test (one-sided pooled t on log launch-mean KLD) when B's launches have
     ``ratio`` times A's mean KLD (geometric) and log K varies from launch to launch with sd ``sd_log``
     (noncentral t: ncp = log(ratio) / (sd_log sqrt(1/m_A + 1/m_B)), df = m_A + m_B - 2)."""
@@ -170,7 +171,7 @@ def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, 
     return power
 
 
-def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float = 0.8, alpha: float = 0.05,
+def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float = 0.8, alpha: float = ALPHA,
                     most: int = 64) -> int | None:
     """Fewest A launches (besides the reference's) for ``power`` at ``ratio`` with ``launches_b`` B launches
     (None when even ``most`` do not reach it)."""
@@ -180,7 +181,7 @@ def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float =
     return None
 
 
-def mde_ratio(sd_log: float, launches_a: int, launches_b: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+def mde_ratio(sd_log: float, launches_a: int, launches_b: int, alpha: float = ALPHA, power: float = 0.8) -> float | None:
     """The smallest KLD ratio B/A (geometric) the launch-level test detects with ``power`` when log K varies
     with sd ``sd_log`` across launches (inverts :func:`launch_power`); None when it cannot be planned (fewer
     than 3 launches, a zero or non-finite sd)."""

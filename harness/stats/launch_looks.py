@@ -60,6 +60,7 @@ from .group_sequential import (
 )
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
+from .verdict import ALPHA
 
 ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
              "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
@@ -76,7 +77,7 @@ def _arm(launches: Sequence[np.ndarray], prefix: str) -> ArmRuns:
 
 
 def launch_look_estimate(a_launches: Sequence[np.ndarray], b_launches: Sequence[np.ndarray],
-                         aa_launches: Sequence[np.ndarray] = (), alpha: float = 0.05) -> LaunchAwareResult:
+                         aa_launches: Sequence[np.ndarray] = (), alpha: float = ALPHA) -> LaunchAwareResult:
     """The launch-aware estimate of a look: each element of ``a_launches`` / ``b_launches`` /
     ``aa_launches`` is one launch's scores, ``(passes, n)`` or ``(n,)``, 1/0 or NaN."""
     a, b = _arm(a_launches, "a"), _arm(b_launches, "b")

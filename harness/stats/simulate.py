@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .launches import ArmRuns
+from .verdict import ALPHA
 
 DIFFICULTY_SD = 3.0
 
@@ -142,7 +143,7 @@ class Calibration:
 
 
 def calibrate(design: SimDesign, noise: Noise, experiments: int = 2000, *, seed: int = 0, n: int = 1319,
-              accuracy: float = 0.9, error_rate: float = 0.0, alpha: float = 0.05,
+              accuracy: float = 0.9, error_rate: float = 0.0, alpha: float = ALPHA,
               mde_every: int = 10) -> Calibration:
     """False-positive rate and coverage at Δ = 0, then power and coverage at the reported MDE.
 
