@@ -107,7 +107,7 @@ def run_naive(root: Path) -> dict[str, float]:
     kq_ab = np.array([np.mean([v[0] for v in per_q[q]]) for q in qs])
     kq_aa = np.array([np.mean([v[1] for v in per_q[q]]) for q in qs])
     t = dv.divergence_test(kq_ab, kq_aa, np.array([len(per_q[q]) for q in qs]), n_resamples=9_999, seed=0)
-    return {"kld_mean": float(np.mean(all_ab)), "kld_mean_aa": float(np.mean(all_aa)), "p": t["p_value"],
+    return {"kld_mean": float(np.mean(all_ab)), "kld_mean_aa": float(np.mean(all_aa)), "p": t.p,
             "tokens": len(all_ab)}
 
 

@@ -283,3 +283,45 @@ def test_every_range_is_declared_on_its_field_once():
     assert [f for f, t in text.items() if "RANGES" in t] == []
     for cli in ("cli/ab.py", "cli/eval.py"):  # the client's flags are checked by ClientSettings' own ranges
         assert "parallel >= 1" not in text[cli] and "a.parallel < 1" not in text[cli]
+
+
+# ------------------------------------------------------------------------------------------ rooms kept small and apart
+def test_stats_imports_nothing_from_results():
+    """The statistics return their own types (stats/outcomes.py holds the stored ones); results stores them."""
+    graph = harness_graph()
+    stats = {m: deps for m, deps in graph.items() if m.startswith("harness.stats")}
+    assert "harness.stats.outcomes" in stats and "harness.stats.outcomes" in graph["harness.results.schema"]
+    assert {m: sorted(d for d in deps if d.startswith("harness.results")) for m, deps in stats.items()
+            if any(d.startswith("harness.results") for d in deps)} == {}
+
+
+def test_no_comment_says_which_issue():
+    """Comments and docstrings say why, never which issue or which rule was "today's"."""
+    import re
+
+    pattern = re.compile(r"issue #?\d+|today's rule", re.I)
+    found = [f"{p.relative_to(HARNESS)}:{i}" for p in _modules()
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert found == []
+
+
+def _definitions() -> list[tuple[str, ast.AST]]:
+    return [(str(p.relative_to(HARNESS)), node) for p in _modules()
+            for node in _nodes(p)]
+
+
+def test_no_class_name_is_defined_twice():
+    """A class name means one thing across the package (a TypedDict's and a dataclass's alike)."""
+    where: dict[str, list[str]] = {}
+    for path, node in _definitions():
+        if isinstance(node, ast.ClassDef):
+            where.setdefault(node.name, []).append(path)
+    assert len(where) > 100 and "Comparison" in where  # the walk sees the package's classes
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
+def test_no_function_is_longer_than_100_lines():
+    long = {f"{path}:{node.name}": node.end_lineno - node.lineno + 1 for path, node in _definitions()
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
+            and node.end_lineno - node.lineno + 1 > 100}
+    assert long == {}

@@ -46,9 +46,9 @@ def doc_of_cost(*args, **kwargs):
 
 
 def test_run_cost_per_arm_and_total() -> None:
-    launches = [C.LaunchRecord("a", 1800, 2400, 8), C.LaunchRecord("b", 1700, 2300, 8),
-                C.LaunchRecord("a", 1900, 2500, 8)]
-    evals = [C.EvalRecord("a", 300), C.EvalRecord("b", 310), C.EvalRecord("a", 290), C.EvalRecord("aa", 280)]
+    launches = [C.LaunchTime("a", 1800, 2400, 8), C.LaunchTime("b", 1700, 2300, 8),
+                C.LaunchTime("a", 1900, 2500, 8)]
+    evals = [C.EvalTime("a", 300), C.EvalTime("b", 310), C.EvalTime("a", 290), C.EvalTime("aa", 280)]
     c = doc(C.run_cost(launches, evals))
     assert set(c) == {"a", "b", "total", "estimated"}  # the A/A evals ran on A's servers: counted in a
     assert c["a"] == {"launches": 2, "evals": 3, "launch_s": 3700.0, "eval_s": 870.0, "server_s": 4900.0,
@@ -58,17 +58,17 @@ def test_run_cost_per_arm_and_total() -> None:
     assert c["total"]["launches"] == 3 and c["total"]["evals"] == 4 and c["total"]["gpus"] == 8
     for k in C.FIELDS:
         assert k in c["a"] and k in c["total"]
-    own = doc(C.run_cost([*launches, C.LaunchRecord("aa", 100, 500, 8)], evals))
+    own = doc(C.run_cost([*launches, C.LaunchTime("aa", 100, 500, 8)], evals))
     assert own["aa"]["launches"] == 1 and own["aa"]["eval_s"] == 280 and own["a"]["evals"] == 2
     with pytest.raises(ValueError):
-        C.run_cost([C.LaunchRecord("c", 1, 1, 1)], [])
+        C.run_cost([C.LaunchTime("c", 1, 1, 1)], [])
 
 
 def test_sum_costs_over_a_sweep() -> None:
-    j1 = C.run_cost([C.LaunchRecord("a", 10, 100, 2), C.LaunchRecord("b", 10, 100, 2)],
-                    [C.EvalRecord("a", 50), C.EvalRecord("b", 50)])
-    j2 = C.run_cost([C.LaunchRecord("a", 20, 200, 4), C.LaunchRecord("b", 20, 200, 4),
-                     C.LaunchRecord("aa", 20, 150, 4)], [C.EvalRecord("aa", 60)])
+    j1 = C.run_cost([C.LaunchTime("a", 10, 100, 2), C.LaunchTime("b", 10, 100, 2)],
+                    [C.EvalTime("a", 50), C.EvalTime("b", 50)])
+    j2 = C.run_cost([C.LaunchTime("a", 20, 200, 4), C.LaunchTime("b", 20, 200, 4),
+                     C.LaunchTime("aa", 20, 150, 4)], [C.EvalTime("aa", 60)])
     s_rec = C.sum_costs([j1, None, j2])
     s, j1, j2 = doc(s_rec), doc(j1), doc(j2)
     assert s["a"]["server_s"] == 300 and s["b"]["launches"] == 2 and s["aa"]["server_s"] == 150
@@ -110,8 +110,8 @@ def test_cost_from_manifest_recorded_and_estimated(tmp_path: Path) -> None:
 def test_scoring_passes_are_counted_apart_on_the_launches_they_ran_on() -> None:
     """A scoring pass runs on a launch an eval holds: it adds no launch, and its time and GPU-hours are shown
     apart (part of the role's server time, not added to it)."""
-    launches = [C.LaunchRecord("a", 100, 700, 8), C.LaunchRecord("b", 100, 700, 8), C.LaunchRecord("aa", 100, 500, 8)]
-    evals = [C.EvalRecord("a", 200), C.EvalRecord("b", 200), C.EvalRecord("aa", 200)]
+    launches = [C.LaunchTime("a", 100, 700, 8), C.LaunchTime("b", 100, 700, 8), C.LaunchTime("aa", 100, 500, 8)]
+    evals = [C.EvalTime("a", 200), C.EvalTime("b", 200), C.EvalTime("aa", 200)]
     scoring = [C.ScoringRecord("a", 90, 8), C.ScoringRecord("b", 120, 8), C.ScoringRecord("aa", 60, 8)]
     c = C.run_cost(launches, evals, scoring=scoring)
     assert c.total.launches == 3 and c.total.scoring_passes == 3 and c.total.scoring_s == 270

@@ -14,7 +14,7 @@ import pytest
 from helpers.docs import doc
 from helpers.rundirs import build_run_dir
 
-from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost, sum_costs
+from harness.analysis.cost import EvalTime, LaunchTime, run_cost, sum_costs
 from harness.analysis.sweep import summarize_sweep
 from harness.report import write_markdown, write_report, write_sweep_report
 from harness.report.cost_section import cost_line, cost_rows, hms, look_rows, sequential_line
@@ -30,8 +30,8 @@ def _text(html: str) -> str:
 
 
 def _cost(gpus: int = 8, launch_s: float = 1800.0, eval_s: float = 300.0) -> Cost:
-    launches = [LaunchRecord(r, launch_s, launch_s + eval_s + 20.0, gpus) for r in ("a", "b", "a", "b")]
-    evals = [EvalRecord(r, eval_s) for r in ("a", "b", "a", "b")]
+    launches = [LaunchTime(r, launch_s, launch_s + eval_s + 20.0, gpus) for r in ("a", "b", "a", "b")]
+    evals = [EvalTime(r, eval_s) for r in ("a", "b", "a", "b")]
     return run_cost(launches, evals)
 
 

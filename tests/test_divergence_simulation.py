@@ -86,7 +86,7 @@ def experiment(w: World, rng: np.random.Generator, *, shift: float, sigma_launch
 def rejection_rate(exps: int, seed: int, **kw: float | str) -> float:
     w = world(seed)
     rng = np.random.default_rng(seed + 1)
-    rej = sum(experiment(w, rng, **kw)["verdict"] == "diverged" for _ in range(exps))
+    rej = sum(experiment(w, rng, **kw).verdict == "diverged" for _ in range(exps))
     return rej / exps
 
 
@@ -107,9 +107,9 @@ def test_logit_shift_0_3_diverges_and_0_is_indistinguishable():
     w = world(200)
     rng = np.random.default_rng(201)
     r = experiment(w, rng, shift=0.3, **NOISE)
-    assert r["verdict"] == "diverged" and r["p_value_at_floor"] and r["effect_ci"][0] > 0
+    assert r.verdict == "diverged" and r.p_at_floor and r.effect_ci[0] > 0
     r0 = experiment(w, rng, shift=0.0, sigma_launch=0.0, sigma_pass=0.0)   # deterministic identical builds
-    assert r0["verdict"] == "indistinguishable" and r0["effect"] == 0.0 and r0["p_value"] == 1.0
+    assert r0.verdict == "indistinguishable" and r0.effect == 0.0 and r0.p == 1.0
 
 
 def test_same_launch_floor_mistakes_launch_noise_for_divergence():

@@ -241,13 +241,13 @@ def test_divergence_test_verdicts():
     base = rng.gamma(2.0, 0.001, 400)
     tokens = rng.integers(50, 300, 400)
     same = dv.divergence_test(base, base.copy(), tokens, seed=0, n_resamples=1999)
-    assert same["verdict"] == "indistinguishable" and same["p_value"] == 1.0 and same["effect"] == 0.0
+    assert same.verdict == "indistinguishable" and same.p == 1.0 and same.effect == 0.0
     shifted = dv.divergence_test(base + 0.02 + rng.normal(0, 0.002, 400), base, tokens, seed=0,
                                  n_resamples=1999)
-    assert shifted["verdict"] == "diverged" and shifted["p_value_at_floor"]
-    lo, hi = shifted["effect_ci"]
-    assert lo < shifted["effect"] < hi and lo > 0.015 and hi < 0.025
+    assert shifted.verdict == "diverged" and shifted.p_at_floor
+    lo, hi = shifted.effect_ci
+    assert lo < shifted.effect < hi and lo > 0.015 and hi < 0.025
     lower = dv.divergence_test(base, base + 0.02, tokens, seed=0, n_resamples=1999)   # B closer than A/A
-    assert lower["verdict"] == "indistinguishable" and lower["effect"] < 0
+    assert lower.verdict == "indistinguishable" and lower.effect < 0
     with pytest.raises(ValueError):
         dv.divergence_test(np.array([np.nan, 1.0]), np.array([0.0, 1.0]))

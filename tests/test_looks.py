@@ -14,7 +14,7 @@ from helpers.evals import make_eval
 from hydra import compose, initialize_config_dir
 
 import harness.config as hc
-from harness.analysis.cost import EvalRecord, LaunchRecord, run_cost
+from harness.analysis.cost import EvalTime, LaunchTime, run_cost
 from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
 from harness.orchestrate.sequential import Looks, apply_to_comparison, arm_runs, design_of, look_estimate
 from harness.results.schema import SequentialRecord
@@ -90,8 +90,8 @@ def test_looks_decide_record_and_resume(tmp_path: Path) -> None:
     assert first.repeated_ci[0] > 0 and first.details["bound_t"] >= first.bound
     assert first.details["errors"]["action"] == "none" and first.details["df_launch"] == 2
     assert looks.decided and not looks.wants(3) and looks.wants(2)
-    cost = run_cost([LaunchRecord(r, 60.0, 200.0, 8) for r in ("a", "b", "a", "b")],
-                    [EvalRecord(r, 100.0) for r in ("a", "b", "a", "b")])
+    cost = run_cost([LaunchTime(r, 60.0, 200.0, 8) for r in ("a", "b", "a", "b")],
+                    [EvalTime(r, 100.0) for r in ("a", "b", "a", "b")])
     rec = looks.record(cost)
     assert rec.stopped and rec.repeats_run == 2 and rec.repeats_saved == 4 and rec.verdict == "improved"
     per = (cost.a.gpu_hours + cost.b.gpu_hours) / 2
@@ -248,8 +248,8 @@ def test_design_states_the_launch_noise_trade_off_and_cost() -> None:
     text = "\n".join(format_design(reuse, 3, restart_per_repeat=False))
     assert "trade-off: A and B each reuse one launch" in text and "restart_per_repeat=true" in text
     assert "expected cost: unknown" in text
-    cost = run_cost([LaunchRecord("a", 600.0, 1000.0, 8), LaunchRecord("b", 600.0, 1000.0, 8)],
-                    [EvalRecord("a", 300.0), EvalRecord("b", 300.0)])
+    cost = run_cost([LaunchTime("a", 600.0, 1000.0, 8), LaunchTime("b", 600.0, 1000.0, 8)],
+                    [EvalTime("a", 300.0), EvalTime("b", 300.0)])
     times = times_from_cost(cost)
     assert times is not None and times["a"] == {"launch_s": 600.0, "eval_s": 300.0, "stop_s": 100.0, "scoring_s": 0.0}
     fresh = describe(_items(3, True), concurrent=True, gpus={"a": 8, "b": 8, "aa": 8}, times=times,

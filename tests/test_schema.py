@@ -241,7 +241,6 @@ def test_a_sample_row_has_every_field_in_order_and_the_optional_ones_only_when_s
     rec = schema.SampleRecord(index=3, prompt_sha256="h", output="x", pred=1, label=1, correct=True, invalid=False,
                               finish_reason="stop", prompt_tokens=5, completion_tokens=2, latency_s=0.1, attempts=1)
     names = [f.name for f in fields(schema.SampleRecord)]
-    assert list(schema.SampleRow.__annotations__) == names
     assert list(rec.to_row()) == [n for n in names if n not in ("score", "reasoning")]
     full = schema.SampleRecord(**{**rec.to_row(), "score": 0.5, "reasoning": "r"})
     assert list(full.to_row()) == names and schema.SampleRecord.from_dict(full.to_row()) == full

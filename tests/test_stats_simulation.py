@@ -269,7 +269,7 @@ def _row(c: SIM.Calibration) -> str:
 @pytest.mark.parametrize("design,noise", [(DESIGNS[0], NOISES[2]), (DESIGNS[1], NOISES[0]), (DESIGNS[2], NOISES[1])],
                          ids=["single-mixed", "one-launch-verbatim", "launch-per-repeat-pass"])
 @pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)
-def test_verdict_calibration_quick(design: SIM.Design, noise: SIM.Noise):
+def test_verdict_calibration_quick(design: SIM.SimDesign, noise: SIM.Noise):
     """Small version of the calibration (300 experiments per cell): bounds of about ±3 Monte Carlo SEs,
     which the old repeats test (16 % false positives on verbatim repeats) fails."""
     c = SIM.calibrate(design, noise, 300, seed=7, mde_every=15)
@@ -293,7 +293,7 @@ def test_verbatim_repeats_keep_the_single_run_false_positive_rate():
 @pytest.mark.slow
 @pytest.mark.parametrize("noise", NOISES, ids=[z.name for z in NOISES])
 @pytest.mark.parametrize("design", DESIGNS, ids=[d.name for d in DESIGNS])
-def test_verdict_calibration_full(design: SIM.Design, noise: SIM.Noise):
+def test_verdict_calibration_full(design: SIM.SimDesign, noise: SIM.Noise):
     """The issue's Done-when: false-positive rate 5 % ± 1.5, coverage 95 % ± 1.5, power at the reported
     MDE 80 % ± 7, on 2000 experiments per cell."""
     c = SIM.calibrate(design, noise, 2000, seed=11)
@@ -305,7 +305,7 @@ def test_verdict_calibration_full(design: SIM.Design, noise: SIM.Noise):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("design", DESIGNS, ids=[d.name for d in DESIGNS])
-def test_verdict_calibration_with_transient_errors(design: SIM.Design):
+def test_verdict_calibration_with_transient_errors(design: SIM.SimDesign):
     """0.4 % of requests error in both arms, at random: the error bounds only ever make the verdict more
     cautious (false positives at most 5 % + MC error) and the reported MDE, which includes the bounds'
     shift, still has about 80 % power."""

@@ -51,9 +51,9 @@ from harness.analysis.launch_ids import NOTES, launch_ids
 from harness.results import schema
 from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON
-from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
+from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary, IdenticalOutputs
 from harness.stats.accuracy import Analysis
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
+from harness.stats.verdict import ALPHA, DEFAULT_MAX_ERROR_RATE
 from harness.tasks.row_check import row_check
 
 KIND = schema.COMPARISON
@@ -266,7 +266,7 @@ def _launch_bootstrap_block(lb: stats.LaunchBootstrap | None) -> dict[str, JSON]
 
 
 def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float | None = None,
-                 alpha: float = 0.05, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
+                 alpha: float = ALPHA, seed: int = 0, *, aa_dirs: Sequence[Path] = (),
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
                  n_resamples: int = 10_000, failures: Sequence[str] = (),
                  hypothesis: str = "superiority", assume_no_launch_shift: bool = False,
@@ -297,7 +297,7 @@ def compare_dirs(a_dirs: Sequence[Path], b_dirs: Sequence[Path], margin: float |
 
 
 def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_runs: Sequence[ScoredEval] = (),
-                 *, margin: float | None = None, alpha: float = 0.05, seed: int = 0,
+                 *, margin: float | None = None, alpha: float = ALPHA, seed: int = 0,
                  max_error_rate: float = DEFAULT_MAX_ERROR_RATE, min_effect: float | None = None,
                  n_resamples: int = 10_000, failures: Sequence[str] = (), hypothesis: str = "superiority",
                  assume_no_launch_shift: bool = False, launches_from_passes: bool = False) -> Comparison:
@@ -332,17 +332,6 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
     seeds = np.random.default_rng(seed).integers(0, 2**32, size=3)
 
     boot = _launch_bootstrap(res, A, B, AA, alpha, n_resamples, seed)
-
-    def arm_block(arm: stats.ArmRuns, means: np.ndarray, runs: list[ScoredEval], s: int,
-                  launch_ci: tuple[float, float] | None) -> ArmResult:
-        acc = float(means.mean())
-        per_run = [float(np.nanmean(x)) if np.isfinite(x).any() else None for x in arm.scores[:, keep]]
-        return ArmResult(accuracy=acc, wilson=_pair(stats.wilson_interval(acc * n, n, alpha)),
-                         bootstrap=_pair(stats.accuracy_bootstrap_ci(means, alpha, n_resamples, seed=s)),
-                         repeats=per_run, n_runs=arm.n_runs, launches=list(arm.launches),
-                         error_rate=float(np.isnan(arm.scores).mean()), dirs=[str(r.dir) for r in runs],
-                         bootstrap_kind=BOOTSTRAP_QUESTIONS, bootstrap_launch=_pair(launch_ci) if launch_ci else None)
-
     table = _table(res.a_means, res.b_means)
     psi = float(np.abs(res.d).mean())
     aa_blk = stats.psi_aa_block(A if AA is None else A.concat(AA), B, psi, n)
@@ -351,76 +340,68 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
     psi_aa = aa_blk.psi_aa
     noise = stats.noise_band(psi_aa, n, la, lb, alpha) if psi_aa is not None else None
     test, p, test_alpha = _basis(v, res, alpha)
-    # abh's GSM8K recipes are greedy: an eval that does not record its temperature ran at 0
-    temps = {r.meta.get("temperature", 0.0) for r in a_runs + b_runs + aa_runs}
-    ident = determinism.identical_outputs({"a": [(lid, r.outputs) for lid, r in zip(a_ids, a_runs + aa_runs,
-                                                                                      strict=True)],
-                                           "b": [(lid, r.outputs) for lid, r in zip(b_ids, b_runs, strict=True)]},
-                                          temps.pop() if len(temps) == 1 else None)
+    ident = _identical_outputs(a_runs + aa_runs, b_runs, a_ids, b_ids)
     return Comparison(
-        simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
-        hypothesis=hypothesis,
-        verdict=v.word,
-        verdict_reason=v.reason,
-        test=test,
-        p=p,
-        test_alpha=test_alpha,
+        simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs), hypothesis=hypothesis,
+        verdict=v.word, verdict_reason=v.reason, test=test, p=p, test_alpha=test_alpha,
         p_floor=res.p_floor if v.basis == "superiority" else None,
-        n=n,
-        n_total=n_total,
-        dropped_errors=n_total - n,
-        error_rate=cmp.error_rate,
+        n=n, n_total=n_total, dropped_errors=n_total - n, error_rate=cmp.error_rate,
         error_rate_per_run={str(r.dir): float(np.isnan(r.scores).mean()) if n_total else 0.0
                             for r in a_runs + b_runs},
-        max_error_rate=max_error_rate,
-        error_rate_exceeded=bool(cmp.error_rate > max_error_rate),
-        errors=cmp.errors,
-        failures=sorted(set(fails)),
-        alpha=alpha,
-        seed=seed,
-        n_resamples=n_resamples,
-        dataset_sha256=a_runs[0].meta.get("dataset_sha256"),
-        recipe=a_runs[0].meta.get("recipe"),
+        max_error_rate=max_error_rate, error_rate_exceeded=bool(cmp.error_rate > max_error_rate),
+        errors=cmp.errors, failures=sorted(set(fails)), alpha=alpha, seed=seed, n_resamples=n_resamples,
+        dataset_sha256=a_runs[0].meta.get("dataset_sha256"), recipe=a_runs[0].meta.get("recipe"),
         design=res.design,
-        arms=Arms(a=arm_block(A, res.a_means, a_runs, int(seeds[0]), boot.a if boot else None),
-                  b=arm_block(B, res.b_means, b_runs, int(seeds[1]), boot.b if boot else None)),
+        arms=Arms(a=_arm_result(A, res.a_means, a_runs, keep, alpha, n_resamples, int(seeds[0]),
+                                boot.a if boot else None),
+                  b=_arm_result(B, res.b_means, b_runs, keep, alpha, n_resamples, int(seeds[1]),
+                                boot.b if boot else None)),
         aa_dirs=[str(r.dir) for r in aa_runs],
         table_source=("one run per arm" if A.n_runs == 1 and B.n_runs == 1 else
                       "per-question means over each arm's runs (counts are question mass)"),
         both=table["both"], a_only=table["a_only"], b_only=table["b_only"], neither=table["neither"],
-        psi=psi,
-        delta=res.delta,
-        delta_se=res.se,
-        delta_ci=res.ci,
-        delta_ci_level=1 - alpha,
+        psi=psi, delta=res.delta, delta_se=res.se, delta_ci=res.ci, delta_ci_level=1 - alpha,
         delta_ci_method=res.ci_method,
         delta_ci_unpaired=_pair(stats.unpaired_diff_ci(res.a_means.sum(), n, res.b_means.sum(), n, alpha)),
-        psi_aa=psi_aa,
-        psi_aa_per_arm=aa_blk.per_arm,
-        psi_aa_source=aa_blk.source,
-        identical_outputs=ident,
-        noise_band=[-noise, noise] if noise is not None else None,
-        repeats_effective=r_eff,
-        mde=res.mde,
+        psi_aa=psi_aa, psi_aa_per_arm=aa_blk.per_arm, psi_aa_source=aa_blk.source, identical_outputs=ident,
+        noise_band=[-noise, noise] if noise is not None else None, repeats_effective=r_eff, mde=res.mde,
         mde_method=(f"exact power (80 %) of the mid-p sign-flip test at α = {alpha:g}" if res.unit == "question"
                     else f"t approximation (80 %) for the launch-aware t-test ({res.df:.1f} df) at α = {alpha:g}")
                    + (" plus the error bounds' shift of Δ" if cmp.errors.mde_allowance else ""),
         mde_unpaired=stats.mde_unpaired(n, float((res.a_means.mean() + res.b_means.mean()) / 2), alpha),
         detectable_floor=stats.mde_floor(n, alpha),
-        margin=margin,
-        min_effect=min_effect,
-        tost=res.tost,
+        margin=margin, min_effect=min_effect, tost=res.tost,
         warnings=[w for w in (aa_blk.warning,) if w] + determinism.warnings(ident),
         flips=[int(i) for i in indices[keep][res.d != 0]],
         diagnostics={**_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
                      **_launch_bootstrap_block(boot)},
-        qualification=qualification,
-        delta_df=res.df,
-        launch_variance=res.launch_variance,
+        qualification=qualification, delta_df=res.df, launch_variance=res.launch_variance,
         instances_only=res.unit == "question",
         assumptions=[NO_LAUNCH_SHIFT] if assume_no_launch_shift else [],
         launch_ids_missing=missing_ids,
     )
+
+
+def _arm_result(arm: stats.ArmRuns, means: np.ndarray, runs: list[ScoredEval], keep: np.ndarray, alpha: float,
+                n_resamples: int, seed: int, launch_ci: tuple[float, float] | None) -> ArmResult:
+    """One arm of the comparison over the compared questions ``keep`` (``means``: its per-question means)."""
+    acc, n = float(means.mean()), int(keep.sum())
+    per_run = [float(np.nanmean(x)) if np.isfinite(x).any() else None for x in arm.scores[:, keep]]
+    return ArmResult(accuracy=acc, wilson=_pair(stats.wilson_interval(acc * n, n, alpha)),
+                     bootstrap=_pair(stats.accuracy_bootstrap_ci(means, alpha, n_resamples, seed=seed)),
+                     repeats=per_run, n_runs=arm.n_runs, launches=list(arm.launches),
+                     error_rate=float(np.isnan(arm.scores).mean()), dirs=[str(r.dir) for r in runs],
+                     bootstrap_kind=BOOTSTRAP_QUESTIONS, bootstrap_launch=_pair(launch_ci) if launch_ci else None)
+
+
+def _identical_outputs(a_runs: list[ScoredEval], b_runs: list[ScoredEval], a_ids: Sequence[str],
+                       b_ids: Sequence[str]) -> IdenticalOutputs:
+    """Each arm's share of identical outputs across its passes (``a_runs``: A's and the A/A control's)."""
+    # abh's GSM8K recipes are greedy: an eval that does not record its temperature ran at 0
+    temps = {r.meta.get("temperature", 0.0) for r in a_runs + b_runs}
+    return determinism.identical_outputs({"a": [(lid, r.outputs) for lid, r in zip(a_ids, a_runs, strict=True)],
+                                          "b": [(lid, r.outputs) for lid, r in zip(b_ids, b_runs, strict=True)]},
+                                         temps.pop() if len(temps) == 1 else None)
 
 
 #: ``assumptions`` entry of ``--assume-no-launch-shift`` (``stats.assume_no_launch_shift``)

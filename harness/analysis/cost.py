@@ -115,7 +115,7 @@ def engine_gpus(engine: Mapping[str, Any], args: Sequence[str] = (), env: Mappin
 
 # ------------------------------------------------------------------------------------------ costs
 @dataclass(frozen=True)
-class LaunchRecord:
+class LaunchTime:
     """One server launch: the role whose item started it, spawn->ready and spawn->stopped seconds, GPUs."""
 
     role: str
@@ -125,7 +125,7 @@ class LaunchRecord:
 
 
 @dataclass(frozen=True)
-class EvalRecord:
+class EvalTime:
     """One eval: its role and wall seconds."""
 
     role: str
@@ -141,7 +141,7 @@ class ScoringRecord:
     gpus: int
 
 
-def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord],
+def arm_cost(launches: Iterable[LaunchTime], evals: Iterable[EvalTime],
              scoring: Iterable[ScoringRecord] = ()) -> CostBlock:
     """Cost of one arm: sums over its launches, evals and scoring passes (see the module docstring)."""
     ls, es, ss = list(launches), list(evals), list(scoring)
@@ -153,18 +153,18 @@ def arm_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord],
                      scoring_gpu_hours=float(sum(r.scoring_s * r.gpus for r in ss) / 3600.0))
 
 
-def run_cost(launches: Iterable[LaunchRecord], evals: Iterable[EvalRecord], estimated: Iterable[str] = (),
+def run_cost(launches: Iterable[LaunchTime], evals: Iterable[EvalTime], estimated: Iterable[str] = (),
              scoring: Iterable[ScoringRecord] = ()) -> Cost:
     """The value of ``summary.json``'s ``cost``: per role (``aa`` only when the A/A control had launches of its
     own; its evals on arm A's servers count in ``a``) and the total."""
     ls, es, ss = list(launches), list(evals), list(scoring)
-    records: list[LaunchRecord | EvalRecord | ScoringRecord] = [*ls, *es, *ss]
+    records: list[LaunchTime | EvalTime | ScoringRecord] = [*ls, *es, *ss]
     for r in records:
         if r.role not in ROLES:
             raise ValueError(f"unknown role {r.role!r} (expected one of {ROLES})")
     own_aa = any(r.role == "aa" for r in ls)
 
-    def role_of(r: LaunchRecord | EvalRecord | ScoringRecord) -> str:
+    def role_of(r: LaunchTime | EvalTime | ScoringRecord) -> str:
         return "a" if r.role == "aa" and not own_aa else r.role
 
     blocks = {role: arm_cost([r for r in ls if role_of(r) == role], [r for r in es if role_of(r) == role],
@@ -264,7 +264,7 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
         estimated.add("eval_s")
         return max(0.0, end - start) if start is not None and end is not None else 0.0
 
-    eval_recs: list[EvalRecord] = []
+    eval_recs: list[EvalTime] = []
     by_instance: dict[str, list[tuple[str, float]]] = {}  # launch id -> (role, eval seconds) it served
     ends = [float(s["started"]) for s in sessions if _f(s.get("started")) is not None]
     for rel, ev in sorted(evals.items()):
@@ -272,7 +272,7 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
             continue
         secs = eval_seconds(rel, ev)
         role = str(ev.get("role") or "a")
-        eval_recs.append(EvalRecord(role, secs))
+        eval_recs.append(EvalTime(role, secs))
         for inst in _launches(ev):
             by_instance.setdefault(inst, []).append((role, secs))
         if _f(ev.get("ended")) is not None:
@@ -311,7 +311,7 @@ def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None =
                 estimated.add("server_s")
                 server_s = launch_s + sum(s for _, s in served)
             g = _f(inst.get("gpus"))
-            launch_recs.append(LaunchRecord(role, launch_s, server_s, int(g) if g is not None else arm_gpus))
+            launch_recs.append(LaunchTime(role, launch_s, server_s, int(g) if g is not None else arm_gpus))
     launch_role = {str(inst.get("id")): (str(inst.get("role") or "a"), _f(inst.get("gpus")))
                    for arm in arms.values() for inst in _launches(arm)}
     scoring_recs = []

@@ -1,5 +1,5 @@
 """Does a server answer the same question the same way twice? The share of identical outputs across the passes
-of one arm (issue 22, item 13).
+of one arm.
 
 At temperature 0 a server is expected to repeat itself, pass after pass, at least on one launch; how often it
 does not is the run-to-run noise that ψ_AA (the within-arm discordance of correctness) summarises. But ψ only
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Literal
 
-from harness.results.schema import ArmIdentity, IdenticalOutputs
+from harness.results.schema import IdenticalOutputs, IdenticalShare
 
 #: The arms whose passes are compared (arm A's passes include its A/A control's).
 Role = Literal["a", "b"]
@@ -34,7 +34,7 @@ def _share(x: Sequence[str | bytes | None], y: Sequence[str | bytes | None]) -> 
     return sum(u == v for u, v in both), len(both)
 
 
-def arm_identity(passes: Sequence[Pass]) -> ArmIdentity:
+def arm_identity(passes: Sequence[Pass]) -> IdenticalShare:
     """One arm's shares: overall, within a launch and across launches (None where no pair of passes is such)."""
     sums = {"all": [0, 0], "within_launch": [0, 0], "across_launches": [0, 0]}
     pairs = 0

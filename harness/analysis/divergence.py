@@ -35,8 +35,6 @@ from harness.results.eval_store import load_samples
 from harness.results.records import JSON, finite_or_none
 from harness.results.schema import (
     Divergence,
-    DivergenceLaunchTest,
-    DivergencePerQuestion,
     Histogram,
     KldHistogram,
     TopQuestion,
@@ -44,7 +42,8 @@ from harness.results.schema import (
 from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
 from harness.stats import kld as dv
 from harness.stats import kld_launches as kl
-from harness.stats.verdict import DEFAULT_MIN_SCORED_SHARE
+from harness.stats.outcomes import DivergenceTest
+from harness.stats.verdict import ALPHA, DEFAULT_MIN_SCORED_SHARE
 
 #: tokens per chunk of the per-token computation (bounds the (chunk, k, k) id-matching temporaries)
 CHUNK_TOKENS = 8_192
@@ -252,30 +251,26 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                        texts_ref: Mapping[int, str | None] | None = None,
                        texts_b: Mapping[int, str | None] | None = None,
                        texts_aa: Mapping[int, str | None] | None = None,
-                       alpha: float = 0.05, n_resamples: int = 9_999, seed: int = 0,
+                       alpha: float = ALPHA, n_resamples: int = 9_999, seed: int = 0,
                        top_n: int = DEFAULT_TOP_N, reference: str = "a",
                        min_scored_share: float = DEFAULT_MIN_SCORED_SHARE) -> Divergence:
     """The ``divergence`` object of comparison.json.
 
     ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
-    text; ``aa_dir``: A again (fresh pass or launch) — each a directory holding ``scores.parquet`` +
-    ``scores.json`` (:mod:`harness.results.token_store`); ``launches_a`` / ``launches_b``: the passes on A's
-    other launches (its other repeats', the A/A control's) and on B's other launches, for the launch-level
-    test (a pass on a launch another pass scored already is left out). ``texts_*``: greedy outputs by question index of arm A's eval
-    (the reference), B's eval and the A/A eval; when None they are read from ``samples.jsonl`` in the same
-    directories. ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
-    ``reference``: which arm's greedy texts the passes scored (recorded; ``b`` turns the roles around).
-    ``min_scored_share``: below this share of the questions the reference pass was to score (its
-    ``questions_planned``, else its questions and errors) scored by every pass, the verdict is not_measured.
-    """
+    text; ``aa_dir``: A again (fresh pass or launch) (:mod:`harness.results.token_store` directories);
+    ``launches_a`` / ``launches_b``: the passes on A's and B's other launches, for the launch-level test (a
+    launch scored already is left out). ``texts_*``: greedy outputs by question index of A's, B's and the A/A
+    eval (None: read from ``samples.jsonl`` there). ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
+    ``reference``: which arm's greedy texts the passes scored (``b`` turns the roles around).
+    ``min_scored_share``: below this share of the questions the reference pass was to score scored by every
+    pass, the verdict is not_measured."""
     dirs = {"ref": _name(ref_dir), "ab": _name(ab_dir), "aa": _name(aa_dir)}
 
     def texts(d: PassSource | None, given: Mapping[int, str | None] | None) -> Mapping[int, str | None]:
         return given if given is not None else _texts(None if d is None or isinstance(d, ScoreTable) else Path(d))
 
     t_ref, t_b, t_aa = texts(ref_dir, texts_ref), texts(ab_dir, texts_b), texts(aa_dir, texts_aa)
-    rate_ab, n_ab = _text_rate(t_ref, t_b)
-    rate_aa, n_aa = _text_rate(t_ref, t_aa)
+    (rate_ab, n_ab), (rate_aa, n_aa) = _text_rate(t_ref, t_b), _text_rate(t_ref, t_aa)
 
     def fail(why: str) -> Divergence:
         return Divergence(verdict="not_measured", verdict_reason=why, text_identical_rate=rate_ab,
@@ -283,81 +278,43 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                           kl_method=KL_METHOD, dirs=dirs, reference=reference)
 
     try:
-        ref = _scores(ref_dir)
-    except NotMeasured as e:
-        return fail(f"arm A's reference pass was not scored: {e.reason}")
-    except (ScoresError, OSError, ValueError) as e:
-        return fail(f"arm A's reference scores are unreadable: {e}")
-    if ab_dir is None:
-        return fail("arm B was not scored (no scoring pass)")
-    try:
-        ab = _scores(ab_dir)
-    except NotMeasured as e:
-        return fail(f"arm B was not scored: {e.reason}")
-    except (ScoresError, OSError, ValueError) as e:
-        return fail(f"arm B's scores are unreadable: {e}")
-    aa: ScoreTable | None = None
-    aa_reason = None
-    if aa_dir is None:
-        aa_reason = "no A/A scoring pass: there is no floor to test against"
-    else:
-        try:
-            aa = _scores(aa_dir)
-        except NotMeasured as e:
-            aa_reason = f"the A/A pass was not scored: {e.reason}"
-        except (ScoresError, OSError, ValueError) as e:
-            aa_reason = f"the A/A scores are unreadable: {e}"
-
+        ref, ab, aa, aa_reason = _read_passes(ref_dir, ab_dir, aa_dir)
+    except _Unmeasured as e:
+        return fail(str(e))
     scoring = {name: _scoring(t) for name, t in (("ref", ref), ("ab", ab), ("aa", aa)) if t is not None}
     nq = int(ref.questions.size)
-    present_ab, same_ab, pos_ab = _match(ref, ab)
-    keep = present_ab & same_ab
-    scored_all = present_ab.copy()
-    dropped = {"missing_ab": int((~present_ab).sum()), "token_mismatch_ab": int((present_ab & ~same_ab).sum())}
-    if aa is not None:
-        present_aa, same_aa, pos_aa = _match(ref, aa)
-        keep &= present_aa & same_aa
-        scored_all &= present_aa
-        dropped["missing_aa"] = int((~present_aa).sum())
-        dropped["token_mismatch_aa"] = int((present_aa & ~same_aa).sum())
+    keep, scored_all, dropped, pos_ab, pos_aa = _common_questions(ref, ab, aa)
     # the further launches: one pass per launch (the reference's, the compared pass's and the floor's taken)
     used = {str(t.meta["launch"]): str(_name(d)) for t, d in ((ref, ref_dir), (ab, ab_dir), (aa, aa_dir))
             if t is not None and t.meta.get("launch") is not None}
     skipped: dict[str, str] = {}
-    more_a, names_a, sc_a = _launch_passes([] if aa is None else launches_a, ref, used, skipped)
-    more_b, names_b, sc_b = _launch_passes([] if aa is None else launches_b, ref, used, skipped)
-    scoring.update(sc_a)
-    scoring.update(sc_b)
+    (more_a, names_a, sc_a), (more_b, names_b, sc_b) = (
+        _launch_passes([] if aa is None else launches, ref, used, skipped) for launches in (launches_a, launches_b))
+    scoring.update({**sc_a, **sc_b})
     if more_a or more_b:
         extra_ok = np.all([np.isfinite(k) for k in more_a + more_b], axis=0)
         dropped["missing_other_launches"] = int((keep & ~extra_ok).sum())
         keep &= extra_ok
         scored_all &= extra_ok
-    short = _too_few_scored(ref, int(scored_all.sum()), min_scored_share, dropped)
-    if short is not None:
+    if (short := _too_few_scored(ref, int(scored_all.sum()), min_scored_share, dropped)) is not None:
         return fail(short)
     idx = np.flatnonzero(keep)
     if idx.size < 2:
-        why = (f"only {idx.size} question(s) were scored on the same reference tokens by every pass "
-               f"(dropped: {dropped})")
-        if dropped.get("token_mismatch_ab"):
-            why += "; B scored other token ids than A (a different tokenizer?)"
-        return fail(why)
-
+        return fail(f"only {idx.size} question(s) were scored on the same reference tokens by every pass "
+                    f"(dropped: {dropped})" + ("; B scored other token ids than A (a different tokenizer?)"
+                                               if dropped.get("token_mismatch_ab") else ""))
     r_rows, off = _ranges(ref.offsets, idx)
     m_ab = _pair_measures(ref, ab, r_rows, _ranges(ab.offsets, pos_ab[idx])[0])
     del ab
     m_aa = None
     if aa is not None:
+        assert pos_aa is not None
         m_aa = _pair_measures(ref, aa, r_rows, _ranges(aa.offsets, pos_aa[idx])[0])
         del aa
     tokens_q = np.diff(off)
     kld_q = dv.segment_means(m_ab["kl"], off)
     same_q = dv.segment_means(m_ab["same"], off)
-    finite = np.isfinite(m_ab["dlp"])  # a server may give no logprob for a token (outside its top-k)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rms_q = np.sqrt(dv.segment_means(np.where(finite, m_ab["dlp"], 0.0) ** 2, off)
-                        / dv.segment_means(finite, off))
+    rms_q = _rms_per_question(m_ab["dlp"], off)
     histogram = KldHistogram(edges=HIST_EDGES, token_ab=_hist(m_ab["kl"]), question_ab=_hist(kld_q))
     kld_aa_q = None
     test = None
@@ -366,52 +323,36 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
         histogram = replace(histogram, token_aa=_hist(m_aa["kl"]), question_aa=_hist(kld_aa_q))
         test = dv.divergence_test(kld_q, kld_aa_q, tokens_q, alpha=alpha, n_resamples=n_resamples, seed=seed)
 
-    # first divergence of the greedy texts: every question whose texts differ (for the median), top list
     questions = ref.questions[idx]
-    pair_rows = [slice(int(off[i]), int(off[i + 1])) for i in range(idx.size)]
-    ref_rows = [slice(int(ref.offsets[j]), int(ref.offsets[j + 1])) for j in idx]
-    fd_ab = [_first_div(int(q), ref_rows[i], ref, m_ab["cmp_top"], pair_rows[i], t_ref, t_b)
-             for i, q in enumerate(questions)]
-    fd_aa = [_first_div(int(q), ref_rows[i], ref, None if m_aa is None else m_aa["cmp_top"], pair_rows[i],
-                        t_ref, t_aa) for i, q in enumerate(questions)]
-
-    def median_first(fds: list[FirstDivergence]) -> float | None:
-        vals = [f.first_divergence for f in fds if f.first_divergence is not None]
-        return float(np.median(vals)) if vals else None
-
-    d_q = kld_q - kld_aa_q if kld_aa_q is not None else kld_q
-    order = np.argsort(-d_q, kind="stable")[: max(0, int(top_n))]
-    top = [TopQuestion(
-        question=int(questions[i]), tokens=int(tokens_q[i]), kld=float(kld_q[i]),
-        kld_aa=None if kld_aa_q is None else float(kld_aa_q[i]), d=None if kld_aa_q is None else float(d_q[i]),
-        same_top_rate=float(same_q[i]), rms_dlogprob=float(rms_q[i]) if np.isfinite(rms_q[i]) else None,
-        text_identical=fd_ab[i].text_identical, first_divergence=fd_ab[i].first_divergence,
-        first_divergence_char=fd_ab[i].first_divergence_char, first_divergence_source=fd_ab[i].first_divergence_source,
-        first_divergence_span=fd_ab[i].first_divergence_span, text_identical_aa=fd_aa[i].text_identical,
-        first_divergence_aa=fd_aa[i].first_divergence) for i in order]
+    fd_ab, fd_aa = _first_divergences(ref, idx, off, m_ab, m_aa, t_ref, t_b, t_aa)
+    top = _top_questions(questions, tokens_q, kld_q, kld_aa_q, same_q, rms_q, fd_ab, fd_aa, top_n)
     div = Divergence(
-        verdict="not_measured" if test is None else test["verdict"],
+        verdict="not_measured" if test is None else test.verdict,
         verdict_reason=aa_reason or "no A/A floor",
         kld_mean=float(m_ab["kl"].mean()), kld_max=float(m_ab["kl"].max()),
         kld_percentiles=dv.kld_percentiles(m_ab["kl"]), same_top_rate=float(m_ab["same"].mean()),
         rms_dlogprob=dv.rms(m_ab["dlp"]), tokens=int(r_rows.size), questions=int(idx.size), questions_total=nq,
         questions_dropped=dropped, top_k=ref.top_k, kld_histogram=histogram, scoring=scoring,
         text_identical_rate=rate_ab, text_questions=n_ab, text_identical_rate_aa=rate_aa, text_questions_aa=n_aa,
-        first_divergence_median=median_first(fd_ab), first_divergence_median_aa=median_first(fd_aa),
+        first_divergence_median=_median_first(fd_ab), first_divergence_median_aa=_median_first(fd_aa),
         top_questions=top, kl_method=KL_METHOD, dirs=dirs, reference=reference, launches_skipped=skipped)
     if m_aa is None or test is None or kld_aa_q is None:
         return div
-    pq = DivergencePerQuestion(test=test["test"], p=test["p_value"], p_floor=test["p_floor"],
-                               p_at_floor=test["p_value_at_floor"], effect=test["effect"], effect_ci=test["effect_ci"],
-                               effect_ci_method=test["effect_ci_method"], effect_se=test["effect_se"],
-                               effect_mde=test["effect_mde"], n_resamples=n_resamples)
     div = replace(div, kld_mean_aa=float(m_aa["kl"].mean()), kld_max_aa=float(m_aa["kl"].max()),
                   kld_percentiles_aa=dv.kld_percentiles(m_aa["kl"]), same_top_rate_aa=float(m_aa["same"].mean()),
-                  rms_dlogprob_aa=dv.rms(m_aa["dlp"]), alpha=alpha, per_question=pq)
+                  rms_dlogprob_aa=dv.rms(m_aa["dlp"]), alpha=alpha, per_question=test)
     ka = np.vstack([kld_aa_q] + [k[idx] for k in more_a])
     kb = np.vstack([kld_q] + [k[idx] for k in more_b])
+    return _decide(div, test, ka, kb, tokens_q, alpha, n_resamples,
+                   [str(_name(aa_dir)), *names_a], [str(_name(ab_dir)), *names_b])
+
+
+def _decide(div: Divergence, pq: DivergenceTest, ka: np.ndarray, kb: np.ndarray, tokens_q: np.ndarray,
+            alpha: float, n_resamples: int, dirs_a: list[str], dirs_b: list[str]) -> Divergence:
+    """The verdict: the per-question test ``pq`` with one A/A and one B launch, else the launch-level test over
+    A's launches ``ka`` and B's ``kb`` (per-question KLD, one row per launch; ``dirs_*`` their passes)."""
     if ka.shape[0] + kb.shape[0] < 3:  # one A/A launch, one B launch: the per-question test decides
-        div = replace(div, verdict=test["verdict"], p=pq.p, p_floor=pq.p_floor, p_at_floor=pq.p_at_floor,
+        div = replace(div, verdict=pq.verdict, p=pq.p, p_floor=pq.p_floor, p_at_floor=pq.p_at_floor,
                       n_resamples=n_resamples, test=pq.test, effect=pq.effect, effect_ci=pq.effect_ci,
                       effect_ci_method=pq.effect_ci_method, effect_se=pq.effect_se, effect_mde=pq.effect_mde,
                       qualification=QUALIFIED_ONE_EACH)
@@ -419,17 +360,102 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
     lt = kl.launch_divergence_test(ka, kb, tokens_q.astype(float), alpha=alpha, per_question=False)
     sd = kl.pooled_sd_log(np.asarray(lt.kld_launch_a), np.asarray(lt.kld_launch_b))
     qual = QUALIFIED_ONE_A if lt.launches_a == 1 else QUALIFIED_ONE_B if lt.launches_b == 1 else None
-    block = DivergenceLaunchTest(
-        method=lt.method, p=lt.p, t=finite_or_none(lt.t), df=lt.df, ratio=lt.ratio,
-        ratio_ci=None if lt.ratio_ci is None else [float(x) for x in lt.ratio_ci],
-        ratio_mde=kl.mde_ratio(sd, lt.launches_a, lt.launches_b, alpha), effect=lt.effect, sd_log=finite_or_none(sd),
-        p_permutation=lt.p_permutation, arrangements=lt.arrangements, launches_a=lt.launches_a,
-        launches_b=lt.launches_b, kld_launch_a=list(lt.kld_launch_a), kld_launch_b=list(lt.kld_launch_b),
-        dirs_a=[str(_name(aa_dir)), *names_a], dirs_b=[str(_name(ab_dir)), *names_b], qualification=qual)
+    block = replace(lt, t=finite_or_none(lt.t), ratio_mde=kl.mde_ratio(sd, lt.launches_a, lt.launches_b, alpha),
+                    sd_log=finite_or_none(sd), dirs_a=dirs_a, dirs_b=dirs_b, qualification=qual)
     div = replace(div, verdict=lt.verdict, p=lt.p, p_floor=None, p_at_floor=False, n_resamples=None, test=lt.method,
                   effect=lt.effect, effect_ci=None, effect_ci_method=None, effect_se=None, effect_mde=None,
                   launch_test=block, qualification=qual)
     return replace(div, verdict_reason=_reason(div))
+
+
+def _read_passes(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource | None
+                 ) -> tuple[ScoreTable, ScoreTable, ScoreTable | None, str | None]:
+    """The reference's and B's scores (_Unmeasured when either cannot be measured), and the A/A pass's or why
+    there is none."""
+    ref = _read_pass(ref_dir, "arm A's reference pass was not scored", "arm A's reference scores")
+    if ab_dir is None:
+        raise _Unmeasured("arm B was not scored (no scoring pass)")
+    ab = _read_pass(ab_dir, "arm B was not scored", "arm B's scores")
+    if aa_dir is None:
+        return ref, ab, None, "no A/A scoring pass: there is no floor to test against"
+    try:
+        return ref, ab, _read_pass(aa_dir, "the A/A pass was not scored", "the A/A scores"), None
+    except _Unmeasured as e:
+        return ref, ab, None, str(e)
+
+
+def _rms_per_question(dlp: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """RMS of the logprob differences per question, over the tokens that have one (a server may give no
+    logprob for a token outside its top-k)."""
+    finite = np.isfinite(dlp)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt(dv.segment_means(np.where(finite, dlp, 0.0) ** 2, off) / dv.segment_means(finite, off))
+
+
+def _first_divergences(ref: ScoreTable, idx: np.ndarray, off: np.ndarray, m_ab: dict[str, Any],
+                       m_aa: dict[str, Any] | None, t_ref: Mapping[int, str | None], t_b: Mapping[int, str | None],
+                       t_aa: Mapping[int, str | None]) -> tuple[list[FirstDivergence], list[FirstDivergence]]:
+    """Where the greedy texts of B and of the A/A pass first part from the reference's, per kept question."""
+    pair_rows = [slice(int(off[i]), int(off[i + 1])) for i in range(idx.size)]
+    ref_rows = [slice(int(ref.offsets[j]), int(ref.offsets[j + 1])) for j in idx]
+    questions = ref.questions[idx]
+    fd_ab = [_first_div(int(q), ref_rows[i], ref, m_ab["cmp_top"], pair_rows[i], t_ref, t_b)
+             for i, q in enumerate(questions)]
+    fd_aa = [_first_div(int(q), ref_rows[i], ref, None if m_aa is None else m_aa["cmp_top"], pair_rows[i],
+                        t_ref, t_aa) for i, q in enumerate(questions)]
+    return fd_ab, fd_aa
+
+
+def _common_questions(ref: ScoreTable, ab: ScoreTable, aa: ScoreTable | None
+                      ) -> tuple[np.ndarray, np.ndarray, dict[str, int], np.ndarray, np.ndarray | None]:
+    """Of the reference's questions: those every pass scored on the same tokens (``keep``), those every pass
+    scored at all, the count dropped per reason, and each question's position in B's and the A/A pass."""
+    present_ab, same_ab, pos_ab = _match(ref, ab)
+    keep = present_ab & same_ab
+    scored_all = present_ab.copy()
+    dropped = {"missing_ab": int((~present_ab).sum()), "token_mismatch_ab": int((present_ab & ~same_ab).sum())}
+    pos_aa = None
+    if aa is not None:
+        present_aa, same_aa, pos_aa = _match(ref, aa)
+        keep &= present_aa & same_aa
+        scored_all &= present_aa
+        dropped["missing_aa"] = int((~present_aa).sum())
+        dropped["token_mismatch_aa"] = int((present_aa & ~same_aa).sum())
+    return keep, scored_all, dropped, pos_ab, pos_aa
+
+
+def _median_first(fds: list[FirstDivergence]) -> float | None:
+    vals = [f.first_divergence for f in fds if f.first_divergence is not None]
+    return float(np.median(vals)) if vals else None
+
+
+class _Unmeasured(Exception):
+    """A scoring pass that cannot be measured: the message says which and why."""
+
+
+def _read_pass(d: PassSource, not_scored: str, scores: str) -> ScoreTable:
+    try:
+        return _scores(d)
+    except NotMeasured as e:
+        raise _Unmeasured(f"{not_scored}: {e.reason}") from None
+    except (ScoresError, OSError, ValueError) as e:
+        raise _Unmeasured(f"{scores} are unreadable: {e}") from None
+
+
+def _top_questions(questions: np.ndarray, tokens_q: np.ndarray, kld_q: np.ndarray, kld_aa_q: np.ndarray | None,
+                   same_q: np.ndarray, rms_q: np.ndarray, fd_ab: list[FirstDivergence], fd_aa: list[FirstDivergence],
+                   top_n: int) -> list[TopQuestion]:
+    """The ``top_n`` questions that diverge most (largest d_i, or KLD without a floor)."""
+    d_q = kld_q - kld_aa_q if kld_aa_q is not None else kld_q
+    order = np.argsort(-d_q, kind="stable")[: max(0, int(top_n))]
+    return [TopQuestion(
+        question=int(questions[i]), tokens=int(tokens_q[i]), kld=float(kld_q[i]),
+        kld_aa=None if kld_aa_q is None else float(kld_aa_q[i]), d=None if kld_aa_q is None else float(d_q[i]),
+        same_top_rate=float(same_q[i]), rms_dlogprob=float(rms_q[i]) if np.isfinite(rms_q[i]) else None,
+        text_identical=fd_ab[i].text_identical, first_divergence=fd_ab[i].first_divergence,
+        first_divergence_char=fd_ab[i].first_divergence_char, first_divergence_source=fd_ab[i].first_divergence_source,
+        first_divergence_span=fd_ab[i].first_divergence_span, text_identical_aa=fd_aa[i].text_identical,
+        first_divergence_aa=fd_aa[i].first_divergence) for i in order]
 
 
 def _too_few_scored(ref: ScoreTable, scored: int, least: float, dropped: dict[str, int]) -> str | None:

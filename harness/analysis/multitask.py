@@ -31,6 +31,7 @@ import numpy as np
 from harness.results.eval_store import StoreError, load_scored
 from harness.results.schema import Comparison, GroupRow, TaskRow, TasksComparison
 from harness.stats.multiple import holm
+from harness.stats.verdict import ALPHA
 
 CORRECTION = "holm"
 #: what a task's verdict must be for the overall claims of no difference (intersection-union)
@@ -99,7 +100,7 @@ def group_rows(c: Comparison, groups: Sequence[str], categories: Mapping[str, st
     return rows(labels), cats
 
 
-def compare_tasks(results: Sequence[TaskResult], alpha: float = 0.05, hypothesis: str = "superiority"
+def compare_tasks(results: Sequence[TaskResult], alpha: float = ALPHA, hypothesis: str = "superiority"
                   ) -> TasksComparison:
     """The per-task table and the overall decision (see the module docstring)."""
     if not results:

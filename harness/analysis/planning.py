@@ -70,6 +70,7 @@ from harness.results.eval_store import ScoredEval, load_scored
 from harness.results.fileio import StoreError, read_json
 from harness.stats import group_sequential as sq
 from harness.stats import launchvar
+from harness.stats.verdict import ALPHA
 
 KIND = schema.PLAN
 SCHEMA_VERSION = schema.WRITES[KIND]
@@ -241,7 +242,7 @@ class Plan(TypedDict):
 
 # ------------------------------------------------------------------------------------------ figures
 def power_figures(n: int, p: float, discordance: float | None = None, repeats: int | None = None,
-                  effect: float | None = None, alpha: float = 0.05, power: float = 0.8) -> PowerFigures:
+                  effect: float | None = None, alpha: float = ALPHA, power: float = 0.8) -> PowerFigures:
     """MDEs (fractions) for n questions at accuracy p, and the repeats / questions needed for ``effect``
     (a fraction)."""
     mde_unpaired = stats.mde_unpaired(n, p, alpha, power)
@@ -276,7 +277,7 @@ def effect_heterogeneity(effect: float, n: int) -> float:
 
 
 def design_power(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
-                 launches_a: int, launches_b: int, launches_aa: int = 0, alpha: float = 0.05,
+                 launches_a: int, launches_b: int, launches_aa: int = 0, alpha: float = ALPHA,
                  heterogeneity: float | None = None) -> float:
     """Power of the verdict's own test for the design (:func:`harness.stats.launchvar.power_launch_aware`),
     with the effect's heterogeneity (:func:`effect_heterogeneity`) unless given."""
@@ -286,7 +287,7 @@ def design_power(effect: float, n: int, sigma2_launch: float | tuple[float, floa
 
 
 def launch_plan(effect: float, n: int, sigma2_launch: float, noise_per_launch: float, aa_launches: int,
-                source: str, alpha: float = 0.05) -> LaunchPlan:
+                source: str, alpha: float = ALPHA) -> LaunchPlan:
     """The ``launch`` block: the assumed launch variance and the power of 1-6 launches per arm."""
     h = effect_heterogeneity(effect, n)
     return {"sd": math.sqrt(max(sigma2_launch, 0.0)), "sigma2": max(sigma2_launch, 0.0), "source": source,
@@ -298,7 +299,7 @@ def launch_plan(effect: float, n: int, sigma2_launch: float, noise_per_launch: f
 
 
 # ------------------------------------------------------------------------------------------ the plan
-def sequential_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: float = 0.8,
+def sequential_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power: float = 0.8,
                     min_repeats: int = 1, spending: str = "obf", futility: bool = True,
                     futility_power: float = 0.02, futility_from: float = 0.5,
                     start: int = 1) -> SequentialPlan | None:
@@ -323,7 +324,7 @@ def sequential_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, p
     return None
 
 
-def make_plan(effect: float, n: int, sigma2: float, alpha: float = 0.05, power: float = 0.8,
+def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power: float = 0.8,
               per_repeat: PerRepeatCost | None = None, min_repeats: int = 1, spending: str = "obf",
               futility: bool = True, notes: Sequence[str] = (), *, launch_sigma2: float | None = None,
               noise_per_launch: float | None = None, aa_launches: int = 0, launch_source: str | None = None) -> Plan:
@@ -553,7 +554,7 @@ def plan_from_run(run_dir: str | Path, effect: float, alpha: float | None = None
                         "question; --effect is in percentage points (0.3 means 0.3 pp)")
     manifest = read_json(root / "manifest.json") if (root / "manifest.json").exists() else {}
     if alpha is None:
-        alpha = float(((manifest.get("config") or {}).get("stats") or {}).get("alpha") or 0.05)
+        alpha = float(((manifest.get("config") or {}).get("stats") or {}).get("alpha") or ALPHA)
     noise = noise_from_runs(runs)
     notes = list(noise.pop("notes"))
     per_repeat = cost_per_repeat_from_run(manifest, root, launch_s, eval_s, gpus) if manifest else None

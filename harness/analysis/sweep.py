@@ -13,7 +13,7 @@ from harness.analysis.cost import cost_from_manifest, sum_costs
 from harness.results import schema
 from harness.results.records import RecordError
 from harness.results.schema import Cost, SweepRow, SweepSummary
-from harness.stats.verdict import at_floor
+from harness.stats.verdict import ALPHA, at_floor
 
 SWEEP_SUMMARY = schema.SWEEP_FILE
 
@@ -36,7 +36,7 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
     # A job that failed or was interrupted has no comparison.json, but it is still one of the family of
     # comparisons: it counts with p = 1, so the adjustment of the others is not made laxer by its absence.
     for job in sorted(d for d in root.glob("job*") if d.is_dir() and not (d / schema.COMPARISON_FILE).exists()):
-        rows.append(SweepRow(job=job.name, dir=str(job), label=job.name, missing=True, alpha=0.05,
+        rows.append(SweepRow(job=job.name, dir=str(job), label=job.name, missing=True, alpha=ALPHA,
                              overrides=job_overrides(job), gpu_hours=_gpu_hours(costs.get(job.name))))
     for path in sorted(root.glob(f"*/{schema.COMPARISON_FILE}")):
         c = schema.load_comparison(path)
@@ -60,7 +60,7 @@ def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str
         # A verdict that rests on a test (improved, regressed, equivalent, noninferior: `p` is that test's
         # p-value, compared with `test_alpha`) must survive the sweep's multiple-comparison adjustment.
         survives = not (r.verdict in ("improved", "regressed", "equivalent", "noninferior")
-                        and pa >= (r.test_alpha if r.test_alpha is not None else r.alpha or 0.05))
+                        and pa >= (r.test_alpha if r.test_alpha is not None else r.alpha or ALPHA))
         adjusted.append(replace(r, p_adjusted=float(pa), label=label or r.job, verdict_unadjusted=r.verdict,
                                 verdict=r.verdict if survives else "inconclusive"))
     adjusted.sort(key=lambda r: r.job)
@@ -95,7 +95,7 @@ def adjust_divergence(rows: list[SweepRow], method: str) -> list[SweepRow]:
         r = rows[i]
         if r.missing:
             continue
-        word = "diverged" if r.divergence == "diverged" and pa < (r.alpha or 0.05) else "indistinguishable"
+        word = "diverged" if r.divergence == "diverged" and pa < (r.alpha or ALPHA) else "indistinguishable"
         out[i] = replace(r, divergence_p_adjusted=float(pa), divergence_unadjusted=r.divergence, divergence=word)
     return out
 

@@ -40,23 +40,10 @@ def eval_main(argv: list[str]) -> int:
 
 
 
-def _eval(argv: list[str]) -> int:
-    from pathlib import Path
-
-    from harness.measure.evaluation import (
-        EvalOptions,
-        Interrupted,
-        ServerGone,
-        WrongServer,
-        format_summary,
-        run_task_eval_async,
-    )
-    from harness.measure.runner import run
+def _parser() -> argparse.ArgumentParser:
     from harness.serving.client import ClientConfig
     from harness.serving.wire import API_NAMES
     from harness.tasks import registry
-    from harness.tasks.interface import DatasetError
-    from harness.util.paths import output_problem
 
     d = ClientConfig.__dataclass_fields__
     ap = argparse.ArgumentParser(prog="abh eval", description="Run a task (GSM8K by default) against a running server.",
@@ -107,7 +94,27 @@ def _eval(argv: list[str]) -> int:
                     help="wait up to this many seconds for the server to load before the first request")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _eval(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from harness.measure.evaluation import (
+        EvalOptions,
+        Interrupted,
+        ServerGone,
+        WrongServer,
+        format_summary,
+        run_task_eval_async,
+    )
+    from harness.measure.runner import run
+    from harness.serving.client import ClientConfig
+    from harness.tasks import registry
+    from harness.tasks.interface import DatasetError
+    from harness.util.paths import output_problem
+
+    a = _parser().parse_args(argv)
     try:
         out = Path(a.out)
         if out.exists() and not out.is_dir():

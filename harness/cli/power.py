@@ -33,8 +33,7 @@ def _effect_fraction(ap: argparse.ArgumentParser, pp: float, n: int | None) -> f
     return e
 
 
-def power_main(argv: Sequence[str] | None = None) -> int:
-    """``abh power``: plan from a finished run (``--from``) or from numbers (``--n --p ...``)."""
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="abh power",
                                  description="Repeats and GPU-hours needed to detect an effect (fixed and "
                                              "sequential designs), or the MDE of a design.",
@@ -61,6 +60,12 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--spending", choices=sq.SPENDING, default="obf", help="sequential alpha spending")
     ap.add_argument("--no-futility", action="store_true", help="sequential: never stop for futility")
     ap.add_argument("--json", action="store_true", help="print the plan as JSON (fractions, and effect_pp)")
+    return ap
+
+
+def power_main(argv: Sequence[str] | None = None) -> int:
+    """``abh power``: plan from a finished run (``--from``) or from numbers (``--n --p ...``)."""
+    ap = _parser()
     a = ap.parse_args(list(argv) if argv is not None else None)
     if a.alpha is not None:  # the comparison's own range of alpha (abh run, abh ab and abh compare: the same)
         from harness.analysis.compare_settings import settings_problem

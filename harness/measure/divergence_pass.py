@@ -568,6 +568,83 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
     return _Plan(api, by_ids, inputs, detokenized, offsets, carried)
 
 
+@dataclass
+class _Asker:
+    """How a pass asks one question: the request (by token ids or by text, with the reference pass's top-k ids
+    to ask about), and the first question asked alone (a server that cannot score says so there)."""
+
+    client: Client
+    plan: _Plan
+    inputs: dict[int, tuple[list[int], list[int]]] | None
+    is_reference: bool
+    k: int
+    ref_table: ScoreTable | None
+    opts: ScoringOptions
+    ask: bool
+
+    async def request(self, ref: Reference) -> tuple[ScoreRequest | None, list[int] | None, np.ndarray | None]:
+        """The scoring request of one question (None: an empty reference), the reference ids it sends and
+        the reference pass's top-k ids at its positions. ValueError when it cannot be asked."""
+        ref_ids = None
+        if self.plan.by_ids:
+            assert self.inputs is not None
+            if self.is_reference and ref.question not in self.inputs:
+                p_ids = await _tokenize(self.client, ref.prompt, True)
+                r_ids = await _tokenize(self.client, ref.text, False)
+                if p_ids is None or r_ids is None:
+                    raise ValueError("the server stopped tokenizing")
+                self.inputs[ref.question] = (p_ids, r_ids)
+            p_ids, r_ids = self.inputs[ref.question]
+            ref_ids = r_ids
+            if not r_ids:
+                return None, [], None
+            req = ScoreRequest(p_ids, r_ids, top_k=self.k, texts=ref.question not in self.plan.detokenized)
+        else:
+            if not ref.text:
+                return None, [], None
+            req = ScoreRequest(ref.prompt, ref.text, top_k=self.k, prompt_tokens=ref.prompt_tokens)
+        top = None
+        if self.ref_table is not None:
+            rows = self.ref_table.rows(ref.question)
+            top = self.ref_table.top_ids[rows]
+            table = self.ref_table
+            want = (asked_ids(top, table.top_logprobs[rows], self.opts.max_asked_ids, table.token_id[rows])
+                    if self.ask else None)
+            # only the reference pass needs the tokens' texts (where the first diverging token starts)
+            req = ScoreRequest(req.prompt, req.reference, top_k=self.k, prompt_tokens=req.prompt_tokens,
+                               token_ids=want, texts=False)
+        self.plan.api.scoring_body(req)  # raises ValueError now if this request cannot be asked
+        return req, ref_ids, top
+
+    async def one(self, ref: Reference) -> Result:
+        try:
+            req, ref_ids, top = await self.request(ref)
+        except ValueError as e:
+            return ref, None, None, None, str(e)
+        if req is None:
+            return ref, None, ref_ids, None, None
+        return ref, await self.client.score(req), ref_ids, top, None
+
+    async def probe(self, ref: Reference) -> Result:
+        """One question alone, first: a server that cannot score says so here (not measured)."""
+        try:
+            req, ref_ids, top = await self.request(ref)
+        except ValueError as e:
+            raise _NotScorable(f"cannot ask {self.client.cfg.url} to score: {e}") from None
+        assert req is not None
+        t = time.perf_counter()
+        try:
+            obj = await self.client.post_json(self.plan.api.score_path, self.plan.api.scoring_body(req))
+        except ValueError as e:  # a 4xx: the server refuses scoring requests
+            raise _NotScorable(str(e)) from None
+        try:
+            scores = self.plan.api.parse_scores(obj, req)
+        except MalformedResponse as e:
+            raise _NotScorable(f"{self.client.cfg.url} answers a scoring request without per-token logprobs "
+                               f"({e}): this server cannot score") from None
+        return ref, ScoreReply(latency_s=time.perf_counter() - t, attempts=1, scores=scores), ref_ids, top, None
+
+
 async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: ScoresMeta,
                  t0: float, ref_table: ScoreTable | None, inputs: dict[int, tuple[list[int], list[int]]] | None,
                  stop: Stop, carried: _Carried | None) -> ScoresMeta | None:
@@ -576,7 +653,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     plan = await stop.race(_prepare(client, refs, opts, meta, ref_table, inputs, carried))
     if plan is None:
         return None
-    api, by_ids, inputs, carried = plan.api, plan.by_ids, plan.inputs, plan.carried
+    by_ids, inputs, carried = plan.by_ids, plan.inputs, plan.carried
     if carried is None:
         for name in (SCORES_META, SCORES):  # asked otherwise than the pass on disk: redone whole
             (out / name).unlink(missing_ok=True)
@@ -593,67 +670,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                if (inputs[r.question][1] if by_ids and inputs is not None and r.question in inputs else r.text)}
     meta["questions_planned"] = len(planned)
 
-    async def request(ref: Reference) -> tuple[ScoreRequest | None, list[int] | None, np.ndarray | None]:
-        """The scoring request of one question (None: an empty reference), the reference ids it sends and
-        the reference pass's top-k ids at its positions. ValueError when it cannot be asked."""
-        ref_ids = None
-        if by_ids:
-            assert inputs is not None
-            if is_reference and ref.question not in inputs:
-                p_ids = await _tokenize(client, ref.prompt, True)
-                r_ids = await _tokenize(client, ref.text, False)
-                if p_ids is None or r_ids is None:
-                    raise ValueError("the server stopped tokenizing")
-                inputs[ref.question] = (p_ids, r_ids)
-            p_ids, r_ids = inputs[ref.question]
-            ref_ids = r_ids
-            if not r_ids:
-                return None, [], None
-            req = ScoreRequest(p_ids, r_ids, top_k=k, texts=ref.question not in plan.detokenized)
-        else:
-            if not ref.text:
-                return None, [], None
-            req = ScoreRequest(ref.prompt, ref.text, top_k=k, prompt_tokens=ref.prompt_tokens)
-        top = None
-        if ref_table is not None:
-            rows = ref_table.rows(ref.question)
-            top = ref_table.top_ids[rows]
-            want = (asked_ids(top, ref_table.top_logprobs[rows], opts.max_asked_ids, ref_table.token_id[rows])
-                    if ask else None)
-            # only the reference pass needs the tokens' texts (where the first diverging token starts)
-            req = ScoreRequest(req.prompt, req.reference, top_k=k, prompt_tokens=req.prompt_tokens,
-                               token_ids=want, texts=False)
-        api.scoring_body(req)  # raises ValueError now if this request cannot be asked
-        return req, ref_ids, top
-
-    async def one(ref: Reference) -> Result:
-        try:
-            req, ref_ids, top = await request(ref)
-        except ValueError as e:
-            return ref, None, None, None, str(e)
-        if req is None:
-            return ref, None, ref_ids, None, None
-        return ref, await client.score(req), ref_ids, top, None
-
-    async def probe(ref: Reference) -> Result:
-        """One question alone, first: a server that cannot score says so here (not measured)."""
-        try:
-            req, ref_ids, top = await request(ref)
-        except ValueError as e:
-            raise _NotScorable(f"cannot ask {client.cfg.url} to score: {e}") from None
-        assert req is not None
-        t = time.perf_counter()
-        try:
-            obj = await client.post_json(api.score_path, api.scoring_body(req))
-        except ValueError as e:  # a 4xx: the server refuses scoring requests
-            raise _NotScorable(str(e)) from None
-        try:
-            scores = api.parse_scores(obj, req)
-        except MalformedResponse as e:
-            raise _NotScorable(f"{client.cfg.url} answers a scoring request without per-token logprobs "
-                               f"({e}): this server cannot score") from None
-        return ref, ScoreReply(latency_s=time.perf_counter() - t, attempts=1, scores=scores), ref_ids, top, None
-
+    asker = _Asker(client, plan, inputs, is_reference, k, ref_table, opts, ask)
     todo = [r for r in refs if carried is None or r.question not in carried.questions]
     probe_ref = next((r for r in todo if r.text and r.question in planned), None)
     progress = Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}",
@@ -667,7 +684,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
 
             async def scored(ref: Reference) -> None:
                 # stored by the task that got the answer: what waits is compact arrays, not parsed JSON
-                res = await one(ref)
+                res = await asker.one(ref)
                 reply, problem = res[1], res[4]
                 if (problem is not None or (reply is not None and reply.error is not None)) \
                         and stop.after_failure(opts.abort_check):
@@ -681,7 +698,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                         _store(writer, held, progress, k, plan.offsets)
                 _store(writer, res, progress, k, plan.offsets)
 
-            first = None if probe_ref is None else await stop.race(probe(probe_ref))
+            first = None if probe_ref is None else await stop.race(asker.probe(probe_ref))
             if first is not None:
                 _store(writer, first, progress, k, plan.offsets)
             tasks = [] if stop.tripped else [asyncio.ensure_future(scored(r)) for r in todo if r is not probe_ref]

@@ -23,7 +23,7 @@ from harness.results.schema import Cost
 
 class ScheduleItem(Protocol):
     """What the design reads of a schedule item (read-only, so a frozen dataclass such as
-    :class:`harness.orchestrate.schedule.Item` conforms)."""
+    :class:`harness.orchestrate.schedule.Step` conforms)."""
 
     @property
     def role(self) -> str: ...
@@ -73,7 +73,7 @@ class ScoringPlan(TypedDict):
     floor_server: bool
 
 
-class SequentialPlan(TypedDict):
+class SequentialSchedule(TypedDict):
     """What a sequential run says of its schedule: the most and fewest repeats, and the expected number without
     an effect (None for a design with a margin)."""
 
@@ -98,7 +98,7 @@ class PlannedDesign(TypedDict):
     concurrent: bool
     #: GPUs per launch, by role
     gpus: dict[str, int]
-    sequential: SequentialPlan | None
+    sequential: SequentialSchedule | None
     #: None until launch and eval times are known
     expected: ExpectedCost | None
 
@@ -136,7 +136,7 @@ def _role_of(launch: PlannedLaunch) -> str:
 
 def describe(items: Sequence[ScheduleItem], *, concurrent: bool, gpus: Mapping[str, int],
              times: Mapping[str, Mapping[str, float]] | None = None,
-             sequential: SequentialPlan | None = None, floor_server: bool = False) -> PlannedDesign:
+             sequential: SequentialSchedule | None = None, floor_server: bool = False) -> PlannedDesign:
     """The design of a schedule: per role (``a``, ``b``, ``aa``) launches, evals, the most passes one launch
     serves, whether launch noise is sampled; GPUs per role (``gpus``: by role); the expected cost when
     ``times`` gives per role ``launch_s``, ``eval_s`` and ``stop_s`` (seconds). ``sequential``: ``max_repeats``,

@@ -40,7 +40,7 @@ from harness.config import Config
 from harness.measure.divergence_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
-from harness.orchestrate.schedule import Item, scoring_dirs
+from harness.orchestrate.schedule import Step, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.results import fileio
 from harness.results.eval_store import SAMPLES
@@ -70,7 +70,7 @@ class ScoringPhase:
     def ref_dir(self) -> Path:
         return self.run_dir / eval_rel_dir(self.reference, 1)
 
-    def dirs(self, items: list[Item]) -> dict[str, list[Path]]:
+    def dirs(self, items: list[Step]) -> dict[str, list[Path]]:
         """The passes of the schedule ``items`` by side (:func:`harness.orchestrate.schedule.scoring_dirs`):
         ``ref``, ``same`` (the floor first) and ``other`` (the compared pass first), as directories."""
         return {side: [self.run_dir / d for d in rels]
@@ -83,7 +83,7 @@ class ScoringPhase:
                 return str(rel)
         return None
 
-    def current(self, item: Item) -> bool:
+    def current(self, item: Step) -> bool:
         """Whether ``item``'s pass is on disk, whole (not partial, no request error), and scored the same reference
         texts at the same ``top_k`` against the reference pass as it is now."""
         ref_scores = None if item.scoring == "ref" else self.ref_dir
@@ -108,7 +108,7 @@ class ScoringPhase:
     def _rel(self, ref_scores: Path | None) -> str | None:
         return None if ref_scores is None else ref_scores.relative_to(self.run_dir).as_posix()
 
-    def score(self, item: Item, launch: Launch) -> None:
+    def score(self, item: Step, launch: Launch) -> None:
         """Score ``item``'s pass on ``launch`` (the schedule's launch for it)."""
         assert item.scoring is not None
         cfg, out = self.cfg, fileio.check_dir(self.run_dir / item.rel_dir)

@@ -24,6 +24,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from harness import exitcodes
 from harness.analysis.compare_settings import CompareError, CompareSettingsError
@@ -57,7 +58,7 @@ from harness.config import (
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
-from harness.orchestrate.design import SequentialPlan, describe, format_design, times_from_cost
+from harness.orchestrate.design import SequentialSchedule, describe, format_design, times_from_cost
 from harness.orchestrate.divergence_phase import ScoringPhase
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import (
@@ -73,7 +74,7 @@ from harness.orchestrate.rundir import (
     refuse_planted_links,
     write_failure_summary,
 )
-from harness.orchestrate.schedule import Item, schedule, sequential_schedule, with_scoring
+from harness.orchestrate.schedule import Step, schedule, sequential_schedule, with_scoring
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.orchestrate.tasks_phase import (
@@ -306,7 +307,7 @@ class Run:
                                 f"{r.expected!r}, found {r.found!r})"))
 
     # ------------------------------------------------------------------ measuring
-    def acquire(self, item: Item, label: str) -> Launch:
+    def acquire(self, item: Step, label: str) -> Launch:
         """The server for ``item``'s eval; once both arms have served in this session, their live launches
         (fingerprints included) are diffed and a disallowed difference stops the run."""
         launch = self.pool.acquire(item.arm_key, item.role, fresh=item.fresh, label=label)
@@ -336,7 +337,7 @@ class Run:
         probe = launches[-1].get("probe") if launches else None
         return probe.get("server_info") if probe else None
 
-    def items(self) -> list[Item]:
+    def items(self) -> list[Step]:
         """The schedule: a fixed design's every eval, or a sequential run's worst case (max_repeats), with the
         scoring passes placed on the evals' launches (:func:`harness.orchestrate.schedule.with_scoring`)."""
         x = self.x
@@ -356,7 +357,7 @@ class Run:
         """GPU time so far, per role and in total, from the manifest's launch and eval records."""
         return cost_from_manifest(self.manifest.data, self.run_dir, gpus=self.gpus)
 
-    def print_design(self, items: list[Item]) -> None:
+    def print_design(self, items: list[Step]) -> None:
         """Before the first launch: launches per arm, passes per launch, whether launch noise is sampled and
         the expected cost when earlier launches of this run directory were timed (harness.orchestrate.design)."""
         x, a = self.x, self.keys["a"]
@@ -366,7 +367,7 @@ class Run:
             prior = self.cost()
             if "launch_s" not in prior.estimated:
                 times = times_from_cost(prior)
-        seq: SequentialPlan | None = None
+        seq: SequentialSchedule | None = None
         if self.looks is not None:
             d = self.looks.design
             seq = {"max_repeats": d.max_repeats, "min_repeats": d.min_repeats,
@@ -382,11 +383,11 @@ class Run:
         if not off.enabled and off.off_reason:  # said before the evals, not only in the verdict after them
             self.log.say(f"  divergence: not measured: {off.off_reason}")
 
-    def run_items(self, items: list[Item], of: int, start: int = 0) -> None:
+    def run_items(self, items: list[Step], of: int, start: int = 0) -> None:
         """Run ``items`` (evals numbered from ``start`` + 1 of ``of``), keeping the evals already complete and the
         scoring passes already scored. With concurrent servers every arm's server is up and asserted before the
         first question."""
-        pending: list[Item] = []
+        pending: list[Step] = []
         evals = [it for it in items if it.is_eval]
         label = {it: f"[{n}/{of}]" for n, it in enumerate(evals, start + 1)}
         for item in evals:
@@ -398,7 +399,7 @@ class Run:
         scoring = self.scoring
         pending += [it for it in items if not it.is_eval and scoring is not None and not scoring.current(it)]
         if self.x.concurrent_servers:
-            firsts: dict[str, Item] = {}
+            firsts: dict[str, Step] = {}
             for it in [it for it in items if it in pending]:
                 firsts.setdefault(it.arm_key, it)
             for first in firsts.values():
@@ -413,7 +414,7 @@ class Run:
                 else:
                     self.score(scoring, item)
 
-    def score(self, scoring: ScoringPhase, item: Item) -> None:
+    def score(self, scoring: ScoringPhase, item: Step) -> None:
         """One scoring pass; a server that dies or hangs in it stops the run as in an eval (exit 4)."""
         launch = self.acquire(item, "[scoring]")
         try:
@@ -443,7 +444,7 @@ class Run:
             self.pool.stop_all()
             self.manifest.end_session()
 
-    def measure_sequential(self, items: list[Item]) -> None:
+    def measure_sequential(self, items: list[Step]) -> None:
         """Repeat r of both arms (fresh launches), then the look; stop when a look decides or at max_repeats;
         then the A/A control. Every look is recorded in the manifest as it is made, so a rerun continues from
         the recorded looks (and skips the repeats a decided run no longer needs)."""
@@ -472,7 +473,7 @@ class Run:
         if aa and looks.decided:
             self.run_items(aa, of, done)
 
-    def evaluate(self, item: Item, launch: Launch, label: str) -> None:
+    def evaluate(self, item: Step, launch: Launch, label: str) -> None:
         cfg, key, rel, engine = self.cfg, item.arm_key, item.rel_dir, launch.engine
         self.manifest.eval_started(rel, launch.id)
         launch.passes += 1
@@ -519,30 +520,41 @@ class Run:
 
     # ------------------------------------------------------------------ statistics and report
     def finish(self) -> int:
-        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
-        dirs = {role: [run_dir / rel for rel in m.evals_of(role)] for role in ("a", "b", "aa")}
-        if self.several:
-            return self.finish_tasks(dirs)
+        """Compare the arms (each task, then Holm across them, in a run of several), write comparison.json (or
+        the per-task files and tasks.json) and summary.json, print the table, the report, and the verdict last;
+        the exit code."""
+        dirs = {role: [self.run_dir / rel for rel in self.manifest.evals_of(role)] for role in ("a", "b", "aa")}
         try:
-            comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"],
-                                      margin=None if s.margin_pp is None else s.margin_pp / 100,
-                                      min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100,
-                                      alpha=s.alpha, seed=s.seed, max_error_rate=s.max_error_rate,
-                                      hypothesis=str(s.hypothesis),
-                                      assume_no_launch_shift=s.assume_no_launch_shift)
-        except CompareSettingsError as e:  # the settings, not the evals: they are kept for the rerun
-            key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
-            raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
-                             "evals are kept") from None
-        except IncomparableEvals as e:  # not a matter of failed requests: a rerun would not change it
-            raise RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}") from None
-        except TooFewAnswered as e:  # request errors (5, a rerun retries them), or too few questions asked (2)
-            raise RunFailure(e.exit_code, f"the arms cannot be compared: {e}" + (
-                ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
-                else " (task.num_questions)")) from None
+            if self.several:
+                code, tasks = self._conclude_tasks(dirs)
+            else:
+                code, comparison, line = self._conclude(dirs)
         except CompareError as e:
-            raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
-                             "command to retry the failed requests.") from None
+            raise _cannot_compare(e) from None
+        if self.cfg.report:
+            code = self._write_reports(code, tasks if self.several else None)
+        if not self.several:  # the verdict last: on stdout (coloured on a terminal) and in run.log
+            self.log.write(f"verdict: {line}")
+            print(coloured(line, comparison.verdict, sys.stdout), flush=True)
+        return code
+
+    def _compare_settings(self) -> dict[str, Any]:
+        s = self.cfg.stats
+        return {"margin": None if s.margin_pp is None else s.margin_pp / 100,
+                "min_effect": None if s.min_effect_pp is None else s.min_effect_pp / 100, "alpha": s.alpha,
+                "seed": s.seed, "max_error_rate": s.max_error_rate, "hypothesis": str(s.hypothesis),
+                "assume_no_launch_shift": s.assume_no_launch_shift}
+
+    def _design(self, **extra: JSON) -> dict[str, JSON]:
+        x = self.x
+        return {**self.manifest.design(), "concurrent_servers": bool(x.concurrent_servers),
+                "restart_per_repeat": bool(x.restart_per_repeat), "aa_fresh_launch": bool(x.aa_fresh_launch),
+                "order": str(x.order), **extra}
+
+    def _conclude(self, dirs: dict[str, list[Path]]) -> tuple[int, schema.Comparison, str]:
+        """One task: its comparison (with the sequential decision and the divergence), summary.json, the table."""
+        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
+        comparison = compare_dirs(dirs["a"], dirs["b"], aa_dirs=dirs["aa"], **self._compare_settings())
         # names are anyone's text: stored escaped, so no report, plot or table gets a control character
         comparison = replace(comparison, arm_names=schema.ArmNames(a=printable(self.arms[x.a].name, one_line=True),
                                                                    b=printable(self.arms[x.b].name, one_line=True)),
@@ -565,59 +577,32 @@ class Run:
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))
         schema.write_comparison(run_dir / COMPARISON, comparison)
         fail_on = self.cfg.fail_on
-        code = comparison_exit(comparison, None if fail_on is None else str(fail_on))  # 5, or 7 for --fail-on
-        design: dict[str, JSON] = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
-                                   "restart_per_repeat": bool(x.restart_per_repeat),
-                                   "aa_fresh_launch": bool(x.aa_fresh_launch), "order": str(x.order)}
+        gate = None if fail_on is None else str(fail_on)
+        code = comparison_exit(comparison, gate)  # 5, or 7 for --fail-on
         line = headline(comparison)
         summary = schema.run_summary(comparison, experiment=str(x.name),
                                      repeats=int(x.repeats) if seq is None else seq.repeats_run,
-                                     aa_control=bool(x.aa_control), exit_code=code, design=design, cost=cost,
-                                     sequential=seq, headline=line)
+                                     aa_control=bool(x.aa_control), exit_code=code, design=self._design(),
+                                     cost=cost, sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
         print(printable(format_table(summary, comparison)))  # arm names are anyone's text
         if seq is not None:
             print(f"  {sequential_line(seq)}")
         print(format_cost(cost))
-        reason = (exit_reason(code, comparison, None if fail_on is None else str(fail_on))
-                  or gate_not_applied(comparison, None if fail_on is None else str(fail_on)))
+        reason = exit_reason(code, comparison, gate) or gate_not_applied(comparison, gate)
         if reason:
             self.log.say(reason)
-        if self.cfg.report:
-            try:
-                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
-            except OutputError as e:  # a full disk: the measured verdict is in comparison.json already
-                self.log.say(f"report not written: {e}")
-                return code or exitcodes.BAD_CONFIG
-            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
-                self.log.write(traceback.format_exc())
-                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
-                             f"traceback in {run_dir / RUN_LOG}")
-                code = code or exitcodes.UNEXPECTED
-        # the verdict last: on stdout (coloured on a terminal) and in run.log
-        self.log.write(f"verdict: {line}")
-        print(coloured(line, comparison.verdict, sys.stdout), flush=True)
-        return code
+        return code, comparison, line
 
-
-    def finish_tasks(self, dirs: dict[str, list[Path]]) -> int:
-        """A run of several tasks: each task's comparison, Holm across them, the overall decision; the per-task
-        files, tasks.json, summary.json (its verdict: the overall decision), the report and comparison.md."""
-        x, s, run_dir, m = self.x, self.cfg.stats, self.run_dir, self.manifest
+    def _conclude_tasks(self, dirs: dict[str, list[Path]]) -> tuple[int, TaskOutputs]:
+        """Several tasks: each task's comparison, Holm across them, the overall decision; the per-task files,
+        tasks.json, summary.json (its verdict: the overall decision)."""
+        x, run_dir, m = self.x, self.run_dir, self.manifest
         names = schema.ArmNames(a=self.arms[x.a].name, b=self.arms[x.b].name)
-        try:
-            comparisons, tc = compare_run_tasks(
-                self.tasks, dirs, names=names, command=list(self.command) if self.command else None,
-                margin=None if s.margin_pp is None else s.margin_pp / 100,
-                min_effect=None if s.min_effect_pp is None else s.min_effect_pp / 100, alpha=s.alpha, seed=s.seed,
-                max_error_rate=s.max_error_rate, hypothesis=str(s.hypothesis),
-                assume_no_launch_shift=s.assume_no_launch_shift)
-        except TooFewAnswered as e:
-            raise RunFailure(e.exit_code, f"the arms cannot be compared: {e}") from None
-        except CompareError as e:
-            raise RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same "
-                             "command to retry the failed requests.") from None
+        comparisons, tc = compare_run_tasks(self.tasks, dirs, names=names,
+                                            command=list(self.command) if self.command else None,
+                                            **self._compare_settings())
         write_task_outputs(run_dir, comparisons, tc, report=False)
         cost = self.cost()
         m.record("cost", cost.to_doc())
@@ -627,14 +612,10 @@ class Run:
         ungated = next((c for c in comparisons.values() if not gated(c)), None)
         code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(
             tc.decision, None if ungated is not None else gate)
-        design: dict[str, JSON] = {**m.design(), "concurrent_servers": bool(x.concurrent_servers),
-                                   "restart_per_repeat": bool(x.restart_per_repeat),
-                                   "aa_fresh_launch": bool(x.aa_fresh_launch), "order": str(x.order),
-                                   "tasks": [t.key for t in self.tasks]}
         summary = schema.RunSummary(
             experiment=str(x.name), verdict=tc.decision, verdict_reason=tc.decision_reason, exit_code=code,
             simulated=tc.simulated, accuracy={}, arms={"a": names.a, "b": names.b}, repeats=int(x.repeats),
-            aa_control=bool(x.aa_control), design=design, cost=cost,
+            aa_control=bool(x.aa_control), design=self._design(tasks=[t.key for t in self.tasks]), cost=cost,
             tasks={r.key: r.verdict_holm for r in tc.rows})
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
@@ -651,16 +632,45 @@ class Run:
                 self.log.say(reason)
         elif ungated is not None and gate is not None:
             self.log.say(f"overall decision {tc.decision}: " + str(gate_not_applied(ungated, gate)))
-        if self.cfg.report:
-            try:
-                write_task_outputs(run_dir, comparisons, tc, report=True)
-                self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
-            except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
-                self.log.write(traceback.format_exc())
-                self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
-                             f"traceback in {run_dir / RUN_LOG}")
-                return code or exitcodes.UNEXPECTED
+        return code, (comparisons, tc)
+
+    def _write_reports(self, code: int, tasks: TaskOutputs | None) -> int:
+        """report.html and comparison.md (and each task's, in a run of several); a report that cannot be written
+        never takes the measured verdict with it, but the exit code says so."""
+        run_dir = self.run_dir
+        try:
+            if tasks is not None:
+                write_task_outputs(run_dir, *tasks, report=True)
+            self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
+        except OutputError as e:  # a full disk: the measured verdict is in comparison.json already
+            self.log.say(f"report not written: {e}")
+            return code or exitcodes.BAD_CONFIG
+        except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
+            self.log.write(traceback.format_exc())
+            self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
+                         f"traceback in {run_dir / RUN_LOG}")
+            return code or exitcodes.UNEXPECTED
         return code
+
+
+#: a run of several tasks: each task's comparison and the tasks compared together
+TaskOutputs = tuple[dict[str, schema.Comparison], schema.TasksComparison]
+
+
+def _cannot_compare(e: CompareError) -> RunFailure:
+    """The exit code and message of a comparison that could not be made (one task or several alike)."""
+    if isinstance(e, CompareSettingsError):  # the settings, not the evals: they are kept for the rerun
+        key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
+        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
+                          "evals are kept")
+    if isinstance(e, IncomparableEvals):  # not a matter of failed requests: a rerun would not change it
+        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}")
+    if isinstance(e, TooFewAnswered):  # request errors (5, a rerun retries them), or too few questions asked (2)
+        return RunFailure(e.exit_code, f"the arms cannot be compared: {e}" + (
+            ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
+            else " (task.num_questions)"))
+    return RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command to "
+                      "retry the failed requests.")
 
 
 def comparison_exit_of_decision(decision: str, fail_on: str | None) -> int:
@@ -740,20 +750,7 @@ def exit_for(e: BaseException) -> tuple[int, str] | None:
     return None
 
 
-# ------------------------------------------------------------------------------------------ Hydra
-
-
-
-
-
-
-
-
-
-
-
-
-# ------------------------------------------------------------------------------------------ --help
+# ------------------------------------------------------------------------------------------ the job
 
 
 def refuse_config(e: ConfigError, run_dir: Path, dry_run: bool) -> int:

@@ -196,8 +196,8 @@ ScoringRecord = TypedDict("ScoringRecord", {
 
 
 class RunManifest(TypedDict, total=False):
-    """``manifest.json`` as this module builds it, event by event (:class:`Manifest`); what is written is its
-    redacted copy (:class:`harness.results.schema.Manifest`)."""
+    """``manifest.json`` as this module builds it, event by event (:class:`Manifest`), and as it is read back
+    (a run recorded by an older abh may lack keys); what is written is its redacted copy."""
 
     kind: str
     schema_version: int

@@ -31,7 +31,7 @@ PASSES = ("ref", "ab", "aa", "launch")
 
 
 @dataclass(frozen=True)
-class Item:
+class Step:
     """One step of the run: an eval (an arm's repeat, or one of the A/A control's baseline runs), or one
     scoring pass (``scoring``: ``ref``, ``ab``, ``aa`` or ``launch``) over the reference arm's repeat-1 texts."""
 
@@ -60,8 +60,8 @@ def floor_dir(reference: str) -> str:
     return eval_rel_dir(reference * 2, 1)
 
 
-def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key: str | None = None, *,
-                 concurrent: bool = False) -> list[Item]:
+def with_scoring(items: list[Step], reference: str, keys: dict[str, str], aa_key: str | None = None, *,
+                 concurrent: bool = False) -> list[Step]:
     """``items`` with the scoring passes placed on launches the evals hold (see the module docstring).
     ``keys``: role -> arm key; ``aa_key``: the arm whose launch serves the floor when it is not the reference
     arm itself (``abh ab --aa URL``: a second server of arm A); ``concurrent``: the servers may run at once
@@ -74,13 +74,13 @@ def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key
         host = next((it for it in fresh_ref if it.role == "aa"), fresh_ref[0] if fresh_ref else None)
     elif reference == "a":  # the floor's own server evaluates the A/A control: the floor rides on its first eval
         host = next((it for it in items if it.arm_key == aa_key and it.role == "aa"), None)
-    compared = Item(other, keys[other], 1, scoring="ab", pass_dir=eval_rel_dir(other, 1))
-    out: list[Item] = []
+    compared = Step(other, keys[other], 1, scoring="ab", pass_dir=eval_rel_dir(other, 1))
+    out: list[Step] = []
     ref_done = other_seen = False
     for it in items:
         out.append(it)
         if it.role == reference and it.repeat == 1:
-            out.append(Item(reference, ref_key, 1, scoring="ref", pass_dir=eval_rel_dir(reference, 1)))
+            out.append(Step(reference, ref_key, 1, scoring="ref", pass_dir=eval_rel_dir(reference, 1)))
             ref_done = True
             if other_seen:  # the other arm ran first (blocked order): its server again, after the reference pass
                 out.append(compared)
@@ -89,20 +89,20 @@ def with_scoring(items: list[Item], reference: str, keys: dict[str, str], aa_key
             if ref_done:
                 out.append(compared)
         elif it is host:
-            out.append(Item(it.role, it.arm_key, it.repeat, scoring="aa", pass_dir=floor_dir(reference)))
+            out.append(Step(it.role, it.arm_key, it.repeat, scoring="aa", pass_dir=floor_dir(reference)))
     if host is None:  # no later fresh launch of the reference arm: one for the floor alone
         role = "aa" if reference == "a" else reference
-        out.append(Item(role, aa_key or ref_key, 1, fresh=True, scoring="aa", pass_dir=floor_dir(reference)))
+        out.append(Step(role, aa_key or ref_key, 1, fresh=True, scoring="aa", pass_dir=floor_dir(reference)))
     # the compared pass and the floor score the reference pass's ids: it comes first
     assert [it.scoring for it in out if it.scoring][:1] == ["ref"], out
     return _on_every_launch(out, set(keys.values()), concurrent)
 
 
-def _on_every_launch(items: list[Item], arms: set[str], concurrent: bool) -> list[Item]:
+def _on_every_launch(items: list[Step], arms: set[str], concurrent: bool) -> list[Step]:
     """``items`` with a ``launch`` pass after the first eval, following the reference pass, of every launch
     of the compared arms that serves no pass yet (placed while the launch is live: no launch is added)."""
     ref_at = next(i for i, it in enumerate(items) if it.scoring == "ref")
-    after: dict[int, Item] = {}
+    after: dict[int, Step] = {}
     for lc in plan_launches(items, concurrent):
         served = [items[i] for i in lc.items]
         if lc.key not in arms or any(not it.is_eval for it in served):
@@ -111,7 +111,7 @@ def _on_every_launch(items: list[Item], arms: set[str], concurrent: bool) -> lis
         if host is not None:
             it = items[host]
             after[host] = replace(it, fresh=False, scoring="launch", pass_dir=eval_rel_dir(it.role, it.repeat))
-    out: list[Item] = []
+    out: list[Step] = []
     for i, it in enumerate(items):
         out.append(it)
         if i in after:
@@ -119,7 +119,7 @@ def _on_every_launch(items: list[Item], arms: set[str], concurrent: bool) -> lis
     return out
 
 
-def scoring_dirs(items: list[Item], reference: str, keys: dict[str, str]) -> dict[str, list[str]]:
+def scoring_dirs(items: list[Step], reference: str, keys: dict[str, str]) -> dict[str, list[str]]:
     """The scoring passes of a schedule by what they are for the divergence: ``ref`` (the reference pass),
     ``same`` (the reference configuration's other launches: the floor first) and ``other`` (the compared
     configuration's launches: the compared pass first); run-directory-relative paths, in schedule order."""
@@ -132,7 +132,7 @@ def scoring_dirs(items: list[Item], reference: str, keys: dict[str, str]) -> dic
 
 
 def schedule(a: str, b: str, repeats: int, order: str, aa_control: bool, *, restart_per_repeat: bool = False,
-             aa_fresh_launch: bool = True, aa_arm: str | None = None) -> list[Item]:
+             aa_fresh_launch: bool = True, aa_arm: str | None = None) -> list[Step]:
     """``interleaved``: A1 B1 A2 B2 ... (drift hits both arms alike); ``blocked``: A1 A2 ... B1 B2 ...; then
     the A/A control's two baseline runs, each on a fresh launch of arm A unless ``aa_fresh_launch`` is off, so
     the control samples the launch-to-launch noise the arms' runs see.
@@ -142,22 +142,22 @@ def schedule(a: str, b: str, repeats: int, order: str, aa_control: bool, *, rest
     as it hits the arms."""
     fresh = restart_per_repeat
     aa = aa_arm if aa_control else None
-    rounds = [[Item("a", a, r, fresh), Item("b", b, r, fresh)] + ([Item("aa", aa, r)] if aa else [])
+    rounds = [[Step("a", a, r, fresh), Step("b", b, r, fresh)] + ([Step("aa", aa, r)] if aa else [])
               for r in range(1, repeats + 1)]
     if order == "interleaved":
         items = [it for rnd in rounds for it in rnd]
     else:
         items = [rnd[k] for k in range(len(rounds[0])) for rnd in rounds]
     if aa_control and aa is None:
-        items += [Item("aa", a, r, fresh or aa_fresh_launch) for r in (1, 2)]
+        items += [Step("aa", a, r, fresh or aa_fresh_launch) for r in (1, 2)]
     return items
 
 
 def sequential_schedule(a: str, b: str, max_repeats: int, aa_control: bool, *, aa_fresh_launch: bool = True
-                        ) -> list[Item]:
+                        ) -> list[Step]:
     """A sequential run's worst case: A r, B r for r = 1..max_repeats, every one on a fresh launch (the looks
     need independent repeats), then the A/A control; the run stops after the repeat whose look decides."""
-    items = [it for r in range(1, max_repeats + 1) for it in (Item("a", a, r, True), Item("b", b, r, True))]
+    items = [it for r in range(1, max_repeats + 1) for it in (Step("a", a, r, True), Step("b", b, r, True))]
     if aa_control:
-        items += [Item("aa", a, r, aa_fresh_launch) for r in (1, 2)]
+        items += [Step("aa", a, r, aa_fresh_launch) for r in (1, 2)]
     return items

@@ -30,13 +30,15 @@ import numpy as np
 
 from harness.config import Config, ConfigError
 from harness.results.eval_store import StoreError, load_scored
-from harness.results.records import JSON, RecordError, finite_or_none, to_doc
-from harness.results.schema import Comparison, Cost, Look, SequentialRecord
-from harness.stats.group_sequential import LookDecision, SequentialDesign
+from harness.results.records import JSON, RecordError, finite_or_none, from_doc, to_doc
+from harness.results.schema import Comparison, Cost, SequentialRecord
+from harness.stats.group_sequential import SequentialDesign
 from harness.stats.launch_looks import ESTIMATOR as LAUNCH_ESTIMATOR
 from harness.stats.launch_looks import decide_look_arms
 from harness.stats.launches import ArmRuns
 from harness.stats.launchvar import LaunchAwareResult, launch_aware_test
+from harness.stats.outcomes import LookDecision
+from harness.stats.verdict import ALPHA
 
 #: What the test at each look is (recorded with the looks, shown in the report).
 ESTIMATOR = LAUNCH_ESTIMATOR
@@ -91,7 +93,7 @@ def arm_runs(dirs: Sequence[Path]) -> ArmRuns | None:
 
 
 def look_estimate(a_dirs: Sequence[Path], b_dirs: Sequence[Path], aa_dirs: Sequence[Path] = (),
-                  alpha: float = 0.05) -> LaunchAwareResult:
+                  alpha: float = ALPHA) -> LaunchAwareResult:
     """The launch-aware estimate of B - A over the given evals (passes averaged within a launch, then the
     launches; the launch variance from every launch: :func:`harness.stats.launchvar.launch_aware_test`)."""
     a, b = arm_runs(a_dirs), arm_runs(b_dirs)
@@ -122,7 +124,7 @@ class Looks:
                  estimator: str = ESTIMATOR):
         self.design = design
         self.estimator = estimator
-        self.looks: list[Look] = []
+        self.looks: list[LookDecision] = []
         if recorded and recorded.get("looks") and recorded.get("estimator") not in (None, estimator):
             raise ConfigError(
                 "this run directory holds sequential looks made with another estimator ("
@@ -139,17 +141,17 @@ class Looks:
                     + "); its error rates hold only for the design the looks were made with. Restore those "
                     "settings, or use another hydra.run.dir.")
             try:
-                self.looks = [Look.from_doc(v, f"manifest.json sequential.looks[{i}]")
+                self.looks = [from_doc(LookDecision, v, f"manifest.json sequential.looks[{i}]")
                               for i, v in enumerate(recorded["looks"])]
             except RecordError as e:
                 raise ConfigError(f"the recorded sequential looks are unreadable: {e}") from None
 
     # ------------------------------------------------------------------ state
-    def recorded(self, repeats: int) -> Look | None:
+    def recorded(self, repeats: int) -> LookDecision | None:
         return next((v for v in self.looks if v.repeats == repeats), None)
 
     @property
-    def last(self) -> Look | None:
+    def last(self) -> LookDecision | None:
         return self.looks[-1] if self.looks else None
 
     @property
@@ -169,7 +171,7 @@ class Looks:
 
     # ------------------------------------------------------------------ a look
     def look(self, repeats: int, a_dirs: Sequence[Path], b_dirs: Sequence[Path],
-             aa_dirs: Sequence[Path] = ()) -> Look | None:
+             aa_dirs: Sequence[Path] = ()) -> LookDecision | None:
         """The decision after ``repeats`` repeats of both arms (``a_dirs``/``b_dirs``: their evals 1..r;
         ``aa_dirs``: the A/A control's evals so far): the recorded one if an earlier session made it, else a new
         one, recorded. None before min_repeats (no look is planned there)."""
@@ -183,17 +185,17 @@ class Looks:
             raise StoreError("a sequential look needs evals of both arms")
         return self.decide(repeats, a, b, arm_runs(aa_dirs))
 
-    def decide(self, repeats: int, a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None) -> Look | None:
+    def decide(self, repeats: int, a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None) -> LookDecision | None:
         """:meth:`look` on the arms' runs (launch ids as recorded): pure but for the record it adds."""
         if repeats < self.design.min_repeats:
             return None
         old = self.recorded(repeats)
         if old is not None:
             return old
-        decision: LookDecision = decide_look_arms(self.design, repeats, a, b, aa)
+        decision = decide_look_arms(self.design, repeats, a, b, aa)
         doc = _finite(asdict(decision))
         assert isinstance(doc, dict)
-        entry = Look.from_doc({**doc, "n": decision.details.get("n")})
+        entry = from_doc(LookDecision, {**doc, "n": decision.details.get("n")})
         self.looks.append(entry)
         self.looks.sort(key=lambda v: v.repeats)
         return entry

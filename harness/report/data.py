@@ -36,7 +36,7 @@ from harness.results import schema
 from harness.results.eval_store import load_eval
 from harness.results.fileio import read_jsonl
 from harness.results.records import JSON, JSONObject
-from harness.results.schema import Comparison, EvalMeta, EvalSummary, Manifest, SampleRecord
+from harness.results.schema import Comparison, EvalMeta, EvalSummary, SampleRecord
 from harness.tasks.gsm8k import question_from_prompt
 from harness.util.cmdline import command_line, redact_command, shell_command
 from harness.util.ggml import TYPE_FLAGS, named
@@ -56,7 +56,7 @@ def load_comparison(root: Path) -> Comparison | None:
     return schema.load_comparison(path) if path.exists() else None
 
 
-def load_manifest(root: Path) -> Manifest:
+def load_manifest(root: Path) -> dict[str, Any]:
     """``root/manifest.json`` of a run, or {} for a comparison directory (SchemaError as above)."""
     path = Path(root) / schema.MANIFEST_FILE
     return schema.load_manifest(path) if path.exists() else {}
@@ -127,7 +127,7 @@ def resolve_dir(p: Any, base: Path) -> Path | None:
 
 
 # ------------------------------------------------------------------------------------------ evals
-class Run:
+class LoadedEval:
     """One stored eval: meta, summary and samples by index."""
 
     def __init__(self, role: str, repeat: int, recorded: str, path: Path | None, base: Path | None = None):
@@ -171,18 +171,18 @@ class Run:
         }
 
 
-def load_runs(c: Comparison, base: Path) -> dict[str, list[Run]]:
-    out: dict[str, list[Run]] = {"a": [], "b": [], "aa": []}
+def load_runs(c: Comparison, base: Path) -> dict[str, list[LoadedEval]]:
+    out: dict[str, list[LoadedEval]] = {"a": [], "b": [], "aa": []}
     for role, arm in (("a", c.arms.a), ("b", c.arms.b)):
         for k, d in enumerate(arm.dirs, 1):
-            out[role].append(Run(role, k, str(d), resolve_dir(d, base), base))
+            out[role].append(LoadedEval(role, k, str(d), resolve_dir(d, base), base))
     for k, d in enumerate(c.aa_dirs, 1):
-        out["aa"].append(Run("aa", k, str(d), resolve_dir(d, base), base))
+        out["aa"].append(LoadedEval("aa", k, str(d), resolve_dir(d, base), base))
     return out
 
 
 # ------------------------------------------------------------------------------------------ questions
-def question_texts(runs: list[Run], indices: set[int]) -> dict[int, str]:
+def question_texts(runs: list[LoadedEval], indices: set[int]) -> dict[int, str]:
     """Question text by index: from the dataset file the eval recorded, else from the stored prompts."""
     out: dict[int, str] = {}
     if not indices:
@@ -230,7 +230,7 @@ def _answer(rec: SampleRecord | None, repeat: int) -> Answer:
             "finish": rec.finish_reason, "error": rec.error}
 
 
-def flipped_questions(c: Comparison, runs: dict[str, list[Run]]) -> tuple[list[FlipRow], int]:
+def flipped_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> tuple[list[FlipRow], int]:
     """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped.
 
     Returns (rows, total) with at most MAX_FLIPS rows.
@@ -298,7 +298,7 @@ OUTCOMES = {"b": "only B right", "a": "only A right", "mixed": "mixed across rep
 BROWSER_OUTPUT_CHARS = 1500
 
 
-def all_questions(c: Comparison, runs: dict[str, list[Run]]) -> list[QuestionRow]:
+def all_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> list[QuestionRow]:
     """Every question of the comparison, for the report's question browser: index, outcome (:data:`OUTCOMES`),
     question, label, and per arm each repeat's parsed answer and correctness with repeat 1's output. Short
     keys: the page embeds all of them as JSON."""
@@ -464,7 +464,7 @@ def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> DiffView | 
 
 
 # ------------------------------------------------------------------------------------------ provenance
-def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[Run]],
+def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[LoadedEval]],
                     c: Comparison | None) -> list[KvRow]:
     rows: list[KvRow] = []
     prov = manifest.get("provenance")

@@ -18,7 +18,7 @@ from harness.report import plots
 from harness.report.texts import Split, split_at, word_end
 from harness.report.words import pct, pval
 from harness.results.schema import Divergence, SweepRow
-from harness.stats.verdict import at_floor
+from harness.stats.verdict import ALPHA, at_floor
 
 VERDICT_LABELS = {"diverged": "DIVERGED", "indistinguishable": "INDISTINGUISHABLE",
                   "not_measured": "NOT MEASURED"}
@@ -185,7 +185,7 @@ def facts(div: Divergence) -> list[str]:
     pq = div.per_question
     if pq is not None:
         ci = pq.effect_ci
-        alpha = div.alpha or 0.05
+        alpha = div.alpha or ALPHA
         ci_txt = f", {100 * (1 - alpha):g} % CI [{kld(ci[0])}, {kld(ci[1])}]" if ci else ""
         role = " (diagnostic)" if lt is not None else ""
         p_txt = (f"p < {pq.p_floor / (1 - pq.p_floor):.2g}" if pq.p_floor and at_floor(pq.p, pq.p_floor)

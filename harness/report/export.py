@@ -27,7 +27,7 @@ PARQUET = "samples.parquet"
 CSV = "samples.csv"
 
 
-class SampleRow(TypedDict):
+class ExportRow(TypedDict):
     """A row of the table: one question of one eval (the columns of :data:`COLUMNS`, in order)."""
 
     question_index: int
@@ -43,13 +43,13 @@ class SampleRow(TypedDict):
     output: str | None
 
 
-def samples_rows(root: Path) -> list[SampleRow]:
+def samples_rows(root: Path) -> list[ExportRow]:
     """The rows of the table for the comparison (or run) directory ``root``."""
     c = data.load_comparison(Path(root))
     if c is None:
         raise FileNotFoundError(f"{root} holds no comparison.json")
     names = data.arm_names(c)
-    rows: list[SampleRow] = []
+    rows: list[ExportRow] = []
     for role, runs in data.load_runs(c, Path(root)).items():
         for run in runs:
             if run.error is not None:

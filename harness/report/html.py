@@ -195,7 +195,7 @@ def comparison_context(root: Path) -> ComparisonContext:
                           + (f"; run status: {data.as_text(status)}" if status else ""))
         notes.append("This run has no comparison.json: it stopped before measuring or comparing. "
                      "What it recorded is shown below.")
-        runs: dict[str, list[data.Run]] = {"a": [], "b": [], "aa": []}
+        runs: dict[str, list[data.LoadedEval]] = {"a": [], "b": [], "aa": []}
         names = {"a": "A", "b": "B"}
     else:
         runs = data.load_runs(c, root)

@@ -65,7 +65,7 @@ def _fence(text: str, lang: str = "sh") -> str:
     return f"{ticks}{lang}\n{text}\n{ticks}"
 
 
-def _count(runs: list[data.Run], key: str) -> tuple[int | None, int | None]:
+def _count(runs: list[data.LoadedEval], key: str) -> tuple[int | None, int | None]:
     """(sum of ``key`` over the runs' summaries, sum of answered), None when a run lacks it."""
     vals = [r.summary.get(key) for r in runs]
     answered = [r.summary.get("answered") for r in runs]
@@ -81,7 +81,7 @@ def _rate(k: int | None, of: int | None) -> str:
     return f"{k} ({100 * k / of:.2f} %)" if of else str(k)
 
 
-def _arm_rows(c: Comparison, runs: dict[str, list[data.Run]], names: dict[str, str]) -> list[list[str]]:
+def _arm_rows(c: Comparison, runs: dict[str, list[data.LoadedEval]], names: dict[str, str]) -> list[list[str]]:
     rows = []
     for role, arm in (("a", c.arms.a), ("b", c.arms.b)):
         rs = [r for r in runs[role] if r.error is None]
@@ -124,7 +124,7 @@ def _source_refs_run(manifest: Mapping[str, Any], names: dict[str, str]) -> list
     return rows
 
 
-def _servers(runs: dict[str, list[data.Run]]) -> list[list[str]]:
+def _servers(runs: dict[str, list[data.LoadedEval]]) -> list[list[str]]:
     rows = []
     for role in ("a", "b", "aa"):
         for r in runs[role]:

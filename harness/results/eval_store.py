@@ -20,7 +20,7 @@ import copy
 import errno
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 from harness.results import fileio, integrity, schema
 from harness.results.dirlock import DirLock
 from harness.results.fileio import OutputError, StoreError, atomic_write_text, read_jsonl, writing
-from harness.results.schema import EvalMeta, EvalSummary, PromptRow, SampleRecord, SampleRow
+from harness.results.schema import EvalMeta, EvalSummary, PromptRow, SampleRecord
 
 if TYPE_CHECKING:
     import numpy as np
@@ -178,7 +178,7 @@ class EvalStore:
         schema.write_eval_summary(self.root / SUMMARY, summary)  # type: ignore[arg-type]
 
 
-def _append_line(f: IO[bytes], path: Path, obj: SampleRow | PromptRow) -> None:
+def _append_line(f: IO[bytes], path: Path, obj: Mapping[str, Any] | PromptRow) -> None:
     """One JSON line, written whole or failing with OutputError (a short write of a full disk leaves a torn last
     line, which a resume drops)."""
     view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))

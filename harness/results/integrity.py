@@ -1,4 +1,4 @@
-"""What a stored eval's rows claim, checked before anything counts them (issue 22, item 6).
+"""What a stored eval's rows claim, checked before anything counts them.
 
 ``samples.jsonl`` is a plain text file: anyone can flip ``correct`` to true, relabel an answer as another
 question's or paste a row twice. Read back for a comparison or a resume, every row is therefore

@@ -1,9 +1,11 @@
 """Typed result records: frozen dataclasses built once, serialised by one function and read back by one.
 
 A :class:`Record` is a frozen dataclass whose fields are JSON values, other records, lists / string-keyed
-dicts of them, or ``TypedDict`` JSON objects (a block of declared keys, kept as the dict it is). :func:`to_doc` turns one into the JSON object that is stored (fields in declaration order;
-a field declared with ``omit_none()`` is left out while it is None, so optional blocks appear only when
-set); :func:`from_doc` reads one back, checking every field against its declared type, so a hand-edited or
+dicts of them, or ``TypedDict`` JSON objects (a block of declared keys, kept as the dict it is). Any frozen
+dataclass of such fields is stored the same way: the statistics' results (``harness.stats``) are plain
+dataclasses that know nothing of storage. :func:`to_doc` turns one into the JSON object that is stored
+(fields in declaration order; a field whose metadata holds ``omit_none``, as :func:`omit_none` declares, is
+left out while it is None, so optional blocks appear only when set); :func:`from_doc` reads one back, checking every field against its declared type, so a hand-edited or
 truncated file is refused with the field's path (``arms.a.accuracy: expected a number, found "x"``) instead of
 misread. Keys a record does not declare are ignored on reading (an older abh reading a newer file of the same
 schema_version never happens: the version is checked first).
@@ -22,7 +24,7 @@ from typing import Any, TypeVar, Union
 JSON = Union[None, bool, int, float, str, Sequence["JSON"], Mapping[str, "JSON"]]  # noqa: UP007 - a recursive alias
 JSONObject = dict[str, JSON]
 
-R = TypeVar("R", bound="Record")
+R = TypeVar("R")
 
 
 class RecordError(ValueError):
@@ -48,7 +50,7 @@ def omit_none(default: Any = None) -> Any:
 
 def to_doc(value: Any) -> Any:
     """The JSON form of a record (or of a value inside one)."""
-    if isinstance(value, Record):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: JSONObject = {}
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
@@ -100,7 +102,7 @@ def _convert(tp: Any, v: Any, where: str) -> Any:
         if v in typing.get_args(tp):
             return v
         raise RecordError(f"{where}: expected one of {typing.get_args(tp)}, found {_describe(v)}")
-    if isinstance(tp, type) and issubclass(tp, Record):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_doc(tp, v, where)
     if typing.is_typeddict(tp):
         return _typed_dict(tp, v, where)
@@ -175,7 +177,7 @@ def from_doc(cls: type[R], doc: Any, where: str = "") -> R:
         raise RecordError(f"{where or cls.__name__}: expected an object, found {_describe(doc)}")
     hints = _hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # any dataclass (checked by _convert's caller)
         path = f"{where}.{f.name}" if where else f.name
         if f.name in doc:
             kwargs[f.name] = _convert(hints[f.name], doc[f.name], path)

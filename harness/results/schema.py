@@ -8,7 +8,7 @@ file                    kind                      model
 ``eval.json``           ``abh.eval``              :class:`EvalMeta` (what one eval asked, of whom)
 ``summary.json``        ``abh.eval.summary``      :class:`EvalSummary` (in an eval directory)
 ``samples.jsonl``       (rows of the eval above)  :class:`SampleRecord`, one per question
-``manifest.json``       ``abh.run``               :class:`Manifest` (provenance of an ``abh run``)
+``manifest.json``       ``abh.run``               ``harness.orchestrate.rundir.RunManifest``
 ``summary.json``        ``abh.run.summary``       :class:`RunSummary` (in a run directory)
 ``comparison.json``     ``abh.comparison``        :class:`Comparison`
 ``sweep_summary.json``  ``abh.sweep``             :class:`SweepSummary`
@@ -23,22 +23,32 @@ The results a computation produces (comparison, divergence, cost, sequential loo
 are frozen :class:`~harness.results.records.Record` dataclasses, built once and serialised by
 :func:`~harness.results.records.to_doc`; their loaders check every field (a hand-edited file is refused naming
 the field); a block of one that is a plain JSON object of known keys (``identical_outputs``,
-``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files and the
-manifest, which abh writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set);
-:class:`SampleRecord` is a dataclass, written as a :class:`SampleRow` (``prompts.jsonl``: :class:`PromptRow`).
+``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files, which abh
+writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set); the manifest is
+declared once, by its writer (``harness.orchestrate.rundir``);
+:class:`SampleRecord` is a dataclass, written as its fields (``prompts.jsonl``: :class:`PromptRow`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
 from harness.results.records import JSON, JSONObject, Record, RecordError, omit_none
+from harness.stats.outcomes import (
+    Design,
+    DivergenceTest,
+    Errors,
+    LaunchDivergence,
+    LaunchVarianceEstimate,
+    LookDecision,
+    Tost,
+)
 
 # ------------------------------------------------------------------------------------------ kinds
 EVAL = "abh.eval"
@@ -178,92 +188,6 @@ class EvalSummary(TypedDict, total=False):
     aborted: str | None
 
 
-@dataclass
-class SampleRecord:
-    """One row of ``samples.jsonl``: one question's answer (or its request error)."""
-
-    index: int
-    prompt_sha256: str
-    output: str | None
-    #: what the task's extractor read (GSM8K: a number; MMLU: a letter; None: nothing or an error)
-    pred: int | float | str | None
-    label: int | float | str
-    correct: bool | None  # None when the request failed: an error is never a wrong answer
-    invalid: bool | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_s: float | None
-    attempts: int
-    error: str | None = None
-    #: the task's score in [0, 1] when it is not simply ``correct`` (written only then)
-    score: float | None = None
-    #: a chat server's reasoning, returned apart from the answer (written only when returned)
-    reasoning: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: Any) -> SampleRecord:
-        """A row read back, every field type-checked (a row is data anyone could have edited): ValueError naming
-        the first field that is wrong. Unknown keys are ignored (a newer writer's)."""
-        if not isinstance(d, dict):
-            raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
-        for f in fields(cls):
-            if f.name not in d and f.name not in _OPTIONAL_SAMPLE_FIELDS:
-                raise ValueError(f"the row has no {f.name!r}")
-            value = d.get(f.name)
-            ok, kind = _SAMPLE_TYPES[f.name]
-            if not ok(value):
-                raise ValueError(f"{f.name} must be {kind}, not {json.dumps(value, default=str)[:40]}")
-        rec = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
-        if rec.error is None and (rec.output is None or rec.correct is None or rec.invalid is None):
-            raise ValueError("an answered row (error null) needs its output, correct and invalid")
-        if rec.error is not None and rec.correct is not None:
-            raise ValueError("a row with a request error has no correct value (an error is never an answer)")
-        return rec
-
-    def to_row(self) -> SampleRow:
-        """The ``samples.jsonl`` row: every field, but ``score`` and ``reasoning`` only when set."""
-        row: SampleRow = {"index": self.index, "prompt_sha256": self.prompt_sha256, "output": self.output,
-                          "pred": self.pred, "label": self.label, "correct": self.correct, "invalid": self.invalid,
-                          "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
-                          "completion_tokens": self.completion_tokens, "latency_s": self.latency_s,
-                          "attempts": self.attempts, "error": self.error}
-        if self.score is not None:
-            row["score"] = self.score
-        if self.reasoning is not None:
-            row["reasoning"] = self.reasoning
-        return row
-
-
-class SampleRow(TypedDict):
-    """A ``samples.jsonl`` row as written (:meth:`SampleRecord.to_row`): the fields of :class:`SampleRecord` in
-    their order, ``score`` and ``reasoning`` only when set."""
-
-    index: int
-    prompt_sha256: str
-    output: str | None
-    pred: int | float | str | None
-    label: int | float | str
-    correct: bool | None
-    invalid: bool | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_s: float | None
-    attempts: int
-    error: str | None
-    score: NotRequired[float]
-    reasoning: NotRequired[str]
-
-
-class PromptRow(TypedDict):
-    """A ``prompts.jsonl`` row: the exact text of one prompt sent."""
-
-    index: int
-    prompt_sha256: str
-    prompt: str
-
-
 def _whole(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -281,26 +205,88 @@ def _count_or_none(x: Any) -> bool:
     return x is None or (_whole(x) and x >= 0)
 
 
-#: SampleRecord's fields: (the check, what it says when it fails)
-_SAMPLE_TYPES: dict[str, tuple[Any, str]] = {
-    "index": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
-    "prompt_sha256": (lambda x: isinstance(x, str), "a string"),
-    "output": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "pred": (lambda x: x is None or _scalar(x), "a number, a string or null"),
-    "label": (_scalar, "a number or a string"),
-    "correct": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
-    "invalid": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
-    "finish_reason": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "prompt_tokens": (_count_or_none, "a whole number >= 0 or null"),
-    "completion_tokens": (_count_or_none, "a whole number >= 0 or null"),
-    "latency_s": (lambda x: x is None or (isinstance(x, int | float) and not isinstance(x, bool) and x >= 0),
-                  "a number >= 0 or null"),
-    "attempts": (lambda x: _whole(x) and x >= 0, "a whole number >= 0"),
-    "error": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "score": (lambda x: x is None or (_number(x) and 0 <= x <= 1), "a number in [0, 1] or null"),
-    "reasoning": (lambda x: x is None or isinstance(x, str), "a string or null"),
-}
+def _checked(ok: Any, says: str, **default: Any) -> Any:
+    """A ``samples.jsonl`` field with its check (``ok``) and what the refusal says when it fails."""
+    return field(metadata={"ok": ok, "says": says}, **default)
+
+
+def _optional_str(**default: Any) -> Any:
+    return _checked(lambda x: x is None or isinstance(x, str), "a string or null", **default)
+
+
+def _flag() -> Any:
+    return _checked(lambda x: x is None or isinstance(x, bool), "true, false or null")
+
+
+def _count() -> Any:
+    return _checked(_count_or_none, "a whole number >= 0 or null")
+
+
+#: what a row read back may lack (older writers; ``score`` and ``reasoning`` are written only when set)
 _OPTIONAL_SAMPLE_FIELDS = frozenset({"error", "score", "reasoning"})
+
+
+@dataclass
+class SampleRecord:
+    """One row of ``samples.jsonl``: one question's answer (or its request error). Each field carries the check
+    a row read back must pass."""
+
+    index: int = _checked(lambda x: _whole(x) and x >= 0, "a whole number >= 0")
+    prompt_sha256: str = _checked(lambda x: isinstance(x, str), "a string")
+    output: str | None = _optional_str()
+    #: what the task's extractor read (GSM8K: a number; MMLU: a letter; None: nothing or an error)
+    pred: int | float | str | None = _checked(lambda x: x is None or _scalar(x), "a number, a string or null")
+    label: int | float | str = _checked(_scalar, "a number or a string")
+    correct: bool | None = _flag()  # None when the request failed: an error is never a wrong answer
+    invalid: bool | None = _flag()
+    finish_reason: str | None = _optional_str()
+    prompt_tokens: int | None = _count()
+    completion_tokens: int | None = _count()
+    latency_s: float | None = _checked(
+        lambda x: x is None or (isinstance(x, int | float) and not isinstance(x, bool) and x >= 0),
+        "a number >= 0 or null")
+    attempts: int = _checked(lambda x: _whole(x) and x >= 0, "a whole number >= 0")
+    error: str | None = _optional_str(default=None)
+    #: the task's score in [0, 1] when it is not simply ``correct`` (written only then)
+    score: float | None = _checked(lambda x: x is None or (_number(x) and 0 <= x <= 1), "a number in [0, 1] or null",
+                                   default=None)
+    #: a chat server's reasoning, returned apart from the answer (written only when returned)
+    reasoning: str | None = _optional_str(default=None)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> SampleRecord:
+        """A row read back, every field checked (a row is data anyone could have edited): ValueError naming
+        the first field that is wrong. Unknown keys are ignored (a newer writer's)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
+        for f in fields(cls):
+            if f.name not in d and f.name not in _OPTIONAL_SAMPLE_FIELDS:
+                raise ValueError(f"the row has no {f.name!r}")
+            value = d.get(f.name)
+            if not f.metadata["ok"](value):
+                raise ValueError(f"{f.name} must be {f.metadata['says']}, not {json.dumps(value, default=str)[:40]}")
+        rec = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        if rec.error is None and (rec.output is None or rec.correct is None or rec.invalid is None):
+            raise ValueError("an answered row (error null) needs its output, correct and invalid")
+        if rec.error is not None and rec.correct is not None:
+            raise ValueError("a row with a request error has no correct value (an error is never an answer)")
+        return rec
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``samples.jsonl`` row: every field in order, but ``score`` and ``reasoning`` only when set."""
+        row = asdict(self)
+        for key in ("score", "reasoning"):
+            if row[key] is None:
+                del row[key]
+        return row
+
+
+class PromptRow(TypedDict):
+    """A ``prompts.jsonl`` row: the exact text of one prompt sent."""
+
+    index: int
+    prompt_sha256: str
+    prompt: str
 
 
 # ------------------------------------------------------------------------------------------ comparison
@@ -334,124 +320,6 @@ class ArmResult(Record):
 class Arms(Record):
     a: ArmResult
     b: ArmResult
-
-
-class LaunchHeterogeneity(TypedDict):
-    """Cochran's Q over the launches of each arm, summed (:func:`harness.stats.launches.launch_heterogeneity`)."""
-
-    test: str
-    q: float
-    df: int
-    p: float
-
-
-@dataclass(frozen=True)
-class Design(Record):
-    """Which design was run (launches per arm, passes per launch) and what it can and cannot resolve."""
-
-    kind: str
-    launches: dict[str, int]
-    passes_per_launch: dict[str, list[int]]
-    #: the unit of inference: ``launch-aware`` (question x launch, launch variance from every launch) or
-    #: ``question`` (no configuration with two launches); files of abh <= 0.2 may say ``launch``
-    unit: str
-    #: Cochran's Q over the launches of each arm (None: no arm with two launches); a diagnostic only
-    launch_heterogeneity: LaunchHeterogeneity | None
-    #: what this design (or these data) cannot resolve; None when nothing
-    cannot_resolve: str | None
-    notes: list[str]
-
-
-@dataclass(frozen=True)
-class LaunchVarianceEstimate(Record):
-    """The launch component of the accuracy test (:func:`harness.stats.launchvar.launch_aware_test`): σ²_L
-    estimated from every launch (A's, the A/A control's, B's), where it came from, and the parts of Var(Δ̂)
-    (fractions²). ``sigma2`` None: no configuration with two launches (the question-level test, qualified)."""
-
-    sigma2: float | None
-    #: sd of a launch's accuracy shift, sqrt(sigma2) (fraction)
-    sd: float | None
-    df_launch: int
-    source: str
-    #: k σ-part, question x arm interaction, question-level paired variance S²_d/n; k = 1/L_A + 1/L_B
-    var_launch: float
-    var_heterogeneity: float
-    var_question: float
-    k: float
-    #: launches of arm A, of the A/A control, of arm B
-    launches: dict[str, int]
-    #: questions every launch answered (the variance components are over these)
-    questions: int
-
-
-@dataclass(frozen=True)
-class ErrorGate(Record):
-    """Do the arms' request errors depend on the arm? Exact McNemar test of the per-question unanswered
-    indicators (:func:`harness.stats.errorgate.error_gate`); ``action`` none | drop | bound."""
-
-    unanswered_a: int
-    unanswered_b: int
-    a_only: int
-    b_only: int
-    both: int
-    p: float
-    alpha: float
-    action: str
-    reason: str
-    test: str
-
-
-@dataclass(frozen=True)
-class ErrorBound(Record):
-    """The comparison recomputed with one arm's unanswered questions counted wrong and the other's right."""
-
-    delta: float
-    ci: list[float]
-    test: str
-    p: float | None
-    verdict: str
-
-
-@dataclass(frozen=True)
-class ErrorBounds(Record):
-    against_b: ErrorBound
-    against_a: ErrorBound
-
-
-@dataclass(frozen=True)
-class Errors(Record):
-    """Request errors of a comparison: rates, unanswered questions, a paired test of their difference, and
-    the bounds of the verdict they could move."""
-
-    rate_a: float
-    rate_b: float
-    unanswered_a: int
-    unanswered_b: int
-    test: str
-    p: float
-    #: how far the adverse bound moves Δ (an effect must clear it; added to the MDE)
-    mde_allowance: float | None = omit_none()
-    bounds: ErrorBounds | None = None
-    changes_verdict: bool = False
-    #: whether the errors depend on the arm, and what was done: drop the unanswered questions, or bound
-    gate: ErrorGate | None = omit_none()
-
-
-@dataclass(frozen=True)
-class Tost(Record):
-    """Equivalence (TOST at α: the 1 - 2α interval inside ±margin) and non-inferiority (one-sided at α/2)."""
-
-    method: str
-    margin: float
-    alpha: float
-    p_noninferiority: float
-    p_nonsuperiority: float
-    p_equivalence: float
-    ci: list[float]
-    ci_level: float
-    noninferiority_alpha: float
-    noninferior: bool
-    equivalent: bool
 
 
 @dataclass(frozen=True)
@@ -492,54 +360,6 @@ class KldHistogram(Record):
     question_ab: Histogram
     token_aa: Histogram | None = omit_none()
     question_aa: Histogram | None = omit_none()
-
-
-@dataclass(frozen=True)
-class DivergenceLaunchTest(Record):
-    """The launch-level divergence test (:func:`harness.stats.kld_launches.launch_divergence_test`): each
-    launch's token-weighted mean KLD against the reference pass, B's launches against A's other launches (the
-    floor's, A's other repeats', the A/A control's), a one-sided t-test of log mean KLD."""
-
-    method: str
-    p: float
-    t: float | None
-    df: float | None
-    #: geometric-mean ratio of B's launch KLDs over A's, its (1 - α) t interval, and the ratio this run
-    #: could detect at 80 % power (from the launches' pooled sd of log KLD)
-    ratio: float
-    ratio_ci: list[float] | None
-    ratio_mde: float | None
-    #: mean over B's launches minus mean over A's (nats/token)
-    effect: float
-    sd_log: float | None
-    #: exact permutation p over the launch labels (floor 1/arrangements)
-    p_permutation: float | None
-    arrangements: int | None
-    launches_a: int
-    launches_b: int
-    kld_launch_a: list[float]
-    kld_launch_b: list[float]
-    #: the passes of each side, in order (the floor and the compared pass first)
-    dirs_a: list[str]
-    dirs_b: list[str]
-    qualification: str | None = None
-
-
-@dataclass(frozen=True)
-class DivergencePerQuestion(Record):
-    """The per-question test of the first B pass against the floor (d_i = KLD_i(A‖B) - KLD_i(A‖A′), one-sided
-    sign-flip, questions as the unit): the verdict's test with one A/A and one B launch, else a diagnostic."""
-
-    test: str
-    p: float
-    p_floor: float | None
-    p_at_floor: bool
-    effect: float
-    effect_ci: list[float] | None
-    effect_ci_method: str
-    effect_se: float | None
-    effect_mde: float | None
-    n_resamples: int
 
 
 @dataclass(frozen=True)
@@ -593,15 +413,15 @@ class Divergence(Record):
     reference: str = "a"
     #: the launch-level test over every scored launch (the verdict's when there are 3 or more launches besides
     #: the reference's), the per-question test (the verdict's with one A/A and one B launch, else a diagnostic)
-    launch_test: DivergenceLaunchTest | None = omit_none()
-    per_question: DivergencePerQuestion | None = omit_none()
+    launch_test: LaunchDivergence | None = omit_none()
+    per_question: DivergenceTest | None = omit_none()
     #: the assumption the verdict rests on (e.g. one A/A launch: a constant noise scale across launches)
     qualification: str | None = omit_none()
     #: passes left out of the launch-level test, and why (not scored, a launch scored twice)
     launches_skipped: dict[str, str] = field(default_factory=dict)
 
 
-class ArmIdentity(TypedDict):
+class IdenticalShare(TypedDict):
     """One arm's share of outputs identical between two of its passes (:func:`harness.analysis.determinism.
     arm_identity`): overall, within a launch, across launches (None where no pair of passes is such)."""
 
@@ -614,11 +434,11 @@ class ArmIdentity(TypedDict):
 
 class IdenticalOutputs(TypedDict, total=False):
     """``comparison.json`` ``identical_outputs`` (:func:`harness.analysis.determinism.identical_outputs`): each
-    arm's :class:`ArmIdentity`, the sampling temperature, the arms flagged (no output identical across passes at
+    arm's :class:`IdenticalShare`, the sampling temperature, the arms flagged (no output identical across passes at
     temperature 0) and what the shares are."""
 
-    a: ArmIdentity
-    b: ArmIdentity
+    a: IdenticalShare
+    b: IdenticalShare
     #: as the evals recorded it (bench_sglang's recipes: the int 0), kept so when read back
     temperature: int | float | None
     flagged: list[str]
@@ -757,40 +577,13 @@ class Cost(Record):
 
 # ------------------------------------------------------------------------------------------ sequential
 @dataclass(frozen=True)
-class Look(Record):
-    """One look of a sequential run (:class:`harness.stats.group_sequential.LookDecision`, as stored)."""
-
-    repeats: int
-    stop: bool
-    verdict: str | None
-    reason: str
-    sentence: str
-    delta: float
-    se: float
-    z: float
-    bound: float | None
-    info_fraction: float
-    alpha_spent: float
-    repeated_ci: list[float] | None
-    conditional_power: float | None = None
-    margin_z: list[float] | None = None
-    margin_bound: float | None = None
-    repeats_saved: int = 0
-    details: dict[str, JSON] = field(default_factory=dict)
-    #: questions the look's estimate is over
-    n: int | None = None
-    #: the stage-wise p of the test that decided (p < α exactly when it stopped on it); None in older files
-    p: float | None = None
-
-
-@dataclass(frozen=True)
 class SequentialRecord(Record):
     """``sequential`` of a sequential run (experiment.sequential=true), in the manifest (as the looks happen)
     and in summary.json / comparison.json: the design, every look and the outcome."""
 
     design: dict[str, JSON]
     estimator: str
-    looks: list[Look]
+    looks: list[LookDecision]
     stopped: bool
     repeats_run: int
     max_repeats: int
@@ -906,28 +699,6 @@ class TasksComparison(Record):
     command: list[str] | None = omit_none()
 
 
-class Manifest(TypedDict, total=False):
-    """``manifest.json``: provenance of a run, rewritten at every step (see harness.orchestrate.rundir). Its
-    ``cost`` and ``sequential`` are the documents of :class:`Cost` and :class:`SequentialRecord`."""
-
-    kind: str
-    schema_version: int
-    experiment: str
-    config: JSONObject
-    config_sha256: str
-    config_semantic: JSONObject
-    provenance: JSONObject
-    dataset: JSONObject
-    sessions: list[JSONObject]
-    evals: dict[str, JSONObject]
-    arms: dict[str, JSONObject]
-    arm_diff: JSONObject
-    arm_diff_live: JSONObject
-    cost: JSONObject
-    sequential: JSONObject
-    status: JSONObject
-
-
 # ------------------------------------------------------------------------------------------ sweep
 @dataclass(frozen=True)
 class SweepRow(Record):
@@ -989,8 +760,8 @@ _NAMES = {EVAL: "an eval (eval.json)", EVAL_SUMMARY: "an eval summary", MANIFEST
           PLAN: "a plan (abh power --json)", FINGERPRINT: "a launch fingerprint"}
 
 
-#: A document abh writes: an eval's or a manifest's (TypedDict), or a result record's (:meth:`Record.to_doc`).
-D = TypeVar("D", EvalMeta, EvalSummary, Manifest, JSONObject)
+#: A document abh writes: an eval's (TypedDict), a manifest, or a result record's (:meth:`Record.to_doc`).
+D = TypeVar("D", EvalMeta, EvalSummary, JSONObject)
 
 
 def stamp(kind: str, doc: D) -> D:
@@ -1060,8 +831,10 @@ def load_eval_summary(path: str | Path) -> EvalSummary:
     return cast(EvalSummary, load(path, EVAL_SUMMARY))
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    return cast(Manifest, load(path, MANIFEST))
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    """``manifest.json``, checked for its kind and version; its one declaration is the writer's
+    (``harness.orchestrate.rundir.RunManifest``), which readers here below it read key by key."""
+    return load(path, MANIFEST)
 
 
 def load_run_summary(path: str | Path) -> RunSummary:
@@ -1084,7 +857,7 @@ def write_eval_summary(path: str | Path, doc: EvalSummary) -> None:
     dump(path, EVAL_SUMMARY, doc)
 
 
-def write_manifest(path: str | Path, doc: Manifest) -> None:
+def write_manifest(path: str | Path, doc: JSONObject) -> None:
     dump(path, MANIFEST, doc)
 
 

@@ -27,8 +27,3 @@ def printable(text: str, *, one_line: bool = False) -> str:
     ``one_line``: tabs and newlines too."""
     pattern = _CONTROLS_ONE_LINE if one_line else _CONTROLS
     return pattern.sub(_escape, text) if pattern.search(text) else text
-
-
-def has_controls(text: str) -> bool:
-    """Whether ``text`` holds a character :func:`printable` would escape (tabs and newlines included)."""
-    return _CONTROLS_ONE_LINE.search(text) is not None

@@ -29,22 +29,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import combinations
 
 import numpy as np
-
-from harness.results.schema import (
-    Design,
-    ErrorBound,
-    ErrorBounds,
-    ErrorGate,
-    Errors,
-    LaunchHeterogeneity,
-    LaunchVarianceEstimate,
-    Tost,
-)
 
 from .consistent import consistent_paired
 from .equivalence import score_tost, t_tost
@@ -53,9 +42,18 @@ from .guards import robust_effective_table, safe_mde_paired_exact
 from .launches import ArmRuns, launch_heterogeneity, question_means
 from .launchvar import LaunchAwareResult, launch_aware_test
 from .mde import mde_t
+from .outcomes import (
+    Design,
+    ErrorBound,
+    ErrorBounds,
+    Errors,
+    LaunchHeterogeneity,
+    LaunchVarianceEstimate,
+    Tost,
+)
 from .repeats import discordance
 from .signflip import SignFlip, signflip_test
-from .verdict import DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
+from .verdict import ALPHA, DEFAULT_MAX_ERROR_RATE, Evidence, Verdict, decide
 
 LAUNCH_AWARE = "launch-aware t-test"
 QUESTION_TEST = "question-level test: mid-p sign-flip and Tango score (p = the larger)"
@@ -238,7 +236,7 @@ def _qualification(lv: LaunchAwareResult) -> str | None:
     return None
 
 
-def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float = 0.05,
+def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float = ALPHA,
             margin: float | None = None, compute_mde: bool = True) -> Analysis:
     """Statistics of B against A over the questions both arms answered at least once (no verdict); see the
     module docstring for the test."""
@@ -278,7 +276,7 @@ def error_rates(arm: ArmRuns) -> float:
     return float(np.isnan(arm.scores).mean()) if arm.scores.size else 0.0
 
 
-def error_block(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> Errors:
+def error_block(a: ArmRuns, b: ArmRuns, alpha: float = ALPHA) -> Errors:
     """Per-arm error rates (share of runs x questions errored or missing), the questions each arm has no
     answer for, the gate (do the errors depend on the arm: :func:`harness.stats.errorgate.error_gate`) and,
     as a diagnostic, the paired sign-flip test (mid-p) over questions of whether the arms' error shares
@@ -288,7 +286,7 @@ def error_block(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> Errors:
     return Errors(rate_a=error_rates(a), rate_b=error_rates(b), unanswered_a=int(unanswered(a).sum()),
                   unanswered_b=int(unanswered(b).sum()),
                   test="paired sign-flip test over questions of the error shares (mid-p)",
-                  p=signflip_test(eb - ea).p, gate=ErrorGate.from_doc(asdict(gate)))
+                  p=signflip_test(eb - ea).p, gate=gate)
 
 
 def _qualified(v: Verdict, qualification: str | None) -> Verdict:
@@ -299,7 +297,7 @@ def _qualified(v: Verdict, qualification: str | None) -> Verdict:
 
 
 def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesis: str = "superiority",
-                 alpha: float = 0.05, margin: float | None = None, min_effect: float | None = None,
+                 alpha: float = ALPHA, margin: float | None = None, min_effect: float | None = None,
                  failures: Sequence[str] = (), max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
                  compute_mde: bool = True) -> ArmsComparison:
     """Analysis and verdict of B against A, with the error gate and, when the errors depend on the arm, the

@@ -1,8 +1,8 @@
 """One story for the question-level verdict: a p-value and an interval that never disagree.
 
-Today the verdict quotes the mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval
-(:mod:`.score`): two different methods, so "p < α" and "0 outside the interval" can disagree (issue 25,
-item 4: 56 of 2000 experiments at n = 200, Δ = +5 pp). Here both come from ONE family of tests
+The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.score`) are two different
+methods, so "p < α" and "0 outside the interval" can disagree (56 of 2000 experiments at n = 200, Δ = +5 pp).
+Here both come from ONE family of tests
 {φ(Δ0)}, and the interval is its inversion:
 
     φ(Δ0) rejects  ⇔  Tango's score test of Δ = Δ0 rejects at α,
@@ -18,14 +18,14 @@ extended to reach 0 whenever the sign-flip test does not reject (``extended``). 
 
 For one run per arm (whole counts) the mid-p McNemar test never rejects where Tango's test does not
 (checked exhaustively for every table with n <= 120 at α = 0.01, 0.05, 0.1: tests/test_stats_consistent.py),
-so the decision is exactly today's mid-p test and costs no power; only the interval changes, extended to 0
+so the decision is exactly the mid-p test and costs no power; only the interval changes, extended to 0
 in the tables where Tango alone would reject (1692 of 907,860 table-levels there). With repeats the two can
 disagree both ways and the combined test is the stricter; :func:`exact_operating` gives exact rejection
 rates and coverage for one run per arm by summing over every table. Numerically, the bisection's endpoint can sit within 1e-17 of 0 when |Z(0)| is within
 round-off of z_{1-α/2}; the interval's endpoint is then set by the test decision (``nudged``), so the
 equivalence holds in floating point too.
 
-Repeats: ``d`` are fractions; the sign-flip test runs on them exactly as today, and Tango's on the
+Repeats: ``d`` are fractions; the sign-flip test runs on them exactly as alone, and Tango's on the
 effective table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
 """
 
@@ -41,6 +41,7 @@ from .guards import robust_effective_table
 from .paired import mcnemar_midp
 from .signflip import signflip_test
 from .tango import score_interval, score_p
+from .verdict import ALPHA
 
 TEST = "mid-p sign-flip test over questions and Tango's score test, both at α (p = the larger)"
 CI_METHOD = "Tango score interval, extended to 0 when the sign-flip test does not reject"
@@ -88,7 +89,7 @@ def _combine(delta: np.ndarray, p_sf: np.ndarray, p_sc: np.ndarray, lo: np.ndarr
     return p, lo2, hi2, sig, extended, up | down
 
 
-def consistent_table(b: Any, c: Any, n: Any, alpha: float = 0.05) -> dict[str, np.ndarray]:
+def consistent_table(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> dict[str, np.ndarray]:
     """The decision for one run per arm from whole counts (vectorised over tables): ``b`` questions only
     A answered right, ``c`` only B, ``n`` questions. The sign-flip test is then the mid-p McNemar test.
     Returns arrays ``p``, ``p_signflip``, ``p_score``, ``lo``, ``hi``, ``lo_tango``, ``hi_tango``,
@@ -103,7 +104,7 @@ def consistent_table(b: Any, c: Any, n: Any, alpha: float = 0.05) -> dict[str, n
             "significant": sig, "extended": ext, "nudged": nud}
 
 
-def consistent_paired(d: np.ndarray, alpha: float = 0.05, variance: float | None = None) -> ConsistentResult:
+def consistent_paired(d: np.ndarray, alpha: float = ALPHA, variance: float | None = None) -> ConsistentResult:
     """The question-level decision from per-question differences ``d`` (B - A; NaN skipped): the mid-p
     sign-flip test of mean(d) = 0, Tango's score test and interval of the effective table (``variance``:
     the design's V̂(Δ), default question-level), combined as in the module docstring."""
@@ -124,7 +125,7 @@ def consistent_paired(d: np.ndarray, alpha: float = 0.05, variance: float | None
                             n=int(d.size), table=t)
 
 
-def exact_operating(n: int, psi: float, delta: float, alpha: float = 0.05) -> dict[str, float]:
+def exact_operating(n: int, psi: float, delta: float, alpha: float = ALPHA) -> dict[str, float]:
     """Exact rejection rates (two-sided, at α) and coverage of Δ for one run per arm: the table is
     multinomial with P(only A right) = (ψ - Δ)/2, P(only B right) = (ψ + Δ)/2; sums over every (b, c).
 

@@ -13,10 +13,10 @@ Both forms return a :class:`Tost` (stored as ``tost`` in comparison.json):
 
 from __future__ import annotations
 
-from harness.results.schema import Tost
-
 from .dist import t_cdf, t_ppf, t_sf
+from .outcomes import Tost
 from .tango import score_interval, score_p
+from .verdict import ALPHA
 
 
 def _result(method: str, margin: float, alpha: float, p_lower: float, p_upper: float,
@@ -29,7 +29,7 @@ def _result(method: str, margin: float, alpha: float, p_lower: float, p_upper: f
                 equivalent=bool(shown and -margin < ci_tost[0] and ci_tost[1] < margin))
 
 
-def score_tost(b: float, c: float, n: float, margin: float, alpha: float = 0.05) -> Tost:
+def score_tost(b: float, c: float, n: float, margin: float, alpha: float = ALPHA) -> Tost:
     """TOST and non-inferiority of Δ = (c - b)/n by Tango's score test (b: A-only, c: B-only counts,
     possibly effective, i.e. fractional)."""
     if margin <= 0:
@@ -41,7 +41,7 @@ def score_tost(b: float, c: float, n: float, margin: float, alpha: float = 0.05)
     return _result("Tango score test", margin, alpha, p_lower, p_upper, tost_ci, ci)
 
 
-def t_tost(delta: float, se: float, df: float, margin: float, alpha: float = 0.05) -> Tost:
+def t_tost(delta: float, se: float, df: float, margin: float, alpha: float = ALPHA) -> Tost:
     """TOST and non-inferiority of an estimate with standard error ``se`` (> 0) and ``df`` degrees of
     freedom (t statistics). With ``se`` 0 nothing is shown (p's 1)."""
     if margin <= 0:

@@ -1,7 +1,7 @@
 """Do request errors depend on the arm? The gate that decides between dropping unanswered questions and
-today's error bounds (issue 25, item 3).
+bounding the verdict by them.
 
-Today every unanswered question (no answered run in an arm) triggers the bound rule: the verdict is
+Bounding on every unanswered question (no answered run in an arm): the verdict is
 recomputed with one arm's unanswered questions counted wrong and the other's right, both ways, and becomes
 ``inconclusive`` when either bound changes it. With 1 % persistent errors on both arms, independent of the
 arm, that rule decides almost every experiment (power 13 % instead of 84 % at Δ = +1.5 pp, 3 launches): a
@@ -17,7 +17,7 @@ in A only: b; in B only: c) split Binomial(b + c, 1/2): the exact McNemar test o
 - the test does not reject: ``drop``: the questions unanswered in either arm are left out and the paired
   test runs on the rest. Valid when errors are not informative of the errored arm's answer beyond the
   question itself (under H0 the pairs that remain are still exchangeable);
-- the test rejects (the error pattern differs between the arms): ``bound``, today's rule.
+- the test rejects (the error pattern differs between the arms): ``bound``, the rule above.
 
 The gate rejects with probability <= alpha_gate when errors do not depend on the arm, so it costs at most
 that share of experiments the bounds' loss of power. Errors that cluster by launch (an outage) make the
@@ -33,9 +33,9 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from .launches import ArmRuns
+from .outcomes import ErrorGate
 from .paired import mcnemar_exact
-
-TEST = "exact McNemar test of the per-question unanswered indicators (A vs B)"
+from .verdict import ALPHA
 
 
 # the same two helpers as harness.stats.accuracy (not imported from there: analysis is to call this module)
@@ -49,25 +49,7 @@ def impute_unanswered(arm: ArmRuns, value: float) -> ArmRuns:
     return arm.with_scores(np.where(unanswered(arm)[None, :], value, arm.scores))
 
 
-@dataclass(frozen=True)
-class ErrorGate:
-    """The arms' unanswered questions and whether their pattern depends on the arm."""
-
-    unanswered_a: int
-    unanswered_b: int
-    #: unanswered by A only / by B only / by both
-    a_only: int
-    b_only: int
-    both: int
-    p: float
-    alpha: float
-    #: none | drop | bound
-    action: str
-    reason: str
-    test: str = TEST
-
-
-def error_gate(a: ArmRuns, b: ArmRuns, alpha: float = 0.05) -> ErrorGate:
+def error_gate(a: ArmRuns, b: ArmRuns, alpha: float = ALPHA) -> ErrorGate:
     """The gate of the module docstring for two arms aligned by question."""
     if a.scores.shape[1] != b.scores.shape[1]:
         raise ValueError("arms are not aligned by question")
@@ -116,7 +98,7 @@ def _direction(r: _Tested) -> int:
 
 
 def error_robust_test(a: ArmRuns, b: ArmRuns, test: Callable[[ArmRuns, ArmRuns], R],
-                      alpha_gate: float = 0.05) -> ErrorRobust[R]:
+                      alpha_gate: float = ALPHA) -> ErrorRobust[R]:
     """``test(a, b)`` on the questions both arms answered, gated as in the module docstring. ``test``
     returns an object with ``delta`` and ``significant`` (e.g. a :class:`harness.stats.launchvar.LaunchAwareResult`;
     close over the A/A control and α). With ``bound``, a direction stands only when both bounds (A's

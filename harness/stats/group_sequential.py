@@ -45,17 +45,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import NotRequired, TypedDict
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from harness.results.records import JSONObject
 from harness.stats.roots import brentq
 
-from .verdict import HYPOTHESES
+from .outcomes import LookDecision
+from .verdict import ALPHA, HYPOTHESES
 
 SPENDING = ("obf", "pocock")
 #: z boundary used when a look spends (almost) nothing: nothing real reaches it
@@ -232,7 +232,7 @@ def _spending_boundaries(t: tuple[float, ...], alpha: float, kind: str, sides: i
     return tuple(bounds)
 
 
-def spending_boundaries(t: Sequence[float], alpha: float = 0.05, kind: str = "obf",
+def spending_boundaries(t: Sequence[float], alpha: float = ALPHA, kind: str = "obf",
                         sides: int = 2) -> np.ndarray:
     """Lan-DeMets boundaries ``c_k`` (z scale) at information fractions ``t`` (increasing, in (0, 1]).
 
@@ -246,7 +246,7 @@ def spending_boundaries(t: Sequence[float], alpha: float = 0.05, kind: str = "ob
     return np.asarray(_spending_boundaries(tt, float(alpha), kind, sides))
 
 
-def classical_boundaries(looks: int, alpha: float = 0.05, kind: str = "obf", sides: int = 2) -> np.ndarray:
+def classical_boundaries(looks: int, alpha: float = ALPHA, kind: str = "obf", sides: int = 2) -> np.ndarray:
     """The original equally spaced designs: Pocock (1977) ``c_k = C`` and O'Brien and Fleming (1979)
     ``c_k = C sqrt(K / k)``, C solved so the overall level is ``alpha`` (two-sided symmetric or one-sided).
     For reference values (Jennison and Turnbull 2000, tables 2.1 and 2.3)."""
@@ -314,7 +314,7 @@ class SequentialDesign:
 
     max_repeats: int
     min_repeats: int = 1
-    alpha: float = 0.05
+    alpha: float = ALPHA
     spending: str = "obf"
     hypothesis: str = "superiority"
     margin: float | None = None
@@ -464,36 +464,6 @@ class LookFields(LookEstimate):
     margin_bound: NotRequired[float]
     conditional_power: NotRequired[float]
     p: NotRequired[float]
-
-
-@dataclass(frozen=True)
-class LookDecision:
-    """The outcome of one look. ``stop`` false means: run another repeat of both arms."""
-
-    repeats: int
-    stop: bool
-    verdict: str | None  # improved | regressed | equivalent | noninferior | inconclusive | None (continue)
-    reason: str  # efficacy | equivalence | noninferiority | futility | max_repeats | before_min_repeats | continue
-    sentence: str
-    delta: float
-    se: float
-    z: float
-    bound: float | None
-    info_fraction: float
-    alpha_spent: float
-    repeated_ci: list[float] | None
-    conditional_power: float | None = None
-    margin_z: list[float] | None = None
-    margin_bound: float | None = None
-    repeats_saved: int = 0
-    details: LookDetails = field(default_factory=LookDetails)
-    #: the stage-wise ordering p of the test that decided (:func:`stagewise_p`): p < α exactly when it
-    #: stopped with that test's verdict; None where the estimator does not compute it
-    p: float | None = None
-
-    def as_dict(self) -> JSONObject:
-        """The look as a JSON object (its fields, ``details`` included)."""
-        return asdict(self)
 
 
 def _pp(x: float) -> str:

@@ -2,7 +2,7 @@
 ~0, an effective table so large that the score interval has zero width, and an exact MDE whose binomial
 sums would overflow.
 
-The case that crashed (issue 25, item 6): every per-question difference equals one fraction, e.g. n = 3,
+The case that crashed: every per-question difference equals one fraction, e.g. n = 3,
 d_i = 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3. The sample variance Σ (d_i - Δ)² / n² is then
 round-off (~1e-33), the design effect deff = V̂(Δ) / ((ψ - Δ²) / n) ~1e-32, the effective table has
 n ~ 6e32 questions, Tango's interval has zero width and :func:`harness.stats.mde.critical_counts`
@@ -34,6 +34,7 @@ import numpy as np
 
 from .mde import mde_paired, mde_paired_exact
 from .signflip import lattice_scale
+from .verdict import ALPHA
 
 #: a raw design effect below this is the round-off of an exactly zero sample variance
 DEFF_ROUNDOFF = 1e-9
@@ -99,7 +100,7 @@ def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict
             "n_raw": n, "deff_raw": de.deff_raw, "deff_guarded": float(de.guarded)}
 
 
-def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = ALPHA, power: float = 0.8) -> float:
     """:func:`harness.stats.mde.mde_paired_exact`, but never raising on a huge or non-finite n: past
     :data:`MAX_EXACT_N` effective questions the normal formula z·sqrt(max(ψ, 1/n)/n) (identical there to
     within 1e-3 relative), and ``inf`` for n that is not finite or below 1."""

@@ -42,14 +42,16 @@ lognormal scale sd of 0.3); only more A/A launches can measure that variance.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtri
 
 from ._rng import SeedLike, as_rng
+from .outcomes import DivergenceTest
 from .resample import DEFAULT_MAX_ELEMS, bca_interval, percentile_interval
 from .signflip import signflip_weighted
+from .verdict import ALPHA
 
 DIVERGENCE_VERDICTS = ("diverged", "indistinguishable", "not_measured")
 #: KLD percentiles reported, as llama.cpp prints them (50 = median)
@@ -221,7 +223,7 @@ def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | N
 
 
 # ------------------------------------------------------------------------------------------ test
-def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = 0.05,
+def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = ALPHA,
                      n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
                      max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample).
@@ -265,33 +267,15 @@ def weighted_mean_se(d: np.ndarray, weights: np.ndarray | None = None) -> float:
     return float(np.sqrt(np.var(u, ddof=1) / n))
 
 
-class DivergenceTest(TypedDict):
-    """The outcome of :func:`divergence_test` (``effect`` and its interval in nats/token)."""
-
-    verdict: str
-    effect: float
-    effect_ci: list[float] | None
-    effect_ci_method: str
-    effect_se: float
-    effect_mde: float | None
-    p_value: float
-    p_floor: float | None
-    p_value_at_floor: bool
-    n_resamples: int
-    alpha: float
-    questions: int
-    test: str
-
-
 def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray | None = None,
-                    alpha: float = 0.05, n_resamples: int = 9_999, seed: SeedLike = None,
+                    alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = None,
                     ci_method: str = "bca", power: float = 0.8) -> DivergenceTest:
     """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A').
 
     ``kld_ab``/``kld_aa``: per-question mean KL (nats/token) over the same reference tokens; ``tokens``:
     tokens per question (the weights; None = questions weigh alike). Returns {verdict (``diverged`` |
     ``indistinguishable``), effect (Σ w d / Σ w, nats/token), effect_ci, effect_se, effect_mde (at
-    ``power``, one-sided α), p_value, p_floor, p_value_at_floor, n_resamples, alpha, questions}.
+    ``power``, one-sided α), p, p_floor, p_at_floor, n_resamples, alpha, questions}.
     """
     kld_ab = np.asarray(kld_ab, dtype=float)
     kld_aa = np.asarray(kld_aa, dtype=float)
@@ -308,18 +292,10 @@ def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray |
     se = weighted_mean_se(d, tokens)
     mde = float((ndtri(1 - alpha) + ndtri(power)) * se) if np.isfinite(se) else None
     diverged = test.p < alpha and effect > 0
-    return {
-        "verdict": "diverged" if diverged else "indistinguishable",
-        "effect": effect,
-        "effect_ci": None if ci is None else [float(ci[0]), float(ci[1])],
-        "effect_ci_method": f"question-level bootstrap, {ci_method}",
-        "effect_se": se,
-        "effect_mde": mde,
-        "p_value": test.p,
-        "p_floor": test.p_floor,
-        "p_value_at_floor": test.at_floor,
-        "n_resamples": n_resamples,
-        "alpha": alpha,
-        "questions": int(d.size),
-        "test": "one-sided sign-flip randomisation test of the token-weighted mean of d_i",
-    }
+    return DivergenceTest(
+        test="one-sided sign-flip randomisation test of the token-weighted mean of d_i", p=test.p,
+        p_floor=test.p_floor, p_at_floor=test.at_floor, effect=effect,
+        effect_ci=None if ci is None else [float(ci[0]), float(ci[1])],
+        effect_ci_method=f"question-level bootstrap, {ci_method}", effect_se=se, effect_mde=mde,
+        n_resamples=n_resamples, verdict="diverged" if diverged else "indistinguishable", alpha=alpha,
+        questions=int(d.size))

@@ -1,4 +1,4 @@
-"""Divergence of B from A with launches as the unit (issue 25, item 2).
+"""Divergence of B from A with launches as the unit.
 
 The per-question test of :mod:`.divergence` (d_i = KLD_i(A‖B) - KLD_i(A‖A'), sign-flip over questions)
 assumes the questions are independent given A's reference pass. A noise *scale* fixed per launch (every
@@ -36,7 +36,6 @@ there (per-question test 94 %, but at 49 % false positives).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
@@ -46,7 +45,9 @@ from harness.stats.roots import brentq
 
 from ._rng import SeedLike
 from .dist import t_ppf, t_sf
-from .kld import DivergenceTest, divergence_test
+from .kld import divergence_test
+from .outcomes import LaunchDivergence
+from .verdict import ALPHA
 
 #: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
 KLD_FLOOR = 1e-12
@@ -62,33 +63,6 @@ QUALIFICATION_ONE_A = ("one launch of A besides the reference: the launch-to-lau
 QUALIFICATION_ONE_B = ("one launch of B: the test compares a single launch with A's and leans on log K being normal "
                        "across launches (7 % false positives at a lognormal noise-scale sd of 0.3 with 4 A launches); "
                        "score the reference on two or more launches of B")
-
-
-@dataclass(frozen=True)
-class LaunchDivergence:
-    """The launch-level divergence verdict and its evidence."""
-
-    verdict: str
-    method: str
-    p: float
-    alpha: float
-    launches_a: int
-    launches_b: int
-    #: each launch's token-weighted mean KLD against the reference (nats/token)
-    kld_launch_a: tuple[float, ...]
-    kld_launch_b: tuple[float, ...]
-    #: geometric-mean ratio of B's launch KLDs over A's, and its two-sided (1 - α) t interval
-    ratio: float
-    ratio_ci: tuple[float, float] | None
-    #: arithmetic difference of the launch means, B - A (nats/token)
-    effect: float
-    t: float | None
-    df: float | None
-    p_permutation: float | None
-    arrangements: int | None
-    qualification: str | None
-    #: the per-question sign-flip test on launch-averaged KLDs (diagnostic; the verdict when one launch each)
-    per_question: DivergenceTest | None
 
 
 def launch_means(kld: np.ndarray, tokens: np.ndarray | None = None) -> np.ndarray:
@@ -129,7 +103,7 @@ def permutation_p(x_b: np.ndarray, x_a: np.ndarray) -> tuple[float | None, int |
 
 
 def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndarray | None = None, *,
-                           alpha: float = 0.05, n_resamples: int = 9_999, seed: SeedLike = 0,
+                           alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = 0,
                            per_question: bool = True) -> LaunchDivergence:
     """B's launches against A's other launches (see the module docstring).
 
@@ -154,10 +128,12 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
                              seed=seed, ci_method="percentile")
     if ma == 1 and mb == 1:
         assert pq is not None
-        p = float(pq["p_value"])
-        return LaunchDivergence("diverged" if p < alpha and effect > 0 else "indistinguishable", METHOD_QUESTION,
-                                p, alpha, 1, 1, tuple(la.tolist()), tuple(lb.tolist()), ratio, None, effect,
-                                None, None, None, None, QUALIFICATION_ONE_EACH, pq)
+        p = float(pq.p)
+        return LaunchDivergence(
+            verdict="diverged" if p < alpha and effect > 0 else "indistinguishable", method=METHOD_QUESTION, p=p,
+            alpha=alpha, launches_a=1, launches_b=1, kld_launch_a=tuple(la.tolist()), kld_launch_b=tuple(lb.tolist()),
+            ratio=ratio, ratio_ci=None, effect=effect, t=None, df=None, p_permutation=None, arrangements=None,
+            qualification=QUALIFICATION_ONE_EACH, per_question=pq)
     t, df, se = pooled_t(xb, xa)
     if math.isinf(t):
         p = 0.0 if t > 0 else 1.0
@@ -173,12 +149,14 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
         ratio_ci = (ratio, ratio)
     p_perm, count = permutation_p(xb, xa)
     verdict = "diverged" if p < alpha and ratio > 1 else "indistinguishable"
-    return LaunchDivergence(verdict, METHOD_T, p, alpha, ma, mb, tuple(la.tolist()), tuple(lb.tolist()), ratio,
-                            ratio_ci, effect, t, df, p_perm, count,
-                            QUALIFICATION_ONE_A if ma == 1 else QUALIFICATION_ONE_B if mb == 1 else None, pq)
+    return LaunchDivergence(
+        verdict=verdict, method=METHOD_T, p=p, alpha=alpha, launches_a=ma, launches_b=mb,
+        kld_launch_a=tuple(la.tolist()), kld_launch_b=tuple(lb.tolist()), ratio=ratio, ratio_ci=ratio_ci,
+        effect=effect, t=t, df=df, p_permutation=p_perm, arrangements=count,
+        qualification=QUALIFICATION_ONE_A if ma == 1 else QUALIFICATION_ONE_B if mb == 1 else None, per_question=pq)
 
 
-def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, alpha: float = 0.05) -> float:
+def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, alpha: float = ALPHA) -> float:
     """Power of the launch-level test (one-sided pooled t on log launch-mean KLD) when B's launches have
     ``ratio`` times A's mean KLD (geometric) and log K varies from launch to launch with sd ``sd_log``
     (noncentral t: ncp = log(ratio) / (sd_log sqrt(1/m_A + 1/m_B)), df = m_A + m_B - 2)."""
@@ -193,7 +171,7 @@ def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, 
     return power
 
 
-def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float = 0.8, alpha: float = 0.05,
+def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float = 0.8, alpha: float = ALPHA,
                     most: int = 64) -> int | None:
     """Fewest A launches (besides the reference's) for ``power`` at ``ratio`` with ``launches_b`` B launches
     (None when even ``most`` do not reach it)."""
@@ -203,7 +181,7 @@ def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float =
     return None
 
 
-def mde_ratio(sd_log: float, launches_a: int, launches_b: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+def mde_ratio(sd_log: float, launches_a: int, launches_b: int, alpha: float = ALPHA, power: float = 0.8) -> float | None:
     """The smallest KLD ratio B/A (geometric) the launch-level test detects with ``power`` when log K varies
     with sd ``sd_log`` across launches (inverts :func:`launch_power`); None when it cannot be planned (fewer
     than 3 launches, a zero or non-finite sd)."""

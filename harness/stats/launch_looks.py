@@ -1,7 +1,6 @@
-"""The look statistic of a sequential run with the launch component of :mod:`.launchvar` (issue 25,
-item 5).
+"""The look statistic of a sequential run with the launch component of :mod:`.launchvar`.
 
-Today every look (:func:`harness.stats.group_sequential.decide_look` on
+A question-level look (:func:`harness.stats.group_sequential.decide_look` on
 :func:`harness.stats.group_sequential.question_level_estimate`) uses SE = sd(d)/sqrt(n): a launch-wide accuracy
 shift is invisible to it, and with a fresh launch per repeat, max 6 repeats and a log-odds shift of sd 0.1
 per launch the false-positive rate is 12-13 %.
@@ -41,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -60,6 +60,7 @@ from .group_sequential import (
 )
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
+from .verdict import ALPHA
 
 ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
              "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
@@ -76,7 +77,7 @@ def _arm(launches: Sequence[np.ndarray], prefix: str) -> ArmRuns:
 
 
 def launch_look_estimate(a_launches: Sequence[np.ndarray], b_launches: Sequence[np.ndarray],
-                         aa_launches: Sequence[np.ndarray] = (), alpha: float = 0.05) -> LaunchAwareResult:
+                         aa_launches: Sequence[np.ndarray] = (), alpha: float = ALPHA) -> LaunchAwareResult:
     """The launch-aware estimate of a look: each element of ``a_launches`` / ``b_launches`` /
     ``aa_launches`` is one launch's scores, ``(passes, n)`` or ``(n,)``, 1/0 or NaN."""
     a, b = _arm(a_launches, "a"), _arm(b_launches, "b")
@@ -218,7 +219,7 @@ def decide_look_arms(design: SequentialDesign, repeats: int, a: ArmRuns, b: ArmR
     the declared effect, and the error gate (its bounds when the errors depend on the arm)."""
     gate = error_gate(a, b, design.alpha)
     dec = decide_launch_look(design, repeats, launch_aware_test(a, b, aa, alpha=design.alpha))
-    details: LookDetails = {**dec.details, "errors": _gate_details(gate)}
+    details: dict[str, Any] = {**dec.details, "errors": _gate_details(gate)}
     if gate.action != "bound":
         return replace(dec, details=details)
     bounds = {name: decide_launch_look(design, repeats, launch_aware_test(

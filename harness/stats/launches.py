@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.results.schema import LaunchHeterogeneity
-
 from .dist import chi2_sf
+from .outcomes import LaunchHeterogeneity
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
-"""The accuracy test of B against A with a launch component estimated from every launch of the run
-(issue 25, item 1).
+"""The accuracy test of B against A with a launch component estimated from every launch of the run.
 
 Why: a server launch can shift the accuracy of every question alike (something fixed for the launch:
 kernels picked, a numerics path, a cache layout). The question-level test sees none of that shift (it is
-common to all questions, so it cancels out of sd(d_i)); today's pretest (Cochran's Q, p < α) switches to
-launches as the unit only when it detects the shift, which it rarely does with 3 launches, so the false-
-positive rate is 11-19 % under a log-odds shift of sd 0.15 per launch.
+common to all questions, so it cancels out of sd(d_i)); a pretest (Cochran's Q, p < α) switching to
+launches as the unit only when it detects the shift rarely does so with 3 launches: the false-positive rate
+is then 11-19 % under a log-odds shift of sd 0.15 per launch.
 
 **Model.** Per configuration g (A, whose launches include the A/A control's, and B), launch l, question i,
 the launch's mean score over its passes is y_gli = μ_gi + u_gl + e_gli: μ_gi the question's expected score in
@@ -71,6 +70,7 @@ from .consistent import consistent_paired
 from .dist import t_ppf, t_sf
 from .launches import ArmRuns, launch_means, question_means
 from .mde import power_at
+from .verdict import ALPHA
 
 METHOD = "launch-aware t-test (launch and question components, Satterthwaite df)"
 
@@ -200,7 +200,7 @@ def _source(la: int, laa: int, lb: int, comp: LaunchVariance) -> str:
             f"({comp.questions} questions every launch answered)")
 
 
-def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alpha: float = 0.05,
+def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alpha: float = ALPHA,
                       keep: np.ndarray | None = None, include_aa_in_estimate: bool = False) -> LaunchAwareResult:
     """Test of Δ = 0 (two-sided) and the (1 - α) interval of Δ = mean_i (B̄_i - Ā_i), with the launch
     component estimated from every launch: arm A's, the A/A control's (``aa``, launches of A's configuration)
@@ -331,7 +331,7 @@ def planned_se(sigma2_launch: float | tuple[float, float], noise_per_launch: flo
 
 def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
                        launches_a: int, launches_b: int, launches_aa: int = 0, heterogeneity: float = 0.0,
-                       alpha: float = 0.05) -> float:
+                       alpha: float = ALPHA) -> float:
     """Power of the comparison's own test (:func:`harness.stats.launchvar.launch_aware_test`) to detect
     ``effect`` in a design of L_A and L_B launches per arm plus L_AA launches of the A/A control, n questions.
 
@@ -372,7 +372,7 @@ def _power_given(effect: float, v_true: float, v_hat: np.ndarray, df: np.ndarray
 
 
 def launches_needed(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
-                    launches_aa: int = 0, heterogeneity: float = 0.0, alpha: float = 0.05, power: float = 0.8,
+                    launches_aa: int = 0, heterogeneity: float = 0.0, alpha: float = ALPHA, power: float = 0.8,
                     most: int = 200) -> int | None:
     """Fewest launches per arm (a fresh launch per repeat) whose :func:`power_launch_aware` reaches ``power``;
     None beyond ``most`` (a launch variance too large for the effect, or an interaction h that launches

@@ -17,43 +17,44 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from .dist import binom_cdf, binom_pmf, binom_sf, t_ppf
+from .verdict import ALPHA
 
 
-def z_sum(alpha: float = 0.05, power: float = 0.8) -> float:
+def z_sum(alpha: float = ALPHA, power: float = 0.8) -> float:
     """z_{1-α/2} + z_{power} (2.8016 for α = 0.05 and 80 % power)."""
     return float(ndtri(1 - alpha / 2) + ndtri(power))
 
 
-def mde_unpaired(n: float, p: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def mde_unpaired(n: float, p: float, alpha: float = ALPHA, power: float = 0.8) -> float:
     """MDE of two independent arms of n questions at accuracy p: z·sqrt(2p(1-p)/n)."""
     return z_sum(alpha, power) * math.sqrt(2 * p * (1 - p) / n)
 
 
-def mde_paired(n: float, psi: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def mde_paired(n: float, psi: float, alpha: float = ALPHA, power: float = 0.8) -> float:
     """MDE of a paired comparison with discordance ψ: z·sqrt(ψ/n)."""
     return z_sum(alpha, power) * math.sqrt(psi / n)
 
 
-def mde_repeats(n: float, psi_aa: float, repeats: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def mde_repeats(n: float, psi_aa: float, repeats: float, alpha: float = ALPHA, power: float = 0.8) -> float:
     """MDE with R repeats per arm and A/A discordance ψ_AA: z·sqrt(ψ_AA/(nR))."""
     return z_sum(alpha, power) * math.sqrt(psi_aa / (n * repeats))
 
 
-def repeats_needed(effect: float, n: float, psi_aa: float, alpha: float = 0.05, power: float = 0.8) -> int:
+def repeats_needed(effect: float, n: float, psi_aa: float, alpha: float = ALPHA, power: float = 0.8) -> int:
     """Smallest R per arm whose MDE is at most ``effect``: ceil(z² ψ_AA / (n effect²)), at least 1."""
     if effect <= 0:
         raise ValueError("effect must be positive")
     return max(1, math.ceil(z_sum(alpha, power) ** 2 * psi_aa / (n * effect**2) - 1e-9))
 
 
-def n_needed_paired(effect: float, psi: float, alpha: float = 0.05, power: float = 0.8) -> int:
+def n_needed_paired(effect: float, psi: float, alpha: float = ALPHA, power: float = 0.8) -> int:
     """Questions needed to detect ``effect`` in a paired comparison with discordance ψ."""
     if effect <= 0:
         raise ValueError("effect must be positive")
     return max(1, math.ceil(z_sum(alpha, power) ** 2 * psi / effect**2 - 1e-9))
 
 
-def power_at(effect: float | np.ndarray, se: float | np.ndarray, alpha: float = 0.05) -> np.ndarray:
+def power_at(effect: float | np.ndarray, se: float | np.ndarray, alpha: float = ALPHA) -> np.ndarray:
     """Power of the two-sided z-test of level α to detect ``effect`` when the estimate has standard error
     ``se`` (both tails counted)."""
     z = ndtri(1 - alpha / 2)
@@ -61,20 +62,20 @@ def power_at(effect: float | np.ndarray, se: float | np.ndarray, alpha: float = 
     return ndtr(e - z) + ndtr(-e - z)
 
 
-def min_detectable_discordant(alpha: float = 0.05, mid_p: bool = True) -> int:
+def min_detectable_discordant(alpha: float = ALPHA, mid_p: bool = True) -> int:
     """Fewest discordant pairs, all in one direction, that the two-sided paired sign-flip (McNemar) test
     can call significant: the smallest k with 0.5**k < alpha for the mid-p test (5 at alpha = 0.05), with
     2 * 0.5**k < alpha for the exact test (6)."""
     return int(math.floor(math.log2((1.0 if mid_p else 2.0) / alpha))) + 1
 
 
-def mde_floor(n: float, alpha: float = 0.05, mid_p: bool = True) -> float:
+def mde_floor(n: float, alpha: float = ALPHA, mid_p: bool = True) -> float:
     """The smallest effect the test can detect at all (at any power): ``min_detectable_discordant / n``.
     Not an MDE at 80 % power (that is :func:`mde_paired_exact`)."""
     return min_detectable_discordant(alpha, mid_p) / n
 
 
-def critical_counts(m: np.ndarray, alpha: float = 0.05, mid_p: bool = True) -> np.ndarray:
+def critical_counts(m: np.ndarray, alpha: float = ALPHA, mid_p: bool = True) -> np.ndarray:
     """For each number m of discordant pairs, the smallest count c of them on one side at which the
     two-sided paired sign-flip (McNemar) test rejects (m + 1 when it never does); vectorised bisection."""
     m = np.asarray(m, dtype=np.int64)
@@ -97,7 +98,7 @@ def critical_counts(m: np.ndarray, alpha: float = 0.05, mid_p: bool = True) -> n
     return np.where(p_at(np.minimum(lo, m)) < alpha, lo, hi)
 
 
-def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = 0.05,
+def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = ALPHA,
                        mid_p: bool = True) -> float:
     """Exact power of the two-sided paired sign-flip (McNemar) test, mid-p by default, for n questions.
 
@@ -121,7 +122,7 @@ def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = 0
     return float(np.sum(w * p_rej))
 
 
-def mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: float = 0.8,
+def mde_paired_exact(n: float, psi_noise: float, alpha: float = ALPHA, power: float = 0.8,
                      mid_p: bool = True) -> float:
     """Smallest effect (share of questions) the paired sign-flip test detects with the given power
     (:func:`power_paired_exact`, n rounded to a whole number of questions); bisection on the effect."""
@@ -142,7 +143,7 @@ def mde_paired_exact(n: float, psi_noise: float, alpha: float = 0.05, power: flo
     return hi
 
 
-def mde_t(se: float, df: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def mde_t(se: float, df: float, alpha: float = ALPHA, power: float = 0.8) -> float:
     """MDE of a two-sided t-test on an estimate with standard error ``se`` and ``df`` degrees of freedom:
     (t_{1-α/2} + t_{power})·SE (the usual approximation to the noncentral t)."""
     return float((t_ppf(1 - alpha / 2, df) + t_ppf(power, df)) * se)

@@ -15,6 +15,7 @@ from ._rng import SeedLike
 from .dist import binom_cdf, binom_pmf, chi2_sf
 from .proportions import wilson_interval, z_crit
 from .resample import DEFAULT_MAX_ELEMS, bca_interval, bootstrap_means, jackknife_means, percentile_interval
+from .verdict import ALPHA
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def paired_se(a_only: np.ndarray | int, b_only: np.ndarray | int, n: np.ndarray 
 
 
 def paired_wald_ci(a_only: np.ndarray | int, b_only: np.ndarray | int, n: np.ndarray | int,
-                   alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+                   alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
     """Wald interval Δ ± z·SE for the paired difference (vectorised)."""
     d = (np.asarray(b_only, dtype=float) - np.asarray(a_only, dtype=float)) / np.asarray(n, dtype=float)
     half = z_crit(alpha) * paired_se(a_only, b_only, n)
@@ -107,7 +108,7 @@ def paired_wald_ci(a_only: np.ndarray | int, b_only: np.ndarray | int, n: np.nda
 
 
 def newcombe_paired_ci(both: np.ndarray | int, a_only: np.ndarray | int, b_only: np.ndarray | int,
-                       neither: np.ndarray | int, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+                       neither: np.ndarray | int, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
     """Newcombe's (1998, method 10) square-and-add hybrid score interval for the paired Δ = p_B - p_A.
 
     Combines the Wilson intervals of the two marginal accuracies with the (corrected) phi correlation of
@@ -135,7 +136,7 @@ def newcombe_paired_ci(both: np.ndarray | int, a_only: np.ndarray | int, b_only:
     return np.maximum(theta - dl, -1.0), np.minimum(theta + du, 1.0)
 
 
-def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, alpha: float = 0.05, n_resamples: int = 10_000,
+def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA, n_resamples: int = 10_000,
                         method: str = "bca", seed: SeedLike = None,
                         max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """Paired bootstrap interval of mean(b) - mean(a): questions are resampled, keeping each question's

@@ -7,15 +7,16 @@ from scipy.special import ndtr, ndtri
 
 from ._rng import SeedLike
 from .resample import bootstrap_mean_ci
+from .verdict import ALPHA
 
 
-def z_crit(alpha: float = 0.05) -> float:
+def z_crit(alpha: float = ALPHA) -> float:
     """Two-sided normal critical value z_{1 - alpha/2} (1.95996 at alpha = 0.05)."""
     return float(ndtri(1 - alpha / 2))
 
 
 def wilson_interval(k: np.ndarray | float, n: np.ndarray | float,
-                    alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+                    alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval for k successes of n (vectorised over arrays; k may be fractional).
 
     Returns (lower, upper) as fractions; n == 0 gives (0, 1).
@@ -33,7 +34,7 @@ def wilson_interval(k: np.ndarray | float, n: np.ndarray | float,
     return lo, hi
 
 
-def accuracy_bootstrap_ci(scores: np.ndarray, alpha: float = 0.05, n_resamples: int = 10_000,
+def accuracy_bootstrap_ci(scores: np.ndarray, alpha: float = ALPHA, n_resamples: int = 10_000,
                           seed: SeedLike = None) -> tuple[float, float]:
     """Percentile bootstrap interval of mean accuracy over questions (``scores``: per-question 0/1 or
     per-question mean over repeats, so questions, not runs, are resampled)."""
@@ -41,7 +42,7 @@ def accuracy_bootstrap_ci(scores: np.ndarray, alpha: float = 0.05, n_resamples: 
 
 
 def unpaired_diff_ci(k_a: float, n_a: float, k_b: float, n_b: float,
-                     alpha: float = 0.05) -> tuple[float, float]:
+                     alpha: float = ALPHA) -> tuple[float, float]:
     """Wald interval of p_b - p_a treating the arms as independent samples (ignores the pairing; shown
     for contrast with the paired interval)."""
     pa, pb = k_a / n_a, k_b / n_b

@@ -20,6 +20,7 @@ from .launches import ArmRuns, launch_means, question_means
 from .paired import paired_bootstrap_ci
 from .proportions import z_crit
 from .resample import DEFAULT_MAX_ELEMS, bootstrap_means, percentile_interval
+from .verdict import ALPHA
 
 
 def as_runs(x: np.ndarray) -> np.ndarray:
@@ -33,7 +34,7 @@ def per_question_means(runs: np.ndarray) -> np.ndarray:
     return as_runs(runs).mean(axis=0)
 
 
-def cluster_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = 0.05,
+def cluster_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = ALPHA,
                          n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
                          max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """Interval of Δ = mean over questions of (B mean score - A mean score), resampling questions (each
@@ -56,7 +57,7 @@ def launch_deviations(table: np.ndarray) -> np.ndarray | None:
 
 
 def two_level_bootstrap_ci(center: np.ndarray, pools: list[tuple[np.ndarray, int, float]], df: float,
-                           alpha: float = 0.05, n_resamples: int = 10_000, seed: SeedLike = None,
+                           alpha: float = ALPHA, n_resamples: int = 10_000, seed: SeedLike = None,
                            max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """Interval of mean(center) resampling launches, then questions: the question-level cluster bootstrap
     (:func:`cluster_bootstrap_ci`'s resampling of questions, each with all of its runs, the arms paired)
@@ -97,7 +98,7 @@ class LaunchBootstrap:
 
 
 def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarray, df: float,
-                     alpha: float = 0.05, n_resamples: int = 10_000,
+                     alpha: float = ALPHA, n_resamples: int = 10_000,
                      seed: SeedLike = None) -> LaunchBootstrap | None:
     """:func:`two_level_bootstrap_ci` of Δ = mean over ``keep`` of (B̄_i - Ā_i) and of each arm's accuracy.
     A's launches are drawn from its configuration's (arm A's and the A/A control's: launches of the same
@@ -135,7 +136,7 @@ def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarra
     return LaunchBootstrap(delta, arm(am, dev_a, la, n_cfg), arm(bm, dev_b, lb, lb), f"{src_a}; {src_b}")
 
 
-def naive_run_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = 0.05,
+def naive_run_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = ALPHA,
                            n_resamples: int = 10_000, seed: SeedLike = None,
                            max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """WRONG ON PURPOSE (for demonstration and tests): treats the R·n (run, question) pairs as independent
@@ -164,7 +165,7 @@ def effective_repeats(r_a: int, r_b: int) -> float:
     return 2.0 / (1.0 / r_a + 1.0 / r_b)
 
 
-def noise_band(psi_aa_value: float, n: int, r_a: int = 1, r_b: int = 1, alpha: float = 0.05) -> float:
+def noise_band(psi_aa_value: float, n: int, r_a: int = 1, r_b: int = 1, alpha: float = ALPHA) -> float:
     """Half-width of the band of Δ that run-to-run noise alone gives: z_{1-α/2}·sqrt(ψ_AA / (n R)), with R
     the effective repeats per arm (Var Δ = ψ_AA (1/R_A + 1/R_B) / (2n) for identical arms)."""
     return z_crit(alpha) * float(np.sqrt(psi_aa_value / (n * effective_repeats(r_a, r_b))))

@@ -11,6 +11,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from ._rng import SeedLike, as_rng
+from .verdict import ALPHA
 
 #: indices drawn per chunk (rows x resamples); ~1M int32 + 1M float64 gathered = ~12 MB peak per chunk
 DEFAULT_MAX_ELEMS = 1 << 20
@@ -49,14 +50,14 @@ def jackknife_means(x: np.ndarray) -> np.ndarray:
     return (x.sum(axis=0) - x) / (n - 1)
 
 
-def percentile_interval(theta_b: np.ndarray, alpha: float = 0.05) -> tuple[float, float]:
+def percentile_interval(theta_b: np.ndarray, alpha: float = ALPHA) -> tuple[float, float]:
     """Equal-tailed (1 - alpha) percentile interval of a bootstrap distribution."""
     lo, hi = np.quantile(theta_b, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 
 
 def bca_interval(theta_b: np.ndarray, theta_hat: float, jack: np.ndarray,
-                 alpha: float = 0.05) -> tuple[float, float]:
+                 alpha: float = ALPHA) -> tuple[float, float]:
     """Bias-corrected and accelerated (BCa) interval (Efron 1987), as ``scipy.stats.bootstrap`` computes it.
 
     Bias correction z0 from the mid-rank share of resamples below the estimate; acceleration from the
@@ -78,7 +79,7 @@ def bca_interval(theta_b: np.ndarray, theta_hat: float, jack: np.ndarray,
     return float(lo), float(hi)
 
 
-def bootstrap_mean_ci(x: np.ndarray, alpha: float = 0.05, n_resamples: int = 10_000,
+def bootstrap_mean_ci(x: np.ndarray, alpha: float = ALPHA, n_resamples: int = 10_000,
                       method: str = "percentile", seed: SeedLike = None,
                       max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """(1 - alpha) bootstrap interval for the mean of a 1-D sample (``method``: percentile or bca)."""

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .launches import ArmRuns
+from .verdict import ALPHA
 
 DIFFICULTY_SD = 3.0
 
 
 @dataclass(frozen=True)
-class Design:
+class SimDesign:
     """Launches per arm and passes per launch (each pass is one eval run)."""
 
     name: str
@@ -40,9 +41,9 @@ class Design:
 #: the designs ``abh run`` can produce with R repeats: one run per arm; both arms' repeats on one launch
 #: each (concurrent servers, or blocked order reusing the server); a fresh launch per repeat (restart per
 #: repeat, or interleaved order on one GPU)
-def designs(repeats: int = 3) -> list[Design]:
-    return [Design("single run", 1, 1), Design(f"one launch x {repeats} passes", 1, repeats),
-            Design(f"{repeats} launches x 1 pass", repeats, 1)]
+def designs(repeats: int = 3) -> list[SimDesign]:
+    return [SimDesign("single run", 1, 1), SimDesign(f"one launch x {repeats} passes", 1, repeats),
+            SimDesign(f"{repeats} launches x 1 pass", repeats, 1)]
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def _shift(y: np.ndarray, s: float, rng: np.random.Generator) -> np.ndarray:
     return (y | (u < s / (1 - acc))) if s > 0 else (y & (u >= -s / acc))
 
 
-def arm_runs(base: np.ndarray, design: Design, noise: Noise, rng: np.random.Generator, error_rate: float = 0.0,
+def arm_runs(base: np.ndarray, design: SimDesign, noise: Noise, rng: np.random.Generator, error_rate: float = 0.0,
              prefix: str = "L", accuracy: float | None = None) -> ArmRuns:
     """An arm's runs from its base outcomes; ``accuracy``: its expected accuracy (default: the base's)."""
     runs, ids = [], []
@@ -111,7 +112,7 @@ def arm_runs(base: np.ndarray, design: Design, noise: Noise, rng: np.random.Gene
     return ArmRuns(s, tuple(ids))
 
 
-def experiment(rng: np.random.Generator, design: Design, noise: Noise, *, n: int = 1319, accuracy: float = 0.9,
+def experiment(rng: np.random.Generator, design: SimDesign, noise: Noise, *, n: int = 1319, accuracy: float = 0.9,
                delta: float = 0.0, error_rate: float = 0.0, ability: float | None = None) -> tuple[ArmRuns, ArmRuns]:
     """One simulated comparison: (arm A runs, arm B runs) with true difference ``delta``."""
     a_ = solve_ability(accuracy) if ability is None else ability
@@ -141,8 +142,8 @@ class Calibration:
     coverage_alt: float         # share of intervals containing the effect
 
 
-def calibrate(design: Design, noise: Noise, experiments: int = 2000, *, seed: int = 0, n: int = 1319,
-              accuracy: float = 0.9, error_rate: float = 0.0, alpha: float = 0.05,
+def calibrate(design: SimDesign, noise: Noise, experiments: int = 2000, *, seed: int = 0, n: int = 1319,
+              accuracy: float = 0.9, error_rate: float = 0.0, alpha: float = ALPHA,
               mde_every: int = 10) -> Calibration:
     """False-positive rate and coverage at Δ = 0, then power and coverage at the reported MDE.
 

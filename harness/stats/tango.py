@@ -26,6 +26,8 @@ from scipy.special import ndtr, ndtri
 
 from harness.stats.roots import brentq
 
+from .verdict import ALPHA
+
 _EPS = 1e-12
 
 
@@ -88,7 +90,7 @@ def _bisect_bounds(b: np.ndarray, c: np.ndarray, n: np.ndarray, z: float,
     return lo, hi
 
 
-def score_interval(b: Any, c: Any, n: Any, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def score_interval(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
     """Tango's (1 - α) score interval of Δ: the Δ0 with |Z(Δ0)| <= z_{1-α/2} (vectorised over tables:
     Brent's method for one table, bisection for many)."""
     b, c, n = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (b, c, n)))

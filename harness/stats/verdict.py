@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: the level of the tests when none is given (stats.alpha)
+ALPHA = 0.05
 #: share of questions lost to request errors above which an arm is not comparable (stats.max_error_rate)
 DEFAULT_MAX_ERROR_RATE = 0.02
 #: the least share of the reference pass's questions every scoring pass must have scored for a divergence
@@ -90,7 +92,7 @@ def not_comparable(failures: Sequence[str], error_rate: float, max_error_rate: f
     return Verdict("not_comparable", "; ".join(problems)) if problems else None
 
 
-def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = 0.05, margin: float | None = None,
+def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = ALPHA, margin: float | None = None,
            min_effect: float | None = None, failures: Sequence[str] = (), error_rate: float = 0.0,
            max_error_rate: float = DEFAULT_MAX_ERROR_RATE) -> Verdict:
     """Verdict of B against A for the question ``hypothesis`` (see the module docstring)."""

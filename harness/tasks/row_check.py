@@ -1,4 +1,4 @@
-"""What the stored rows of a GSM8K eval must hold (issue 22, item 6): the :data:`~harness.results.integrity.RowCheck`
+"""What the stored rows of a GSM8K eval must hold: the :data:`~harness.results.integrity.RowCheck`
 of this task, for :func:`~harness.results.integrity.verify`.
 
 Each question's label and the hash of its prompt come from the dataset the eval names, found by its content hash

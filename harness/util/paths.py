@@ -1,6 +1,5 @@
-"""Where abh may write: an output directory is checked before anything is made in it (issue 22, item 7).
+"""Where abh may write: an output directory is checked before anything is made in it.
 
-``--out /`` once wrote five files into ``/``; ``--out`` under a regular file or inside ``/proc`` was a traceback.
 :func:`output_problem` says why a directory is no place for results, in one line, or None.
 """
 
