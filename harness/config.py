@@ -250,9 +250,10 @@ class TaskConfig:
     recipe: str = "sglang"
     #: None: the recipe's upstream default (GSM8K: every question; MMLU: every row; a number: the first N, or
     #: MMLU's and GPQA's random.Random(0) sample of N as upstream draws it)
+    #: (a comparison needs two questions; the task's own ranges of these: harness.tasks.registry.problems)
     num_questions: int | None = ranged(None, 2, whole=True)
-    num_shots: int | None = ranged(None, 0, whole=True)
-    max_new_tokens: int | None = ranged(None, 0, whole=True)
+    num_shots: int | None = None
+    max_new_tokens: int | None = None
     #: the task's data: a local file or directory, hf:REPO[:CONFIG] or an http(s) URL; empty = the embedded copy
     #: (GSM8K, MGSM-en; MMLU and GPQA are not shipped and need one)
     data_path: str = ""
