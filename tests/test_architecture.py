@@ -265,3 +265,4 @@ def test_every_range_is_declared_on_its_field_once():
     assert [f for f, t in text.items() if "RANGES" in t] == []
     for cli in ("cli/ab.py", "cli/eval.py"):  # the client's flags are checked by ClientSettings' own ranges
         assert "parallel >= 1" not in text[cli] and "a.parallel < 1" not in text[cli]
+
