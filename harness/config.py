@@ -250,9 +250,10 @@ class TaskConfig:
     recipe: str = "sglang"
     #: None: the recipe's upstream default (GSM8K: every question; MMLU: every row; a number: the first N, or
     #: MMLU's and GPQA's random.Random(0) sample of N as upstream draws it)
+    #: (a comparison needs two questions; the task's own ranges of these: harness.tasks.registry.problems)
     num_questions: int | None = ranged(None, 2, whole=True)
-    num_shots: int | None = ranged(None, 0, whole=True)
-    max_new_tokens: int | None = ranged(None, 0, whole=True)
+    num_shots: int | None = None
+    max_new_tokens: int | None = None
     #: the task's data: a local file or directory, hf:REPO[:CONFIG] or an http(s) URL; empty = the embedded copy
     #: (GSM8K, MGSM-en; MMLU and GPQA are not shipped and need one)
     data_path: str = ""
@@ -413,30 +414,6 @@ def _fields(schema: type) -> dict[str, Any]:
     return typing.get_type_hints(schema)
 
 
-def _unknown(node: Any, schema: type, prefix: str) -> list[str]:
-    """Keys of ``node`` (a mapping) that ``schema`` (a dataclass) does not declare, recursively; dict values
-    of a dataclass type and list items of one are checked too."""
-    if not isinstance(node, Mapping):
-        return []
-    hints = _fields(schema)
-    out: list[str] = []
-    for key, value in node.items():
-        path = f"{prefix}{key}"
-        if key not in hints:
-            out.append(path)
-            continue
-        t, args = hints[key], typing.get_args(hints[key])
-        if dataclasses.is_dataclass(t):
-            out += _unknown(value, t, path + ".")  # type: ignore[arg-type]
-        elif typing.get_origin(t) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
-            for k, v in (value.items() if isinstance(value, Mapping) else []):
-                out += _unknown(v, args[1], f"{path}.{k}.")  # type: ignore[arg-type]
-        elif typing.get_origin(t) is list and args and dataclasses.is_dataclass(args[0]):
-            for i, item in enumerate(value or []):
-                out += _unknown(item, args[0], f"{path}[{i}].")  # type: ignore[arg-type]
-    return out
-
-
 def _schema_keys(schema: type, prefix: str) -> list[str]:
     """Every dotted key ``schema`` declares (an arm's keys under ``arms.*``), recursively."""
     out: list[str] = []
@@ -475,54 +452,56 @@ def did_you_mean(key: str) -> str | None:
     return match[0].replace("arms.*.", f"arms.{arm}.", 1) if arm else match[0]
 
 
-def unknown_keys(cfg: Mapping[str, Any]) -> list[str]:
-    """Keys of a composed config that no schema declares. Hydra refuses an unknown ``key=value`` but adds
-    ``+key=value`` silently, so a typo such as ``+experiment.repeatz=3`` would otherwise be ignored."""
-    out = _unknown({k: v for k, v in cfg.items() if k != "engine"}, Config, "")
-    e = cfg.get("engine")
-    if isinstance(e, Mapping) and e.get("kind") in ENGINE_SCHEMAS:
-        out += _unknown(e, ENGINE_SCHEMAS[e["kind"]], "engine.")
-    return out
-
-
 # ------------------------------------------------------------------------------------------ typed objects
-def _typed(value: Any, hint: Any, key: str, out: list[str]) -> Any:
+@dataclass
+class _Found:
+    """What reading a tree into the schema found wrong: keys no schema declares, values of the wrong type."""
+
+    strays: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+
+def _typed(value: Any, hint: Any, key: str, found: _Found) -> Any:
     """``value`` as the type ``hint`` says (an int for a float field, nested dataclasses built); a value of the
-    wrong type is said in ``out`` and kept as it is."""
+    wrong type is said in ``found`` and kept as it is."""
     if value is None or hint is Any or (isinstance(value, str) and value == MISSING):
         return value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        return _typed(value, inner[0], key, out) if len(inner) == 1 else value
+        return _typed(value, inner[0], key, found) if len(inner) == 1 else value
     if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
-        return _build(hint, value, key + ".", out)  # type: ignore[arg-type]
+        return _build(hint, value, key + ".", found)  # type: ignore[arg-type]
     if origin is list and isinstance(value, list):
-        return [_typed(v, args[0], f"{key}[{i}]", out) for i, v in enumerate(value)]
+        return [_typed(v, args[0], f"{key}[{i}]", found) for i, v in enumerate(value)]
     if origin is dict and isinstance(value, Mapping):
-        return {str(k): _typed(v, args[1], f"{key}.{k}", out) for k, v in value.items()}
+        return {str(k): _typed(v, args[1], f"{key}.{k}", found) for k, v in value.items()}
     if hint in (int, float):
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if number and hint is float:
             return float(value)
         if not number or (hint is int and value != int(value)):
-            out.append(f"{key} must be {'an integer' if hint is int else 'a number'}, not {value!r}")
-        return value
+            found.wrong.append(f"{key} must be {'an integer' if hint is int else 'a number'}, not {value!r}")
     return value
 
 
-def _build(schema: type[Any], values: Mapping[str, Any], prefix: str, out: list[str]) -> Any:
-    """An instance of ``schema`` from the given ``values`` (the others: the field's default)."""
+def _build(schema: type[Any], values: Mapping[str, Any], prefix: str, found: _Found) -> Any:
+    """An instance of ``schema`` from the given ``values`` (the others: the field's default). Hydra refuses an
+    unknown ``key=value`` but adds ``+key=value`` silently: such a key is a stray."""
     hints = _fields(schema)
-    return schema(**{f.name: _typed(values[f.name], hints[f.name], prefix + f.name, out)
+    found.strays += [prefix + k for k in values if k not in hints]
+    return schema(**{f.name: _typed(values[f.name], hints[f.name], prefix + f.name, found)
                      for f in dataclasses.fields(schema) if f.init and f.name in values})
 
 
-def _engine(values: Any, prefix: str, out: list[str]) -> Any:
-    """The engine as its kind's schema (an unknown kind: the values as given; validate says so)."""
-    if not isinstance(values, Mapping) or values.get("kind") not in ENGINE_SCHEMAS:
-        return values
-    return _build(ENGINE_SCHEMAS[values["kind"]], values, prefix, out)
+def _read(values: Mapping[str, Any], found: _Found) -> Config:
+    """The whole tree as :class:`Config`; the engine as its kind's schema (an unknown kind: as given)."""
+    config: Config = _build(Config, {k: v for k, v in values.items() if k != "engine"}, "", found)
+    e = values.get("engine")
+    if isinstance(e, Mapping) and e.get("kind") in ENGINE_SCHEMAS:
+        e = _build(ENGINE_SCHEMAS[e["kind"]], e, "engine.", found)
+    config.engine = e
+    return config
 
 
 def typed(schema: type[Any], values: Any, prefix: str = "") -> Any:
@@ -530,10 +509,11 @@ def typed(schema: type[Any], values: Any, prefix: str = "") -> Any:
     schema does not declare or a value of the wrong type."""
     plain = dataclasses.asdict(values) if dataclasses.is_dataclass(values) and not isinstance(values, type) \
         else _plain(values)
-    out = [f"{prefix}{k} is not a key of {schema.__name__}" for k in _unknown(plain, schema, "")]
-    built = _build(schema, plain, prefix, out)
-    if out:
-        raise ConfigError(f"bad config: {out[0]}")
+    found = _Found()
+    built = _build(schema, plain, prefix, found)
+    wrong = [f"{k} is not a key of {schema.__name__}" for k in found.strays] + found.wrong
+    if wrong:
+        raise ConfigError(f"bad config: {wrong[0]}")
     return built
 
 
@@ -581,10 +561,10 @@ def _arm_engine_problems(config: Config) -> list[str]:
         if unknown:
             out.append(f"arms.{key}.engine has keys the {e.kind} engine does not know: {', '.join(sorted(unknown))}")
             continue
-        wrong: list[str] = []
-        merged = _build(type(e), {**dataclasses.asdict(e), **arm.engine}, f"arms.{key}.engine.", wrong)
-        if wrong:
-            out += wrong
+        found = _Found()
+        merged = _build(type(e), {**dataclasses.asdict(e), **arm.engine}, f"arms.{key}.engine.", found)
+        if found.wrong:
+            out += found.wrong
             continue
         out += [p for p in _numbers(merged, f"arms.{key}.engine.")
                 if p.split(" ")[0].rsplit(".", 1)[1] in arm.engine]
@@ -717,16 +697,13 @@ def validate(cfg: Mapping[str, Any]) -> Config:
     """The composed config (Hydra's tree, or any mapping) as typed objects: the schema strictly (no unknown key,
     ``+`` or not; every value of its field's type), then the checks a type cannot express. Raises ConfigError
     with one clear message (every problem, one a line)."""
-    plain = _plain(cfg)
+    found = _Found()
+    config = _read(_plain(cfg), found)
     problems: list[str] = []
-    strays = unknown_keys(plain)
-    if strays:
-        named = [f"{k} (did you mean {did_you_mean(k)}?)" if did_you_mean(k) else k for k in strays]
+    if found.strays:
+        named = [f"{k} (did you mean {did_you_mean(k)}?)" if did_you_mean(k) else k for k in found.strays]
         problems.append(f"unknown config key(s): {', '.join(named)} (`abh run --cfg job` prints every key)")
-    wrong: list[str] = []
-    config = _build(Config, {k: v for k, v in plain.items() if k != "engine"}, "", wrong)
-    config.engine = _engine(plain.get("engine"), "engine.", wrong)
-    problems += wrong or _problems(config)
+    problems += found.wrong or _problems(config)
     if len(problems) == 1:
         raise ConfigError(f"bad config: {problems[0]}")
     if problems:

@@ -335,3 +335,15 @@ def test_without_a_second_launch_divergence_is_not_measured_and_says_how(servers
     d = read_json(root / "comparison.json")["divergence"]
     assert d["verdict"] == "not_measured" and "--aa URL_A2" in d["verdict_reason"]
     assert out.strip().splitlines()[-1].endswith("outputs not measured")
+
+
+@pytest.mark.parametrize("flags,problem", [
+    (["--alpha", "0.6"], None),  # the comparison's range, (0, 1), as abh run and abh power take it
+    (["--alpha", "1.5"], "--alpha: alpha must be in (0, 1), not 1.5"),
+    (["--repeats", "0"], "--repeats must be >= 1, not 0"),  # experiment.repeats' own range
+    (["--num-questions", "1"], "--num-questions must be >= 2, not 1"),  # task.num_questions' own range
+    (["--margin", "-1", "--hypothesis", "equivalence"], "--margin: the margin must be in (0, 100] pp, not -1"),
+])
+def test_the_flags_are_checked_by_the_ranges_of_the_keys_they_set(flags, problem):
+    a = ab_cli._parser().parse_args(["http://127.0.0.1:1", "http://127.0.0.1:2", "--out", "o", *flags])
+    assert ab_cli.flag_problem(a) == problem

@@ -120,3 +120,19 @@ def test_git_worktree_with_patch(tmp_path):
         resolve_arm("c", bad, run, tmp_path)
     with pytest.raises(ArmError, match="git ref 'no-such-ref' not found"):
         resolve_arm("d", {**cfg, "source": {**cfg["source"], "ref": "no-such-ref"}}, run, tmp_path)
+
+
+def test_a_placeholder_path_names_its_unset_variable(tmp_path, monkeypatch):
+    """The door reads which environment variable an arm's source.path was to come from (the composed tree still
+    holds the interpolation); the arm's missing tree then says to set it."""
+    from omegaconf import OmegaConf
+
+    from harness.cli.compose import unset_env
+
+    monkeypatch.delenv("ABH_TEST_UNSET_REPO", raising=False)
+    cfg = OmegaConf.create({"arms": {"a": {"source": {"kind": "pythonpath",
+                                                      "path": "${oc.env:ABH_TEST_UNSET_REPO,/no/such/tree}"}}}})
+    assert unset_env(cfg) == {"a": "ABH_TEST_UNSET_REPO"}
+    arm = resolve_arm("a", {"name": "a", "source": {"kind": "pythonpath", "path": "/no/such/tree"}}, tmp_path,
+                      None, strict=False, unset_env="ABH_TEST_UNSET_REPO")
+    assert "set ABH_TEST_UNSET_REPO to your source tree" in arm.source.problems[0]

@@ -198,3 +198,14 @@ def test_a_plan_from_evals_without_launch_ids_counts_one_launch_per_server(tmp_p
             assert sigma2 is not None and source.startswith("measured")
         else:
             assert sigma2 is None and "not measurable" in source
+
+
+def test_abh_power_checks_its_flags_by_the_config_fields(capsys):
+    from harness.cli.power import power_main
+
+    for flags, message in ((["--gpus", "-1"], "--gpus must be >= 0, not -1"),
+                           (["--min-repeats", "0"], "--min-repeats must be >= 1, not 0"),
+                           (["--alpha", "1.2"], "--alpha: alpha must be in (0, 1), not 1.2")):
+        with pytest.raises(SystemExit) as e:
+            power_main(["--n", "100", "--p", "0.9", *flags])
+        assert e.value.code == 2 and message in capsys.readouterr().err

@@ -79,10 +79,13 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         v = getattr(a, name)
         if v is not None and (not math.isfinite(v) or v < 0):
             ap.error(f"--{name.replace('_', '-')} must be >= 0 seconds")
-    if a.gpus is not None and a.gpus < 0:
-        ap.error("--gpus must be >= 0")
-    if a.min_repeats < 1:
-        ap.error("--min-repeats must be >= 1")
+    from harness.config import EngineConfig, ExperimentConfig
+    from harness.util.ranges import check
+
+    bad = check(EngineConfig, "gpus", a.gpus, "--gpus") or check(ExperimentConfig, "min_repeats", a.min_repeats,
+                                                                  "--min-repeats")
+    if bad:  # the ranges of the config keys these flags stand for
+        ap.error(bad)
     if a.launch_sd is not None and (not math.isfinite(a.launch_sd) or not 0 <= a.launch_sd < 100):
         ap.error(f"--launch-sd is in percentage points, in [0, 100): got {a.launch_sd}")
     if a.aa_launches is not None and a.aa_launches < 0:

@@ -35,6 +35,7 @@ from harness.serving.plausible import (
     logprob_problem,
     top_problem,
 )
+from harness.util.ranges import problems, ranged
 
 if TYPE_CHECKING:  # numpy is imported where answers are parsed: a simulator or an eval need not load it
     import numpy as np
@@ -84,18 +85,18 @@ class ScoreRequest:
 
     prompt: str | Sequence[int]
     reference: str | Sequence[int]
-    top_k: int = DEFAULT_TOP_K
-    prompt_tokens: int | None = None
+    #: 0 asks for no alternatives (a valid request; the divergence asks for at least 1: ``divergence.top_k``)
+    top_k: int = ranged(DEFAULT_TOP_K, 0, whole=True)
+    prompt_tokens: int | None = ranged(None, 0, whole=True)
     token_ids: Sequence[int] | None = None
     texts: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, str) != isinstance(self.reference, str):
             raise ValueError("prompt and reference must both be text or both be token ids")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0")
-        if self.prompt_tokens is not None and self.prompt_tokens < 0:
-            raise ValueError("prompt_tokens must be >= 0")
+        wrong = problems(self)
+        if wrong:
+            raise ValueError(wrong[0])
 
     @property
     def by_ids(self) -> bool:
