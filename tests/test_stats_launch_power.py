@@ -60,7 +60,7 @@ def test_planned_power_matches_the_verdicts_simulated_power(la: int, su: float, 
         a, b, aa = _normal(rng, la, la, 2, n, su, effect)
         hits += LV.launch_aware_test(a, b, aa).significant
     achieved = hits / exps
-    planned = design_power(effect, n, su**2, 1.0 / n, la, la, 2, heterogeneity=0.0)
+    planned = design_power(effect, n, su**2, 1.0 / n, la, la, 2, heterogeneity=0.0, tails="normal")
     print(f"L {la} su {su}: planned {planned:.3f} achieved {achieved:.3f}")
     assert abs(planned - achieved) <= 0.05 + 3 * math.sqrt(achieved * (1 - achieved) / exps)
 
@@ -216,3 +216,28 @@ def test_plan_is_for_the_benchmarks_questions_heterogeneous_effect():
     print(f"planned {planned:.3f} old {old:.3f} achieved {achieved:.3f}")
     assert abs(planned - achieved) <= 0.05 + 3 * math.sqrt(achieved * (1 - achieved) / exps)
     assert achieved - old > 0.05
+
+
+def test_plan_with_heavy_tailed_launch_shifts():
+    """Launch shifts sd·T₃/√3 on a normal model (not the generator; n 200, 3 launches per arm + 2 A/A, launch
+    sd 4x the within-launch noise's): the plan with t3 tails against 600 simulated verdicts within 5 points
+    + 3 MC SEs, while the plan with normal tails (τ̂² ~ τ² χ²/df) is more than 5 points below them: a few
+    heavy-tailed launches usually show less variance than they have."""
+    n, la, exps, su, effect = 200, 3, 600, 0.28, 0.4
+    rng = np.random.default_rng(43)
+    q = rng.normal(0, 1, n)
+    hits = 0
+    for _ in range(exps):
+        def runs(L: int, prefix: str, add: float = 0.0) -> ArmRuns:
+            shift = su * rng.standard_t(3, (L, 1)) / math.sqrt(3.0)
+            return _arm(q[None, :] + add + shift + rng.normal(0, 1, (L, n)), prefix)
+
+        hits += LV.launch_aware_test(runs(la, "a"), runs(la, "b", effect), runs(2, "aa")).significant
+    achieved = hits / exps
+    t3 = design_power(effect, n, su**2, 1.0 / n, la, la, 2, heterogeneity=0.0, tails="t3")
+    normal = design_power(effect, n, su**2, 1.0 / n, la, la, 2, heterogeneity=0.0, tails="normal")
+    print(f"t3 plan {t3:.3f} normal plan {normal:.3f} achieved {achieved:.3f}")
+    assert abs(t3 - achieved) <= 0.05 + 3 * math.sqrt(achieved * (1 - achieved) / exps)
+    assert achieved - normal > 0.05
+    with pytest.raises(ValueError, match="tails"):
+        design_power(effect, n, su**2, 1.0 / n, la, la, 2, tails="cauchy")

@@ -80,6 +80,8 @@ METHOD = "launch-aware t-test (launch and question components, Satterthwaite df)
 
 #: draws of the launch variance estimates behind :func:`power_launch_aware` (fixed seed: a plan is reproducible)
 POWER_DRAWS = 8_000
+#: draws of the launches' accuracies when the plan simulates them (heavy-tailed launch shifts)
+SIMULATED_DRAWS = 20_000
 METHOD_QUESTION = "question-level test (mid-p sign-flip and Tango score, no launch component)"
 QUALIFICATION_NO_LAUNCHES = ("valid only if launches do not shift accuracy: no configuration has two launches, "
                              "so the launch-to-launch variance cannot be estimated from this run (run the A/A "
@@ -359,7 +361,7 @@ def planned_se(sigma2_launch: float | tuple[float, float], noise_per_launch: flo
 
 def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
                        launches_a: int, launches_b: int, launches_aa: int = 0, heterogeneity: float = 0.0,
-                       alpha: float = 0.05) -> float:
+                       alpha: float = 0.05, tails: str = "normal") -> float:
     """Power of the comparison's own test (:func:`harness.stats.launchvar.launch_aware_test`) to detect
     ``effect`` in a design of L_A and L_B launches per arm plus L_AA launches of the A/A control, n questions.
 
@@ -385,6 +387,9 @@ def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float
         return 1.0
     if df_a + df_b == 0:
         return float(_power_given(effect, v_true, np.array([var_q]), np.array([math.inf]), alpha).mean())
+    if tails != "normal":
+        return _power_simulated(effect, (max(s2[0], 0.0), max(s2[1], 0.0)), noise_per_launch, launches_a,
+                                launches_b, launches_aa, var_q, n, alpha, tails)
     rng = np.random.default_rng(0)
     wa = rng.chisquare(df_a, POWER_DRAWS) / df_a if df_a else np.full(POWER_DRAWS, np.nan)
     wb = rng.chisquare(df_b, POWER_DRAWS) / df_b if df_b else np.full(POWER_DRAWS, np.nan)
@@ -393,6 +398,40 @@ def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float
     cv = combine_variance(tau_a * wa, tau_b * wb, noise_per_launch, noise_per_launch, df_a, df_b, launches_a,
                           launches_b, var_q, n, df_e)
     return float(_power_given(effect, v_true, cv.var, cv.df, alpha).mean())
+
+
+#: the launch shifts' tails the plan can assume: "normal", or "t3" (Student-t with 3 df scaled to the
+#: launch variance: an occasional launch far off)
+LAUNCH_TAILS = ("normal", "t3")
+
+
+def _power_simulated(effect: float, tau_s: tuple[float, float], noise: float, la: int, lb: int, laa: int,
+                     var_q: float, n: int, alpha: float, tails: str) -> float:
+    """The verdict's rejection rate on simulated launch accuracies: each launch of configuration g is
+    σ_L,g U + sqrt(noise) Z (U of unit variance with the given tails, Z normal), Δ̂ = effect + B's launch mean -
+    arm A's, τ̂²_g their sample variances (A's over its and the A/A control's launches), V̂ and ν from
+    :func:`combine_variance`. With heavy tails the sample variance of a few launches is usually below σ²_L
+    (and Δ̂ large with it when it is not): the verdict rejects more often than under normal shifts."""
+    if tails not in LAUNCH_TAILS:
+        raise ValueError(f"launch tails must be one of {', '.join(LAUNCH_TAILS)}: got {tails!r}")
+    rng = np.random.default_rng(0)
+    draws = SIMULATED_DRAWS
+
+    def launches(sd: float, L: int) -> np.ndarray:
+        if tails == "t3":
+            u = rng.standard_t(3, (draws, L)) / math.sqrt(3.0)
+        else:
+            u = rng.standard_normal((draws, L))
+        return sd * u + math.sqrt(noise) * rng.standard_normal((draws, L))
+
+    ya, yb = launches(math.sqrt(tau_s[0]), la + laa), launches(math.sqrt(tau_s[1]), lb)
+    d = effect + yb.mean(axis=1) - ya[:, :la].mean(axis=1)
+    df_a, df_b = la + laa - 1, lb - 1
+    ta = ya.var(axis=1, ddof=1) if df_a else np.full(draws, np.nan)
+    tb = yb.var(axis=1, ddof=1) if df_b else np.full(draws, np.nan)
+    cv = combine_variance(ta, tb, noise, noise, df_a, df_b, la, lb, var_q, n, max((df_a + df_b) * (n - 1), 1))
+    c = t_ppf(1 - alpha / 2, cv.df)
+    return float(np.mean(np.abs(d) > c * np.sqrt(cv.var)))
 
 
 def _power_given(effect: float, v_true: float, v_hat: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
@@ -405,13 +444,13 @@ def _power_given(effect: float, v_true: float, v_hat: np.ndarray, df: np.ndarray
 
 def launches_needed(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
                     launches_aa: int = 0, heterogeneity: float = 0.0, alpha: float = 0.05, power: float = 0.8,
-                    most: int = 200) -> int | None:
+                    most: int = 200, tails: str = "normal") -> int | None:
     """Fewest launches per arm (a fresh launch per repeat) whose :func:`power_launch_aware` reaches ``power``;
     None beyond ``most`` (a launch variance too large for the effect, or an interaction h that launches
     cannot average away)."""
     def enough(launches: int) -> bool:
         return power_launch_aware(effect, n, sigma2_launch, noise_per_launch, launches, launches, launches_aa,
-                                  heterogeneity, alpha) >= power
+                                  heterogeneity, alpha, tails) >= power
 
     # one launch per arm without an A/A launch is the question-level test, whose power can exceed that of two
     # launches on 2 df: asked apart; from two launches on, power grows with the launches (more df, less
