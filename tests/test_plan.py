@@ -70,7 +70,8 @@ def test_plan_from_run_dir(tmp_path: Path) -> None:
     lp = p["launch"]
     assert lp["source"].startswith("measured") and lp["aa_launches"] == p["launch"]["aa_launches"]
     assert p["repeats"]["fixed"] == stats.launchvar.launches_needed(0.01, N, lp["sigma2"], lp["noise_per_launch"],
-                                                                    lp["aa_launches"], lp["heterogeneity"])
+                                                                    lp["aa_launches"], lp["heterogeneity"],
+                                                                    tails=P.PLAN_TAILS)
     assert p["fixed"]["power"] >= 0.8 > P.design_power(0.01, N, lp["sigma2"], lp["noise_per_launch"],
                                                        p["repeats"]["fixed"] - 1, p["repeats"]["fixed"] - 1,
                                                        lp["aa_launches"])

@@ -106,17 +106,13 @@ def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarra
     ``df``: the verdict's df (its launch and question parts, Satterthwaite). None when no configuration has two
     launches."""
     keep = np.asarray(keep, dtype=bool)
-    cfg = a if aa is None else a.concat(aa)
-    dev_a = launch_deviations(launch_means(cfg)[:, keep])
-    dev_b = launch_deviations(launch_means(b)[:, keep])
+    cfg, dev_a, dev_b = _configuration_deviations(a, b, aa, keep)
     if dev_a is None and dev_b is None:
         return None
     la, lb = len(a.launch_ids()), len(b.launch_ids())
     am, bm = question_means(a)[keep], question_means(b)[keep]
     rng = as_rng(seed)
-    pa, pb = dev_a if dev_a is not None else dev_b, dev_b if dev_b is not None else dev_a
-    assert pa is not None and pb is not None
-    delta = two_level_bootstrap_ci(bm - am, [(pb, lb, 1.0), (pa, la, -1.0)], df, alpha, n_resamples, rng)
+    delta = _delta_interval(am, bm, dev_a, dev_b, la, lb, df, alpha, n_resamples, rng)
 
     def arm(center: np.ndarray, dev: np.ndarray | None, L: int, launches: int) -> tuple[float, float] | None:
         if dev is None:
@@ -134,6 +130,34 @@ def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarra
     if dev_a is None:
         src_a = "B's launches for A (A has one)"
     return LaunchBootstrap(delta, arm(am, dev_a, la, n_cfg), arm(bm, dev_b, lb, lb), f"{src_a}; {src_b}")
+
+
+def _configuration_deviations(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarray
+                              ) -> tuple[ArmRuns, np.ndarray | None, np.ndarray | None]:
+    """A's configuration (arm A's runs and the A/A control's) and each configuration's launch deviations."""
+    cfg = a if aa is None else a.concat(aa)
+    return cfg, launch_deviations(launch_means(cfg)[:, keep]), launch_deviations(launch_means(b)[:, keep])
+
+
+def launch_bootstrap_delta(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarray, df: float,
+                           alpha: float = ALPHA, n_resamples: int = 10_000,
+                           seed: SeedLike = None) -> tuple[float, float] | None:
+    """:func:`launch_bootstrap`'s interval of Δ alone (its draws, without the arms' intervals)."""
+    keep = np.asarray(keep, dtype=bool)
+    cfg, dev_a, dev_b = _configuration_deviations(a, b, aa, keep)
+    if dev_a is None and dev_b is None:
+        return None
+    return _delta_interval(question_means(a)[keep], question_means(b)[keep], dev_a, dev_b, len(a.launch_ids()),
+                           len(b.launch_ids()), df, alpha, n_resamples, as_rng(seed))
+
+
+def _delta_interval(am: np.ndarray, bm: np.ndarray, dev_a: np.ndarray | None, dev_b: np.ndarray | None, la: int,
+                    lb: int, df: float, alpha: float, n_resamples: int,
+                    rng: np.random.Generator) -> tuple[float, float]:
+    """The two-level interval of Δ; a configuration with one launch borrows the other's deviations."""
+    pa, pb = dev_a if dev_a is not None else dev_b, dev_b if dev_b is not None else dev_a
+    assert pa is not None and pb is not None
+    return two_level_bootstrap_ci(bm - am, [(pb, lb, 1.0), (pa, la, -1.0)], df, alpha, n_resamples, rng)
 
 
 def naive_run_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = ALPHA,

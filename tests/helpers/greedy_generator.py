@@ -131,15 +131,32 @@ def launch_accuracy_variance(d: Design, sd: float | None = None, questions: int 
     """The population variance of a launch's accuracy shift, Var_u A(u), A(u) the expected accuracy of a
     launch with shift u (over questions, their greedy latents and flips), u drawn as ``d.shift`` with sd
     ``sd`` (default ``d.shift_sd``): 200,000 questions, u on a quadrature grid weighted by its density."""
+    return launch_accuracy_moments(d, sd, questions, seed)[1]
+
+
+def true_null_delta(d: Design, questions: int = 200_000) -> float:
+    """The configurations' true Δ with no effect: E_u A(u) of B's launches minus A's (not 0 when B's launches
+    shift by a larger sd: a shift on the log-odds moves the expected accuracy, -0.16 pp at sd 0.3 vs 0.05)."""
+    if d.b_shift_sd is None:
+        return 0.0
+    return (launch_accuracy_moments(d, d.b_shift_sd, questions)[0]
+            - launch_accuracy_moments(d, d.shift_sd, questions)[0])
+
+
+def launch_accuracy_moments(d: Design, sd: float | None = None, questions: int = 200_000,
+                            seed: int = 0) -> tuple[float, float]:
+    """(E_u A(u), Var_u A(u)): see :func:`launch_accuracy_variance`."""
     sd = d.shift_sd if sd is None else sd
     if d.shift == "none" or sd == 0:
-        return 0.0
+        sd = 0.0
     rng = np.random.default_rng(seed)
     theta = _mean_offset(d.accuracy) + THETA_SD * rng.standard_normal(questions)
     z = rng.logistic(0.0, 1.0, questions)
     rate = np.minimum(0.5, d.flip_base * rng.pareto(FLIP_TAIL, questions))
     x = theta + z
     # expected accuracy at shift u: greedy unless flipped, a redraw when flipped
+    if sd == 0:
+        return float(np.mean((1 - rate) * (x > 0) + rate * expit(theta))), 0.0
     grid = np.linspace(-12 * sd, 12 * sd, 961)
     acc = np.array([np.mean((1 - rate) * (x + u > 0) + rate * expit(theta + u)) for u in grid])
     if d.shift == "normal":
@@ -149,4 +166,4 @@ def launch_accuracy_variance(d: Design, sd: float | None = None, questions: int 
         w = (1 + (grid / s) ** 2 / 3) ** -2
     w /= w.sum()
     mean = float(np.sum(w * acc))
-    return float(np.sum(w * (acc - mean) ** 2))
+    return mean, float(np.sum(w * (acc - mean) ** 2))
