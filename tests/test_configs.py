@@ -148,3 +148,20 @@ def test_bad_config_on_the_command_line_exits_2_before_any_server(tmp_path, caps
     assert not (tmp_path / "run2" / "manifest.json").exists()
     assert abh_run_here("experiment=no_such_experiment", f"hydra.run.dir={tmp_path}/run3") == exitcodes.BAD_CONFIG
     assert "no_such_experiment" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_the_typed_config_stores_as_the_composed_tree(experiment):
+    """The run directory stores the config (manifest.json) and resumes by its digest: the typed objects the
+    pipeline gets store exactly what Hydra composed (so a run directory written before resumes)."""
+    from omegaconf import OmegaConf
+
+    cfg = _compose(f"experiment={experiment}")
+    assert hc.as_dict(hc.validate(cfg)) == OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_validate_returns_typed_objects():
+    config = hc.validate(_compose("divergence.top_k=7", "client.parallel=3", "engine.accuracy=0.9"))
+    assert isinstance(config.divergence, hc.DivergenceConfig) and config.divergence.top_k == 7
+    assert config.client.parallel == 3 and isinstance(config.engine, hc.SimulatedEngineConfig)
+    assert config.engine.accuracy == 0.9 and isinstance(config.engine.ready_timeout_s, float)

@@ -20,8 +20,8 @@ from helpers.runs import abh_run, abh_run_here, interrupt_run, log_has
 
 from harness import exitcodes
 from harness.cli.compare import compare_main
+from harness.measure.divergence_pass import ScoringOptions, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import ScoringOptions, score_pass
 from harness.results.fileio import read_json
 from harness.results.schema import Comparison
 from harness.serving.client import ClientConfig

@@ -60,7 +60,7 @@ def test_ready_probe_stop(tmp_path):
         assert info["server_info"]["build"] == "b7" and info["server_info"]["simulated"] is True
         fp = info["fingerprint"]
         assert fp["pid"] == e.pid and fp["module"] == "abh_simulator"
-        assert fp["modules"]["harness"]["file"].endswith("harness/__init__.py")
+        assert fp["modules"]["abh_simulator"]["file"].endswith("abh_simulator/__init__.py")
         assert fp["guards"]["pdeathsig"] is True and fp["guards"]["watchdog_pid"]
         pid, watchdog = e.pid, fp["guards"]["watchdog_pid"]
         assert pid_alive(watchdog)

@@ -74,3 +74,20 @@ def test_the_eval_that_used_to_fail_on_a_low_limit(tmp_path):
         s.stop()
     assert r.returncode == exitcodes.OK, r.stderr
     assert len(rows(tmp_path / "ev")) == 1319
+
+
+def test_eval_json_records_the_parallelism_used_after_the_cap(sim_server, tmp_path, monkeypatch):
+    from harness.measure.evaluation import run_eval
+    from harness.results.eval_store import load_eval
+    from harness.serving import client
+    from harness.serving.client import ClientConfig
+    from harness.tasks import gsm8k
+    from harness.tasks.gsm8k import RecipeConfig
+
+    monkeypatch.setattr(client, "raise_nofile_limit", lambda: RESERVED_FDS + 8)  # room for 8 sockets only
+    s = sim_server("--accuracy", "0.9")
+    run_eval(gsm8k.load(TEST_JSONL), RecipeConfig(num_questions=20), ClientConfig(url=s.url, parallel=20),
+             tmp_path / "ev")
+    meta, _, _ = load_eval(tmp_path / "ev")
+    assert (meta["parallel"], meta["parallel_used"]) == (20, 8)  # asked for, used
+    assert [x["parallel_used"] for x in meta["sessions"]] == [8]

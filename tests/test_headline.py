@@ -5,12 +5,10 @@ run.log, summary.json, comparison.md and the report all carry the same line."""
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 
 import pytest
 from helpers.docs import comparison, tost
-from helpers.runs import abh_run_here
 
 from harness.report.headline import coloured, headline
 from harness.results.fileio import read_json
@@ -63,29 +61,6 @@ def test_colour_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert coloured("IMPROVED x", "improved", Tty()) == "\033[1;32mIMPROVED x\033[0m"
     monkeypatch.setenv("NO_COLOR", "1")
     assert coloured("IMPROVED x", "improved", Tty()) == "IMPROVED x"
-
-
-def test_every_surface_carries_the_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = tmp_path / "run"
-    code = abh_run_here(f"hydra.run.dir={run_dir}", "task.num_questions=60", "experiment.repeats=1",
-                        "progress=false", "divergence.enabled=false")
-    out, err = capsys.readouterr()
-    assert code == 0, err[-2000:]
-    line = read_json(run_dir / "summary.json")["headline"]
-    assert line.startswith("[SIMULATED] ") and "\n" not in line
-    assert out.strip().splitlines()[-1] == line  # the terminal's last line (plain: not a terminal)
-    assert f"verdict: {line}" in (run_dir / "run.log").read_text()
-    md = (run_dir / "comparison.md").read_text()
-    assert f"> **{line}**" in md
-    label = line.split()[1]
-    assert sum(md.count(w) for w in ("INCONCLUSIVE", "IMPROVED", "REGRESSED", "EQUIVALENT", "NON-INFERIOR")) == 1
-    html = (run_dir / "report.html").read_text()
-    hero = re.search(r'<div class="quote headline" id="headline" title="([^"]*)"', html)
-    assert hero is not None and hero.group(1).replace("&#39;", "'").replace("&amp;", "&") == line
-    assert label in html
-    # no Python boolean and no library log line on the console
-    assert not re.search(r"\b(True|False)\b", out) and "matplotlib" not in err
-    assert "/server_info differs" not in err and "/server_info differs" in (run_dir / "run.log").read_text()
 
 
 @pytest.mark.slow  # a whole run of processes: the slow suite (.ci/run runs it)

@@ -46,8 +46,9 @@ def _evals(root: Path, rng: np.random.Generator, p_a: float, p_b: float, repeats
 
 
 def test_design_of_the_config() -> None:
-    d = design_of(_cfg("experiment.sequential=true", "experiment.max_repeats=6", "stats.spending=pocock",
-                       "stats.futility=false", "stats.margin_pp=0.5", "stats.min_effect_pp=0.3"))
+    d = design_of(hc.typed(hc.Config, _cfg("experiment.sequential=true", "experiment.max_repeats=6",
+                                           "stats.spending=pocock", "stats.futility=false", "stats.margin_pp=0.5",
+                                           "stats.min_effect_pp=0.3")))
     assert (d.max_repeats, d.min_repeats, d.spending, d.futility, d.margin, d.alpha) == (6, 2, "pocock", False,
                                                                                           0.005, 0.05)
     assert d.hypothesis == "superiority" and d.tests_margin  # with a margin it also tests equivalence

@@ -11,8 +11,8 @@ import pytest
 from conftest import TEST_JSONL
 from helpers.fake_vllm import BOS_ID, BOS_TEXT, FakeVLLM
 
+from harness.measure.divergence_pass import INPUTS, ScoringOptions, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import INPUTS, ScoringOptions, score_pass
 from harness.results.token_store import load_scores
 from harness.serving.client import ClientConfig
 from harness.serving.wire import MalformedResponse, OpenAIApi, ScoreRequest, VLLMApi

@@ -185,6 +185,7 @@ def _fpr(key: str, experiments: int, sd: float, seed: int, n: int) -> tuple[floa
     return gated / experiments, rejects / experiments
 
 
+@pytest.mark.slow  # a calibration (200 experiments); benchmarks/calibrate_paths.py has the full table
 def test_ab_with_aa_false_positive_rate_under_t3_launch_shifts() -> None:
     """``abh ab --aa``, one launch each of A, A2 and B, t3 launch shifts of sd 0.3 on the log-odds: the false
     positives a CI gate fails on stay near α (the product's verdict on the generator's stored evals)."""

@@ -242,7 +242,7 @@ def test_the_run_log_handler_writes_nothing_through_a_link_and_opens_late(tmp_pa
 
 
 def test_the_scoring_inputs_file_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
-    from harness.measure.logprob_pass import INPUTS, _write_inputs
+    from harness.measure.divergence_pass import INPUTS, _write_inputs
 
     outside = tmp_path / "outside.parquet"
     outside.write_bytes(b"keep")

@@ -15,8 +15,8 @@ from helpers.aioserver import ThreadedApp
 
 from harness import exitcodes
 from harness.cli.main import main as abh_main
+from harness.measure.divergence_pass import ScoringOptions, score_pass
 from harness.measure.evaluation import EvalOptions, WrongServer, run_eval
-from harness.measure.logprob_pass import ScoringOptions, score_pass
 from harness.serving.client import Client, ClientConfig, Redirected, served_model, unreachable
 from harness.serving.wire import ScoreRequest
 from harness.tasks import gsm8k

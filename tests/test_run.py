@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -126,6 +127,27 @@ def test_demo_on_100_questions_end_to_end(demo100: Demo) -> None:
     assert summary["verdict"] == comparison["verdict"]
     check_run_record(run_dir, 100, comparison["verdict"])
     print(f"the demo on 100 questions took {demo100.seconds:.1f} s")
+
+
+def test_every_surface_carries_the_one_line(demo100: Demo) -> None:
+    """The headline is the terminal's last line, run.log's verdict, comparison.md's quote and the report's hero."""
+    out, err, run_dir = demo100.result.stdout, demo100.result.stderr, demo100.run_dir
+    assert demo100.result.returncode == 0, err[-2000:]
+    line = read_json(run_dir / "summary.json")["headline"]
+    assert line.startswith("[SIMULATED] ") and "\n" not in line
+    assert out.strip().splitlines()[-1] == line  # the terminal's last line (plain: not a terminal)
+    assert f"verdict: {line}" in (run_dir / "run.log").read_text()
+    md = (run_dir / "comparison.md").read_text()
+    assert f"> **{line}**" in md
+    label = line.split()[1]
+    assert sum(md.count(w) for w in ("INCONCLUSIVE", "IMPROVED", "REGRESSED", "EQUIVALENT", "NON-INFERIOR")) == 1
+    html = (run_dir / "report.html").read_text()
+    hero = re.search(r'<div class="quote headline" id="headline" title="([^"]*)"', html)
+    assert hero is not None and hero.group(1).replace("&#39;", "'").replace("&amp;", "&") == line
+    assert label in html
+    # no Python boolean and no library log line on the console
+    assert not re.search(r"\b(True|False)\b", out) and "matplotlib" not in err
+    assert "/server_info differs" not in err and "/server_info differs" in (run_dir / "run.log").read_text()
 
 
 def test_the_demo_run_records_and_prints_no_secret(demo100: Demo) -> None:

@@ -1,4 +1,4 @@
-"""The scoring pass (harness/measure/logprob_pass.py) against real simulator processes and fake servers: what it sends, what it
+"""The scoring pass (harness/measure/divergence_pass.py) against real simulator processes and fake servers: what it sends, what it
 stores, the SGLang logprob_start_len of a P-token prompt, ids sent the same in every pass, the reference top-k
 ids asked of the others, text-keyed OpenAI passes, and an engine that cannot score (not_measured)."""
 
@@ -14,8 +14,7 @@ from conftest import TEST_JSONL
 from helpers.aioserver import FakeServer
 from helpers.docs import divergence_doc as compute_divergence
 
-from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import (
+from harness.measure.divergence_pass import (
     INPUTS,
     ScoringOptions,
     _read_inputs,
@@ -24,6 +23,7 @@ from harness.measure.logprob_pass import (
     score_pass,
     text_key,
 )
+from harness.measure.evaluation import EvalOptions, run_eval
 from harness.results.fileio import read_json
 from harness.results.token_store import load_scores, scores_status
 from harness.serving.client import ClientConfig
@@ -79,7 +79,7 @@ def test_asked_ids_from_the_best_entries_are_those_of_all_entries() -> None:
 def test_text_key_is_stable_non_negative_int32():
     keys = [text_key(t) for t in (" 18", "\n\n", "<tok_7>", "é", "")]
     assert all(0 <= k < 2**31 for k in keys) and len(set(keys)) == len(keys)
-    other = subprocess.run([sys.executable, "-c", "from harness.measure.logprob_pass import text_key; print(text_key(' 18'))"],
+    other = subprocess.run([sys.executable, "-c", "from harness.measure.divergence_pass import text_key; print(text_key(' 18'))"],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert int(other) == keys[0]  # the same in every process (no per-process hash seed)
     assert text_key(None) == -1
@@ -96,7 +96,7 @@ def test_references_are_the_answered_questions_with_the_prompts_sent(sim_server,
 def test_a_pass_sends_at_most_its_own_parallel_requests_at_once(sim_server, tmp_path, monkeypatch):
     """``divergence.parallel`` caps a pass's requests in flight below the client's ``parallel`` (never above it),
     and scores.json says what was used."""
-    import harness.measure.logprob_pass as lp
+    import harness.measure.divergence_pass as lp
 
     s = sim_server("--build", "a", "--noise", "launch")
     ev = _eval(s.url, tmp_path / "a", n=12)
@@ -156,7 +156,7 @@ def test_reference_pass_takes_token_texts_from_detokenize_and_asks_answers_for_n
     asked_texts: list[bool] = []
     body = SGLangApi.scoring_body
     monkeypatch.setattr(SGLangApi, "scoring_body", lambda self, req: (asked_texts.append(req.texts), body(self, req))[1])
-    import harness.measure.logprob_pass as lp_pass
+    import harness.measure.divergence_pass as lp_pass
 
     passes = {}
     for name, paths, chunk in (("detokenized", SGLangApi.detokenize_paths, lp_pass.DETOKENIZE_CHUNK),

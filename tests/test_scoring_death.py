@@ -20,14 +20,14 @@ from helpers.docs import divergence_doc as compute_divergence
 
 from harness import exitcodes
 from harness.analysis.divergence import compute_divergence as divergence_of
-from harness.config import RANGES
+from harness.measure.divergence_pass import ScoringOptions, _read_inputs, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import ScoringOptions, _read_inputs, score_pass
 from harness.results.fileio import read_json
 from harness.results.token_store import ScoresWriter, load_scores, scores_status
 from harness.serving.client import ClientConfig, ServerGone
 from harness.stats.verdict import DEFAULT_MIN_SCORED_SHARE
 from harness.tasks import gsm8k
+from harness.util.ranges import Range, range_of
 
 N = 20
 
@@ -202,7 +202,7 @@ def test_min_scored_share_is_a_config_key_with_a_range_and_a_default():
     from harness.config import DivergenceConfig
 
     assert DivergenceConfig().min_scored_share == DEFAULT_MIN_SCORED_SHARE == 0.95
-    assert RANGES["divergence.min_scored_share"] == (0, 1, False, False)
+    assert range_of(DivergenceConfig, "min_scored_share") == Range(0, 1)
 
 
 

@@ -176,10 +176,10 @@ def test_psi_aa_is_pooled_evenly_and_warns_when_repeats_share_a_launch():
 def test_bootstrap_memory_is_bounded_by_chunking():
     x = np.random.default_rng(0).integers(0, 6, 1319) / 5
     tracemalloc.start()
-    S.bootstrap_means(x, 100_000, seed=1)
+    S.bootstrap_means(x, 20_000, seed=1)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    # 100k means (0.8 MB) + one chunk of ~1M indices and values; an unchunked draw would need > 1 GB
+    # 20k means (0.16 MB) + one chunk of ~1M indices and values; an unchunked draw would need > 300 MB
     assert peak < 40 * 2**20
 
 

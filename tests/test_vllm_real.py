@@ -18,8 +18,8 @@ from helpers.vllm import model_dir, needs_vllm, vllm_python
 from harness.arms.arm import ResolvedArm
 from harness.config import VLLMEngineConfig
 from harness.engines import create_engine
+from harness.measure.divergence_pass import INPUTS, ScoringOptions, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.measure.logprob_pass import INPUTS, ScoringOptions, score_pass
 from harness.results.fileio import read_json
 from harness.results.token_store import load_scores
 from harness.serving.client import ClientConfig

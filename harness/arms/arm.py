@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,9 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from harness.config import ArmConfig, CheckConfig
+from harness.config import ArmConfig, CheckConfig, ConfigError, typed
 from harness.results import fileio
 from harness.results.records import JSONObject
 
@@ -116,16 +113,9 @@ class ResolvedArm:
 def _arm_config(arm_cfg: Any) -> ArmConfig:
     if isinstance(arm_cfg, ArmConfig):
         return arm_cfg
-    node = arm_cfg
-    if not OmegaConf.is_config(node):
-        plain = dataclasses.asdict(node) if dataclasses.is_dataclass(node) and not isinstance(node, type) else dict(node)
-        node = OmegaConf.create(plain)
-    else:
-        node = OmegaConf.create(OmegaConf.to_container(node, resolve=True, throw_on_missing=False))
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(ArmConfig), node)
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
-    except Exception as e:  # noqa: BLE001 - omegaconf raises several types
+        return typed(ArmConfig, arm_cfg)
+    except ConfigError as e:
         raise ArmError(f"bad arm config: {e}") from e
 
 
@@ -218,23 +208,10 @@ def _apply_patches(key: str, wt: Path, patches: Iterable[str], arms_root: str | 
     return applied
 
 
-_ENV_DEFAULT = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)\s*,")
-
-
-def _unset_env(arm_cfg: Any) -> str | None:
-    """The environment variable an arm's ``source.path`` comes from (``${oc.env:SGLANG_REPO,/path/to/sglang}``)
-    when it is not set, so the path is the placeholder; else None."""
-    if not OmegaConf.is_config(arm_cfg):
-        return None
-    raw = OmegaConf.to_container(arm_cfg, resolve=False)
-    path = ((raw or {}).get("source") or {}).get("path") if isinstance(raw, dict) else None
-    m = _ENV_DEFAULT.match(path) if isinstance(path, str) else None
-    return m.group(1) if m and m.group(1) not in os.environ else None
-
-
 def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Path | None = None, *,
-                strict: bool = True) -> ResolvedArm:
-    """Prepare arm ``key`` (``cfg.arms[key]``: DictConfig, dict or ArmConfig) for a run in ``run_dir``.
+                strict: bool = True, unset_env: str | None = None) -> ResolvedArm:
+    """Prepare arm ``key`` (``cfg.arms[key]``: ArmConfig or a mapping) for a run in ``run_dir``; ``unset_env``:
+    the environment variable its ``source.path`` was to come from, unset (the path is then a placeholder).
 
     ``git`` arms get a worktree under ``run_dir/worktrees/KEY`` with their patches (found under
     ``arms_root/arms``, see :func:`find_arm_file`) applied. With
@@ -257,7 +234,7 @@ def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Pa
         """A missing tree stops a real run; a dry run records it and prints everything else."""
         if path.is_dir():
             return True
-        unset = _unset_env(arm_cfg)
+        unset = unset_env
         msg = (f"arm {key!r}: set {unset} to your {what} ({path} is the placeholder used while {unset} is unset)"
                if unset else f"arm {key!r}: {what} {path} does not exist (source.path)")
         if strict:

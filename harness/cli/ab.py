@@ -23,16 +23,17 @@ SIGHUP. Two servers that say they serve different models are refused (exit 2) be
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
 from harness.cli.flags import HelpFormatter, as_flags
+from harness.config import ConfigError, validate
+from harness.serving.settings import ClientSettings
 from harness.serving.wire import API_NAMES
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
 from harness.tasks.registry import ALL_RECIPES
@@ -62,8 +63,6 @@ def hydra_value(value: object) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.serving.client import ClientSettings
-
     client = ClientSettings()
     ap = argparse.ArgumentParser(
         prog="abh ab", formatter_class=HelpFormatter,
@@ -339,7 +338,7 @@ def refuse_other_models(servers: Sequence[tuple[str, str]], headers: dict[str, s
 
 def auth_headers(api_key_env: str) -> dict[str, str]:
     """The bearer header of ``--api-key-env`` (ABFailure, exit 2, when it names no variable that is set)."""
-    from harness.serving.client import ClientSettings, bearer_headers
+    from harness.serving.client import bearer_headers
 
     settings = ClientSettings(api_key_env=api_key_env)
     problems = [p for p in settings.problems() if p.startswith("api_key_env")]
@@ -348,14 +347,27 @@ def auth_headers(api_key_env: str) -> dict[str, str]:
     return bearer_headers(settings)
 
 
-def compose_config(argv_overrides: list[str]) -> DictConfig:
-    """The resolved config of the run, composed by Hydra as ``abh run experiment=ab ...`` would."""
-    from hydra import compose, initialize_config_dir
+#: the comparison's settings (harness.analysis.compare_settings) as the flags that set them
+SETTING_FLAGS = {"hypothesis": "--hypothesis", "margin": "--margin", "min_effect": "--min-effect", "alpha": "--alpha",
+                 "max_error_rate": "--max-error-rate"}
 
-    from harness.config import CONFIG_DIR
 
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3", job_name="abh_ab"):
-        return compose("config", overrides=argv_overrides)
+def flag_problem(a: argparse.Namespace) -> str | None:
+    """The first flag out of its range, by the range of the config key it sets (the fields' own, the
+    comparison's settings), before any server is asked anything."""
+    from harness.analysis.compare_settings import settings_problem
+    from harness.config import ExperimentConfig, TaskConfig
+    from harness.util.ranges import check
+
+    why = check(ExperimentConfig, "repeats", a.repeats, "--repeats") or check(
+        TaskConfig, "num_questions", a.num_questions, "--num-questions")
+    if why:
+        return why
+    pp = [None if v is None else v / 100 for v in (a.margin, a.min_effect)]
+    wrong = settings_problem(a.hypothesis, pp[0], pp[1], a.alpha, a.max_error_rate)
+    if wrong is not None:
+        return f"{SETTING_FLAGS[wrong.setting]}: {wrong}"
+    return None if math.isfinite(a.wait_ready) and a.wait_ready >= 0 else f"--wait-ready {a.wait_ready} is out of range"
 
 
 def ab_main(argv: Sequence[str] | None = None) -> int:
@@ -369,16 +381,9 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         names = arm_names(a)
     except ValueError as e:
         ap.error(str(e))
-    for opt, val, ok in (("--repeats", a.repeats, a.repeats >= 1), ("--num-questions", a.num_questions,
-                                                                      a.num_questions is None or a.num_questions >= 2),
-                         ("--parallel", a.parallel, a.parallel >= 1), ("--alpha", a.alpha, 0 < a.alpha < 0.5),
-                         ("--margin", a.margin, a.margin is None or a.margin > 0),
-                         ("--max-error-rate", a.max_error_rate, 0 <= a.max_error_rate <= 1),
-                         ("--wait-ready", a.wait_ready, a.wait_ready >= 0)):
-        if not ok:
-            ap.error(f"{opt} {val} is out of range")
-    from harness.serving.client import ClientSettings
-
+    bad = flag_problem(a)
+    if bad:
+        ap.error(bad)
     problems = ClientSettings(parallel=a.parallel, retries=a.retries, request_timeout_s=a.request_timeout,
                               stall_timeout_s=a.stall_timeout, progress_timeout_s=a.progress_timeout,
                               max_bytes_per_token=a.max_bytes_per_token).problems()
@@ -401,7 +406,13 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         refuse_links(a.out)
         refuse_swapped(a.out, urls[:2])
         refuse_other_models(refuse_unreachable(a.out, urls, a.repeats, headers), headers)
-        cfg = compose_config(overrides(a, urls, names))
+        from harness.cli.compose import compose_config
+
+        cfg = validate(compose_config(overrides(a, urls, names)))
+    except ConfigError as e:
+        from harness.orchestrate.pipeline import refuse_config
+
+        return refuse_config(e, a.out, dry_run=False)
     except ABFailure as e:
         print(f"abh ab: {'error: ' if e.code == exitcodes.BAD_CONFIG else ''}{e}", file=sys.stderr)
         return e.code

@@ -67,8 +67,12 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     """``abh power``: plan from a finished run (``--from``) or from numbers (``--n --p ...``)."""
     ap = _parser()
     a = ap.parse_args(list(argv) if argv is not None else None)
-    if a.alpha is not None and not 0 < a.alpha < 1:
-        ap.error("--alpha must be in (0, 1)")
+    if a.alpha is not None:  # the comparison's own range of alpha (abh run, abh ab and abh compare: the same)
+        from harness.analysis.compare_settings import settings_problem
+
+        wrong = settings_problem("superiority", None, None, a.alpha, 0.0)
+        if wrong is not None:
+            ap.error(f"--alpha: {wrong}")
     if not 0 < a.power < 1:
         ap.error("--power must be in (0, 1)")
     for name in ("launch_s", "eval_s"):

@@ -24,8 +24,9 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import exitcodes
+from harness.cli.compose import unset_env
 from harness.cli.hydra_errors import one_line
-from harness.config import CONFIG_DIR, arms_root
+from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
 from harness.results import schema
 from harness.util.redact import Redactor, redact_argv, redact_text, secret_values
 from harness.util.redact_stdio import redacted_stdio
@@ -87,9 +88,13 @@ def task(cfg: DictConfig) -> int:
     overrides = [_lower_bool(redact_text(a)) for a in redact_argv([*hc.overrides.task, *placed])]
     # the pipeline (servers, client, statistics) is imported once a job runs: `--cfg`, `--help` and Hydra's own
     # refusals answer without it
-    from harness.orchestrate.pipeline import INTERRUPTED_CODES, run_job
+    from harness.orchestrate.pipeline import INTERRUPTED_CODES, refuse_config, run_job
 
-    code = run_job(cfg, run_dir, ["abh", "run", *overrides])  # a sweep job's own: it reruns that job alone
+    try:
+        config = validate(cfg)  # the one conversion: nothing below sees the composed tree
+    except ConfigError as e:
+        return refuse_config(e, run_dir, bool(cfg.get("dry_run")))
+    code = run_job(config, run_dir, ["abh", "run", *overrides], unset_env(cfg))  # a sweep job's own: reruns it alone
     if code in INTERRUPTED_CODES and in_multirun():
         raise RunExit(code)  # Ctrl-C / SIGTERM / SIGHUP stops the whole sweep, not just this job
     if code and in_submitit():

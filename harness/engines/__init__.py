@@ -8,15 +8,14 @@ is not one of ``harness.config.ENGINE_SCHEMAS``). Adding an engine is one module
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from pathlib import Path
-from typing import Any, cast
-
-from omegaconf import DictConfig, OmegaConf
+from typing import Any
 
 from harness.arms.arm import ResolvedArm
-from harness.config import ENGINE_SCHEMAS, EngineConfig
+from harness.config import ENGINE_SCHEMAS, MISSING, ConfigError, EngineConfig, typed
 from harness.engines.base import Engine, EngineError, LaunchedEngine, LaunchSpec
 from harness.engines.process import PortInUseError
 from harness.results.records import JSONObject
@@ -55,27 +54,18 @@ def _schema(kind: str) -> type:
 
 
 def engine_config(engine_cfg: Any, overrides: JSONObject | None = None) -> Any:
-    """The engine's schema dataclass from a DictConfig / dict / dataclass plus per-arm overrides (typed)."""
-    if isinstance(engine_cfg, EngineConfig):  # a schema dataclass
-        kind = engine_cfg.kind
-        node = OmegaConf.structured(engine_cfg)
-    else:
-        if isinstance(engine_cfg, DictConfig):
-            data = cast(JSONObject, OmegaConf.to_container(engine_cfg, resolve=True, throw_on_missing=False))
-        else:
-            data = dict(engine_cfg)
-        kind = str(data.get("kind", ""))
-        node = OmegaConf.create(data)
+    """The engine's schema dataclass from a mapping or a dataclass, plus per-arm overrides (typed)."""
+    values = dict(dataclasses.asdict(engine_cfg) if isinstance(engine_cfg, EngineConfig) else engine_cfg.items())
+    kind = str(values.get("kind", ""))
     engine_class(kind)  # clear error for an unknown kind first
-    schema = _schema(kind)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), node, OmegaConf.create(dict(overrides or {})))
-    except Exception as e:  # noqa: BLE001 - omegaconf raises several types for unknown keys / bad values
+        cfg = typed(_schema(kind), {**values, **(overrides or {})})
+    except ConfigError as e:
         raise EngineError(f"bad {kind} engine config: {e}") from e
-    missing = sorted(OmegaConf.missing_keys(merged))
+    missing = sorted(f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) == MISSING)
     if missing:
         raise EngineError(f"the {kind} engine needs {', '.join('engine.' + m for m in missing)}")
-    return OmegaConf.to_object(merged)
+    return cfg
 
 
 def create_engine(engine_cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str) -> Engine:

@@ -145,7 +145,7 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
     server_info = facts.get("server_info") or {}
     simulated = bool(server_info.get("simulated")) or bool(opts.extra_meta.get("simulated"))
     meta = {**task.describe(), "indices": [q.index for q in task.items], "api": api.name,
-            "url": cfg.url, "parallel": cfg.parallel, "simulated": simulated,
+            "url": cfg.url, "parallel": cfg.parallel, "parallel_used": client.parallel, "simulated": simulated,
             "server": {k: server_info.get(k) for k in ("version", "build", "model_path", "engine")
                        if server_info.get(k) is not None},
             **{k: v for k, v in opts.extra_meta.items() if k != "simulated"}}

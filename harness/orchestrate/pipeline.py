@@ -10,7 +10,7 @@ In order:
    checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
 4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
    other arm's, a fresh launch of its own and every other launch the run holds
-   (:mod:`~harness.orchestrate.logprob_phase`), each right after an eval on that launch;
+   (:mod:`~harness.orchestrate.divergence_phase`), each right after an eval on that launch;
 5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
    table on the terminal and ``report.html``.
 
@@ -25,8 +25,6 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from harness import exitcodes
 from harness.analysis.compare_settings import CompareError, CompareSettingsError
@@ -48,13 +46,21 @@ from harness.checks.armdiff import (
 )
 from harness.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.checks.static import run_static_checks
-from harness.config import SETTING_KEYS, ConfigError, arms_root, client_settings, validate
+from harness.config import (
+    SETTING_KEYS,
+    Config,
+    ConfigError,
+    EngineConfig,
+    SimulatedEngineConfig,
+    arms_root,
+    as_dict,
+)
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
 from harness.orchestrate.design import SequentialSchedule, describe, format_design, times_from_cost
+from harness.orchestrate.divergence_phase import ScoringPhase
 from harness.orchestrate.interrupts import Interrupted, Interrupts
-from harness.orchestrate.logprob_phase import ScoringPhase
 from harness.orchestrate.rundir import (
     COMPARISON,
     RUN_LOG,
@@ -107,16 +113,16 @@ class RunFailure(Exception):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def engine_cfg_for(cfg: DictConfig, arm_cfg: DictConfig, data_source: str, answer_key: str = "") -> DictConfig:
-    """The run's engine config with the arm's ``engine:`` overrides; the simulator answers the run's data (and,
-    from ``answer_key``, the tasks whose prompts it does not parse)."""
-    merged = OmegaConf.merge(cfg.engine, OmegaConf.create(OmegaConf.to_container(arm_cfg.engine)))
-    assert isinstance(merged, DictConfig)
-    if merged.kind == "simulated" and not merged.get("data") and Path(data_source).is_file():
-        merged.data = data_source
-    if merged.kind == "simulated" and answer_key and not merged.get("answer_key"):
-        merged.answer_key = answer_key
-    return merged
+def engine_cfg_for(config: Config, data_source: str, answer_key: str = "") -> EngineConfig:
+    """The run's engine config (each arm's ``engine:`` overrides are applied by create_engine); the simulator
+    answers the run's data (and, from ``answer_key``, the tasks whose prompts it does not parse)."""
+    engine = replace(config.engine)
+    if isinstance(engine, SimulatedEngineConfig):
+        if not engine.data and Path(data_source).is_file():
+            engine.data = data_source
+        if answer_key and not engine.answer_key:
+            engine.answer_key = answer_key
+    return engine
 
 
 def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
@@ -146,9 +152,10 @@ class Run:
     """One experiment in its run directory, phase by phase (see the module docstring). Every event goes to
     the manifest as it happens; every line to the user goes through ``log``."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog,
-                 command: list[str] | None = None):
-        validate(cfg)
+    def __init__(self, cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunLog,
+                 command: list[str] | None = None, unset_env: dict[str, str] | None = None):
+        #: arm key -> the environment variable its source path was to come from, unset (the path: a placeholder)
+        self.unset_env = unset_env or {}
         #: the command line that asked for the run, when it was not ``abh run`` (``abh ab``: shown in the report)
         self.command = command
         #: every task of the run with its data, loaded and built once (bad data stops here, before any server)
@@ -160,8 +167,8 @@ class Run:
         self.interrupts, self.log = interrupts, log
         self.keys = {"a": str(self.x.a), "b": str(self.x.b)}  # role -> arm key
         #: the arm whose launch serves the divergence's floor, when not the reference arm's own fresh launch
-        self.aa_key: str | None = str(self.x.get("aa_arm") or "") or None
-        self.allowed = [str(a) for a in self.x.allowed_differences]
+        self.aa_key: str | None = self.x.aa_arm or None
+        self.allowed = list(self.x.allowed_differences)
         self.arms: dict[str, ResolvedArm] = {}
         self.engines: dict[str, Engine] = {}
         self.live_diff_checked = False
@@ -175,17 +182,17 @@ class Run:
             self.lock.release()
             raise
 
-    def _open(self, cfg: DictConfig, run_dir: Path, command: list[str] | None) -> None:
+    def _open(self, cfg: Config, run_dir: Path, command: list[str] | None) -> None:
         """Resume or start the run's record (manifest), and set up its servers and scoring."""
-        if str(cfg.engine.kind) == "simulated":
+        if cfg.engine.kind == "simulated":
             from abh_simulator import answer_key
 
             written = answer_key.write(run_dir / "simulator_answer_key.json",
-                                       [(t.key, t.probe) for t in self.tasks], dry_run=bool(cfg.dry_run))
+                                       [(t.key, t.probe) for t in self.tasks], dry_run=cfg.dry_run)
             self.answer_key = str(written) if written else ""
-        resolved = {str(k): v for k, v in OmegaConf.to_container(cfg, resolve=True).items()}  # type: ignore[union-attr]
-        ignores = engine_class(str(cfg.engine.kind)).diff_ignore
-        digest = config_digest(resolved, non_semantic_keys(ignores, [str(k) for k in cfg.arms]))
+        resolved = as_dict(cfg)
+        ignores = engine_class(cfg.engine.kind).diff_ignore
+        digest = config_digest(resolved, non_semantic_keys(ignores, list(cfg.arms)))
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
         if not cfg.dry_run:  # abh ab names its run directory --out
             check_resume(self.manifest.data, digest, run_dir,
@@ -199,7 +206,7 @@ class Run:
         self.manifest.start_session(experiment=str(self.x.name), config=resolved, digest=digest, dataset=dataset,
                                     argv=command)
         self.pool = ServerPool(self.engines, self.arms, self.manifest, self.interrupts, self.log.say,
-                               concurrent=bool(self.x.concurrent_servers))
+                               concurrent=self.x.concurrent_servers)
         # the divergence's scoring passes read one eval's texts: a run of several tasks does not measure it (yet)
         self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, self.interrupts, self.log)
                         if cfg.divergence.enabled and not self.several else None)
@@ -207,7 +214,7 @@ class Run:
         self.gpus = {key: config_gpus(resolved, key) for key in self.keys.values()}
         #: a sequential run's looks (experiment.sequential), continued from the manifest's record
         self.looks: Looks | None = None
-        if self.x.get("sequential"):
+        if self.x.sequential:
             self.looks = Looks(design_of(cfg), None if cfg.dry_run else self.manifest.data.get("sequential"))
 
     @property
@@ -221,27 +228,23 @@ class Run:
         return all(eval_done(fileio.check(t.eval_dir(self.run_dir, rel))) for t in self.tasks)
 
     # ------------------------------------------------------------------ before any server
+    def resolve(self, key: str, label: str) -> tuple[ResolvedArm, Engine]:
+        """Arm ``key`` resolved, and the engine that serves it (not launched)."""
+        arm = resolve_arm(key, self.cfg.arms[key], self.run_dir, arms_root(), strict=not self.cfg.dry_run,
+                          unset_env=self.unset_env.get(key))
+        engine = create_engine(engine_cfg_for(self.cfg, self.test.source, self.answer_key), arm, self.run_dir, label)
+        engine.http_headers = bearer_headers(self.cfg.client)
+        return arm, engine
+
     def prepare_arms(self) -> tuple[list[ArmDiffRow], list[ArmDiffRow]]:
         """Resolve each arm and its engine; return (differences between the static launches, the disallowed)."""
         descs: dict[str, LaunchDescription] = {}
         try:
             for role, key in self.keys.items():
-                arm_cfg = self.cfg.arms[key]
-                arm = resolve_arm(key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
-                engine = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source, self.answer_key), arm,
-                                       self.run_dir,
-                                       label=f"{role}-{key}")
-                engine.http_headers = bearer_headers(client_settings(self.cfg))
-                self.arms[key], self.engines[key] = arm, engine
-                descs[key] = static_description(describe_launch(arm, engine))
+                self.arms[key], self.engines[key] = self.resolve(key, f"{role}-{key}")
+                descs[key] = static_description(describe_launch(self.arms[key], self.engines[key]))
             if self.aa_key is not None:  # the floor's own server (abh ab --aa): not one of the compared arms
-                arm_cfg = self.cfg.arms[self.aa_key]
-                arm = resolve_arm(self.aa_key, arm_cfg, self.run_dir, arms_root(), strict=not self.cfg.dry_run)
-                self.arms[self.aa_key] = arm
-                self.engines[self.aa_key] = create_engine(engine_cfg_for(self.cfg, arm_cfg, self.test.source,
-                                                                         self.answer_key), arm,
-                                                          self.run_dir, label=f"aa-{self.aa_key}")
-                self.engines[self.aa_key].http_headers = bearer_headers(client_settings(self.cfg))
+                self.arms[self.aa_key], self.engines[self.aa_key] = self.resolve(self.aa_key, f"aa-{self.aa_key}")
         except (ArmError, EngineError, OSError) as e:
             raise ConfigError(f"cannot prepare arms: {e}") from None
         diffs = arm_diff(descs)
@@ -339,16 +342,16 @@ class Run:
         scoring passes placed on the evals' launches (:func:`harness.orchestrate.schedule.with_scoring`)."""
         x = self.x
         if self.looks is not None:
-            items = sequential_schedule(self.keys["a"], self.keys["b"], int(x.max_repeats), bool(x.aa_control),
-                                        aa_fresh_launch=bool(x.aa_fresh_launch))
+            items = sequential_schedule(self.keys["a"], self.keys["b"], self.looks.design.max_repeats, x.aa_control,
+                                        aa_fresh_launch=x.aa_fresh_launch)
         else:
-            items = schedule(self.keys["a"], self.keys["b"], int(x.repeats), str(x.order), bool(x.aa_control),
-                             restart_per_repeat=bool(x.restart_per_repeat), aa_fresh_launch=bool(x.aa_fresh_launch),
+            items = schedule(self.keys["a"], self.keys["b"], x.repeats, x.order, x.aa_control,
+                             restart_per_repeat=x.restart_per_repeat, aa_fresh_launch=x.aa_fresh_launch,
                              aa_arm=self.aa_key)
         if self.scoring is None:
             return items
         return with_scoring(items, self.scoring.reference, self.keys, self.aa_key,
-                            concurrent=bool(x.concurrent_servers))
+                            concurrent=x.concurrent_servers)
 
     def cost(self) -> schema.Cost:
         """GPU time so far, per role and in total, from the manifest's launch and eval records."""
@@ -370,14 +373,14 @@ class Run:
             seq = {"max_repeats": d.max_repeats, "min_repeats": d.min_repeats,
                    "expected_if_null": None if d.tests_margin else
                    operating_characteristics(d, 0.0)["expected_repeats"]}
-        design = describe(items, concurrent=bool(x.concurrent_servers), gpus=gpus, times=times, sequential=seq,
+        design = describe(items, concurrent=x.concurrent_servers, gpus=gpus, times=times, sequential=seq,
                           floor_server=self.aa_key is not None)
         self.manifest.record("planned_design", design)
-        for line in format_design(design, int(x.repeats), bool(x.restart_per_repeat),
-                                  can_restart=str(self.cfg.engine.kind) != "external"):
+        for line in format_design(design, x.repeats, x.restart_per_repeat,
+                                  can_restart=self.cfg.engine.kind != "external"):
             self.log.say(line)
         off = self.cfg.divergence
-        if not off.enabled and off.get("off_reason"):  # said before the evals, not only in the verdict after them
+        if not off.enabled and off.off_reason:  # said before the evals, not only in the verdict after them
             self.log.say(f"  divergence: not measured: {off.off_reason}")
 
     def run_items(self, items: list[Step], of: int, start: int = 0) -> None:
@@ -487,7 +490,7 @@ class Run:
                     continue
                 if self.several:
                     self.log.say(f"  task {t.key} ({t.spec.name}, recipe {t.probe.recipe.name}) -> {out.name}/")
-                ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=t.api(engine.api))
+                ccfg = ClientConfig.of(cfg.client, url=engine.url, api=t.api(engine.api))
                 opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive,
                                    extra_meta={**meta, **({"task_key": t.key} if t.key else {})},
                                    on_status=lambda line: self.log.say(f"  {line}"),
@@ -540,7 +543,7 @@ class Run:
         return {"margin": None if s.margin_pp is None else s.margin_pp / 100,
                 "min_effect": None if s.min_effect_pp is None else s.min_effect_pp / 100, "alpha": s.alpha,
                 "seed": s.seed, "max_error_rate": s.max_error_rate, "hypothesis": str(s.hypothesis),
-                "assume_no_launch_shift": bool(s.get("assume_no_launch_shift", False))}
+                "assume_no_launch_shift": s.assume_no_launch_shift}
 
     def _design(self, **extra: JSON) -> dict[str, JSON]:
         x = self.x
@@ -569,11 +572,11 @@ class Run:
                 self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None),
                 launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
                 reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share)))
-        elif self.cfg.divergence.get("off_reason"):
+        elif self.cfg.divergence.off_reason:
             comparison = replace(comparison, divergence=schema.Divergence(
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))
         schema.write_comparison(run_dir / COMPARISON, comparison)
-        fail_on = self.cfg.get("fail_on")
+        fail_on = self.cfg.fail_on
         gate = None if fail_on is None else str(fail_on)
         code = comparison_exit(comparison, gate)  # 5, or 7 for --fail-on
         line = headline(comparison)
@@ -603,7 +606,7 @@ class Run:
         write_task_outputs(run_dir, comparisons, tc, report=False)
         cost = self.cost()
         m.record("cost", cost.to_doc())
-        fail_on = self.cfg.get("fail_on")
+        fail_on = self.cfg.fail_on
         gate = None if fail_on is None else str(fail_on)
         codes = [comparison_exit(c, None) for c in comparisons.values()]
         ungated = next((c for c in comparisons.values() if not gated(c)), None)
@@ -684,17 +687,17 @@ def refuse_disallowed(bad: list[ArmDiffRow], what: str = "the arms differ") -> N
                          + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
 
 
-def run_experiment(cfg: DictConfig, run_dir: Path, interrupts: Interrupts, log: RunLog,
-                   command: list[str] | None = None) -> int:
+def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunLog,
+                   command: list[str] | None = None, unset_env: dict[str, str] | None = None) -> int:
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
-    run = Run(cfg, run_dir, interrupts, log, command)
+    run = Run(cfg, run_dir, interrupts, log, command, unset_env)
     try:
         return _run_experiment(run, cfg, interrupts)
     finally:
         run.lock.release()
 
 
-def _run_experiment(run: Run, cfg: DictConfig, interrupts: Interrupts) -> int:
+def _run_experiment(run: Run, cfg: Config, interrupts: Interrupts) -> int:
     diffs, bad = run.prepare_arms()
     preflights = run.preflight()
     if cfg.dry_run:
@@ -750,14 +753,25 @@ def exit_for(e: BaseException) -> tuple[int, str] | None:
 # ------------------------------------------------------------------------------------------ the job
 
 
-def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) -> int:
+def refuse_config(e: ConfigError, run_dir: Path, dry_run: bool) -> int:
+    """A config the door refused: its one line (in run.log too), exit 2; a dry run leaves no directory."""
+    RunLog(None if dry_run else run_dir).say(f"error: {e}")
+    if dry_run:
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
+    return exitcodes.BAD_CONFIG
+
+
+def run_job(cfg: Config, run_dir: Path, command: list[str] | None = None,
+            unset_env: dict[str, str] | None = None) -> int:
     """Run (or resume) the experiment in ``run_dir`` with the run's signal handling; every way out becomes an
     exit code and one line (a bug: its traceback in run.log), and a failed run leaves its failure summary.
-    ``command``: the (redacted) command line that asked for it, recorded with the results."""
+    ``command``: the (redacted) command line that asked for it, recorded with the results; ``unset_env``: see
+    :class:`Run`."""
     log = RunLog(None if cfg.dry_run else run_dir)  # a dry run writes nothing
     with Interrupts() as interrupts:
         try:
-            code = run_experiment(cfg, run_dir, interrupts, log, command)
+            code = run_experiment(cfg, run_dir, interrupts, log, command, unset_env)
         except (DirectoryInUse, PlantedLink) as e:  # another run owns the directory, its run.log included, or a
             # link was planted in it (run.log perhaps): said here only
             print(redact_text(f"abh: error: {e}"), file=sys.stderr, flush=True)
@@ -782,7 +796,7 @@ def run_job(cfg: DictConfig, run_dir: Path, command: list[str] | None = None) ->
                 reason = line
             if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
                 with contextlib.suppress(Exception):  # the failure is reported already; this is the record
-                    write_failure_summary(run_dir, str(cfg.experiment.name), code, reason)
+                    write_failure_summary(run_dir, cfg.experiment.name, code, reason)
     if cfg.dry_run:  # Hydra made the run directory for it: a dry run leaves none behind (one that holds files stays)
         with contextlib.suppress(OSError):
             run_dir.rmdir()

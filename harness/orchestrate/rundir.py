@@ -184,7 +184,7 @@ class RunStatus(TypedDict):
     error: NotRequired[str]
 
 
-#: One scoring pass of the divergence (``scoring.<eval dir>``, harness.orchestrate.logprob_phase): its kind
+#: One scoring pass of the divergence (``scoring.<eval dir>``, harness.orchestrate.divergence_phase): its kind
 #: (``pass``: ref, ab, aa or launch; a keyword, hence the functional form), where it ran and how it went.
 ScoringRecord = TypedDict("ScoringRecord", {
     "pass": str, "arm": str, "role": str, "launch": str,

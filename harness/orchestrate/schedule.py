@@ -1,6 +1,6 @@
 """The order of a run's evals and scoring passes, and which of them need a server launch of their own.
 
-The divergence's scoring passes (:mod:`harness.orchestrate.logprob_phase`) ride on launches the evals hold, so
+The divergence's scoring passes (:mod:`harness.orchestrate.divergence_phase`) ride on launches the evals hold, so
 they cost no launch of their own wherever the design allows:
 
 * the **reference** pass right after the reference arm's repeat 1, on that eval's launch;

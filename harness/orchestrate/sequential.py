@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import ConfigError
+from harness.config import Config, ConfigError
 from harness.results.eval_store import StoreError, load_scored
 from harness.results.records import JSON, RecordError, finite_or_none, from_doc, to_doc
 from harness.results.schema import Comparison, Cost, SequentialRecord
@@ -47,16 +47,17 @@ SEQUENTIAL_TEST = "group-sequential launch-aware t-test (stage-wise p, Lan-DeMet
 SEQUENTIAL_CI = "repeated confidence interval of the deciding look"
 
 
-def design_of(cfg: Any) -> SequentialDesign:
+def design_of(cfg: Config) -> SequentialDesign:
     """The sequential design of a run config (``experiment`` and ``stats`` sections)."""
     x, s = cfg.experiment, cfg.stats
-    margin = None if s.get("margin_pp") is None else float(s.margin_pp) / 100
-    min_effect = None if s.get("min_effect_pp") is None else float(s.min_effect_pp) / 100
+    margin = None if s.margin_pp is None else s.margin_pp / 100
+    min_effect = None if s.min_effect_pp is None else s.min_effect_pp / 100
+    if x.max_repeats is None:
+        raise ConfigError("bad sequential design: experiment.max_repeats is not set")
     try:
-        return SequentialDesign(max_repeats=int(x.max_repeats), min_repeats=int(x.get("min_repeats", 2)),
-                                alpha=float(s.alpha), spending=str(s.get("spending", "obf")),
-                                hypothesis=str(s.get("hypothesis", "superiority")), margin=margin,
-                                futility=bool(s.get("futility", True)), min_effect=min_effect)
+        return SequentialDesign(max_repeats=x.max_repeats, min_repeats=x.min_repeats, alpha=s.alpha,
+                                spending=s.spending, hypothesis=s.hypothesis, margin=margin, futility=s.futility,
+                                min_effect=min_effect)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"bad sequential design: {e}") from None
 

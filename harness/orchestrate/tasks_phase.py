@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.analysis.comparison import compare_dirs
 from harness.analysis.multitask import TaskResult, apply_holm, compare_tasks
-from harness.config import task_specs
+from harness.config import Config, task_specs
 from harness.measure.evaluation import TaskBuilder
 from harness.results import schema
 from harness.results.schema import ArmNames, Comparison, TasksComparison
@@ -52,10 +52,10 @@ class RunTask:
         return lambda model_path: build(spec, data, model_path)
 
 
-def load_tasks(cfg: Any) -> list[RunTask]:
+def load_tasks(cfg: Config) -> list[RunTask]:
     """Every task of the config with its data, each built once so bad data or options stop before any server."""
     specs = task_specs(cfg)
-    several = bool(cfg.get("tasks"))
+    several = bool(cfg.tasks)
     out = []
     for where, spec in specs:
         data = load_data(spec)

@@ -16,6 +16,7 @@ resume (and a comparison) with one line naming the file and the line.
 
 from __future__ import annotations
 
+import copy
 import errno
 import hashlib
 import json
@@ -39,6 +40,8 @@ SAMPLES = schema.SAMPLES_FILE
 PROMPTS = schema.PROMPTS_FILE
 SUMMARY = schema.EVAL_SUMMARY_FILE
 META = schema.EVAL_FILE
+#: What eval.json records of each session (a resume on another server, or with fewer sockets, shows)
+SESSION_KEYS = ("url", "instance", "server", "parallel_used")
 
 
 def _describe_change(old: Any, new: Any) -> str:
@@ -113,8 +116,9 @@ class EvalStore:
                     done[rec.index] = rec
             resumes = int(old.get("resumes", 0)) + (1 if done else 0)
             # Each session's target is kept: a resume on another server instance (new port) is recorded.
-            sessions = [*old.get("sessions", []), {k: meta.get(k) for k in ("url", "instance", "server")}]
-            new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions}
+            sessions = [*old.get("sessions", []), {k: meta.get(k) for k in SESSION_KEYS}]
+            new: dict[str, Any] = {**old, "resumes": resumes, "sessions": sessions,
+                                   **({"parallel_used": meta["parallel_used"]} if "parallel_used" in meta else {})}
             # Rewrite without error rows, duplicates and torn lines, then append from there.
             atomic_write_text(self.root / SAMPLES,
                               "".join(json.dumps(r.to_row(), ensure_ascii=False) + "\n"
@@ -124,7 +128,7 @@ class EvalStore:
                               "".join(json.dumps(seen_prompts[i], ensure_ascii=False) + "\n"
                                       for i in sorted(seen_prompts) if i in done))
         else:
-            new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in ("url", "instance", "server")}]}
+            new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in SESSION_KEYS}]}
         self.meta = schema.stamp(schema.EVAL, new)
         self.save_meta()
         # unbuffered: a line is on disk (or its write failed) when append returns; nothing waits in a buffer
@@ -209,16 +213,43 @@ def load_eval(root: str | Path, check: integrity.RowCheck | None = None
     """(eval.json, samples, summary.json or None) of an eval directory, every row type-checked and, given the
     task's ``check``, its claims checked against its question (:func:`harness.results.integrity.verify`);
     StoreError (a SchemaError for a file of another kind or an unknown schema_version) when it cannot be read or a
-    row is not what it claims."""
+    row is not what it claims. A comparison reads each eval several times (its table, report, markdown, export):
+    the files are read and checked once per version of them (inode, size, mtime)."""
     root = Path(root)
     if not (root / META).exists():
         raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
+    key = (root.resolve(), _stamp(root), check)
+    if key not in _LOADED:
+        if len(_LOADED) >= 32:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = _load_eval(root, check)
+    meta, samples, summary = _LOADED[key]
+    return copy.deepcopy(meta), list(samples), copy.deepcopy(summary)
+
+
+def _stamp(root: Path) -> tuple[tuple[int, int, int], ...]:
+    out = []
+    for name in (META, SAMPLES, SUMMARY):
+        try:
+            st = (root / name).stat()
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((0, -1, 0))
+    return tuple(out)
+
+
+_Loaded = tuple[EvalMeta, tuple[SampleRecord, ...], EvalSummary | None]
+#: (directory, its files' stamps, the row check) -> what they hold, for the last 32 evals read
+_LOADED: dict[tuple[Path, tuple[tuple[int, int, int], ...], Any], _Loaded] = {}
+
+
+def _load_eval(root: Path, check: integrity.RowCheck | None) -> _Loaded:
     meta = schema.load_eval_meta(root / META)
     summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
     rows = integrity.read_rows(root / SAMPLES)
     if check is not None:
         integrity.verify(root / SAMPLES, rows, *check(root, meta))
-    return meta, [rows[i][1] for i in sorted(rows)], summary
+    return meta, tuple(rows[i][1] for i in sorted(rows)), summary
 
 
 def incomplete_reason(meta: EvalMeta, samples: list[SampleRecord], summary: EvalSummary | None) -> str | None:

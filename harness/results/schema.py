@@ -109,6 +109,8 @@ class EvalSession(TypedDict, total=False):
     url: str | None
     instance: str | None
     server: ServerFacts | None
+    #: requests in flight in this session (absent in evals written before it was recorded)
+    parallel_used: int | None
 
 
 class EvalMeta(TypedDict, total=False):
@@ -137,7 +139,11 @@ class EvalMeta(TypedDict, total=False):
     repeats: int
     api: str
     url: str
+    #: requests in flight asked for (``client.parallel``, ``--parallel``)
     parallel: int
+    #: requests in flight the last session used: ``parallel`` unless the open-file limit allowed fewer sockets
+    #: (absent in evals written before it was recorded)
+    parallel_used: int
     simulated: bool
     server: ServerFacts
     # set by abh run (extra_meta)

@@ -60,7 +60,7 @@ MAX_ERROR_EXAMPLES = 5
 
 
 #: ``scores.json``: the writer's own keys (see the module docstring), then those of the caller's meta that abh's
-#: scoring passes set (harness.measure.logprob_pass, harness.orchestrate.logprob_phase); functional syntax, for
+#: scoring passes set (harness.measure.divergence_pass, harness.orchestrate.divergence_phase); functional syntax, for
 #: the key ``pass``
 ScoresMeta = TypedDict("ScoresMeta", {
     "schema_version": int, "kind": str, "status": str, "reason": str | None,

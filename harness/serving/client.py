@@ -39,6 +39,7 @@ import aiohttp.http_exceptions
 import orjson
 
 from harness.results.records import JSONObject
+from harness.serving.settings import ClientSettings
 from harness.serving.untrusted import printable
 from harness.serving.wire import (
     API_NAMES,
@@ -84,64 +85,6 @@ def redirect_error(method: str, path: str, status: int, location: str | None) ->
     where = printable(location, one_line=True)[:200] if location else "no Location"
     return (f"{method} {path} answered HTTP {status}, a redirect to {where}: abh follows no redirect from an "
             "inference server (its credentials would follow); give the server's own URL")
-
-
-#: Requests in flight by default: SGLang's GSM8K run (``bench_sglang.py --parallel 1319``) sends every question at once.
-DEFAULT_PARALLEL = 1319
-
-
-@dataclass
-class ClientSettings:
-    """How the client talks to a server, whichever server it is: the ``client:`` config group's schema."""
-
-    #: requests in flight
-    parallel: int = DEFAULT_PARALLEL
-    #: whole-request timeout; requests may queue for minutes behind a full batch
-    request_timeout_s: float = 3600.0
-    #: retries of a request after a timeout, 429, 5xx or a dropped connection
-    retries: int = 3
-    #: first backoff between retries (doubling, with jitter)
-    backoff_s: float = 1.0
-    #: no answer for this long while requests are in flight: probe the server's health; if it does not answer,
-    #: the server is hung (:class:`ServerStalled`: stop it, exit 4). 0 turns the watchdog off.
-    stall_timeout_s: float = 180.0
-    #: OpenAI model name; empty: the first of ``/v1/models``
-    model: str = ""
-    #: sent as ``Authorization: Bearer`` with every request, never recorded; take it from the environment
-    #: (``client.api_key='${oc.env:OPENAI_API_KEY}'``), or name the variable in ``api_key_env``
-    api_key: str = field(default="", repr=False)
-    #: the environment variable holding the API key (read when the client is made, when ``api_key`` is empty)
-    api_key_env: str = ""
-    #: an answer larger than (1 MiB + the tokens the request can produce x this) is that request's error
-    #: ("response too large"): nothing huge is held or stored
-    max_bytes_per_token: int = 1024
-    #: once an answer's headers arrived, its whole body within this many seconds (a body trickled a byte at a
-    #: time is that request's error, retried)
-    read_timeout_s: float = 120.0
-    #: no answer to any request for this long while requests are in flight, even though the health endpoint
-    #: answers: the server is not serving (:class:`ServerStalled`, exit 4). 0 turns this off.
-    progress_timeout_s: float = 1200.0
-
-    def problems(self) -> list[str]:
-        """What is wrong with these values, one ``name ...`` line each (empty when valid): every number finite
-        and in range, so a bad value stops before any server starts."""
-        out: list[str] = []
-        for name, low, strict, whole in (("parallel", 1, False, True), ("request_timeout_s", 0, True, False),
-                                         ("retries", 0, False, True), ("backoff_s", 0, False, False),
-                                         ("stall_timeout_s", 0, False, False),
-                                         ("max_bytes_per_token", 1, False, True),
-                                         ("read_timeout_s", 0, True, False), ("progress_timeout_s", 0, False, False)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                    or (whole and v != int(v)):
-                out.append(f"{name} must be a finite {'whole ' if whole else ''}number, not {v!r}")
-            elif v < low or (strict and v == low):
-                out.append(f"{name} must be {'>' if strict else '>='} {low}, not {v!r}")
-        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
-            out.append(f"api_key_env must name an environment variable, not {self.api_key_env!r}")
-        elif self.api_key_env and not self.api_key and not os.environ.get(self.api_key_env):
-            out.append(f"api_key_env={self.api_key_env}: that environment variable is not set")
-        return out
 
 
 @dataclass(kw_only=True)

@@ -66,6 +66,24 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
     return graph
 
 
+def outside_imports(package_dir: Path) -> dict[str, set[str]]:
+    """``{module: top-level names of the packages outside ``package_dir`` it imports}`` (``omegaconf``,
+    ``aiohttp``, ``os`` ...), read the same way as :func:`import_graph`; relative imports are the package's own."""
+    modules = module_names(package_dir)
+    own = package_dir.resolve().name
+    out: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            out[mod].update(n.split(".")[0] for n in names if n.split(".")[0] != own)
+    return out
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}

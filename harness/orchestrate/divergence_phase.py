@@ -1,5 +1,5 @@
 """The scoring passes of ``abh run``: teacher-forced scoring passes of the reference arm's greedy texts (repeat 1),
-for the divergence (:mod:`harness.measure.logprob_pass`), each on a launch the evals hold
+for the divergence (:mod:`harness.measure.divergence_pass`), each on a launch the evals hold
 (:func:`harness.orchestrate.schedule.with_scoring` places them in the schedule).
 
 =============  ==================================  =====================================================
@@ -27,7 +27,7 @@ scored the same reference texts at the same ``top_k``, every question it was to 
 partial), against the reference pass as it is now (its ``pass_id`` and question count). A server that dies or
 hangs during a pass stops the run as in an eval (exit 4 with the server's last log lines): the questions scored
 so far are kept as a partial pass, and the rerun asks only the others
-(:func:`harness.measure.logprob_pass.score_pass_async`). A signal cancels the session of a pass (nothing of it
+(:func:`harness.measure.divergence_pass.score_pass_async`). A signal cancels the session of a pass (nothing of it
 is kept; the rerun scores it again, or resumes the partial pass it was resuming).
 """
 
@@ -36,10 +36,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from harness.config import client_settings
-from harness.measure.logprob_pass import ScoringOptions, score_pass_async
+from harness.config import Config
+from harness.measure.divergence_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
 from harness.orchestrate.schedule import Step, scoring_dirs
@@ -61,12 +59,12 @@ def _sha256(path: Path) -> str | None:
 class ScoringPhase:
     """Runs (or keeps) the scoring passes of one run, one schedule item at a time; see the module docstring."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, keys: dict[str, str], pool: ServerPool, manifest: Manifest,
+    def __init__(self, cfg: Config, run_dir: Path, keys: dict[str, str], pool: ServerPool, manifest: Manifest,
                  interrupts: Interrupts, log: RunLog):
         self.cfg, self.run_dir, self.keys = cfg, run_dir, keys
         self.pool, self.manifest, self.interrupts, self.log = pool, manifest, interrupts, log
-        self.reference = str(cfg.divergence.reference)
-        self.top_k = int(cfg.divergence.top_k)
+        self.reference = cfg.divergence.reference
+        self.top_k = cfg.divergence.top_k
 
     @property
     def ref_dir(self) -> Path:
@@ -137,9 +135,9 @@ class ScoringPhase:
                                  "status": "running"}
         scoring = {**(self.manifest.data.get("scoring") or {}), item.rel_dir: record}
         self.manifest.record("scoring", scoring)
-        ccfg = ClientConfig.of(client_settings(cfg), url=engine.url, api=engine.api)
-        opts = ScoringOptions(top_k=self.top_k, parallel=int(cfg.divergence.parallel), reference_scores=ref_scores,
-                              progress=bool(cfg.progress),
+        ccfg = ClientConfig.of(cfg.client, url=engine.url, api=engine.api)
+        opts = ScoringOptions(top_k=self.top_k, parallel=cfg.divergence.parallel, reference_scores=ref_scores,
+                              progress=cfg.progress,
                               abort_check=engine.alive, meta=meta)
         try:
             result = self.interrupts.run_async(score_pass_async(ref_eval, ccfg, out, opts))
