@@ -306,8 +306,7 @@ def test_no_comment_says_which_issue():
 
 
 def _definitions() -> list[tuple[str, ast.AST]]:
-    return [(str(p.relative_to(HARNESS)), node) for p in _modules()
-            for node in _nodes(p)]
+    return [(str(p.relative_to(HARNESS)), node) for p in _modules() for node in _nodes(p)]
 
 
 def test_no_class_name_is_defined_twice():

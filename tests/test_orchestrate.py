@@ -314,3 +314,31 @@ def test_the_trade_off_line_never_offers_a_restart_abh_cannot_do():
     theirs = "\n".join(format_design(d, 3, False, can_restart=False))
     assert "experiment.restart_per_repeat=true" in ours
     assert "restart_per_repeat" not in theirs and "`abh eval` each launch and `abh compare` the evals" in theirs
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_a_comparison_that_cannot_be_made_exits_alike_for_one_task_and_several(tmp_path: Path, several: bool):
+    """One finish: the same comparison failure is the same exit code whether the run has one task or several
+    (a settings or incomparable-evals error is the config's, 2; too few answers, the errors', 5)."""
+    from types import SimpleNamespace
+
+    from harness import exitcodes
+    from harness.analysis.compare_settings import CompareError, CompareSettingsError
+    from harness.analysis.comparison import IncomparableEvals, TooFewAnswered
+    from harness.orchestrate.pipeline import Run, RunFailure
+
+    cases = [(CompareSettingsError("alpha", "alpha must be in (0, 1)"), exitcodes.BAD_CONFIG, "stats.alpha"),
+             (IncomparableEvals("the evals asked different questions"), exitcodes.BAD_CONFIG, "different"),
+             (TooFewAnswered("0 answered", exitcodes.TOO_MANY_ERRORS), exitcodes.TOO_MANY_ERRORS, "Rerun"),
+             (TooFewAnswered("1 question asked", exitcodes.BAD_CONFIG), exitcodes.BAD_CONFIG, "num_questions"),
+             (CompareError("every answer errored"), exitcodes.TOO_MANY_ERRORS, "Rerun")]
+    for error, code, says in cases:
+        def fail(dirs: Any, error: Exception = error) -> Any:
+            raise error
+
+        run = SimpleNamespace(run_dir=tmp_path, several=several, manifest=SimpleNamespace(evals_of=lambda role: []),
+                              _conclude=fail, _conclude_tasks=fail)
+        with pytest.raises(RunFailure) as e:
+            Run.finish(run)  # type: ignore[arg-type]
+        assert e.value.code == code and says in str(e.value), (several, error, e.value)
+    assert not hasattr(Run, "finish_tasks")

@@ -45,8 +45,6 @@ ESTIMATOR = LAUNCH_ESTIMATOR
 #: the comparison's ``test`` when the sequential decision is its verdict
 SEQUENTIAL_TEST = "group-sequential launch-aware t-test (stage-wise p, Lan-DeMets boundaries)"
 SEQUENTIAL_CI = "repeated confidence interval of the deciding look"
-#: The reasons a look stops for (LookDecision.reason), other than reaching max_repeats.
-EARLY_REASONS = ("efficacy", "equivalence", "noninferiority", "futility")
 
 
 def design_of(cfg: Config) -> SequentialDesign:

@@ -237,11 +237,3 @@ def decide_look_arms(design: SequentialDesign, repeats: int, a: ArmRuns, b: ArmR
                        sentence=f"inconclusive {where}: {dec.verdict} without the unanswered questions, but {why}")
     return replace(dec, stop=False, verdict=None, reason="errors", details=details, repeats_saved=0,
                    sentence=f"continue {where}: {dec.verdict} without the unanswered questions, but {why}")
-
-
-def launch_look(design: SequentialDesign, repeats: int, a_launches: Sequence[np.ndarray],
-                b_launches: Sequence[np.ndarray], aa_launches: Sequence[np.ndarray] = ()) -> LookDecision:
-    """Estimate and decide the look after ``repeats`` repeats (the launches given are those of repeats
-    1..r, plus the A/A control's)."""
-    est = launch_look_estimate(a_launches, b_launches, aa_launches, design.alpha)
-    return decide_launch_look(design, repeats, est)
