@@ -261,6 +261,10 @@ def _same_but_added(before: Any, after: Any) -> bool:
     return bool(before == after)
 
 
+#: engine modules renamed since a run was recorded (the same server): old -> new
+_RENAMED = {"harness.simulator": "abh_simulator"}
+
+
 def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path,
                  dir_option: str = "hydra.run.dir") -> None:
     """Refuse (ConfigError) to resume a run directory that holds a run of a different config; ``dir_option``: how
@@ -268,7 +272,9 @@ def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path,
     old = recorded.get("config_sha256")
     if not old or old == digest["sha256"]:
         return
-    before, after = recorded.get("config_semantic") or {}, digest["semantic"]
+    before = {k: _RENAMED.get(v, v) if k.endswith("engine.module") and isinstance(v, str) else v
+              for k, v in (recorded.get("config_semantic") or {}).items()}
+    after = digest["semantic"]
     # a key the recorded run did not have was added to the schema since (a user cannot add unknown keys): its
     # default is how the older release behaved, so it is not a change
     changed = sorted(k for k in set(before) | set(after)
