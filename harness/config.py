@@ -83,6 +83,11 @@ class EngineConfig:
     fingerprint_files: list[str] = field(default_factory=list)
     #: After stop, wait this long at most for the port and GPU memory to be released.
     release_timeout_s: float = 300.0
+    #: Ask the engine for deterministic inference (the same output for the same request on every launch and
+    #: batch): SGLang --enable-deterministic-inference, vLLM VLLM_BATCH_INVARIANT=1, llama.cpp a fixed thread
+    #: count for prompt and generation; the simulated engine drops its run-to-run noise. The dry run says where
+    #: each engine promises it (harness.engines.base.Engine.deterministic_promise).
+    deterministic: bool = False
     #: GPUs one server of this engine holds, for the cost accounting (GPU-hours = server time x GPUs).
     #: None: derived (TP x PP x DP from the flags, else the visible devices; see harness.analysis.cost.count_gpus).
     gpus: int | None = None
@@ -307,6 +312,9 @@ class DivergenceConfig:
     #: The least share (0-1) of the questions the reference pass was to score that every pass must have scored
     #: for a verdict; below it (request errors, a server that died) the divergence is not_measured, with the reason.
     min_scored_share: float = DEFAULT_MIN_SCORED_SHARE
+    #: The no-op proof's first diverging tokens (``stats.hypothesis=identical``): a gap in the reference pass's
+    #: logprobs between the two candidate tokens at most this (nats) is a near-tie, above it a real divergence.
+    near_tie_nats: float = 0.5
     #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
     #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
     off_reason: str = ""
@@ -471,6 +479,21 @@ def _sequential_problems(cfg: Any) -> list[str]:
     return out
 
 
+def _identical_problems(cfg: Any) -> list[str]:
+    """What the no-op proof (``stats.hypothesis=identical``) needs: a floor (a second pass of arm A), one task,
+    a fixed number of repeats."""
+    x, out = cfg.experiment, []
+    if not x.get("aa_control") and int(x.get("repeats") or 1) < 2:
+        out.append("stats.hypothesis=identical needs an A/A floor: set experiment.aa_control=true (or "
+                   "experiment.repeats >= 2)")
+    if x.get("sequential"):
+        out.append("stats.hypothesis=identical with experiment.sequential=true: not supported (the proof needs "
+                   "every question of a fixed design)")
+    if cfg.get("tasks"):
+        out.append("stats.hypothesis=identical with several tasks: not supported (yet); run one task")
+    return out
+
+
 #: The comparison's settings (harness.analysis.comparison.compare_dirs' parameters) as the config keys that set them
 SETTING_KEYS = {"hypothesis": "stats.hypothesis", "margin": "stats.margin_pp", "min_effect": "stats.min_effect_pp",
                 "alpha": "stats.alpha", "max_error_rate": "stats.max_error_rate"}
@@ -486,12 +509,12 @@ def _stats_problems(cfg: Any) -> list[str]:
             out.append(f"stats.{key}={v:g} is in percentage points (1.0 = 1 pp), and {v:g} pp is below one "
                        f"question in a thousand: did you mean {v * 100:g}?")
     from harness.analysis.compare_settings import settings_problem
-    from harness.stats.verdict import HYPOTHESES
+    from harness.stats.verdict import NEEDS_MARGIN, QUESTIONS
 
     def frac(v: Any) -> float | None:
         return None if v is None else float(v) / 100
 
-    if s.hypothesis not in HYPOTHESES or (s.hypothesis != "superiority" and margin is None):
+    if s.hypothesis not in QUESTIONS or (s.hypothesis in NEEDS_MARGIN and margin is None):
         return out  # said by validate itself
     wrong = settings_problem(str(s.hypothesis), frac(margin), frac(effect), float(s.alpha), float(s.max_error_rate))
     if wrong is not None:
@@ -515,6 +538,7 @@ RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
     "task.num_shots": (0, None, False, True), "task.max_new_tokens": (0, None, False, True),
     "stats.seed": (0, 2**32 - 1, False, True), "divergence.top_k": (1, None, False, True),
     "divergence.parallel": (1, None, False, True), "divergence.min_scored_share": (0, 1, False, False),
+    "divergence.near_tie_nats": (0, None, False, False),
 }
 CHECK_RANGES: dict[str, tuple[float, float | None, bool, bool]] = {
     "min_count": (0, None, False, True), "max_new_tokens": (1, None, False, True),
@@ -676,7 +700,7 @@ def validate(cfg: Any) -> None:
         named = [f"{k} (did you mean {did_you_mean(k)}?)" if did_you_mean(k) else k for k in strays]
         problems.append(f"unknown config key(s): {', '.join(named)} (`abh run --cfg job` prints every key)")
     from harness.analysis.gate import FAIL_ON
-    from harness.stats.verdict import HYPOTHESES
+    from harness.stats.verdict import IDENTICAL, NEEDS_MARGIN, QUESTIONS
 
     fail_on = cfg.get("fail_on")
     if fail_on is not None and fail_on not in FAIL_ON:
@@ -730,10 +754,12 @@ def validate(cfg: Any) -> None:
     s = cfg.stats
     if s.correction not in ("holm", "bh"):
         problems.append("stats.correction must be holm or bh")
-    if s.hypothesis not in HYPOTHESES:
-        problems.append(f"stats.hypothesis must be one of {', '.join(HYPOTHESES)}, not {s.hypothesis!r}")
-    elif s.hypothesis != "superiority" and s.margin_pp is None:
+    if s.hypothesis not in QUESTIONS:
+        problems.append(f"stats.hypothesis must be one of {', '.join(QUESTIONS)}, not {s.hypothesis!r}")
+    elif s.hypothesis in NEEDS_MARGIN and s.margin_pp is None:
         problems.append(f"stats.hypothesis={s.hypothesis} needs stats.margin_pp")
+    elif s.hypothesis == IDENTICAL:
+        problems += _identical_problems(cfg)
     problems += _stats_problems(cfg)
     d = cfg.get("divergence")
     if d is not None:

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from harness import exitcodes, stats
-from harness.analysis import determinism
+from harness.analysis import determinism, identity
 from harness.analysis.compare_settings import CompareError, settings_problem
 from harness.analysis.launch_ids import NOTES, launch_ids
 from harness.results import schema
@@ -53,7 +53,7 @@ from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary
 from harness.stats.accuracy import Analysis
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, IDENTICAL
 from harness.tasks.row_check import row_check
 
 KIND = schema.COMPARISON
@@ -317,7 +317,9 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
     for r in b_runs:
         fails += _failures(r, "B")
     try:
-        cmp = stats.compare_arms(A, B, aa=AA, hypothesis=hypothesis, alpha=alpha, margin=margin,
+        # the no-op question is decided on the outputs (identity, below); the accuracy beside it is superiority's
+        cmp = stats.compare_arms(A, B, aa=AA, hypothesis="superiority" if hypothesis == IDENTICAL else hypothesis,
+                                 alpha=alpha, margin=margin,
                                  min_effect=min_effect, failures=fails, max_error_rate=max_error_rate)
     except ValueError as e:
         raise too_few_answered(e, A, B, n_total, max_error_rate) from None
@@ -357,7 +359,7 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
                                                                                       strict=True)],
                                            "b": [(lid, r.outputs) for lid, r in zip(b_ids, b_runs, strict=True)]},
                                           temps.pop() if len(temps) == 1 else None)
-    return Comparison(
+    out = Comparison(
         simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs),
         hypothesis=hypothesis,
         verdict=v.word,
@@ -421,6 +423,10 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
         assumptions=[NO_LAUNCH_SHIFT] if assume_no_launch_shift else [],
         launch_ids_missing=missing_ids,
     )
+    if hypothesis != IDENTICAL:
+        return out
+    return identity.apply(out, identity.prove_dirs([r.dir for r in a_runs], [r.dir for r in b_runs],
+                                                   [r.dir for r in aa_runs], alpha=alpha))
 
 
 #: ``assumptions`` entry of ``--assume-no-launch-shift`` (``stats.assume_no_launch_shift``)

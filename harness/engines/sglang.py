@@ -110,6 +110,11 @@ class SGLangEngine(LaunchedEngine):
     ready_what = "GET /health_generate = 200"
     probe_timeout_s = 60.0
     stack_probe = True
+    deterministic_flags = ("--enable-deterministic-inference",)
+    deterministic_promise = (
+        "--enable-deterministic-inference (batch-invariant ops): GPUs with the FlashInfer, FlashAttention 3 or "
+        "Triton attention backend only (docs.sglang.io/advanced_features/deterministic_inference.html); "
+        "the preflight has each arm's own SGLang parse the flag")
 
     def server_args(self) -> list[str]:
         args: list[str] = []

@@ -19,6 +19,9 @@ VERDICT_LABELS = {
     "noninferior": "NON-INFERIOR",
     "inconclusive": "INCONCLUSIVE",
     "not_comparable": "NOT COMPARABLE",
+    "identical": "IDENTICAL",
+    "differs": "DIFFERS",
+    "not_deterministic": "NOT DETERMINISTIC",
 }
 
 
@@ -122,6 +125,10 @@ def verdict_detail(c: Comparison) -> list[str]:
         out.append(f"launch variance: sd {pp(lv.sd, signed=False)} per launch; {lv.source}")
     if d.cannot_resolve:
         out.append(f"cannot resolve: {d.cannot_resolve}")
+    if c.identity is not None:
+        from harness.report.identity_section import detail
+
+        out += detail(c.identity)
     if c.test:
         out.append(f"decided by: {test_text(c)}" + (f" (α = {c.test_alpha:g})" if c.test_alpha is not None else ""))
     e = c.errors
