@@ -61,9 +61,9 @@ def _table(questions, rows, offsets_text=True) -> ScoreTable:
     k = max(len(t) for q in rows for _, _, t in q)
     tok, lp, ids, lps, offs, qs, off = [], [], [], [], [], [], [0]
     for q, toks in zip(questions, rows, strict=True):
-        for pos, (t, l, top) in enumerate(toks):
+        for pos, (t, logp, top) in enumerate(toks):
             tok.append(t)
-            lp.append(l)
+            lp.append(logp)
             ids.append([i for i, _ in top] + [PAD_ID] * (k - len(top)))
             lps.append([v for _, v in top] + [-np.inf] * (k - len(top)))
             offs.append([0, 2, 3, 4][pos])

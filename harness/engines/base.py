@@ -205,10 +205,15 @@ class Engine:
         """The flags of deterministic inference (none unless ``engine.deterministic``)."""
         return list(self.deterministic_flags) if self.deterministic else []
 
+    def deterministic_caveat(self) -> str | None:
+        """Why this launch may fall outside the engine's promise (None: nothing known against it)."""
+        return None
+
     def deterministic_record(self) -> JSONObject:
         """What the manifest records of deterministic inference for this arm."""
         return {"requested": self.deterministic, "flags": list(self.deterministic_args()),
-                "env": dict(self.deterministic_env) if self.deterministic else {}, "promise": self.deterministic_promise}
+                "env": dict(self.deterministic_env) if self.deterministic else {}, "promise": self.deterministic_promise,
+                "caveat": self.deterministic_caveat() if self.deterministic else None}
 
     def user_args(self) -> list[str]:
         """The server flags of the config (engine and arm ``args``); none for a server abh does not start."""

@@ -303,8 +303,9 @@ class Run:
         print("\ndeterministic inference (engine.deterministic):")
         for role, key in self.keys.items():
             e = self.engines[key]
+            caveat = e.deterministic_caveat() if e.deterministic else None
             print(printable(f"  arm {role}: {'requested' if e.deterministic else 'not requested'}; {e.kind} promises "
-                            f"it: {e.deterministic_promise}"))
+                            f"it: {e.deterministic_promise}" + (f"; CAVEAT: {caveat}" if caveat else "")))
         print("\nwhat differs between the arms:")
         for d in diffs or [{"key": "(nothing)", "values": {}}]:
             print(printable(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items())))
