@@ -510,6 +510,8 @@ def format_summary(c: Comparison) -> str:
     if c.psi_aa is not None and c.noise_band is not None:
         lines.append(f"  A/A: psi_AA {_pp(c.psi_aa, False)} % ({c.psi_aa_source}), noise band of delta "
                      f"±{_pp(c.noise_band[1], False)} pp")
+    if c.identity is not None:
+        lines += [f"  {line}" for line in identity.detail(c.identity)]
     identical = determinism.summary_line(c.identical_outputs or {})
     if identical:
         lines.append(f"  {identical}")

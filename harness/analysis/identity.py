@@ -230,3 +230,27 @@ def with_passes(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Sequence[st
     if c.identity is None:
         return c
     return apply(c, prove_dirs(a_dirs, b_dirs, aa_dirs, passes, alpha=c.alpha, near_tie_nats=near_tie_nats))
+
+
+# ------------------------------------------------------------------ in words (terminal, report)
+def counts_text(c: PartingCounts) -> str:
+    """``3 parted: 1 near-tie, 2 real divergences, 0 unclassified``."""
+    return (f"{c.parted} parted: {c.near_tie} near-tie, {c.divergence} real "
+            f"divergence{'s' if c.divergence != 1 else ''}, {c.unclassified} unclassified")
+
+
+def bound_text(i: Identity) -> str:
+    return (f"per-question difference rate ≤ {100 * i.upper_bound:.2f} % ({100 * (1 - i.alpha):g} %, exact)"
+            if i.upper_bound is not None else "no bound")
+
+
+def detail(i: Identity) -> list[str]:
+    """The proof's lines under the verdict."""
+    out = [f"no-op proof over {i.questions} questions: {i.differing} differ between A and B; {bound_text(i)}",
+           f"first diverging token (near-tie: a logprob gap of at most {i.near_tie_nats:g} nats in the reference "
+           f"pass): A/B {counts_text(i.counts)}; A/A {counts_text(i.counts_aa)}",
+           f"floor: {i.floor_passes} further pass(es) of A compared; logprobs {i.floor_logprobs.replace('_', ' ')}"
+           + (f"; first difference: {i.floor_difference}" if i.floor_difference else "")]
+    if i.logprobs_ab != "not_scored":
+        out.append(f"B's scoring pass against A's reference pass: logprobs {i.logprobs_ab}")
+    return out

@@ -4,22 +4,13 @@ the questions whose outputs part, each with where, both tokens and the near-tie 
 
 from __future__ import annotations
 
-from harness.report import words
-from harness.results.schema import Identity, Parting, PartingCounts
+from harness.analysis.identity import bound_text, counts_text, detail
+from harness.results.schema import Identity, Parting
+
+__all__ = ["HEADER", "MAX_ROWS", "detail", "headline_rest", "rows"]  # detail: the proof's lines, owned by analysis.identity
 
 #: partings shown in the markdown and the report (comparison.json lists them all)
 MAX_ROWS = 50
-
-
-def counts_text(c: PartingCounts) -> str:
-    """``3 parted: 1 near-tie, 2 real divergences, 0 unclassified``."""
-    return (f"{c.parted} parted: {c.near_tie} near-tie, {c.divergence} real "
-            f"divergence{'s' if c.divergence != 1 else ''}, {c.unclassified} unclassified")
-
-
-def bound_text(i: Identity) -> str:
-    return (f"per-question difference rate ≤ {words.pct(i.upper_bound)} ({100 * (1 - i.alpha):g} %, exact)"
-            if i.upper_bound is not None else "no bound")
 
 
 def headline_rest(i: Identity) -> str:
@@ -35,18 +26,6 @@ def headline_rest(i: Identity) -> str:
         return (f": the A/A floor is not zero (A/A {counts_text(i.counts_aa)}; A/B {counts_text(i.counts)}); "
                 f"first: {i.floor_difference}")
     return f": {i.reason}"
-
-
-def detail(i: Identity) -> list[str]:
-    """The proof's lines under the verdict."""
-    out = [f"no-op proof over {i.questions} questions: {i.differing} differ between A and B; {bound_text(i)}",
-           f"first diverging token (near-tie: a logprob gap of at most {i.near_tie_nats:g} nats in the reference "
-           f"pass): A/B {counts_text(i.counts)}; A/A {counts_text(i.counts_aa)}",
-           f"floor: {i.floor_passes} further pass(es) of A compared; logprobs {i.floor_logprobs.replace('_', ' ')}"
-           + (f"; first difference: {i.floor_difference}" if i.floor_difference else "")]
-    if i.logprobs_ab != "not_scored":
-        out.append(f"B's scoring pass against A's reference pass: logprobs {i.logprobs_ab}")
-    return out
 
 
 def _where(p: Parting) -> str:

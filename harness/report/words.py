@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.analysis.identity import detail as identity_detail
 from harness.results.schema import Comparison, SweepSummary
 from harness.stats.verdict import at_floor
 
@@ -126,9 +127,7 @@ def verdict_detail(c: Comparison) -> list[str]:
     if d.cannot_resolve:
         out.append(f"cannot resolve: {d.cannot_resolve}")
     if c.identity is not None:
-        from harness.report.identity_section import detail
-
-        out += detail(c.identity)
+        out += identity_detail(c.identity)
     if c.test:
         out.append(f"decided by: {test_text(c)}" + (f" (α = {c.test_alpha:g})" if c.test_alpha is not None else ""))
     e = c.errors
