@@ -116,3 +116,13 @@ def test_identical_outputs_with_floor_logprobs_that_differ_are_not_deterministic
               floor=_table([0], wobble))
     assert i.verdict == "not_deterministic" and i.floor_logprobs == "differ"
     assert i.floor_difference is not None and i.floor_difference.startswith("logprobs, question 0, position 3")
+
+
+@pytest.mark.parametrize("verdict,regressed,not_noninferior,any_difference", [
+    ("identical", False, False, False), ("differs", False, True, True), ("not_deterministic", False, True, False)])
+def test_the_gate_reads_the_proofs_verdicts(verdict, regressed, not_noninferior, any_difference):
+    from harness.analysis.gate import gate_fails
+
+    assert gate_fails(verdict, "regressed") is regressed
+    assert gate_fails(verdict, "not-noninferior") is not_noninferior
+    assert gate_fails(verdict, "any-difference") is any_difference
