@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from helpers.runs import abh_run, abh_run_here
 
+from harness.cli.main import main as abh
 from harness.results.fileio import read_json
 
 N = 30
@@ -36,6 +37,16 @@ def test_identical_with_its_bound_and_the_floor_logprobs(tmp_path, capsys):
     m = read_json(tmp_path / "same" / "manifest.json")
     assert m["arms"]["a"]["deterministic"]["requested"] is True
     assert "--deterministic" in m["arms"]["a"]["launch"]["argv"]
+    # abh compare of the same evals (their scoring passes beside them) gives the same proof
+    ev = tmp_path / "same" / "evals"
+    common = ["--a", str(ev / "a/r1"), "--b", str(ev / "b/r1"), "--hypothesis", "identical"]
+    assert abh(["compare", *common, "--out", str(tmp_path / "cmp")]) == 2  # no floor
+    assert "needs an A/A floor" in capsys.readouterr().err
+    assert abh(["compare", *common, "--aa", str(ev / "aa/r1"), "--aa", str(ev / "aa/r2"),
+                "--out", str(tmp_path / "cmp")]) == 0
+    again = read_json(tmp_path / "cmp" / "comparison.json")["identity"]
+    assert {k: again[k] for k in ("verdict", "upper_bound", "floor_logprobs", "logprobs_ab")} == {
+        k: i[k] for k in ("verdict", "upper_bound", "floor_logprobs", "logprobs_ab")}
 
 
 def test_a_changed_arm_differs_with_every_question_listed(tmp_path, capsys):

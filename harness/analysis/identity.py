@@ -145,8 +145,8 @@ def _scores_difference(ref: ScoreTable, other: ScoreTable) -> str | None:
 
 def _parting_words(p: Parting, other: str) -> str:
     where = f"token position {p.position}" if p.position is not None else f"character {p.char}"
-    toks = (f" (ids {p.token_a} vs {p.token_b})" if p.token_b is not None else
-            f" (id {p.token_a})" if p.token_a is not None else "")
+    toks = (f" (token ids {p.token_a} vs {p.token_b})" if p.token_b is not None else
+            f" (A's token id {p.token_a})" if p.token_a is not None else "")
     return f"question {p.question}, {where}: A {p.text_a!r} vs {other} {p.text_b!r}{toks}"
 
 

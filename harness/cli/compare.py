@@ -39,7 +39,7 @@ from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.fileio import OutputError, PlantedLink, check_dir
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.serving.untrusted import printable
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, QUESTIONS
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, IDENTICAL, QUESTIONS
 from harness.tasks.row_check import row_check
 from harness.util.paths import output_problem
 from harness.util.redact import redact_argv
@@ -167,6 +167,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     # an --aa directory with a scoring pass and no eval is the divergence's floor only, not an accuracy run
     aa_evals = [d for d in args.aa if not (has_pass(d) and not (d / schema.EVAL_FILE).exists())]
+    if args.hypothesis == IDENTICAL and not aa_evals and len(args.a) < 2:
+        print("abh compare: --hypothesis identical needs an A/A floor: a second eval of arm A's configuration "
+              "(--aa DIR, or a second --a)", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     try:
         evals = {role: _load_evals(dirs, args.allow_incomplete)
                  for role, dirs in (("a", args.a), ("b", args.b), ("aa", aa_evals))}
