@@ -7,7 +7,8 @@ from __future__ import annotations
 from harness.analysis.identity import bound_text, counts_text, detail
 from harness.results.schema import Identity, Parting
 
-__all__ = ["HEADER", "MAX_ROWS", "detail", "headline_rest", "rows"]  # detail: the proof's lines, owned by analysis.identity
+#: the proof's lines are analysis.identity's (the terminal prints them too); the report shows them from here
+__all__ = ["HEADER", "MAX_ROWS", "detail", "headline_rest", "rows"]
 
 #: partings shown in the markdown and the report (comparison.json lists them all)
 MAX_ROWS = 50
