@@ -82,12 +82,14 @@ REF_FAR = [[(1, -0.1, [(1, -0.1)]), (2, -0.1, [(2, -0.1)]), (3, -0.1, [(3, -0.1)
             (4, -0.2, [(4, -0.2), (9, -3.0)])]]
 REF_OUT = [[(1, -0.1, [(1, -0.1)]), (2, -0.1, [(2, -0.1)]), (3, -0.1, [(3, -0.1)]),
             (4, -0.1, [(4, -0.1), (7, -0.3)])]]  # B's token 9 is not in A's top-2: the gap is a bound (>= 0.2)
+REF_ABOVE = [[(1, -0.1, [(1, -0.1)]), (2, -0.1, [(2, -0.1)]), (3, -0.1, [(3, -0.1)]),
+              (4, -1.5, [(9, -0.3), (4, -1.5)])]]  # teacher-forced, A ranks B's token above its own greedy one
 B_PASS = [[(1, -0.1, [(1, -0.1)]), (2, -0.1, [(2, -0.1)]), (3, -0.1, [(3, -0.1)]),
            (4, -0.9, [(9, -0.5), (4, -0.9)])]]
 
 
 @pytest.mark.parametrize("ref,kind,gap,bound", [(REF_NEAR, "near_tie", 0.3, False), (REF_FAR, "divergence", 2.8, False),
-                                                (REF_OUT, None, 0.2, True)])
+                                                (REF_OUT, None, 0.2, True), (REF_ABOVE, "divergence", -1.2, False)])
 def test_first_diverging_token_is_classified_by_the_reference_logprob_gap(ref, kind, gap, bound):
     i = prove([{0: TEXT_A}], [{0: TEXT_B}], [{0: TEXT_A}], ref=_table([0], ref), ab=_table([0], B_PASS),
               floor=_table([0], ref))

@@ -95,7 +95,9 @@ def _classify(q: int, c: int, ta: str, tb: str, ref: ScoreTable | None, other: S
         if finite.size == 0:
             return replace(base, token_b=tok_b)
         gap, bound = lp_a - float(finite.min()), True
-    kind = "divergence" if gap > near_tie else ("near_tie" if not bound else None)
+    # within near_tie of each other either way (teacher-forced scoring can rank B's token above A's own greedy
+    # choice); a bound (B's token outside A's top-k) only shows a divergence
+    kind = "divergence" if abs(gap) > near_tie else ("near_tie" if not bound else None)
     return replace(base, token_b=tok_b, gap=gap, gap_is_bound=bound, kind=kind)
 
 

@@ -611,7 +611,8 @@ class Parting(Record):
     position: int | None = None
     token_a: int | None = None
     token_b: int | None = None
-    #: nats, the reference pass's logprob of token_a minus that of token_b
+    #: nats, the reference pass's logprob of token_a minus that of token_b (negative: it ranks token_b higher; |gap|
+    #: against Identity.near_tie_nats decides the kind)
     gap: float | None = None
     #: token_b is not in the reference pass's top-k: ``gap`` is a lower bound
     gap_is_bound: bool = False
