@@ -46,6 +46,9 @@ class SimConfig:
                                "as dynamic batching does), 'launch' (once per server launch: passes on one "
                                "launch repeat verbatim) or 'mixed' (half the flip rate each way)",
                        choices=NOISE_MODES)
+    deterministic: bool = _knob(False, "deterministic inference (as SGLang's --enable-deterministic-inference promises): "
+                                       "no run-to-run noise (flip_rate and logprob_noise taken as 0, a fixed run "
+                                       "seed), so every launch answers and scores each request identically")
     invalid_rate: float = _knob(0.0, "share of outputs with no digits")
     latency_s: float = _knob(0.0, "service time per request, seconds")
     max_running_requests: int = _knob(0, "requests served at once, others queue (0 = unlimited)")
@@ -98,6 +101,12 @@ class SimConfig:
         if self.routed_experts_bug and self.topk < 2:
             out.append("topk must be >= 2 with routed_experts_bug (k-1 routed ids plus the shared marker)")
         return out
+
+    def effective(self) -> SimConfig:
+        """The knobs a launch runs with: with ``deterministic``, no run-to-run noise and a fixed run seed."""
+        if not self.deterministic:
+            return self
+        return dataclasses.replace(self, flip_rate=0.0, logprob_noise=0.0, run_seed=0)
 
     def validate(self) -> None:
         problems = self.problems()

@@ -68,7 +68,7 @@ class SimState:
 
     def __init__(self, cfg: SimConfig, argv: list[str] | None = None):
         cfg.validate()
-        self.cfg = cfg
+        self.cfg = cfg = cfg.effective()
         self.argv = list(argv) if argv is not None else list(sys.argv)
         self.rows = load_rows(cfg.data)
         path = data_file(cfg.data)

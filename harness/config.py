@@ -88,6 +88,11 @@ class EngineConfig:
     fingerprint_files: list[str] = field(default_factory=list)
     #: After stop, wait this long at most for the port and GPU memory to be released.
     release_timeout_s: float = ranged(300.0, 0)
+    #: Ask the engine for deterministic inference (the same output for the same request on every launch and
+    #: batch): SGLang --enable-deterministic-inference, vLLM VLLM_BATCH_INVARIANT=1, llama.cpp a fixed thread
+    #: count for prompt and generation; the simulated engine drops its run-to-run noise. The dry run says where
+    #: each engine promises it (harness.engines.base.Engine.deterministic_promise).
+    deterministic: bool = False
     #: GPUs one server of this engine holds, for the cost accounting (GPU-hours = server time x GPUs).
     #: None: derived (TP x PP x DP from the flags, else the visible devices; see harness.analysis.cost.count_gpus).
     gpus: int | None = ranged(None, 0, whole=True)
@@ -313,6 +318,9 @@ class DivergenceConfig:
     #: The least share (0-1) of the questions the reference pass was to score that every pass must have scored
     #: for a verdict; below it (request errors, a server that died) the divergence is not_measured, with the reason.
     min_scored_share: float = ranged(DEFAULT_MIN_SCORED_SHARE, 0, 1)
+    #: The no-op proof's first diverging tokens (``stats.hypothesis=identical``): a gap in the reference pass's
+    #: logprobs between the two candidate tokens at most this (nats) is a near-tie, above it a real divergence.
+    near_tie_nats: float = ranged(0.5, 0)
     #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
     #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
     off_reason: str = ""
@@ -604,14 +612,14 @@ def _stats_problems(s: StatsConfig) -> list[str]:
     """What the ``stats.*`` settings mean together and in their unit (percentage points): the comparison's own
     ranges (analysis.compare_settings, which abh compare, abh ab and abh power use too)."""
     from harness.analysis.compare_settings import settings_problem
-    from harness.stats.verdict import HYPOTHESES
+    from harness.stats.verdict import NEEDS_MARGIN, QUESTIONS
 
     out: list[str] = []
     if s.correction not in ("holm", "bh"):
         out.append("stats.correction must be holm or bh")
-    if s.hypothesis not in HYPOTHESES:
-        return out + [f"stats.hypothesis must be one of {', '.join(HYPOTHESES)}, not {s.hypothesis!r}"]
-    if s.hypothesis != "superiority" and s.margin_pp is None:
+    if s.hypothesis not in QUESTIONS:
+        return out + [f"stats.hypothesis must be one of {', '.join(QUESTIONS)}, not {s.hypothesis!r}"]
+    if s.hypothesis in NEEDS_MARGIN and s.margin_pp is None:
         return out + [f"stats.hypothesis={s.hypothesis} needs stats.margin_pp"]
     for key, v in (("margin_pp", s.margin_pp), ("min_effect_pp", s.min_effect_pp)):
         if isinstance(v, int | float) and 0 < v < 0.1:
@@ -623,6 +631,21 @@ def _stats_problems(s: StatsConfig) -> list[str]:
     frac = [None if v is None else float(v) / 100 for v in values[:2]]
     wrong = settings_problem(s.hypothesis, frac[0], frac[1], float(s.alpha), float(s.max_error_rate))
     return out + ([f"{SETTING_KEYS[wrong.setting]}: {wrong}"] if wrong is not None else [])
+
+
+def _identical_problems(config: Config) -> list[str]:
+    """What the no-op proof (``stats.hypothesis=identical``) needs: a floor (a second pass of arm A), one task,
+    a fixed number of repeats."""
+    x, out = config.experiment, []
+    if not x.aa_control and x.repeats < 2:
+        out.append("stats.hypothesis=identical needs an A/A floor: set experiment.aa_control=true (or "
+                   "experiment.repeats >= 2)")
+    if x.sequential:
+        out.append("stats.hypothesis=identical with experiment.sequential=true: not supported (the proof needs "
+                   "every question of a fixed design)")
+    if config.tasks:
+        out.append("stats.hypothesis=identical with several tasks: not supported (yet); run one task")
+    return out
 
 
 def _arm_problems(key: str, arm: ArmConfig) -> list[str]:
@@ -687,6 +710,8 @@ def _problems(config: Config) -> list[str]:
         if e.kind == "simulated":
             out += _simulated_problems(e, "engine")
     out += _sequential_problems(config) + _stats_problems(config.stats)
+    if config.stats.hypothesis == "identical":
+        out += _identical_problems(config)
     if config.divergence.reference not in ("a", "b"):
         out.append("divergence.reference must be a or b (whose greedy texts are scored), "
                    f"not {config.divergence.reference!r}")

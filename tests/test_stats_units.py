@@ -39,7 +39,7 @@ def test_verdict_rules_superiority():
     v = S.decide(ev(0.05, 1e-9, (0.04, 0.06)), error_rate=0.03, max_error_rate=0.02)
     assert v.word == "not_comparable" and "3.00 %" in v.reason
     assert set(S.VERDICTS) == {"improved", "regressed", "equivalent", "noninferior", "inconclusive",
-                               "not_comparable"}
+                               "not_comparable", "identical", "differs", "not_deterministic"}
     with pytest.raises(ValueError):
         S.decide(ev(0, 1, (-1, 1)), hypothesis="noninferiority")      # needs a margin
     with pytest.raises(ValueError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from harness.stats.verdict import HYPOTHESES
+from harness.stats.verdict import NEEDS_MARGIN, QUESTIONS
 
 __all__ = ["CompareError", "CompareSettingsError", "settings_problem"]
 
@@ -27,9 +27,9 @@ class CompareSettingsError(CompareError):
 def settings_problem(hypothesis: str, margin: float | None, min_effect: float | None, alpha: float,
                      max_error_rate: float) -> CompareSettingsError | None:
     """The first setting of a comparison that is out of its range (fractions, not pp), or None."""
-    if hypothesis not in HYPOTHESES:
-        return CompareSettingsError("hypothesis", f"unknown hypothesis {hypothesis!r} ({' | '.join(HYPOTHESES)})")
-    if hypothesis != "superiority" and margin is None:
+    if hypothesis not in QUESTIONS:
+        return CompareSettingsError("hypothesis", f"unknown hypothesis {hypothesis!r} ({' | '.join(QUESTIONS)})")
+    if hypothesis in NEEDS_MARGIN and margin is None:
         return CompareSettingsError("margin", f"hypothesis {hypothesis} needs a margin")
     if margin is not None and not (math.isfinite(margin) and 0 < margin <= 1):
         return CompareSettingsError("margin", f"the margin must be in (0, 100] pp, not {margin * 100:g}")

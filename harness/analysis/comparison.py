@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from harness import exitcodes, stats
-from harness.analysis import determinism
+from harness.analysis import determinism, identity
 from harness.analysis.compare_settings import CompareError, settings_problem
 from harness.analysis.launch_ids import NOTES, launch_ids
 from harness.results import schema
@@ -53,7 +53,7 @@ from harness.results.eval_store import ScoredEval, StoreError, load_scored
 from harness.results.records import JSON
 from harness.results.schema import ArmResult, Arms, Comparison, EvalMeta, EvalSummary, IdenticalOutputs
 from harness.stats.accuracy import Analysis
-from harness.stats.verdict import ALPHA, DEFAULT_MAX_ERROR_RATE
+from harness.stats.verdict import ALPHA, DEFAULT_MAX_ERROR_RATE, IDENTICAL
 from harness.tasks.row_check import row_check
 
 KIND = schema.COMPARISON
@@ -317,7 +317,9 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
     for r in b_runs:
         fails += _failures(r, "B")
     try:
-        cmp = stats.compare_arms(A, B, aa=AA, hypothesis=hypothesis, alpha=alpha, margin=margin,
+        # the no-op question is decided on the outputs (identity, below); the accuracy beside it is superiority's
+        cmp = stats.compare_arms(A, B, aa=AA, hypothesis="superiority" if hypothesis == IDENTICAL else hypothesis,
+                                 alpha=alpha, margin=margin,
                                  min_effect=min_effect, failures=fails, max_error_rate=max_error_rate)
     except ValueError as e:
         raise too_few_answered(e, A, B, n_total, max_error_rate) from None
@@ -341,7 +343,7 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
     noise = stats.noise_band(psi_aa, n, la, lb, alpha) if psi_aa is not None else None
     test, p, test_alpha = _basis(v, res, alpha)
     ident = _identical_outputs(a_runs + aa_runs, b_runs, a_ids, b_ids)
-    return Comparison(
+    out = Comparison(
         simulated=any(_is_simulated(r) for r in a_runs + b_runs + aa_runs), hypothesis=hypothesis,
         verdict=v.word, verdict_reason=v.reason, test=test, p=p, test_alpha=test_alpha,
         p_floor=res.p_floor if v.basis == "superiority" else None,
@@ -380,6 +382,10 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
         assumptions=[NO_LAUNCH_SHIFT] if assume_no_launch_shift else [],
         launch_ids_missing=missing_ids,
     )
+    if hypothesis != IDENTICAL:
+        return out
+    return identity.apply(out, identity.prove_dirs([r.dir for r in a_runs], [r.dir for r in b_runs],
+                                                   [r.dir for r in aa_runs], alpha=alpha))
 
 
 def _arm_result(arm: stats.ArmRuns, means: np.ndarray, runs: list[ScoredEval], keep: np.ndarray, alpha: float,
@@ -485,6 +491,8 @@ def format_summary(c: Comparison) -> str:
     if c.psi_aa is not None and c.noise_band is not None:
         lines.append(f"  A/A: psi_AA {_pp(c.psi_aa, False)} % ({c.psi_aa_source}), noise band of delta "
                      f"±{_pp(c.noise_band[1], False)} pp")
+    if c.identity is not None:
+        lines += [f"  {line}" for line in identity.detail(c.identity)]
     identical = determinism.summary_line(c.identical_outputs or {})
     if identical:
         lines.append(f"  {identical}")

@@ -143,7 +143,8 @@ def _question_kld(ref: ScoreTable, cmp: ScoreTable) -> np.ndarray:
 PassSource = str | Path | ScoreTable
 
 
-def _scores(d: PassSource) -> ScoreTable:
+def pass_table(d: PassSource) -> ScoreTable:
+    """A pass as its table (read from its directory unless already loaded)."""
     return d if isinstance(d, ScoreTable) else load_scores(d)
 
 
@@ -161,7 +162,7 @@ def _launch_passes(dirs: Sequence[PassSource], ref: ScoreTable, used: dict[str, 
     for d in dirs:
         name = str(_name(d))
         try:
-            t = _scores(d)
+            t = pass_table(d)
         except NotMeasured as e:
             skipped[name] = f"not scored: {e.reason}"
             continue
@@ -435,7 +436,7 @@ class _Unmeasured(Exception):
 
 def _read_pass(d: PassSource, not_scored: str, scores: str) -> ScoreTable:
     try:
-        return _scores(d)
+        return pass_table(d)
     except NotMeasured as e:
         raise _Unmeasured(f"{not_scored}: {e.reason}") from None
     except (ScoresError, OSError, ValueError) as e:
@@ -479,6 +480,17 @@ def has_pass(d: str | Path) -> bool:
     return (Path(d) / SCORES_META).is_file()
 
 
+def pass_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path], aa_dirs: Sequence[str | Path] = ()
+              ) -> tuple[Path, Path | None, Path | None, list[Path], list[Path]]:
+    """The passes of a comparison of these eval directories: (reference, compared, floor, A's further passes,
+    B's further passes), as :func:`divergence_of_dirs` reads them."""
+    a = [Path(d) for d in a_dirs if has_pass(d)]
+    b = [Path(d) for d in b_dirs if has_pass(d)]
+    aa = [Path(d) for d in aa_dirs if has_pass(d)]
+    same = aa + a[1:]
+    return (a[0] if a else Path(a_dirs[0]), b[0] if b else None, same[0] if same else None, same[1:], b[1:])
+
+
 def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
                        aa_dirs: Sequence[str | Path] = (), **kwargs: Any) -> Divergence | None:
     """The ``divergence`` object for a comparison of these eval directories, or None when none of them
@@ -488,13 +500,8 @@ def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path
     directories goes to the launch-level test. ``kwargs`` go to :func:`compute_divergence`."""
     if not any(has_pass(d) for d in (*a_dirs, *b_dirs, *aa_dirs)):
         return None
-    a = [Path(d) for d in a_dirs if has_pass(d)]
-    b = [Path(d) for d in b_dirs if has_pass(d)]
-    aa = [Path(d) for d in aa_dirs if has_pass(d)]
-    ref = a[0] if a else Path(a_dirs[0])
-    same = aa + a[1:]
-    return compute_divergence(ref, b[0] if b else None, same[0] if same else None, launches_a=same[1:],
-                              launches_b=b[1:], **kwargs)
+    ref, ab, floor, more_a, more_b = pass_dirs(a_dirs, b_dirs, aa_dirs)
+    return compute_divergence(ref, ab, floor, launches_a=more_a, launches_b=more_b, **kwargs)
 
 
 def _reason(d: Divergence) -> str:

@@ -3,9 +3,10 @@
 One pure decision used by ``abh compare``, ``abh run`` and ``abh ab``:
 
 - ``regressed``: fail when the verdict is ``regressed``;
-- ``not-noninferior``: fail unless B is shown not worse than A: ``noninferior``, ``equivalent`` or
-  ``improved`` pass, anything else (``regressed``, ``inconclusive``, ``not_comparable``) fails;
-- ``any-difference``: fail when the arms are shown to differ: ``improved`` or ``regressed``.
+- ``not-noninferior``: fail unless B is shown not worse than A: ``noninferior``, ``equivalent``, ``improved`` or
+  (the no-op proof) ``identical`` pass, anything else (``regressed``, ``inconclusive``, ``not_comparable``,
+  ``differs``, ``not_deterministic``) fails;
+- ``any-difference``: fail when the arms are shown to differ: ``improved``, ``regressed`` or ``differs``.
 
 A verdict word the gate does not know (a newer abh's) fails whatever ``fail_on`` says: a gate fails closed.
 
@@ -23,8 +24,8 @@ from harness.stats.verdict import VERDICTS
 
 FAIL_ON = ("regressed", "not-noninferior", "any-difference")
 
-_NOT_WORSE = frozenset({"noninferior", "equivalent", "improved"})
-_DIFFERENT = frozenset({"improved", "regressed"})
+_NOT_WORSE = frozenset({"noninferior", "equivalent", "improved", "identical"})
+_DIFFERENT = frozenset({"improved", "regressed", "differs"})
 _KNOWN = frozenset(VERDICTS) | _NOT_WORSE | _DIFFERENT
 
 

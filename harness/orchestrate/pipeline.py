@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import exitcodes
+from harness.analysis import identity
 from harness.analysis.compare_settings import CompareError, CompareSettingsError
 from harness.analysis.comparison import IncomparableEvals, TooFewAnswered, compare_dirs, format_summary
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
@@ -250,7 +251,8 @@ class Run:
         diffs = arm_diff(descs)
         bad = disallowed(diffs, self.allowed)
         self.manifest.record_arms({k: {"launch": descs[k], "name": printable(self.arms[k].name, one_line=True),
-                                       "side": printable(self.arms[k].side, one_line=True)}
+                                       "side": printable(self.arms[k].side, one_line=True),
+                                       "deterministic": self.engines[k].deterministic_record()}
                                    for k in self.keys.values()}, diffs, bad, self.allowed)
         # the source diff, computed from the arms' trees or refs; enforced (exit 6) before any server
         self.source_diff = sourcediff.compute(self.arms[self.keys["a"]], self.arms[self.keys["b"]],
@@ -295,6 +297,12 @@ class Run:
     def print_dry_run(self, diffs: list[ArmDiffRow], checks: dict[str, list[CheckResult]]) -> None:
         for role, key in self.keys.items():
             print_launch(role, self.arms[key], self.engines[key].launch_spec())
+        print("\ndeterministic inference (engine.deterministic):")
+        for role, key in self.keys.items():
+            e = self.engines[key]
+            caveat = e.deterministic_caveat() if e.deterministic else None
+            print(printable(f"  arm {role}: {'requested' if e.deterministic else 'not requested'}; {e.kind} promises "
+                            f"it: {e.deterministic_promise}" + (f"; CAVEAT: {caveat}" if caveat else "")))
         print("\nwhat differs between the arms:")
         for d in diffs or [{"key": "(nothing)", "values": {}}]:
             print(printable(f"  {d['key']}: " + "  vs  ".join(f"{k}={v!r}" for k, v in d.get("values", {}).items())))
@@ -572,6 +580,10 @@ class Run:
                 self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None),
                 launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
                 reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share)))
+            comparison = identity.with_passes(
+                comparison, dirs["a"], dirs["b"], dirs["aa"],
+                (self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None)),
+                near_tie_nats=self.cfg.divergence.near_tie_nats)
         elif self.cfg.divergence.off_reason:
             comparison = replace(comparison, divergence=schema.Divergence(
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))

@@ -134,6 +134,8 @@ class ArmRecord(TypedDict, total=False):
     launch: LaunchDescription
     name: str
     side: str
+    #: deterministic inference: requested or not, the flags and env it added, where the engine promises it
+    deterministic: JSONObject
     static_checks: list[CheckResultDoc]
     #: ``ok``, ``failed``, ``side_check_failed``, or the status of its last eval
     status: str

@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from harness.report import divergence_section, words
+from harness.report import divergence_section, identity_section, words
 from harness.results.schema import Comparison
 
 SEP = " · "
 #: ANSI colour of each verdict on a terminal (green: shown good, red: shown bad or no result, yellow: undecided)
 COLOURS = {"improved": "32", "equivalent": "32", "noninferior": "32", "regressed": "31", "not_comparable": "31",
-           "inconclusive": "33"}
+           "inconclusive": "33", "identical": "32", "differs": "31", "not_deterministic": "33"}
 
 
 def _margin(c: Comparison) -> str:
@@ -89,6 +89,9 @@ def headline(c: Comparison) -> str:
     sim = "[SIMULATED] " if c.simulated else ""
     if c.verdict == "not_comparable":
         return f"{sim}{label}: {c.verdict_reason or 'an arm failed'}"
+    if c.identity is not None:  # the no-op proof: its words, then the outputs' divergence
+        out = _outputs(c)
+        return SEP.join([f"{sim}{label}{identity_section.headline_rest(c.identity)}", *([out] if out else [])])
     first = scope(c)
     head = f"{sim}{first + ' ' if first else ''}{label} {_numbers(c)}"
     if c.verdict == "equivalent":

@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from harness import __version__
 from harness.report import cost_section as cost
-from harness.report import data, plots, words
+from harness.report import data, identity_section, plots, words
 from harness.report import divergence_section as report_divergence
 from harness.report.cost_section import CostRow, LookRow, SequentialFacts
 from harness.report.divergence_section import DivergenceView
@@ -81,6 +81,16 @@ class DivergencePanel(DivergenceView):
     cmp_label: str
 
 
+class IdentityView(TypedDict):
+    """The no-op proof's section of report.html (``identity``)."""
+
+    reason: str
+    detail: list[str]
+    header: list[str]
+    #: (title, rows, how many there are in all)
+    tables: list[tuple[str, list[list[str]], int]]
+
+
 class ComparisonContext(TypedDict):
     """What report.html of a run or comparison directory reads (templates/report.html.j2)."""
 
@@ -97,6 +107,7 @@ class ComparisonContext(TypedDict):
     arms_c: Arms | None
     arm_views: list[ArmView]
     diff: DiffView | None
+    identity: IdentityView | None
     acc_svg: Markup | None
     delta_svg: Markup | None
     div: DivergencePanel | None
@@ -255,7 +266,7 @@ def comparison_context(root: Path) -> ComparisonContext:
                     "headline": headline(c) if c is not None else f"NOT COMPARABLE: {missing_reason}",
                     "details": words.verdict_detail(c) if c is not None else []},
         "arms_c": c.arms if c is not None else None, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
-        "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "run_rows": run_rows, "perf": perf,
+        "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "identity": identity_view(c), "run_rows": run_rows, "perf": perf,
         "flips": flips, "flips_total": flips_total, "flip_counts": counts, "max_flips": data.MAX_FLIPS,
         "cost_rows": cost.cost_rows(run_cost) if run_cost else [],
         "cost_estimated": run_cost.estimated if run_cost else [],
@@ -269,6 +280,17 @@ def comparison_context(root: Path) -> ComparisonContext:
         "script": Markup(PAGE_JS), "csp": _csp(PAGE_JS),
     }
     return ctx
+
+
+def identity_view(c: Comparison | None) -> IdentityView | None:
+    """The no-op proof's section: its reason, detail lines and the tables of the questions whose outputs part."""
+    i = None if c is None else c.identity
+    if i is None:
+        return None
+    return {"reason": i.reason, "detail": identity_section.detail(i), "header": identity_section.HEADER,
+            "tables": [("A vs B: where the outputs part", identity_section.rows(i.partings), len(i.partings)),
+                       ("A vs A/A: where the floor's outputs part", identity_section.rows(i.partings_aa),
+                        len(i.partings_aa))]}
 
 
 def labels_of(names: dict[str, str]) -> dict[str, str]:

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.report import cost_section as cost
-from harness.report import data, words
+from harness.report import data, identity_section, words
 from harness.report import divergence_section as report_divergence
 from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.records import JSON
-from harness.results.schema import Comparison, SweepSummary
+from harness.results.schema import Comparison, Identity, SweepSummary
 from harness.serving.untrusted import printable
 
 MARKDOWN = "comparison.md"
@@ -144,6 +144,17 @@ def _commands(c: Comparison, manifest: Mapping[str, Any], names: dict[str, str])
     return out
 
 
+def _identity(i: Identity) -> list[str]:
+    """The no-op proof: its lines, then where the outputs part (A vs B, and A vs A/A when the floor is not zero)."""
+    out = ["#### No-op proof", "  \n".join(cell(d) for d in identity_section.detail(i))]
+    for title, ps in (("A vs B", i.partings), ("A vs A/A (the floor)", i.partings_aa)):
+        if ps:
+            more = f", the first {identity_section.MAX_ROWS} shown" if len(ps) > identity_section.MAX_ROWS else ""
+            out.append(f"{title}: {len(ps)} question(s) whose outputs part{more}")
+            out.append(table(identity_section.HEADER, identity_section.rows(ps)))
+    return out
+
+
 def render(root: Path) -> str:
     """The markdown of the comparison (or run) directory ``root``."""
     root = Path(root)
@@ -204,6 +215,8 @@ def render(root: Path) -> str:
         facts.append(f"**Cost:** {cell(cost.cost_line(run_cost))}")
     parts.append("  \n".join(facts))
 
+    if c.identity is not None:
+        parts += _identity(c.identity)
     parts.append("#### Side checks")
     checks = _checks(manifest, names)
     if checks:

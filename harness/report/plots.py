@@ -23,6 +23,9 @@ VERDICT_COLORS = {
     "noninferior": "#00838f",
     "inconclusive": "#616161",
     "not_comparable": "#b26a00",
+    "identical": "#2e7d32",
+    "differs": "#c62828",
+    "not_deterministic": "#b26a00",
 }
 
 

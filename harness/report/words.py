@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.analysis.identity import detail as identity_detail
 from harness.results.schema import Comparison, SweepSummary
 from harness.stats.verdict import at_floor
 
@@ -19,6 +20,9 @@ VERDICT_LABELS = {
     "noninferior": "NON-INFERIOR",
     "inconclusive": "INCONCLUSIVE",
     "not_comparable": "NOT COMPARABLE",
+    "identical": "IDENTICAL",
+    "differs": "DIFFERS",
+    "not_deterministic": "NOT DETERMINISTIC",
 }
 
 
@@ -122,6 +126,8 @@ def verdict_detail(c: Comparison) -> list[str]:
         out.append(f"launch variance: sd {pp(lv.sd, signed=False)} per launch; {lv.source}")
     if d.cannot_resolve:
         out.append(f"cannot resolve: {d.cannot_resolve}")
+    if c.identity is not None:
+        out += identity_detail(c.identity)
     if c.test:
         out.append(f"decided by: {test_text(c)}" + (f" (α = {c.test_alpha:g})" if c.test_alpha is not None else ""))
     e = c.errors

@@ -421,6 +421,71 @@ class Divergence(Record):
     launches_skipped: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Parting(Record):
+    """Where one question's two outputs part (:mod:`harness.analysis.identity`): the first differing character
+    and each text's word there; with scoring passes, the token position in the reference completion, both
+    candidate tokens (the reference token, the other side's argmax on the shared prefix) and the reference pass's
+    logprob gap between them, classified ``near_tie`` (within ``Identity.near_tie_nats``) or ``divergence``."""
+
+    question: int
+    #: first differing character of the two output texts (None: the texts are equal and the logprobs differ)
+    char: int | None
+    #: each side's text at the parting (the word that starts there, cut short)
+    text_a: str
+    text_b: str
+    position: int | None = None
+    token_a: int | None = None
+    token_b: int | None = None
+    #: nats, the reference pass's logprob of token_a minus that of token_b (negative: it ranks token_b higher; |gap|
+    #: against Identity.near_tie_nats decides the kind)
+    gap: float | None = None
+    #: token_b is not in the reference pass's top-k: ``gap`` is a lower bound
+    gap_is_bound: bool = False
+    #: near_tie | divergence | None (no scoring pass, or it does not show the other side's token)
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class PartingCounts(Record):
+    """How many questions' outputs part, and of them how many at a near-tie, at a real divergence, unclassified."""
+
+    parted: int = 0
+    near_tie: int = 0
+    divergence: int = 0
+    unclassified: int = 0
+
+
+@dataclass(frozen=True)
+class Identity(Record):
+    """``comparison.json`` ``identity`` (``stats.hypothesis=identical``): the no-op proof. First the floor (every
+    other pass of arm A, the A/A control's included, bit-identical to A's first: outputs, and the scoring passes'
+    logprobs where they ran), then A against B: identical on every compared question, with the exact one-sided
+    upper bound on the per-question difference rate, or every differing question listed."""
+
+    verdict: str  # identical | differs | not_deterministic | not_measured
+    reason: str
+    #: questions every pass answered (the proof's n) and those of them whose outputs differ between A and B
+    questions: int
+    differing: int
+    #: one-sided (1 - alpha) Clopper-Pearson upper bound on the per-question difference rate (None: no floor)
+    upper_bound: float | None
+    alpha: float
+    near_tie_nats: float
+    #: A's passes compared with its first (repeats and the A/A control's), and whether logprobs were compared
+    floor_passes: int
+    floor_logprobs: str  # identical | differ | not_scored
+    #: the first difference on the floor, in words (question, position, both tokens), None when there is none
+    floor_difference: str | None
+    differing_questions: list[int] = field(default_factory=list)
+    partings: list[Parting] = field(default_factory=list)
+    partings_aa: list[Parting] = field(default_factory=list)
+    counts: PartingCounts = field(default_factory=PartingCounts)
+    counts_aa: PartingCounts = field(default_factory=PartingCounts)
+    #: B's scoring pass against A's reference pass (identical | differ | not_scored): said, not decided on
+    logprobs_ab: str = "not_scored"
+
+
 class IdenticalShare(TypedDict):
     """One arm's share of outputs identical between two of its passes (:func:`harness.analysis.determinism.
     arm_identity`): overall, within a launch, across launches (None where no pair of passes is such)."""
@@ -542,6 +607,8 @@ class Comparison(Record):
     #: how launches were counted for evals that record no launch id (None: every eval records one):
     #: ``per_server`` (passes of one server URL are one launch) or ``per_pass`` (``--launches-from-passes``)
     launch_ids_missing: str | None = omit_none()
+    #: the no-op proof (``hypothesis: identical``); absent otherwise
+    identity: Identity | None = omit_none()
 
 
 # ------------------------------------------------------------------------------------------ cost

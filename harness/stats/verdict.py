@@ -27,8 +27,18 @@ DEFAULT_MAX_ERROR_RATE = 0.02
 #: the least share of the reference pass's questions every scoring pass must have scored for a divergence
 #: verdict (divergence.min_scored_share)
 DEFAULT_MIN_SCORED_SHARE = 0.95
-VERDICTS = ("improved", "regressed", "equivalent", "noninferior", "inconclusive", "not_comparable")
+#: the no-op question (``stats.hypothesis=identical``): are B's outputs bit-identical to A's, on an engine whose
+#: A/A floor is exactly zero? Decided by :mod:`harness.analysis.identity`; the accuracy test beside it is
+#: superiority's
+IDENTICAL = "identical"
+IDENTITY_VERDICTS = ("identical", "differs", "not_deterministic")
+VERDICTS = ("improved", "regressed", "equivalent", "noninferior", "inconclusive", "not_comparable",
+            *IDENTITY_VERDICTS)
 HYPOTHESES = ("superiority", "noninferiority", "equivalence")
+#: every question a comparison can ask (``stats.hypothesis``)
+QUESTIONS = (*HYPOTHESES, IDENTICAL)
+#: the questions that need a margin
+NEEDS_MARGIN = ("noninferiority", "equivalence")
 
 
 @dataclass(frozen=True)
