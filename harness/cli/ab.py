@@ -31,11 +31,11 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
-from harness.cli.flags import HelpFormatter, as_flags
+from harness.cli.flags import HelpFormatter, add_verdict_flags, as_flags
 from harness.config import ConfigError, validate
 from harness.serving.settings import ClientSettings
 from harness.serving.wire import API_NAMES
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
 from harness.tasks.registry import ALL_RECIPES
 
 ROLES = ("a", "b")
@@ -124,16 +124,7 @@ def _parser() -> argparse.ArgumentParser:
                          "error (response too large)")
     ap.add_argument("--wait-ready", type=float, metavar="S", default=60.0,
                     help="wait up to this many seconds for each server to serve before its first eval")
-    ap.add_argument("--margin", type=float, default=None, metavar="PP",
-                    help="equivalence / non-inferiority margin, in percentage points")
-    ap.add_argument("--hypothesis", choices=list(HYPOTHESES), default="superiority",
-                    help="the question asked (noninferiority and equivalence need --margin)")
-    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
-                    help="practical effect size, in percentage points, a verdict of improved/regressed needs "
-                         "(at least --margin when both are given)")
-    ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
-    ap.add_argument("--seed", type=int, default=0, metavar="N",
-                    help="seed of the resampling (bootstrap, permutation): the same seed gives the same numbers")
+    add_verdict_flags(ap, "the question asked (noninferiority and equivalence need --margin)")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")

@@ -28,3 +28,18 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
                 or "default" in (action.help or "")):
             return action.help
         return super()._get_help_string(action)
+
+
+def add_verdict_flags(ap: argparse.ArgumentParser, hypothesis_help: str) -> None:
+    """The flags of ``abh ab`` and ``abh compare`` that set the verdict's question and resampling."""
+    from harness.stats.verdict import HYPOTHESES  # only these two commands need the statistics
+
+    ap.add_argument("--margin", type=float, default=None, metavar="PP",
+                    help="equivalence / non-inferiority margin, in percentage points")
+    ap.add_argument("--hypothesis", choices=list(HYPOTHESES), default="superiority", help=hypothesis_help)
+    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
+                    help="practical effect size, in percentage points, a verdict of improved/regressed needs "
+                         "(at least --margin when both are given)")
+    ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
+    ap.add_argument("--seed", type=int, default=0, metavar="N",
+                    help="seed of the resampling (bootstrap, permutation): the same seed gives the same numbers")
