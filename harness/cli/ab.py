@@ -31,10 +31,9 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
-from harness.cli.flags import HelpFormatter, add_verdict_flags, as_flags
+from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, add_verdict_flags, as_flags
 from harness.config import ConfigError, validate
 from harness.serving.settings import ClientSettings
-from harness.serving.wire import API_NAMES
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
 from harness.tasks.registry import ALL_RECIPES
 
@@ -77,10 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                          "without it the accuracy verdict is about the two server instances only and divergence "
                          "is not measured")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
-    ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
-                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
-                         "vllm: that with every sampling field vLLM takes; chat: POST /v1/chat/completions (a chat "
-                         "recipe is sent to the chat endpoint whatever this is)")
+    add_api_flag(ap)
     ap.add_argument("--task", default=None, metavar="NAME[,NAME...]",
                     help="the task (a file of configs/task/: gsm8k, gsm8k_vllm, mmlu, mgsm_en, gpqa_diamond, ...; default "
                          "gsm8k); several, comma-separated, are each evaluated on every eval of both servers, with a "
@@ -109,19 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
                     help="generation length limit (default: the recipe's; sglang: 512)")
     ap.add_argument("--parallel", type=int, default=client.parallel, metavar="P", help="requests in flight")
-    ap.add_argument("--retries", type=int, metavar="N", default=client.retries,
-                    help="retries of a request after a timeout, 429, 5xx or a dropped connection")
-    ap.add_argument("--request-timeout", type=float, metavar="S", default=client.request_timeout_s,
-                    help="seconds per request, queueing included")
-    ap.add_argument("--stall-timeout", type=float, metavar="S", default=client.stall_timeout_s,
-                    help="no answer for this many seconds while requests are in flight: probe the server's "
-                         "health and stop (exit 4) if it does not answer; 0 turns this off")
-    ap.add_argument("--progress-timeout", type=float, metavar="S", default=client.progress_timeout_s,
-                    help="no answer to any request for this many seconds while requests are in flight, even though "
-                         "the server's health endpoint answers: stop (exit 4); 0 turns this off")
-    ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=client.max_bytes_per_token,
-                    help="an answer larger than 1 MiB + B per token the request can produce is that request's "
-                         "error (response too large)")
+    add_client_flags(ap)
     ap.add_argument("--wait-ready", type=float, metavar="S", default=60.0,
                     help="wait up to this many seconds for each server to serve before its first eval")
     add_verdict_flags(ap, "the question asked (noninferiority and equivalence need --margin)")
