@@ -51,6 +51,7 @@ from harness.config import CheckConfig
 from harness.engines.base import Engine, refuse_redirect
 from harness.engines.sglang import dp_attention_ranks
 from harness.results.records import JSONObject
+from harness.util.cmdline import first_flag_value
 
 #: Rows shown in the evidence.
 _SHOW = 4
@@ -190,22 +191,14 @@ def load_expert_map(path: str, tree: str | None) -> ExpertMap:
     return ExpertMap([list(row) for row in table], str(p))
 
 
-def _flag(args: Sequence[str], name: str) -> str | None:
-    for i, tok in enumerate(args):
-        if tok == name and i + 1 < len(args):
-            return str(args[i + 1])
-        if tok.startswith(name + "="):
-            return tok.split("=", 1)[1]
-    return None
-
 
 def expert_map_for(c: CheckConfig, args: Sequence[str], tree: str | None) -> tuple[ExpertMap | None, str | None]:
     """(the map to read logical ids with, or None; why the check cannot judge, or None)."""
     path = c.expert_map or ""
-    init = _flag(args, "--init-expert-location")
+    init = first_flag_value(args, "--init-expert-location")
     if not path and init and init.endswith(".json"):
         path = init
-    redundant = int(_flag(args, "--ep-num-redundant-experts") or 0)
+    redundant = int(first_flag_value(args, "--ep-num-redundant-experts") or 0)
     if path:
         try:
             return load_expert_map(path, tree), None
