@@ -2,17 +2,12 @@
 
 It is a run of the pipeline (:func:`harness.orchestrate.pipeline.run_job`) over the experiment ``ab``
 (``configs/experiment/ab.yaml``: the external engine, one server per arm given by its URL), composed by Hydra
-from this command line: the same schedule (A r1, B r1, A r2, ...: drift hits both arms alike), resume rule,
-comparison, ``summary.json``, ``comparison.md``, ``report.html`` and ``manifest.json`` as ``abh run``. Rerunning
-the same command resumes; a rerun that asks other questions, or gives the two URLs swapped, is refused.
+from this command line, with ``abh run``'s schedule, resume rule and outputs. A rerun that asks other questions,
+or gives the two URLs swapped, is refused.
 
-abh did not launch these servers, so it asserts nothing about which side of a change each is on; each eval
-records the server's own account of itself (``/get_server_info``), and every eval of one URL counts as one
-launch (``url:...``), which the statistics treat as dependent. So with one URL per arm the accuracy verdict is
-about the two server instances only (its headline says ``[instances only]`` first, and ``--fail-on`` does not act
-on it unless ``--assume-no-launch-shift`` states that launches do not shift accuracy). ``--aa URL_A2`` adds a
-second launch of A, evaluated like A once per repeat (A r1, B r1, A2 r1, ...): the A/A control, whose launch gives
-the verdict its launch-to-launch variance as ``abh run``'s A/A control does.
+Every eval of one URL counts as one launch (``url:...``), so with one URL per arm the accuracy verdict is about
+the two server instances only (``[instances only]``; ``--fail-on`` acts on it only with
+``--assume-no-launch-shift``). ``--aa URL_A2`` adds a second launch of A: the A/A control.
 
 Exit codes are those of ``abh run``: 0 finished; 2 bad command line, data or output directory (nothing is
 started); 4 a server is not reachable or stopped serving (answers so far are kept); 5 too many request
