@@ -1,14 +1,10 @@
 """An arm: which server software one side of the comparison runs, turned from config into something launchable.
 
-:func:`resolve_arm` turns an :class:`~harness.config.ArmConfig` into a :class:`ResolvedArm`: interpreter,
-PYTHONPATH, env, flags, engine overrides, side checks (as configured) and its source: ``installed`` (the
-interpreter's package), ``pythonpath`` (a source tree, plus optional ``subdir``, put FIRST on PYTHONPATH: the
-fast path for pure-Python fixes) or ``git`` (a worktree of ``path`` at ``ref`` that the harness creates under
-the run directory with ``git worktree add --detach``, then ``git apply`` of each of ``patches``).
-
-:class:`ResolvedArm` owns how the arm's own processes (its server, its source probes) are started: which
-interpreter (:attr:`ResolvedArm.interpreter`) and which environment (:meth:`ResolvedArm.env_delta`).
-This module imports no engine: engines take a ResolvedArm.
+:func:`resolve_arm` makes a :class:`ResolvedArm` of an :class:`~harness.config.ArmConfig`, its source
+``installed`` (the interpreter's package), ``pythonpath`` (a source tree put FIRST on PYTHONPATH: the fast path
+for pure-Python fixes) or ``git`` (a worktree of ``path`` at ``ref`` under the run directory, ``patches`` applied).
+:class:`ResolvedArm` owns how the arm's own processes are started (interpreter, environment). This module imports
+no engine: engines take a ResolvedArm.
 """
 
 from __future__ import annotations
@@ -212,11 +208,8 @@ def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Pa
                 strict: bool = True, unset_env: str | None = None) -> ResolvedArm:
     """Prepare arm ``key`` (``cfg.arms[key]``: ArmConfig or a mapping) for a run in ``run_dir``; ``unset_env``:
     the environment variable its ``source.path`` was to come from, unset (the path is then a placeholder).
-
-    ``git`` arms get a worktree under ``run_dir/worktrees/KEY`` with their patches (found under
-    ``arms_root/arms``, see :func:`find_arm_file`) applied. With
-    ``strict=False`` (dry runs) a missing source tree is recorded in ``source.problems`` instead of raising.
-    """
+    ``git`` arms get a worktree under ``run_dir/worktrees/KEY`` with their patches (:func:`find_arm_file`)
+    applied. With ``strict=False`` (dry runs) a missing source tree is recorded in ``source.problems``."""
     a = _arm_config(arm_cfg)
     run_dir = Path(run_dir).resolve()
     root = str(Path(arms_root).resolve()) if arms_root is not None else None

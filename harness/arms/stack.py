@@ -23,6 +23,7 @@ from typing import Any
 from harness.arms import stack_probe
 from harness.arms.arm import ResolvedArm, run_probe, sha256_file
 from harness.results.records import JSONObject
+from harness.util.cmdline import first_flag_value
 
 #: The probe program, run by file path with the arm's interpreter.
 STACK_PROBE = Path(stack_probe.__file__).resolve()
@@ -125,14 +126,6 @@ def model_revision(model_path: str, env: Mapping[str, str] | None = None,
     return out
 
 
-def _requested_revision(args: list[str]) -> str | None:
-    for i, t in enumerate(args):
-        if t == "--revision" and i + 1 < len(args):
-            return args[i + 1]
-        if t.startswith("--revision="):
-            return t.split("=", 1)[1]
-    return None
-
 
 def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
     """The ``stack`` section of an arm's launch description: its interpreter's stack (the engine's and the
@@ -140,5 +133,6 @@ def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
     env = {str(k): str(v) for k, v in (engine_cfg.get("env") or {}).items()}
     args = [str(a) for a in (*engine_cfg.get("args", []), *arm.args)]
     full_env = {**os.environ, **arm.env_delta(env)}
+    revision = first_flag_value(args, "--revision")
     return {"interpreter": arm_stack(arm, env), "container": container(),
-            "model": model_revision(str(engine_cfg.get("model_path") or ""), full_env, _requested_revision(args))}
+            "model": model_revision(str(engine_cfg.get("model_path") or ""), full_env, revision)}

@@ -196,6 +196,11 @@ def arm_diff(descs: Mapping[str, LaunchDescription]) -> list[ArmDiffRow]:
         wt = [(nz["<worktree>"], "<worktree>")] if nz.get("<worktree>") else []
         norm = {k: _normalize(v, wt if k == "source" else roots) for k, v in d.items()}
         flat[name] = {k: v for k, v in flatten(norm).items() if not matches(k, NOISE_PREFIXES)}
+    return _differing(flat)
+
+
+def _differing(flat: Mapping[str, Mapping[str, JSON]]) -> list[ArmDiffRow]:
+    """The dotted keys of ``{arm: flat tree}`` whose values differ between the arms (absent counts as a value)."""
     keys = sorted(set().union(*[set(f) for f in flat.values()])) if flat else []
     diffs: list[ArmDiffRow] = []
     for k in keys:
@@ -226,10 +231,4 @@ def server_info_diff(infos: Mapping[str, JSON]) -> list[ArmDiffRow]:
         tree = info if isinstance(info, Mapping) else {}
         flat[name] = {k: v for k, v in flatten(tree).items()
                       if k.split(".")[-1] not in SERVER_INFO_NOISE}
-    keys = sorted(set().union(*[set(f) for f in flat.values()])) if flat else []
-    out: list[ArmDiffRow] = []
-    for k in keys:
-        vals = {name: f.get(k, ABSENT) for name, f in flat.items()}
-        if len({json.dumps(v, sort_keys=True, default=str) for v in vals.values()}) > 1:
-            out.append({"key": k, "values": vals})
-    return out
+    return _differing(flat)

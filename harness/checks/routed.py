@@ -1,18 +1,14 @@
 """Side check ``routed_experts``: which experts the server's MoE gate really picks, per token and layer.
 
-One short ``POST /generate`` with ``"return_routed_experts": true`` (SGLang, PR #12162; the server needs
+One short ``POST /generate`` with ``"return_routed_experts": true`` (the server needs
 ``--enable-return-routed-experts``) per DP attention rank. SGLang answers in ``meta_info["routed_experts"]``:
 the expert ids of every position from ``routed_experts_start_len`` to the last but one, and every MoE layer,
-flattened ``[positions, layers, top_k]`` and base64-encoded (older builds: a plain list). They are captured as
-the gate returns them (``capture_routed_experts_if_allowed`` in python/sglang/srt/layers/moe/topk.py), before a
-fused shared expert is appended, so they show what the gate itself emitted. What the check reads, as current
-SGLang writes it (python/sglang/srt/managers/io_struct.py ``GenerateReqInput``, the capturer in
-python/sglang/srt/state_capturer/routed_experts.py or layers/moe/routed_experts_capturer.py):
+flattened ``[positions, layers, top_k]`` and base64-encoded (older builds: a plain list), captured as the gate
+returns them, before a fused shared expert is appended (python/sglang/srt/layers/moe/topk.py). What it reads:
 
 * **DP ranks.** With DP attention (``--dp N --enable-dp-attention``, or ``--attn-dp-size N``) every rank has its
-  own scheduler and a request lands on one of them: one unpinned request proves one rank only. The check asks
-  every rank (``routed_dp_rank``: 0 .. N-1; ``dp_ranks`` to pick some), and each must pass; a server that does
-  not know ``routed_dp_rank`` is asked with its older name ``data_parallel_rank``.
+  own scheduler: the check asks every rank (``routed_dp_rank``: 0 .. N-1, or its older name
+  ``data_parallel_rank``; ``dp_ranks`` to pick some), and each must pass.
 * **Wire dtype.** ``SGLANG_ROUTED_EXPERTS_DTYPE`` (int32, uint16, uint8) sets the payload's dtype; the server
   says which in ``meta_info["routed_experts_dtype"]`` (int32 where it cannot represent an id). The check decodes
   by what the answer says, else by the variable in the server's launch environment, else int32.
@@ -55,6 +51,7 @@ from harness.config import CheckConfig
 from harness.engines.base import Engine, refuse_redirect
 from harness.engines.sglang import dp_attention_ranks
 from harness.results.records import JSONObject
+from harness.util.cmdline import first_flag_value
 
 #: Rows shown in the evidence.
 _SHOW = 4
@@ -194,22 +191,14 @@ def load_expert_map(path: str, tree: str | None) -> ExpertMap:
     return ExpertMap([list(row) for row in table], str(p))
 
 
-def _flag(args: Sequence[str], name: str) -> str | None:
-    for i, tok in enumerate(args):
-        if tok == name and i + 1 < len(args):
-            return str(args[i + 1])
-        if tok.startswith(name + "="):
-            return tok.split("=", 1)[1]
-    return None
-
 
 def expert_map_for(c: CheckConfig, args: Sequence[str], tree: str | None) -> tuple[ExpertMap | None, str | None]:
     """(the map to read logical ids with, or None; why the check cannot judge, or None)."""
     path = c.expert_map or ""
-    init = _flag(args, "--init-expert-location")
+    init = first_flag_value(args, "--init-expert-location")
     if not path and init and init.endswith(".json"):
         path = init
-    redundant = int(_flag(args, "--ep-num-redundant-experts") or 0)
+    redundant = int(first_flag_value(args, "--ep-num-redundant-experts") or 0)
     if path:
         try:
             return load_expert_map(path, tree), None

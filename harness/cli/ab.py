@@ -2,17 +2,12 @@
 
 It is a run of the pipeline (:func:`harness.orchestrate.pipeline.run_job`) over the experiment ``ab``
 (``configs/experiment/ab.yaml``: the external engine, one server per arm given by its URL), composed by Hydra
-from this command line: the same schedule (A r1, B r1, A r2, ...: drift hits both arms alike), resume rule,
-comparison, ``summary.json``, ``comparison.md``, ``report.html`` and ``manifest.json`` as ``abh run``. Rerunning
-the same command resumes; a rerun that asks other questions, or gives the two URLs swapped, is refused.
+from this command line, with ``abh run``'s schedule, resume rule and outputs. A rerun that asks other questions,
+or gives the two URLs swapped, is refused.
 
-abh did not launch these servers, so it asserts nothing about which side of a change each is on; each eval
-records the server's own account of itself (``/get_server_info``), and every eval of one URL counts as one
-launch (``url:...``), which the statistics treat as dependent. So with one URL per arm the accuracy verdict is
-about the two server instances only (its headline says ``[instances only]`` first, and ``--fail-on`` does not act
-on it unless ``--assume-no-launch-shift`` states that launches do not shift accuracy). ``--aa URL_A2`` adds a
-second launch of A, evaluated like A once per repeat (A r1, B r1, A2 r1, ...): the A/A control, whose launch gives
-the verdict its launch-to-launch variance as ``abh run``'s A/A control does.
+Every eval of one URL counts as one launch (``url:...``), so with one URL per arm the accuracy verdict is about
+the two server instances only (``[instances only]``; ``--fail-on`` acts on it only with
+``--assume-no-launch-shift``). ``--aa URL_A2`` adds a second launch of A: the A/A control.
 
 Exit codes are those of ``abh run``: 0 finished; 2 bad command line, data or output directory (nothing is
 started); 4 a server is not reachable or stopped serving (answers so far are kept); 5 too many request
@@ -31,11 +26,10 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
-from harness.cli.flags import HelpFormatter, as_flags
+from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, add_verdict_flags, as_flags
 from harness.config import ConfigError, validate
 from harness.serving.settings import ClientSettings
-from harness.serving.wire import API_NAMES
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, HYPOTHESES
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
 from harness.tasks.registry import ALL_RECIPES
 
 ROLES = ("a", "b")
@@ -77,10 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                          "without it the accuracy verdict is about the two server instances only and divergence "
                          "is not measured")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
-    ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
-                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
-                         "vllm: that with every sampling field vLLM takes; chat: POST /v1/chat/completions (a chat "
-                         "recipe is sent to the chat endpoint whatever this is)")
+    add_api_flag(ap)
     ap.add_argument("--task", default=None, metavar="NAME[,NAME...]",
                     help="the task (a file of configs/task/: gsm8k, gsm8k_vllm, mmlu, mgsm_en, gpqa_diamond, ...; default "
                          "gsm8k); several, comma-separated, are each evaluated on every eval of both servers, with a "
@@ -109,31 +100,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
                     help="generation length limit (default: the recipe's; sglang: 512)")
     ap.add_argument("--parallel", type=int, default=client.parallel, metavar="P", help="requests in flight")
-    ap.add_argument("--retries", type=int, metavar="N", default=client.retries,
-                    help="retries of a request after a timeout, 429, 5xx or a dropped connection")
-    ap.add_argument("--request-timeout", type=float, metavar="S", default=client.request_timeout_s,
-                    help="seconds per request, queueing included")
-    ap.add_argument("--stall-timeout", type=float, metavar="S", default=client.stall_timeout_s,
-                    help="no answer for this many seconds while requests are in flight: probe the server's "
-                         "health and stop (exit 4) if it does not answer; 0 turns this off")
-    ap.add_argument("--progress-timeout", type=float, metavar="S", default=client.progress_timeout_s,
-                    help="no answer to any request for this many seconds while requests are in flight, even though "
-                         "the server's health endpoint answers: stop (exit 4); 0 turns this off")
-    ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=client.max_bytes_per_token,
-                    help="an answer larger than 1 MiB + B per token the request can produce is that request's "
-                         "error (response too large)")
+    add_client_flags(ap)
     ap.add_argument("--wait-ready", type=float, metavar="S", default=60.0,
                     help="wait up to this many seconds for each server to serve before its first eval")
-    ap.add_argument("--margin", type=float, default=None, metavar="PP",
-                    help="equivalence / non-inferiority margin, in percentage points")
-    ap.add_argument("--hypothesis", choices=list(HYPOTHESES), default="superiority",
-                    help="the question asked (noninferiority and equivalence need --margin)")
-    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
-                    help="practical effect size, in percentage points, a verdict of improved/regressed needs "
-                         "(at least --margin when both are given)")
-    ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
-    ap.add_argument("--seed", type=int, default=0, metavar="N",
-                    help="seed of the resampling (bootstrap, permutation): the same seed gives the same numbers")
+    add_verdict_flags(ap, "the question asked (noninferiority and equivalence need --margin)")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")

@@ -30,7 +30,7 @@ from harness.analysis.compare_settings import CompareError
 from harness.analysis.comparison import TooFewAnswered, compare_dirs, failure_exit, format_summary
 from harness.analysis.divergence import divergence_of_dirs, has_pass, pass_dirs
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON, comparison_exit, exit_reason, gate_not_applied, gated
-from harness.cli.flags import HelpFormatter
+from harness.cli.flags import HelpFormatter, add_verdict_flags
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
 from harness.results import schema
@@ -39,7 +39,7 @@ from harness.results.eval_store import StoreError, incomplete_reason, load_eval
 from harness.results.fileio import OutputError, PlantedLink, check_dir
 from harness.results.schema import ArmNames, EvalMeta, EvalSummary
 from harness.serving.untrusted import printable
-from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, IDENTICAL, QUESTIONS
+from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, IDENTICAL
 from harness.tasks.row_check import row_check
 from harness.util.paths import output_problem
 from harness.util.redact import redact_argv
@@ -66,18 +66,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="name of arm A in the outputs (default: the arm its eval.json names, else A)")
     ap.add_argument("--b-name", default=None, metavar="NAME",
                     help="name of arm B in the outputs (default: the arm its eval.json names, else B)")
-    ap.add_argument("--margin", type=float, default=None, metavar="PP",
-                    help="equivalence / non-inferiority margin in percentage points")
-    ap.add_argument("--hypothesis", choices=list(QUESTIONS), default="superiority",
-                    help="the question asked; with --margin a superiority run may still show equivalence; "
-                         "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin; "
-                         "identical: B's outputs bit-identical to A's, on a floor of exactly zero (needs --aa)")
-    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
-                    help="practical effect size, in percentage points, a verdict of improved/regressed needs "
-                         "(at least --margin when both are given)")
-    ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
-    ap.add_argument("--seed", type=int, default=0, metavar="N",
-                    help="seed of the resampling (bootstrap, permutation): the same seed gives the same numbers")
+    add_verdict_flags(ap, "the question asked; with --margin a superiority run may still show equivalence; "
+                          "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin; "
+                          "identical: B's outputs bit-identical to A's, on a floor of exactly zero (needs --aa)",
+                      identical=True)
     ap.add_argument("--resamples", type=int, default=10_000, metavar="N",
                     help="bootstrap resamples of the diagnostics' intervals")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",

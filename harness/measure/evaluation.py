@@ -1,8 +1,5 @@
-"""One eval: a task's questions sent to one running server, every answer stored as it arrives.
-
-This is the unit the orchestration repeats per (arm, repeat); ``abh eval`` runs it against a server
-that is already up. It imports no plotting or table libraries: the eval path stays light.
-"""
+"""One eval: a task's questions sent to one running server, every answer stored as it arrives (the unit the
+orchestration repeats per arm and repeat). It imports no plotting or table libraries: the eval path stays light."""
 
 from __future__ import annotations
 
@@ -34,9 +31,7 @@ TaskBuilder = Callable[[str | None], Task]
 @dataclass
 class EvalOptions:
     progress: bool = True
-    #: Called about once a second during the eval; a non-None return is the reason to abort
-    #: (e.g. "server process exited with code -9"). Unsent and in-flight questions stay missing, so a
-    #: rerun sends them.
+    #: Polled during the eval; a reason aborts it (unsent and in-flight questions stay missing: a rerun sends them)
     abort_check: Callable[[], str | None] | None = None
     extra_meta: dict[str, Any] = field(default_factory=dict)
     warmup: bool = True

@@ -1,13 +1,6 @@
-"""The one async runner every measurement uses (an eval, a scoring pass): the event loop, why a measurement stops
-early, the signals and watchdogs that trip it, and the progress bar.
-
-* :func:`run`: a coroutine in a fresh event loop, uvloop where installed (it roughly halves the client's
-  per-request overhead at parallel 1319), the cyclic garbage collector paused;
-* :class:`Stop`: why the measurement stops before its end, tripped by Ctrl-C/SIGTERM (:func:`signals_to`), the
-  client's stall watchdog or the server-process check (:func:`watchdogs`); the first reason wins, a signal is
-  always recorded, and :meth:`Stop.raise_for_reason` turns it into the exception the caller sees;
-* :class:`Progress`: answered / errors (and accuracy so far, for an eval) and the requests in flight.
-"""
+"""The one async runner every measurement uses (an eval, a scoring pass): the event loop (:func:`run`), why a
+measurement stops early (:class:`Stop`: tripped by a signal, the stall watchdog or the server-process check; the
+first reason wins, a signal is always recorded), and the progress bar."""
 
 from __future__ import annotations
 
@@ -36,10 +29,9 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to its end in a fresh event loop (uvloop when installed), Python's cyclic garbage collector
-    paused meanwhile (as it was before, after): a measurement's objects are freed by reference counting, and a
-    collection of the oldest generation walks every live request's objects to find nothing (10-20 % of a scoring
-    pass's client CPU: ``benchmarks/bench_scoring.py``). Cycles made meanwhile are collected after."""
+    """Run ``coro`` in a fresh event loop (uvloop when installed: half the client's per-request overhead), the
+    cyclic garbage collector paused meanwhile: a collection walks every live request's objects to find nothing
+    (10-20 % of a scoring pass's client CPU: ``benchmarks/bench_scoring.py``)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -67,7 +59,7 @@ REFUSED_STREAK = 10
 
 
 class Stop:
-    """Why a measurement stops early (see the module docstring)."""
+    """Why a measurement stops early; :meth:`raise_for_reason` turns it into the exception the caller sees."""
 
     def __init__(self) -> None:
         self.event = asyncio.Event()

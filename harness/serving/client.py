@@ -1,17 +1,12 @@
 """High-concurrency HTTP client for one eval: one aiohttp session, `parallel` requests in flight.
 
-The protocol (SGLang native ``POST /generate`` or OpenAI ``POST /v1/completions``) is a
-:class:`harness.serving.wire.Api` object chosen once, here; the client sends what it builds and parses with it.
+The protocol is a :class:`harness.serving.wire.Api` chosen once, here: the client sends what it builds.
 Requests that queue behind a full batch can wait for minutes, so the read timeout is long; connection
 errors, timeouts, 429, 5xx (but 501) and unparsable bodies are retried with exponential backoff (or after the
 server's ``Retry-After``), other 4xx and 501 never. A request that still fails comes back as a :class:`Reply`
 with ``error`` set: the caller records it as an error, never as a wrong answer. Whatever a server sends (a torn
 or mis-chunked body, JSON nested 100 000 deep, a body larger than the request can need, a body trickled a byte
 at a time, a field of the wrong type) is that one request's error, never the eval's.
-
-A hung server is caught by :meth:`Client.watch_stall`: no answer for ``stall_timeout_s`` while requests
-are in flight, and its health endpoint does not answer either; or no answer at all for ``progress_timeout_s``
-whatever the health endpoint says.
 
 Credentials: a URL's userinfo (``http://user:pw@host``) is sent as basic auth and removed from the URL the
 client records; ``api_key`` (or the environment variable ``api_key_env`` names) is sent as
@@ -54,8 +49,6 @@ from harness.serving.wire import loads_body as _loads
 
 #: HTTP statuses that say "this URL does not serve that API" (no route, no such method, not implemented).
 NOT_SERVED = (404, 405, 501)
-
-
 #: Every answer may be this large whatever it asks for (headers of the JSON, an error page, model listings).
 BODY_FLOOR_BYTES = 1 << 20
 #: File descriptors kept free of sockets when the parallelism is fitted to the open-file limit (the interpreter,
@@ -121,8 +114,8 @@ class ClientConfig(ClientSettings):
 
 
 def _dumps_body(obj: Any) -> str:
-    """A request body's JSON by orjson (a scoring pass sends ~1 M token ids: the stdlib's encoder was a tenth
-    of its client time); what orjson refuses (a NaN, an int too large) by the stdlib's, as before."""
+    """A request body's JSON by orjson (a scoring pass sends ~1 M token ids); what orjson refuses (a NaN, an
+    int too large) by the stdlib's."""
     try:
         return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:
@@ -132,8 +125,8 @@ def _dumps_body(obj: Any) -> str:
 
 
 def bearer_headers(settings: ClientSettings) -> dict[str, str]:
-    """``Authorization: Bearer <api key>`` when the settings give a key (``api_key``, else the variable
-    ``api_key_env`` names); empty otherwise. Never recorded: it lives in request headers only."""
+    """``Authorization: Bearer <api key>`` from ``api_key``, else the variable ``api_key_env`` names; never
+    recorded."""
     key = settings.api_key or (os.environ.get(settings.api_key_env, "") if settings.api_key_env else "")
     return {"Authorization": f"Bearer {key}"} if key else {}
 
@@ -175,8 +168,8 @@ def redact_userinfo(url: str) -> str:
 
 
 def url_identity(url: str) -> str:
-    """A stable id of the server at ``url`` (one URL is one launch of a server abh did not start): ``url:`` and
-    the URL's scheme, host (lower case), port and path, without credentials."""
+    """A stable id of the server at ``url`` (one URL is one launch): ``url:`` and the scheme, host (lower
+    case), port and path, without credentials."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:  # IPv6
@@ -257,17 +250,16 @@ def retry_after_s(value: str | None) -> float | None:
 
 @dataclass
 class Outcome:
-    """How one request went, after its retries (``error`` None: it succeeded)."""
+    """How one request went, after its retries (``error`` None: it succeeded). ``refused``: the last attempt
+    found nothing listening; ``lost``: it got no HTTP answer at all (refused, reset, timed out);
+    ``server``: the last response's ``Server`` header."""
 
     latency_s: float = 0.0
     attempts: int = 0
     error: str | None = None
     status: int | None = None
-    #: The last attempt found nothing listening (connection refused): the server is likely gone.
     refused: bool = False
-    #: The last attempt got no HTTP answer at all (refused, reset, timed out): a server that is dying does that.
     lost: bool = False
-    #: The ``Server`` header of the last HTTP response, if any (says what answered).
     server: str | None = None
 
     @property
@@ -278,13 +270,12 @@ class Outcome:
 
 @dataclass
 class Reply(Outcome):
-    """One generation request's outcome."""
+    """One generation request's outcome (``reasoning``: a chat server's, returned apart from the answer)."""
 
     text: str | None = None
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    #: a chat server's reasoning, returned apart from the answer (None: none returned)
     reasoning: str | None = None
 
 
@@ -357,21 +348,17 @@ def _server_header(r: aiohttp.ClientResponse) -> str | None:
 
 
 class Client:
-    """Async client; use as ``async with Client(cfg) as c: await c.generate(body)``.
-
-    ``api`` is the protocol object (:mod:`harness.serving.wire`) chosen from ``cfg.api``; after :meth:`prepare` it
-    carries the OpenAI model name.
-    """
+    """Async client; use as ``async with Client(cfg) as c: await c.generate(body)``. ``api`` carries the OpenAI
+    model name after :meth:`prepare`."""
 
     def __init__(self, cfg: ClientConfig):
         self.cfg = cfg
         self.api: Api = for_api(cfg.api, cfg.model)  # the one place the protocol's name is read
         self._session: aiohttp.ClientSession | None = None
-        #: requests in flight at once: ``cfg.parallel``, unless the open-file limit allows fewer sockets
+        #: ``cfg.parallel``, unless the open-file limit allows fewer sockets
         self.parallel, warning = fit_parallelism(cfg.parallel)
-        #: what the caller should tell its user (the parallelism capped, a server's Retry-After honoured)
+        #: what the caller should tell its user (also passed to ``on_notice`` as it happens)
         self.notices: list[str] = [warning] if warning else []
-        #: called with each notice as it happens (the eval prints it), besides keeping it in ``notices``
         self.on_notice: Callable[[str], None] | None = None
         self._sem = asyncio.Semaphore(self.parallel)
         self._in_flight = 0
@@ -607,8 +594,7 @@ class Client:
         return gen
 
     async def _with_retries(self, reply: Outcome, attempt_once: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``attempt_once`` with retries, bounded by the concurrency semaphore; fill ``reply``'s
-        attempts, error, status, refused, server and latency; return the result (None on failure)."""
+        """Run ``attempt_once`` with retries under the semaphore, filling ``reply``; the result (None on failure)."""
         async with self._sem:
             t0 = time.perf_counter()
             result = None
@@ -696,11 +682,7 @@ class Client:
         """POST ``body`` as JSON with the usual retries; the parsed answer. ServerGone if it still fails,
         ValueError on a 4xx (or 501)."""
         out = Outcome()
-
-        async def once() -> Any:
-            return await self._post(path, body)
-
-        obj = await self._with_retries(out, once)
+        obj = await self._with_retries(out, lambda: self._post(path, body))
         if out.error is not None:
             if (out.status is not None and out.status < 500) or out.not_served:
                 raise ValueError(f"POST {path} answered {out.error[:200]}: this server cannot score")

@@ -1,11 +1,9 @@
 """The wire protocols a server speaks: SGLang's native API, the OpenAI completions API, vLLM's superset of it and
 the OpenAI chat API.
 
-One object per protocol (:class:`SGLangApi`, :class:`OpenAIApi`, :class:`VLLMApi`, :class:`ChatApi`), chosen once
-by :func:`for_api`. It knows
-the endpoints, builds the request bodies (a generation from a prompt and SGLang-style sampling params, the
-warm-up, a teacher-forced scoring request) and parses the responses. It does no I/O: the client sends what
-it builds and hands back what came back. Nothing else in the harness tests the protocol's name.
+One object per protocol, chosen once by :func:`for_api`: the endpoints, the request bodies (generation, warm-up,
+teacher-forced scoring) and the parsing of the answers; no I/O. Nothing else in the harness tests the protocol's
+name.
 
 Sampling params are always given in SGLang's vocabulary (the task's recipe, every field SGLang's frontend
 sends); :class:`OpenAIApi` and :class:`ChatApi` map the fields their API has, and pass on the OpenAI-only
@@ -45,8 +43,7 @@ class MalformedResponse(ValueError):
     """A 2xx response body without the protocol's shape (a proxy's error page, a torn body, ...)."""
 
 
-#: How every error for an answer that cannot be the answer to its request begins (it scores other tokens, counts
-#: another prompt: a server or proxy that mixes answers up)
+#: How every error begins for an answer to another request (a server or proxy that mixes answers up)
 NOT_THIS_REQUEST = "not the answer to this request"
 
 
@@ -58,11 +55,10 @@ class Generation:
     finish_reason: str | None
     prompt_tokens: int | None
     completion_tokens: int | None
-    #: the reasoning a chat server returned apart from the answer (``reasoning_content`` / ``reasoning``)
+    #: a chat server's ``reasoning_content`` / ``reasoning``, apart from the answer
     reasoning: str | None = None
 
 
-# ---------------------------------------------------------------------------------------- scoring
 #: Alternatives per reference token a scoring pass asks each server for (``divergence.top_k``).
 DEFAULT_TOP_K = 20
 #: Scoring requests in flight at once (``divergence.parallel``; at most the client's ``parallel``).
@@ -164,14 +160,12 @@ class TokenScores:
 
 # ---------------------------------------------------------------------------------------- protocols
 class Api(ABC):
-    """One wire protocol. Instances are immutable; :meth:`with_model_listing` returns a new one."""
+    """One wire protocol (immutable): POST ``generate_path`` / ``score_path``; GET ``health_path`` answers 200
+    when the server serves."""
 
     name: ClassVar[str]
-    #: POST: one generation.
     generate_path: ClassVar[str]
-    #: POST: one teacher-forced scoring request.
     score_path: ClassVar[str]
-    #: GET: 200 when the server serves (probed by the stall watchdog and the readiness wait).
     health_path: ClassVar[str]
     #: GET: the served models, when the protocol needs a model name in each request.
     models_path: ClassVar[str | None] = None
@@ -194,12 +188,12 @@ class Api(ABC):
 
     @property
     def model(self) -> str | None:
-        """The model name sent in requests (None: the protocol sends none)."""
+        """The model name sent in requests (None: none)."""
         return None
 
     @property
     def needs_model(self) -> bool:
-        """True until a model name is known, for a protocol that sends one (see :attr:`models_path`)."""
+        """True until a model name is known, for a protocol that sends one."""
         return False
 
     def with_model_listing(self, listing: Any) -> Api:
@@ -223,8 +217,7 @@ class Api(ABC):
         """The teacher-forced scoring request for ``req`` (ValueError if this protocol cannot ask it)."""
 
     def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
-        """The scores of a scoring answer read straight from its bytes, where the protocol can do that faster
-        than JSON objects; None: parse the JSON (:meth:`parse_scores`)."""
+        """The scores read straight from the answer's bytes, where faster; None: :meth:`parse_scores`."""
         return None
 
     @abstractmethod
@@ -344,11 +337,9 @@ class SGLangApi(Api):
         return body
 
     def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
-        """An answer without token texts (``return_text_in_logprobs`` off: the compared and floor passes) read
-        from its bytes by numpy: the three logprob arrays are cut out and parsed as flat numbers, the rest of
-        the body by the JSON parser. Taken only when every check holds (each key once, no string inside the
-        arrays, k entries of [logprob, whole id >= 0, null] at every position after the skipped ones, the rest
-        of the body SGLang's shape); None otherwise, and :meth:`parse_scores` reads the JSON as always."""
+        """An answer without token texts read by numpy: the three logprob arrays cut out and parsed as flat
+        numbers, the rest of the body as JSON. Taken only when every check holds (each key once, no string in the
+        arrays, k entries of [logprob, whole id >= 0, null] per position, the rest SGLang's shape); else None."""
         import numpy as np
         if req.texts or not req.by_ids:
             return None
@@ -682,12 +673,9 @@ class OpenAIApi(Api):
 
 @dataclass(frozen=True)
 class VLLMApi(OpenAIApi):
-    """vLLM's OpenAI-compatible server: the completions API plus its ``SamplingParams`` fields
-    (``CompletionRequest`` in ``vllm/entrypoints/openai/completion/protocol.py``). vLLM fills every sampling
-    field a request leaves out from the model directory's ``generation_config.json``
-    (``ModelConfig.get_diff_sampling_param``: temperature, top_p, top_k, min_p, repetition_penalty, max tokens),
-    so a ``repetition_penalty`` there would apply even at temperature 0: the generation body sets every one
-    of them, as SGLang's recipe means them (SGLang's own defaults where the recipe sends none)."""
+    """vLLM's OpenAI-compatible server: the completions API plus its ``SamplingParams`` fields. vLLM fills every
+    sampling field a request leaves out from the model's ``generation_config.json`` (a ``repetition_penalty``
+    there would apply even at temperature 0), so the body sets every one, as SGLang's recipe means them."""
 
     name: ClassVar[str] = "vllm"
 
@@ -869,12 +857,9 @@ _OPEN, _CLOSE = ord("["), ord("]")
 
 
 def _array_extent(raw: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
-    """Where the JSON array after ``key`` (``"name":``) starts and ends in ``raw``, an array of ``depth`` levels
-    whose last element is an array (it ends at the first ``]`` * depth); None when the key is absent. A key
-    inside a JSON string cannot match (its quotes would be escaped). What is not checked here is checked by
-    the caller, without another scan of the body: a string inside the array (a byte :func:`_numbers` refuses),
-    a wrong end (the arrays' counts, the rest of the body's JSON), the key twice (the rest's JSON then holds
-    its other value where the cut one was null, or holds one in ``meta_info`` where the cut one was elsewhere)."""
+    """Where the JSON array of ``depth`` levels after ``key`` (``"name":``) starts and ends in ``raw`` (at the
+    first ``]`` * depth); None when the key is absent. A key inside a JSON string cannot match (its quotes would
+    be escaped); a string inside, a wrong end or the key twice are caught by the caller's checks."""
     i = raw.find(key)
     if i < 0:
         return None
@@ -899,12 +884,10 @@ _NULL = 9.0
 
 def _numbers(raw: bytes, flat: bytearray, span: tuple[int, int]) -> tuple[np.ndarray, int] | None:
     """Every number of the string-free JSON array (of arrays) at ``span`` of ``raw``, flat, a ``null`` as
-    :data:`_NULL`, and how many nulls it holds (its n's: the caller checks that they are all where nulls belong,
-    so that a null elsewhere or a stray n, which reads as a 9, is never taken for a number); None when anything
-    else is in it (a string, an object, ``true``, a word: the translation leaves letters that no JSON value but a
-    number holds). ``flat``: ``raw`` translated by :data:`_NULL_TO_NUMBER` (once per answer); the array's own
-    brackets are put back in it and the span read by orjson as one flat list, without a copy (3x faster than
-    numpy's text parser on a scoring answer: ``benchmarks/bench_scoring.py``)."""
+    :data:`_NULL`, and how many nulls it holds (the caller checks they are where nulls belong, so a stray n is
+    never taken for a 9); None when anything else is in it. ``flat``: ``raw`` translated by
+    :data:`_NULL_TO_NUMBER`, read by orjson as one flat list without a copy (3x numpy's text parser:
+    ``benchmarks/bench_scoring.py``)."""
     import numpy as np
     a, b = span
     if raw.find(b'"', a, b) >= 0:  # a string (the only JSON value orjson reads that numpy would take)
@@ -973,9 +956,8 @@ def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
 
 def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], req: ScoreRequest,
                   total: int | None) -> TokenScores | None:
-    """:meth:`SGLangApi.parse_scores` on a regular answer (every position with the same number of
-    alternatives, no null logprob), in a few numpy operations instead of a Python object per alternative;
-    None when the answer is not regular (then the entry-by-entry parser reads it, and names what is wrong)."""
+    """:meth:`SGLangApi.parse_scores` on a regular answer (the same number of alternatives everywhere, no null
+    logprob) in a few numpy operations; None when it is not regular (the entry-by-entry parser reads it)."""
     import numpy as np
     if not rows:
         return None
@@ -1015,11 +997,10 @@ def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], req: Score
         if problem is not None:
             raise MalformedResponse(problem)
         asked.append(dict(zip(a_ids.tolist(), a_lp.tolist(), strict=True)))
-    out = TokenScores(ids=ids.tolist(), texts=texts, logprobs=lp.tolist(),
-                      top_texts=[[t if isinstance(t, str) else None for t in row] for row in top_texts],
-                      id_logprobs=asked, text_offsets=[None] * len(rows),
-                      input_tokens=total, dense_top=(top_ids, top_lp))
-    return out
+    return TokenScores(ids=ids.tolist(), texts=texts, logprobs=lp.tolist(),
+                       top_texts=[[t if isinstance(t, str) else None for t in row] for row in top_texts],
+                       id_logprobs=asked, text_offsets=[None] * len(rows),
+                       input_tokens=total, dense_top=(top_ids, top_lp))
 
 
 def _num(x: Any, where: str = "") -> float:

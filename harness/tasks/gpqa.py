@@ -20,19 +20,17 @@ accept its terms and log in first).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from typing import Any
 
 from harness.results.schema import EvalMeta
 from harness.tasks import sources
 from harness.tasks.interface import (
+    ChatTask,
     Dataset,
     DatasetError,
     Item,
     RecipeConfig,
-    SamplingParams,
     Scored,
-    Task,
     zero_shot_questions,
 )
 from harness.tasks.multichoice import ANSWER_PATTERN_MULTICHOICE, extract_first, format_question
@@ -75,10 +73,9 @@ def load(data_path: str | None) -> Dataset:
                    canonical=None)
 
 
-class GPQA(Task):
+class GPQA(ChatTask):
     name = "gpqa_diamond"
     upstream = "openai/simple-evals gpqa_eval.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e"
-    apis = ("chat",)
 
     def __init__(self, data: Dataset, recipe: RecipeConfig):
         n = zero_shot_questions(recipe, RECIPES, "GPQA", len(data.rows))
@@ -108,19 +105,11 @@ class GPQA(Task):
         return Item(index=row * (self.recipe.repeats or 1) + repeat, prompt=format_question(r["Question"], *choices),
                     label=correct, row=row)
 
-    @property
-    def items(self) -> Sequence[Item]:
-        return self._items
-
-    def sampling_params(self, chat: bool = True) -> SamplingParams:
-        return {"max_new_tokens": self.recipe.max_new_tokens, "temperature": 0.0, "top_p": 1.0}
-
     def grade(self, output: str, item: Item) -> Scored:
         pred = extract_first(ANSWER_PATTERN_MULTICHOICE, output)
         return Scored(pred, 1.0 if pred == item.label else 0.0, pred is None)
 
     def describe(self) -> EvalMeta:
-        return {"task": self.name, "recipe": self.recipe.to_dict(), "upstream": self.upstream,
-                "dataset_sha256": self.data.sha256, "dataset_source": self.data.source,
-                "dataset_canonical": self.data.canonical, "num_questions": self.num_questions,
-                "stop": [], "shots_sha256": "", "repeats": self.repeats}
+        meta = super().describe()
+        meta["num_questions"], meta["repeats"] = self.num_questions, self.repeats
+        return meta

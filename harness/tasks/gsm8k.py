@@ -30,6 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.results.records import JSONObject
 from harness.results.schema import EvalMeta
@@ -72,11 +73,7 @@ HF_PREFIX = "hf:"
 
 def content_hash(rows: list[dict[str, str]]) -> str:
     """sha256 over the rows' (question, answer) pairs: the same whether read from JSONL or `datasets`."""
-    h = hashlib.sha256()
-    for r in rows:
-        h.update(json.dumps({"question": r["question"], "answer": r["answer"]}, ensure_ascii=False,
-                            sort_keys=True).encode() + b"\n")
-    return h.hexdigest()
+    return sources.content_hash(rows, ("question", "answer"))
 
 
 def read_jsonl(path: Path, lines: list[int] | None = None) -> list[dict[str, str]]:
@@ -241,17 +238,19 @@ def get_answer_value(answer_str: str) -> int:
     """SGLang's parser: drop commas, take the last run of digits; none or a SyntaxError is INVALID.
 
     Signs and decimals are lost on purpose (``-5`` scores 5, ``3.50`` scores 50), as in SGLang.
-    SGLang catches only SyntaxError; any other failure would crash its script, here it is INVALID.
     """
-    answer_str = answer_str.replace(",", "")
-    numbers = re.findall(r"\d+", answer_str)
-    if len(numbers) < 1:
+    return last_literal(answer_str, r"\d+")
+
+
+def last_literal(answer_str: str, pattern: str) -> Any:
+    """The last match of ``pattern`` in ``answer_str`` (commas dropped) by ``ast.literal_eval``; INVALID when none
+    or when it does not parse (upstream catches only SyntaxError: any other failure would crash its script)."""
+    numbers = re.findall(pattern, answer_str.replace(",", ""))
+    if not numbers:
         return INVALID
     try:
         return ast.literal_eval(numbers[-1])
-    except SyntaxError:
-        return INVALID
-    except (ValueError, TypeError, MemoryError, RecursionError):
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         return INVALID
 
 

@@ -9,12 +9,11 @@ each as its upstream file has it: prompts, shots, sampling, parser and equivalen
 
 from __future__ import annotations
 
-import ast
 import random
 import re
 from typing import Any
 
-from harness.tasks.gsm8k import BASE_STOP, GSM8K, INVALID, Question, few_shot_block, one_example
+from harness.tasks.gsm8k import BASE_STOP, GSM8K, INVALID, Question, few_shot_block, last_literal, one_example
 from harness.tasks.interface import Dataset, DatasetError, Item, SamplingParams, Scored
 from harness.tasks.mathgrade import math_equal, require_math_verify, search_boxed
 
@@ -67,16 +66,7 @@ class SimpleEvalGSM8K(GSM8K):
 
 def simple_eval_answer_value(answer_str: str) -> Any:
     """run_eval's ``get_answer_value``: commas dropped, the last ``-?\\d+\\.?\\d*``, ``ast.literal_eval``."""
-    answer_str = answer_str.replace(",", "")
-    numbers = re.findall(r"-?\d+\.?\d*", answer_str)
-    if len(numbers) < 1:
-        return INVALID
-    try:
-        return ast.literal_eval(numbers[-1])
-    except (SyntaxError, ValueError):
-        return INVALID
-    except (TypeError, MemoryError, RecursionError):  # upstream would crash; here it is invalid
-        return INVALID
+    return last_literal(answer_str, r"-?\d+\.?\d*")
 
 
 class VllmGSM8K(GSM8K):

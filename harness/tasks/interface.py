@@ -1,19 +1,8 @@
 """The task interface: what an eval needs to know about a benchmark, and nothing about servers.
 
-A task is
-
-* a **dataset** (:class:`Dataset`): rows of string fields, each with a stable id (its position in the file,
-  which the content hash pins down), loaded from the embedded copy, a local file, ``hf:REPO[:CONFIG]`` or a URL
-  (:mod:`harness.tasks.sources`);
-* a **recipe** (:class:`RecipeConfig`): which upstream script's prompts, shots, sampling and parser to follow;
-* the **items** it sends (:class:`Item`): the prompt of each request (one per question; ``repeats`` per question
-  for a task that asks each question several times, e.g. GPQA with shuffled choices), the label the answer is
-  graded against and the dataset row it asks;
-* the **sampling params** per protocol family (:meth:`Task.sampling_params`; SGLang's vocabulary, which
-  :mod:`harness.serving.wire` maps onto each API), and the **protocols** the recipe may be sent by
-  (:attr:`Task.apis`, its own first);
-* an **answer extractor and grader** (:meth:`Task.grade`): the upstream parser, and a score in [0, 1].
-
+A task is a :class:`Dataset` (loaded by :mod:`harness.tasks.sources`), a :class:`RecipeConfig` (which upstream
+script's prompts, shots, sampling and parser to follow), the :class:`Item` s it sends, the sampling params in
+SGLang's vocabulary with the protocols it may be sent by, and a grader (:meth:`Task.grade`, a score in [0, 1]).
 The per-question score of an eval is the mean of its items' scores (one item per question unless the task
 repeats questions): the paired statistics, resume, sweeps, report and markdown work on it for every task.
 """
@@ -148,7 +137,7 @@ class Scored:
 
 
 class Task(ABC):
-    """One recipe of one benchmark over loaded data (see the module docstring)."""
+    """One recipe of one benchmark over loaded data."""
 
     #: the benchmark's name (``task.name``)
     name: ClassVar[str]
@@ -188,6 +177,27 @@ class Task(ABC):
     def groups(self) -> list[str] | None:
         """Each item's group (MMLU: its subject), aligned with :attr:`items`; None for a task without groups."""
         return None
+
+
+class ChatTask(Task):
+    """A zero-shot task as simple-evals runs it: each item one chat message, greedy (``top_p`` 1.0), no stops."""
+
+    apis = ("chat",)
+    data: Dataset
+    _items: list[Item]
+
+    @property
+    def items(self) -> Sequence[Item]:
+        return self._items
+
+    def sampling_params(self, chat: bool = True) -> SamplingParams:
+        return {"max_new_tokens": self.recipe.max_new_tokens, "temperature": 0.0, "top_p": 1.0}
+
+    def describe(self) -> EvalMeta:
+        return {"task": self.name, "recipe": self.recipe.to_dict(), "upstream": self.upstream,
+                "dataset_sha256": self.data.sha256, "dataset_source": self.data.source,
+                "dataset_canonical": self.data.canonical, "num_questions": len(self._items), "stop": [],
+                "shots_sha256": ""}
 
 
 def zero_shot_questions(recipe: RecipeConfig, recipes: Sequence[str], benchmark: str, rows: int,

@@ -16,18 +16,15 @@ Data: MGSM's English inputs are GSM8K test rows 0..249 byte for byte and its tar
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from harness.results.schema import EvalMeta
 from harness.tasks import gsm8k, sources
 from harness.tasks.interface import (
+    ChatTask,
     Dataset,
     DatasetError,
     Item,
     RecipeConfig,
-    SamplingParams,
     Scored,
-    Task,
     zero_shot_questions,
 )
 
@@ -88,10 +85,9 @@ def load(data_path: str | None) -> Dataset:
     return Dataset(rows=rows, source=where, sha256=digest, canonical=digest == CANONICAL_HASH)
 
 
-class MGSM(Task):
+class MGSM(ChatTask):
     name = "mgsm_en"
     upstream = "openai/simple-evals mgsm_eval.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e"
-    apis = ("chat",)
 
     def __init__(self, data: Dataset, recipe: RecipeConfig):
         n = zero_shot_questions(recipe, RECIPES, "MGSM", len(data.rows))
@@ -101,19 +97,6 @@ class MGSM(Task):
         self._items = [Item(index=i, prompt=INSTRUCTION_EN.format(input=data.rows[i]["inputs"]),
                             label=data.rows[i]["targets"], row=i) for i in range(n)]
 
-    @property
-    def items(self) -> Sequence[Item]:
-        return self._items
-
-    def sampling_params(self, chat: bool = True) -> SamplingParams:
-        return {"max_new_tokens": self.recipe.max_new_tokens, "temperature": 0.0, "top_p": 1.0}
-
     def grade(self, output: str, item: Item) -> Scored:
         pred = parse_answer(output)
         return Scored(pred, 1.0 if score_mgsm(str(item.label), pred) else 0.0, pred == "")
-
-    def describe(self) -> EvalMeta:
-        return {"task": self.name, "recipe": self.recipe.to_dict(), "upstream": self.upstream,
-                "dataset_sha256": self.data.sha256, "dataset_source": self.data.source,
-                "dataset_canonical": self.data.canonical, "num_questions": len(self._items), "stop": [],
-                "shots_sha256": ""}

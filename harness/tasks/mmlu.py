@@ -22,20 +22,18 @@ or ``hf:cais/mmlu`` (config ``all``, split ``test``).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.results.schema import EvalMeta
 from harness.tasks import sources
 from harness.tasks.interface import (
+    ChatTask,
     Dataset,
     DatasetError,
     Item,
     RecipeConfig,
-    SamplingParams,
     Scored,
-    Task,
     zero_shot_questions,
 )
 from harness.tasks.multichoice import (
@@ -130,11 +128,10 @@ def load(data_path: str | None) -> Dataset:
     return Dataset(rows=rows, source=where, sha256=sources.content_hash(rows, COLUMNS), canonical=None)
 
 
-class MMLU(Task):
+class MMLU(ChatTask):
     """One MMLU recipe over loaded rows (see the module docstring)."""
 
     name = "mmlu"
-    apis = ("chat",)
 
     def __init__(self, data: Dataset, recipe: RecipeConfig):
         n = zero_shot_questions(recipe, RECIPES, "MMLU", len(data.rows), plural=True)
@@ -150,13 +147,6 @@ class MMLU(Task):
         self._items = [Item(index=i, prompt=format_question(*(data.rows[i][c] for c in LETTERS_COLS)),
                             label=data.rows[i]["Answer"], row=i, group=data.rows[i]["Subject"]) for i in order]
 
-    @property
-    def items(self) -> Sequence[Item]:
-        return self._items
-
-    def sampling_params(self, chat: bool = True) -> SamplingParams:
-        return {"max_new_tokens": self.recipe.max_new_tokens, "temperature": 0.0, "top_p": 1.0}
-
     def grade(self, output: str, item: Item) -> Scored:
         pred = (extract_simple_evals_mmlu(output) if self.recipe.name == "simple_evals"
                 else extract_first(SGLANG_ANSWER_PATTERN, output))
@@ -166,10 +156,9 @@ class MMLU(Task):
         return [str(it.group) for it in self._items]
 
     def describe(self) -> EvalMeta:
-        return {"task": self.name, "recipe": self.recipe.to_dict(), "upstream": self.upstream,
-                "dataset_sha256": self.data.sha256, "dataset_source": self.data.source,
-                "dataset_canonical": self.data.canonical, "num_questions": len(self._items), "stop": [],
-                "shots_sha256": "", "groups": self.groups()}
+        meta = super().describe()
+        meta["groups"] = self.groups()
+        return meta
 
 
 LETTERS_COLS = ("Question", "A", "B", "C", "D")

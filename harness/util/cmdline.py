@@ -25,6 +25,16 @@ def is_flag(tok: str) -> bool:
     return tok.startswith("-") and len(tok) > 1 and not _NUMBER.fullmatch(tok)
 
 
+def first_flag_value(args: Sequence[str], name: str) -> str | None:
+    """The value of ``name`` in a command line (``--flag value`` or ``--flag=value``, the first), or None."""
+    for i, tok in enumerate(args):
+        if tok == name and i + 1 < len(args):
+            return str(args[i + 1])
+        if tok.startswith(name + "="):
+            return tok.split("=", 1)[1]
+    return None
+
+
 def redact_command(argv: Iterable[Any]) -> list[str]:
     """:func:`~harness.util.redact.redact_argv`, plus ``name=value`` tokens whose name looks secret (Hydra
     overrides such as ``engine.env.HF_TOKEN=...``, env prefixes such as ``HF_TOKEN=...``)."""

@@ -93,10 +93,8 @@ def _is_token_or_key_name(words: list[str]) -> bool:
 
 
 def is_secret_name(name: str) -> bool:
-    """True when an env var, flag, config key or override name looks like it holds a secret.
-
-    For a dotted override (``arms.a.env.HF_TOKEN``) pass the last part; a flag's leading dashes are ignored.
-    """
+    """True when an env var, flag, config key or override name looks like it holds a secret (a dotted override:
+    pass the last part; a flag's leading dashes are ignored)."""
     words = _words(name)
     return any(_STRONG.search(w) for w in words) or _is_token_or_key_name(words)
 
@@ -140,10 +138,8 @@ def _is_flag(tok: str) -> bool:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Copy of ``argv`` with the values of secret-looking flags redacted.
-
-    Handles ``--api-key X`` (the next token, unless it is itself a flag) and ``--api-key=X``.
-    """
+    """Copy of ``argv`` with the values of secret-looking flags redacted: ``--api-key X`` (unless X is a flag)
+    and ``--api-key=X``."""
     out: list[str] = []
     redact_next = False
     for tok in argv:
@@ -327,13 +323,18 @@ def redact_text(text: str) -> str:
     return Redactor().text(text)
 
 
-def _redact_assignment(s: str) -> str:
-    """``engine.env.HF_TOKEN=abc`` (a Hydra override), ``HF_TOKEN=abc`` or text holding such pairs."""
+def _assigned_secret(s: str) -> str | None:
+    """The value of ``engine.env.HF_TOKEN=abc`` (a Hydra override) or ``HF_TOKEN=abc`` when its name is secret."""
     name, eq, value = s.partition("=")
     if eq and name and " " not in name and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")) \
             and _hides(name, value):
-        return f"{name}={REDACTED}"
-    return redact_text(s)
+        return value
+    return None
+
+
+def _redact_assignment(s: str) -> str:
+    """An assignment whose name is secret (:func:`_assigned_secret`) redacted, or text holding such pairs."""
+    return redact_text(s) if _assigned_secret(s) is None else f"{s.partition('=')[0]}={REDACTED}"
 
 
 def secret_values(argv: Sequence[str]) -> set[str]:
@@ -351,10 +352,9 @@ def secret_values(argv: Sequence[str]) -> set[str]:
                 elif i + 1 < len(toks) and not _is_flag(toks[i + 1]):
                     found.append(toks[i + 1])
             continue
-        name, eq, value = tok.partition("=")
-        if eq and name and " " not in name and is_secret_name(name.rsplit(".", 1)[-1].lstrip("+~")) \
-                and _hides(name, value):
-            found.append(value)
+        assigned = _assigned_secret(tok)
+        if assigned is not None:
+            found.append(assigned)
         Redactor(found=found).line(tok)
     parts: set[str] = set()
     for v in found:
