@@ -357,11 +357,20 @@ def test_compare_arms_launch_test_matches_scipy_student_t_over_launches():
         c = r.launch.components
         assert c is not None
         floors = [e / 500 for e in c.ms_resid_by_group]
-        if ref.df < 2 or np.var(A.scores.mean(axis=1), ddof=1) < floors[0] \
-                or np.var(B.scores.mean(axis=1), ddof=1) < floors[1]:
+        va, vb = np.var(A.scores.mean(axis=1), ddof=1), np.var(B.scores.mean(axis=1), ddof=1)
+        if ref.df < 2 or va < floors[0] or vb < floors[1]:
             continue   # the df's floors (one arm's df; each launch term at its within-launch noise) apply
-        assert r.p == pytest.approx(ref.pvalue, rel=1e-9) and r.df == pytest.approx(ref.df, rel=1e-9)
-        half = t_dist.ppf(0.975, ref.df) * abs(r.delta / ref.statistic)
+        # beyond 3x its noise a launch variance enters the df at its upper 95 % limit (launchvar.df_weight):
+        # Welch's df where neither is, else Satterthwaite's on those terms
+        from scipy.stats import chi2
+        wa, wb = ((v + (df / chi2.ppf(0.05, df) - 1) * max(v - 3 * f, 0)) / L
+                  for v, f, df, L in ((va, floors[0], 2, 3), (vb, floors[1], 3, 4)))
+        df = min(max((wa + wb) ** 2 / (wa**2 / 2 + wb**2 / 3), 2.0), 5.0)
+        if va <= 3 * floors[0] and vb <= 3 * floors[1]:
+            assert df == pytest.approx(ref.df, rel=1e-9)
+        assert r.df == pytest.approx(df, rel=1e-9)
+        assert r.p == pytest.approx(2 * t_dist.sf(abs(ref.statistic), df), rel=1e-9)
+        half = t_dist.ppf(0.975, df) * abs(r.delta / ref.statistic)
         assert r.ci == pytest.approx([r.delta - half, r.delta + half], rel=1e-9)
         checked += 1
     assert checked >= 5

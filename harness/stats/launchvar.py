@@ -81,7 +81,7 @@ METHOD = "launch-aware t-test (launch and question components, Satterthwaite df)
 #: draws of the launch variance estimates behind :func:`power_launch_aware` (fixed seed: a plan is reproducible)
 POWER_DRAWS = 8_000
 #: draws of the launches' accuracies when the plan simulates them (heavy-tailed launch shifts)
-SIMULATED_DRAWS = 20_000
+SIMULATED_DRAWS = 10_000
 METHOD_QUESTION = "question-level test (mid-p sign-flip and Tango score, no launch component)"
 QUALIFICATION_NO_LAUNCHES = ("valid only if launches do not shift accuracy: no configuration has two launches, "
                              "so the launch-to-launch variance cannot be estimated from this run (run the A/A "
@@ -418,8 +418,8 @@ def _power_simulated(effect: float, tau_s: tuple[float, float], noise: float, la
     draws = SIMULATED_DRAWS
 
     def launches(sd: float, L: int) -> np.ndarray:
-        if tails == "t3":
-            u = rng.standard_t(3, (draws, L)) / math.sqrt(3.0)
+        if tails == "t3":   # Z / sqrt(χ²₃/3), from normals: numpy's standard_t is ~10x slower
+            u = rng.standard_normal((draws, L)) / np.sqrt(np.sum(rng.standard_normal((3, draws, L)) ** 2, axis=0))
         else:
             u = rng.standard_normal((draws, L))
         return sd * u + math.sqrt(noise) * rng.standard_normal((draws, L))
@@ -430,8 +430,8 @@ def _power_simulated(effect: float, tau_s: tuple[float, float], noise: float, la
     ta = ya.var(axis=1, ddof=1) if df_a else np.full(draws, np.nan)
     tb = yb.var(axis=1, ddof=1) if df_b else np.full(draws, np.nan)
     cv = combine_variance(ta, tb, noise, noise, df_a, df_b, la, lb, var_q, n, max((df_a + df_b) * (n - 1), 1))
-    c = t_ppf(1 - alpha / 2, cv.df)
-    return float(np.mean(np.abs(d) > c * np.sqrt(cv.var)))
+    # the p of each draw, not its t quantile: scipy's t inverse is ~20x slower per draw
+    return float(np.mean(2 * t_sf(np.abs(d) / np.sqrt(cv.var), cv.df) < alpha))
 
 
 def _power_given(effect: float, v_true: float, v_hat: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
