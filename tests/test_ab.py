@@ -91,6 +91,7 @@ STATS = ("n", "n_total", "both", "a_only", "b_only", "neither", "delta", "delta_
          "test", "p", "mde", "verdict", "verdict_reason", "flips", "simulated")
 
 
+@pytest.mark.slow  # a whole abh ab of two evals x 2 repeats and a compare: its parts are the other tests of this file
 def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys):
     sa, sb = servers
     r = ab(sa.url, sb.url, tmp_path / "ab")

@@ -331,6 +331,7 @@ def test_simulated_banner_in_summary(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "SIMULATED" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # abh power simulates its plan: test_plan.py keeps the fast plans
 def test_power_cli_json_and_text(capsys: pytest.CaptureFixture[str]):
     assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect",
                        str(400 / 1319), "--json"]) == 0

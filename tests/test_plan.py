@@ -145,6 +145,7 @@ def test_power_cli_refuses_nonsense(argv: list[str], msg: str, capsys: pytest.Ca
     assert e.value.code == 2 and msg in capsys.readouterr().err
 
 
+@pytest.mark.slow  # abh power simulates its plan: the file keeps the fast ones
 def test_power_cli_old_options_with_effect_in_pp(capsys: pytest.CaptureFixture[str]) -> None:
     assert power_main(["--n", "1319", "--p", "0.946", "--discordance", "0.02", "--effect",
                          str(100 * 4 / 1319), "--json"]) == 0

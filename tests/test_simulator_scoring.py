@@ -93,6 +93,7 @@ def _mean_kl(tok, a: NextTokenModel, b: NextTokenModel, a_pass: int = 0, b_pass:
     return float(np.mean(kls))
 
 
+@pytest.mark.slow  # scores 80 positions of several model builds
 def test_logit_shift_separates_builds_and_zero_means_identical(tok):
     ids = tok.encode(prompt(1))
     pos = list(range(len(ids) - 80, len(ids)))

@@ -209,6 +209,7 @@ def test_seed_dry_run_with_another_changed_file_exits_6(repo, tmp_path, seed_dry
     assert not (tmp_path / "dry" / "servers").exists()  # stopped before any server
 
 
+@pytest.mark.slow  # a second dry run of the seed clone: base vs fix stays in the default run
 def test_seed_dry_run_with_swapped_arms_exits_3(repo, tmp_path, seed_dry_run):
     r = seed_dry_run(repo, repo.fix, repo.base, tmp_path)
     assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-3000:]

@@ -123,6 +123,7 @@ def test_audit_case_n200_delta5_quick():
     assert r["disagree"].k == 0 and r["fallback"].k == 0
 
 
+@pytest.mark.slow  # a simulation
 def test_one_run_per_arm_compare_arms_disagreements_are_what_is_fixed():
     """One run per arm (no launch replication): compare_arms' test is the consistent one, so its p and
     interval never disagree; the mid-p test's p with Tango's interval (the pair the verdict used before) did.

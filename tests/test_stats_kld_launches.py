@@ -84,6 +84,7 @@ def test_size_when_the_noise_scale_varies_quick():
     assert r["question_1_1"].rate > 0.2  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # a simulation of the seed design's passes
 def test_the_product_decides_with_the_launch_level_test_quick():
     """compute_divergence on the seed design's passes (in-memory score tables: floor + 3 more A launches, 3 B
     launches) decides exactly as the launch-level test on the same launches, with and without a build shift."""

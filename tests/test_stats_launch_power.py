@@ -65,6 +65,7 @@ def test_planned_power_matches_the_verdicts_simulated_power(la: int, su: float, 
     assert abs(planned - achieved) <= 0.05 + 3 * math.sqrt(achieved * (1 - achieved) / exps)
 
 
+@pytest.mark.slow  # abh power simulates its plan: test_plan.py keeps the fast plans
 def test_abh_power_plans_with_the_launch_variance(capsys: pytest.CaptureFixture[str]):
     """The seed design (3 launches per arm, 2 A/A, n 1319) at +1.5 pp with a launch sd of 1.2 pp: the plan
     prints the assumed sd and its power for 1-6 launches; 3 launches have far less than 80 % power (the

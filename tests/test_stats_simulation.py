@@ -94,6 +94,7 @@ def _score_tost_at_the_margin(exps: int) -> tuple[float, float]:
     return ni / exps, eq / exps
 
 
+@pytest.mark.slow  # a simulation
 def test_score_tost_error_rates_at_the_margin_quick():
     """1000 experiments: bounds of about ±3 Monte Carlo SEs (the 4000-experiment version is slow)."""
     ni, eq = _score_tost_at_the_margin(1000)
