@@ -150,6 +150,22 @@ def test_every_surface_carries_the_one_line(demo100: Demo) -> None:
     assert "/server_info differs" not in err and "/server_info differs" in (run_dir / "run.log").read_text()
 
 
+def test_the_divergence_counts_where_the_texts_part_beside_the_floor(demo100: Demo) -> None:
+    """Any run with a scoring pass: the questions whose greedy texts part, A vs B and A vs A', by their first
+    diverging token (near-tie, real divergence, unclassified) in comparison.json, the terminal and the markdown."""
+    div = read_json(demo100.run_dir / "comparison.json")["divergence"]
+    for side, rate, n in (("partings", "text_identical_rate", "text_questions"),
+                          ("partings_aa", "text_identical_rate_aa", "text_questions_aa")):
+        k = div[side]
+        assert k["parted"] == k["near_tie"] + k["divergence"] + k["unclassified"]
+        # every pass of the arm is compared with A's first, the scoring pass's texts among them
+        assert round(div[n] * (1 - div[rate])) <= k["parted"] <= div[n]
+    assert div["partings"]["parted"] > 0 and div["near_tie_nats"] == 0.5
+    assert "first diverging tokens: A vs B " in demo100.result.stdout
+    assert "**First diverging tokens:** A vs B " in (demo100.run_dir / "comparison.md").read_text()
+    assert "first diverging tokens: A vs B " in (demo100.run_dir / "report.html").read_text()
+
+
 def test_the_demo_run_records_and_prints_no_secret(demo100: Demo) -> None:
     """Every file of the run (manifest, evals, scores, server logs, report, run.log) and all it printed."""
     assert demo100.result.returncode == 0

@@ -234,6 +234,21 @@ def with_passes(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Sequence[st
     return apply(c, prove_dirs(a_dirs, b_dirs, aa_dirs, passes, alpha=c.alpha, near_tie_nats=near_tie_nats))
 
 
+def first_divergences(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
+                      aa_dirs: Sequence[str | Path],
+                      passes: tuple[PassSource | None, PassSource | None, PassSource | None],
+                      near_tie_nats: float = 0.5) -> Comparison:
+    """Any comparison with a measured divergence: the questions whose greedy texts part, A vs B and A vs A', by
+    their first diverging token (near-tie, real divergence, unclassified), as the no-op proof counts them."""
+    div = c.divergence
+    if (div is None or div.verdict not in ("diverged", "indistinguishable") or div.reference != "a" or not a_dirs
+            or not b_dirs):  # the passes classify A's texts: with B's as the reference they would not
+        return c
+    ident = prove_dirs(a_dirs, b_dirs, aa_dirs, passes, alpha=c.alpha, near_tie_nats=near_tie_nats)
+    return replace(c, divergence=replace(div, partings=ident.counts, partings_aa=ident.counts_aa,
+                                         near_tie_nats=near_tie_nats))
+
+
 # ------------------------------------------------------------------ in words (terminal, report)
 def counts_text(c: PartingCounts) -> str:
     """``3 parted: 1 near-tie, 2 real divergences, 0 unclassified``."""

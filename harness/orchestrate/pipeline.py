@@ -580,10 +580,13 @@ class Run:
                 self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None),
                 launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
                 reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share)))
-            comparison = identity.with_passes(
-                comparison, dirs["a"], dirs["b"], dirs["aa"],
-                (self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None)),
-                near_tie_nats=self.cfg.divergence.near_tie_nats)
+            passes = (self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None))
+            if comparison.identity is not None:
+                comparison = identity.with_passes(comparison, dirs["a"], dirs["b"], dirs["aa"], passes,
+                                                  near_tie_nats=self.cfg.divergence.near_tie_nats)
+            else:
+                comparison = identity.first_divergences(comparison, dirs["a"], dirs["b"], dirs["aa"], passes,
+                                                        near_tie_nats=self.cfg.divergence.near_tie_nats)
         elif self.cfg.divergence.off_reason:
             comparison = replace(comparison, divergence=schema.Divergence(
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))

@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
+from harness.analysis.identity import counts_text
 from harness.report import plots
 from harness.report.texts import Split, split_at, word_end
 from harness.report.words import pct, pval
-from harness.results.schema import Divergence, SweepRow
+from harness.results.schema import Divergence, PartingCounts, SweepRow
 from harness.stats.verdict import ALPHA, at_floor
 
 VERDICT_LABELS = {"diverged": "DIVERGED", "indistinguishable": "INDISTINGUISHABLE",
@@ -150,7 +151,21 @@ def terminal_line(div: Divergence | None) -> str:
             f"{kld(div.kld_mean_aa)} nats/token, {test}, {_p(div)}{qual}; same top token "
             f"{pct(div.same_top_rate, 1)} vs {pct(div.same_top_rate_aa, 1)}; "
             f"texts identical {pct(div.text_identical_rate, 1)} vs {pct(div.text_identical_rate_aa, 1)} "
-            f"({div.tokens} tokens, {div.questions} questions)")
+            f"({div.tokens} tokens, {div.questions} questions)"
+            + (f"; {partings_line(div)}" if div.partings is not None else ""))
+
+
+def partings_text(div: Divergence) -> str:
+    """The questions whose texts part by their first diverging token, A vs B beside A vs A'."""
+    def part(c: PartingCounts | None) -> str:
+        return "n/a" if c is None else counts_text(c)
+
+    gap = f" (near-tie: within {div.near_tie_nats:g} nats in the reference pass)" if div.near_tie_nats else ""
+    return f"A vs B {part(div.partings)}; A vs A' {part(div.partings_aa)}{gap}"
+
+
+def partings_line(div: Divergence) -> str:
+    return f"first diverging tokens: {partings_text(div)}"
 
 
 def kld_cell(row: SweepRow) -> str:
@@ -204,6 +219,8 @@ def facts(div: Divergence) -> list[str]:
         if div.first_divergence_median is not None:
             s += f"; where they differ, the first diverging token is at median position {div.first_divergence_median:g}"
         out.append(s)
+    if div.partings is not None:
+        out.append(partings_line(div))
     out.append(f"method: {div.kl_method}" if div.kl_method else "method: n/a")
     return out
 

@@ -207,6 +207,8 @@ def render(root: Path) -> str:
         facts.append(f"**Request errors:** {gate.action}: {cell(gate.reason)}")
     if div is not None:
         facts.append(f"**Divergence:** {cell(report_divergence.sentence(div))}")
+        if div.partings is not None:
+            facts.append(f"**First diverging tokens:** {cell(report_divergence.partings_text(div))}")
     seq = cost.load_sequential(root, manifest, c)
     if seq:
         facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")

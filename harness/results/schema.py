@@ -419,6 +419,12 @@ class Divergence(Record):
     qualification: str | None = omit_none()
     #: passes left out of the launch-level test, and why (not scored, a launch scored twice)
     launches_skipped: dict[str, str] = field(default_factory=dict)
+    #: the questions whose greedy texts part, A vs B and A vs A', by their first diverging token: a near-tie
+    #: (the reference pass's logprob gap between the two tokens within ``near_tie_nats``), a real divergence, or
+    #: unclassified (:func:`harness.analysis.identity.first_divergences`)
+    partings: PartingCounts | None = omit_none()
+    partings_aa: PartingCounts | None = omit_none()
+    near_tie_nats: float | None = omit_none()
 
 
 @dataclass(frozen=True)
