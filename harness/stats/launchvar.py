@@ -457,10 +457,13 @@ def launches_needed(effect: float, n: int, sigma2_launch: float | tuple[float, f
     # variance), so a bisection finds the fewest
     if enough(1):
         return 1
-    if most < 2 or not enough(most):
+    # doubling from 2 first: a plan's cost grows with the launches it simulates, and most answers are small
+    lo, hi = 1, 2
+    while hi < most and not enough(hi):
+        lo, hi = hi, min(2 * hi, most)
+    if hi > most or (hi == most and not enough(most)):
         return None
-    lo, hi = 1, most  # not enough at lo, enough at hi
-    while hi - lo > 1:
+    while hi - lo > 1:  # not enough at lo, enough at hi
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if enough(mid) else (mid, hi)
     return hi
