@@ -128,3 +128,34 @@ def test_the_gate_reads_the_proofs_verdicts(verdict, regressed, not_noninferior,
     assert gate_fails(verdict, "regressed") is regressed
     assert gate_fails(verdict, "not-noninferior") is not_noninferior
     assert gate_fails(verdict, "any-difference") is any_difference
+
+
+def test_first_divergences_are_counted_or_the_comparison_says_why(tmp_path, monkeypatch):
+    """An ordinary comparison with a measured divergence gets the counts; one that cannot be read keeps its verdict
+    and says why in its warnings (the counts sit beside the verdict, never in place of it)."""
+    from dataclasses import replace
+
+    from helpers.docs import comparison
+
+    from harness.analysis import identity
+    from harness.results.schema import Divergence
+
+    c = replace(comparison(), divergence=Divergence(verdict="indistinguishable", verdict_reason="", reference="a"))
+    monkeypatch.setattr(identity, "prove_dirs", lambda *a, **k: prove([{0: "x y"}], [{0: "x z"}], [{0: "x y"}]))
+    got = identity.first_divergences(c, ["a"], ["b"], ["aa"], (None, None, None), near_tie_nats=0.25)
+    assert got.divergence is not None and got.divergence.partings is not None
+    assert (got.divergence.partings.parted, got.divergence.partings.unclassified) == (1, 1)
+    assert got.divergence.partings_aa is not None and got.divergence.partings_aa.parted == 0
+    assert got.divergence.near_tie_nats == 0.25 and got.warnings == c.warnings
+
+    def unreadable(*a, **k):
+        raise ValueError("samples.jsonl: line 3 is not JSON")
+
+    monkeypatch.setattr(identity, "prove_dirs", unreadable)
+    bad = identity.first_divergences(c, ["a"], ["b"], ["aa"], (None, None, None))
+    assert bad.divergence == c.divergence
+    assert bad.warnings[-1] == "first diverging tokens not counted: samples.jsonl: line 3 is not JSON"
+    # B's texts as the reference, or no measured divergence: nothing to count
+    for div in (replace(c.divergence, reference="b"), Divergence(verdict="not_measured", verdict_reason="off")):
+        assert identity.first_divergences(replace(c, divergence=div), ["a"], ["b"], ["aa"], (None, None, None)) \
+            == replace(c, divergence=div)

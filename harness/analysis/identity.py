@@ -28,6 +28,7 @@ import numpy as np
 
 from harness.analysis.divergence import PassSource, pass_table
 from harness.results.eval_store import load_samples
+from harness.results.fileio import StoreError
 from harness.results.schema import Comparison, Identity, Parting, PartingCounts
 from harness.results.token_store import PAD_ID, ScoresError, ScoreTable
 from harness.stats import kld as dv
@@ -244,7 +245,10 @@ def first_divergences(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Seque
     if (div is None or div.verdict not in ("diverged", "indistinguishable") or div.reference != "a" or not a_dirs
             or not b_dirs):  # the passes classify A's texts: with B's as the reference they would not
         return c
-    ident = prove_dirs(a_dirs, b_dirs, aa_dirs, passes, alpha=c.alpha, near_tie_nats=near_tie_nats)
+    try:
+        ident = prove_dirs(a_dirs, b_dirs, aa_dirs, passes, alpha=c.alpha, near_tie_nats=near_tie_nats)
+    except (StoreError, OSError, ValueError, KeyError, IndexError) as e:  # a count beside the verdict, said
+        return replace(c, warnings=[*c.warnings, f"first diverging tokens not counted: {e}"])
     return replace(c, divergence=replace(div, partings=ident.counts, partings_aa=ident.counts_aa,
                                          near_tie_nats=near_tie_nats))
 
