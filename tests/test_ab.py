@@ -161,6 +161,8 @@ def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     assert out.strip().splitlines()[-1].startswith("[SIMULATED] [instances only] REGRESSED ")
     order = [ln.split()[3] for ln in err.splitlines() if ln.startswith("[abh] [") and " eval " in ln]
     assert order == ["evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2"]
+    # servers abh did not start are checked, not launched
+    assert "checking the server of arm a (external)" in err and "launching arm" not in err
     c = read_json(root / "comparison.json")
     assert c["arm_names"] == {"a": "base", "b": "fix"}
     assert c["arms"]["a"]["n_runs"] == 2 == c["arms"]["b"]["n_runs"] and c["verdict"] == "regressed"

@@ -74,7 +74,9 @@ class ServerPool:
         (:class:`~harness.checks.result.SideAssertionError` when a live check fails)."""
         engine = self.engines[key]
         launch = Launch(engine.launch_identity() or self.manifest.next_launch_id(key), key, engine)
-        self.say(f"{label + ' ' if label else ''}launching arm {key} ({engine.kind}), launch {launch.id}")
+        # a server abh did not start (abh ab's URLs) is checked, not launched
+        verb = "checking the server of" if engine.kind == "external" else "launching"
+        self.say(f"{label + ' ' if label else ''}{verb} arm {key} ({engine.kind}), launch {launch.id}")
         spawned = time.time()
         engine.prepare_launch()  # a GPU tool's answer can take seconds: Ctrl-C meanwhile acts at once
         with self.interrupts.deferred():
