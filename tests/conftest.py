@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from helpers.waiting import PATIENCE_S
 
 import harness.cli.compose  # noqa: F401 - the config schemas registered with Hydra, as every abh command does
 from harness.tasks.gsm8k import EMBEDDED_TEST
@@ -37,7 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     import compileall
 
-    compileall.compile_dir(str(ROOT / "harness"), quiet=2)
+    for package in ("harness", "abh_simulator"):
+        compileall.compile_dir(str(ROOT / package), quiet=2)
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown with -p no:xdist
@@ -83,7 +85,7 @@ class SimServer:
             [sys.executable, "-m", "abh_simulator", "--port", str(self.port), "--data", str(TEST_JSONL), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_ready(self, timeout: float = 30.0, path: str = "/health") -> SimServer:
+    def wait_ready(self, timeout: float = PATIENCE_S, path: str = "/health") -> SimServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -14,6 +14,7 @@ import pytest
 import requests
 from conftest import TEST_JSONL, SimServer, free_port
 from helpers.markdown import parse_table
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.cli import ab as ab_cli
@@ -265,11 +266,11 @@ def test_sigint_mid_eval_exits_130_and_the_rerun_finishes(sim_server, tmp_path, 
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     samples = root / "evals/a/r1/samples.jsonl"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline and not (samples.exists() and len(read_jsonl(samples)) >= 10):
         time.sleep(0.05)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    _, err = p.communicate(timeout=PATIENCE_S)
     assert p.returncode == 130, err
     assert "interrupted by SIGINT" in err and "Traceback" not in err
     assert 10 <= len(read_jsonl(samples)) < 100 and not (root / "evals/b").exists()

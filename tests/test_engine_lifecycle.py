@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL, free_port, pid_alive
+from helpers.waiting import PATIENCE_S
 
 from harness.arms.arm import ResolvedArm
 from harness.config import SimulatedEngineConfig
@@ -34,7 +35,7 @@ def sim(run_dir: Path, label: str = "s", **kw):
     return create_engine(cfg, ResolvedArm(key="a", name="a"), run_dir, label)
 
 
-def wait_gone(pid: int, timeout: float = 5.0) -> bool:
+def wait_gone(pid: int, timeout: float = PATIENCE_S) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not pid_alive(pid):
@@ -214,7 +215,7 @@ def test_no_server_outlives_the_harness(tmp_path, sig):
                             stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
     try:
         line = b""
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while not line.startswith(b"PIDS") and time.monotonic() < deadline:
             r, _, _ = select.select([proc.stdout], [], [], 0.5)
             if r:
@@ -226,9 +227,9 @@ def test_no_server_outlives_the_harness(tmp_path, sig):
         server_pid, watchdog_pid = int(server_pid), int(watchdog_pid)
         assert pid_alive(server_pid) and pid_alive(watchdog_pid)
         os.kill(proc.pid, sig)
-        proc.wait(15)
-        assert wait_gone(server_pid, 5.0), f"server pid {server_pid} outlived the harness ({sig.name})"
-        assert wait_gone(watchdog_pid, 5.0), f"watchdog pid {watchdog_pid} outlived the harness ({sig.name})"
+        proc.wait(PATIENCE_S)
+        assert wait_gone(server_pid), f"server pid {server_pid} outlived the harness ({sig.name})"
+        assert wait_gone(watchdog_pid), f"watchdog pid {watchdog_pid} outlived the harness ({sig.name})"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,6 +12,7 @@ import time
 import pytest
 from aiohttp import web
 from conftest import TEST_JSONL, free_port
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.measure.evaluation import run_eval
@@ -66,7 +67,7 @@ def test_killed_midway_resumes_without_loss_or_duplicates(sim_server, tmp_path):
     cmd = [sys.executable, "-m", "harness.cli.main", "eval", "--url", s.url, "--out", str(out), "--data",
            str(TEST_JSONL), "--no-progress", "--num-questions", "200", "--parallel", "200"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline:
         if (out / "samples.jsonl").exists() and len(read_jsonl(out / "samples.jsonl")) >= 30:
             break
@@ -232,13 +233,13 @@ def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server
     cmd = [sys.executable, "-m", "harness.cli.main", "eval", "--url", s.url, "--out", str(out), "--data",
            str(TEST_JSONL), "--no-progress", "--num-questions", "150", "--parallel", "150"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline:
         if (out / "samples.jsonl").exists() and len(read_jsonl(out / "samples.jsonl")) >= 15:
             break
         time.sleep(0.05)
     p.send_signal(sig)
-    _, err = p.communicate(timeout=30)
+    _, err = p.communicate(timeout=PATIENCE_S)
     assert p.returncode == 128 + sig, err
     assert "Rerun the same command to resume" in err and "Traceback" not in err
     kept = read_jsonl(out / "samples.jsonl")

@@ -14,6 +14,7 @@ import pytest
 from conftest import TEST_JSONL, SimServer
 from helpers.faultserver import FaultServer
 from helpers.runs import ONE_EACH, SMALL, interrupt_run, rows
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.results.fileio import read_json
@@ -40,12 +41,12 @@ def test_abh_eval_exits_129_on_sighup(tmp_path: Path):
         p = subprocess.Popen([sys.executable, "-m", "harness.cli.main", "eval", "--url", srv.url, "--out", str(out),
                               "--data", str(TEST_JSONL), "--num-questions", "200", "--parallel", "4",
                               "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE_S
         while rows(out / "samples.jsonl") < 5:
             assert time.monotonic() < deadline and p.poll() is None
             time.sleep(0.05)
         p.send_signal(signal.SIGHUP)
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=PATIENCE_S)
     finally:
         srv.stop()
     assert p.returncode == 129, err

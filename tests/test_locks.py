@@ -16,6 +16,7 @@ import pytest
 from conftest import TEST_JSONL, SimServer
 from helpers.evals import make_eval, seed_vectors
 from helpers.faultserver import FaultServer
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.results.dirlock import LOCK_FILE, DirectoryInUse, DirLock
@@ -23,7 +24,7 @@ from harness.results.dirlock import LOCK_FILE, DirectoryInUse, DirLock
 ABH = [sys.executable, "-m", "harness.cli.main"]
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert proc.poll() is None, proc.communicate()
@@ -43,7 +44,7 @@ def holder(d: Path) -> subprocess.Popen:
 def stop(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     if p.poll() is None:
         p.send_signal(sig)
-    p.communicate(timeout=60)
+    p.communicate(timeout=PATIENCE_S)
 
 
 def test_the_lock_is_exclusive_named_and_leaves_nothing(tmp_path):

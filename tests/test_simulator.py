@@ -350,7 +350,7 @@ def test_startup_delay_answers_503_on_health_until_ready():
         assert codes == {"/health": 503, "/health_generate": 503}
         assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
                              timeout=5).status_code == 503
-        s.wait_ready(timeout=10, path="/health")
+        s.wait_ready(path="/health")
         assert time.monotonic() - t0 >= 1.4
         assert requests.get(s.url + "/health_generate", timeout=5).status_code == 200
         assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},

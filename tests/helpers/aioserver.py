@@ -11,6 +11,8 @@ from typing import Any
 from aiohttp import web
 from conftest import free_port
 
+from helpers.waiting import PATIENCE_S
+
 
 class ThreadedApp:
     def __init__(self) -> None:
@@ -35,7 +37,7 @@ class ThreadedApp:
             self.loop.run_forever()
 
         threading.Thread(target=run, daemon=True).start()
-        ready.wait(10)
+        ready.wait(PATIENCE_S)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -39,6 +39,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from helpers.waiting import PATIENCE_S
+
 MODES = ("ok", "random", "bad_chunk", "truncated", "meta", "tokens", "finish", "deep", "huge", "trickle", "hang",
          "status", "auth")
 GENERATE_PATHS = ("/generate", "/v1/completions")
@@ -278,7 +280,7 @@ class FaultServer:
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
-        if not ready.wait(10):
+        if not ready.wait(PATIENCE_S):
             raise RuntimeError("fault server did not start")
         return self
 
