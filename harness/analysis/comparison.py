@@ -376,7 +376,10 @@ def compare_runs(a_runs: Sequence[ScoredEval], b_runs: Sequence[ScoredEval], aa_
         warnings=[w for w in (aa_blk.warning,) if w] + determinism.warnings(ident),
         flips=[int(i) for i in indices[keep][res.d != 0]],
         diagnostics={**_diagnostics(res, A, B, alpha, n_resamples, int(seeds[2]), psi_aa, r_eff),
-                     **_launch_bootstrap_block(boot)},
+                     **_launch_bootstrap_block(boot),
+                     # whole questions (the table's cells are question mass with repeats)
+                     "questions_better": {"a": int((res.d < 0).sum()), "b": int((res.d > 0).sum()),
+                                          "same": int((res.d == 0).sum())}},
         qualification=qualification, delta_df=res.df, launch_variance=res.launch_variance,
         instances_only=res.unit == "question",
         assumptions=[NO_LAUNCH_SHIFT] if assume_no_launch_shift else [],
@@ -456,6 +459,34 @@ def _effect(x: float | None) -> str:
     return "none (no effect up to 100 pp is detectable)" if not math.isfinite(x) or x > 1 else f"{_pp(x, False)} pp"
 
 
+def _questions(c: Comparison) -> str:
+    """The paired questions in whole questions (with repeats: on how many each arm was right more often)."""
+    if c.table_source == "one run per arm":
+        return f"questions: both right {c.both:g}, only A {c.a_only:g}, only B {c.b_only:g}, neither {c.neither:g}"
+    better = c.diagnostics.get("questions_better")
+    if isinstance(better, dict):
+        return (f"questions: A right more often on {better.get('a')}, B on {better.get('b')}, the same on "
+                f"{better.get('same')} (each question's share of right answers over its arm's repeats)")
+    return (f"questions (question mass: each question's share of right answers over its arm's repeats): only A "
+            f"{c.a_only:.1f}, only B {c.b_only:.1f}")
+
+
+def _margin_line(c: Comparison) -> str:
+    """The margin's interval, and what it shows only where the verdict asks it: beside a significant difference
+    it shows nothing the verdict does not (never "not shown equivalent" under IMPROVED)."""
+    t = c.tost
+    assert t is not None
+    head = f"margin ±{_pp(t.margin, False)} pp: {100 * t.ci_level:g} % interval {_ci(t.ci)}"
+    if c.verdict == "improved":
+        return head + "; the gain is significant: the margin is not needed"
+    if c.verdict == "regressed":
+        return head + ("; the loss stays within the margin" if t.noninferior else "; the loss exceeds the margin")
+    if c.hypothesis == "noninferiority":
+        return head + ("; non-inferior" if t.noninferior else "; non-inferiority not shown")
+    return head + ("; equivalent" if t.equivalent else "; non-inferior, equivalence not shown" if t.noninferior
+                   else "; neither equivalence nor non-inferiority shown")
+
+
 def format_summary(c: Comparison) -> str:
     """A readable summary of a comparison, in percentage points: the verdict, the test and the p that
     decided it, the interval at the level α sets, the design and what it cannot resolve."""
@@ -469,7 +500,10 @@ def format_summary(c: Comparison) -> str:
                  f"A {d.passes_per_launch['a']}, B {d.passes_per_launch['b']}); unit of inference: {d.unit}")
     lv = c.launch_variance
     if lv is not None and lv.sd is not None:
-        lines.append(f"  launch variance: sd {_pp(lv.sd, False)} pp per launch; {lv.source}")
+        zero = round(100 * lv.sd, 2) == 0  # said as none, beside the t reference that still carries its df
+        lines.append(f"  launch variance: {'none measurable (estimated ' if zero else ''}sd {_pp(lv.sd, False)} pp "
+                     f"per launch{')' if zero else ''}; {lv.source}"
+                     + ("; the t reference still carries the uncertainty of that estimate" if zero else ""))
     if d.cannot_resolve:
         lines.append(f"  cannot resolve: {d.cannot_resolve}")
     if c.launch_ids_missing:
@@ -485,8 +519,7 @@ def format_summary(c: Comparison) -> str:
         lines.append(f"  {name}: accuracy {_pp(arm.accuracy, False)} %  Wilson "
                      f"[{_pp(arm.wilson[0], False)}, {_pp(arm.wilson[1], False)}]  errors "
                      f"{_pp(arm.error_rate, False)} %")
-    lines.append(f"  table ({c.table_source}): both {c.both:g}, A only {c.a_only:g}, "
-                 f"B only {c.b_only:g}, neither {c.neither:g}; psi {_pp(c.psi, False)} %")
+    lines.append(f"  {_questions(c)}; psi {_pp(c.psi, False)} %")
     lines.append(f"  delta (B - A) {_pp(c.delta)} pp; {level} CI {_ci(c.delta_ci)} ({c.delta_ci_method})")
     if c.psi_aa is not None and c.noise_band is not None:
         lines.append(f"  A/A: psi_AA {_pp(c.psi_aa, False)} % ({c.psi_aa_source}), noise band of delta "
@@ -497,13 +530,9 @@ def format_summary(c: Comparison) -> str:
     if identical:
         lines.append(f"  {identical}")
     if c.mde is not None:
-        lines.append(f"  MDE at 80 % power: {_effect(c.mde)} ({c.mde_method}); smallest effect the "
-                     f"test can detect at all {_effect(c.detectable_floor)}")
+        lines.append(f"  detectable effect (80 % power): {_effect(c.mde)} ({c.mde_method})")
     if c.tost is not None:
-        t = c.tost
-        lines.append(f"  margin ±{_pp(t.margin, False)} pp: {100 * t.ci_level:g} % interval {_ci(t.ci)}; "
-                     f"{'equivalent' if t.equivalent else 'not shown equivalent'}, "
-                     f"{'non-inferior' if t.noninferior else 'not shown non-inferior'}")
+        lines.append(f"  {_margin_line(c)}")
     e = c.errors
     if e.rate_a > 0 or e.rate_b > 0:
         line = f"  errors: A {_pp(e.rate_a, False)} %, B {_pp(e.rate_b, False)} %"

@@ -192,6 +192,14 @@ def sum_costs(costs: Iterable[Cost | None]) -> Cost:
                 total=_add([c.total for c in cs]))
 
 
+def gpu_hours(x: float) -> str:
+    """GPU-hours to the digits that tell values apart: ``0`` without a GPU, two significant digits under 0.01
+    (``0.0042``), two decimals above."""
+    if x == 0:
+        return "0"
+    return f"{x:.2g}" if abs(x) < 0.01 else f"{x:.2f}"
+
+
 def _hms(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
@@ -208,8 +216,8 @@ def format_cost(cost: Cost) -> str:
     return "\n".join(f"  cost {role:<5} {c.launches} launch(es) {_hms(c.launch_s)} to ready, "
                      f"{c.evals} eval(s) {_hms(c.eval_s)}"
                      + (f", {c.scoring_passes} scoring pass(es) {_hms(c.scoring_s)}" if c.scoring_passes else "")
-                     + f", servers up {_hms(c.server_s)} on {c.gpus} GPU(s): {c.gpu_hours:.2f} GPU-hours"
-                     + (f" ({c.scoring_gpu_hours:.2f} of them scoring)" if c.scoring_passes else "")
+                     + f", servers up {_hms(c.server_s)} on {c.gpus} GPU(s): {gpu_hours(c.gpu_hours)} GPU-hours"
+                     + (f" ({gpu_hours(c.scoring_gpu_hours)} of them scoring)" if c.scoring_passes and c.gpus else "")
                      for role, c in blocks(cost))
 
 

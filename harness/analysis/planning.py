@@ -63,7 +63,7 @@ from typing import Any, NotRequired, TypedDict
 import numpy as np
 
 from harness import stats
-from harness.analysis.cost import cost_from_manifest
+from harness.analysis.cost import cost_from_manifest, gpu_hours
 from harness.analysis.launch_ids import LaunchesUnknown, launch_ids
 from harness.results import schema
 from harness.results.eval_store import ScoredEval, load_scored
@@ -383,9 +383,11 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
     if seq is not None:
         seq["gpu_hours"] = _hours(seq["repeats"], gh)
         seq["wall_hours"] = _hours(seq["repeats"], wall)
-    if per_repeat is not None and fixed["gpu_hours_one_launch_per_arm"] is not None and r_fixed > 1:
+    one, every = fixed["gpu_hours_one_launch_per_arm"], fixed["gpu_hours"]
+    if (per_repeat is not None and one is not None and every is not None and r_fixed > 1
+            and gpu_hours(one) != gpu_hours(every)):  # "0.00 instead of 0.00" says nothing
         notes.append("a fixed design that keeps one launch per arm for all its repeats costs "
-                     f"{fixed['gpu_hours_one_launch_per_arm']:.2f} GPU-hours instead of {fixed['gpu_hours']:.2f}, "
+                     f"{gpu_hours(one)} GPU-hours instead of {gpu_hours(every)}, "
                      "but cannot tell a launch-wide shift from the change: the plan launches afresh per repeat")
     sr = seq["repeats"] if seq else None
     sg = seq["gpu_hours"] if seq else None

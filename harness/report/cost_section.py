@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from harness.analysis.cost import blocks
+from harness.analysis.cost import blocks, gpu_hours
 from harness.report.words import pp
 from harness.results import schema
 from harness.results.records import JSON, RecordError
@@ -128,18 +128,19 @@ def cost_rows(cost: Cost) -> list[CostRow]:
     """One row per role present and the total: launches, evals, launch / eval / server time, GPUs, GPU-hours."""
     return [{"role": role, "label": ROLE_LABELS[role], "launches": b.launches, "evals": b.evals,
              "launch": hms(b.launch_s), "eval": hms(b.eval_s), "server": hms(b.server_s), "gpus": b.gpus,
-             "scoring": f"{b.scoring_passes} · {hms(b.scoring_s)} · {b.scoring_gpu_hours:.2f} GPU-h" if b.scoring_passes
+             "scoring": f"{b.scoring_passes} · {hms(b.scoring_s)} · {gpu_hours(b.scoring_gpu_hours)} GPU-h" if b.scoring_passes
              else "—",
-             "gpu_hours": f"{b.gpu_hours:.2f}"} for role, b in blocks(cost)]
+             "gpu_hours": gpu_hours(b.gpu_hours)} for role, b in blocks(cost)]
 
 
 def cost_line(cost: Cost) -> str:
     """The cost in one line (comparison.md): the total and each arm's GPU-hours."""
     t = cost.total
-    arms = ", ".join(f"{ROLE_LABELS[r]} {b.gpu_hours:.2f}" for r, b in blocks(cost) if r != "total")
-    scoring = (f", {t.scoring_passes} scoring pass(es) {hms(t.scoring_s)} ({t.scoring_gpu_hours:.2f} GPU-hours)"
-               if t.scoring_passes else "")
-    return (f"{t.gpu_hours:.2f} GPU-hours ({arms}); {t.launches} server launch(es), {hms(t.launch_s)} "
+    arms = ", ".join(f"{ROLE_LABELS[r]} {gpu_hours(b.gpu_hours)}" for r, b in blocks(cost) if r != "total")
+    scoring = (f", {t.scoring_passes} scoring pass(es) {hms(t.scoring_s)}"
+               + (f" ({gpu_hours(t.scoring_gpu_hours)} GPU-hours)" if t.gpus else "") if t.scoring_passes else "")
+    total = f"{gpu_hours(t.gpu_hours)} GPU-hours ({arms})" if t.gpus else "no GPU"
+    return (f"{total}; {t.launches} server launch(es), {hms(t.launch_s)} "
             f"to ready, {t.evals} eval(s) {hms(t.eval_s)}{scoring}, servers up {hms(t.server_s)}"
             + (f" (estimated from timestamps: {', '.join(cost.estimated)})" if cost.estimated else ""))
 

@@ -1,24 +1,32 @@
-"""The verdict in one line, the same on every surface: the terminal's last line, ``run.log``, ``summary.json``
-(``headline``), ``comparison.md`` and the report.
+"""The verdict in one plain sentence, the same on every surface: the terminal's last line, ``run.log``,
+``summary.json`` (``headline``), ``comparison.md``'s first line and the report's hero.
 
-``IMPROVED +1.33 pp [+0.52, +2.21], p = 0.0014 · non-inferior within 1 pp · outputs indistinguishable (KLD ...)``
+``[SIMULATED] IMPROVED +1.9 pp: B gets more questions right (95 % CI +0.9 to +2.9 pp) · assumes B's launches
+vary as A's do · outputs within relaunch noise``
 
-A verdict about the two server instances only (one launch per configuration, e.g. ``abh ab`` without ``--aa``)
-says so in its first words, ``[instances only] REGRESSED ...``; with ``--assume-no-launch-shift`` they are
-``[assumes no launch shift] REGRESSED ...`` (after ``[SIMULATED]`` for a simulated run).
+(relaunch noise: how far a fresh launch of A moves A's own outputs, the A/A floor)
 
-The first word is the verdict of the question asked (``stats.hypothesis``); what the margin shows follows
-it, worded so it cannot read as a second verdict: under superiority an inconclusive result that is shown
-non-inferior says "no improvement shown; non-inferior within 1 pp", not "inconclusive" beside
-"non-inferior". Then the outputs' divergence, when it was measured. Reads a stored comparison only.
+Two layers of words: this line is for an engineer reading in five seconds (what changed, by how much, how
+sure); the test, its degrees of freedom, the variance components and ψ are under "How this was decided"
+(:mod:`harness.report.words` ``how_decided``). A qualifier that changes what the verdict means stays here, in
+words: SIMULATED, a verdict about two server instances only (``[instances only]``; ``[assumes no launch
+shift]`` with ``--assume-no-launch-shift``), an assumption about launches, request errors that could decide
+it, a sequential stop.
+
+The line is composed of plain verdict sentences, one per measurement (:data:`SENTENCES`: accuracy, then the
+outputs' divergence), each a function of the comparison that returns its sentence or None; a new measurement
+adds its function there. What the margin shows is said only when a margin was asked and it adds to the verdict
+(never "equivalent" beside IMPROVED). Reads a stored comparison only.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from harness.report import divergence_section, identity_section, words
+from harness.report import identity_section, words
 from harness.results.schema import Comparison
 
 SEP = " · "
@@ -26,21 +34,48 @@ SEP = " · "
 COLOURS = {"improved": "32", "equivalent": "32", "noninferior": "32", "regressed": "31", "not_comparable": "31",
            "inconclusive": "33", "identical": "32", "differs": "31", "not_deterministic": "33"}
 
+#: the first words of a verdict about the two server instances only (one launch per configuration), and of one
+#: the user made about the configurations by stating that launches do not shift accuracy
+INSTANCES_ONLY = "[instances only]"
+ASSUMED = "[assumes no launch shift]"
+
+
+def scope(c: Comparison) -> str:
+    """What the verdict is about, as its first words ("" when about the configurations, with no assumption)."""
+    if not c.instances_only or c.verdict == "not_comparable":
+        return ""
+    return ASSUMED if "no_launch_shift" in c.assumptions else INSTANCES_ONLY
+
+
+def digits(ci: Sequence[float] | None) -> int:
+    """Decimals of a difference in pp that its interval supports: 1 when the interval is 1 pp wide or wider."""
+    if not ci or len(ci) != 2 or not all(isinstance(v, int | float) and math.isfinite(v) for v in ci):
+        return 2
+    return 1 if abs(ci[1] - ci[0]) >= 0.01 else 2
+
+
+def interval(c: Comparison) -> str:
+    """``95 % CI +0.9 to +2.9 pp`` (the verdict's interval, at its level)."""
+    d = digits(c.delta_ci)
+    lo, hi = (c.delta_ci or [None, None])[:2] if c.delta_ci else (None, None)
+    level = f"{100 * (c.delta_ci_level or 1 - c.alpha):g} % CI"
+    return f"{level} {words.pp(lo, digits=d).removesuffix(' pp')} to {words.pp(hi, digits=d)}"
+
 
 def _margin(c: Comparison) -> str:
     return f"{100 * c.margin:g} pp" if c.margin is not None else ""
 
 
-def _numbers(c: Comparison) -> str:
-    ci = words.ci_pp(c.delta_ci).removesuffix(" pp")
-    return f"{words.pp(c.delta)} {ci}, {words.p_text(c)}"
-
-
 def _margin_clause(c: Comparison) -> str | None:
-    """What the margin shows, when a margin was set and it is not the verdict itself."""
-    if c.margin is None or c.tost is None or c.verdict in ("equivalent", "noninferior", "not_comparable"):
+    """What the margin shows, when a margin was asked and the verdict does not already say more: nothing beside
+    IMPROVED (a significant gain is trivially within any loss margin); beside REGRESSED, whether the loss stays
+    within the margin; beside INCONCLUSIVE, what the margin could show."""
+    if c.margin is None or c.tost is None or c.verdict in ("equivalent", "noninferior", "not_comparable",
+                                                          "improved"):
         return None
     m = _margin(c)
+    if c.verdict == "regressed":
+        return f"the loss is within the {m} margin" if c.tost.noninferior else None
     if c.tost.equivalent:
         return f"equivalent within ±{m}"
     if c.tost.noninferior:
@@ -58,63 +93,81 @@ def _undecided(c: Comparison) -> str:
         return f"significant, not shown to reach the declared effect of {words.pp(c.min_effect, signed=False)}"
     if c.tost is not None and c.margin is not None and c.tost.noninferior and not c.tost.equivalent:
         return "no improvement shown"
-    return "no difference shown" + (f" (MDE {words.effect_pp(c.mde)})" if c.mde is not None else "")
+    return "no accuracy difference detected" + (f" (detectable effect {words.effect_pp(c.mde)})"
+                                                 if c.mde is not None else "")
 
 
-def _outputs(c: Comparison) -> str | None:
-    div = c.divergence
-    if div is None:
+def _assumption(c: Comparison) -> str | None:
+    """The assumption about launches the verdict rests on, in words (the part after the statistics' "from
+    the A/A control's launches:")."""
+    q = c.qualification
+    if not q:
         return None
-    if div.verdict not in ("diverged", "indistinguishable"):
-        return "outputs not measured"
-    return "outputs " + divergence_section.short(div)
+    return q.split(": ", 1)[-1] if q.startswith("launch variance from") else q
 
 
-#: the first words of a verdict about the two server instances only (one launch per configuration), and of one
-#: the user made about the configurations by stating that launches do not shift accuracy
-INSTANCES_ONLY = "[instances only]"
-ASSUMED = "[assumes no launch shift]"
-
-
-def scope(c: Comparison) -> str:
-    """What the verdict is about, as its first words ("" when about the configurations, with no assumption)."""
-    if not c.instances_only or c.verdict == "not_comparable":
-        return ""
-    return ASSUMED if "no_launch_shift" in c.assumptions else INSTANCES_ONLY
-
-
-def headline(c: Comparison) -> str:
-    """The comparison's verdict as the one line every surface shows."""
+def accuracy(c: Comparison) -> str:
+    """The accuracy verdict: its word, the difference, how sure, and the qualifiers that change its meaning."""
     label = words.verdict_label(c.verdict)
-    sim = "[SIMULATED] " if c.simulated else ""
     if c.verdict == "not_comparable":
-        return f"{sim}{label}: {c.verdict_reason or 'an arm failed'}"
-    if c.identity is not None:  # the no-op proof: its words, then the outputs' divergence
-        out = _outputs(c)
-        return SEP.join([f"{sim}{label}{identity_section.headline_rest(c.identity)}", *([out] if out else [])])
+        return f"{label}: {c.verdict_reason or 'an arm failed'}"
+    if c.identity is not None:  # the no-op proof: its own words
+        return f"{label}{identity_section.headline_rest(c.identity)}"
     first = scope(c)
-    head = f"{sim}{first + ' ' if first else ''}{label} {_numbers(c)}"
-    if c.verdict == "equivalent":
-        head += f" within ±{_margin(c)}"
+    d = words.pp(c.delta, digits=digits(c.delta_ci))
+    if c.verdict == "improved":
+        body = f"{d}: B gets more questions right ({interval(c)})"
+    elif c.verdict == "regressed":
+        body = f"{d}: B gets fewer questions right ({interval(c)})"
+    elif c.verdict == "equivalent":
+        body = f"{d} ({interval(c)}): within ±{_margin(c)}"
     elif c.verdict == "noninferior":
-        head += f" within {_margin(c)}"
-    undecided = [_undecided(c)] if c.verdict == "inconclusive" else []
+        body = f"{d} ({interval(c)}): no loss beyond {_margin(c)}"
+    else:
+        body = f"{d} ({interval(c)})"
+    parts = [f"{first + ' ' if first else ''}{label} {body}"]
+    clauses = [_undecided(c)] if c.verdict == "inconclusive" else []
     margin = _margin_clause(c)
-    parts = [head]
-    if undecided or margin:
-        parts.append("; ".join(x for x in (*undecided, margin) if x))
-    if c.qualification:  # the condition the verdict holds under (one launch per configuration)
-        parts.append(c.qualification)
+    if clauses or margin:
+        parts.append("; ".join(x for x in (*clauses, margin) if x))
+    if c.verdict != "inconclusive" and c.errors.changes_verdict:
+        parts.append("request errors could change it")
+    assumption = _assumption(c)
+    if assumption:
+        parts.append(assumption)
     seq = c.sequential
     if seq is not None and seq.stopped:
         fixed = c.verdict_fixed
         parts.append(f"sequential: stopped after {seq.repeats_run} of {seq.max_repeats} repeats"
                      + (f" (the fixed-design test of the same data: {words.verdict_label(fixed).lower()})"
                         if fixed and fixed != c.verdict else ""))
-    out = _outputs(c)
-    if out:
-        parts.append(out)
     return SEP.join(parts)
+
+
+def outputs(c: Comparison) -> str | None:
+    """The outputs' divergence verdict, when it was measured (or said why not)."""
+    div = c.divergence
+    if div is None or c.verdict == "not_comparable":
+        return None
+    if div.verdict == "diverged":
+        return "outputs differ beyond relaunch noise"
+    if div.verdict == "indistinguishable":
+        return "outputs within relaunch noise"
+    return "outputs not measured"
+
+
+#: the plain verdict sentences of the headline, in order: one function per measurement
+SENTENCES: list[Callable[[Comparison], str | None]] = [accuracy, outputs]
+
+
+def compose(sentences: Sequence[str | None], simulated: bool = False) -> str:
+    """The headline of plain verdict sentences (None: not measured, left out), ``[SIMULATED]`` first."""
+    return ("[SIMULATED] " if simulated else "") + SEP.join(s for s in sentences if s)
+
+
+def headline(c: Comparison) -> str:
+    """The comparison's verdict as the one line every surface shows."""
+    return compose([f(c) for f in SENTENCES], c.simulated)
 
 
 def coloured(line: str, verdict: str | None, stream: TextIO) -> str:

@@ -51,7 +51,10 @@ class VerdictView(TypedDict):
     scope: str
     rest: str
     headline: str
+    #: the plain facts under the verdict
     details: list[str]
+    #: what a statistician needs: the "How this was decided" section
+    how: list[str]
 
 
 class PerfRow(TypedDict):
@@ -182,7 +185,7 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(pct=words.pct, pp=words.pp, ci_pp=words.ci_pp, ci_pct=words.ci_pct, pval=words.pval, effect_pp=words.effect_pp,
-                       p_text=words.p_text, p_bound=words.p_bound, verdict_label=words.verdict_label,
+                       p_text=words.p_text, mass=words.mass, questions_line=words.questions_line, p_bound=words.p_bound, verdict_label=words.verdict_label,
                        colors=plots.VERDICT_COLORS, finite=data.finite)
     return env
 
@@ -264,7 +267,8 @@ def comparison_context(root: Path) -> ComparisonContext:
                     "rest": headline(c).split(words.verdict_label(verdict), 1)[-1] if c is not None
                     else f": {missing_reason}",
                     "headline": headline(c) if c is not None else f"NOT COMPARABLE: {missing_reason}",
-                    "details": words.verdict_detail(c) if c is not None else []},
+                    "details": words.verdict_facts(c) if c is not None else [],
+                    "how": words.how_decided(c) if c is not None else []},
         "arms_c": c.arms if c is not None else None, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
         "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "identity": identity_view(c), "run_rows": run_rows, "perf": perf,
         "flips": flips, "flips_total": flips_total, "flip_counts": counts, "max_flips": data.MAX_FLIPS,

@@ -18,7 +18,7 @@ from typing import Any
 from harness.report import cost_section as cost
 from harness.report import data, identity_section, words
 from harness.report import divergence_section as report_divergence
-from harness.report.headline import headline
+from harness.report.headline import headline, outputs
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
 from harness.results.records import JSON
@@ -155,6 +155,27 @@ def _identity(i: Identity) -> list[str]:
     return out
 
 
+def _how_decided(c: Comparison, level: str) -> str:
+    """The statistician's details, folded: the test and its p, the design, launch variance, ψ, the reason."""
+    test = (c.test or "").replace("_", " ")
+    rows = table(["Δ (B − A)", f"{level} CI", "interval", "test (decided the verdict)", "p"],
+                 [[words.pp(c.delta), words.ci_pp(c.delta_ci), c.delta_ci_method, test,
+                   words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.p)]],
+                 ["r", "r", "l", "l", "r"])
+    lines = [cell(x) for x in words.how_decided(c)]
+    boot = c.diagnostics.get("delta_ci_bootstrap_launch")
+    if isinstance(boot, list) and len(boot) == 2:
+        lines.append(f"launch-aware bootstrap: Δ {words.ci_pp(boot)} (launches, then questions, resampled; beside "
+                     f"the verdict's {words.ci_pp(c.delta_ci)})")
+    div = c.divergence
+    if div is not None:
+        lines.append(f"divergence: {cell(report_divergence.sentence(div))}")
+    if div is not None and div.partings is not None:
+        lines.append(f"first diverging tokens: {cell(report_divergence.partings_text(div))}")
+    return ("<details><summary>How this was decided</summary>\n\n" + rows + "\n\n" + "  \n".join(lines)
+            + "\n\n</details>")
+
+
 def render(root: Path) -> str:
     """The markdown of the comparison (or run) directory ``root``."""
     root = Path(root)
@@ -167,30 +188,20 @@ def render(root: Path) -> str:
     level = f"{100 * (1 - c.alpha):g} %"
     sim = "[SIMULATED] " if c.simulated else ""
     experiment = manifest.get("experiment")
-    parts = [f"### {sim}abh: {cell(names['b'])} (B) vs {cell(names['a'])} (A)"
+    # the verdict first, stated once: the headline every surface shares
+    parts = [f"> **{prose(headline(c))}**",
+             f"### {sim}abh: {cell(names['b'])} (B) vs {cell(names['a'])} (A)"
              + (f" — {cell(experiment)}" if experiment else "")]
-    # the verdict, stated once: the headline every surface shares
-    parts.append(f"> **{prose(headline(c))}**")
     if c.simulated:
         parts.append("> SIMULATED: these numbers come from the harness's simulated engine, not a real model server.")
     div = c.divergence
     parts.append(table(["arm", "name", "accuracy", f"Wilson {level}", "runs", "per repeat", "invalid",
                         "request errors"], _arm_rows(c, runs, names), ["l", "l", "r", "r", "r", "l", "r", "r"]))
-    test = (c.test or "").replace("_", " ")
-    parts.append(table(["Δ (B − A)", f"{level} CI", "interval", "test (decided the verdict)", "p"],
-                       [[words.pp(c.delta), words.ci_pp(c.delta_ci), c.delta_ci_method, test,
-                         words.p_text(c)[2:] if words.p_text(c).startswith("p <") else words.pval(c.p)]],
-                       ["r", "r", "l", "l", "r"]))
-    facts = [f"**Why:** {cell(c.verdict_reason)}"]
-    boot = c.diagnostics.get("delta_ci_bootstrap_launch")
-    if isinstance(boot, list) and len(boot) == 2:
-        facts.append(f"**Launch-aware bootstrap:** Δ {words.ci_pp(boot)} (launches, then questions, resampled; "
-                     f"beside the verdict's {words.ci_pp(c.delta_ci)}); the per-arm and paired bootstrap "
-                     "intervals elsewhere resample questions only")
-    facts.append(f"**Questions:** {c.n} paired of {c.n_total} ({c.dropped_errors} without an answer from both "
-                 "arms); "
-                 f"MDE at 80 % power {words.effect_pp(c.mde)}"
-                 + (f"; margin ±{words.pp(c.margin, signed=False)}" if c.margin is not None else ""))
+    facts = [f"**Δ (B − A):** {words.pp(c.delta)}, {level} CI {words.ci_pp(c.delta_ci)}",
+             f"**Questions:** {cell(words.questions_line(c).removeprefix('questions: '))}"]
+    if c.mde is not None:
+        facts.append(f"**Detectable effect (80 % power):** {words.effect_pp(c.mde)}"
+                     + (f"; margin ±{words.pp(c.margin, signed=False)}" if c.margin is not None else ""))
     if c.instances_only and c.verdict != "not_comparable":
         facts.append("**Scope:** these two server instances only (one launch per arm: a launch-wide accuracy shift "
                      "cannot be told from the change); " + (
@@ -199,16 +210,12 @@ def render(root: Path) -> str:
                          "`--fail-on` does not act on it without `--assume-no-launch-shift`"))
     elif c.assumptions:
         facts.append(f"**Assumptions stated:** {cell(', '.join(c.assumptions))}")
-    lv = c.launch_variance
-    if lv is not None and lv.sd is not None:
-        facts.append(f"**Launch variance:** sd {words.pp(lv.sd, signed=False)} per launch; {cell(lv.source)}")
     gate = c.errors.gate
     if gate is not None and gate.action != "none":
         facts.append(f"**Request errors:** {gate.action}: {cell(gate.reason)}")
-    if div is not None:
-        facts.append(f"**Divergence:** {cell(report_divergence.sentence(div))}")
-        if div.partings is not None:
-            facts.append(f"**First diverging tokens:** {cell(report_divergence.partings_text(div))}")
+    out = outputs(c)
+    if out:
+        facts.append(f"**Outputs:** {cell(out.removeprefix('outputs '))}")
     seq = cost.load_sequential(root, manifest, c)
     if seq:
         facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")
@@ -216,6 +223,7 @@ def render(root: Path) -> str:
     if run_cost:
         facts.append(f"**Cost:** {cell(cost.cost_line(run_cost))}")
     parts.append("  \n".join(facts))
+    parts.append(_how_decided(c, level))
 
     if c.identity is not None:
         parts += _identity(c.identity)

@@ -111,8 +111,70 @@ def verdict_label(word: str | None) -> str:
     return VERDICT_LABELS.get(word or "", (word or "unknown").upper().replace("_", " "))
 
 
-def verdict_detail(c: Comparison) -> list[str]:
-    """Short supporting facts under the verdict sentence."""
+def mass(x: Any) -> str:
+    """A paired table's cell: a whole count as it is, question mass (repeats) to one decimal."""
+    v = _num(x)
+    if v is None:
+        return "—"
+    return f"{v:g}" if v == int(v) else f"{v:.1f}"
+
+
+def detectable(c: Comparison) -> str:
+    """The one detectable effect every surface names: ``detectable effect 1.37 pp (80 % power)``."""
+    return f"detectable effect {effect_pp(c.mde)} (80 % power)"
+
+
+def questions_line(c: Comparison) -> str:
+    """The paired questions in whole questions: who got which right (one run per arm), or on how many questions
+    each arm was right more often over its repeats (the per-question means, explained here once)."""
+    if c.table_source == "one run per arm":
+        return (f"questions: {c.both:g} right in both, {c.b_only:g} only B right, {c.a_only:g} only A right, "
+                f"{c.neither:g} wrong in both")
+    better = c.diagnostics.get("questions_better")
+    if isinstance(better, dict) and all(isinstance(better.get(k), int) for k in ("a", "b", "same")):
+        return (f"questions: B right more often on {better['b']}, A on {better['a']}, the same on "
+                f"{better['same']} (each question's share of right answers over its arm's repeats)")
+    return (f"questions: B ahead on {c.b_only:.1f}, A on {c.a_only:.1f} (question mass: each question's share of "
+            "right answers over its arm's repeats)")
+
+
+def launch_variance_line(c: Comparison) -> str | None:
+    """The launch-to-launch variance the test used; one estimated at zero is said as such, beside the t-test
+    that still carries the uncertainty of that estimate (so "sd 0.00" under "t-test (4.1 df)" does not puzzle)."""
+    lv = c.launch_variance
+    if lv is None or lv.sd is None:
+        return None
+    if round(100 * lv.sd, 2) == 0:
+        df = f" ({c.delta_df:.1f} df)" if c.delta_df is not None else ""
+        return (f"launch variance: none measurable (estimated sd {pp(lv.sd, signed=False)} per launch; {lv.source});"
+                f" the t reference{df} still carries the uncertainty of that estimate")
+    return f"launch variance: sd {pp(lv.sd, signed=False)} per launch; {lv.source}"
+
+
+def verdict_facts(c: Comparison) -> list[str]:
+    """The few plain facts under the verdict: accuracy of each arm, the questions, the detectable effect and the
+    noise between launches, warnings. The statistician's details are :func:`how_decided`."""
+    runs = (f" ({c.arms.a.n_runs} and {c.arms.b.n_runs} runs)" if c.arms.a.n_runs > 1 or c.arms.b.n_runs > 1
+            else "")
+    out = [f"accuracy: A {pct(c.arms.a.accuracy)}, B {pct(c.arms.b.accuracy)} on {c.n} questions{runs}"]
+    if c.n_total != c.n:
+        out[0] += f" ({c.n_total - c.n} of {c.n_total} without an answer from both arms)"
+    out.append(questions_line(c))
+    noise = (f"; a second launch of A moves accuracy by up to ±{pp(c.noise_band[1], signed=False)}"
+             if c.noise_band is not None else "")
+    if c.mde is not None:
+        out.append(detectable(c) + noise)
+    e = c.errors
+    if e.rate_a > 0 or e.rate_b > 0:
+        out.append(f"request errors: A {pct(e.rate_a)}, B {pct(e.rate_b)}")
+    for w in c.warnings:
+        out.append(f"warning: {w}")
+    return out
+
+
+def how_decided(c: Comparison) -> list[str]:
+    """What a statistician needs to check the verdict: design, unit of inference, launch variance, the test and
+    its p, the A/A noise band and ψ, the reason."""
     out = []
     s = f"{c.n} questions paired"
     if c.n_total != c.n:
@@ -121,26 +183,25 @@ def verdict_detail(c: Comparison) -> list[str]:
     d = c.design
     out.append(f"design: {d.kind} (launches A {d.launches.get('a')}, B {d.launches.get('b')}); unit of "
                f"inference: {d.unit}")
-    lv = c.launch_variance
-    if lv is not None and lv.sd is not None:
-        out.append(f"launch variance: sd {pp(lv.sd, signed=False)} per launch; {lv.source}")
+    lv = launch_variance_line(c)
+    if lv:
+        out.append(lv)
     if d.cannot_resolve:
         out.append(f"cannot resolve: {d.cannot_resolve}")
     if c.identity is not None:
         out += identity_detail(c.identity)
     if c.test:
         out.append(f"decided by: {test_text(c)}" + (f" (α = {c.test_alpha:g})" if c.test_alpha is not None else ""))
+    if c.mde is not None:
+        out.append(f"{detectable(c)}: {c.mde_method}")
     e = c.errors
-    if e.rate_a > 0 or e.rate_b > 0:
-        gate = f"; {e.gate.action}: {e.gate.reason}" if e.gate is not None and e.gate.action != "none" else ""
-        out.append(f"request errors: A {pct(e.rate_a)}, B {pct(e.rate_b)}{gate}")
+    if e.gate is not None and e.gate.action != "none":
+        out.append(f"request errors: {e.gate.action}: {e.gate.reason}")
     if c.noise_band is not None:
         out.append(f"A/A noise band of Δ: ±{pp(c.noise_band[1], signed=False)} (ψ_AA = {pct(c.psi_aa)}, "
-                   f"{c.psi_aa_source or 'source n/a'})")
+                   f"{c.psi_aa_source or 'source not recorded'})")
     else:
         out.append("A/A noise band: not measured (no arm ran twice)")
-    for w in c.warnings:
-        out.append(f"warning: {w}")
     if c.verdict_reason:
         out.append(f"reason: {c.verdict_reason}")
     return out
