@@ -57,7 +57,7 @@ def digits(ci: Sequence[float] | None) -> int:
 def interval(c: Comparison) -> str:
     """``95 % CI +0.9 to +2.9 pp`` (the verdict's interval, at its level)."""
     d = digits(c.delta_ci)
-    lo, hi = (c.delta_ci or [None, None])[:2] if c.delta_ci else (None, None)
+    lo, hi = c.delta_ci if c.delta_ci and len(c.delta_ci) == 2 else (None, None)
     level = f"{100 * (c.delta_ci_level or 1 - c.alpha):g} % CI"
     return f"{level} {words.pp(lo, digits=d).removesuffix(' pp')} to {words.pp(hi, digits=d)}"
 

@@ -194,7 +194,6 @@ def render(root: Path) -> str:
              + (f" — {cell(experiment)}" if experiment else "")]
     if c.simulated:
         parts.append("> SIMULATED: these numbers come from the harness's simulated engine, not a real model server.")
-    div = c.divergence
     parts.append(table(["arm", "name", "accuracy", f"Wilson {level}", "runs", "per repeat", "invalid",
                         "request errors"], _arm_rows(c, runs, names), ["l", "l", "r", "r", "r", "l", "r", "r"]))
     facts = [f"**Δ (B − A):** {words.pp(c.delta)}, {level} CI {words.ci_pp(c.delta_ci)}",
