@@ -385,6 +385,9 @@ class Config:
     #: Write report.html at the end.
     report: bool = True
     progress: bool = True
+    #: The terminal shows every detail (``abh run --verbose``): servers waited for, checks passed, stops, and the
+    #: statistician's summary; run.log has them always.
+    verbose: bool = False
     #: CI gate (``abh run --fail-on X``): exit 7 when the verdict is one to fail on: regressed | not-noninferior |
     #: any-difference (harness.analysis.gate); None = never
     fail_on: str | None = None

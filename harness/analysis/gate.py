@@ -76,14 +76,21 @@ def gated(c: Comparison) -> bool:
     return c.verdict == "not_comparable" or not c.instances_only or "no_launch_shift" in c.assumptions
 
 
-def gate_not_applied(c: Comparison, fail_on: str | None) -> str | None:
-    """Why ``--fail-on`` did not act on the verdict (one line), None when it did or none was given."""
+#: per command, how to give A a second launch and how to state the assumption: each command names its own flags
+SECOND_LAUNCH = {"run": ("experiment.aa_control=true", f"{ASSUME_KEY}=true"),
+                 "ab": ("--aa URL_A2", ASSUME_FLAG),
+                 "compare": ("--aa with an eval of a second launch of A", ASSUME_FLAG)}
+
+
+def gate_not_applied(c: Comparison, fail_on: str | None, command: str = "run") -> str | None:
+    """Why ``--fail-on`` did not act on the verdict (one line), None when it did or none was given; the remedy in
+    the flags of ``command`` (``run``, ``ab``, ``compare``)."""
     if fail_on is None or gated(c) or c.error_rate_exceeded:
         return None
+    second, assume = SECOND_LAUNCH[command]
     return (f"--fail-on {fail_on} not applied to verdict {c.verdict}: it is about these two server instances only "
             "(one launch per configuration: a launch-wide accuracy shift cannot be told from the change); give A a "
-            "second launch (the A/A control: abh ab --aa URL_A2, abh run experiment.aa_control=true) or state the "
-            f"assumption with {ASSUME_FLAG} ({ASSUME_KEY}=true)")
+            f"second launch (the A/A control: {second}) or state the assumption with {assume}")
 
 
 def exit_reason(code: int, c: Comparison, fail_on: str | None) -> str | None:

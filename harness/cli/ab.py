@@ -115,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
                          "two server instances only, and --fail-on acts on it only with this flag (recorded in "
                          "comparison.json assumptions and in the markdown)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    ap.add_argument("--verbose", "-v", action="store_true",
+                    help="every detail on the terminal: servers waited for, checks passed, the statistician's summary")
     return ap
 
 
@@ -164,6 +166,7 @@ def overrides(a: argparse.Namespace, urls: Sequence[str], names: Sequence[str]) 
         "client.max_bytes_per_token": a.max_bytes_per_token, "stats.hypothesis": a.hypothesis,
         "stats.alpha": float(a.alpha), "stats.margin_pp": a.margin, "stats.min_effect_pp": a.min_effect, "stats.seed": a.seed,
         "stats.max_error_rate": float(a.max_error_rate), "fail_on": a.fail_on, "progress": not a.no_progress,
+        "verbose": bool(a.verbose),
         "stats.assume_no_launch_shift": bool(a.assume_no_launch_shift),
     }
     if len(urls) == 3:  # a second launch of A: an arm of its own, named as A, the A/A control's server

@@ -33,6 +33,7 @@ from harness.analysis.gate import ASSUME_FLAG, FAIL_ON, comparison_exit, exit_re
 from harness.cli.flags import HelpFormatter, add_verdict_flags
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
+from harness.report.terminal import result_lines
 from harness.results import schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import StoreError, incomplete_reason, load_eval
@@ -77,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")
     ap.add_argument("--allow-incomplete", action="store_true",
                     help="compare evals that did not finish (their missing questions are dropped like errors)")
+    ap.add_argument("--verbose", "-v", action="store_true",
+                    help="the statistician's summary on the terminal (the test, its df, launch variance, psi)")
     ap.add_argument("--fail-on", choices=FAIL_ON, default=None,
                     help=f"exit {exitcodes.GATE_FAILED} when the verdict is regressed / not shown non-inferior / "
                          "a difference either way (not on a verdict about two server instances only, without "
@@ -187,9 +190,13 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     if not lock.held:
         lock.acquire()
     schema.write_comparison(args.out / schema.COMPARISON_FILE, c)
-    print(printable(format_summary(c)))
-    if div is not None:
-        print(terminal_line(div))
+    if args.verbose:
+        print(printable(format_summary(c)))
+        if div is not None:
+            print(terminal_line(div))
+    else:
+        title = f"{names.b} (B) vs {names.a} (A), {c.n} questions"
+        print(printable("\n".join(result_lines(c, title, how="--verbose, comparison.md or report.html"))))
     print(f"wrote {args.out / schema.COMPARISON_FILE}")
     from harness.report import export_samples, write_markdown, write_report
 
@@ -202,7 +209,7 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
     failed = next((code for code in (exitcodes.SIDE_ASSERTION_FAILED, exitcodes.SERVER_FAILURE) if code in recorded),
                   exitcodes.OK)
     code = comparison_exit(c, args.fail_on, failed)
-    reason = exit_reason(code, c, args.fail_on) or gate_not_applied(c, args.fail_on)
+    reason = exit_reason(code, c, args.fail_on) or gate_not_applied(c, args.fail_on, "compare")
     if reason:
         print(f"abh compare: {reason}", file=sys.stderr)
     print(coloured(headline(c), c.verdict, sys.stdout), flush=True)  # the verdict, last
@@ -249,7 +256,7 @@ def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for path in (args.out / schema.COMPARISON_FILE, write_markdown(args.out), write_report(args.out)):
             print(f"wrote {path}")
         code = comparison_exit(c, args.fail_on)
-        reason = exit_reason(code, c, args.fail_on) or gate_not_applied(c, args.fail_on)
+        reason = exit_reason(code, c, args.fail_on) or gate_not_applied(c, args.fail_on, "compare")
         if reason:
             print(f"abh compare: {reason}", file=sys.stderr)
         return code
@@ -267,6 +274,6 @@ def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if code:
         print(f"abh compare: overall decision {tc.decision} (exit {code})", file=sys.stderr)
     elif ungated is not None and args.fail_on is not None:
-        print(f"abh compare: overall decision {tc.decision}: {gate_not_applied(ungated, args.fail_on)}",
+        print(f"abh compare: overall decision {tc.decision}: {gate_not_applied(ungated, args.fail_on, 'compare')}",
               file=sys.stderr)
     return code

@@ -115,7 +115,7 @@ def _options(folder: Path) -> list[str]:
 def help_text() -> str:
     """``abh run --help``: the config groups and their options as files define them (not the schemas)."""
     lines = ["usage: abh run [GROUP=OPTION ...] [KEY=VALUE ...] [-m] [--cfg job [--resolve]] [--info]",
-             "               [--fail-on regressed|not-noninferior|any-difference]", "",
+             "               [--fail-on regressed|not-noninferior|any-difference] [--verbose]", "",
              "Launch each arm's server, assert its side, evaluate, compare. Every key of the config can be",
              "overridden with KEY=VALUE (`abh run --cfg job` prints them all with their values); an unknown key",
              "is an error. -m runs a sweep over comma-separated values. Rerunning the same command resumes.", "",
@@ -196,6 +196,8 @@ def fail_on_override(argv: list[str]) -> list[str]:
             out.append(f"fail_on={next(it, '')}")
         elif a.startswith("--fail-on="):
             out.append(f"fail_on={a.split('=', 1)[1]}")
+        elif a in ("--verbose", "-v"):  # every detail on the terminal (run.log has them always)
+            out.append("verbose=true")
         else:
             out.append(a)
     return out

@@ -127,7 +127,7 @@ class ScoringPhase:
                                           "same_launch_as": twin})
             return
         launch.passes += 1
-        self.log.say(f"scoring {item.rel_dir} ({what}, arm {item.arm_key}, launch {launch.id}) on {engine.url}")
+        self.log.detail(f"scoring {item.rel_dir} ({what}, arm {item.arm_key}, launch {launch.id}) on {engine.url}")
         meta: ScoresMeta = {"pass": item.scoring, "arm": item.arm_key, "role": item.role, "launch": launch.id,
                              "engine": engine.kind, "simulated": engine.simulated, "reference": self.reference,
                              "reference_sha256": texts, "reference_pass": self._rel(ref_scores)}
@@ -154,7 +154,7 @@ class ScoringPhase:
                        "tokens": result.get("tokens"), "errors": result.get("errors")})
         self.manifest.record("scoring", scoring)
         if result.get("status") == "ok":
-            self.log.say(f"  {item.rel_dir}: {result.get('tokens')} tokens of {result.get('questions')} questions "
+            self.log.say(f"  scoring {item.rel_dir} ({what}): {result.get('tokens')} tokens of {result.get('questions')} questions "
                          f"scored in {result.get('wall_s', 0.0):.1f} s, errors {result.get('errors')}")
         else:
-            self.log.say(f"  {item.rel_dir}: not measured: {result.get('reason')}")
+            self.log.say(f"  scoring {item.rel_dir} ({what}): not measured: {result.get('reason')}")

@@ -89,6 +89,7 @@ from harness.report import write_markdown, write_report
 from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import terminal_line
 from harness.report.headline import coloured, headline
+from harness.report.terminal import result_lines
 from harness.results import fileio, schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
@@ -137,12 +138,16 @@ def print_launch(key: str, arm: ResolvedArm, spec: LaunchSpec) -> None:
         print(f"# WARNING: {problem}")
 
 
+def table_title(summary: schema.RunSummary, c: schema.Comparison) -> str:
+    """The line naming the experiment and its arms above the result."""
+    return (f"experiment {summary.experiment}: {summary.arms.get('a')} (A) vs {summary.arms.get('b')} (B), "
+            f"{c.n} questions x {summary.repeats} repeat(s)")
+
+
 def format_table(summary: schema.RunSummary, c: schema.Comparison) -> str:
-    """The result on the terminal: one line naming the experiment and arms, then the same summary
-    ``abh compare`` and ``abh ab`` print (:func:`harness.analysis.comparison.format_summary`)."""
-    head = (f"experiment {summary.experiment}: {summary.arms.get('a')} (A) vs {summary.arms.get('b')} (B), "
-            f"n={c.n} questions x {summary.repeats} repeat(s)")
-    lines = [head, format_summary(c)]
+    """The result on the terminal with ``--verbose``: the line naming the experiment and arms, then the same
+    summary ``abh compare`` and ``abh ab`` print (:func:`harness.analysis.comparison.format_summary`)."""
+    lines = [table_title(summary, c), format_summary(c)]
     if c.divergence is not None:
         lines.append(terminal_line(c.divergence))
     return "\n".join(lines)
@@ -207,7 +212,7 @@ class Run:
         self.manifest.start_session(experiment=str(self.x.name), config=resolved, digest=digest, dataset=dataset,
                                     argv=command)
         self.pool = ServerPool(self.engines, self.arms, self.manifest, self.interrupts, self.log.say,
-                               concurrent=self.x.concurrent_servers)
+                               concurrent=self.x.concurrent_servers, detail=self.log.detail)
         # the divergence's scoring passes read one eval's texts: a run of several tasks does not measure it (yet)
         self.scoring = (ScoringPhase(cfg, run_dir, self.keys, self.pool, self.manifest, self.interrupts, self.log)
                         if cfg.divergence.enabled and not self.several else None)
@@ -217,6 +222,12 @@ class Run:
         self.looks: Looks | None = None
         if self.x.sequential:
             self.looks = Looks(design_of(cfg), None if cfg.dry_run else self.manifest.data.get("sequential"))
+
+    @property
+    def command_name(self) -> str:
+        """The abh command this run is: ``ab`` (its command line is recorded) or ``run``; its advice names its
+        own flags."""
+        return "ab" if self.command and len(self.command) > 1 and self.command[1] == "ab" else "run"
 
     @property
     def several(self) -> bool:
@@ -334,7 +345,7 @@ class Run:
                     self.log.write("  /server_info differs: " + d["key"] + ": "
                                    + "  vs  ".join(f"{k}={v!r}" for k, v in d["values"].items()))
                 shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-                self.log.say(f"/server_info: {len(keys)} difference(s) between the arms ({shown}; not enforced): "
+                self.log.detail(f"/server_info: {len(keys)} difference(s) between the arms ({shown}; not enforced): "
                              "run.log and manifest.json server_info_diff have each")
             refuse_disallowed(bad, "the serving processes differ")
         return launch
@@ -485,7 +496,7 @@ class Run:
         cfg, key, rel, engine = self.cfg, item.arm_key, item.rel_dir, launch.engine
         self.manifest.eval_started(rel, launch.id)
         launch.passes += 1
-        self.log.say(f"{label} eval {rel} (arm {key}, launch {launch.id}) on {engine.url}")
+        self.log.detail(f"{label} eval {rel} (arm {key}, launch {launch.id}) on {engine.url}")
         # launch: which server launch served the eval (the statistics treat runs that share one as dependent);
         # "instance" is the same id under the name the eval store records per session.
         meta = {"arm": key, "role": item.role, "repeat": item.repeat, "launch": launch.id, "instance": launch.id,
@@ -523,8 +534,9 @@ class Run:
         self.manifest.eval_ended(rel, status, summary)
         acc = summary["accuracy"]
         if not self.several:
-            self.log.say(f"  {rel}: accuracy {acc:.4f}, errors {summary['errors']}" if acc is not None
-                         else f"  {rel}: no answers")
+            where = f"{label} {rel} (arm {key}, launch {launch.id})"
+            self.log.say(f"{where}: accuracy {100 * acc:.2f} %, errors {summary['errors']}" if acc is not None
+                         else f"{where}: no answers")
 
     # ------------------------------------------------------------------ statistics and report
     def finish(self) -> int:
@@ -601,11 +613,16 @@ class Run:
                                      cost=cost, sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
-        print(printable(format_table(summary, comparison)))  # arm names are anyone's text
-        if seq is not None:
-            print(f"  {sequential_line(seq)}")
-        print(format_cost(cost))
-        reason = exit_reason(code, comparison, gate) or gate_not_applied(comparison, gate)
+        if self.cfg.verbose:  # the statistician's summary and the cost per arm
+            print(printable(format_table(summary, comparison)))  # arm names are anyone's text
+            if seq is not None:
+                print(f"  {sequential_line(seq)}")
+            print(format_cost(cost))
+        else:
+            print(printable("\n".join(result_lines(comparison, table_title(summary, comparison), cost))))
+            if seq is not None:
+                print(f"  {sequential_line(seq)}")
+        reason = exit_reason(code, comparison, gate) or gate_not_applied(comparison, gate, self.command_name)
         if reason:
             self.log.say(reason)
         return code, comparison, line
@@ -646,7 +663,7 @@ class Run:
             if reason:
                 self.log.say(reason)
         elif ungated is not None and gate is not None:
-            self.log.say(f"overall decision {tc.decision}: " + str(gate_not_applied(ungated, gate)))
+            self.log.say(f"overall decision {tc.decision}: " + str(gate_not_applied(ungated, gate, self.command_name)))
         return code, (comparisons, tc)
 
     def _write_reports(self, code: int, tasks: TaskOutputs | None) -> int:
@@ -783,7 +800,7 @@ def run_job(cfg: Config, run_dir: Path, command: list[str] | None = None,
     exit code and one line (a bug: its traceback in run.log), and a failed run leaves its failure summary.
     ``command``: the (redacted) command line that asked for it, recorded with the results; ``unset_env``: see
     :class:`Run`."""
-    log = RunLog(None if cfg.dry_run else run_dir)  # a dry run writes nothing
+    log = RunLog(None if cfg.dry_run else run_dir, verbose=cfg.verbose)  # a dry run writes nothing
     with Interrupts() as interrupts:
         try:
             code = run_experiment(cfg, run_dir, interrupts, log, command, unset_env)

@@ -53,7 +53,7 @@ RUN_LOG = "run.log"
 #: Config keys (dotted prefixes) that do not change what is measured: a rerun may change them and resume.
 #: Statistics are recomputed from the stored answers; scheduling options change when, not what, is asked;
 #: the scoring passes (``divergence``) record what they scored and are redone when it changed.
-NON_SEMANTIC = ("progress", "report", "dry_run", "fail_on", "stats", "client.request_timeout_s", "client.retries",
+NON_SEMANTIC = ("progress", "verbose", "report", "dry_run", "fail_on", "stats", "client.request_timeout_s", "client.retries",
                 "client.backoff_s", "client.stall_timeout_s", "client.api_key", "client.api_key_env",
                 "client.max_bytes_per_token", "client.read_timeout_s", "client.progress_timeout_s",
                 "experiment.description", "experiment.order",
@@ -518,8 +518,10 @@ class RunLog:
     """What the run tells its user: ``[abh]`` lines on stderr, and the same lines (timestamped) plus the
     traceback of a bug in ``run.log``; secrets redacted in both."""
 
-    def __init__(self, run_dir: Path | None):
+    def __init__(self, run_dir: Path | None, verbose: bool = True):
         self.path = run_dir / RUN_LOG if run_dir is not None else None
+        #: print the detail lines (:meth:`detail`) on the terminal too (``abh run --verbose``)
+        self.verbose = verbose
         #: why run.log cannot be written (a full disk), once it could not: the terminal still gets every line
         self.broken: str | None = None
 
@@ -527,6 +529,15 @@ class RunLog:
         line = printable(redact_text(msg))  # server text and names reach the terminal as escapes, never raw
         print(f"[abh] {line}", file=sys.stderr, flush=True)
         self.write(f"[abh] {line}")
+
+    def detail(self, msg: str) -> None:
+        """A line for run.log, on the terminal only when verbose: waiting for a server, a side check that
+        passed, a server stopped, an eval's URL. The default terminal keeps the plan, the progress and the
+        result."""
+        if self.verbose:
+            self.say(msg)
+        else:
+            self.write(f"[abh] {printable(redact_text(msg))}")
 
     def write(self, text: str) -> None:
         """Append to run.log only (when the run directory exists)."""

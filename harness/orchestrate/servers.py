@@ -40,12 +40,15 @@ class ServerPool:
     """The run's live servers, at most one launch per arm (see the module docstring)."""
 
     def __init__(self, engines: dict[str, Engine], arms: dict[str, ResolvedArm], manifest: Manifest,
-                 interrupts: Interrupts, say: Callable[[str], None], *, concurrent: bool):
+                 interrupts: Interrupts, say: Callable[[str], None], *, concurrent: bool,
+                 detail: Callable[[str], None] | None = None):
         self.engines = engines
         self.arms = arms
         self.manifest = manifest
         self.interrupts = interrupts
         self.say = say
+        #: the lines a default terminal leaves to run.log (waiting, checks that passed, stops)
+        self.detail = detail or say
         self.concurrent = concurrent
         self.live: dict[str, Launch] = {}
         #: Arms whose server was launched (and passed its live checks) in this session.
@@ -83,7 +86,7 @@ class ServerPool:
             engine.launch()
             self.live[key] = launch
         self.interrupts.check()
-        engine.wait_ready(on_status=lambda s: self.say(f"  waiting: {s}"))
+        engine.wait_ready(on_status=lambda s: self.detail(f"  waiting: {s}"))
         results = run_live_checks(self.arms[key], engine)
         self.manifest.record_launch(key, launch.id, role=role, url=engine.url, spawned=spawned,
                                     probe=engine.probe(), live_checks=[r.to_dict() for r in results])
@@ -91,7 +94,7 @@ class ServerPool:
             self.manifest.record_arm_status(key, "side_check_failed")
             assert_checks(results, key)
         for r in results:
-            self.say(f"  side check {r.name}: PASS")
+            self.detail(f"  side check {r.name}: PASS")
         self.launched.add(key)
         return launch
 
@@ -101,13 +104,13 @@ class ServerPool:
         if launch is None:
             return None
         if launch.engine.launch_spec().launched:
-            self.say(f"stopping server of arm {key} (launch {launch.id})" + (f": {why}" if why else ""))
+            self.detail(f"stopping server of arm {key} (launch {launch.id})" + (f": {why}" if why else ""))
         else:
-            self.say(f"done with arm {key}'s server (launch {launch.id}): abh did not start it, it keeps running")
+            self.detail(f"done with arm {key}'s server (launch {launch.id}): abh did not start it, it keeps running")
         with self.interrupts.deferred():
             # interrupted: the server is stopped, but its port and GPU memory are not waited for (nothing is
             # launched next; a hung GPU tool would hold Ctrl-C for its timeouts)
-            info = launch.engine.stop(on_status=self.say, settle=self.interrupts.signum is None)
+            info = launch.engine.stop(on_status=self.detail, settle=self.interrupts.signum is None)
             try:
                 self.manifest.record_stop(key, launch.id, info)
             except OutputError as e:  # stopped all the same: the record is what failed (a full disk)

@@ -181,7 +181,7 @@ def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: LaunchHeterogeneity |
     elif lv.df_launch == 0:
         cannot = ("one launch per configuration cannot separate a launch-wide accuracy shift (something fixed "
                   "for a server launch that moves every answer alike) from the change: run each arm on several "
-                  "launches (experiment.restart_per_repeat=true) or the A/A control on fresh launches")
+                  "launches, or the A/A control on fresh launches")
     notes = []
     if max(pa + pb) > 1:
         notes.append("repeated passes on one launch add evidence only through answers that vary from pass to "
