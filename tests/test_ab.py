@@ -160,7 +160,8 @@ def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     [why] = [ln for ln in err.splitlines() if "--fail-on regressed not applied to verdict regressed" in ln]
     assert "two server instances only" in why and "--assume-no-launch-shift" in why and "--aa URL_A2" in why
     assert out.strip().splitlines()[-1].startswith("[SIMULATED] [instances only] REGRESSED ")
-    order = [ln.split()[3] for ln in err.splitlines() if ln.startswith("[abh] [") and " eval " in ln]
+    # each eval's line (its result: the line that announces it is a detail, for --verbose and run.log)
+    order = [ln.split()[2] for ln in err.splitlines() if ln.startswith("[abh] [") and ": accuracy " in ln]
     assert order == ["evals/a/r1", "evals/b/r1", "evals/a/r2", "evals/b/r2"]
     # servers abh did not start are checked, not launched
     assert "checking the server of arm a (external)" in err and "launching arm" not in err
@@ -173,7 +174,8 @@ def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     assert "fix vs base" in (root / "report.html").read_text()
     md = (root / "comparison.md").read_text()
     assert {row["arm"]: row["name"] for row in parse_table(md, "arm")} == {"A": "base", "B": "fix"}
-    assert md.startswith("### [SIMULATED] abh: fix (B) vs base (A) — ab\n\n> **[SIMULATED] [instances only] REGRESSED ")
+    assert md.startswith("> **[SIMULATED] [instances only] REGRESSED ")  # the headline first, then the title
+    assert md.split("\n\n")[1] == "### [SIMULATED] abh: fix (B) vs base (A) — ab"
     for rel in ("evals/a/r2", "evals/b/r2"):
         meta = read_json(root / rel / "eval.json")
         assert meta["repeat"] == 2 and meta["arm"] == meta["role"]
@@ -312,7 +314,7 @@ def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, c
     code, out, err = ab_here(capsys, a.url, b.url, root, "--aa", a2.url)
     assert code == 0, err[-2000:]
     c = read_json(root / "comparison.json")
-    order = [ln.split()[3] for ln in err.splitlines() if ln.startswith("[abh] [") and " eval " in ln]
+    order = [ln.split()[2] for ln in err.splitlines() if ln.startswith("[abh] [") and ": accuracy " in ln]
     assert order == ["evals/a/r1", "evals/b/r1", "evals/aa/r1"]
     assert read_json(root / "evals/aa/r1/eval.json")["launch"] == launch_id(a2.url)
     assert [Path(d).relative_to(root).as_posix() for d in c["aa_dirs"]] == ["evals/aa/r1"]

@@ -163,7 +163,8 @@ def test_comparison_md_of_a_run_has_checks_sources_and_commands(tmp_path: Path) 
 
     root = build_run_dir(tmp_path / "run", n=40)
     md = write_markdown(root).read_text()
-    assert md.startswith("### [SIMULATED] abh: fix (B) vs baseline (A) — shared-slot-fix\n\n> **[SIMULATED] ")
+    assert md.startswith("> **[SIMULATED] ")  # the headline first, then the title
+    assert md.split("\n\n")[1] == "### [SIMULATED] abh: fix (B) vs baseline (A) — shared-slot-fix"
     checks = _table_after(md, "check")
     assert {(r["arm"], r["check"], r["when"], r["result"]) for r in checks} == {
         ("A", "patch absent", "static", "PASS"), ("B", "patch applied", "static", "PASS"),

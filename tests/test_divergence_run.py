@@ -276,7 +276,7 @@ def test_model_text_in_the_divergence_section_is_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "&lt;img src=x" in section
     assert section.count('<mark class="fd"') == 2  # A's and B's texts, at the first differing character
     assert 'http-equiv="Content-Security-Policy" content="default-src' in html  # the CSP stays
-    assert " · outputs diverge (KLD 0.02" in write_markdown(root).read_text()
+    assert " · outputs differ beyond relaunch noise" in write_markdown(root).read_text()
 
 
 # ------------------------------------------------------------------------------------------ sweeps

@@ -243,6 +243,18 @@ def percentile_rows(div: Divergence) -> list[PercentileRow]:
 
 
 # ------------------------------------------------------------------------------------------ plot
+def fitted(edges: list[float], counts: list[list[int]], marks: list[float]) -> tuple[float, float]:
+    """The histogram's axis fitted to the data: from the first to the last bin any side fills (one bin of room
+    each side) and the marked means; all of ``edges`` when no bin holds anything."""
+    filled = [i for cs in counts for i, n in enumerate(cs) if n > 0]
+    if not filled:
+        return edges[0], edges[-1]
+    lo = edges[max(min(filled) - 1, 0)]
+    hi = edges[min(max(filled) + 2, len(edges) - 1)]
+    inside = [m for m in marks if edges[0] <= m <= edges[-1]]
+    return min([lo, *inside]), max([hi, *inside])
+
+
 def kld_svg(div: Divergence) -> str | None:
     """Per-token and per-question KLD distributions, A/B against A/A, on a log axis (inline SVG); None when
     there is nothing to draw. Zeros (identical distributions) are given in the legend, not on the log axis."""
@@ -273,7 +285,8 @@ def kld_svg(div: Divergence) -> str | None:
                 if m and m > 0:
                     ax.axvline(min(max(m, edges[0]), edges[-1]), color=color, ls="--", lw=1.2)
             ax.set_xscale("log")
-            ax.set_xlim(edges[0], edges[-1])
+            ax.set_xlim(*fitted(edges, [h.counts for h, _ in sides if h is not None],
+                                [m for m in (mean_ab, mean_aa) if m and m > 0]))
             ax.set_xlabel(f"KLD {title} (nats)" + ("; dashed: means" if unit == "token" else ""))
             ax.set_ylabel("share (%)")
             ax.grid(axis="x", color="#eeeeee")

@@ -146,6 +146,15 @@ def accuracy_svg(arms: Sequence[ArmPlot]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ delta
+#: two reference lines closer than this share of the larger are drawn as one, with one label
+COINCIDE = 0.1
+
+
+def coincide(x: float, y: float) -> bool:
+    """Two values a reader cannot tell apart on the plot's axis."""
+    return abs(x - y) <= COINCIDE * max(abs(x), abs(y))
+
+
 def delta_svg(c: Comparison) -> str:
     """Δ (B − A) in pp with its paired interval, the A/A noise band, ±MDE and ±margin on one axis."""
     plt = _plt()
@@ -162,18 +171,26 @@ def delta_svg(c: Comparison) -> str:
         xs = [0.0]
         if nb:
             ax.axvspan(100 * nb[0], 100 * nb[1], color="#9e9e9e", alpha=0.25, lw=0,
-                       label=f"A/A noise band ±{100 * nb[1]:.2f} pp")
+                       label=f"relaunch noise (A/A) ±{100 * nb[1]:.2f} pp")
             xs += [100 * nb[0], 100 * nb[1]]
-        # the margin in the lower half of the axis, the MDE in the upper half: equal values never hide each other
+        mde = mde if mde is not None and mde <= 1 else None  # beyond 100 pp no effect is detectable: not drawn
+        if margin is not None and mde is not None and coincide(margin, mde):  # one line, one label
+            for s in (-1, 1):
+                ax.axvline(100 * s * margin, color="#1565c0", ls="--", lw=1.8,
+                           label=f"margin ±{100 * margin:.2f} pp ≈ detectable effect ±{100 * mde:.2f} pp"
+                           if s == 1 else None)
+            xs += [-100 * max(margin, mde), 100 * max(margin, mde)]
+            margin = mde = None
+        # the margin in the lower half of the axis, the detectable effect in the upper half: apart, each is seen
         if margin is not None:
             for s in (-1, 1):
                 ax.axvline(100 * s * margin, ymin=0.0, ymax=0.5, color="#1565c0", ls="--", lw=1.6,
-                           label=f"equivalence margin ±{100 * margin:.2f} pp" if s == 1 else None)
+                           label=f"margin ±{100 * margin:.2f} pp" if s == 1 else None)
             xs += [-100 * margin, 100 * margin]
-        if mde is not None and mde <= 1:  # an MDE beyond 100 pp: no effect is detectable, nothing to draw
+        if mde is not None:
             for s in (-1, 1):
                 ax.axvline(100 * s * mde, ymin=0.5, ymax=1.0, color="#b26a00", ls=":", lw=2.0,
-                           label=f"MDE (80 % power) ±{100 * mde:.2f} pp" if s == 1 else None)
+                           label=f"detectable effect (80 % power) ±{100 * mde:.2f} pp" if s == 1 else None)
             xs += [-100 * mde, 100 * mde]
         ax.axvline(0, color="#222222", lw=0.9)
         if unp:
@@ -185,7 +202,8 @@ def delta_svg(c: Comparison) -> str:
                     label=f"paired {level} CI of Δ")
             xs += [100 * ci[0], 100 * ci[1]]
         if delta is not None:
-            ax.plot([100 * delta], [1], "D", color=col, ms=9, mec="white", zorder=5)
+            # the page scrolls a narrow plot to this marker (report.js: its id)
+            ax.plot([100 * delta], [1], "D", color=col, ms=9, mec="white", zorder=5, gid="focus-delta")
             if unp:
                 ax.plot([100 * delta], [0], "D", color="#9e9e9e", ms=6, mec="white", zorder=5)
             ax.annotate(f"Δ = {100 * delta:+.2f} pp".replace("-", "\u2212"), (100 * delta, 1), xytext=(0, 10),

@@ -131,4 +131,11 @@
     more.addEventListener('click', function () { shown += PAGE * 4; render(); });
     render();
   })();
+  // a plot wider than a narrow page scrolls inside its box: show its marker (the estimate), not its left edge
+  Array.prototype.forEach.call(document.querySelectorAll('.plotbox'), function (box) {
+    var m = box.querySelector('[id^="focus-"]');
+    if (!m || box.scrollWidth <= box.clientWidth) { return; }
+    var r = m.getBoundingClientRect(), b = box.getBoundingClientRect();
+    box.scrollLeft += (r.left + r.width / 2) - (b.left + b.width / 2);
+  });
 })();
