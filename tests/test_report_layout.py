@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from helpers.layout import LAYOUT_JS
-from helpers.rundirs import build_run_dir
+from helpers.runs import abh_run
+from helpers.waiting import PATIENCE_S
 
-from harness.report import write_report, write_sweep_report
 from harness.report.browser import find_chromium, render_page
 
 pytestmark = pytest.mark.slow
@@ -30,24 +30,28 @@ def chromium() -> str:
     return exe
 
 
+#: the demo, smaller: repeats on one launch per arm, the A/A control, the divergence (its histograms), a positive Δ
+#: (its marker right of 0, where a narrow page's plot was cut off) and the Runs table with each server's columns
+#: (it ran 90 px out of its card)
+DEMO = ("task.num_questions=150", "engine.flip_rate=0.06", "progress=false")
+
+
 @pytest.fixture(scope="module")
 def run_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run with repeats, the A/A control and a positive Δ (its marker right of 0, where a narrow page's plot
-    was cut off), whose evals sit in long directories (the Runs table ran 90 px out of its card)."""
-    root = build_run_dir(tmp_path_factory.mktemp("layout") / "a-rather-long-run-directory-name" / "run", n=200,
-                         repeats=2, aa=True, p_a=0.88, p_b=0.93)
-    return write_report(root)
+    tmp = tmp_path_factory.mktemp("layout")
+    r = abh_run(f"hydra.run.dir={tmp / 'run'}", *DEMO, cwd=tmp, timeout=PATIENCE_S)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return tmp / "run" / "report.html"
 
 
 @pytest.fixture(scope="module")
 def sweep_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from harness.analysis.sweep import summarize_sweep
-
-    sweep = tmp_path_factory.mktemp("layout-sweep") / "sweep"
-    for k in range(4):
-        build_run_dir(sweep / f"job{k}", n=150, p_b=0.86 + 0.03 * k, seed=k, inject=False)
-    summarize_sweep(sweep, "holm")
-    return write_sweep_report(sweep)
+    """A sweep of two demo runs (its table with the KLD column was clipped at 1400 px)."""
+    tmp = tmp_path_factory.mktemp("layout-sweep")
+    r = abh_run("-m", f"hydra.sweep.dir={tmp / 'sweep'}", *DEMO, "experiment.repeats=1",
+                "arms.b.engine.accuracy=0.90,0.96", cwd=tmp, timeout=PATIENCE_S)
+    assert r.returncode in (0, 7), r.stderr[-2000:]
+    return tmp / "sweep" / "report.html"
 
 
 @pytest.mark.parametrize("width", WIDTHS)
