@@ -73,7 +73,7 @@ def test_no_margin_gives_inconclusive_with_mde_and_alpha_sets_the_level(tmp_path
     da, db = make_eval(tmp_path / "a", a), make_eval(tmp_path / "b", b)
     c = compare_dirs([da], [db], None, 0.05, 0)
     assert c["verdict"] == "inconclusive" and c["tost"] is None
-    assert f"MDE at 80 % power = {100 * c['mde']:.2f} pp" in c["verdict_reason"]
+    assert f"detectable effect (80 % power) {100 * c['mde']:.2f} pp" in c["verdict_reason"]
     # one launch per arm, no A/A control: the question-level test (mid-p McNemar and Tango's score test, p the
     # larger, so p and interval agree), qualified in the verdict itself; its p is the only top-level p
     assert c["test"] == "question-level test: mid-p sign-flip and Tango score (p = the larger)"

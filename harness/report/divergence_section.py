@@ -86,6 +86,23 @@ def kld(x: Any) -> str:
     return f"{m.removesuffix('.0')}e{int(e)}"
 
 
+def effect_kld(x: Any, ci: Any) -> str:
+    """A KLD difference to the digits its interval supports: one below a hundredth of the interval's width is
+    ``0`` (not ``-1.8e-7``)."""
+    v = _num(x)
+    if (v is not None and isinstance(ci, list | tuple) and len(ci) == 2 and _num(ci[0]) is not None
+            and _num(ci[1]) is not None and abs(v) < abs(float(ci[1]) - float(ci[0])) / 100):
+        return "0"
+    return kld(x)
+
+
+def texts_identical(div: Divergence, digits: int = 1) -> str:
+    """``96.4 % vs 97.3 %`` (A vs B beside A vs A'), or what there is when the floor has no second text."""
+    if div.text_identical_rate_aa is None:
+        return f"{pct(div.text_identical_rate, digits)} (A/A: no second text of A to compare)"
+    return f"{pct(div.text_identical_rate, digits)} vs {pct(div.text_identical_rate_aa, digits)}"
+
+
 def _p(div: Divergence) -> str:
     if div.p is None:
         return "p = n/a"
@@ -144,13 +161,14 @@ def terminal_line(div: Divergence | None) -> str:
         return f"divergence: NOT MEASURED — {div.verdict_reason or 'no scores'}"
     ci = div.effect_ci
     ci_txt = f" [{kld(ci[0])}, {kld(ci[1])}]" if ci else ""
+    top = (f"same top token {pct(div.same_top_rate, 1)} vs {pct(div.same_top_rate_aa, 1)}; "
+           if div.same_top_rate is not None and div.same_top_rate_aa is not None else "")
     test = (f"launch-level test: {launch_clause(div)}" if div.launch_test is not None else
-            f"{kld(div.effect)} above the floor{ci_txt}")
+            f"{effect_kld(div.effect, ci)} above the floor{ci_txt}")
     qual = f"; {div.qualification}" if div.qualification else ""
     return (f"divergence: {verdict_label(div.verdict)} — KLD {kld(div.kld_mean)} vs A/A "
-            f"{kld(div.kld_mean_aa)} nats/token, {test}, {_p(div)}{qual}; same top token "
-            f"{pct(div.same_top_rate, 1)} vs {pct(div.same_top_rate_aa, 1)}; "
-            f"texts identical {pct(div.text_identical_rate, 1)} vs {pct(div.text_identical_rate_aa, 1)} "
+            f"{kld(div.kld_mean_aa)} nats/token, {test}, {_p(div)}{qual}; {top}"
+            f"texts identical {texts_identical(div)} "
             f"({div.tokens} tokens, {div.questions} questions)"
             + (f"; {partings_line(div)}" if div.partings is not None else ""))
 
@@ -205,7 +223,7 @@ def facts(div: Divergence) -> list[str]:
         role = " (diagnostic)" if lt is not None else ""
         p_txt = (f"p < {pq.p_floor / (1 - pq.p_floor):.2g}" if pq.p_floor and at_floor(pq.p, pq.p_floor)
                  else f"p = {pval(pq.p)}")
-        out.append(f"KLD above the A/A floor{role}: {kld(pq.effect)} nats/token{ci_txt}; one-sided sign-flip "
+        out.append(f"KLD above the A/A floor{role}: {effect_kld(pq.effect, ci)} nats/token{ci_txt}; one-sided sign-flip "
                    f"test with questions as the unit, {p_txt}")
     if div.qualification:
         out.append(f"assumes: {div.qualification}")
@@ -214,8 +232,9 @@ def facts(div: Divergence) -> list[str]:
                    f"RMS Δlogprob of the reference token: {_g(div.rms_dlogprob)} "
                    f"(A/A {_g(div.rms_dlogprob_aa)}) nats")
     if div.text_questions:
-        s = (f"greedy texts identical: {pct(div.text_identical_rate)} of {div.text_questions} "
-             f"questions A vs B, {pct(div.text_identical_rate_aa)} A vs A'")
+        s = (f"greedy texts identical: {pct(div.text_identical_rate)} of {div.text_questions} questions A vs B, "
+             + (f"{pct(div.text_identical_rate_aa)} A vs A'" if div.text_identical_rate_aa is not None else
+                "A vs A' not compared (no second text of A)"))
         if div.first_divergence_median is not None:
             s += f"; where they differ, the first diverging token is at median position {div.first_divergence_median:g}"
         out.append(s)

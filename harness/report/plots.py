@@ -237,7 +237,7 @@ def forest_svg(rows: Sequence[SweepRow]) -> str:
             mde = _finite(r.mde)
             if mde is not None:
                 ax.plot([-100 * mde, 100 * mde], [y, y], color="#dddddd", lw=7, solid_capstyle="butt", zorder=1,
-                        label="±MDE" if "mde" not in seen else None)
+                        label="±detectable effect" if "mde" not in seen else None)
                 seen.add("mde")
                 xs += [-100 * mde, 100 * mde]
             ci = _pair(r.delta_ci)

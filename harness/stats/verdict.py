@@ -154,7 +154,7 @@ def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = ALPHA
     if hypothesis == "superiority" and eq:
         return equivalent()
 
-    mde_txt = f"; MDE at 80 % power = {100 * e.mde:.2f} pp" if e.mde is not None and e.mde < 1 else ""
+    mde_txt = f"; detectable effect (80 % power) {100 * e.mde:.2f} pp" if e.mde is not None and e.mde < 1 else ""
     # Only the p of the claim the question asks is quoted: the superiority test's, or the TOST's, or the
     # one-sided non-inferiority test's.
     basis = hypothesis
