@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.docs import comparison, tost
+from helpers.docs import comparison
 from helpers.rundirs import build_run_dir
 
 from harness.analysis import planning as P
