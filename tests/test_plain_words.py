@@ -101,3 +101,15 @@ def test_improved_never_sits_above_not_shown_equivalent(tmp_path: Path) -> None:
     assert "not shown equivalent" not in md and "non-inferior" not in md.split("<details>")[0]
     text = format_summary(c)
     assert "equivalen" not in text and "non-inferior" not in text
+
+
+def test_a_bad_value_makes_no_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`task.num_questions=-3` is refused before Hydra makes the run directory, with the prefix of every abh run
+    error."""
+    from helpers.runs import abh_run_here
+
+    run_dir = tmp_path / "run"
+    assert abh_run_here(f"hydra.run.dir={run_dir}", "task.num_questions=-3") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("abh run: error: ") and "task.num_questions must be >= 1, not -3" in err
+    assert not run_dir.exists()

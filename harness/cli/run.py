@@ -186,6 +186,27 @@ def directory_problem(argv: list[str]) -> str | None:
     return None
 
 
+def value_problem(argv: list[str]) -> str | None:
+    """The config's own validation (every value against its range), run before Hydra makes the run directory, so
+    a bad value (``task.num_questions=-3``) leaves no directory behind. Only for a single run of plain overrides:
+    a sweep's values, Hydra's own flags and a config Hydra cannot compose are left to Hydra and the job."""
+    if any(a.startswith("-") for a in argv) or any("," in a.partition("=")[2] for a in argv):
+        return None
+    from harness.cli.compose import compose_config
+
+    try:
+        cfg = compose_config(list(argv))
+    except Exception:  # noqa: BLE001 - Hydra says it, as it composes the run
+        return None
+    try:
+        validate(cfg)
+    except ConfigError as e:
+        return str(e)
+    except Exception:  # noqa: BLE001 - the job's own handling says it
+        return None
+    return None
+
+
 def fail_on_override(argv: list[str]) -> list[str]:
     """``--fail-on X`` (or ``--fail-on=X``), the CI gate of ``abh compare`` and ``abh ab``, as the Hydra override
     ``fail_on=X``; everything else is left for Hydra."""
@@ -238,9 +259,10 @@ def main(argv: list[str]) -> int:
         print(help_text())
         return exitcodes.OK
     argv = tasks_override(fail_on_override(argv))
-    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"]) or directory_problem(argv)
+    bad = malformed_yaml([CONFIG_DIR, arms_root() / "arms"]) or directory_problem(argv) or value_problem(argv)
     if bad:
-        print(f"abh run: error: {bad}", file=sys.stderr)
+        print(Redactor(secret_values(argv)).line(f"abh run: error: {bad}") if "\n" not in bad else
+              Redactor(secret_values(argv)).text(f"abh run: error: {bad}"), file=sys.stderr)
         return exitcodes.BAD_CONFIG
     app = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)
     saved = sys.argv

@@ -806,7 +806,8 @@ def run_job(cfg: Config, run_dir: Path, command: list[str] | None = None,
             code = run_experiment(cfg, run_dir, interrupts, log, command, unset_env)
         except (DirectoryInUse, PlantedLink) as e:  # another run owns the directory, its run.log included, or a
             # link was planted in it (run.log perhaps): said here only
-            print(redact_text(f"abh: error: {e}"), file=sys.stderr, flush=True)
+            prog = " ".join(command[:2]) if command and len(command) > 1 else "abh run"
+            print(redact_text(f"{prog}: error: {e}"), file=sys.stderr, flush=True)
             return exitcodes.BAD_CONFIG
         except BaseException as e:  # noqa: BLE001 - every way out becomes an exit code and one line
             known = exit_for(e)
