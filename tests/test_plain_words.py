@@ -113,3 +113,18 @@ def test_a_bad_value_makes_no_run_directory(tmp_path: Path, capsys: pytest.Captu
     err = capsys.readouterr().err
     assert err.startswith("abh run: error: ") and "task.num_questions must be >= 1, not -3" in err
     assert not run_dir.exists()
+
+
+def test_comparison_md_carries_no_path_of_this_machine(tmp_path: Path) -> None:
+    """The server commands in comparison.md: the checkout as $ABH_REPO, home as $HOME, a venv's interpreter as
+    python, any other absolute path as a placeholder; URLs untouched."""
+    from harness.report.markdown import CHECKOUT, portable
+
+    home = str(Path.home())
+    cmd = (f"/opt/venv/bin/python3.11 -m abh_simulator --data {CHECKOUT}/harness/tasks/data/x.jsonl "
+           f"--model {home}/models/m --out /tmp/pytest-1/run --url http://127.0.0.1:30000/generate")
+    assert portable(cmd) == ("python -m abh_simulator --data $ABH_REPO/harness/tasks/data/x.jsonl --model "
+                             "$HOME/models/m --out <path>/run --url http://127.0.0.1:30000/generate")
+    root = build_run_dir(tmp_path / "run", n=60)
+    md = write_markdown(root).read_text()
+    assert str(tmp_path) not in md and str(CHECKOUT) not in md and "/tmp/" not in md

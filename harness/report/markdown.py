@@ -11,6 +11,7 @@ name or a check's text cannot break the table or inject markup.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,8 @@ def _source_refs_run(manifest: Mapping[str, Any], names: dict[str, str]) -> list
                               for p in (patches if isinstance(patches, list) else [patches]))
         commit = src.get("commit")
         dirty = " (dirty)" if src.get("dirty") else ""
-        rows.append([view["role"].upper(), view["name"], src.get("kind") or "", src.get("tree") or src.get("path") or "",
+        rows.append([view["role"].upper(), view["name"], src.get("kind") or "",
+                     portable(str(src.get("tree") or src.get("path") or "")),
                      src.get("ref") or "", f"{commit}{dirty}" if commit else "", patch_txt])
     return rows
 
@@ -134,13 +136,39 @@ def _servers(runs: dict[str, list[data.LoadedEval]]) -> list[list[str]]:
     return rows
 
 
+#: the abh checkout (the simulator's data and the package live under it)
+CHECKOUT = Path(__file__).resolve().parents[2]
+_ABS_PATH = re.compile(r"(?<![\w$.~/])/(?:[\w.+@%-]+/)*[\w.+@%-]+")
+
+
+def portable(text: str) -> str:
+    """A command without this machine's paths, for a review pasted elsewhere: the interpreter of a venv as
+    ``python``, the abh checkout as ``$ABH_REPO``, the home directory as ``$HOME``, any other absolute path as
+    ``<path>/NAME`` (its last part kept)."""
+    home, repo = str(Path.home()), str(CHECKOUT)
+
+    def one(m: re.Match[str]) -> str:
+        p = m.group(0)
+        if re.search(r"/bin/python[\d.]*$", p):
+            return "python"
+        for root, name in ((repo, "$ABH_REPO"), (home, "$HOME")):
+            if root not in ("", "/") and (p == root or p.startswith(root + "/")):
+                return name + p[len(root):]
+        return f"<path>/{p.rsplit('/', 1)[-1]}"
+
+    return _ABS_PATH.sub(one, text)
+
+
 def _commands(c: Comparison, manifest: Mapping[str, Any], names: dict[str, str]) -> list[str]:
     command = data.abh_command(c, manifest)
-    out = [_fence(command)] if command else []
+    out = [_fence(portable(command))] if command else []
     for view in data.arm_views(manifest, names):
         if view["command"]:
             out.append(f"<details><summary>server command of arm {view['role'].upper()} "
-                       f"({cell(view['name'])})</summary>\n\n{_fence(view['command'])}\n\n</details>")
+                       f"({cell(view['name'])})</summary>\n\n{_fence(portable(view['command']))}\n\n</details>")
+    if out:
+        out.append("Paths: `$ABH_REPO` is the abh checkout, `python` the arm's interpreter, `<path>/NAME` a path "
+                   "of the machine that ran it (report.html beside this file has them in full).")
     return out
 
 
