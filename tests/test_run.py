@@ -247,7 +247,12 @@ def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
     assert res.children and res.survivors() == []
     assert 0 < rows(target) < 200
     code = abh_run_here(*args)  # the rerun, in this process
-    assert code == 0, capsys.readouterr().err[-3000:]
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    # the design changed (A's eval spans two launches): said in the plan and in the result
+    assert "resumed: the design changes, launches per arm A 1 -> 2" in err
+    assert any("the design changed when the run was resumed: launches per arm A 1 -> 2" in w
+               for w in read_json(run_dir / "comparison.json")["warnings"])
     m = read_json(run_dir / "manifest.json")
     assert len(m["sessions"]) == 2 and m["sessions"][1]["resume"] is True
     assert m["evals"]["evals/a/r1"]["launches"] == ["a-1", "a-2"] and m["evals"]["evals/a/r1"]["resumed_on"] == ["a-2"]

@@ -59,6 +59,7 @@ from harness.config import (
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
+from harness.orchestrate import resumed_design
 from harness.orchestrate.design import SequentialSchedule, describe, format_design, times_from_cost
 from harness.orchestrate.divergence_phase import ScoringPhase
 from harness.orchestrate.interrupts import Interrupted, Interrupts
@@ -395,8 +396,14 @@ class Run:
         design = describe(items, concurrent=x.concurrent_servers, gpus=gpus, times=times, sequential=seq,
                           floor_server=self.aa_key is not None)
         self.manifest.record("planned_design", design)
+        first = self.manifest.data.get("planned_design_first")
+        if first is None:
+            self.manifest.record("planned_design_first", design)
         for line in format_design(design, x.repeats, x.restart_per_repeat,
                                   can_restart=self.cfg.engine.kind != "external"):
+            self.log.say(line)
+        pending = {it.role for it in items if it.is_eval and not self.item_done(it.rel_dir)}
+        for line in resumed_design.plan_lines(first, self.manifest.data.get("evals", {}), pending):
             self.log.say(line)
         off = self.cfg.divergence
         if not off.enabled and off.off_reason:  # said before the evals, not only in the verdict after them
@@ -602,6 +609,10 @@ class Run:
         elif self.cfg.divergence.off_reason:
             comparison = replace(comparison, divergence=schema.Divergence(
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))
+        changed = resumed_design.result_warning(m.data.get("planned_design_first"), comparison.design.launches,
+                                                len(m.data.get("sessions", [])))
+        if changed:  # said in the result as in the plan
+            comparison = replace(comparison, warnings=[*comparison.warnings, changed])
         schema.write_comparison(run_dir / COMPARISON, comparison)
         fail_on = self.cfg.fail_on
         gate = None if fail_on is None else str(fail_on)

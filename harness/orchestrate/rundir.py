@@ -218,6 +218,8 @@ class RunManifest(TypedDict, total=False):
     #: each arm's preflight (harness.engines.preflight.Preflight)
     preflight: dict[str, JSONObject]
     planned_design: PlannedDesign
+    #: the first session's plan (a resumed run's design can change: harness.orchestrate.resumed_design)
+    planned_design_first: PlannedDesign
     arm_diff_live: ArmDiffRecord
     #: /server_info of both arms, diffed like the launches: shown and recorded, not enforced
     server_info_diff: list[ArmDiffRow]
@@ -392,7 +394,7 @@ class Manifest:
     @overload
     def record(self, key: Literal["preflight"], value: dict[str, JSONObject]) -> None: ...
     @overload
-    def record(self, key: Literal["planned_design"], value: PlannedDesign) -> None: ...
+    def record(self, key: Literal["planned_design", "planned_design_first"], value: PlannedDesign) -> None: ...
     @overload
     def record(self, key: Literal["server_info_diff"], value: list[ArmDiffRow]) -> None: ...
     @overload
@@ -400,7 +402,8 @@ class Manifest:
     @overload
     def record(self, key: Literal["cost", "sequential"], value: JSONObject) -> None: ...
 
-    def record(self, key: Literal["source_diff", "preflight", "planned_design", "server_info_diff", "scoring",
+    def record(self, key: Literal["source_diff", "preflight", "planned_design", "planned_design_first",
+                                  "server_info_diff", "scoring",
                                   "cost", "sequential"], value: Any) -> None:
         """A run-level fact (``source_diff``, ``server_info_diff``, ...) under ``key``."""
         self.data[key] = value

@@ -1,0 +1,55 @@
+"""A resumed run whose design changes, said in the plan and in the result.
+
+A server does not outlive the session that launched it: when an interrupted run is resumed, the evals still to
+run (and an eval cut short) are served by a new launch, so an arm planned on one launch ends up on two. The
+verdict takes launches as its unit, so its interval and detectable effect are those of the design that ran: the
+plan of the resuming session says how the design changes and why, and the result says it again (a warning of
+the comparison, on every surface).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from harness.orchestrate.design import PlannedDesign
+
+NAMES = {"a": "A", "b": "B"}
+WHY = "a server does not outlive its session, so the evals run after the interruption are on a new launch"
+
+
+def launches_used(evals: Mapping[str, Any], role: str) -> set[str]:
+    """The launches the recorded evals of ``role`` ran on so far."""
+    return {str(lid) for ev in evals.values() if isinstance(ev, dict) and ev.get("role") == role
+            for lid in ev.get("launches", [])}
+
+
+def plan_lines(first: PlannedDesign | None, evals: Mapping[str, Any], pending: Iterable[str]) -> list[str]:
+    """The plan's words for a resumed run whose arms will span more launches than ``first`` (the first session's
+    plan) planned; ``pending``: the roles with an eval still to run or to finish."""
+    if first is None:
+        return []
+    todo = set(pending)
+    grew = []
+    for role, name in NAMES.items():
+        plan = first["roles"].get(role)
+        planned = plan["launches"] if plan is not None else None
+        used = len(launches_used(evals, role))
+        if planned is not None and used and role in todo and used + 1 > planned:
+            grew.append(f"{name} {planned} -> {used + 1}")
+    if not grew:
+        return []
+    return [f"  resumed: the design changes, launches per arm {', '.join(grew)}: {WHY}; the verdict takes launches "
+            "as its unit, so its interval and detectable effect will be those of the design that ran"]
+
+
+def result_warning(first: PlannedDesign | None, ran: Mapping[str, int], sessions: int) -> str | None:
+    """The result's words when the design that ran has more launches per arm than the first plan had."""
+    if first is None or sessions < 2:
+        return None
+    grew = [f"{name} {first['roles'][role]['launches']} -> {ran.get(role, 0)}" for role, name in NAMES.items()
+            if role in first["roles"] and ran.get(role, 0) > first["roles"][role]["launches"]]
+    if not grew:
+        return None
+    return (f"the design changed when the run was resumed: launches per arm {', '.join(grew)} ({WHY}); the interval "
+            "and the detectable effect are those of the design that ran")
