@@ -249,10 +249,9 @@ def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
     code = abh_run_here(*args)  # the rerun, in this process
     err = capsys.readouterr().err
     assert code == 0, err[-3000:]
-    # the design changed (A's eval spans two launches): said in the plan and in the result
-    assert "resumed: the design changes, launches per arm A 1 -> 2" in err
-    assert any("the design changed when the run was resumed: launches per arm A 1 -> 2" in w
-               for w in read_json(run_dir / "comparison.json")["warnings"])
+    # an eval cut short counts on the launch that finishes it: the design holds, and nothing says it changed
+    assert "the design changes" not in err
+    assert not any("design changed" in w for w in read_json(run_dir / "comparison.json")["warnings"])
     m = read_json(run_dir / "manifest.json")
     assert len(m["sessions"]) == 2 and m["sessions"][1]["resume"] is True
     assert m["evals"]["evals/a/r1"]["launches"] == ["a-1", "a-2"] and m["evals"]["evals/a/r1"]["resumed_on"] == ["a-2"]

@@ -19,9 +19,10 @@ WHY = "a server does not outlive its session, so the evals run after the interru
 
 
 def launches_used(evals: Mapping[str, Any], role: str) -> set[str]:
-    """The launches the recorded evals of ``role`` ran on so far."""
-    return {str(lid) for ev in evals.values() if isinstance(ev, dict) and ev.get("role") == role
-            for lid in ev.get("launches", [])}
+    """The launches the finished evals of ``role`` count on (an eval cut short counts on the launch that finishes
+    it, as its stored record says)."""
+    return {str(ev["launches"][-1]) for ev in evals.values() if isinstance(ev, dict) and ev.get("role") == role
+            and ev.get("status") in ("complete", "errors") and ev.get("launches")}
 
 
 def plan_lines(first: PlannedDesign | None, evals: Mapping[str, Any], pending: Iterable[str]) -> list[str]:
