@@ -54,8 +54,12 @@ def test_ctrl_c_then_rerun_says_the_design_changed(tmp_path: Path, capsys: pytes
     run_dir = tmp_path / "run"
     args = [f"hydra.run.dir={run_dir}", *SMALL, "experiment.aa_control=false", "experiment.repeats=2",
             "experiment.concurrent_servers=true", "engine.latency_s=0.05", "engine.max_running_requests=8"]
-    res = interrupt_run(args, tmp_path, when=lambda: (run_dir / "evals" / "b" / "r1" / "eval.json").exists(),
-                        sig=signal.SIGINT)
+    def first_repeat_done() -> bool:
+        m = run_dir / "manifest.json"
+        evals = read_json(m).get("evals", {}) if m.exists() else {}
+        return all(evals.get(f"evals/{r}/r1", {}).get("status") == "complete" for r in ("a", "b"))
+
+    res = interrupt_run(args, tmp_path, when=first_repeat_done, sig=signal.SIGINT)
     assert res.returncode == 130, res.stderr[-2000:]
     assert abh_run_here(*args) == 0
     err = capsys.readouterr().err

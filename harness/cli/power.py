@@ -131,7 +131,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({**f, "plan": plan} if plan else f, indent=2))
         return 0
     pw = f"{100 * a.power:g} % power, alpha {alpha:g}"
-    print(f"n = {a.n} questions, accuracy {100 * a.p:.2f} %; MDE at {pw}:")
+    print(f"n = {a.n} questions, accuracy {100 * a.p:.2f} %; detectable effect at {pw}, by design:")
     print(f"  unpaired          {100 * f['mde_unpaired']:.2f} pp")
     if f["mde_paired"] is not None:
         print(f"  paired (psi {100 * a.discordance:.2f} %)  {100 * f['mde_paired']:.2f} pp")
