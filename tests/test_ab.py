@@ -329,7 +329,8 @@ def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, c
     assert m["planned_design"]["scoring"]["own_launches"] == 0  # the floor rides on A2's eval
     launches = {k: [lc["id"] for lc in v.get("launches", [])] for k, v in m["arms"].items()}
     assert launches == {"a": [launch_id(a.url)], "b": [launch_id(b.url)], "a2": [launch_id(a2.url)]}
-    assert f"outputs {'diverge' if verdict == 'diverged' else 'indistinguishable'}" in out.strip().splitlines()[-1]
+    assert f"outputs {'differ beyond' if verdict == 'diverged' else 'within'} relaunch noise" in (
+        out.strip().splitlines()[-1])
     assert 'id="divergence"' in (root / "report.html").read_text()
 
 

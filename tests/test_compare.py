@@ -28,7 +28,7 @@ def compare_dirs(*args, n_resamples: int = 500, **kw):
 def test_worked_example_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     a, b = seed_vectors()
     da, db = make_eval(tmp_path / "a", a), make_eval(tmp_path / "b", b)
-    rc = main(["--a", str(da), "--b", str(db), "--out", str(tmp_path / "cmp"), "--margin", "2"])
+    rc = main(["--a", str(da), "--b", str(db), "--out", str(tmp_path / "cmp"), "--margin", "2", "--verbose"])
     assert rc == 0
     c = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
     assert c["schema_version"] == 2 and c["kind"] == "abh.comparison"

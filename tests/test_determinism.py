@@ -44,7 +44,7 @@ def ab(url_a: str, url_b: str, out, *extra: str) -> subprocess.CompletedProcess:
 
 def test_a_server_that_answers_at_random_is_flagged(tmp_path):
     with FaultServer("random") as sa, FaultServer("ok") as sb:
-        r = ab(sa.url, sb.url, tmp_path / "ab")
+        r = ab(sa.url, sb.url, tmp_path / "ab", "--verbose")  # the statistician's summary has the shares
     assert r.returncode == exitcodes.OK, r.stderr
     c = read_json(tmp_path / "ab" / "comparison.json")
     ident = c["identical_outputs"]

@@ -154,7 +154,8 @@ class ScoringPhase:
                        "tokens": result.get("tokens"), "errors": result.get("errors")})
         self.manifest.record("scoring", scoring)
         if result.get("status") == "ok":
-            self.log.say(f"  scoring {item.rel_dir} ({what}): {result.get('tokens')} tokens of {result.get('questions')} questions "
+            self.log.say(f"  scoring {item.rel_dir} ({what}, arm {item.arm_key}, launch {launch.id}): "
+                         f"{result.get('tokens')} tokens of {result.get('questions')} questions "
                          f"scored in {result.get('wall_s', 0.0):.1f} s, errors {result.get('errors')}")
         else:
             self.log.say(f"  scoring {item.rel_dir} ({what}): not measured: {result.get('reason')}")
