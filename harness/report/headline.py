@@ -2,7 +2,7 @@
 ``summary.json`` (``headline``), ``comparison.md``'s first line and the report's hero.
 
 ``[SIMULATED] IMPROVED +1.9 pp: B gets more questions right (95 % CI +0.9 to +2.9 pp) · assumes B's launches
-vary as A's do · outputs within relaunch noise``
+vary like A's · outputs within relaunch noise``
 
 (relaunch noise: how far a fresh launch of A moves A's own outputs, the A/A floor)
 
@@ -28,6 +28,7 @@ from typing import TextIO
 
 from harness.report import identity_section, words
 from harness.results.schema import Comparison
+from harness.stats.accuracy import QUALIFIED_A_ONE, QUALIFIED_AA_ONLY, QUALIFIED_B_ONE
 
 SEP = " · "
 #: ANSI colour of each verdict on a terminal (green: shown good, red: shown bad or no result, yellow: undecided)
@@ -97,12 +98,20 @@ def _undecided(c: Comparison) -> str:
                                                  if c.mde is not None else "")
 
 
+#: the statistics' conditions of a verdict, in the headline's words
+PLAIN_ASSUMPTIONS = {QUALIFIED_AA_ONLY: "assumes B's launches vary like A's",
+                     QUALIFIED_B_ONE: "assumes B's launches vary like A's",
+                     QUALIFIED_A_ONE: "assumes A's launches vary like B's"}
+
+
 def _assumption(c: Comparison) -> str | None:
-    """The assumption about launches the verdict rests on, in words (the part after the statistics' "from
-    the A/A control's launches:")."""
+    """The assumption about launches the verdict rests on, in words (without where the statistics took the
+    launch variance from: "How this was decided" says that)."""
     q = c.qualification
     if not q:
         return None
+    if q in PLAIN_ASSUMPTIONS:
+        return PLAIN_ASSUMPTIONS[q]
     return q.split(": ", 1)[-1] if q.startswith("launch variance from") else q
 
 
