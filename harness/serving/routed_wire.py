@@ -1,0 +1,93 @@
+"""Routed experts on the wire: the request that asks a server which experts route a teacher-forced input, and the
+numpy reading of its answer (untrusted: every shape and id checked here).
+
+**SGLang** (``--enable-return-routed-experts``; PR #12162): ``POST /generate`` with ``return_routed_experts: true``
+and ``routed_experts_start_len``; ``meta_info["routed_experts"]`` is base64 of a flat C-order array
+``[positions, layers, top_k]``, row p the routing of input position ``routed_experts_start_len + p`` (the forward
+that produced token p + 1), ``prompt_tokens + completion_tokens - 1 - routed_experts_start_len`` rows; its dtype is
+``meta_info["routed_experts_dtype"]`` (``int32``, ``uint16`` or ``uint8`` by ``SGLANG_ROUTED_EXPERTS_DTYPE``; int32
+when the answer does not say: python/sglang/srt/layers/moe/routed_experts_capturer.py,
+``encode_routed_experts_for_wire`` and ``extract_routed_experts_from_meta_info``). ``layers`` is the model's
+``num_hidden_layers``: dense and hash-routed layers are rows of zeros.
+
+**vLLM** (``--enable-return-routed-experts``; PR #28284): the engine's ``CompletionOutput.routed_experts`` and
+``RequestOutput.prompt_routed_experts``, int arrays ``[len, moe_layers, top_k]``; its OpenAI server does not put
+them in a ``/v1/completions`` answer (docs/engines.md), so only the SGLang answer is read here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from harness.results.records import JSONObject
+
+#: SGLang's wire dtypes by the name ``meta_info.routed_experts_dtype`` gives
+WIRE_DTYPES: dict[str, np.dtype[Any]] = {"int32": np.dtype("<i4"), "uint16": np.dtype("<u2"), "uint8": np.dtype("u1")}
+
+
+class RoutedAnswerError(ValueError):
+    """An answer without routed experts of the shape asked (the message says how)."""
+
+
+def routing_body(prompt_ids: Sequence[int], reference_ids: Sequence[int]) -> JSONObject:
+    """SGLang: the routing of the forward passes that predict each reference token, teacher-forced: the prompt and
+    the reference as ids, nothing generated, rows from the prompt's last position (``len(prompt) - 1``): one row
+    per reference token, lined up with the scoring pass's tokens."""
+    if not prompt_ids:
+        raise ValueError("a routing request needs a prompt of at least one token")
+    return {"input_ids": [*prompt_ids, *reference_ids], "sampling_params": {"max_new_tokens": 0},
+            "return_routed_experts": True, "routed_experts_start_len": len(prompt_ids) - 1}
+
+
+def parse_routed(obj: Any, tokens: int, top_k: int, layers: int | None = None) -> np.ndarray:
+    """The ``(tokens, layers, top_k)`` int32 ids of an answer to :func:`routing_body` for ``tokens`` reference
+    tokens; ``layers`` when known (the pass's first answer sets it). RoutedAnswerError otherwise."""
+    if isinstance(obj, list) and len(obj) == 1:
+        obj = obj[0]
+    meta = obj.get("meta_info") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        raise RoutedAnswerError("the answer has no meta_info")
+    value = meta.get("routed_experts")
+    if value is None:
+        raise RoutedAnswerError("no meta_info.routed_experts in the answer (is the server started with "
+                                "--enable-return-routed-experts?)")
+    dtype = meta.get("routed_experts_dtype", "int32")
+    flat = _decode(value, dtype)
+    per_token = flat.size // tokens if tokens else 0
+    if tokens <= 0 or flat.size % tokens or per_token % top_k or per_token == 0:
+        raise RoutedAnswerError(f"{flat.size} routed ids are not {tokens} positions x layers x top_k={top_k}")
+    got_layers = per_token // top_k
+    if layers is not None and got_layers != layers:
+        raise RoutedAnswerError(f"{got_layers} layers of routed experts, where the pass's first answer had {layers}")
+    return flat.reshape(tokens, got_layers, top_k)
+
+
+def _decode(value: Any, dtype: Any) -> np.ndarray:
+    if isinstance(value, str):
+        name = dtype.strip().lower() if isinstance(dtype, str) else None
+        if name not in WIRE_DTYPES:
+            raise RoutedAnswerError(f"meta_info.routed_experts_dtype {dtype!r} is not one of {', '.join(WIRE_DTYPES)}")
+        try:
+            raw = base64.b64decode(value.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError) as e:
+            raise RoutedAnswerError(f"meta_info.routed_experts is a string but not base64: {e}") from None
+        width = WIRE_DTYPES[name].itemsize
+        if len(raw) % width:
+            raise RoutedAnswerError(f"meta_info.routed_experts holds {len(raw)} bytes, not a whole number of {name}")
+        return np.frombuffer(raw, dtype=WIRE_DTYPES[name]).astype(np.int32)
+    if isinstance(value, list):  # older builds: a nested list of ints
+        try:
+            arr = np.asarray(value)
+        except ValueError:
+            raise RoutedAnswerError("meta_info.routed_experts is a ragged list") from None
+        if arr.size and (arr.dtype.kind not in "iu" or arr.dtype == bool):
+            raise RoutedAnswerError("meta_info.routed_experts holds something other than integers")
+        if arr.size and (int(arr.min()) < -(2**31) or int(arr.max()) >= 2**31):
+            raise RoutedAnswerError("meta_info.routed_experts holds an id outside int32")
+        return arr.astype(np.int32).reshape(-1)
+    raise RoutedAnswerError(f"meta_info.routed_experts is a {type(value).__name__}, not base64 or a list")
