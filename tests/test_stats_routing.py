@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.routing_generator import rejection_rate, simulate_moved
 
 from harness.stats import routing as R
-from helpers.routing_generator import rejection_rate, simulate_moved
 
 K, L = 6, 5
 

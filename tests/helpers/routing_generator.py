@@ -9,6 +9,7 @@ import numpy as np
 from harness.stats.kld_launches import launch_divergence_test
 from harness.stats.verdict import ALPHA
 
+
 def simulate_moved(rows: np.ndarray, n_ref: np.ndarray, rates: np.ndarray, shift: float,
                    rng: np.random.Generator) -> np.ndarray:
     """A generator of near-tie flips that is not the simulator: per question i of ``rows[i]`` routed rows, the
