@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from harness.report import divergence_section, identity_section, words
+from harness.report import divergence_section, identity_section, routing_section, words
 from harness.results.schema import Comparison
 
 SEP = " · "
@@ -114,6 +114,9 @@ def headline(c: Comparison) -> str:
     out = _outputs(c)
     if out:
         parts.append(out)
+    routing = routing_section.clause(c.routing)
+    if routing:
+        parts.append(routing)
     return SEP.join(parts)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from harness.report import cost_section as cost
 from harness.report import data, identity_section, words
 from harness.report import divergence_section as report_divergence
+from harness.report import routing_section as report_routing
 from harness.report.headline import headline
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
@@ -209,6 +210,9 @@ def render(root: Path) -> str:
         facts.append(f"**Divergence:** {cell(report_divergence.sentence(div))}")
         if div.partings is not None:
             facts.append(f"**First diverging tokens:** {cell(report_divergence.partings_text(div))}")
+    if c.routing is not None:
+        facts.append(f"**Routing:** {cell(c.routing.sentence)}")
+        facts += [f"- {cell(f)}" for f in report_routing.facts(c.routing)[1:]]
     seq = cost.load_sequential(root, manifest, c)
     if seq:
         facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")
