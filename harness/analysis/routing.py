@@ -126,7 +126,7 @@ def compute_routing(ref_dir: Path, other_dirs: Sequence[Path], same_dirs: Sequen
     try:
         ref = load_routing(ref_dir)
     except RoutingError as e:
-        return Routing(verdict="not_measured", verdict_reason=f"no routing on the reference launch: {e}")
+        return _finish(Routing(verdict="not_measured", verdict_reason=f"no routing on the reference launch: {e}"))
     others = _open(other_dirs, "B's launch" if reference == "a" else "A's launch", why)
     same = _open(same_dirs, "A/A launch", why)
     sides = {reference: side_of(ref, labels.get(reference, reference))}

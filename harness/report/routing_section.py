@@ -16,8 +16,13 @@ COLORS = {"diverged": "#c0392b", "indistinguishable": "#2e7d32", "not_measured":
 
 
 def clause(r: Routing | None) -> str | None:
-    """The headline's routing clause (None: no routing object)."""
-    return r.sentence or None if r is not None else None
+    """The headline's routing clause (None: no routing object); "routing not measured" alone where nothing was
+    measured (the reason is in comparison.json and the report), as the outputs' clause says it."""
+    if r is None:
+        return None
+    if r.verdict == "not_measured" and not any(s.defect for s in r.sides.values()) and r.identical is None:
+        return "routing not measured"
+    return r.sentence or None
 
 
 def side_fact(s: RoutingSide) -> str:
