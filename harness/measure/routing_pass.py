@@ -25,7 +25,13 @@ from harness.measure.runner import Progress, run
 from harness.results.records import JSONObject
 from harness.results.routing_store import RoutingWriter, write_not_measured
 from harness.serving.client import Client, ClientConfig
-from harness.serving.routed_wire import RoutedAnswerError, parse_routed, routing_body
+from harness.serving.routed_wire import (
+    RoutedAnswerError,
+    parse_routed,
+    parse_vllm_routed,
+    routing_body,
+    vllm_routing_body,
+)
 
 #: the most MoE layers an answer is allowed bytes for (the answer's size cap; DeepSeek-V3/V4: 61)
 MAX_LAYERS = 128
@@ -50,6 +56,24 @@ class _RoutingClient(Client):
     def reply_cap(self, body: Any) -> int:
         n = len(body.get("input_ids") or []) if isinstance(body, dict) else 0
         return super().reply_cap(body) + (n * self.top_k * MAX_LAYERS * 4 * 4) // 3 + 4096
+
+
+@dataclass
+class _Asker:
+    """One question's routing request and answer, in the server's protocol: SGLang's native ``/generate``, or
+    vLLM's ``/v1/completions`` (harness.serving.routed_wire)."""
+
+    client: Client
+    api: Any
+    top_k: int
+
+    async def __call__(self, ids: tuple[list[int], list[int]], layers: int | None) -> Any:
+        p, r = ids
+        if self.api.name == "vllm":
+            obj = await self.client.post_json("/v1/completions", vllm_routing_body(self.api.model or "", p, r))
+            return parse_vllm_routed(obj, len(r), self.top_k, layers)
+        obj = await self.client.post_json("/generate", routing_body(p, r))
+        return parse_routed(obj, len(r), self.top_k, layers)
 
 
 def read_inputs(reference_pass: Path) -> dict[int, tuple[list[int], list[int]]]:
@@ -84,8 +108,8 @@ async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out
     async with client:
         first = todo[0]
         try:
-            obj = await client.post_json("/generate", routing_body(*inputs[first]))
-            ids = parse_routed(obj, len(inputs[first][1]), opts.top_k)
+            ask = _Asker(client, await client.prepare(), opts.top_k)
+            ids = await ask(inputs[first], None)
         except (ValueError, RoutedAnswerError) as e:  # a 4xx, or an answer without routed experts
             why = f"{ccfg.url} does not return routed experts: {e}"
             write_not_measured(out, why, meta)
@@ -101,8 +125,7 @@ async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out
                 p, r = inputs[q]
                 try:
                     async with admitted:
-                        obj = await client.post_json("/generate", routing_body(p, r))
-                    got = parse_routed(obj, len(r), opts.top_k, writer.tally.layers)
+                        got = await ask((p, r), writer.tally.layers)
                 except (ValueError, RoutedAnswerError) as e:
                     writer.record_error(q, str(e)[:300])
                     progress.update(error=True)

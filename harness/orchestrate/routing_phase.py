@@ -60,9 +60,9 @@ def route_launch(cfg: Config, engine: Engine, arm_key: str, out: Path, reference
                  interrupts: Interrupts, log: RunLog) -> JSONObject:
     """The routing pass of ``engine``'s launch into ``out`` (beside that launch's scoring pass)."""
     what: dict[str, Any] = {k: meta.get(k) for k in ("pass", "arm", "role", "launch", "engine", "simulated")}
-    if not engine.wire.native_sglang:
-        why = (f"the {engine.api} API does not return routed experts (SGLang's native /generate with "
-               "--enable-return-routed-experts does)")
+    if not engine.wire.native_sglang and engine.api != "vllm":
+        why = (f"the {engine.api} API does not return routed experts (SGLang's native /generate and vLLM's "
+               "/v1/completions with --enable-return-routed-experts do)")
         write_not_measured(out, why, what)
         return {**what, "status": "not_measured", "reason": why}
     shape = routing_shape(engine, cfg.arms.get(arm_key))

@@ -10,15 +10,19 @@ when the answer does not say: python/sglang/srt/layers/moe/routed_experts_captur
 ``encode_routed_experts_for_wire`` and ``extract_routed_experts_from_meta_info``). ``layers`` is the model's
 ``num_hidden_layers``: dense and hash-routed layers are rows of zeros.
 
-**vLLM** (``--enable-return-routed-experts``; PR #28284): the engine's ``CompletionOutput.routed_experts`` and
-``RequestOutput.prompt_routed_experts``, int arrays ``[len, moe_layers, top_k]``; its OpenAI server does not put
-them in a ``/v1/completions`` answer (docs/engines.md), so only the SGLang answer is read here.
+**vLLM** (``--enable-return-routed-experts``; PR #28284; 0.32.0): ``POST /v1/completions`` with
+``routed_experts_prompt_start`` (prompt tokens to skip); each choice's ``routed_experts`` is base64 of the ``.npy``
+bytes of an array ``(num_tokens - 1 - routed_experts_prompt_start, moe_layers, top_k)``, dtype uint8, uint16 or
+int32 (vllm/entrypoints/openai/completion/protocol.py ``CompletionResponseChoice.routed_experts``;
+vllm/utils/serial_utils.py ``numpy2base64``: ``np.save(..., allow_pickle=False)``). vLLM generates at least one token,
+so the answer holds one row more than the reference; it is read without pickles.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import io
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,3 +95,36 @@ def _decode(value: Any, dtype: Any) -> np.ndarray:
             raise RoutedAnswerError("meta_info.routed_experts holds an id outside int32")
         return arr.astype(np.int32).reshape(-1)
     raise RoutedAnswerError(f"meta_info.routed_experts is a {type(value).__name__}, not base64 or a list")
+
+
+def vllm_routing_body(model: str, prompt_ids: Sequence[int], reference_ids: Sequence[int]) -> JSONObject:
+    """vLLM: the same rows as :func:`routing_body` (from the prompt's last position), one greedy token generated
+    (vLLM's least), its routing row dropped by :func:`parse_vllm_routed`."""
+    if not prompt_ids:
+        raise ValueError("a routing request needs a prompt of at least one token")
+    return {"model": model, "prompt": [*prompt_ids, *reference_ids], "max_tokens": 1, "temperature": 0.0,
+            "routed_experts_prompt_start": len(prompt_ids) - 1}
+
+
+def parse_vllm_routed(obj: Any, tokens: int, top_k: int, layers: int | None = None) -> np.ndarray:
+    """The ``(tokens, layers, top_k)`` int32 ids of a vLLM answer to :func:`vllm_routing_body` (its first
+    ``tokens`` rows: the generated token's row is dropped). RoutedAnswerError otherwise."""
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise RoutedAnswerError("the answer has no single choice")
+    value = choices[0].get("routed_experts")
+    if not isinstance(value, str):
+        raise RoutedAnswerError("no choices[0].routed_experts in the answer (is the server started with "
+                                "--enable-return-routed-experts?)")
+    try:
+        arr = np.load(io.BytesIO(base64.b64decode(value.encode("ascii"), validate=True)), allow_pickle=False)
+    except (binascii.Error, UnicodeEncodeError, ValueError, OSError, EOFError) as e:
+        raise RoutedAnswerError(f"choices[0].routed_experts is not base64 of a .npy array: {e}") from None
+    if arr.ndim != 3 or arr.dtype.kind not in "iu" or arr.shape[2] != top_k or arr.shape[0] < tokens:
+        raise RoutedAnswerError(f"choices[0].routed_experts has shape {arr.shape} and dtype {arr.dtype}, not "
+                                f"(>= {tokens}, layers, {top_k}) integers")
+    if layers is not None and arr.shape[1] != layers:
+        raise RoutedAnswerError(f"{arr.shape[1]} layers of routed experts, where the pass's first answer had {layers}")
+    if arr.size and (int(arr.min()) < -(2**31) or int(arr.max()) >= 2**31):
+        raise RoutedAnswerError("choices[0].routed_experts holds an id outside int32")
+    return np.ascontiguousarray(arr[:tokens], dtype=np.int32)
