@@ -1,4 +1,4 @@
-"""harness.stats.routing against brute-force references (Python sets, loops) and, for the launch-level test, an
+"""harness.stats.expert_sets against brute-force references (Python sets, loops) and, for the launch-level test, an
 independent generator of near-tie flips (tests/helpers/routing_generator.py), not the simulator."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers.routing_generator import rejection_rate, simulate_moved
 
-from harness.stats import routing as R
+from harness.stats import expert_sets as R
 
 K, L = 6, 5
 

@@ -5,7 +5,7 @@ launches and on A's own other launches (the A/A floor), from the routing passes 
 Each pass's own tally (exact counts: routed ids per row, ids out of range, the expert load) describes its side;
 B's passes and A's other launches' are compared with the reference pass token by token and layer by layer,
 streaming one question at a time from the stores (never a whole pass in memory): identical sets, Jaccard, ids
-moved, per layer and overall (:mod:`harness.stats.routing`). **The verdict** is the launch-level test of the mean ids
+moved, per layer and overall (:mod:`harness.stats.expert_sets`). **The verdict** is the launch-level test of the mean ids
 moved per routed row, B's launches against A's other launches (``diverged`` / ``indistinguishable``), or
 ``not_measured`` with the reason (no routing pass on the reference launch, on B's or on an A/A launch: the engine
 cannot return routed experts, the run has no A/A launch). A defect (a routed row with fewer than top_k in-range ids,
@@ -24,7 +24,7 @@ import numpy as np
 from harness.results.records import finite_or_none
 from harness.results.routing_record import Routing, RoutingLayer, RoutingQuestion, RoutingSide
 from harness.results.routing_store import RoutingError, RoutingTable, load_routing, tally_of
-from harness.stats.routing import PairTally, PassTally, launch_test, share
+from harness.stats.expert_sets import PairTally, PassTally, launch_test, share
 from harness.stats.verdict import ALPHA
 
 DEFAULT_TOP_N = 10

@@ -59,7 +59,7 @@ class _RoutingClient(Client):
 
 
 @dataclass
-class _Asker:
+class _RoutingAsker:
     """One question's routing request and answer, in the server's protocol: SGLang's native ``/generate``, or
     vLLM's ``/v1/completions`` (harness.serving.routed_wire)."""
 
@@ -108,7 +108,7 @@ async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out
     async with client:
         first = todo[0]
         try:
-            ask = _Asker(client, await client.prepare(), opts.top_k)
+            ask = _RoutingAsker(client, await client.prepare(), opts.top_k)
             ids = await ask(inputs[first], None)
         except (ValueError, RoutedAnswerError) as e:  # a 4xx, or an answer without routed experts
             why = f"{ccfg.url} does not return routed experts: {e}"

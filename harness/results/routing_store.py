@@ -3,7 +3,7 @@
 ``routing.bin`` holds every question's ``(tokens, layers, top_k)`` ids back to back, C order, each question in
 the narrowest of uint8, uint16 and int32 that holds its ids (a DeepSeek-class model's 384 experts and its shared
 marker fit uint16); ``routing.json`` (kind ``abh.routing``) the index (question, byte offset, tokens, dtype), the
-shape, the pass's identity and its :class:`~harness.stats.routing.PassTally` (tallied as the answers arrive).
+shape, the pass's identity and its :class:`~harness.stats.expert_sets.PassTally` (tallied as the answers arrive).
 The writer holds the index and the tally only, never the ids: a pass of 1319 questions x 300 tokens x 60 layers x
 8 ids streams through in the memory of one answer. The reader reads one question at a time (a slice of the
 file). A pass that could not be asked writes ``status: not_measured`` and the reason.
@@ -21,7 +21,7 @@ import numpy as np
 from harness.results import fileio
 from harness.results.fileio import atomic_write_json, read_json
 from harness.results.records import JSONObject
-from harness.stats.routing import PassTally
+from harness.stats.expert_sets import PassTally
 
 ROUTING = "routing.bin"
 ROUTING_META = "routing.json"

@@ -1,6 +1,6 @@
 """An independent generator of routing near-tie flips (not the simulator): per question, binomial counts of flipped
 (token, layer) rows on each launch, for the size and power of the routing's launch-level test
-(:func:`harness.stats.routing.launch_test`)."""
+(:func:`harness.stats.expert_sets.launch_test`)."""
 
 from __future__ import annotations
 
