@@ -146,6 +146,8 @@ def format_table(summary: schema.RunSummary, c: schema.Comparison) -> str:
     lines = [head, format_summary(c)]
     if c.divergence is not None:
         lines.append(terminal_line(c.divergence))
+    if c.routing is not None:
+        lines.append(f"{c.routing.sentence} ({c.routing.verdict_reason})")
     return "\n".join(lines)
 
 

@@ -78,7 +78,8 @@ def route_launch(cfg: Config, engine: Engine, arm_key: str, out: Path, reference
     result = interrupts.run_async(routing_pass_async(reference_pass, ccfg, out, opts))
     if result.get("status") == "ok":
         log.say(f"  routing: {result.get('tokens')} tokens x {result.get('layers')} layers of "
-                f"{result.get('questions')} questions, errors {result.get('errors')}")
+                f"{result.get('questions')} questions in {float(result.get('wall_s') or 0.0):.1f} s "
+                f"({int(result.get('bytes') or 0) / 1e6:.0f} MB), errors {result.get('errors')}")
     else:
         log.say(f"  routing: not measured: {result.get('reason')}")
     return result
