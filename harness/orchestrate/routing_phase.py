@@ -77,9 +77,10 @@ def route_launch(cfg: Config, engine: Engine, arm_key: str, out: Path, reference
                           meta={**what, "shape_source": source})
     result = interrupts.run_async(routing_pass_async(reference_pass, ccfg, out, opts))
     if result.get("status") == "ok":
+        wall, size = result.get("wall_s"), result.get("bytes")
         log.say(f"  routing: {result.get('tokens')} tokens x {result.get('layers')} layers of "
-                f"{result.get('questions')} questions in {float(result.get('wall_s') or 0.0):.1f} s "
-                f"({int(result.get('bytes') or 0) / 1e6:.0f} MB), errors {result.get('errors')}")
+                f"{result.get('questions')} questions in {wall if isinstance(wall, float) else 0.0:.1f} s "
+                f"({size / 1e6 if isinstance(size, int) else 0.0:.0f} MB), errors {result.get('errors')}")
     else:
         log.say(f"  routing: not measured: {result.get('reason')}")
     return result
