@@ -38,13 +38,13 @@ per-prompt lists in a batch. Response (one prompt)::
                    "input_token_ids_logprobs":  [null, [[lp, i1, t], ..., [lp, iR, t]], ...],
                    "output_token_ids_logprobs": [[[lp, i1, t], ...], ...],
                    # only with return_routed_experts (and engine.enable_return_routed_experts):
-                   "routed_experts": base64}}
+                   "routed_experts": base64, "routed_experts_dtype": "int32" | "uint16" | "uint8"}}
 
 ``t`` is the token's text with ``return_text_in_logprobs``, else ``null``. Entry ``j`` of the input arrays is
 input position ``s + j`` and its logprob is that of ``ids[s + j]`` given ``ids[:s + j]``, except entry 0,
 whose logprob is always ``null`` (as in SGLang). So to score reference tokens ``ids[P:]`` after a prompt of
 ``P`` tokens, send ``logprob_start_len = P - 1`` and read entries ``1..``. ``routed_experts``: base64 of
-little-endian int32, C order, shape ``(L + G - 1 - routed_experts_start_len, num_layers, topk)`` (see
+little-endian ``routed_experts_dtype`` (``SGLANG_ROUTED_EXPERTS_DTYPE`` where the ids fit, else int32), C order, shape ``(L + G - 1 - routed_experts_start_len, num_layers, topk)`` (see
 ``abh_simulator.experts``). Output ids include the tokens of a matched stop string and the EOS id (2).
 
 SGLang ``POST /tokenize`` and ``POST /detokenize`` (also under ``/v1/``)
@@ -253,7 +253,8 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
     if item.return_logprob:
         meta.update(_sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states))
     if opts["return_routed_experts"] and st.cfg.enable_return_routed_experts:
-        meta["routed_experts"] = st.routed_experts(full, opts["routed_experts_start_len"], states)
+        meta["routed_experts"], meta["routed_experts_dtype"] = st.routed_experts(full, opts["routed_experts_start_len"],
+                                                                                  states)
     meta["e2e_latency"] = time.perf_counter() - t0
     meta["simulated"] = True
     return {"text": r["text"], "meta_info": meta}
@@ -377,7 +378,7 @@ def completions_response(st: SimState, req: dict[str, Any]) -> dict[str, Any]:
             if sc is not None and req["prompt_logprobs"] is not None:
                 choice["prompt_logprobs"] = _prompt_logprobs(st, full, len(ids), sc, req["prompt_logprobs"])
             if req["return_routed_experts"] and st.cfg.enable_return_routed_experts and routed is None:
-                routed = st.routed_experts(ids + r["output_ids"], 0)
+                routed = st.routed_experts(ids + r["output_ids"], 0)[0]
             choices.append(choice)
             ct += r["completion_tokens"]
         pt += len(ids)

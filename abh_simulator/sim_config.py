@@ -47,7 +47,7 @@ class SimConfig:
                                "launch repeat verbatim) or 'mixed' (half the flip rate each way)",
                        choices=NOISE_MODES)
     deterministic: bool = _knob(False, "deterministic inference (as SGLang's --enable-deterministic-inference promises): "
-                                       "no run-to-run noise (flip_rate and logprob_noise taken as 0, a fixed run "
+                                       "no run-to-run noise (flip_rate, logprob_noise and routing_noise taken as 0, a fixed run "
                                        "seed), so every launch answers and scores each request identically")
     invalid_rate: float = _knob(0.0, "share of outputs with no digits")
     latency_s: float = _knob(0.0, "service time per request, seconds")
@@ -68,6 +68,14 @@ class SimConfig:
     num_experts: int = _knob(256, "routed experts per MoE layer (ids 0..num_experts-1)")
     topk: int = _knob(6, "routed experts per token (num_experts_per_tok)")
     num_layers: int = _knob(4, "MoE layers in the routed-experts capture")
+    unrouted_layers: int = _knob(0, "leading layers of the capture the gate does not fill (dense or hash-routed "
+                                    "layers: their rows stay zero, as SGLang returns them)")
+    routing_noise: float = _knob(0.0001, "share of (token, MoE layer) rows whose near-tied k-th and (k+1)-th experts "
+                                         "swap, drawn anew on every launch (the routing's A/A floor; 0 with "
+                                         "deterministic)")
+    routing_shift: float = _knob(0.0, "share of (token, MoE layer) rows whose near tie this build flips, keyed by "
+                                      "the build label, the same on every launch: a kernel change that flips "
+                                      "near-tied experts")
     # ---- faults (what happens to a server; not a property of the arm)
     startup_s: float = _knob(0.0, "seconds before the server is ready: /health and /health_generate answer "
                                   "503 meanwhile, as SGLang does until its warm-up ends")
@@ -84,7 +92,7 @@ class SimConfig:
             out.append(f"accuracy must be strictly between 0 and 1, not {self.accuracy}")
         if self.noise not in NOISE_MODES:
             out.append(f"noise must be one of {', '.join(NOISE_MODES)}, not {self.noise!r}")
-        for name in ("flip_rate", "invalid_rate", "error_rate", "malformed_rate"):
+        for name in ("flip_rate", "invalid_rate", "error_rate", "malformed_rate", "routing_noise", "routing_shift"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 out.append(f"{name} must be in [0, 1], not {v}")
@@ -94,6 +102,8 @@ class SimConfig:
                 out.append(f"{name} must be >= 0, not {getattr(self, name)}")
         if self.vocab_size < 1000:
             out.append(f"vocab_size must be >= 1000, not {self.vocab_size}")
+        if not 0 <= self.unrouted_layers < self.num_layers:
+            out.append(f"unrouted_layers must be in [0, num_layers), not {self.unrouted_layers}")
         if self.num_layers < 1:
             out.append(f"num_layers must be >= 1, not {self.num_layers}")
         if not 1 <= self.topk <= self.num_experts:
@@ -106,7 +116,7 @@ class SimConfig:
         """The knobs a launch runs with: with ``deterministic``, no run-to-run noise and a fixed run seed."""
         if not self.deterministic:
             return self
-        return dataclasses.replace(self, flip_rate=0.0, logprob_noise=0.0, run_seed=0)
+        return dataclasses.replace(self, flip_rate=0.0, logprob_noise=0.0, routing_noise=0.0, run_seed=0)
 
     def validate(self) -> None:
         problems = self.problems()

@@ -293,14 +293,17 @@ class SimState:
         self._scored[key] = k + 1
         return self.lm.score(ids, range(max(start, 1), len(ids)), top_k, requested or (), k, states)
 
-    def routed_experts(self, ids: list[int], start: int, states: list[int] | None = None) -> str:
-        """SGLang's ``meta_info["routed_experts"]`` for the sequence ``ids`` (prompt + generated tokens):
-        rows for positions start..len(ids)-2, base64 int32 (see abh_simulator.experts)."""
+    def routed_experts(self, ids: list[int], start: int, states: list[int] | None = None) -> tuple[str, str]:
+        """SGLang's ``meta_info["routed_experts"]`` for the sequence ``ids`` (prompt + generated tokens): rows for
+        positions start..len(ids)-2, base64 in the dtype ``SGLANG_ROUTED_EXPERTS_DTYPE`` asks for where the ids fit
+        (see abh_simulator.experts); (payload, its dtype: ``meta_info["routed_experts_dtype"]``)."""
         from abh_simulator import experts
         from abh_simulator.hashing import context_states
 
         cfg = self.cfg
         st = states if states is not None else context_states(ids, cfg.seed)
         arr = experts.routed_experts(st, start, len(ids) - 1, cfg.seed, cfg.num_experts, cfg.topk,
-                                     cfg.num_layers, cfg.routed_experts_bug)
-        return experts.encode(arr)
+                                     cfg.num_layers, cfg.routed_experts_bug, cfg.routing_noise, self.run_seed,
+                                     cfg.routing_shift, cfg.build)
+        arr[:, :cfg.unrouted_layers] = 0
+        return experts.encode(arr, os.environ.get("SGLANG_ROUTED_EXPERTS_DTYPE", "int32"))

@@ -321,6 +321,9 @@ class DivergenceConfig:
     #: The no-op proof's first diverging tokens (``stats.hypothesis=identical``): a gap in the reference pass's
     #: logprobs between the two candidate tokens at most this (nats) is a near-tie, above it a real divergence.
     near_tie_nats: float = ranged(0.5, 0)
+    #: Also route the reference tokens on each scoring pass's launch (the MoE routed experts, where the engine
+    #: returns them: ``comparison.json`` ``routing``; harness.orchestrate.routing_phase).
+    routing: bool = True
     #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
     #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
     off_reason: str = ""

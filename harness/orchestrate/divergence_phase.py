@@ -39,6 +39,7 @@ from pathlib import Path
 from harness.config import Config
 from harness.measure.divergence_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
+from harness.orchestrate.routing_phase import route_launch
 from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
 from harness.orchestrate.schedule import Step, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
@@ -157,5 +158,7 @@ class ScoringPhase:
             self.log.say(f"  scoring {item.rel_dir} ({what}, arm {item.arm_key}, launch {launch.id}): "
                          f"{result.get('tokens')} tokens of {result.get('questions')} questions "
                          f"scored in {result.get('wall_s', 0.0):.1f} s, errors {result.get('errors')}")
+            if cfg.divergence.routing:  # the same launch's routed experts of the same tokens
+                route_launch(cfg, engine, item.arm_key, out, self.ref_dir, meta, self.interrupts, self.log)
         else:
             self.log.say(f"  scoring {item.rel_dir} ({what}): not measured: {result.get('reason')}")

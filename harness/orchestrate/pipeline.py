@@ -34,6 +34,7 @@ from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence, has_pass
 from harness.analysis.gate import comparison_exit, exit_reason, gate_not_applied, gated
 from harness.analysis.multitask import format_tasks
+from harness.analysis.routing import compute_routing
 from harness.arms import sourcediff
 from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
 from harness.checks.armdiff import (
@@ -151,6 +152,8 @@ def format_table(summary: schema.RunSummary, c: schema.Comparison) -> str:
     lines = [table_title(summary, c), format_summary(c)]
     if c.divergence is not None:
         lines.append(terminal_line(c.divergence))
+    if c.routing is not None:
+        lines.append(f"{c.routing.sentence} ({c.routing.verdict_reason})")
     return "\n".join(lines)
 
 
@@ -599,6 +602,11 @@ class Run:
                 self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None),
                 launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
                 reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share)))
+            if self.cfg.divergence.routing:  # the MoE routed experts of the same passes' launches
+                comparison = replace(comparison, routing=compute_routing(
+                    self.scoring.ref_dir, d["other"], d["same"], reference=self.scoring.reference, alpha=s.alpha,
+                    seed=s.seed, labels={k: self.arms[getattr(x, k)].side or self.arms[getattr(x, k)].name
+                                         for k in ("a", "b")}))
             passes = (self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None))
             if comparison.identity is not None:
                 comparison = identity.with_passes(comparison, dirs["a"], dirs["b"], dirs["aa"], passes,

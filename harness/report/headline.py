@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
+from harness.analysis.routing import share_words
 from harness.report import identity_section, words
 from harness.results.schema import Comparison
 from harness.stats.accuracy import QUALIFIED_A_ONE, QUALIFIED_AA_ONLY, QUALIFIED_B_ONE
@@ -165,8 +166,25 @@ def outputs(c: Comparison) -> str | None:
     return "outputs not measured"
 
 
+def routing(c: Comparison) -> str | None:
+    """The MoE routing's verdict, when it was asked for: a defect in the seed's words (the dropped expert, the id
+    out of range, on which layers), else where B's routing sits against the A/A floor."""
+    r = c.routing
+    if r is None or c.verdict == "not_comparable":
+        return None
+    if any(s.defect for s in r.sides.values()):
+        return r.sentence or None
+    if r.verdict == "diverged":
+        floor = f" vs A/A {share_words(r.identical_aa)}" if r.identical_aa is not None else ""
+        same = f" (identical expert sets on {share_words(r.identical)} of tokens{floor})" if r.identical is not None else ""
+        return "routing differs beyond relaunch noise" + same
+    if r.verdict == "indistinguishable":
+        return "routing within relaunch noise"
+    return "routing not measured"
+
+
 #: the plain verdict sentences of the headline, in order: one function per measurement
-SENTENCES: list[Callable[[Comparison], str | None]] = [accuracy, outputs]
+SENTENCES: list[Callable[[Comparison], str | None]] = [accuracy, outputs, routing]
 
 
 def compose(sentences: Sequence[str | None], simulated: bool = False) -> str:

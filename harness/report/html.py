@@ -22,9 +22,11 @@ from harness import __version__
 from harness.report import cost_section as cost
 from harness.report import data, identity_section, plots, words
 from harness.report import divergence_section as report_divergence
+from harness.report import routing_section as report_routing
 from harness.report.cost_section import CostRow, LookRow, SequentialFacts
 from harness.report.divergence_section import DivergenceView
 from harness.report.headline import headline, scope
+from harness.report.routing_section import RoutingView
 from harness.report.views import ArmView, DiffView, FlipRow, KvRow, QuestionRow, RunRow
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
@@ -114,6 +116,7 @@ class ComparisonContext(TypedDict):
     acc_svg: Markup | None
     delta_svg: Markup | None
     div: DivergencePanel | None
+    routing: RoutingView | None
     run_rows: list[RunRow]
     perf: list[PerfRow]
     flips: list[FlipRow]
@@ -270,7 +273,9 @@ def comparison_context(root: Path) -> ComparisonContext:
                     "details": words.verdict_facts(c) if c is not None else [],
                     "how": words.how_decided(c) if c is not None else []},
         "arms_c": c.arms if c is not None else None, "arm_views": data.arm_views(manifest, names), "diff": data.diff_view(manifest, names),
-        "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div, "identity": identity_view(c), "run_rows": run_rows, "perf": perf,
+        "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div,
+        "routing": routing_view(c),
+        "identity": identity_view(c), "run_rows": run_rows, "perf": perf,
         "flips": flips, "flips_total": flips_total, "flip_counts": counts, "max_flips": data.MAX_FLIPS,
         "cost_rows": cost.cost_rows(run_cost) if run_cost else [],
         "cost_estimated": run_cost.estimated if run_cost else [],
@@ -284,6 +289,14 @@ def comparison_context(root: Path) -> ComparisonContext:
         "script": Markup(PAGE_JS), "csp": _csp(PAGE_JS),
     }
     return ctx
+
+
+def routing_view(c: Comparison | None) -> RoutingView | None:
+    """The routing section (its plot as markup: numbers only, drawn here)."""
+    if c is None or c.routing is None:
+        return None
+    view = report_routing.section(c.routing)
+    return {**view, "svg": Markup(view["svg"]) if view["svg"] else None}
 
 
 def identity_view(c: Comparison | None) -> IdentityView | None:

@@ -19,6 +19,7 @@ from typing import Any
 from harness.report import cost_section as cost
 from harness.report import data, identity_section, words
 from harness.report import divergence_section as report_divergence
+from harness.report import routing_section as report_routing
 from harness.report.headline import headline, outputs
 from harness.results import schema
 from harness.results.fileio import atomic_write_text
@@ -243,6 +244,9 @@ def render(root: Path) -> str:
     out = outputs(c)
     if out:
         facts.append(f"**Outputs:** {cell(out.removeprefix('outputs '))}")
+    if c.routing is not None:
+        facts.append(f"**Routing:** {cell(c.routing.sentence)}")
+        facts += [f"- {cell(f)}" for f in report_routing.facts(c.routing)[1:]]
     seq = cost.load_sequential(root, manifest, c)
     if seq:
         facts.append(f"**Sequential:** {cell(cost.sequential_line(seq))}")

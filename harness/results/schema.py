@@ -40,6 +40,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
 from harness.results.records import JSON, JSONObject, Record, RecordError, omit_none
+from harness.results.routing_record import Routing
 from harness.stats.outcomes import (
     Design,
     DivergenceTest,
@@ -592,6 +593,8 @@ class Comparison(Record):
     command: list[str] | None = omit_none()
     #: present when the compared evals record scoring passes (``abh run`` with divergence enabled)
     divergence: Divergence | None = omit_none()
+    #: the MoE routed experts of the divergence's launches against the A/A floor (harness.analysis.routing)
+    routing: Routing | None = omit_none()
     #: a sequential run's looks and decision; its verdict is then ``verdict``, the fixed design's beside it
     sequential: SequentialRecord | None = omit_none()
     verdict_fixed: str | None = omit_none()

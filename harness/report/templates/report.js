@@ -107,6 +107,7 @@
     function matches(r, t, c) {
       if (c && r.c !== c) { return false; }
       if (!t) { return true; }
+      if (t.charAt(0) === '#') { return String(r.i) === t.slice(1); }  // one question, by its number
       return (String(r.i) + ' ' + r.q + ' ' + r.l + ' ' + r.a.p.join(' ') + ' ' + r.b.p.join(' ') + ' ' + r.a.o + ' ' + r.b.o)
         .toLowerCase().indexOf(t) >= 0;
     }
@@ -129,6 +130,9 @@
     q.addEventListener('input', function () { shown = PAGE; render(); });
     s.addEventListener('change', function () { shown = PAGE; render(); });
     more.addEventListener('click', function () { shown += PAGE * 4; render(); });
+    each(document.querySelectorAll('a.qlink'), function (a) {  // a question named elsewhere: shown in the browser
+      a.addEventListener('click', function () { q.value = '#' + a.getAttribute('data-q'); shown = PAGE; render(); });
+    });
     render();
   })();
   // a plot wider than a narrow page scrolls inside its box: show its marker (the estimate), not its left edge

@@ -1,0 +1,114 @@
+"""The routing as every surface shows it, from a stored comparison's ``routing`` (:mod:`harness.analysis.routing`):
+the headline's clause, the facts of comparison.md and report.html, the per-layer plot and the questions where B's
+routing parts from A's (linked to the question browser)."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from harness.analysis.routing import share_words
+from harness.report import plots
+from harness.results.routing_record import Routing, RoutingSide
+
+COLOR_AB, COLOR_AA = "#c0392b", "#7f8c8d"
+#: verdict -> badge colour (a defect on either side is red whatever the test says)
+COLORS = {"diverged": "#c0392b", "indistinguishable": "#2e7d32", "not_measured": "#7f8c8d"}
+
+
+def clause(r: Routing | None) -> str | None:
+    """The headline's routing clause (None: no routing object); "routing not measured" alone where nothing was
+    measured (the reason is in comparison.json and the report), as the outputs' clause says it."""
+    if r is None:
+        return None
+    if r.verdict == "not_measured" and not any(s.defect for s in r.sides.values()) and r.identical is None:
+        return "routing not measured"
+    return r.sentence or None
+
+
+def side_fact(s: RoutingSide) -> str:
+    ids = f"{s.routed_per_token} in range" if s.routed_per_token is not None else "in range: " + ", ".join(
+        f"{k} ids on {v} rows" for k, v in s.in_range_per_row.items())
+    text = (f"{s.label} (launch {s.launch or '?'}): top-{s.top_k} rows of {s.num_experts or 'an unknown number of'} "
+            f"experts, {s.routed_layers} of {s.layers} layers routed, {s.rows} (token, layer) rows, {ids} per row")
+    if s.rows_out_of_range:
+        ids_out = ", ".join(f"{k} ({v}x)" for k, v in list(s.out_of_range_ids.items())[:6])
+        text += f"; out of range: {s.rows_out_of_range} rows in {s.layers_out_of_range} layers, ids {ids_out}"
+    return text + (f" — DEFECT: {s.defect}" if s.defect else "")
+
+
+def facts(r: Routing) -> list[str]:
+    """comparison.md's and report.html's lines about the routing."""
+    out = [f"verdict: {r.verdict.replace('_', ' ')} ({r.verdict_reason})"]
+    if r.identical is not None:
+        out.append(f"B vs A: identical expert sets on {share_words(r.identical)} of (token, layer) rows, mean Jaccard "
+                   f"{r.jaccard:.4f}, {r.moved:.4f} ids moved per row; A/A: {share_words(r.identical_aa)}, "
+                   + (f"{r.jaccard_aa:.4f}, {r.moved_aa:.4f}" if r.jaccard_aa is not None and r.moved_aa is not None
+                      else "n/a")
+                   + f" ({r.questions} questions" + (f", {r.questions_dropped} not routed by every pass)"
+                                                     if r.questions_dropped else ")"))
+    out += [side_fact(s) for s in r.sides.values()]
+    shifted = sorted((x for x in r.layers if x.load_shift is not None), key=lambda x: -(x.load_shift or 0.0))[:3]
+    if shifted:
+        out.append("expert load, B against A (share of tokens moved between experts): "
+                   + "; ".join(f"layer {x.layer} {share_words(x.load_shift)}"
+                               + (f", gained {', '.join(f'#{e} +{d}' for e, d in x.gained)}" if x.gained else "")
+                               + (f", lost {', '.join(f'#{e} {d}' for e, d in x.lost)}" if x.lost else "")
+                               for x in shifted))
+    return out
+
+
+class RoutingRow(TypedDict):
+    question: int
+    tokens: int
+    parted: str
+    parted_aa: str
+    first: str
+
+
+class RoutingView(TypedDict):
+    verdict: str
+    label: str
+    color: str
+    sentence: str
+    facts: list[str]
+    svg: str | None
+    rows: list[RoutingRow]
+
+
+def rows(r: Routing) -> list[RoutingRow]:
+    return [{"question": q.question, "tokens": q.tokens, "parted": share_words(q.parted),
+             "parted_aa": share_words(q.parted_aa) if q.parted_aa is not None else "n/a",
+             "first": f"token {q.first_token}, layer {q.first_layer}" if q.first_token is not None else "-"}
+            for q in r.top_questions]
+
+
+def layer_svg(r: Routing) -> str | None:
+    """Per routed layer: the share of (token, layer) rows whose expert set B (and the A/A floor) kept identical to
+    the reference pass's, and the ids moved per row."""
+    layers = [x for x in r.layers if x.identical is not None]
+    if not layers:
+        return None
+    plt = plots._plt()
+    xs = [x.layer for x in layers]
+    with plt.rc_context(plots._rc("routing")):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.0))
+        for ax, key, title in ((axes[0], "identical", "identical expert sets (% of tokens)"),
+                               (axes[1], "moved", "ids moved per token")):
+            scale = 100.0 if key == "identical" else 1.0
+            ab = [scale * float(getattr(x, key) or 0.0) for x in layers]
+            aa = [None if getattr(x, key + "_aa") is None else scale * float(getattr(x, key + "_aa")) for x in layers]
+            ax.plot(xs, ab, color=COLOR_AB, lw=1.6, marker=".", label="B vs A")
+            if any(v is not None for v in aa):
+                ax.plot(xs, [v if v is not None else float("nan") for v in aa], color=COLOR_AA, lw=1.6, ls="--",
+                        label="A/A floor")
+            ax.set_xlabel("MoE layer")
+            ax.set_ylabel(title)
+            ax.grid(axis="y", color="#eeeeee")
+            ax.legend(loc="best", frameon=False, fontsize=8)
+        return plots._to_svg(fig)
+
+
+def section(r: Routing) -> RoutingView:
+    return {"verdict": r.verdict, "label": r.verdict.replace("_", " ").upper(),
+            "color": "#c0392b" if any(s.defect for s in r.sides.values()) else COLORS.get(r.verdict, "#333333"),
+            "sentence": r.sentence, "facts": facts(r), "svg": layer_svg(r) if r.layers else None, "rows": rows(r)}
