@@ -71,10 +71,12 @@ def size_mb(root: Path, name: str | None = None) -> float:
     return sum(p.stat().st_size for p in files) / 1e6
 
 
-def walls(run: Path, name: str) -> list[float]:
+def walls(run: Path, name: str, key: str) -> list[float]:
+    """Every ``key`` of the run's evals' ``name`` files (an eval's wall: ``summary.json``
+    ``wall_s_this_session``; a scoring pass's: ``scores.json`` ``wall_s``)."""
     out = []
     for p in sorted((run / "evals").glob(f"*/*/{name}")):
-        w = json.loads(p.read_text()).get("wall_s")
+        w = json.loads(p.read_text()).get(key)
         if isinstance(w, int | float):
             out.append(float(w))
     return out
@@ -84,7 +86,7 @@ def demo(tree: Path, env: dict[str, str]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         wall, cpu, rss = run_tree([sys.executable, "-m", "harness.cli.main", "run"], Path(tmp), env)
         run = Path(tmp) / "results" / "demo"
-        evals, passes = walls(run, "summary.json"), walls(run, "scores.json")
+        evals, passes = walls(run, "summary.json", "wall_s_this_session"), walls(run, "scores.json", "wall_s")
         return {"demo CPU s (all processes)": cpu, "demo wall s": wall, "demo peak RSS MiB (abh)": rss,
                 "run directory MB": size_mb(run), "  prompt texts MB": size_mb(run, "prompt*.jsonl"),
                 "  scores MB": size_mb(run, "scores.parquet"),
