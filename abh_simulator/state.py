@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import hashlib
-import itertools
 import os
 import random
 import re
@@ -252,10 +251,9 @@ class SimState:
             return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_ids": ids,
                     "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}
         raw, eos = self.raw_generation(prompt, ignore_eos, max_new, chat)
-        pieces, raw_ids = self.tokenizer.encode_pieces(raw)
-        ends = list(itertools.accumulate(len(p) for p in pieces))
-        limit = ends[max_new - 1] if len(pieces) >= max_new else len(raw)
-        floor = ends[min_new - 1] if 0 < min_new <= len(pieces) else (len(raw) if min_new > 0 else 0)
+        ends, raw_ids = self.tokenizer.encode_ends(raw)
+        limit = ends[max_new - 1] if len(ends) >= max_new else len(raw)
+        floor = ends[min_new - 1] if 0 < min_new <= len(ends) else (len(raw) if min_new > 0 else 0)
         best: tuple[int, int, Any] | None = None  # (start, end, matched), in characters
         for s in stops:
             if s:
@@ -275,7 +273,7 @@ class SimState:
             out = raw[:best[1]] if no_stop_trim else raw[:best[0]]
             finish: dict[str, Any] = {"type": "stop", "matched": best[2]}
             out_ids = raw_ids[:bisect.bisect_left(ends, best[1]) + 1]  # up to the token ending the stop
-        elif eos and len(pieces) < max_new:
+        elif eos and len(ends) < max_new:
             out, finish = raw, {"type": "stop", "matched": EOS_TOKEN_ID}
             out_ids = [*raw_ids, EOS_TOKEN_ID]
         else:

@@ -9,12 +9,18 @@ decodes back exactly; any other piece keeps its plain hash id (which may alias a
 function of (vocab_size, data file) only, so two servers on the same data agree on every id.
 
 No special token is added to encoded text (``add_special_tokens`` is accepted and has nothing to add).
+
+Encoding is memoised: a whole text once seen (an eval's repeats and the scoring pass's tokenization send the same
+prompts), and the long block every few-shot prompt starts with (:func:`shared_cut`), so a new prompt costs only
+its own question's pieces.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
+from array import array
 from collections.abc import Iterable, Sequence
 
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -26,6 +32,24 @@ _PIECE = re.compile(r" ?[^\W\d_]+| ?\d| ?[^\w\s]+|_+|\s+(?!\S)|\s+")
 def pieces(text: str) -> list[str]:
     """The text split into pieces; ``"".join(pieces(t)) == t``."""
     return _PIECE.findall(text)
+
+
+#: Where the shared block of a few-shot prompt ends: before its last question
+_LAST_QUESTION = "Question:"
+#: Texts (or shared blocks) whose pieces are memoised, at most (a run's prompts and generations: a few thousand)
+MEMO_TEXTS = 16_384
+
+
+def shared_cut(text: str) -> int:
+    """A position ``j`` before the text's last question where ``pieces(text) == pieces(text[:j]) +
+    pieces(text[j:])`` (0: none). Every piece that holds a non-space character ends before a space (no pattern of
+    :data:`_PIECE` takes a space after a non-space one) and matching starts afresh after each piece, so a space
+    after a non-space character is always where a piece starts."""
+    k = text.rfind(_LAST_QUESTION)
+    j = text.rfind(" ", 0, k) if k > 0 else -1
+    while j > 0 and text[j - 1].isspace():
+        j = text.rfind(" ", 0, j - 1)
+    return max(j, 0)
 
 
 def hash_id(piece: str, vocab_size: int) -> int:
@@ -56,6 +80,10 @@ class Tokenizer:
                 self._ids[p] = i
                 self._pieces.setdefault(i, p)
         self.known = len(self._ids)
+        self._memo: dict[str, array] = {}
+        self._ends: dict[str, tuple[array, array]] = {}
+        #: texts and shared blocks encoded from their pieces (not from the memo): what the memo saves shows here
+        self.split_texts = 0
 
     def piece_id(self, piece: str) -> int:
         i = self._ids.get(piece)
@@ -66,9 +94,40 @@ class Tokenizer:
             self._pieces.setdefault(i, piece)
         return i
 
-    def encode(self, text: str) -> list[int]:
+    def _ids_of(self, text: str) -> list[int]:
+        self.split_texts += 1
         known = self._ids.get  # the common case without a method call per piece (prompts run to ~1000 pieces)
         return [i if (i := known(p)) is not None else self.piece_id(p) for p in pieces(text)]
+
+    def _remember(self, text: str, value: array) -> None:
+        if len(self._memo) >= MEMO_TEXTS:
+            self._memo.clear()
+        self._memo[text] = value
+
+    def encode(self, text: str) -> list[int]:
+        got = self._memo.get(text)
+        if got is None:
+            j = shared_cut(text)
+            head = self._memo.get(text[:j]) if j else None
+            if j and head is None:
+                head = array("q", self._ids_of(text[:j]))
+                self._remember(text[:j], head)
+            got = array("q", self._ids_of(text[j:]))
+            if head is not None:
+                got = head + got
+            self._remember(text, got)
+        return got.tolist()
+
+    def encode_ends(self, text: str) -> tuple[list[int], list[int]]:
+        """(where each piece of ``text`` ends, in characters; the pieces' ids), memoised like :meth:`encode`."""
+        got = self._ends.get(text)
+        if got is None:
+            ps, ids = self.encode_pieces(text)
+            got = (array("q", itertools.accumulate(len(p) for p in ps)), array("q", ids))
+            if len(self._ends) >= MEMO_TEXTS:
+                self._ends.clear()
+            self._ends[text] = got
+        return got[0].tolist(), got[1].tolist()
 
     def encode_pieces(self, text: str) -> tuple[list[str], list[int]]:
         ps = pieces(text)

@@ -18,6 +18,7 @@ from harness import exitcodes
 from harness.measure.evaluation import run_eval
 from harness.results.eval_store import load_eval
 from harness.results.fileio import read_jsonl
+from harness.results.prompt_store import eval_prompts
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import RecipeConfig
@@ -41,8 +42,8 @@ def test_full_1319_at_parallel_1319_bookkeeping(sim_server, tmp_path):
     assert [x.index for x in samples] == list(range(1319))
     rows = read_jsonl(out / "samples.jsonl")
     assert len(rows) == 1319 and len({x["index"] for x in rows}) == 1319
-    prompts = read_jsonl(out / "prompts.jsonl")
-    assert len(prompts) == 1319
+    prompts = list(eval_prompts(out))  # each text once in the eval's text store, named by hash from prompts.jsonl
+    assert len(prompts) == len(read_jsonl(out / "prompts.jsonl")) == 1319
     task = gsm8k.GSM8K(gsm8k.load(TEST_JSONL), RecipeConfig())
     by_index = {p["index"]: p for p in prompts}
     for q in task.questions[:50]:

@@ -24,6 +24,7 @@ from harness.results import fileio
 from harness.results.dirlock import LOCK_FILE, DirLock
 from harness.results.eval_store import EvalStore
 from harness.results.fileio import PlantedLink
+from harness.results.prompt_store import TEXTS
 from harness.results.token_store import SCORES, SCORES_META, ScoresWriter
 
 N = "20"
@@ -88,7 +89,7 @@ def ab(capsys: pytest.CaptureFixture[str], servers: tuple[SimServer, SimServer],
 
 
 # a file: (the link under the run directory); a directory: the link's target is the outside directory itself
-FILES = ["run.log", LOCK_FILE, "evals/a/r1/samples.jsonl", "evals/a/r1/prompts.jsonl", "evals/a/r1/eval.json",
+FILES = ["run.log", LOCK_FILE, "evals/a/r1/samples.jsonl", "evals/a/r1/prompts.jsonl", "evals/a/r1/eval.json", TEXTS,
          f"evals/a/r1/{SCORES_META}", f"evals/a/r1/{SCORES}", "comparison.json", "report.html", "comparison.md",
          "manifest.json", "summary.json"]
 DIRS = ["evals/b/r1", "evals/b", "evals"]

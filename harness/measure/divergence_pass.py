@@ -42,7 +42,8 @@ import orjson
 from harness.measure.runner import Progress, Refusals, Stop, run, signals_to, watchdogs
 from harness.results import fileio, schema
 from harness.results.eval_store import PROMPTS, load_samples
-from harness.results.fileio import read_json, read_jsonl
+from harness.results.fileio import read_json
+from harness.results.prompt_store import eval_prompts
 from harness.results.records import JSONObject
 from harness.results.schema import PromptRow
 from harness.results.token_store import (
@@ -98,12 +99,8 @@ def load_references(eval_dir: str | Path) -> list[Reference]:
     """The answered questions of ``eval_dir`` as references, by question index. A question with a request
     error has no reference; an empty completion is kept (it has no token to score)."""
     root = Path(eval_dir)
-    prompts: dict[int, PromptRow] = {}
-    for row in read_jsonl(root / PROMPTS):
-        # a row without its hash cannot be checked against the answer: as good as no prompt
-        if all(isinstance(row.get(k), t) for k, t in (("index", int), ("prompt", str), ("prompt_sha256", str))):
-            prompts[int(row["index"])] = PromptRow(index=int(row["index"]), prompt=row["prompt"],
-                                                   prompt_sha256=row["prompt_sha256"])
+    # a row without its hash (or its text) cannot be checked against the answer: as good as no prompt
+    prompts: dict[int, PromptRow] = {row["index"]: row for row in eval_prompts(root)}
     out = []
     for s in load_samples(root):
         if s.error is not None or s.output is None:

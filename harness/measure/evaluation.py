@@ -42,6 +42,8 @@ class EvalOptions:
     #: The prompts' token counts on this server, shared by every pass on one launch (None: this eval's own):
     #: each answer's ``prompt_tokens`` is checked against its prompt's
     prompt_tokens: PromptTokens | None = None
+    #: The text store the prompts go to, shared by a run's evals (None: one in the eval's own directory)
+    prompt_texts: Path | None = None
 
 
 async def _server_facts(client: Client) -> dict[str, Any]:
@@ -108,7 +110,7 @@ async def run_task_eval_async(build_task: TaskBuilder, client_cfg: ClientConfig,
         raise StoreError(f"{out} exists and is not a directory")
     stop = Stop()
     tell = opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr))
-    store = EvalStore(out)
+    store = EvalStore(out, opts.prompt_texts)
     if out.is_dir():
         store.lock()  # a second process into this directory stops here, before it asks anything
     try:

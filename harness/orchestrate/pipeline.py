@@ -96,6 +96,7 @@ from harness.results import fileio, schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
 from harness.results.fileio import OutputError, PlantedLink, StoreError
+from harness.results.prompt_store import TEXTS
 from harness.results.records import JSON
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.serving.untrusted import printable
@@ -523,7 +524,7 @@ class Run:
                 opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive,
                                    extra_meta={**meta, **({"task_key": t.key} if t.key else {})},
                                    on_status=lambda line: self.log.say(f"  {line}"),
-                                   prompt_tokens=launch.prompt_tokens)
+                                   prompt_tokens=launch.prompt_tokens, prompt_texts=self.run_dir / TEXTS)
                 summaries.append(self.interrupts.run_async(run_task_eval_async(t.builder(), ccfg, out, opts)))
                 if self.several:
                     acc = summaries[-1]["accuracy"]

@@ -34,7 +34,7 @@ from harness.report.views import (
 )
 from harness.results import schema
 from harness.results.eval_store import load_eval
-from harness.results.fileio import read_jsonl
+from harness.results.prompt_store import eval_prompts
 from harness.results.records import JSON, JSONObject
 from harness.results.schema import Comparison, EvalMeta, EvalSummary, SampleRecord
 from harness.tasks.gsm8k import question_from_prompt
@@ -204,9 +204,9 @@ def question_texts(runs: list[LoadedEval], indices: set[int]) -> dict[int, str]:
     for r in runs:
         if r.path is None:
             continue
-        for row in read_jsonl(r.path / "prompts.jsonl"):
-            idx, p = row.get("index"), row.get("prompt")
-            if isinstance(idx, int) and idx in indices and idx not in out and isinstance(p, str):
+        for row in eval_prompts(r.path):
+            idx, p = row["index"], row["prompt"]
+            if idx in indices and idx not in out:
                 q = question_from_prompt(p)
                 out[idx] = p if q is None else q
         if len(out) == len(indices):

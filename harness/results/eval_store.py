@@ -3,7 +3,8 @@
 One directory per eval::
 
     eval.json       what was asked (task, recipe, dataset hash, question indices, target); written first
-    prompts.jsonl   {"index", "prompt_sha256", "prompt"}: the exact text of every prompt sent
+    prompts.jsonl   {"index", "prompt_sha256"}: which prompt each question was sent; the texts are in the
+                    run's text store, each once (:mod:`harness.results.prompt_store`)
     samples.jsonl   one SampleRecord per question, appended and flushed as each answer arrives
     summary.json    EvalSummary, written atomically at the end (and after a resume)
 
@@ -27,7 +28,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from harness.results import fileio, integrity, schema
 from harness.results.dirlock import DirLock
-from harness.results.fileio import OutputError, StoreError, atomic_write_text, read_jsonl, writing
+from harness.results.prompt_store import TEXTS, TEXTS_KEY, PromptTexts, eval_prompts, relative
+from harness.results.fileio import OutputError, StoreError, append_line, atomic_write_text
 from harness.results.schema import EvalMeta, EvalSummary, PromptRow, SampleRecord
 
 if TYPE_CHECKING:
@@ -57,8 +59,12 @@ def _describe_change(old: Any, new: Any) -> str:
 class EvalStore:
     """Append-as-you-go storage for one eval directory."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, prompt_texts: str | Path | None = None):
+        """``prompt_texts``: the text store the prompts go to (a run's, shared by its evals); None: one in
+        ``root``."""
         self.root = Path(root)
+        self.texts_path = Path(prompt_texts) if prompt_texts is not None else self.root / TEXTS
+        self._texts: PromptTexts | None = None
         self.meta: dict[str, Any] = {}
         self._samples_f: IO[bytes] | None = None
         self._prompts_f: IO[bytes] | None = None
@@ -123,17 +129,26 @@ class EvalStore:
             atomic_write_text(self.root / SAMPLES,
                               "".join(json.dumps(r.to_row(), ensure_ascii=False) + "\n"
                                       for r in sorted(done.values(), key=lambda r: r.index)))
-            seen_prompts = {int(r["index"]): r for r in read_jsonl(self.root / PROMPTS) if isinstance(r.get("index"), int)}
+            # the prompts of the kept rows, their texts (inline in an eval of schema 1, or in the store it names)
+            # moved to this session's store
+            seen_prompts = {r["index"]: r for r in eval_prompts(self.root)}
+            self._texts = PromptTexts(self.texts_path)
+            kept = [seen_prompts[i] for i in sorted(seen_prompts) if i in done]
+            for r in kept:
+                self._texts.add(r["prompt_sha256"], r["prompt"])
             atomic_write_text(self.root / PROMPTS,
-                              "".join(json.dumps(seen_prompts[i], ensure_ascii=False) + "\n"
-                                      for i in sorted(seen_prompts) if i in done))
+                              "".join(json.dumps({"index": r["index"], "prompt_sha256": r["prompt_sha256"]}) + "\n"
+                                      for r in kept))
         else:
             new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in SESSION_KEYS}]}
+        new[TEXTS_KEY] = relative(self.texts_path, self.root)
         self.meta = schema.stamp(schema.EVAL, new)
         self.save_meta()
         # unbuffered: a line is on disk (or its write failed) when append returns; nothing waits in a buffer
         self._samples_f = fileio.open_append(self.root / SAMPLES)
         self._prompts_f = fileio.open_append(self.root / PROMPTS)
+        if self._texts is None:
+            self._texts = PromptTexts(self.texts_path)
         return done
 
     def close_files(self) -> None:
@@ -142,6 +157,8 @@ class EvalStore:
             if f is not None and not f.closed:
                 f.close()
         self._samples_f = self._prompts_f = None
+        if self._texts is not None:
+            self._texts.close()
 
     def close(self) -> None:
         """Done with the eval: the files closed, the directory released."""
@@ -163,9 +180,11 @@ class EvalStore:
             raise self.failed
         try:
             if prompt is not None and self._prompts_f is not None:
-                _append_line(self._prompts_f, self.root / PROMPTS,
-                             {"index": rec.index, "prompt_sha256": rec.prompt_sha256, "prompt": prompt})
-            _append_line(self._samples_f, self.root / SAMPLES, rec.to_row())
+                if self._texts is not None:
+                    self._texts.add(rec.prompt_sha256, prompt)
+                append_line(self._prompts_f, self.root / PROMPTS,
+                            {"index": rec.index, "prompt_sha256": rec.prompt_sha256})
+            append_line(self._samples_f, self.root / SAMPLES, rec.to_row())
         except OutputError as e:
             self.failed = e
             raise
@@ -176,18 +195,6 @@ class EvalStore:
 
     def write_summary(self, summary: EvalSummary | dict[str, Any]) -> None:
         schema.write_eval_summary(self.root / SUMMARY, summary)  # type: ignore[arg-type]
-
-
-def _append_line(f: IO[bytes], path: Path, obj: Mapping[str, Any] | PromptRow) -> None:
-    """One JSON line, written whole or failing with OutputError (a short write of a full disk leaves a torn last
-    line, which a resume drops)."""
-    view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
-    with writing(path):
-        while view:
-            n = f.write(view)
-            if not n:  # a regular file writes something or raises; never spin on nothing
-                raise OSError(errno.EIO, "short write")
-            view = view[n:]
 
 
 # ------------------------------------------------------------------------------------------ reading

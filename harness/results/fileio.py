@@ -20,7 +20,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -301,3 +301,15 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSONL file (see :func:`iter_jsonl`)."""
     return [row for _, row in iter_jsonl(path)]
+
+
+def append_line(f: IO[bytes], path: Path, obj: Mapping[str, Any]) -> None:
+    """One JSON line, written whole or failing with OutputError (a short write of a full disk leaves a torn last
+    line, which a resume drops)."""
+    view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
+    with writing(path):
+        while view:
+            n = f.write(view)
+            if not n:  # a regular file writes something or raises; never spin on nothing
+                raise OSError(errno.EIO, "short write")
+            view = view[n:]

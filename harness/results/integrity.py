@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.results import schema
 from harness.results.fileio import StoreError, iter_jsonl
+from harness.results.prompt_store import eval_prompts
 from harness.results.schema import SampleRecord
 
 #: index -> (the sha256 of its prompt, or None where unknown; its label, or None where unknown)
@@ -94,20 +95,13 @@ def _js(x: Any) -> str:
 
 
 def prompt_hashes(root: Path) -> dict[int, str]:
-    """index -> sha256 of the prompt the eval's ``prompts.jsonl`` recorded for it."""
-    out: dict[int, str] = {}
-    for _, row in iter_jsonl(root / schema.PROMPTS_FILE):
-        i, prompt = row.get("index"), row.get("prompt")
-        if isinstance(i, int) and not isinstance(i, bool) and isinstance(prompt, str):
-            out[i] = hashlib.sha256(prompt.encode()).hexdigest()
-    return out
+    """index -> sha256 of the prompt the eval recorded for it (its text hashed: a row whose text is not there is
+    left out)."""
+    return {row["index"]: hashlib.sha256(row["prompt"].encode()).hexdigest() for row in eval_prompts(root)}
 
 
 def first_prompt(root: Path) -> tuple[int, str] | None:
-    """(index, prompt) of the first prompt ``prompts.jsonl`` recorded (None when it holds none)."""
-    for _, row in iter_jsonl(root / schema.PROMPTS_FILE):
-        i, prompt = row.get("index"), row.get("prompt")
-        if isinstance(i, int) and not isinstance(i, bool) and isinstance(prompt, str):
-            return i, prompt
-        break
+    """(index, prompt) of the first prompt the eval recorded (None when it holds none)."""
+    for row in eval_prompts(root):
+        return row["index"], row["prompt"]
     return None

@@ -73,7 +73,11 @@ WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFE
 #: comparison and run summary v2: the question-level statistics (``test`` and ``p`` decide the verdict; the
 #: v1 keys ``p_value``, ``mcnemar_p``, ... are gone or under ``diagnostics``), ``design``, ``errors``, ``cost``
 WRITES[COMPARISON] = WRITES[RUN_SUMMARY] = 2
+#: eval v2: ``prompts.jsonl`` rows name their prompt by hash, the text in the run's text store that ``eval.json``
+#: names (``prompt_texts``; harness.results.prompt_store); v1 (each row with its text) is still read
+WRITES[EVAL] = 2
 READS: dict[str, frozenset[int]] = {k: frozenset({v}) for k, v in WRITES.items()}
+READS[EVAL] = frozenset({1, 2})
 
 # ------------------------------------------------------------------------------------------ file names
 EVAL_FILE = "eval.json"
@@ -138,6 +142,8 @@ class EvalMeta(TypedDict, total=False):
     #: times each question is asked (GPQA); index = row * repeats + repeat, and a question's score is the mean
     #: of its repeats
     repeats: int
+    #: the text store of the prompts, relative to the eval directory (schema 2; harness.results.prompt_store)
+    prompt_texts: str
     api: str
     url: str
     #: requests in flight asked for (``client.parallel``, ``--parallel``)
@@ -283,7 +289,7 @@ class SampleRecord:
 
 
 class PromptRow(TypedDict):
-    """A ``prompts.jsonl`` row: the exact text of one prompt sent."""
+    """A prompt sent: a ``prompts.jsonl`` row with its text (inline, or from the run's text store)."""
 
     index: int
     prompt_sha256: str

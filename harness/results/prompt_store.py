@@ -1,0 +1,100 @@
+"""The prompts an eval sent, each text written once per run.
+
+An eval's ``prompts.jsonl`` says which prompt each question was sent: ``{"index", "prompt_sha256"}`` (eval.json
+schema 2), and the text lives in a text store, ``prompt_texts.jsonl`` (``{"prompt_sha256", "prompt"}``, one row per
+distinct prompt), which every eval of a run shares (in the run directory; a lone eval's is in its own
+directory). ``eval.json`` names the store by its path relative to the eval directory (``prompt_texts``). The six
+evals of the default run send the same 1319 prompts: written once instead of six times (3.45 MB each).
+
+Readers take either layout (:func:`eval_prompts`): a row that holds its ``prompt`` (schema 1, lm-eval imports) is
+read as it is; any other row's text comes from the store, and only when its hash is the row's (a text that is
+not there, or not the one hashed, is as good as no prompt).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from harness.results import fileio
+from harness.results.fileio import append_line, read_json, read_jsonl
+from harness.results.schema import EVAL_FILE, PROMPTS_FILE, PromptRow
+
+#: The text store's file name (in the run directory, or in a lone eval's own)
+TEXTS = "prompt_texts.jsonl"
+#: eval.json's key naming the text store, relative to the eval directory
+TEXTS_KEY = "prompt_texts"
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_texts(path: Path) -> dict[str, str]:
+    """sha256 -> text of every row of the text store at ``path`` whose text has that hash (none: empty)."""
+    out: dict[str, str] = {}
+    for row in read_jsonl(path):
+        sha, text = row.get("prompt_sha256"), row.get("prompt")
+        if isinstance(sha, str) and isinstance(text, str) and sha not in out and sha256(text) == sha:
+            out[sha] = text
+    return out
+
+
+class PromptTexts:
+    """Appends each prompt's text to the store at ``path`` once (the hashes it holds are read when opened)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._known = set(read_texts(path)) if path.exists() else set()
+        self._f: IO[bytes] | None = None
+
+    def add(self, sha: str, text: str) -> None:
+        """Store ``text`` (of hash ``sha``) unless the store holds it (a row written whole, or OutputError)."""
+        if sha in self._known:
+            return
+        if self._f is None:
+            self._f = fileio.open_append(self.path)
+        append_line(self._f, self.path, {"prompt_sha256": sha, "prompt": text})
+        self._known.add(sha)
+
+    def close(self) -> None:
+        if self._f is not None and not self._f.closed:
+            self._f.close()
+        self._f = None
+
+
+def texts_path(eval_dir: Path, meta: dict[str, Any] | None = None) -> Path | None:
+    """The text store an eval's ``eval.json`` names (None: it names none, schema 1)."""
+    if meta is None:
+        try:
+            meta = read_json(eval_dir / EVAL_FILE)
+        except (OSError, ValueError):
+            return None
+    rel = meta.get(TEXTS_KEY) if isinstance(meta, dict) else None
+    return eval_dir / rel if isinstance(rel, str) and rel else None
+
+
+def relative(store: Path, eval_dir: Path) -> str:
+    """``store`` as eval.json names it: relative to the eval directory (the run directory moves as one)."""
+    return os.path.relpath(store, eval_dir)
+
+
+def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
+    """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
+    without a text of its hash is left out)."""
+    texts: dict[str, str] | None = None
+    for row in read_jsonl(eval_dir / PROMPTS_FILE):
+        i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
+        if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
+            continue
+        if not isinstance(text, str):
+            if texts is None:
+                store = texts_path(eval_dir)
+                texts = read_texts(store) if store is not None and store.is_file() else {}
+            text = texts.get(sha)
+            if text is None:
+                continue
+        yield PromptRow(index=i, prompt_sha256=sha, prompt=text)

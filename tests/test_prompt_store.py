@@ -1,0 +1,100 @@
+"""Each prompt's text once per run: evals name their prompts by hash, the texts sit in one shared store; evals
+written before (each row with its text, eval.json schema 1) are still read and resumed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.measure.divergence_pass import load_references
+from harness.results import schema
+from harness.results.eval_store import EvalStore, load_eval
+from harness.results.fileio import read_json, read_jsonl
+from harness.results.integrity import first_prompt, prompt_hashes
+from harness.results.prompt_store import TEXTS, eval_prompts
+from harness.results.schema import SampleRecord
+
+PROMPTS = [f"Shared shots.\n\nQuestion: {i} + 1?\nAnswer:" for i in range(5)]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _rec(i: int) -> SampleRecord:
+    return SampleRecord(index=i, prompt_sha256=_sha(PROMPTS[i]), output=f"#### {i + 1}", pred=i + 1, label=i + 1,
+                        correct=True, invalid=False, finish_reason="stop", prompt_tokens=10, completion_tokens=3,
+                        latency_s=0.1, attempts=1, error=None)
+
+
+def _eval(root: Path, store: Path | None, indices: range = range(5)) -> Path:
+    with EvalStore(root, store) as st:
+        st.open({"dataset_sha256": "d" * 64, "recipe": "sglang", "indices": list(range(5)), "task": "other"})
+        for i in indices:
+            st.append(_rec(i), PROMPTS[i])
+    return root
+
+
+def test_evals_of_a_run_write_each_text_once(tmp_path: Path) -> None:
+    store = tmp_path / TEXTS
+    evals = [_eval(tmp_path / "evals" / role / "r1", store) for role in ("a", "b", "aa")]
+    texts = read_jsonl(store)
+    assert sorted(r["prompt"] for r in texts) == sorted(PROMPTS)  # once, not once per eval
+    for d in evals:
+        assert all(set(r) == {"index", "prompt_sha256"} for r in read_jsonl(d / "prompts.jsonl"))
+        meta = read_json(d / "eval.json")
+        assert meta["schema_version"] == 2 and meta["prompt_texts"] == "../../../" + TEXTS
+        assert {r["index"]: r["prompt"] for r in eval_prompts(d)} == dict(enumerate(PROMPTS))
+        assert prompt_hashes(d) == {i: _sha(p) for i, p in enumerate(PROMPTS)}
+        assert first_prompt(d) == (0, PROMPTS[0])
+        assert [r.prompt for r in load_references(d)] == PROMPTS
+
+
+def test_a_lone_eval_keeps_its_texts_beside_it(tmp_path: Path) -> None:
+    d = _eval(tmp_path / "ev", None)
+    assert read_json(d / "eval.json")["prompt_texts"] == TEXTS and (d / TEXTS).is_file()
+    assert [r["prompt"] for r in eval_prompts(d)] == PROMPTS
+
+
+def test_a_text_that_is_not_its_hash_is_no_prompt(tmp_path: Path) -> None:
+    store = tmp_path / TEXTS
+    d = _eval(tmp_path / "evals" / "a" / "r1", store)
+    rows = read_jsonl(store)
+    rows[2]["prompt"] = "tampered"
+    store.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sorted(r["index"] for r in eval_prompts(d)) == [0, 1, 3, 4]
+
+
+def _old_layout(root: Path) -> Path:
+    """An eval as abh wrote it before: schema 1, each prompts.jsonl row with its text, no text store."""
+    root.mkdir(parents=True)
+    (root / "eval.json").write_text(json.dumps({
+        "kind": schema.EVAL, "schema_version": 1, "dataset_sha256": "d" * 64, "recipe": "sglang",
+        "indices": list(range(5)), "task": "other", "resumes": 0, "sessions": []}))
+    (root / "samples.jsonl").write_text("".join(json.dumps(_rec(i).to_row()) + "\n" for i in range(3)))
+    (root / "prompts.jsonl").write_text("".join(
+        json.dumps({"index": i, "prompt_sha256": _sha(p), "prompt": p}) + "\n" for i, p in enumerate(PROMPTS[:3])))
+    return root
+
+
+def test_an_old_eval_is_read_and_resumed_into_the_store(tmp_path: Path) -> None:
+    d = _old_layout(tmp_path / "evals" / "a" / "r1")
+    assert [r.prompt for r in load_references(d)] == PROMPTS[:3]
+    assert load_eval(d)[0]["schema_version"] == 1
+    store = tmp_path / TEXTS
+    _eval(d, store, range(3, 5))  # the resume asks the two questions left
+    assert sorted(r["prompt"] for r in read_jsonl(store)) == sorted(PROMPTS)
+    assert all("prompt" not in r for r in read_jsonl(d / "prompts.jsonl"))
+    assert [r.prompt for r in load_references(d)] == PROMPTS
+    assert read_json(d / "eval.json")["schema_version"] == 2
+
+
+def test_an_eval_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
+    d = _eval(tmp_path / "ev", None)
+    meta = read_json(d / "eval.json")
+    (d / "eval.json").write_text(json.dumps({**meta, "schema_version": 3}))
+    with pytest.raises(schema.SchemaError):
+        load_eval(d)
