@@ -109,3 +109,29 @@ def test_a_few_questions_only(tmp_path: Path) -> None:
     for q in (3, 77, 119):
         assert np.array_equal(few.top_ids[few.rows(q)], whole.top_ids[whole.rows(q)])
         assert np.array_equal(few.text_offset[few.rows(q)], whole.text_offset[whole.rows(q)])
+
+
+def test_partings_from_the_parted_rows_only_match_the_whole_passes(tmp_path: Path) -> None:
+    from harness.analysis import identity
+
+    d = _passes(tmp_path, "nearly")
+    lens = np.random.default_rng(7).integers(1, 25, 120)  # as _passes draws them
+    ref = {q: "abc" * int(n) for q, n in enumerate(lens)}
+
+    def parted(every: int, at: int) -> dict[int, str | None]:
+        out: dict[int, str | None] = dict(ref)
+        for q in range(0, 120, every):
+            t = ref[q]
+            c = min(3 * at + 1, len(t) - 1)
+            out[q] = t[:c] + "Z" + t[c + 1:]
+        return out
+
+    b, aa = parted(4, 2), parted(9, 0)
+    whole = identity.prove([ref], [b], [aa], ref=S.load_scores(d["a"]), ab=S.load_scores(d["b"]),
+                           floor=S.load_scores(d["aa"]))
+    few = identity.prove_dirs(["A"], ["B"], ["AA"], (d["a"], d["b"], d["aa"]), texts={"A": ref, "B": b, "AA": aa},
+                              partings_only=True)
+    assert whole.counts.parted == 30 and whole.counts.unclassified < 30  # tokens were classified
+    assert (few.partings, few.partings_aa, few.counts, few.counts_aa) == \
+        (whole.partings, whole.partings_aa, whole.counts, whole.counts_aa)
+    assert few.floor_logprobs == "not_scored" and whole.floor_logprobs != "not_scored"
