@@ -1,6 +1,6 @@
 """The question browser's data packed small inside the one self-contained page.
 
-Up to :data:`PACK_ABOVE` characters the rows are embedded as plain JSON. Above it (a run of thousands of
+Up to about :data:`PACK_ABOVE` characters the rows are embedded as plain JSON. Above it (a run of thousands of
 questions) they are embedded as one base64 string of zlib-deflated JSON that the page's own script inflates with
 the browser's ``DecompressionStream("deflate")``: no network, nothing but the page's hashed script runs. Inside,
 the rows are columns and every text (question, output, parsed answer) is stored once in a string table the
@@ -70,11 +70,16 @@ def rows_of(cols: dict[str, Any]) -> list[QuestionRow]:
 def pack(rows: list[QuestionRow]) -> tuple[str, str | None]:
     """The browser's block: (its text, its encoding); encoding None: plain JSON (escaped for a script element
     by the caller); else :data:`ENCODING` (base64: no character that could end the element)."""
-    text = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-    if len(text) <= PACK_ABOVE:
-        return text, None
+    if _size(rows) <= PACK_ABOVE:
+        return json.dumps(rows, ensure_ascii=False, separators=(",", ":")), None
     packed = json.dumps(columns(rows), ensure_ascii=False, separators=(",", ":")).encode()
     return base64.b64encode(zlib.compress(packed, 9)).decode("ascii"), ENCODING
+
+
+def _size(rows: list[QuestionRow]) -> int:
+    """About the characters of the rows as JSON (their texts and a row's keys), without writing it."""
+    return sum(len(r["q"]) + len(r["a"]["o"]) + len(r["b"]["o"]) + 16 * (len(r["a"]["p"]) + len(r["b"]["p"])) + 60
+               for r in rows)
 
 
 def unpack(text: str, encoding: str | None) -> list[QuestionRow]:
