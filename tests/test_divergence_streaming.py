@@ -135,3 +135,17 @@ def test_partings_from_the_parted_rows_only_match_the_whole_passes(tmp_path: Pat
     assert (few.partings, few.partings_aa, few.counts, few.counts_aa) == \
         (whole.partings, whole.partings_aa, whole.counts, whole.counts_aa)
     assert few.floor_logprobs == "not_scored" and whole.floor_logprobs != "not_scored"
+
+
+def test_a_pass_with_an_empty_row_group_streams(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    d = _passes(tmp_path, "nearly", questions=30)
+    path = d["b"] / S.SCORES
+    t = pq.read_table(path)
+    with pq.ParquetWriter(path, t.schema) as w:  # a writer that flushed an empty row group first
+        w.write_table(t.slice(0, 0))
+        w.write_table(t, row_group_size=50)
+    assert pq.ParquetFile(path).metadata.row_group(0).num_rows == 0
+    qs = np.concatenate([b.questions for b in pass_blocks(PassReader(d["b"]), block_tokens=40)])
+    assert np.array_equal(qs, S.load_scores(d["b"]).questions)

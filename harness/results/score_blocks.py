@@ -77,7 +77,8 @@ class PassReader:
             raise
         except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow's errors are ValueError/OSError
             raise ScoresError(f"{self.root / SCORES}: {e}") from None
-        self._order = sorted(range(len(self._ranges)), key=lambda g: (self._ranges[g][0], g))
+        self._order = sorted((g for g, r in enumerate(self._ranges) if r[0] <= r[1]),  # an empty group: nothing
+                             key=lambda g: (self._ranges[g][0], g))
         self._next = 0
         self._buf: list[dict[str, np.ndarray]] = []
 
