@@ -20,7 +20,7 @@ from harness import exitcodes
 from harness.cli import ab as ab_cli
 from harness.cli.main import main as cli_main
 from harness.results.fileio import read_json, read_jsonl
-from harness.serving.client import url_identity as launch_id
+from harness.serving.settings import url_identity as launch_id
 
 N = "100"
 

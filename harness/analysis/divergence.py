@@ -24,8 +24,8 @@ only the A/A floor is missing; nothing is ever reported as a silent zero, nor de
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from harness.results.schema import (
     KldHistogram,
     TopQuestion,
 )
+from harness.results.score_blocks import BLOCK_TOKENS, PassReader, pass_blocks
 from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
 from harness.stats import kld as dv
 from harness.stats import kld_launches as kl
@@ -52,6 +53,10 @@ HIST_EDGES = [float(x) for x in 10.0 ** np.arange(-8.0, 2.0001, 0.25)]
 KL_METHOD = ("KL(A||B) per token over A's top-k ids that B also reported, all other mass lumped into one "
              "tail bucket on each side (a lower bound of the full-vocabulary KL)")
 DEFAULT_TOP_N = 10
+#: the columns each pass is streamed with: the reference's, the compared passes' (B, A/A), the further launches'
+REF_COLUMNS = ("logprob", "top_ids", "top_logprobs", "text_offset")
+CMP_COLUMNS = ("logprob", "top_ids", "top_logprobs", "ref_top_logprobs")
+LAUNCH_COLUMNS = ("top_ids", "top_logprobs", "ref_top_logprobs")
 #: what ``scoring`` copies from each pass's scores.json
 ScoringKey = Literal["wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch"]
 SCORING_KEYS: tuple[ScoringKey, ...] = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch")
@@ -154,37 +159,68 @@ def _name(d: PassSource | None) -> str | None:
     return None if d is None else str(d)
 
 
-def _launch_passes(dirs: Sequence[PassSource], ref: ScoreTable, used: dict[str, str],
-                   skipped: dict[str, str]) -> tuple[list[np.ndarray], list[str], dict[str, dict[str, JSON]]]:
-    """The per-question KLD against ``ref`` of each further pass in ``dirs`` that was scored on a launch no
-    other pass used (``used``: launch id -> directory, updated); the others go to ``skipped`` with why."""
-    out, names, scoring = [], [], {}
+def _launch_readers(dirs: Sequence[PassSource], used: dict[str, str], skipped: dict[str, str],
+                    broken: Mapping[str, str]) -> tuple[list[_Pass], dict[str, dict[str, JSON]]]:
+    """The further passes in ``dirs`` that were scored on a launch no other pass used (``used``: launch id ->
+    directory, updated), opened for streaming; the others go to ``skipped`` with why."""
+    out, scoring = [], {}
     for d in dirs:
         name = str(_name(d))
         try:
-            t = pass_table(d)
+            p = _Pass.open(d, LAUNCH_COLUMNS, broken)
         except NotMeasured as e:
             skipped[name] = f"not scored: {e.reason}"
             continue
         except (ScoresError, OSError, ValueError) as e:
             skipped[name] = f"unreadable: {e}"
             continue
-        launch = t.meta.get("launch")
+        launch = p.meta.get("launch")
         if launch is not None and str(launch) in used:
             skipped[name] = f"launch {launch} is scored by {used[str(launch)]} already"
             continue
         if launch is not None:
             used[str(launch)] = name
-        out.append(_question_kld(ref, t))
-        names.append(name)
-        scoring[name] = _scoring(t)
-    return out, names, scoring
+        out.append(p)
+        scoring[name] = _scoring(p.meta)
+    return out, scoring
 
 
-def _scoring(t: ScoreTable) -> dict[str, JSON]:
+def _scoring(meta: Mapping[str, Any]) -> dict[str, JSON]:
     """What ``divergence.scoring`` copies from a pass's scores.json (:data:`SCORING_KEYS` it holds)."""
-    return {k: t.meta[k] for k in SCORING_KEYS if k in t.meta}
+    return {k: meta[k] for k in SCORING_KEYS if k in meta}
 
+
+class _Broken(Exception):
+    """A pass that turned out unreadable while streaming: the divergence is computed again without it."""
+
+    def __init__(self, name: str, why: str):
+        super().__init__(why)
+        self.name, self.why = name, why
+
+
+@dataclass
+class _Pass:
+    """One pass being streamed: its name (directory) and reader."""
+
+    name: str
+    reader: PassReader
+
+    @classmethod
+    def open(cls, d: PassSource, columns: Sequence[str], broken: Mapping[str, str]) -> _Pass:
+        name = str(_name(d))
+        if name in broken:
+            raise ScoresError(broken[name])
+        return cls(name, PassReader(d, columns))
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        return self.reader.meta
+
+    def upto(self, last: int) -> ScoreTable:
+        try:
+            return self.reader.upto(last)
+        except ScoresError as e:
+            raise _Broken(self.name, str(e)) from None
 
 # ------------------------------------------------------------------------------------------ texts
 def _texts(d: Path | None) -> dict[int, str | None]:
@@ -254,7 +290,8 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                        texts_aa: Mapping[int, str | None] | None = None,
                        alpha: float = ALPHA, n_resamples: int = 9_999, seed: int = 0,
                        top_n: int = DEFAULT_TOP_N, reference: str = "a",
-                       min_scored_share: float = DEFAULT_MIN_SCORED_SHARE) -> Divergence:
+                       min_scored_share: float = DEFAULT_MIN_SCORED_SHARE,
+                       block_tokens: int = BLOCK_TOKENS) -> Divergence:
     """The ``divergence`` object of comparison.json.
 
     ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
@@ -264,7 +301,9 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
     eval (None: read from ``samples.jsonl`` there). ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
     ``reference``: which arm's greedy texts the passes scored (``b`` turns the roles around).
     ``min_scored_share``: below this share of the questions the reference pass was to score scored by every
-    pass, the verdict is not_measured."""
+    pass, the verdict is not_measured. ``block_tokens``: the passes are streamed together, question block by
+    question block of about this many reference tokens (:mod:`harness.results.score_blocks`): the memory
+    held is a few blocks and a few numbers per token, whatever the number of passes."""
     dirs = {"ref": _name(ref_dir), "ab": _name(ab_dir), "aa": _name(aa_dir)}
 
     def texts(d: PassSource | None, given: Mapping[int, str | None] | None) -> Mapping[int, str | None]:
@@ -278,74 +317,163 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                           text_questions=n_ab, text_identical_rate_aa=rate_aa, text_questions_aa=n_aa,
                           kl_method=KL_METHOD, dirs=dirs, reference=reference)
 
-    try:
-        ref, ab, aa, aa_reason = _read_passes(ref_dir, ab_dir, aa_dir)
-    except _Unmeasured as e:
-        return fail(str(e))
-    scoring = {name: _scoring(t) for name, t in (("ref", ref), ("ab", ab), ("aa", aa)) if t is not None}
-    nq = int(ref.questions.size)
-    keep, scored_all, dropped, pos_ab, pos_aa = _common_questions(ref, ab, aa)
-    # the further launches: one pass per launch (the reference's, the compared pass's and the floor's taken)
-    used = {str(t.meta["launch"]): str(_name(d)) for t, d in ((ref, ref_dir), (ab, ab_dir), (aa, aa_dir))
-            if t is not None and t.meta.get("launch") is not None}
-    skipped: dict[str, str] = {}
-    (more_a, names_a, sc_a), (more_b, names_b, sc_b) = (
-        _launch_passes([] if aa is None else launches, ref, used, skipped) for launches in (launches_a, launches_b))
-    scoring.update({**sc_a, **sc_b})
-    if more_a or more_b:
-        extra_ok = np.all([np.isfinite(k) for k in more_a + more_b], axis=0)
-        dropped["missing_other_launches"] = int((keep & ~extra_ok).sum())
+    broken: dict[str, str] = {}
+    while True:  # a pass found unreadable while streaming is left out as if unreadable from the start
+        try:
+            return _streamed(ref_dir, ab_dir, aa_dir, launches_a, launches_b, (t_ref, t_b, t_aa), fail, broken,
+                             alpha=alpha, n_resamples=n_resamples, seed=seed, top_n=top_n, dirs=dirs,
+                             reference=reference, min_scored_share=min_scored_share, block_tokens=block_tokens,
+                             text_rates=(rate_ab, n_ab, rate_aa, n_aa))
+        except _Broken as e:
+            broken[e.name] = e.why
+
+
+@dataclass
+class _Tally:
+    """What the stream keeps: the counts of the questions dropped and scored, and for the questions every pass
+    scored on the same tokens, a few numbers per token (A/B and A/A) and per question, in question order."""
+
+    questions_total: int = 0
+    scored_all: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    per_token: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    per_question: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    fd_ab: list[FirstDivergence] = field(default_factory=list)
+    fd_aa: list[FirstDivergence] = field(default_factory=list)
+
+    def count(self, key: str, n: int) -> None:
+        self.dropped[key] = self.dropped.get(key, 0) + int(n)
+
+    def keep(self, kind: dict[str, list[np.ndarray]], **arrays: np.ndarray) -> None:
+        for k, v in arrays.items():
+            kind.setdefault(k, []).append(v)
+
+    def joined(self, kind: dict[str, list[np.ndarray]], key: str) -> np.ndarray:
+        return np.concatenate(kind[key]) if kind.get(key) else np.empty(0)
+
+
+def _block(tally: _Tally, blk: ScoreTable, ab: ScoreTable, aa: ScoreTable | None, more_a: list[ScoreTable],
+           more_b: list[ScoreTable], texts: tuple[Mapping[int, str | None], ...]) -> None:
+    """One block of reference questions against the same questions of every other pass, into ``tally``."""
+    tally.questions_total += int(blk.questions.size)
+    present_ab, same_ab, pos_ab = _match(blk, ab)
+    keep = present_ab & same_ab
+    scored_all = present_ab.copy()
+    tally.count("missing_ab", (~present_ab).sum())
+    tally.count("token_mismatch_ab", (present_ab & ~same_ab).sum())
+    pos_aa = None
+    if aa is not None:
+        present_aa, same_aa, pos_aa = _match(blk, aa)
+        keep &= present_aa & same_aa
+        scored_all &= present_aa
+        tally.count("missing_aa", (~present_aa).sum())
+        tally.count("token_mismatch_aa", (present_aa & ~same_aa).sum())
+    k_a = [_question_kld(blk, t) for t in more_a]
+    k_b = [_question_kld(blk, t) for t in more_b]
+    if k_a or k_b:
+        extra_ok = np.all([np.isfinite(k) for k in k_a + k_b], axis=0)
+        tally.count("missing_other_launches", (keep & ~extra_ok).sum())
         keep &= extra_ok
         scored_all &= extra_ok
-    if (short := _too_few_scored(ref, int(scored_all.sum()), min_scored_share, dropped)) is not None:
-        return fail(short)
+    tally.scored_all += int(scored_all.sum())
     idx = np.flatnonzero(keep)
-    if idx.size < 2:
-        return fail(f"only {idx.size} question(s) were scored on the same reference tokens by every pass "
-                    f"(dropped: {dropped})" + ("; B scored other token ids than A (a different tokenizer?)"
-                                               if dropped.get("token_mismatch_ab") else ""))
-    r_rows, off = _ranges(ref.offsets, idx)
-    m_ab = _pair_measures(ref, ab, r_rows, _ranges(ab.offsets, pos_ab[idx])[0])
-    del ab
+    if idx.size == 0:
+        return
+    r_rows, off = _ranges(blk.offsets, idx)
+    m_ab = _pair_measures(blk, ab, r_rows, _ranges(ab.offsets, pos_ab[idx])[0])
     m_aa = None
+    per_q: dict[str, np.ndarray] = {
+        "questions": blk.questions[idx], "tokens": np.diff(off), "kld": dv.segment_means(m_ab["kl"], off),
+        "same": dv.segment_means(m_ab["same"], off), "rms": _rms_per_question(m_ab["dlp"], off)}
+    tally.keep(tally.per_token, kl_ab=m_ab["kl"], same_ab=m_ab["same"], dlp_ab=m_ab["dlp"])
     if aa is not None:
         assert pos_aa is not None
-        m_aa = _pair_measures(ref, aa, r_rows, _ranges(aa.offsets, pos_aa[idx])[0])
-        del aa
-    tokens_q = np.diff(off)
-    kld_q = dv.segment_means(m_ab["kl"], off)
-    same_q = dv.segment_means(m_ab["same"], off)
-    rms_q = _rms_per_question(m_ab["dlp"], off)
-    histogram = KldHistogram(edges=HIST_EDGES, token_ab=_hist(m_ab["kl"]), question_ab=_hist(kld_q))
+        m_aa = _pair_measures(blk, aa, r_rows, _ranges(aa.offsets, pos_aa[idx])[0])
+        per_q["kld_aa"] = dv.segment_means(m_aa["kl"], off)
+        tally.keep(tally.per_token, kl_aa=m_aa["kl"], same_aa=m_aa["same"], dlp_aa=m_aa["dlp"])
+    for i, k in enumerate(k_a):
+        per_q[f"a{i}"] = k[idx]
+    for i, k in enumerate(k_b):
+        per_q[f"b{i}"] = k[idx]
+    tally.keep(tally.per_question, **per_q)
+    fd_ab, fd_aa = _first_divergences(blk, idx, off, m_ab, m_aa, *texts)
+    tally.fd_ab.extend(fd_ab)
+    tally.fd_aa.extend(fd_aa)
+
+
+def _streamed(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource | None,
+              launches_a: Sequence[PassSource], launches_b: Sequence[PassSource],
+              texts: tuple[Mapping[int, str | None], ...], fail: Any, broken: Mapping[str, str], *, alpha: float,
+              n_resamples: int, seed: int, top_n: int, dirs: dict[str, str | None], reference: str,
+              min_scored_share: float, block_tokens: int, text_rates: tuple[Any, ...]) -> Divergence:
+    """:func:`compute_divergence` over the passes streamed together (``broken``: passes to take as unreadable)."""
+    try:
+        ref, ab, aa, aa_reason = _open_passes(ref_dir, ab_dir, aa_dir, broken)
+    except _Unmeasured as e:
+        return fail(str(e))
+    scoring = {name: _scoring(p.meta) for name, p in (("ref", ref), ("ab", ab), ("aa", aa)) if p is not None}
+    # the further launches: one pass per launch (the reference's, the compared pass's and the floor's taken)
+    used = {str(p.meta["launch"]): p.name for p in (ref, ab, aa) if p is not None and p.meta.get("launch") is not None}
+    skipped: dict[str, str] = {}
+    (more_a, sc_a), (more_b, sc_b) = (
+        _launch_readers([] if aa is None else launches, used, skipped, broken) for launches in (launches_a, launches_b))
+    scoring.update({**sc_a, **sc_b})
+    tally = _Tally(dropped={"missing_ab": 0, "token_mismatch_ab": 0,
+                            **({"missing_aa": 0, "token_mismatch_aa": 0} if aa is not None else {}),
+                            **({"missing_other_launches": 0} if more_a or more_b else {})})
+    for blk in _ref_blocks(ref, block_tokens):
+        last = int(blk.questions[-1])
+        _block(tally, blk, ab.upto(last), None if aa is None else aa.upto(last), [p.upto(last) for p in more_a],
+               [p.upto(last) for p in more_b], texts)
+    nq, dropped = tally.questions_total, tally.dropped
+    if (short := _too_few_scored(ref.meta, nq, tally.scored_all, min_scored_share, dropped)) is not None:
+        return fail(short)
+    pq_, pt = tally.per_question, tally.per_token
+    questions = tally.joined(pq_, "questions").astype(np.int64)
+    if questions.size < 2:
+        return fail(f"only {questions.size} question(s) were scored on the same reference tokens by every pass "
+                    f"(dropped: {dropped})" + ("; B scored other token ids than A (a different tokenizer?)"
+                                               if dropped.get("token_mismatch_ab") else ""))
+    kl_ab, same_ab, dlp_ab = (tally.joined(pt, k) for k in ("kl_ab", "same_ab", "dlp_ab"))
+    tokens_q = tally.joined(pq_, "tokens").astype(np.int64)
+    kld_q, same_q, rms_q = (tally.joined(pq_, k) for k in ("kld", "same", "rms"))
+    histogram = KldHistogram(edges=HIST_EDGES, token_ab=_hist(kl_ab), question_ab=_hist(kld_q))
     kld_aa_q = None
     test = None
-    if m_aa is not None:
-        kld_aa_q = dv.segment_means(m_aa["kl"], off)
-        histogram = replace(histogram, token_aa=_hist(m_aa["kl"]), question_aa=_hist(kld_aa_q))
+    if aa is not None:
+        kld_aa_q = tally.joined(pq_, "kld_aa")
+        histogram = replace(histogram, token_aa=_hist(tally.joined(pt, "kl_aa")), question_aa=_hist(kld_aa_q))
         test = dv.divergence_test(kld_q, kld_aa_q, tokens_q, alpha=alpha, n_resamples=n_resamples, seed=seed)
-
-    questions = ref.questions[idx]
-    fd_ab, fd_aa = _first_divergences(ref, idx, off, m_ab, m_aa, t_ref, t_b, t_aa)
+    rate_ab, n_ab, rate_aa, n_aa = text_rates
+    fd_ab, fd_aa = tally.fd_ab, tally.fd_aa
     top = _top_questions(questions, tokens_q, kld_q, kld_aa_q, same_q, rms_q, fd_ab, fd_aa, top_n)
     div = Divergence(
         verdict="not_measured" if test is None else test.verdict,
         verdict_reason=aa_reason or "no A/A floor",
-        kld_mean=float(m_ab["kl"].mean()), kld_max=float(m_ab["kl"].max()),
-        kld_percentiles=dv.kld_percentiles(m_ab["kl"]), same_top_rate=float(m_ab["same"].mean()),
-        rms_dlogprob=dv.rms(m_ab["dlp"]), tokens=int(r_rows.size), questions=int(idx.size), questions_total=nq,
-        questions_dropped=dropped, top_k=ref.top_k, kld_histogram=histogram, scoring=scoring,
+        kld_mean=float(kl_ab.mean()), kld_max=float(kl_ab.max()),
+        kld_percentiles=dv.kld_percentiles(kl_ab), same_top_rate=float(same_ab.mean()),
+        rms_dlogprob=dv.rms(dlp_ab), tokens=int(kl_ab.size), questions=int(questions.size), questions_total=nq,
+        questions_dropped=dropped, top_k=ref.reader.top_k, kld_histogram=histogram, scoring=scoring,
         text_identical_rate=rate_ab, text_questions=n_ab, text_identical_rate_aa=rate_aa, text_questions_aa=n_aa,
         first_divergence_median=_median_first(fd_ab), first_divergence_median_aa=_median_first(fd_aa),
         top_questions=top, kl_method=KL_METHOD, dirs=dirs, reference=reference, launches_skipped=skipped)
-    if m_aa is None or test is None or kld_aa_q is None:
+    if aa is None or test is None or kld_aa_q is None:
         return div
-    div = replace(div, kld_mean_aa=float(m_aa["kl"].mean()), kld_max_aa=float(m_aa["kl"].max()),
-                  kld_percentiles_aa=dv.kld_percentiles(m_aa["kl"]), same_top_rate_aa=float(m_aa["same"].mean()),
-                  rms_dlogprob_aa=dv.rms(m_aa["dlp"]), alpha=alpha, per_question=test)
-    ka = np.vstack([kld_aa_q] + [k[idx] for k in more_a])
-    kb = np.vstack([kld_q] + [k[idx] for k in more_b])
+    kl_aa = tally.joined(pt, "kl_aa")
+    div = replace(div, kld_mean_aa=float(kl_aa.mean()), kld_max_aa=float(kl_aa.max()),
+                  kld_percentiles_aa=dv.kld_percentiles(kl_aa), same_top_rate_aa=float(tally.joined(pt, "same_aa").mean()),
+                  rms_dlogprob_aa=dv.rms(tally.joined(pt, "dlp_aa")), alpha=alpha, per_question=test)
+    ka = np.vstack([kld_aa_q] + [tally.joined(pq_, f"a{i}") for i in range(len(more_a))])
+    kb = np.vstack([kld_q] + [tally.joined(pq_, f"b{i}") for i in range(len(more_b))])
     return _decide(div, test, ka, kb, tokens_q, alpha, n_resamples,
-                   [str(_name(aa_dir)), *names_a], [str(_name(ab_dir)), *names_b])
+                   [str(_name(aa_dir)), *(p.name for p in more_a)], [str(_name(ab_dir)), *(p.name for p in more_b)])
+
+
+def _ref_blocks(ref: _Pass, block_tokens: int) -> Iterator[ScoreTable]:
+    try:
+        yield from pass_blocks(ref.reader, block_tokens)
+    except ScoresError as e:
+        raise _Broken(ref.name, str(e)) from None
 
 
 def _decide(div: Divergence, pq: DivergenceTest, ka: np.ndarray, kb: np.ndarray, tokens_q: np.ndarray,
@@ -369,18 +497,18 @@ def _decide(div: Divergence, pq: DivergenceTest, ka: np.ndarray, kb: np.ndarray,
     return replace(div, verdict_reason=_reason(div))
 
 
-def _read_passes(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource | None
-                 ) -> tuple[ScoreTable, ScoreTable, ScoreTable | None, str | None]:
-    """The reference's and B's scores (_Unmeasured when either cannot be measured), and the A/A pass's or why
-    there is none."""
-    ref = _read_pass(ref_dir, "arm A's reference pass was not scored", "arm A's reference scores")
+def _open_passes(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource | None,
+                 broken: Mapping[str, str]) -> tuple[_Pass, _Pass, _Pass | None, str | None]:
+    """The reference's and B's passes opened (_Unmeasured when either cannot be measured), and the A/A pass or
+    why there is none."""
+    ref = _open_pass(ref_dir, REF_COLUMNS, broken, "arm A's reference pass was not scored", "arm A's reference scores")
     if ab_dir is None:
         raise _Unmeasured("arm B was not scored (no scoring pass)")
-    ab = _read_pass(ab_dir, "arm B was not scored", "arm B's scores")
+    ab = _open_pass(ab_dir, CMP_COLUMNS, broken, "arm B was not scored", "arm B's scores")
     if aa_dir is None:
         return ref, ab, None, "no A/A scoring pass: there is no floor to test against"
     try:
-        return ref, ab, _read_pass(aa_dir, "the A/A pass was not scored", "the A/A scores"), None
+        return ref, ab, _open_pass(aa_dir, CMP_COLUMNS, broken, "the A/A pass was not scored", "the A/A scores"), None
     except _Unmeasured as e:
         return ref, ab, None, str(e)
 
@@ -407,24 +535,6 @@ def _first_divergences(ref: ScoreTable, idx: np.ndarray, off: np.ndarray, m_ab: 
     return fd_ab, fd_aa
 
 
-def _common_questions(ref: ScoreTable, ab: ScoreTable, aa: ScoreTable | None
-                      ) -> tuple[np.ndarray, np.ndarray, dict[str, int], np.ndarray, np.ndarray | None]:
-    """Of the reference's questions: those every pass scored on the same tokens (``keep``), those every pass
-    scored at all, the count dropped per reason, and each question's position in B's and the A/A pass."""
-    present_ab, same_ab, pos_ab = _match(ref, ab)
-    keep = present_ab & same_ab
-    scored_all = present_ab.copy()
-    dropped = {"missing_ab": int((~present_ab).sum()), "token_mismatch_ab": int((present_ab & ~same_ab).sum())}
-    pos_aa = None
-    if aa is not None:
-        present_aa, same_aa, pos_aa = _match(ref, aa)
-        keep &= present_aa & same_aa
-        scored_all &= present_aa
-        dropped["missing_aa"] = int((~present_aa).sum())
-        dropped["token_mismatch_aa"] = int((present_aa & ~same_aa).sum())
-    return keep, scored_all, dropped, pos_ab, pos_aa
-
-
 def _median_first(fds: list[FirstDivergence]) -> float | None:
     vals = [f.first_divergence for f in fds if f.first_divergence is not None]
     return float(np.median(vals)) if vals else None
@@ -434,9 +544,10 @@ class _Unmeasured(Exception):
     """A scoring pass that cannot be measured: the message says which and why."""
 
 
-def _read_pass(d: PassSource, not_scored: str, scores: str) -> ScoreTable:
+def _open_pass(d: PassSource, columns: Sequence[str], broken: Mapping[str, str], not_scored: str,
+               scores: str) -> _Pass:
     try:
-        return pass_table(d)
+        return _Pass.open(d, columns, broken)
     except NotMeasured as e:
         raise _Unmeasured(f"{not_scored}: {e.reason}") from None
     except (ScoresError, OSError, ValueError) as e:
@@ -459,14 +570,15 @@ def _top_questions(questions: np.ndarray, tokens_q: np.ndarray, kld_q: np.ndarra
         first_divergence_aa=fd_aa[i].first_divergence) for i in order]
 
 
-def _too_few_scored(ref: ScoreTable, scored: int, least: float, dropped: dict[str, int]) -> str | None:
+def _too_few_scored(meta: Mapping[str, Any], questions: int, scored: int, least: float,
+                    dropped: dict[str, int]) -> str | None:
     """Why ``scored`` questions (scored by every pass) are too few for a verdict: under ``least`` of those the
-    reference pass was to score; None when they are enough."""
-    planned = ref.meta.get("questions_planned")
-    errors = ref.meta.get("errors")
+    reference pass (``meta``, holding ``questions``) was to score; None when they are enough."""
+    planned = meta.get("questions_planned")
+    errors = meta.get("errors")
     if not isinstance(planned, int) or isinstance(planned, bool):  # a pass that did not record it
-        planned = int(ref.questions.size) + (errors if isinstance(errors, int) and not isinstance(errors, bool) else 0)
-    planned = max(planned, int(ref.questions.size))
+        planned = questions + (errors if isinstance(errors, int) and not isinstance(errors, bool) else 0)
+    planned = max(planned, questions)
     if planned == 0 or scored >= least * planned:
         return None
     lost = ", ".join(f"{k} {v}" for k, v in dropped.items() if v and not k.startswith("token_mismatch"))

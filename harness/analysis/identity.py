@@ -30,6 +30,7 @@ from harness.analysis.divergence import PassSource, pass_table
 from harness.results.eval_store import load_samples
 from harness.results.fileio import StoreError
 from harness.results.schema import Comparison, Identity, Parting, PartingCounts
+from harness.results.score_blocks import pass_questions
 from harness.results.token_store import PAD_ID, ScoresError, ScoreTable
 from harness.stats import kld as dv
 from harness.stats.exact_bound import upper_bound
@@ -155,10 +156,12 @@ def _parting_words(p: Parting, other: str) -> str:
 
 def prove(a: Sequence[Texts], b: Sequence[Texts], aa: Sequence[Texts] = (), *, ref: PassSource | None = None,
           ab: PassSource | None = None, floor: PassSource | None = None, alpha: float = 0.05,
-          near_tie_nats: float = 0.5) -> Identity:
+          near_tie_nats: float = 0.5, logprobs: bool = True) -> Identity:
     """The no-op proof over the passes' outputs (``a``: arm A's passes, its first the reference; ``b``: B's;
     ``aa``: the A/A control's) and, where given and scored, the reference pass (``ref``), B's pass on the same
-    text (``ab``) and the A/A floor pass (``floor``)."""
+    text (``ab``) and the A/A floor pass (``floor``). ``logprobs=False``: the passes' scores are not compared
+    bit for bit (``floor_logprobs``/``logprobs_ab`` say not_scored; the passes may hold only the parted
+    questions)."""
     others_a = [*aa, *a[1:]]  # the A/A control's first: the floor pass scored its launch
     passes = [*a, *aa, *b]
     questions = sorted(q for q in a[0] if all(p.get(q) is not None for p in passes))
@@ -166,10 +169,10 @@ def prove(a: Sequence[Texts], b: Sequence[Texts], aa: Sequence[Texts] = (), *, r
     floor_parts = _partings(a[0], others_a, questions, t_ref, t_floor if aa else None, near_tie_nats)
     floor_lp = "not_scored"
     lp_diff = None
-    if t_ref is not None and t_floor is not None:
+    if logprobs and t_ref is not None and t_floor is not None:
         lp_diff = _scores_difference(t_ref, t_floor)
         floor_lp = "differ" if lp_diff else "identical"
-    ab_lp = "not_scored" if t_ref is None or t_ab is None else (
+    ab_lp = "not_scored" if not logprobs or t_ref is None or t_ab is None else (
         "differ" if _scores_difference(t_ref, t_ab) else "identical")
     parts = _partings(a[0], b, questions, t_ref, t_ab, near_tie_nats)
     n = len(questions)
@@ -218,11 +221,19 @@ def apply(c: Comparison, ident: Identity) -> Comparison:
 
 def prove_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path], aa_dirs: Sequence[str | Path] = (),
                passes: tuple[PassSource | None, PassSource | None, PassSource | None] = (None, None, None),
-               alpha: float = 0.05, near_tie_nats: float = 0.5) -> Identity:
-    """:func:`prove` of eval directories (their ``samples.jsonl``); ``passes``: (reference, B's, the floor)."""
+               alpha: float = 0.05, near_tie_nats: float = 0.5, texts: Mapping[str, Texts] | None = None,
+               partings_only: bool = False) -> Identity:
+    """:func:`prove` of eval directories (their ``samples.jsonl``, unless ``texts`` holds a directory's outputs
+    already); ``passes``: (reference, B's, the floor). ``partings_only``: only the partings are wanted, so of the
+    passes only the parted questions' rows are read and their scores are not compared bit for bit."""
+    a, b, aa = ([texts[str(d)] if texts is not None and str(d) in texts else texts_of(d) for d in dirs]
+                for dirs in (a_dirs, b_dirs, aa_dirs))
     ref, ab, floor = passes
-    return prove([texts_of(d) for d in a_dirs], [texts_of(d) for d in b_dirs], [texts_of(d) for d in aa_dirs],
-                 ref=ref, ab=ab, floor=floor, alpha=alpha, near_tie_nats=near_tie_nats)
+    if partings_only:
+        parted = _parted(a, [*a[1:], *aa, *b])
+        ref, ab, floor = (_few(p, parted) for p in passes)
+    return prove(a, b, aa, ref=ref, ab=ab, floor=floor, alpha=alpha, near_tie_nats=near_tie_nats,
+                 logprobs=not partings_only)
 
 
 def with_passes(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
@@ -238,19 +249,38 @@ def with_passes(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Sequence[st
 def first_divergences(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
                       aa_dirs: Sequence[str | Path],
                       passes: tuple[PassSource | None, PassSource | None, PassSource | None],
-                      near_tie_nats: float = 0.5) -> Comparison:
+                      near_tie_nats: float = 0.5, texts: Mapping[str, Texts] | None = None) -> Comparison:
     """Any comparison with a measured divergence: the questions whose greedy texts part, A vs B and A vs A', by
-    their first diverging token (near-tie, real divergence, unclassified), as the no-op proof counts them."""
+    their first diverging token (near-tie, real divergence, unclassified), as the no-op proof counts them.
+    ``texts``: the outputs already loaded, by eval directory (the others are read); of the passes only the
+    parted questions' rows are read."""
     div = c.divergence
     if (div is None or div.verdict not in ("diverged", "indistinguishable") or div.reference != "a" or not a_dirs
             or not b_dirs):  # the passes classify A's texts: with B's as the reference they would not
         return c
     try:
-        ident = prove_dirs(a_dirs, b_dirs, aa_dirs, passes, alpha=c.alpha, near_tie_nats=near_tie_nats)
+        ident = prove_dirs(a_dirs, b_dirs, aa_dirs, passes, alpha=c.alpha, near_tie_nats=near_tie_nats, texts=texts,
+                           partings_only=True)
     except (StoreError, OSError, ValueError, KeyError, IndexError) as e:  # a count beside the verdict, said
         return replace(c, warnings=[*c.warnings, f"first diverging tokens not counted: {e}"])
     return replace(c, divergence=replace(div, partings=ident.counts, partings_aa=ident.counts_aa,
                                          near_tie_nats=near_tie_nats))
+
+
+def _parted(a: Sequence[Texts], others: Sequence[Texts]) -> list[int]:
+    """The questions whose reference output differs from any other pass's (a superset of the partings)."""
+    ref = a[0]
+    return [q for q, t in ref.items() if t is not None and any(o.get(q) not in (None, t) for o in others)]
+
+
+def _few(src: PassSource | None, questions: Sequence[int]) -> ScoreTable | None:
+    """The rows of ``questions`` of a pass (None when it was not scored or cannot be read, as :func:`_table`)."""
+    if src is None:
+        return None
+    try:
+        return pass_questions(src, questions)
+    except (ScoresError, OSError, ValueError):
+        return None
 
 
 # ------------------------------------------------------------------ in words (terminal, report)

@@ -5,7 +5,7 @@
 pass as a launch of its own takes pass-to-pass noise for launch-to-launch noise, a verdict far too sure of itself
 when launches shift accuracy. So, within one configuration (arm A with its A/A evals, or arm B), evals without an
 id are counted as ONE launch per server, the server told by the URL eval.json records (as ``abh ab`` counts a
-server it did not start: :func:`harness.serving.client.url_identity`). When the server cannot be told (no URL),
+server it did not start: :func:`harness.serving.settings.url_identity`). When the server cannot be told (no URL),
 the comparison is refused, naming the flag that says how they ran: ``--launches-from-passes`` counts each such
 eval as a launch of its own. A lone eval without an id in its configuration is one launch either way.
 """
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from harness.analysis.compare_settings import CompareError
 from harness.results.eval_store import ScoredEval
-from harness.serving.client import url_identity
+from harness.serving.settings import url_identity
 
 PER_SERVER = "per_server"
 PER_PASS = "per_pass"

@@ -217,7 +217,8 @@ def task_data(given: Sequence[str] | None, tasks: Sequence[str]) -> dict[str, st
 
 
 def check_urls(urls: Sequence[str]) -> list[str]:
-    from harness.serving.client import check_url, url_identity
+    from harness.serving.client import check_url
+    from harness.serving.settings import url_identity
 
     out = []
     for name, url in zip(("URL_A", "URL_B", "--aa URL_A2"), urls, strict=False):
@@ -235,7 +236,7 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
     """A rerun with URL_A and URL_B swapped would mix each arm's answers into the other's evals: said in one line
     (the resume rule would refuse it too, as a changed config)."""
     from harness.results import schema
-    from harness.serving.client import url_identity
+    from harness.serving.settings import url_identity
 
     ids = [url_identity(u) for u in urls]
     if ids[0] == ids[1]:

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 from harness.arms.arm import ResolvedArm
 from harness.engines.base import Engine, EngineError, LaunchSpec
 from harness.engines.process import StatusFn, StopInfo
-from harness.serving.client import check_url, url_identity
+from harness.serving.client import check_url
+from harness.serving.settings import url_identity
 
 
 class ExternalEngine(Engine):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -599,22 +600,25 @@ class Run:
             comparison = apply_to_comparison(comparison, seq)
         if self.scoring is not None:  # every pass the schedule placed that ran (a sequential run stops early)
             d = {side: [p for p in dirs if has_pass(p)] for side, dirs in self.scoring.dirs(self.items()).items()}
+            passes = (self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None))
+            texts = _outputs([*dirs["a"], *dirs["b"], *dirs["aa"], *(p for p in passes if p is not None)])
+            t_ref, t_b, t_aa = (None if p is None else texts.get(str(p)) for p in passes)
             comparison = replace(comparison, divergence=compute_divergence(
-                self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None),
-                launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
-                reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share)))
+                *passes, launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
+                reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share),
+                texts_ref=t_ref, texts_b=t_b, texts_aa=t_aa))
             if self.cfg.divergence.routing:  # the MoE routed experts of the same passes' launches
                 comparison = replace(comparison, routing=compute_routing(
                     self.scoring.ref_dir, d["other"], d["same"], reference=self.scoring.reference, alpha=s.alpha,
                     seed=s.seed, labels={k: self.arms[getattr(x, k)].side or self.arms[getattr(x, k)].name
                                          for k in ("a", "b")}))
-            passes = (self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None))
             if comparison.identity is not None:
                 comparison = identity.with_passes(comparison, dirs["a"], dirs["b"], dirs["aa"], passes,
                                                   near_tie_nats=self.cfg.divergence.near_tie_nats)
             else:
                 comparison = identity.first_divergences(comparison, dirs["a"], dirs["b"], dirs["aa"], passes,
-                                                        near_tie_nats=self.cfg.divergence.near_tie_nats)
+                                                        near_tie_nats=self.cfg.divergence.near_tie_nats,
+                                                        texts=texts)
         elif self.cfg.divergence.off_reason:
             comparison = replace(comparison, divergence=schema.Divergence(
                 verdict="not_measured", verdict_reason=str(self.cfg.divergence.off_reason)))
@@ -854,3 +858,16 @@ def run_job(cfg: Config, run_dir: Path, command: list[str] | None = None,
         with contextlib.suppress(OSError):
             run_dir.rmdir()
     return code
+
+
+def _outputs(dirs: Sequence[Path]) -> dict[str, dict[int, str | None]]:
+    """The outputs of these eval directories by question, read once for the divergence and its partings (a
+    directory that cannot be read is left out: each reader reads it again and says so)."""
+    out: dict[str, dict[int, str | None]] = {}
+    for d in dirs:
+        if str(d) not in out:
+            try:
+                out[str(d)] = identity.texts_of(d)
+            except (OSError, ValueError, StoreError):
+                continue
+    return out

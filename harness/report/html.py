@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from harness import __version__
 from harness.report import cost_section as cost
-from harness.report import data, identity_section, plots, words
+from harness.report import data, identity_section, packed, plots, words
 from harness.report import divergence_section as report_divergence
 from harness.report import routing_section as report_routing
 from harness.report.cost_section import CostRow, LookRow, SequentialFacts
@@ -133,6 +133,8 @@ class ComparisonContext(TypedDict):
     generated: str
     version: str
     questions_json: Markup | None
+    #: None: plain JSON; else how the block is packed (harness.report.packed)
+    questions_encoding: str | None
     outcomes_json: Markup
     outcomes: dict[str, str]
     n_questions: int
@@ -171,8 +173,19 @@ class SweepContext(TypedDict):
 
 def _json_for_script(value: list[QuestionRow] | dict[str, str]) -> Markup:
     """``value`` as JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it early)."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _script_safe(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _script_safe(text: str) -> Markup:
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+def _questions_block(questions: list[QuestionRow]) -> tuple[Markup | None, str | None]:
+    """The question browser's data: plain JSON, or packed when large (:mod:`harness.report.packed`)."""
+    if not questions:
+        return None, None
+    text, encoding = packed.pack(questions)
+    return _script_safe(text), encoding
 
 
 def _csp(script: str | None) -> str:
@@ -240,6 +253,7 @@ def comparison_context(root: Path) -> ComparisonContext:
                      "throughput": sum(thr) / len(thr) if thr else None, "p50": sum(p50) / len(p50) if p50 else None})
     flips, flips_total = data.flipped_questions(c, runs) if c is not None else ([], 0)
     questions = data.all_questions(c, runs) if c is not None else []
+    q_json, q_encoding = _questions_block(questions)
     reproduce: list[ReproduceRow] = [{"id": "cmd-abh", "label": "abh command", "text": data.abh_command(c, manifest)}]
     reproduce += [{"id": f"cmd-{v['role']}", "label": f"arm {v['role'].upper()} server ({v['name']})",
                    "text": v["command"]} for v in data.arm_views(manifest, names)]
@@ -283,7 +297,7 @@ def comparison_context(root: Path) -> ComparisonContext:
         "provenance": data.provenance_rows(manifest, runs, c),
         "config_json": data.as_text(manifest["config"]) if manifest.get("config") is not None else None,
         "notes": notes, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__,
-        "questions_json": _json_for_script(questions) if questions else None,
+        "questions_json": q_json, "questions_encoding": q_encoding,
         "outcomes_json": _json_for_script(data.OUTCOMES), "outcomes": data.OUTCOMES, "n_questions": len(questions),
         "reproduce": reproduce,
         "script": Markup(PAGE_JS), "csp": _csp(PAGE_JS),

@@ -22,7 +22,7 @@ import errno
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -201,7 +201,13 @@ class EvalStore:
 def load_samples(root: str | Path) -> list[SampleRecord]:
     """All samples of an eval directory, one per index, sorted by index: each row type-checked, an answer
     superseding an error row; StoreError for a malformed row or two different answers to one question."""
-    rows = integrity.read_rows(Path(root) / SAMPLES)
+    root = Path(root)
+    if (root / META).exists():  # an eval's: read once per version of its files (load_eval's cache)
+        try:
+            return load_eval(root)[1]
+        except (StoreError, OSError, ValueError):
+            pass  # its eval.json or summary is unreadable: its samples may still be read alone
+    rows = integrity.read_rows(root / SAMPLES)
     return [rows[i][1] for i in sorted(rows)]
 
 
@@ -225,13 +231,16 @@ def load_eval(root: str | Path, check: integrity.RowCheck | None = None
     root = Path(root)
     if not (root / META).exists():
         raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
-    key = (root.resolve(), _stamp(root), check)
+    key = (root.resolve(), _stamp(root))
     if key not in _LOADED:
         if len(_LOADED) >= 32:
             _LOADED.pop(next(iter(_LOADED)))
-        _LOADED[key] = _load_eval(root, check)
-    meta, samples, summary = _LOADED[key]
-    return copy.deepcopy(meta), list(samples), copy.deepcopy(summary)
+        _LOADED[key] = _load_eval(root)
+    loaded = _LOADED[key]
+    if check is not None and check not in loaded.checked:  # parsed once; each check run once on the rows
+        integrity.verify(root / SAMPLES, loaded.rows, *check(root, loaded.meta))
+        loaded.checked.append(check)
+    return copy.deepcopy(loaded.meta), list(loaded.samples), copy.deepcopy(loaded.summary)
 
 
 def _stamp(root: Path) -> tuple[tuple[int, int, int], ...]:
@@ -245,18 +254,26 @@ def _stamp(root: Path) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
-_Loaded = tuple[EvalMeta, tuple[SampleRecord, ...], EvalSummary | None]
-#: (directory, its files' stamps, the row check) -> what they hold, for the last 32 evals read
-_LOADED: dict[tuple[Path, tuple[tuple[int, int, int], ...], Any], _Loaded] = {}
+@dataclass
+class _Loaded:
+    """An eval directory's files as read, and the row checks its rows passed."""
+
+    meta: EvalMeta
+    rows: dict[int, tuple[int, SampleRecord]]
+    samples: tuple[SampleRecord, ...]
+    summary: EvalSummary | None
+    checked: list[Any] = field(default_factory=list)
 
 
-def _load_eval(root: Path, check: integrity.RowCheck | None) -> _Loaded:
+#: (directory, its files' stamps) -> what they hold, for the last 32 evals read
+_LOADED: dict[tuple[Path, tuple[tuple[int, int, int], ...]], _Loaded] = {}
+
+
+def _load_eval(root: Path) -> _Loaded:
     meta = schema.load_eval_meta(root / META)
     summary = schema.load_eval_summary(root / SUMMARY) if (root / SUMMARY).exists() else None
     rows = integrity.read_rows(root / SAMPLES)
-    if check is not None:
-        integrity.verify(root / SAMPLES, rows, *check(root, meta))
-    return meta, tuple(rows[i][1] for i in sorted(rows)), summary
+    return _Loaded(meta, rows, tuple(rows[i][1] for i in sorted(rows)), summary)
 
 
 def incomplete_reason(meta: EvalMeta, samples: list[SampleRecord], summary: EvalSummary | None) -> str | None:

@@ -167,17 +167,6 @@ def redact_userinfo(url: str) -> str:
     return re.sub(r"(?<=://)[^/@\s]*@", "", url)
 
 
-def url_identity(url: str) -> str:
-    """A stable id of the server at ``url`` (one URL is one launch): ``url:`` and the scheme, host (lower
-    case), port and path, without credentials."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port is not None else ""
-    return f"url:{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
-
-
 def _open(url: str, path: str, headers: Mapping[str, str], timeout_s: float) -> Any:
     """GET ``path`` of the server at ``url`` with the stdlib (no proxy, as the client), userinfo as basic auth;
     :class:`Redirected` for a 3xx (no redirect is followed)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from harness.util.ranges import problems, ranged
 
@@ -57,3 +58,12 @@ class ClientSettings:
         return out
 
 
+def url_identity(url: str) -> str:
+    """A stable id of the server at ``url`` (one URL is one launch): ``url:`` and the scheme, host (lower
+    case), port and path, without credentials."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"url:{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"

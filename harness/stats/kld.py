@@ -45,7 +45,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtri
 
 from ._rng import SeedLike, as_rng
 from .outcomes import DivergenceTest
@@ -290,6 +289,8 @@ def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray |
     effect = test.statistic
     ci = weighted_mean_ci(d, tokens, alpha, n_resamples, ci_method, seed=int(seeds[1])) if d.size > 1 else None
     se = weighted_mean_se(d, tokens)
+    from scipy.special import ndtri  # here: scipy costs a quarter second to import, and only this needs it
+
     mde = float((ndtri(1 - alpha) + ndtri(power)) * se) if np.isfinite(se) else None
     diverged = test.p < alpha and effect > 0
     return DivergenceTest(

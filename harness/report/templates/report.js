@@ -74,12 +74,29 @@
     apply();
   })();
 
+  // The question browser's rows: plain JSON, or (a large run) deflated JSON in base64, columns over a table of
+  // distinct texts (harness/report/packed.py), inflated here by the browser's DecompressionStream.
+  function questionRows(dataEl, done) {
+    if (dataEl.getAttribute('data-encoding') !== 'deflate-base64') { done(JSON.parse(dataEl.textContent)); return; }
+    var bin = atob(dataEl.textContent.trim()), bytes = new Uint8Array(bin.length);
+    for (var k = 0; k < bin.length; k++) { bytes[k] = bin.charCodeAt(k); }
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
+    new Response(stream).text().then(function (text) {
+      var p = JSON.parse(text), S = p.s;
+      function str(id) { return S[id]; }
+      function arm(x, n) { return {p: x.p[n].map(str), ok: x.ok[n], o: S[x.o[n]]}; }
+      done(p.i.map(function (i, n) {
+        return {i: i, c: p.c[n], q: S[p.q[n]], l: p.l[n], a: arm(p.a, n), b: arm(p.b, n)};
+      }));
+    });
+  }
+
   // The question browser: every question from the embedded JSON, filtered by outcome and text, a page at a time.
   // Model output is untrusted: it only ever reaches the page as textContent.
-  (function () {
-    var dataEl = byId('questions-data'), body = byId('qb-rows');
-    if (!dataEl || !body) { return; }
-    var all = JSON.parse(dataEl.textContent), labels = JSON.parse(byId('qb-outcomes').textContent);
+  var qbData = byId('questions-data');
+  if (qbData && byId('qb-rows')) { questionRows(qbData, questionBrowser); }
+  function questionBrowser(all) {
+    var body = byId('qb-rows'), labels = JSON.parse(byId('qb-outcomes').textContent);
     var q = byId('qb-q'), s = byId('qb-cat'), n = byId('qb-n'), more = byId('qb-more'), PAGE = 50, shown = PAGE;
     function el(tag, text, cls) {
       var e = document.createElement(tag);
@@ -134,7 +151,7 @@
       a.addEventListener('click', function () { q.value = '#' + a.getAttribute('data-q'); shown = PAGE; render(); });
     });
     render();
-  })();
+  }
   // a plot wider than a narrow page scrolls inside its box: show its marker (the estimate), not its left edge
   Array.prototype.forEach.call(document.querySelectorAll('.plotbox'), function (box) {
     var m = box.querySelector('[id^="focus-"]');

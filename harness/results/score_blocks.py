@@ -1,0 +1,315 @@
+"""One stored scoring pass read a block of questions at a time, in question order, in bounded memory.
+
+``scores.parquet`` rows arrive in the order the server answered (:mod:`harness.results.token_store`): nearly
+question order, never exactly. :class:`PassReader` reads the row groups in the order of their smallest question
+(the Parquet statistics say it without decoding a row) and hands out, on :meth:`PassReader.upto`, every row of the
+questions up to a bound as a small :class:`~harness.results.token_store.ScoreTable`: a question is complete once
+no unread row group can hold it. What stays in memory is the rows read but not yet handed out (about a row group
+when the rows are nearly in order) and only the columns asked for; the whole pass is never held. An in-memory
+``ScoreTable`` is read the same way (sliced), so one code path serves both.
+
+:func:`pass_blocks` yields a pass as successive blocks of whole questions (the streaming the divergence and any
+further pass of the same text share); :func:`pass_questions` keeps only the rows of given questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.results.fileio import read_json
+from harness.results.token_store import (
+    PAD_ID,
+    SCORES,
+    SCORES_META,
+    NotMeasured,
+    ScoresError,
+    ScoresMeta,
+    ScoreTable,
+    _fill_lists,
+    _list_width,
+    scores_status,
+)
+
+#: the columns every block holds (the rows' identity)
+KEY_COLUMNS = ("question", "position", "token_id")
+#: the optional columns a reader may ask for
+DATA_COLUMNS = ("logprob", "top_ids", "top_logprobs", "ref_top_logprobs", "text_offset")
+#: tokens per block :func:`pass_blocks` yields (whole questions: a block may exceed it by one question)
+BLOCK_TOKENS = 16_384
+#: rows pyarrow decodes at a time
+BATCH_ROWS = 8_192
+
+
+class PassReader:
+    """Rows of one scoring pass (its directory, or a table already loaded), question by question in order.
+
+    ``columns``: which of :data:`DATA_COLUMNS` the blocks carry (the others are empty arrays, or None for the
+    nullable ones). Raises :class:`~harness.results.token_store.NotMeasured` for a pass that was not scored and
+    :class:`~harness.results.token_store.ScoresError` for an unreadable one, here or at any later read."""
+
+    def __init__(self, src: str | Path | ScoreTable, columns: Iterable[str] = DATA_COLUMNS):
+        self.columns = tuple(c for c in DATA_COLUMNS if c in set(columns))
+        self._done = -np.inf  # every question <= this one was handed out
+        self._table: ScoreTable | None = None
+        if isinstance(src, ScoreTable):
+            self._table = src
+            self.meta: ScoresMeta = src.meta
+            self.top_k, self.ref_width = src.top_k, 0 if src.ref_top_logprobs is None else \
+                src.ref_top_logprobs.shape[1]
+            self.has_offsets = src.text_offset is not None
+            return
+        import pyarrow.parquet as pq
+
+        self.root = Path(src)
+        status, reason = scores_status(self.root)
+        if status != "ok":
+            raise NotMeasured(reason or "not measured")
+        try:
+            self.meta = read_json(self.root / SCORES_META)
+            self._pf = pq.ParquetFile(self.root / SCORES, pre_buffer=False, buffer_size=1 << 20)
+            self._ranges = [self._group_range(g) for g in range(self._pf.num_row_groups)]
+            self.top_k, self.ref_width, self.has_offsets = self._widths()
+        except ScoresError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow's errors are ValueError/OSError
+            raise ScoresError(f"{self.root / SCORES}: {e}") from None
+        self._order = sorted((g for g, r in enumerate(self._ranges) if r[0] <= r[1]),  # an empty group: nothing
+                             key=lambda g: (self._ranges[g][0], g))
+        self._next = 0
+        self._buf: list[dict[str, np.ndarray]] = []
+
+    # -------------------------------------------------------------------------------- set-up
+    def _group_range(self, g: int) -> tuple[float, float]:
+        """The smallest and largest question of row group ``g`` (its statistics, else its question column)."""
+        rg = self._pf.metadata.row_group(g)
+        if rg.num_rows == 0:
+            return np.inf, -np.inf
+        st = rg.column(0).statistics
+        if st is not None and st.has_min_max:
+            return int(st.min), int(st.max)
+        q = self._pf.read_row_group(g, columns=["question"], use_threads=False).column(0).to_numpy()
+        return int(q.min()), int(q.max())
+
+    def _widths(self) -> tuple[int, int, bool]:
+        meta = self.meta
+        if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
+            return int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
+        k, k_ref, has_off = 0, 0, False  # written by another tool: one pass over the list columns
+        for g in range(self._pf.num_row_groups):
+            t = self._pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
+            k = max(k, _list_width(t.column("top_ids").combine_chunks()))
+            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs").combine_chunks()))
+            has_off = has_off or t.column("text_offset").null_count < t.num_rows
+        return k, k_ref, has_off
+
+    # -------------------------------------------------------------------------------- reading
+    def _read_group(self, g: int) -> dict[str, np.ndarray]:
+        """Row group ``g``'s asked-for columns as numpy arrays (lists padded as :func:`load_scores` pads them),
+        decoded a batch of :data:`BATCH_ROWS` rows at a time: a whole row group decoded at once costs pyarrow
+        several times its size in buffers it keeps."""
+        want = list(KEY_COLUMNS) + [c for c in self.columns
+                                    if not (c == "ref_top_logprobs" and not self.ref_width)
+                                    and not (c == "text_offset" and not self.has_offsets)]
+        parts = [self._arrays(b, want) for b in self._pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g],
+                                                                     columns=want, use_threads=False)]
+        if len(parts) == 1:
+            return parts[0]
+        return {c: np.concatenate([p[c] for p in parts]) for c in want}
+
+    def _arrays(self, t: Any, want: list[str]) -> dict[str, np.ndarray]:
+        m = t.num_rows
+        out = {c: np.asarray(t.column(c).to_numpy(), dtype=np.int32) for c in KEY_COLUMNS}
+        if "logprob" in want:
+            out["logprob"] = np.asarray(t.column("logprob").to_numpy(), dtype=np.float32)
+        for c, dtype, width, fill in (("top_ids", np.int32, self.top_k, PAD_ID),
+                                      ("top_logprobs", np.float32, self.top_k, -np.inf),
+                                      ("ref_top_logprobs", np.float32, self.ref_width, np.nan)):
+            if c in want:
+                out[c] = np.full((m, width), fill, dtype)
+                _fill_lists(out[c], t.column(c), 0, fill)
+        if "text_offset" in want:
+            col = t.column("text_offset")
+            out["text_offset"] = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int32)
+        return out
+
+    def upto(self, last: int) -> ScoreTable:
+        """Every row of the questions after the previous call's bound up to ``last`` (inclusive), sorted by
+        (question, position); ``last`` never decreases from call to call."""
+        lo = self._done
+        self._done = max(self._done, last)
+        if self._table is not None:
+            return self._slice(lo, last)
+        try:
+            while self._next < len(self._order) and self._ranges[self._order[self._next]][0] <= last:
+                self._buf.append(self._read_group(self._order[self._next]))
+                self._next += 1
+        except (OSError, ValueError, KeyError) as e:
+            raise ScoresError(f"{self.root / SCORES}: {e}") from None
+        taken, kept = [], []
+        for part in self._buf:
+            take = part["question"] <= last
+            if take.all():
+                taken.append(part)
+            elif take.any():
+                taken.append({c: v[take] for c, v in part.items()})
+                kept.append({c: v[~take] for c, v in part.items()})
+            else:
+                kept.append(part)
+        self._buf = kept
+        if not taken:
+            return self._empty()
+        rows = taken[0] if len(taken) == 1 else {c: np.concatenate([p[c] for p in taken]) for c in taken[0]}
+        del taken
+        return self._table_of(rows)
+
+    def _table_of(self, rows: dict[str, np.ndarray]) -> ScoreTable:
+        """The rows as a sorted table, checked as :func:`load_scores` checks a whole pass."""
+        question, position = rows["question"], rows["position"]
+        order = np.lexsort((position, question))
+        if not np.all(order[1:] > order[:-1]):
+            rows = {c: v[order] for c, v in rows.items()}
+            question, position = rows["question"], rows["position"]
+        n = question.size
+        qs, first = np.unique(question, return_index=True)
+        offsets = np.append(first, n).astype(np.int64)
+        if not np.array_equal(position, np.arange(n) - np.repeat(first, np.diff(offsets))):
+            raise ScoresError(f"{self.root / SCORES}: positions are not 0..T-1 within each question "
+                              "(a question written twice, or rows lost)")
+        return self._assemble(qs.astype(np.int64), offsets, rows)
+
+    def _assemble(self, qs: np.ndarray, offsets: np.ndarray, rows: dict[str, Any]) -> ScoreTable:
+        def col(c: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+            v = rows.get(c)  # a column not asked for: no rows (a read of it fails loudly)
+            return v if v is not None else np.empty(shape, dtype)
+
+        return ScoreTable(
+            questions=qs, offsets=offsets, position=rows["position"], token_id=rows["token_id"],
+            logprob=col("logprob", (0,), np.float32), top_ids=col("top_ids", (0, self.top_k), np.int32),
+            top_logprobs=col("top_logprobs", (0, self.top_k), np.float32),
+            ref_top_logprobs=rows.get("ref_top_logprobs") if self.ref_width else None,
+            text_offset=rows.get("text_offset") if self.has_offsets else None, meta=self.meta)
+
+    def _slice(self, lo: float, last: int) -> ScoreTable:
+        t = self._table
+        assert t is not None
+        i = int(np.searchsorted(t.questions, lo, side="right"))
+        j = int(np.searchsorted(t.questions, last, side="right"))
+        a, b = int(t.offsets[i]), int(t.offsets[j])
+        rows: dict[str, Any] = {"question": np.repeat(t.questions[i:j], np.diff(t.offsets[i:j + 1])),
+                                "position": t.position[a:b], "token_id": t.token_id[a:b]}
+        for c in self.columns:
+            v = getattr(t, c)
+            rows[c] = None if v is None else v[a:b]
+        return self._assemble(t.questions[i:j], t.offsets[i:j + 1] - a, rows)
+
+    def _empty(self) -> ScoreTable:
+        z = np.empty(0, np.int32)
+        return self._assemble(np.empty(0, np.int64), np.zeros(1, np.int64), {
+            "question": z, "position": z, "token_id": z,
+            **{c: np.empty((0, self.top_k), np.int32 if c == "top_ids" else np.float32)
+               for c in ("top_ids", "top_logprobs") if c in self.columns},
+            **({"logprob": np.empty(0, np.float32)} if "logprob" in self.columns else {}),
+            **({"ref_top_logprobs": np.empty((0, self.ref_width), np.float32)}
+               if "ref_top_logprobs" in self.columns and self.ref_width else {}),
+            **({"text_offset": z} if "text_offset" in self.columns and self.has_offsets else {})})
+
+    def rest(self) -> ScoreTable:
+        """Every row not handed out yet."""
+        return self.upto(int(np.iinfo(np.int64).max))
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every row was handed out."""
+        if self._table is not None:
+            return self._done >= (int(self._table.questions[-1]) if self._table.questions.size else -np.inf)
+        return self._next >= len(self._order) and not self._buf
+
+
+def pass_blocks(reader: PassReader, block_tokens: int = BLOCK_TOKENS) -> Iterator[ScoreTable]:
+    """The pass as successive blocks of whole questions in question order, each about ``block_tokens`` tokens
+    (at least one question): every question exactly once."""
+    while not reader.exhausted:
+        big = reader.upto(_next_bound(reader))
+        if big.questions.size == 0:
+            continue
+        yield from split_blocks(big, block_tokens)
+
+
+def _next_bound(reader: PassReader) -> int:
+    """A bound that hands out at least one more row group's questions (all of an in-memory table's)."""
+    if reader._table is not None:
+        return int(reader._table.questions[-1]) if reader._table.questions.size else 0
+    if reader._next < len(reader._order):  # up to just before the next row group's first question
+        nxt = reader._ranges[reader._order[reader._next]][0]
+        if nxt - 1 <= reader._done:  # that group holds the next question: read it too
+            return int(reader._ranges[reader._order[reader._next]][1])
+        return int(nxt - 1)
+    return int(np.iinfo(np.int32).max)
+
+
+def split_blocks(t: ScoreTable, block_tokens: int) -> Iterator[ScoreTable]:
+    """A sorted table cut into blocks of whole questions of about ``block_tokens`` tokens each."""
+    nq = t.questions.size
+    i = 0
+    while i < nq:
+        j = int(np.searchsorted(t.offsets, t.offsets[i] + max(1, block_tokens), side="left"))
+        j = min(max(j, i + 1), nq)
+        a, b = int(t.offsets[i]), int(t.offsets[j])
+        yield ScoreTable(questions=t.questions[i:j], offsets=t.offsets[i:j + 1] - a, position=t.position[a:b],
+                         token_id=t.token_id[a:b], logprob=t.logprob[a:b] if t.logprob.size else t.logprob,
+                         top_ids=t.top_ids[a:b] if t.top_ids.size else t.top_ids,
+                         top_logprobs=t.top_logprobs[a:b] if t.top_logprobs.size else t.top_logprobs,
+                         ref_top_logprobs=None if t.ref_top_logprobs is None else t.ref_top_logprobs[a:b],
+                         text_offset=None if t.text_offset is None else t.text_offset[a:b], meta=t.meta)
+        i = j
+
+
+def pass_questions(src: str | Path | ScoreTable, questions: Iterable[int],
+                   columns: Iterable[str] = DATA_COLUMNS) -> ScoreTable:
+    """Only the rows of ``questions`` of a pass, read block by block (what a few questions' classification
+    needs, without holding the pass)."""
+    want = np.unique(np.fromiter((int(q) for q in questions), dtype=np.int64))
+    reader = PassReader(src, columns)
+    parts = []
+    for blk in pass_blocks(reader):
+        hit = np.flatnonzero(np.isin(blk.questions, want))
+        if hit.size:
+            parts.append(_pick(blk, hit))
+    return _concat(parts, reader)
+
+
+def _pick(t: ScoreTable, idx: np.ndarray) -> ScoreTable:
+    lens = np.diff(t.offsets)[idx]
+    starts = t.offsets[idx]
+    off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rows = (np.repeat(starts - off[:-1], lens) + np.arange(off[-1])).astype(np.int64)
+
+    def take(v: np.ndarray | None) -> Any:
+        return None if v is None else (v[rows] if v.shape[0] == t.token_id.size else v)
+
+    return ScoreTable(questions=t.questions[idx], offsets=off, position=take(t.position),
+                      token_id=take(t.token_id), logprob=take(t.logprob), top_ids=take(t.top_ids),
+                      top_logprobs=take(t.top_logprobs), ref_top_logprobs=take(t.ref_top_logprobs),
+                      text_offset=take(t.text_offset), meta=t.meta)
+
+
+def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
+    if not parts:
+        return reader._empty()
+    sizes = [p.token_id.size for p in parts]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    offsets = np.concatenate([p.offsets[:-1] + s for p, s in zip(parts, starts, strict=True)]
+                             + [[int(sum(sizes))]]).astype(np.int64)
+
+    def cat(name: str) -> Any:
+        vals = [getattr(p, name) for p in parts]
+        return None if vals[0] is None else np.concatenate(vals)
+
+    return ScoreTable(questions=np.concatenate([p.questions for p in parts]), offsets=offsets,
+                      position=cat("position"), token_id=cat("token_id"), logprob=cat("logprob"),
+                      top_ids=cat("top_ids"), top_logprobs=cat("top_logprobs"),
+                      ref_top_logprobs=cat("ref_top_logprobs"), text_offset=cat("text_offset"), meta=parts[0].meta)

@@ -1,0 +1,41 @@
+"""An eval learns every prompt's token count from /tokenize a batch of prompts at a time: the ids of every prompt at
+once (a 13k-question task) are hundreds of MB of Python ints, of which only the counts are kept."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from harness.measure.evaluation import TOKENIZE_BATCH, _learn_prompt_tokens
+from harness.measure.prompt_tokens import PromptTokens
+
+
+def test_counts_are_learnt_a_batch_at_a_time() -> None:
+    sizes: list[int] = []
+
+    async def tokenize_all(texts: list[str], special: bool) -> list[list[int]]:
+        sizes.append(len(texts))
+        return [[7] * len(t) for t in texts]
+
+    client = SimpleNamespace(api=SimpleNamespace(chat=False, name="sglang"), tokenize_all=tokenize_all)
+    n = 2 * TOKENIZE_BATCH + 5
+    pending = [SimpleNamespace(prompt="x" * (i % 11 + 1), prompt_sha256=f"h{i}") for i in range(n)]
+    counts = PromptTokens()
+    asyncio.run(_learn_prompt_tokens(client, counts, pending))  # type: ignore[arg-type]
+    assert sizes == [TOKENIZE_BATCH, TOKENIZE_BATCH, 5]
+    for i in (0, TOKENIZE_BATCH + 3, n - 1):  # every prompt's count, from its own batch
+        key = PromptTokens.key("sglang", f"h{i}")
+        assert counts.check(key, i % 11 + 1) is None
+        assert counts.check(key, i % 11 + 2) is not None
+
+
+def test_a_server_that_cannot_tokenize_a_list_is_asked_once() -> None:
+    calls: list[int] = []
+
+    async def tokenize_all(texts: list[str], special: bool) -> None:
+        calls.append(len(texts))
+
+    client = SimpleNamespace(api=SimpleNamespace(chat=False, name="vllm"), tokenize_all=tokenize_all)
+    pending = [SimpleNamespace(prompt="p", prompt_sha256=f"h{i}") for i in range(3 * TOKENIZE_BATCH)]
+    asyncio.run(_learn_prompt_tokens(client, PromptTokens(), pending))  # type: ignore[arg-type]
+    assert calls == [TOKENIZE_BATCH]
