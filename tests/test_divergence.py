@@ -243,7 +243,7 @@ def test_report_section_words_plot_and_marked_texts(tmp_path, world):
     div = Divergence.from_doc(d)
     s = R.section(div)
     assert s["label"] == "DIVERGED"
-    assert s["sentence"].startswith(f"outputs diverge beyond A/A noise: KLD {R.kld(d['kld_mean'])} vs "
+    assert s["sentence"].startswith(f"outputs differ beyond relaunch noise: KLD {R.kld(d['kld_mean'])} vs "
                                     f"{R.kld(d['kld_mean_aa'])} nats/token (p < 0.001")
     assert s["svg"].startswith("<svg") and "</svg>" in s["svg"]
     assert [r["label"] for r in s["percentiles"]] == ["mean", "99.9 %", "99 %", "95 %", "90 %", "median", "max"]
@@ -262,7 +262,7 @@ def test_words_for_each_verdict_and_kld_formatting():
     assert R.kld(9.99e-5) == "1e-4" and R.kld(-9.99e-5) == "-1e-4" and R.kld(-1.2e-7) == "-1.2e-7"
     ind = Divergence(verdict="indistinguishable", verdict_reason="", kld_mean=0.0003, kld_mean_aa=0.0003, p=0.4,
                      p_floor=1e-4, effect_mde=2e-5)
-    assert R.sentence(ind) == ("outputs indistinguishable from A/A noise: KLD 0.0003 vs 0.0003 nats/token "
+    assert R.sentence(ind) == ("outputs within relaunch noise: KLD 0.0003 vs 0.0003 nats/token "
                                "(p = 0.4); this run could detect about 2e-5 nats/token above the floor")
     nm = Divergence(verdict="not_measured", verdict_reason="arm B was not scored: no logprobs")
     assert R.sentence(nm) == "outputs not measured: arm B was not scored: no logprobs"

@@ -85,9 +85,10 @@ def test_abh_compare_resolves_what_accuracy_cannot(tmp_path, capsys, shift, verd
         assert d["kld_mean"] < 2 * d["kld_mean_aa"] and d["p"] >= 0.05
     assert d["scoring"]["ref"]["wall_s"] > 0 and d["scoring"]["ab"]["tokens"] == d["tokens"]
     printed = capsys.readouterr().out
-    assert f"divergence: {verdict.upper()}" in printed
+    said = "outputs differ beyond relaunch noise" if verdict == "diverged" else "outputs within relaunch noise"
+    assert f"  {said} (KLD" in printed  # the result line, with its numbers
     md = (out / "comparison.md").read_text()
-    assert (" · outputs diverge (KLD" if verdict == "diverged" else " · outputs indistinguishable from A/A") in md
+    assert (" · outputs differ beyond relaunch noise" if verdict == "diverged" else " · outputs within relaunch noise") in md
     html = (out / "report.html").read_text()
     assert 'id="divergence"' in html and 'id="headline"' in html and "A‖A′ (floor)" in html
 
@@ -147,7 +148,7 @@ def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
     assert d["verdict"] == "diverged" and d["kld_mean"] > 0.01 and d["kld_mean_aa"] == 0, d["verdict_reason"]
     assert d["dirs"] == {"ref": str(run_dir / "evals/a/r1"), "ab": str(run_dir / "evals/b/r1"),
                          "aa": str(run_dir / "evals/aa/r1")}
-    assert "divergence: DIVERGED" in stdout and " · outputs diverge (KLD" in stdout.strip().splitlines()[-1]
+    assert "  outputs differ beyond relaunch noise (KLD" in stdout and " · outputs differ beyond relaunch noise" in stdout.strip().splitlines()[-1]
     s = read_json(run_dir / "summary.json")
     assert s["divergence"]["verdict"] == "diverged" and s["verdict"] == c["verdict"]
     m = read_json(run_dir / "manifest.json")
@@ -245,7 +246,7 @@ def test_cpu_smollm2_kv_q8_keys_diverge_where_accuracy_cannot_tell(tmp_path):
     assert d["kld_mean"] > 3 * d["kld_mean_aa"] and d["questions"] >= 5  # 5 sign flips: p >= 1/32
     assert all(read_json(run_dir / rel / "scores.json")["by_ids"] is False
                for rel in ("evals/a/r1", "evals/b/r1", "evals/aa/r1"))  # llama-cpp-python scores text
-    assert "divergence: DIVERGED" in r.stdout
+    assert "outputs differ beyond relaunch noise (KLD" in r.stdout
 
 
 # ------------------------------------------------------------------------------------------ report safety

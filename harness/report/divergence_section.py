@@ -133,9 +133,9 @@ def sentence(div: Divergence | None) -> str:
     over = f"{launch_clause(div)}, " if div.launch_test is not None else ""
     qual = f"; {div.qualification}" if div.qualification else ""
     if div.verdict == "diverged":
-        return f"outputs diverge beyond A/A noise: KLD {ab} vs {aa} nats/token ({over}{_p(div)}){qual}"
+        return f"outputs differ beyond relaunch noise: KLD {ab} vs {aa} nats/token ({over}{_p(div)}){qual}"
     if div.verdict == "indistinguishable":
-        s = f"outputs indistinguishable from A/A noise: KLD {ab} vs {aa} nats/token ({over}{_p(div)})"
+        s = f"outputs within relaunch noise: KLD {ab} vs {aa} nats/token ({over}{_p(div)})"
         lt = div.launch_test
         if lt is not None and lt.ratio_mde:
             s += f"; this run could detect a KLD ratio of about {lt.ratio_mde:.2g}"
@@ -143,14 +143,6 @@ def sentence(div: Divergence | None) -> str:
             s += f"; this run could detect about {kld(div.effect_mde)} nats/token above the floor"
         return s + qual
     return f"outputs not measured: {div.verdict_reason or 'no scores'}"
-
-
-def short(div: Divergence | None) -> str:
-    """``diverge (KLD 0.02 nats/token vs A/A 0.0003)``: the outputs half of the combined sentence."""
-    if div is None or div.verdict not in ("diverged", "indistinguishable"):
-        return "not measured"
-    verb = "diverge" if div.verdict == "diverged" else "indistinguishable from A/A"
-    return f"{verb} (KLD {kld(div.kld_mean)} nats/token vs A/A {kld(div.kld_mean_aa)})"
 
 
 def terminal_line(div: Divergence | None) -> str:
