@@ -441,10 +441,10 @@ class SGLangApi(Api):
             if len(obj) != n:
                 raise MalformedResponse(f"{NOT_THIS_REQUEST}: {len(obj)} answers to a batch of {n} scoring requests")
         items = obj if batched else [obj]
-        metas = [x.get("meta_info") if isinstance(x, dict) else None for x in items]
-        if any(not isinstance(m, dict) or any(m.get(k, 0) is not None for k in cuts) for m in metas):
+        got_metas = [x.get("meta_info") if isinstance(x, dict) else None for x in items]
+        if any(not isinstance(m, dict) or any(m.get(k, 0) is not None for k in cuts) for m in got_metas):
             return None  # the arrays were not meta_info's own
-        metas = cast(list[dict[str, Any]], metas)
+        metas = cast(list[dict[str, Any]], got_metas)
         # each answer holds each key once and the spans are in order: the i-th span of a key is the i-th answer's
         flat = bytearray(raw.translate(_NULL_TO_NUMBER))
         out = []
