@@ -63,6 +63,8 @@ class Generation:
 DEFAULT_TOP_K = 20
 #: Scoring requests in flight at once (``divergence.parallel``; at most the client's ``parallel``).
 SCORING_PARALLEL = 128
+#: Questions per scoring request where the protocol takes a batch (``divergence.batch``).
+SCORING_BATCH = 8
 
 
 @dataclass(frozen=True)

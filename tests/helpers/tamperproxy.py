@@ -85,9 +85,10 @@ class TamperProxy(ThreadedApp):
             self.tampered += 1
             return previous
         obj = json.loads(answer)
-        if not tamper_scores(obj, self.mode):
+        changed = sum(tamper_scores(x, self.mode) for x in (obj if isinstance(obj, list) else [obj]))
+        if not changed:  # (a batch's answer: each of its answers changed)
             return answer
-        self.tampered += 1
+        self.tampered += changed
         return json.dumps(obj).encode()  # allow_nan: NaN and Infinity written as Python's json writes them
 
     def routes(self, app: web.Application) -> None:
