@@ -123,3 +123,16 @@ def test_a_batch_answer_reads_as_its_requests_answers_and_another_order_or_lengt
     body = api.batch_scoring_body(reqs)
     assert body["logprob_start_len"] == [1, 1, 1] and body["token_ids_logprob"] == [[1, 2, 5]] * 3
     assert api.reply_tokens(body) == sum(api.reply_tokens(api.scoring_body(r)) for r in reqs)
+
+
+def test_requests_that_cannot_share_a_body_are_not_sent_as_one_batch():
+    """A batch is one shape: all by ids, all with texts or all without, ids asked of all or of none."""
+    api = SGLangApi()
+    plain = ScoreRequest([1, 2], [3, 4], top_k=2, texts=False)
+    with pytest.raises(ValueError, match="all with or all without texts"):
+        api.batch_scoring_body([plain, ScoreRequest([1, 2], [3, 4], top_k=2, texts=True)])
+    with pytest.raises(ValueError, match="asks ids of every request or of none"):
+        api.batch_scoring_body([plain, ScoreRequest([1, 2], [3, 4], top_k=2, token_ids=[5], texts=False)])
+    with pytest.raises(ValueError, match="one scoring request per body"):
+        from harness.serving.wire import for_api
+        for_api("vllm", "m").batch_scoring_body([plain, plain])

@@ -580,7 +580,10 @@ class _Asker:
                 asked.append((i, req, ref_ids, top))
         if asked:
             reqs = [a[1] for a in asked]
-            replies = await self.client.score_batch(reqs) if len(reqs) > 1 else [await self.client.score(reqs[0])]
+            try:
+                replies = await self.client.score_batch(reqs) if len(reqs) > 1 else [await self.client.score(reqs[0])]
+            except ValueError:  # not one batch (some ask for texts, some not): each alone
+                replies = list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
             status = replies[0].status
             if len(reqs) > 1 and status is not None and 400 <= status < 500:
                 self.batch_refused = (f"{self.client.cfg.url} refused a batch of {len(reqs)} scoring requests "
