@@ -64,7 +64,7 @@ DEFAULT_TOP_K = 20
 #: Scoring requests in flight at once (``divergence.parallel``; at most the client's ``parallel``).
 SCORING_PARALLEL = 128
 #: Questions per scoring request where the protocol takes a batch (``divergence.batch``).
-SCORING_BATCH = 8
+SCORING_BATCH = 16
 
 
 @dataclass(frozen=True)
