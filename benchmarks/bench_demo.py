@@ -53,6 +53,20 @@ asyncio.run(main())
 """
 
 
+#: ``abh`` as ``python -m harness.cli.main``, writing its own CPU seconds (not its children's) to argv[1] at exit
+ABH_SELF_CPU = r"""
+import atexit, resource, runpy, sys
+out = sys.argv.pop(1)
+def _write():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    with open(out, "w") as f:
+        f.write(repr(r.ru_utime + r.ru_stime))
+atexit.register(_write)
+sys.argv[0] = "abh"
+runpy.run_module("harness.cli.main", run_name="__main__")
+"""
+
+
 def run_tree(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
     """(wall s, CPU s of the whole process tree, peak RSS MiB of its largest process), by wait4."""
     t0 = time.perf_counter()
@@ -84,10 +98,14 @@ def walls(run: Path, name: str, key: str) -> list[float]:
 
 def demo(tree: Path, env: dict[str, str]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        wall, cpu, rss = run_tree([sys.executable, "-m", "harness.cli.main", "run"], Path(tmp), env)
+        own = Path(tmp) / "abh_cpu_s"
+        wall, cpu, rss = run_tree([sys.executable, "-c", ABH_SELF_CPU, str(own), "run"], Path(tmp), env)
         run = Path(tmp) / "results" / "demo"
         evals, passes = walls(run, "summary.json", "wall_s_this_session"), walls(run, "scores.json", "wall_s")
-        return {"demo CPU s (all processes)": cpu, "demo wall s": wall, "demo peak RSS MiB (abh)": rss,
+        abh_cpu = float(own.read_text()) if own.is_file() else float("nan")
+        return {"demo CPU s (all processes)": cpu, "  abh process CPU s": abh_cpu,
+                "  simulated servers CPU s (the rest)": cpu - abh_cpu, "demo wall s": wall,
+                "demo peak RSS MiB (abh)": rss,
                 "run directory MB": size_mb(run), "  prompt texts MB": size_mb(run, "prompt*.jsonl"),
                 "  scores MB": size_mb(run, "scores.parquet"),
                 "scoring pass wall / eval wall (worst)": max(passes) / statistics.mean(evals)}

@@ -34,7 +34,7 @@ from typing import Any
 
 from abh_simulator.sim_config import SimConfig
 from harness.serving.settings import ClientSettings
-from harness.serving.wire import API_NAMES, DEFAULT_TOP_K, SCORING_PARALLEL
+from harness.serving.wire import API_NAMES, DEFAULT_TOP_K, SCORING_BATCH, SCORING_PARALLEL
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE, DEFAULT_MIN_SCORED_SHARE
 from harness.tasks.registry import TaskSpec
 from harness.tasks.registry import problems as task_problems
@@ -313,6 +313,10 @@ class DivergenceConfig:
     #: of ~700 tokens keep a server's prefill batches full, and fewer connections than 1319 cost the client a
     #: quarter less CPU and memory (``benchmarks/bench_scoring.py``).
     parallel: int = ranged(SCORING_PARALLEL, 1, whole=True)
+    #: Questions per scoring request where the protocol takes a batch (SGLang's ``/generate``; each batch is one
+    #: of the ``parallel`` requests in flight); a server that refuses a batch is asked one question per request,
+    #: the pass's ``scores.json`` ``batch_refused`` saying why. 1: one question per request.
+    batch: int = ranged(SCORING_BATCH, 1, 64, whole=True)
     #: Whose greedy texts (repeat 1) are the reference: ``a`` or ``b``.
     reference: str = "a"
     #: The least share (0-1) of the questions the reference pass was to score that every pass must have scored

@@ -49,7 +49,7 @@ def served(tmp_path_factory):
         ev = tmp_path_factory.mktemp("death") / "a"
         run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=N),
                  ClientConfig(url=a.url, parallel=32), ev, None, EvalOptions(progress=False))
-        assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"
+        assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False, batch=1))["status"] == "ok"
         yield a, ev
     finally:
         a.stop()
@@ -57,7 +57,7 @@ def served(tmp_path_factory):
 
 def test_a_server_that_dies_mid_pass_leaves_a_partial_pass_that_a_rerun_resumes(served, sim_server, tmp_path):
     a, ev = served
-    opts = ScoringOptions(progress=False, reference_scores=ev)
+    opts = ScoringOptions(progress=False, batch=1, reference_scores=ev)
     # another launch of the same server serves 6 scoring requests, then its process exits: the rest are refused
     dying = sim_server("--build", "a", "--run-seed", "2", "--noise", "launch", "--crash-after", "6",
                        "--max-running-requests", "2")
@@ -100,12 +100,12 @@ def test_a_reference_pass_that_dies_resumes_with_the_ids_it_tokenized(served, si
     dying = sim_server("--build", "a", "--run-seed", "2", "--noise", "launch", "--crash-after", "7",
                        "--max-running-requests", "2")
     with pytest.raises(ServerGone):
-        score_pass(ev, _cfg(dying.url), ev, ScoringOptions(progress=False))
+        score_pass(ev, _cfg(dying.url), ev, ScoringOptions(progress=False, batch=1))
     meta = read_json(ev / "scores.json")
     assert meta["partial"] is True and meta["by_ids"] is True and 0 < meta["questions"] < N
     assert (ev / "score_inputs.parquet").is_file()
     before = _received(a)
-    resumed = score_pass(ev, _cfg(a.url), ev, ScoringOptions(progress=False))
+    resumed = score_pass(ev, _cfg(a.url), ev, ScoringOptions(progress=False, batch=1))
     # the missing questions, and the one request that asks whether the server scores ids
     assert _received(a) - before == meta["missing"] + 1
     assert resumed["questions"] == N and resumed["resumes"] == 1
@@ -121,10 +121,10 @@ def test_a_pass_whose_reference_pass_changed_is_scored_afresh(served, tmp_path):
     a, shared = served
     ev = tmp_path / "a"
     shutil.copytree(shared, ev)
-    opts = ScoringOptions(progress=False, reference_scores=ev)
+    opts = ScoringOptions(progress=False, batch=1, reference_scores=ev)
     first = score_pass(ev, _cfg(a.url), tmp_path / "b", opts)
     (ev / "scores.json").unlink()  # the reference pass is scored anew
-    assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False))["status"] == "ok"
+    assert score_pass(ev, _cfg(a.url, 32), ev, ScoringOptions(progress=False, batch=1))["status"] == "ok"
     before = _received(a)
     again = score_pass(ev, _cfg(a.url), tmp_path / "b", opts)
     assert again["pass_id"] != first["pass_id"] and again["resumes"] == 0 and again["questions"] == N
@@ -157,7 +157,7 @@ def test_a_pass_with_many_request_errors_gives_no_verdict_and_the_rerun_asks_onl
     """A live server answers most scoring requests with an error: the pass is whole (status ok) but counts them,
     the divergence says too few questions were scored, and the next pass into it asks only the failed ones."""
     a, ev = served
-    opts = ScoringOptions(progress=False, reference_scores=ev)
+    opts = ScoringOptions(progress=False, batch=1, reference_scores=ev)
     with Failing(a.url, keep=4, fail=N - 6) as proxy:
         meta = score_pass(ev, replace(_cfg(proxy.url), retries=0), tmp_path / "b", opts)
     assert meta["status"] == "ok" and meta["errors"] == N - 6 and meta["questions"] == 6, meta

@@ -61,6 +61,7 @@ from harness.results.token_store import (
 from harness.serving.client import Client, ClientConfig, ScoreReply
 from harness.serving.wire import (
     DEFAULT_TOP_K,
+    SCORING_BATCH,
     SCORING_PARALLEL,
     Api,
     MalformedResponse,
@@ -191,6 +192,9 @@ class ScoringOptions:
     #: The reference pass's directory; None: this pass IS the reference pass (it scores its own text).
     reference_scores: Path | None = None
     max_asked_ids: int = DEFAULT_MAX_ASKED_IDS
+    #: Questions per scoring request where the protocol takes a batch (SGLang's ``/generate``; ``divergence.batch``):
+    #: fewer, larger requests cost both processes less per question. 1: one question per request.
+    batch: int = SCORING_BATCH
     progress: bool = True
     #: Polled about twice a second; a reason (e.g. "server process exited") stops the pass (ServerGone).
     abort_check: Callable[[], str | None] | None = None
@@ -548,6 +552,46 @@ class _Asker:
     ref_table: ScoreTable | None
     opts: ScoringOptions
     ask: bool
+    #: why the server refused a batch of scoring requests (then every later question is asked alone)
+    batch_refused: str | None = None
+
+    @property
+    def batches(self) -> bool:
+        return (self.plan.by_ids and self.plan.api.scores_in_batches and self.opts.batch > 1
+                and self.batch_refused is None)
+
+    async def many(self, refs: Sequence[Reference]) -> list[Result]:
+        """Several questions, in one request where the server takes a batch (else one request each); their
+        results in order. A server that refuses the batch (HTTP 4xx) is asked one question per request from then
+        on, ``batch_refused`` saying why."""
+        if len(refs) == 1 or not self.batches:
+            return list(await asyncio.gather(*(self.one(r) for r in refs)))
+        out: dict[int, Result] = {}
+        asked: list[tuple[int, ScoreRequest, list[int] | None, np.ndarray | None]] = []
+        for i, ref in enumerate(refs):
+            try:
+                req, ref_ids, top = await self.request(ref)
+            except ValueError as e:
+                out[i] = (ref, None, None, None, str(e))
+                continue
+            if req is None:
+                out[i] = (ref, None, ref_ids, None, None)
+            else:
+                asked.append((i, req, ref_ids, top))
+        if asked:
+            reqs = [a[1] for a in asked]
+            try:
+                replies = await self.client.score_batch(reqs) if len(reqs) > 1 else [await self.client.score(reqs[0])]
+            except ValueError:  # not one batch (some ask for texts, some not): each alone
+                replies = list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
+            status = replies[0].status
+            if len(reqs) > 1 and status is not None and 400 <= status < 500:
+                self.batch_refused = (f"{self.client.cfg.url} refused a batch of {len(reqs)} scoring requests "
+                                      f"({replies[0].error}): one question per request")
+                replies = list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
+            for (i, _, ref_ids, top), reply in zip(asked, replies, strict=True):
+                out[i] = (refs[i], reply, ref_ids, top, None)
+        return [out[i] for i in range(len(refs))]
 
     async def request(self, ref: Reference) -> tuple[ScoreRequest | None, list[int] | None, np.ndarray | None]:
         """The scoring request of one question (None: an empty reference), the reference ids it sends and
@@ -649,9 +693,12 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
         with ScoresWriter(out, top_k=k, meta=meta,
                           carry=None if carried is None else out / SCORES) as writer:
 
-            async def scored(ref: Reference) -> None:
-                # stored by the task that got the answer: what waits is compact arrays, not parsed JSON
-                res = await asker.one(ref)
+            async def scored(chunk: Sequence[Reference]) -> None:
+                # stored by the task that got the answers: what waits is compact arrays, not parsed JSON
+                for res in await asker.many(chunk):
+                    keep(res)
+
+            def keep(res: Result) -> None:
                 reply, problem = res[1], res[4]
                 if (problem is not None or (reply is not None and reply.error is not None)) \
                         and stop.after_failure(opts.abort_check):
@@ -668,7 +715,10 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             first = None if probe_ref is None else await stop.race(asker.probe(probe_ref))
             if first is not None:
                 _store(writer, first, progress, k, plan.offsets)
-            tasks = [] if stop.tripped else [asyncio.ensure_future(scored(r)) for r in todo if r is not probe_ref]
+            rest = [r for r in todo if r is not probe_ref]
+            size = max(1, int(opts.batch)) if asker.batches else 1
+            tasks = [] if stop.tripped else [asyncio.ensure_future(scored(rest[at:at + size]))
+                                             for at in range(0, len(rest), size)]
 
             async def every() -> bool:  # a task of its own: cancelled by a stop, as a gathering future is not
                 await asyncio.gather(*tasks)
@@ -693,7 +743,8 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                 for q in unanswered:
                     writer.errors.pop(q, None)
             missing = planned - writer.questions - set(writer.errors)
-            writer.meta.update({"wall_s": previous_wall + time.perf_counter() - t0, "missing": len(missing)})
+            writer.meta.update({"wall_s": previous_wall + time.perf_counter() - t0, "missing": len(missing),
+                                "batch": size, "batch_refused": asker.batch_refused})
             writer.close(partial=_partial_reason(len(planned), len(writer.questions), len(missing), stop.reason)
                          if stop.tripped and missing else None)
     finally:

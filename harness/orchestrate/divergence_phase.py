@@ -137,7 +137,8 @@ class ScoringPhase:
         scoring = {**(self.manifest.data.get("scoring") or {}), item.rel_dir: record}
         self.manifest.record("scoring", scoring)
         ccfg = ClientConfig.of(cfg.client, url=engine.url, api=engine.api)
-        opts = ScoringOptions(top_k=self.top_k, parallel=cfg.divergence.parallel, reference_scores=ref_scores,
+        opts = ScoringOptions(top_k=self.top_k, parallel=cfg.divergence.parallel, batch=cfg.divergence.batch,
+                              reference_scores=ref_scores,
                               progress=cfg.progress,
                               abort_check=engine.alive, meta=meta)
         try:

@@ -68,7 +68,7 @@ ScoresMeta = TypedDict("ScoresMeta", {
     "pass": str, "arm": str, "role": str, "launch": str, "engine": str, "simulated": bool, "reference": str,
     "reference_sha256": str | None, "reference_pass": str | None, "reference_eval": str, "reference_scores": str | None,
     "requested_top_k": int, "parallel": int, "url": str, "api": str, "by_ids": bool, "by_text_reason": str | None,
-    "echo_shift": int | None, "asked_ids": int, "wall_s": float, "transient": bool, "same_launch_as": str,
+    "echo_shift": int | None, "asked_ids": int, "batch": int, "batch_refused": str | None, "wall_s": float, "transient": bool, "same_launch_as": str,
     # written by ScoresWriter.close (status ok)
     "top_k": int, "questions": int, "tokens": int, "top_width": int, "ref_width": int, "text_offsets": bool,
     "errors": int, "error_examples": dict[str, str], "partial": bool,

@@ -23,7 +23,7 @@ import random
 import re
 import resource
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -713,3 +713,25 @@ class Client:
 
         reply.scores = await self._with_retries(reply, once)
         return reply
+
+    async def score_batch(self, reqs: Sequence[ScoreRequest]) -> list[ScoreReply]:
+        """Score several references in one request where the protocol takes a batch (SGLang's ``/generate``):
+        one reply per request, in order, sharing the request's outcome (an answer of the wrong length, or one
+        item not its request's, is the error of every request in it). ``status`` 4xx: the server refuses the
+        batch (the caller asks one at a time then)."""
+        outcome = Outcome()
+        body = self.api.batch_scoring_body(reqs)
+
+        async def once() -> list[TokenScores]:
+            obj = await self._post(self.api.score_path, body, lambda raw: self.api.decode_batch_scores(raw, reqs))
+            if isinstance(obj, list) and all(isinstance(x, TokenScores) for x in obj) and obj:
+                return obj  # read from the bytes: no JSON objects made
+            try:
+                return self.api.parse_batch_scores(obj, reqs)
+            except MalformedResponse as e:
+                raise _Retryable(str(e)) from None
+
+        got: list[TokenScores] | None = await self._with_retries(outcome, once)
+        return [ScoreReply(**{f.name: getattr(outcome, f.name) for f in fields(Outcome)},
+                           scores=None if got is None else got[i]) for i in range(len(reqs))]
+

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import orjson
 
@@ -63,6 +63,8 @@ class Generation:
 DEFAULT_TOP_K = 20
 #: Scoring requests in flight at once (``divergence.parallel``; at most the client's ``parallel``).
 SCORING_PARALLEL = 128
+#: Questions per scoring request where the protocol takes a batch (``divergence.batch``).
+SCORING_BATCH = 16
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,8 @@ class Api(ABC):
     scores_given_ids: ClassVar[bool] = False
     #: The prompt is sent as a chat message (the server applies its chat template), not as raw text.
     chat: ClassVar[bool] = False
+    #: Several scoring requests by ids go in one body, answered in order (:meth:`batch_scoring_body`).
+    scores_in_batches: ClassVar[bool] = False
 
     @property
     def model(self) -> str | None:
@@ -219,6 +223,18 @@ class Api(ABC):
     def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
         """The scores read straight from the answer's bytes, where faster; None: :meth:`parse_scores`."""
         return None
+
+    def batch_scoring_body(self, reqs: Sequence[ScoreRequest]) -> JSONObject:
+        """Several scoring requests in one body (ValueError where the protocol takes one per body)."""
+        raise ValueError(f"the {self.name} protocol takes one scoring request per body")
+
+    def decode_batch_scores(self, raw: bytes, reqs: Sequence[ScoreRequest]) -> list[TokenScores] | None:
+        """:meth:`decode_scores` of a batch's answer; None: :meth:`parse_batch_scores`."""
+        return None
+
+    def parse_batch_scores(self, obj: Any, reqs: Sequence[ScoreRequest]) -> list[TokenScores]:
+        """The scores of each request of a batch, in order (raises :class:`MalformedResponse`)."""
+        raise MalformedResponse(f"the {self.name} protocol takes one scoring request per body")
 
     @abstractmethod
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
@@ -275,6 +291,7 @@ class SGLangApi(Api):
     health_means_ready: ClassVar[bool] = True
     native_sglang: ClassVar[bool] = True
     scores_given_ids: ClassVar[bool] = True
+    scores_in_batches: ClassVar[bool] = True
     #: ``POST /detokenize`` takes a list of id lists and returns one text each (python/sglang/srt/entrypoints/
     #: openai/serving_tokenize.py, ``OpenAIServingDetokenize``; SGLang 0.5)
     detokenize_paths: ClassVar[tuple[str, ...]] = ("/detokenize", "/v1/detokenize")
@@ -307,6 +324,11 @@ class SGLangApi(Api):
         new = _int(sampling.get("max_new_tokens"), 128)  # SGLang's default
         if not body.get("return_logprob"):
             return new
+        ids = body.get("input_ids")
+        if isinstance(ids, list) and ids and isinstance(ids[0], list):  # a batch: the sum of its requests
+            return sum(self.reply_tokens({**body, "input_ids": x, "top_logprobs_num": _nth(body, "top_logprobs_num", i),
+                                          "token_ids_logprob": _nth(body, "token_ids_logprob", i)})
+                       for i, x in enumerate(ids))
         per = 1 + _int(body.get("top_logprobs_num"), 0) + _length(body.get("token_ids_logprob"))
         return (_length(body.get("input_ids", body.get("text"))) + new) * per
 
@@ -336,18 +358,71 @@ class SGLangApi(Api):
             body["token_ids_logprob"] = list(req.token_ids)
         return body
 
+    def batch_scoring_body(self, reqs: Sequence[ScoreRequest]) -> JSONObject:
+        """Several scoring requests in one ``/generate`` body, answered by a JSON list in the same order. SGLang's
+        ``GenerateReqInput`` (python/sglang/srt/managers/io_struct.py, ``normalize_batch_and_arguments`` and
+        ``_normalize_logprob_params``) takes ``input_ids`` as a list of id lists, ``logprob_start_len`` and
+        ``top_logprobs_num`` as one int per item, ``token_ids_logprob`` as one id list per item and a shared
+        ``sampling_params``; ``return_text_in_logprobs`` is one bool for the batch."""
+        if not reqs or any(not r.by_ids for r in reqs) or len({r.texts for r in reqs}) != 1:
+            raise ValueError("a scoring batch is one or more requests by token ids, all with or all without texts")
+        asked = [r.token_ids is not None for r in reqs]
+        if any(asked) and not all(asked):
+            raise ValueError("a scoring batch asks ids of every request or of none")
+        body: JSONObject = {"input_ids": [[*r.prompt, *r.reference] for r in reqs],
+                            "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+                            "logprob_start_len": [self._start(r)[0] for r in reqs],
+                            "top_logprobs_num": [r.top_k for r in reqs],
+                            "return_text_in_logprobs": reqs[0].texts}
+        if all(asked):
+            body["token_ids_logprob"] = [list(r.token_ids or []) for r in reqs]
+        return body
+
     def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
         """An answer without token texts read by numpy: the three logprob arrays cut out and parsed as flat
         numbers, the rest of the body as JSON. Taken only when every check holds (each key once, no string in the
         arrays, k entries of [logprob, whole id >= 0, null] per position, the rest SGLang's shape); else None."""
-        import numpy as np
-        if req.texts or not req.by_ids:
+        got = self._decode(raw, [req], batched=False)
+        return None if got is None else got[0]
+
+    def decode_batch_scores(self, raw: bytes, reqs: Sequence[ScoreRequest]) -> list[TokenScores] | None:
+        """:meth:`decode_scores` of a batch's answer (a JSON list, one answer per request, in order): each key
+        once per answer, the i-th of each key in the i-th answer's ``meta_info``. MalformedResponse when an answer
+        is not its request's (another length, another order): the error of every request of the batch."""
+        return self._decode(raw, reqs, batched=True)
+
+    def parse_batch_scores(self, obj: Any, reqs: Sequence[ScoreRequest]) -> list[TokenScores]:
+        """:meth:`parse_scores` of a batch's answer: a list of exactly one answer per request, in order."""
+        if not isinstance(obj, list) or len(obj) != len(reqs):
+            n = len(obj) if isinstance(obj, list) else "not a list of"
+            raise MalformedResponse(f"{NOT_THIS_REQUEST}: {n} answers to a batch of {len(reqs)} scoring requests")
+        out = []
+        for i, (item, req) in enumerate(zip(obj, reqs, strict=True)):
+            if not isinstance(item, dict):
+                raise MalformedResponse(f"answer {i} of a scoring batch is not an object")
+            try:
+                out.append(self.parse_scores(item, req))
+            except MalformedResponse as e:
+                raise MalformedResponse(f"answer {i} of a scoring batch: {e}") from None
+        return out
+
+    def _decode(self, raw: bytes, reqs: Sequence[ScoreRequest], batched: bool) -> list[TokenScores] | None:
+        if any(r.texts or not r.by_ids for r in reqs):
             return None
-        cut = {key: _array_extent(raw, b'"' + key.encode() + b'":', depth) for key, depth in _SGLANG_ARRAYS}
-        own, top = cut["input_token_logprobs"], cut["input_top_logprobs"]
-        if own is None or top is None:
+        n = len(reqs)
+        cuts: dict[str, list[tuple[int, int]]] = {}
+        for key, depth in _SGLANG_ARRAYS:
+            needle, at = b'"' + key.encode() + b'":', 0
+            found: list[tuple[int, int]] = []
+            while (span := _array_extent(raw, needle, depth, at)) is not None and len(found) <= n:
+                found.append(span)
+                at = span[1]
+            if found:
+                cuts[key] = found
+        if any(len(v) != n for v in cuts.values()) or "input_token_logprobs" not in cuts \
+                or "input_top_logprobs" not in cuts:
             return None
-        spans = sorted(x for x in cut.values() if x is not None)
+        spans = sorted(x for v in cuts.values() for x in v)
         rest, at = [], 0
         for a, b in spans:
             if a < at:
@@ -356,27 +431,50 @@ class SGLangApi(Api):
             at = b
         rest.append(raw[at:])
         body = b"".join(rest)  # small: the arrays are out
-        if any(body.count(b'"' + key.encode() + b'":') != 1 for key, span in cut.items() if span is not None):
+        if any(body.count(b'"' + key.encode() + b'":') != n for key in cuts):
             return None  # a key twice: the careful path reads what the JSON says
         try:
             obj = loads_body(body)
         except ValueError:
             return None
-        meta = obj.get("meta_info") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict) or any(meta.get(k, 0) is not None for k, v in cut.items() if v is not None):
+        if batched:
+            if not isinstance(obj, list):
+                return None
+            if len(obj) != n:
+                raise MalformedResponse(f"{NOT_THIS_REQUEST}: {len(obj)} answers to a batch of {n} scoring requests")
+        items = obj if batched else [obj]
+        got_metas = [x.get("meta_info") if isinstance(x, dict) else None for x in items]
+        if any(not isinstance(m, dict) or any(m.get(k, 0) is not None for k in cuts) for m in got_metas):
             return None  # the arrays were not meta_info's own
-        _, skip = self._start(req)
+        metas = cast(list[dict[str, Any]], got_metas)
+        # each answer holds each key once and the spans are in order: the i-th span of a key is the i-th answer's
         flat = bytearray(raw.translate(_NULL_TO_NUMBER))
-        rows = _pairs(raw, flat, own, skip)
+        out = []
+        for i, (req, meta) in enumerate(zip(reqs, metas, strict=True)):
+            got = self._decode_one(raw, flat, req, meta, {k: v[i] for k, v in cuts.items()})
+            if isinstance(got, str):
+                raise MalformedResponse(got if not batched else f"answer {i} of a scoring batch: {got}")
+            if got is None:
+                return None
+            out.append(got)
+        return out
+
+    def _decode_one(self, raw: bytes, flat: bytearray, req: ScoreRequest, meta: dict[str, Any],
+                    cut: dict[str, tuple[int, int]]) -> TokenScores | str | None:
+        """One answer's arrays at ``cut`` read by numpy; a problem (the answer is impossible or not this
+        request's), or None when the careful path must read it."""
+        import numpy as np
+        _, skip = self._start(req)
+        rows = _pairs(raw, flat, cut["input_token_logprobs"], skip)
         if rows is None or rows.shape[0] != skip + len(req.reference):
             return None
         n_rows, t = rows.shape[0], rows.shape[0] - skip
         rows = rows[skip:]
-        tops = _triples(raw, flat, top, skip, t)
+        tops = _triples(raw, flat, cut["input_top_logprobs"], skip, t)
         if tops is None or not _ids_ok(rows[:, 1]):
             return None
         asked = None
-        if cut["input_token_ids_logprobs"] is not None:
+        if "input_token_ids_logprobs" in cut:
             asked = _triples(raw, flat, cut["input_token_ids_logprobs"], skip, t)
             want = np.asarray(list(req.token_ids or []), dtype=np.float64)
             if asked is None or asked.shape[1] != want.size or not (asked[:, :, 1] == want).all():
@@ -389,7 +487,7 @@ class SGLangApi(Api):
         problem = (self._not_this_request(req, id_list, total, n_rows)
                    or dense_problem(lp, top_lp, top_ids, req.top_k, None if asked is None else asked[:, :, 0]))
         if problem is not None:
-            raise MalformedResponse(problem)
+            return problem
         return TokenScores(ids=id_list, texts=[None] * t, logprobs=lp.tolist(),
                            top_texts=[[None] * top_ids.shape[1]] * t, id_logprobs=[], text_offsets=[None] * t,
                            input_tokens=total if isinstance(total, int) and not isinstance(total, bool) else None,
@@ -799,6 +897,14 @@ def _count(x: Any, what: str) -> int | None:
     return int(x)
 
 
+def _nth(body: Mapping[str, Any], key: str, i: int) -> Any:
+    """A batch body's ``key`` for its ``i``-th request (one per request where it is a list, else shared)."""
+    v = body.get(key)
+    if isinstance(v, list) and len(v) > i and (key != "token_ids_logprob" or isinstance(v[i], list)):
+        return v[i]
+    return v
+
+
 def _int(x: Any, default: int) -> int:
     """A count in a request body we built (``default`` when unset)."""
     return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else default
@@ -856,11 +962,12 @@ _SGLANG_ARRAYS = (("input_token_logprobs", 2), ("input_top_logprobs", 3), ("inpu
 _OPEN, _CLOSE = ord("["), ord("]")
 
 
-def _array_extent(raw: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
+def _array_extent(raw: bytes, key: bytes, depth: int, start: int = 0) -> tuple[int, int] | None:
     """Where the JSON array of ``depth`` levels after ``key`` (``"name":``) starts and ends in ``raw`` (at the
     first ``]`` * depth); None when the key is absent. A key inside a JSON string cannot match (its quotes would
-    be escaped); a string inside, a wrong end or the key twice are caught by the caller's checks."""
-    i = raw.find(key)
+    be escaped); a string inside, a wrong end or the key twice are caught by the caller's checks. ``start``: where
+    to look from (the next answer of a batch)."""
+    i = raw.find(key, start)
     if i < 0:
         return None
     start = i + len(key)

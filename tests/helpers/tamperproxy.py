@@ -38,7 +38,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers.aioserver import ThreadedApp  # noqa: E402
 
-MODES = ("pass", "swap", "nan", "inf", "positive", "duplicate")
+MODES = ("pass", "swap", "nan", "inf", "positive", "duplicate", "nobatch")
 GENERATION_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
 
 
@@ -60,6 +60,15 @@ def tamper_scores(obj: Any, mode: str) -> bool:
     elif mode == "duplicate":
         tops[at][1][1] = tops[at][0][1]
     return True
+
+
+def _batched(raw: bytes) -> bool:
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        return False
+    ids = body.get("input_ids") if isinstance(body, dict) else None
+    return isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
 
 
 class TamperProxy(ThreadedApp):
@@ -85,9 +94,10 @@ class TamperProxy(ThreadedApp):
             self.tampered += 1
             return previous
         obj = json.loads(answer)
-        if not tamper_scores(obj, self.mode):
+        changed = sum(tamper_scores(x, self.mode) for x in (obj if isinstance(obj, list) else [obj]))
+        if not changed:  # (a batch's answer: each of its answers changed)
             return answer
-        self.tampered += 1
+        self.tampered += changed
         return json.dumps(obj).encode()  # allow_nan: NaN and Infinity written as Python's json writes them
 
     def routes(self, app: web.Application) -> None:
@@ -97,6 +107,9 @@ class TamperProxy(ThreadedApp):
             if "s" not in session:
                 session["s"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
             raw = await request.read()
+            if self.mode == "nobatch" and _batched(raw):  # a server that takes one prompt per request
+                self.tampered += 1
+                return web.Response(status=400, text='{"error": "batch requests are not supported"}')
             headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "authorization")}
             async with session["s"].request(request.method, self.upstream + request.path_qs, data=raw,
                                             headers=headers) as r:
