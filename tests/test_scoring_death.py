@@ -215,7 +215,9 @@ def test_abh_ab_whose_server_dies_mid_scoring_exits_4_and_the_rerun_asks_only_th
     from harness.cli import ab as ab_cli
 
     overrides = ab_cli.overrides  # the client's retries as they are, with a backoff of milliseconds
-    monkeypatch.setattr(ab_cli, "overrides", lambda *args: [*overrides(*args), "client.backoff_s=0.01"])
+    # one question per scoring request: the server's crash is counted in requests
+    monkeypatch.setattr(ab_cli, "overrides", lambda *args: [*overrides(*args), "client.backoff_s=0.01",
+                                                            "divergence.batch=1"])
     a = sim_server("--accuracy", "0.9", "--run-seed", "1")
     a2 = sim_server("--accuracy", "0.9", "--run-seed", "3")
     # B's warm-up and its eval's 40 questions, then 6 scoring requests: its process exits in the compared pass
@@ -254,7 +256,7 @@ def test_abh_run_whose_server_dies_mid_scoring_exits_4_with_its_log(tmp_path, ca
     run_dir = tmp_path / "run"
     # arm b's warm-up and 40 questions, then 6 scoring requests
     args = (f"hydra.run.dir={run_dir}", "progress=false", "report=false", f"task.num_questions={N}",
-            "client.parallel=40", "client.backoff_s=0.01", *ONE_EACH)
+            "client.parallel=40", "client.backoff_s=0.01", "divergence.batch=1", *ONE_EACH)  # requests = questions
     code = abh_run_here(*args, f"+arms.b.engine.crash_after={1 + N + 6}")
     err = capsys.readouterr().err
     assert code == exitcodes.SERVER_FAILURE, err[-3000:]
