@@ -42,6 +42,7 @@ def test_the_seed_rehearsal_names_the_dropped_expert_and_the_out_of_range_id_on_
 def test_a_near_tie_change_on_2_percent_of_rows_is_found_against_the_floor(tmp_path: Path):
     run_dir = tmp_path / "shift"
     code = abh_run_here(f"hydra.run.dir={run_dir}", "experiment=demo", "task.num_questions=120", *QUICK,
+                        "divergence.routing=true",  # the demo itself measures no routing
                         "experiment.concurrent_servers=false", "experiment.restart_per_repeat=true",
                         "engine.routing_noise=0.002", "+arms.b.engine.routing_shift=0.02", "arms.b.engine.accuracy=0.93",
                         "experiment.allowed_differences=[engine.build,engine.routing_shift]")
