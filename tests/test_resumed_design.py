@@ -39,6 +39,8 @@ def test_nothing_is_said_when_the_design_holds() -> None:
     cut = {"evals/a/r1": {"role": "a", "launches": ["a-1"], "status": "interrupted"}}
     assert plan_lines(_plan(1, 1), cut, {"a"}) == []  # an eval cut short counts on the launch that finishes it
     assert result_warning(_plan(1, 1), {"a": 1, "b": 1}, sessions=2) is None
+    given = {"evals/b/r1": {"role": "b", "launches": ["url:http://127.0.0.1:30000"], "status": "errors"}}
+    assert plan_lines(_plan(1, 1), given, {"b"}) == []  # a server abh was given: the same URL, the same launch
     assert result_warning(_plan(1, 1), {"a": 2, "b": 2}, sessions=1) is None
 
 

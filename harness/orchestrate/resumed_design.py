@@ -16,6 +16,9 @@ from harness.orchestrate.design import PlannedDesign
 
 NAMES = {"a": "A", "b": "B"}
 WHY = "a server does not outlive its session, so the evals run after the interruption are on a new launch"
+#: the launch id of a server abh was given, not one it launched (``serving.settings.url_identity``): the same URL
+#: in the resuming session is the same launch
+GIVEN = "url:"
 
 
 def launches_used(evals: Mapping[str, Any], role: str) -> set[str]:
@@ -35,7 +38,10 @@ def plan_lines(first: PlannedDesign | None, evals: Mapping[str, Any], pending: I
     for role, name in NAMES.items():
         plan = first["roles"].get(role)
         planned = plan["launches"] if plan is not None else None
-        used = len(launches_used(evals, role))
+        ids = launches_used(evals, role)
+        used = len(ids)
+        if all(x.startswith(GIVEN) for x in ids):
+            continue
         if planned is not None and used and role in todo and used + 1 > planned:
             grew.append(f"{name} {planned} -> {used + 1}")
     if not grew:
