@@ -135,7 +135,7 @@ def test_abh_run_on_a_disk_that_fills_mid_eval(small_disk):
         pytest.skip("needs a tmpfs (root): the file-size limit would reach the servers' own logs first")
     run_dir = disk.root / "run"
     args = ("run", f"hydra.run.dir={run_dir}", *SMALL, *ONE_EACH, "task.num_questions=60", "client.parallel=60",
-            "engine.latency_s=0.05", "engine.max_running_requests=4")
+            "engine.latency_s=0.05", "engine.max_running_requests=4", "verbose=true")  # prints each server stop
     p = subprocess.Popen([*ABH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          cwd=disk.root.parent)
     try:

@@ -98,3 +98,15 @@ def test_an_eval_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
     (d / "eval.json").write_text(json.dumps({**meta, "schema_version": 3}))
     with pytest.raises(schema.SchemaError):
         load_eval(d)
+
+
+@pytest.mark.parametrize("torn", [b'{"prompt_sha256": "ab', b'{"prompt'])
+def test_a_store_torn_by_a_full_disk_takes_the_next_text_on_a_line_of_its_own(tmp_path: Path, torn: bytes) -> None:
+    """A full disk cut the store's last row short; the resumed eval appends after it: the torn tail is dropped,
+    the rows before it and the new one are read (a torn row joined to the next was 'not valid JSON')."""
+    store = tmp_path / "run" / TEXTS
+    _eval(tmp_path / "run" / "evals" / "a", store, range(2))
+    store.write_bytes(store.read_bytes() + torn)
+    _eval(tmp_path / "run" / "evals" / "b", store, range(5))
+    rows = read_jsonl(store)
+    assert sorted(r["prompt"] for r in rows) == sorted(PROMPTS) and store.read_bytes().endswith(b"\n")

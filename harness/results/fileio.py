@@ -160,6 +160,28 @@ def open_append(path: str | Path) -> IO[bytes]:
     return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab", buffering=0)
 
 
+def open_append_whole(path: str | Path) -> IO[bytes]:
+    """:func:`open_append` for a JSONL file a crash or a full disk may have left with a torn (unterminated) last
+    line: that tail is cut first, so the next row starts a line of its own instead of joining the torn one."""
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    try:
+        size = os.fstat(fd).st_size
+        end = size
+        while end > 0:  # back to the last newline, a block at a time
+            start = max(0, end - 65536)
+            block = os.pread(fd, end - start, start)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                end = start + cut + 1
+                break
+            end = start
+        if end != size:
+            os.ftruncate(fd, end)
+    finally:
+        os.close(fd)
+    return open_append(path)
+
+
 def open_new(path: str | Path) -> IO[bytes]:
     """``path`` made anew for writing (a stale file of a crashed session removed first; a link never followed)."""
     check(path)

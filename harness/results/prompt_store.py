@@ -56,7 +56,7 @@ class PromptTexts:
         if sha in self._known:
             return
         if self._f is None:
-            self._f = fileio.open_append(self.path)
+            self._f = fileio.open_append_whole(self.path)  # a full disk may have torn its last row
         append_line(self._f, self.path, {"prompt_sha256": sha, "prompt": text})
         self._known.add(sha)
 
