@@ -118,3 +118,15 @@ def sim_server():
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """The headless Chromium the report's browser and layout tests drive (slow tests: .ci/run installs it)."""
+    from harness.report.browser import find_chromium
+
+    exe = find_chromium()
+    if exe is None:
+        pytest.fail("headless Chromium is required for the report's browser tests and was not found on PATH "
+                    "(install the Debian package `chromium`, as .ci/run does, or set ABH_CHROMIUM)")
+    return exe

@@ -14,19 +14,10 @@ import pytest
 from helpers.rundirs import BOLD, SCRIPT_ALERT, SCRIPT_TITLE, build_run_dir
 
 from harness.report import write_report, write_sweep_report
-from harness.report.browser import find_chromium, render_page
+from harness.report.browser import render_page
 from harness.report.words import verdict_label
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    exe = find_chromium()
-    if exe is None:
-        pytest.fail("headless Chromium is required for the report browser tests and was not found on PATH "
-                    "(install the Debian package `chromium`, as .ci/run does, or set ABH_CHROMIUM)")
-    return exe
 
 
 def _only_the_file(requests: list[str], url: str) -> list[str]:

@@ -14,20 +14,11 @@ from helpers.layout import LAYOUT_JS
 from helpers.runs import abh_run
 from helpers.waiting import PATIENCE_S
 
-from harness.report.browser import find_chromium, render_page
+from harness.report.browser import render_page
 
 pytestmark = pytest.mark.slow
 
 WIDTHS = (390, 1280, 1400, 1920)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    exe = find_chromium()
-    if exe is None:
-        pytest.fail("headless Chromium is required for the layout tests and was not found on PATH "
-                    "(install the Debian package `chromium`, as .ci/run does, or set ABH_CHROMIUM)")
-    return exe
 
 
 #: the demo, smaller: repeats on one launch per arm, the A/A control, the divergence (its histograms), a positive Δ

@@ -30,14 +30,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.results.records import JSONObject
-from harness.results.schema import EvalMeta
-from harness.serving.wire import SGLangApi
 from harness.tasks import sources
 from harness.tasks.interface import Dataset, DatasetError, Item, RecipeConfig, SamplingParams, Scored, Task
 from harness.tasks.sglang_frontend import chat_stops_for_model
+
+if TYPE_CHECKING:  # the simulated servers import this module: they need neither the stored types nor the wire
+    from harness.results.records import JSONObject
+    from harness.results.schema import EvalMeta
 
 __all__ = ["BASE_STOP", "CANONICAL_TEST_ROWS", "GSM8K", "INVALID", "RECIPES", "Dataset", "DatasetError", "Question",
            "RecipeConfig", "get_answer_value", "load", "load_splits"]
@@ -385,11 +386,15 @@ class GSM8K(Task):
     def warmup_body(self) -> JSONObject:
         """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone, zero
         new tokens); the body itself is built by :mod:`harness.serving.wire`, which owns the protocols."""
+        from harness.serving.wire import SGLangApi
+
         return SGLangApi().warmup_body(self.few_shot, self.questions[0].prompt if self.questions else "",
                                        self.sampling_params())
 
     def generate_body(self, q: Question) -> JSONObject:
         """``q`` as SGLang's ``/generate`` body."""
+        from harness.serving.wire import SGLangApi
+
         return SGLangApi().generation_body(q.prompt, self.sampling_params())
 
     # ------------------------------------------------------------------ scoring

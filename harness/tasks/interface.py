@@ -13,9 +13,10 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
 
-from harness.results.schema import EvalMeta
+if TYPE_CHECKING:  # a return annotation only: the simulated servers import the tasks, not the stored types
+    from harness.results.schema import EvalMeta
 
 
 class DatasetError(ValueError):
