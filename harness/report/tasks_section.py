@@ -107,6 +107,7 @@ def render_markdown(root: Path) -> str:
         md = Path(root) / r.dir / "comparison.md"
         if md.exists():
             body = md.read_text(encoding="utf-8").replace("\n### ", "\n#### ")
-            parts.append(f"---\n\n#### Task {cell(r.key)}\n\n" + body.split("\n", 1)[1].lstrip()
-                         if body.startswith("### ") else body)
+            if body.startswith("### "):  # its own title: the heading below names the task instead
+                body = body.split("\n", 1)[1].lstrip()
+            parts.append(f"---\n\n#### Task {cell(r.key)}\n\n" + body)  # a task's page starts with its headline
     return "\n\n".join(parts) + "\n"
