@@ -117,6 +117,14 @@ def test_without_a_floor_or_a_reference_routing_is_not_measured_with_the_reason(
     assert headline(replace(comparison(verdict="inconclusive"), routing=none)).endswith(" · routing not measured")
 
 
+def test_a_dense_model_has_no_routing_to_report(tmp_path):
+    write_not_measured(tmp_path / "ref", "no routed experts known for this model", status="not_applicable")
+    b = write(tmp_path / "b", launch(base_routing(3), np.random.default_rng(0), 0.0), "b-1")
+    none = compute_routing(tmp_path / "ref", [b], [], labels=LABELS)
+    assert none is None
+    assert "routing" not in headline(replace(comparison(verdict="inconclusive"), routing=none))
+
+
 @pytest.mark.parametrize(("x", "text"), [(1.0, "100 %"), (0.0, "0 %"), (0.99984, "99.98 %"), (None, "n/a")])
 def test_shares_are_written_as_the_seed_writes_them(x, text):
     assert share_words(x) == text

@@ -8,7 +8,8 @@ streaming one question at a time from the stores (never a whole pass in memory):
 moved, per layer and overall (:mod:`harness.stats.expert_sets`). **The verdict** is the launch-level test of the mean ids
 moved per routed row, B's launches against A's other launches (``diverged`` / ``indistinguishable``), or
 ``not_measured`` with the reason (no routing pass on the reference launch, on B's or on an A/A launch: the engine
-cannot return routed experts, the run has no A/A launch). A defect (a routed row with fewer than top_k in-range ids,
+cannot return routed experts, the run has no A/A launch); none at all (``None``) for a dense model, whose reference
+launch's routing pass is ``not_applicable``. A defect (a routed row with fewer than top_k in-range ids,
 an id out of range) is never noise: it is named per side whatever the verdict.
 """
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from harness.results.records import finite_or_none
 from harness.results.routing_record import Routing, RoutingLayer, RoutingQuestion, RoutingSide
-from harness.results.routing_store import RoutingError, RoutingTable, load_routing, tally_of
+from harness.results.routing_store import RoutingError, RoutingTable, load_routing, routing_status, tally_of
 from harness.stats.expert_sets import PairTally, PassTally, launch_test, share
 from harness.stats.verdict import ALPHA
 
@@ -118,9 +119,12 @@ def _layers(ref: PassTally, b: PassTally | None, pair: PairTally, floor: PairTal
 
 def compute_routing(ref_dir: Path, other_dirs: Sequence[Path], same_dirs: Sequence[Path], *,
                     labels: dict[str, str], reference: str = "a", alpha: float = ALPHA, seed: int = 0,
-                    top_n: int = DEFAULT_TOP_N) -> Routing:
+                    top_n: int = DEFAULT_TOP_N) -> Routing | None:
     """The routing comparison of a run (module docstring): ``other_dirs`` B's passes (the compared pass first),
-    ``same_dirs`` A's other launches' (the floor first); ``labels`` each arm's words ("without fix")."""
+    ``same_dirs`` A's other launches' (the floor first); ``labels`` each arm's words ("without fix"). None for a
+    dense model."""
+    if routing_status(ref_dir)[0] == "not_applicable":
+        return None
     other_key = "b" if reference == "a" else "a"
     why: list[str] = []
     try:

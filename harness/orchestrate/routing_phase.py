@@ -5,8 +5,10 @@ the A/A launches are the divergence's.
 
 The routing's shape comes from what the run knows about the model, first found wins: the arm's
 ``routed_experts`` side check (``top_k``, ``num_experts``), the simulated engine's knobs, the model directory's
-``config.json`` (``num_experts_per_tok``; ``n_routed_experts``, ``num_experts`` or ``num_local_experts``). Without a
-``top_k`` (and where the engine's API cannot return routed experts) the pass is ``not_measured`` with the reason.
+``config.json`` (``num_experts_per_tok``; ``n_routed_experts``, ``num_experts`` or ``num_local_experts``). Where none of them names a
+``top_k`` the model is taken as dense and the pass ``not_applicable`` (no routing sentence anywhere: a dense model
+has no routing to report); an MoE whose routing cannot be read (an engine API that does not return routed experts,
+a server started without returning them) is ``not_measured`` with the reason.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from harness.serving.client import ClientConfig
 EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 
 
-def routing_shape(engine: Engine, arm: ArmConfig | None) -> tuple[int, int | None, str] | str:
-    """(top_k, num_experts or None, where they come from), or why the routing cannot be read."""
+def routing_shape(engine: Engine, arm: ArmConfig | None) -> tuple[int, int | None, str] | str | None:
+    """(top_k, num_experts or None, where they come from), why an MoE's routing cannot be read, or None where
+    nothing the run knows names routed experts (a dense model)."""
     for c in (arm.checks if arm is not None else []):
         if c.kind == "routed_experts" and int(c.top_k) > 0:
             return int(c.top_k), int(c.num_experts) or None, f"the arm's routed_experts check {c.name!r}".replace(
@@ -52,20 +55,24 @@ def routing_shape(engine: Engine, arm: ArmConfig | None) -> tuple[int, int | Non
         n = next((doc[key] for key in EXPERT_KEYS if isinstance(doc.get(key), int)), None)
         if isinstance(k, int) and k > 0:
             return k, n, f"{model / 'config.json'}"
-    return ("the model's routing shape is unknown: no routed_experts side check with top_k, and no config.json with "
-            "num_experts_per_tok in the model directory")
+    return None
 
 
 def route_launch(cfg: Config, engine: Engine, arm_key: str, out: Path, reference_pass: Path, meta: Mapping[str, Any],
                  interrupts: Interrupts, log: RunLog) -> JSONObject:
     """The routing pass of ``engine``'s launch into ``out`` (beside that launch's scoring pass)."""
     what: dict[str, Any] = {k: meta.get(k) for k in ("pass", "arm", "role", "launch", "engine", "simulated")}
+    shape = routing_shape(engine, cfg.arms.get(arm_key))
+    if shape is None:
+        why = ("no routed experts known for this model: no routed_experts side check with top_k, and no config.json "
+               "with num_experts_per_tok in the model directory")
+        write_not_measured(out, why, what, status="not_applicable")
+        return {**what, "status": "not_applicable", "reason": why}
     if not engine.wire.native_sglang and engine.api != "vllm":
         why = (f"the {engine.api} API does not return routed experts (SGLang's native /generate and vLLM's "
                "/v1/completions with --enable-return-routed-experts do)")
         write_not_measured(out, why, what)
         return {**what, "status": "not_measured", "reason": why}
-    shape = routing_shape(engine, cfg.arms.get(arm_key))
     if isinstance(shape, str):
         write_not_measured(out, shape, what)
         return {**what, "status": "not_measured", "reason": shape}

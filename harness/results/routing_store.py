@@ -128,16 +128,19 @@ def tally_of(doc: dict[str, Any]) -> PassTally:
     return t
 
 
-def write_not_measured(out: str | Path, reason: str, meta: JSONObject | None = None) -> None:
-    """Record that this launch's routing was not measured, and why."""
+def write_not_measured(out: str | Path, reason: str, meta: JSONObject | None = None, *,
+                       status: str = "not_measured") -> None:
+    """Record that this launch's routing was not measured, and why: ``not_applicable`` where nothing the run knows
+    says the model routes tokens to experts (a dense model: no routing to measure), else ``not_measured``."""
     root = fileio.check_dir(Path(out))
     (root / ROUTING).unlink(missing_ok=True)
     atomic_write_json(root / ROUTING_META, {"schema_version": SCHEMA_VERSION, "kind": KIND, **(meta or {}),
-                                            "status": "not_measured", "reason": reason})
+                                            "status": status, "reason": reason})
 
 
 def routing_status(out: str | Path) -> tuple[str, str | None]:
-    """("ok", None), or ("not_measured", why) for a directory without a usable routing pass."""
+    """("ok", None), ("not_applicable", why) for a model with no routed experts, or ("not_measured", why) for a
+    directory without a usable routing pass."""
     try:
         doc = read_json(Path(out) / ROUTING_META)
     except FileNotFoundError:
@@ -146,6 +149,8 @@ def routing_status(out: str | Path) -> tuple[str, str | None]:
         return "not_measured", f"{Path(out) / ROUTING_META} cannot be read: {e}"
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         return "not_measured", f"{Path(out) / ROUTING_META} is not a routing pass"
+    if doc.get("status") == "not_applicable":
+        return "not_applicable", str(doc.get("reason") or "no routed experts")
     if doc.get("status") != "ok":
         return "not_measured", str(doc.get("reason") or "not measured")
     return "ok", None
