@@ -247,31 +247,6 @@ class ArmConfig:
 
 # -------------------------------------------------------------------------------------- the rest
 @dataclass
-class TaskConfig:
-    """One task and its recipe (harness.tasks.registry): ``name`` gsm8k | mmlu | gpqa_diamond | mgsm_en."""
-
-    name: str = "gsm8k"
-    #: the task's recipe (empty: its first; GSM8K: sglang)
-    recipe: str = "sglang"
-    #: None: the recipe's upstream default (GSM8K: every question; MMLU: every row; a number: the first N, or
-    #: MMLU's and GPQA's random.Random(0) sample of N as upstream draws it)
-    #: (a comparison needs two questions; the task's own ranges of these: harness.tasks.registry.problems)
-    num_questions: int | None = ranged(None, 2, whole=True)
-    num_shots: int | None = None
-    max_new_tokens: int | None = None
-    #: the task's data: a local file or directory, hf:REPO[:CONFIG] or an http(s) URL; empty = the embedded copy
-    #: (GSM8K, MGSM-en; MMLU and GPQA are not shipped and need one)
-    data_path: str = ""
-    train_path: str = ""
-    allow_noncanonical: bool = False
-    #: times each question is asked (GPQA: each with its own choice order; None: the task's default)
-    repeats: int | None = None
-    #: the protocol the task is sent by: sglang | openai | chat; empty: the engine's api when the recipe speaks
-    #: it, else the recipe's own (MMLU, GPQA, MGSM and sgl_eval_chat are chat recipes)
-    api: str = ""
-
-
-@dataclass
 class StatsConfig:
     #: The question asked: superiority (does B differ from A? improved / regressed), noninferiority (is B
     #: no worse than A by more than margin_pp? noninferior, one-sided at alpha/2) or equivalence (are the
@@ -380,10 +355,10 @@ class Config:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     engine: Any = MISSING
     arms: dict[str, ArmConfig] = field(default_factory=dict)
-    task: TaskConfig = field(default_factory=TaskConfig)
+    task: TaskSpec = field(default_factory=TaskSpec)
     #: Several tasks, each evaluated on every launch (``abh run task=[gsm8k,mmlu]``: one entry per config file of
     #: configs/task/, keyed by its name); empty: the one ``task``. When set, ``task`` is not used.
-    tasks: dict[str, TaskConfig] = field(default_factory=dict)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
     client: ClientSettings = field(default_factory=ClientSettings)
     stats: StatsConfig = field(default_factory=StatsConfig)
     divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
@@ -709,8 +684,6 @@ def _problems(config: Config) -> list[str]:
         out += _arm_problems(key, arm)
     for where, spec in task_specs(config):
         out += task_problems(spec, where)
-        if spec.api and spec.api not in API_NAMES:
-            out.append(f"{where}.api must be {' or '.join(API_NAMES)} (or empty), not {spec.api!r}")
     if known_engine and e.port and config.experiment.concurrent_servers:
         out.append(f"engine.port={e.port} with experiment.concurrent_servers=true: both arms' servers "
                    "would need the same port; leave engine.port=0 (a free port each) or turn concurrency off")
@@ -746,15 +719,8 @@ def validate(cfg: Mapping[str, Any]) -> Config:
     return config
 
 
-def task_spec(t: TaskConfig) -> TaskSpec:
-    """One ``task:`` node as the registry's :class:`~harness.tasks.registry.TaskSpec`."""
-    return TaskSpec(name=str(t.name), recipe=str(t.recipe or ""), num_questions=t.num_questions,
-                    num_shots=t.num_shots, max_new_tokens=t.max_new_tokens, data_path=t.data_path,
-                    train_path=t.train_path, allow_noncanonical=t.allow_noncanonical, repeats=t.repeats, api=t.api)
-
-
 def task_specs(config: Config) -> list[tuple[str, TaskSpec]]:
     """The run's tasks as (config path, spec): every ``tasks.<key>`` in order, else the one ``task``."""
     if config.tasks:
-        return [(f"tasks.{key}", task_spec(t)) for key, t in config.tasks.items()]
-    return [("task", task_spec(config.task))]
+        return [(f"tasks.{key}", t) for key, t in config.tasks.items()]
+    return [("task", config.task)]

@@ -252,7 +252,7 @@ def test_each_setting_default_is_declared_once():
 
     import harness.config as hc
 
-    schemas: dict[str, type] = {"stats": hc.StatsConfig, "divergence": hc.DivergenceConfig, "task": hc.TaskConfig}
+    schemas: dict[str, type] = {"stats": hc.StatsConfig, "divergence": hc.DivergenceConfig, "task": hc.TaskSpec}
     restated = []
     for path in sorted((HARNESS.parent / "configs").rglob("*.yaml")):
         group = path.parent.name

@@ -330,11 +330,11 @@ def flag_problem(a: argparse.Namespace) -> str | None:
     """The first flag out of its range, by the range of the config key it sets (the fields' own, the
     comparison's settings), before any server is asked anything."""
     from harness.analysis.compare_settings import settings_problem
-    from harness.config import ExperimentConfig, TaskConfig
+    from harness.config import ExperimentConfig, TaskSpec
     from harness.util.ranges import check
 
     why = check(ExperimentConfig, "repeats", a.repeats, "--repeats") or check(
-        TaskConfig, "num_questions", a.num_questions, "--num-questions")
+        TaskSpec, "num_questions", a.num_questions, "--num-questions")
     if why:
         return why
     pp = [None if v is None else v / 100 for v in (a.margin, a.min_effect)]

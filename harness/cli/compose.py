@@ -19,7 +19,7 @@ from harness.config import (
     ConfigError,
     DivergenceConfig,
     StatsConfig,
-    TaskConfig,
+    TaskSpec,
     name_problem,
 )
 
@@ -29,7 +29,7 @@ def register() -> None:
     cs.store(name="config_schema", node=Config)
     for name, schema in ENGINE_SCHEMAS.items():
         cs.store(group="engine", name=f"{name}_schema", node=schema)
-    cs.store(group="task", name="task_schema", node=TaskConfig)
+    cs.store(group="task", name="task_schema", node=TaskSpec)
     cs.store(group="stats", name="stats_schema", node=StatsConfig)
     cs.store(group="divergence", name="divergence_schema", node=DivergenceConfig)
     cs.store(group="arms", name="arm_schema", node=ArmConfig)

@@ -34,6 +34,7 @@ import numpy as np
 
 from .mde import mde_paired, mde_paired_exact
 from .signflip import lattice_scale
+from .tango import discordant_mass
 from .verdict import ALPHA
 
 #: a raw design effect below this is the round-off of an exactly zero sample variance
@@ -61,12 +62,7 @@ class DesignEffect:
 def design_effect(d: np.ndarray, variance: float | None = None) -> DesignEffect:
     """Guarded design effect of Δ = mean(d) (see the module docstring). ``variance``: the design's V̂(Δ)
     (default Σ (d_i - Δ)² / n², questions independent). NaN entries are skipped."""
-    d = np.asarray(d, dtype=float)
-    d = d[~np.isnan(d)]
-    n = float(d.size)
-    if n == 0:
-        raise ValueError("no question")
-    b, c = float(np.sum(np.maximum(-d, 0))), float(np.sum(np.maximum(d, 0)))
+    d, n, b, c = discordant_mass(d)
     delta, psi = (c - b) / n, (b + c) / n
     if variance is None:
         variance = float(np.sum((d - delta) ** 2)) / n**2
@@ -91,11 +87,8 @@ def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict
     """:func:`harness.stats.tango.effective_table` with the guarded design effect: the same keys (``b``,
     ``c``, ``n`` effective; ``deff``; ``b_raw``, ``c_raw``, ``n_raw``) plus ``deff_raw`` and ``deff_guarded``
     (1.0 when the guard replaced the raw value, else 0.0)."""
-    d = np.asarray(d, dtype=float)
-    d = d[~np.isnan(d)]
+    d, n, b, c = discordant_mass(d)
     de = design_effect(d, variance)
-    n = float(d.size)
-    b, c = float(np.sum(np.maximum(-d, 0))), float(np.sum(np.maximum(d, 0)))
     return {"b": b / de.deff, "c": c / de.deff, "n": n / de.deff, "deff": de.deff, "b_raw": b, "c_raw": c,
             "n_raw": n, "deff_raw": de.deff_raw, "deff_guarded": float(de.guarded)}
 

@@ -38,7 +38,6 @@ sweep adjusts the p the verdict rests on.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -60,29 +59,10 @@ from .group_sequential import (
 )
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
-from .verdict import ALPHA
 
 ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
              "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
              "put on the z scale by matching tail probabilities")
-
-
-def _arm(launches: Sequence[np.ndarray], prefix: str) -> ArmRuns:
-    runs, ids = [], []
-    for j, s in enumerate(launches):
-        m = np.atleast_2d(np.asarray(s, dtype=float))
-        runs.append(m)
-        ids += [f"{prefix}{j}"] * m.shape[0]
-    return ArmRuns(np.vstack(runs), tuple(ids))
-
-
-def launch_look_estimate(a_launches: Sequence[np.ndarray], b_launches: Sequence[np.ndarray],
-                         aa_launches: Sequence[np.ndarray] = (), alpha: float = ALPHA) -> LaunchAwareResult:
-    """The launch-aware estimate of a look: each element of ``a_launches`` / ``b_launches`` /
-    ``aa_launches`` is one launch's scores, ``(passes, n)`` or ``(n,)``, 1/0 or NaN."""
-    a, b = _arm(a_launches, "a"), _arm(b_launches, "b")
-    aa = _arm(aa_launches, "aa") if len(aa_launches) else None
-    return launch_aware_test(a, b, aa, alpha=alpha)
 
 
 def z_equivalent(t: float, df: float) -> float:

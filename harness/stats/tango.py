@@ -103,6 +103,15 @@ def score_interval(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> tuple[np.nda
     return lo, hi
 
 
+def discordant_mass(d: np.ndarray) -> tuple[np.ndarray, float, float, float]:
+    """``d`` without its NaN entries, their count n, and the mass of the differences favouring A (b) and B (c)."""
+    d = np.asarray(d, dtype=float)
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        raise ValueError("no question")
+    return d, float(d.size), float(np.sum(np.maximum(-d, 0))), float(np.sum(np.maximum(d, 0)))
+
+
 def effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
     """The table (b, c, n) that the score functions take, from per-question differences ``d`` (B - A in
     [-1, 1]; NaN skipped) and the design's variance of Δ = mean(d) (default: the question-level
@@ -112,12 +121,7 @@ def effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, f
     ``n_raw``. When every d_i is equal (ψ = Δ², e.g. no question differs) deff is 1: the table is taken
     as it stands, like one run per arm.
     """
-    d = np.asarray(d, dtype=float)
-    d = d[~np.isnan(d)]
-    n = float(d.size)
-    if n == 0:
-        raise ValueError("no question")
-    b, c = float(np.sum(np.maximum(-d, 0))), float(np.sum(np.maximum(d, 0)))
+    d, n, b, c = discordant_mass(d)
     delta, psi = (c - b) / n, (b + c) / n
     if variance is None:
         variance = float(np.sum((d - delta) ** 2)) / n**2

@@ -12,26 +12,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.serving.wire import can_send
+from harness.serving.wire import API_NAMES, can_send
 from harness.tasks import gpqa, gsm8k, mgsm, mmlu
 from harness.tasks.interface import Dataset, DatasetError, RecipeConfig, Task
+from harness.util.ranges import ranged
 
 
-@dataclass(frozen=True)
+@dataclass
 class TaskSpec:
-    """What a config asks of one task (``task.*``); None: the recipe's upstream default."""
+    """One task and its recipe, as a config asks for it (the ``task:`` group's schema, ``task.*`` and
+    ``tasks.<key>.*``): ``name`` gsm8k | mmlu | gpqa_diamond | mgsm_en. None: the recipe's upstream default."""
 
     name: str = "gsm8k"
+    #: the task's recipe (empty: its first; GSM8K: sglang)
     recipe: str = ""
-    num_questions: int | None = None
+    #: None: the recipe's upstream default (GSM8K: every question; MMLU: every row; a number: the first N, or
+    #: MMLU's and GPQA's random.Random(0) sample of N as upstream draws it); a comparison needs two questions
+    num_questions: int | None = ranged(None, 2, whole=True)
     num_shots: int | None = None
     max_new_tokens: int | None = None
+    #: the task's data: a local file or directory, hf:REPO[:CONFIG] or an http(s) URL; empty = the embedded copy
+    #: (GSM8K, MGSM-en; MMLU and GPQA are not shipped and need one)
     data_path: str = ""
     train_path: str = ""
     allow_noncanonical: bool = False
+    #: times each question is asked (GPQA: each with its own choice order; None: the task's default)
     repeats: int | None = None
-    #: the protocol to send it by (``harness.serving.wire`` names); empty: the engine's when the recipe speaks it,
-    #: else the recipe's own
+    #: the protocol the task is sent by: sglang | openai | chat (``harness.serving.wire`` names); empty: the
+    #: engine's api when the recipe speaks it, else the recipe's own (MMLU, GPQA, MGSM and sgl_eval_chat are chat
+    #: recipes)
     api: str = ""
 
     def recipe_config(self, model_path: str | None = None) -> RecipeConfig:
@@ -111,6 +120,8 @@ def problems(spec: TaskSpec, where: str = "task") -> list[str]:
         v = getattr(spec, field_)
         if v is not None and v < lo:
             out.append(f"{where}.{field_} must be >= {lo}, not {v}")
+    if spec.api and spec.api not in API_NAMES:
+        out.append(f"{where}.api must be {' or '.join(API_NAMES)} (or empty), not {spec.api!r}")
     return out
 
 
