@@ -222,6 +222,7 @@ METHODS: dict[str, Callable[[Stats], tuple[np.ndarray, np.ndarray]]] = {
     "rule x3 (= current, vectorised)": df_rule(3.0), "rule x5": df_rule(5.0), "rule x8": df_rule(8.0),
     "floor 0.7, rule x3": df_rule(3.0, 0.7), "floor 0.7, no rule": df_rule(math.inf, 0.7),
     "floor 0.85, no rule": df_rule(math.inf, 0.85), "rule x4": df_rule(4.0), "floor 0.7, rule x5": df_rule(5.0, 0.7),
+    "floor 0.7, rule x4": df_rule(4.0, 0.7),
     "no df rule": no_df_rule, "unbiased h": unbiased_h, "floor in V, residual df": floor_in_v,
     "max(V, S2d/n)": max_v_question, "floor in V, launch df": floor_in_v_launch_df}
 
