@@ -56,6 +56,13 @@ quarter of the experiments where σ²_L > 0; the launch-level form above holds <
 cost at σ²_L = 0 is the t_{df_L} reference in place of the normal one (seed design: power 83 % vs 86 % at
 +1.5 pp): the honest price of not knowing σ²_L (it is not switched on by a pretest).
 
+That price, measured on the greedy generator (seed design, no launch shift, B's effect of ~1.3 pp): power 75 %
+against the question-level test's 86 %, all of it the t reference (the z test on this V rejects 86 %). Flooring
+σ̂²_L at 0, V = max(V, S²_d/n), an untruncated question x arm term and relaxing :func:`df_weight` were each
+tried on 2000 experiments per row; those that bring it within 10 points reject 6.3-7.2 % with B's launches 6x A's,
+and no rule on (Δ̂, launch spread) holding 5 % at every σ²_L can exceed 78 % there (a linear programme's
+bound): benchmarks/calibrate_launch_df.py and docs/calibration.md, "Power with no launch shift".
+
 **Degenerate designs.** With one launch per configuration (no A/A control) df_L = 0: σ²_L cannot be estimated
 from this run; the result is the question-level test (:mod:`.consistent`) with the qualification
 "valid only if launches do not shift accuracy". With one launch per arm and an A/A control of one or more
