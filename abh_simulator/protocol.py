@@ -251,7 +251,7 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
 
         states = context_states(full, st.cfg.seed)
     if item.return_logprob:
-        meta.update(_sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states, opts.get("pending")))
+        _sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states, opts.get("pending"), meta)
     if opts["return_routed_experts"] and st.cfg.enable_return_routed_experts:
         meta["routed_experts"], meta["routed_experts_dtype"] = st.routed_experts(full, opts["routed_experts_start_len"],
                                                                                   states)
@@ -261,9 +261,10 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
 
 
 def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
-                     states: list[int] | None, pending: list[Pending] | None = None) -> dict[str, Any]:
-    """The ``meta_info`` logprob arrays of one item. ``pending``: the alternatives' arrays are left to
-    :func:`write_pending` (written for every item of a request at once), noted there."""
+                     states: list[int] | None, pending: list[Pending] | None = None,
+                     out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``meta_info`` logprob arrays of one item, put into ``out`` (a new dict: None). ``pending``: the
+    alternatives' arrays are left to :func:`write_pending` (written for every item of a request at once)."""
     n_in = len(item.ids)
     s = item.logprob_start_len if item.logprob_start_len >= 0 else n_in - 1
     sc = st.score(full, s + 1, item.top_logprobs_num, item.token_ids_logprob, states)
@@ -272,10 +273,11 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
     def lp(p: int) -> float | None:
         return sc.token_logprobs[at[p]] if p in at else None
 
-    out: dict[str, Any] = {
+    out = {} if out is None else out
+    out.update({
         "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
         "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
-    }
+    })
     # the alternatives' entries: without texts written by numpy as JSON text (abh_simulator.jsonfmt; a
     # scoring pass makes ~6 million of them), with texts built inline
     text = st.tokenizer.token_text
