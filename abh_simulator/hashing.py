@@ -21,13 +21,15 @@ def mix(x: int) -> int:
 
 
 def mix_np(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic); a new array (``x`` is not changed), the
+    steps in place on it (the simulator hashes ~100 keys per scored token)."""
     with np.errstate(over="ignore"):
         x = x ^ (x >> np.uint64(30))
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
-        x = x ^ (x >> np.uint64(27))
-        x = x * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+        return x
 
 
 def key_of(*parts: object) -> int:
@@ -65,15 +67,26 @@ def context_states(ids: Sequence[int], seed: int) -> list[int]:
 
 
 def uniform(keys: np.ndarray) -> np.ndarray:
-    """U(0, 1) (never 0) from uint64 keys."""
-    return ((mix_np(keys) >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+    """U(0, 1) (never 0) from uint64 keys: ((mix >> 11) + 0.5) / 2**53, each step in place."""
+    m = mix_np(keys)
+    m >>= np.uint64(11)
+    u = m.astype(np.float64)
+    u += 0.5
+    u /= float(1 << 53)
+    return u
 
 
 def normal(keys: np.ndarray) -> np.ndarray:
-    """N(0, 1) from uint64 keys (Box-Muller on two derived uniforms)."""
+    """N(0, 1) from uint64 keys (Box-Muller on two derived uniforms): sqrt(-2 log u1) cos(2 pi u2), in place."""
     u1 = uniform(keys ^ np.uint64(0x5851F42D4C957F2D))
     u2 = uniform(keys ^ np.uint64(0x14057B7EF767814F))
-    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
+    np.log(u1, out=u1)
+    u1 *= -2.0
+    np.sqrt(u1, out=u1)
+    u2 *= 2.0 * math.pi
+    np.cos(u2, out=u2)
+    u1 *= u2
+    return u1
 
 
 def pair_keys(states: np.ndarray, ids: np.ndarray, salt: int) -> np.ndarray:

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["DECIMALS", "fixed_numbers", "position_entries"]
+__all__ = ["DECIMALS", "as_array", "entry_rows", "fixed_numbers", "position_entries"]
 
 #: Decimals of a logprob on the wire (a real server's are float32: about 7 significant digits)
 DECIMALS = 12
@@ -79,33 +79,25 @@ def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
     return out
 
 
-def position_entries(logprobs: np.ndarray, ids: np.ndarray, skip: int) -> bytes | None:
-    """SGLang's ``input_top_logprobs`` / ``input_token_ids_logprobs`` without texts: ``skip`` leading ``null``
-    positions, then one ``[[lp, id, null], ...]`` list per row of ``logprobs`` (n, k) and ``ids`` (n, k; or (k,):
-    the same ids at every position, as asked ids are), as JSON text. None when a value cannot be written this way
-    (the caller builds the lists then)."""
+def entry_rows(logprobs: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """One ``[[lp, id, null], ...],`` row per row of ``logprobs`` (n, k >= 1) and ``ids`` (n, k; or (k,): the same
+    ids at every position), as (n, width) ASCII, each row ending in its separator ``,``. None when a value cannot
+    be written this way."""
     lp = np.asarray(logprobs, dtype=np.float64)
     tid = np.asarray(ids)
     if lp.ndim != 2 or tid.shape not in (lp.shape, lp.shape[1:]) or (tid.size and tid.min() < 0):
         return None
     n, k = lp.shape
-    head = b"null," * skip
     if n == 0 or k == 0:
-        body = b",".join([b"[]"] * n)
-        return b"[" + (head + body if n else head[:-1]) + b"]"
+        return None
     nums = fixed_numbers(lp.reshape(-1), DECIMALS)
     idt = fixed_numbers(tid.reshape(-1).astype(np.float64), 0)
     if nums is None or idt is None:
         return None
-    # written in place into the answer's bytes: "[" + head, then per row "[" + k entries "[lp,id,null]," + ","
-    # (a row's last entry closes the row instead: "...null]]"), the last row's "," closing the whole array
+    # per row "[" + k entries "[lp,id,null]," + "," (a row's last entry closes the row instead: "...null]],")
     wn, wi = nums.shape[1], idt.shape[1]
     e = wn + wi + 9  # "[" lp "," id ",null],"
-    width = 2 + k * e
-    buf = np.empty(1 + len(head) + n * width, dtype=np.uint8)
-    buf[0] = _OPEN
-    buf[1:1 + len(head)] = np.frombuffer(head, dtype=np.uint8)
-    rows = buf[1 + len(head):].reshape(n, width)
+    rows = np.empty((n, 2 + k * e), dtype=np.uint8)
     rows[:, 0] = _OPEN
     entries = rows[:, 1:1 + k * e].reshape(n, k, e)
     entries[:, :, 0] = _OPEN
@@ -115,5 +107,28 @@ def position_entries(logprobs: np.ndarray, ids: np.ndarray, skip: int) -> bytes 
     entries[:, :, 2 + wn + wi:] = np.frombuffer(b",null],", dtype=np.uint8)
     rows[:, -2] = _CLOSE  # the last entry's separator closes the row
     rows[:, -1] = _COMMA
-    buf[-1] = _CLOSE  # the last row's separator closes the array
-    return buf.tobytes()
+    return rows
+
+
+def as_array(rows: np.ndarray, skip: int) -> bytes:
+    """The JSON array of ``skip`` leading ``null`` positions, then the ``rows`` of :func:`entry_rows`."""
+    head = b"null," * skip
+    if rows.shape[0] == 0:
+        return b"[" + head[:-1] + b"]"
+    body = rows.tobytes()
+    return b"[" + head + body[:-1] + b"]"  # the last row's separator closes the array
+
+
+def position_entries(logprobs: np.ndarray, ids: np.ndarray, skip: int) -> bytes | None:
+    """SGLang's ``input_top_logprobs`` / ``input_token_ids_logprobs`` without texts: ``skip`` leading ``null``
+    positions, then one ``[[lp, id, null], ...]`` list per row of ``logprobs`` (n, k) and ``ids`` (n, k; or (k,):
+    the same ids at every position, as asked ids are), as JSON text. None when a value cannot be written this way
+    (the caller builds the lists then)."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    if lp.ndim == 2 and (lp.shape[0] == 0 or lp.shape[1] == 0):
+        head = b"null," * skip
+        n = lp.shape[0]
+        body = b",".join([b"[]"] * n)
+        return b"[" + (head + body if n else head[:-1]) + b"]"
+    rows = entry_rows(lp, ids)
+    return None if rows is None else as_array(rows, skip)

@@ -251,7 +251,7 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
 
         states = context_states(full, st.cfg.seed)
     if item.return_logprob:
-        meta.update(_sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states))
+        _sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states, opts.get("pending"), meta)
     if opts["return_routed_experts"] and st.cfg.enable_return_routed_experts:
         meta["routed_experts"], meta["routed_experts_dtype"] = st.routed_experts(full, opts["routed_experts_start_len"],
                                                                                   states)
@@ -261,7 +261,10 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
 
 
 def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
-                     states: list[int] | None) -> dict[str, Any]:
+                     states: list[int] | None, pending: list[Pending] | None = None,
+                     out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``meta_info`` logprob arrays of one item, put into ``out`` (a new dict: None). ``pending``: the
+    alternatives' arrays are left to :func:`write_pending` (written for every item of a request at once)."""
     n_in = len(item.ids)
     s = item.logprob_start_len if item.logprob_start_len >= 0 else n_in - 1
     sc = st.score(full, s + 1, item.top_logprobs_num, item.token_ids_logprob, states)
@@ -270,10 +273,11 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
     def lp(p: int) -> float | None:
         return sc.token_logprobs[at[p]] if p in at else None
 
-    out: dict[str, Any] = {
+    out = {} if out is None else out
+    out.update({
         "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
         "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
-    }
+    })
     # the alternatives' entries: without texts written by numpy as JSON text (abh_simulator.jsonfmt; a
     # scoring pass makes ~6 million of them), with texts built inline
     text = st.tokenizer.token_text
@@ -284,7 +288,7 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
                 return [[v, i, text(i)] for i, v in sc.top[at[p]]]
             return [[v, i, None] for i, v in sc.top[at[p]]]
         fast = (None if with_text or sc.top_ids is None or sc.top_logprobs is None else
-                _fragments(sc.top_logprobs, sc.top_ids, n_rows))
+                _alternatives(out, "top", sc.top_logprobs, sc.top_ids, n_rows, pending))
         out["input_top_logprobs"], out["output_top_logprobs"] = fast or (
             [None if p == s else top(p) for p in range(s, n_in)], [top(p) for p in range(n_in, len(full))])
     if item.token_ids_logprob is not None:
@@ -296,10 +300,75 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
         import numpy as np  # loaded where scores are asked for, not by every simulator
         got = sc.requested_logprobs
         fast = (None if with_text or got is None or not want else
-                _fragments(got, np.asarray(want, dtype=np.int64), n_rows))
+                _alternatives(out, "token_ids", got, np.asarray(want, dtype=np.int64), n_rows, pending))
         out["input_token_ids_logprobs"], out["output_token_ids_logprobs"] = fast or (
             [None if p == s else asked(p) for p in range(s, n_in)], [asked(p) for p in range(n_in, len(full))])
     return out
+
+
+def _alternatives(out: dict[str, Any], name: str, logprobs: np.ndarray, ids: np.ndarray, n_rows: int,
+                  pending: list[Pending] | None) -> tuple[Any, Any] | None:
+    """``input_{name}_logprobs`` and ``output_{name}_logprobs`` written by numpy now (None: they cannot be), or left
+    to :func:`write_pending` (placeholders until then)."""
+    if pending is None:
+        return _fragments(logprobs, ids, n_rows)
+    import numpy as np
+
+    pending.append(Pending(out, f"input_{name}_logprobs", f"output_{name}_logprobs", logprobs,
+                           np.broadcast_to(ids, logprobs.shape) if ids.ndim == 1 else ids, n_rows))
+    return None, None
+
+
+@dataclass
+class Pending:
+    """One item's alternatives (``logprobs`` and ``ids``, (n, k)), to be written into ``out[head]`` (the first
+    ``n_rows`` rows, after one ``null``) and ``out[tail]`` by :func:`write_pending`."""
+
+    out: dict[str, Any]
+    head: str
+    tail: str
+    logprobs: np.ndarray
+    ids: np.ndarray
+    n_rows: int
+
+
+def write_pending(pending: list[Pending]) -> None:
+    """Write every item's alternatives of a request: those of one width by one call of numpy's writer (a scoring
+    request holds 16 items of ~80 positions: a call per item and array cost the writer's set-up 64 times); the
+    others, and any the writer cannot write, one by one."""
+    import numpy as np
+    import orjson
+
+    from abh_simulator.jsonfmt import as_array, entry_rows
+
+    by_k: dict[int, list[Pending]] = {}
+    for p in pending:
+        if p.logprobs.ndim == 2 and p.logprobs.shape[0] and p.logprobs.shape == p.ids.shape:
+            by_k.setdefault(p.logprobs.shape[1], []).append(p)
+        else:
+            _write_one(p)
+    for group in by_k.values():
+        rows = entry_rows(np.concatenate([p.logprobs for p in group]), np.concatenate([p.ids for p in group]))
+        if rows is None:
+            for p in group:
+                _write_one(p)
+            continue
+        at = 0
+        for p in group:
+            n = p.logprobs.shape[0]
+            p.out[p.head] = orjson.Fragment(as_array(rows[at:at + p.n_rows], 1))
+            p.out[p.tail] = orjson.Fragment(as_array(rows[at + p.n_rows:at + n], 0))
+            at += n
+
+
+def _write_one(p: Pending) -> None:
+    got = _fragments(p.logprobs, p.ids, p.n_rows)
+    if got is None:  # as lists (a value numpy cannot write)
+        def entries(r: int) -> list[list[Any]]:
+            return [[float(v), int(i), None] for v, i in zip(p.logprobs[r].tolist(), p.ids[r].tolist(), strict=True)]
+        got = ([None, *(entries(r) for r in range(p.n_rows))],
+               [entries(r) for r in range(p.n_rows, p.logprobs.shape[0])])
+    p.out[p.head], p.out[p.tail] = got
 
 
 def _fragments(logprobs: np.ndarray, ids: np.ndarray, n_rows: int) -> tuple[Any, Any] | None:

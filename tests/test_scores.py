@@ -117,3 +117,29 @@ def test_reader_scans_widths_when_scores_json_lacks_them(tmp_path):
     slow = S.load_scores(tmp_path)
     for col in ("top_ids", "top_logprobs", "ref_top_logprobs", "text_offset"):
         np.testing.assert_array_equal(getattr(fast, col), getattr(slow, col))
+
+
+def test_logprobs_and_ids_are_stored_byte_stream_split_and_read_back_bit_for_bit(tmp_path):
+    """The compact encoding is lossless: every float32 (the no-op proof compares them bit for bit: -0.0, a
+    subnormal, -inf, NaN included) and every id comes back as written."""
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(7)
+    t, k = 300, 4
+    lp = (-rng.exponential(3.0, t)).astype(np.float32)
+    lp[:4] = [-0.0, -1e-42, -np.inf, -3.4e38]
+    tops = (-rng.exponential(5.0, (t, k))).astype(np.float32)
+    tops[0] = [np.nan, -np.inf, -1e-45, -0.0]
+    ids = rng.integers(0, 200_000, (t, k)).astype(np.int32)
+    ref = (-rng.exponential(5.0, (t, 3))).astype(np.float32)
+    with S.ScoresWriter(tmp_path, top_k=k) as w:
+        w.add(3, ids[:, 0], lp, ids, tops, ref)
+    table = S.load_scores(tmp_path)
+    for got, want in ((table.logprob, lp), (table.top_logprobs, tops), (table.ref_top_logprobs, ref)):
+        assert got is not None and got.tobytes() == want.tobytes()
+    assert np.array_equal(table.top_ids, ids) and np.array_equal(table.token_id, ids[:, 0])
+    md = pq.ParquetFile(tmp_path / S.SCORES).metadata
+    encodings = {md.row_group(0).column(c).path_in_schema: md.row_group(0).column(c).encodings
+                 for c in range(md.num_columns)}
+    for path in S.BYTE_STREAM_SPLIT:
+        assert "BYTE_STREAM_SPLIT" in encodings[path], (path, encodings[path])

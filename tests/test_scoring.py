@@ -18,6 +18,7 @@ from harness.measure.divergence_pass import (
     INPUTS,
     ScoringOptions,
     _read_inputs,
+    asked_cap,
     asked_ids,
     load_references,
     score_pass,
@@ -52,6 +53,14 @@ def test_asked_ids_unions_the_likeliest_ids_without_the_reference_token():
     # each position's own reference token is not asked there (every pass returns its logprob anyway)
     assert asked_ids(top, lps, 10, np.array([5, 7])) == [8, 7, 5, 9, 6]
     assert asked_ids(top, lps, 0) == [] and asked_ids(np.full((2, 3), -1), np.zeros((2, 3)), 5) == []
+
+
+def test_the_ids_asked_scale_with_top_k_up_to_the_default_cap():
+    """Every asked id is an entry at every position of an answer: a smaller top_k asks proportionally fewer."""
+    assert asked_cap(20) == 32 and asked_cap(50) == 32  # the default top_k asks the default cap, never more
+    assert (asked_cap(5), asked_cap(10), asked_cap(1)) == (8, 16, 2)
+    assert ScoringOptions(top_k=5).asked == 8 and ScoringOptions(top_k=5, max_asked_ids=3).asked == 3
+    assert ScoringOptions().asked == 32
 
 
 def test_asked_ids_from_the_best_entries_are_those_of_all_entries() -> None:

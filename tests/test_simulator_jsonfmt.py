@@ -46,3 +46,32 @@ def test_one_row_of_ids_is_the_same_ids_at_every_position() -> None:
     lp = -np.arange(12, dtype=float).reshape(3, 4) / 7
     ids = np.array([5, 50, 500, 5000])
     assert position_entries(lp, ids, 1) == position_entries(lp, np.tile(ids, (3, 1)), 1)
+
+
+def test_a_requests_items_written_at_once_read_as_each_written_alone() -> None:
+    """write_pending (every item of a request by one call) answers what each item's own arrays say: the same
+    values and ids, whatever the other items' widths; an item numpy cannot write is written as lists."""
+    from abh_simulator.protocol import Pending, _fragments, write_pending
+
+    rng = np.random.default_rng(5)
+    items = []
+    for n, k, scale in ((7, 3, 1.0), (1, 3, 250.0), (12, 3, 0.01), (5, 2, 3.0), (4, 3, 1.0)):
+        lp = np.round(-rng.exponential(scale, (n, k)), DECIMALS)
+        ids = rng.integers(0, 10 ** int(rng.integers(1, 7)), (n, k))
+        items.append((lp, ids if k == 3 else ids[0], int(rng.integers(0, n + 1))))
+    items[4][0][1, 1] = np.nan  # not writable by numpy: lists
+    outs, pending = [], []
+    for lp, ids, n_rows in items:
+        out: dict = {}
+        pending.append(Pending(out, "in", "out", lp, np.broadcast_to(ids, lp.shape), n_rows))
+        outs.append(out)
+    write_pending(pending)
+    for (lp, ids, n_rows), out in zip(items, outs, strict=True):
+        alone = _fragments(lp, ids, n_rows)
+        got = [orjson.loads(orjson.dumps(out[key])) for key in ("in", "out")]
+        if alone is None:  # the NaN item: as lists, NaN written as null by orjson
+            assert got[0][0] is None and len(got[0]) == n_rows + 1 and len(got[1]) == lp.shape[0] - n_rows
+            continue
+        assert got == [orjson.loads(orjson.dumps(f)) for f in alone]
+        assert got[0][0] is None and [e[1] for row in got[0][1:] + got[1] for e in row] == \
+            np.broadcast_to(ids, lp.shape).reshape(-1).tolist()

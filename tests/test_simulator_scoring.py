@@ -289,3 +289,29 @@ def test_routed_experts_on_buggy_and_fixed_builds(sim_server, tok):
     assert (experts.decode(o["sglext"]["routed_experts"], 4, 6)[:, :, -1] == 256).all()
     bad = requests.post(fixed.url + "/generate", json={**body, "routed_experts_start_len": len(ids) + 1}, timeout=10)
     assert bad.status_code == 400
+
+
+def test_the_in_place_hashes_draw_the_very_same_numbers():
+    """mix_np, uniform and normal computed in place give the plain formulas' values bit for bit (every simulated
+    logprob depends on them), and leave their input unchanged."""
+    from abh_simulator.hashing import mix_np, normal, uniform
+
+    def mix_ref(x):
+        with np.errstate(over="ignore"):
+            x = x ^ (x >> np.uint64(30))
+            x = x * np.uint64(0xBF58476D1CE4E5B9)
+            x = x ^ (x >> np.uint64(27))
+            x = x * np.uint64(0x94D049BB133111EB)
+            return x ^ (x >> np.uint64(31))
+
+    def uniform_ref(k):
+        return ((mix_ref(k) >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+
+    keys = np.random.default_rng(11).integers(0, 2 ** 63, (300, 7), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    keys[0, :3] = [0, 1, 2 ** 64 - 1]
+    before = keys.copy()
+    assert np.array_equal(mix_np(keys), mix_ref(keys)) and np.array_equal(keys, before)
+    assert uniform(keys).tobytes() == uniform_ref(keys).tobytes()
+    u1, u2 = uniform_ref(keys ^ np.uint64(0x5851F42D4C957F2D)), uniform_ref(keys ^ np.uint64(0x14057B7EF767814F))
+    assert normal(keys).tobytes() == (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)).tobytes()
+    assert np.array_equal(keys, before)

@@ -609,11 +609,16 @@ def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path
     records a scoring pass: the reference pass is the first A directory that records one (else arm A's first
     directory, so the verdict says it was not scored), the compared pass the first such B directory, the floor
     the first such A/A directory (else A's next one), and every further pass on A's, the A/A control's and B's
-    directories goes to the launch-level test. ``kwargs`` go to :func:`compute_divergence`."""
+    directories goes to the launch-level test. ``kwargs`` go to :func:`compute_divergence`; a result stored
+    beside the reference pass for the same inputs is reused (:mod:`harness.analysis.divergence_cache`)."""
     if not any(has_pass(d) for d in (*a_dirs, *b_dirs, *aa_dirs)):
         return None
+    from harness.analysis.divergence_cache import cached
+
     ref, ab, floor, more_a, more_b = pass_dirs(a_dirs, b_dirs, aa_dirs)
-    return compute_divergence(ref, ab, floor, launches_a=more_a, launches_b=more_b, **kwargs)
+    # the result abh run stored beside the reference pass, when every input is as it was (read only: a comparison
+    # writes nothing among its inputs)
+    return cached(compute_divergence, ref, ab, floor, more_a, more_b, store=False, **kwargs)
 
 
 def _reason(d: Divergence) -> str:

@@ -71,8 +71,9 @@ def _parser() -> argparse.ArgumentParser:
                           "noninferiority: one-sided at alpha/2, B no worse than A by more than --margin; "
                           "identical: B's outputs bit-identical to A's, on a floor of exactly zero (needs --aa)",
                       identical=True)
-    ap.add_argument("--resamples", type=int, default=10_000, metavar="N",
-                    help="bootstrap resamples of the diagnostics' intervals")
+    ap.add_argument("--resamples", type=int, default=None, metavar="N",
+                    help=f"bootstrap resamples of the diagnostics' intervals (default {RESAMPLES}; the divergence's "
+                         "sign-flip test: as abh run, so a run's stored divergence is reused)")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions dropped for request errors above which arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")
@@ -93,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                          "their own (default: the evals of one server URL are one launch; without a URL the "
                          "comparison is refused)")
     return ap
+
+
+#: ``--resamples`` when not given (the divergence then uses compute_divergence's own default, as abh run does)
+RESAMPLES = 10_000
 
 
 def _load_evals(dirs: Sequence[Path], allow_incomplete: bool) -> list[tuple[Path, EvalMeta, EvalSummary | None]]:
@@ -172,14 +177,14 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
         c = compare_dirs(args.a, args.b, margin=None if args.margin is None else args.margin / 100,
                          alpha=args.alpha, seed=args.seed, aa_dirs=aa_evals, max_error_rate=args.max_error_rate,
                          min_effect=None if args.min_effect is None else args.min_effect / 100,
-                         n_resamples=args.resamples,
+                         n_resamples=args.resamples or RESAMPLES,
                          hypothesis=args.hypothesis, assume_no_launch_shift=args.assume_no_launch_shift,
                          launches_from_passes=args.launches_from_passes)
     except CompareError as e:
         print(f"abh compare: {e}", file=sys.stderr)
         return e.exit_code if isinstance(e, TooFewAnswered) else exitcodes.BAD_CONFIG
-    div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed,
-                             n_resamples=args.resamples)
+    given = {} if args.resamples is None else {"n_resamples": args.resamples}
+    div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed, **given)
     names = ArmNames(a=_name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
                      b=_name(args.b_name, [m for _, m, _ in evals["b"]], "B"))
     c = replace(c, divergence=div, arm_names=names, command=["abh", "compare", *redact_argv(argv)])
@@ -229,7 +234,7 @@ def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     command = ["abh", "compare", *redact_argv(list(argv))]
     kwargs = {"margin": None if args.margin is None else args.margin / 100, "alpha": args.alpha, "seed": args.seed,
               "assume_no_launch_shift": args.assume_no_launch_shift,
-              "max_error_rate": args.max_error_rate, "n_resamples": args.resamples, "hypothesis": args.hypothesis,
+              "max_error_rate": args.max_error_rate, "n_resamples": args.resamples or RESAMPLES, "hypothesis": args.hypothesis,
               "min_effect": None if args.min_effect is None else args.min_effect / 100}
     try:
         sides = [lm.read_all(lm.sample_files(Path(p))) for p in args.lm_eval]

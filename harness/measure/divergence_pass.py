@@ -69,13 +69,21 @@ from harness.serving.wire import (
     TokenScores,
 )
 
-__all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_ids",
+__all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_cap", "asked_ids",
            "load_references", "score_pass", "score_pass_async", "text_key"]
 
 T = TypeVar("T")
 
-#: At most this many of the reference pass's top-k ids are asked of the other passes per question (SGLang).
+#: At most this many of the reference pass's top-k ids are asked of the other passes per question (SGLang), at the
+#: default ``top_k``; a smaller ``top_k`` asks proportionally fewer (:func:`asked_cap`).
 DEFAULT_MAX_ASKED_IDS = 32
+
+
+def asked_cap(top_k: int) -> int:
+    """The ids asked per question at ``top_k``: :data:`DEFAULT_MAX_ASKED_IDS` scaled by ``top_k`` over the default
+    top_k (rounded up), never more. Every asked id costs an entry at every position of the answer, so the ids asked
+    stay in the same proportion to the top-k the reference pass reports."""
+    return min(DEFAULT_MAX_ASKED_IDS, -(-DEFAULT_MAX_ASKED_IDS * max(int(top_k), 1) // DEFAULT_TOP_K))
 #: The reference pass's token ids of every question's prompt and reference: what the other passes send.
 INPUTS = "score_inputs.parquet"
 
@@ -191,7 +199,8 @@ class ScoringOptions:
     parallel: int = SCORING_PARALLEL
     #: The reference pass's directory; None: this pass IS the reference pass (it scores its own text).
     reference_scores: Path | None = None
-    max_asked_ids: int = DEFAULT_MAX_ASKED_IDS
+    #: None: :func:`asked_cap` of ``top_k``
+    max_asked_ids: int | None = None
     #: Questions per scoring request where the protocol takes a batch (SGLang's ``/generate``; ``divergence.batch``):
     #: fewer, larger requests cost both processes less per question. 1: one question per request.
     batch: int = SCORING_BATCH
@@ -202,6 +211,11 @@ class ScoringOptions:
     meta: ScoresMeta = field(default_factory=lambda: ScoresMeta())
     #: Wait up to this long for the server's health endpoint first (0: do not wait).
     wait_ready_s: float = 0.0
+
+    @property
+    def asked(self) -> int:
+        """The ids asked per question: ``max_asked_ids``, or :func:`asked_cap` of ``top_k``."""
+        return asked_cap(self.top_k) if self.max_asked_ids is None else int(self.max_asked_ids)
 
 
 # ------------------------------------------------------------------------------------------ one answer
@@ -452,7 +466,7 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
             inputs = _read_inputs(Path(opts.reference_scores) / INPUTS)
     if not any(r.text for r in refs):
         return not_measured(f"the reference eval {ref_eval} has no answered question with a completion to score")
-    carried = _carried(out, meta, opts.max_asked_ids)
+    carried = _carried(out, meta, opts.asked)
     if carried is None:  # a pass is redone whole: no stale file may outlive it
         for name in (SCORES_META, SCORES, INPUTS):
             (out / name).unlink(missing_ok=True)
@@ -533,9 +547,9 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
     by_ids = inputs is not None
     if carried is not None and (carried.meta.get("api") != api.name or carried.meta.get("by_ids") != by_ids):
         carried = None
-    ask = api.scores_given_ids and ref_table is not None and opts.max_asked_ids > 0
+    ask = api.scores_given_ids and ref_table is not None and opts.asked > 0
     meta.update({"api": api.name, "by_ids": by_ids, "by_text_reason": text_reason if not by_ids else None,
-                 "echo_shift": getattr(api, "echo_shift", None), "asked_ids": opts.max_asked_ids if ask else 0})
+                 "echo_shift": getattr(api, "echo_shift", None), "asked_ids": opts.asked if ask else 0})
     return _Plan(api, by_ids, inputs, detokenized, offsets, carried)
 
 
@@ -619,7 +633,7 @@ class _Asker:
             rows = self.ref_table.rows(ref.question)
             top = self.ref_table.top_ids[rows]
             table = self.ref_table
-            want = (asked_ids(top, table.top_logprobs[rows], self.opts.max_asked_ids, table.token_id[rows])
+            want = (asked_ids(top, table.top_logprobs[rows], self.opts.asked, table.token_id[rows])
                     if self.ask else None)
             # only the reference pass needs the tokens' texts (where the first diverging token starts)
             req = ScoreRequest(req.prompt, req.reference, top_k=self.k, prompt_tokens=req.prompt_tokens,

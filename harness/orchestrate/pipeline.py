@@ -33,6 +33,7 @@ from harness.analysis.compare_settings import CompareError, CompareSettingsError
 from harness.analysis.comparison import IncomparableEvals, TooFewAnswered, compare_dirs, format_summary
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence, has_pass
+from harness.analysis.divergence_cache import cached
 from harness.analysis.gate import comparison_exit, exit_reason, gate_not_applied, gated
 from harness.analysis.multitask import format_tasks
 from harness.analysis.routing import compute_routing
@@ -603,8 +604,8 @@ class Run:
             passes = (self.scoring.ref_dir, next(iter(d["other"]), None), next(iter(d["same"]), None))
             texts = _outputs([*dirs["a"], *dirs["b"], *dirs["aa"], *(p for p in passes if p is not None)])
             t_ref, t_b, t_aa = (None if p is None else texts.get(str(p)) for p in passes)
-            comparison = replace(comparison, divergence=compute_divergence(
-                *passes, launches_a=d["same"][1:], launches_b=d["other"][1:], alpha=s.alpha, seed=s.seed,
+            comparison = replace(comparison, divergence=cached(  # stored for abh compare to reuse
+                compute_divergence, *passes, d["same"][1:], d["other"][1:], store=True, alpha=s.alpha, seed=s.seed,
                 reference=self.scoring.reference, min_scored_share=float(self.cfg.divergence.min_scored_share),
                 texts_ref=t_ref, texts_b=t_b, texts_aa=t_aa))
             if self.cfg.divergence.routing:  # the MoE routed experts of the same passes' launches

@@ -57,6 +57,9 @@ SCHEMA_VERSION = schema.WRITES[KIND]
 PAD_ID = -1
 DEFAULT_ROW_GROUP_ROWS = 65_536
 MAX_ERROR_EXAMPLES = 5
+#: the columns stored byte stream split (:class:`ScoresWriter`), by their Parquet paths
+BYTE_STREAM_SPLIT = ("token_id", "logprob", "top_ids.list.element", "top_logprobs.list.element",
+                     "ref_top_logprobs.list.element")
 
 
 #: ``scores.json``: the writer's own keys (see the module docstring), then those of the caller's meta that abh's
@@ -155,8 +158,11 @@ class ScoresWriter:
         # written through a descriptor that followed no link (pyarrow would open a planted one's target)
         self._file = fileio.open_new(self._partial)
         # dictionary encoding only where values repeat (a question's index on each of its rows): on the logprob
-        # and id columns it costs ~40 % of the write for 1 % of the size
-        self._writer = pq.ParquetWriter(self._file, scores_schema(), compression="zstd", use_dictionary=["question"])
+        # and id columns it costs ~40 % of the write for 1 % of the size. The logprobs and ids are stored byte
+        # stream split (each value's bytes in four streams: zstd finds the exponents' and high bytes' repeats),
+        # lossless: 7 % smaller and faster to read than plain
+        self._writer = pq.ParquetWriter(self._file, scores_schema(), compression="zstd", use_dictionary=["question"],
+                                        use_byte_stream_split=list(BYTE_STREAM_SPLIT))
         self._buf: list[_Chunk] = []
         self._buffered = 0
         self._seen: set[int] = set()
