@@ -9,6 +9,7 @@ hash), so even a rendering mistake could not run injected script or phone home.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import time
@@ -197,6 +198,7 @@ def _csp(script: str | None) -> str:
             "font-src 'none'; connect-src 'none'; form-action 'none'; base-uri 'none'")
 
 
+@functools.cache  # one per process: its templates compile once, not once per report (a test process renders many)
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)

@@ -63,6 +63,8 @@ class EvalStore:
         """``prompt_texts``: the text store the prompts go to (a run's, shared by its evals); None: one in
         ``root``."""
         self.root = Path(root)
+        #: the files every append writes (joined once: an eval appends a row per question)
+        self._samples_path, self._prompts_path = self.root / SAMPLES, self.root / PROMPTS
         self.texts_path = Path(prompt_texts) if prompt_texts is not None else self.root / TEXTS
         self._texts: PromptTexts | None = None
         self.meta: dict[str, Any] = {}
@@ -182,9 +184,9 @@ class EvalStore:
             if prompt is not None and self._prompts_f is not None:
                 if self._texts is not None:
                     self._texts.add(rec.prompt_sha256, prompt)
-                append_line(self._prompts_f, self.root / PROMPTS,
+                append_line(self._prompts_f, self._prompts_path,
                             {"index": rec.index, "prompt_sha256": rec.prompt_sha256})
-            append_line(self._samples_f, self.root / SAMPLES, rec.to_row())
+            append_line(self._samples_f, self._samples_path, rec.to_row())
         except OutputError as e:
             self.failed = e
             raise

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +63,7 @@ def read_rows(path: Path) -> dict[int, tuple[int, SampleRecord]]:
 
 
 def _answer(rec: SampleRecord) -> tuple[Any, ...]:
-    d = asdict(rec)
-    return tuple(d[k] for k in _ANSWER_FIELDS)
+    return tuple(getattr(rec, k) for k in _ANSWER_FIELDS)
 
 
 def verify(path: Path, rows: Mapping[int, tuple[int, SampleRecord]], reference: Reference | None,

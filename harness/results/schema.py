@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
@@ -266,13 +267,13 @@ class SampleRecord:
         the first field that is wrong. Unknown keys are ignored (a newer writer's)."""
         if not isinstance(d, dict):
             raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
-        for f in fields(cls):
-            if f.name not in d and f.name not in _OPTIONAL_SAMPLE_FIELDS:
-                raise ValueError(f"the row has no {f.name!r}")
-            value = d.get(f.name)
-            if not f.metadata["ok"](value):
-                raise ValueError(f"{f.name} must be {f.metadata['says']}, not {json.dumps(value, default=str)[:40]}")
-        rec = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        for name, ok, says in _SAMPLE_CHECKS:
+            if name not in d and name not in _OPTIONAL_SAMPLE_FIELDS:
+                raise ValueError(f"the row has no {name!r}")
+            value = d.get(name)
+            if not ok(value):
+                raise ValueError(f"{name} must be {says}, not {json.dumps(value, default=str)[:40]}")
+        rec = cls(**{name: d[name] for name, _, _ in _SAMPLE_CHECKS if name in d})
         if rec.error is None and (rec.output is None or rec.correct is None or rec.invalid is None):
             raise ValueError("an answered row (error null) needs its output, correct and invalid")
         if rec.error is not None and rec.correct is not None:
@@ -280,12 +281,19 @@ class SampleRecord:
         return rec
 
     def to_row(self) -> dict[str, Any]:
-        """The ``samples.jsonl`` row: every field in order, but ``score`` and ``reasoning`` only when set."""
-        row = asdict(self)
+        """The ``samples.jsonl`` row: every field in order, but ``score`` and ``reasoning`` only when set. Every
+        field is a scalar (each one's check says so), so a shallow copy is ``asdict``'s row at a tenth of its cost
+        (an eval writes one row per question)."""
+        row = {name: getattr(self, name) for name, _, _ in _SAMPLE_CHECKS}
         for key in ("score", "reasoning"):
             if row[key] is None:
                 del row[key]
         return row
+
+
+#: (name, check, what the check asks) of every SampleRecord field, in order: read once, used for every row
+_SAMPLE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = tuple(
+    (f.name, f.metadata["ok"], f.metadata["says"]) for f in fields(SampleRecord))
 
 
 class PromptRow(TypedDict):

@@ -23,6 +23,7 @@ GitLab (``glpat-...``). ``MY_SETTING=hf_...`` is redacted although ``MY_SETTING`
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import string
@@ -92,6 +93,7 @@ def _is_token_or_key_name(words: list[str]) -> bool:
     return _FUSED.fullmatch(last) is not None
 
 
+@functools.lru_cache(maxsize=4096)  # a run's manifest is redacted at every event: the same few hundred keys
 def is_secret_name(name: str) -> bool:
     """True when an env var, flag, config key or override name looks like it holds a secret (a dotted override:
     pass the last part; a flag's leading dashes are ignored)."""
@@ -332,6 +334,7 @@ def _assigned_secret(s: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=8192)  # pure; the manifest's strings come back at every rewrite
 def _redact_assignment(s: str) -> str:
     """An assignment whose name is secret (:func:`_assigned_secret`) redacted, or text holding such pairs."""
     return redact_text(s) if _assigned_secret(s) is None else f"{s.partition('=')[0]}={REDACTED}"

@@ -8,8 +8,21 @@ follow. Run as a script to print the graph and its cycles::
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
+
+
+def parse(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once per version of the file (the graph and the outside imports read the
+    same ~150 modules: parsing them is most of what the architecture tests cost)."""
+    st = path.stat()
+    return _parse(path.resolve(), st.st_mtime_ns, st.st_size)
+
+
+@functools.cache
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
 
 
 def module_names(package_dir: Path) -> dict[str, Path]:
@@ -46,8 +59,7 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
     modules = module_names(package_dir)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for node in ast.walk(tree):
+        for node in ast.walk(parse(path)):
             names = _imported(node, mod, path.name == "__init__.py")
             if isinstance(node, ast.ImportFrom):
                 # `from pkg import sub` imports the submodule when there is one, else a name of pkg itself
@@ -73,7 +85,7 @@ def outside_imports(package_dir: Path) -> dict[str, set[str]]:
     own = package_dir.resolve().name
     out: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
