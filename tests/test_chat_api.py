@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.waiting import PATIENCE_S
 
 from abh_simulator import answer_key
 from harness import exitcodes
@@ -82,7 +83,7 @@ def test_ab_of_two_tasks_on_two_running_servers(tmp_path, sim_server):
     b = sim_server("--answer-key", str(key), "--accuracy", "0.8", "--build", "fix")
     out = tmp_path / "ab"
     done = abh("ab", a.url, b.url, "--out", str(out), "--task", "gsm8k,mgsm_en", "--num-questions", "20",
-               "--parallel", "20", "--no-progress", cwd=tmp_path, timeout=300)
+               "--parallel", "20", "--no-progress", cwd=tmp_path, timeout=PATIENCE_S)
     assert done.returncode == exitcodes.OK, done.stderr[-3000:]
     from harness.results import schema
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import abh_run_here
+from helpers.waiting import PATIENCE_S
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
@@ -136,7 +137,7 @@ def test_unknown_arm_engine_key_is_caught():
 
 def _abh(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.cli.main", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+                          timeout=PATIENCE_S)
 
 
 def test_cfg_job_prints_the_resolved_config(capsys):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import TEST_JSONL
 from helpers.faultserver import FaultServer
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.cli.main import main as abh_main
@@ -29,7 +30,7 @@ API_KEY = "plain0key0without0any0known0format"  # not redacted by its form: only
 def abh(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``abh ARGS`` as a command, in its own process (what it prints is what a terminal would show)."""
     return subprocess.run([sys.executable, "-m", "harness.cli.main", *args], capture_output=True, text=True,
-                          timeout=180, env={**os.environ, **(env or {})})
+                          timeout=PATIENCE_S, env={**os.environ, **(env or {})})
 
 
 def abh_here(*args: str) -> subprocess.CompletedProcess:

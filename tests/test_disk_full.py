@@ -19,6 +19,7 @@ import pytest
 from conftest import TEST_JSONL, SimServer, pid_alive
 from helpers.evals import make_eval, seed_vectors
 from helpers.runs import ONE_EACH, SMALL, abh_run_here, rows, wait_for
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 
@@ -55,7 +56,7 @@ class SmallDisk:
         else:
             self.root.chmod(0o500)
 
-    def run(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    def run(self, *args: str, timeout: float = PATIENCE_S) -> subprocess.CompletedProcess:
         return subprocess.run([*ABH, *args], capture_output=True, text=True, timeout=timeout,
                               preexec_fn=self.preexec(), cwd=self.root.parent)
 
@@ -142,7 +143,7 @@ def test_abh_run_on_a_disk_that_fills_mid_eval(small_disk):
         wait_for(lambda: rows(run_dir / "evals" / "a" / "r1" / "samples.jsonl") > 10 or p.poll() is not None, 60,
                  "the first answers")
         filler = fill(disk.root)  # the disk fills while the eval writes
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=PATIENCE_S)
     finally:
         if p.poll() is None:
             p.kill()

@@ -174,10 +174,10 @@ def test_abh_run_scores_by_default_and_finds_the_divergence(tmp_path, capsys):
 def test_a_changed_divergence_setting_redoes_only_the_passes(tmp_path, capsys):
     """divergence.* changes no digest: the evals are kept, only the passes are redone (in this process)."""
     run_dir, _ = _shifted_run(tmp_path)
-    assert abh_run_here(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, "divergence.top_k=5") == 0
+    assert abh_run_here(f"hydra.run.dir={run_dir}", *RUN, *SHIFTED, "divergence.top_k=3") == 0
     err = capsys.readouterr().err
     assert "already complete, kept" in err and "already scored" not in err
-    assert read_json(run_dir / "comparison.json")["divergence"]["top_k"] == 5
+    assert read_json(run_dir / "comparison.json")["divergence"]["top_k"] == 3
 
 
 @pytest.mark.slow  # ~10 s; the default run: indistinguishable in abh compare (above), the floor pass in abh run (above)

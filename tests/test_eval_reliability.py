@@ -16,13 +16,14 @@ import pytest
 from aiohttp import web
 from conftest import TEST_JSONL, SimServer, free_port
 from helpers.aioserver import ThreadedApp
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.results.fileio import read_jsonl
 from harness.serving.client import Client, ClientConfig
 
 
-def abh_eval(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def abh_eval(*args: str, timeout: float = PATIENCE_S) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--data", str(TEST_JSONL), "--no-progress",
                            *args], capture_output=True, text=True, timeout=timeout)
 
@@ -166,7 +167,7 @@ def _start(*args: str) -> subprocess.Popen:
                              "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_a_request(server: SimServer, p: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_for_a_request(server: SimServer, p: subprocess.Popen, timeout: float = PATIENCE_S) -> None:
     """Until the simulator has taken a generation request (the warm-up, in flight for its ``--latency-s``): the
     event itself, however long abh eval takes to start on a loaded machine."""
     import requests
@@ -198,7 +199,7 @@ def test_signal_during_the_warm_up_is_honoured(sim_server, tmp_path, sig):
     _wait_for_a_request(s, p)  # the warm-up request is in flight (it takes 15 s)
     t0 = time.monotonic()
     p.send_signal(sig)
-    _, err = p.communicate(timeout=30)
+    _, err = p.communicate(timeout=PATIENCE_S)
     assert time.monotonic() - t0 < 10  # not the warm-up's 15 s (room for a loaded machine's exit)
     assert p.returncode == 128 + sig, err
     assert "interrupted by" in one_line(err)
@@ -216,7 +217,7 @@ def test_signal_during_the_warm_up_of_a_resumed_eval_keeps_its_answers(sim_serve
     p = _start("--url", slow.url, "--out", str(out), "--num-questions", "20")
     _wait_for_a_request(slow, p)  # the warm-up request is in flight
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=30)
+    _, err = p.communicate(timeout=PATIENCE_S)
     assert p.returncode == 130, err
     assert "Rerun the same command to resume" in one_line(err)
     key = lambda r: r["index"]  # noqa: E731
@@ -235,7 +236,7 @@ def test_waiting_for_a_loading_server_says_so(tmp_path):
     said = _wait_for_line(p, "waiting for the server to load")
     s = SimServer("--accuracy", "0.9", "--startup-s", "1", port=port)
     try:
-        _, rest = p.communicate(timeout=120)
+        _, rest = p.communicate(timeout=PATIENCE_S)
     finally:
         s.stop()
     err = "".join(said) + rest

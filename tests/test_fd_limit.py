@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL, SimServer
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.serving.client import RESERVED_FDS, fit_parallelism
@@ -23,7 +24,7 @@ def eval_with_nofile(url: str, out: Path, soft: int, hard: int, n: int = 600) ->
 
     return subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--url", url, "--out", str(out),
                            "--data", str(TEST_JSONL), "--num-questions", str(n), "--parallel", str(n),
-                           "--no-progress"], capture_output=True, text=True, timeout=300, preexec_fn=limit)
+                           "--no-progress"], capture_output=True, text=True, timeout=PATIENCE_S, preexec_fn=limit)
 
 
 def rows(out: Path) -> list[dict]:

@@ -9,6 +9,7 @@ import re
 import pytest
 from conftest import TEST_JSONL, TRAIN_IS_CANONICAL, TRAIN_JSONL
 from helpers.runs import abh_run_here
+from helpers.waiting import PATIENCE_S
 
 from harness.tasks import gsm8k
 from harness.tasks.gsm8k import GSM8K, INVALID, DatasetError, RecipeConfig, get_answer_value
@@ -128,7 +129,7 @@ def test_non_utf8_data_exits_2_from_both_commands(tmp_path, capsys):
     assert "not UTF-8" in err and "Traceback" not in err
     env_eval = [sys.executable, "-m", "harness.cli.main", "eval", "--url", "http://127.0.0.1:9", "--out",
                 str(tmp_path / "ev"), "--data", str(p)]
-    r = subprocess.run(env_eval, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(env_eval, capture_output=True, text=True, timeout=PATIENCE_S)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "not UTF-8" in r.stderr and "Traceback" not in r.stderr
 
@@ -241,8 +242,11 @@ def test_fresh_copy_without_shared_data_runs_offline(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     copy = tmp_path / "clone" / "abh"
-    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git", "results", "__pycache__", "*.egg-info",
-                                                             ".pytest_cache", ".ruff_cache", ".mypy_cache"))
+    skip = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", ".mypy_cache",
+                                  ".venv")
+    # the checkout's own run outputs (./results) stay behind; harness/results is code and is copied
+    shutil.copytree(root, copy, ignore=lambda d, names: {*skip(d, names), *(["results"] if Path(d) == root else [])})
+    assert (copy / "harness" / "results" / "schema.py").is_file()
     assert not (copy.parent.parent / "shared").exists() and not (copy.parent / "shared").exists()
     env = {**os.environ, "PYTHONPATH": str(copy), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     run = tmp_path / "run"

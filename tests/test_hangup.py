@@ -59,7 +59,7 @@ def test_abh_ab_refuses_servers_of_different_models(tmp_path: Path):
     with FaultServer("ok", model_path="org/model-7b") as sa, FaultServer("ok", model_path="org/model-70b") as sb:
         r = subprocess.run([sys.executable, "-m", "harness.cli.main", "ab", sa.url, sb.url, "--out", str(out),
                             "--num-questions", "4", "--no-progress", "--data", str(TEST_JSONL)],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=PATIENCE_S)
         asked = [x for x in sa.requests + sb.requests if x.startswith("POST")]
     assert r.returncode == exitcodes.BAD_CONFIG, r.stderr
     assert "the servers serve different models (A: 'org/model-7b', B: 'org/model-70b')" in r.stderr

@@ -14,6 +14,7 @@ from conftest import TEST_JSONL
 from helpers.faultserver import FaultServer
 from helpers.markdown import parse_table
 from helpers.runs import abh_run_here
+from helpers.waiting import PATIENCE_S
 
 from harness import exitcodes
 from harness.report.markdown import cell
@@ -46,7 +47,7 @@ def test_abh_ab_with_hostile_names(tmp_path: Path):
     with FaultServer("ok") as sa, FaultServer("ok") as sb:
         r = subprocess.run([sys.executable, "-m", "harness.cli.main", "ab", sa.url, sb.url, "--out", str(out),
                             "--num-questions", "4", "--no-progress", "--data", str(TEST_JSONL), "--a-name", NAME_A,
-                            "--b-name", NAME_B], capture_output=True, text=True, timeout=180)
+                            "--b-name", NAME_B], capture_output=True, text=True, timeout=PATIENCE_S)
     assert r.returncode == exitcodes.OK, r.stderr
     assert no_raw(r.stdout) and no_raw(r.stderr), r.stdout + r.stderr
     md = (out / "comparison.md").read_text()

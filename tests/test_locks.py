@@ -76,7 +76,7 @@ def test_a_second_abh_eval_into_the_same_directory_exits_2_at_once(tmp_path):
     try:
         first = subprocess.Popen(ABH + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(out / LOCK_FILE, first)
-        second = subprocess.run(ABH + args, capture_output=True, text=True, timeout=60)
+        second = subprocess.run(ABH + args, capture_output=True, text=True, timeout=PATIENCE_S)
         assert first.poll() is None  # refused while the holder still runs: it did not wait for it (however slow
         # its own start on a loaded machine)
         assert second.returncode == exitcodes.BAD_CONFIG, second.stderr
@@ -88,7 +88,7 @@ def test_a_second_abh_eval_into_the_same_directory_exits_2_at_once(tmp_path):
         assert len(rows) == len({json.loads(r)["index"] for r in rows})  # nobody wrote into its file
         args[2] = srv.url
         done = subprocess.run(ABH + [*args[:-3], "--parallel", "40", "--no-progress"], capture_output=True,
-                              text=True, timeout=120)  # the holder gone, the same command resumes
+                              text=True, timeout=PATIENCE_S)  # the holder gone, the same command resumes
         assert done.returncode == exitcodes.OK, done.stderr
     finally:
         srv.stop()
@@ -103,9 +103,9 @@ def test_a_second_abh_run_on_the_same_directory_starts_no_server(tmp_path):
             "progress=false"]
     first = subprocess.Popen(ABH + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(run_dir / "evals" / "a" / "r1" / LOCK_FILE, first, timeout=90)  # measuring
+        wait_for(run_dir / "evals" / "a" / "r1" / LOCK_FILE, first, timeout=PATIENCE_S)  # measuring
         logs = sorted(p.name for p in (run_dir / "servers").iterdir())
-        second = subprocess.run(ABH + args, capture_output=True, text=True, timeout=120)
+        second = subprocess.run(ABH + args, capture_output=True, text=True, timeout=PATIENCE_S)
         assert second.returncode == exitcodes.BAD_CONFIG, second.stderr
         assert f"{run_dir} is in use by another abh process (pid {first.pid})" in second.stderr
         assert "Traceback" not in second.stderr
@@ -147,7 +147,7 @@ def test_abh_ab_out_is_locked(tmp_path):
         with FaultServer("ok") as sa, FaultServer("ok") as sb:
             r = subprocess.run(ABH + ["ab", sa.url, sb.url, "--out", str(out), "--num-questions", "4",
                                       "--no-progress", "--data", str(TEST_JSONL)],
-                               capture_output=True, text=True, timeout=120)
+                               capture_output=True, text=True, timeout=PATIENCE_S)
             assert not [x for x in sa.requests + sb.requests if x.startswith("POST")]  # nothing asked
     finally:
         stop(p)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.waiting import PATIENCE_S
 
 from harness.cli.run import redact_multirun_yaml
 from harness.results.fileio import read_json
@@ -215,7 +216,7 @@ def test_multirun_yaml_keeps_no_sweep_value(tmp_path):
     assert f"override_dirname: +arms.a.env.HF_TOKEN={R},task.num_questions=20" in text
 
 
-def _abh_run(args: list[str], cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+def _abh_run(args: list[str], cwd: Path, timeout: float = PATIENCE_S, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness.cli.main", "run", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env={**os.environ, **env})
 
@@ -259,7 +260,7 @@ def test_a_traceback_through_hydra_full_error_is_redacted(tmp_path):
 # test_multirun_yaml_keeps_no_sweep_value above
 def test_sweep_keeps_no_secret_anywhere(tmp_path):
     r = _abh_run(["-m", "task.num_questions=20", "experiment.repeats=1", "experiment.aa_control=false",
-                  "report=false", "progress=false", "+engine.env.HF_TOKEN=sekA1xx,sekB2yy"], tmp_path, timeout=300)
+                  "report=false", "progress=false", "+engine.env.HF_TOKEN=sekA1xx,sekB2yy"], tmp_path, timeout=PATIENCE_S)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "sekA1xx" not in r.stdout + r.stderr and "sekB2yy" not in r.stdout + r.stderr
     assert "inconclusive" in r.stdout or "improved" in r.stdout  # the sweep ran and printed its table

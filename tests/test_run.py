@@ -27,6 +27,7 @@ from helpers.runs import (
     server_pids,
 )
 from helpers.seed import SEED, flag_lines, parse_seed_command
+from helpers.waiting import PATIENCE_S
 
 import harness.orchestrate.pipeline as orchestrate_run
 from harness import exitcodes
@@ -511,7 +512,7 @@ def test_sweep_exit_code_is_its_worst_job_and_secrets_stay_out(tmp_path: Path) -
     and the sweep exits 3; a secret override leaks into no file or directory name."""
     r = abh_run("-m", *SMALL, *ONE_EACH, "task.num_questions=50", "client.parallel=50",
                 "arms.b.engine.build=fix,baseline", "+engine.env.HF_TOKEN=hf_sweepleak",
-                f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
+                f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=PATIENCE_S)
     assert r.returncode == exitcodes.SIDE_ASSERTION_FAILED, r.stderr[-3000:]
     for f in (tmp_path / "sweep").rglob("*"):
         assert "hf_sweepleak" not in str(f)
@@ -533,7 +534,7 @@ def test_sweep_exit_code_is_its_worst_job_and_secrets_stay_out(tmp_path: Path) -
 @pytest.mark.slow  # the sweep machinery is in the default run (the sweep test above); this adds the plugin
 def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
     r = abh_run("-m", "hydra/launcher=local", *ONE_EACH, "progress=false", "task.num_questions=100",
-                "client.parallel=100", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=400)
+                "client.parallel=100", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, timeout=PATIENCE_S)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(list((tmp_path / "sweep").glob("*/comparison.json"))) == 1
     assert list((tmp_path / "sweep" / ".submitit").glob("*_result.pkl"))

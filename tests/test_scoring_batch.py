@@ -13,6 +13,7 @@ import pytest
 import requests
 from conftest import TEST_JSONL
 from helpers.tamperproxy import TamperProxy
+from helpers.waiting import PATIENCE_S
 
 from harness.measure.divergence_pass import ScoringOptions, _read_inputs, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
@@ -94,7 +95,7 @@ def test_a_server_that_refuses_batches_is_asked_one_question_per_request(passes,
 # ------------------------------------------------------------------------------------------ the wire
 def _batch(url: str) -> tuple[list[ScoreRequest], bytes]:
     ids = requests.post(url + "/tokenize", json={"prompt": ["Tom has 3 apples.", "Two plus two is", "The sky"],
-                                                 "add_special_tokens": False}, timeout=5).json()["tokens"]
+                                                 "add_special_tokens": False}, timeout=PATIENCE_S).json()["tokens"]
     reqs = [ScoreRequest(p[:2], p[2:], top_k=3, token_ids=[1, 2, 5], texts=False) for p in ids]
     raw = requests.post(url + "/generate", json=SGLangApi().batch_scoring_body(reqs), timeout=5).content
     return reqs, raw

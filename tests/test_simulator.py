@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 import requests
 from conftest import SimServer
+from helpers.waiting import PATIENCE_S
 
 from abh_simulator.model import (
     ability_for_accuracy,
@@ -57,7 +58,7 @@ def label(i: int) -> int:
     return parse(ROWS[i]["answer"])
 
 
-async def _batch(url: str, bodies: list[dict], path: str = "/generate", timeout: float = 60) -> list:
+async def _batch(url: str, bodies: list[dict], path: str = "/generate", timeout: float = PATIENCE_S) -> list:
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as s:
         async def one(b: dict):
@@ -179,7 +180,7 @@ def test_side_endpoints_and_warmup(sim_server):
     assert requests.get(s.url + "/flush_cache", timeout=5).status_code == 200
     # SGLang's warm-up: the shots alone with max_new_tokens 0
     w = requests.post(s.url + "/generate", json={"text": SHOTS, "sampling_params": {**SP, "max_new_tokens": 0}},
-                      timeout=5).json()
+                      timeout=PATIENCE_S).json()
     assert w["text"] == "" and w["meta_info"]["completion_tokens"] == 0
     assert w["meta_info"]["finish_reason"]["type"] == "length"
     r = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": SP}, timeout=5).json()
@@ -191,16 +192,16 @@ def test_side_endpoints_and_warmup(sim_server):
     assert meta["cached_tokens"] > 0 and meta["prompt_tokens"] == n_prompt
     # unknown sampling_params key -> 400, as newer SGLang
     bad = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": {**SP, "bogus": 1}},
-                        timeout=5)
+                        timeout=PATIENCE_S)
     assert bad.status_code == 400 and "bogus" in bad.text
     # no stop strings: the "base model" runs on into the next question until max_new_tokens
     r = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": {"max_new_tokens": 64}},
-                      timeout=5).json()
+                      timeout=PATIENCE_S).json()
     assert r["meta_info"]["finish_reason"]["type"] == "length" and r["meta_info"]["completion_tokens"] == 64
     assert requests.post(s.url + "/tokenize", json={"prompt": r["text"]}, timeout=5).json()["count"] == 64
     # OpenAI completions
     o = requests.post(s.url + "/v1/completions", json={"model": "sim/Qwen-7B", "prompt": prompt(5),
-                                                       "max_tokens": 512, "stop": SP["stop"]}, timeout=5).json()
+                                                       "max_tokens": 512, "stop": SP["stop"]}, timeout=PATIENCE_S).json()
     assert o["object"] == "text_completion" and o["choices"][0]["finish_reason"] == "stop"
     full = requests.post(s.url + "/generate", json={"text": prompt(5), "sampling_params": SP}, timeout=5).json()
     assert o["choices"][0]["text"] == full["text"] and full["text"].startswith(r["text"])
@@ -317,8 +318,8 @@ def test_crash_after(sim_server):
     s = sim_server("--crash-after", "3")
     for i in range(3):
         assert requests.post(s.url + "/generate", json={"text": prompt(i), "sampling_params": SP},
-                             timeout=5).status_code == 200
-    assert s.proc.wait(timeout=5) == 1
+                             timeout=PATIENCE_S).status_code == 200
+    assert s.proc.wait(timeout=PATIENCE_S) == 1
     with pytest.raises(requests.ConnectionError):
         requests.post(s.url + "/generate", json={"text": prompt(4), "sampling_params": SP}, timeout=2)
 
@@ -326,7 +327,7 @@ def test_crash_after(sim_server):
 def test_hang_after(sim_server):
     s = sim_server("--hang-after", "1")
     assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
-                         timeout=5).status_code == 200
+                         timeout=PATIENCE_S).status_code == 200
     with pytest.raises(requests.Timeout):
         requests.post(s.url + "/generate", json={"text": prompt(1), "sampling_params": SP}, timeout=0.5)
     for path in ("/health_generate", "/health"):
@@ -349,12 +350,12 @@ def test_startup_delay_answers_503_on_health_until_ready():
                 time.sleep(0.05)
         assert codes == {"/health": 503, "/health_generate": 503}
         assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
-                             timeout=5).status_code == 503
+                             timeout=PATIENCE_S).status_code == 503
         s.wait_ready(path="/health")
         assert time.monotonic() - t0 >= 1.4
         assert requests.get(s.url + "/health_generate", timeout=5).status_code == 200
         assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},
-                             timeout=5).status_code == 200
+                             timeout=PATIENCE_S).status_code == 200
     finally:
         s.stop()
 
@@ -362,7 +363,7 @@ def test_startup_delay_answers_503_on_health_until_ready():
 def test_sigterm(sim_server):
     s = sim_server()
     s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=5) == 0
+    assert s.proc.wait(timeout=PATIENCE_S) == 0
     stubborn = sim_server("--ignore-sigterm")
     stubborn.proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)

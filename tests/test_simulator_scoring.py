@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import requests
+from helpers.waiting import PATIENCE_S
 
 from abh_simulator import experts
 from abh_simulator.hashing import context_states
@@ -174,7 +175,7 @@ def test_sglang_teacher_forced_scoring_shapes(sim_server, tok):
     assert d["input_token_logprobs"] == [[None, ids[-1], None]] and "input_top_logprobs" not in d
     bad = requests.post(s.url + "/generate", json={"input_ids": ids, "return_logprob": True,
                                                    "sampling_params": {"max_new_tokens": 0},
-                                                   "logprob_start_len": len(ids)}, timeout=10)
+                                                   "logprob_start_len": len(ids)}, timeout=PATIENCE_S)
     assert bad.status_code == 400 and "logprob_start_len" in bad.text
     assert requests.post(s.url + "/generate", json={"text": "a", "input_ids": [5]}, timeout=10).status_code == 400
     assert requests.post(s.url + "/generate", json={"input_ids": [V + 5]}, timeout=10).status_code == 400
@@ -281,7 +282,7 @@ def test_routed_experts_on_buggy_and_fixed_builds(sim_server, tok):
     assert (b[:, :, -1] == 256).all() and (b[:, :, :5] < 256).all()  # 5 routed + the gate's shared marker
     assert (b[:, :, :5] == f[:, :, :5]).all()  # same router, one slot lost
     raw = json.loads(requests.post(buggy.url + "/generate", json={**body, "routed_experts_start_len": 10},
-                                   timeout=10).text)["meta_info"]["routed_experts"]
+                                   timeout=PATIENCE_S).text)["meta_info"]["routed_experts"]
     assert experts.decode(raw, 4, 6).shape[0] == b.shape[0] - 10
     assert "routed_experts" not in post(off.url, "/generate", body)["meta_info"]
     assert "routed_experts" not in post(fixed.url, "/generate", {**body, "return_routed_experts": False})["meta_info"]

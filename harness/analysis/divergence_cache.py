@@ -18,6 +18,7 @@ copied reads the same). A cache file that is unreadable, not abh's, or reached t
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,19 +34,23 @@ from harness.results.token_store import SCORES, SCORES_META
 CACHE = "divergence_cache.json"
 KIND = "abh.divergence_cache"
 #: the parts of abh whose source is in the key (what computes a divergence object and reads its inputs)
-_CODE = ("analysis/divergence.py", "results/score_blocks.py", "results/token_store.py", "results/eval_store.py",
-         "results/schema.py", "results/records.py", "stats")
-_ROOT = Path(__file__).resolve().parents[1]
+_CODE = ("harness.analysis.divergence", "harness.results.score_blocks", "harness.results.token_store",
+         "harness.results.eval_store", "harness.results.schema", "harness.results.records", "harness.stats")
 #: the arguments that are data, not parameters (the greedy texts are read from samples.jsonl, in the key)
 _DATA = frozenset({"ref_dir", "ab_dir", "aa_dir", "launches_a", "launches_b", "texts_ref", "texts_b", "texts_aa"})
 
 
 def _code_digest() -> str:
+    """The source of the code as this process imported it (wherever each module was found: a package's every
+    module file), so another version of abh never reuses the result."""
     h = hashlib.blake2b(digest_size=16)
-    for part in _CODE:
-        p = _ROOT / part
-        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
-            h.update(f.relative_to(_ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    for name in _CODE:
+        mod = importlib.import_module(name)
+        dirs = [Path(d) for d in getattr(mod, "__path__", [])]
+        files = ([(f.relative_to(d).as_posix(), f) for d in dirs for f in sorted(d.rglob("*.py"))] if dirs
+                 else [("", Path(str(mod.__file__)))])
+        for rel, f in files:
+            h.update(f"{name}/{rel}".encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
 

@@ -16,6 +16,7 @@ import psutil
 
 from harness.cli.run import main as run_main
 from harness.results.fileio import read_json, read_jsonl
+from helpers.waiting import PATIENCE_S
 
 #: A run small enough for tests that do not test the full question set (and need no report.html), of the accuracy
 #: design alone: the divergence's scoring passes (extra launches after the evals) are tested in test_divergence_run.py.
@@ -24,14 +25,14 @@ SMALL = ("progress=false", "report=false", "task.num_questions=200", "client.par
 ONE_EACH = ("experiment.aa_control=false", "experiment.repeats=1")
 
 
-def abh(*args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+def abh(*args: str, cwd: Path, timeout: float = PATIENCE_S, env: dict[str, str] | None = None
         ) -> subprocess.CompletedProcess[str]:
     """``abh ARGS`` in a subprocess (this checkout's code, via PYTHONPATH inherited from the test run)."""
     return subprocess.run([sys.executable, "-m", "harness.cli.main", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def abh_run(*args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+def abh_run(*args: str, cwd: Path, timeout: float = PATIENCE_S, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
     return abh("run", *args, cwd=cwd, timeout=timeout, env=env)
 
@@ -93,7 +94,7 @@ class Interrupted:
 
 
 def interrupt_run(args: list[str], cwd: Path, when: Callable[[], bool], sig: int = signal.SIGINT,
-                  after_s: float = 0.0, timeout: float = 120) -> Interrupted:
+                  after_s: float = 0.0, timeout: float = PATIENCE_S) -> Interrupted:
     """Start ``abh run ARGS``, wait until ``when()`` (+ ``after_s``), send ``sig``, wait for the exit."""
     p = subprocess.Popen([sys.executable, "-m", "harness.cli.main", "run", *args], cwd=cwd, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
