@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from calibrate_power import wilson  # noqa: E402  (this directory, the script's own)
 from helpers import greedy_generator as G  # noqa: E402
 from scipy.special import chdtri  # noqa: E402
 
@@ -225,14 +226,6 @@ METHODS: dict[str, Callable[[Stats], tuple[np.ndarray, np.ndarray]]] = {
     "floor 0.7, rule x4": df_rule(4.0, 0.7),
     "no df rule": no_df_rule, "unbiased h": unbiased_h, "floor in V, residual df": floor_in_v,
     "max(V, S2d/n)": max_v_question, "floor in V, launch df": floor_in_v_launch_df}
-
-
-def wilson(k: float, n: float) -> str:
-    z = 1.959964
-    p = k / n
-    c = (p + z * z / (2 * n)) / (1 + z * z / n)
-    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return f"{100 * p:5.1f} [{100 * (c - h):4.1f}, {100 * (c + h):4.1f}]"
 
 
 def evaluate(row: str, exps: int, seed: int, methods: list[str]) -> list[str]:
