@@ -43,6 +43,16 @@ def test_truncated_samples_are_refused_unless_allowed(tmp_path: Path, capsys: py
     assert c["n"] == 120 and c["dropped_errors"] == 180 and c["verdict"] == "not_comparable"
 
 
+@pytest.mark.parametrize("n", ["0", "-5"])
+def test_resamples_below_one_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], n: str) -> None:
+    da, db = _pair(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        abh(["compare", "--a", str(da), "--b", str(db), "--out", str(tmp_path / "out"), "--resamples", n])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--resamples must be at least 1, not {n}" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("how", ["no_summary", "summary_incomplete"])
 def test_unfinished_evals_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
     da, db = _pair(tmp_path, 100)

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from harness import exitcodes
 from harness.analysis import identity
@@ -72,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                           "identical: B's outputs bit-identical to A's, on a floor of exactly zero (needs --aa)",
                       identical=True)
     ap.add_argument("--resamples", type=int, default=None, metavar="N",
-                    help=f"bootstrap resamples of the diagnostics' intervals (default {RESAMPLES}; the divergence's "
-                         "sign-flip test: as abh run, so a run's stored divergence is reused)")
+                    help="bootstrap resamples of the diagnostics' intervals and of the divergence's test (default: "
+                         "each one's own, as abh run uses, so a run's stored divergence is reused)")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions dropped for request errors above which arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")
@@ -96,8 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-#: ``--resamples`` when not given (the divergence then uses compute_divergence's own default, as abh run does)
-RESAMPLES = 10_000
+def _resamples(args: argparse.Namespace) -> dict[str, Any]:
+    """``--resamples`` where given; else each computation keeps its own default (as abh run does)."""
+    return {} if args.resamples is None else {"n_resamples": args.resamples}
 
 
 def _load_evals(dirs: Sequence[Path], allow_incomplete: bool) -> list[tuple[Path, EvalMeta, EvalSummary | None]]:
@@ -136,6 +138,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     for opt, val in (("--a-name", args.a_name), ("--b-name", args.b_name)):
         if val is not None and not val.strip():
             ap.error(f"{opt} must not be empty")
+    if args.resamples is not None and args.resamples < 1:
+        ap.error(f"--resamples must be at least 1, not {args.resamples}")
     if args.out.exists() and not args.out.is_dir():
         print(f"abh compare: --out {args.out} exists and is not a directory", file=sys.stderr)
         return exitcodes.BAD_CONFIG
@@ -177,14 +181,12 @@ def _compare(args: argparse.Namespace, argv: list[str], lock: DirLock) -> int:
         c = compare_dirs(args.a, args.b, margin=None if args.margin is None else args.margin / 100,
                          alpha=args.alpha, seed=args.seed, aa_dirs=aa_evals, max_error_rate=args.max_error_rate,
                          min_effect=None if args.min_effect is None else args.min_effect / 100,
-                         n_resamples=args.resamples or RESAMPLES,
                          hypothesis=args.hypothesis, assume_no_launch_shift=args.assume_no_launch_shift,
-                         launches_from_passes=args.launches_from_passes)
+                         **_resamples(args), launches_from_passes=args.launches_from_passes)
     except CompareError as e:
         print(f"abh compare: {e}", file=sys.stderr)
         return e.exit_code if isinstance(e, TooFewAnswered) else exitcodes.BAD_CONFIG
-    given = {} if args.resamples is None else {"n_resamples": args.resamples}
-    div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed, **given)
+    div = divergence_of_dirs(args.a, args.b, args.aa, alpha=args.alpha, seed=args.seed, **_resamples(args))
     names = ArmNames(a=_name(args.a_name, [m for _, m, _ in evals["a"] + evals["aa"]], "A"),
                      b=_name(args.b_name, [m for _, m, _ in evals["b"]], "B"))
     c = replace(c, divergence=div, arm_names=names, command=["abh", "compare", *redact_argv(argv)])
@@ -234,7 +236,7 @@ def lm_eval_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     command = ["abh", "compare", *redact_argv(list(argv))]
     kwargs = {"margin": None if args.margin is None else args.margin / 100, "alpha": args.alpha, "seed": args.seed,
               "assume_no_launch_shift": args.assume_no_launch_shift,
-              "max_error_rate": args.max_error_rate, "n_resamples": args.resamples or RESAMPLES, "hypothesis": args.hypothesis,
+              "max_error_rate": args.max_error_rate, "hypothesis": args.hypothesis, **_resamples(args),
               "min_effect": None if args.min_effect is None else args.min_effect / 100}
     try:
         sides = [lm.read_all(lm.sample_files(Path(p))) for p in args.lm_eval]
