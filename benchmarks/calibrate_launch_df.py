@@ -34,7 +34,13 @@ from scipy.special import chdtri  # noqa: E402
 
 from harness.stats.consistent import consistent_paired  # noqa: E402
 from harness.stats.dist import t_ppf, t_sf  # noqa: E402
-from harness.stats.launchvar import combine_variance, df_weight, launch_aware_test  # noqa: E402
+from harness.stats.launchvar import (  # noqa: E402
+    DF_EXCESS_OVER_NOISE,
+    DF_UPPER_LEVEL,
+    combine_variance,
+    df_weight,
+    launch_aware_test,
+)
 
 EFFECT = 0.015
 SEED = G.Design(flip_base=0.2)
@@ -111,6 +117,9 @@ def statistics(d: G.Design, exps: int, seed: int, check: int = 3) -> Stats:
             v, df = current(_one(parts[-1], e, d))
             assert math.isclose(r.se**2, float(v[0]), rel_tol=1e-9), (r.se**2, v)
             assert math.isclose(r.df, float(df[0]), rel_tol=1e-9), (r.df, df)
+            vv, dfv = METHODS[CURRENT](_one(parts[-1], e, d))   # the vectorised rule is the product's
+            assert math.isclose(float(vv[0]), float(v[0]), rel_tol=1e-9), (vv, v)
+            assert math.isclose(float(dfv[0]), float(df[0]), rel_tol=1e-9), (dfv, df)
             checked += 1
     cat = [np.concatenate([p[j] for p in parts]) for j in range(7)]
     la, lb = d.launches_a, d.launches_b
@@ -186,7 +195,7 @@ def floor_in_v(s: Stats) -> tuple[np.ndarray, np.ndarray]:
 
 def max_v_question(s: Stats) -> tuple[np.ndarray, np.ndarray]:
     """V = max(V_current, S²_d/n): the question-level variance (df n - 1) when it is the larger."""
-    v, df = df_rule(3.0)(s)
+    v, df = df_rule(DF_EXCESS_OVER_NOISE)(s)
     big = s.var_q > v
     return np.where(big, s.var_q, v), np.where(big, s.n - 1.0, df)
 
@@ -202,7 +211,7 @@ def floor_in_v_launch_df(s: Stats) -> tuple[np.ndarray, np.ndarray]:
 
 def _rule_weight(t: np.ndarray, s: np.ndarray, df: int, excess: float) -> np.ndarray:
     """df_weight with the excess threshold ``excess`` (inf: no upper-limit rule), vectorised over the noise."""
-    up = df / float(chdtri(df, 0.95)) - 1.0
+    up = df / float(chdtri(df, DF_UPPER_LEVEL)) - 1.0
     return np.maximum(t, s) + (0.0 if math.isinf(excess) else up * np.maximum(t - excess * s, 0.0))
 
 
@@ -219,10 +228,12 @@ def df_rule(excess: float, floor: float = 0.0) -> Callable[[Stats], tuple[np.nda
     return rule
 
 
+#: the product's rule (:data:`harness.stats.launchvar.DF_EXCESS_OVER_NOISE`), vectorised
+CURRENT = f"rule x{DF_EXCESS_OVER_NOISE:g} (= current, vectorised)"
 METHODS: dict[str, Callable[[Stats], tuple[np.ndarray, np.ndarray]]] = {
-    "rule x3 (= current, vectorised)": df_rule(3.0), "rule x5": df_rule(5.0), "rule x8": df_rule(8.0),
-    "floor 0.7, rule x3": df_rule(3.0, 0.7), "floor 0.7, no rule": df_rule(math.inf, 0.7),
-    "floor 0.85, no rule": df_rule(math.inf, 0.85), "rule x4": df_rule(4.0), "floor 0.7, rule x5": df_rule(5.0, 0.7),
+    CURRENT: df_rule(DF_EXCESS_OVER_NOISE), "rule x3 (before)": df_rule(3.0), "rule x5": df_rule(5.0),
+    "rule x8": df_rule(8.0), "floor 0.7, rule x3": df_rule(3.0, 0.7), "floor 0.7, no rule": df_rule(math.inf, 0.7),
+    "floor 0.85, no rule": df_rule(math.inf, 0.85), "floor 0.7, rule x5": df_rule(5.0, 0.7),
     "floor 0.7, rule x4": df_rule(4.0, 0.7),
     "no df rule": no_df_rule, "unbiased h": unbiased_h, "floor in V, residual df": floor_in_v,
     "max(V, S2d/n)": max_v_question, "floor in V, launch df": floor_in_v_launch_df}
@@ -243,8 +254,17 @@ def evaluate(row: str, exps: int, seed: int, methods: list[str]) -> list[str]:
         rej = int(np.sum(p < 0.05))
         cov = wilson(int(cover.sum()), exps) if not effect else "-"
         out.append(f"| {row} | {name} | {wilson(rej, exps)} | {cov} | {float(np.median(df)):.1f} | "
-                   f"{wilson(int(s.reject_q.sum()), exps)} |")
+                   f"{wilson(int(s.reject_q.sum()), exps)} | {paired_gap(s.reject_q, p < 0.05) if effect else '-'} |")
     return out
+
+
+def paired_gap(first: np.ndarray, second: np.ndarray) -> str:
+    """The difference of two rejection rates on the same experiments, in points, with its 95 % half-width
+    (the paired difference's: discordant experiments only)."""
+    n = len(first)
+    gap = float(np.mean(first) - np.mean(second))
+    var = (float(np.mean(first & ~second)) + float(np.mean(second & ~first)) - gap**2) / n
+    return f"{100 * gap:.1f} ± {100 * 1.959964 * math.sqrt(max(var, 0.0)):.1f}"
 
 
 def power_bound(s: Stats, alpha: float, draws: int = 2_000_000) -> tuple[float, float]:
@@ -301,8 +321,9 @@ def main() -> None:
     methods = list(METHODS) if a.methods == "all" else a.methods.split(";")
     t0 = time.perf_counter()
     print(f"greedy generator, seed design, {a.experiments} experiments per row; % [95 % Wilson]")
-    print("| row | rule | rejections | coverage of the true Δ | median df | question-level test rejections |")
-    print("|---|---|---|---|---|---|")
+    print("| row | rule | rejections | coverage of the true Δ | median df | question-level test rejections | "
+          "gap to it (power rows, points ± 95 %) |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:   # a row's seed by its place in ROWS: the same experiments whichever rows are asked
         for line in evaluate(row, a.experiments, a.seed + 17 * list(ROWS).index(row), methods):
             print(line, flush=True)

@@ -62,7 +62,7 @@ def run(d: G.Design, exps: int, seed: int, resamples: int) -> dict[str, float]:
     exactly: coverage only under the null), question-level rejections."""
     out = {"reject": 0, "cover": 0, "cover_boot": 0, "boot": 0, "reject_q": 0, "delta_sum": 0.0}
     rng = np.random.default_rng(seed)
-    true = G.true_null_delta(d) if resamples else 0.0
+    true = G.true_null_delta(d) if d.delta == 0 else 0.0
     for start in range(0, exps, CHUNK):
         m = min(CHUNK, exps - start)
         ya, yaa, yb = G.draw(d, m, rng)
@@ -135,6 +135,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2032)
     ap.add_argument("--sections", default="verdict,power")
     ap.add_argument("--designs", default="", help="only the designs whose label starts with this")
+    ap.add_argument("--shifts", default="", help="only these launch shifts (';'-separated labels); a row keeps "
+                    "its seed (its place in the full table): the same experiments whichever rows are asked")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     exps = a.experiments
@@ -153,8 +155,8 @@ def main() -> None:
                  f"power +{100 * EFFECT:g} pp | question-level test's power |")
             emit("|---|---|---|---|---|---|---|")
             items = [(dn, sn, exps, a.seed + 10 * i, a.resamples) for i, (dn, sn) in enumerate(
-                [(dn, sn) for dn in DESIGNS for sn in SHIFTS
-                 if (dn.startswith("seed (") or sn in FEW_SHIFTS) and dn.startswith(a.designs)])]
+                [(dn, sn) for dn in DESIGNS for sn in SHIFTS if dn.startswith("seed (") or sn in FEW_SHIFTS])
+                if dn.startswith(a.designs) and (not a.shifts or sn in a.shifts.split(";"))]
             for row in ex.map(verdict_row, items):
                 emit(row)
         if "power" in a.sections:
@@ -165,7 +167,8 @@ def main() -> None:
                  "planned % (normal tails) | achieved | planned - achieved |")
             emit("|---|---|---|---|---|---|---|")
             items2 = [(sn, L, exps, a.seed + 1000 + 10 * i) for i, (sn, L) in enumerate(
-                [(sn, L) for sn in ("none", "t3 sd 0.15", "t3 sd 0.3") for L in range(1, 7)])]
+                [(sn, L) for sn in ("none", "t3 sd 0.15", "t3 sd 0.3") for L in range(1, 7)])
+                if not a.shifts or sn in a.shifts.split(";")]
             for row in ex.map(power_row, items2):
                 emit(row)
     emit(f"\n({time.perf_counter() - t0:.0f} s)")

@@ -360,13 +360,13 @@ def test_compare_arms_launch_test_matches_scipy_student_t_over_launches():
         va, vb = np.var(A.scores.mean(axis=1), ddof=1), np.var(B.scores.mean(axis=1), ddof=1)
         if ref.df < 2 or va < floors[0] or vb < floors[1]:
             continue   # the df's floors (one arm's df; each launch term at its within-launch noise) apply
-        # beyond 3x its noise a launch variance enters the df at its upper 95 % limit (launchvar.df_weight):
+        # beyond 4x its noise a launch variance enters the df at its upper 95 % limit (launchvar.df_weight):
         # Welch's df where neither is, else Satterthwaite's on those terms
         from scipy.stats import chi2
-        wa, wb = ((v + (df / chi2.ppf(0.05, df) - 1) * max(v - 3 * f, 0)) / L
+        wa, wb = ((v + (df / chi2.ppf(0.05, df) - 1) * max(v - 4 * f, 0)) / L
                   for v, f, df, L in ((va, floors[0], 2, 3), (vb, floors[1], 3, 4)))
         df = min(max((wa + wb) ** 2 / (wa**2 / 2 + wb**2 / 3), 2.0), 5.0)
-        if va <= 3 * floors[0] and vb <= 3 * floors[1]:
+        if va <= 4 * floors[0] and vb <= 4 * floors[1]:
             assert df == pytest.approx(ref.df, rel=1e-9)
         assert r.df == pytest.approx(df, rel=1e-9)
         assert r.p == pytest.approx(2 * t_dist.sf(abs(ref.statistic), df), rel=1e-9)
