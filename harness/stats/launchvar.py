@@ -42,7 +42,7 @@ realised b grow exactly when b is small by chance, i.e. when |t| is large, which
 df_L <= 2 (6.8 % at df_L = 1, 2000 experiments; 0.3 % with b'). For the same reason a launch variance
 clearly above the noise (beyond 4 s_g) enters the df at its upper 95 % confidence limit: when B's launches
 are much noisier than A's (sd 6x) B's term dominates V on B's 2 df, and the df from the realised terms grew
-towards df_A + df_B exactly when B's term was small by chance (7.0 % of true nulls rejected; 6.3-6.5 % with
+towards df_A + df_B exactly when B's term was small by chance (7.0 % of true nulls rejected; 6.2-6.5 % with
 the limit, coverage of the true Δ 93.0-93.6 %, :func:`df_weight`), while at no launch shift the terms sit at
 the floor and the df are unchanged but for a chance excess (power at +1.5 pp 76.0 % vs 76.3 % with no limit).
 The threshold 4 s_g, not 3 s_g: beyond 3 s_g the limit fired by chance in 5 % of B's 2-df draws at no shift and
