@@ -52,7 +52,27 @@ def exists(path: Path) -> bool:
 
 def read_texts(path: Path) -> dict[str, str]:
     """sha256 -> text of every row of the text store at ``path`` (packed, then plain) whose text has that hash
-    (none: empty)."""
+    (none: empty). Read once per version of its files: the evals of a run share one store (not to be changed)."""
+    key = (str(path.resolve()), _stamp(path), _stamp(packed(path)))
+    if key not in _READ:
+        _READ.clear()  # one store at a time: a run's
+        _READ[key] = _read_texts(path)
+    return _READ[key]
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, -1, 0)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+#: the text store last read, by its path and its files' stamps
+_READ: dict[tuple[str, tuple[int, int, int], tuple[int, int, int]], dict[str, str]] = {}
+
+
+def _read_texts(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for row in [*iter_packed(packed(path)), *read_jsonl(path)]:
         sha, text = row.get("prompt_sha256"), row.get("prompt")
@@ -94,7 +114,7 @@ class PromptTexts:
 
     def __init__(self, path: Path):
         self.path = path
-        self._known = set(read_texts(path)) if exists(path) else set()
+        self._known = set(read_texts(path)) if exists(path) else set()  # a copy: the writer adds to it
         self._f: IO[bytes] | None = None
 
     def add(self, sha: str, text: str) -> None:
@@ -132,7 +152,7 @@ def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
     """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
     without a text of its hash is left out)."""
     texts: dict[str, str] | None = None
-    for row in read_jsonl(eval_dir / PROMPTS_FILE):
+    for _, row in iter_jsonl(eval_dir / PROMPTS_FILE):
         i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
         if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
             continue
