@@ -12,6 +12,8 @@ of its questions, joined long-form for pandas users::
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -66,19 +68,45 @@ def samples_rows(root: Path) -> list[ExportRow]:
 
 
 def samples_frame(root: Path) -> pd.DataFrame:
+    return _frame(samples_rows(root))
+
+
+def _frame(rows: list[ExportRow]) -> pd.DataFrame:
     import pandas as pd
 
-    df = pd.DataFrame(samples_rows(root), columns=list(COLUMNS))
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
     return df.astype({"question_index": "int64", "arm": "string", "role": "string", "repeat": "int64",
                       "correct": "boolean", "invalid": "boolean", "error": "string", "missing": "bool",
                       "answer": "Int64", "label": "Int64", "output": "string"})
 
 
+def to_csv(rows: list[ExportRow]) -> str:
+    """The CSV text pandas' ``to_csv(index=False)`` writes of :func:`samples_frame` (the same bytes: a null is
+    empty, a whole-number answer or label an integer, a text quoted where it must be), written by the csv module
+    from the rows at a fraction of the cost."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    w.writerows([_cell(r[c], c in _WHOLE) for c in COLUMNS] for r in rows)
+    return buf.getvalue()
+
+
+#: the columns the table holds as integers (Int64: 18.0 is written 18)
+_WHOLE = frozenset({"answer", "label"})
+
+
+def _cell(x: object, whole: bool) -> object:
+    if x is None:
+        return ""
+    return int(x) if whole and not isinstance(x, bool) and isinstance(x, int | float) else x
+
+
 def export_samples(root: Path) -> list[Path]:
     """Write ``root/samples.parquet`` and ``root/samples.csv`` (each atomically); return their paths."""
     root = Path(root)
-    df = samples_frame(root)
+    rows = samples_rows(root)
+    df = _frame(rows)  # first: the types are checked (an answer that is not a whole number is refused)
     with atomic_output(root / PARQUET) as f:
         df.to_parquet(f, index=False)
-    atomic_write_text(root / CSV, df.to_csv(index=False))
+    atomic_write_text(root / CSV, to_csv(rows))
     return [root / PARQUET, root / CSV]
