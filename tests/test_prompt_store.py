@@ -15,7 +15,7 @@ from harness.results import schema
 from harness.results.eval_store import EvalStore, load_eval
 from harness.results.fileio import StoreError, read_json, read_jsonl
 from harness.results.integrity import first_prompt, prompt_hashes
-from harness.results.prompt_store import TEXTS, eval_prompts, pack, packed
+from harness.results.prompt_store import TEXTS, eval_prompts, pack, pack_prompts, packed
 from harness.results.schema import SampleRecord
 
 PROMPTS = [f"Shared shots.\n\nQuestion: {i} + 1?\nAnswer:" for i in range(5)]
@@ -140,3 +140,17 @@ def test_a_packed_store_that_is_not_gzip_is_refused(tmp_path: Path) -> None:
     packed(store).write_bytes(b"not gzip at all")
     with pytest.raises(StoreError, match="not a readable gzip"):
         list(eval_prompts(d))
+
+
+def test_a_packed_prompts_file_is_read_and_a_resumed_eval_writes_it_plain_again(tmp_path: Path) -> None:
+    store = tmp_path / TEXTS
+    d = _eval(tmp_path / "evals" / "a" / "r1", store, range(3))
+    plain = (d / "prompts.jsonl").read_bytes()
+    pack_prompts(d)
+    assert not (d / "prompts.jsonl").exists() and gzip.decompress((d / "prompts.jsonl.gz").read_bytes()) == plain
+    assert [r["prompt"] for r in eval_prompts(d)] == PROMPTS[:3] and first_prompt(d) == (0, PROMPTS[0])
+    assert [r.prompt for r in load_references(d)] == PROMPTS[:3]
+    _eval(d, store, range(3, 5))  # resumed: the two questions left
+    assert not (d / "prompts.jsonl.gz").exists()
+    assert [r["index"] for r in read_jsonl(d / "prompts.jsonl")] == list(range(5))
+    assert [r["prompt"] for r in eval_prompts(d)] == PROMPTS

@@ -98,7 +98,7 @@ from harness.results import fileio, schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
 from harness.results.fileio import OutputError, PlantedLink, StoreError
-from harness.results.prompt_store import TEXTS, pack
+from harness.results.prompt_store import TEXTS, pack, pack_prompts
 from harness.results.records import JSON
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.serving.untrusted import printable
@@ -557,8 +557,10 @@ class Run:
         the per-task files and tasks.json) and summary.json, print the table, the report, and the verdict last;
         the exit code."""
         dirs = {role: [self.run_dir / rel for rel in self.manifest.evals_of(role)] for role in ("a", "b", "aa")}
-        with contextlib.suppress(OutputError):  # a full disk: the texts stay plain, as readable
-            pack(self.run_dir / TEXTS)  # no eval appends any more: the texts stored gzip'd
+        with contextlib.suppress(OutputError):  # a full disk: what is not packed stays plain, as readable
+            pack(self.run_dir / TEXTS)  # no eval appends any more: the prompts stored gzip'd
+            for d in (d for ds in dirs.values() for d in ds):
+                pack_prompts(d)
         try:
             if self.several:
                 code, tasks = self._conclude_tasks(dirs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -87,12 +88,16 @@ def to_csv(rows: list[ExportRow]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
-    w.writerows([_cell(r[c], c in _WHOLE) for c in COLUMNS] for r in rows)
+    w.writerows(_line(r) for r in rows)
     return buf.getvalue()
 
 
 #: the columns the table holds as integers (Int64: 18.0 is written 18)
 _WHOLE = frozenset({"answer", "label"})
+
+
+def _line(r: Mapping[str, object]) -> list[object]:
+    return [_cell(r[c], c in _WHOLE) for c in COLUMNS]
 
 
 def _cell(x: object, whole: bool) -> object:

@@ -6,7 +6,8 @@ distinct prompt), which every eval of a run shares (in the run directory; a lone
 directory). ``eval.json`` names the store by its path relative to the eval directory (``prompt_texts``). The six
 evals of the default run send the same 1319 prompts: written once instead of six times (3.45 MB each).
 
-A finished run packs its store (:func:`pack`): ``prompt_texts.jsonl.gz``, the same rows gzip'd (3.4 MB -> 0.2 MB for
+A finished run packs its store (:func:`pack`) and each eval's ``prompts.jsonl`` (:func:`pack_prompts`):
+``prompt_texts.jsonl.gz``, the same rows gzip'd (3.4 MB -> 0.2 MB for
 the default run; every prompt repeats the few-shot block). Readers and a resumed run's writer take the packed rows
 and any plain ones appended since (:func:`read_texts`); the plain store of an older run is read as it is.
 
@@ -95,6 +96,17 @@ def iter_packed(path: Path) -> list[dict[str, Any]]:
         return [row for _, row in fileio.iter_lines(buf, path)]
 
 
+def pack_prompts(eval_dir: Path) -> None:
+    """Pack a finished eval's ``prompts.jsonl`` (its bytes gzip'd beside it, then the plain file removed): the
+    readers take either; a resumed eval writes it plain again (:class:`~harness.results.eval_store.EvalStore`)."""
+    plain = eval_dir / PROMPTS_FILE
+    if not plain.is_file():
+        return
+    with atomic_output(packed(plain)) as f:
+        f.write(gzip.compress(plain.read_bytes(), compresslevel=6, mtime=0))
+    plain.unlink()
+
+
 def pack(path: Path) -> None:
     """Pack the store at ``path``: its rows (packed and plain, each hash once) written gzip'd to
     :func:`packed` (atomically), then the plain file removed. Nothing to do when there is no plain file. Only
@@ -152,7 +164,9 @@ def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
     """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
     without a text of its hash is left out)."""
     texts: dict[str, str] | None = None
-    for _, row in iter_jsonl(eval_dir / PROMPTS_FILE):
+    plain = eval_dir / PROMPTS_FILE
+    rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
+    for row in rows:
         i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
         if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
             continue
