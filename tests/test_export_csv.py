@@ -27,3 +27,26 @@ ROWS = [
 @pytest.mark.parametrize("rows", [ROWS, ROWS[:1], []])
 def test_the_csv_is_pandas_bytes(rows: list[ExportRow]) -> None:
     assert to_csv(rows) == _frame(rows).to_csv(index=False)
+
+
+def _parquet_bytes(write: object) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    write(buf)  # type: ignore[operator]
+    return buf.getvalue()
+
+
+def test_the_parquet_file_is_pandas_bytes_without_pandas() -> None:
+    """samples.parquet from the rows (pyarrow alone) is the file pandas' to_parquet wrote, byte for byte; a
+    whole-number float (18.0) is left to pandas' conversion."""
+    import pyarrow.parquet as pq
+
+    from harness.report.export import arrow_table
+
+    rows = [r for r in ROWS if not isinstance(r["label"], float)]
+    table = arrow_table(rows)
+    assert table is not None
+    assert _parquet_bytes(lambda f: pq.write_table(table, f, compression="snappy")) == \
+        _parquet_bytes(lambda f: _frame(rows).to_parquet(f, index=False))
+    assert arrow_table(ROWS) is None

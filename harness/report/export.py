@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from harness.report import data
 from harness.results.fileio import atomic_output, atomic_write_text
@@ -110,8 +111,42 @@ def export_samples(root: Path) -> list[Path]:
     """Write ``root/samples.parquet`` and ``root/samples.csv`` (each atomically); return their paths."""
     root = Path(root)
     rows = samples_rows(root)
-    df = _frame(rows)  # first: the types are checked (an answer that is not a whole number is refused)
+    table = arrow_table(rows)
     with atomic_output(root / PARQUET) as f:
-        df.to_parquet(f, index=False)
+        if table is None:  # an answer that is not a whole number: pandas' types decide (and refuse)
+            _frame(rows).to_parquet(f, index=False)
+        else:
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, f, compression="snappy")
     atomic_write_text(root / CSV, to_csv(rows))
     return [root / PARQUET, root / CSV]
+
+
+#: (column, arrow type, pandas' dtype name in its metadata, pandas_type) of the table, in order
+_ARROW = (("question_index", "int64", "int64", "int64"), ("arm", "large_string", "string", "object"),
+          ("role", "large_string", "string", "object"), ("repeat", "int64", "int64", "int64"),
+          ("correct", "bool_", "boolean", "bool"), ("invalid", "bool_", "boolean", "bool"),
+          ("error", "large_string", "string", "object"), ("missing", "bool_", "bool", "bool"),
+          ("answer", "int64", "Int64", "int64"), ("label", "int64", "Int64", "int64"),
+          ("output", "large_string", "string", "object"))
+
+
+def arrow_table(rows: list[ExportRow]) -> Any:
+    """The pyarrow table ``to_parquet`` makes of :func:`samples_frame` (the same columns, types and pandas
+    metadata: the same file), built without importing pandas; None when an answer or a label is not an integer
+    (or null) and pandas' conversion must decide."""
+    import importlib.metadata
+
+    import pyarrow as pa
+
+    if any(not (r[c] is None or (isinstance(r[c], int) and not isinstance(r[c], bool)))  # type: ignore[literal-required]
+           for r in rows for c in _WHOLE):
+        return None
+    meta = {"index_columns": [], "column_indexes": [],
+            "columns": [{"name": c, "field_name": c, "pandas_type": pt, "numpy_type": nt, "metadata": None}
+                        for c, _, nt, pt in _ARROW],
+            "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__},
+            "pandas_version": importlib.metadata.version("pandas")}
+    schema = pa.schema([(c, getattr(pa, t)()) for c, t, _, _ in _ARROW], metadata={"pandas": json.dumps(meta)})
+    return pa.table({c: [r[c] for r in rows] for c, _, _, _ in _ARROW}, schema=schema)  # type: ignore[literal-required]
