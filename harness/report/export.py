@@ -134,14 +134,19 @@ _ARROW = (("question_index", "int64", "int64", "int64"), ("arm", "large_string",
 
 def arrow_table(rows: list[ExportRow]) -> Any:
     """The pyarrow table ``to_parquet`` makes of :func:`samples_frame` (the same columns, types and pandas
-    metadata: the same file), built without importing pandas; None when an answer or a label is not an integer
-    (or null) and pandas' conversion must decide."""
+    metadata: the same file), built from buffers: pyarrow imports pandas (1 s) to convert any Python or numpy
+    value. None when an answer or a label is not an integer (or null), or a text is not UTF-8 (a lone surrogate):
+    pandas' conversion decides, as it did."""
     import importlib.metadata
 
     import pyarrow as pa
 
-    if any(not (r[c] is None or (isinstance(r[c], int) and not isinstance(r[c], bool)))  # type: ignore[literal-required]
-           for r in rows for c in _WHOLE):
+    cols: dict[str, list[Any]] = {c: [r[c] for r in rows] for c, _, _, _ in _ARROW}  # type: ignore[literal-required]
+    if any(not (x is None or (isinstance(x, int) and not isinstance(x, bool))) for c in _WHOLE for x in cols[c]):
+        return None
+    try:
+        arrays = [_column(cols[c], t) for c, t, _, _ in _ARROW]
+    except UnicodeEncodeError:
         return None
     meta = {"index_columns": [], "column_indexes": [],
             "columns": [{"name": c, "field_name": c, "pandas_type": pt, "numpy_type": nt, "metadata": None}
@@ -149,4 +154,25 @@ def arrow_table(rows: list[ExportRow]) -> Any:
             "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__},
             "pandas_version": importlib.metadata.version("pandas")}
     schema = pa.schema([(c, getattr(pa, t)()) for c, t, _, _ in _ARROW], metadata={"pandas": json.dumps(meta)})
-    return pa.table({c: [r[c] for r in rows] for c, _, _, _ in _ARROW}, schema=schema)  # type: ignore[literal-required]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _column(values: list[Any], kind: str) -> Any:
+    """One column as a pyarrow array of type ``kind`` (int64, bool_ or large_string; None is null), from its
+    buffers."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(values)
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if kind == "large_string":
+        data = [b"" if v is None else str(v).encode("utf-8") for v in values]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter((len(d) for d in data), dtype=np.int64, count=n), out=offsets[1:])
+        return pa.Array.from_buffers(pa.large_string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+    if kind == "bool_":
+        bits = np.packbits(np.fromiter((bool(v) for v in values), dtype=bool, count=n), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), n, [bitmap, pa.py_buffer(bits)])
+    ints = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=n)
+    return pa.Array.from_buffers(pa.int64(), n, [bitmap, pa.py_buffer(ints)])
