@@ -4,7 +4,8 @@ One directory per eval::
 
     eval.json       what was asked (task, recipe, dataset hash, question indices, target); written first
     prompts.jsonl   {"index", "prompt_sha256"}: which prompt each question was sent; the texts are in the
-                    run's text store, each once (:mod:`harness.results.prompt_store`)
+                    run's text store, each once (:mod:`harness.results.prompt_store`); gzip'd
+                    (``prompts.jsonl.gz``) once its run has finished
     samples.jsonl   one SampleRecord per question, appended and flushed as each answer arrives
     summary.json    EvalSummary, written atomically at the end (and after a resume)
 

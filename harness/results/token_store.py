@@ -16,8 +16,10 @@ without generating. It is stored in the eval directory of the server's run, besi
 ==================  =================  ==========================================================
 question            int32              dataset index of the question (``SampleRecord.index``)
 position            int32              0-based token position within the reference completion
-token_id            int32              the reference token at that position
-logprob             float32            this server's logprob of that token given prompt + prefix
+token_id            int32              the reference token at that position; null: it is
+                                       ``top_ids[0]`` (stored once, :func:`with_top1`)
+logprob             float32            this server's logprob of that token given prompt + prefix;
+                                       null: it is ``top_logprobs[0]`` (as ``token_id``)
 top_ids             list<int32>        this server's top-k ids at that position
 top_logprobs        list<float32>      their logprobs (same order as ``top_ids``)
 ref_top_logprobs    list<float32>      nullable: this server's logprobs of the REFERENCE pass's
