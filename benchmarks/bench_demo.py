@@ -106,7 +106,7 @@ def demo(tree: Path, env: dict[str, str]) -> dict[str, float]:
         return {"demo CPU s (all processes)": cpu, "  abh process CPU s": abh_cpu,
                 "  simulated servers CPU s (the rest)": cpu - abh_cpu, "demo wall s": wall,
                 "demo peak RSS MiB (abh)": rss,
-                "run directory MB": size_mb(run), "  prompt texts MB": size_mb(run, "prompt*.jsonl"),
+                "run directory MB": size_mb(run), "  prompt texts MB": size_mb(run, "prompt*.jsonl*"),
                 "  scores MB": size_mb(run, "scores.parquet"),
                 "scoring pass wall / eval wall (worst)": max(passes) / statistics.mean(evals)}
 

@@ -3,6 +3,7 @@ written before (each row with its text, eval.json schema 1) are still read and r
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -12,9 +13,9 @@ import pytest
 from harness.measure.divergence_pass import load_references
 from harness.results import schema
 from harness.results.eval_store import EvalStore, load_eval
-from harness.results.fileio import read_json, read_jsonl
+from harness.results.fileio import StoreError, read_json, read_jsonl
 from harness.results.integrity import first_prompt, prompt_hashes
-from harness.results.prompt_store import TEXTS, eval_prompts
+from harness.results.prompt_store import TEXTS, eval_prompts, pack, pack_prompts, packed
 from harness.results.schema import SampleRecord
 
 PROMPTS = [f"Shared shots.\n\nQuestion: {i} + 1?\nAnswer:" for i in range(5)]
@@ -110,3 +111,46 @@ def test_a_store_torn_by_a_full_disk_takes_the_next_text_on_a_line_of_its_own(tm
     _eval(tmp_path / "run" / "evals" / "b", store, range(5))
     rows = read_jsonl(store)
     assert sorted(r["prompt"] for r in rows) == sorted(PROMPTS) and store.read_bytes().endswith(b"\n")
+
+
+def test_a_packed_store_is_read_resumed_and_packed_again(tmp_path: Path) -> None:
+    """A finished run's store is packed gzip'd (the plain file gone); its evals read their prompts from it, a
+    resumed eval appends only the texts it lacks (plain) and the next pack holds each text once."""
+    store = tmp_path / TEXTS
+    a = _eval(tmp_path / "evals" / "a" / "r1", store, range(3))
+    plain = store.read_bytes()
+    pack(store)
+    assert not store.exists() and packed(store).is_file() and len(packed(store).read_bytes()) < len(plain)
+    assert gzip.decompress(packed(store).read_bytes()) == plain  # lossless: the same rows
+    assert [r["prompt"] for r in eval_prompts(a)] == PROMPTS[:3]
+    b = _eval(tmp_path / "evals" / "b" / "r1", store)  # all five: only the two new texts appended
+    assert sorted(r["prompt"] for r in read_jsonl(store)) == sorted(PROMPTS[3:])
+    assert [r["prompt"] for r in eval_prompts(b)] == PROMPTS
+    pack(store)
+    assert not store.exists()
+    rows = [json.loads(line) for line in gzip.decompress(packed(store).read_bytes()).splitlines()]
+    assert sorted(r["prompt"] for r in rows) == sorted(PROMPTS)
+    assert [r["prompt"] for r in eval_prompts(a)] == PROMPTS[:3]
+
+
+def test_a_packed_store_that_is_not_gzip_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / TEXTS
+    d = _eval(tmp_path / "evals" / "a" / "r1", store)
+    pack(store)
+    packed(store).write_bytes(b"not gzip at all")
+    with pytest.raises(StoreError, match="not a readable gzip"):
+        list(eval_prompts(d))
+
+
+def test_a_packed_prompts_file_is_read_and_a_resumed_eval_writes_it_plain_again(tmp_path: Path) -> None:
+    store = tmp_path / TEXTS
+    d = _eval(tmp_path / "evals" / "a" / "r1", store, range(3))
+    plain = (d / "prompts.jsonl").read_bytes()
+    pack_prompts(d)
+    assert not (d / "prompts.jsonl").exists() and gzip.decompress((d / "prompts.jsonl.gz").read_bytes()) == plain
+    assert [r["prompt"] for r in eval_prompts(d)] == PROMPTS[:3] and first_prompt(d) == (0, PROMPTS[0])
+    assert [r.prompt for r in load_references(d)] == PROMPTS[:3]
+    _eval(d, store, range(3, 5))  # resumed: the two questions left
+    assert not (d / "prompts.jsonl.gz").exists()
+    assert [r["index"] for r in read_jsonl(d / "prompts.jsonl")] == list(range(5))
+    assert [r["prompt"] for r in eval_prompts(d)] == PROMPTS

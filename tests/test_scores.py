@@ -143,3 +143,36 @@ def test_logprobs_and_ids_are_stored_byte_stream_split_and_read_back_bit_for_bit
                  for c in range(md.num_columns)}
     for path in S.BYTE_STREAM_SPLIT:
         assert "BYTE_STREAM_SPLIT" in encodings[path], (path, encodings[path])
+
+
+def test_a_token_that_is_its_top_lists_first_entry_is_stored_once_and_read_back_by_every_reader(tmp_path):
+    """A greedy token is nearly always its top list's first entry: its id and logprob are stored null (the list
+    holds them) and both readers give them back bit for bit; a token that differs (another id, or the same id
+    with another logprob, -0.0 against 0.0 included) is stored as it is; a file of an older writer (no nulls)
+    reads as it did."""
+    import pyarrow as pa
+
+    from harness.results.score_blocks import PassReader
+
+    rng = np.random.default_rng(3)
+    t, k = 200, 4
+    ids = rng.integers(0, 50_000, (t, k)).astype(np.int32)
+    tops = np.sort(-rng.exponential(3.0, (t, k)).astype(np.float32), axis=1)[:, ::-1].copy()
+    tok, lp = ids[:, 0].copy(), tops[:, 0].copy()
+    tok[5], lp[6] = 7, lp[6] - 1.0  # another token; the same token with another logprob
+    tops[7, 0], lp[7] = 0.0, -0.0
+    with S.ScoresWriter(tmp_path / "new", top_k=k) as w:
+        w.add(0, tok, lp, ids, tops)
+    stored = pq.read_table(tmp_path / "new" / S.SCORES)
+    assert stored.column("token_id").null_count == t - 3 == stored.column("logprob").null_count
+    for table in (S.load_scores(tmp_path / "new"), PassReader(tmp_path / "new").upto(0)):
+        assert table.token_id.tobytes() == tok.tobytes() and table.logprob.tobytes() == lp.tobytes()
+    logprob_only = PassReader(tmp_path / "new", columns=["logprob"]).upto(0)  # its lists read all the same
+    assert logprob_only.token_id.tobytes() == tok.tobytes() and logprob_only.logprob.tobytes() == lp.tobytes()
+    # an older writer's file: every token stored
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / S.SCORES_META).write_bytes((tmp_path / "new" / S.SCORES_META).read_bytes())
+    old = stored.set_column(2, "token_id", pa.array(tok)).set_column(3, "logprob", pa.array(lp))
+    pq.write_table(old, tmp_path / "old" / S.SCORES)
+    for table in (S.load_scores(tmp_path / "old"), PassReader(tmp_path / "old").upto(0)):
+        assert table.token_id.tobytes() == tok.tobytes() and table.logprob.tobytes() == lp.tobytes()

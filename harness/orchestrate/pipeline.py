@@ -98,7 +98,7 @@ from harness.results import fileio, schema
 from harness.results.dirlock import DirectoryInUse, DirLock
 from harness.results.eval_store import eval_done
 from harness.results.fileio import OutputError, PlantedLink, StoreError
-from harness.results.prompt_store import TEXTS
+from harness.results.prompt_store import TEXTS, pack, pack_prompts
 from harness.results.records import JSON
 from harness.serving.client import ClientConfig, bearer_headers
 from harness.serving.untrusted import printable
@@ -185,6 +185,8 @@ class Run:
         self.arms: dict[str, ResolvedArm] = {}
         self.engines: dict[str, Engine] = {}
         self.live_diff_checked = False
+        #: the evals a resume kept as they were (their files are not rewritten, not even packed)
+        self.kept: set[str] = set()
         run_dir.mkdir(parents=True, exist_ok=True)
         # one process per run directory, before anything in it is read or written (released by run_experiment)
         self.lock = DirLock(run_dir, "run directory").acquire()
@@ -426,6 +428,7 @@ class Run:
             self.manifest.add_eval(item.rel_dir, arm=item.arm_key, role=item.role, repeat=item.repeat)
             if self.item_done(item.rel_dir):
                 self.log.say(f"{label[item]} {item.rel_dir}: already complete, kept")
+                self.kept.add(item.rel_dir)
             else:
                 pending.append(item)
         scoring = self.scoring
@@ -557,6 +560,12 @@ class Run:
         the per-task files and tasks.json) and summary.json, print the table, the report, and the verdict last;
         the exit code."""
         dirs = {role: [self.run_dir / rel for rel in self.manifest.evals_of(role)] for role in ("a", "b", "aa")}
+        with contextlib.suppress(OutputError):  # a full disk: what is not packed stays plain, as readable
+            pack(self.run_dir / TEXTS)  # no eval appends any more: the prompts stored gzip'd
+            for role in ("a", "b", "aa"):
+                for rel in self.manifest.evals_of(role):
+                    if rel not in self.kept:
+                        pack_prompts(self.run_dir / rel)
         try:
             if self.several:
                 code, tasks = self._conclude_tasks(dirs)

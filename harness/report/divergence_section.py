@@ -296,6 +296,7 @@ def kld_svg(div: Divergence) -> str | None:
                 if m and m > 0:
                     ax.axvline(min(max(m, edges[0]), edges[-1]), color=color, ls="--", lw=1.2)
             ax.set_xscale("log")
+            plots.log_axis(ax.xaxis)
             ax.set_xlim(*fitted(edges, [h.counts for h, _ in sides if h is not None],
                                 [m for m in (mean_ab, mean_aa) if m and m > 0]))
             ax.set_xlabel(f"KLD {title} (nats)" + ("; dashed: means" if unit == "token" else ""))

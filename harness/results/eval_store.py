@@ -4,7 +4,8 @@ One directory per eval::
 
     eval.json       what was asked (task, recipe, dataset hash, question indices, target); written first
     prompts.jsonl   {"index", "prompt_sha256"}: which prompt each question was sent; the texts are in the
-                    run's text store, each once (:mod:`harness.results.prompt_store`)
+                    run's text store, each once (:mod:`harness.results.prompt_store`); gzip'd
+                    (``prompts.jsonl.gz``) once its run has finished
     samples.jsonl   one SampleRecord per question, appended and flushed as each answer arrives
     summary.json    EvalSummary, written atomically at the end (and after a resume)
 
@@ -28,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from harness.results import fileio, integrity, schema
 from harness.results.dirlock import DirLock
-from harness.results.prompt_store import TEXTS, TEXTS_KEY, PromptTexts, eval_prompts, relative
+from harness.results.prompt_store import TEXTS, TEXTS_KEY, PromptTexts, eval_prompts, packed, relative
 from harness.results.fileio import OutputError, StoreError, append_line, atomic_write_text
 from harness.results.schema import EvalMeta, EvalSummary, PromptRow, SampleRecord
 
@@ -141,6 +142,7 @@ class EvalStore:
             atomic_write_text(self.root / PROMPTS,
                               "".join(json.dumps({"index": r["index"], "prompt_sha256": r["prompt_sha256"]}) + "\n"
                                       for r in kept))
+            packed(self.root / PROMPTS).unlink(missing_ok=True)  # a finished run's packed copy: plain again
         else:
             new = {"resumes": 0, **meta, "sessions": [{k: meta.get(k) for k in SESSION_KEYS}]}
         new[TEXTS_KEY] = relative(self.texts_path, self.root)

@@ -20,7 +20,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -306,18 +306,23 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     if not p.exists():
         return
     with p.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
-                if not raw.endswith(b"\n"):  # the unterminated last line a crash leaves: torn, not wrong
-                    return
-                raise StoreError(f"{p}: line {lineno} is not valid JSON") from None
-            if not isinstance(row, dict):
-                raise StoreError(f"{p}: line {lineno} is not a JSON object (found {type(row).__name__})")
-            yield lineno, row
+        yield from iter_lines(f, p)
+
+
+def iter_lines(f: Iterable[bytes], p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`iter_jsonl` of the lines of an open binary file ``f`` (``p``: its name in an error)."""
+    for lineno, raw in enumerate(f, 1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+            if not raw.endswith(b"\n"):  # the unterminated last line a crash leaves: torn, not wrong
+                return
+            raise StoreError(f"{p}: line {lineno} is not valid JSON") from None
+        if not isinstance(row, dict):
+            raise StoreError(f"{p}: line {lineno} is not a JSON object (found {type(row).__name__})")
+        yield lineno, row
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

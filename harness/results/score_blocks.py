@@ -32,6 +32,7 @@ from harness.results.token_store import (
     _fill_lists,
     _list_width,
     scores_status,
+    with_top1,
 )
 
 #: the columns every block holds (the rows' identity)
@@ -114,23 +115,43 @@ class PassReader:
         want = list(KEY_COLUMNS) + [c for c in self.columns
                                     if not (c == "ref_top_logprobs" and not self.ref_width)
                                     and not (c == "text_offset" and not self.has_offsets)]
+        # a token stored as its top list's first entry (null) is read from the list
+        read = want + [c for c in ("top_ids", "top_logprobs") if c not in want and self._top1(g)]
         parts = [self._arrays(b, want) for b in self._pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g],
-                                                                     columns=want, use_threads=False)]
+                                                                     columns=read, use_threads=False)]
         if len(parts) == 1:
             return parts[0]
         return {c: np.concatenate([p[c] for p in parts]) for c in want}
 
+    def _top1(self, g: int) -> bool:
+        """Row group ``g`` may hold tokens stored as their top list's first entry (its statistics say so, or
+        it has none)."""
+        rg = self._pf.metadata.row_group(g)
+        for i in range(rg.num_columns):
+            if rg.column(i).path_in_schema == "token_id":
+                st = rg.column(i).statistics
+                return st is None or not st.has_null_count or st.null_count > 0
+        return True
+
     def _arrays(self, t: Any, want: list[str]) -> dict[str, np.ndarray]:
         m = t.num_rows
-        out = {c: np.asarray(t.column(c).to_numpy(), dtype=np.int32) for c in KEY_COLUMNS}
-        if "logprob" in want:
-            out["logprob"] = np.asarray(t.column("logprob").to_numpy(), dtype=np.float32)
+        names = set(t.column_names)
+        out: dict[str, np.ndarray] = {}
         for c, dtype, width, fill in (("top_ids", np.int32, self.top_k, PAD_ID),
                                       ("top_logprobs", np.float32, self.top_k, -np.inf),
                                       ("ref_top_logprobs", np.float32, self.ref_width, np.nan)):
-            if c in want:
+            if c in names:
                 out[c] = np.full((m, width), fill, dtype)
                 _fill_lists(out[c], t.column(c), 0, fill)
+        for c in ("question", "position"):
+            out[c] = np.asarray(t.column(c).to_numpy(), dtype=np.int32)
+        for c, top, dtype in (("token_id", "top_ids", np.int32), ("logprob", "top_logprobs", np.float32)):
+            if c in want:
+                first = out[top][:, 0] if top in out and self.top_k else np.zeros(m, dtype)
+                out[c] = with_top1(t.column(c), first, dtype)
+        for c in ("top_ids", "top_logprobs"):
+            if c not in want:
+                out.pop(c, None)
         if "text_offset" in want:
             col = t.column("text_offset")
             out["text_offset"] = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int32)

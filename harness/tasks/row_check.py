@@ -29,7 +29,7 @@ def row_check(root: Path, meta: Mapping[str, Any]) -> tuple[Reference | None, Sc
     recipe = meta.get("recipe")
     name = recipe.get("name") if isinstance(recipe, dict) else None
     if (meta.get("task") or "gsm8k") == "gsm8k" and name in OWN_RECIPES:
-        return reference_for(root, meta), gsm8k.GSM8K.score
+        return reference_for(root, meta), score
     return {i: (sha, None) for i, sha in prompt_hashes(root).items()} or None, None
 
 
@@ -40,12 +40,31 @@ def reference_for(root: Path, meta: Mapping[str, Any]) -> Reference | None:
     if rows is None:
         return {i: (sha, None) for i, sha in prompt_hashes(root).items()} or None
     shots = _few_shot(root, meta, rows)
-    ref: dict[int, tuple[str | None, int | None]] = {}
-    for i in meta.get("indices") or []:
-        if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rows):
-            sha = None if shots is None else _sha(shots + gsm8k.one_example(rows[i], False))
-            ref[i] = (sha, gsm8k.get_answer_value(rows[i]["answer"]))
-    return ref
+    source, sha256 = str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or "")
+    return {i: _question(source, sha256, shots, i) for i in meta.get("indices") or []
+            if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rows)}
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _question(source: str, sha256: str, shots: str | None, i: int) -> tuple[str | None, int]:
+    """(the sha256 of question ``i``'s prompt after ``shots``, its label) in the dataset of hash ``sha256``: the
+    evals of a comparison share them (computed once, not once per eval)."""
+    row = (_dataset_rows(source, sha256) or [])[i]
+    return None if shots is None else _sha(shots + gsm8k.one_example(row, False)), gsm8k.get_answer_value(row["answer"])
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _cached_score(output: str, label: int) -> tuple[int, bool, bool]:
+    return gsm8k.GSM8K.score(output, label)
+
+
+def score(output: str, label: Any) -> tuple[int, bool, bool]:
+    """:meth:`~harness.tasks.gsm8k.GSM8K.score`, each (output, label) graded once: the evals of a comparison
+    repeat most answers (two runs of one server agree on most questions)."""
+    try:
+        return _cached_score(output, label)
+    except TypeError:  # an unhashable label (a tampered row): graded as it is, and found false
+        return gsm8k.GSM8K.score(output, label)
 
 
 def _sha(text: str) -> str:
