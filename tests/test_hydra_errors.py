@@ -3,6 +3,8 @@ never a redacted key name or Hydra's ``+key`` advice for a typo, never the confi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers.runs import abh_run_here
 from hydra import compose, initialize_config_dir
@@ -59,3 +61,35 @@ def test_an_unknown_added_key_is_named_with_the_closest(capsys: pytest.CaptureFi
     code = abh_run_here("+experiment.repeatz=3", "dry_run=true")
     err = capsys.readouterr().err
     assert code == exitcodes.BAD_CONFIG and "experiment.repeatz (did you mean experiment.repeats?)" in err
+
+
+def _composes(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    """How many times ``abh run ARGS`` composes the whole config."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    count = [0]
+    load = ConfigLoaderImpl.load_configuration
+
+    def counted(self: ConfigLoaderImpl, *a: object, **k: object) -> object:
+        count[0] += 1
+        return load(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    assert abh_run_here(*args) == exitcodes.OK
+    return count[0]
+
+
+def test_a_run_composes_its_config_twice_not_three_times(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The early value check's composition also tells Hydra the run mode (Hydra would compose once more for it)."""
+    assert _composes(monkeypatch, "dry_run=true", f"hydra.run.dir={tmp_path / 'r'}") == 2
+    assert "dry run: no server started" in capsys.readouterr().out
+
+
+def test_hydra_mode_on_the_command_line_still_makes_a_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``hydra.mode=MULTIRUN`` without ``-m`` is Hydra's sweep all the same (the mode read by abh's own check)."""
+    _composes(monkeypatch, "dry_run=true", "hydra.mode=MULTIRUN", f"hydra.sweep.dir={tmp_path / 's'}",
+              f"hydra.run.dir={tmp_path / 'r'}")
+    assert (tmp_path / "s" / "multirun.yaml").is_file() and not (tmp_path / "r").exists()
+    assert "dry run: no server started" in capsys.readouterr().out
