@@ -141,10 +141,16 @@ def help_text() -> str:
 def malformed_yaml(roots: list[Path]) -> str | None:
     """The first config or arm file under ``roots`` that is not valid YAML, as one line (None when all parse).
     Hydra would report it as a 90-line traceback; checked before Hydra composes anything."""
+    fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a tenth of the pure-Python parser's time
     for root in roots:
         for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
             try:
-                yaml.safe_load(path.read_text(encoding="utf-8"))
+                text = path.read_text(encoding="utf-8")
+                try:
+                    yaml.load(text, Loader=fast)  # noqa: S506 - a safe loader
+                    continue
+                except yaml.YAMLError:  # said as the pure-Python parser says it (line, column, problem)
+                    yaml.safe_load(text)
             except (yaml.YAMLError, UnicodeDecodeError) as e:
                 mark = getattr(e, "problem_mark", None)
                 where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
