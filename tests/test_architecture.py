@@ -8,7 +8,7 @@ import functools
 import textwrap
 from pathlib import Path
 
-from helpers.import_graph import cycles, import_graph, outside_imports
+from helpers.import_graph import cycles, import_graph, outside_imports, parse
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 
@@ -57,9 +57,8 @@ def test_the_graph_sees_type_checking_relative_and_local_imports(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the plan of the house
-@functools.cache
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return parse(path)  # the import graph's parse: each module parsed once for every test of the file
 
 
 @functools.cache

@@ -3,6 +3,8 @@ never a redacted key name or Hydra's ``+key`` advice for a typo, never the confi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers.runs import abh_run_here
 from hydra import compose, initialize_config_dir
@@ -59,3 +61,30 @@ def test_an_unknown_added_key_is_named_with_the_closest(capsys: pytest.CaptureFi
     code = abh_run_here("+experiment.repeatz=3", "dry_run=true")
     err = capsys.readouterr().err
     assert code == exitcodes.BAD_CONFIG and "experiment.repeatz (did you mean experiment.repeats?)" in err
+
+
+def _composes(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    """How many times ``abh run ARGS`` composes the whole config."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    count = [0]
+    load = ConfigLoaderImpl.load_configuration
+
+    def counted(self: ConfigLoaderImpl, *a: object, **k: object) -> object:
+        count[0] += 1
+        return load(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    assert abh_run_here(*args) == exitcodes.OK
+    return count[0]
+
+
+def test_the_run_mode_is_read_from_abhs_own_composition(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The early value check's composition also tells Hydra the run mode, so Hydra does not compose the config once
+    more just to read it (a plain run composes twice, not three times): ``hydra.mode=MULTIRUN`` without ``-m`` is
+    Hydra's sweep all the same, its one job composing four times, not five."""
+    composes = _composes(monkeypatch, "dry_run=true", "hydra.mode=MULTIRUN", f"hydra.sweep.dir={tmp_path / 's'}",
+                         f"hydra.run.dir={tmp_path / 'r'}")
+    assert (tmp_path / "s" / "multirun.yaml").is_file() and not (tmp_path / "r").exists()
+    assert composes == 4 and "dry run: no server started" in capsys.readouterr().out

@@ -49,8 +49,10 @@ class Demo:
 #: and nothing it prints may hold them.
 SECRETS = ("hf_leak123", "leak456", "hf_Harmless0Name0But0A0Token0Value")
 #: The demo's design (2 repeats per arm on concurrent servers, an A/A control on fresh launches, the report) on
-#: 100 questions: every structural check of the demo, at a fraction of its cost; with secrets in the environment.
-DEMO_100 = ("progress=false", "task.num_questions=100", "client.parallel=100",
+#: its first DEMO_N questions: every structural check of the demo, at a fraction of its cost (the launches and the
+#: command's start-up are most of it); with secrets in the environment.
+DEMO_N = 40
+DEMO_SMALL = ("progress=false", f"task.num_questions={DEMO_N}", f"client.parallel={DEMO_N}",
             f"+engine.env.HF_TOKEN={SECRETS[0]}", f"+arms.a.env.MY_SECRET={SECRETS[1]}",
             f"+arms.b.env.MY_SECRET={SECRETS[1]}", f"+arms.a.env.MY_SETTING={SECRETS[2]}",
             f"+arms.b.env.MY_SETTING={SECRETS[2]}")  # a token by its form, under a name that says nothing (issue 22)
@@ -70,9 +72,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 
 
 @pytest.fixture(scope="module")
-def demo100(tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    """The demo on its first 100 questions, run once for every test reading it (none of them writes to it)."""
-    return _demo_run(tmp_path_factory.mktemp("demo100"), *DEMO_100)
+def demo_small(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """The demo on its first DEMO_N questions, run once for every test reading it (none of them writes to it)."""
+    return _demo_run(tmp_path_factory.mktemp("demo_small"), *DEMO_SMALL)
 
 
 def check_run_record(run_dir: Path, n: int, verdict: str) -> None:
@@ -114,26 +116,26 @@ def test_demo_end_to_end(demo: Demo) -> None:
 
 
 @pytest.mark.slow
-def test_demo_on_100_questions_end_to_end(demo100: Demo) -> None:
+def test_demo_on_a_few_questions_end_to_end(demo_small: Demo) -> None:
     """Everything test_demo_end_to_end checks but the verdict, which needs all 1319 questions (slow)."""
-    r, run_dir = demo100.result, demo100.run_dir
+    r, run_dir = demo_small.result, demo_small.run_dir
     assert r.returncode == 0, r.stderr[-3000:]
     assert "SIMULATED" in r.stdout and r.stdout.strip().splitlines()[-1].startswith("[SIMULATED] ")
     summary = read_json(run_dir / "summary.json")
     assert summary["simulated"] is True and summary["exit_code"] == 0
     comparison = read_json(run_dir / "comparison.json")
-    assert comparison["n"] == 100 and comparison["arms"]["a"]["n_runs"] == 2
+    assert comparison["n"] == DEMO_N and comparison["arms"]["a"]["n_runs"] == 2
     assert comparison["psi_aa"] is not None
-    assert comparison["both"] + comparison["a_only"] + comparison["b_only"] + comparison["neither"] == 100
+    assert comparison["both"] + comparison["a_only"] + comparison["b_only"] + comparison["neither"] == DEMO_N
     assert summary["verdict"] == comparison["verdict"]
-    check_run_record(run_dir, 100, comparison["verdict"])
-    print(f"the demo on 100 questions took {demo100.seconds:.1f} s")
+    check_run_record(run_dir, DEMO_N, comparison["verdict"])
+    print(f"the demo on {DEMO_N} questions took {demo_small.seconds:.1f} s")
 
 
-def test_every_surface_carries_the_one_line(demo100: Demo) -> None:
+def test_every_surface_carries_the_one_line(demo_small: Demo) -> None:
     """The headline is the terminal's last line, run.log's verdict, comparison.md's quote and the report's hero."""
-    out, err, run_dir = demo100.result.stdout, demo100.result.stderr, demo100.run_dir
-    assert demo100.result.returncode == 0, err[-2000:]
+    out, err, run_dir = demo_small.result.stdout, demo_small.result.stderr, demo_small.run_dir
+    assert demo_small.result.returncode == 0, err[-2000:]
     line = read_json(run_dir / "summary.json")["headline"]
     assert line.startswith("[SIMULATED] ") and "\n" not in line
     assert out.strip().splitlines()[-1] == line  # the terminal's last line (plain: not a terminal)
@@ -151,10 +153,10 @@ def test_every_surface_carries_the_one_line(demo100: Demo) -> None:
     assert "/server_info differs" not in err and "/server_info differs" in (run_dir / "run.log").read_text()
 
 
-def test_the_divergence_counts_where_the_texts_part_beside_the_floor(demo100: Demo) -> None:
+def test_the_divergence_counts_where_the_texts_part_beside_the_floor(demo_small: Demo) -> None:
     """Any run with a scoring pass: the questions whose greedy texts part, A vs B and A vs A', by their first
     diverging token (near-tie, real divergence, unclassified) in comparison.json, the terminal and the markdown."""
-    div = read_json(demo100.run_dir / "comparison.json")["divergence"]
+    div = read_json(demo_small.run_dir / "comparison.json")["divergence"]
     for side, rate, n in (("partings", "text_identical_rate", "text_questions"),
                           ("partings_aa", "text_identical_rate_aa", "text_questions_aa")):
         k = div[side]
@@ -163,29 +165,29 @@ def test_the_divergence_counts_where_the_texts_part_beside_the_floor(demo100: De
         assert round(div[n] * (1 - div[rate])) <= k["parted"] <= div[n]
     assert div["partings"]["parted"] > 0 and div["near_tie_nats"] == 0.5
     # a statistician's detail: under "How this was decided" (the terminal's with --verbose)
-    md = (demo100.run_dir / "comparison.md").read_text()
+    md = (demo_small.run_dir / "comparison.md").read_text()
     assert "first diverging tokens: A vs B " in md.split("<details><summary>How this was decided</summary>")[1]
-    assert "first diverging tokens: A vs B " in (demo100.run_dir / "report.html").read_text()
+    assert "first diverging tokens: A vs B " in (demo_small.run_dir / "report.html").read_text()
 
 
-def test_the_demo_run_records_and_prints_no_secret(demo100: Demo) -> None:
+def test_the_demo_run_records_and_prints_no_secret(demo_small: Demo) -> None:
     """Every file of the run (manifest, evals, scores, server logs, report, run.log) and all it printed."""
-    assert demo100.result.returncode == 0
-    files = [f for f in demo100.run_dir.rglob("*") if f.is_file()]
+    assert demo_small.result.returncode == 0
+    files = [f for f in demo_small.run_dir.rglob("*") if f.is_file()]
     assert any(f.suffix == ".log" for f in files) and any(f.suffix == ".html" for f in files)
     for f in files:
         data = f.read_bytes()
         for secret in SECRETS:
             assert secret.encode() not in data, f
     for secret in SECRETS:
-        assert secret not in demo100.result.stdout + demo100.result.stderr
+        assert secret not in demo_small.result.stdout + demo_small.result.stderr
     # the secrets did reach the servers: the manifest records their names, redacted
-    env = read_json(demo100.run_dir / "manifest.json")["config"]["arms"]["a"]["env"]
+    env = read_json(demo_small.run_dir / "manifest.json")["config"]["arms"]["a"]["env"]
     assert env["MY_SECRET"] == "***REDACTED***"
 
 
-def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
-    run_dir = demo100.run_dir
+def test_demo_records_which_launch_served_each_eval(demo_small: Demo) -> None:
+    run_dir = demo_small.run_dir
     manifest, summary = read_json(run_dir / "manifest.json"), read_json(run_dir / "summary.json")
     served = {rel: ev["launches"] for rel, ev in manifest["evals"].items()}
     # concurrent servers: each arm's server is launched once and reused across its repeats ...
@@ -215,16 +217,16 @@ def test_demo_records_which_launch_served_each_eval(demo100: Demo) -> None:
     assert planned["launches"] == 4 and planned["scoring"]["passes"] == 4 and planned["scoring"]["own_launches"] == 0
 
 
-def test_demo_asserts_both_arms_live_before_the_first_question(demo100: Demo) -> None:
-    log = (demo100.run_dir / "run.log").read_text()
+def test_demo_asserts_both_arms_live_before_the_first_question(demo_small: Demo) -> None:
+    log = (demo_small.run_dir / "run.log").read_text()
     first_eval = log.index("eval evals/a/r1")
     assert log.index("side check server reports the baseline build: PASS") < first_eval
     assert log.index("side check server reports the fix build: PASS") < first_eval  # arm B's, in interleaved order
     assert "[abh] report: " in log  # run.log holds the session's lines
 
 
-def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo100: Demo) -> None:
-    views = arm_views(read_json(demo100.run_dir / "manifest.json"), {"a": "baseline", "b": "fix"})
+def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo_small: Demo) -> None:
+    views = arm_views(read_json(demo_small.run_dir / "manifest.json"), {"a": "baseline", "b": "fix"})
     marks = {v["role"]: {ln["text"].rstrip(" \\").strip(): ln["differs"] for ln in v["command_lines"]} for v in views}
     ports = {role: [t for t in m if t.startswith("--port ")] for role, m in marks.items()}
     assert ports["a"] and ports["b"] and ports["a"] != ports["b"]  # two concurrent servers, two ports
@@ -486,11 +488,11 @@ def test_help_lists_the_config_groups_not_the_schemas(capsys: pytest.CaptureFixt
 
 # ---------------------------------------------------------------------------------- config changes
 @pytest.mark.slow
-def test_rerun_with_a_changed_config_is_refused(demo100: Demo, tmp_path: Path,
+def test_rerun_with_a_changed_config_is_refused(demo_small: Demo, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
-    shutil.copytree(demo100.run_dir, run_dir)  # a finished run of its own: the shared one stays as it is
-    base = [f"hydra.run.dir={run_dir}", *DEMO_100]
+    shutil.copytree(demo_small.run_dir, run_dir)  # a finished run of its own: the shared one stays as it is
+    base = [f"hydra.run.dir={run_dir}", *DEMO_SMALL]
     assert abh_run_here(*base, "engine.flip_rate=0.2") == exitcodes.BAD_CONFIG  # refused before any server
     err = capsys.readouterr().err
     assert "holds a run of a different config (changed: engine.flip_rate)" in err and "another hydra.run.dir" in err

@@ -49,12 +49,13 @@ if not OmegaConf.has_resolver("abh_run_name"):
     OmegaConf.register_new_resolver("abh_run_name", _run_name)
 
 
-def compose_config(argv_overrides: list[str]) -> DictConfig:
-    """The composed config of a run, as ``abh run experiment=ab ...`` would compose it."""
+def compose_config(argv_overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The composed config of a run, as ``abh run experiment=ab ...`` would compose it (``with_hydra``: with its
+    ``hydra`` node)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3", job_name="abh_ab"):
-        return compose("config", overrides=argv_overrides)
+        return compose("config", overrides=argv_overrides, return_hydra_config=with_hydra)
 
 
 _ENV_DEFAULT = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)\s*,")
