@@ -171,7 +171,9 @@ def test_a_token_that_is_its_top_lists_first_entry_is_stored_once_and_read_back_
     assert logprob_only.token_id.tobytes() == tok.tobytes() and logprob_only.logprob.tobytes() == lp.tobytes()
     # an older writer's file: every token stored
     (tmp_path / "old").mkdir()
-    (tmp_path / "old" / S.SCORES_META).write_bytes((tmp_path / "new" / S.SCORES_META).read_bytes())
+    meta = json.loads((tmp_path / "new" / S.SCORES_META).read_text())
+    assert meta["schema_version"] == 2  # an abh that reads v1 only refuses it instead of taking the nulls as values
+    (tmp_path / "old" / S.SCORES_META).write_text(json.dumps({**meta, "schema_version": 1}))
     old = stored.set_column(2, "token_id", pa.array(tok)).set_column(3, "logprob", pa.array(lp))
     pq.write_table(old, tmp_path / "old" / S.SCORES)
     for table in (S.load_scores(tmp_path / "old"), PassReader(tmp_path / "old").upto(0)):

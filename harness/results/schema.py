@@ -77,8 +77,13 @@ WRITES[COMPARISON] = WRITES[RUN_SUMMARY] = 2
 #: eval v2: ``prompts.jsonl`` rows name their prompt by hash, the text in the run's text store that ``eval.json``
 #: names (``prompt_texts``; harness.results.prompt_store); v1 (each row with its text) is still read
 WRITES[EVAL] = 2
+#: scores v2: ``scores.parquet`` stores a token that is its top list's first entry once (``token_id`` and
+#: ``logprob`` null, read from the list); an abh that reads only v1 would take the nulls for values, so it must
+#: refuse; v1 files (no nulls) are still read
+WRITES[SCORES] = 2
 READS: dict[str, frozenset[int]] = {k: frozenset({v}) for k, v in WRITES.items()}
 READS[EVAL] = frozenset({1, 2})
+READS[SCORES] = frozenset({1, 2})
 
 # ------------------------------------------------------------------------------------------ file names
 EVAL_FILE = "eval.json"
