@@ -152,6 +152,7 @@ def test_ab_gives_the_table_of_eval_twice_and_compare(servers, tmp_path, capsys)
     assert (_received(sa), _received(sb)) == before
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     sa, sb = servers
     root = tmp_path / "run"
@@ -244,6 +245,7 @@ def test_out_that_is_a_file_is_exit_2(tmp_path, capsys):
     assert (tmp_path / "f").read_text() == "x"
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_server_that_dies_mid_eval_is_exit_4_and_resumable(servers, sim_server, tmp_path, capsys,
                                                              quick_backoff):
     sa, _ = servers

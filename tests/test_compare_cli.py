@@ -69,6 +69,7 @@ def test_unfinished_evals_are_refused(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 # ------------------------------------------------------------------------------------------ exit codes
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_exit_5_when_request_errors_exceed_the_maximum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     da, db = _pair(tmp_path, 300, errors=tuple(range(20)))
     assert _compare(tmp_path, da, db) == 5

@@ -91,6 +91,7 @@ def one_line(r: subprocess.CompletedProcess) -> str:
 OS_ERRORS = ("No space left on device", "File too large")
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_abh_eval_on_a_full_disk_says_so_and_resumes(small_disk):
     disk = small_disk(64 * 1024)
     out = disk.root / "ev"

@@ -237,6 +237,7 @@ def test_first_divergence_from_argmax_without_offsets(tmp_path, world):
 
 
 # ------------------------------------------------------------------------------ report pieces
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_report_section_words_plot_and_marked_texts(tmp_path, world):
     ref, ab, aa = three_passes(tmp_path, world, 0.5)
     d = compute_divergence(ref, ab, aa, n_resamples=999, top_n=60)

@@ -191,6 +191,7 @@ def test_abh_run_identical_builds_are_indistinguishable(tmp_path):
     assert d["dirs"]["aa"] == str(tmp_path / "same" / "evals/aa/r1") and d["text_questions_aa"] == N_RUN
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_abh_run_without_divergence_scores_nothing(tmp_path, capsys):
     """In this process (the servers are real processes)."""
     code = abh_run_here(f"hydra.run.dir={tmp_path / 'off'}", *RUN, "divergence.enabled=false", "report=false")
@@ -219,6 +220,7 @@ def test_a_signal_during_scoring_stops_the_servers_and_a_rerun_scores_again(tmp_
     assert d["verdict"] in ("diverged", "indistinguishable") and d["questions"] == 40
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_divergence_switched_off_says_why_before_the_evals(tmp_path, capsys):
     """An experiment whose divergence is off by default (off_reason) says so with the design, before a question."""
     code = abh_run_here(f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true", "divergence.enabled=false",

@@ -82,6 +82,7 @@ def test_slow_start_reports_what_it_waits_for(tmp_path):
     assert any("; log: simulated server ready" in s or "; log: SIMULATED engine" in s for s in seen)
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_ready_timeout_carries_the_log_tail(tmp_path):
     with sim(tmp_path, startup_s=30, ready_timeout_s=4.0) as e:  # time for the banner on a loaded machine
         e.launch()
@@ -100,6 +101,7 @@ def test_death_while_starting_carries_the_log_tail(tmp_path):
         assert e.alive() == "server process exited with code 2"
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_death_mid_run_keeps_samples_and_resumes(tmp_path):
     out = tmp_path / "eval"
     with sim(tmp_path, "crash", crash_after=20, latency_s=0.02) as e:

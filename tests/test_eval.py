@@ -33,6 +33,7 @@ def abh(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.cli.main", *args], capture_output=True, text=True, **kw)
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_full_1319_at_parallel_1319_bookkeeping(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.8", "--run-seed", "3")
     out = tmp_path / "ev"
@@ -93,6 +94,7 @@ def test_killed_midway_resumes_without_loss_or_duplicates(sim_server, tmp_path):
         assert kept[x["index"]] == x
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_resume_refuses_a_different_question_set(sim_server, tmp_path):
     s = sim_server()
     out = tmp_path / "ev"
@@ -103,6 +105,7 @@ def test_resume_refuses_a_different_question_set(sim_server, tmp_path):
     assert "already holds an eval with a different" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_5xx_bursts_are_retried(sim_server, tmp_path, test_set):
     s = sim_server("--error-rate", "0.5", "--malformed-rate", "0.1", "--run-seed", "1")
     out = tmp_path / "ev"
@@ -189,6 +192,7 @@ def test_errors_recorded_then_retried_on_rerun(sim_server, tmp_path, test_set):
     assert len(read_jsonl(out / "samples.jsonl")) == 20
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_hang_is_bounded_by_the_request_timeout(sim_server, tmp_path, test_set):
     s = sim_server("--hang-after", "6")
     out = tmp_path / "ev"
@@ -228,6 +232,7 @@ def test_no_heavy_imports_on_the_eval_path():
 @pytest.mark.parametrize("sig", [signal.SIGINT,
                                  # SIGTERM mid-eval: in the default run at the `abh run` level (test_run.py)
                                  pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server, tmp_path, sig):
     s = sim_server("--accuracy", "0.9", "--latency-s", "0.05", "--max-running-requests", "10")
     out = tmp_path / "ev"
@@ -252,6 +257,7 @@ def test_ctrl_c_or_sigterm_mid_eval_keeps_answers_and_exits_resumable(sim_server
     assert sorted(x["index"] for x in read_jsonl(out / "samples.jsonl")) == list(range(150))
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_resume_records_each_session_and_refuses_another_api(sim_server, tmp_path, test_set):
     s1 = sim_server("--accuracy", "0.9", "--build", "one")
     out = tmp_path / "ev"
@@ -284,6 +290,7 @@ def test_default_data_is_the_embedded_set(sim_server, tmp_path):
     assert json.loads((tmp_path / "x" / "eval.json").read_text())["dataset_source"] == str(TEST_JSONL.resolve())
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_server_that_dies_under_abh_eval_is_a_server_failure_not_errors(sim_server, tmp_path):
     s = sim_server("--accuracy", "0.9", "--crash-after", "60", "--latency-s", "0.01", "--max-running-requests", "8")
     out = tmp_path / "ev"

@@ -226,6 +226,7 @@ def test_signal_during_the_warm_up_of_a_resumed_eval_keeps_its_answers(sim_serve
     assert summary["aborted"] == "interrupted by SIGINT" and summary["missing"] == 8
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_waiting_for_a_loading_server_says_so(tmp_path):
     port = free_port()
     out = tmp_path / "ev"

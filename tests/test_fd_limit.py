@@ -49,6 +49,7 @@ def test_a_low_hard_limit_caps_the_parallelism_with_a_warning(slow_server, tmp_p
     assert all(x["attempts"] == 1 for x in got)  # none was refused for want of a file descriptor (most were)
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_low_soft_limit_is_raised_to_the_hard_one(slow_server, tmp_path):
     r = eval_with_nofile(slow_server.url, tmp_path / "ev", 256, 4096)
     assert r.returncode == exitcodes.OK, r.stderr

@@ -34,6 +34,7 @@ def test_sighup_mid_eval_stops_the_servers_and_exits_129(tmp_path: Path):
     assert 0 < rows(target) < 200
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_abh_eval_exits_129_on_sighup(tmp_path: Path):
     srv = SimServer("--latency-s", "0.2").wait_ready()
     out = tmp_path / "ev"

@@ -60,6 +60,7 @@ def test_abh_ab_with_hostile_names(tmp_path: Path):
     assert rows[1]["name"] == NAME_B and rows[0]["name"] == printable(NAME_A, one_line=True)
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_abh_run_header_escapes_an_arms_name(tmp_path: Path, capsys):
     code = abh_run_here(f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true", "arms.a.name='\x1b]0;t\x07A\x9b'")
     out, err = capsys.readouterr()

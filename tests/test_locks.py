@@ -65,6 +65,7 @@ def test_a_killed_holder_releases_the_lock(tmp_path):
     DirLock(tmp_path).acquire().release()
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_second_abh_eval_into_the_same_directory_exits_2_at_once(tmp_path):
     srv = SimServer("--latency-s", "0.5").wait_ready()
     # the holder's server answers the warm-up and two questions, then nothing: the holder runs until it is

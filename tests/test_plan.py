@@ -171,6 +171,7 @@ def test_power_cli_old_options_with_effect_in_pp(capsys: pytest.CaptureFixture[s
     assert f"{16 * 2100 / 3600:.2f} GPU-hours" in out
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_make_plan_edge_cases() -> None:
     p = P.make_plan(0.003, N, 0.0)
     assert any("zero noise" in n for n in p["notes"])

@@ -121,6 +121,7 @@ def test_run_without_comparison(tmp_path: Path) -> None:
     assert "NOT COMPARABLE" in text and "no comparison.json" in text and "--enforce-shared-experts-fusion" in text
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_sweep_report(tmp_path: Path) -> None:
     from harness.analysis.sweep import summarize_sweep
 

@@ -271,6 +271,7 @@ def test_interrupt_in_the_first_arm_then_resume_to_completion(tmp_path: Path,
     pytest.param("the eval's warm-up request", "engine.latency_s=15", "eval evals/a/r1", 1.5, signal.SIGTERM,
                  marks=pytest.mark.slow),
 ])
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_signal_in_any_phase_stops_the_servers_and_exits_promptly(tmp_path: Path, phase: str, override: str,
                                                                     moment: str, after_s: float, sig: int) -> None:
     run_dir = tmp_path / "run"
@@ -366,6 +367,7 @@ def test_a_secret_flag_on_a_failing_server_leaks_nowhere(tmp_path: Path) -> None
     assert read_json(run_dir / "summary.json")["verdict"] == "not_comparable"
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_failed_live_side_check_stops_before_any_question(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """In this process (the servers are real processes)."""
     run_dir = tmp_path / "run"
@@ -405,6 +407,7 @@ def test_refusals_before_any_server_and_the_dry_run_exits_alike(tmp_path: Path, 
         assert read_json(run_dir / "summary.json")["exit_code"] == code
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_dry_run_of_the_seed_experiment_prints_every_env_var_and_flag(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -456,6 +459,7 @@ def test_unknown_keys_exit_2_with_or_without_plus(tmp_path: Path, capsys: pytest
     assert not (tmp_path / "run" / "manifest.json").exists()
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 @pytest.mark.parametrize("exc", [ZeroDivisionError, ValueError, RuntimeError])
 def test_a_bug_exits_1_with_one_line_and_the_traceback_in_run_log(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                   monkeypatch: pytest.MonkeyPatch,
@@ -553,6 +557,7 @@ def test_job_through_the_submitit_local_launcher(tmp_path: Path) -> None:
     # a superiority run: non-inferiority not shown, fails
     pytest.param("not-noninferior", 0.945, exitcodes.GATE_FAILED, marks=pytest.mark.slow),
 ])
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_fail_on_gate_exits_7_on_the_verdict_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        fail_on: str, b_accuracy: float, code: int) -> None:
     run_dir = tmp_path / "run"
@@ -594,6 +599,7 @@ def test_a_server_that_hangs_mid_eval_ends_the_run_with_exit_4_within_the_stall_
         assert not pid_alive(pid)
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No run.log, no lock file, no directory: what a dry run has to say is on the terminal. A directory that
     holds files already keeps them."""

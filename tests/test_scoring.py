@@ -187,6 +187,7 @@ def test_reference_pass_takes_token_texts_from_detokenize_and_asks_answers_for_n
     assert np.array_equal(t1.top_ids, t2.top_ids)
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_compared_pass_sends_the_same_ids_and_asks_for_the_reference_top_ids(sim_server, tmp_path):
     a = sim_server("--build", "a", "--noise", "launch")
     b = sim_server("--build", "b", "--logit-shift", "0.3", "--noise", "launch")

@@ -281,6 +281,7 @@ def test_noise_modes_in_the_pure_model():
 # the others are slow.
 @pytest.mark.parametrize("noise", ["launch", pytest.param("pass", marks=pytest.mark.slow),
                                    pytest.param("mixed", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_noise_modes_on_real_servers(sim_server, noise):
     """Two passes on one launch: verbatim under launch, different under pass; under mixed they differ less
     than two launches do (500 questions at flip rate 0.2 keep it quick; at accuracy 0.7 two draws disagree on
@@ -324,6 +325,7 @@ def test_crash_after(sim_server):
         requests.post(s.url + "/generate", json={"text": prompt(4), "sampling_params": SP}, timeout=2)
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_hang_after(sim_server):
     s = sim_server("--hang-after", "1")
     assert requests.post(s.url + "/generate", json={"text": prompt(0), "sampling_params": SP},

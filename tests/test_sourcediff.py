@@ -191,6 +191,7 @@ def source_lines(out: str) -> list[str]:
     return [ln for ln in out.splitlines() if ln.startswith(PREFIX)]
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_seed_dry_run_base_vs_fix_exits_0_naming_only_topk(repo, tmp_path, seed_dry_run):
     r = seed_dry_run(repo, repo.base, repo.fix, tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]

@@ -46,6 +46,7 @@ def ab(capsys: pytest.CaptureFixture[str], url_a: str, url_b: str, out, *extra: 
     return code, cap.out, cap.err
 
 
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_answers_swapped_between_requests_are_errors_and_the_run_is_not_comparable(servers, tmp_path, capsys):
     sa, sb, _ = servers
     with TamperProxy(sb.url, "pass") as proxy:  # the control: the same proxy, honest
@@ -72,6 +73,7 @@ def test_answers_swapped_between_requests_are_errors_and_the_run_is_not_comparab
 
 @pytest.mark.parametrize("mode", ["nan", *(pytest.param(m, marks=pytest.mark.slow)  # kin: test_wire_plausible.py
                                            for m in ("inf", "positive", "duplicate"))])
+@pytest.mark.slow  # a whole run of processes over ~2.5 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_impossible_logprobs_in_the_scoring_pass_are_its_errors_with_the_reason(servers, tmp_path, capsys,
                                                                                  mode: str):
     sa, sb, sa2 = servers
