@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from conftest import TEST_JSONL, pid_alive
 from helpers.llamacpp import needs_llamacpp, not_portable_instructions
+from helpers.waiting import wait_until
 
 from harness.arms.arm import ResolvedArm
 from harness.checks.live import run_live_checks
@@ -69,23 +69,17 @@ def test_llamacpp_smollm2_end_to_end(tmp_path):
         checks = run_live_checks(arm, engine)
         assert all(c.passed for c in checks), [c.line() for c in checks]
         test = gsm8k.load(TEST_JSONL, "test")
-        t0 = time.monotonic()
         summary = run_eval(test, gsm8k.RecipeConfig(num_questions=10), ClientConfig(url=engine.url, api="openai",
                                                                                     parallel=2),
                            tmp_path / "eval", opts=EvalOptions(progress=False, abort_check=engine.alive))
-        took = time.monotonic() - t0
         assert engine.alive() is None
     stop = engine.stop()
     assert stop["how"] in ("SIGTERM", "SIGKILL") and stop["port_free"]
-    deadline = time.monotonic() + 5
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not pid_alive(pid)
+    wait_until(lambda: not pid_alive(pid), "the llama.cpp server's process to exit")
     rows = load_samples(tmp_path / "eval")
     assert len(rows) == 10 and all(r.error is None and r.output is not None for r in rows)
     assert summary["answered"] == 10 and summary["errors"] == 0 and summary["complete"]
     assert summary["api"] == "openai" and not summary["simulated"]
-    assert took < 120
 
 
 
@@ -112,39 +106,33 @@ def test_busy_llamacpp_server_stops_within_the_stop_timeout(tmp_path):
     cpu0 = sum(server.cpu_times()[:2])
     conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    deadline = time.monotonic() + 300
-    while sum(server.cpu_times()[:2]) - cpu0 < 3 and time.monotonic() < deadline:  # it computes on the request
-        time.sleep(0.2)
-    assert sum(server.cpu_times()[:2]) - cpu0 >= 3, "the server never started on the scoring request"
+    wait_until(lambda: sum(server.cpu_times()[:2]) - cpu0 >= 3,  # it computes on the request
+               "the server to start on the scoring request")
     conn.setblocking(False)
     try:
         early = conn.recv(1)
     except BlockingIOError:
         early = None
     assert early is None, "the scoring request was answered before the stop: not a busy server"
-    t0 = time.monotonic()
     stop = engine.stop()
-    took = time.monotonic() - t0
     conn.close()
-    assert stop["how"] == "SIGTERM, then SIGINT", stop
-    assert took < 30 and stop["port_free"] and stop["leftover_pids"] == []
+    assert stop["how"] == "SIGTERM, then SIGINT", stop  # SIGINT after the stop timeout: the escalation bounds it
+    assert stop["port_free"] and stop["leftover_pids"] == []
     assert not pid_alive(pid)
 
 
 @pytest.mark.timeout(1200)
-def test_cpu_smollm2_finishes_in_minutes_and_reads_each_servers_kv_type(tmp_path):
-    """The experiment as shipped: done in under 10 minutes on 2 cores, each arm's live check reading the key type
-    its running server allocated (llama.cpp's log), divergence off with the reason said."""
+def test_cpu_smollm2_as_shipped_reads_each_servers_kv_type(tmp_path):
+    """The experiment as shipped: each arm's live check reading the key type its running server allocated
+    (llama.cpp's log), divergence off with the reason said. (Its time is the README's, measured, not asserted: a
+    test does not depend on the machine's speed.)"""
     from helpers.runs import abh_run
 
     from harness.results.fileio import read_json
 
     run_dir = tmp_path / "run"
-    t0 = time.monotonic()
     r = abh_run("experiment=cpu_smollm2", f"hydra.run.dir={run_dir}", "progress=false", cwd=tmp_path, timeout=1200)
-    took = time.monotonic() - t0
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert took < 600
     m = read_json(run_dir / "manifest.json")
     live = {k: [c for c in arm["live_checks"] if c["kind"] == "log_line"] for k, arm in m["arms"].items()}
     assert all(len(cs) == 1 and cs[0]["passed"] for cs in live.values()), live
