@@ -203,6 +203,7 @@ def test_repeats_interleave_names_gate_and_resume(servers, tmp_path, capsys):
     assert read_json(root / "evals/b/r2/eval.json")["resumes"] == 1
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_the_gate_passes_when_b_is_better(servers, tmp_path, capsys):
     sa, sb = servers
     code, _, err = ab_here(capsys, sb.url, sa.url, tmp_path / "run", "--fail-on", "regressed")
@@ -338,6 +339,7 @@ def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, c
     assert 'id="divergence"' in (root / "report.html").read_text()
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_without_a_second_launch_divergence_is_not_measured_and_says_how(servers, tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     sa, sb = servers

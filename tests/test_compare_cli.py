@@ -145,6 +145,7 @@ def test_markdown_table_round_trips() -> None:
     assert "<b>" not in md and cell("a|b") == "a\\|b"
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_comparison_md_states_the_result(tmp_path: Path) -> None:
     a, b = seed_vectors()
     da = make_eval(tmp_path / "a", a, errors=(5,))

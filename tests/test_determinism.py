@@ -8,6 +8,7 @@ import contextlib
 import io
 import subprocess
 
+import pytest
 from conftest import TEST_JSONL
 from helpers.faultserver import FaultServer
 
@@ -42,6 +43,7 @@ def ab(url_a: str, url_b: str, out, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([], code, o.getvalue(), e.getvalue())
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_server_that_answers_at_random_is_flagged(tmp_path):
     with FaultServer("random") as sa, FaultServer("ok") as sb:
         r = ab(sa.url, sb.url, tmp_path / "ab", "--verbose")  # the statistician's summary has the shares

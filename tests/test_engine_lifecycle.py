@@ -72,6 +72,7 @@ def test_ready_probe_stop(tmp_path):
     assert e.stop() is first  # idempotent
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_slow_start_reports_what_it_waits_for(tmp_path):
     seen: list[str] = []
     with sim(tmp_path, startup_s=1.5) as e:
@@ -142,6 +143,7 @@ def test_hang_times_out_requests_as_errors(tmp_path):
     assert all("Timeout" in r.error for r in errors)
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_server_ignoring_sigterm_gets_sigkill(tmp_path):
     e = sim(tmp_path, ignore_sigterm=True, stop_timeout_s=1.0)
     e.launch()

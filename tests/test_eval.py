@@ -180,6 +180,7 @@ def test_4xx_is_not_retried_and_errors_are_not_wrong_answers(tmp_path, test_set)
     assert summary["errors"] == 10 and summary["correct"] == 0 and summary["accuracy"] is None
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_errors_recorded_then_retried_on_rerun(sim_server, tmp_path, test_set):
     s = sim_server("--error-rate", "1.0")
     out = tmp_path / "ev"

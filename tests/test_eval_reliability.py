@@ -59,6 +59,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     p.wait(10)
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_url_that_serves_something_else_is_refused_at_once(http_server, tmp_path):
     http_server, log = http_server
     r = abh_eval("--url", http_server, "--out", str(tmp_path / "ev"))

@@ -77,6 +77,7 @@ def test_snapshot_reads_vram(tmp_path, monkeypatch, tool):
     assert amd_vram_used_mib(tool) == snap["used_mib"]
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 @pytest.mark.parametrize("tool", ["amd-smi", pytest.param("rocm-smi", marks=pytest.mark.slow)])  # the tool's parse: above
 def test_release_waits_for_vram_when_no_pid_is_visible(tmp_path, monkeypatch, tool):
     """The container case: the tool lists no pid we know, yet the memory is still held."""

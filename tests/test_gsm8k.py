@@ -116,6 +116,7 @@ def test_non_utf8_data_is_one_clear_line(tmp_path):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_non_utf8_data_exits_2_from_both_commands(tmp_path, capsys):
     import subprocess
     import sys

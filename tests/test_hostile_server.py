@@ -191,6 +191,7 @@ def test_abh_ab_progress_timeout_stops_a_server_that_answers_health_only(tmp_pat
 
 
 # ------------------------------------------------------------------------------------------ item 10
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_retry_after_is_honoured_and_said():
     async def go(url: str) -> tuple[Reply, float, str | None, list[str]]:
         async with Client(ClientConfig(url=url, retries=2, backoff_s=0.001)) as c:

@@ -247,6 +247,7 @@ def test_two_arms_paired_and_correct(sim_server):
     _two_arms(sim_server, len(ROWS))
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_high_accuracy_arm_and_invalid(sim_server):
     s = sim_server("--accuracy", "0.98", "--flip-rate", "0")
     out = texts(s.url, range(100))

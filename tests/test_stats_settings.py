@@ -79,6 +79,7 @@ def test_abh_compare_refuses_a_min_effect_below_the_margin(tmp_path: Path, capsy
     assert not (tmp_path / "o" / "comparison.json").exists()
 
 
+@pytest.mark.slow  # a whole run of processes of ~2 s: the slow suite (.ci/run), so the default run stays under 2 min
 def test_a_comparison_failing_on_a_setting_exits_2_and_keeps_the_evals(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A setting the config check lets through (here: the check is turned off) still ends as a bad config."""
