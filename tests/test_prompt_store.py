@@ -13,7 +13,7 @@ import pytest
 from harness.measure.divergence_pass import load_references
 from harness.results import schema
 from harness.results.eval_store import EvalStore, load_eval
-from harness.results.fileio import StoreError, read_json, read_jsonl
+from harness.results.fileio import PlantedLink, StoreError, read_json, read_jsonl
 from harness.results.integrity import first_prompt, prompt_hashes
 from harness.results.prompt_store import TEXTS, eval_prompts, pack, pack_prompts, packed
 from harness.results.schema import SampleRecord
@@ -154,3 +154,19 @@ def test_a_packed_prompts_file_is_read_and_a_resumed_eval_writes_it_plain_again(
     assert not (d / "prompts.jsonl.gz").exists()
     assert [r["index"] for r in read_jsonl(d / "prompts.jsonl")] == list(range(5))
     assert [r["prompt"] for r in eval_prompts(d)] == PROMPTS
+
+
+@pytest.mark.parametrize("which", ["prompts", "texts"])
+def test_packing_refuses_a_planted_link_and_reads_nothing_through_it(tmp_path: Path, which: str) -> None:
+    """A link planted where a finished run packs its prompts (an eval's prompts.jsonl, the run's text store): refused
+    by name; its target is not read into the run directory, and the link is left as it was."""
+    store = tmp_path / TEXTS
+    d = _eval(tmp_path / "evals" / "a" / "r1", store, range(3))
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes((d / "prompts.jsonl").read_bytes() if which == "prompts" else store.read_bytes())
+    link = d / "prompts.jsonl" if which == "prompts" else store
+    link.unlink()
+    link.symlink_to(outside)
+    with pytest.raises(PlantedLink, match="is a symbolic link"):
+        pack_prompts(d) if which == "prompts" else pack(store)
+    assert link.is_symlink() and not packed(link).exists() and outside.read_bytes()

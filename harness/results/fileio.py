@@ -155,6 +155,13 @@ def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
         raise OutputError(path, e) from None
 
 
+def read_own(path: str | Path) -> bytes:
+    """The bytes of a file abh wrote in an output directory, read without following a link at ``path`` (PlantedLink):
+    what a link points to is not abh's to read into its own files."""
+    with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as f:
+        return f.read()
+
+
 def open_append(path: str | Path) -> IO[bytes]:
     """``path`` opened for appending (created if missing), unbuffered: each write is on disk when it returns."""
     return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab", buffering=0)

@@ -100,10 +100,11 @@ def pack_prompts(eval_dir: Path) -> None:
     """Pack a finished eval's ``prompts.jsonl`` (its bytes gzip'd beside it, then the plain file removed): the
     readers take either; a resumed eval writes it plain again (:class:`~harness.results.eval_store.EvalStore`)."""
     plain = eval_dir / PROMPTS_FILE
-    if not plain.is_file():
+    if not os.path.lexists(plain):
         return
+    body = fileio.read_own(plain)  # a planted link: PlantedLink, nothing packed, the link left as it is
     with atomic_output(packed(plain)) as f:
-        f.write(gzip.compress(plain.read_bytes(), compresslevel=6, mtime=0))
+        f.write(gzip.compress(body, compresslevel=6, mtime=0))
     plain.unlink()
 
 
@@ -111,8 +112,9 @@ def pack(path: Path) -> None:
     """Pack the store at ``path``: its rows (packed and plain, each hash once) written gzip'd to
     :func:`packed` (atomically), then the plain file removed. Nothing to do when there is no plain file. Only
     when no eval appends to it (a finished run)."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return
+    os.close(fileio.open_nofollow(path, os.O_RDONLY))  # a planted link: PlantedLink before its target is read
     texts = read_texts(path)
     body = "".join(json.dumps({"prompt_sha256": sha, "prompt": text}, ensure_ascii=False) + "\n"
                    for sha, text in texts.items()).encode("utf-8")
