@@ -6,11 +6,23 @@ from __future__ import annotations
 import ast
 import functools
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
-from helpers.import_graph import cycles, import_graph, outside_imports, parse
+import pytest
+from helpers.import_graph import cycles, forget, import_graph, outside_imports, parse
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_the_trees() -> Iterator[None]:
+    """The parsed modules (~800k AST nodes) dropped when this file's tests end: held to the session's end, they
+    make each of pytest's closing garbage collections walk them all (seconds of CPU per worker)."""
+    yield
+    for cached in (harness_graph, _nodes, _definitions):
+        cached.cache_clear()
+    forget()
 
 
 @functools.cache
@@ -304,8 +316,12 @@ def test_no_comment_says_which_issue():
     assert found == []
 
 
-def _definitions() -> list[tuple[str, ast.AST]]:
-    return [(str(p.relative_to(HARNESS)), node) for p in _modules() for node in _nodes(p)]
+@functools.cache
+def _definitions() -> tuple[tuple[str, ast.AST], ...]:
+    """(module, node) of every class and function of the package (each module's name made once, not per node)."""
+    kinds = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+    return tuple((rel, node) for p in _modules() for rel in [str(p.relative_to(HARNESS))] for node in _nodes(p)
+                 if isinstance(node, kinds))
 
 
 def test_no_class_name_is_defined_twice():

@@ -25,6 +25,11 @@ def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), str(path))
 
 
+def forget() -> None:
+    """Drop the parsed modules (a test file done with them: the session's closing collections would walk them)."""
+    _parse.cache_clear()
+
+
 def module_names(package_dir: Path) -> dict[str, Path]:
     """``{dotted module name: file}`` of every ``.py`` file under ``package_dir`` (a package ``__init__.py``
     is the package's own name)."""
