@@ -306,7 +306,8 @@ def test_too_many_request_errors_exit_5_and_a_rerun_retries_them(servers, sim_se
     assert _received(sa) == before[0] and _received(flaky) - before[1] >= errors + 1  # the failed ones again
 
 
-@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), pytest.param("0", "indistinguishable", marks=pytest.mark.slow)])
+@pytest.mark.slow  # four scoring passes of processes (~10 s of CPU): the slow suite (.ci/run runs it)
+@pytest.mark.parametrize("shift, verdict", [("0.3", "diverged"), ("0", "indistinguishable")])
 def test_a_second_launch_of_a_gives_the_divergence(sim_server, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    shift: str, verdict: str) -> None:
     """abh ab A B --aa A2: A2 is the A/A control, evaluated like A in the arms' order (A r1, B r1, A2 r1): its

@@ -22,6 +22,7 @@ def _run(tmp_path: Path, name: str, *args: str, report: bool = False) -> dict:
     return read_json(tmp_path / name / "comparison.json")
 
 
+@pytest.mark.slow  # a whole run of processes (~5-15 s of CPU): the slow suite (.ci/run runs it), so the default run stays under 2 min
 def test_identical_with_its_bound_and_the_floor_logprobs(tmp_path, capsys):
     c = _run(tmp_path, "same", "engine.deterministic=true", *SAME, report=True)
     i = c["identity"]
@@ -49,6 +50,7 @@ def test_identical_with_its_bound_and_the_floor_logprobs(tmp_path, capsys):
         k: i[k] for k in ("verdict", "upper_bound", "floor_logprobs", "logprobs_ab")}
 
 
+@pytest.mark.slow  # a whole run of processes (~5-15 s of CPU): the slow suite (.ci/run runs it), so the default run stays under 2 min
 def test_a_changed_arm_differs_with_every_question_listed(tmp_path, capsys):
     c = _run(tmp_path, "diff", "engine.deterministic=true", "arms.b.engine.accuracy=0.6", "divergence.enabled=false")
     i = c["identity"]
@@ -59,8 +61,8 @@ def test_a_changed_arm_differs_with_every_question_listed(tmp_path, capsys):
     assert f"DIFFERS on {i['differing']} of {N} questions" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("scoring", [pytest.param("divergence.enabled=true", marks=pytest.mark.slow),
-                                     "divergence.enabled=false"])
+@pytest.mark.slow  # a whole run of processes (~5 s of CPU): the slow suite (.ci/run runs it)
+@pytest.mark.parametrize("scoring", ["divergence.enabled=true", "divergence.enabled=false"])
 def test_a_non_deterministic_engine_is_not_deterministic(tmp_path, capsys, scoring):
     # run-to-run noise on 30 % of the questions: some A/A pass parts from A's (all 30 repeat: p ~ 0.7^30)
     c = _run(tmp_path, "nd", "engine.flip_rate=0.3", *SAME, scoring)

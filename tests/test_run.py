@@ -132,6 +132,7 @@ def test_demo_on_a_few_questions_end_to_end(demo_small: Demo) -> None:
     print(f"the demo on {DEMO_N} questions took {demo_small.seconds:.1f} s")
 
 
+@pytest.mark.slow  # the shared demo run (~15 s of CPU): the slow suite (.ci/run runs it)
 def test_every_surface_carries_the_one_line(demo_small: Demo) -> None:
     """The headline is the terminal's last line, run.log's verdict, comparison.md's quote and the report's hero."""
     out, err, run_dir = demo_small.result.stdout, demo_small.result.stderr, demo_small.run_dir
@@ -153,6 +154,7 @@ def test_every_surface_carries_the_one_line(demo_small: Demo) -> None:
     assert "/server_info differs" not in err and "/server_info differs" in (run_dir / "run.log").read_text()
 
 
+@pytest.mark.slow  # the shared demo run (~15 s of CPU): the slow suite (.ci/run runs it)
 def test_the_divergence_counts_where_the_texts_part_beside_the_floor(demo_small: Demo) -> None:
     """Any run with a scoring pass: the questions whose greedy texts part, A vs B and A vs A', by their first
     diverging token (near-tie, real divergence, unclassified) in comparison.json, the terminal and the markdown."""
@@ -170,6 +172,7 @@ def test_the_divergence_counts_where_the_texts_part_beside_the_floor(demo_small:
     assert "first diverging tokens: A vs B " in (demo_small.run_dir / "report.html").read_text()
 
 
+@pytest.mark.slow  # the shared demo run (~15 s of CPU): the slow suite (.ci/run runs it)
 def test_the_demo_run_records_and_prints_no_secret(demo_small: Demo) -> None:
     """Every file of the run (manifest, evals, scores, server logs, report, run.log) and all it printed."""
     assert demo_small.result.returncode == 0
@@ -186,6 +189,7 @@ def test_the_demo_run_records_and_prints_no_secret(demo_small: Demo) -> None:
     assert env["MY_SECRET"] == "***REDACTED***"
 
 
+@pytest.mark.slow  # the shared demo run (~15 s of CPU): the slow suite (.ci/run runs it)
 def test_demo_records_which_launch_served_each_eval(demo_small: Demo) -> None:
     run_dir = demo_small.run_dir
     manifest, summary = read_json(run_dir / "manifest.json"), read_json(run_dir / "summary.json")
@@ -217,6 +221,7 @@ def test_demo_records_which_launch_served_each_eval(demo_small: Demo) -> None:
     assert planned["launches"] == 4 and planned["scoring"]["passes"] == 4 and planned["scoring"]["own_launches"] == 0
 
 
+@pytest.mark.slow  # the shared demo run (~15 s of CPU): the slow suite (.ci/run runs it)
 def test_demo_asserts_both_arms_live_before_the_first_question(demo_small: Demo) -> None:
     log = (demo_small.run_dir / "run.log").read_text()
     first_eval = log.index("eval evals/a/r1")
@@ -225,6 +230,7 @@ def test_demo_asserts_both_arms_live_before_the_first_question(demo_small: Demo)
     assert "[abh] report: " in log  # run.log holds the session's lines
 
 
+@pytest.mark.slow  # the shared demo run (~15 s of CPU): the slow suite (.ci/run runs it)
 def test_demo_report_does_not_mark_the_port_as_an_arm_difference(demo_small: Demo) -> None:
     views = arm_views(read_json(demo_small.run_dir / "manifest.json"), {"a": "baseline", "b": "fix"})
     marks = {v["role"]: {ln["text"].rstrip(" \\").strip(): ln["differs"] for ln in v["command_lines"]} for v in views}
