@@ -101,6 +101,7 @@ class SimState:
         #: how many times each token sequence has been scored on this launch (its scoring pass number)
         self._scored: dict[bytes, int] = {}
         self._answers: dict[tuple[int, int], str] = {}
+        self._blocks: dict[int, str] = {}
         #: how many times each question has been asked on this launch (its pass number)
         self._asked: dict[int, int] = {}
         self._pass: dict[int, list[bool]] = {}
@@ -201,12 +202,13 @@ class SimState:
                                                               f"{self.run_seed}/{task}", k)
         return self._keyed_pass[(task, k)][position]
 
-    def raw_generation(self, prompt: str, ignore_eos: bool, min_tokens: int, chat: bool = False) -> tuple[str, bool]:
-        """(text the "model" writes, whether it ends in EOS). Without EOS it has more than min_tokens tokens. A chat
-        answer ends after the answer (an instruct model's EOS); a completion runs on as a base model does."""
+    def raw_parts(self, prompt: str, ignore_eos: bool, min_tokens: int, chat: bool = False) -> tuple[list[str], bool]:
+        """(the text the "model" writes, in parts: the answer, then each hallucinated block; whether it ends in EOS).
+        Without EOS it has more than min_tokens tokens. A chat answer ends after the answer (an instruct model's
+        EOS); a completion runs on as a base model does."""
         entry = self.key.lookup(hashlib.sha256(prompt.encode()).hexdigest()) if self.key.by_sha else None
         if entry is not None:
-            return (entry.right if self.keyed_outcome(entry.task, entry.position, entry.n) else entry.wrong), True
+            return [entry.right if self.keyed_outcome(entry.task, entry.position, entry.n) else entry.wrong], True
         q = gsm8k.question_from_prompt(prompt)
         i = self.index.get(q) if q is not None else None
         if i is None:
@@ -215,17 +217,24 @@ class SimState:
         else:
             raw, start = self.answer_text(i), i + 1
         if chat and not ignore_eos:
-            return raw.lstrip(" "), True
+            return [raw.lstrip(" ")], True
         n = len(self.rows)
         count = len(self.tokenizer.encode(raw)) if ignore_eos else 0
+        parts = [raw]
         k = 0
         while k < text.CONTINUATION_BLOCKS or (ignore_eos and count <= min_tokens):
-            r = self.rows[(start + k) % n]
-            block = text.continuation_block(r["question"], r["answer"])
-            raw += block
+            block = self._block((start + k) % n)
+            parts.append(block)
             count += len(self.tokenizer.encode(block)) if ignore_eos else 0
             k += 1
-        return raw, not ignore_eos
+        return parts, not ignore_eos
+
+    def _block(self, i: int) -> str:
+        """Row ``i`` as a hallucinated block (made once: every generation writes three)."""
+        got = self._blocks.get(i)
+        if got is None:
+            got = self._blocks[i] = text.continuation_block(self.rows[i]["question"], self.rows[i]["answer"])
+        return got
 
     def complete(self, prompt: str, max_new: int, min_new: int, stops: list[str], stop_regex: list[str],
                  ignore_eos: bool, no_stop_trim: bool, prompt_ids: list[int] | None = None,
@@ -250,8 +259,9 @@ class SimState:
         if max_new <= 0:
             return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_ids": ids,
                     "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}
-        raw, eos = self.raw_generation(prompt, ignore_eos, max_new, chat)
-        ends, raw_ids = self.tokenizer.encode_ends(raw)
+        parts, eos = self.raw_parts(prompt, ignore_eos, max_new, chat)
+        raw = "".join(parts)
+        ends, raw_ids = self.tokenizer.encode_parts(parts)
         limit = ends[max_new - 1] if len(ends) >= max_new else len(raw)
         floor = ends[min_new - 1] if 0 < min_new <= len(ends) else (len(raw) if min_new > 0 else 0)
         best: tuple[int, int, Any] | None = None  # (start, end, matched), in characters
