@@ -66,13 +66,17 @@ def context_states(ids: Sequence[int], seed: int) -> list[int]:
     return list(out)
 
 
+_TWO_TO_MINUS_53 = 2.0 ** -53
+
+
 def uniform(keys: np.ndarray) -> np.ndarray:
-    """U(0, 1) (never 0) from uint64 keys: ((mix >> 11) + 0.5) / 2**53, each step in place."""
+    """U(0, 1) (never 0) from uint64 keys: ((mix >> 11) + 0.5) / 2**53, each step in place (the division as a
+    product by 2**-53: exact for a power of two, and cheaper)."""
     m = mix_np(keys)
     m >>= np.uint64(11)
     u = m.astype(np.float64)
     u += 0.5
-    u /= float(1 << 53)
+    u *= _TWO_TO_MINUS_53
     return u
 
 

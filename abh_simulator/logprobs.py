@@ -117,13 +117,7 @@ class NextTokenModel:
             alt_keys = mix_np(s[:, None] * np.uint64(GOLDEN) + cols[None, :] * np.uint64(0xD1B54A32D192ED03))
         alts = (N_SPECIAL + (alt_keys % np.uint64(span)).astype(np.int64))
         cand = np.concatenate([target[:, None], alts], axis=1)  # (n, K)
-        # duplicates (an alternative equal to the target or to an earlier alternative) are dropped
-        order = np.argsort(cand, axis=1, kind="stable")
-        srt = np.take_along_axis(cand, order, axis=1)
-        dup_sorted = np.zeros_like(srt, dtype=bool)
-        dup_sorted[:, 1:] = srt[:, 1:] == srt[:, :-1]
-        dup = np.zeros_like(dup_sorted)
-        np.put_along_axis(dup, order, dup_sorted, axis=1)
+        dup = _duplicates(cand)
         # base logits: alternatives decay with their column, the token at p leads by a random margin
         alt_logit = -2.0 - 0.08 * np.arange(1, k_c)[None, :] + normal(alt_keys ^ np.uint64(0xA5A5A5A5))
         alt_logit = np.where(dup[:, 1:], -np.inf, alt_logit)
@@ -149,7 +143,7 @@ class NextTokenModel:
         ranks = 1 + (lp > token_lp[:, None]).sum(axis=1)
         out = Scores(pos, token_lp.tolist(), ranks.tolist())
         if top_k > 0:
-            best = np.argsort(-lp, axis=1, kind="stable")[:, :min(top_k, k_c)]
+            best = _best(lp, min(top_k, k_c))
             ids_b = np.take_along_axis(cand, best, axis=1)
             lp_b = np.take_along_axis(lp, best, axis=1)
             ok = ~np.take_along_axis(dup, best, axis=1)
@@ -171,16 +165,13 @@ class NextTokenModel:
                 else:
                     out.ragged_top = tops
         if len(requested):
-            # each requested id looked up among the row's sorted candidates (rows offset by the vocabulary size so
-            # that one sorted array holds them all); the first of equal candidates is the one kept (not a dup)
+            # each requested id looked up among the row's candidates: the first equal one is the one kept (a later
+            # one is a dup); an id that is no candidate has the tail's logprob
             want = np.array([int(i) for i in requested], dtype=np.int64)
-            row_off = np.arange(n, dtype=np.int64)[:, None] * np.int64(self.vocab_size + 1)
-            keys = (srt + row_off).ravel()
-            q = (want[None, :] + row_off).ravel()
-            at = np.minimum(np.searchsorted(keys, q), keys.size - 1)
-            found = (keys[at] == q).reshape(n, -1)
-            val = np.take_along_axis(lp, order, axis=1).ravel()[at].reshape(n, -1)
-            out.requested_logprobs = np.where(found, val, lp_tail[:, None])
+            eq = cand[:, None, :] == want[None, :, None]  # (n, R, K)
+            at = eq.argmax(axis=2)
+            val = np.take_along_axis(lp, at, axis=1)
+            out.requested_logprobs = np.where(eq.any(axis=2), val, lp_tail[:, None])
         return out
 
     def _tail_ids(self, state: int, taken: set[int], count: int, lp_tail: float) -> list[tuple[int, float]]:
@@ -194,3 +185,47 @@ class NextTokenModel:
                 taken.add(i)
                 out.append((i, lp_tail))
         return out
+
+
+def _duplicates(cand: np.ndarray) -> np.ndarray:
+    """(n, K) bool: the candidates equal to one before them in their row (an alternative equal to the target or to
+    an earlier alternative: dropped). Rows without any (most: 47 draws from the vocabulary) are found by one sort;
+    the few others are marked by a stable sort (the first of equal ids is kept)."""
+    srt = np.sort(cand, axis=1)
+    rows = np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))
+    dup = np.zeros(cand.shape, dtype=bool)
+    if rows.size:
+        sub = cand[rows]
+        order = np.argsort(sub, axis=1, kind="stable")
+        ordered = np.take_along_axis(sub, order, axis=1)
+        dup_sorted = np.zeros(sub.shape, dtype=bool)
+        dup_sorted[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+        marks = np.zeros(sub.shape, dtype=bool)
+        np.put_along_axis(marks, order, dup_sorted, axis=1)
+        dup[rows] = marks
+    return dup
+
+
+#: Up to this many best columns are picked one maximum at a time (cheaper than sorting the row's candidates)
+_PICKED = 8
+
+
+def _best(lp: np.ndarray, k: int) -> np.ndarray:
+    """(n, k) column indices of each row's k highest ``lp``, highest first, ties by column: the first k of a stable
+    argsort of ``-lp``. Few are picked by successive maxima (the first maximum of a row is the lowest column of a
+    tie); a row whose pick runs into a dropped candidate (-inf: fewer than k left) is sorted instead."""
+    if k > _PICKED:
+        return np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    work = lp.copy()
+    rows = np.arange(lp.shape[0])
+    best = np.empty((lp.shape[0], k), dtype=np.intp)
+    picked = np.empty((lp.shape[0], k))
+    for j in range(k):
+        col = work.argmax(axis=1)
+        best[:, j] = col
+        picked[:, j] = work[rows, col]
+        work[rows, col] = -np.inf
+    short = np.flatnonzero(np.isneginf(picked).any(axis=1))
+    if short.size:
+        best[short] = np.argsort(-lp[short], axis=1, kind="stable")[:, :k]
+    return best

@@ -316,3 +316,40 @@ def test_the_in_place_hashes_draw_the_very_same_numbers():
     u1, u2 = uniform_ref(keys ^ np.uint64(0x5851F42D4C957F2D)), uniform_ref(keys ^ np.uint64(0x14057B7EF767814F))
     assert normal(keys).tobytes() == (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)).tobytes()
     assert np.array_equal(keys, before)
+
+
+def test_best_columns_and_duplicates_are_those_of_a_stable_sort():
+    """The top-k picked by successive maxima and the duplicates found by one sort are exactly what stable argsorts
+    give: ties by column, dropped candidates (-inf) never before a kept one, a short row sorted."""
+    from abh_simulator.logprobs import _best, _duplicates
+
+    rng = np.random.default_rng(5)
+    lp = np.round(rng.normal(-3, 1, (400, 48)), 1)  # coarse: many ties
+    lp[rng.random((400, 48)) < 0.05] = -np.inf
+    lp[:3, 2:] = -np.inf  # rows with fewer than k finite values
+    for k in (1, 5, 8, 20, 48):
+        assert np.array_equal(_best(lp, k), np.argsort(-lp, axis=1, kind="stable")[:, :k]), k
+
+    cand = rng.integers(3, 60, (400, 48))  # a small vocabulary: most rows hold duplicates
+    cand[:50] = np.arange(3, 51)  # rows without any
+    order = np.argsort(cand, axis=1, kind="stable")
+    srt = np.take_along_axis(cand, order, axis=1)
+    ref = np.zeros(cand.shape, dtype=bool)
+    np.put_along_axis(ref, order, np.concatenate([np.zeros((400, 1), bool), srt[:, 1:] == srt[:, :-1]], axis=1), 1)
+    assert np.array_equal(_duplicates(cand), ref)
+
+
+def test_asked_ids_read_the_first_equal_candidate_or_the_tail():
+    """An asked id that is a candidate has its logprob (the kept one of equal candidates), else the tail's: in a tiny
+    vocabulary, where candidates repeat, as by the token's own score and its top-k."""
+    m = NextTokenModel(seed=3, vocab_size=12, logprob_noise=0.1)
+    ids = [5, 7, 3, 9, 4, 11, 6, 8]
+    want = list(range(12))
+    sc = m.score(ids, range(1, len(ids)), top_k=4, requested=want)
+    req = np.asarray(sc.requested)
+    for row, p in enumerate(sc.positions):
+        assert req[row, ids[p]] == sc.token_logprobs[row]
+        for i, v in sc.top[row]:
+            assert req[row, i] == v
+        tail = [req[row, i] for i in want if i not in {j for j, _ in sc.top[row]} and i != ids[p]]
+        assert len(set(tail)) >= 1
