@@ -93,7 +93,9 @@ def normal(keys: np.ndarray) -> np.ndarray:
     return u1
 
 
-def pair_keys(states: np.ndarray, ids: np.ndarray, salt: int) -> np.ndarray:
-    """One uint64 key per (state, id) pair (states broadcast over the id columns)."""
+def pair_keys(states: np.ndarray, ids: np.ndarray, salt: int | np.ndarray) -> np.ndarray:
+    """One uint64 key per (state, id) pair (states broadcast over the id columns); ``salt``: one for all, or one per
+    state (uint64, (n,))."""
+    add = salt[:, None] if isinstance(salt, np.ndarray) else np.uint64(salt & M64)
     with np.errstate(over="ignore"):
-        return mix_np(states[:, None] * np.uint64(GOLDEN) ^ (ids.astype(np.uint64) + np.uint64(salt & M64)))
+        return mix_np(states[:, None] * np.uint64(GOLDEN) ^ (ids.astype(np.uint64) + add))

@@ -81,6 +81,18 @@ class Scores:
         return self.requested_logprobs.tolist()
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One sequence to score (:meth:`NextTokenModel.score`'s arguments)."""
+
+    ids: Sequence[int]
+    positions: Sequence[int]
+    top_k: int = 0
+    requested: Sequence[int] = ()
+    pass_index: int = 0
+    states: Sequence[int] | None = None
+
+
 class NextTokenModel:
     """The distributions one server launch serves (see the module docstring)."""
 
@@ -103,15 +115,48 @@ class NextTokenModel:
               states: Sequence[int] | None = None) -> Scores:
         """Score ``positions`` (each in 1..len(ids)-1) of ``ids``; ``pass_index`` = how many times this same
         request was scored before on this launch (only ``pass``/``mixed`` noise uses it)."""
-        pos = [int(p) for p in positions]
-        if not pos:
-            return Scores([], [], [])
-        if min(pos) < 1 or max(pos) >= len(ids):
-            raise ValueError("positions must lie in 1..len(ids)-1")
-        st = states if states is not None else context_states(ids, self.seed)
-        s = np.array([st[p] for p in pos], dtype=np.uint64)
-        target = np.array([int(ids[p]) for p in pos], dtype=np.int64)
-        n, k_c, span = len(pos), CANDIDATES, self.vocab_size - N_SPECIAL
+        return self.score_many([Ask(ids, positions, top_k, requested, pass_index, states)])[0]
+
+    def score_many(self, asks: Sequence[Ask]) -> list[Scores]:
+        """:meth:`score` of each of ``asks``, their positions in one vectorised pass (a scoring request holds 16
+        sequences of ~80 positions: each one alone is mostly numpy's cost per call); the same values as one by one,
+        every operation being per position or per row."""
+        parts = []
+        for a in asks:
+            pos = [int(p) for p in a.positions]
+            if pos and (min(pos) < 1 or max(pos) >= len(a.ids)):
+                raise ValueError("positions must lie in 1..len(ids)-1")
+            st = a.states if a.states is not None else context_states(a.ids, self.seed) if pos else []
+            parts.append((pos, [st[p] for p in pos], [int(a.ids[p]) for p in pos]))
+        counts = [len(pos) for pos, _, _ in parts]
+        if not sum(counts):
+            return [Scores([], [], []) for _ in asks]
+        s = np.array([x for _, st, _ in parts for x in st], dtype=np.uint64)
+        target = np.array([t for _, _, ts in parts for t in ts], dtype=np.int64)
+        pass_salt = None
+        if self._sd_pass > 0:
+            keys = [key_of("abh-sim/pass-noise", self.run_seed, a.pass_index) for a in asks]
+            pass_salt = np.repeat(np.array(keys, dtype=np.uint64), counts)
+        cand, dup, lp, lp_tail = self._rows(s, target, pass_salt)
+        k_max = max((min(a.top_k, CANDIDATES) for a in asks if a.top_k > 0), default=0)
+        best = _best(lp, k_max) if k_max else None
+        out = []
+        at = 0
+        for a, (pos, _, _), n in zip(asks, parts, counts, strict=True):
+            rows = slice(at, at + n)
+            at += n
+            if not n:
+                out.append(Scores([], [], []))
+                continue
+            top = None if best is None or a.top_k <= 0 else best[rows, :min(a.top_k, CANDIDATES)]
+            out.append(self._scores(pos, a, s[rows], cand[rows], dup[rows], lp[rows], lp_tail[rows], top))
+        return out
+
+    def _rows(self, s: np.ndarray, target: np.ndarray,
+              pass_salt: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(candidates (n, K), their duplicates, their logprobs, the tail's logprob (n,)) of positions whose
+        context states are ``s`` and tokens ``target``; ``pass_salt``: per position, its pass noise's key."""
+        k_c, span = CANDIDATES, self.vocab_size - N_SPECIAL
         cols = np.arange(1, k_c, dtype=np.uint64)
         with np.errstate(over="ignore"):
             alt_keys = mix_np(s[:, None] * np.uint64(GOLDEN) + cols[None, :] * np.uint64(0xD1B54A32D192ED03))
@@ -127,9 +172,8 @@ class NextTokenModel:
             logits = logits + self.logit_shift * normal(pair_keys(s, cand, self._build_key))
         if self._sd_launch > 0:
             logits = logits + self._sd_launch * normal(pair_keys(s, cand, self._launch_key))
-        if self._sd_pass > 0:
-            pass_key = key_of("abh-sim/pass-noise", self.run_seed, pass_index)
-            logits = logits + self._sd_pass * normal(pair_keys(s, cand, pass_key))
+        if pass_salt is not None:
+            logits = logits + self._sd_pass * normal(pair_keys(s, cand, pass_salt))
         logits = np.where(dup, -np.inf, logits)
         n_cand = (~dup).sum(axis=1)
         tail_log_mass = np.log((self.vocab_size - n_cand).astype(np.float64)) + TAIL_LOGIT
@@ -139,11 +183,16 @@ class NextTokenModel:
         # answers these same values, the server's own logprob of a token and its entry among the top-k alike
         lp = np.round(logits - log_z[:, None], DECIMALS)
         lp_tail = np.round(TAIL_LOGIT - log_z, DECIMALS)
+        return cand, dup, lp, lp_tail
+
+    def _scores(self, pos: list[int], a: Ask, s: np.ndarray, cand: np.ndarray, dup: np.ndarray, lp: np.ndarray,
+                lp_tail: np.ndarray, best: np.ndarray | None) -> Scores:
+        """One sequence's :class:`Scores` from its rows of :meth:`_rows` (``best``: its top-k columns)."""
+        n, top_k = len(pos), a.top_k
         token_lp = lp[:, 0]
         ranks = 1 + (lp > token_lp[:, None]).sum(axis=1)
         out = Scores(pos, token_lp.tolist(), ranks.tolist())
-        if top_k > 0:
-            best = _best(lp, min(top_k, k_c))
+        if best is not None:
             ids_b = np.take_along_axis(cand, best, axis=1)
             lp_b = np.take_along_axis(lp, best, axis=1)
             ok = ~np.take_along_axis(dup, best, axis=1)
@@ -164,10 +213,10 @@ class NextTokenModel:
                                                 dtype=np.float64).reshape(n, -1)
                 else:
                     out.ragged_top = tops
-        if len(requested):
+        if len(a.requested):
             # each requested id looked up among the row's candidates: the first equal one is the one kept (a later
             # one is a dup); an id that is no candidate has the tail's logprob
-            want = np.array([int(i) for i in requested], dtype=np.int64)
+            want = np.array([int(i) for i in a.requested], dtype=np.int64)
             eq = cand[:, None, :] == want[None, :, None]  # (n, R, K)
             at = eq.argmax(axis=2)
             val = np.take_along_axis(lp, at, axis=1)

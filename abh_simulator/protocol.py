@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -245,13 +246,16 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
         "finish_reason": r["finish"],
     }
     full = item.ids + r["output_ids"]
-    states = None
-    if item.return_logprob or (opts["return_routed_experts"] and st.cfg.enable_return_routed_experts):
+    states, scores = None, None
+    prescored = opts.get("prescored")
+    if prescored is not None:
+        states, scores = next(prescored)
+    elif item.return_logprob or (opts["return_routed_experts"] and st.cfg.enable_return_routed_experts):
         from abh_simulator.hashing import context_states  # numpy: only when asked for
 
         states = context_states(full, st.cfg.seed)
     if item.return_logprob:
-        _sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states, opts.get("pending"), meta)
+        _sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states, opts.get("pending"), meta, scores)
     if opts["return_routed_experts"] and st.cfg.enable_return_routed_experts:
         meta["routed_experts"], meta["routed_experts_dtype"] = st.routed_experts(full, opts["routed_experts_start_len"],
                                                                                   states)
@@ -260,14 +264,34 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
     return {"text": r["text"], "meta_info": meta}
 
 
+def prescore(st: SimState, items: list[Item], n: int) -> Iterator[tuple[list[int], Scores]] | None:
+    """Per item (each ``n`` times, in order), its context states and scores, all the request's positions scored in
+    one pass: for a request that only scores (every item asks logprobs and generates nothing, so what is scored is
+    known before any item runs); None for any other (each item is scored as it runs)."""
+    if not items or any(not it.return_logprob or it.gen["max_new"] > 0 for it in items):
+        return None
+    from abh_simulator.hashing import context_states
+
+    states = [context_states(it.ids, st.cfg.seed) for it in items for _ in range(n)]
+    asks = [(it.ids, _start(it) + 1, it.top_logprobs_num, it.token_ids_logprob, states[j])
+            for j, it in enumerate(it for it in items for _ in range(n))]
+    return iter(zip(states, st.score_many(asks), strict=True))
+
+
+def _start(item: Item) -> int:
+    """The item's resolved ``logprob_start_len``."""
+    return item.logprob_start_len if item.logprob_start_len >= 0 else len(item.ids) - 1
+
+
 def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
                      states: list[int] | None, pending: list[Pending] | None = None,
-                     out: dict[str, Any] | None = None) -> dict[str, Any]:
+                     out: dict[str, Any] | None = None, scores: Scores | None = None) -> dict[str, Any]:
     """The ``meta_info`` logprob arrays of one item, put into ``out`` (a new dict: None). ``pending``: the
-    alternatives' arrays are left to :func:`write_pending` (written for every item of a request at once)."""
+    alternatives' arrays are left to :func:`write_pending` (written for every item of a request at once).
+    ``scores``: the item's, scored already (:func:`prescore`)."""
     n_in = len(item.ids)
-    s = item.logprob_start_len if item.logprob_start_len >= 0 else n_in - 1
-    sc = st.score(full, s + 1, item.top_logprobs_num, item.token_ids_logprob, states)
+    s = _start(item)
+    sc = scores if scores is not None else st.score(full, s + 1, item.top_logprobs_num, item.token_ids_logprob, states)
     at = {p: j for j, p in enumerate(sc.positions)}
 
     def lp(p: int) -> float | None:

@@ -11,6 +11,8 @@ import re
 import shlex
 import sys
 import time
+from array import array
+from collections.abc import Sequence
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -296,10 +298,19 @@ class SimState:
               states: list[int] | None = None) -> Scores:
         """Teacher-forced scores of positions max(start, 1)..len(ids)-1; repeated scoring of the same
         sequence on this launch counts as a new pass (for pass/mixed noise)."""
-        key = hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
-        k = self._scored.get(key, 0)
-        self._scored[key] = k + 1
-        return self.lm.score(ids, range(max(start, 1), len(ids)), top_k, requested or (), k, states)
+        return self.score_many([(ids, start, top_k, requested, states)])[0]
+
+    def score_many(self, asks: Sequence[tuple[list[int], int, int, list[int] | None, list[int] | None]]) -> list[Scores]:
+        """:meth:`score` of each (ids, start, top_k, requested, states), in order, in one vectorised pass."""
+        from abh_simulator.logprobs import Ask
+
+        out = []
+        for ids, start, top_k, requested, states in asks:
+            key = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
+            k = self._scored.get(key, 0)
+            self._scored[key] = k + 1
+            out.append(Ask(ids, range(max(start, 1), len(ids)), top_k, requested or (), k, states))
+        return self.lm.score_many(out)
 
     def routed_experts(self, ids: list[int], start: int, states: list[int] | None = None) -> tuple[str, str]:
         """SGLang's ``meta_info["routed_experts"]`` for the sequence ``ids`` (prompt + generated tokens): rows for

@@ -353,3 +353,50 @@ def test_asked_ids_read_the_first_equal_candidate_or_the_tail():
             assert req[row, i] == v
         tail = [req[row, i] for i in want if i not in {j for j, _ in sc.top[row]} and i != ids[p]]
         assert len(set(tail)) >= 1
+
+
+def test_scoring_many_sequences_at_once_gives_each_ones_scores():
+    """score_many: the very values of scoring each sequence alone (tops, asked ids, ranks), whatever each asks (its
+    own top-k, asked ids, pass), and an empty one in between."""
+    from abh_simulator.logprobs import Ask
+
+    m = NextTokenModel(seed=1, vocab_size=500, logit_shift=0.2, logprob_noise=0.05, noise="mixed", build="x")
+    rng = np.random.default_rng(2)
+    asks = [Ask([int(x) for x in rng.integers(3, 500, n)], range(1 + n // 3, n), k, req, p)
+            for n, k, req, p in ((40, 5, (), 0), (2, 0, (7, 9), 3), (30, 20, (5, 5, 400), 1), (1, 5, (), 0),
+                                 (60, 1, (11,), 2))]
+    asks.insert(3, Ask([4, 5], [], 5))
+    many = m.score_many(asks)
+    for a, got in zip(asks, many, strict=True):
+        alone = m.score(a.ids, a.positions, a.top_k, a.requested, a.pass_index)
+        assert got == alone
+        assert (got.top_logprobs is None) == (alone.top_logprobs is None)
+        if got.top_logprobs is not None:
+            assert got.top_logprobs.tobytes() == alone.top_logprobs.tobytes()
+
+
+def test_a_scoring_batch_answers_as_its_items_one_by_one(tok):
+    """A /generate batch that only scores is scored in one pass: each answer the one its item gets alone on a fresh
+    launch (pass noise included: each sequence's first pass)."""
+    from abh_simulator import server
+    from abh_simulator.sim_config import SimConfig
+    from abh_simulator.state import SimState
+
+    def answers(bodies):
+        h = server.Handlers(SimState(SimConfig(run_seed=4, logprob_noise=0.03, noise="pass")))
+        out = []
+        for body in bodies:
+            got = h._sglang(body, prepared=h._sglang(body, validate_only=True))
+            out += got if isinstance(got, list) else [got]
+        return [json.loads(server._dumps({k: v for k, v in a["meta_info"].items() if k not in ("id", "e2e_latency")}))
+                for a in out]
+
+    rows = ROWS[:6]
+    seqs = [tok.encode(f"Question: {r['question']}\nAnswer:") + tok.encode(" " + r["answer"]) for r in rows]
+    starts = [len(s) // 2 for s in seqs]
+    asked = [[5, 9, int(s[-1])] for s in seqs]
+    base = {"sampling_params": {"max_new_tokens": 0}, "return_logprob": True, "top_logprobs_num": 5}
+    batch = {**base, "input_ids": seqs, "logprob_start_len": starts, "token_ids_logprob": asked}
+    alone = [{**base, "input_ids": s, "logprob_start_len": b, "token_ids_logprob": a}
+             for s, b, a in zip(seqs, starts, asked, strict=True)]
+    assert answers([batch]) == answers(alone)
