@@ -59,8 +59,12 @@ def context_states(ids: Sequence[int], seed: int) -> list[int]:
     else:
         m, out = 0, [mix(key_of("abh-sim/ctx", seed))]
     s = out[-1]
-    for t in arr[m:].tolist():
-        s = mix(s ^ ((t + GOLDEN) & M64))
+    c1, c2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+    for t in arr[m:].tolist():  # mix(s ^ ((t + GOLDEN) & M64)), inline: no call per token
+        x = s ^ ((t + GOLDEN) & M64)
+        x = ((x ^ (x >> 30)) * c1) & M64
+        x = ((x ^ (x >> 27)) * c2) & M64
+        s = x ^ (x >> 31)
         out.append(s)
     _LAST[seed] = (arr, out)
     return list(out)

@@ -298,8 +298,10 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
         return sc.token_logprobs[at[p]] if p in at else None
 
     out = {} if out is None else out
+    own = None if with_text or len(full) != n_in else _own_fragment(full, s, sc)
     out.update({
-        "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
+        "input_token_logprobs": own if own is not None else [
+            _entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
         "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
     })
     # the alternatives' entries: without texts written by numpy as JSON text (abh_simulator.jsonfmt; a
@@ -328,6 +330,20 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
         out["input_token_ids_logprobs"], out["output_token_ids_logprobs"] = fast or (
             [None if p == s else asked(p) for p in range(s, n_in)], [asked(p) for p in range(n_in, len(full))])
     return out
+
+
+def _own_fragment(ids: list[int], s: int, sc: Scores) -> Any:
+    """``input_token_logprobs`` of an input scored from position ``s`` on, without texts, written by numpy (a
+    scoring pass holds ~100k of them), or None (then built as lists)."""
+    if len(sc.positions) != len(ids) - s - 1 or (sc.positions and sc.positions[0] != s + 1):
+        return None
+    import numpy as np
+    import orjson
+
+    from abh_simulator.jsonfmt import own_entries
+
+    body = own_entries(np.asarray(sc.token_logprobs, dtype=np.float64), np.asarray(ids[s + 1:], dtype=np.int64), ids[s])
+    return None if body is None else orjson.Fragment(body)
 
 
 def _alternatives(out: dict[str, Any], name: str, logprobs: np.ndarray, ids: np.ndarray, n_rows: int,

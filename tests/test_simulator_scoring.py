@@ -400,3 +400,20 @@ def test_a_scoring_batch_answers_as_its_items_one_by_one(tok):
     alone = [{**base, "input_ids": s, "logprob_start_len": b, "token_ids_logprob": a}
              for s, b, a in zip(seqs, starts, asked, strict=True)]
     assert answers([batch]) == answers(alone)
+
+
+def test_context_states_are_the_rolling_hash_whatever_was_hashed_before():
+    """The inline rolling hash (and its reuse of the last sequence's prefix) gives mix's fold of the ids."""
+    from abh_simulator.hashing import GOLDEN, M64, key_of, mix
+
+    def ref(ids, seed):
+        out = [mix(key_of("abh-sim/ctx", seed))]
+        for t in ids:
+            out.append(mix(out[-1] ^ ((t + GOLDEN) & M64)))
+        return out
+
+    rng = np.random.default_rng(9)
+    head = [int(x) for x in rng.integers(0, 32000, 50)]
+    for n in (0, 1, 30, 80):
+        ids = head[:n % 50] + [int(x) for x in rng.integers(0, 2 ** 40, n)]
+        assert context_states(ids, 77) == ref(ids, 77)
