@@ -31,6 +31,10 @@ SIM_VERSION = f"simulated-{__version__}"
 EOS_TOKEN_ID = EOS_ID
 
 
+#: How every hallucinated block starts (SGLang's stop string "Question" ends in it)
+_BLOCK_HEAD = "\n\nQuestion:"
+
+
 class SimError(Exception):
     """A request the engine refuses: HTTP ``status`` with ``message``."""
 
@@ -226,7 +230,8 @@ class SimState:
         k = 0
         while k < text.CONTINUATION_BLOCKS or (ignore_eos and count <= min_tokens):
             block = self._block((start + k) % n)
-            parts.append(block)
+            # its head apart (a part every block shares): a stop string there needs no more of the block's pieces
+            parts += [block[:len(_BLOCK_HEAD)], block[len(_BLOCK_HEAD):]] if block.startswith(_BLOCK_HEAD) else [block]
             count += len(self.tokenizer.encode(block)) if ignore_eos else 0
             k += 1
         return parts, not ignore_eos
@@ -263,7 +268,7 @@ class SimState:
                     "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}
         parts, eos = self.raw_parts(prompt, ignore_eos, max_new, chat)
         raw = "".join(parts)
-        ends, raw_ids = self.tokenizer.encode_parts(parts)
+        ends, raw_ids = self.tokenizer.encode_parts(parts, _needed(raw, min_new, stops, stop_regex))
         limit = ends[max_new - 1] if len(ends) >= max_new else len(raw)
         floor = ends[min_new - 1] if 0 < min_new <= len(ends) else (len(raw) if min_new > 0 else 0)
         best: tuple[int, int, Any] | None = None  # (start, end, matched), in characters
@@ -326,3 +331,21 @@ class SimState:
                                      cfg.routing_shift, cfg.build)
         arr[:, :cfg.unrouted_layers] = 0
         return experts.encode(arr, os.environ.get("SGLANG_ROUTED_EXPERTS_DTYPE", "int32"))
+
+
+def _needed(raw: str, min_new: int, stops: list[str], stop_regex: list[str]) -> int | None:
+    """How many characters of a generation's ``raw`` text :meth:`SimState.complete` reads the tokens of: up to the end
+    of the last of the stop strings' first matches (the earliest stop is among them, and a token count below
+    max_new there leaves every one of them within reach); all of them (None) when none matches, with a minimum
+    length, or with a pattern that does not compile (complete says so)."""
+    if min_new > 0:
+        return None
+    ends = [j + len(s) for s in stops if s and (j := raw.find(s)) >= 0]
+    for pat in stop_regex:
+        try:
+            m = re.compile(pat).search(raw)
+        except re.error:
+            return None
+        if m:
+            ends.append(m.end())
+    return max(ends) if ends else None

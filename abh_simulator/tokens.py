@@ -137,12 +137,13 @@ class Tokenizer:
             self._ends[text] = got
         return got[0].tolist(), got[1].tolist()
 
-    def encode_parts(self, parts: Sequence[str]) -> tuple[list[int], list[int]]:
+    def encode_parts(self, parts: Sequence[str], upto: int | None = None) -> tuple[list[int], list[int]]:
         """:meth:`encode_ends` of ``"".join(parts)``, each part memoised on its own (a generation is its answer and
         the same hallucinated blocks every time: only a new part is split). Parts are joined where the seam is not
         a sure piece boundary: a seam is one where the part before ends in a non-space character and the next
         starts with whitespace (a piece holding a non-space character never holds whitespace after it, the pattern
-        looks at nothing behind it, and the first piece of the next part sees the same text either way)."""
+        looks at nothing behind it, and the first piece of the next part sees the same text either way). ``upto``:
+        only the pieces of the parts that cover the first ``upto`` characters (a prefix of the whole's)."""
         merged: list[str] = []
         for part in parts:
             if merged and not (merged[-1][-1:].strip() and part[:1].isspace()):
@@ -153,6 +154,8 @@ class Tokenizer:
         ids: list[int] = []
         at = 0
         for part in merged:
+            if upto is not None and at >= upto:
+                break
             e, i = self.encode_ends(part)
             ends += [x + at for x in e] if at else e
             ids += i

@@ -70,3 +70,36 @@ def test_decode_by_table_reads_as_each_token_text() -> None:
     unseen = next(i for i in range(3, 50) if tok.token_text(i).startswith("<tok_"))
     piece = next(p for p in (f"zz{n}" for n in range(10_000)) if tok.piece_id(p) == unseen)
     assert tok.decode([unseen]) == piece == tok.token_text(unseen)
+
+
+def test_a_generation_reads_only_the_pieces_its_stops_need_and_answers_as_with_all(monkeypatch) -> None:
+    """complete() tokenizes a generation's parts only up to where its stop strings end; whatever the stops, patterns,
+    token limits and minimum lengths, its answer is the one it gives with every piece tokenized."""
+    from abh_simulator import state as state_mod
+    from abh_simulator.sim_config import SimConfig
+    from abh_simulator.state import SimState
+    from harness.tasks import gsm8k
+
+    rows = gsm8k.read_embedded_test()
+    shots = gsm8k.few_shot_block(rows[:5])
+    cases = [(m, lo, st, rx) for m in (1, 7, 40, 200, 512) for lo in (0, 3)
+             for st in ([], ["Question"], ["Question", "Assistant:"], ["####"], ["zzz"], ["Answer:"])
+             for rx in ([], [r"\d+\.\n"])]
+
+    def answers(lazy: bool, cases: list = cases) -> tuple[list[dict], int]:
+        st = SimState(SimConfig(run_seed=2))
+        if not lazy:
+            monkeypatch.setattr(state_mod, "_needed", lambda *a: None)
+        out = []
+        for q, (m, lo, stops, rx) in enumerate(cases):
+            r = st.complete(shots + gsm8k.one_example(rows[q % 40], False), max_new=m, min_new=lo, stops=stops,
+                            stop_regex=rx, ignore_eos=False, no_stop_trim=q % 2 == 0)
+            out.append(r)
+        monkeypatch.undo()
+        return out, st.tokenizer.split_texts
+
+    lazy, full = answers(True)[0], answers(False)[0]
+    assert lazy == full
+    assert {r["finish"]["type"] for r in lazy} == {"stop", "length"}
+    recipe = [(512, 0, ["Question", "Assistant:", "<|separator|>"], [])] * 10
+    assert answers(True, recipe)[1] < answers(False, recipe)[1] - 10  # the blocks past the stop were never split
