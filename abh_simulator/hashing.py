@@ -59,20 +59,28 @@ def context_states(ids: Sequence[int], seed: int) -> list[int]:
     else:
         m, out = 0, [mix(key_of("abh-sim/ctx", seed))]
     s = out[-1]
-    for t in arr[m:].tolist():
-        s = mix(s ^ ((t + GOLDEN) & M64))
+    c1, c2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+    for t in arr[m:].tolist():  # mix(s ^ ((t + GOLDEN) & M64)), inline: no call per token
+        x = s ^ ((t + GOLDEN) & M64)
+        x = ((x ^ (x >> 30)) * c1) & M64
+        x = ((x ^ (x >> 27)) * c2) & M64
+        s = x ^ (x >> 31)
         out.append(s)
     _LAST[seed] = (arr, out)
     return list(out)
 
 
+_TWO_TO_MINUS_53 = 2.0 ** -53
+
+
 def uniform(keys: np.ndarray) -> np.ndarray:
-    """U(0, 1) (never 0) from uint64 keys: ((mix >> 11) + 0.5) / 2**53, each step in place."""
+    """U(0, 1) (never 0) from uint64 keys: ((mix >> 11) + 0.5) / 2**53, each step in place (the division as a
+    product by 2**-53: exact for a power of two, and cheaper)."""
     m = mix_np(keys)
     m >>= np.uint64(11)
     u = m.astype(np.float64)
     u += 0.5
-    u /= float(1 << 53)
+    u *= _TWO_TO_MINUS_53
     return u
 
 
@@ -89,7 +97,9 @@ def normal(keys: np.ndarray) -> np.ndarray:
     return u1
 
 
-def pair_keys(states: np.ndarray, ids: np.ndarray, salt: int) -> np.ndarray:
-    """One uint64 key per (state, id) pair (states broadcast over the id columns)."""
+def pair_keys(states: np.ndarray, ids: np.ndarray, salt: int | np.ndarray) -> np.ndarray:
+    """One uint64 key per (state, id) pair (states broadcast over the id columns); ``salt``: one for all, or one per
+    state (uint64, (n,))."""
+    add = salt[:, None] if isinstance(salt, np.ndarray) else np.uint64(salt & M64)
     with np.errstate(over="ignore"):
-        return mix_np(states[:, None] * np.uint64(GOLDEN) ^ (ids.astype(np.uint64) + np.uint64(salt & M64)))
+        return mix_np(states[:, None] * np.uint64(GOLDEN) ^ (ids.astype(np.uint64) + add))

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["DECIMALS", "as_array", "entry_rows", "fixed_numbers", "position_entries"]
+__all__ = ["DECIMALS", "as_array", "entry_rows", "fixed_numbers", "own_array", "own_entries", "own_rows", "position_entries"]
 
 #: Decimals of a logprob on the wire (a real server's are float32: about 7 significant digits)
 DECIMALS = 12
@@ -132,3 +132,31 @@ def position_entries(logprobs: np.ndarray, ids: np.ndarray, skip: int) -> bytes 
         return b"[" + (head + body if n else head[:-1]) + b"]"
     rows = entry_rows(lp, ids)
     return None if rows is None else as_array(rows, skip)
+
+
+def own_entries(logprobs: np.ndarray, ids: np.ndarray, first_id: int) -> bytes | None:
+    """SGLang's ``input_token_logprobs`` of a scored input without texts: ``[null, first_id, null]`` (the first
+    position has no logprob), then one ``[lp, id, null]`` per value of ``logprobs`` (n,) and ``ids`` (n,), as JSON
+    text. None when a value cannot be written this way (the caller builds the lists then)."""
+    rows = own_rows(logprobs, ids)
+    return None if rows is None else own_array(rows, first_id)
+
+
+def own_rows(logprobs: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """One ``[lp, id, null],`` per value of ``logprobs`` (n,) and ``ids`` (n,), as (n, width) ASCII (n may be 0);
+    None when a value cannot be written this way."""
+    if len(logprobs) == 0:
+        return np.zeros((0, 0), dtype=np.uint8)
+    rows = entry_rows(np.asarray(logprobs, dtype=np.float64).reshape(-1, 1), np.asarray(ids).reshape(-1, 1))
+    if rows is None:
+        return None
+    # a row is "[" entry "]," with the entry "[lp,id,null]": the entries alone, each followed by its comma
+    entries = rows[:, 1:-1].copy()
+    entries[:, -1] = _COMMA
+    return entries
+
+
+def own_array(rows: np.ndarray, first_id: int) -> bytes:
+    """The JSON array of ``[null, first_id, null]`` then the ``rows`` of :func:`own_rows`."""
+    head = b"[[null," + str(int(first_id)).encode() + b",null]"
+    return head + (b"," + rows.tobytes()[:-1] if rows.shape[0] else b"") + b"]"

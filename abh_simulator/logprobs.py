@@ -81,6 +81,18 @@ class Scores:
         return self.requested_logprobs.tolist()
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One sequence to score (:meth:`NextTokenModel.score`'s arguments)."""
+
+    ids: Sequence[int]
+    positions: Sequence[int]
+    top_k: int = 0
+    requested: Sequence[int] = ()
+    pass_index: int = 0
+    states: Sequence[int] | None = None
+
+
 class NextTokenModel:
     """The distributions one server launch serves (see the module docstring)."""
 
@@ -103,27 +115,54 @@ class NextTokenModel:
               states: Sequence[int] | None = None) -> Scores:
         """Score ``positions`` (each in 1..len(ids)-1) of ``ids``; ``pass_index`` = how many times this same
         request was scored before on this launch (only ``pass``/``mixed`` noise uses it)."""
-        pos = [int(p) for p in positions]
-        if not pos:
-            return Scores([], [], [])
-        if min(pos) < 1 or max(pos) >= len(ids):
-            raise ValueError("positions must lie in 1..len(ids)-1")
-        st = states if states is not None else context_states(ids, self.seed)
-        s = np.array([st[p] for p in pos], dtype=np.uint64)
-        target = np.array([int(ids[p]) for p in pos], dtype=np.int64)
-        n, k_c, span = len(pos), CANDIDATES, self.vocab_size - N_SPECIAL
+        return self.score_many([Ask(ids, positions, top_k, requested, pass_index, states)])[0]
+
+    def score_many(self, asks: Sequence[Ask]) -> list[Scores]:
+        """:meth:`score` of each of ``asks``, their positions in one vectorised pass (a scoring request holds 16
+        sequences of ~80 positions: each one alone is mostly numpy's cost per call); the same values as one by one,
+        every operation being per position or per row."""
+        parts = []
+        for a in asks:
+            pos = [int(p) for p in a.positions]
+            if pos and (min(pos) < 1 or max(pos) >= len(a.ids)):
+                raise ValueError("positions must lie in 1..len(ids)-1")
+            st = a.states if a.states is not None else context_states(a.ids, self.seed) if pos else []
+            parts.append((pos, [st[p] for p in pos], [int(a.ids[p]) for p in pos]))
+        counts = [len(pos) for pos, _, _ in parts]
+        if not sum(counts):
+            return [Scores([], [], []) for _ in asks]
+        s = np.array([x for _, st, _ in parts for x in st], dtype=np.uint64)
+        target = np.array([t for _, _, ts in parts for t in ts], dtype=np.int64)
+        pass_salt = None
+        if self._sd_pass > 0:
+            keys = [key_of("abh-sim/pass-noise", self.run_seed, a.pass_index) for a in asks]
+            pass_salt = np.repeat(np.array(keys, dtype=np.uint64), counts)
+        cand, dup, lp, lp_tail = self._rows(s, target, pass_salt)
+        k_max = max((min(a.top_k, CANDIDATES) for a in asks if a.top_k > 0), default=0)
+        best = _best(lp, k_max) if k_max else None
+        out = []
+        at = 0
+        for a, (pos, _, _), n in zip(asks, parts, counts, strict=True):
+            rows = slice(at, at + n)
+            at += n
+            if not n:
+                out.append(Scores([], [], []))
+                continue
+            top = None if best is None or a.top_k <= 0 else best[rows, :min(a.top_k, CANDIDATES)]
+            out.append(self._scores(pos, a, s[rows], cand[rows], dup[rows], lp[rows], lp_tail[rows], top))
+        return out
+
+    def _rows(self, s: np.ndarray, target: np.ndarray,
+              pass_salt: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(candidates (n, K), their duplicates, their logprobs, the tail's logprob (n,)) of positions whose
+        context states are ``s`` and tokens ``target``; ``pass_salt``: per position, its pass noise's key."""
+        k_c, span = CANDIDATES, self.vocab_size - N_SPECIAL
         cols = np.arange(1, k_c, dtype=np.uint64)
         with np.errstate(over="ignore"):
             alt_keys = mix_np(s[:, None] * np.uint64(GOLDEN) + cols[None, :] * np.uint64(0xD1B54A32D192ED03))
         alts = (N_SPECIAL + (alt_keys % np.uint64(span)).astype(np.int64))
         cand = np.concatenate([target[:, None], alts], axis=1)  # (n, K)
-        # duplicates (an alternative equal to the target or to an earlier alternative) are dropped
-        order = np.argsort(cand, axis=1, kind="stable")
-        srt = np.take_along_axis(cand, order, axis=1)
-        dup_sorted = np.zeros_like(srt, dtype=bool)
-        dup_sorted[:, 1:] = srt[:, 1:] == srt[:, :-1]
-        dup = np.zeros_like(dup_sorted)
-        np.put_along_axis(dup, order, dup_sorted, axis=1)
+        dup = _duplicates(cand)
         # base logits: alternatives decay with their column, the token at p leads by a random margin
         alt_logit = -2.0 - 0.08 * np.arange(1, k_c)[None, :] + normal(alt_keys ^ np.uint64(0xA5A5A5A5))
         alt_logit = np.where(dup[:, 1:], -np.inf, alt_logit)
@@ -133,9 +172,8 @@ class NextTokenModel:
             logits = logits + self.logit_shift * normal(pair_keys(s, cand, self._build_key))
         if self._sd_launch > 0:
             logits = logits + self._sd_launch * normal(pair_keys(s, cand, self._launch_key))
-        if self._sd_pass > 0:
-            pass_key = key_of("abh-sim/pass-noise", self.run_seed, pass_index)
-            logits = logits + self._sd_pass * normal(pair_keys(s, cand, pass_key))
+        if pass_salt is not None:
+            logits = logits + self._sd_pass * normal(pair_keys(s, cand, pass_salt))
         logits = np.where(dup, -np.inf, logits)
         n_cand = (~dup).sum(axis=1)
         tail_log_mass = np.log((self.vocab_size - n_cand).astype(np.float64)) + TAIL_LOGIT
@@ -145,11 +183,16 @@ class NextTokenModel:
         # answers these same values, the server's own logprob of a token and its entry among the top-k alike
         lp = np.round(logits - log_z[:, None], DECIMALS)
         lp_tail = np.round(TAIL_LOGIT - log_z, DECIMALS)
+        return cand, dup, lp, lp_tail
+
+    def _scores(self, pos: list[int], a: Ask, s: np.ndarray, cand: np.ndarray, dup: np.ndarray, lp: np.ndarray,
+                lp_tail: np.ndarray, best: np.ndarray | None) -> Scores:
+        """One sequence's :class:`Scores` from its rows of :meth:`_rows` (``best``: its top-k columns)."""
+        n, top_k = len(pos), a.top_k
         token_lp = lp[:, 0]
         ranks = 1 + (lp > token_lp[:, None]).sum(axis=1)
         out = Scores(pos, token_lp.tolist(), ranks.tolist())
-        if top_k > 0:
-            best = np.argsort(-lp, axis=1, kind="stable")[:, :min(top_k, k_c)]
+        if best is not None:
             ids_b = np.take_along_axis(cand, best, axis=1)
             lp_b = np.take_along_axis(lp, best, axis=1)
             ok = ~np.take_along_axis(dup, best, axis=1)
@@ -170,17 +213,14 @@ class NextTokenModel:
                                                 dtype=np.float64).reshape(n, -1)
                 else:
                     out.ragged_top = tops
-        if len(requested):
-            # each requested id looked up among the row's sorted candidates (rows offset by the vocabulary size so
-            # that one sorted array holds them all); the first of equal candidates is the one kept (not a dup)
-            want = np.array([int(i) for i in requested], dtype=np.int64)
-            row_off = np.arange(n, dtype=np.int64)[:, None] * np.int64(self.vocab_size + 1)
-            keys = (srt + row_off).ravel()
-            q = (want[None, :] + row_off).ravel()
-            at = np.minimum(np.searchsorted(keys, q), keys.size - 1)
-            found = (keys[at] == q).reshape(n, -1)
-            val = np.take_along_axis(lp, order, axis=1).ravel()[at].reshape(n, -1)
-            out.requested_logprobs = np.where(found, val, lp_tail[:, None])
+        if len(a.requested):
+            # each requested id looked up among the row's candidates: the first equal one is the one kept (a later
+            # one is a dup); an id that is no candidate has the tail's logprob
+            want = np.array([int(i) for i in a.requested], dtype=np.int64)
+            eq = cand[:, None, :] == want[None, :, None]  # (n, R, K)
+            at = eq.argmax(axis=2)
+            val = np.take_along_axis(lp, at, axis=1)
+            out.requested_logprobs = np.where(eq.any(axis=2), val, lp_tail[:, None])
         return out
 
     def _tail_ids(self, state: int, taken: set[int], count: int, lp_tail: float) -> list[tuple[int, float]]:
@@ -194,3 +234,47 @@ class NextTokenModel:
                 taken.add(i)
                 out.append((i, lp_tail))
         return out
+
+
+def _duplicates(cand: np.ndarray) -> np.ndarray:
+    """(n, K) bool: the candidates equal to one before them in their row (an alternative equal to the target or to
+    an earlier alternative: dropped). Rows without any (most: 47 draws from the vocabulary) are found by one sort;
+    the few others are marked by a stable sort (the first of equal ids is kept)."""
+    srt = np.sort(cand, axis=1)
+    rows = np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))
+    dup = np.zeros(cand.shape, dtype=bool)
+    if rows.size:
+        sub = cand[rows]
+        order = np.argsort(sub, axis=1, kind="stable")
+        ordered = np.take_along_axis(sub, order, axis=1)
+        dup_sorted = np.zeros(sub.shape, dtype=bool)
+        dup_sorted[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+        marks = np.zeros(sub.shape, dtype=bool)
+        np.put_along_axis(marks, order, dup_sorted, axis=1)
+        dup[rows] = marks
+    return dup
+
+
+#: Up to this many best columns are picked one maximum at a time (cheaper than sorting the row's candidates)
+_PICKED = 8
+
+
+def _best(lp: np.ndarray, k: int) -> np.ndarray:
+    """(n, k) column indices of each row's k highest ``lp``, highest first, ties by column: the first k of a stable
+    argsort of ``-lp``. Few are picked by successive maxima (the first maximum of a row is the lowest column of a
+    tie); a row whose pick runs into a dropped candidate (-inf: fewer than k left) is sorted instead."""
+    if k > _PICKED:
+        return np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    work = lp.copy()
+    rows = np.arange(lp.shape[0])
+    best = np.empty((lp.shape[0], k), dtype=np.intp)
+    picked = np.empty((lp.shape[0], k))
+    for j in range(k):
+        col = work.argmax(axis=1)
+        best[:, j] = col
+        picked[:, j] = work[rows, col]
+        work[rows, col] = -np.inf
+    short = np.flatnonzero(np.isneginf(picked).any(axis=1))
+    if short.size:
+        best[short] = np.argsort(-lp[short], axis=1, kind="stable")[:, :k]
+    return best

@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -245,13 +246,16 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
         "finish_reason": r["finish"],
     }
     full = item.ids + r["output_ids"]
-    states = None
-    if item.return_logprob or (opts["return_routed_experts"] and st.cfg.enable_return_routed_experts):
+    states, scores = None, None
+    prescored = opts.get("prescored")
+    if prescored is not None:
+        states, scores = next(prescored)
+    elif item.return_logprob or (opts["return_routed_experts"] and st.cfg.enable_return_routed_experts):
         from abh_simulator.hashing import context_states  # numpy: only when asked for
 
         states = context_states(full, st.cfg.seed)
     if item.return_logprob:
-        _sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states, opts.get("pending"), meta)
+        _sglang_logprobs(st, item, full, opts["return_text_in_logprobs"], states, opts.get("pending"), meta, scores)
     if opts["return_routed_experts"] and st.cfg.enable_return_routed_experts:
         meta["routed_experts"], meta["routed_experts_dtype"] = st.routed_experts(full, opts["routed_experts_start_len"],
                                                                                   states)
@@ -260,22 +264,44 @@ def generate_one(st: SimState, item: Item, opts: dict[str, Any], t0: float) -> d
     return {"text": r["text"], "meta_info": meta}
 
 
+def prescore(st: SimState, items: list[Item], n: int) -> Iterator[tuple[list[int], Scores]] | None:
+    """Per item (each ``n`` times, in order), its context states and scores, all the request's positions scored in
+    one pass: for a request that only scores (every item asks logprobs and generates nothing, so what is scored is
+    known before any item runs); None for any other (each item is scored as it runs)."""
+    if not items or any(not it.return_logprob or it.gen["max_new"] > 0 for it in items):
+        return None
+    from abh_simulator.hashing import context_states
+
+    states = [context_states(it.ids, st.cfg.seed) for it in items for _ in range(n)]
+    asks = [(it.ids, _start(it) + 1, it.top_logprobs_num, it.token_ids_logprob, states[j])
+            for j, it in enumerate(it for it in items for _ in range(n))]
+    return iter(zip(states, st.score_many(asks), strict=True))
+
+
+def _start(item: Item) -> int:
+    """The item's resolved ``logprob_start_len``."""
+    return item.logprob_start_len if item.logprob_start_len >= 0 else len(item.ids) - 1
+
+
 def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
-                     states: list[int] | None, pending: list[Pending] | None = None,
-                     out: dict[str, Any] | None = None) -> dict[str, Any]:
+                     states: list[int] | None, pending: list[Pending | OwnPending] | None = None,
+                     out: dict[str, Any] | None = None, scores: Scores | None = None) -> dict[str, Any]:
     """The ``meta_info`` logprob arrays of one item, put into ``out`` (a new dict: None). ``pending``: the
-    alternatives' arrays are left to :func:`write_pending` (written for every item of a request at once)."""
+    alternatives' arrays are left to :func:`write_pending` (written for every item of a request at once).
+    ``scores``: the item's, scored already (:func:`prescore`)."""
     n_in = len(item.ids)
-    s = item.logprob_start_len if item.logprob_start_len >= 0 else n_in - 1
-    sc = st.score(full, s + 1, item.top_logprobs_num, item.token_ids_logprob, states)
+    s = _start(item)
+    sc = scores if scores is not None else st.score(full, s + 1, item.top_logprobs_num, item.token_ids_logprob, states)
     at = {p: j for j, p in enumerate(sc.positions)}
 
     def lp(p: int) -> float | None:
         return sc.token_logprobs[at[p]] if p in at else None
 
     out = {} if out is None else out
+    own = None if with_text or len(full) != n_in else _own_fragment(out, full, s, sc, pending)
     out.update({
-        "input_token_logprobs": [_entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
+        "input_token_logprobs": own if own is not None else [
+            _entry(st, None if p == s else lp(p), full[p], with_text) for p in range(s, n_in)],
         "output_token_logprobs": [_entry(st, lp(p), full[p], with_text) for p in range(n_in, len(full))],
     })
     # the alternatives' entries: without texts written by numpy as JSON text (abh_simulator.jsonfmt; a
@@ -306,8 +332,38 @@ def _sglang_logprobs(st: SimState, item: Item, full: list[int], with_text: bool,
     return out
 
 
+def _own_fragment(out: dict[str, Any], ids: list[int], s: int, sc: Scores, pending: list[Pending | OwnPending] | None) -> Any:
+    """``input_token_logprobs`` of an input scored from position ``s`` on, without texts, written by numpy (a
+    scoring pass holds ~100k of them) now, or left to :func:`write_pending` (a placeholder until then); None: built
+    as lists."""
+    if len(sc.positions) != len(ids) - s - 1 or (sc.positions and sc.positions[0] != s + 1):
+        return None
+    import numpy as np
+    import orjson
+
+    from abh_simulator.jsonfmt import own_entries
+
+    lps, own_ids = np.asarray(sc.token_logprobs, dtype=np.float64), np.asarray(ids[s + 1:], dtype=np.int64)
+    if pending is not None:
+        pending.append(OwnPending(out, ids[s], lps, own_ids))
+        return "pending"
+    body = own_entries(lps, own_ids, ids[s])
+    return None if body is None else orjson.Fragment(body)
+
+
+@dataclass
+class OwnPending:
+    """One item's own logprobs (``logprobs`` and ``ids``, (n,)), after a first null one of ``first_id``, to be
+    written into ``out["input_token_logprobs"]`` by :func:`write_pending`."""
+
+    out: dict[str, Any]
+    first_id: int
+    logprobs: np.ndarray
+    ids: np.ndarray
+
+
 def _alternatives(out: dict[str, Any], name: str, logprobs: np.ndarray, ids: np.ndarray, n_rows: int,
-                  pending: list[Pending] | None) -> tuple[Any, Any] | None:
+                  pending: list[Pending | OwnPending] | None) -> tuple[Any, Any] | None:
     """``input_{name}_logprobs`` and ``output_{name}_logprobs`` written by numpy now (None: they cannot be), or left
     to :func:`write_pending` (placeholders until then)."""
     if pending is None:
@@ -332,7 +388,7 @@ class Pending:
     n_rows: int
 
 
-def write_pending(pending: list[Pending]) -> None:
+def write_pending(pending: list[Pending | OwnPending]) -> None:
     """Write every item's alternatives of a request: those of one width by one call of numpy's writer (a scoring
     request holds 16 items of ~80 positions: a call per item and array cost the writer's set-up 64 times); the
     others, and any the writer cannot write, one by one."""
@@ -341,8 +397,11 @@ def write_pending(pending: list[Pending]) -> None:
 
     from abh_simulator.jsonfmt import as_array, entry_rows
 
+    _write_own([p for p in pending if isinstance(p, OwnPending)])
     by_k: dict[int, list[Pending]] = {}
     for p in pending:
+        if isinstance(p, OwnPending):
+            continue
         if p.logprobs.ndim == 2 and p.logprobs.shape[0] and p.logprobs.shape == p.ids.shape:
             by_k.setdefault(p.logprobs.shape[1], []).append(p)
         else:
@@ -359,6 +418,25 @@ def write_pending(pending: list[Pending]) -> None:
             p.out[p.head] = orjson.Fragment(as_array(rows[at:at + p.n_rows], 1))
             p.out[p.tail] = orjson.Fragment(as_array(rows[at + p.n_rows:at + n], 0))
             at += n
+
+
+def _write_own(own: list[OwnPending]) -> None:
+    """Every item's own logprobs by one call of numpy's writer (each alone where a value cannot be written so)."""
+    import numpy as np
+    import orjson
+
+    from abh_simulator.jsonfmt import own_array, own_rows
+
+    rows = own_rows(np.concatenate([p.logprobs for p in own]), np.concatenate([p.ids for p in own])) if own else None
+    at = 0
+    for p in own:
+        n = p.logprobs.shape[0]
+        if rows is not None:
+            p.out["input_token_logprobs"] = orjson.Fragment(own_array(rows[at:at + n], p.first_id))
+        else:
+            p.out["input_token_logprobs"] = [[None, p.first_id, None], *(
+                [float(v), int(i), None] for v, i in zip(p.logprobs.tolist(), p.ids.tolist(), strict=True))]
+        at += n
 
 
 def _write_one(p: Pending) -> None:

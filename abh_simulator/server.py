@@ -115,8 +115,9 @@ class Handlers:
         if validate_only:
             return protocol.parse_generate(self.st, body)
         items, n, batched, opts = prepared
-        pending: list[protocol.Pending] = []  # the items' alternatives, written at once below
-        out = [protocol.generate_one(self.st, it, {**opts, "pending": pending}, t0) for it in items for _ in range(n)]
+        pending: list[protocol.Pending | protocol.OwnPending] = []  # the items' alternatives, written at once below
+        run = {**opts, "pending": pending, "prescored": protocol.prescore(self.st, items, n)}
+        out = [protocol.generate_one(self.st, it, run, t0) for it in items for _ in range(n)]
         protocol.write_pending(pending)
         return out if (batched or n > 1) else out[0]
 

@@ -11,6 +11,8 @@ import re
 import shlex
 import sys
 import time
+from array import array
+from collections.abc import Sequence
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +29,10 @@ if TYPE_CHECKING:  # numpy-backed; imported on first use so that the server star
 
 SIM_VERSION = f"simulated-{__version__}"
 EOS_TOKEN_ID = EOS_ID
+
+
+#: How every hallucinated block starts (SGLang's stop string "Question" ends in it)
+_BLOCK_HEAD = "\n\nQuestion:"
 
 
 class SimError(Exception):
@@ -101,6 +107,7 @@ class SimState:
         #: how many times each token sequence has been scored on this launch (its scoring pass number)
         self._scored: dict[bytes, int] = {}
         self._answers: dict[tuple[int, int], str] = {}
+        self._blocks: dict[int, str] = {}
         #: how many times each question has been asked on this launch (its pass number)
         self._asked: dict[int, int] = {}
         self._pass: dict[int, list[bool]] = {}
@@ -201,12 +208,13 @@ class SimState:
                                                               f"{self.run_seed}/{task}", k)
         return self._keyed_pass[(task, k)][position]
 
-    def raw_generation(self, prompt: str, ignore_eos: bool, min_tokens: int, chat: bool = False) -> tuple[str, bool]:
-        """(text the "model" writes, whether it ends in EOS). Without EOS it has more than min_tokens tokens. A chat
-        answer ends after the answer (an instruct model's EOS); a completion runs on as a base model does."""
+    def raw_parts(self, prompt: str, ignore_eos: bool, min_tokens: int, chat: bool = False) -> tuple[list[str], bool]:
+        """(the text the "model" writes, in parts: the answer, then each hallucinated block; whether it ends in EOS).
+        Without EOS it has more than min_tokens tokens. A chat answer ends after the answer (an instruct model's
+        EOS); a completion runs on as a base model does."""
         entry = self.key.lookup(hashlib.sha256(prompt.encode()).hexdigest()) if self.key.by_sha else None
         if entry is not None:
-            return (entry.right if self.keyed_outcome(entry.task, entry.position, entry.n) else entry.wrong), True
+            return [entry.right if self.keyed_outcome(entry.task, entry.position, entry.n) else entry.wrong], True
         q = gsm8k.question_from_prompt(prompt)
         i = self.index.get(q) if q is not None else None
         if i is None:
@@ -215,17 +223,25 @@ class SimState:
         else:
             raw, start = self.answer_text(i), i + 1
         if chat and not ignore_eos:
-            return raw.lstrip(" "), True
+            return [raw.lstrip(" ")], True
         n = len(self.rows)
         count = len(self.tokenizer.encode(raw)) if ignore_eos else 0
+        parts = [raw]
         k = 0
         while k < text.CONTINUATION_BLOCKS or (ignore_eos and count <= min_tokens):
-            r = self.rows[(start + k) % n]
-            block = text.continuation_block(r["question"], r["answer"])
-            raw += block
+            block = self._block((start + k) % n)
+            # its head apart (a part every block shares): a stop string there needs no more of the block's pieces
+            parts += [block[:len(_BLOCK_HEAD)], block[len(_BLOCK_HEAD):]] if block.startswith(_BLOCK_HEAD) else [block]
             count += len(self.tokenizer.encode(block)) if ignore_eos else 0
             k += 1
-        return raw, not ignore_eos
+        return parts, not ignore_eos
+
+    def _block(self, i: int) -> str:
+        """Row ``i`` as a hallucinated block (made once: every generation writes three)."""
+        got = self._blocks.get(i)
+        if got is None:
+            got = self._blocks[i] = text.continuation_block(self.rows[i]["question"], self.rows[i]["answer"])
+        return got
 
     def complete(self, prompt: str, max_new: int, min_new: int, stops: list[str], stop_regex: list[str],
                  ignore_eos: bool, no_stop_trim: bool, prompt_ids: list[int] | None = None,
@@ -250,8 +266,9 @@ class SimState:
         if max_new <= 0:
             return {"text": "", "finish": {"type": "length", "length": 0}, "prompt_ids": ids,
                     "output_ids": [], "prompt_tokens": len(ids), "completion_tokens": 0, "cached_tokens": cached}
-        raw, eos = self.raw_generation(prompt, ignore_eos, max_new, chat)
-        ends, raw_ids = self.tokenizer.encode_ends(raw)
+        parts, eos = self.raw_parts(prompt, ignore_eos, max_new, chat)
+        raw = "".join(parts)
+        ends, raw_ids = self.tokenizer.encode_parts(parts, _needed(raw, min_new, stops, stop_regex))
         limit = ends[max_new - 1] if len(ends) >= max_new else len(raw)
         floor = ends[min_new - 1] if 0 < min_new <= len(ends) else (len(raw) if min_new > 0 else 0)
         best: tuple[int, int, Any] | None = None  # (start, end, matched), in characters
@@ -286,10 +303,19 @@ class SimState:
               states: list[int] | None = None) -> Scores:
         """Teacher-forced scores of positions max(start, 1)..len(ids)-1; repeated scoring of the same
         sequence on this launch counts as a new pass (for pass/mixed noise)."""
-        key = hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
-        k = self._scored.get(key, 0)
-        self._scored[key] = k + 1
-        return self.lm.score(ids, range(max(start, 1), len(ids)), top_k, requested or (), k, states)
+        return self.score_many([(ids, start, top_k, requested, states)])[0]
+
+    def score_many(self, asks: Sequence[tuple[list[int], int, int, list[int] | None, list[int] | None]]) -> list[Scores]:
+        """:meth:`score` of each (ids, start, top_k, requested, states), in order, in one vectorised pass."""
+        from abh_simulator.logprobs import Ask
+
+        out = []
+        for ids, start, top_k, requested, states in asks:
+            key = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
+            k = self._scored.get(key, 0)
+            self._scored[key] = k + 1
+            out.append(Ask(ids, range(max(start, 1), len(ids)), top_k, requested or (), k, states))
+        return self.lm.score_many(out)
 
     def routed_experts(self, ids: list[int], start: int, states: list[int] | None = None) -> tuple[str, str]:
         """SGLang's ``meta_info["routed_experts"]`` for the sequence ``ids`` (prompt + generated tokens): rows for
@@ -305,3 +331,21 @@ class SimState:
                                      cfg.routing_shift, cfg.build)
         arr[:, :cfg.unrouted_layers] = 0
         return experts.encode(arr, os.environ.get("SGLANG_ROUTED_EXPERTS_DTYPE", "int32"))
+
+
+def _needed(raw: str, min_new: int, stops: list[str], stop_regex: list[str]) -> int | None:
+    """How many characters of a generation's ``raw`` text :meth:`SimState.complete` reads the tokens of: up to the end
+    of the last of the stop strings' first matches (the earliest stop is among them, and a token count below
+    max_new there leaves every one of them within reach); all of them (None) when none matches, with a minimum
+    length, or with a pattern that does not compile (complete says so)."""
+    if min_new > 0:
+        return None
+    ends = [j + len(s) for s in stops if s and (j := raw.find(s)) >= 0]
+    for pat in stop_regex:
+        try:
+            m = re.compile(pat).search(raw)
+        except re.error:
+            return None
+        if m:
+            ends.append(m.end())
+    return max(ends) if ends else None

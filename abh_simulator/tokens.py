@@ -80,6 +80,8 @@ class Tokenizer:
                 self._ids[p] = i
                 self._pieces.setdefault(i, p)
         self.known = len(self._ids)
+        #: per id, its text for :meth:`decode` (with the special ids' names; and with them blank), made on first use
+        self._texts: tuple[list[str], list[str]] | None = None
         self._memo: dict[str, array] = {}
         self._ends: dict[str, tuple[array, array]] = {}
         #: texts and shared blocks encoded from their pieces (not from the memo): what the memo saves shows here
@@ -91,7 +93,10 @@ class Tokenizer:
             i = hash_id(piece, self.vocab_size)
             if len(self._ids) < 4 * self.vocab_size:  # bounded cache of unknown pieces
                 self._ids[piece] = i
-            self._pieces.setdefault(i, piece)
+            if i not in self._pieces:
+                self._pieces[i] = piece
+                if self._texts is not None:
+                    self._texts[0][i] = self._texts[1][i] = piece
         return i
 
     def _ids_of(self, text: str) -> list[int]:
@@ -122,16 +127,40 @@ class Tokenizer:
         """(where each piece of ``text`` ends, in characters; the pieces' ids), memoised like :meth:`encode`."""
         got = self._ends.get(text)
         if got is None:
-            ps, ids = self.encode_pieces(text)
-            got = (array("q", itertools.accumulate(len(p) for p in ps)), array("q", ids))
+            self.split_texts += 1
+            ps = pieces(text)
+            known = self._ids.get  # as in _ids_of: no method call per known piece
+            ids = [i if (i := known(p)) is not None else self.piece_id(p) for p in ps]
+            got = (array("q", itertools.accumulate(map(len, ps))), array("q", ids))
             if len(self._ends) >= MEMO_TEXTS:
                 self._ends.clear()
             self._ends[text] = got
         return got[0].tolist(), got[1].tolist()
 
-    def encode_pieces(self, text: str) -> tuple[list[str], list[int]]:
-        ps = pieces(text)
-        return ps, [self.piece_id(p) for p in ps]
+    def encode_parts(self, parts: Sequence[str], upto: int | None = None) -> tuple[list[int], list[int]]:
+        """:meth:`encode_ends` of ``"".join(parts)``, each part memoised on its own (a generation is its answer and
+        the same hallucinated blocks every time: only a new part is split). Parts are joined where the seam is not
+        a sure piece boundary: a seam is one where the part before ends in a non-space character and the next
+        starts with whitespace (a piece holding a non-space character never holds whitespace after it, the pattern
+        looks at nothing behind it, and the first piece of the next part sees the same text either way). ``upto``:
+        only the pieces of the parts that cover the first ``upto`` characters (a prefix of the whole's)."""
+        merged: list[str] = []
+        for part in parts:
+            if merged and not (merged[-1][-1:].strip() and part[:1].isspace()):
+                merged[-1] += part
+            elif part:
+                merged.append(part)
+        ends: list[int] = []
+        ids: list[int] = []
+        at = 0
+        for part in merged:
+            if upto is not None and at >= upto:
+                break
+            e, i = self.encode_ends(part)
+            ends += [x + at for x in e] if at else e
+            ids += i
+            at += len(part)
+        return ends, ids
 
     def token_text(self, token_id: int) -> str:
         """The text of one id (special ids: their name; an id never seen: ``<tok_N>``)."""
@@ -139,6 +168,13 @@ class Tokenizer:
         return p if p is not None else f"<tok_{token_id}>"
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        known = self._pieces.get  # token_text without a method call per id (a scoring request sends ~1000)
-        return "".join([p if (p := known(i)) is not None else f"<tok_{i}>" for i in ids
-                        if not (skip_special_tokens and i in SPECIAL)])
+        """The text of ``ids`` (:meth:`token_text` of each; the special ids left out with
+        ``skip_special_tokens``): one list lookup per id (a scoring request sends ~1000)."""
+        if self._texts is None:
+            named = [self.token_text(i) for i in range(self.vocab_size)]
+            blank = [("" if i in SPECIAL else t) for i, t in enumerate(named)]
+            self._texts = (named, blank)
+        table = self._texts[1] if skip_special_tokens else self._texts[0]
+        if ids and (min(ids) < 0 or max(ids) >= len(table)):  # ids past the vocabulary: named one by one
+            return "".join([self.token_text(i) for i in ids if not (skip_special_tokens and i in SPECIAL)])
+        return "".join(map(table.__getitem__, ids))

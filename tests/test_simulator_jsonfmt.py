@@ -75,3 +75,19 @@ def test_a_requests_items_written_at_once_read_as_each_written_alone() -> None:
         assert got == [orjson.loads(orjson.dumps(f)) for f in alone]
         assert got[0][0] is None and [e[1] for row in got[0][1:] + got[1] for e in row] == \
             np.broadcast_to(ids, lp.shape).reshape(-1).tolist()
+
+
+def test_own_entries_are_the_lists_json() -> None:
+    from abh_simulator.jsonfmt import own_entries
+
+    rng = np.random.default_rng(4)
+    for n in (0, 1, 7, 300):
+        lp = -rng.exponential(3.0, n)
+        if n:
+            lp[0] = -0.0
+        ids = rng.integers(0, 10 ** 5, n)
+        got = orjson.loads(own_entries(lp, ids, 17))
+        assert got[0] == [None, 17, None] and len(got) == n + 1
+        assert [e[1:] for e in got[1:]] == [[int(i), None] for i in ids]
+        assert np.allclose([e[0] for e in got[1:]], lp, rtol=0, atol=10.0 ** -DECIMALS)
+    assert own_entries(np.array([np.nan]), np.array([3]), 1) is None

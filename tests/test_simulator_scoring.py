@@ -316,3 +316,104 @@ def test_the_in_place_hashes_draw_the_very_same_numbers():
     u1, u2 = uniform_ref(keys ^ np.uint64(0x5851F42D4C957F2D)), uniform_ref(keys ^ np.uint64(0x14057B7EF767814F))
     assert normal(keys).tobytes() == (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)).tobytes()
     assert np.array_equal(keys, before)
+
+
+def test_best_columns_and_duplicates_are_those_of_a_stable_sort():
+    """The top-k picked by successive maxima and the duplicates found by one sort are exactly what stable argsorts
+    give: ties by column, dropped candidates (-inf) never before a kept one, a short row sorted."""
+    from abh_simulator.logprobs import _best, _duplicates
+
+    rng = np.random.default_rng(5)
+    lp = np.round(rng.normal(-3, 1, (400, 48)), 1)  # coarse: many ties
+    lp[rng.random((400, 48)) < 0.05] = -np.inf
+    lp[:3, 2:] = -np.inf  # rows with fewer than k finite values
+    for k in (1, 5, 8, 20, 48):
+        assert np.array_equal(_best(lp, k), np.argsort(-lp, axis=1, kind="stable")[:, :k]), k
+
+    cand = rng.integers(3, 60, (400, 48))  # a small vocabulary: most rows hold duplicates
+    cand[:50] = np.arange(3, 51)  # rows without any
+    order = np.argsort(cand, axis=1, kind="stable")
+    srt = np.take_along_axis(cand, order, axis=1)
+    ref = np.zeros(cand.shape, dtype=bool)
+    np.put_along_axis(ref, order, np.concatenate([np.zeros((400, 1), bool), srt[:, 1:] == srt[:, :-1]], axis=1), 1)
+    assert np.array_equal(_duplicates(cand), ref)
+
+
+def test_asked_ids_read_the_first_equal_candidate_or_the_tail():
+    """An asked id that is a candidate has its logprob (the kept one of equal candidates), else the tail's: in a tiny
+    vocabulary, where candidates repeat, as by the token's own score and its top-k."""
+    m = NextTokenModel(seed=3, vocab_size=12, logprob_noise=0.1)
+    ids = [5, 7, 3, 9, 4, 11, 6, 8]
+    want = list(range(12))
+    sc = m.score(ids, range(1, len(ids)), top_k=4, requested=want)
+    req = np.asarray(sc.requested)
+    for row, p in enumerate(sc.positions):
+        assert req[row, ids[p]] == sc.token_logprobs[row]
+        for i, v in sc.top[row]:
+            assert req[row, i] == v
+        tail = [req[row, i] for i in want if i not in {j for j, _ in sc.top[row]} and i != ids[p]]
+        assert len(set(tail)) >= 1
+
+
+def test_scoring_many_sequences_at_once_gives_each_ones_scores():
+    """score_many: the very values of scoring each sequence alone (tops, asked ids, ranks), whatever each asks (its
+    own top-k, asked ids, pass), and an empty one in between."""
+    from abh_simulator.logprobs import Ask
+
+    m = NextTokenModel(seed=1, vocab_size=500, logit_shift=0.2, logprob_noise=0.05, noise="mixed", build="x")
+    rng = np.random.default_rng(2)
+    asks = [Ask([int(x) for x in rng.integers(3, 500, n)], range(1 + n // 3, n), k, req, p)
+            for n, k, req, p in ((40, 5, (), 0), (2, 0, (7, 9), 3), (30, 20, (5, 5, 400), 1), (1, 5, (), 0),
+                                 (60, 1, (11,), 2))]
+    asks.insert(3, Ask([4, 5], [], 5))
+    many = m.score_many(asks)
+    for a, got in zip(asks, many, strict=True):
+        alone = m.score(a.ids, a.positions, a.top_k, a.requested, a.pass_index)
+        assert got == alone
+        assert (got.top_logprobs is None) == (alone.top_logprobs is None)
+        if got.top_logprobs is not None:
+            assert got.top_logprobs.tobytes() == alone.top_logprobs.tobytes()
+
+
+def test_a_scoring_batch_answers_as_its_items_one_by_one(tok):
+    """A /generate batch that only scores is scored in one pass: each answer the one its item gets alone on a fresh
+    launch (pass noise included: each sequence's first pass)."""
+    from abh_simulator import server
+    from abh_simulator.sim_config import SimConfig
+    from abh_simulator.state import SimState
+
+    def answers(bodies):
+        h = server.Handlers(SimState(SimConfig(run_seed=4, logprob_noise=0.03, noise="pass")))
+        out = []
+        for body in bodies:
+            got = h._sglang(body, prepared=h._sglang(body, validate_only=True))
+            out += got if isinstance(got, list) else [got]
+        return [json.loads(server._dumps({k: v for k, v in a["meta_info"].items() if k not in ("id", "e2e_latency")}))
+                for a in out]
+
+    rows = ROWS[:6]
+    seqs = [tok.encode(f"Question: {r['question']}\nAnswer:") + tok.encode(" " + r["answer"]) for r in rows]
+    starts = [len(s) // 2 for s in seqs]
+    asked = [[5, 9, int(s[-1])] for s in seqs]
+    base = {"sampling_params": {"max_new_tokens": 0}, "return_logprob": True, "top_logprobs_num": 5}
+    batch = {**base, "input_ids": seqs, "logprob_start_len": starts, "token_ids_logprob": asked}
+    alone = [{**base, "input_ids": s, "logprob_start_len": b, "token_ids_logprob": a}
+             for s, b, a in zip(seqs, starts, asked, strict=True)]
+    assert answers([batch]) == answers(alone)
+
+
+def test_context_states_are_the_rolling_hash_whatever_was_hashed_before():
+    """The inline rolling hash (and its reuse of the last sequence's prefix) gives mix's fold of the ids."""
+    from abh_simulator.hashing import GOLDEN, M64, key_of, mix
+
+    def ref(ids, seed):
+        out = [mix(key_of("abh-sim/ctx", seed))]
+        for t in ids:
+            out.append(mix(out[-1] ^ ((t + GOLDEN) & M64)))
+        return out
+
+    rng = np.random.default_rng(9)
+    head = [int(x) for x in rng.integers(0, 32000, 50)]
+    for n in (0, 1, 30, 80):
+        ids = head[:n % 50] + [int(x) for x in rng.integers(0, 2 ** 40, n)]
+        assert context_states(ids, 77) == ref(ids, 77)
