@@ -34,10 +34,28 @@ def bootstrap_means(x: np.ndarray, n_resamples: int = 10_000, seed: SeedLike = N
     chunk = max(1, min(n_resamples, max_elems // (n * k) or 1))
     out = np.empty((n_resamples,) + x.shape[1:])
     dtype = np.int32 if n < 2**31 else np.int64
+    cols = np.ascontiguousarray(x.reshape(n, k).T) if k > 1 else None
     for start in range(0, n_resamples, chunk):  # loop over chunks of resamples, not resamples
         m = min(chunk, n_resamples - start)
         idx = rng.integers(0, n, size=(m, n), dtype=dtype)
-        out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
+        if cols is None or m == 1:  # one statistic, or one resample: numpy's own summation order is the rule
+            out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
+        else:
+            out[start:start + m] = _column_means(cols, idx).reshape((m,) + x.shape[1:])
+    return out
+
+
+def _column_means(cols: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Means of each column of ``cols.T`` (``cols``: (k, n)) over the rows ``idx`` (m, n) draws, shape (m, k).
+
+    Each column is gathered on its own as an (n, m) block and summed over its first axis: the same additions in
+    the same order (question by question) as the mean over axis 1 of the (m, n, k) gather, so the same bits, at a
+    third of the time (no inner loop k wide). Needs m >= 2: a single resample's block would be summed pairwise."""
+    at = np.ascontiguousarray(idx.T)
+    n = idx.shape[1]
+    out = np.empty((idx.shape[0], cols.shape[0]))
+    for c, col in enumerate(cols):
+        out[:, c] = np.add.reduce(col.take(at), axis=0) / n
     return out
 
 

@@ -1,0 +1,35 @@
+"""The bootstrap's means of several statistics at once are the same bits as the plain gather-and-mean over the
+(resamples, questions, statistics) array: a faster evaluation must not move any stored interval."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.stats.resample import bootstrap_means
+
+
+def _reference(x: np.ndarray, n_resamples: int, seed: int, max_elems: int) -> np.ndarray:
+    """The definition: the same draws, chunk by chunk, gathered whole and averaged over the questions."""
+    n = x.shape[0]
+    k = int(np.prod(x.shape[1:], dtype=int)) if x.ndim > 1 else 1
+    chunk = max(1, min(n_resamples, max_elems // (n * k) or 1))
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_resamples,) + x.shape[1:])
+    for start in range(0, n_resamples, chunk):
+        m = min(chunk, n_resamples - start)
+        idx = rng.integers(0, n, size=(m, n), dtype=np.int32)
+        out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(257,), (257, 1), (257, 3), (1319, 6), (31, 2, 3)])
+@pytest.mark.parametrize("max_elems", [1 << 12, 1 << 20])
+def test_bootstrap_means_are_the_reference_bits(shape: tuple[int, ...], max_elems: int) -> None:
+    gen = np.random.default_rng(7)
+    x = gen.normal(size=shape) * gen.integers(0, 2, size=shape)  # many exact zeros among arbitrary floats
+    x.reshape(shape[0], -1)[0, -1] = -0.0
+    got = bootstrap_means(x, 1001, seed=3, max_elems=max_elems)
+    want = _reference(x, 1001, 3, max_elems)
+    assert got.shape == want.shape == (1001,) + shape[1:]
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))  # bit for bit, the sign of a zero included
