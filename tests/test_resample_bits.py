@@ -33,3 +33,20 @@ def test_bootstrap_means_are_the_reference_bits(shape: tuple[int, ...], max_elem
     want = _reference(x, 1001, 3, max_elems)
     assert got.shape == want.shape == (1001,) + shape[1:]
     assert np.array_equal(got.view(np.int64), want.view(np.int64))  # bit for bit, the sign of a zero included
+
+
+@pytest.mark.parametrize("values", [
+    [0.0, 1.0], [0.0, 0.5, 1.0], [-1.0, -0.5, 0.0, 0.5, 1.0], [0.0, 1 / 3, 2 / 3, 1.0], [-0.0, 0.0, 1.0],
+    [0.0, 0.125, 40000.0], [0.0, 0.1], [0.0, 2.0**-12],
+])
+@pytest.mark.parametrize("columns", [0, 1, 4])
+def test_outcomes_on_a_grid_give_the_reference_bits(values: list[float], columns: int) -> None:
+    """0/1 outcomes, means of two runs and their differences are summed as integers: the same bits, whatever
+    the values (a value off the grid, a huge one, a negative zero keep the float sums)."""
+    gen = np.random.default_rng(11)
+    shape = (523,) if columns == 0 else (523, columns)
+    x = np.asarray(values)[gen.integers(0, len(values), size=shape)]
+    if columns > 1:
+        x[:, 1:] += gen.normal(size=(523, columns - 1))  # one column on the grid, the others arbitrary
+    got = bootstrap_means(x, 997, seed=5, max_elems=1 << 14)
+    assert np.array_equal(got.view(np.int64), _reference(x, 997, 5, 1 << 14).view(np.int64))
