@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from xml.sax.saxutils import escape, quoteattr
+from html import escape
 
 #: the figure's width in viewBox units: 11 in at 72 units per inch, as the plots had; the page scales it
 WIDTH = 792.0
@@ -116,7 +116,7 @@ class Figure:
         turn = f' transform="rotate(-90 {_n(x)} {_n(y)})"' if rotate else ""
         weight = ' font-weight="bold"' if bold else ""
         self.parts.append(f'<text x="{_n(x)}" y="{_n(y)}" font-size="{_n(size)}" text-anchor="{anchor}" '
-                          f'fill="{color}"{weight}{turn}>{escape(s)}</text>')
+                          f'fill="{color}"{weight}{turn}>{escape(s, quote=False)}</text>')
 
     def x_axis(self, scale: Scale, top: float, bottom: float, label: str, grid: str = GRID) -> None:
         """Grid lines and tick labels of ``scale`` below the plot area [top, bottom], and the axis' label."""
@@ -151,7 +151,7 @@ class Figure:
     def svg(self) -> str:
         """The figure as an inline SVG that scales with the page (no fixed size, its viewBox kept)."""
         return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_n(self.width)} {_n(self.height)}" '
-                f'class="plot" preserveAspectRatio="xMinYMin meet" font-family={quoteattr(FONT)}>'
+                f'class="plot" preserveAspectRatio="xMinYMin meet" font-family="{FONT}">'
                 + "".join(self.parts) + "</svg>")
 
 
