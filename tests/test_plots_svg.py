@@ -103,3 +103,24 @@ def test_a_comparison_report_imports_no_matplotlib(tmp_path: Path) -> None:
     assert r.stdout.strip() == "False", r.stderr
     html = (root / "report.html").read_text()
     assert html.count('<svg xmlns="http://www.w3.org/2000/svg"') >= 2 and 'id="focus-delta"' in html
+
+
+def test_the_routing_plot_draws_each_layer_and_breaks_the_floor_where_it_was_not_measured() -> None:
+    from harness.report.routing_section import layer_svg
+    from harness.results.routing_record import Routing, RoutingLayer
+
+    def layer(i: int, aa: bool) -> RoutingLayer:
+        return RoutingLayer(layer=i, rows=100, identical=0.8 + 0.01 * i, identical_aa=0.99 if aa else None,
+                            jaccard=None, jaccard_aa=None, moved=0.2 + 0.1 * i, moved_aa=0.01 if aa else None,
+                            load_shift=None)
+
+    r = Routing(verdict="diverged", verdict_reason="", layers=[layer(i, i != 4) for i in range(1, 9)])
+    s = layer_svg(r)
+    assert s is not None
+    root = _parse(s)
+    texts = _texts(root)
+    assert {"MoE layer", "identical expert sets (% of tokens)", "ids moved per token", "B vs A", "A/A floor"} <= set(texts)
+    paths = list(root.iter(f"{NS}path"))
+    assert len([p for p in paths if p.get("stroke-dasharray")]) == 2 * 2  # the floor's line broken at layer 4
+    assert len(list(root.iter(f"{NS}circle"))) == 2 * 8  # a dot per layer in each panel
+    assert layer_svg(Routing(verdict="not_measured", verdict_reason="")) is None

@@ -266,9 +266,6 @@ def fitted(edges: list[float], counts: list[list[int]], marks: list[float]) -> t
     return min([lo, *inside]), max([hi, *inside])
 
 
-#: each panel of the KLD plot: its left edge and width (viewBox units), the plot area's top and bottom
-_PANELS = ((52.0, 330.0), (448.0, 330.0))
-_TOP, _BOTTOM = 8.0, 170.0
 
 
 def kld_svg(div: Divergence) -> str | None:
@@ -277,10 +274,10 @@ def kld_svg(div: Divergence) -> str | None:
     hist = div.kld_histogram
     if hist is None:
         return None
-    fig = svg.Figure(height=_BOTTOM + 40)
+    fig = svg.Figure(height=svg.PANEL_BOTTOM + 40)
     for (left, width), unit, title, sides in (
-            (_PANELS[0], "token", "per token", ((hist.token_ab, "ab"), (hist.token_aa, "aa"))),
-            (_PANELS[1], "question", "per question (test unit)", ((hist.question_ab, "ab"), (hist.question_aa, "aa")))):
+            (svg.PANELS[0], "token", "per token", ((hist.token_ab, "ab"), (hist.token_aa, "aa"))),
+            (svg.PANELS[1], "question", "per question (test unit)", ((hist.question_ab, "ab"), (hist.question_aa, "aa")))):
         means = ((div.kld_mean, COLOR_AB), (div.kld_mean_aa, COLOR_AA)) if unit == "token" else ()
         _kld_panel(fig, hist.edges, sides, [(m, c) for m, c in means if m and m > 0], left, width,
                    f"KLD {title} (nats)" + ("; dashed: means" if unit == "token" else ""))
@@ -295,13 +292,9 @@ def _kld_panel(fig: svg.Figure, edges: list[float], sides: tuple[tuple[Histogram
     shares = {side: [100 * c / (h.zeros + sum(h.counts)) for c in h.counts] for h, side in drawn}
     top_share = max([v for sh in shares.values() for v in sh] + [1.0]) * 1.05
     x = svg.Scale(lo, hi, left, left + width, log=True)
-    y = svg.Scale(0.0, top_share, _BOTTOM, _TOP)
-    fig.x_axis(x, _TOP, _BOTTOM, xlabel, grid="#eeeeee")
-    fig.y_spine(left, _TOP, _BOTTOM)
-    for v, name in svg.linear_ticks(0.0, top_share, 6):
-        fig.line(left - 3.5, y(v), left, y(v), svg.INK, 0.8)
-        fig.text(left - 6, y(v) + 3.5, name, 10, anchor="end")
-    fig.text(left - 36, (_TOP + _BOTTOM) / 2, "share (%)", 10, rotate=True)
+    y = svg.Scale(0.0, top_share, svg.PANEL_BOTTOM, svg.PANEL_TOP)
+    fig.x_axis(x, svg.PANEL_TOP, svg.PANEL_BOTTOM, xlabel, grid="#eeeeee")
+    fig.y_axis(y, left, "share (%)")
     legend = []
     for h, side in drawn:
         color, name = (COLOR_AB, "A‖B") if side == "ab" else (COLOR_AA, "A‖A′ (floor)")
@@ -315,8 +308,8 @@ def _kld_panel(fig: svg.Figure, edges: list[float], sides: tuple[tuple[Histogram
                        name + (f", {zeros:.0f} % exactly 0" if zeros >= 0.5 else "")))
     for m, color in means:
         mx = x(min(max(m, lo), hi))
-        fig.line(mx, _TOP, mx, _BOTTOM, color, 1.2, "4 3")
-    fig.legend(legend, _TOP + 12, columns=1, left=left + 4, size=8, width=0)  # in the panel's top left corner
+        fig.line(mx, svg.PANEL_TOP, mx, svg.PANEL_BOTTOM, color, 1.2, "4 3")
+    fig.legend(legend, svg.PANEL_TOP + 12, columns=1, left=left + 4, size=8, width=0)  # in the panel's top left corner
 
 
 def _stairs(edges: list[float], shares: list[float], lo: float, hi: float) -> list[tuple[float, float]]:

@@ -19,6 +19,9 @@ WIDTH = 792.0
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
 GRID = "#e5e5e5"
 INK = "#222222"
+#: the two panels of a side-by-side figure: each one's left edge and width, and the plot areas' top and bottom
+PANELS = ((52.0, 330.0), (448.0, 330.0))
+PANEL_TOP, PANEL_BOTTOM = 8.0, 170.0
 #: a character's mean advance at font size 1 (DejaVu Sans), to size the room a label needs
 CHAR_W = 0.6
 _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
@@ -101,11 +104,12 @@ class Figure:
                           f'stroke-width="{_n(width)}"/>')
 
     def path(self, points: Sequence[tuple[float, float]], stroke: str, width: float = 1.0, fill: str = "none",
-             opacity: float | None = None, close: bool = False, ident: str | None = None) -> None:
+             opacity: float | None = None, close: bool = False, ident: str | None = None,
+             dash: str | None = None) -> None:
         d = "M" + " L".join(f"{_n(x)} {_n(y)}" for x, y in points) + (" Z" if close else "")
         fill_op = _opacity("fill", opacity) if fill != "none" else ""
         self.parts.append(f'<path{_ident(ident)} d="{d}" fill="{fill}"{fill_op} stroke="{stroke}" '
-                          f'stroke-width="{_n(width)}" stroke-linejoin="round"/>')
+                          f'stroke-width="{_n(width)}"{_dash(dash)} stroke-linejoin="round"/>')
 
     def diamond(self, x: float, y: float, r: float, fill: str, ident: str | None = None) -> None:
         self.path([(x, y - r), (x + r, y), (x, y + r), (x - r, y)], "white", 1.0, fill=fill, close=True,
@@ -118,11 +122,13 @@ class Figure:
         self.parts.append(f'<text x="{_n(x)}" y="{_n(y)}" font-size="{_n(size)}" text-anchor="{anchor}" '
                           f'fill="{color}"{weight}{turn}>{escape(s, quote=False)}</text>')
 
-    def x_axis(self, scale: Scale, top: float, bottom: float, label: str, grid: str = GRID) -> None:
-        """Grid lines and tick labels of ``scale`` below the plot area [top, bottom], and the axis' label."""
+    def x_axis(self, scale: Scale, top: float, bottom: float, label: str, grid: str | None = GRID) -> None:
+        """Grid lines (none: ``grid`` None) and tick labels of ``scale`` below the plot area [top, bottom], and the
+        axis' label."""
         for v, name in scale.ticks():
             x = scale(v)
-            self.line(x, top, x, bottom, grid, 0.8)
+            if grid is not None:
+                self.line(x, top, x, bottom, grid, 0.8)
             self.line(x, bottom, x, bottom + 3.5, INK, 0.8)
             self.text(x, bottom + 14, name, 10)
         self.line(min(scale.px0, scale.px1), bottom, max(scale.px0, scale.px1), bottom, INK, 0.8)
@@ -147,6 +153,15 @@ class Figure:
 
     def y_spine(self, x: float, top: float, bottom: float) -> None:
         self.line(x, top, x, bottom, INK, 0.8)
+
+    def y_axis(self, scale: Scale, left: float, label: str, most: int = 6) -> None:
+        """The spine at ``left``, round ticks of ``scale`` (linear, y down) labelled, and the axis' label turned."""
+        top, bottom = min(scale.px0, scale.px1), max(scale.px0, scale.px1)
+        self.y_spine(left, top, bottom)
+        for v, name in linear_ticks(scale.lo, scale.hi, most):
+            self.line(left - 3.5, scale(v), left, scale(v), INK, 0.8)
+            self.text(left - 6, scale(v) + 3.5, name, 10, anchor="end")
+        self.text(left - 36, (top + bottom) / 2, label, 10, rotate=True)
 
     def svg(self) -> str:
         """The figure as an inline SVG that scales with the page (no fixed size, its viewBox kept)."""
