@@ -50,3 +50,14 @@ def test_outcomes_on_a_grid_give_the_reference_bits(values: list[float], columns
         x[:, 1:] += gen.normal(size=(523, columns - 1))  # one column on the grid, the others arbitrary
     got = bootstrap_means(x, 997, seed=5, max_elems=1 << 14)
     assert np.array_equal(got.view(np.int64), _reference(x, 997, 5, 1 << 14).view(np.int64))
+
+
+def test_the_same_resamples_asked_twice_are_the_same_and_the_callers_own() -> None:
+    x = np.random.default_rng(2).random((400, 3))
+    first = bootstrap_means(x, 500, seed=9)
+    first[:] = -1.0  # a caller writing into its result changes nobody else's
+    again = bootstrap_means(x, 500, seed=9)
+    assert np.array_equal(again, _reference(x, 500, 9, 1 << 20))
+    rng = np.random.default_rng(9)
+    assert not np.array_equal(bootstrap_means(x, 500, seed=rng), bootstrap_means(x, 500, seed=rng))  # drawn on
+    assert not np.array_equal(bootstrap_means(x, 500, seed=10), again)

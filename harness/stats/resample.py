@@ -7,6 +7,8 @@ Python loop over individual resamples.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from scipy.special import ndtr, ndtri
 
@@ -29,7 +31,24 @@ def bootstrap_means(x: np.ndarray, n_resamples: int = 10_000, seed: SeedLike = N
     n = x.shape[0]
     if n == 0:
         raise ValueError("cannot bootstrap an empty sample")
-    rng = as_rng(seed)
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool):
+        return _bootstrap_means(x, n_resamples, as_rng(seed), max_elems)
+    # a function of (x, resamples, seed): the same resamples asked twice (a paired interval by BCa and by
+    # percentile) are drawn once
+    key = (hashlib.blake2b(x.tobytes(), digest_size=16).digest(), x.shape, n_resamples, int(seed), max_elems)
+    if key not in _DRAWN:
+        if len(_DRAWN) >= 4:
+            _DRAWN.pop(next(iter(_DRAWN)))
+        _DRAWN[key] = _bootstrap_means(x, n_resamples, as_rng(seed), max_elems)
+    return _DRAWN[key].copy()
+
+
+#: the last few results of :func:`bootstrap_means` for an int seed, by (x's bytes, shape, resamples, seed, chunking)
+_DRAWN: dict[tuple[bytes, tuple[int, ...], int, int, int], np.ndarray] = {}
+
+
+def _bootstrap_means(x: np.ndarray, n_resamples: int, rng: np.random.Generator, max_elems: int) -> np.ndarray:
+    n = x.shape[0]
     k = int(np.prod(x.shape[1:], dtype=int)) if x.ndim > 1 else 1
     chunk = max(1, min(n_resamples, max_elems // (n * k) or 1))
     out = np.empty((n_resamples,) + x.shape[1:])
