@@ -30,7 +30,7 @@ from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, add
 from harness.config import ConfigError, validate
 from harness.serving.settings import ClientSettings
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
-from harness.tasks.registry import ALL_RECIPES
+from harness.tasks.registry import all_recipes
 
 ROLES = ("a", "b")
 DEFAULT_NAMES = ("A", "B")
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
                          "--data)")
     ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--recipe", choices=list(ALL_RECIPES), default=None,
+    ap.add_argument("--recipe", choices=list(all_recipes()), default=None,
                     help="the task's recipe (default: the task file's; GSM8K: sglang, SGLang's bench_sglang.py)")
     ap.add_argument("--num-shots", type=int, metavar="K", default=None,
                     help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")

@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--train-data", default=None, metavar="PATH",
                     help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
                          "--data)")
-    ap.add_argument("--recipe", choices=list(registry.ALL_RECIPES), default=None,
+    ap.add_argument("--recipe", choices=list(registry.all_recipes()), default=None,
                     help="the task's recipe (default: its first; GSM8K: sglang, SGLang's bench_sglang.py)")
     ap.add_argument("--num-shots", type=int, metavar="K", default=None,
                     help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")

@@ -29,7 +29,6 @@ from harness import exitcodes
 from harness.cli.compose import unset_env
 from harness.cli.hydra_errors import one_line
 from harness.config import CONFIG_DIR, ConfigError, arms_root, validate
-from harness.results import schema
 from harness.util.redact import Redactor, redact_argv, redact_text, secret_values
 from harness.util.redact_stdio import redacted_stdio
 
@@ -363,6 +362,7 @@ class SweepCallback(Callback):
         try:
             from harness.analysis.sweep import summarize_sweep  # a sweep's end only: not every job's import
             from harness.report.sweep_text import format_sweep
+            from harness.results import schema
 
             s = summarize_sweep(sweep_dir, str(config.stats.correction))
         except schema.SchemaError as e:

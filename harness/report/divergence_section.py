@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from harness.analysis.identity import counts_text
-from harness.report import plots
+from harness.report import plots, svg
 from harness.report.texts import Split, split_at, word_end
 from harness.report.words import pct, pval
-from harness.results.schema import Divergence, PartingCounts, SweepRow
+from harness.results.schema import Divergence, Histogram, PartingCounts, SweepRow
 from harness.stats.verdict import ALPHA, at_floor
 
 VERDICT_LABELS = {"diverged": "DIVERGED", "indistinguishable": "INDISTINGUISHABLE",
@@ -266,45 +266,60 @@ def fitted(edges: list[float], counts: list[list[int]], marks: list[float]) -> t
     return min([lo, *inside]), max([hi, *inside])
 
 
+
+
 def kld_svg(div: Divergence) -> str | None:
     """Per-token and per-question KLD distributions, A/B against A/A, on a log axis (inline SVG); None when
     there is nothing to draw. Zeros (identical distributions) are given in the legend, not on the log axis."""
     hist = div.kld_histogram
     if hist is None:
         return None
-    edges = hist.edges
-    plt = plots._plt()
-    with plt.rc_context(plots._rc("divergence")):
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.0))
-        for ax, unit, title, sides in (
-                (axes[0], "token", "per token", ((hist.token_ab, "ab"), (hist.token_aa, "aa"))),
-                (axes[1], "question", "per question (test unit)", ((hist.question_ab, "ab"), (hist.question_aa, "aa")))):
-            for h, side in sides:
-                total = 0 if h is None else h.zeros + sum(h.counts)
-                if h is None or total <= 0:
-                    continue
-                color, name = (COLOR_AB, "A‖B") if side == "ab" else (COLOR_AA, "A‖A′ (floor)")
-                shares = [100 * c / total for c in h.counts]
-                zeros = 100 * h.zeros / total
-                label = name + (f", {zeros:.0f} % exactly 0" if zeros >= 0.5 else "")
-                if side == "ab":
-                    ax.stairs(shares, edges, color=color, fill=True, alpha=0.35, lw=0)
-                ax.stairs(shares, edges, color=color, lw=1.6, label=label)
-            mean_ab = div.kld_mean if unit == "token" else None
-            mean_aa = div.kld_mean_aa if unit == "token" else None
-            for m, color in ((mean_ab, COLOR_AB), (mean_aa, COLOR_AA)):
-                if m and m > 0:
-                    ax.axvline(min(max(m, edges[0]), edges[-1]), color=color, ls="--", lw=1.2)
-            ax.set_xscale("log")
-            plots.log_axis(ax.xaxis)
-            ax.set_xlim(*fitted(edges, [h.counts for h, _ in sides if h is not None],
-                                [m for m in (mean_ab, mean_aa) if m and m > 0]))
-            ax.set_xlabel(f"KLD {title} (nats)" + ("; dashed: means" if unit == "token" else ""))
-            ax.set_ylabel("share (%)")
-            ax.grid(axis="x", color="#eeeeee")
-            ax.set_axisbelow(True)
-            ax.legend(loc="upper left", frameon=False, fontsize=8)
-        return plots._to_svg(fig)
+    fig = svg.Figure(height=svg.PANEL_BOTTOM + 40)
+    for (left, width), unit, title, sides in (
+            (svg.PANELS[0], "token", "per token", ((hist.token_ab, "ab"), (hist.token_aa, "aa"))),
+            (svg.PANELS[1], "question", "per question (test unit)", ((hist.question_ab, "ab"), (hist.question_aa, "aa")))):
+        means = ((div.kld_mean, COLOR_AB), (div.kld_mean_aa, COLOR_AA)) if unit == "token" else ()
+        _kld_panel(fig, hist.edges, sides, [(m, c) for m, c in means if m and m > 0], left, width,
+                   f"KLD {title} (nats)" + ("; dashed: means" if unit == "token" else ""))
+    return fig.svg()
+
+
+def _kld_panel(fig: svg.Figure, edges: list[float], sides: tuple[tuple[Histogram | None, str], ...],
+               means: list[tuple[float, str]], left: float, width: float, xlabel: str) -> None:
+    """One panel: each side's shares per bin as stairs on a log axis, the means dashed, a legend inside."""
+    drawn = [(h, side) for h, side in sides if h is not None and h.zeros + sum(h.counts) > 0]
+    lo, hi = fitted(edges, [h.counts for h, _ in drawn], [m for m, _ in means])
+    shares = {side: [100 * c / (h.zeros + sum(h.counts)) for c in h.counts] for h, side in drawn}
+    top_share = max([v for sh in shares.values() for v in sh] + [1.0]) * 1.05
+    x = svg.Scale(lo, hi, left, left + width, log=True)
+    y = svg.Scale(0.0, top_share, svg.PANEL_BOTTOM, svg.PANEL_TOP)
+    fig.x_axis(x, svg.PANEL_TOP, svg.PANEL_BOTTOM, xlabel, grid="#eeeeee")
+    fig.y_axis(y, left, "share (%)")
+    legend = []
+    for h, side in drawn:
+        color, name = (COLOR_AB, "A‖B") if side == "ab" else (COLOR_AA, "A‖A′ (floor)")
+        zeros = 100 * h.zeros / (h.zeros + sum(h.counts))
+        steps = _stairs(edges, shares[side], lo, hi)
+        points = [(x(e), y(v)) for e, v in steps]
+        if side == "ab":
+            fig.path(points, "none", 0, fill=color, opacity=0.35, close=True)
+        fig.path(points, color, 1.6)
+        legend.append(("fill" if side == "ab" else "line", color,
+                       name + (f", {zeros:.0f} % exactly 0" if zeros >= 0.5 else "")))
+    for m, color in means:
+        mx = x(min(max(m, lo), hi))
+        fig.line(mx, svg.PANEL_TOP, mx, svg.PANEL_BOTTOM, color, 1.2, "4 3")
+    fig.legend(legend, svg.PANEL_TOP + 12, columns=1, left=left + 4, size=8, width=0)  # in the panel's top left corner
+
+
+def _stairs(edges: list[float], shares: list[float], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The outline of a histogram (bin edges, share) from the axis' ``lo`` to ``hi``, down to 0 at both ends."""
+    out = [(lo, 0.0)]
+    for e0, e1, v in zip(edges, edges[1:], shares, strict=False):
+        a, b = max(e0, lo), min(e1, hi)
+        if a < b:
+            out += [(a, v), (b, v)]
+    return out + [(out[-1][0], 0.0)]
 
 
 # ------------------------------------------------------------------------------------------ top questions

@@ -1,7 +1,9 @@
-"""The report's plots: matplotlib (Agg backend, imported lazily) rendered to inline SVG strings.
+"""The report's plots as inline SVG strings: the comparison's (accuracy, Δ) written directly by
+:mod:`harness.report.svg`; the sweep's forest plot and the routing plot by matplotlib (Agg backend, imported
+lazily), with text drawn as paths.
 
-The SVG is generated here from numbers, with text drawn as paths, so it holds no model text and needs no
-font or network access. Labels that come from configuration are cleaned of mathtext (``$``).
+Each SVG is generated from numbers and the labels configuration gives (escaped), so it holds no model text and
+needs no network access. Labels drawn by matplotlib are cleaned of mathtext (``$``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
+from harness.report import svg
+from harness.report.svg import INK
 from harness.results.schema import ArmResult, Comparison, SweepRow
 
 COLOR_A = "#4c72b0"
@@ -120,55 +124,73 @@ def _to_svg(fig: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------ per arm
+#: an arm's row in the accuracy plot, and where each of its marks sits in it (viewBox units, down from its centre)
+ROW = 50.0
+_OFFSET = {"wilson": -6.0, "bootstrap": 6.0, "launch": 11.0, "repeats": 16.0}
+
+
 def accuracy_svg(arms: Sequence[ArmPlot]) -> str:
     """Per-arm accuracy (%): point, Wilson interval (thick), question-only bootstrap interval (thin), the
     launch-aware (two-level) bootstrap interval (dashed, when the arm has launches to resample), repeats (dots).
 
     ``arms``: [{label, accuracy, wilson, bootstrap, repeats, color}] from top to bottom.
     """
-    plt = _plt()
-    with plt.rc_context(_rc("accuracy")):
-        fig, ax = plt.subplots(figsize=(11, 0.7 * len(arms) + 1.0))
-        ys = list(range(len(arms)))[::-1]
-        xs: list[float] = []
-        for y, arm in zip(ys, arms, strict=True):
-            col = arm.get("color", COLOR_A)
-            acc = _finite(arm.get("accuracy"))
-            w, b = _pair(arm.get("wilson")), _pair(arm.get("bootstrap"))
-            if w:
-                ax.plot([100 * w[0], 100 * w[1]], [y + 0.12] * 2, color=col, lw=5, alpha=0.55, solid_capstyle="butt",
-                        label="Wilson interval" if y == ys[0] else None)
-                xs += [100 * w[0], 100 * w[1]]
-            if b:
-                ax.plot([100 * b[0], 100 * b[1]], [y - 0.12] * 2, color=col, lw=1.6, marker="|", ms=9,
-                        label="bootstrap interval (questions only)" if y == ys[0] else None)
-                xs += [100 * b[0], 100 * b[1]]
-            bl = _pair(arm.get("bootstrap_launch"))
-            if bl:
-                ax.plot([100 * bl[0], 100 * bl[1]], [y - 0.22] * 2, color=col, lw=1.2, ls="--", marker="|", ms=7,
-                        label="launch-aware bootstrap (launches, then questions)" if y == ys[0] else None)
-                xs += [100 * bl[0], 100 * bl[1]]
-            reps = [100 * r for r in arm.get("repeats") or [] if r is not None and _finite(r) is not None]
-            if len(reps) > 1:
-                ax.scatter(reps, [y - 0.32] * len(reps), s=22, facecolors="white", edgecolors=col, zorder=3,
-                           label="single runs" if y == ys[0] else None)
-                xs += reps
-            if acc is not None:
-                ax.plot([100 * acc], [y + 0.12], "o", color=col, ms=8, zorder=4, mec="white")
-                ax.annotate(f"{100 * acc:.2f} %", (100 * acc, y + 0.12), xytext=(0, 8), textcoords="offset points",
-                            ha="center", fontsize=10, fontweight="bold", color=col)
-                xs.append(100 * acc)
-        ax.set_yticks(ys, [_label(a.get("label", "")) for a in arms])
-        ax.set_ylim(min(ys) - 0.6, max(ys) + 0.65)
-        if xs:
-            lo, hi = min(xs), max(xs)
-            pad = max(0.15, 0.12 * (hi - lo))
-            ax.set_xlim(lo - pad, hi + pad)
-        ax.set_xlabel("accuracy (%)")
-        ax.grid(axis="x", color="#e5e5e5")
-        ax.set_axisbelow(True)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False, fontsize=9)
-        return _to_svg(fig)
+    labels = [_label(a.get("label", ""), 48).replace("\\$", "$") for a in arms]
+    left = max([60.0] + [svg.text_width(t, 10) + 16 for t in labels])
+    top = 26.0
+    bottom = top + ROW * len(arms)
+    xs = [100 * v for a in arms for v in _arm_values(a)]
+    lo, hi = (min(xs), max(xs)) if xs else (0.0, 100.0)
+    pad = max(0.15, 0.12 * (hi - lo))
+    scale = svg.Scale(lo - pad, hi + pad, left, svg.WIDTH - 20)
+    legend = [("thick", COLOR_A, "Wilson interval"), ("line", COLOR_A, "bootstrap interval (questions only)")]
+    if any(_pair(a.get("bootstrap_launch")) for a in arms):
+        legend.append(("dashed", COLOR_A, "launch-aware bootstrap (launches, then questions)"))
+    if any(len(_repeats(a)) > 1 for a in arms):
+        legend.append(("ring", COLOR_A, "single runs"))
+    fig = svg.Figure(height=0)
+    fig.x_axis(scale, top - 20, bottom, "accuracy (%)")
+    fig.y_spine(left, top - 20, bottom)
+    for i, (arm, label) in enumerate(zip(arms, labels, strict=True)):
+        y = top + ROW * (i + 0.5)
+        fig.text(left - 8, y + 3.5, label, 10, anchor="end")
+        _draw_arm(fig, scale, arm, y)
+    fig.height = fig.legend(legend, bottom + 52) + 4
+    return fig.svg()
+
+
+def _repeats(arm: ArmPlot) -> list[float]:
+    return [100 * r for r in arm.get("repeats") or [] if r is not None and _finite(r) is not None]
+
+
+def _arm_values(arm: ArmPlot) -> list[float]:
+    """Every number the arm's row draws (fractions), to fit the axis to."""
+    out = [v for k in ("wilson", "bootstrap", "bootstrap_launch") for v in _pair(arm.get(k)) or ()]
+    reps = _repeats(arm)
+    out += [r / 100 for r in reps] if len(reps) > 1 else []
+    acc = _finite(arm.get("accuracy"))
+    return out + ([acc] if acc is not None else [])
+
+
+def _draw_arm(fig: svg.Figure, x: svg.Scale, arm: ArmPlot, y: float) -> None:
+    col = arm.get("color", COLOR_A)
+    w, b, bl = _pair(arm.get("wilson")), _pair(arm.get("bootstrap")), _pair(arm.get("bootstrap_launch"))
+    if w:
+        fig.line(x(100 * w[0]), y + _OFFSET["wilson"], x(100 * w[1]), y + _OFFSET["wilson"], col, 5, opacity=0.55)
+    for pair, key, width, dash, tick in ((b, "bootstrap", 1.6, None, 4.5), (bl, "launch", 1.2, "4 3", 3.5)):
+        if pair:
+            yy = y + _OFFSET[key]
+            fig.line(x(100 * pair[0]), yy, x(100 * pair[1]), yy, col, width, dash)
+            for v in pair:
+                fig.line(x(100 * v), yy - tick, x(100 * v), yy + tick, col, 1.2)
+    reps = _repeats(arm)
+    if len(reps) > 1:
+        for r in reps:
+            fig.circle(x(r), y + _OFFSET["repeats"], 3.5, "white", col, 1.2)
+    acc = _finite(arm.get("accuracy"))
+    if acc is not None:
+        fig.circle(x(100 * acc), y + _OFFSET["wilson"], 4.5, col, "white", 1.0)
+        fig.text(x(100 * acc), y + _OFFSET["wilson"] - 9, f"{100 * acc:.2f} %", 10, color=col, bold=True)
 
 
 # ------------------------------------------------------------------------------------------ delta
@@ -183,68 +205,70 @@ def coincide(x: float, y: float) -> bool:
 
 def delta_svg(c: Comparison) -> str:
     """Δ (B − A) in pp with its paired interval, the A/A noise band, ±MDE and ±margin on one axis."""
-    plt = _plt()
     level = f"{100 * (1 - c.alpha):g} %"
-    delta = _finite(c.delta)
-    ci = _pair(c.delta_ci)
-    unp = _pair(c.delta_ci_unpaired)
-    nb = _pair(c.noise_band)
-    mde = _finite(c.mde)
-    margin = _finite(c.margin)
+    delta, ci, unp, nb = _finite(c.delta), _pair(c.delta_ci), _pair(c.delta_ci_unpaired), _pair(c.noise_band)
+    mde, margin = _finite(c.mde), _finite(c.margin)
+    mde = mde if mde is not None and mde <= 1 else None  # beyond 100 pp no effect is detectable: not drawn
     col = VERDICT_COLORS.get(c.verdict, "#333333")
-    with plt.rc_context(_rc("delta")):
-        fig, ax = plt.subplots(figsize=(11, 2.6))
-        xs = [0.0]
-        if nb:
-            ax.axvspan(100 * nb[0], 100 * nb[1], color="#9e9e9e", alpha=0.25, lw=0,
-                       label=f"relaunch noise (A/A) ±{100 * nb[1]:.2f} pp")
-            xs += [100 * nb[0], 100 * nb[1]]
-        mde = mde if mde is not None and mde <= 1 else None  # beyond 100 pp no effect is detectable: not drawn
-        if margin is not None and mde is not None and coincide(margin, mde):  # one line, one label
-            for s in (-1, 1):
-                ax.axvline(100 * s * margin, color="#1565c0", ls="--", lw=1.8,
-                           label=f"margin ±{100 * margin:.2f} pp ≈ detectable effect ±{100 * mde:.2f} pp"
-                           if s == 1 else None)
-            xs += [-100 * max(margin, mde), 100 * max(margin, mde)]
-            margin = mde = None
-        # the margin in the lower half of the axis, the detectable effect in the upper half: apart, each is seen
+    legend: list[tuple[str, str, str]] = []
+    xs = [0.0] + [100 * v for p in (nb, unp, ci) if p for v in p]
+    one_line = margin is not None and mde is not None and coincide(margin, mde)
+    xs += [100 * s * v for v in (margin, mde) if v is not None for s in (-1, 1)]
+    span = max(max(abs(v) for v in xs), 0.25) * 1.18
+    labels = ["Δ, paired", "unpaired"] if unp else ["Δ, paired"]
+    left = max(svg.text_width(t, 10) for t in labels) + 16
+    top, bottom = 8.0, 128.0
+    x = svg.Scale(-span, span, left, svg.WIDTH - 20)
+    y = svg.Scale(-0.6, 1.75, bottom, top)
+    fig = svg.Figure(height=0)
+    fig.x_axis(x, top, bottom, "Δ = accuracy(B) − accuracy(A)   (percentage points)", grid="#eeeeee")
+    if nb:
+        fig.rect(x(100 * nb[0]), top, x(100 * nb[1]) - x(100 * nb[0]), bottom - top, "#9e9e9e", 0.25)
+        legend.append(("box", "#9e9e9e", f"relaunch noise (A/A) ±{100 * nb[1]:.2f} pp"))
+    mid = (top + bottom) / 2
+    if one_line and margin is not None and mde is not None:  # one line, one label
+        _pm_lines(fig, x, margin, top, bottom, "#1565c0", 1.8, "5 3")
+        legend.append(("dashed", "#1565c0", f"margin ±{100 * margin:.2f} pp ≈ detectable effect ±{100 * mde:.2f} pp"))
+    else:  # the margin in the lower half of the axis, the detectable effect in the upper half: apart, each is seen
         if margin is not None:
-            for s in (-1, 1):
-                ax.axvline(100 * s * margin, ymin=0.0, ymax=0.5, color="#1565c0", ls="--", lw=1.6,
-                           label=f"margin ±{100 * margin:.2f} pp" if s == 1 else None)
-            xs += [-100 * margin, 100 * margin]
+            _pm_lines(fig, x, margin, mid, bottom, "#1565c0", 1.6, "5 3")
+            legend.append(("dashed", "#1565c0", f"margin ±{100 * margin:.2f} pp"))
         if mde is not None:
-            for s in (-1, 1):
-                ax.axvline(100 * s * mde, ymin=0.5, ymax=1.0, color="#b26a00", ls=":", lw=2.0,
-                           label=f"detectable effect (80 % power) ±{100 * mde:.2f} pp" if s == 1 else None)
-            xs += [-100 * mde, 100 * mde]
-        ax.axvline(0, color="#222222", lw=0.9)
+            _pm_lines(fig, x, mde, top, mid, "#b26a00", 2.0, "1.5 3")
+            legend.append(("dotted", "#b26a00", f"detectable effect (80 % power) ±{100 * mde:.2f} pp"))
+    fig.line(x(0), top, x(0), bottom, INK, 0.9)
+    fig.y_spine(left, top, bottom)
+    if unp:
+        _interval(fig, x, unp, y(0), "#9e9e9e", 2.0)
+        legend.append(("line", "#9e9e9e", f"unpaired {level} CI (for contrast)"))
+    if ci:
+        fig.line(x(100 * ci[0]), y(1), x(100 * ci[1]), y(1), col, 4.0)
+        legend.append(("thick", col, f"paired {level} CI of Δ"))
+    for i, t in enumerate(labels):
+        fig.text(left - 8, y(1 - i) + 3.5, t, 10, anchor="end")
+    if delta is not None:
+        # the page scrolls a narrow plot to this marker (report.js: its id)
+        fig.diamond(x(100 * delta), y(1), 6.0, col, ident="focus-delta")
         if unp:
-            ax.plot([100 * unp[0], 100 * unp[1]], [0, 0], color="#9e9e9e", lw=2, marker="|", ms=10,
-                    label=f"unpaired {level} CI (for contrast)")
-            xs += [100 * unp[0], 100 * unp[1]]
-        if ci:
-            ax.plot([100 * ci[0], 100 * ci[1]], [1, 1], color=col, lw=4, solid_capstyle="butt",
-                    label=f"paired {level} CI of Δ")
-            xs += [100 * ci[0], 100 * ci[1]]
-        if delta is not None:
-            # the page scrolls a narrow plot to this marker (report.js: its id)
-            ax.plot([100 * delta], [1], "D", color=col, ms=9, mec="white", zorder=5, gid="focus-delta")
-            if unp:
-                ax.plot([100 * delta], [0], "D", color="#9e9e9e", ms=6, mec="white", zorder=5)
-            ax.annotate(f"Δ = {100 * delta:+.2f} pp".replace("-", "\u2212"), (100 * delta, 1), xytext=(0, 10),
-                        textcoords="offset points", ha="center", fontsize=10, fontweight="bold", color=col,
-                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.9}, zorder=6)
-        span = max(abs(v) for v in xs) if xs else 1.0
-        span = max(span, 0.25) * 1.18
-        ax.set_xlim(-span, span)
-        ax.set_ylim(-0.6, 1.75)
-        ax.set_yticks([1, 0] if unp else [1], ["Δ, paired", "unpaired"] if unp else ["Δ, paired"])
-        ax.set_xlabel("Δ = accuracy(B) − accuracy(A)   (percentage points)")
-        ax.grid(axis="x", color="#eeeeee")
-        ax.set_axisbelow(True)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False, fontsize=9)
-        return _to_svg(fig)
+            fig.diamond(x(100 * delta), y(0), 4.0, "#9e9e9e")
+        note = f"Δ = {100 * delta:+.2f} pp".replace("-", "\u2212")
+        w = svg.text_width(note, 10)
+        fig.rect(x(100 * delta) - w / 2 - 3, y(1) - 27, w + 6, 15, "white", 0.9)
+        fig.text(x(100 * delta), y(1) - 15, note, 10, color=col, bold=True)
+    fig.height = fig.legend(legend, bottom + 52) + 4
+    return fig.svg()
+
+
+def _pm_lines(fig: svg.Figure, x: svg.Scale, v: float, y0: float, y1: float, color: str, width: float,
+              dash: str) -> None:
+    for s in (-1, 1):
+        fig.line(x(100 * s * v), y0, x(100 * s * v), y1, color, width, dash)
+
+
+def _interval(fig: svg.Figure, x: svg.Scale, pair: tuple[float, float], y: float, color: str, width: float) -> None:
+    fig.line(x(100 * pair[0]), y, x(100 * pair[1]), y, color, width)
+    for v in pair:
+        fig.line(x(100 * v), y - 5, x(100 * v), y + 5, color, 1.2)
 
 
 # ------------------------------------------------------------------------------------------ sweep

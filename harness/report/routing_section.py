@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from harness.analysis.routing import share_words
-from harness.report import plots
+from harness.report import svg
 from harness.results.routing_record import Routing, RoutingSide
 
 COLOR_AB, COLOR_AA = "#c0392b", "#7f8c8d"
@@ -88,24 +88,43 @@ def layer_svg(r: Routing) -> str | None:
     layers = [x for x in r.layers if x.identical is not None]
     if not layers:
         return None
-    plt = plots._plt()
-    xs = [x.layer for x in layers]
-    with plt.rc_context(plots._rc("routing")):
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.0))
-        for ax, key, title in ((axes[0], "identical", "identical expert sets (% of tokens)"),
-                               (axes[1], "moved", "ids moved per token")):
-            scale = 100.0 if key == "identical" else 1.0
-            ab = [scale * float(getattr(x, key) or 0.0) for x in layers]
-            aa = [None if getattr(x, key + "_aa") is None else scale * float(getattr(x, key + "_aa")) for x in layers]
-            ax.plot(xs, ab, color=COLOR_AB, lw=1.6, marker=".", label="B vs A")
-            if any(v is not None for v in aa):
-                ax.plot(xs, [v if v is not None else float("nan") for v in aa], color=COLOR_AA, lw=1.6, ls="--",
-                        label="A/A floor")
-            ax.set_xlabel("MoE layer")
-            ax.set_ylabel(title)
-            ax.grid(axis="y", color="#eeeeee")
-            ax.legend(loc="best", frameon=False, fontsize=8)
-        return plots._to_svg(fig)
+    xs = [float(x.layer) for x in layers]
+    fig = svg.Figure(height=svg.PANEL_BOTTOM + 60)
+    for (left, width), key, title in ((svg.PANELS[0], "identical", "identical expert sets (% of tokens)"),
+                                      (svg.PANELS[1], "moved", "ids moved per token")):
+        scale = 100.0 if key == "identical" else 1.0
+        ab = [scale * float(getattr(x, key) or 0.0) for x in layers]
+        aa = [None if getattr(x, key + "_aa") is None else scale * float(getattr(x, key + "_aa")) for x in layers]
+        _layer_panel(fig, xs, ab, aa, left, width, title)
+    return fig.svg()
+
+
+def _layer_panel(fig: svg.Figure, xs: list[float], ab: list[float], aa: list[float | None], left: float,
+                 width: float, title: str) -> None:
+    """One panel: B vs A per layer (a line with dots), the A/A floor dashed where it was measured."""
+    values = ab + [v for v in aa if v is not None]
+    lo, hi = min(values), max(values)
+    pad = 0.05 * (hi - lo) or max(abs(hi) * 0.05, 0.5)
+    x = svg.Scale(min(xs) - 0.5, max(xs) + 0.5, left, left + width)
+    y = svg.Scale(lo - pad, hi + pad, svg.PANEL_BOTTOM, svg.PANEL_TOP)
+    fig.x_axis(x, svg.PANEL_TOP, svg.PANEL_BOTTOM, "MoE layer", grid=None)
+    fig.y_axis(y, left, title)
+    fig.path([(x(u), y(v)) for u, v in zip(xs, ab, strict=True)], COLOR_AB, 1.6)
+    for u, v in zip(xs, ab, strict=True):
+        fig.circle(x(u), y(v), 1.8, COLOR_AB)
+    legend = [("line", COLOR_AB, "B vs A")]
+    runs: list[list[tuple[float, float]]] = [[]]
+    for u, w in zip(xs, aa, strict=True):  # a layer the floor did not measure breaks its line
+        if w is None:
+            runs.append([])
+        else:
+            runs[-1].append((x(u), y(w)))
+    for pts in runs:
+        if len(pts) > 1:
+            fig.path(pts, COLOR_AA, 1.6, dash="5 3")
+    if any(v is not None for v in aa):
+        legend.append(("dashed", COLOR_AA, "A/A floor"))
+    fig.legend(legend, svg.PANEL_BOTTOM + 50, columns=2, left=left, size=8, width=width)  # below: lines fill the panel
 
 
 def section(r: Routing) -> RoutingView:

@@ -96,6 +96,20 @@ def iter_packed(path: Path) -> list[dict[str, Any]]:
         return [row for _, row in fileio.iter_lines(buf, path)]
 
 
+def _stream_packed(path: Path) -> Iterator[dict[str, Any]]:
+    """:func:`iter_packed`'s rows read as they are asked for: a reader that stops early (the first prompt)
+    decompresses and parses only what it read."""
+    if not path.is_file():
+        return
+    try:
+        with gzip.open(path, "rb") as f:
+            for _, row in fileio.iter_lines(f, path):
+                yield row
+    except (OSError, EOFError) as e:
+        raise fileio.StoreError(f"{path}: not a readable gzip file ({e}); delete it to have the prompts sent "
+                                "again") from None
+
+
 def pack_prompts(eval_dir: Path) -> None:
     """Pack a finished eval's ``prompts.jsonl`` (its bytes gzip'd beside it, then the plain file removed): the
     readers take either; a resumed eval writes it plain again (:class:`~harness.results.eval_store.EvalStore`)."""
@@ -167,7 +181,7 @@ def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
     without a text of its hash is left out)."""
     texts: dict[str, str] | None = None
     plain = eval_dir / PROMPTS_FILE
-    rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
+    rows = _stream_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
     for row in rows:
         i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
         if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):

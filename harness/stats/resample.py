@@ -7,6 +7,8 @@ Python loop over individual resamples.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from scipy.special import ndtr, ndtri
 
@@ -29,15 +31,79 @@ def bootstrap_means(x: np.ndarray, n_resamples: int = 10_000, seed: SeedLike = N
     n = x.shape[0]
     if n == 0:
         raise ValueError("cannot bootstrap an empty sample")
-    rng = as_rng(seed)
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool):
+        return _bootstrap_means(x, n_resamples, as_rng(seed), max_elems)
+    # a function of (x, resamples, seed): the same resamples asked twice (a paired interval by BCa and by
+    # percentile) are drawn once
+    key = (hashlib.blake2b(x.tobytes(), digest_size=16).digest(), x.shape, n_resamples, int(seed), max_elems)
+    if key not in _DRAWN:
+        if len(_DRAWN) >= 4:
+            _DRAWN.pop(next(iter(_DRAWN)))
+        _DRAWN[key] = _bootstrap_means(x, n_resamples, as_rng(seed), max_elems)
+    return _DRAWN[key].copy()
+
+
+#: the last few results of :func:`bootstrap_means` for an int seed, by (x's bytes, shape, resamples, seed, chunking)
+_DRAWN: dict[tuple[bytes, tuple[int, ...], int, int, int], np.ndarray] = {}
+
+
+def _bootstrap_means(x: np.ndarray, n_resamples: int, rng: np.random.Generator, max_elems: int) -> np.ndarray:
+    n = x.shape[0]
     k = int(np.prod(x.shape[1:], dtype=int)) if x.ndim > 1 else 1
     chunk = max(1, min(n_resamples, max_elems // (n * k) or 1))
     out = np.empty((n_resamples,) + x.shape[1:])
     dtype = np.int32 if n < 2**31 else np.int64
+    cols = np.ascontiguousarray(x.reshape(n, k).T) if k > 1 else None
+    grids = [_on_grid(c) for c in cols] if cols is not None else []
+    grid = _on_grid(x) if k == 1 else None
     for start in range(0, n_resamples, chunk):  # loop over chunks of resamples, not resamples
         m = min(chunk, n_resamples - start)
         idx = rng.integers(0, n, size=(m, n), dtype=dtype)
-        out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
+        if m == 1:  # one resample: numpy's own summation order is the rule
+            out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
+        elif grid is not None:
+            out[start:start + m] = (np.add.reduce(grid[0].take(idx), axis=1, dtype=np.int64) * grid[1] / n
+                                    ).reshape(out[start:start + m].shape)
+        elif cols is None:
+            out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
+        else:
+            out[start:start + m] = _column_means(cols, grids, idx).reshape((m,) + x.shape[1:])
+    return out
+
+
+def _on_grid(x: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """``x`` as small integers and the power of two they are multiples of (``x = ints * step``), when it is one
+    (0/1 outcomes, the means of two runs, their differences), else None.
+
+    On such a grid every partial sum of a resample is exact, whatever the order of the additions: its mean
+    (the exact sum over n) is the same bits as the float sum's, and the sum is taken over small integers at
+    half the cost. A negative zero keeps the float path (an all-zero resample's sum keeps its sign there)."""
+    if x.size == 0 or not np.isfinite(x).all() or np.signbit(x[x == 0]).any():
+        return None
+    for j in range(9):
+        scaled = x * 2.0**j
+        if np.abs(scaled).max() >= 2**15:
+            return None
+        if np.array_equal(scaled, np.round(scaled)):
+            return scaled.astype(np.int16).ravel(), 2.0**-j
+    return None
+
+
+def _column_means(cols: np.ndarray, grids: list[tuple[np.ndarray, float] | None], idx: np.ndarray) -> np.ndarray:
+    """Means of each column of ``cols.T`` (``cols``: (k, n); ``grids``: each one's :func:`_on_grid`) over the rows
+    ``idx`` (m, n) draws, shape (m, k).
+
+    Each column is gathered on its own as an (n, m) block and summed over its first axis: the same additions in
+    the same order (question by question) as the mean over axis 1 of the (m, n, k) gather, so the same bits, at a
+    third of the time (no inner loop k wide). Needs m >= 2: a single resample's block would be summed pairwise."""
+    at = np.ascontiguousarray(idx.T)
+    n = idx.shape[1]
+    out = np.empty((idx.shape[0], cols.shape[0]))
+    for c, (col, grid) in enumerate(zip(cols, grids, strict=True)):
+        if grid is None:
+            out[:, c] = np.add.reduce(col.take(at), axis=0) / n
+        else:
+            out[:, c] = np.add.reduce(grid[0].take(at), axis=0, dtype=np.int64) * grid[1] / n
     return out
 
 

@@ -9,11 +9,13 @@ serves (the GSM8K ``sglang`` recipe's stop strings depend on it).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 from harness.serving.wire import API_NAMES, can_send
-from harness.tasks import gpqa, gsm8k, mgsm, mmlu
 from harness.tasks.interface import Dataset, DatasetError, RecipeConfig, Task
 from harness.util.ranges import ranged
 
@@ -64,39 +66,61 @@ class Kind:
     build: Callable[[TaskData, RecipeConfig], Task]
 
 
-def _gsm8k_load(spec: TaskSpec, recipe: str) -> TaskData:
-    test, train = gsm8k.load_splits(spec.data_path or None, spec.train_path or None, recipe, spec.allow_noncanonical)
-    return TaskData(test, train)
+def _module(name: str) -> Any:
+    # a task's module is imported when the task is asked for: validating a config or starting a command that
+    # evaluates GSM8K pays for no other task (nor for the stores the multiple-choice tasks read)
+    return importlib.import_module(f"harness.tasks.{name}")
 
 
-def _gsm8k_build(data: TaskData, recipe: RecipeConfig) -> Task:
-    from harness.tasks.gsm8k_recipes import RECIPE_CLASSES
+def _gsm8k() -> Kind:
+    gsm8k = _module("gsm8k")
 
-    if recipe.repeats not in (None, 1):
-        raise DatasetError("GSM8K recipes ask each question once: task.repeats must be 1 (or unset)")
-    return RECIPE_CLASSES.get(recipe.name, gsm8k.GSM8K)(data.test, recipe, data.train)
+    def load(spec: TaskSpec, recipe: str) -> TaskData:
+        test, train = gsm8k.load_splits(spec.data_path or None, spec.train_path or None, recipe,
+                                        spec.allow_noncanonical)
+        return TaskData(test, train)
+
+    def build(data: TaskData, recipe: RecipeConfig) -> Task:
+        from harness.tasks.gsm8k_recipes import RECIPE_CLASSES
+
+        if recipe.repeats not in (None, 1):
+            raise DatasetError("GSM8K recipes ask each question once: task.repeats must be 1 (or unset)")
+        return RECIPE_CLASSES.get(recipe.name, gsm8k.GSM8K)(data.test, recipe, data.train)
+
+    return Kind(gsm8k.RECIPES, load, build)
 
 
-KINDS: dict[str, Kind] = {
-    "gsm8k": Kind(gsm8k.RECIPES, _gsm8k_load, _gsm8k_build),
-    "mmlu": Kind(mmlu.RECIPES, lambda s, r: TaskData(mmlu.load(s.data_path)),
-                 lambda d, r: mmlu.MMLU(d.test, r)),
-    "gpqa_diamond": Kind(gpqa.RECIPES, lambda s, r: TaskData(gpqa.load(s.data_path)),
-                         lambda d, r: gpqa.GPQA(d.test, r)),
-    "mgsm_en": Kind(mgsm.RECIPES, lambda s, r: TaskData(mgsm.load(s.data_path)),
-                    lambda d, r: mgsm.MGSM(d.test, r)),
+def _one_split(module: str, cls: str) -> Callable[[], Kind]:
+    """A task whose data is one split loaded from ``task.data_path`` and whose recipe class takes it."""
+    def make() -> Kind:
+        m = _module(module)
+        return Kind(m.RECIPES, lambda s, r: TaskData(m.load(s.data_path)), lambda d, r: getattr(m, cls)(d.test, r))
+    return make
+
+
+#: every task name a config may give (``task.name``) and how its :class:`Kind` is made, in the order listed
+_MAKERS: dict[str, Callable[[], Kind]] = {
+    "gsm8k": _gsm8k,
+    "mmlu": _one_split("mmlu", "MMLU"),
+    "gpqa_diamond": _one_split("gpqa", "GPQA"),
+    "mgsm_en": _one_split("mgsm", "MGSM"),
 }
 #: The task names a config may give (``task.name``).
-TASK_NAMES: tuple[str, ...] = tuple(KINDS)
-#: Every recipe name of any task (the command lines' ``--recipe`` choices; each task checks its own).
-ALL_RECIPES: tuple[str, ...] = tuple(dict.fromkeys(r for k in KINDS.values() for r in k.recipes))
+TASK_NAMES: tuple[str, ...] = tuple(_MAKERS)
 
 
+def all_recipes() -> tuple[str, ...]:
+    """Every recipe name of any task (the command lines' ``--recipe`` choices; each task checks its own)."""
+    return tuple(dict.fromkeys(r for name in TASK_NAMES for r in kind(name).recipes))
+
+
+@cache
 def kind(name: str) -> Kind:
     try:
-        return KINDS[name]
+        make = _MAKERS[name]
     except KeyError:
         raise DatasetError(f"unknown task {name!r}; abh knows {', '.join(TASK_NAMES)}") from None
+    return make()
 
 
 def recipes_of(name: str) -> tuple[str, ...]:
@@ -110,7 +134,7 @@ def default_recipe(name: str) -> str:
 
 def problems(spec: TaskSpec, where: str = "task") -> list[str]:
     """What is wrong with ``spec`` that needs no data (names, ranges), as config-error lines."""
-    if spec.name not in KINDS:
+    if spec.name not in TASK_NAMES:
         return [f"{where}.name must be one of {', '.join(TASK_NAMES)}, not {spec.name!r}"]
     out = []
     recipes = recipes_of(spec.name)

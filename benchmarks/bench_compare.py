@@ -1,0 +1,94 @@
+"""Benchmark: ``abh compare`` on the demo's finished run, this checkout against a baseline commit, side by side
+in one run.
+
+Each side (this checkout; ``--baseline REV`` exported by ``git archive`` into a temp dir) compares a demo run made
+by its own code (``abh run`` in an empty directory, or the run directories given by ``--runs BASE THIS``): the
+divergence a run stores is reused only by the code that computed it, so each side reads its own. The compares
+take turns (baseline, this, baseline, ...; a drift of the loaded machine hits both), each a fresh process timed
+by ``wait4`` (CPU user + sys, wall, peak RSS).
+
+    python benchmarks/bench_compare.py [--baseline b3039bf] [--rounds 3] [--runs BASE_RUN THIS_RUN]
+
+Prints one table: each figure's median for both sides and their ratio (this / baseline); the issue's target is
+1.5 s of CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EVALS = ("--a", "evals/a/r1", "--a", "evals/a/r2", "--b", "evals/b/r1", "--b", "evals/b/r2",
+         "--aa", "evals/aa/r1", "--aa", "evals/aa/r2")
+
+
+def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MiB) of one process, by wait4."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{' '.join(argv)} failed: {err.decode()[-2000:]}")
+    return time.perf_counter() - t0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+
+
+def demo_run(env: dict[str, str], where: Path) -> Path:
+    """The demo's run directory, made by ``abh run`` in ``where`` with ``env``'s code."""
+    timed([sys.executable, "-m", "harness.cli.main", "run"], where, env)
+    return where / "results" / "demo"
+
+
+def compare(run: Path, env: dict[str, str], out: Path) -> dict[str, float]:
+    wall, cpu, rss = timed([sys.executable, "-m", "harness.cli.main", "compare", *EVALS, "--out", str(out)], run,
+                           env)
+    return {"abh compare CPU s": cpu, "abh compare wall s": wall, "abh compare peak RSS MiB": rss}
+
+
+def export(rev: str, dest: Path) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", default="b3039bf", metavar="REV")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", nargs=2, type=Path, metavar=("BASE_RUN", "THIS_RUN"), default=None,
+                    help="finished demo run directories (results/demo) made by each side's code")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "baseline"
+        base.mkdir()
+        trees = {"baseline": export(a.baseline, base), "this": ROOT}
+        envs = {k: {**os.environ, "PYTHONPATH": str(t)} for k, t in trees.items()}
+        runs = dict(zip(trees, a.runs, strict=True)) if a.runs else {}
+        for side in trees:
+            if side not in runs:
+                (Path(tmp) / f"run-{side}").mkdir()
+                runs[side] = demo_run(envs[side], Path(tmp) / f"run-{side}")
+        figures: dict[str, dict[str, list[float]]] = {k: {} for k in trees}
+        for r in range(a.rounds):
+            for side in trees:
+                got = compare(runs[side].resolve(), envs[side], Path(tmp) / f"out-{side}-{r}")
+                for k, v in got.items():
+                    figures[side].setdefault(k, []).append(v)
+                print(f"[{side}] " + ", ".join(f"{k} {v:.2f}" for k, v in got.items()), file=sys.stderr)
+    print(f"\nmedian of {a.rounds} round(s); baseline {a.baseline}, this checkout; ratio this / baseline\n")
+    print(f"{'figure':<28} {'baseline':>10} {'this':>10} {'ratio':>7}")
+    for k in figures["this"]:
+        b, t = statistics.median(figures["baseline"][k]), statistics.median(figures["this"][k])
+        print(f"{k:<28} {b:>10.2f} {t:>10.2f} {t / b if b else float('nan'):>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
