@@ -139,17 +139,31 @@ class NextTokenModel:
             pass_salt = np.repeat(np.array(keys, dtype=np.uint64), counts)
         cand, dup, lp, lp_tail = self._rows(s, target, pass_salt)
         k_max = max((min(a.top_k, CANDIDATES) for a in asks if a.top_k > 0), default=0)
-        best = _best(lp, k_max) if k_max else None
+        token_lp = lp[:, 0]
+        ranks = 1 + (lp > token_lp[:, None]).sum(axis=1)
+        top = None
+        if k_max:  # every position's best k_max (a sequence asking fewer takes the first of them)
+            best = _best(lp, k_max)
+            top = (np.take_along_axis(cand, best, axis=1), np.take_along_axis(lp, best, axis=1),
+                   ~np.take_along_axis(dup, best, axis=1))
+        asked = _asked(cand, lp, lp_tail, asks, counts)
         out = []
         at = 0
-        for a, (pos, _, _), n in zip(asks, parts, counts, strict=True):
+        for j, (a, (pos, _, _), n) in enumerate(zip(asks, parts, counts, strict=True)):
             rows = slice(at, at + n)
             at += n
             if not n:
                 out.append(Scores([], [], []))
                 continue
-            top = None if best is None or a.top_k <= 0 else best[rows, :min(a.top_k, CANDIDATES)]
-            out.append(self._scores(pos, a, s[rows], cand[rows], dup[rows], lp[rows], lp_tail[rows], top))
+            sc = Scores(pos, token_lp[rows].tolist(), ranks[rows].tolist())
+            if top is not None and a.top_k > 0:
+                k = min(a.top_k, CANDIDATES)
+                self._top(sc, a.top_k, s[rows], cand[rows], dup[rows], lp_tail[rows],
+                          *(x[rows, :k] for x in top))
+            if len(a.requested):
+                sc.requested_logprobs = asked[j] if asked is not None else _asked_one(
+                    cand[rows], lp[rows], lp_tail[rows], a.requested)
+            out.append(sc)
         return out
 
     def _rows(self, s: np.ndarray, target: np.ndarray,
@@ -185,43 +199,27 @@ class NextTokenModel:
         lp_tail = np.round(TAIL_LOGIT - log_z, DECIMALS)
         return cand, dup, lp, lp_tail
 
-    def _scores(self, pos: list[int], a: Ask, s: np.ndarray, cand: np.ndarray, dup: np.ndarray, lp: np.ndarray,
-                lp_tail: np.ndarray, best: np.ndarray | None) -> Scores:
-        """One sequence's :class:`Scores` from its rows of :meth:`_rows` (``best``: its top-k columns)."""
-        n, top_k = len(pos), a.top_k
-        token_lp = lp[:, 0]
-        ranks = 1 + (lp > token_lp[:, None]).sum(axis=1)
-        out = Scores(pos, token_lp.tolist(), ranks.tolist())
-        if best is not None:
-            ids_b = np.take_along_axis(cand, best, axis=1)
-            lp_b = np.take_along_axis(lp, best, axis=1)
-            ok = ~np.take_along_axis(dup, best, axis=1)
-            if ok.all() and ids_b.shape[1] == top_k:  # every row: k distinct candidates (no tail ids needed)
-                out.top_ids, out.top_logprobs = ids_b, lp_b
-            else:
-                tops: list[list[tuple[int, float]]] = []
-                for r in range(n):
-                    row = [x for x, keep in zip(zip(ids_b[r].tolist(), lp_b[r].tolist(), strict=True),
-                                                ok[r].tolist(), strict=True) if keep]
-                    if len(row) < top_k:  # past the candidates: tail ids, all with the tail logprob
-                        row += self._tail_ids(int(s[r]), set(cand[r][~dup[r]].tolist()), top_k - len(row),
-                                              float(lp_tail[r]))
-                    tops.append(row)
-                if len({len(row) for row in tops}) == 1:
-                    out.top_ids = np.array([[i for i, _ in row] for row in tops], dtype=np.int64).reshape(n, -1)
-                    out.top_logprobs = np.array([[v for _, v in row] for row in tops],
-                                                dtype=np.float64).reshape(n, -1)
-                else:
-                    out.ragged_top = tops
-        if len(a.requested):
-            # each requested id looked up among the row's candidates: the first equal one is the one kept (a later
-            # one is a dup); an id that is no candidate has the tail's logprob
-            want = np.array([int(i) for i in a.requested], dtype=np.int64)
-            eq = cand[:, None, :] == want[None, :, None]  # (n, R, K)
-            at = eq.argmax(axis=2)
-            val = np.take_along_axis(lp, at, axis=1)
-            out.requested_logprobs = np.where(eq.any(axis=2), val, lp_tail[:, None])
-        return out
+    def _top(self, out: Scores, top_k: int, s: np.ndarray, cand: np.ndarray, dup: np.ndarray, lp_tail: np.ndarray,
+             ids_b: np.ndarray, lp_b: np.ndarray, ok: np.ndarray) -> None:
+        """One sequence's top-k into ``out`` from its rows' best candidates (``ids_b``, ``lp_b``, ``ok``: not a
+        dropped duplicate); tail ids where a row has fewer than k candidates."""
+        n = len(out.positions)
+        if ok.all() and ids_b.shape[1] == top_k:  # every row: k distinct candidates (no tail ids needed)
+            out.top_ids, out.top_logprobs = ids_b, lp_b
+            return
+        tops: list[list[tuple[int, float]]] = []
+        for r in range(n):
+            row = [x for x, keep in zip(zip(ids_b[r].tolist(), lp_b[r].tolist(), strict=True),
+                                        ok[r].tolist(), strict=True) if keep]
+            if len(row) < top_k:  # past the candidates: tail ids, all with the tail logprob
+                row += self._tail_ids(int(s[r]), set(cand[r][~dup[r]].tolist()), top_k - len(row),
+                                      float(lp_tail[r]))
+            tops.append(row)
+        if len({len(row) for row in tops}) == 1:
+            out.top_ids = np.array([[i for i, _ in row] for row in tops], dtype=np.int64).reshape(n, -1)
+            out.top_logprobs = np.array([[v for _, v in row] for row in tops], dtype=np.float64).reshape(n, -1)
+        else:
+            out.ragged_top = tops
 
     def _tail_ids(self, state: int, taken: set[int], count: int, lp_tail: float) -> list[tuple[int, float]]:
         out: list[tuple[int, float]] = []
@@ -278,3 +276,29 @@ def _best(lp: np.ndarray, k: int) -> np.ndarray:
     if short.size:
         best[short] = np.argsort(-lp[short], axis=1, kind="stable")[:, :k]
     return best
+
+
+def _asked_one(cand: np.ndarray, lp: np.ndarray, lp_tail: np.ndarray, requested: Sequence[int]) -> np.ndarray:
+    """(n, R) logprobs of the ``requested`` ids at each row: the first candidate equal to one (a later one is a
+    dropped duplicate), else the tail's."""
+    want = np.array([int(i) for i in requested], dtype=np.int64)
+    return _lookup(cand, lp, lp_tail, np.broadcast_to(want, (cand.shape[0], want.size)))
+
+
+def _lookup(cand: np.ndarray, lp: np.ndarray, lp_tail: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """(n, R) logprobs of the ids ``want`` (n, R) among each row's candidates (:func:`_asked_one`)."""
+    eq = cand[:, None, :] == want[:, :, None]  # (n, R, K)
+    at = eq.argmax(axis=2)
+    return np.where(eq.any(axis=2), np.take_along_axis(lp, at, axis=1), lp_tail[:, None])
+
+
+def _asked(cand: np.ndarray, lp: np.ndarray, lp_tail: np.ndarray, asks: Sequence[Ask],
+           counts: list[int]) -> list[np.ndarray] | None:
+    """Each sequence's asked ids' logprobs (:func:`_asked_one`), all looked up at once where every sequence asks the
+    same number of ids (a scoring batch asks each the reference's best ones); None otherwise (each alone)."""
+    widths = {len(a.requested) for a in asks}
+    if len(widths) != 1 or not widths.pop() or not sum(counts):
+        return None
+    want = np.repeat(np.array([[int(i) for i in a.requested] for a in asks], dtype=np.int64), counts, axis=0)
+    got = _lookup(cand, lp, lp_tail, want)
+    return np.split(got, np.cumsum(counts)[:-1])

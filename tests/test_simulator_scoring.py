@@ -417,3 +417,18 @@ def test_context_states_are_the_rolling_hash_whatever_was_hashed_before():
     for n in (0, 1, 30, 80):
         ids = head[:n % 50] + [int(x) for x in rng.integers(0, 2 ** 40, n)]
         assert context_states(ids, 77) == ref(ids, 77)
+
+
+def test_scoring_many_sequences_asking_as_many_ids_each_gives_each_ones_scores():
+    """Sequences that each ask the same number of ids (a scoring batch's shape: their asked ids looked up at once) and
+    ask a different top-k each: every one's scores are those it gets alone."""
+    from abh_simulator.logprobs import Ask
+
+    m = NextTokenModel(seed=4, vocab_size=60, logprob_noise=0.05, noise="pass")  # small: duplicates, asked hits
+    rng = np.random.default_rng(8)
+    asks = [Ask([int(x) for x in rng.integers(3, 60, n)], range(1, n), k, [int(x) for x in rng.integers(0, 60, 6)], p)
+            for n, k, p in ((30, 5, 0), (12, 3, 1), (50, 8, 0), (2, 20, 2))]
+    for a, got in zip(asks, m.score_many(asks), strict=True):
+        alone = m.score(a.ids, a.positions, a.top_k, a.requested, a.pass_index)
+        assert got == alone
+        assert got.requested_logprobs.tobytes() == alone.requested_logprobs.tobytes()
