@@ -40,6 +40,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for package in ("harness", "abh_simulator"):
         compileall.compile_dir(str(ROOT / package), quiet=2)
+    if config.getoption("numprocesses", None):
+        _rewrite_the_test_modules(config)
+
+
+def _rewrite_the_test_modules(config: pytest.Config) -> None:
+    """pytest rewrites a test module's asserts when it imports it, and caches the result; in a fresh checkout each
+    xdist worker would rewrite every test module at the same time (~9 s of CPU each on 2 cores): the controller does
+    it once, before the workers start. pytest's own rewriting (private, pinned by requirements.lock): on any error
+    the workers rewrite as before."""
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]
+        for fn in sorted((ROOT / "tests").glob("test_*.py")):
+            pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(fn, pyc, state.trace) is None and rewrite.try_makedirs(pyc.parent):
+                source_stat, code = rewrite._rewrite_test(fn, config)
+                rewrite._write_pyc(state, code, source_stat, pyc)
+    except Exception:  # noqa: BLE001 - best effort: the workers rewrite what is not cached
+        return
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown with -p no:xdist
