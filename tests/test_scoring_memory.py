@@ -129,3 +129,25 @@ def test_the_reference_pass_tokenizes_in_chunks_with_the_same_ids(sim_server, tm
         stored[chunk] = dp._read_inputs(out / dp.INPUTS)
     assert stored[4] == stored[10_000] and len(stored[4]) == 11
     assert max(sizes[:6]) == 4 and sizes[6:] == [11, 11]  # prompts and references, 3 chunks each, then at once
+
+
+def test_a_pass_and_the_divergence_hand_pyarrow_memory_back(sim_server, tmp_path, monkeypatch):
+    """pyarrow's pool keeps what a pass's reads and writes freed: each scoring pass and each divergence computation
+    releases it when done."""
+    from harness.analysis import divergence
+    from harness.measure.evaluation import EvalOptions, run_eval
+
+    calls: list[str] = []
+    monkeypatch.setattr(dp, "release", lambda: calls.append("pass"))
+    monkeypatch.setattr(divergence, "release", lambda: calls.append("divergence"))
+    s = sim_server("--build", "a", "--noise", "launch")
+    cfg = ClientConfig(url=s.url, api="sglang", parallel=8, retries=1, backoff_s=0.01)
+    ev = tmp_path / "a"
+    run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=5), cfg, ev, None,
+             EvalOptions(progress=False))
+    assert dp.score_pass(ev, cfg, tmp_path / "ref", dp.ScoringOptions(progress=False, top_k=3))["status"] == "ok"
+    assert dp.score_pass(ev, cfg, tmp_path / "ab", dp.ScoringOptions(
+        progress=False, top_k=3, reference_scores=tmp_path / "ref"))["status"] == "ok"
+    assert calls == ["pass", "pass"]
+    d = divergence.compute_divergence(tmp_path / "ref", tmp_path / "ab", None)
+    assert d.questions_total == 5 and calls == ["pass", "pass", "divergence"]

@@ -42,7 +42,7 @@ import orjson
 
 from harness.measure.runner import Progress, Refusals, Stop, run, signals_to, watchdogs
 from harness.results import fileio, schema
-from harness.results.arrow_buffers import array, list_array, list_offsets, list_values, numbers
+from harness.results.arrow_buffers import array, list_array, list_offsets, list_values, numbers, release
 from harness.results.eval_store import PROMPTS, load_samples
 from harness.results.fileio import read_json
 from harness.results.prompt_store import eval_prompts
@@ -538,13 +538,17 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     stop = Stop()
-    with signals_to(stop):
-        async with Client(client_cfg) as client:
-            try:
-                with watchdogs(client, stop, opts.abort_check):
-                    done = await _score(client, refs, out, opts, meta, t0, ref_table, inputs, stop, carried)
-            except _NotScorable as e:
-                return not_measured(str(e))
+    try:
+        with signals_to(stop):
+            async with Client(client_cfg) as client:
+                try:
+                    with watchdogs(client, stop, opts.abort_check):
+                        done = await _score(client, refs, out, opts, meta, t0, ref_table, inputs, stop, carried)
+                except _NotScorable as e:
+                    return not_measured(str(e))
+    finally:
+        del ref_table, inputs
+        release()  # what the pass's reads and writes freed, for the next phase's Python objects
     stop.raise_for_reason()
     assert done is not None
     return done
