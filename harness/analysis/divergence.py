@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness.results.arrow_buffers import release
 from harness.results.eval_store import load_samples
 from harness.results.records import JSON, finite_or_none
 from harness.results.schema import (
@@ -326,6 +327,8 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                              text_rates=(rate_ab, n_ab, rate_aa, n_aa))
         except _Broken as e:
             broken[e.name] = e.why
+        finally:
+            release()  # the passes' read buffers, freed, for the Python objects that come next
 
 
 @dataclass

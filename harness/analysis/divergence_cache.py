@@ -35,6 +35,7 @@ CACHE = "divergence_cache.json"
 KIND = "abh.divergence_cache"
 #: the parts of abh whose source is in the key (what computes a divergence object and reads its inputs)
 _CODE = ("harness.analysis.divergence", "harness.results.score_blocks", "harness.results.token_store",
+         "harness.results.arrow_buffers",
          "harness.results.eval_store", "harness.results.schema", "harness.results.records", "harness.stats")
 #: the arguments that are data, not parameters (the greedy texts are read from samples.jsonl, in the key)
 _DATA = frozenset({"ref_dir", "ab_dir", "aa_dir", "launches_a", "launches_b", "texts_ref", "texts_b", "texts_aa"})

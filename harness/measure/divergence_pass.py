@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ import orjson
 
 from harness.measure.runner import Progress, Refusals, Stop, run, signals_to, watchdogs
 from harness.results import fileio, schema
+from harness.results.arrow_buffers import array, list_array, list_offsets, list_values, numbers, release
 from harness.results.eval_store import PROMPTS, load_samples
 from harness.results.fileio import read_json
 from harness.results.prompt_store import eval_prompts
@@ -135,26 +137,74 @@ def text_key(text: str | None) -> int:
 
 
 # ------------------------------------------------------------------------------------------ inputs file
-def _write_inputs(path: Path, rows: dict[int, tuple[list[int], list[int]]]) -> None:
+#: A question's ids: (prompt ids, reference ids), lists whose equal ids are one int object (:func:`shared_ids`)
+Inputs = dict[int, tuple[list[int], list[int]]]
+#: Texts per ``/tokenize`` request of the reference pass: the answer's ids are parsed into an int object each
+#: (36 bytes an id), so a chunk at a time is made shared before the next is asked (all 1319 prompts at once held
+#: ~40 MiB of ints at the peak)
+TOKENIZE_CHUNK = 128
+
+
+def shared_ids(ids: list[int], pool: dict[int, int]) -> list[int]:
+    """``ids`` with each id the one int object ``pool`` holds for it (added if new). A pass holds ~1 M prompt ids
+    of a few thousand distinct values: a list of shared ints costs 8 bytes an id, of its own ints 36."""
+    get = pool.setdefault
+    return list(map(get, ids, ids))
+
+
+def _write_inputs(path: Path, rows: Inputs) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     qs = sorted(rows)
-    table = pa.table({"question": pa.array(qs, type=pa.int32()),
-                      "prompt_ids": pa.array([rows[q][0] for q in qs], type=pa.list_(pa.int32())),
-                      "reference_ids": pa.array([rows[q][1] for q in qs], type=pa.list_(pa.int32()))})
+    table = pa.table({"question": array(np.asarray(qs, dtype=np.int32)),
+                      "prompt_ids": _list_array([rows[q][0] for q in qs]),
+                      "reference_ids": _list_array([rows[q][1] for q in qs])})
     with fileio.atomic_output(path) as f:  # a link planted at the path is refused, never written through
         # no dictionary: the prompts' shared few-shot ids are repeats zstd finds (-17 %)
         pq.write_table(table, f, compression="zstd", compression_level=ZSTD_LEVEL, use_dictionary=["question"])
 
 
-def _read_inputs(path: Path) -> dict[int, tuple[list[int], list[int]]]:
+def _list_array(lists: list[list[int]]) -> Any:
+    """Id lists as an Arrow ``list<int32>`` array, built from numpy buffers (pyarrow's conversion of Python lists
+    holds several times the ids in its builders, and imports pandas)."""
+    lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+    offsets = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
+    return list_array(offsets, array(values))
+
+
+def _read_inputs(path: Path) -> Inputs:
+    """The reference pass's ids by question, as :func:`shared_ids` lists, read from the columns' buffers (no
+    Python object per id but the distinct ones)."""
     import pyarrow.parquet as pq
 
-    t = pq.read_table(path)
-    return {int(q): (list(p), list(r)) for q, p, r in zip(t.column("question").to_pylist(),
-                                                           t.column("prompt_ids").to_pylist(),
-                                                           t.column("reference_ids").to_pylist(), strict=True)}
+    # ParquetFile, not read_table: read_table imports pyarrow.dataset (33 MiB of the process's memory, for good)
+    t = pq.ParquetFile(path).read(columns=["question", "prompt_ids", "reference_ids"], use_threads=False)
+    qs = numbers(t.column("question"), np.int64)
+    prompts, refs = (_id_lists(t.column(c)) for c in ("prompt_ids", "reference_ids"))
+    del t
+    return {int(q): (p, r) for q, p, r in zip(qs, prompts, refs, strict=True)}
+
+
+#: Up to this id, :func:`_id_lists` looks ids up in a table of their int objects (8 bytes an id up to it; a
+#: tokenizer's vocabulary is far smaller); beyond, in a dict
+ID_TABLE_MAX = 1 << 20
+
+
+def _id_lists(col: Any) -> list[list[int]]:
+    """A ``list<int>`` column as Python lists whose equal ids share one int object, made question by question
+    (no whole-column temporary)."""
+    offsets, values = list_offsets(col), list_values(col, np.int64)
+    bounds = zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
+    if values.size and 0 <= values.min() and values.max() < ID_TABLE_MAX:
+        table = np.empty(int(values.max()) + 1, dtype=object)
+        used = np.flatnonzero(np.bincount(values))
+        table[used] = used.tolist()  # one int object per distinct id
+        return [table[values[a:b]].tolist() for a, b in bounds]
+    pool: dict[int, int] = {}
+    return [shared_ids(values[a:b].tolist(), pool) for a, b in bounds]
 
 
 # ------------------------------------------------------------------------------------------ asked ids
@@ -305,6 +355,20 @@ async def _tokenize(client: Client, text: str, special: bool) -> list[int] | Non
     return None
 
 
+async def _tokenize_all(client: Client, texts: list[str], special: bool,
+                        pool: dict[int, int]) -> list[list[int]] | None:
+    """Every text as ids (:meth:`Client.tokenize_all`), :data:`TOKENIZE_CHUNK` texts per request, each chunk's
+    ids made :func:`shared_ids` before the next is asked; None when the server does not tokenize lists."""
+    out: list[list[int]] = []
+    for at in range(0, len(texts), TOKENIZE_CHUNK):
+        got = await client.tokenize_all(texts[at:at + TOKENIZE_CHUNK], special)
+        if got is None:
+            return None
+        out += [shared_ids(ids, pool) for ids in got]
+        del got
+    return out
+
+
 #: Ids per ``/detokenize`` request (each a text of its own in the answer)
 DETOKENIZE_CHUNK = 16_384
 
@@ -390,7 +454,7 @@ class _Carried:
 
     meta: ScoresMeta
     questions: set[int]
-    inputs: dict[int, tuple[list[int], list[int]]] | None
+    inputs: Inputs | None
 
 
 def _carried(out: Path, meta: ScoresMeta, max_asked_ids: int) -> _Carried | None:
@@ -409,7 +473,7 @@ def _carried(out: Path, meta: ScoresMeta, max_asked_ids: int) -> _Carried | None
         pf = pq.ParquetFile(out / SCORES)
         if not pf.schema_arrow.equals(scores_schema()):
             return None
-        questions = {int(q) for q in pf.read(columns=["question"]).column("question").unique().to_pylist()}
+        questions = set(np.unique(numbers(pf.read(columns=["question"]).column("question"), np.int64)).tolist())
         inputs = _read_inputs(out / INPUTS) if old.get("by_ids") and old.get("reference_scores") is None else None
     except (OSError, ValueError, schema.SchemaError):
         return None
@@ -453,7 +517,7 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
         return not_measured(f"the reference eval {ref_eval} cannot be read: {e}")
     meta["references_digest"] = _digest(refs)
     ref_table = None
-    inputs: dict[int, tuple[list[int], list[int]]] | None = None
+    inputs: Inputs | None = None
     if opts.reference_scores is not None:
         try:
             ref_table = load_scores(opts.reference_scores)
@@ -474,13 +538,17 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     stop = Stop()
-    with signals_to(stop):
-        async with Client(client_cfg) as client:
-            try:
-                with watchdogs(client, stop, opts.abort_check):
-                    done = await _score(client, refs, out, opts, meta, t0, ref_table, inputs, stop, carried)
-            except _NotScorable as e:
-                return not_measured(str(e))
+    try:
+        with signals_to(stop):
+            async with Client(client_cfg) as client:
+                try:
+                    with watchdogs(client, stop, opts.abort_check):
+                        done = await _score(client, refs, out, opts, meta, t0, ref_table, inputs, stop, carried)
+                except _NotScorable as e:
+                    return not_measured(str(e))
+    finally:
+        del ref_table, inputs
+        release()  # what the pass's reads and writes freed, for the next phase's Python objects
     stop.raise_for_reason()
     assert done is not None
     return done
@@ -495,7 +563,7 @@ class _Plan:
 
     api: Api
     by_ids: bool
-    inputs: dict[int, tuple[list[int], list[int]]] | None
+    inputs: Inputs | None
     #: questions whose tokens' texts came from the server's detokenizer (their answers need none), and where
     #: each of their tokens starts in the reference text
     detokenized: set[int]
@@ -504,7 +572,7 @@ class _Plan:
 
 
 async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, meta: ScoresMeta,
-                   ref_table: ScoreTable | None, inputs: dict[int, tuple[list[int], list[int]]] | None,
+                   ref_table: ScoreTable | None, inputs: Inputs | None,
                    carried: _Carried | None) -> _Plan:
     """Ask the server what the pass needs (ids or text, the reference pass's tokenization); drop ``carried`` when
     this server is asked otherwise than the pass on disk was."""
@@ -525,8 +593,9 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
         if text_reason is None:
             inputs = dict(carried.inputs or {}) if carried is not None else {}  # tokenized once: kept
             new = [r for r in refs if r.question not in inputs]
-            prompts = await client.tokenize_all([r.prompt for r in new], True) if new else []
-            texts = await client.tokenize_all([r.text for r in new], False) if prompts is not None and new else []
+            pool: dict[int, int] = {}
+            prompts = await _tokenize_all(client, [r.prompt for r in new], True, pool)
+            texts = await _tokenize_all(client, [r.text for r in new], False, pool) if prompts is not None else []
             if prompts is not None and texts is not None:
                 inputs.update({r.question: (p, t) for r, p, t in zip(new, prompts, texts, strict=True)})
                 # the tokens' texts (where the first diverging token starts) by one request, so that the answers
@@ -562,7 +631,7 @@ class _Asker:
 
     client: Client
     plan: _Plan
-    inputs: dict[int, tuple[list[int], list[int]]] | None
+    inputs: Inputs | None
     is_reference: bool
     k: int
     ref_table: ScoreTable | None
@@ -673,7 +742,7 @@ class _Asker:
 
 
 async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: ScoresMeta,
-                 t0: float, ref_table: ScoreTable | None, inputs: dict[int, tuple[list[int], list[int]]] | None,
+                 t0: float, ref_table: ScoreTable | None, inputs: Inputs | None,
                  stop: Stop, carried: _Carried | None) -> ScoresMeta | None:
     """The pass, or None when it was stopped before its first scoring request or by a signal (nothing changed on
     disk)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.results.arrow_buffers import numbers
 from harness.results.fileio import read_json
 from harness.results.token_store import (
     PAD_ID,
@@ -92,7 +93,7 @@ class PassReader:
         st = rg.column(0).statistics
         if st is not None and st.has_min_max:
             return int(st.min), int(st.max)
-        q = self._pf.read_row_group(g, columns=["question"], use_threads=False).column(0).to_numpy()
+        q = numbers(self._pf.read_row_group(g, columns=["question"], use_threads=False).column(0), np.int64)
         return int(q.min()), int(q.max())
 
     def _widths(self) -> tuple[int, int, bool]:
@@ -102,8 +103,8 @@ class PassReader:
         k, k_ref, has_off = 0, 0, False  # written by another tool: one pass over the list columns
         for g in range(self._pf.num_row_groups):
             t = self._pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
-            k = max(k, _list_width(t.column("top_ids").combine_chunks()))
-            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs").combine_chunks()))
+            k = max(k, _list_width(t.column("top_ids")))
+            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs")))
             has_off = has_off or t.column("text_offset").null_count < t.num_rows
         return k, k_ref, has_off
 
@@ -144,7 +145,7 @@ class PassReader:
                 out[c] = np.full((m, width), fill, dtype)
                 _fill_lists(out[c], t.column(c), 0, fill)
         for c in ("question", "position"):
-            out[c] = np.asarray(t.column(c).to_numpy(), dtype=np.int32)
+            out[c] = numbers(t.column(c), np.int32)
         for c, top, dtype in (("token_id", "top_ids", np.int32), ("logprob", "top_logprobs", np.float32)):
             if c in want:
                 first = out[top][:, 0] if top in out and self.top_k else np.zeros(m, dtype)
@@ -153,8 +154,7 @@ class PassReader:
             if c not in want:
                 out.pop(c, None)
         if "text_offset" in want:
-            col = t.column("text_offset")
-            out["text_offset"] = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int32)
+            out["text_offset"] = numbers(t.column("text_offset"), np.int32, fill=-1)
         return out
 
     def upto(self, last: int) -> ScoreTable:

@@ -49,8 +49,8 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 
 from harness.results import fileio, schema
+from harness.results.arrow_buffers import array, list_array, list_offsets, list_values, numbers, valid
 from harness.results.fileio import atomic_write_json, read_json
-from harness.results.records import JSONObject
 
 SCORES = "scores.parquet"
 SCORES_META = "scores.json"
@@ -186,17 +186,16 @@ class ScoresWriter:
 
     def _carry(self, path: Path) -> None:
         """Copy the rows of ``path`` (a pass this one resumes), one row group at a time."""
-        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         pf = pq.ParquetFile(path)
         for g in range(pf.num_row_groups):
             t = pf.read_row_group(g, use_threads=False)
             self._writer.write_table(t, row_group_size=max(t.num_rows, 1))
-            self._seen.update(int(q) for q in pc.unique(t.column("question")).to_pylist())
+            self._seen.update(np.unique(numbers(t.column("question"), np.int64)).tolist())
             self.tokens += t.num_rows
-            self._width = max(self._width, _list_width(t.column("top_ids").combine_chunks()))
-            self._ref_width = max(self._ref_width, _list_width(t.column("ref_top_logprobs").combine_chunks()))
+            self._width = max(self._width, _list_width(t.column("top_ids")))
+            self._ref_width = max(self._ref_width, _list_width(t.column("ref_top_logprobs")))
             self._offsets = self._offsets or t.column("text_offset").null_count < t.num_rows
 
     @property
@@ -258,29 +257,17 @@ class ScoresWriter:
         def cat(key: Literal["question", "position", "token_id", "logprob"]) -> np.ndarray:
             return np.concatenate([b[key] for b in self._buf])
 
-        def lists(key: Literal["top_ids", "top_logprobs", "ref_top_logprobs"], value_type: Any,
-                  nullable: bool) -> Any:
+        def lists(key: Literal["top_ids", "top_logprobs", "ref_top_logprobs"], dtype: Any, nullable: bool) -> Any:
             parts = [b[key] for b in self._buf]
             if nullable and all(p is None for p in parts):
-                return pa.nulls(n, pa.list_(value_type))
-            offsets = [0]
-            values = []
-            valid = []
-            for b, p in zip(self._buf, parts, strict=True):
-                rows = b["token_id"].size
-                if p is None:
-                    offsets.extend([offsets[-1]] * rows)
-                    valid.append(np.zeros(rows, dtype=bool))
-                    continue
-                k = p.shape[1]
-                offsets.extend((offsets[-1] + k * np.arange(1, rows + 1)).tolist())
-                values.append(p.reshape(-1))
-                valid.append(np.ones(rows, dtype=bool))
-            vals = pa.array(np.concatenate(values) if values else np.empty(0), type=value_type)
-            off = pa.array(np.asarray(offsets, dtype=np.int32))
-            mask = ~np.concatenate(valid)
-            arr = pa.ListArray.from_arrays(off, vals, mask=pa.array(mask) if mask.any() else None)
-            return arr
+                return pa.nulls(n, pa.list_(pa.from_numpy_dtype(np.dtype(dtype))))
+            rows = np.array([b["token_id"].size for b in self._buf], dtype=np.int64)
+            widths = np.array([0 if p is None else p.shape[1] for p in parts], dtype=np.int64)
+            offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.repeat(widths, rows), out=offsets[1:])
+            values = np.concatenate([p.reshape(-1) for p in parts if p is not None] or [np.empty(0, dtype)])
+            null = np.repeat(np.array([p is None for p in parts]), rows)
+            return list_array(offsets, array(values.astype(dtype, copy=False)), null)
 
         offs = [b["text_offset"] for b in self._buf]
         if all(o is None for o in offs):
@@ -290,14 +277,13 @@ class ScoresWriter:
                                    for o, b in zip(offs, self._buf, strict=True)])
             mask = np.concatenate([np.full(b["token_id"].size, o is None)
                                    for o, b in zip(offs, self._buf, strict=True)])
-            text_offset = pa.array(vals, type=pa.int32(), mask=mask)
+            text_offset = array(vals.astype(np.int32, copy=False), mask)
         top1 = np.concatenate([_is_top1(b["token_id"], b["logprob"], b["top_ids"], b["top_logprobs"])
                                for b in self._buf])
         table = pa.Table.from_arrays([
-            pa.array(cat("question")), pa.array(cat("position")),
-            pa.array(cat("token_id"), mask=top1), pa.array(cat("logprob"), mask=top1),
-            lists("top_ids", pa.int32(), False), lists("top_logprobs", pa.float32(), False),
-            lists("ref_top_logprobs", pa.float32(), True), text_offset,
+            array(cat("question")), array(cat("position")), array(cat("token_id"), top1), array(cat("logprob"), top1),
+            lists("top_ids", np.int32, False), lists("top_logprobs", np.float32, False),
+            lists("ref_top_logprobs", np.float32, True), text_offset,
         ], schema=scores_schema())
         self._writer.write_table(table, row_group_size=max(n, 1))
         self._buf.clear()
@@ -412,13 +398,12 @@ class ScoreTable:
 
 
 def _list_width(col: Any) -> int:
-    import pyarrow.compute as pc
-
-    if col.null_count == len(col):
-        return 0
-    lens = pc.list_value_length(col)
-    m = pc.max(lens).as_py()
-    return int(m or 0)
+    """The longest list of a list column (0 when every entry is null or empty)."""
+    lens = np.diff(list_offsets(col))
+    ok = valid(col)
+    if ok is not None:
+        lens = lens[ok]
+    return int(lens.max()) if lens.size else 0
 
 
 def _is_top1(tok: np.ndarray, lp: np.ndarray, ids: np.ndarray, tlp: np.ndarray) -> np.ndarray:
@@ -432,28 +417,24 @@ def with_top1(col: Any, first: np.ndarray, dtype: Any) -> np.ndarray:
     """A ``token_id`` or ``logprob`` column as stored, as an array: a null is the token's top-1 entry
     (:class:`ScoresWriter` stores a token that is its top list's first entry once, in the list), taken from
     ``first`` (each row's first top id or top logprob). A file without nulls (an older writer's) reads as it is."""
-    if not col.null_count:
-        return np.asarray(col.to_numpy(), dtype=dtype)
-    vals = np.array(col.fill_null(0).to_numpy(), dtype=dtype)  # a copy: pyarrow's buffer is read-only
-    nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    vals[nulls] = first[nulls]
-    return vals
+    vals = numbers(col, dtype)
+    ok = valid(col)
+    return vals if ok is None else np.where(ok, vals, first).astype(dtype, copy=False)
 
 
 def _fill_lists(dst: np.ndarray, col: Any, start: int, fill: Any) -> None:
-    """Copy a ListArray chunk into dst[start:start+len, :] (rows shorter than the width keep ``fill``)."""
-    import pyarrow.compute as pc
-
+    """Copy a list column into dst[start:start+len, :] (rows shorter than the width keep ``fill``)."""
     n = len(col)
     if n == 0:
         return
     k = dst.shape[1]
-    offsets = np.asarray(col.offsets)
-    base = offsets[0]
-    values = np.asarray(col.values.slice(base, offsets[-1] - base).to_numpy(zero_copy_only=False))
+    offsets = list_offsets(col)
+    base = int(offsets[0])
+    values = list_values(col, dst.dtype)[base:int(offsets[-1])]
     lens = np.diff(offsets)
-    if col.null_count:
-        lens = np.where(np.asarray(pc.is_null(col)), 0, lens)
+    ok = valid(col)
+    if ok is not None:
+        lens = np.where(ok, lens, 0)
     if np.all(lens == k):
         dst[start:start + n] = values.reshape(n, k)
         return
@@ -483,8 +464,8 @@ def load_scores(root: str | Path) -> ScoreTable:
         k, k_ref, has_off = 0, 0, False
         for g in range(pf.num_row_groups):
             t = pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
-            k = max(k, _list_width(t.column("top_ids").combine_chunks()))
-            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs").combine_chunks()))
+            k = max(k, _list_width(t.column("top_ids")))
+            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs")))
             has_off = has_off or t.column("text_offset").null_count < t.num_rows
     question = np.empty(n, np.int32)
     position = np.empty(n, np.int32)
@@ -498,21 +479,20 @@ def load_scores(root: str | Path) -> ScoreTable:
     for g in range(pf.num_row_groups):
         t = pf.read_row_group(g, use_threads=False)
         m = t.num_rows
-        question[start:start + m] = t.column("question").to_numpy()
-        position[start:start + m] = t.column("position").to_numpy()
+        question[start:start + m] = numbers(t.column("question"), np.int32)
+        position[start:start + m] = numbers(t.column("position"), np.int32)
         _fill_lists(top_ids, t.column("top_ids").combine_chunks(), start, PAD_ID)
         _fill_lists(top_lps, t.column("top_logprobs").combine_chunks(), start, -np.inf)
         if k:
             token_id[start:start + m] = with_top1(t.column("token_id"), top_ids[start:start + m, 0], np.int32)
             logprob[start:start + m] = with_top1(t.column("logprob"), top_lps[start:start + m, 0], np.float32)
         else:
-            token_id[start:start + m] = t.column("token_id").to_numpy()
-            logprob[start:start + m] = t.column("logprob").to_numpy()
+            token_id[start:start + m] = numbers(t.column("token_id"), np.int32)
+            logprob[start:start + m] = numbers(t.column("logprob"), np.float32)
         if ref_lps is not None:
             _fill_lists(ref_lps, t.column("ref_top_logprobs").combine_chunks(), start, np.nan)
         if text_off is not None:
-            col = t.column("text_offset").combine_chunks()
-            text_off[start:start + m] = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False))
+            text_off[start:start + m] = numbers(t.column("text_offset"), np.int32, fill=-1)
         start += m
         del t
     order = np.lexsort((position, question))

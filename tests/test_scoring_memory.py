@@ -1,0 +1,153 @@
+"""What a scoring pass and its readers hold in memory: the stored columns go to and from numpy through their
+buffers (no pandas import, no Python object per value), and the token ids the passes send are lists whose equal
+ids share one int object."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import TEST_JSONL
+
+import harness.measure.divergence_pass as dp
+from harness.results import arrow_buffers as ab
+from harness.serving.client import ClientConfig
+from harness.tasks import gsm8k
+
+
+# ------------------------------------------------------------------------------------------ buffers
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
+def test_numbers_read_as_pyarrow_converts_them(dtype):
+    rng = np.random.default_rng(1)
+    x = (rng.normal(0, 1e3, 50)).astype(dtype)
+    null = rng.random(50) < 0.3
+    arr = pa.array(x, mask=null)
+    for a in (arr, arr.slice(7, 30), pa.chunked_array([arr.slice(0, 5), arr.slice(5)])):
+        want = np.asarray(a.to_numpy(zero_copy_only=False))
+        ok = ~np.asarray(a.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        got = ab.numbers(a, np.float64, fill=-7)
+        assert np.array_equal(got[ok], want[ok].astype(np.float64)) and np.all(got[~ok] == -7)
+        assert np.array_equal(ab.valid(a), ok)
+    assert ab.valid(pa.array(x)) is None and ab.numbers(pa.array(x[:0]), dtype).size == 0
+    assert np.array_equal(ab.valid(pa.nulls(3, pa.int32())), np.zeros(3, bool))
+
+
+def test_lists_read_and_built_as_pyarrow_does():
+    rows = [[1, 2, 3], None, [], [4], None, [5, 6]]
+    arr = pa.array(rows, type=pa.list_(pa.int32()))
+    for a in (arr, arr.slice(2)):
+        off, vals, ok = ab.list_offsets(a), ab.list_values(a, np.int64), ab.valid(a)
+        back = [None if not ok[i] else vals[off[i]:off[i + 1]].tolist() for i in range(len(a))]
+        assert back == a.to_pylist()
+    null = np.array([r is None for r in rows])
+    lens = np.array([0 if r is None else len(r) for r in rows])
+    built = ab.list_array(np.concatenate([[0], np.cumsum(lens)]), ab.array(np.arange(1, 7, dtype=np.int32)), null)
+    assert built.equals(arr)
+    assert ab.array(np.array([1.5, 2.5], np.float32), np.array([False, True])).equals(
+        pa.array([1.5, None], type=pa.float32()))
+
+
+def test_scores_and_score_inputs_are_read_and_written_without_importing_pandas(tmp_path):
+    """pyarrow's own conversions import pandas on first use (44 MiB of the process for the rest of the run)."""
+    code = f"""
+import sys
+from pathlib import Path
+import numpy as np
+from harness.results.token_store import ScoresWriter, load_scores
+from harness.results.score_blocks import PassReader, pass_blocks
+from harness.measure.divergence_pass import _read_inputs, _write_inputs
+root = Path({str(tmp_path)!r})
+with ScoresWriter(root / "p", top_k=3, row_group_rows=4) as w:
+    for q in range(6):
+        ids = np.array([[q, 1, 2], [3, 4, 5]])
+        w.add(q, [q, 9], [-0.5, -1.0], ids, -np.ones((2, 3)), None if q % 2 else np.zeros((2, 3)),
+              None if q == 3 else [0, 2])
+t = load_scores(root / "p")
+blocks = list(pass_blocks(PassReader(root / "p"), 3))
+_write_inputs(root / "in.parquet", {{0: ([1, 2, 300], [300]), 1: ([], [7])}})
+got = _read_inputs(root / "in.parquet")
+assert t.questions.tolist() == list(range(6)) and sum(b.questions.size for b in blocks) == 6
+assert np.isnan(t.ref_top_logprobs[t.rows(1)]).all() and (t.text_offset[t.rows(3)] == -1).all()
+assert got == {{0: ([1, 2, 300], [300]), 1: ([], [7])}}
+print("pandas" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------------------------------ shared ids
+@pytest.mark.parametrize("big", [False, True])
+def test_score_inputs_read_back_with_one_int_object_per_id(tmp_path, big):
+    """Equal ids of every question are one int object (8 bytes an id, not 36), with ids in a tokenizer's range
+    (a table) and beyond it (a dict)."""
+    base = dp.ID_TABLE_MAX + 5 if big else 1000
+    rows = {q: ([base + i for i in range(q, q + 50)], [base + 7] * (q % 3)) for q in range(0, 30, 3)}
+    rows[99] = ([], [])
+    dp._write_inputs(tmp_path / "in.parquet", rows)
+    got = dp._read_inputs(tmp_path / "in.parquet")
+    assert got == rows
+    seen: dict[int, int] = {}
+    for p, r in got.values():
+        for x in p + r:
+            assert seen.setdefault(x, id(x)) == id(x)
+
+
+def test_shared_ids_keep_the_values_and_share_their_objects():
+    pool: dict[int, int] = {}
+    a = dp.shared_ids([int("100000"), 5, int("100000")], pool)
+    b = dp.shared_ids([int("100000")], pool)
+    assert a == [100000, 5, 100000] and a[0] is a[2] is b[0] and dp.shared_ids([], pool) == []
+
+
+def test_the_reference_pass_tokenizes_in_chunks_with_the_same_ids(sim_server, tmp_path, monkeypatch):
+    """The prompts are tokenized a chunk at a time (the answer's ints made shared before the next is asked): the
+    ids sent and stored are those of one request for every prompt."""
+    from harness.measure.evaluation import EvalOptions, run_eval
+
+    s = sim_server("--build", "a", "--noise", "launch")
+    cfg = ClientConfig(url=s.url, api="sglang", parallel=8, retries=1, backoff_s=0.01)
+    ev = tmp_path / "a"
+    run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=11), cfg, ev, None,
+             EvalOptions(progress=False))
+    sizes: list[int] = []
+
+    class Counting(dp.Client):  # type: ignore[misc,valid-type]
+        async def tokenize_all(self, texts, special):  # type: ignore[no-untyped-def]
+            sizes.append(len(texts))
+            return await super().tokenize_all(texts, special)
+
+    monkeypatch.setattr(dp, "Client", Counting)
+    stored = {}
+    for chunk in (4, 10_000):
+        monkeypatch.setattr(dp, "TOKENIZE_CHUNK", chunk)
+        out = tmp_path / f"pass{chunk}"
+        meta = dp.score_pass(ev, cfg, out, dp.ScoringOptions(progress=False, top_k=3))
+        assert meta["status"] == "ok" and meta["by_ids"] and meta["questions"] == 11
+        stored[chunk] = dp._read_inputs(out / dp.INPUTS)
+    assert stored[4] == stored[10_000] and len(stored[4]) == 11
+    assert max(sizes[:6]) == 4 and sizes[6:] == [11, 11]  # prompts and references, 3 chunks each, then at once
+
+
+def test_a_pass_and_the_divergence_hand_pyarrow_memory_back(sim_server, tmp_path, monkeypatch):
+    """pyarrow's pool keeps what a pass's reads and writes freed: each scoring pass and each divergence computation
+    releases it when done."""
+    from harness.analysis import divergence
+    from harness.measure.evaluation import EvalOptions, run_eval
+
+    calls: list[str] = []
+    monkeypatch.setattr(dp, "release", lambda: calls.append("pass"))
+    monkeypatch.setattr(divergence, "release", lambda: calls.append("divergence"))
+    s = sim_server("--build", "a", "--noise", "launch")
+    cfg = ClientConfig(url=s.url, api="sglang", parallel=8, retries=1, backoff_s=0.01)
+    ev = tmp_path / "a"
+    run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=5), cfg, ev, None,
+             EvalOptions(progress=False))
+    assert dp.score_pass(ev, cfg, tmp_path / "ref", dp.ScoringOptions(progress=False, top_k=3))["status"] == "ok"
+    assert dp.score_pass(ev, cfg, tmp_path / "ab", dp.ScoringOptions(
+        progress=False, top_k=3, reference_scores=tmp_path / "ref"))["status"] == "ok"
+    assert calls == ["pass", "pass"]
+    d = divergence.compute_divergence(tmp_path / "ref", tmp_path / "ab", None)
+    assert d.questions_total == 5 and calls == ["pass", "pass", "divergence"]
