@@ -17,46 +17,27 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_demo import export, print_table, run_tree  # this directory is on the path of a script run from it
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALS = ("--a", "evals/a/r1", "--a", "evals/a/r2", "--b", "evals/b/r1", "--b", "evals/b/r2",
          "--aa", "evals/aa/r1", "--aa", "evals/aa/r2")
 
 
-def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
-    """(wall s, CPU s, peak RSS MiB) of one process, by wait4."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert p.stderr is not None
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"{' '.join(argv)} failed: {err.decode()[-2000:]}")
-    return time.perf_counter() - t0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
-
-
 def demo_run(env: dict[str, str], where: Path) -> Path:
     """The demo's run directory, made by ``abh run`` in ``where`` with ``env``'s code."""
-    timed([sys.executable, "-m", "harness.cli.main", "run"], where, env)
+    run_tree([sys.executable, "-m", "harness.cli.main", "run"], where, env)
     return where / "results" / "demo"
 
 
 def compare(run: Path, env: dict[str, str], out: Path) -> dict[str, float]:
-    wall, cpu, rss = timed([sys.executable, "-m", "harness.cli.main", "compare", *EVALS, "--out", str(out)], run,
+    wall, cpu, rss = run_tree([sys.executable, "-m", "harness.cli.main", "compare", *EVALS, "--out", str(out)], run,
                            env)
     return {"abh compare CPU s": cpu, "abh compare wall s": wall, "abh compare peak RSS MiB": rss}
-
-
-def export(rev: str, dest: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def main() -> None:
@@ -83,11 +64,7 @@ def main() -> None:
                 for k, v in got.items():
                     figures[side].setdefault(k, []).append(v)
                 print(f"[{side}] " + ", ".join(f"{k} {v:.2f}" for k, v in got.items()), file=sys.stderr)
-    print(f"\nmedian of {a.rounds} round(s); baseline {a.baseline}, this checkout; ratio this / baseline\n")
-    print(f"{'figure':<28} {'baseline':>10} {'this':>10} {'ratio':>7}")
-    for k in figures["this"]:
-        b, t = statistics.median(figures["baseline"][k]), statistics.median(figures["this"][k])
-        print(f"{k:<28} {b:>10.2f} {t:>10.2f} {t / b if b else float('nan'):>7.2f}")
+    print_table(figures, a.baseline, a.rounds, width=28)
 
 
 if __name__ == "__main__":

@@ -158,11 +158,16 @@ def main() -> None:
         finally:
             sim.terminate()
             sim.wait(30)
-    print(f"\nmedian of {a.rounds} round(s); baseline {a.baseline}, this checkout; ratio this / baseline\n")
-    print(f"{'figure':<42} {'baseline':>10} {'this':>10} {'ratio':>7}")
+    print_table(figures, a.baseline, a.rounds, width=42)
+
+
+def print_table(figures: dict[str, dict[str, list[float]]], baseline: str, rounds: int, width: int) -> None:
+    """Each figure's median on both sides and their ratio (this / baseline)."""
+    print(f"\nmedian of {rounds} round(s); baseline {baseline}, this checkout; ratio this / baseline\n")
+    print(f"{'figure':<{width}} {'baseline':>10} {'this':>10} {'ratio':>7}")
     for k in figures["this"]:
         b, t = statistics.median(figures["baseline"][k]), statistics.median(figures["this"][k])
-        print(f"{k:<42} {b:>10.2f} {t:>10.2f} {t / b if b else float('nan'):>7.2f}")
+        print(f"{k:<{width}} {b:>10.2f} {t:>10.2f} {t / b if b else float('nan'):>7.2f}")
 
 
 if __name__ == "__main__":
