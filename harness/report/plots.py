@@ -1,5 +1,5 @@
 """The report's plots as inline SVG strings: the comparison's (accuracy, Δ) written directly by
-:mod:`harness.report.svg`; the sweep's forest plot and the routing plot by matplotlib (Agg backend, imported
+:mod:`harness.report.svg`; the sweep's forest plot by matplotlib (Agg backend, imported
 lazily), with text drawn as paths.
 
 Each SVG is generated from numbers and the labels configuration gives (escaped), so it holds no model text and
@@ -82,32 +82,6 @@ def _pair(x: Any) -> tuple[float, float] | None:
         if lo is not None and hi is not None:
             return lo, hi
     return None
-
-
-_SUPERSCRIPT = str.maketrans("0123456789-−", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁻")
-_MATHTEXT_POWER = re.compile(r"^\$\\mathdefault\{(?:(\d+)\\times\s*)?10\^\{\s*([-−]?\d+)\s*\}\}\$$")
-
-
-def power_label(label: str) -> str:
-    """A log axis' tick label as plain text with Unicode superscripts (``$\\mathdefault{10^{-4}}$`` ->
-    ``10⁻⁴``, ``2\\times10^{-4}`` -> ``2×10⁻⁴``): the same label without a mathtext parse per tick (most of a
-    log-axis plot's cost). Any other label is returned as it is."""
-    m = _MATHTEXT_POWER.match(label)
-    if m is None:
-        return label
-    return (f"{m.group(1)}×" if m.group(1) else "") + "10" + m.group(2).translate(_SUPERSCRIPT)
-
-
-def log_axis(axis: Any) -> None:
-    """Label ``axis`` (already on a log scale) with :func:`power_label`'s plain-text powers of ten."""
-    from matplotlib.ticker import LogFormatterSciNotation
-
-    class Powers(LogFormatterSciNotation):
-        def __call__(self, x: float, pos: int | None = None) -> str:
-            return power_label(super().__call__(x, pos))
-
-    axis.set_major_formatter(Powers())
-    axis.set_minor_formatter(Powers(labelOnlyBase=False))
 
 
 def _to_svg(fig: Any) -> str:
