@@ -15,16 +15,6 @@ COLOR_AB, COLOR_AA = "#c0392b", "#7f8c8d"
 COLORS = {"diverged": "#c0392b", "indistinguishable": "#2e7d32", "not_measured": "#7f8c8d"}
 
 
-def clause(r: Routing | None) -> str | None:
-    """The headline's routing clause (None: no routing object); "routing not measured" alone where nothing was
-    measured (the reason is in comparison.json and the report), as the outputs' clause says it."""
-    if r is None:
-        return None
-    if r.verdict == "not_measured" and not any(s.defect for s in r.sides.values()) and r.identical is None:
-        return "routing not measured"
-    return r.sentence or None
-
-
 def side_fact(s: RoutingSide) -> str:
     ids = f"{s.routed_per_token} in range" if s.routed_per_token is not None else "in range: " + ", ".join(
         f"{k} ids on {v} rows" for k, v in s.in_range_per_row.items())

@@ -78,10 +78,6 @@ NO_DATA = ("MMLU is not shipped with abh: set task.data_path (abh eval/ab: --dat
            "(a path or its URL), a directory of Hendrycks' *_test.csv files, or hf:cais/mmlu")
 
 
-def category(subject: str) -> str:
-    return SUBJECT_CATEGORY.get(subject, "other")
-
-
 def _check(rows: list[dict[str, str]], where: str) -> None:
     for i, r in enumerate(rows):
         if r.get("Answer") not in tuple(LETTERS):
