@@ -124,3 +124,33 @@ def test_the_routing_plot_draws_each_layer_and_breaks_the_floor_where_it_was_not
     assert len([p for p in paths if p.get("stroke-dasharray")]) == 2 * 2  # the floor's line broken at layer 4
     assert len(list(root.iter(f"{NS}circle"))) == 2 * 8  # a dot per layer in each panel
     assert layer_svg(Routing(verdict="not_measured", verdict_reason="")) is None
+
+
+def test_the_forest_plot_draws_each_comparison_coloured_by_its_verdict_without_matplotlib() -> None:
+    from harness.results.schema import SweepRow
+
+    rows = [SweepRow(job="job0", dir="job0", label="flip=<0.02> & $x$", verdict="regressed", delta=-0.031,
+                     delta_ci=[-0.045, -0.017], mde=0.012),
+            SweepRow(job="job1", dir="job1", label="flip=0", verdict="inconclusive", delta=0.002,
+                     delta_ci=[-0.009, 0.013], mde=0.012),
+            SweepRow(job="job2", dir="job2", label="job2", missing=True)]
+    code = ("import sys; from harness.report import plots; from tests.test_plots_svg import _forest_rows; "
+            "plots.forest_svg(_forest_rows()); print('matplotlib' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert r.stdout.strip() == "False", r.stderr
+    s = plots.forest_svg(rows)
+    root = _parse(s)
+    texts = _texts(root)
+    assert "flip=<0.02> & $x$" in texts and "&lt;0.02&gt; &amp; $x$" in s  # the label as text, escaped
+    assert {"regressed", "inconclusive", "±detectable effect", "−4", "0"} <= set(texts)
+    dots = [e for e in root.iter(f"{NS}circle") if e.get("stroke") == "white"]
+    assert [d.get("fill") for d in dots] == [plots.VERDICT_COLORS["regressed"], plots.VERDICT_COLORS["inconclusive"]]
+    x = [float(d.get("cx", "nan")) for d in dots]
+    assert x[0] < x[1]  # Δ −3.1 pp left of +0.2 pp
+    assert plots.forest_svg([]).startswith("<svg")  # a sweep with no comparison still draws its axis
+
+
+def _forest_rows() -> list:
+    from harness.results.schema import SweepRow
+
+    return [SweepRow(job="job0", dir="job0", label="x", verdict="improved", delta=0.01, delta_ci=[0.0, 0.02])]

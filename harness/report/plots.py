@@ -1,16 +1,13 @@
-"""The report's plots as inline SVG strings: the comparison's (accuracy, Δ) written directly by
-:mod:`harness.report.svg`; the sweep's forest plot by matplotlib (Agg backend, imported
-lazily), with text drawn as paths.
+"""The report's plots as inline SVG strings written by :mod:`harness.report.svg`: the comparison's accuracy and
+Δ, the sweep's forest plot.
 
 Each SVG is generated from numbers and the labels configuration gives (escaped), so it holds no model text and
-needs no network access. Labels drawn by matplotlib are cleaned of mathtext (``$``).
+needs no network access.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import re
 from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
@@ -50,23 +47,8 @@ def arm_plot(arm: ArmResult, label: str, color: str) -> ArmPlot:
             "bootstrap": arm.bootstrap, "repeats": arm.repeats, "bootstrap_launch": arm.bootstrap_launch}
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _rc(salt: str) -> dict[str, str | int | bool]:
-    # A distinct salt per plot keeps clip-path ids unique when several SVGs share one page.
-    return {"svg.fonttype": "path", "svg.hashsalt": f"abh-{salt}", "font.size": 10,
-            "axes.spines.top": False, "axes.spines.right": False, "axes.titlesize": 11}
-
-
 def _label(s: Any, width: int = 48) -> str:
-    t = str(s).replace("\n", " ").replace("$", r"\$")
+    t = str(s).replace("\n", " ")
     return t if len(t) <= width else t[: width - 1] + "…"
 
 
@@ -84,19 +66,6 @@ def _pair(x: Any) -> tuple[float, float] | None:
     return None
 
 
-def _to_svg(fig: Any) -> str:
-    plt = _plt()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    s = buf.getvalue()
-    s = s[s.index("<svg"):]
-    # Scale with the page: drop the fixed size, keep the viewBox.
-    head, rest = s.split(">", 1)
-    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
-    return head + ' class="plot" preserveAspectRatio="xMinYMin meet">' + rest
-
-
 # ------------------------------------------------------------------------------------------ per arm
 #: an arm's row in the accuracy plot, and where each of its marks sits in it (viewBox units, down from its centre)
 ROW = 50.0
@@ -109,7 +78,7 @@ def accuracy_svg(arms: Sequence[ArmPlot]) -> str:
 
     ``arms``: [{label, accuracy, wilson, bootstrap, repeats, color}] from top to bottom.
     """
-    labels = [_label(a.get("label", ""), 48).replace("\\$", "$") for a in arms]
+    labels = [_label(a.get("label", ""), 48) for a in arms]
     left = max([60.0] + [svg.text_width(t, 10) + 16 for t in labels])
     top = 26.0
     bottom = top + ROW * len(arms)
@@ -246,41 +215,39 @@ def _interval(fig: svg.Figure, x: svg.Scale, pair: tuple[float, float], y: float
 
 
 # ------------------------------------------------------------------------------------------ sweep
+#: a comparison's row in the forest plot (viewBox units)
+FOREST_ROW = 30.0
+
+
 def forest_svg(rows: Sequence[SweepRow]) -> str:
     """One row per comparison: Δ with its interval, coloured by verdict; grey bar = ±MDE around 0."""
-    plt = _plt()
-    with plt.rc_context(_rc("forest")):
-        n = max(1, len(rows))
-        fig, ax = plt.subplots(figsize=(11, 0.42 * n + 1.3))
-        xs = [0.0]
-        ys = list(range(n))[::-1]
-        seen: set[str] = set()
-        for y, r in zip(ys, rows, strict=False):
-            v = r.verdict or "unknown"
-            col = VERDICT_COLORS.get(v, "#333333")
-            mde = _finite(r.mde)
-            if mde is not None:
-                ax.plot([-100 * mde, 100 * mde], [y, y], color="#dddddd", lw=7, solid_capstyle="butt", zorder=1,
-                        label="±detectable effect" if "mde" not in seen else None)
-                seen.add("mde")
-                xs += [-100 * mde, 100 * mde]
-            ci = _pair(r.delta_ci)
-            if ci:
-                ax.plot([100 * ci[0], 100 * ci[1]], [y, y], color=col, lw=2, marker="|", ms=8, zorder=3)
-                xs += [100 * ci[0], 100 * ci[1]]
-            d = _finite(r.delta)
-            if d is not None:
-                ax.plot([100 * d], [y], "o", color=col, ms=7, zorder=4, mec="white",
-                        label=v.replace("_", " ") if v not in seen else None)
-                seen.add(v)
-                xs.append(100 * d)
-        ax.axvline(0, color="#222222", lw=0.9)
-        ax.set_yticks(ys, [_label(r.label or r.job, 60) for r in rows] or [""])
-        span = max(max(abs(x) for x in xs), 0.25) * 1.15
-        ax.set_xlim(-span, span)
-        ax.set_ylim(-0.7, n - 0.3)
-        ax.set_xlabel("Δ = accuracy(B) − accuracy(A)   (percentage points)")
-        ax.grid(axis="x", color="#eeeeee")
-        ax.set_axisbelow(True)
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=6, frameon=False, fontsize=9)
-        return _to_svg(fig)
+    labels = [_label(r.label or r.job, 60) for r in rows]
+    left = max([60.0] + [svg.text_width(t, 10) + 16 for t in labels])
+    top = 8.0 + 9 + 7 + 8  # room for the legend's row above the plot
+    bottom = top + FOREST_ROW * max(1, len(rows))
+    xs = [0.0] + [100 * s * v for r in rows for v in (_finite(r.mde),) if v is not None for s in (-1, 1)]
+    xs += [100 * v for r in rows for v in (_pair(r.delta_ci) or ())]
+    xs += [100 * v for r in rows for v in (_finite(r.delta),) if v is not None]
+    span = max(max(abs(v) for v in xs), 0.25) * 1.15
+    x = svg.Scale(-span, span, left, svg.WIDTH - 20)
+    fig = svg.Figure(height=bottom + 40)
+    fig.x_axis(x, top, bottom, "Δ = accuracy(B) − accuracy(A)   (percentage points)", grid="#eeeeee")
+    legend: dict[str, tuple[str, str, str]] = {}
+    for i, (r, label) in enumerate(zip(rows, labels, strict=True)):
+        y = top + FOREST_ROW * (i + 0.5)
+        v = r.verdict or "unknown"
+        col = VERDICT_COLORS.get(v, "#333333")
+        fig.text(left - 8, y + 3.5, label, 10, anchor="end")
+        mde, ci, d = _finite(r.mde), _pair(r.delta_ci), _finite(r.delta)
+        if mde is not None:
+            fig.line(x(-100 * mde), y, x(100 * mde), y, "#dddddd", 7)
+            legend.setdefault("mde", ("thick", "#bbbbbb", "±detectable effect"))
+        if ci:
+            _interval(fig, x, ci, y, col, 2.0)
+        if d is not None:
+            fig.circle(x(100 * d), y, 4.5, col, "white", 1.0)
+            legend.setdefault(v, ("dot", col, v.replace("_", " ")))
+    fig.line(x(0), top, x(0), bottom, INK, 0.9)
+    fig.y_spine(left, top, bottom)
+    fig.legend(list(legend.values()), 14, columns=6)
+    return fig.svg()

@@ -136,7 +136,7 @@ class Figure:
 
     def legend(self, items: Sequence[tuple[str, str, str]], y: float, columns: int = 3, left: float = 0.0,
                size: float = 9, width: float | None = None) -> float:
-        """``(kind, colour, label)`` entries (kind: thick, line, dashed, dotted, box, ring, fill) in rows of at
+        """``(kind, colour, label)`` entries (kind: thick, line, dashed, dotted, box, ring, dot, fill) in rows of at
         most ``columns`` (fewer when the labels need the room), from ``y`` down, centred across ``width`` from
         ``left`` (0: left-aligned at ``left``); returns the y below the last row."""
         width = self.width - left if width is None else width
@@ -176,8 +176,8 @@ def _swatch(fig: Figure, kind: str, color: str, x: float, y: float) -> None:
     elif kind == "fill":
         fig.rect(x, y - 5, 20, 10, color, 0.35)
         fig.line(x, y - 5, x + 20, y - 5, color, 1.6)
-    elif kind == "ring":
-        fig.circle(x + 10, y, 3.5, "white", color, 1.2)
+    elif kind in ("ring", "dot"):
+        fig.circle(x + 10, y, 3.5, "white" if kind == "ring" else color, color, 1.2)
     else:
         dash = {"dashed": "4 3", "dotted": "1.5 2.5"}.get(kind)
         fig.line(x, y, x + 20, y, color, {"thick": 5.0}.get(kind, 1.6), dash, 0.55 if kind == "thick" else None)
