@@ -9,7 +9,6 @@ holds numbers only.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
@@ -17,12 +16,11 @@ from typing import Any, TypedDict
 from harness.analysis.identity import counts_text
 from harness.report import plots, svg
 from harness.report.texts import Split, split_at, word_end
-from harness.report.words import pct, pval
+from harness.report.words import finite as _num
+from harness.report.words import pct, pval, verdict_label
 from harness.results.schema import Divergence, Histogram, PartingCounts, SweepRow
 from harness.stats.verdict import ALPHA, at_floor
 
-VERDICT_LABELS = {"diverged": "DIVERGED", "indistinguishable": "INDISTINGUISHABLE",
-                  "not_measured": "NOT MEASURED"}
 VERDICT_COLORS = {"diverged": "#c62828", "indistinguishable": "#1565c0", "not_measured": "#616161"}
 COLOR_AB = plots.COLOR_B
 COLOR_AA = "#7f7f7f"
@@ -67,12 +65,6 @@ class DivergenceView(TypedDict):
     rows: list[TopRow]
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return None if math.isnan(x) or math.isinf(x) else float(x)
-
-
 def kld(x: Any) -> str:
     """A KLD (nats/token) for reading: 0.021, 0.0003, 2.1e-06, 0; n/a."""
     v = _num(x)
@@ -109,10 +101,6 @@ def _p(div: Divergence) -> str:
     if at_floor(div.p, div.p_floor) and div.p_floor:
         return f"p < {div.p_floor / (1 - div.p_floor):.2g}"
     return f"p = {pval(div.p)}"
-
-
-def verdict_label(word: str | None) -> str:
-    return VERDICT_LABELS.get(word or "", (word or "unknown").upper().replace("_", " "))
 
 
 def launch_clause(div: Divergence) -> str:

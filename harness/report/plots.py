@@ -7,12 +7,12 @@ needs no network access.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
 from harness.report import svg
 from harness.report.svg import INK
+from harness.report.words import finite as _finite
 from harness.results.schema import ArmResult, Comparison, SweepRow
 
 COLOR_A = "#4c72b0"
@@ -50,12 +50,6 @@ def arm_plot(arm: ArmResult, label: str, color: str) -> ArmPlot:
 def _label(s: Any, width: int = 48) -> str:
     t = str(s).replace("\n", " ")
     return t if len(t) <= width else t[: width - 1] + "…"
-
-
-def _finite(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float) or math.isnan(x) or math.isinf(x):
-        return None
-    return float(x)
 
 
 def _pair(x: Any) -> tuple[float, float] | None:

@@ -23,6 +23,9 @@ VERDICT_LABELS = {
     "identical": "IDENTICAL",
     "differs": "DIFFERS",
     "not_deterministic": "NOT DETERMINISTIC",
+    "diverged": "DIVERGED",
+    "indistinguishable": "INDISTINGUISHABLE",
+    "not_measured": "NOT MEASURED",
 }
 
 
@@ -30,6 +33,12 @@ def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
     return None if math.isnan(x) else float(x)
+
+
+def finite(x: Any) -> float | None:
+    """``x`` as a float when it is a finite number (not a bool), else None."""
+    v = _num(x)
+    return None if v is None or math.isinf(v) else v
 
 
 def pct(x: Any, digits: int = 2) -> str:
