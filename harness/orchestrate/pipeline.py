@@ -34,7 +34,7 @@ from harness.analysis.comparison import IncomparableEvals, TooFewAnswered, compa
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence, has_pass
 from harness.analysis.divergence_cache import cached
-from harness.analysis.gate import comparison_exit, exit_reason, gate_not_applied, gated
+from harness.analysis.gate import comparison_exit, exit_reason, gate_exit, gate_not_applied, gated
 from harness.analysis.multitask import format_tasks
 from harness.analysis.routing import compute_routing
 from harness.arms import sourcediff
@@ -291,7 +291,7 @@ class Run:
 
     def preflight(self) -> list[Preflight]:
         """Each arm's preflight (its own software asked about its launch: SGLang's parser on its flags, vLLM's
-        distribution), said and recorded (``manifest.json`` ``preflight``); :meth:`preflight_failure` stops."""
+        distribution), said and recorded (``manifest.json`` ``preflight``); :meth:`refuse` stops."""
         results = [p for key in dict.fromkeys(self.keys.values()) if (p := self.engines[key].preflight())]
         for p in results:
             for line in p.lines():
@@ -299,13 +299,26 @@ class Run:
         self.manifest.record("preflight", {p.arm: p.to_doc() for p in results})
         return results
 
-    @staticmethod
-    def preflight_failure(results: list[Preflight]) -> RunFailure | None:
-        bad = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in results if not p.ok]
-        if not bad:
-            return None
-        return RunFailure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not start): "
-                          + " | ".join(bad))
+    def refuse(self, bad: list[ArmDiffRow], preflights: list[Preflight],
+               checks: dict[str, list[CheckResult]] | None = None) -> None:
+        """What stops a run before its first server, in order: the preflight (2), a disallowed difference
+        between the arms (6), a source outside ``experiment.fix_files`` (6), a static side check (3). A dry run
+        stops with the code the real run would have; ``checks``: the static checks it ran already."""
+        dry = " (a real run would stop here)" if self.cfg.dry_run else ""
+        refused = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in preflights if not p.ok]
+        if refused:
+            raise RunFailure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not "
+                             "start): " + " | ".join(refused) + dry)
+        refuse_disallowed(bad)
+        self.enforce_sources()
+        for key, results in (self.static_checks() if checks is None else checks).items():
+            try:
+                assert_checks(results, key)
+            except SideAssertionError as e:  # the real run's message: "side assertion failed for arm ..."
+                if not dry:
+                    raise
+                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
+                                 f"{e} (a real run would stop here, before measuring)") from None
 
     def static_checks(self) -> dict[str, list[CheckResult]]:
         """Side checks that need no server (source probes in each arm's interpreter), for every arm."""
@@ -637,8 +650,7 @@ class Run:
         if changed:  # said in the result as in the plan
             comparison = replace(comparison, warnings=[*comparison.warnings, changed])
         schema.write_comparison(run_dir / COMPARISON, comparison)
-        fail_on = self.cfg.fail_on
-        gate = None if fail_on is None else str(fail_on)
+        gate = self.cfg.fail_on
         code = comparison_exit(comparison, gate)  # 5, or 7 for --fail-on
         line = headline(comparison)
         summary = schema.run_summary(comparison, experiment=str(x.name),
@@ -672,11 +684,10 @@ class Run:
         write_task_outputs(run_dir, comparisons, tc, report=False)
         cost = self.cost()
         m.record("cost", cost.to_doc())
-        fail_on = self.cfg.fail_on
-        gate = None if fail_on is None else str(fail_on)
+        gate = self.cfg.fail_on
         codes = [comparison_exit(c, None) for c in comparisons.values()]
         ungated = next((c for c in comparisons.values() if not gated(c)), None)
-        code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(
+        code = max(codes, default=exitcodes.OK) or gate_exit(
             tc.decision, None if ungated is not None else gate)
         summary = schema.RunSummary(
             experiment=str(x.name), verdict=tc.decision, verdict_reason=tc.decision_reason, exit_code=code,
@@ -739,13 +750,6 @@ def _cannot_compare(e: CompareError) -> RunFailure:
                       "retry the failed requests.")
 
 
-def comparison_exit_of_decision(decision: str, fail_on: str | None) -> int:
-    """The gate on a multi-task run's overall decision (exit 7 when it is one ``--fail-on`` refuses)."""
-    from harness.analysis.gate import gate_exit
-
-    return gate_exit(decision, fail_on)
-
-
 def refuse_disallowed(bad: list[ArmDiffRow], what: str = "the arms differ") -> None:
     if bad:
         raise RunFailure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
@@ -771,29 +775,13 @@ def _run_experiment(run: Run, cfg: Config, interrupts: Interrupts) -> int:
         run.print_dry_run(diffs, checks)
         run.print_design(run.items())
         print("\ndry run: no server started, nothing measured.")
-        # The dry run exits as the real run would before its first server: 2, 6, 3, in that order.
+        # a real run resolves its arms strictly: a source problem stops it first
         problems = [p for arm in run.arms.values() for p in arm.source.problems]
         if problems:
             raise RunFailure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
-        refused = run.preflight_failure(preflights)
-        if refused is not None:
-            raise RunFailure(refused.code, f"{refused} (a real run would stop here)")
-        refuse_disallowed(bad)
-        run.enforce_sources()
-        for key, results in checks.items():  # the real run's message: "side assertion failed for arm ..."
-            try:
-                assert_checks(results, key)
-            except SideAssertionError as e:
-                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
-                                 f"{e} (a real run would stop here, before measuring)") from None
+        run.refuse(bad, preflights, checks)
         return exitcodes.OK
-    refused = run.preflight_failure(preflights)
-    if refused is not None:
-        raise refused
-    refuse_disallowed(bad)
-    run.enforce_sources()
-    for key, results in run.static_checks().items():
-        assert_checks(results, key)
+    run.refuse(bad, preflights)
     run.measure()
     interrupts.check()  # a signal that arrived while the last servers were being stopped
     return run.finish()
