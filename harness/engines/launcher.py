@@ -249,8 +249,10 @@ def resolve_hash_target(spec, tree):
 def fingerprint(opts, module, args, harness_pid):
     tree = os.path.abspath(opts["tree"]) if opts["tree"] else None
     top = module.split(".")[0]
-    modules = {name: dict(zip(("file", "found_by"), find_module_file(name)))
-               for name in dict.fromkeys([top, *opts["module"]])}
+    modules = {}
+    for name in dict.fromkeys([top, *opts["module"]]):
+        path, how = find_module_file(name)
+        modules[name] = {"file": path, "found_by": how}
     files = {}
     for spec in opts["hash"]:
         path = resolve_hash_target(spec, tree)
