@@ -15,7 +15,8 @@ from hydra import compose, initialize_config_dir
 
 import harness.config as hc
 from harness.analysis.cost import EvalTime, LaunchTime, run_cost
-from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
+from harness.orchestrate.design import describe, format_design, times_from_cost
+from harness.orchestrate.schedule import plan_launches
 from harness.orchestrate.sequential import Looks, apply_to_comparison, arm_runs, design_of
 from harness.results.schema import SequentialRecord
 from harness.stats.group_sequential import SequentialDesign, stagewise_p

@@ -233,8 +233,7 @@ def test_a_signal_during_a_coroutine_cancels_it_and_comes_out_as_interrupted() -
 
 # ------------------------------------------------------------------------------------------ scoring in the schedule
 def _placed(items, reference="a", aa_key=None, concurrent=False):
-    from harness.orchestrate.design import plan_launches
-    from harness.orchestrate.schedule import with_scoring
+    from harness.orchestrate.schedule import plan_launches, with_scoring
 
     full = with_scoring(items, reference, {"a": "a", "b": "b"}, aa_key, concurrent=concurrent)
     return full, plan_launches(full, concurrent=concurrent), plan_launches(items, concurrent=concurrent)

@@ -40,8 +40,8 @@ from harness.config import Config
 from harness.measure.divergence_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.routing_phase import route_launch
-from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
-from harness.orchestrate.schedule import Step, scoring_dirs
+from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord
+from harness.orchestrate.schedule import Step, eval_rel_dir, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.results import fileio
 from harness.results.eval_store import SAMPLES

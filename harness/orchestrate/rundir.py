@@ -230,11 +230,6 @@ class RunManifest(TypedDict, total=False):
     status: RunStatus
 
 
-def eval_rel_dir(role: str, repeat: int) -> str:
-    """``evals/<role>/r<repeat>``: where one schedule item's answers live, relative to the run directory."""
-    return f"evals/{role}/r{repeat}"
-
-
 # -------------------------------------------------------------------------------------- the digest
 def non_semantic_keys(engine_ignores: Iterable[str], arm_keys: Iterable[str]) -> list[str]:
     """:data:`NON_SEMANTIC` plus the engine fields that say how the harness drives a server (timeouts, port,
