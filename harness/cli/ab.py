@@ -1,18 +1,11 @@
 """``abh ab URL_A URL_B --out DIR``: evaluate two servers that are already running, then compare them.
 
-It is a run of the pipeline (:func:`harness.orchestrate.pipeline.run_job`) over the experiment ``ab``
+A run of the pipeline (:func:`harness.orchestrate.pipeline.run_job`) over the experiment ``ab``
 (``configs/experiment/ab.yaml``: the external engine, one server per arm given by its URL), composed by Hydra
-from this command line, with ``abh run``'s schedule, resume rule and outputs. A rerun that asks other questions,
-or gives the two URLs swapped, is refused.
-
-Every eval of one URL counts as one launch (``url:...``), so with one URL per arm the accuracy verdict is about
-the two server instances only (``[instances only]``; ``--fail-on`` acts on it only with
-``--assume-no-launch-shift``). ``--aa URL_A2`` adds a second launch of A: the A/A control.
-
-Exit codes are those of ``abh run``: 0 finished; 2 bad command line, data or output directory (nothing is
-started); 4 a server is not reachable or stopped serving (answers so far are kept); 5 too many request
-errors (an arm with no answer at all included); 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 / 129 interrupted by Ctrl-C / SIGTERM /
-SIGHUP. Two servers that say they serve different models are refused (exit 2) before any question.
+from this command line, with ``abh run``'s schedule, resume rule, outputs and exit codes (docs/commands.md).
+Every eval of one URL counts as one launch (``url:...``); ``--aa URL_A2`` adds a second launch of A, the A/A
+control. What would make the run meaningless is refused before any question: URLs swapped on a rerun, a server
+that does not answer (exit 4), servers of different models (exit 2).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The design a run is about to execute, stated before the first server starts: server launches per arm, passes
-(evals) per launch, whether launch-to-launch noise is sampled, and the expected GPU cost when launch and
-eval times are known (from this run directory's earlier sessions).
+(evals) per launch, whether launch-to-launch noise is sampled, and the expected GPU cost when earlier sessions
+timed launches and evals.
 
-Why it is printed: on a box where a launch costs tens of minutes, reusing one launch for several passes is
-much cheaper, but then the repeats of an arm share whatever that launch fixed (kernel autotuning, memory
-layout, a nondeterministic reduction order), so a launch-wide shift cannot be told from the change; a fresh
-launch per repeat samples that noise at the price of a launch per repeat. The harness does not pick silently:
-it prints the trade-off and its cost.
-
-The launches a schedule makes are :func:`harness.orchestrate.schedule.plan_launches`.
+Why: reusing a launch for several passes is much cheaper where a launch costs tens of minutes, but then the
+repeats share whatever the launch fixed (autotuning, memory layout), so a launch-wide shift cannot be told from
+the change. The harness does not pick silently: it prints the trade-off and its cost.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""The pipeline of a whole arm comparison (``abh run``'s job; :mod:`harness.cli.run` is its Hydra entry).
-
-In order:
-
-1. prepare: validate the config, load the data, open the run directory (resume or refuse), resolve each arm
-   and its engine, diff the arms' launches;
-2. static checks: the side checks that need no server, for both arms, before any server starts (a dry run
-   stops here, with the exit code a real run would have);
-3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
-   checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
-4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
-   other arm's, a fresh launch of its own and every other launch the run holds
-   (:mod:`~harness.orchestrate.divergence_phase`), each right after an eval on that launch;
-5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
-   table on the terminal and ``report.html``.
+"""The pipeline of a whole arm comparison (``abh run``'s and ``abh ab``'s job; :mod:`harness.cli.run` is its
+Hydra entry): prepare (the config's data, the run directory, each arm and its engine, the arms' diff); the static
+checks, before any server (a dry run stops there, with the exit code a real run would have); measure (each
+schedule item's eval on its launch from the :class:`ServerPool`, the divergence's scoring passes on the same
+launches); finish (``comparison.json``, ``summary.json``, the terminal's table, ``report.html``).
 
 Every failure is an exception; :func:`exit_for` maps the expected ones to an exit code and one line.
 """

@@ -1,14 +1,10 @@
-"""The routing passes of ``abh run``: on every launch a divergence scoring pass ran on, right after it, the routed
-experts of the same reference tokens (:mod:`harness.measure.routing_pass`), into the same directory
-(``routing.bin``, ``routing.json``). No launch of its own: the reference arm's reference launch, B's launches and
-the A/A launches are the divergence's.
+"""The routing passes of ``abh run``: right after each divergence scoring pass, on the same launch, the routed
+experts of the same reference tokens (:mod:`harness.measure.routing_pass`), into the same directory.
 
-The routing's shape comes from what the run knows about the model, first found wins: the arm's
-``routed_experts`` side check (``top_k``, ``num_experts``), the simulated engine's knobs, the model directory's
-``config.json`` (``num_experts_per_tok``; ``n_routed_experts``, ``num_experts`` or ``num_local_experts``). Where none of them names a
-``top_k`` the model is taken as dense and the pass ``not_applicable`` (no routing sentence anywhere: a dense model
-has no routing to report); an MoE whose routing cannot be read (an engine API that does not return routed experts,
-a server started without returning them) is ``not_measured`` with the reason.
+The routing's shape (``top_k``, experts) comes from what the run knows, first found wins: the arm's
+``routed_experts`` side check, the simulated engine's knobs, the model's ``config.json``. Where none names a
+``top_k`` the model is dense and the pass ``not_applicable``; an MoE whose routing cannot be read is
+``not_measured`` with the reason.
 """
 
 from __future__ import annotations

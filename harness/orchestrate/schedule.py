@@ -1,22 +1,14 @@
 """The order of a run's evals and scoring passes, and which of them need a server launch of their own.
 
-The divergence's scoring passes (:mod:`harness.orchestrate.divergence_phase`) ride on launches the evals hold, so
-they cost no launch of their own wherever the design allows:
-
-* the **reference** pass right after the reference arm's repeat 1, on that eval's launch;
-* the **compared** pass right after the other arm's repeat 1, on that eval's launch;
-* the **floor** (A/A) pass on the first later *fresh* launch of the reference arm: the A/A control's first eval
-  (reference A), else the reference arm's next fresh repeat; a design with neither (one launch per arm, no
-  A/A control on a fresh launch) gets a launch for the floor alone, which the printed design shows;
-* a **launch** pass on every other launch the run holds (the reference arm's other launches, the A/A
-  control's, the other arm's), right after the first eval on it that follows the reference pass, while it is
-  live, into that eval's directory. The launch-level divergence test compares the compared arm's launches with
-  the reference configuration's (:mod:`harness.stats.kld_launches`). Launches whose evals all ran before the
-  reference texts existed (blocked order, reference B) are not scored: that would need a launch of their own.
-
-A floor on the reference pass's own launch would miss the launch-to-launch noise the compared pass carries,
-and the test would reject every time: no pass other than the reference's is ever scheduled there. Which
-eval runs on which launch follows the server pool's rules (:func:`plan_launches`).
+The divergence's scoring passes ride on launches the evals hold, so they cost no launch of their own wherever
+the design allows: the **reference** pass right after the reference arm's repeat 1, the **compared** pass
+right after the other arm's repeat 1, each on that eval's launch; the **floor** (A/A) pass on the first later
+*fresh* launch of the reference arm (the A/A control's first eval, else its next fresh repeat; failing both, a
+launch for the floor alone, which the printed design shows); a **launch** pass on every other launch the run
+holds, right after its first eval that follows the reference pass. Never a second pass on the reference pass's
+own launch: it would miss the launch-to-launch noise the compared pass carries, and the test would reject every
+time. Launches whose evals all ran before the reference texts existed (blocked order, reference B) are not
+scored.
 """
 
 from __future__ import annotations
