@@ -1,9 +1,7 @@
-"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``); nothing without one.
-
-* :func:`gpu_inventory`: what the machine has (model, driver, memory), recorded in a run's provenance.
-* :func:`gpu_snapshot`: which processes hold a GPU and how much memory each GPU uses, taken before a server
-  starts; :func:`wait_gpu_release` waits after a stop until the server's processes left the GPUs and the used
-  memory is back near that snapshot (best effort, bounded), so the next arm does not start on a full GPU.
+"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``); nothing without one:
+the inventory a run's provenance records, and the snapshot taken before a server starts that
+:func:`wait_gpu_release` compares with after a stop (best effort, bounded), so the next arm does not start on a
+full GPU.
 """
 
 from __future__ import annotations
