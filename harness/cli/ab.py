@@ -113,19 +113,15 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_names(text: str) -> tuple[str, str]:
-    """``base,fix`` -> ("base", "fix"); ValueError unless two non-empty names."""
-    names = tuple(n.strip() for n in text.split(","))
-    if len(names) != 2 or not all(names):
-        raise ValueError(f"--names takes two non-empty names separated by a comma (e.g. base,fix), not {text!r}")
-    return names[0], names[1]
-
-
 def arm_names(a: argparse.Namespace) -> tuple[str, str]:
-    """The arms' names from --a-name/--b-name or --names; ValueError for two equal names."""
+    """The arms' names from --a-name/--b-name or --names (``base,fix``); ValueError for an empty or a repeated
+    name."""
     names = list(DEFAULT_NAMES)
     if a.names is not None:
-        names = list(parse_names(a.names))
+        names = [n.strip() for n in a.names.split(",")]
+        if len(names) != 2 or not all(names):
+            raise ValueError(f"--names takes two non-empty names separated by a comma (e.g. base,fix), not "
+                             f"{a.names!r}")
     names[0] = a.a_name if a.a_name is not None else names[0]
     names[1] = a.b_name if a.b_name is not None else names[1]
     if not all(n.strip() for n in names):

@@ -38,8 +38,6 @@ def eval_main(argv: list[str]) -> int:
             signal.signal(s, h)
 
 
-
-
 def _parser() -> argparse.ArgumentParser:
     from harness.serving.client import ClientConfig
     from harness.tasks import registry
@@ -93,6 +91,7 @@ def _eval(argv: list[str]) -> int:
         run_task_eval_async,
     )
     from harness.measure.runner import run
+    from harness.results.eval_store import OutputError, StoreError
     from harness.serving.client import ClientConfig
     from harness.tasks import registry
     from harness.tasks.interface import DatasetError
@@ -145,21 +144,17 @@ def _eval(argv: list[str]) -> int:
               if out.is_dir() else f"abh eval: interrupted by {e} before any answer; nothing was written.",
               file=sys.stderr)
         return 128 + e.signum
-    except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
-        from harness.results.eval_store import OutputError, StoreError
-
-        if isinstance(e, OutputError):
-            kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) and "
-                    "rerun the same command to resume") if out.is_dir() else ""
-            print(f"abh eval: error: {e}{kept}", file=sys.stderr)
-            return exitcodes.BAD_CONFIG
-        if isinstance(e, StoreError | DatasetError):
-            print(f"abh eval: error: {e}", file=sys.stderr)
-            return exitcodes.BAD_CONFIG
-        if isinstance(e, OSError):  # a directory that cannot be made or opened
-            print(f"abh eval: error: {a.out}: {e.strerror or e}", file=sys.stderr)
-            return exitcodes.BAD_CONFIG
-        raise
+    except OutputError as e:  # one clear line, not a traceback, for operational errors
+        kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) and "
+                "rerun the same command to resume") if out.is_dir() else ""
+        print(f"abh eval: error: {e}{kept}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except (StoreError, DatasetError) as e:
+        print(f"abh eval: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except OSError as e:  # a directory that cannot be made or opened
+        print(f"abh eval: error: {a.out}: {e.strerror or e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     print(format_summary(summary))
     if summary["errors"]:
         print(f"{summary['errors']} request(s) failed after retries; rerun the same command to retry them.",

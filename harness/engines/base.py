@@ -113,12 +113,6 @@ class ServerProbe(TypedDict):
     time: str
 
 
-def _plain(cfg: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return dataclasses.asdict(cfg)
-    return dict(cfg)
-
-
 class Engine:
     """Base class of every engine. ``cfg`` is the engine's schema dataclass (arm overrides applied)."""
 
@@ -188,7 +182,7 @@ class Engine:
         return None
 
     def config_dict(self) -> dict[str, Any]:
-        return _plain(self.cfg)
+        return dataclasses.asdict(self.cfg)
 
     #: what ``engine.deterministic`` adds to the command line and the environment
     deterministic_flags: ClassVar[tuple[str, ...]] = ()
