@@ -144,7 +144,6 @@ class Engine:
         self._spec: LaunchSpec | None = None
         self._simulated_seen = False
         self.ready_s: float | None = None
-        self._stopped = False
         self._wire: Api | None = None
         #: headers the harness's own requests to the server carry (the client's ``Authorization``: a server that
         #: wants an API key wants it for its health and info endpoints too); set by the run, never recorded

@@ -32,10 +32,6 @@ class RunTask:
     #: the task built without the server's model path: what it asks, by which protocols (checked before launch)
     probe: Task
 
-    @property
-    def label(self) -> str:
-        return self.key or self.spec.name
-
     def eval_dir(self, run_dir: Path, rel: str) -> Path:
         return run_dir / rel / self.key if self.key else run_dir / rel
 
