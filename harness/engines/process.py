@@ -127,15 +127,11 @@ def check_ports_free(ports: Sequence[int], why: str, host: str = "127.0.0.1") ->
 
 def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if not port_in_use(host, port):
-                return True
-        except OSError:
-            return True  # an address we cannot bind at all: nothing to wait for
+    while busy_ports([port], host):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+    return True
 
 
 # ------------------------------------------------------------------------------------------ logs
