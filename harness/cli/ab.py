@@ -19,11 +19,17 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
-from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, add_verdict_flags, as_flags
+from harness.cli.flags import (
+    HelpFormatter,
+    add_api_flag,
+    add_client_flags,
+    add_task_flags,
+    add_verdict_flags,
+    as_flags,
+)
 from harness.config import ConfigError, validate
 from harness.serving.settings import ClientSettings
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
-from harness.tasks.registry import all_recipes
 
 ROLES = ("a", "b")
 DEFAULT_NAMES = ("A", "B")
@@ -50,7 +56,6 @@ def hydra_value(value: object) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    client = ClientSettings()
     ap = argparse.ArgumentParser(
         prog="abh ab", formatter_class=HelpFormatter,
         description="Evaluate two running servers (interleaved: A r1, B r1, A r2, ...) and compare them; "
@@ -69,10 +74,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="the task (a file of configs/task/: gsm8k, gsm8k_vllm, mmlu, mgsm_en, gpqa_diamond, ...; default "
                          "gsm8k); several, comma-separated, are each evaluated on every eval of both servers, with a "
                          "verdict per task and one overall decision (Holm across the tasks)")
-    ap.add_argument("--model", default="", help="OpenAI model name (default: the first of /v1/models)")
-    ap.add_argument("--api-key-env", default="", metavar="VAR",
-                    help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
-                         "a URL's user:password@ is sent as basic auth")
     ap.add_argument("--repeats", type=int, default=1, metavar="R", help="evals per arm")
     ap.add_argument("--a-name", default=None, metavar="NAME", help="arm A's name (default: A)")
     ap.add_argument("--b-name", default=None, metavar="NAME", help="arm B's name (default: B)")
@@ -80,19 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", action="append", default=None, metavar="[TASK=]PATH",
                     help="the task's data: a file or directory, hf:REPO[:CONFIG] or an URL (GSM8K: test JSONL; default: "
                          "the embedded copy); with several tasks, TASK=PATH for each (repeat the option)")
-    ap.add_argument("--train-data", default=None, metavar="PATH",
-                    help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
-                         "--data)")
-    ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--recipe", choices=list(all_recipes()), default=None,
-                    help="the task's recipe (default: the task file's; GSM8K: sglang, SGLang's bench_sglang.py)")
-    ap.add_argument("--num-shots", type=int, metavar="K", default=None,
-                    help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")
-    ap.add_argument("--num-questions", type=int, default=None, metavar="N",
-                    help="questions per eval (default: the recipe's; GSM8K: all 1319)")
-    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
-                    help="generation length limit (default: the recipe's; sglang: 512)")
-    ap.add_argument("--parallel", type=int, default=client.parallel, metavar="P", help="requests in flight")
+    add_task_flags(ap)
     add_client_flags(ap)
     ap.add_argument("--wait-ready", type=float, metavar="S", default=60.0,
                     help="wait up to this many seconds for each server to serve before its first eval")
@@ -107,7 +96,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="state that server launches do not shift accuracy: without --aa the verdict is about the "
                          "two server instances only, and --fail-on acts on it only with this flag (recorded in "
                          "comparison.json assumptions and in the markdown)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     ap.add_argument("--verbose", "-v", action="store_true",
                     help="every detail on the terminal: servers waited for, checks passed, the statistician's summary")
     return ap
