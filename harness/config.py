@@ -479,22 +479,17 @@ def _read(values: Mapping[str, Any], found: _Found) -> Config:
     return config
 
 
-def typed(schema: type[Any], values: Any, prefix: str = "") -> Any:
+def typed(schema: type[Any], values: Any) -> Any:
     """``values`` (a mapping, or an instance to copy) as an instance of ``schema``; ConfigError for a key the
     schema does not declare or a value of the wrong type."""
     plain = dataclasses.asdict(values) if dataclasses.is_dataclass(values) and not isinstance(values, type) \
         else _plain(values)
     found = _Found()
-    built = _build(schema, plain, prefix, found)
+    built = _build(schema, plain, "", found)
     wrong = [f"{k} is not a key of {schema.__name__}" for k in found.strays] + found.wrong
     if wrong:
         raise ConfigError(f"bad config: {wrong[0]}")
     return built
-
-
-def as_dict(config: Config) -> dict[str, Any]:
-    """The config as the run directory stores it (``manifest.json`` ``config``): plain values, every key."""
-    return dataclasses.asdict(config)
 
 
 # ------------------------------------------------------------------------------------------ the checks

@@ -10,6 +10,7 @@ Every failure is an exception; :func:`exit_for` maps the expected ones to an exi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import traceback
 from collections.abc import Sequence
@@ -47,7 +48,6 @@ from harness.config import (
     EngineConfig,
     SimulatedEngineConfig,
     arms_root,
-    as_dict,
 )
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
@@ -195,7 +195,7 @@ class Run:
             written = answer_key.write(run_dir / "simulator_answer_key.json",
                                        [(t.key, t.probe) for t in self.tasks], dry_run=cfg.dry_run)
             self.answer_key = str(written) if written else ""
-        resolved = as_dict(cfg)
+        resolved = dataclasses.asdict(cfg)  # what manifest.json stores as ``config``
         ignores = engine_class(cfg.engine.kind).diff_ignore
         digest = config_digest(resolved, non_semantic_keys(ignores, list(cfg.arms)))
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
