@@ -208,7 +208,6 @@ def root_cause(text: str) -> str:
     return (causes or found or [""])[-1][:400]
 
 
-
 # ------------------------------------------------------------------------------------- processes
 _LIVE: set[ServerProcess] = set()
 _LIVE_LOCK = threading.Lock()
@@ -484,7 +483,6 @@ class ServerProcess:
         info["seconds"] = time.monotonic() - t0
         self.stop_info = info
         return info
-
 
 
 def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]], what: str, timeout_s: float,

@@ -200,8 +200,7 @@ class Run:
         digest = config_digest(resolved, non_semantic_keys(ignores, list(cfg.arms)))
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
         if not cfg.dry_run:  # abh ab names its run directory --out
-            check_resume(self.manifest.data, digest, run_dir,
-                         "--out" if command is not None and command[1:2] == ["ab"] else "hydra.run.dir")
+            check_resume(self.manifest.data, digest, run_dir, "--out" if self.command_name == "ab" else "hydra.run.dir")
         dataset: DatasetRecord = {"sha256": self.test.sha256, "source": self.test.source,
                                   "canonical": self.test.canonical, "rows": len(self.test)}
         if self.several:
@@ -649,15 +648,14 @@ class Run:
                                      cost=cost, sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
-        if self.cfg.verbose:  # the statistician's summary and the cost per arm
-            print(printable(format_table(summary, comparison)))  # arm names are anyone's text
-            if seq is not None:
-                print(f"  {sequential_line(seq)}")
-            print(format_cost(cost))
+        if self.cfg.verbose:  # the statistician's summary, then the cost per arm (arm names are anyone's text)
+            print(printable(format_table(summary, comparison)))
         else:
             print(printable("\n".join(result_lines(comparison, table_title(summary, comparison), cost))))
-            if seq is not None:
-                print(f"  {sequential_line(seq)}")
+        if seq is not None:
+            print(f"  {sequential_line(seq)}")
+        if self.cfg.verbose:
+            print(format_cost(cost))
         reason = exit_reason(code, comparison, gate) or gate_not_applied(comparison, gate, self.command_name)
         if reason:
             self.log.say(reason)
