@@ -28,19 +28,12 @@ from harness.cli.flags import (
     as_flags,
 )
 from harness.config import ConfigError, validate
+from harness.exitcodes import Failure
 from harness.serving.settings import ClientSettings
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
 
 ROLES = ("a", "b")
 DEFAULT_NAMES = ("A", "B")
-
-
-class ABFailure(Exception):
-    """A failure before the pipeline starts, with its exit code and one line saying what happened."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 def hydra_value(value: object) -> str:
@@ -202,9 +195,9 @@ def check_urls(urls: Sequence[str]) -> list[str]:
         try:
             out.append(check_url(url))
         except ValueError as e:
-            raise ABFailure(exitcodes.BAD_CONFIG, f"{name} {e}") from None
+            raise Failure(exitcodes.BAD_CONFIG, f"{name} {e}") from None
     if len(out) == 3 and url_identity(out[2]) in {url_identity(u) for u in out[:2]}:
-        raise ABFailure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second launch "
+        raise Failure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second launch "
                         "of arm A's server (another port or host), or its divergence is not measured")
     return out
 
@@ -222,7 +215,7 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
         other = "b" if role == "a" else "a"
         for meta_path in sorted((out / "evals" / other).glob(f"r*/{schema.EVAL_FILE}")):
             if schema.load_eval_meta(meta_path).get("launch") == mine:
-                raise ABFailure(exitcodes.BAD_CONFIG,
+                raise Failure(exitcodes.BAD_CONFIG,
                                 f"{out} holds evals of {urls[ROLES.index(role)]} as arm {other.upper()}, and this "
                                 f"command gives it as URL_{role.upper()}: the URLs are swapped. Give them in the "
                                 "order of the first run, or use another --out")
@@ -237,7 +230,7 @@ def refused_redirect(role: str, url: str) -> Iterator[None]:
     try:
         yield
     except Redirected as e:
-        raise ABFailure(exitcodes.BAD_CONFIG, f"server {role.upper()} at {redact_userinfo(url)}: {e}") from None
+        raise Failure(exitcodes.BAD_CONFIG, f"server {role.upper()} at {redact_userinfo(url)}: {e}") from None
 
 
 def refuse_links(out: Path) -> None:
@@ -249,7 +242,7 @@ def refuse_links(out: Path) -> None:
         try:
             refuse_planted_links(out)
         except PlantedLink as e:
-            raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
+            raise Failure(exitcodes.BAD_CONFIG, str(e)) from None
 
 
 def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
@@ -266,7 +259,7 @@ def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
         with refused_redirect(role, url):
             why = unreachable(url, headers=headers)
         if why is not None:
-            raise ABFailure(exitcodes.SERVER_FAILURE,
+            raise Failure(exitcodes.SERVER_FAILURE,
                             f"server {role.upper()} at {redact_userinfo(url)} is not reachable: {why}")
         asked.append((role, url))
     return asked
@@ -283,18 +276,18 @@ def refuse_other_models(servers: Sequence[tuple[str, str]], headers: dict[str, s
             models[role] = served_model(url, headers)
     if len({m for m in models.values() if m is not None}) > 1:
         said = ", ".join(f"{role.upper()}: {m!r}" for role, m in models.items() if m is not None)
-        raise ABFailure(exitcodes.BAD_CONFIG, f"the servers serve different models ({said}); abh ab compares "
+        raise Failure(exitcodes.BAD_CONFIG, f"the servers serve different models ({said}); abh ab compares "
                         "servers of the same model that differ in one change")
 
 
 def auth_headers(api_key_env: str) -> dict[str, str]:
-    """The bearer header of ``--api-key-env`` (ABFailure, exit 2, when it names no variable that is set)."""
+    """The bearer header of ``--api-key-env`` (Failure, exit 2, when it names no variable that is set)."""
     from harness.serving.client import bearer_headers
 
     settings = ClientSettings(api_key_env=api_key_env)
     problems = [p for p in settings.problems() if p.startswith("api_key_env")]
     if problems:
-        raise ABFailure(exitcodes.BAD_CONFIG, "--" + problems[0].replace("_", "-", 2))
+        raise Failure(exitcodes.BAD_CONFIG, "--" + problems[0].replace("_", "-", 2))
     return bearer_headers(settings)
 
 
@@ -342,16 +335,16 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         ap.error(as_flags(problems[0]))
     try:
         if a.out.exists() and not a.out.is_dir():
-            raise ABFailure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
+            raise Failure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
         from harness.util.paths import output_problem
 
         unsafe = output_problem(a.out)
         if unsafe:
-            raise ABFailure(exitcodes.BAD_CONFIG, unsafe)
+            raise Failure(exitcodes.BAD_CONFIG, unsafe)
         try:
             task_data(a.data, task_names(a.task))
         except ValueError as e:
-            raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
+            raise Failure(exitcodes.BAD_CONFIG, str(e)) from None
         urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
         headers = auth_headers(a.api_key_env)
         refuse_links(a.out)
@@ -364,7 +357,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         from harness.orchestrate.pipeline import refuse_config
 
         return refuse_config(e, a.out, dry_run=False)
-    except ABFailure as e:
+    except Failure as e:
         print(f"abh ab: {'error: ' if e.code == exitcodes.BAD_CONFIG else ''}{e}", file=sys.stderr)
         return e.code
     except Exception as e:  # noqa: BLE001 - a config Hydra refuses (a bad value): one line, exit 2

@@ -51,6 +51,7 @@ from harness.config import (
 )
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
+from harness.exitcodes import Failure
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
 from harness.orchestrate import resumed_design
 from harness.orchestrate.design import SequentialSchedule, describe, format_design, times_from_cost
@@ -101,12 +102,6 @@ INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANG
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
 
 
-class RunFailure(Exception):
-    """The run stops with ``code`` (see harness.exitcodes) and one message for its user."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -276,7 +271,7 @@ class Run:
         try:
             sourcediff.enforce(self.source_diff)
         except sourcediff.SourceDiffError as e:
-            raise RunFailure(e.code, str(e)) from None
+            raise Failure(e.code, str(e)) from None
 
     def preflight(self) -> list[Preflight]:
         """Each arm's preflight (its own software asked about its launch: SGLang's parser on its flags, vLLM's
@@ -296,7 +291,7 @@ class Run:
         dry = " (a real run would stop here)" if self.cfg.dry_run else ""
         refused = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in preflights if not p.ok]
         if refused:
-            raise RunFailure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not "
+            raise Failure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not "
                              "start): " + " | ".join(refused) + dry)
         refuse_disallowed(bad)
         self.enforce_sources()
@@ -306,7 +301,7 @@ class Run:
             except SideAssertionError as e:  # the real run's message: "side assertion failed for arm ..."
                 if not dry:
                     raise
-                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
+                raise Failure(exitcodes.SIDE_ASSERTION_FAILED,
                                  f"{e} (a real run would stop here, before measuring)") from None
 
     def static_checks(self) -> dict[str, list[CheckResult]]:
@@ -460,12 +455,12 @@ class Run:
             raise self.server_failed(item.arm_key, launch, f"scoring {item.rel_dir}", e,
                                      "The questions scored so far are kept") from None
 
-    def server_failed(self, key: str, launch: Launch, during: str, e: ServerGone, kept: str) -> RunFailure:
+    def server_failed(self, key: str, launch: Launch, during: str, e: ServerGone, kept: str) -> Failure:
         """Stop the server of ``key`` that failed ``during`` something; the run's failure (exit 4), with the
         server's last log lines where abh launched it."""
         tail = self.pool.log_tail(key)
         self.pool.stop(key, "it failed")
-        return RunFailure(exitcodes.SERVER_FAILURE,
+        return Failure(exitcodes.SERVER_FAILURE,
                           f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun the "
                           "same command to resume." + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
 
@@ -543,7 +538,7 @@ class Run:
             raise
         except WrongServer as e:  # the launched server does not speak the configured API: a config problem
             self.manifest.eval_ended(rel, "failed", error=str(e))
-            raise RunFailure(exitcodes.BAD_CONFIG, f"arm {key}: {e}") from None
+            raise Failure(exitcodes.BAD_CONFIG, f"arm {key}: {e}") from None
         except ServerGone as e:  # died, or stalled (the client's watchdog): stop it, say why, keep the answers
             self.manifest.eval_ended(rel, "failed", error=str(e))
             raise self.server_failed(key, launch, rel, e, "Answers so far are kept") from None
@@ -722,25 +717,25 @@ class Run:
 TaskOutputs = tuple[dict[str, schema.Comparison], schema.TasksComparison]
 
 
-def _cannot_compare(e: CompareError) -> RunFailure:
+def _cannot_compare(e: CompareError) -> Failure:
     """The exit code and message of a comparison that could not be made (one task or several alike)."""
     if isinstance(e, CompareSettingsError):  # the settings, not the evals: they are kept for the rerun
         key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
-        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
+        return Failure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
                           "evals are kept")
     if isinstance(e, IncomparableEvals):  # not a matter of failed requests: a rerun would not change it
-        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}")
+        return Failure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}")
     if isinstance(e, TooFewAnswered):  # request errors (5, a rerun retries them), or too few questions asked (2)
-        return RunFailure(e.exit_code, f"the arms cannot be compared: {e}" + (
+        return Failure(e.exit_code, f"the arms cannot be compared: {e}" + (
             ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
             else " (task.num_questions)"))
-    return RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command to "
+    return Failure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command to "
                       "retry the failed requests.")
 
 
 def refuse_disallowed(bad: list[ArmDiffRow], what: str = "the arms differ") -> None:
     if bad:
-        raise RunFailure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
+        raise Failure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
                          + "; ".join(d["key"] for d in bad)
                          + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
 
@@ -766,7 +761,7 @@ def _run_experiment(run: Run, cfg: Config, interrupts: Interrupts) -> int:
         # a real run resolves its arms strictly: a source problem stops it first
         problems = [p for arm in run.arms.values() for p in arm.source.problems]
         if problems:
-            raise RunFailure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
+            raise Failure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
         run.refuse(bad, preflights, checks)
         return exitcodes.OK
     run.refuse(bad, preflights)
@@ -777,7 +772,7 @@ def _run_experiment(run: Run, cfg: Config, interrupts: Interrupts) -> int:
 
 def exit_for(e: BaseException) -> tuple[int, str] | None:
     """The exit code and the one line for an expected failure; None for a bug."""
-    if isinstance(e, RunFailure):
+    if isinstance(e, Failure):
         return e.code, f"error: {e}"
     if isinstance(e, Interrupted):
         return e.exit_code, f"interrupted by {e}; servers stopped, results kept. Rerun the same command to resume."
