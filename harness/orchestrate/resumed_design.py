@@ -1,10 +1,7 @@
-"""A resumed run whose design changes, said in the plan and in the result.
-
-A server does not outlive the session that launched it: when an interrupted run is resumed, the evals still to
-run (and an eval cut short) are served by a new launch, so an arm planned on one launch ends up on two. The
-verdict takes launches as its unit, so its interval and detectable effect are those of the design that ran: the
-plan of the resuming session says how the design changes and why, and the result says it again (a warning of
-the comparison, on every surface).
+"""A resumed run whose design changes, said in the plan and in the result: a server does not outlive its
+session, so the evals run after an interruption are on a new launch, and an arm planned on one launch ends up on
+two. The verdict takes launches as its unit, so its interval and detectable effect are those of the design that
+ran.
 """
 
 from __future__ import annotations
