@@ -13,10 +13,9 @@ Tree::
     arms/**/*.yaml               arm definitions (group ``arms`` through Hydra's search path)
 
 Each setting's default and range are declared once, on its field (:func:`harness.util.ranges.ranged`). Hydra
-composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports neither
-Hydra nor OmegaConf nor any HTTP client); :func:`validate` then turns the composed tree into typed objects
-(:class:`Config`), once, at the door, and adds the checks a type cannot express. Nothing below the command line
-sees the composed tree.
+composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports no Hydra);
+:func:`validate` turns the composed tree into typed objects (:class:`Config`) once, at the door, with the checks a
+type cannot express.
 """
 
 from __future__ import annotations

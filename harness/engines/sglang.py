@@ -60,6 +60,10 @@ def _int(v: str | bool | None, default: int) -> int:
         return default
 
 
+def _dp(f: dict[str, str | bool]) -> int:
+    return _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1)
+
+
 def dp_attention_ranks(args: Sequence[str]) -> int:
     """How many DP attention ranks a server started with ``args`` runs, each with its own scheduler (a request
     lands on one of them; SGLang's ``routed_dp_rank`` picks it): ``--dp``/``--dp-size N`` with
@@ -69,7 +73,7 @@ def dp_attention_ranks(args: Sequence[str]) -> int:
     if attn > 0:
         return attn
     if f.get("--enable-dp-attention"):
-        return max(1, _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1))
+        return max(1, _dp(f))
     return 1
 
 
@@ -86,8 +90,7 @@ def derived_ports(port: int, args: Sequence[str]) -> list[int]:
         host, _, p = dist.rpartition(":")
         dist_port = _int(p, 0) if host in _LOCAL_HOSTS else 0
     if f.get("--enable-dp-attention") and _int(f.get("--nnodes"), 1) == 1:
-        dp = _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1)
-        span = _BLOCK + max(dp, 1)
+        span = _BLOCK + max(_dp(f), 1)
         if dist_port:
             base = dist_port
         else:
