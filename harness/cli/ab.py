@@ -198,7 +198,7 @@ def check_urls(urls: Sequence[str]) -> list[str]:
             raise Failure(exitcodes.BAD_CONFIG, f"{name} {e}") from None
     if len(out) == 3 and url_identity(out[2]) in {url_identity(u) for u in out[:2]}:
         raise Failure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second launch "
-                        "of arm A's server (another port or host), or its divergence is not measured")
+                      "of arm A's server (another port or host), or its divergence is not measured")
     return out
 
 
@@ -216,9 +216,9 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
         for meta_path in sorted((out / "evals" / other).glob(f"r*/{schema.EVAL_FILE}")):
             if schema.load_eval_meta(meta_path).get("launch") == mine:
                 raise Failure(exitcodes.BAD_CONFIG,
-                                f"{out} holds evals of {urls[ROLES.index(role)]} as arm {other.upper()}, and this "
-                                f"command gives it as URL_{role.upper()}: the URLs are swapped. Give them in the "
-                                "order of the first run, or use another --out")
+                              f"{out} holds evals of {urls[ROLES.index(role)]} as arm {other.upper()}, and this "
+                              f"command gives it as URL_{role.upper()}: the URLs are swapped. Give them in the "
+                              "order of the first run, or use another --out")
 
 
 @contextmanager
@@ -260,7 +260,7 @@ def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
             why = unreachable(url, headers=headers)
         if why is not None:
             raise Failure(exitcodes.SERVER_FAILURE,
-                            f"server {role.upper()} at {redact_userinfo(url)} is not reachable: {why}")
+                          f"server {role.upper()} at {redact_userinfo(url)} is not reachable: {why}")
         asked.append((role, url))
     return asked
 
@@ -277,7 +277,7 @@ def refuse_other_models(servers: Sequence[tuple[str, str]], headers: dict[str, s
     if len({m for m in models.values() if m is not None}) > 1:
         said = ", ".join(f"{role.upper()}: {m!r}" for role, m in models.items() if m is not None)
         raise Failure(exitcodes.BAD_CONFIG, f"the servers serve different models ({said}); abh ab compares "
-                        "servers of the same model that differ in one change")
+                      "servers of the same model that differ in one change")
 
 
 def auth_headers(api_key_env: str) -> dict[str, str]:

@@ -102,8 +102,6 @@ INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANG
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
 
 
-
-
 # ------------------------------------------------------------------------------------------ helpers
 def engine_cfg_for(config: Config, data_source: str, answer_key: str = "") -> EngineConfig:
     """The run's engine config (each arm's ``engine:`` overrides are applied by create_engine); the simulator
@@ -292,7 +290,7 @@ class Run:
         refused = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in preflights if not p.ok]
         if refused:
             raise Failure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not "
-                             "start): " + " | ".join(refused) + dry)
+                          "start): " + " | ".join(refused) + dry)
         refuse_disallowed(bad)
         self.enforce_sources()
         for key, results in (self.static_checks() if checks is None else checks).items():
@@ -302,7 +300,7 @@ class Run:
                 if not dry:
                     raise
                 raise Failure(exitcodes.SIDE_ASSERTION_FAILED,
-                                 f"{e} (a real run would stop here, before measuring)") from None
+                              f"{e} (a real run would stop here, before measuring)") from None
 
     def static_checks(self) -> dict[str, list[CheckResult]]:
         """Side checks that need no server (source probes in each arm's interpreter), for every arm."""
@@ -461,8 +459,8 @@ class Run:
         tail = self.pool.log_tail(key)
         self.pool.stop(key, "it failed")
         return Failure(exitcodes.SERVER_FAILURE,
-                          f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun the "
-                          "same command to resume." + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
+                       f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun the "
+                       "same command to resume." + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
 
     def measure(self) -> None:
         items = self.items()
@@ -722,7 +720,7 @@ def _cannot_compare(e: CompareError) -> Failure:
     if isinstance(e, CompareSettingsError):  # the settings, not the evals: they are kept for the rerun
         key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
         return Failure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
-                          "evals are kept")
+                       "evals are kept")
     if isinstance(e, IncomparableEvals):  # not a matter of failed requests: a rerun would not change it
         return Failure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}")
     if isinstance(e, TooFewAnswered):  # request errors (5, a rerun retries them), or too few questions asked (2)
@@ -730,14 +728,14 @@ def _cannot_compare(e: CompareError) -> Failure:
             ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
             else " (task.num_questions)"))
     return Failure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command to "
-                      "retry the failed requests.")
+                   "retry the failed requests.")
 
 
 def refuse_disallowed(bad: list[ArmDiffRow], what: str = "the arms differ") -> None:
     if bad:
         raise Failure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
-                         + "; ".join(d["key"] for d in bad)
-                         + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
+                      + "; ".join(d["key"] for d in bad)
+                      + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
 
 
 def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunLog,
