@@ -14,8 +14,8 @@ Tree::
 
 Each setting's default and range are declared once, on its field (:func:`harness.util.ranges.ranged`). Hydra
 composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports no Hydra);
-:func:`validate` turns the composed tree into typed objects (:class:`Config`) once, at the door, with the checks a
-type cannot express.
+:func:`validate` turns the composed tree into typed objects (:class:`Config`) once, at the door, with the
+checks a type cannot express.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class EngineConfig:
     #: After stop, wait this long at most for the port and GPU memory to be released.
     release_timeout_s: float = ranged(300.0, 0)
     #: Ask the engine for deterministic inference (the same output for the same request on every launch and
-    #: batch; each engine's flags and promise: harness.engines.base.Engine.deterministic_promise, in the dry run).
+    #: batch; each engine's flags and promise: Engine.deterministic_promise, printed by the dry run).
     deterministic: bool = False
     #: GPUs one server holds, for the cost accounting; None: derived (harness.analysis.cost.count_gpus).
     gpus: int | None = ranged(None, 0, whole=True)
@@ -212,8 +212,8 @@ class CheckConfig:
     #: routed_experts: the DP attention ranks to ask (``routed_dp_rank``: one request each; a request not pinned
     #: lands on any one rank's scheduler); None: every rank the server's flags run.
     dp_ranks: list[int] | None = None
-    #: routed_experts: JSON file of the physical -> logical expert map (SGLang's ``--init-expert-location`` form),
-    #: for servers that return physical ids (EPLB); empty: the server's ``--init-expert-location`` when a JSON.
+    #: routed_experts: JSON file of the physical -> logical expert map (``--init-expert-location`` form), for
+    #: servers that return physical ids (EPLB); empty: the server's ``--init-expert-location`` when a JSON.
     expert_map: str = ""
     #: routed_experts: ``routed_experts_start_len``: the first position whose routing is returned (0: all).
     routed_experts_start_len: int = 0
@@ -255,8 +255,8 @@ class StatsConfig:
     #: Multiple-comparison correction across a sweep: holm | bh.
     correction: str = "holm"
     seed: int = ranged(0, 0, 2**32 - 1, whole=True)
-    #: State that server launches do not shift accuracy: ``fail_on`` then acts on a verdict with one launch per
-    #: configuration (recorded in comparison.json ``assumptions``).
+    #: State that server launches do not shift accuracy: ``fail_on`` then acts on a verdict with one launch
+    #: per configuration (recorded in comparison.json ``assumptions``).
     assume_no_launch_shift: bool = False
     #: Sequential runs (experiment.sequential): alpha spending of the group-sequential design, obf
     #: (O'Brien-Fleming type: almost nothing spent at early looks) or pocock (even spending).
@@ -275,8 +275,8 @@ class DivergenceConfig:
     enabled: bool = True
     #: Alternatives per reference token each server reports (the KL is over these plus one tail bucket).
     top_k: int = ranged(DEFAULT_TOP_K, 1, whole=True)
-    #: Scoring requests in flight at once (at most the client's ``parallel``), the same in every pass; 128 keep a
-    #: server's prefill batches full at a quarter less client CPU than 1319 (``benchmarks/bench_scoring.py``).
+    #: Scoring requests in flight at once (at most the client's ``parallel``), the same in every pass: 128 keep
+    #: prefill batches full at a quarter less client CPU than 1319 (benchmarks/bench_scoring.py).
     parallel: int = ranged(SCORING_PARALLEL, 1, whole=True)
     #: Questions per scoring request where the protocol takes a batch (SGLang's ``/generate``); a server that
     #: refuses a batch is asked one at a time (``scores.json`` ``batch_refused`` says why).
@@ -312,8 +312,8 @@ class ExperimentConfig:
     aa_fresh_launch: bool = True
     #: Restart the server before every repeat instead of keeping it alive across its repeats.
     restart_per_repeat: bool = False
-    #: Keep both arms' servers up at once (each launched once, even interleaved), where both fit on the machine;
-    #: by default a server is stopped before the other arm's starts (one GPU box, one server).
+    #: Keep both arms' servers up at once (each launched once, even interleaved), where both fit on the
+    #: machine; by default a server is stopped before the other arm's starts (one GPU box, one server).
     concurrent_servers: bool = False
     #: The files the fix may touch (shell patterns, relative to the source tree's root): any other file that
     #: differs between the arms' sources stops the run before a server starts (exit 6). Empty: shown only.
@@ -331,8 +331,8 @@ class ExperimentConfig:
     max_repeats: int | None = ranged(None, 1, whole=True)
     #: Sequential runs: the first look is after this many repeats.
     min_repeats: int = ranged(2, 1, whole=True)
-    #: The arm whose launch serves the divergence's A/A floor pass (``abh ab --aa URL``: a second server of arm
-    #: A); empty: a fresh launch of the reference arm. With ``aa_control`` the A/A control runs on it too.
+    #: The arm whose launch serves the divergence's A/A floor pass (``abh ab --aa URL``: a second server of
+    #: arm A); empty: a fresh launch of the reference arm. With ``aa_control`` the A/A control runs on it too.
     aa_arm: str = ""
 
 

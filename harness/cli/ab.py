@@ -197,8 +197,8 @@ def check_urls(urls: Sequence[str]) -> list[str]:
         except ValueError as e:
             raise Failure(exitcodes.BAD_CONFIG, f"{name} {e}") from None
     if len(out) == 3 and url_identity(out[2]) in {url_identity(u) for u in out[:2]}:
-        raise Failure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second launch "
-                      "of arm A's server (another port or host), or its divergence is not measured")
+        raise Failure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second "
+                      "launch of arm A's server (another port or host), or its divergence is not measured")
     return out
 
 
@@ -216,9 +216,9 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
         for meta_path in sorted((out / "evals" / other).glob(f"r*/{schema.EVAL_FILE}")):
             if schema.load_eval_meta(meta_path).get("launch") == mine:
                 raise Failure(exitcodes.BAD_CONFIG,
-                              f"{out} holds evals of {urls[ROLES.index(role)]} as arm {other.upper()}, and this "
-                              f"command gives it as URL_{role.upper()}: the URLs are swapped. Give them in the "
-                              "order of the first run, or use another --out")
+                              f"{out} holds evals of {urls[ROLES.index(role)]} as arm {other.upper()}, and "
+                              f"this command gives it as URL_{role.upper()}: the URLs are swapped. Give them "
+                              "in the order of the first run, or use another --out")
 
 
 @contextmanager

@@ -126,8 +126,8 @@ def _eval(argv: list[str]) -> int:
               file=sys.stderr)
         return 128 + e.signum
     except OutputError as e:  # one clear line, not a traceback, for operational errors
-        kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) and "
-                "rerun the same command to resume") if out.is_dir() else ""
+        kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) "
+                "and rerun the same command to resume") if out.is_dir() else ""
         print(f"abh eval: error: {e}{kept}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     except (StoreError, DatasetError) as e:

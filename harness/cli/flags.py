@@ -85,7 +85,7 @@ def add_task_flags(ap: argparse.ArgumentParser) -> None:
     from harness.tasks.registry import all_recipes
 
     ap.add_argument("--recipe", choices=list(all_recipes()), default=None,
-                    help="the task's recipe (default: the task's own; GSM8K: sglang, SGLang's bench_sglang.py)")
+                    help="the task's recipe (default: the task's; GSM8K: sglang, SGLang's bench_sglang.py)")
     ap.add_argument("--num-shots", type=int, metavar="K", default=None,
                     help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")
     ap.add_argument("--num-questions", type=int, default=None, metavar="N",
@@ -100,5 +100,6 @@ def add_task_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--api-key-env", default="", metavar="VAR",
                     help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
                          "a URL's user:password@ is sent as basic auth")
-    ap.add_argument("--parallel", type=int, default=ClientSettings().parallel, metavar="P", help="requests in flight")
+    ap.add_argument("--parallel", type=int, default=ClientSettings().parallel, metavar="P",
+                    help="requests in flight")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -166,8 +166,8 @@ def _value(text: str) -> str:
 
 def directory_problem(argv: list[str]) -> str | None:
     """A run or sweep directory the overrides would have Hydra make where it must not (an experiment name that
-    leaves ``results/``, a ``hydra.run.dir`` that is the root or a system directory), as one line: checked before
-    Hydra composes anything, since Hydra makes the directory before the run's own validation."""
+    leaves ``results/``, a ``hydra.run.dir`` that is the root or a system directory), as one line: checked
+    before Hydra composes anything, since Hydra makes the directory before the run's own validation."""
     from harness.config import name_problem
     from harness.util.paths import output_problem
 
@@ -194,8 +194,8 @@ def directory_problem(argv: list[str]) -> str | None:
 
 def value_problem(argv: list[str]) -> tuple[str | None, Any]:
     """The config's own validation before Hydra makes the run directory, so a bad value leaves no directory
-    behind: the problem (None when none), and the run mode (``hydra.mode``), :data:`UNKNOWN` when not composed.
-    A sweep, Hydra's own flags and a config Hydra cannot compose are left to Hydra and the job."""
+    behind: the problem (None when none), and the run mode (``hydra.mode``), :data:`UNKNOWN` when not
+    composed. A sweep, Hydra's own flags and a config Hydra cannot compose are left to Hydra and the job."""
     if any(a.startswith("-") for a in argv) or any("," in a.partition("=")[2] for a in argv):
         return None, UNKNOWN
     from harness.cli.compose import compose_config

@@ -1,7 +1,7 @@
-"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``); nothing without one:
-the inventory a run's provenance records, and the snapshot taken before a server starts that
-:func:`wait_gpu_release` compares with after a stop (best effort, bounded), so the next arm does not start on a
-full GPU.
+"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``); nothing without
+one: the inventory a run's provenance records, and the snapshot taken before a server starts that
+:func:`wait_gpu_release` compares with after a stop (best effort, bounded), so the next arm does not start on
+a full GPU.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def gpu_inventory() -> list[dict[str, str]] | None:
     if tool is None:
         return None
     if tool == "nvidia-smi":
-        out = run_tool([tool, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], timeout=20)
+        out = run_tool([tool, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                       timeout=20)
         if out is None:
             return None
         return [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(",")), strict=False))

@@ -6,13 +6,13 @@ Run BY FILE PATH with the arm's own interpreter (the harness need not be install
                        [--hash python/sglang/srt/layers/moe/topk.py]... [--tree DIR] [--no-pdeathsig]
                        -m sglang.launch_server --model-path ... --port ...
 
-1. Records, in the process that then becomes the server, a JSON fingerprint (:func:`fingerprint`): interpreter,
-   installed versions, the file each ``--module`` resolves to on this ``sys.path``, the sha256 of each ``--hash``
-   file (relative to ``--tree``, absolute, or a dotted module name), the git state of ``--tree``.
+1. Records, in the process that then becomes the server, a JSON fingerprint (:func:`fingerprint`):
+   interpreter, installed versions, the file each ``--module`` resolves to on this ``sys.path``, the sha256 of each
+   ``--hash`` file (relative to ``--tree``, absolute, or a dotted module name), the git state of ``--tree``.
 2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills the
    process group when the parent pid changes; on Linux ``PR_SET_PDEATHSIG`` kills this process when the thread
-   that started it exits (the harness launches from one that lives as long as the server); a forked watchdog in
-   the group (ignoring SIGTERM/SIGINT) kills the group once this process or the harness is gone, so the
+   that started it exits (the harness launches from one that lives as long as the server); a forked watchdog
+   in the group (ignoring SIGTERM/SIGINT) kills the group once this process or the harness is gone, so the
    server's own children go too.
 3. Hands over with ``runpy.run_module(MODULE, run_name="__main__", alter_sys=True)``: exactly ``python -m``.
 """

@@ -1,9 +1,9 @@
 """The preflight: what an arm's own software says of its launch, before any server starts (before a GPU is
 booked), in the arm's own interpreter, environment and source tree: SGLang's parser on the launch's flags
-(:func:`parse_server_flags`: a refused flag stops the run, deprecated, abbreviated and ignored ones are reported),
-vLLM's distribution metadata (:func:`vllm_distribution`). Each is a :class:`Preflight`, printed and kept in
-``manifest.json`` ``preflight``; one that cannot run (no torch in the arm's interpreter) says so and stops nothing.
-See docs/engines.md, "The preflight".
+(:func:`parse_server_flags`: a refused flag stops the run, deprecated, abbreviated and ignored ones are
+reported), vLLM's distribution metadata (:func:`vllm_distribution`). Each is a :class:`Preflight`, printed and
+kept in ``manifest.json`` ``preflight``; one that cannot run (no torch in the arm's interpreter) says so and
+stops nothing. See docs/engines.md, "The preflight".
 """
 
 from __future__ import annotations

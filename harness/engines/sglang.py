@@ -1,7 +1,7 @@
 """SGLang: ``python -m sglang.launch_server --model-path M --host H --port P`` + engine.args + arm.args.
 
-Ready when ``GET /health_generate`` is 200 (a 1-token generation; 503 while starting). Besides ``--port``, SGLang
-binds ports it derives from it (``PortArgs.init_new`` in ``python/sglang/srt/server_args.py``): with
+Ready when ``GET /health_generate`` is 200 (a 1-token generation; 503 while starting). Besides ``--port``,
+SGLang binds ports it derives from it (``PortArgs.init_new`` in ``python/sglang/srt/server_args.py``): with
 ``--enable-dp-attention`` on one node, a block from ``--port + 233`` (``ZMQ_TCP_PORT_DELTA``; mirrored below
 ``--port`` near the top of the port space, or at ``--dist-init-addr``'s port), and ``--nccl-port`` as given.
 :meth:`SGLangEngine.derived_ports` checks them free before launch: a taken one is a clear error, not a server

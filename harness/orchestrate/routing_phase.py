@@ -65,11 +65,11 @@ def route_launch(cfg: Config, engine: Engine, arm_key: str, out: Path, reference
 
     shape = routing_shape(engine, cfg.arms.get(arm_key))
     if shape is None:
-        return skipped("no routed experts known for this model: no routed_experts side check with top_k, and no "
-                       "config.json with num_experts_per_tok in the model directory", "not_applicable")
+        return skipped("no routed experts known for this model: no routed_experts side check with top_k, and "
+                       "no config.json with num_experts_per_tok in the model directory", "not_applicable")
     if not engine.wire.native_sglang and engine.api != "vllm":
-        return skipped(f"the {engine.api} API does not return routed experts (SGLang's native /generate and vLLM's "
-                       "/v1/completions with --enable-return-routed-experts do)")
+        return skipped(f"the {engine.api} API does not return routed experts (SGLang's native /generate and "
+                       "vLLM's /v1/completions with --enable-return-routed-experts do)")
     if isinstance(shape, str):
         return skipped(shape)
     top_k, num_experts, source = shape

@@ -6,9 +6,9 @@ right after the other arm's repeat 1, each on that eval's launch; the **floor** 
 *fresh* launch of the reference arm (the A/A control's first eval, else its next fresh repeat; failing both, a
 launch for the floor alone, which the printed design shows); a **launch** pass on every other launch the run
 holds, right after its first eval that follows the reference pass. Never a second pass on the reference pass's
-own launch: it would miss the launch-to-launch noise the compared pass carries, and the test would reject every
-time. Launches whose evals all ran before the reference texts existed (blocked order, reference B) are not
-scored.
+own launch: it would miss the launch-to-launch noise the compared pass carries, and the test would reject
+every time. Launches whose evals all ran before the reference texts existed (blocked order, reference B) are
+not scored.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ class PlannedLaunch:
 
 def plan_launches(items: Iterable[Step], concurrent: bool) -> list[PlannedLaunch]:
     """The launches the schedule makes, in order, with the evals each serves, by the server pool's rules
-    (harness.orchestrate.servers): one server at a time unless ``concurrent``; an item marked ``fresh`` needs a
-    launch that has served no eval yet."""
+    (harness.orchestrate.servers): one server at a time unless ``concurrent``; an item marked ``fresh`` needs
+    a launch that has served no eval yet."""
     live: dict[str, PlannedLaunch] = {}
     out: list[PlannedLaunch] = []
     for pos, it in enumerate(items):
