@@ -745,29 +745,25 @@ def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunL
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
     run = Run(cfg, run_dir, interrupts, log, command, unset_env)
     try:
-        return _run_experiment(run, cfg, interrupts)
+        diffs, bad = run.prepare_arms()
+        preflights = run.preflight()
+        if cfg.dry_run:
+            checks = run.static_checks()
+            run.print_dry_run(diffs, checks)
+            run.print_design(run.items())
+            print("\ndry run: no server started, nothing measured.")
+            # a real run resolves its arms strictly: a source problem stops it first
+            problems = [p for arm in run.arms.values() for p in arm.source.problems]
+            if problems:
+                raise Failure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
+            run.refuse(bad, preflights, checks)
+            return exitcodes.OK
+        run.refuse(bad, preflights)
+        run.measure()
+        interrupts.check()  # a signal that arrived while the last servers were being stopped
+        return run.finish()
     finally:
         run.lock.release()
-
-
-def _run_experiment(run: Run, cfg: Config, interrupts: Interrupts) -> int:
-    diffs, bad = run.prepare_arms()
-    preflights = run.preflight()
-    if cfg.dry_run:
-        checks = run.static_checks()
-        run.print_dry_run(diffs, checks)
-        run.print_design(run.items())
-        print("\ndry run: no server started, nothing measured.")
-        # a real run resolves its arms strictly: a source problem stops it first
-        problems = [p for arm in run.arms.values() for p in arm.source.problems]
-        if problems:
-            raise Failure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
-        run.refuse(bad, preflights, checks)
-        return exitcodes.OK
-    run.refuse(bad, preflights)
-    run.measure()
-    interrupts.check()  # a signal that arrived while the last servers were being stopped
-    return run.finish()
 
 
 def exit_for(e: BaseException) -> tuple[int, str] | None:
