@@ -13,10 +13,9 @@ Tree::
     arms/**/*.yaml               arm definitions (group ``arms`` through Hydra's search path)
 
 Each setting's default and range are declared once, on its field (:func:`harness.util.ranges.ranged`). Hydra
-composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports neither
-Hydra nor OmegaConf nor any HTTP client); :func:`validate` then turns the composed tree into typed objects
-(:class:`Config`), once, at the door, and adds the checks a type cannot express. Nothing below the command line
-sees the composed tree.
+composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports no Hydra);
+:func:`validate` turns the composed tree into typed objects (:class:`Config`) once, at the door, with the
+checks a type cannot express.
 """
 
 from __future__ import annotations
@@ -89,12 +88,9 @@ class EngineConfig:
     #: After stop, wait this long at most for the port and GPU memory to be released.
     release_timeout_s: float = ranged(300.0, 0)
     #: Ask the engine for deterministic inference (the same output for the same request on every launch and
-    #: batch): SGLang --enable-deterministic-inference, vLLM VLLM_BATCH_INVARIANT=1, llama.cpp a fixed thread
-    #: count for prompt and generation; the simulated engine drops its run-to-run noise. The dry run says where
-    #: each engine promises it (harness.engines.base.Engine.deterministic_promise).
+    #: batch; each engine's flags and promise: Engine.deterministic_promise, printed by the dry run).
     deterministic: bool = False
-    #: GPUs one server of this engine holds, for the cost accounting (GPU-hours = server time x GPUs).
-    #: None: derived (TP x PP x DP from the flags, else the visible devices; see harness.analysis.cost.count_gpus).
+    #: GPUs one server holds, for the cost accounting; None: derived (harness.analysis.cost.count_gpus).
     gpus: int | None = ranged(None, 0, whole=True)
 
 
@@ -133,12 +129,8 @@ class ExternalEngineConfig(EngineConfig):
 
 @dataclass
 class SimulatedEngineConfig(SimConfig, EngineConfig):
-    """The project's GSM8K server simulator (SIMULATED: rehearsal, tests, power planning).
-
-    Every knob of :class:`abh_simulator.sim_config.SimConfig` is a field here with SimConfig's own default
-    (``engine.accuracy``, ``engine.flip_rate``, ``engine.noise``, ...; SimConfig comes first in the bases, so
-    its defaults win, also for ``host``, ``port`` and ``model_path``). Only how the harness runs it is set here.
-    """
+    """The project's GSM8K server simulator (SIMULATED: rehearsal, tests, power planning): every knob of
+    :class:`abh_simulator.sim_config.SimConfig` with its default (first in the bases: its defaults win)."""
 
     kind: str = "simulated"
     module: str = "abh_simulator"
@@ -220,9 +212,8 @@ class CheckConfig:
     #: routed_experts: the DP attention ranks to ask (``routed_dp_rank``: one request each; a request not pinned
     #: lands on any one rank's scheduler); None: every rank the server's flags run.
     dp_ranks: list[int] | None = None
-    #: routed_experts: JSON file of the physical -> logical expert map (SGLang's ``--init-expert-location`` form,
-    #: ``{"physical_to_logical_map": [[...] per layer]}``, or one list for every layer), for servers that return
-    #: physical ids (EPLB, redundant experts); empty: the server's ``--init-expert-location`` when it is a JSON.
+    #: routed_experts: JSON file of the physical -> logical expert map (``--init-expert-location`` form), for
+    #: servers that return physical ids (EPLB); empty: the server's ``--init-expert-location`` when a JSON.
     expert_map: str = ""
     #: routed_experts: ``routed_experts_start_len``: the first position whose routing is returned (0: all).
     routed_experts_start_len: int = 0
@@ -264,8 +255,8 @@ class StatsConfig:
     #: Multiple-comparison correction across a sweep: holm | bh.
     correction: str = "holm"
     seed: int = ranged(0, 0, 2**32 - 1, whole=True)
-    #: State that server launches do not shift accuracy: a verdict with one launch per configuration (about the
-    #: two server instances only) is then one ``fail_on`` acts on; recorded in comparison.json ``assumptions``.
+    #: State that server launches do not shift accuracy: ``fail_on`` then acts on a verdict with one launch
+    #: per configuration (recorded in comparison.json ``assumptions``).
     assume_no_launch_shift: bool = False
     #: Sequential runs (experiment.sequential): alpha spending of the group-sequential design, obf
     #: (O'Brien-Fleming type: almost nothing spent at early looks) or pocock (even spending).
@@ -284,13 +275,11 @@ class DivergenceConfig:
     enabled: bool = True
     #: Alternatives per reference token each server reports (the KL is over these plus one tail bucket).
     top_k: int = ranged(DEFAULT_TOP_K, 1, whole=True)
-    #: Scoring requests in flight at once (at most the client's ``parallel``), the same in every pass: 128 prompts
-    #: of ~700 tokens keep a server's prefill batches full, and fewer connections than 1319 cost the client a
-    #: quarter less CPU and memory (``benchmarks/bench_scoring.py``).
+    #: Scoring requests in flight at once (at most the client's ``parallel``), the same in every pass: 128 keep
+    #: prefill batches full at a quarter less client CPU than 1319 (benchmarks/bench_scoring.py).
     parallel: int = ranged(SCORING_PARALLEL, 1, whole=True)
-    #: Questions per scoring request where the protocol takes a batch (SGLang's ``/generate``; each batch is one
-    #: of the ``parallel`` requests in flight); a server that refuses a batch is asked one question per request,
-    #: the pass's ``scores.json`` ``batch_refused`` saying why. 1: one question per request.
+    #: Questions per scoring request where the protocol takes a batch (SGLang's ``/generate``); a server that
+    #: refuses a batch is asked one at a time (``scores.json`` ``batch_refused`` says why).
     batch: int = ranged(SCORING_BATCH, 1, 64, whole=True)
     #: Whose greedy texts (repeat 1) are the reference: ``a`` or ``b``.
     reference: str = "a"
@@ -323,13 +312,11 @@ class ExperimentConfig:
     aa_fresh_launch: bool = True
     #: Restart the server before every repeat instead of keeping it alive across its repeats.
     restart_per_repeat: bool = False
-    #: Keep both arms' servers up at once, so each is launched once and reused across its repeats even in
-    #: interleaved order. Only where both fit on the machine (simulated, CPU, or arms on separate GPUs);
-    #: by default a server is stopped before the other arm's starts (one GPU box, one server).
+    #: Keep both arms' servers up at once (each launched once, even interleaved), where both fit on the
+    #: machine; by default a server is stopped before the other arm's starts (one GPU box, one server).
     concurrent_servers: bool = False
-    #: The files the fix may touch (paths relative to the source tree's root, shell patterns allowed). When
-    #: set, the arms' sources are diffed (git refs, or sha256 of every file under the package dir) and any
-    #: other changed file stops the run before a server starts (exit 6). Empty: the diff is shown, not enforced.
+    #: The files the fix may touch (shell patterns, relative to the source tree's root): any other file that
+    #: differs between the arms' sources stops the run before a server starts (exit 6). Empty: shown only.
     fix_files: list[str] = field(default_factory=list)
     #: What the arms may differ in (dotted keys such as ``source``, ``env.SGLANG_X``, ``args``,
     #: ``fingerprint.files``, ``engine.accuracy``); a difference not listed stops the run before measuring.
@@ -344,9 +331,8 @@ class ExperimentConfig:
     max_repeats: int | None = ranged(None, 1, whole=True)
     #: Sequential runs: the first look is after this many repeats.
     min_repeats: int = ranged(2, 1, whole=True)
-    #: The arm whose launch serves the divergence's A/A floor pass; empty: a fresh launch of the reference arm
-    #: (``abh ab --aa URL``: a second server of arm A, an arm of its own). With ``aa_control`` the A/A control
-    #: runs on it too, one eval per repeat in the arms' order (its floor pass rides on its first eval).
+    #: The arm whose launch serves the divergence's A/A floor pass (``abh ab --aa URL``: a second server of
+    #: arm A); empty: a fresh launch of the reference arm. With ``aa_control`` the A/A control runs on it too.
     aa_arm: str = ""
 
 
@@ -402,15 +388,10 @@ def _plain(node: Any) -> Any:
     return node
 
 
-def _fields(schema: type) -> dict[str, Any]:
-    """A schema dataclass's field name -> resolved type."""
-    return typing.get_type_hints(schema)
-
-
 def _schema_keys(schema: type, prefix: str) -> list[str]:
     """Every dotted key ``schema`` declares (an arm's keys under ``arms.*``), recursively."""
     out: list[str] = []
-    for key, t in _fields(schema).items():
+    for key, t in typing.get_type_hints(schema).items():
         path = f"{prefix}{key}"
         out.append(path)
         args = typing.get_args(t)
@@ -481,7 +462,7 @@ def _typed(value: Any, hint: Any, key: str, found: _Found) -> Any:
 def _build(schema: type[Any], values: Mapping[str, Any], prefix: str, found: _Found) -> Any:
     """An instance of ``schema`` from the given ``values`` (the others: the field's default). Hydra refuses an
     unknown ``key=value`` but adds ``+key=value`` silently: such a key is a stray."""
-    hints = _fields(schema)
+    hints = typing.get_type_hints(schema)
     found.strays += [prefix + k for k in values if k not in hints]
     return schema(**{f.name: _typed(values[f.name], hints[f.name], prefix + f.name, found)
                      for f in dataclasses.fields(schema) if f.init and f.name in values})
@@ -497,22 +478,17 @@ def _read(values: Mapping[str, Any], found: _Found) -> Config:
     return config
 
 
-def typed(schema: type[Any], values: Any, prefix: str = "") -> Any:
+def typed(schema: type[Any], values: Any) -> Any:
     """``values`` (a mapping, or an instance to copy) as an instance of ``schema``; ConfigError for a key the
     schema does not declare or a value of the wrong type."""
     plain = dataclasses.asdict(values) if dataclasses.is_dataclass(values) and not isinstance(values, type) \
         else _plain(values)
     found = _Found()
-    built = _build(schema, plain, prefix, found)
+    built = _build(schema, plain, "", found)
     wrong = [f"{k} is not a key of {schema.__name__}" for k in found.strays] + found.wrong
     if wrong:
         raise ConfigError(f"bad config: {wrong[0]}")
     return built
-
-
-def as_dict(config: Config) -> dict[str, Any]:
-    """The config as the run directory stores it (``manifest.json`` ``config``): plain values, every key."""
-    return dataclasses.asdict(config)
 
 
 # ------------------------------------------------------------------------------------------ the checks
@@ -559,11 +535,10 @@ def _arm_engine_problems(config: Config) -> list[str]:
         if found.wrong:
             out += found.wrong
             continue
-        out += [p for p in _numbers(merged, f"arms.{key}.engine.")
-                if p.split(" ")[0].rsplit(".", 1)[1] in arm.engine]
+        said = _numbers(merged, f"arms.{key}.engine.")
         if e.kind == "simulated":
-            out += [p for p in _simulated_problems(merged, f"arms.{key}.engine")
-                    if p.split(" ")[0].rsplit(".", 1)[1] in arm.engine]
+            said += _simulated_problems(merged, f"arms.{key}.engine")
+        out += [p for p in said if p.split(" ")[0].rsplit(".", 1)[1] in arm.engine]  # the arm's own keys
     return out
 
 

@@ -20,3 +20,11 @@ GATE_FAILED = 7
 INTERRUPTED = 130
 TERMINATED = 143
 HANGUP = 129
+
+
+class Failure(Exception):
+    """A command stops with ``code`` and one message for its user."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import subprocess
 import sys
@@ -166,7 +167,7 @@ def test_the_typed_config_stores_as_the_composed_tree(experiment):
     from omegaconf import OmegaConf
 
     cfg = _experiment(experiment)
-    assert hc.as_dict(hc.validate(cfg)) == OmegaConf.to_container(cfg, resolve=True)
+    assert dataclasses.asdict(hc.validate(cfg)) == OmegaConf.to_container(cfg, resolve=True)
 
 
 def test_validate_returns_typed_objects():

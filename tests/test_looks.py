@@ -15,8 +15,9 @@ from hydra import compose, initialize_config_dir
 
 import harness.config as hc
 from harness.analysis.cost import EvalTime, LaunchTime, run_cost
-from harness.orchestrate.design import describe, format_design, plan_launches, times_from_cost
-from harness.orchestrate.sequential import Looks, apply_to_comparison, arm_runs, design_of, look_estimate
+from harness.orchestrate.design import describe, format_design, times_from_cost
+from harness.orchestrate.schedule import plan_launches
+from harness.orchestrate.sequential import Looks, apply_to_comparison, arm_runs, design_of
 from harness.results.schema import SequentialRecord
 from harness.stats.group_sequential import SequentialDesign, stagewise_p
 from harness.stats.launch_looks import decide_look_arms
@@ -27,6 +28,21 @@ from harness.stats.launchvar import launch_aware_test
 def _cfg(*overrides: str):
     with initialize_config_dir(str(hc.CONFIG_DIR), version_base="1.3"):
         return compose("config", overrides=list(overrides))
+
+
+def look_estimate(a_dirs: list[Path], b_dirs: list[Path]):
+    """The launch-aware estimate of B - A over stored evals, as a look reads them."""
+    a, b = arm_runs(a_dirs), arm_runs(b_dirs)
+    assert a is not None and b is not None
+    return launch_aware_test(a, b, None)
+
+
+def _by_launch(dirs: list[Path]) -> list[np.ndarray]:
+    """An arm's evals grouped by the launch that served them: one (passes, n) matrix per launch."""
+    arm = arm_runs(dirs)
+    assert arm is not None
+    ids = np.asarray(arm.launches)
+    return [arm.scores[ids == k] for k in arm.launch_ids()]
 
 
 def _evals(root: Path, rng: np.random.Generator, p_a: float, p_b: float, repeats: int, n: int = 300,
@@ -71,8 +87,6 @@ def test_passes_on_one_launch_are_averaged_first(tmp_path: Path) -> None:
     assert est.delta == pytest.approx((bm.mean(0) - am.mean(0)).mean())  # equal weights here: same value
     assert (est.launches_a, est.launches_b, est.df_launch) == (1, 2, 1)  # A's two passes share one launch
     # one launch for A's two passes: A contributes one cluster (its mean), B two
-    from harness.orchestrate.sequential import _by_launch
-
     assert [m.shape[0] for m in _by_launch(a_dirs)] == [2] and [m.shape[0] for m in _by_launch(b_dirs)] == [1, 1]
 
 

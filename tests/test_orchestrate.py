@@ -233,8 +233,7 @@ def test_a_signal_during_a_coroutine_cancels_it_and_comes_out_as_interrupted() -
 
 # ------------------------------------------------------------------------------------------ scoring in the schedule
 def _placed(items, reference="a", aa_key=None, concurrent=False):
-    from harness.orchestrate.design import plan_launches
-    from harness.orchestrate.schedule import with_scoring
+    from harness.orchestrate.schedule import plan_launches, with_scoring
 
     full = with_scoring(items, reference, {"a": "a", "b": "b"}, aa_key, concurrent=concurrent)
     return full, plan_launches(full, concurrent=concurrent), plan_launches(items, concurrent=concurrent)
@@ -325,7 +324,8 @@ def test_a_comparison_that_cannot_be_made_exits_alike_for_one_task_and_several(t
     from harness import exitcodes
     from harness.analysis.compare_settings import CompareError, CompareSettingsError
     from harness.analysis.comparison import IncomparableEvals, TooFewAnswered
-    from harness.orchestrate.pipeline import Run, RunFailure
+    from harness.exitcodes import Failure
+    from harness.orchestrate.pipeline import Run
 
     cases = [(CompareSettingsError("alpha", "alpha must be in (0, 1)"), exitcodes.BAD_CONFIG, "stats.alpha"),
              (IncomparableEvals("the evals asked different questions"), exitcodes.BAD_CONFIG, "different"),
@@ -338,7 +338,7 @@ def test_a_comparison_that_cannot_be_made_exits_alike_for_one_task_and_several(t
 
         run = SimpleNamespace(run_dir=tmp_path, several=several, manifest=SimpleNamespace(evals_of=lambda role: []),
                               _conclude=fail, _conclude_tasks=fail)
-        with pytest.raises(RunFailure) as e:
+        with pytest.raises(Failure) as e:
             Run.finish(run)  # type: ignore[arg-type]
         assert e.value.code == code and says in str(e.value), (several, error, e.value)
     assert not hasattr(Run, "finish_tasks")

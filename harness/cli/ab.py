@@ -1,18 +1,11 @@
 """``abh ab URL_A URL_B --out DIR``: evaluate two servers that are already running, then compare them.
 
-It is a run of the pipeline (:func:`harness.orchestrate.pipeline.run_job`) over the experiment ``ab``
+A run of the pipeline (:func:`harness.orchestrate.pipeline.run_job`) over the experiment ``ab``
 (``configs/experiment/ab.yaml``: the external engine, one server per arm given by its URL), composed by Hydra
-from this command line, with ``abh run``'s schedule, resume rule and outputs. A rerun that asks other questions,
-or gives the two URLs swapped, is refused.
-
-Every eval of one URL counts as one launch (``url:...``), so with one URL per arm the accuracy verdict is about
-the two server instances only (``[instances only]``; ``--fail-on`` acts on it only with
-``--assume-no-launch-shift``). ``--aa URL_A2`` adds a second launch of A: the A/A control.
-
-Exit codes are those of ``abh run``: 0 finished; 2 bad command line, data or output directory (nothing is
-started); 4 a server is not reachable or stopped serving (answers so far are kept); 5 too many request
-errors (an arm with no answer at all included); 7 the verdict is one ``--fail-on`` asked to fail on; 130 / 143 / 129 interrupted by Ctrl-C / SIGTERM /
-SIGHUP. Two servers that say they serve different models are refused (exit 2) before any question.
+from this command line, with ``abh run``'s schedule, resume rule, outputs and exit codes (docs/commands.md).
+Every eval of one URL counts as one launch (``url:...``); ``--aa URL_A2`` adds a second launch of A, the A/A
+control. What would make the run meaningless is refused before any question: URLs swapped on a rerun, a server
+that does not answer (exit 4), servers of different models (exit 2).
 """
 
 from __future__ import annotations
@@ -26,22 +19,21 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
-from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, add_verdict_flags, as_flags
+from harness.cli.flags import (
+    HelpFormatter,
+    add_api_flag,
+    add_client_flags,
+    add_task_flags,
+    add_verdict_flags,
+    as_flags,
+)
 from harness.config import ConfigError, validate
+from harness.exitcodes import Failure
 from harness.serving.settings import ClientSettings
 from harness.stats.verdict import DEFAULT_MAX_ERROR_RATE
-from harness.tasks.registry import all_recipes
 
 ROLES = ("a", "b")
 DEFAULT_NAMES = ("A", "B")
-
-
-class ABFailure(Exception):
-    """A failure before the pipeline starts, with its exit code and one line saying what happened."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 def hydra_value(value: object) -> str:
@@ -57,7 +49,6 @@ def hydra_value(value: object) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    client = ClientSettings()
     ap = argparse.ArgumentParser(
         prog="abh ab", formatter_class=HelpFormatter,
         description="Evaluate two running servers (interleaved: A r1, B r1, A r2, ...) and compare them; "
@@ -76,10 +67,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="the task (a file of configs/task/: gsm8k, gsm8k_vllm, mmlu, mgsm_en, gpqa_diamond, ...; default "
                          "gsm8k); several, comma-separated, are each evaluated on every eval of both servers, with a "
                          "verdict per task and one overall decision (Holm across the tasks)")
-    ap.add_argument("--model", default="", help="OpenAI model name (default: the first of /v1/models)")
-    ap.add_argument("--api-key-env", default="", metavar="VAR",
-                    help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
-                         "a URL's user:password@ is sent as basic auth")
     ap.add_argument("--repeats", type=int, default=1, metavar="R", help="evals per arm")
     ap.add_argument("--a-name", default=None, metavar="NAME", help="arm A's name (default: A)")
     ap.add_argument("--b-name", default=None, metavar="NAME", help="arm B's name (default: B)")
@@ -87,19 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", action="append", default=None, metavar="[TASK=]PATH",
                     help="the task's data: a file or directory, hf:REPO[:CONFIG] or an URL (GSM8K: test JSONL; default: "
                          "the embedded copy); with several tasks, TASK=PATH for each (repeat the option)")
-    ap.add_argument("--train-data", default=None, metavar="PATH",
-                    help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
-                         "--data)")
-    ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--recipe", choices=list(all_recipes()), default=None,
-                    help="the task's recipe (default: the task file's; GSM8K: sglang, SGLang's bench_sglang.py)")
-    ap.add_argument("--num-shots", type=int, metavar="K", default=None,
-                    help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")
-    ap.add_argument("--num-questions", type=int, default=None, metavar="N",
-                    help="questions per eval (default: the recipe's; GSM8K: all 1319)")
-    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
-                    help="generation length limit (default: the recipe's; sglang: 512)")
-    ap.add_argument("--parallel", type=int, default=client.parallel, metavar="P", help="requests in flight")
+    add_task_flags(ap)
     add_client_flags(ap)
     ap.add_argument("--wait-ready", type=float, metavar="S", default=60.0,
                     help="wait up to this many seconds for each server to serve before its first eval")
@@ -114,25 +89,20 @@ def _parser() -> argparse.ArgumentParser:
                     help="state that server launches do not shift accuracy: without --aa the verdict is about the "
                          "two server instances only, and --fail-on acts on it only with this flag (recorded in "
                          "comparison.json assumptions and in the markdown)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     ap.add_argument("--verbose", "-v", action="store_true",
                     help="every detail on the terminal: servers waited for, checks passed, the statistician's summary")
     return ap
 
 
-def parse_names(text: str) -> tuple[str, str]:
-    """``base,fix`` -> ("base", "fix"); ValueError unless two non-empty names."""
-    names = tuple(n.strip() for n in text.split(","))
-    if len(names) != 2 or not all(names):
-        raise ValueError(f"--names takes two non-empty names separated by a comma (e.g. base,fix), not {text!r}")
-    return names[0], names[1]
-
-
 def arm_names(a: argparse.Namespace) -> tuple[str, str]:
-    """The arms' names from --a-name/--b-name or --names; ValueError for two equal names."""
+    """The arms' names from --a-name/--b-name or --names (``base,fix``); ValueError for an empty or a repeated
+    name."""
     names = list(DEFAULT_NAMES)
     if a.names is not None:
-        names = list(parse_names(a.names))
+        names = [n.strip() for n in a.names.split(",")]
+        if len(names) != 2 or not all(names):
+            raise ValueError(f"--names takes two non-empty names separated by a comma (e.g. base,fix), not "
+                             f"{a.names!r}")
     names[0] = a.a_name if a.a_name is not None else names[0]
     names[1] = a.b_name if a.b_name is not None else names[1]
     if not all(n.strip() for n in names):
@@ -225,10 +195,10 @@ def check_urls(urls: Sequence[str]) -> list[str]:
         try:
             out.append(check_url(url))
         except ValueError as e:
-            raise ABFailure(exitcodes.BAD_CONFIG, f"{name} {e}") from None
+            raise Failure(exitcodes.BAD_CONFIG, f"{name} {e}") from None
     if len(out) == 3 and url_identity(out[2]) in {url_identity(u) for u in out[:2]}:
-        raise ABFailure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second launch "
-                        "of arm A's server (another port or host), or its divergence is not measured")
+        raise Failure(exitcodes.BAD_CONFIG, f"--aa {out[2]} is URL_A or URL_B: the floor needs a second "
+                      "launch of arm A's server (another port or host), or its divergence is not measured")
     return out
 
 
@@ -245,10 +215,10 @@ def refuse_swapped(out: Path, urls: Sequence[str]) -> None:
         other = "b" if role == "a" else "a"
         for meta_path in sorted((out / "evals" / other).glob(f"r*/{schema.EVAL_FILE}")):
             if schema.load_eval_meta(meta_path).get("launch") == mine:
-                raise ABFailure(exitcodes.BAD_CONFIG,
-                                f"{out} holds evals of {urls[ROLES.index(role)]} as arm {other.upper()}, and this "
-                                f"command gives it as URL_{role.upper()}: the URLs are swapped. Give them in the "
-                                "order of the first run, or use another --out")
+                raise Failure(exitcodes.BAD_CONFIG,
+                              f"{out} holds evals of {urls[ROLES.index(role)]} as arm {other.upper()}, and "
+                              f"this command gives it as URL_{role.upper()}: the URLs are swapped. Give them "
+                              "in the order of the first run, or use another --out")
 
 
 @contextmanager
@@ -260,7 +230,7 @@ def refused_redirect(role: str, url: str) -> Iterator[None]:
     try:
         yield
     except Redirected as e:
-        raise ABFailure(exitcodes.BAD_CONFIG, f"server {role.upper()} at {redact_userinfo(url)}: {e}") from None
+        raise Failure(exitcodes.BAD_CONFIG, f"server {role.upper()} at {redact_userinfo(url)}: {e}") from None
 
 
 def refuse_links(out: Path) -> None:
@@ -272,7 +242,7 @@ def refuse_links(out: Path) -> None:
         try:
             refuse_planted_links(out)
         except PlantedLink as e:
-            raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
+            raise Failure(exitcodes.BAD_CONFIG, str(e)) from None
 
 
 def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
@@ -289,8 +259,8 @@ def refuse_unreachable(out: Path, urls: Sequence[str], repeats: int,
         with refused_redirect(role, url):
             why = unreachable(url, headers=headers)
         if why is not None:
-            raise ABFailure(exitcodes.SERVER_FAILURE,
-                            f"server {role.upper()} at {redact_userinfo(url)} is not reachable: {why}")
+            raise Failure(exitcodes.SERVER_FAILURE,
+                          f"server {role.upper()} at {redact_userinfo(url)} is not reachable: {why}")
         asked.append((role, url))
     return asked
 
@@ -306,18 +276,18 @@ def refuse_other_models(servers: Sequence[tuple[str, str]], headers: dict[str, s
             models[role] = served_model(url, headers)
     if len({m for m in models.values() if m is not None}) > 1:
         said = ", ".join(f"{role.upper()}: {m!r}" for role, m in models.items() if m is not None)
-        raise ABFailure(exitcodes.BAD_CONFIG, f"the servers serve different models ({said}); abh ab compares "
-                        "servers of the same model that differ in one change")
+        raise Failure(exitcodes.BAD_CONFIG, f"the servers serve different models ({said}); abh ab compares "
+                      "servers of the same model that differ in one change")
 
 
 def auth_headers(api_key_env: str) -> dict[str, str]:
-    """The bearer header of ``--api-key-env`` (ABFailure, exit 2, when it names no variable that is set)."""
+    """The bearer header of ``--api-key-env`` (Failure, exit 2, when it names no variable that is set)."""
     from harness.serving.client import bearer_headers
 
     settings = ClientSettings(api_key_env=api_key_env)
     problems = [p for p in settings.problems() if p.startswith("api_key_env")]
     if problems:
-        raise ABFailure(exitcodes.BAD_CONFIG, "--" + problems[0].replace("_", "-", 2))
+        raise Failure(exitcodes.BAD_CONFIG, "--" + problems[0].replace("_", "-", 2))
     return bearer_headers(settings)
 
 
@@ -365,16 +335,16 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         ap.error(as_flags(problems[0]))
     try:
         if a.out.exists() and not a.out.is_dir():
-            raise ABFailure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
+            raise Failure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")
         from harness.util.paths import output_problem
 
         unsafe = output_problem(a.out)
         if unsafe:
-            raise ABFailure(exitcodes.BAD_CONFIG, unsafe)
+            raise Failure(exitcodes.BAD_CONFIG, unsafe)
         try:
             task_data(a.data, task_names(a.task))
         except ValueError as e:
-            raise ABFailure(exitcodes.BAD_CONFIG, str(e)) from None
+            raise Failure(exitcodes.BAD_CONFIG, str(e)) from None
         urls = check_urls((a.url_a, a.url_b) if a.aa is None else (a.url_a, a.url_b, a.aa))
         headers = auth_headers(a.api_key_env)
         refuse_links(a.out)
@@ -387,7 +357,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         from harness.orchestrate.pipeline import refuse_config
 
         return refuse_config(e, a.out, dry_run=False)
-    except ABFailure as e:
+    except Failure as e:
         print(f"abh ab: {'error: ' if e.code == exitcodes.BAD_CONFIG else ''}{e}", file=sys.stderr)
         return e.code
     except Exception as e:  # noqa: BLE001 - a config Hydra refuses (a bad value): one line, exit 2

@@ -7,7 +7,7 @@ import math
 import sys
 
 from harness import exitcodes
-from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, as_flags
+from harness.cli.flags import HelpFormatter, add_api_flag, add_client_flags, add_task_flags, as_flags
 
 
 class _Signalled(BaseException):
@@ -38,46 +38,25 @@ def eval_main(argv: list[str]) -> int:
             signal.signal(s, h)
 
 
-
-
 def _parser() -> argparse.ArgumentParser:
-    from harness.serving.client import ClientConfig
     from harness.tasks import registry
 
-    d = ClientConfig.__dataclass_fields__
     ap = argparse.ArgumentParser(prog="abh eval", description="Run a task (GSM8K by default) against a running server.",
                                  formatter_class=HelpFormatter)
     ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     add_api_flag(ap)
     ap.add_argument("--out", required=True, metavar="DIR", help="eval directory (rerun the same command to resume)")
     ap.add_argument("--task", choices=list(registry.TASK_NAMES), default="gsm8k", help="the benchmark")
-    ap.add_argument("--num-questions", type=int, metavar="N", default=None,
-                    help="evaluate N questions (default: the recipe's; GSM8K: all 1319)")
-    ap.add_argument("--parallel", type=int, metavar="P", default=d["parallel"].default, help="requests in flight")
     ap.add_argument("--data", default=None, metavar="PATH",
                     help="the task's data: a file or directory, hf:REPO[:CONFIG] or an URL; default: the embedded copy "
                          "(GSM8K and MGSM-en; MMLU and GPQA are not shipped)")
-    ap.add_argument("--train-data", default=None, metavar="PATH",
-                    help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
-                         "--data)")
-    ap.add_argument("--recipe", choices=list(registry.all_recipes()), default=None,
-                    help="the task's recipe (default: its first; GSM8K: sglang, SGLang's bench_sglang.py)")
-    ap.add_argument("--num-shots", type=int, metavar="K", default=None,
-                    help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")
-    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
-                    help="generation length limit (default: the recipe's; sglang: 512)")
     ap.add_argument("--repeats", type=int, metavar="N", default=None,
                     help="times each question is asked (GPQA: each with its own choice order; default 8)")
     ap.add_argument("--model-path", default=None, help="override the model path the stop list is chosen by")
-    ap.add_argument("--model", default="", help="OpenAI model name (default: first of /v1/models)")
-    ap.add_argument("--api-key-env", default="", metavar="VAR",
-                    help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
-                         "a URL's user:password@ is sent as basic auth")
+    add_task_flags(ap)
     add_client_flags(ap)
     ap.add_argument("--wait-ready", type=float, metavar="S", default=0.0,
                     help="wait up to this many seconds for the server to load before the first request")
-    ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
 
 
@@ -93,6 +72,7 @@ def _eval(argv: list[str]) -> int:
         run_task_eval_async,
     )
     from harness.measure.runner import run
+    from harness.results.eval_store import OutputError, StoreError
     from harness.serving.client import ClientConfig
     from harness.tasks import registry
     from harness.tasks.interface import DatasetError
@@ -145,21 +125,17 @@ def _eval(argv: list[str]) -> int:
               if out.is_dir() else f"abh eval: interrupted by {e} before any answer; nothing was written.",
               file=sys.stderr)
         return 128 + e.signum
-    except Exception as e:  # noqa: BLE001 - one clear line, not a traceback, for operational errors
-        from harness.results.eval_store import OutputError, StoreError
-
-        if isinstance(e, OutputError):
-            kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) and "
-                    "rerun the same command to resume") if out.is_dir() else ""
-            print(f"abh eval: error: {e}{kept}", file=sys.stderr)
-            return exitcodes.BAD_CONFIG
-        if isinstance(e, StoreError | DatasetError):
-            print(f"abh eval: error: {e}", file=sys.stderr)
-            return exitcodes.BAD_CONFIG
-        if isinstance(e, OSError):  # a directory that cannot be made or opened
-            print(f"abh eval: error: {a.out}: {e.strerror or e}", file=sys.stderr)
-            return exitcodes.BAD_CONFIG
-        raise
+    except OutputError as e:  # one clear line, not a traceback, for operational errors
+        kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) "
+                "and rerun the same command to resume") if out.is_dir() else ""
+        print(f"abh eval: error: {e}{kept}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except (StoreError, DatasetError) as e:
+        print(f"abh eval: error: {e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    except OSError as e:  # a directory that cannot be made or opened
+        print(f"abh eval: error: {a.out}: {e.strerror or e}", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
     print(format_summary(summary))
     if summary["errors"]:
         print(f"{summary['errors']} request(s) failed after retries; rerun the same command to retry them.",

@@ -76,3 +76,30 @@ def add_client_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-bytes-per-token", type=int, metavar="B", default=client.max_bytes_per_token,
                     help="an answer larger than 1 MiB + B per token the request can produce is that request's "
                          "error (response too large)")
+
+
+def add_task_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of ``abh eval`` and ``abh ab`` that set the task's recipe and the client's model, key and
+    parallelism (which task, its data and the repeats are each command's own)."""
+    from harness.serving.settings import ClientSettings
+    from harness.tasks.registry import all_recipes
+
+    ap.add_argument("--recipe", choices=list(all_recipes()), default=None,
+                    help="the task's recipe (default: the task's; GSM8K: sglang, SGLang's bench_sglang.py)")
+    ap.add_argument("--num-shots", type=int, metavar="K", default=None,
+                    help="few-shot examples in each prompt (default: the recipe's; sglang: 5)")
+    ap.add_argument("--num-questions", type=int, default=None, metavar="N",
+                    help="questions per eval (default: the recipe's; GSM8K: all 1319)")
+    ap.add_argument("--max-new-tokens", type=int, metavar="N", default=None,
+                    help="generation length limit (default: the recipe's; sglang: 512)")
+    ap.add_argument("--train-data", default=None, metavar="PATH",
+                    help="train JSONL (or hf:openai/gsm8k) for the recipes whose shots come from it (default: beside "
+                         "--data)")
+    ap.add_argument("--allow-noncanonical", action="store_true", help="accept a dataset that is not canonical GSM8K")
+    ap.add_argument("--model", default="", help="OpenAI model name (default: the first of /v1/models)")
+    ap.add_argument("--api-key-env", default="", metavar="VAR",
+                    help="send the API key in this environment variable as Authorization: Bearer (never recorded); "
+                         "a URL's user:password@ is sent as basic auth")
+    ap.add_argument("--parallel", type=int, default=ClientSettings().parallel, metavar="P",
+                    help="requests in flight")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -81,10 +81,10 @@ def in_submitit() -> bool:
 
 def task(cfg: DictConfig) -> int:
     """The Hydra job: run the experiment in Hydra's output directory; return the exit code."""
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if in_multirun():  # before anything can interrupt the sweep
-        redact_multirun_yaml(Path(HydraConfig.get().sweep.dir))
     hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    if in_multirun():  # before anything can interrupt the sweep
+        redact_multirun_yaml(Path(hc.sweep.dir))
     placed = [o for o in hc.overrides.hydra if o.startswith(("hydra.run.dir=", "hydra.sweep.dir=", "hydra/launcher="))]
     overrides = [_lower_bool(redact_text(a)) for a in redact_argv([*hc.overrides.task, *placed])]
     # the pipeline (servers, client, statistics) is imported once a job runs: `--cfg`, `--help` and Hydra's own
@@ -165,10 +165,9 @@ def _value(text: str) -> str:
 
 
 def directory_problem(argv: list[str]) -> str | None:
-    """A run or sweep directory the overrides would have Hydra make where it must not, as one line: an experiment
-    name that leaves ``results/`` (``experiment.name=../../x``; also the name of the experiment file picked), or
-    a ``hydra.run.dir`` / ``hydra.sweep.dir`` that is the root, a system directory or under a file. Checked before
-    Hydra composes anything, since Hydra makes the directory before the run's own validation."""
+    """A run or sweep directory the overrides would have Hydra make where it must not (an experiment name that
+    leaves ``results/``, a ``hydra.run.dir`` that is the root or a system directory), as one line: checked
+    before Hydra composes anything, since Hydra makes the directory before the run's own validation."""
     from harness.config import name_problem
     from harness.util.paths import output_problem
 
@@ -194,11 +193,9 @@ def directory_problem(argv: list[str]) -> str | None:
 
 
 def value_problem(argv: list[str]) -> tuple[str | None, Any]:
-    """The config's own validation (every value against its range), run before Hydra makes the run directory, so
-    a bad value (``task.num_questions=-3``) leaves no directory behind: the problem (None when none), and the run
-    mode (``hydra.mode``) the composed config names, or :data:`UNKNOWN` when not composed. Only for a single run of
-    plain overrides: a sweep's values, Hydra's own flags and a config Hydra cannot compose are left to Hydra and the
-    job."""
+    """The config's own validation before Hydra makes the run directory, so a bad value leaves no directory
+    behind: the problem (None when none), and the run mode (``hydra.mode``), :data:`UNKNOWN` when not
+    composed. A sweep, Hydra's own flags and a config Hydra cannot compose are left to Hydra and the job."""
     if any(a.startswith("-") for a in argv) or any("," in a.partition("=")[2] for a in argv):
         return None, UNKNOWN
     from harness.cli.compose import compose_config
@@ -215,7 +212,7 @@ def value_problem(argv: list[str]) -> tuple[str | None, Any]:
     except ConfigError as e:
         return str(e), mode
     except Exception:  # noqa: BLE001 - the job's own handling says it
-        return None, mode
+        pass
     return None, mode
 
 
@@ -261,10 +258,8 @@ _TASK_KEY = re.compile(r"^(\+{0,2})task\.([A-Za-z_][\w.]*)=(.*)$", re.S)
 
 
 def tasks_override(argv: list[str]) -> list[str]:
-    """``task=[gsm8k,mmlu]`` (several tasks, each evaluated on every launch) as the Hydra overrides that put each
-    task's config file under ``tasks.<name>`` (``+task@tasks.gsm8k=gsm8k ...``); with several tasks, ``task.KEY=V``
-    applies to each of them (``tasks.<name>.KEY=V``; one task alone: ``tasks.mmlu.KEY=V``). ``task=[x]`` is
-    ``task=x``. Everything else is left for Hydra."""
+    """``task=[gsm8k,mmlu]`` as the Hydra overrides that put each task's config file under ``tasks.<name>``
+    (``+task@tasks.gsm8k=gsm8k ...``), ``task.KEY=V`` then applying to each; ``task=[x]`` is ``task=x``."""
     names: list[str] = []
     for a in argv:
         m = _TASK_LIST.match(a)

@@ -1,9 +1,7 @@
-"""Engines: what serves an arm. ``create_engine`` picks the implementation by ``engine.kind``.
-
-Registry: the engine kind is the module name under ``harness/engines/``; the module exposes ``ENGINE``
-(an :class:`~harness.engines.base.Engine` subclass) and optionally ``CONFIG`` (its schema dataclass, when it
-is not one of ``harness.config.ENGINE_SCHEMAS``). Adding an engine is one module here plus
-``configs/engine/NAME.yaml``.
+"""Engines: what serves an arm. ``create_engine`` picks the implementation by ``engine.kind``: the module of
+that name under ``harness/engines/``, which exposes ``ENGINE`` (an :class:`~harness.engines.base.Engine`
+subclass); its schema is ``harness.config.ENGINE_SCHEMAS``'s (else :class:`~harness.config.EngineConfig`).
+Adding an engine is one module here, its schema and ``configs/engine/NAME.yaml``.
 """
 
 from __future__ import annotations
@@ -46,20 +44,13 @@ def engine_class(kind: str) -> type[Engine]:
     return cls
 
 
-def _schema(kind: str) -> type:
-    if kind in ENGINE_SCHEMAS:
-        return ENGINE_SCHEMAS[kind]
-    mod = importlib.import_module(f"harness.engines.{kind}")
-    return getattr(mod, "CONFIG", EngineConfig)
-
-
 def engine_config(engine_cfg: Any, overrides: JSONObject | None = None) -> Any:
     """The engine's schema dataclass from a mapping or a dataclass, plus per-arm overrides (typed)."""
     values = dict(dataclasses.asdict(engine_cfg) if isinstance(engine_cfg, EngineConfig) else engine_cfg.items())
     kind = str(values.get("kind", ""))
     engine_class(kind)  # clear error for an unknown kind first
     try:
-        cfg = typed(_schema(kind), {**values, **(overrides or {})})
+        cfg = typed(ENGINE_SCHEMAS.get(kind, EngineConfig), {**values, **(overrides or {})})
     except ConfigError as e:
         raise EngineError(f"bad {kind} engine config: {e}") from e
     missing = sorted(f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) == MISSING)

@@ -3,22 +3,12 @@ the harness need not be installed there) by :func:`harness.engines.preflight.par
 
     python args_probe.py '{"module": "sglang.srt.server_args", "argv": ["--model-path", "M", ...]}'
 
-Parses ``argv`` with that SGLang's own parser, built as its ``prepare_server_args`` builds it
-(python/sglang/srt/server_args.py: ``argparse.ArgumentParser(prog="sglang serve")`` and
-``ServerArgs.add_cli_args(parser)``), and reports, without starting anything:
-
-* ``error``: what argparse refuses (an unknown flag, an ambiguous abbreviation, a bad value): the server would
-  exit at launch with this message;
-* ``deprecated``: flags whose action is one of SGLang's ``Deprecated*Action`` classes
-  (python/sglang/srt/arg_groups/argparse_actions.py in current SGLang) or whose help says "Deprecated", with
-  the warning the parser logs (naming the replacement);
-* ``abbreviated``: flags that are not spelled as any option but that argparse took as the abbreviation of one
-  (``allow_abbrev``): a renamed flag can slide into another that way;
-* ``ignored``: flags that parse into a name ``ServerArgs`` has no field for (``ServerArgs.from_cli_args``
-  drops it: the server never sees the value);
-* ``messages``: every warning logged or printed while parsing.
-
-Prints one line ``ABH-ARGS-RESULT:{json}`` last.
+Parses ``argv`` with that SGLang's own parser, built as its ``prepare_server_args`` builds it, and reports
+without starting anything (:class:`ArgsProbeResult`): what argparse refuses (``error``: the server would exit
+at launch), deprecated flags (a ``Deprecated*Action`` or a help that says so), flags argparse only took as the
+abbreviation of another (``allow_abbrev``: a renamed flag can slide into another that way), flags that parse
+into no ``ServerArgs`` field (the server never sees them), and every warning printed. One line
+``ABH-ARGS-RESULT:{json}`` last.
 """
 
 from __future__ import annotations

@@ -113,12 +113,6 @@ class ServerProbe(TypedDict):
     time: str
 
 
-def _plain(cfg: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return dataclasses.asdict(cfg)
-    return dict(cfg)
-
-
 class Engine:
     """Base class of every engine. ``cfg`` is the engine's schema dataclass (arm overrides applied)."""
 
@@ -150,7 +144,6 @@ class Engine:
         self._spec: LaunchSpec | None = None
         self._simulated_seen = False
         self.ready_s: float | None = None
-        self._stopped = False
         self._wire: Api | None = None
         #: headers the harness's own requests to the server carry (the client's ``Authorization``: a server that
         #: wants an API key wants it for its health and info endpoints too); set by the run, never recorded
@@ -188,7 +181,7 @@ class Engine:
         return None
 
     def config_dict(self) -> dict[str, Any]:
-        return _plain(self.cfg)
+        return dataclasses.asdict(self.cfg)
 
     #: what ``engine.deterministic`` adds to the command line and the environment
     deterministic_flags: ClassVar[tuple[str, ...]] = ()

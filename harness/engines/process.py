@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Literal, TypedDict
 
+import psutil
+
 from harness.engines.gpu import GpuRelease, GpuSnapshot, StatusFn, gpu_snapshot, wait_gpu_release
 from harness.results import fileio
 from harness.util.redact import redact_argv, redact_text
@@ -125,15 +127,11 @@ def check_ports_free(ports: Sequence[int], why: str, host: str = "127.0.0.1") ->
 
 def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if not port_in_use(host, port):
-                return True
-        except OSError:
-            return True  # an address we cannot bind at all: nothing to wait for
+    while busy_ports([port], host):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+    return True
 
 
 # ------------------------------------------------------------------------------------------ logs
@@ -208,7 +206,6 @@ def root_cause(text: str) -> str:
     found = [line.strip() for line in text.splitlines() if EXCEPTION_LINE.match(line.strip())]
     causes = [line for line in found if not WRAPPER_EXCEPTION.search(line)]
     return (causes or found or [""])[-1][:400]
-
 
 
 # ------------------------------------------------------------------------------------- processes
@@ -345,34 +342,28 @@ class ServerProcess:
         if self.proc is None:
             return
         try:
-            import psutil
-        except ImportError:  # pragma: no cover - psutil is a dependency
-            self._known.setdefault(self.proc.pid, 0.0)
-            return
-        try:
             root = psutil.Process(self.proc.pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             procs = []
-        pgid = self.proc.pid
-        try:
-            for p in psutil.process_iter(["pid"]):
-                with contextlib.suppress(OSError):
-                    if os.getpgid(p.pid) == pgid:
-                        procs.append(p)
-        except psutil.Error:
-            pass
+        procs += self._group()
         for p in procs:
             with contextlib.suppress(psutil.Error):
                 self._known[p.pid] = p.create_time()
 
+    def _group(self) -> list[psutil.Process]:
+        """The live (not zombie) processes of the server's process group."""
+        out = []
+        with contextlib.suppress(psutil.Error):
+            for p in psutil.process_iter(["pid", "status"]):
+                with contextlib.suppress(OSError):
+                    if self.proc is not None and os.getpgid(p.pid) == self.proc.pid \
+                            and p.info["status"] != psutil.STATUS_ZOMBIE:
+                        out.append(p)
+        return out
 
     def rss_mib(self) -> float:
         """Resident memory of the server's live processes (the group and its descendants), in MiB."""
-        try:
-            import psutil
-        except ImportError:  # pragma: no cover
-            return 0.0
         total = 0
         for pid in self._alive_known():
             with contextlib.suppress(psutil.Error):
@@ -380,10 +371,6 @@ class ServerProcess:
         return round(total / (1 << 20), 1)
 
     def _alive_known(self) -> list[int]:
-        try:
-            import psutil
-        except ImportError:  # pragma: no cover
-            return []
         out = []
         for pid, ctime in self._known.items():
             try:
@@ -410,16 +397,7 @@ class ServerProcess:
             return False
         except PermissionError:
             return True
-        try:
-            import psutil
-
-            for p in psutil.process_iter(["pid", "status"]):
-                with contextlib.suppress(OSError):
-                    if os.getpgid(p.pid) == self.proc.pid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                        return True
-            return False
-        except ImportError:  # pragma: no cover
-            return True
+        return bool(self._group())
 
     # ------------------------------------------------------------------ stop
     def _wait_stopped(self, stop_timeout_s: float, interrupt_after_s: float | None,
@@ -496,22 +474,15 @@ class ServerProcess:
         redact_log_file(self.log_path)
         with _LIVE_LOCK:
             _LIVE.discard(self)
-        if not settle:
-            info["seconds"] = time.monotonic() - t0
-            self.stop_info = info
-            return info
-        if host is not None and port:
-            if not wait_port_free(host, port, min(release_timeout_s, 60.0)):
-                info["port_free"] = False
-                if on_status:
-                    on_status(f"port {port} on {host} is still in use after stopping {self.name}")
-            else:
-                info["port_free"] = True
-        info["gpu"] = wait_gpu_release(server_pids, self.gpu_baseline, release_timeout_s, on_status)
+        if settle and host is not None and port:
+            info["port_free"] = wait_port_free(host, port, min(release_timeout_s, 60.0))
+            if not info["port_free"] and on_status:
+                on_status(f"port {port} on {host} is still in use after stopping {self.name}")
+        if settle:
+            info["gpu"] = wait_gpu_release(server_pids, self.gpu_baseline, release_timeout_s, on_status)
         info["seconds"] = time.monotonic() - t0
         self.stop_info = info
         return info
-
 
 
 def wait_until_ready(proc: ServerProcess, check: Callable[[], tuple[bool, str]], what: str, timeout_s: float,

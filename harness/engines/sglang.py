@@ -1,15 +1,11 @@
 """SGLang: ``python -m sglang.launch_server --model-path M --host H --port P`` + engine.args + arm.args.
 
-Ready when ``GET /health_generate`` is 200 (it runs a 1-token generation; 503 while starting).
-
-Besides ``--port``, SGLang binds ports it derives from it (``PortArgs.init_new`` in
-``python/sglang/srt/server_args.py``): with ``--enable-dp-attention`` on one node and no ``--dist-init-addr``,
-torch.distributed's store listens on ``--port + ZMQ_TCP_PORT_DELTA`` (233) and the tokenizer, detokenizer,
-rpc, metrics and scheduler-input ZMQ sockets on the ports just above it (older versions: one scheduler-input
-port per DP rank); near the top of the port space the block mirrors to ``--port - 233``. An explicit
-``--dist-init-addr host:port`` moves the block to that port, and ``--nccl-port`` is bound as given. All of
-them are checked free before launch (:meth:`SGLangEngine.derived_ports`), so a taken one is a clear error
-instead of a server that dies while loading.
+Ready when ``GET /health_generate`` is 200 (a 1-token generation; 503 while starting). Besides ``--port``,
+SGLang binds ports it derives from it (``PortArgs.init_new`` in ``python/sglang/srt/server_args.py``): with
+``--enable-dp-attention`` on one node, a block from ``--port + 233`` (``ZMQ_TCP_PORT_DELTA``; mirrored below
+``--port`` near the top of the port space, or at ``--dist-init-addr``'s port), and ``--nccl-port`` as given.
+:meth:`SGLangEngine.derived_ports` checks them free before launch: a taken one is a clear error, not a server
+that dies while loading.
 """
 
 from __future__ import annotations
@@ -64,6 +60,10 @@ def _int(v: str | bool | None, default: int) -> int:
         return default
 
 
+def _dp(f: dict[str, str | bool]) -> int:
+    return _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1)
+
+
 def dp_attention_ranks(args: Sequence[str]) -> int:
     """How many DP attention ranks a server started with ``args`` runs, each with its own scheduler (a request
     lands on one of them; SGLang's ``routed_dp_rank`` picks it): ``--dp``/``--dp-size N`` with
@@ -73,7 +73,7 @@ def dp_attention_ranks(args: Sequence[str]) -> int:
     if attn > 0:
         return attn
     if f.get("--enable-dp-attention"):
-        return max(1, _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1))
+        return max(1, _dp(f))
     return 1
 
 
@@ -90,8 +90,7 @@ def derived_ports(port: int, args: Sequence[str]) -> list[int]:
         host, _, p = dist.rpartition(":")
         dist_port = _int(p, 0) if host in _LOCAL_HOSTS else 0
     if f.get("--enable-dp-attention") and _int(f.get("--nnodes"), 1) == 1:
-        dp = _int(f.get("--dp") or f.get("--dp-size") or f.get("--data-parallel-size"), 1)
-        span = _BLOCK + max(dp, 1)
+        span = _BLOCK + max(_dp(f), 1)
         if dist_port:
             base = dist_port
         else:

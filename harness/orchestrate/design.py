@@ -1,58 +1,19 @@
 """The design a run is about to execute, stated before the first server starts: server launches per arm, passes
-(evals) per launch, whether launch-to-launch noise is sampled, and the expected GPU cost when launch and
-eval times are known (from this run directory's earlier sessions).
+(evals) per launch, whether launch-to-launch noise is sampled, and the expected GPU cost when earlier sessions
+timed launches and evals.
 
-Why it is printed: on a box where a launch costs tens of minutes, reusing one launch for several passes is
-much cheaper, but then the repeats of an arm share whatever that launch fixed (kernel autotuning, memory
-layout, a nondeterministic reduction order), so a launch-wide shift cannot be told from the change; a fresh
-launch per repeat samples that noise at the price of a launch per repeat. The harness does not pick silently:
-it prints the trade-off and its cost.
-
-:func:`plan_launches` follows the server pool's rules (harness.orchestrate.servers): one server at a time
-unless ``concurrent``; an item marked ``fresh`` needs a launch that has served no eval yet.
+Why: reusing a launch for several passes is much cheaper where a launch costs tens of minutes, but then the
+repeats share whatever the launch fixed (autotuning, memory layout), so a launch-wide shift cannot be told
+from the change. The harness does not pick silently: it prints the trade-off and its cost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
+from harness.orchestrate.schedule import PlannedLaunch, Step, plan_launches
 from harness.results.schema import Cost
-
-
-class ScheduleItem(Protocol):
-    """What the design reads of a schedule item (read-only, so a frozen dataclass such as
-    :class:`harness.orchestrate.schedule.Step` conforms)."""
-
-    @property
-    def role(self) -> str: ...
-
-    @property
-    def arm_key(self) -> str: ...
-
-    @property
-    def fresh(self) -> bool: ...
-
-    @property
-    def is_eval(self) -> bool: ...
-
-
-@dataclass
-class PlannedLaunch:
-    """One server launch the schedule will make: its arm, the role of its first item, the evals it serves
-    (their roles) and the scoring passes it serves."""
-
-    key: str
-    role: str
-    roles: list[str] = field(default_factory=list)
-    scoring: int = 0
-    #: positions (in the schedule) of the items this launch serves
-    items: list[int] = field(default_factory=list)
-
-    @property
-    def passes(self) -> int:
-        return len(self.roles)
 
 
 class RolePlan(TypedDict):
@@ -103,29 +64,6 @@ class PlannedDesign(TypedDict):
     expected: ExpectedCost | None
 
 
-def plan_launches(items: Iterable[ScheduleItem], concurrent: bool) -> list[PlannedLaunch]:
-    """The launches the schedule makes, in order, with the evals each serves."""
-    live: dict[str, PlannedLaunch] = {}
-    out: list[PlannedLaunch] = []
-    for pos, it in enumerate(items):
-        if not concurrent:
-            for other in [k for k in live if k != it.arm_key]:
-                live.pop(other)
-        cur = live.get(it.arm_key)
-        if cur is not None and it.fresh and (cur.passes or cur.scoring):
-            cur = None
-        if cur is None:
-            cur = PlannedLaunch(it.arm_key, it.role)
-            live[it.arm_key] = cur
-            out.append(cur)
-        cur.items.append(pos)
-        if it.is_eval:
-            cur.roles.append(it.role)
-        else:
-            cur.scoring += 1
-    return out
-
-
 def _role_of(launch: PlannedLaunch) -> str:
     """The role whose cost a launch counts in: ``aa`` only for a launch that serves the A/A control alone
     (a launch for a scoring pass alone counts in the role of that pass)."""
@@ -134,7 +72,7 @@ def _role_of(launch: PlannedLaunch) -> str:
     return "aa" if set(launch.roles) == {"aa"} else ("a" if "a" in launch.roles else launch.role)
 
 
-def describe(items: Sequence[ScheduleItem], *, concurrent: bool, gpus: Mapping[str, int],
+def describe(items: Sequence[Step], *, concurrent: bool, gpus: Mapping[str, int],
              times: Mapping[str, Mapping[str, float]] | None = None,
              sequential: SequentialSchedule | None = None, floor_server: bool = False) -> PlannedDesign:
     """The design of a schedule: per role (``a``, ``b``, ``aa``) launches, evals, the most passes one launch

@@ -1,34 +1,14 @@
-"""The scoring passes of ``abh run``: teacher-forced scoring passes of the reference arm's greedy texts (repeat 1),
-for the divergence (:mod:`harness.measure.divergence_pass`), each on a launch the evals hold
-(:func:`harness.orchestrate.schedule.with_scoring` places them in the schedule).
+"""The divergence's scoring passes in ``abh run``: the reference arm's greedy texts (repeat 1) scored
+teacher-forced (:mod:`harness.measure.divergence_pass`) on the launches
+:func:`harness.orchestrate.schedule.with_scoring` places them on, each pass into that launch's eval directory
+(the floor of reference ``a`` into ``evals/aa/r1/``, of ``b`` into ``evals/bb/r1/``) and into the manifest's
+``scoring``. What the passes measure, and why the floor needs a fresh launch: docs/statistics.md,
+"Divergence".
 
-=============  ==================================  =====================================================
-pass           server                              written to
-=============  ==================================  =====================================================
-reference      the reference arm, on its repeat-1     ``evals/<ref>/r1/`` (beside the texts it scores)
-               eval's launch
-compared       the other arm, on its repeat-1      ``evals/<other>/r1/``
-               eval's launch
-floor (A/A)    a FRESH launch of the reference     ``evals/aa/r1/`` (reference ``a``; ``evals/bb/r1/``
-               arm: never the reference pass's     for ``b``): the A/A control's eval directory when the
-                                                   run has one, else a directory holding the pass only
-launch         every other launch of either arm    that launch's eval directory (``evals/a/r2/``,
-               (and of the A/A control), right     ``evals/b/r3/``, ``evals/aa/r2/``, ...)
-               after an eval on it
-=============  ==================================  =====================================================
-
-The floor must be drawn like the compared pass: that one runs on another launch than the reference pass, so
-the floor does too (an A/A pass on the reference pass's own launch misses the launch-to-launch noise, and the
-test then rejects every time); a ``launch`` pass that finds itself on a launch another pass already scored (a
-server abh did not start is one launch whatever the schedule planned) is not scored again. Launches are
-acquired from the run's :class:`ServerPool` and recorded like the evals' (role ``a``/``b``, and ``aa`` for the
-floor of reference ``a``); each pass goes to the manifest under ``scoring``. A pass is kept on a rerun when it
-scored the same reference texts at the same ``top_k``, every question it was to (no request error, not
-partial), against the reference pass as it is now (its ``pass_id`` and question count). A server that dies or
-hangs during a pass stops the run as in an eval (exit 4 with the server's last log lines): the questions scored
-so far are kept as a partial pass, and the rerun asks only the others
-(:func:`harness.measure.divergence_pass.score_pass_async`). A signal cancels the session of a pass (nothing of it
-is kept; the rerun scores it again, or resumes the partial pass it was resuming).
+A pass is kept on a rerun when it scored the same reference texts at the same ``top_k``, every question it was
+to, against the reference pass as it is now; a second pass on one launch (a server abh did not start is one
+launch whatever the schedule planned) is not scored. A server that dies or hangs stops the run as in an eval
+(exit 4), the questions scored so far kept as a partial pass.
 """
 
 from __future__ import annotations
@@ -40,8 +20,8 @@ from harness.config import Config
 from harness.measure.divergence_pass import ScoringOptions, score_pass_async
 from harness.orchestrate.interrupts import Interrupted, Interrupts
 from harness.orchestrate.routing_phase import route_launch
-from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord, eval_rel_dir
-from harness.orchestrate.schedule import Step, scoring_dirs
+from harness.orchestrate.rundir import Manifest, RunLog, ScoringRecord
+from harness.orchestrate.schedule import Step, eval_rel_dir, scoring_dirs
 from harness.orchestrate.servers import Launch, ServerPool
 from harness.results import fileio
 from harness.results.eval_store import SAMPLES

@@ -1,16 +1,10 @@
 """Ctrl-C, SIGTERM and SIGHUP during ``abh run``, honoured in every phase (:data:`~harness.measure.runner.SIGNALS`).
 
-A signal sets a flag, then acts by phase:
-
-* synchronous code (preparing arms, waiting for a server, side checks, statistics, report): it raises
-  :class:`Interrupted` at once, and the run's ``finally`` clauses stop the servers;
-* inside a critical section (:meth:`Interrupts.deferred`: starting or stopping a server process), it only
-  sets the flag, which the code checks when the section ends (:meth:`Interrupts.check`);
-* inside the eval's event loop (:meth:`Interrupts.run_async`): an exception raised by a signal handler there
-  is swallowed by the loop (uvloop logs "Exception in callback" and carries on), so the handler cancels the
-  eval's task instead; the eval writes what it has, and the cancellation comes out as :class:`Interrupted`.
-
-A second signal while the first is being handled is ignored, so stopping the servers can finish.
+A signal sets a flag and, in synchronous code, raises :class:`Interrupted` at once (the run's ``finally``
+clauses stop the servers); inside :meth:`Interrupts.deferred` (starting or stopping a server) the flag is
+checked when the section ends; inside the eval's event loop, where an exception raised by a handler would be
+swallowed, it cancels the eval's task, which writes what it has. A second signal while the first is handled is
+ignored, so stopping the servers can finish.
 """
 
 from __future__ import annotations

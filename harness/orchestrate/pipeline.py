@@ -1,18 +1,8 @@
-"""The pipeline of a whole arm comparison (``abh run``'s job; :mod:`harness.cli.run` is its Hydra entry).
-
-In order:
-
-1. prepare: validate the config, load the data, open the run directory (resume or refuse), resolve each arm
-   and its engine, diff the arms' launches;
-2. static checks: the side checks that need no server, for both arms, before any server starts (a dry run
-   stops here, with the exit code a real run would have);
-3. measure: per schedule item, acquire the arm's server from the :class:`ServerPool` (launch, live side
-   checks, reuse or fresh launch) and run the eval into ``evals/<role>/r<k>/``;
-4. score (``divergence.enabled``): the reference arm's greedy texts scored teacher-forced by its server, the
-   other arm's, a fresh launch of its own and every other launch the run holds
-   (:mod:`~harness.orchestrate.divergence_phase`), each right after an eval on that launch;
-5. finish: the paired statistics (``comparison.json``, with the ``divergence`` object), ``summary.json``, a
-   table on the terminal and ``report.html``.
+"""The pipeline of a whole arm comparison (``abh run``'s and ``abh ab``'s job; :mod:`harness.cli.run` is its
+Hydra entry): prepare (the config's data, the run directory, each arm and its engine, the arms' diff); the
+static checks, before any server (a dry run stops there, with the exit code a real run would have); measure
+(each schedule item's eval on its launch from the :class:`ServerPool`, the divergence's scoring passes on the
+same launches); finish (``comparison.json``, ``summary.json``, the terminal's table, ``report.html``).
 
 Every failure is an exception; :func:`exit_for` maps the expected ones to an exit code and one line.
 """
@@ -20,6 +10,7 @@ Every failure is an exception; :func:`exit_for` maps the expected ones to an exi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import traceback
 from collections.abc import Sequence
@@ -34,7 +25,7 @@ from harness.analysis.comparison import IncomparableEvals, TooFewAnswered, compa
 from harness.analysis.cost import config_gpus, cost_from_manifest, format_cost
 from harness.analysis.divergence import compute_divergence, has_pass
 from harness.analysis.divergence_cache import cached
-from harness.analysis.gate import comparison_exit, exit_reason, gate_not_applied, gated
+from harness.analysis.gate import comparison_exit, exit_reason, gate_exit, gate_not_applied, gated
 from harness.analysis.multitask import format_tasks
 from harness.analysis.routing import compute_routing
 from harness.arms import sourcediff
@@ -57,10 +48,10 @@ from harness.config import (
     EngineConfig,
     SimulatedEngineConfig,
     arms_root,
-    as_dict,
 )
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
+from harness.exitcodes import Failure
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
 from harness.orchestrate import resumed_design
 from harness.orchestrate.design import SequentialSchedule, describe, format_design, times_from_cost
@@ -109,14 +100,6 @@ from harness.util.redact import redact_text
 INTERRUPTED_CODES = (exitcodes.INTERRUPTED, exitcodes.TERMINATED, exitcodes.HANGUP)
 #: Errors that mean the command line, config, data or run directory is wrong: exit 2, one line.
 CONFIG_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, ArmError, PortInUseError, StoreError)
-
-
-class RunFailure(Exception):
-    """The run stops with ``code`` (see harness.exitcodes) and one message for its user."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -205,13 +188,13 @@ class Run:
             written = answer_key.write(run_dir / "simulator_answer_key.json",
                                        [(t.key, t.probe) for t in self.tasks], dry_run=cfg.dry_run)
             self.answer_key = str(written) if written else ""
-        resolved = as_dict(cfg)
+        resolved = dataclasses.asdict(cfg)  # what manifest.json stores as ``config``
         ignores = engine_class(cfg.engine.kind).diff_ignore
         digest = config_digest(resolved, non_semantic_keys(ignores, list(cfg.arms)))
         self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
         if not cfg.dry_run:  # abh ab names its run directory --out
             check_resume(self.manifest.data, digest, run_dir,
-                         "--out" if command is not None and command[1:2] == ["ab"] else "hydra.run.dir")
+                         "--out" if self.command_name == "ab" else "hydra.run.dir")
         dataset: DatasetRecord = {"sha256": self.test.sha256, "source": self.test.source,
                                   "canonical": self.test.canonical, "rows": len(self.test)}
         if self.several:
@@ -287,11 +270,11 @@ class Run:
         try:
             sourcediff.enforce(self.source_diff)
         except sourcediff.SourceDiffError as e:
-            raise RunFailure(e.code, str(e)) from None
+            raise Failure(e.code, str(e)) from None
 
     def preflight(self) -> list[Preflight]:
         """Each arm's preflight (its own software asked about its launch: SGLang's parser on its flags, vLLM's
-        distribution), said and recorded (``manifest.json`` ``preflight``); :meth:`preflight_failure` stops."""
+        distribution), said and recorded (``manifest.json`` ``preflight``); :meth:`refuse` stops."""
         results = [p for key in dict.fromkeys(self.keys.values()) if (p := self.engines[key].preflight())]
         for p in results:
             for line in p.lines():
@@ -299,13 +282,26 @@ class Run:
         self.manifest.record("preflight", {p.arm: p.to_doc() for p in results})
         return results
 
-    @staticmethod
-    def preflight_failure(results: list[Preflight]) -> RunFailure | None:
-        bad = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in results if not p.ok]
-        if not bad:
-            return None
-        return RunFailure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not start): "
-                          + " | ".join(bad))
+    def refuse(self, bad: list[ArmDiffRow], preflights: list[Preflight],
+               checks: dict[str, list[CheckResult]] | None = None) -> None:
+        """What stops a run before its first server, in order: the preflight (2), a disallowed difference
+        between the arms (6), a source outside ``experiment.fix_files`` (6), a static side check (3). A dry
+        run stops with the code the real run would have; ``checks``: the static checks it ran already."""
+        dry = " (a real run would stop here)" if self.cfg.dry_run else ""
+        refused = [f"arm {p.arm}: {'; '.join(p.problems)}" for p in preflights if not p.ok]
+        if refused:
+            raise Failure(exitcodes.BAD_CONFIG, "the preflight refuses the launch (the server would not "
+                          "start): " + " | ".join(refused) + dry)
+        refuse_disallowed(bad)
+        self.enforce_sources()
+        for key, results in (self.static_checks() if checks is None else checks).items():
+            try:
+                assert_checks(results, key)
+            except SideAssertionError as e:  # the real run's message: "side assertion failed for arm ..."
+                if not dry:
+                    raise
+                raise Failure(exitcodes.SIDE_ASSERTION_FAILED,
+                              f"{e} (a real run would stop here, before measuring)") from None
 
     def static_checks(self) -> dict[str, list[CheckResult]]:
         """Side checks that need no server (source probes in each arm's interpreter), for every arm."""
@@ -458,14 +454,15 @@ class Run:
             raise self.server_failed(item.arm_key, launch, f"scoring {item.rel_dir}", e,
                                      "The questions scored so far are kept") from None
 
-    def server_failed(self, key: str, launch: Launch, during: str, e: ServerGone, kept: str) -> RunFailure:
+    def server_failed(self, key: str, launch: Launch, during: str, e: ServerGone, kept: str) -> Failure:
         """Stop the server of ``key`` that failed ``during`` something; the run's failure (exit 4), with the
         server's last log lines where abh launched it."""
         tail = self.pool.log_tail(key)
         self.pool.stop(key, "it failed")
-        return RunFailure(exitcodes.SERVER_FAILURE,
-                          f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun the "
-                          "same command to resume." + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
+        return Failure(exitcodes.SERVER_FAILURE,
+                       f"server of arm {key} (launch {launch.id}) failed during {during}: {e}. {kept}; rerun "
+                       "the same command to resume."
+                       + (f"\n--- last lines of its log ---\n{tail}" if tail else ""))
 
     def measure(self) -> None:
         items = self.items()
@@ -541,7 +538,7 @@ class Run:
             raise
         except WrongServer as e:  # the launched server does not speak the configured API: a config problem
             self.manifest.eval_ended(rel, "failed", error=str(e))
-            raise RunFailure(exitcodes.BAD_CONFIG, f"arm {key}: {e}") from None
+            raise Failure(exitcodes.BAD_CONFIG, f"arm {key}: {e}") from None
         except ServerGone as e:  # died, or stalled (the client's watchdog): stop it, say why, keep the answers
             self.manifest.eval_ended(rel, "failed", error=str(e))
             raise self.server_failed(key, launch, rel, e, "Answers so far are kept") from None
@@ -637,8 +634,7 @@ class Run:
         if changed:  # said in the result as in the plan
             comparison = replace(comparison, warnings=[*comparison.warnings, changed])
         schema.write_comparison(run_dir / COMPARISON, comparison)
-        fail_on = self.cfg.fail_on
-        gate = None if fail_on is None else str(fail_on)
+        gate = self.cfg.fail_on
         code = comparison_exit(comparison, gate)  # 5, or 7 for --fail-on
         line = headline(comparison)
         summary = schema.run_summary(comparison, experiment=str(x.name),
@@ -647,15 +643,14 @@ class Run:
                                      cost=cost, sequential=seq, headline=line)
         schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
-        if self.cfg.verbose:  # the statistician's summary and the cost per arm
-            print(printable(format_table(summary, comparison)))  # arm names are anyone's text
-            if seq is not None:
-                print(f"  {sequential_line(seq)}")
-            print(format_cost(cost))
+        if self.cfg.verbose:  # the statistician's summary, then the cost (arm names are anyone's text)
+            print(printable(format_table(summary, comparison)))
         else:
             print(printable("\n".join(result_lines(comparison, table_title(summary, comparison), cost))))
-            if seq is not None:
-                print(f"  {sequential_line(seq)}")
+        if seq is not None:
+            print(f"  {sequential_line(seq)}")
+        if self.cfg.verbose:
+            print(format_cost(cost))
         reason = exit_reason(code, comparison, gate) or gate_not_applied(comparison, gate, self.command_name)
         if reason:
             self.log.say(reason)
@@ -672,11 +667,10 @@ class Run:
         write_task_outputs(run_dir, comparisons, tc, report=False)
         cost = self.cost()
         m.record("cost", cost.to_doc())
-        fail_on = self.cfg.fail_on
-        gate = None if fail_on is None else str(fail_on)
+        gate = self.cfg.fail_on
         codes = [comparison_exit(c, None) for c in comparisons.values()]
         ungated = next((c for c in comparisons.values() if not gated(c)), None)
-        code = max(codes, default=exitcodes.OK) or comparison_exit_of_decision(
+        code = max(codes, default=exitcodes.OK) or gate_exit(
             tc.decision, None if ungated is not None else gate)
         summary = schema.RunSummary(
             experiment=str(x.name), verdict=tc.decision, verdict_reason=tc.decision_reason, exit_code=code,
@@ -723,34 +717,27 @@ class Run:
 TaskOutputs = tuple[dict[str, schema.Comparison], schema.TasksComparison]
 
 
-def _cannot_compare(e: CompareError) -> RunFailure:
+def _cannot_compare(e: CompareError) -> Failure:
     """The exit code and message of a comparison that could not be made (one task or several alike)."""
     if isinstance(e, CompareSettingsError):  # the settings, not the evals: they are kept for the rerun
         key = SETTING_KEYS.get(e.setting, f"stats.{e.setting}")
-        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
-                          "evals are kept")
+        return Failure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}; fix {key} and rerun: the "
+                       "evals are kept")
     if isinstance(e, IncomparableEvals):  # not a matter of failed requests: a rerun would not change it
-        return RunFailure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}")
+        return Failure(exitcodes.BAD_CONFIG, f"the arms cannot be compared: {e}")
     if isinstance(e, TooFewAnswered):  # request errors (5, a rerun retries them), or too few questions asked (2)
-        return RunFailure(e.exit_code, f"the arms cannot be compared: {e}" + (
+        return Failure(e.exit_code, f"the arms cannot be compared: {e}" + (
             ". Rerun the same command to retry the failed requests." if e.exit_code == exitcodes.TOO_MANY_ERRORS
             else " (task.num_questions)"))
-    return RunFailure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command to "
-                      "retry the failed requests.")
-
-
-def comparison_exit_of_decision(decision: str, fail_on: str | None) -> int:
-    """The gate on a multi-task run's overall decision (exit 7 when it is one ``--fail-on`` refuses)."""
-    from harness.analysis.gate import gate_exit
-
-    return gate_exit(decision, fail_on)
+    return Failure(exitcodes.TOO_MANY_ERRORS, f"the arms cannot be compared: {e}. Rerun the same command to "
+                   "retry the failed requests.")
 
 
 def refuse_disallowed(bad: list[ArmDiffRow], what: str = "the arms differ") -> None:
     if bad:
-        raise RunFailure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
-                         + "; ".join(d["key"] for d in bad)
-                         + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
+        raise Failure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
+                      + "; ".join(d["key"] for d in bad)
+                      + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
 
 
 def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunLog,
@@ -758,50 +745,30 @@ def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunL
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
     run = Run(cfg, run_dir, interrupts, log, command, unset_env)
     try:
-        return _run_experiment(run, cfg, interrupts)
+        diffs, bad = run.prepare_arms()
+        preflights = run.preflight()
+        if cfg.dry_run:
+            checks = run.static_checks()
+            run.print_dry_run(diffs, checks)
+            run.print_design(run.items())
+            print("\ndry run: no server started, nothing measured.")
+            # a real run resolves its arms strictly: a source problem stops it first
+            problems = [p for arm in run.arms.values() for p in arm.source.problems]
+            if problems:
+                raise Failure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
+            run.refuse(bad, preflights, checks)
+            return exitcodes.OK
+        run.refuse(bad, preflights)
+        run.measure()
+        interrupts.check()  # a signal that arrived while the last servers were being stopped
+        return run.finish()
     finally:
         run.lock.release()
 
 
-def _run_experiment(run: Run, cfg: Config, interrupts: Interrupts) -> int:
-    diffs, bad = run.prepare_arms()
-    preflights = run.preflight()
-    if cfg.dry_run:
-        checks = run.static_checks()
-        run.print_dry_run(diffs, checks)
-        run.print_design(run.items())
-        print("\ndry run: no server started, nothing measured.")
-        # The dry run exits as the real run would before its first server: 2, 6, 3, in that order.
-        problems = [p for arm in run.arms.values() for p in arm.source.problems]
-        if problems:
-            raise RunFailure(exitcodes.BAD_CONFIG, "a real run would stop here: " + "; ".join(problems))
-        refused = run.preflight_failure(preflights)
-        if refused is not None:
-            raise RunFailure(refused.code, f"{refused} (a real run would stop here)")
-        refuse_disallowed(bad)
-        run.enforce_sources()
-        for key, results in checks.items():  # the real run's message: "side assertion failed for arm ..."
-            try:
-                assert_checks(results, key)
-            except SideAssertionError as e:
-                raise RunFailure(exitcodes.SIDE_ASSERTION_FAILED,
-                                 f"{e} (a real run would stop here, before measuring)") from None
-        return exitcodes.OK
-    refused = run.preflight_failure(preflights)
-    if refused is not None:
-        raise refused
-    refuse_disallowed(bad)
-    run.enforce_sources()
-    for key, results in run.static_checks().items():
-        assert_checks(results, key)
-    run.measure()
-    interrupts.check()  # a signal that arrived while the last servers were being stopped
-    return run.finish()
-
-
 def exit_for(e: BaseException) -> tuple[int, str] | None:
     """The exit code and the one line for an expected failure; None for a bug."""
-    if isinstance(e, RunFailure):
+    if isinstance(e, Failure):
         return e.code, f"error: {e}"
     if isinstance(e, Interrupted):
         return e.exit_code, f"interrupted by {e}; servers stopped, results kept. Rerun the same command to resume."

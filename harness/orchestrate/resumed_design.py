@@ -1,10 +1,7 @@
-"""A resumed run whose design changes, said in the plan and in the result.
-
-A server does not outlive the session that launched it: when an interrupted run is resumed, the evals still to
-run (and an eval cut short) are served by a new launch, so an arm planned on one launch ends up on two. The
-verdict takes launches as its unit, so its interval and detectable effect are those of the design that ran: the
-plan of the resuming session says how the design changes and why, and the result says it again (a warning of
-the comparison, on every surface).
+"""A resumed run whose design changes, said in the plan and in the result: a server does not outlive its
+session, so the evals run after an interruption are on a new launch, and an arm planned on one launch ends up
+on two. The verdict takes launches as its unit, so its interval and detectable effect are those of the design
+that ran.
 """
 
 from __future__ import annotations
@@ -33,17 +30,13 @@ def plan_lines(first: PlannedDesign | None, evals: Mapping[str, Any], pending: I
     plan) planned; ``pending``: the roles with an eval still to run or to finish."""
     if first is None:
         return []
-    todo = set(pending)
-    grew = []
+    todo, grew = set(pending), []
     for role, name in NAMES.items():
-        plan = first["roles"].get(role)
-        planned = plan["launches"] if plan is not None else None
-        ids = launches_used(evals, role)
-        used = len(ids)
-        if all(x.startswith(GIVEN) for x in ids):
-            continue
-        if planned is not None and used and role in todo and used + 1 > planned:
-            grew.append(f"{name} {planned} -> {used + 1}")
+        plan, ids = first["roles"].get(role), launches_used(evals, role)
+        if plan is None or role not in todo or all(x.startswith(GIVEN) for x in ids):
+            continue  # nothing ran yet, nothing to run, or servers abh was given (one launch per URL)
+        if len(ids) + 1 > plan["launches"]:
+            grew.append(f"{name} {plan['launches']} -> {len(ids) + 1}")
     if not grew:
         return []
     return [f"  resumed: the design changes, launches per arm {', '.join(grew)}: {WHY}; the verdict takes launches "

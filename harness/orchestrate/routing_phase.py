@@ -1,14 +1,10 @@
-"""The routing passes of ``abh run``: on every launch a divergence scoring pass ran on, right after it, the routed
-experts of the same reference tokens (:mod:`harness.measure.routing_pass`), into the same directory
-(``routing.bin``, ``routing.json``). No launch of its own: the reference arm's reference launch, B's launches and
-the A/A launches are the divergence's.
+"""The routing passes of ``abh run``: right after each divergence scoring pass, on the same launch, the routed
+experts of the same reference tokens (:mod:`harness.measure.routing_pass`), into the same directory.
 
-The routing's shape comes from what the run knows about the model, first found wins: the arm's
-``routed_experts`` side check (``top_k``, ``num_experts``), the simulated engine's knobs, the model directory's
-``config.json`` (``num_experts_per_tok``; ``n_routed_experts``, ``num_experts`` or ``num_local_experts``). Where none of them names a
-``top_k`` the model is taken as dense and the pass ``not_applicable`` (no routing sentence anywhere: a dense model
-has no routing to report); an MoE whose routing cannot be read (an engine API that does not return routed experts,
-a server started without returning them) is ``not_measured`` with the reason.
+The routing's shape (``top_k``, experts) comes from what the run knows, first found wins: the arm's
+``routed_experts`` side check, the simulated engine's knobs, the model's ``config.json``. Where none names a
+``top_k`` the model is dense and the pass ``not_applicable``; an MoE whose routing cannot be read is
+``not_measured`` with the reason.
 """
 
 from __future__ import annotations
@@ -62,20 +58,20 @@ def route_launch(cfg: Config, engine: Engine, arm_key: str, out: Path, reference
                  interrupts: Interrupts, log: RunLog) -> JSONObject:
     """The routing pass of ``engine``'s launch into ``out`` (beside that launch's scoring pass)."""
     what: dict[str, Any] = {k: meta.get(k) for k in ("pass", "arm", "role", "launch", "engine", "simulated")}
+
+    def skipped(why: str, status: str = "not_measured") -> JSONObject:
+        write_not_measured(out, why, what, status=status)
+        return {**what, "status": status, "reason": why}
+
     shape = routing_shape(engine, cfg.arms.get(arm_key))
     if shape is None:
-        why = ("no routed experts known for this model: no routed_experts side check with top_k, and no config.json "
-               "with num_experts_per_tok in the model directory")
-        write_not_measured(out, why, what, status="not_applicable")
-        return {**what, "status": "not_applicable", "reason": why}
+        return skipped("no routed experts known for this model: no routed_experts side check with top_k, and "
+                       "no config.json with num_experts_per_tok in the model directory", "not_applicable")
     if not engine.wire.native_sglang and engine.api != "vllm":
-        why = (f"the {engine.api} API does not return routed experts (SGLang's native /generate and vLLM's "
-               "/v1/completions with --enable-return-routed-experts do)")
-        write_not_measured(out, why, what)
-        return {**what, "status": "not_measured", "reason": why}
+        return skipped(f"the {engine.api} API does not return routed experts (SGLang's native /generate and "
+                       "vLLM's /v1/completions with --enable-return-routed-experts do)")
     if isinstance(shape, str):
-        write_not_measured(out, shape, what)
-        return {**what, "status": "not_measured", "reason": shape}
+        return skipped(shape)
     top_k, num_experts, source = shape
     log.say(f"routing {out.parent.name}/{out.name} (launch {meta.get('launch')}): top_k {top_k}, "
             f"{num_experts or 'unknown'} experts ({source})")

@@ -1,18 +1,6 @@
-"""A run directory: its file names, the manifest (the one record of what happened), the config digest and the
-rule that decides whether a rerun resumes, and ``run.log``.
-
-Layout::
-
-    manifest.json         config (redacted), provenance, dataset, arms (launch, checks, launches), evals,
-                          sessions, status: every event is recorded here, as it happens
-    evals/<role>/r<k>/    one eval directory per schedule item (see harness.results.eval_store)
-    comparison.json       the paired statistics
-    summary.json          verdict, accuracies, design, exit code
-    run.log               the ``[abh]`` lines of every session and the traceback of a bug (redacted)
-    servers/              each server's log and fingerprint
-
-Rerunning the same command resumes: the config digest must match (keys that do not change what is measured
-may change), an eval is kept when it is complete without errors, and anything else is sent again.
+"""A run directory (its layout: docs/run-directory.md): the file names, the manifest (the one record of what
+happened, every event as it happens), the config digest and the rule that decides whether a rerun resumes,
+and ``run.log``.
 """
 
 from __future__ import annotations
@@ -228,11 +216,6 @@ class RunManifest(TypedDict, total=False):
     cost: JSONObject
     sequential: JSONObject
     status: RunStatus
-
-
-def eval_rel_dir(role: str, repeat: int) -> str:
-    """``evals/<role>/r<repeat>``: where one schedule item's answers live, relative to the run directory."""
-    return f"evals/{role}/r{repeat}"
 
 
 # -------------------------------------------------------------------------------------- the digest

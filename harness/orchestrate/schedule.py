@@ -1,33 +1,20 @@
 """The order of a run's evals and scoring passes, and which of them need a server launch of their own.
 
-The divergence's scoring passes (:mod:`harness.orchestrate.divergence_phase`) ride on launches the evals hold, so
-they cost no launch of their own wherever the design allows:
-
-* the **reference** pass right after the reference arm's repeat 1, on that eval's launch;
-* the **compared** pass right after the other arm's repeat 1, on that eval's launch;
-* the **floor** (A/A) pass on the first later *fresh* launch of the reference arm: the A/A control's first eval
-  (reference A), else the reference arm's next fresh repeat; a design with neither (one launch per arm, no
-  A/A control on a fresh launch) gets a launch for the floor alone, which the printed design shows;
-* a **launch** pass on every other launch the run holds (the reference arm's other launches, the A/A
-  control's, the other arm's), right after the first eval on it that follows the reference pass, while it is
-  live, into that eval's directory. The launch-level divergence test compares the compared arm's launches with
-  the reference configuration's (:mod:`harness.stats.kld_launches`). Launches whose evals all ran before the
-  reference texts existed (blocked order, reference B) are not scored: that would need a launch of their own.
-
-A floor on the reference pass's own launch would miss the launch-to-launch noise the compared pass carries,
-and the test would reject every time: no pass other than the reference's is ever scheduled there. Which
-eval runs on which launch follows the server pool's rules (:func:`harness.orchestrate.design.plan_launches`).
+The divergence's scoring passes ride on launches the evals hold, so they cost no launch of their own wherever
+the design allows: the **reference** pass right after the reference arm's repeat 1, the **compared** pass
+right after the other arm's repeat 1, each on that eval's launch; the **floor** (A/A) pass on the first later
+*fresh* launch of the reference arm (the A/A control's first eval, else its next fresh repeat; failing both, a
+launch for the floor alone, which the printed design shows); a **launch** pass on every other launch the run
+holds, right after its first eval that follows the reference pass. Never a second pass on the reference pass's
+own launch: it would miss the launch-to-launch noise the compared pass carries, and the test would reject
+every time. Launches whose evals all ran before the reference texts existed (blocked order, reference B) are
+not scored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
-from harness.orchestrate.design import plan_launches
-from harness.orchestrate.rundir import eval_rel_dir
-
-#: the scoring passes: reference, compared, floor, and one on every other launch the run holds
-PASSES = ("ref", "ab", "aa", "launch")
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -52,6 +39,53 @@ class Step:
     @property
     def is_eval(self) -> bool:
         return self.scoring is None
+
+
+@dataclass
+class PlannedLaunch:
+    """One server launch the schedule will make: its arm, the role of its first item, the evals it serves
+    (their roles) and the scoring passes it serves."""
+
+    key: str
+    role: str
+    roles: list[str] = field(default_factory=list)
+    scoring: int = 0
+    #: positions (in the schedule) of the items this launch serves
+    items: list[int] = field(default_factory=list)
+
+    @property
+    def passes(self) -> int:
+        return len(self.roles)
+
+
+def plan_launches(items: Iterable[Step], concurrent: bool) -> list[PlannedLaunch]:
+    """The launches the schedule makes, in order, with the evals each serves, by the server pool's rules
+    (harness.orchestrate.servers): one server at a time unless ``concurrent``; an item marked ``fresh`` needs
+    a launch that has served no eval yet."""
+    live: dict[str, PlannedLaunch] = {}
+    out: list[PlannedLaunch] = []
+    for pos, it in enumerate(items):
+        if not concurrent:
+            for other in [k for k in live if k != it.arm_key]:
+                live.pop(other)
+        cur = live.get(it.arm_key)
+        if cur is not None and it.fresh and (cur.passes or cur.scoring):
+            cur = None
+        if cur is None:
+            cur = PlannedLaunch(it.arm_key, it.role)
+            live[it.arm_key] = cur
+            out.append(cur)
+        cur.items.append(pos)
+        if it.is_eval:
+            cur.roles.append(it.role)
+        else:
+            cur.scoring += 1
+    return out
+
+
+def eval_rel_dir(role: str, repeat: int) -> str:
+    """``evals/<role>/r<repeat>``: where one schedule item's answers live, relative to the run directory."""
+    return f"evals/{role}/r{repeat}"
 
 
 def floor_dir(reference: str) -> str:

@@ -1,22 +1,12 @@
 """The looks of a sequential run (``experiment.sequential=true``): after every repeat of both arms, estimate,
 decide, record; stop as soon as the verdict is decided or at ``experiment.max_repeats``.
 
-The design is :class:`harness.stats.group_sequential.SequentialDesign` built from the config
-(:func:`design_of`): ``experiment.max_repeats`` / ``min_repeats``, ``stats.alpha``, ``stats.spending``,
-``stats.futility``, ``stats.hypothesis``, ``stats.margin_pp`` and ``stats.min_effect_pp``. Each look is
-:func:`harness.stats.launch_looks.decide_look_arms` on the evals of repeats 1..r: the launch-aware estimate
-(the launch variance from every launch so far, Satterthwaite df, on the boundaries' z scale by tail matching),
-with the fixed design's safeguards (the declared effect on the repeated CI; the error gate and, when the errors
-depend on the arm, both error bounds); it records the stage-wise p, the repeated CI and the boundary that
-decided. The decision is pure, so a resumed run would decide the same way, and it continues from the recorded
-looks (:class:`Looks`, built from the manifest's ``sequential`` record). A rerun whose design (or look
-estimator) differs from the recorded one is refused: the error rates hold for the design the looks were made
-with, not for one changed half-way.
-
-Each repeat is a fresh launch of both arms: under no effect the repeats are then independent and identically
-distributed, which is what makes the information fraction ``r / max_repeats`` (see
-:mod:`harness.stats.group_sequential`). The A/A control runs after the looks, so a look's launch variance
-comes from the arms' own launches (df 2(r - 1)).
+Each look is :func:`harness.stats.launch_looks.decide_look_arms` on the evals of repeats 1..r (the design:
+:func:`design_of`). The decision is pure, so a resumed run continues from the recorded looks (:class:`Looks`,
+built from the manifest's ``sequential`` record); a rerun whose design or estimator differs is refused, since
+the error rates hold only for the design the looks were made with. Each repeat is a fresh launch of both arms
+(the information fraction ``r / max_repeats`` needs i.i.d. repeats: :mod:`harness.stats.group_sequential`),
+and the A/A control runs after the looks, so a look's launch variance comes from the arms' own launches.
 """
 
 from __future__ import annotations
@@ -33,15 +23,10 @@ from harness.results.eval_store import StoreError, load_scored
 from harness.results.records import JSON, RecordError, finite_or_none, from_doc, to_doc
 from harness.results.schema import Comparison, Cost, SequentialRecord
 from harness.stats.group_sequential import SequentialDesign
-from harness.stats.launch_looks import ESTIMATOR as LAUNCH_ESTIMATOR
-from harness.stats.launch_looks import decide_look_arms
+from harness.stats.launch_looks import ESTIMATOR, decide_look_arms
 from harness.stats.launches import ArmRuns
-from harness.stats.launchvar import LaunchAwareResult, launch_aware_test
 from harness.stats.outcomes import LookDecision
-from harness.stats.verdict import ALPHA
 
-#: What the test at each look is (recorded with the looks, shown in the report).
-ESTIMATOR = LAUNCH_ESTIMATOR
 #: the comparison's ``test`` when the sequential decision is its verdict
 SEQUENTIAL_TEST = "group-sequential launch-aware t-test (stage-wise p, Lan-DeMets boundaries)"
 SEQUENTIAL_CI = "repeated confidence interval of the deciding look"
@@ -62,21 +47,7 @@ def design_of(cfg: Config) -> SequentialDesign:
         raise ConfigError(f"bad sequential design: {e}") from None
 
 
-def design_dict(design: SequentialDesign) -> dict[str, JSON]:
-    """The design as recorded (and compared on resume)."""
-    return {k: v for k, v in asdict(design).items()}
-
-
 # ------------------------------------------------------------------------------------------ estimate
-def _by_launch(dirs: Sequence[Path]) -> list[np.ndarray]:
-    """An arm's evals grouped by the launch that served them: one (passes, n) matrix per launch."""
-    arm = arm_runs(dirs)
-    if arm is None:
-        return []
-    ids = np.asarray(arm.launches)
-    return [arm.scores[ids == k] for k in arm.launch_ids()]
-
-
 def arm_runs(dirs: Sequence[Path]) -> ArmRuns | None:
     """An arm's evals as runs with the launch id of each (None for no directory)."""
     runs = []
@@ -88,16 +59,6 @@ def arm_runs(dirs: Sequence[Path]) -> ArmRuns | None:
     if not runs:
         return None
     return ArmRuns(np.vstack([r.scores for r in runs]), tuple(r.launch for r in runs))
-
-
-def look_estimate(a_dirs: Sequence[Path], b_dirs: Sequence[Path], aa_dirs: Sequence[Path] = (),
-                  alpha: float = ALPHA) -> LaunchAwareResult:
-    """The launch-aware estimate of B - A over the given evals (passes averaged within a launch, then the
-    launches; the launch variance from every launch: :func:`harness.stats.launchvar.launch_aware_test`)."""
-    a, b = arm_runs(a_dirs), arm_runs(b_dirs)
-    if a is None or b is None:
-        raise StoreError("a sequential look needs evals of both arms")
-    return launch_aware_test(a, b, arm_runs(aa_dirs), alpha=alpha)
 
 
 def _finite(v: Any) -> JSON:
@@ -118,31 +79,29 @@ class Looks:
     ``recorded`` is the manifest's ``sequential`` record (None on a first session). A design that differs
     from the recorded one raises ConfigError (exit 2)."""
 
-    def __init__(self, design: SequentialDesign, recorded: Mapping[str, Any] | None = None,
-                 estimator: str = ESTIMATOR):
+    def __init__(self, design: SequentialDesign, recorded: Mapping[str, Any] | None = None):
         self.design = design
-        self.estimator = estimator
         self.looks: list[LookDecision] = []
-        if recorded and recorded.get("looks") and recorded.get("estimator") not in (None, estimator):
+        if not recorded or not recorded.get("looks"):
+            return
+        if recorded.get("estimator") not in (None, ESTIMATOR):
             raise ConfigError(
                 "this run directory holds sequential looks made with another estimator ("
                 f"{recorded.get('estimator')!r}); the error rates hold only for the estimator the looks were "
                 "made with. Use another hydra.run.dir (or the abh version that made them).")
-        if recorded and recorded.get("looks"):
-            before = dict(recorded.get("design") or {})
-            now = design_dict(design)
-            changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
-            if changed:
-                raise ConfigError(
-                    "this run directory holds the looks of another sequential design (changed: "
-                    + ", ".join(f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in changed)
-                    + "); its error rates hold only for the design the looks were made with. Restore those "
-                    "settings, or use another hydra.run.dir.")
-            try:
-                self.looks = [from_doc(LookDecision, v, f"manifest.json sequential.looks[{i}]")
-                              for i, v in enumerate(recorded["looks"])]
-            except RecordError as e:
-                raise ConfigError(f"the recorded sequential looks are unreadable: {e}") from None
+        before, now = dict(recorded.get("design") or {}), asdict(design)
+        changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+        if changed:
+            raise ConfigError(
+                "this run directory holds the looks of another sequential design (changed: "
+                + ", ".join(f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in changed)
+                + "); its error rates hold only for the design the looks were made with. Restore those "
+                "settings, or use another hydra.run.dir.")
+        try:
+            self.looks = [from_doc(LookDecision, v, f"manifest.json sequential.looks[{i}]")
+                          for i, v in enumerate(recorded["looks"])]
+        except RecordError as e:
+            raise ConfigError(f"the recorded sequential looks are unreadable: {e}") from None
 
     # ------------------------------------------------------------------ state
     def recorded(self, repeats: int) -> LookDecision | None:
@@ -173,11 +132,8 @@ class Looks:
         """The decision after ``repeats`` repeats of both arms (``a_dirs``/``b_dirs``: their evals 1..r;
         ``aa_dirs``: the A/A control's evals so far): the recorded one if an earlier session made it, else a new
         one, recorded. None before min_repeats (no look is planned there)."""
-        if repeats < self.design.min_repeats:
-            return None
-        old = self.recorded(repeats)
-        if old is not None:
-            return old
+        if repeats < self.design.min_repeats or self.recorded(repeats) is not None:
+            return self.recorded(repeats)
         a, b = arm_runs(a_dirs), arm_runs(b_dirs)
         if a is None or b is None:
             raise StoreError("a sequential look needs evals of both arms")
@@ -185,11 +141,8 @@ class Looks:
 
     def decide(self, repeats: int, a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None) -> LookDecision | None:
         """:meth:`look` on the arms' runs (launch ids as recorded): pure but for the record it adds."""
-        if repeats < self.design.min_repeats:
-            return None
-        old = self.recorded(repeats)
-        if old is not None:
-            return old
+        if repeats < self.design.min_repeats or self.recorded(repeats) is not None:
+            return self.recorded(repeats)
         decision = decide_look_arms(self.design, repeats, a, b, aa)
         doc = _finite(asdict(decision))
         assert isinstance(doc, dict)
@@ -211,7 +164,7 @@ class Looks:
             per_repeat = (cost.a.gpu_hours + cost.b.gpu_hours) / self.repeats_run
             saved_gh = per_repeat * saved
         return SequentialRecord(
-            design=design_dict(self.design), estimator=self.estimator, looks=list(self.looks), stopped=stopped,
+            design=asdict(self.design), estimator=ESTIMATOR, looks=list(self.looks), stopped=stopped,
             repeats_run=self.repeats_run, max_repeats=self.design.max_repeats,
             verdict=last.verdict if stopped and last else None, reason=last.reason if stopped and last else None,
             sentence=last.sentence if stopped and last else None, repeats_saved=saved,

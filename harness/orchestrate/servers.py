@@ -1,9 +1,9 @@
 """Server lifetimes for a run: launch, wait until ready, assert the side live, reuse, restart, stop.
 
-A :class:`ServerPool` holds at most one live launch per arm. Each launch has an id (``<arm>-<n>``, counted over
-the run directory's sessions; a server abh did not start is one launch per URL, ``url:...``) recorded in the manifest and in the meta of every eval it serves, so the
-statistics know which runs shared a server launch. Unless servers may run concurrently, acquiring an arm's
-server stops the other arms' first (one GPU box runs one server at a time).
+A :class:`ServerPool` holds at most one live launch per arm. Each launch has an id (``<arm>-<n>`` over the run
+directory's sessions; ``url:...`` for a server abh did not start), recorded with every eval it serves, so the
+statistics know which runs shared a launch. Unless servers may run concurrently, acquiring an arm's server
+stops the other arms' first (one GPU box runs one server at a time).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The tasks of a run: each one's data (loaded once, before any server starts), its eval directory per schedule
-item, its protocol, and, for a run of several tasks, the per-task comparisons and the overall decision.
-
-One task (``task:``): its evals are ``evals/<role>/r<k>/`` as always. Several (``tasks:``, ``abh run
-task=[gsm8k,mmlu]``): every schedule item evaluates every task on the same server launch, one after the other,
-into ``evals/<role>/r<k>/<task>/`` (no extra launches); the finish writes ``tasks/<task>/comparison.json`` (with
-its comparison.md and report.html) per task, ``tasks.json`` (:class:`~harness.results.schema.TasksComparison`:
-the per-task table, Holm across the tasks, the overall decision), and the run's ``summary.json`` with the overall
-decision as its verdict.
+item and its protocol. Several tasks (``abh run task=[gsm8k,mmlu]``) are each evaluated on every launch into
+``evals/<role>/r<k>/<task>/``; the finish writes each task's comparison under ``tasks/<task>/`` and
+``tasks.json`` (Holm across the tasks, the overall decision: the run's verdict).
 """
 
 from __future__ import annotations
@@ -36,10 +31,6 @@ class RunTask:
     data: TaskData
     #: the task built without the server's model path: what it asks, by which protocols (checked before launch)
     probe: Task
-
-    @property
-    def label(self) -> str:
-        return self.key or self.spec.name
 
     def eval_dir(self, run_dir: Path, rel: str) -> Path:
         return run_dir / rel / self.key if self.key else run_dir / rel
