@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results.integrity import Reference, Scorer, first_prompt, prompt_hashes
-from harness.tasks import gsm8k
+from harness.tasks import gsm8k, sources
 
 #: the GSM8K recipes :meth:`~harness.tasks.gsm8k.GSM8K.score` grades (the others grade as their upstream does)
 OWN_RECIPES = ("sglang", "sglang_8shot", "heldout")
@@ -78,7 +78,7 @@ def _dataset_rows(source: str, sha256: str) -> list[dict[str, str]] | None:
     try:
         if sha256 == gsm8k.CANONICAL_TEST_HASH:
             return gsm8k.read_embedded_test()
-        if source and not source.startswith(gsm8k.HF_PREFIX) and Path(source).is_file():
+        if source and not sources.is_hf(source) and Path(source).is_file():
             rows = gsm8k.read_jsonl(Path(source))
             return rows if gsm8k.content_hash(rows) == sha256 else None
     except gsm8k.DatasetError:
