@@ -34,10 +34,8 @@ routed experts): 5 routed ids and an out-of-range one per token. After the fix i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import struct
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,45 +49,17 @@ from harness.config import CheckConfig
 from harness.engines.base import Engine, refuse_redirect
 from harness.engines.sglang import dp_attention_ranks
 from harness.results.records import JSONObject
+from harness.serving.routed_wire import decode_routed
 from harness.util.cmdline import first_flag_value
 
 #: Rows shown in the evidence.
 _SHOW = 4
-
-
-#: SGLang's wire dtypes of the routed experts (``SGLANG_ROUTED_EXPERTS_DTYPE``): struct format, bytes per id.
-WIRE_DTYPES = {"int32": ("<i", 4), "uint16": ("<H", 2), "uint8": ("<B", 1)}
 DTYPE_ENV = "SGLANG_ROUTED_EXPERTS_DTYPE"
 
 
 def decode_routed_experts(value: Any, dtype: str = "int32") -> list[int]:
-    """SGLang's ``meta_info["routed_experts"]``: base64 of little-endian ``dtype`` (one of :data:`WIRE_DTYPES`),
-    or a (nested) list of ints."""
-    if isinstance(value, str):
-        name = dtype.strip().lower()
-        if name not in WIRE_DTYPES:
-            raise ValueError(f"routed_experts dtype {dtype!r} is not one of {', '.join(WIRE_DTYPES)}")
-        fmt, size = WIRE_DTYPES[name]
-        try:
-            raw = base64.b64decode(value.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError) as e:
-            raise ValueError(f"routed_experts is a string but not base64: {e}") from None
-        if len(raw) % size:
-            raise ValueError(f"routed_experts holds {len(raw)} bytes, not a whole number of {name}")
-        return [x[0] for x in struct.iter_unpack(fmt, raw)]
-    if isinstance(value, list):
-        out: list[int] = []
-        stack: list[Any] = [value]
-        while stack:
-            v = stack.pop()
-            if isinstance(v, list):
-                stack.extend(reversed(v))
-            elif isinstance(v, int) and not isinstance(v, bool):
-                out.append(v)
-            else:
-                raise ValueError(f"routed_experts holds a non-integer {v!r}")
-        return out
-    raise ValueError(f"routed_experts must be a base64 string or a list, not {type(value).__name__}")
+    """SGLang's ``meta_info["routed_experts"]``: base64 of little-endian ``dtype``, or a (nested) list of ints."""
+    return decode_routed(value, dtype).tolist()
 
 
 def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
@@ -103,9 +73,7 @@ def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
     routed = [r for r in rows if len(set(r)) > 1]
     in_range = [sum(0 <= x < n for x in r) for r in routed]
     outside = [[x for x in r if not 0 <= x < n] for r in routed]
-    counts: dict[int, int] = {}
-    for m in in_range:
-        counts[m] = counts.get(m, 0) + 1
+    counts = Counter(in_range)
     marker_ids = sorted({x for o in outside for x in o})
     ev: JSONObject = {"rows": len(rows), "routed_rows": len(routed), "skipped_rows": len(rows) - len(routed),
                           "in_range_per_row": {str(m): v for m, v in sorted(counts.items())},
@@ -117,11 +85,8 @@ def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
                if marker_ids else f"; no id outside 0..{n - 1}"))
     if not routed:
         return False, f"{len(rows)} row(s), none routed (every row's ids are equal)", ev
-    good = 0
-    for m, o in zip(in_range, outside, strict=True):
-        row_ok = (c.routed_per_token is None or m == c.routed_per_token) and (c.out_of_range is not True or bool(o))
-        good += row_ok
-    share = good / len(routed)
+    share = sum((c.routed_per_token is None or m == c.routed_per_token) and (c.out_of_range is not True or bool(o))
+                for m, o in zip(in_range, outside, strict=True)) / len(routed)
     ev["share_as_expected"] = share
     ok = share >= float(c.min_share) - 1e-12
     anywhere = sorted({x for x in ids if not 0 <= x < n})
@@ -189,7 +154,6 @@ def load_expert_map(path: str, tree: str | None) -> ExpertMap:
             isinstance(row, list) and all(isinstance(x, int) for x in row) for row in table)):
         raise ValueError(f"{p}: no physical_to_logical_map (a list of ints per layer)")
     return ExpertMap([list(row) for row in table], str(p))
-
 
 
 def expert_map_for(c: CheckConfig, args: Sequence[str], tree: str | None) -> tuple[ExpertMap | None, str | None]:
