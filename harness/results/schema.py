@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
