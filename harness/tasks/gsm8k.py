@@ -309,11 +309,18 @@ class GSM8K(Task):
         if n > len(test.rows):
             raise DatasetError(f"{n} questions asked for; the test set has {len(test.rows)}")
         self.questions: list[Question] = [
-            Question(index=i, prompt=self.few_shot + one_example(test.rows[i], False), row=i,
-                     label=get_answer_value(test.rows[i]["answer"]),
-                     question=test.rows[i]["question"], answer=test.rows[i]["answer"])
+            self.question(i, self.few_shot + one_example(test.rows[i], False), get_answer_value(test.rows[i]["answer"]))
             for i in range(n)
         ]
+
+    def question(self, i: int, prompt: str, label: Any) -> Question:
+        """Test row ``i`` asked by ``prompt``, graded against ``label``."""
+        row = self.test.rows[i]
+        return Question(index=i, prompt=prompt, row=i, label=label, question=row["question"], answer=row["answer"])
+
+    def new_tokens(self, asked: int | None) -> int | None:
+        """``asked`` (a warm-up's or a probe's own length), else the recipe's."""
+        return self.recipe.max_new_tokens if asked is None else asked
 
     @property
     def items(self) -> Sequence[Question]:
@@ -335,7 +342,7 @@ class GSM8K(Task):
         return {
             "skip_special_tokens": True,
             "spaces_between_special_tokens": True,
-            "max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            "max_new_tokens": self.new_tokens(max_new_tokens),
             "min_new_tokens": 0,
             "n": 1,
             "stop": self.stop(),
