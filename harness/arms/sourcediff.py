@@ -14,6 +14,7 @@ prints and the manifest records (``source diff between the arms: python/sglang/.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import subprocess
@@ -21,7 +22,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from harness import exitcodes
 from harness.arms.arm import ResolvedArm, sha256_file
@@ -75,9 +76,7 @@ class SourceDiff:
     missing_source: bool = False
 
     def to_dict(self) -> SourceDiffDoc:
-        return SourceDiffDoc(method=self.method, a=self.a, b=self.b, files=list(self.files),
-                             compared=dict(self.compared), fix_files=list(self.fix_files), outside=list(self.outside),
-                             error=self.error, missing_source=self.missing_source, line=self.line())
+        return cast(SourceDiffDoc, {**dataclasses.asdict(self), "line": self.line()})
 
     def line(self) -> str:
         """``source diff between the arms: F1, F2 (2 files; git diff 1a2b3c4d5e6f..7a8b9c0d1e2f)``."""
@@ -85,10 +84,8 @@ class SourceDiff:
             return f"{PREFIX} not computed ({self.error})"
         if not self.files:
             return f"{PREFIX} none (the {self.a} and {self.b} sources are identical; {self._how()})"
-        shown = ", ".join(self.files[:SHOW]) + (f", ... and {len(self.files) - SHOW} more"
-                                                if len(self.files) > SHOW else "")
         n = len(self.files)
-        return f"{PREFIX} {shown} ({n} file{'s' if n != 1 else ''}; {self._how()})"
+        return f"{PREFIX} {_shown(self.files)} ({n} file{'s' if n != 1 else ''}; {self._how()})"
 
     def _how(self) -> str:
         ca, cb = self.compared.get(self.a, "?"), self.compared.get(self.b, "?")
@@ -100,9 +97,12 @@ class SourceDiff:
         """The changed files outside ``fix_files`` (empty when none, or nothing is declared)."""
         if not self.outside:
             return ""
-        shown = ", ".join(self.outside[:SHOW]) + (f", ... and {len(self.outside) - SHOW} more"
-                                                  if len(self.outside) > SHOW else "")
-        return f"changed outside experiment.fix_files ({', '.join(self.fix_files)}): {shown}"
+        return f"changed outside experiment.fix_files ({', '.join(self.fix_files)}): {_shown(self.outside)}"
+
+
+def _shown(files: Sequence[str]) -> str:
+    """The first :data:`SHOW` of ``files``, and how many more there are."""
+    return ", ".join(files[:SHOW]) + (f", ... and {len(files) - SHOW} more" if len(files) > SHOW else "")
 
 
 # ------------------------------------------------------------------------------------------ git
