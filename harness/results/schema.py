@@ -214,10 +214,6 @@ def _scalar(x: Any) -> bool:
     return _number(x) or isinstance(x, str)
 
 
-def _count_or_none(x: Any) -> bool:
-    return x is None or (_whole(x) and x >= 0)
-
-
 def _checked(ok: Any, says: str, **default: Any) -> Any:
     """A ``samples.jsonl`` field with its check (``ok``) and what the refusal says when it fails."""
     return field(metadata={"ok": ok, "says": says}, **default)
@@ -232,7 +228,7 @@ def _flag() -> Any:
 
 
 def _count() -> Any:
-    return _checked(_count_or_none, "a whole number >= 0 or null")
+    return _checked(lambda x: x is None or (_whole(x) and x >= 0), "a whole number >= 0 or null")
 
 
 #: what a row read back may lack (older writers; ``score`` and ``reasoning`` are written only when set)
