@@ -35,6 +35,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar, cast
 
@@ -894,7 +895,7 @@ def load(path: str | Path, kind: str) -> JSONObject:
     return check(doc, kind, p)
 
 
-def dump(path: str | Path, kind: str, doc: D) -> None:
+def dump(kind: str, path: str | Path, doc: D) -> None:
     """Write one document of ``kind`` atomically, stamped with its kind and schema_version."""
     atomic_write_json(Path(path), stamp(kind, doc))
 
@@ -908,12 +909,11 @@ def load_record(path: str | Path, kind: str, cls: type[R]) -> R:
         raise SchemaError(f"{path}: {e}") from None
 
 
-def dump_record(path: str | Path, kind: str, record: Record) -> None:
+def dump_record(kind: str, path: str | Path, record: Record) -> None:
     """Write one result record of ``kind`` atomically (its one serialisation: :func:`Record.to_doc`)."""
-    dump(path, kind, record.to_doc())
+    dump(kind, path, record.to_doc())
 
 
-# One loader and one writer per file kind.
 def load_eval_meta(path: str | Path) -> EvalMeta:
     return cast(EvalMeta, load(path, EVAL))
 
@@ -928,28 +928,18 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     return load(path, MANIFEST)
 
 
-def load_run_summary(path: str | Path) -> RunSummary:
-    return load_record(path, RUN_SUMMARY, RunSummary)
-
-
-def load_comparison(path: str | Path) -> Comparison:
-    return load_record(path, COMPARISON, Comparison)
-
-
-def load_sweep_summary(path: str | Path) -> SweepSummary:
-    return load_record(path, SWEEP, SweepSummary)
-
-
-def write_eval_meta(path: str | Path, doc: EvalMeta) -> None:
-    dump(path, EVAL, doc)
-
-
-def write_eval_summary(path: str | Path, doc: EvalSummary) -> None:
-    dump(path, EVAL_SUMMARY, doc)
-
-
-def write_manifest(path: str | Path, doc: JSONObject) -> None:
-    dump(path, MANIFEST, doc)
+# One loader and one writer per file kind.
+load_run_summary = partial(load_record, kind=RUN_SUMMARY, cls=RunSummary)
+load_comparison = partial(load_record, kind=COMPARISON, cls=Comparison)
+load_sweep_summary = partial(load_record, kind=SWEEP, cls=SweepSummary)
+load_tasks = partial(load_record, kind=TASKS, cls=TasksComparison)
+write_eval_meta: Callable[[str | Path, EvalMeta], None] = partial(dump, EVAL)
+write_eval_summary: Callable[[str | Path, EvalSummary], None] = partial(dump, EVAL_SUMMARY)
+write_manifest: Callable[[str | Path, JSONObject], None] = partial(dump, MANIFEST)
+write_run_summary: Callable[[str | Path, RunSummary], None] = partial(dump_record, RUN_SUMMARY)
+write_comparison: Callable[[str | Path, Comparison], None] = partial(dump_record, COMPARISON)
+write_sweep_summary: Callable[[str | Path, SweepSummary], None] = partial(dump_record, SWEEP)
+write_tasks: Callable[[str | Path, TasksComparison], None] = partial(dump_record, TASKS)
 
 
 def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: bool, exit_code: int,
@@ -967,23 +957,3 @@ def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: boo
         divergence=None if div is None else RunDivergence(div.verdict, div.kld_mean, div.kld_mean_aa, div.p,
                                                           div.effect),
         cost=cost, sequential=sequential, headline=headline)
-
-
-def write_run_summary(path: str | Path, doc: RunSummary) -> None:
-    dump_record(path, RUN_SUMMARY, doc)
-
-
-def write_comparison(path: str | Path, doc: Comparison) -> None:
-    dump_record(path, COMPARISON, doc)
-
-
-def write_sweep_summary(path: str | Path, doc: SweepSummary) -> None:
-    dump_record(path, SWEEP, doc)
-
-
-def load_tasks(path: str | Path) -> TasksComparison:
-    return load_record(path, TASKS, TasksComparison)
-
-
-def write_tasks(path: str | Path, doc: TasksComparison) -> None:
-    dump_record(path, TASKS, doc)
