@@ -84,10 +84,9 @@ def container(environ: Mapping[str, str] | None = None, root: str | Path = "/") 
 
 def hf_hub_cache(env: Mapping[str, str]) -> Path:
     """Where the Hugging Face hub keeps its cache under ``env`` (HF_HUB_CACHE, HF_HOME/hub, or the default)."""
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    if env.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(env["HUGGINGFACE_HUB_CACHE"]).expanduser()
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if cache:
+        return Path(cache).expanduser()
     home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
     return Path(home).expanduser() / "hub"
 
@@ -124,7 +123,6 @@ def model_revision(model_path: str, env: Mapping[str, str] | None = None,
         out["note"] = (f"not in the local Hugging Face cache ({repo_dir}): the server downloads it at launch "
                        "(revision recorded after the download)")
     return out
-
 
 
 def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
