@@ -1,17 +1,15 @@
 """Side check ``routed_experts``: which experts the server's MoE gate really picks, per token and layer.
 
 One short ``POST /generate`` with ``"return_routed_experts": true`` (the server needs
-``--enable-return-routed-experts``) per DP attention rank. SGLang answers in ``meta_info["routed_experts"]``:
-the expert ids of every position from ``routed_experts_start_len`` to the last but one, and every MoE layer,
-flattened ``[positions, layers, top_k]`` and base64-encoded (older builds: a plain list), captured as the gate
-returns them, before a fused shared expert is appended (python/sglang/srt/layers/moe/topk.py). What it reads:
+``--enable-return-routed-experts``) per DP attention rank; the answer's layout is
+:mod:`harness.serving.routed_wire`'s, captured as the gate returns it, before a fused shared expert is
+appended (python/sglang/srt/layers/moe/topk.py):
 
 * **DP ranks.** With DP attention (``--dp N --enable-dp-attention``, or ``--attn-dp-size N``) every rank has its
   own scheduler: the check asks every rank (``routed_dp_rank``: 0 .. N-1, or its older name
   ``data_parallel_rank``; ``dp_ranks`` to pick some), and each must pass.
-* **Wire dtype.** ``SGLANG_ROUTED_EXPERTS_DTYPE`` (int32, uint16, uint8) sets the payload's dtype; the server
-  says which in ``meta_info["routed_experts_dtype"]`` (int32 where it cannot represent an id). The check decodes
-  by what the answer says, else by the variable in the server's launch environment, else int32.
+* **Wire dtype.** What ``meta_info["routed_experts_dtype"]`` says, else the server's launch environment's
+  ``SGLANG_ROUTED_EXPERTS_DTYPE``, else int32.
 * **Logical ids.** Where the server maps logical expert ids to physical slots (``topk_ids_logical_to_physical``:
   EPLB, ``--ep-num-redundant-experts``), a returned id may be a physical slot: with redundant experts the
   physical space is ``num_experts + redundant`` wide, and an id in ``num_experts ..`` is a replica, not a shared
@@ -58,7 +56,7 @@ DTYPE_ENV = "SGLANG_ROUTED_EXPERTS_DTYPE"
 
 
 def decode_routed_experts(value: Any, dtype: str = "int32") -> list[int]:
-    """SGLang's ``meta_info["routed_experts"]``: base64 of little-endian ``dtype``, or a (nested) list of ints."""
+    """SGLang's ``meta_info["routed_experts"]``: base64 of ``dtype``, or a (nested) list of ints."""
     return decode_routed(value, dtype).tolist()
 
 
@@ -85,8 +83,9 @@ def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
                if marker_ids else f"; no id outside 0..{n - 1}"))
     if not routed:
         return False, f"{len(rows)} row(s), none routed (every row's ids are equal)", ev
-    share = sum((c.routed_per_token is None or m == c.routed_per_token) and (c.out_of_range is not True or bool(o))
-                for m, o in zip(in_range, outside, strict=True)) / len(routed)
+    good = sum((c.routed_per_token is None or m == c.routed_per_token)
+               and (c.out_of_range is not True or bool(o)) for m, o in zip(in_range, outside, strict=True))
+    share = good / len(routed)
     ev["share_as_expected"] = share
     ok = share >= float(c.min_share) - 1e-12
     anywhere = sorted({x for x in ids if not 0 <= x < n})

@@ -59,7 +59,8 @@ def _is_under(path: str | None, root: Path) -> bool:
 
 def _matching_lines(src: str, text: str, first_line: int, limit: int = 3) -> list[str]:
     first = text.splitlines()[0] if text.strip() else text
-    hits = (f"{first_line + i}: {line.strip()}" for i, line in enumerate(src.splitlines()) if first and first in line)
+    hits = (f"{first_line + i}: {line.strip()}" for i, line in enumerate(src.splitlines())
+            if first and first in line)
     return list(itertools.islice(hits, limit))
 
 

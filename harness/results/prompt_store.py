@@ -82,9 +82,8 @@ def _read_texts(path: Path) -> dict[str, str]:
 
 
 def iter_packed(path: Path) -> Iterator[dict[str, Any]]:
-    """The rows of a packed store (none when it is not there), read as they are asked for: a reader that stops
-    early (the first prompt) decompresses and parses only what it read. StoreError for one that is not a gzip'd
-    JSONL."""
+    """The rows of a packed store (none when it is not there), read as asked for: a reader that stops early
+    (the first prompt) decompresses and parses only what it read. StoreError for one not a gzip'd JSONL."""
     if not path.is_file():
         return
     try:

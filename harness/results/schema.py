@@ -19,14 +19,9 @@ file                    kind                      model
 theirs. A loader refuses a document of another kind, or of a ``schema_version`` this abh does not read,
 with a one-line :class:`SchemaError` (the CLI exits 2 on it): a future format is refused, never misread.
 
-The results a computation produces (comparison, divergence, cost, sequential looks, run and sweep summaries)
-are frozen :class:`~harness.results.records.Record` dataclasses, built once and serialised by
-:func:`~harness.results.records.to_doc`; their loaders check every field (a hand-edited file is refused naming
-the field); a block of one that is a plain JSON object of known keys (``identical_outputs``,
-``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files, which abh
-writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set); the manifest is
-declared once, by its writer (``harness.orchestrate.rundir``);
-:class:`SampleRecord` is a dataclass, written as its fields (``prompts.jsonl``: :class:`PromptRow`).
+Computed results are frozen :class:`~harness.results.records.Record` dataclasses (their plain JSON blocks of
+known keys ``TypedDict``), every field checked on loading; the eval's own files, written as events happen, are
+``TypedDict`` (``total=False``); the manifest is declared by its writer (``harness.orchestrate.rundir``).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def parse_routed(obj: Any, tokens: int, top_k: int, layers: int | None = None) -
 
 
 def decode_routed(value: Any, dtype: Any) -> np.ndarray:
-    """The flat int32 ids of ``meta_info.routed_experts`` (base64 of ``dtype``, or older builds' nested list)."""
+    """The flat int32 ids of ``meta_info.routed_experts``: base64 of ``dtype`` (older builds: a list)."""
     if isinstance(value, str):
         name = dtype.strip().lower() if isinstance(dtype, str) else None
         if name not in WIRE_DTYPES:

@@ -100,8 +100,8 @@ def _read_embedded(path: Path, sha256: str, what: str) -> list[dict[str, str]]:
     """The rows of a file shipped inside the package, after checking the file's sha256."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
     if digest != sha256:
-        raise DatasetError(f"the embedded GSM8K {what} {path} is damaged or missing (sha256 {digest[:12]}..., want "
-                           f"{sha256[:12]}...): reinstall abh")
+        raise DatasetError(f"the embedded GSM8K {what} {path} is damaged or missing (sha256 "
+                           f"{digest[:12]}..., want {sha256[:12]}...): reinstall abh")
     return read_jsonl(path)
 
 
@@ -309,14 +309,14 @@ class GSM8K(Task):
         if n > len(test.rows):
             raise DatasetError(f"{n} questions asked for; the test set has {len(test.rows)}")
         self.questions: list[Question] = [
-            self.question(i, self.few_shot + one_example(test.rows[i], False), get_answer_value(test.rows[i]["answer"]))
-            for i in range(n)
-        ]
+            self.question(i, self.few_shot + one_example(row, False), get_answer_value(row["answer"]))
+            for i, row in enumerate(test.rows[:n])]
 
     def question(self, i: int, prompt: str, label: Any) -> Question:
         """Test row ``i`` asked by ``prompt``, graded against ``label``."""
         row = self.test.rows[i]
-        return Question(index=i, prompt=prompt, row=i, label=label, question=row["question"], answer=row["answer"])
+        return Question(index=i, prompt=prompt, row=i, label=label, question=row["question"],
+                        answer=row["answer"])
 
     def new_tokens(self, asked: int | None) -> int | None:
         """``asked`` (a warm-up's or a probe's own length), else the recipe's."""

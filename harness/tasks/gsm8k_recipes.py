@@ -45,7 +45,8 @@ class SimpleEvalGSM8K(GSM8K):
         if n > rest:
             raise DatasetError(f"{n} questions asked for; the test set has {rest} after its {k} shots")
         self.questions = [self.question(i, self.few_shot + one_example(test.rows[i], False),
-                                        simple_eval_answer_value(test.rows[i]["answer"])) for i in range(k, k + n)]
+                                        simple_eval_answer_value(test.rows[i]["answer"]))
+                          for i in range(k, k + n)]
 
     def stop(self) -> list[str]:
         return list(BASE_STOP)
