@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TypedDict, cast
 
 from harness import exitcodes
-from harness.arms.arm import ResolvedArm, sha256_file
+from harness.arms.arm import ResolvedArm, git, sha256_file
 
 #: What every line starts with (the dry run, the manifest, the report).
 PREFIX = "source diff between the arms:"
@@ -106,15 +106,9 @@ def _shown(files: Sequence[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ git
-def _git(args: Sequence[str], cwd: str | Path, env: dict[str, str] | None = None,
-         timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
 def _common_dir(path: str | Path) -> Path | None:
     """The git object store a checkout or worktree uses (worktrees of one repository share it)."""
-    r = _git(["rev-parse", "--path-format=absolute", "--git-common-dir"], path)
+    r = git(["rev-parse", "--path-format=absolute", "--git-common-dir"], path)
     return Path(r.stdout.strip()).resolve() if r.returncode == 0 and r.stdout.strip() else None
 
 
@@ -122,10 +116,10 @@ def tree_of(checkout: str | Path) -> str:
     """The git tree id of a checkout's files as they are: its HEAD commit when clean, else the tree its
     tracked and untracked files (ignored ones and caches excepted) make, written through a throw-away index
     so neither the checkout's index nor its refs change."""
-    status = _git(["status", "--porcelain"], checkout)
+    status = git(["status", "--porcelain"], checkout)
     if status.returncode != 0:
         raise RuntimeError(f"git status failed in {checkout}: {status.stderr.strip()}")
-    head = _git(["rev-parse", "HEAD"], checkout)
+    head = git(["rev-parse", "HEAD"], checkout)
     if head.returncode != 0:
         raise RuntimeError(f"no HEAD commit in {checkout}: {head.stderr.strip()}")
     dirty = [ln for ln in status.stdout.splitlines()
@@ -137,10 +131,10 @@ def tree_of(checkout: str | Path) -> str:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
         for args in (["read-tree", "HEAD"],
                      ["add", "-A", "--", ".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc"]):
-            r = _git(args, checkout, env)
+            r = git(args, checkout, env=env)
             if r.returncode != 0:
                 raise RuntimeError(f"git {' '.join(args)} failed in {checkout}: {r.stderr.strip()}")
-        r = _git(["write-tree"], checkout, env)
+        r = git(["write-tree"], checkout, env=env)
         if r.returncode != 0:
             raise RuntimeError(f"git write-tree failed in {checkout}: {r.stderr.strip()}")
         return r.stdout.strip()
@@ -148,7 +142,7 @@ def tree_of(checkout: str | Path) -> str:
 
 def git_changed_files(repo: str | Path, a: str, b: str) -> list[str]:
     """``git diff --name-only --no-renames a b`` (commits or trees of ``repo``), sorted."""
-    r = _git(["diff", "--name-only", "--no-renames", "-z", a, b], repo)
+    r = git(["diff", "--name-only", "--no-renames", "-z", a, b], repo)
     if r.returncode != 0:
         raise RuntimeError(f"git diff {a} {b} failed in {repo}: {r.stderr.strip()}")
     return sorted(p for p in r.stdout.split("\0") if p)

@@ -130,7 +130,7 @@ def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
     arm's env applied), the container, the model's revision."""
     env = {str(k): str(v) for k, v in (engine_cfg.get("env") or {}).items()}
     args = [str(a) for a in (*engine_cfg.get("args", []), *arm.args)]
-    full_env = {**os.environ, **arm.env_delta(env)}
+    full_env = arm.process_env(env)
     revision = first_flag_value(args, "--revision")
     return {"interpreter": arm_stack(arm, env), "container": container(),
             "model": model_revision(str(engine_cfg.get("model_path") or ""), full_env, revision)}

@@ -36,11 +36,11 @@ def row_check(root: Path, meta: Mapping[str, Any]) -> tuple[Reference | None, Sc
 def reference_for(root: Path, meta: Mapping[str, Any]) -> Reference | None:
     """Each question's prompt sha256 and label (see the module docstring); None when neither the dataset nor
     ``prompts.jsonl`` is there."""
-    rows = _dataset_rows(str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or ""))
+    source, sha256 = str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or "")
+    rows = _dataset_rows(source, sha256)
     if rows is None:
         return {i: (sha, None) for i, sha in prompt_hashes(root).items()} or None
     shots = _few_shot(root, meta, rows)
-    source, sha256 = str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or "")
     return {i: _question(source, sha256, shots, i) for i in meta.get("indices") or []
             if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rows)}
 
