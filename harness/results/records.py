@@ -14,6 +14,7 @@ schema_version never happens: the version is checked first).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -140,17 +141,13 @@ def _convert(tp: Any, v: Any, where: str) -> Any:
     return v  # a JSON alias or another type the record does not check further
 
 
-_REQUIRED: dict[type, frozenset[str]] = {}
-
-
+@functools.cache
 def _required_keys(tp: Any) -> frozenset[str]:
     """The keys the TypedDict ``tp`` requires. (Its ``__required_keys__`` counts a ``NotRequired[...]`` key as
     required when the module has ``from __future__ import annotations``: Python 3.11 sees the string.)"""
-    if tp not in _REQUIRED:
-        origins = {k: typing.get_origin(v) for k, v in typing.get_type_hints(tp, include_extras=True).items()}
-        _REQUIRED[tp] = frozenset(k for k, o in origins.items() if o is typing.Required
-                                  or (o is not typing.NotRequired and k in tp.__required_keys__))
-    return _REQUIRED[tp]
+    origins = {k: typing.get_origin(v) for k, v in typing.get_type_hints(tp, include_extras=True).items()}
+    return frozenset(k for k, o in origins.items() if o is typing.Required
+                     or (o is not typing.NotRequired and k in tp.__required_keys__))
 
 
 def _typed_dict(tp: Any, v: Any, where: str) -> JSONObject:
