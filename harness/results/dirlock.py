@@ -101,9 +101,7 @@ class DirLock:
         if self._fd is None:
             return
         try:
-            self.path.unlink()  # while still holding it: see the module docstring
-        except FileNotFoundError:
-            pass
+            self.path.unlink(missing_ok=True)  # while still holding it: see the module docstring
         finally:
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
