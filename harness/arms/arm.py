@@ -99,11 +99,7 @@ class ResolvedArm:
 
     def source_modules(self) -> list[str]:
         """The modules the arm's ``source`` checks name, once each (the launcher records where each resolves)."""
-        mods: list[str] = []
-        for c in self.checks:
-            if c.kind == "source" and c.module and c.module not in mods:
-                mods.append(c.module)
-        return mods
+        return list(dict.fromkeys(c.module for c in self.checks if c.kind == "source" and c.module))
 
 
 def _arm_config(arm_cfg: Any) -> ArmConfig:
@@ -115,10 +111,11 @@ def _arm_config(arm_cfg: Any) -> ArmConfig:
         raise ArmError(f"bad arm config: {e}") from e
 
 
-def _git(args: Sequence[str], cwd: str | Path | None = None, check: bool = False,
-         timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def git(args: Sequence[str], cwd: str | Path | None = None, check: bool = False,
+        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``git args`` (in ``cwd``, with ``env``), its output captured; ArmError when ``check`` and it fails."""
     r = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=300, env=env)
     if check and r.returncode != 0:
         raise ArmError(f"git {' '.join(args)} failed: {(r.stderr or r.stdout).strip()}")
     return r
@@ -127,10 +124,10 @@ def _git(args: Sequence[str], cwd: str | Path | None = None, check: bool = False
 def git_state(tree: str | Path) -> tuple[str | None, bool | None]:
     """(commit, dirty) of a git checkout; (None, None) when it is not one."""
     try:
-        r = _git(["-C", str(tree), "rev-parse", "HEAD"])
+        r = git(["-C", str(tree), "rev-parse", "HEAD"])
         if r.returncode != 0:
             return None, None
-        s = _git(["-C", str(tree), "status", "--porcelain", "--untracked-files=no"])
+        s = git(["-C", str(tree), "status", "--porcelain", "--untracked-files=no"])
         return r.stdout.strip(), (bool(s.stdout.strip()) if s.returncode == 0 else None)
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -171,20 +168,20 @@ def find_arm_file(rel: str, arms_root: str | Path | None) -> Path:
 
 
 def _make_worktree(key: str, repo: Path, ref: str, run_dir: Path) -> tuple[Path, str]:
-    if _git(["-C", str(repo), "rev-parse", "--git-dir"]).returncode != 0:
+    if git(["-C", str(repo), "rev-parse", "--git-dir"]).returncode != 0:
         raise ArmError(f"arm {key!r}: source.path {repo} is not a git repository")
     want = ref or "HEAD"
-    r = _git(["-C", str(repo), "rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"])
+    r = git(["-C", str(repo), "rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"])
     if r.returncode != 0:
         raise ArmError(f"arm {key!r}: git ref {want!r} not found in {repo}")
     commit = r.stdout.strip()
     wt = fileio.check(run_dir / "worktrees" / key).resolve()  # a planted link is refused, never removed through
     if wt.exists():  # a rerun of the same run directory: start from a clean worktree again
-        if _git(["-C", str(repo), "worktree", "remove", "--force", str(wt)]).returncode != 0:
+        if git(["-C", str(repo), "worktree", "remove", "--force", str(wt)]).returncode != 0:
             shutil.rmtree(wt, ignore_errors=True)
-    _git(["-C", str(repo), "worktree", "prune"])
+    git(["-C", str(repo), "worktree", "prune"])
     fileio.make_dirs(wt.parent)
-    _git(["-C", str(repo), "worktree", "add", "--detach", str(wt), commit], check=True)
+    git(["-C", str(repo), "worktree", "add", "--detach", str(wt), commit], check=True)
     return wt, commit
 
 
@@ -195,11 +192,11 @@ def _apply_patches(key: str, wt: Path, patches: Iterable[str], arms_root: str | 
             patch = find_arm_file(rel, arms_root)
         except ArmError as e:
             raise ArmError(f"arm {key!r}: patch {e}") from None
-        r = _git(["-C", str(wt), "apply", "--check", str(patch)])
+        r = git(["-C", str(wt), "apply", "--check", str(patch)])
         if r.returncode != 0:
             raise ArmError(f"arm {key!r}: patch {patch} does not apply to the worktree {wt}:\n"
                            f"{(r.stderr or r.stdout).strip()}")
-        _git(["-C", str(wt), "apply", str(patch)], check=True)
+        git(["-C", str(wt), "apply", str(patch)], check=True)
         applied.append({"file": str(patch), "sha256": sha256_file(patch)})
     return applied
 

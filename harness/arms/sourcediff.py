@@ -14,6 +14,7 @@ prints and the manifest records (``source diff between the arms: python/sglang/.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import subprocess
@@ -21,10 +22,10 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from harness import exitcodes
-from harness.arms.arm import ResolvedArm, sha256_file
+from harness.arms.arm import ResolvedArm, git, sha256_file
 
 #: What every line starts with (the dry run, the manifest, the report).
 PREFIX = "source diff between the arms:"
@@ -75,9 +76,7 @@ class SourceDiff:
     missing_source: bool = False
 
     def to_dict(self) -> SourceDiffDoc:
-        return SourceDiffDoc(method=self.method, a=self.a, b=self.b, files=list(self.files),
-                             compared=dict(self.compared), fix_files=list(self.fix_files), outside=list(self.outside),
-                             error=self.error, missing_source=self.missing_source, line=self.line())
+        return cast(SourceDiffDoc, {**dataclasses.asdict(self), "line": self.line()})
 
     def line(self) -> str:
         """``source diff between the arms: F1, F2 (2 files; git diff 1a2b3c4d5e6f..7a8b9c0d1e2f)``."""
@@ -85,10 +84,8 @@ class SourceDiff:
             return f"{PREFIX} not computed ({self.error})"
         if not self.files:
             return f"{PREFIX} none (the {self.a} and {self.b} sources are identical; {self._how()})"
-        shown = ", ".join(self.files[:SHOW]) + (f", ... and {len(self.files) - SHOW} more"
-                                                if len(self.files) > SHOW else "")
         n = len(self.files)
-        return f"{PREFIX} {shown} ({n} file{'s' if n != 1 else ''}; {self._how()})"
+        return f"{PREFIX} {_shown(self.files)} ({n} file{'s' if n != 1 else ''}; {self._how()})"
 
     def _how(self) -> str:
         ca, cb = self.compared.get(self.a, "?"), self.compared.get(self.b, "?")
@@ -100,21 +97,18 @@ class SourceDiff:
         """The changed files outside ``fix_files`` (empty when none, or nothing is declared)."""
         if not self.outside:
             return ""
-        shown = ", ".join(self.outside[:SHOW]) + (f", ... and {len(self.outside) - SHOW} more"
-                                                  if len(self.outside) > SHOW else "")
-        return f"changed outside experiment.fix_files ({', '.join(self.fix_files)}): {shown}"
+        return f"changed outside experiment.fix_files ({', '.join(self.fix_files)}): {_shown(self.outside)}"
+
+
+def _shown(files: Sequence[str]) -> str:
+    """The first :data:`SHOW` of ``files``, and how many more there are."""
+    return ", ".join(files[:SHOW]) + (f", ... and {len(files) - SHOW} more" if len(files) > SHOW else "")
 
 
 # ------------------------------------------------------------------------------------------ git
-def _git(args: Sequence[str], cwd: str | Path, env: dict[str, str] | None = None,
-         timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
 def _common_dir(path: str | Path) -> Path | None:
     """The git object store a checkout or worktree uses (worktrees of one repository share it)."""
-    r = _git(["rev-parse", "--path-format=absolute", "--git-common-dir"], path)
+    r = git(["rev-parse", "--path-format=absolute", "--git-common-dir"], path)
     return Path(r.stdout.strip()).resolve() if r.returncode == 0 and r.stdout.strip() else None
 
 
@@ -122,10 +116,10 @@ def tree_of(checkout: str | Path) -> str:
     """The git tree id of a checkout's files as they are: its HEAD commit when clean, else the tree its
     tracked and untracked files (ignored ones and caches excepted) make, written through a throw-away index
     so neither the checkout's index nor its refs change."""
-    status = _git(["status", "--porcelain"], checkout)
+    status = git(["status", "--porcelain"], checkout)
     if status.returncode != 0:
         raise RuntimeError(f"git status failed in {checkout}: {status.stderr.strip()}")
-    head = _git(["rev-parse", "HEAD"], checkout)
+    head = git(["rev-parse", "HEAD"], checkout)
     if head.returncode != 0:
         raise RuntimeError(f"no HEAD commit in {checkout}: {head.stderr.strip()}")
     dirty = [ln for ln in status.stdout.splitlines()
@@ -137,10 +131,10 @@ def tree_of(checkout: str | Path) -> str:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
         for args in (["read-tree", "HEAD"],
                      ["add", "-A", "--", ".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc"]):
-            r = _git(args, checkout, env)
+            r = git(args, checkout, env=env)
             if r.returncode != 0:
                 raise RuntimeError(f"git {' '.join(args)} failed in {checkout}: {r.stderr.strip()}")
-        r = _git(["write-tree"], checkout, env)
+        r = git(["write-tree"], checkout, env=env)
         if r.returncode != 0:
             raise RuntimeError(f"git write-tree failed in {checkout}: {r.stderr.strip()}")
         return r.stdout.strip()
@@ -148,7 +142,7 @@ def tree_of(checkout: str | Path) -> str:
 
 def git_changed_files(repo: str | Path, a: str, b: str) -> list[str]:
     """``git diff --name-only --no-renames a b`` (commits or trees of ``repo``), sorted."""
-    r = _git(["diff", "--name-only", "--no-renames", "-z", a, b], repo)
+    r = git(["diff", "--name-only", "--no-renames", "-z", a, b], repo)
     if r.returncode != 0:
         raise RuntimeError(f"git diff {a} {b} failed in {repo}: {r.stderr.strip()}")
     return sorted(p for p in r.stdout.split("\0") if p)

@@ -84,10 +84,9 @@ def container(environ: Mapping[str, str] | None = None, root: str | Path = "/") 
 
 def hf_hub_cache(env: Mapping[str, str]) -> Path:
     """Where the Hugging Face hub keeps its cache under ``env`` (HF_HUB_CACHE, HF_HOME/hub, or the default)."""
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    if env.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(env["HUGGINGFACE_HUB_CACHE"]).expanduser()
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if cache:
+        return Path(cache).expanduser()
     home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
     return Path(home).expanduser() / "hub"
 
@@ -126,13 +125,12 @@ def model_revision(model_path: str, env: Mapping[str, str] | None = None,
     return out
 
 
-
 def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
     """The ``stack`` section of an arm's launch description: its interpreter's stack (the engine's and the
     arm's env applied), the container, the model's revision."""
     env = {str(k): str(v) for k, v in (engine_cfg.get("env") or {}).items()}
     args = [str(a) for a in (*engine_cfg.get("args", []), *arm.args)]
-    full_env = {**os.environ, **arm.env_delta(env)}
+    full_env = arm.process_env(env)
     revision = first_flag_value(args, "--revision")
     return {"interpreter": arm_stack(arm, env), "container": container(),
             "model": model_revision(str(engine_cfg.get("model_path") or ""), full_env, revision)}

@@ -59,9 +59,7 @@ def _scalar_eq(found: Any, expected: Any) -> bool:
         return found == expected
     if isinstance(found, bool) or isinstance(expected, bool):
         return str(found).lower() == str(expected).lower()
-    if found == expected:
-        return True
-    return str(found) == str(expected)
+    return found == expected or str(found) == str(expected)
 
 
 def _contains(found: Any, needle: Any) -> bool:

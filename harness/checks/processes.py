@@ -116,10 +116,6 @@ def log_line_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: int)
         return CheckResult(name, c.kind, False, expected, f"cannot read {path}: {e}", {"log_path": path}, arm.key,
                            what)
     ok = (not needle or len(hits) >= c.min_count) and not bad
-    found = []
-    if needle:
-        found.append(f"{len(hits)} line(s) with {needle!r}")
-    if avoid:
-        found.append(f"{len(bad)} line(s) with {avoid!r}")
+    found = [f"{len(lines)} line(s) with {text!r}" for text, lines in ((needle, hits), (avoid, bad)) if text]
     ev: JSONObject = {"log_path": path, "from_byte": start, "lines": hits[:_KEEP], "unwanted_lines": bad[:_KEEP]}
     return CheckResult(name, c.kind, ok, expected, "; ".join(found) or "log readable", ev, arm.key, what)

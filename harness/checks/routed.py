@@ -1,17 +1,15 @@
 """Side check ``routed_experts``: which experts the server's MoE gate really picks, per token and layer.
 
 One short ``POST /generate`` with ``"return_routed_experts": true`` (the server needs
-``--enable-return-routed-experts``) per DP attention rank. SGLang answers in ``meta_info["routed_experts"]``:
-the expert ids of every position from ``routed_experts_start_len`` to the last but one, and every MoE layer,
-flattened ``[positions, layers, top_k]`` and base64-encoded (older builds: a plain list), captured as the gate
-returns them, before a fused shared expert is appended (python/sglang/srt/layers/moe/topk.py). What it reads:
+``--enable-return-routed-experts``) per DP attention rank; the answer's layout is
+:mod:`harness.serving.routed_wire`'s, captured as the gate returns it, before a fused shared expert is
+appended (python/sglang/srt/layers/moe/topk.py):
 
 * **DP ranks.** With DP attention (``--dp N --enable-dp-attention``, or ``--attn-dp-size N``) every rank has its
   own scheduler: the check asks every rank (``routed_dp_rank``: 0 .. N-1, or its older name
   ``data_parallel_rank``; ``dp_ranks`` to pick some), and each must pass.
-* **Wire dtype.** ``SGLANG_ROUTED_EXPERTS_DTYPE`` (int32, uint16, uint8) sets the payload's dtype; the server
-  says which in ``meta_info["routed_experts_dtype"]`` (int32 where it cannot represent an id). The check decodes
-  by what the answer says, else by the variable in the server's launch environment, else int32.
+* **Wire dtype.** What ``meta_info["routed_experts_dtype"]`` says, else the server's launch environment's
+  ``SGLANG_ROUTED_EXPERTS_DTYPE``, else int32.
 * **Logical ids.** Where the server maps logical expert ids to physical slots (``topk_ids_logical_to_physical``:
   EPLB, ``--ep-num-redundant-experts``), a returned id may be a physical slot: with redundant experts the
   physical space is ``num_experts + redundant`` wide, and an id in ``num_experts ..`` is a replica, not a shared
@@ -34,10 +32,8 @@ routed experts): 5 routed ids and an out-of-range one per token. After the fix i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import struct
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,45 +47,17 @@ from harness.config import CheckConfig
 from harness.engines.base import Engine, refuse_redirect
 from harness.engines.sglang import dp_attention_ranks
 from harness.results.records import JSONObject
+from harness.serving.routed_wire import decode_routed
 from harness.util.cmdline import first_flag_value
 
 #: Rows shown in the evidence.
 _SHOW = 4
-
-
-#: SGLang's wire dtypes of the routed experts (``SGLANG_ROUTED_EXPERTS_DTYPE``): struct format, bytes per id.
-WIRE_DTYPES = {"int32": ("<i", 4), "uint16": ("<H", 2), "uint8": ("<B", 1)}
 DTYPE_ENV = "SGLANG_ROUTED_EXPERTS_DTYPE"
 
 
 def decode_routed_experts(value: Any, dtype: str = "int32") -> list[int]:
-    """SGLang's ``meta_info["routed_experts"]``: base64 of little-endian ``dtype`` (one of :data:`WIRE_DTYPES`),
-    or a (nested) list of ints."""
-    if isinstance(value, str):
-        name = dtype.strip().lower()
-        if name not in WIRE_DTYPES:
-            raise ValueError(f"routed_experts dtype {dtype!r} is not one of {', '.join(WIRE_DTYPES)}")
-        fmt, size = WIRE_DTYPES[name]
-        try:
-            raw = base64.b64decode(value.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError) as e:
-            raise ValueError(f"routed_experts is a string but not base64: {e}") from None
-        if len(raw) % size:
-            raise ValueError(f"routed_experts holds {len(raw)} bytes, not a whole number of {name}")
-        return [x[0] for x in struct.iter_unpack(fmt, raw)]
-    if isinstance(value, list):
-        out: list[int] = []
-        stack: list[Any] = [value]
-        while stack:
-            v = stack.pop()
-            if isinstance(v, list):
-                stack.extend(reversed(v))
-            elif isinstance(v, int) and not isinstance(v, bool):
-                out.append(v)
-            else:
-                raise ValueError(f"routed_experts holds a non-integer {v!r}")
-        return out
-    raise ValueError(f"routed_experts must be a base64 string or a list, not {type(value).__name__}")
+    """SGLang's ``meta_info["routed_experts"]``: base64 of ``dtype``, or a (nested) list of ints."""
+    return decode_routed(value, dtype).tolist()
 
 
 def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
@@ -103,9 +71,7 @@ def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
     routed = [r for r in rows if len(set(r)) > 1]
     in_range = [sum(0 <= x < n for x in r) for r in routed]
     outside = [[x for x in r if not 0 <= x < n] for r in routed]
-    counts: dict[int, int] = {}
-    for m in in_range:
-        counts[m] = counts.get(m, 0) + 1
+    counts = Counter(in_range)
     marker_ids = sorted({x for o in outside for x in o})
     ev: JSONObject = {"rows": len(rows), "routed_rows": len(routed), "skipped_rows": len(rows) - len(routed),
                           "in_range_per_row": {str(m): v for m, v in sorted(counts.items())},
@@ -117,10 +83,8 @@ def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
                if marker_ids else f"; no id outside 0..{n - 1}"))
     if not routed:
         return False, f"{len(rows)} row(s), none routed (every row's ids are equal)", ev
-    good = 0
-    for m, o in zip(in_range, outside, strict=True):
-        row_ok = (c.routed_per_token is None or m == c.routed_per_token) and (c.out_of_range is not True or bool(o))
-        good += row_ok
+    good = sum((c.routed_per_token is None or m == c.routed_per_token)
+               and (c.out_of_range is not True or bool(o)) for m, o in zip(in_range, outside, strict=True))
     share = good / len(routed)
     ev["share_as_expected"] = share
     ok = share >= float(c.min_share) - 1e-12
@@ -189,7 +153,6 @@ def load_expert_map(path: str, tree: str | None) -> ExpertMap:
             isinstance(row, list) and all(isinstance(x, int) for x in row) for row in table)):
         raise ValueError(f"{p}: no physical_to_logical_map (a list of ints per layer)")
     return ExpertMap([list(row) for row in table], str(p))
-
 
 
 def expert_map_for(c: CheckConfig, args: Sequence[str], tree: str | None) -> tuple[ExpertMap | None, str | None]:

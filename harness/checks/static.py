@@ -8,6 +8,7 @@ so a module that does not import there (no GPU libraries) is found where the ser
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,14 +58,10 @@ def _is_under(path: str | None, root: Path) -> bool:
 
 
 def _matching_lines(src: str, text: str, first_line: int, limit: int = 3) -> list[str]:
-    out = []
     first = text.splitlines()[0] if text.strip() else text
-    for i, line in enumerate(src.splitlines()):
-        if first and first in line:
-            out.append(f"{first_line + i}: {line.strip()}")
-            if len(out) >= limit:
-                break
-    return out
+    hits = (f"{first_line + i}: {line.strip()}" for i, line in enumerate(src.splitlines())
+            if first and first in line)
+    return list(itertools.islice(hits, limit))
 
 
 def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str, str] | None) -> CheckResult:
@@ -91,18 +88,13 @@ def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str
     ok = True
     line = res.get("first_line")
     first = line if isinstance(line, int) and line else 1
-    if c.contains is not None:
-        has = c.contains in src
-        ok &= has
-        found.append(f"contains {short(c.contains)}: {'yes' if has else 'no'}")
-        if has:
-            ev["contains_at"] = _matching_lines(src, c.contains, first)
-    if c.lacks is not None:
-        has = c.lacks in src
-        ok &= not has
-        found.append(f"contains {short(c.lacks)}: {'yes' if has else 'no'}")
-        if has:
-            ev["lacks_violated_at"] = _matching_lines(src, c.lacks, first)
+    for text, wanted, where in ((c.contains, True, "contains_at"), (c.lacks, False, "lacks_violated_at")):
+        if text is not None:
+            has = text in src
+            ok &= has == wanted
+            found.append(f"contains {short(text)}: {'yes' if has else 'no'}")
+            if has:
+                ev[where] = _matching_lines(src, text, first)
     mfile = res.get("module_file")
     mfile = mfile if isinstance(mfile, str) else None
     if under is not None:

@@ -9,7 +9,7 @@ import gc
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Generic, TypeVar
 
 from harness.serving.client import Client, ServerGone, ServerStalled
@@ -162,12 +162,10 @@ def signals_to(stop: Stop) -> Iterator[None]:
     loop = asyncio.get_running_loop()
     handled: list[tuple[signal.Signals, Any]] = []
     for sig in SIGNALS:
-        try:
+        with suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
             previous = signal.getsignal(sig)
             loop.add_signal_handler(sig, stop.on_signal, sig)
             handled.append((sig, previous))
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            pass
     try:
         yield
     finally:

@@ -18,6 +18,7 @@ write under it descends into a symbolic link.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -72,11 +73,9 @@ class DirLock:
             if not same:  # its holder removed it as we opened it: lock the new one
                 os.close(fd)
                 continue
-            try:
+            with contextlib.suppress(OSError):  # a full disk: the lock holds, only the pid cannot be shown
                 os.ftruncate(fd, 0)
                 os.write(fd, f"{os.getpid()}\n".encode())
-            except OSError:
-                pass  # a full disk: the lock holds, only the pid cannot be shown
             self._fd = fd
         return self._hold()
 
@@ -102,9 +101,7 @@ class DirLock:
         if self._fd is None:
             return
         try:
-            self.path.unlink()  # while still holding it: see the module docstring
-        except FileNotFoundError:
-            pass
+            self.path.unlink(missing_ok=True)  # while still holding it: see the module docstring
         finally:
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None

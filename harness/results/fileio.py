@@ -104,10 +104,8 @@ def check(path: str | Path) -> Path:
         try:
             if os.lstat(p).st_mode & 0o170000 == 0o120000:  # S_IFLNK
                 raise PlantedLink(p)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not made yet, or a file (the write fails, saying so)
             break
-        except NotADirectoryError:
-            break  # a file where a directory should be: the write that follows fails and says so
     return Path(path)
 
 
@@ -115,13 +113,10 @@ def check_dir(path: str | Path) -> Path:
     """``path`` checked (:func:`check`), and no entry directly inside it a symbolic link: every file an output
     directory holds is abh's own, so a link in it was planted (PlantedLink naming it)."""
     check(path)
-    try:
-        with os.scandir(path) as entries:
-            for e in entries:
-                if e.is_symlink():
-                    raise PlantedLink(e.path)
-    except (FileNotFoundError, NotADirectoryError):
-        pass
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(path) as entries:
+        for e in entries:
+            if e.is_symlink():
+                raise PlantedLink(e.path)
     return Path(path)
 
 

@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.results import schema
 from harness.results.fileio import StoreError, iter_jsonl
 from harness.results.prompt_store import eval_prompts
 from harness.results.schema import SampleRecord

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import os
 from collections.abc import Iterator
@@ -82,23 +81,9 @@ def _read_texts(path: Path) -> dict[str, str]:
     return out
 
 
-def iter_packed(path: Path) -> list[dict[str, Any]]:
-    """The rows of a packed store (none when it is not there); StoreError for one that is not a gzip'd JSONL."""
-    if not path.is_file():
-        return []
-    try:
-        with gzip.open(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
-        raise fileio.StoreError(f"{path}: not a readable gzip file ({e}); delete it to have the prompts sent "
-                                "again") from None
-    with io.BytesIO(raw) as buf:
-        return [row for _, row in fileio.iter_lines(buf, path)]
-
-
-def _stream_packed(path: Path) -> Iterator[dict[str, Any]]:
-    """:func:`iter_packed`'s rows read as they are asked for: a reader that stops early (the first prompt)
-    decompresses and parses only what it read."""
+def iter_packed(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a packed store (none when it is not there), read as asked for: a reader that stops early
+    (the first prompt) decompresses and parses only what it read. StoreError for one not a gzip'd JSONL."""
     if not path.is_file():
         return
     try:
@@ -116,10 +101,7 @@ def pack_prompts(eval_dir: Path) -> None:
     plain = eval_dir / PROMPTS_FILE
     if not os.path.lexists(plain):
         return
-    body = fileio.read_own(plain)  # a planted link: PlantedLink, nothing packed, the link left as it is
-    with atomic_output(packed(plain)) as f:
-        f.write(gzip.compress(body, compresslevel=6, mtime=0))
-    plain.unlink()
+    _replace_packed(plain, fileio.read_own(plain))  # a planted link: PlantedLink, the link left as it is
 
 
 def pack(path: Path) -> None:
@@ -132,6 +114,11 @@ def pack(path: Path) -> None:
     texts = read_texts(path)
     body = "".join(json.dumps({"prompt_sha256": sha, "prompt": text}, ensure_ascii=False) + "\n"
                    for sha, text in texts.items()).encode("utf-8")
+    _replace_packed(path, body)
+
+
+def _replace_packed(path: Path, body: bytes) -> None:
+    """``body`` gzip'd (atomically) to :func:`packed` of ``path``, then the plain file removed."""
     with atomic_output(packed(path)) as f:
         f.write(gzip.compress(body, compresslevel=6, mtime=0))
     path.unlink()
@@ -181,7 +168,7 @@ def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
     without a text of its hash is left out)."""
     texts: dict[str, str] | None = None
     plain = eval_dir / PROMPTS_FILE
-    rows = _stream_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
+    rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
     for row in rows:
         i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
         if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):

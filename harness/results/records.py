@@ -14,10 +14,11 @@ schema_version never happens: the version is checked first).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Union
 
 #: A JSON value as stored: what :func:`to_doc` returns and :func:`from_doc` takes.
@@ -82,6 +83,16 @@ def _describe(v: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+#: The scalar types a field may have: what a stored value of each must be, and how a refusal says it.
+_SCALARS: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    str: (lambda v: isinstance(v, str), "a string"),
+    type(None): (lambda v: v is None, "null"),
+}
+
+
 def _convert(tp: Any, v: Any, where: str) -> Any:
     """``v`` read as type ``tp`` (RecordError naming ``where`` when it is not one)."""
     if tp is Any or tp is object:
@@ -122,40 +133,21 @@ def _convert(tp: Any, v: Any, where: str) -> Any:
             raise RecordError(f"{where}: expected an object, found {_describe(v)}")
         _, val = typing.get_args(tp) or (str, Any)
         return {str(k): _convert(val, x, f"{where}.{k}") for k, x in v.items()}
-    if tp is bool:
-        if isinstance(v, bool):
-            return v
-        raise RecordError(f"{where}: expected true or false, found {_describe(v)}")
-    if tp is int:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        raise RecordError(f"{where}: expected an integer, found {_describe(v)}")
-    if tp is float:
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return float(v)
-        raise RecordError(f"{where}: expected a number, found {_describe(v)}")
-    if tp is str:
-        if isinstance(v, str):
-            return v
-        raise RecordError(f"{where}: expected a string, found {_describe(v)}")
-    if tp is type(None):
-        if v is None:
-            return None
-        raise RecordError(f"{where}: expected null, found {_describe(v)}")
+    if tp in _SCALARS:
+        ok, says = _SCALARS[tp]
+        if ok(v):
+            return float(v) if tp is float else v
+        raise RecordError(f"{where}: expected {says}, found {_describe(v)}")
     return v  # a JSON alias or another type the record does not check further
 
 
-_REQUIRED: dict[type, frozenset[str]] = {}
-
-
+@functools.cache
 def _required_keys(tp: Any) -> frozenset[str]:
     """The keys the TypedDict ``tp`` requires. (Its ``__required_keys__`` counts a ``NotRequired[...]`` key as
     required when the module has ``from __future__ import annotations``: Python 3.11 sees the string.)"""
-    if tp not in _REQUIRED:
-        origins = {k: typing.get_origin(v) for k, v in typing.get_type_hints(tp, include_extras=True).items()}
-        _REQUIRED[tp] = frozenset(k for k, o in origins.items() if o is typing.Required
-                                  or (o is not typing.NotRequired and k in tp.__required_keys__))
-    return _REQUIRED[tp]
+    origins = {k: typing.get_origin(v) for k, v in typing.get_type_hints(tp, include_extras=True).items()}
+    return frozenset(k for k, o in origins.items() if o is typing.Required
+                     or (o is not typing.NotRequired and k in tp.__required_keys__))
 
 
 def _typed_dict(tp: Any, v: Any, where: str) -> JSONObject:

@@ -19,14 +19,9 @@ file                    kind                      model
 theirs. A loader refuses a document of another kind, or of a ``schema_version`` this abh does not read,
 with a one-line :class:`SchemaError` (the CLI exits 2 on it): a future format is refused, never misread.
 
-The results a computation produces (comparison, divergence, cost, sequential looks, run and sweep summaries)
-are frozen :class:`~harness.results.records.Record` dataclasses, built once and serialised by
-:func:`~harness.results.records.to_doc`; their loaders check every field (a hand-edited file is refused naming
-the field); a block of one that is a plain JSON object of known keys (``identical_outputs``,
-``design.launch_heterogeneity``) is a ``TypedDict``, checked key by key too. The eval's own files, which abh
-writes as events happen, are ``TypedDict`` (``total=False``: fields only some writers set); the manifest is
-declared once, by its writer (``harness.orchestrate.rundir``);
-:class:`SampleRecord` is a dataclass, written as its fields (``prompts.jsonl``: :class:`PromptRow`).
+Computed results are frozen :class:`~harness.results.records.Record` dataclasses (their plain JSON blocks of
+known keys ``TypedDict``), every field checked on loading; the eval's own files, written as events happen, are
+``TypedDict`` (``total=False``); the manifest is declared by its writer (``harness.orchestrate.rundir``).
 """
 
 from __future__ import annotations
@@ -35,8 +30,9 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from harness import __version__
 from harness.results.fileio import StoreError, atomic_write_json, read_json
@@ -214,10 +210,6 @@ def _scalar(x: Any) -> bool:
     return _number(x) or isinstance(x, str)
 
 
-def _count_or_none(x: Any) -> bool:
-    return x is None or (_whole(x) and x >= 0)
-
-
 def _checked(ok: Any, says: str, **default: Any) -> Any:
     """A ``samples.jsonl`` field with its check (``ok``) and what the refusal says when it fails."""
     return field(metadata={"ok": ok, "says": says}, **default)
@@ -232,7 +224,7 @@ def _flag() -> Any:
 
 
 def _count() -> Any:
-    return _checked(_count_or_none, "a whole number >= 0 or null")
+    return _checked(lambda x: x is None or (_whole(x) and x >= 0), "a whole number >= 0 or null")
 
 
 #: what a row read back may lack (older writers; ``score`` and ``reasoning`` are written only when set)
@@ -898,7 +890,7 @@ def load(path: str | Path, kind: str) -> JSONObject:
     return check(doc, kind, p)
 
 
-def dump(path: str | Path, kind: str, doc: D) -> None:
+def dump(kind: str, path: str | Path, doc: D) -> None:
     """Write one document of ``kind`` atomically, stamped with its kind and schema_version."""
     atomic_write_json(Path(path), stamp(kind, doc))
 
@@ -912,12 +904,11 @@ def load_record(path: str | Path, kind: str, cls: type[R]) -> R:
         raise SchemaError(f"{path}: {e}") from None
 
 
-def dump_record(path: str | Path, kind: str, record: Record) -> None:
+def dump_record(kind: str, path: str | Path, record: Record) -> None:
     """Write one result record of ``kind`` atomically (its one serialisation: :func:`Record.to_doc`)."""
-    dump(path, kind, record.to_doc())
+    dump(kind, path, record.to_doc())
 
 
-# One loader and one writer per file kind.
 def load_eval_meta(path: str | Path) -> EvalMeta:
     return cast(EvalMeta, load(path, EVAL))
 
@@ -932,28 +923,18 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     return load(path, MANIFEST)
 
 
-def load_run_summary(path: str | Path) -> RunSummary:
-    return load_record(path, RUN_SUMMARY, RunSummary)
-
-
-def load_comparison(path: str | Path) -> Comparison:
-    return load_record(path, COMPARISON, Comparison)
-
-
-def load_sweep_summary(path: str | Path) -> SweepSummary:
-    return load_record(path, SWEEP, SweepSummary)
-
-
-def write_eval_meta(path: str | Path, doc: EvalMeta) -> None:
-    dump(path, EVAL, doc)
-
-
-def write_eval_summary(path: str | Path, doc: EvalSummary) -> None:
-    dump(path, EVAL_SUMMARY, doc)
-
-
-def write_manifest(path: str | Path, doc: JSONObject) -> None:
-    dump(path, MANIFEST, doc)
+# One loader and one writer per file kind.
+load_run_summary = partial(load_record, kind=RUN_SUMMARY, cls=RunSummary)
+load_comparison = partial(load_record, kind=COMPARISON, cls=Comparison)
+load_sweep_summary = partial(load_record, kind=SWEEP, cls=SweepSummary)
+load_tasks = partial(load_record, kind=TASKS, cls=TasksComparison)
+write_eval_meta: Callable[[str | Path, EvalMeta], None] = partial(dump, EVAL)
+write_eval_summary: Callable[[str | Path, EvalSummary], None] = partial(dump, EVAL_SUMMARY)
+write_manifest: Callable[[str | Path, JSONObject], None] = partial(dump, MANIFEST)
+write_run_summary: Callable[[str | Path, RunSummary], None] = partial(dump_record, RUN_SUMMARY)
+write_comparison: Callable[[str | Path, Comparison], None] = partial(dump_record, COMPARISON)
+write_sweep_summary: Callable[[str | Path, SweepSummary], None] = partial(dump_record, SWEEP)
+write_tasks: Callable[[str | Path, TasksComparison], None] = partial(dump_record, TASKS)
 
 
 def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: bool, exit_code: int,
@@ -971,23 +952,3 @@ def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: boo
         divergence=None if div is None else RunDivergence(div.verdict, div.kld_mean, div.kld_mean_aa, div.p,
                                                           div.effect),
         cost=cost, sequential=sequential, headline=headline)
-
-
-def write_run_summary(path: str | Path, doc: RunSummary) -> None:
-    dump_record(path, RUN_SUMMARY, doc)
-
-
-def write_comparison(path: str | Path, doc: Comparison) -> None:
-    dump_record(path, COMPARISON, doc)
-
-
-def write_sweep_summary(path: str | Path, doc: SweepSummary) -> None:
-    dump_record(path, SWEEP, doc)
-
-
-def load_tasks(path: str | Path) -> TasksComparison:
-    return load_record(path, TASKS, TasksComparison)
-
-
-def write_tasks(path: str | Path, doc: TasksComparison) -> None:
-    dump_record(path, TASKS, doc)

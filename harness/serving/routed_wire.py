@@ -61,7 +61,7 @@ def parse_routed(obj: Any, tokens: int, top_k: int, layers: int | None = None) -
         raise RoutedAnswerError("no meta_info.routed_experts in the answer (is the server started with "
                                 "--enable-return-routed-experts?)")
     dtype = meta.get("routed_experts_dtype", "int32")
-    flat = _decode(value, dtype)
+    flat = decode_routed(value, dtype)
     per_token = flat.size // tokens if tokens else 0
     if tokens <= 0 or flat.size % tokens or per_token % top_k or per_token == 0:
         raise RoutedAnswerError(f"{flat.size} routed ids are not {tokens} positions x layers x top_k={top_k}")
@@ -71,7 +71,8 @@ def parse_routed(obj: Any, tokens: int, top_k: int, layers: int | None = None) -
     return flat.reshape(tokens, got_layers, top_k)
 
 
-def _decode(value: Any, dtype: Any) -> np.ndarray:
+def decode_routed(value: Any, dtype: Any) -> np.ndarray:
+    """The flat int32 ids of ``meta_info.routed_experts``: base64 of ``dtype`` (older builds: a list)."""
     if isinstance(value, str):
         name = dtype.strip().lower() if isinstance(dtype, str) else None
         if name not in WIRE_DTYPES:

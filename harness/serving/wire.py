@@ -17,7 +17,7 @@ import json
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -796,6 +796,8 @@ class VLLMApi(OpenAIApi):
                 "skip_special_tokens": sampling.get("skip_special_tokens", True),
                 "spaces_between_special_tokens": sampling.get("spaces_between_special_tokens", True),
                 "stream": False, **_extras(sampling)}
+
+
 class ChatApi(OpenAIApi):
     """The OpenAI chat API (vLLM, SGLang's OpenAI server, llama.cpp): ``POST /v1/chat/completions``; the prompt is
     one user message and the server applies its own chat template. A reasoning model's reasoning, when the
@@ -845,14 +847,9 @@ class ChatApi(OpenAIApi):
         raise ValueError("the chat API has no teacher-forced scoring (run the divergence with engine.api=openai)")
 
 
-_FACTORIES: dict[str, Callable[[str], Api]] = {
-    SGLangApi.name: lambda model: SGLangApi(),
-    OpenAIApi.name: lambda model: OpenAIApi(model_name=model),
-    VLLMApi.name: lambda model: VLLMApi(model_name=model),
-    ChatApi.name: lambda model: ChatApi(model_name=model),
-}
+_APIS: dict[str, type[Api]] = {api.name: api for api in (SGLangApi, OpenAIApi, VLLMApi, ChatApi)}
 #: The protocol names a config may give.
-API_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+API_NAMES: tuple[str, ...] = tuple(_APIS)
 
 
 def can_send(api: str, recipe_apis: Sequence[str]) -> bool:
@@ -863,11 +860,10 @@ def can_send(api: str, recipe_apis: Sequence[str]) -> bool:
 
 def for_api(name: str, model: str = "") -> Api:
     """The protocol object for ``name`` (one of :data:`API_NAMES`); ``model``: OpenAI model name, when known."""
-    try:
-        factory = _FACTORIES[name]
-    except KeyError:
-        raise ValueError(f"api must be one of {', '.join(API_NAMES)}, not {name!r}") from None
-    return factory(model)
+    api = _APIS.get(name)
+    if api is None:
+        raise ValueError(f"api must be one of {', '.join(API_NAMES)}, not {name!r}")
+    return api(model_name=model) if issubclass(api, OpenAIApi) else api()
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -920,6 +916,8 @@ def _length(x: Any) -> int:
             return len(x)
         return sum(len(m) if isinstance(m, str | list | tuple) else 1 for m in x)
     return 0
+
+
 #: (OpenAI field, SGLang sampling-param name) in the order the completions body sends them.
 COMPLETION_FIELDS: tuple[tuple[str, str], ...] = (
     ("max_tokens", "max_new_tokens"), ("temperature", "temperature"), ("top_p", "top_p"), ("n", "n"),

@@ -68,8 +68,6 @@ EMBEDDED_DIR = Path(__file__).resolve().parent / "data" / "gsm8k"
 EMBEDDED_TEST = EMBEDDED_DIR / "test.jsonl"
 #: sha256 of the embedded file's bytes, checked on every read.
 EMBEDDED_TEST_FILE_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
-#: ``task.data_path=hf:REPO[:CONFIG]`` loads a copy through `datasets` (config ``main`` by default).
-HF_PREFIX = "hf:"
 
 
 def content_hash(rows: list[dict[str, str]]) -> str:
@@ -80,20 +78,9 @@ def content_hash(rows: list[dict[str, str]]) -> str:
 def read_jsonl(path: Path, lines: list[int] | None = None) -> list[dict[str, str]]:
     """The rows of a GSM8K JSONL file (``question`` and ``answer`` strings); any problem is one DatasetError line.
     ``lines``, when given, gets each row's line number."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DatasetError(f"GSM8K data file not found: {path}") from None
-    except OSError as e:
-        raise DatasetError(f"cannot read GSM8K data file {path}: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        bad_line = raw.count(b"\n", 0, e.start) + 1
-        raise DatasetError(f"{path}:{bad_line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
-                           "GSM8K files are UTF-8 JSONL") from None
+    raw, where = sources.read_bytes(str(path), "GSM8K")
     rows: list[dict[str, str]] = []
-    for lineno, line in enumerate(text.split("\n"), 1):
+    for lineno, line in enumerate(sources.text_of(raw, where, "GSM8K").split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -109,29 +96,21 @@ def read_jsonl(path: Path, lines: list[int] | None = None) -> list[dict[str, str
     return rows
 
 
+def _read_embedded(path: Path, sha256: str, what: str) -> list[dict[str, str]]:
+    """The rows of a file shipped inside the package, after checking the file's sha256."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    if digest != sha256:
+        raise DatasetError(f"the embedded GSM8K {what} {path} is damaged or missing (sha256 "
+                           f"{digest[:12]}..., want {sha256[:12]}...): reinstall abh")
+    return read_jsonl(path)
+
+
 def read_embedded_test() -> list[dict[str, str]]:
-    """The embedded canonical test split, after checking the file's sha256."""
-    digest = hashlib.sha256(EMBEDDED_TEST.read_bytes()).hexdigest() if EMBEDDED_TEST.is_file() else "missing"
-    if digest != EMBEDDED_TEST_FILE_SHA256:
-        raise DatasetError(f"the embedded GSM8K test set {EMBEDDED_TEST} is damaged or missing (sha256 "
-                           f"{digest[:12]}..., want {EMBEDDED_TEST_FILE_SHA256[:12]}...): reinstall abh")
-    return read_jsonl(EMBEDDED_TEST)
+    return _read_embedded(EMBEDDED_TEST, EMBEDDED_TEST_FILE_SHA256, "test set")
 
 
-def _load_hf(spec: str, split: str) -> list[dict[str, str]]:  # pragma: no cover - needs the Hugging Face hub
-    """``hf:REPO[:CONFIG]`` through `datasets` (imported only when asked for: it is slow to import)."""
-    repo, _, config = spec[len(HF_PREFIX):].partition(":")
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetError(f"{spec}: the `datasets` package is not installed (pip install 'abh[hf]')") from None
-    try:
-        ds = datasets.load_dataset(repo, config or "main", split=split)
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DatasetError(f"could not load {repo} ({config or 'main'}, {split}) through `datasets`: {first}. "
-                           "Leave task.data_path unset for the embedded test set, or pass a local JSONL file.") from None
-    return [{"question": r["question"], "answer": r["answer"]} for r in ds]
+def _from_hf(r: dict[str, Any]) -> dict[str, str]:  # pragma: no cover - needs the Hugging Face hub
+    return {"question": r["question"], "answer": r["answer"]}
 
 
 def load(path: str | Path | None = None, split: str = "test", allow_noncanonical: bool = False) -> Dataset:
@@ -149,8 +128,8 @@ def load(path: str | Path | None = None, split: str = "test", allow_noncanonical
             raise DatasetError(f"abh ships only the GSM8K test split; give a path to the {split} split "
                                f"(a {split}.jsonl file, or hf:openai/gsm8k)")
         rows, source = read_embedded_test(), str(EMBEDDED_TEST)
-    elif spec.startswith(HF_PREFIX):
-        rows, source = _load_hf(spec, split), f"{spec}/{split}"
+    elif sources.is_hf(spec):
+        rows, source = sources.load_hf(spec, split, "main", _from_hf, "GSM8K"), f"{spec}/{split}"
     else:
         p = Path(spec).expanduser()
         if p.is_dir():
@@ -181,7 +160,7 @@ def train_source_for(data_path: str | Path | None) -> str | None:
     spec = "" if data_path is None else str(data_path)
     if not spec:
         return None
-    if spec.startswith(HF_PREFIX):
+    if sources.is_hf(spec):
         return spec
     p = Path(spec).expanduser()
     cand = p / "train.jsonl" if p.is_dir() else p.parent / "train.jsonl"
@@ -215,10 +194,7 @@ EMBEDDED_TRAIN_HEAD_SHA256 = "8743e4cee831ece07b9770395c33f3244bbed3eee140d67801
 def train_head() -> Dataset:
     """The embedded first rows of the canonical train split (a Dataset that is canonical as a prefix: its rows
     are the train split's first rows byte for byte)."""
-    digest = hashlib.sha256(EMBEDDED_TRAIN_HEAD.read_bytes()).hexdigest() if EMBEDDED_TRAIN_HEAD.is_file() else ""
-    if digest != EMBEDDED_TRAIN_HEAD_SHA256:
-        raise DatasetError(f"the embedded GSM8K train head {EMBEDDED_TRAIN_HEAD} is damaged or missing: reinstall abh")
-    rows = read_jsonl(EMBEDDED_TRAIN_HEAD)
+    rows = _read_embedded(EMBEDDED_TRAIN_HEAD, EMBEDDED_TRAIN_HEAD_SHA256, "train head")
     return Dataset(rows=rows, source=str(EMBEDDED_TRAIN_HEAD), sha256=content_hash(rows), canonical=True)
 
 
@@ -333,11 +309,18 @@ class GSM8K(Task):
         if n > len(test.rows):
             raise DatasetError(f"{n} questions asked for; the test set has {len(test.rows)}")
         self.questions: list[Question] = [
-            Question(index=i, prompt=self.few_shot + one_example(test.rows[i], False), row=i,
-                     label=get_answer_value(test.rows[i]["answer"]),
-                     question=test.rows[i]["question"], answer=test.rows[i]["answer"])
-            for i in range(n)
-        ]
+            self.question(i, self.few_shot + one_example(row, False), get_answer_value(row["answer"]))
+            for i, row in enumerate(test.rows[:n])]
+
+    def question(self, i: int, prompt: str, label: Any) -> Question:
+        """Test row ``i`` asked by ``prompt``, graded against ``label``."""
+        row = self.test.rows[i]
+        return Question(index=i, prompt=prompt, row=i, label=label, question=row["question"],
+                        answer=row["answer"])
+
+    def new_tokens(self, asked: int | None) -> int | None:
+        """``asked`` (a warm-up's or a probe's own length), else the recipe's."""
+        return self.recipe.max_new_tokens if asked is None else asked
 
     @property
     def items(self) -> Sequence[Question]:
@@ -359,7 +342,7 @@ class GSM8K(Task):
         return {
             "skip_special_tokens": True,
             "spaces_between_special_tokens": True,
-            "max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            "max_new_tokens": self.new_tokens(max_new_tokens),
             "min_new_tokens": 0,
             "n": 1,
             "stop": self.stop(),

@@ -13,7 +13,7 @@ import random
 import re
 from typing import Any
 
-from harness.tasks.gsm8k import BASE_STOP, GSM8K, INVALID, Question, few_shot_block, last_literal, one_example
+from harness.tasks.gsm8k import BASE_STOP, GSM8K, INVALID, few_shot_block, last_literal, one_example
 from harness.tasks.interface import Dataset, DatasetError, Item, SamplingParams, Scored
 from harness.tasks.mathgrade import math_equal, require_math_verify, search_boxed
 
@@ -44,17 +44,16 @@ class SimpleEvalGSM8K(GSM8K):
         rest = len(test.rows) - k
         if n > rest:
             raise DatasetError(f"{n} questions asked for; the test set has {rest} after its {k} shots")
-        self.questions = [Question(index=i, prompt=self.few_shot + one_example(test.rows[i], False), row=i,
-                                   label=simple_eval_answer_value(test.rows[i]["answer"]),
-                                   question=test.rows[i]["question"], answer=test.rows[i]["answer"])
+        self.questions = [self.question(i, self.few_shot + one_example(test.rows[i], False),
+                                        simple_eval_answer_value(test.rows[i]["answer"]))
                           for i in range(k, k + n)]
 
     def stop(self) -> list[str]:
         return list(BASE_STOP)
 
     def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
-        out: SamplingParams = {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None
-                               else max_new_tokens, "temperature": 0.0, "top_p": 1.0}
+        out: SamplingParams = {"max_new_tokens": self.new_tokens(max_new_tokens), "temperature": 0.0,
+                               "top_p": 1.0}
         if not chat:
             out["stop"] = self.stop()
         return out
@@ -85,7 +84,7 @@ class VllmGSM8K(GSM8K):
         return list(BASE_STOP)
 
     def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
-        return {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
+        return {"max_new_tokens": self.new_tokens(max_new_tokens),
                 "stop": self.stop(), "temperature": 0.0, "openai_extras": {"seed": 42}}
 
 
@@ -147,14 +146,13 @@ class LmEvalGSM8K(GSM8K):
         for i in range(n):
             shots = rng.sample(train.rows, k)
             prompt = "".join(one_example(r, True) + "\n\n" for r in shots) + one_example(test.rows[i], False)
-            self.questions.append(Question(index=i, prompt=prompt, row=i, label=test.rows[i]["answer"],
-                                           question=test.rows[i]["question"], answer=test.rows[i]["answer"]))
+            self.questions.append(self.question(i, prompt, test.rows[i]["answer"]))
 
     def stop(self) -> list[str]:
         return list(LM_EVAL_UNTIL)
 
     def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
-        return {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
+        return {"max_new_tokens": self.new_tokens(max_new_tokens),
                 "temperature": 0.0, "stop": self.stop(), "openai_extras": {"seed": LM_EVAL_SEED}}
 
     def grade(self, output: str, item: Item) -> Scored:
@@ -195,16 +193,14 @@ class SglEvalChatGSM8K(GSM8K):
         if n > len(test.rows):
             raise DatasetError(f"{n} questions asked for; the test set has {len(test.rows)}")
         self.few_shot = ""
-        self.questions = [Question(index=i, prompt=SGL_EVAL_INSTRUCTION + test.rows[i]["question"], row=i,
-                                   label=sgl_eval_expected(test.rows[i]["answer"]),
-                                   question=test.rows[i]["question"], answer=test.rows[i]["answer"])
-                          for i in range(n)]
+        self.questions = [self.question(i, SGL_EVAL_INSTRUCTION + test.rows[i]["question"],
+                                        sgl_eval_expected(test.rows[i]["answer"])) for i in range(n)]
 
     def stop(self) -> list[str]:
         return []
 
     def sampling_params(self, chat: bool = True, max_new_tokens: int | None = None) -> SamplingParams:
-        return {"max_new_tokens": self.recipe.max_new_tokens if max_new_tokens is None else max_new_tokens,
+        return {"max_new_tokens": self.new_tokens(max_new_tokens),
                 "temperature": 0.0, "top_p": 0.95, "openai_extras": {"min_p": 0.0, "repetition_penalty": 1.0}}
 
     def grade(self, output: str, item: Item) -> Scored:

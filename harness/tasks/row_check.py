@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results.integrity import Reference, Scorer, first_prompt, prompt_hashes
-from harness.tasks import gsm8k
+from harness.tasks import gsm8k, sources
 
 #: the GSM8K recipes :meth:`~harness.tasks.gsm8k.GSM8K.score` grades (the others grade as their upstream does)
 OWN_RECIPES = ("sglang", "sglang_8shot", "heldout")
@@ -36,11 +36,11 @@ def row_check(root: Path, meta: Mapping[str, Any]) -> tuple[Reference | None, Sc
 def reference_for(root: Path, meta: Mapping[str, Any]) -> Reference | None:
     """Each question's prompt sha256 and label (see the module docstring); None when neither the dataset nor
     ``prompts.jsonl`` is there."""
-    rows = _dataset_rows(str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or ""))
+    source, sha256 = str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or "")
+    rows = _dataset_rows(source, sha256)
     if rows is None:
         return {i: (sha, None) for i, sha in prompt_hashes(root).items()} or None
     shots = _few_shot(root, meta, rows)
-    source, sha256 = str(meta.get("dataset_source") or ""), str(meta.get("dataset_sha256") or "")
     return {i: _question(source, sha256, shots, i) for i in meta.get("indices") or []
             if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rows)}
 
@@ -78,7 +78,7 @@ def _dataset_rows(source: str, sha256: str) -> list[dict[str, str]] | None:
     try:
         if sha256 == gsm8k.CANONICAL_TEST_HASH:
             return gsm8k.read_embedded_test()
-        if source and not source.startswith(gsm8k.HF_PREFIX) and Path(source).is_file():
+        if source and not sources.is_hf(source) and Path(source).is_file():
             rows = gsm8k.read_jsonl(Path(source))
             return rows if gsm8k.content_hash(rows) == sha256 else None
     except gsm8k.DatasetError:

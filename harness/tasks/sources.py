@@ -77,7 +77,8 @@ def text_of(raw: bytes, where: str, what: str) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise DatasetError(f"{where}:{line}: not UTF-8 text; {what} files are UTF-8") from None
+        raise DatasetError(f"{where}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                           f"{what} files are UTF-8") from None
 
 
 def refuse_conflicting_duplicates(rows: Sequence[dict[str, str]], where: str,

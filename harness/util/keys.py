@@ -23,8 +23,4 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 def matches(key: str, prefixes: Iterable[str]) -> bool:
     """True when ``key`` is one of ``prefixes`` or lies under one, by whole dotted parts: ``args`` covers
     ``args.--tp``, ``args.--enable`` does not cover ``args.--enable-foo``. A trailing dot is ignored."""
-    for p in prefixes:
-        p = p.rstrip(".")
-        if key == p or key.startswith(p + "."):
-            return True
-    return False
+    return any(key == p or key.startswith(p + ".") for p in (p.rstrip(".") for p in prefixes))

@@ -57,10 +57,5 @@ def check(schema: Any, name: str, value: Any, key: str) -> str | None:
 
 def problems(obj: Any, prefix: str = "") -> list[str]:
     """Every ranged field of the dataclass instance ``obj`` that is out of its range, as ``prefix + name ...``."""
-    out = []
-    for f in dataclasses.fields(obj):
-        rule = f.metadata.get(_KEY)
-        why = rule.problem(prefix + f.name, getattr(obj, f.name)) if rule else None
-        if why:
-            out.append(why)
-    return out
+    rules = ((f.name, f.metadata.get(_KEY)) for f in dataclasses.fields(obj))
+    return [why for name, rule in rules if rule and (why := rule.problem(prefix + name, getattr(obj, name)))]

@@ -12,11 +12,11 @@ printed later by the interpreter, redacted too.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, TextIO
 
 from harness.util.redact import Redactor, secret_values
@@ -68,7 +68,7 @@ def _redacting_excepthook(secrets: set[str]) -> Any:
     return hook
 
 
-@contextmanager
+@contextlib.contextmanager
 def redacted_stdio(argv: Sequence[str] = ()) -> Iterator[None]:
     """While the block runs, ``sys.stdout`` and ``sys.stderr`` redact secrets: by name (``HF_TOKEN: x``,
     ``--api-key x``, YAML lists and blocks under a secret key) and, literally, the secret values ``argv``
@@ -86,10 +86,8 @@ def redacted_stdio(argv: Sequence[str] = ()) -> Iterator[None]:
         raise
     finally:
         for w in (out, err):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # the stream was closed under us (a broken pipe)
                 w.flush()
-            except (OSError, ValueError):  # the stream was closed under us (a broken pipe)
-                pass
         # handlers made meanwhile (Hydra's logging) may keep a writer: it stays usable, forwarding to the stream
         if sys.stdout is out:
             sys.stdout = saved[0]
