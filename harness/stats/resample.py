@@ -77,8 +77,8 @@ class _Sums:
     the summation order of the plain gather-and-mean over the (m, n, k) array: a column of one statistic
     (``pairwise``) is summed as numpy sums a contiguous row (pairwise), several statistics question by question
     (the reduced axis is not the last one). A column on a grid (:func:`_on_grid`) is summed as exact integers,
-    which is the same in any order; the others are gathered as an (n, m) block and summed over its first axis
-    (question by question) into buffers allocated once."""
+    which is the same in any order; the other columns are gathered together as an (n, m, f) block and summed
+    over its first axis (question by question), in buffers allocated once."""
 
     def __init__(self, cols: np.ndarray, chunk: int, pairwise: bool):
         self.cols, self.n, self.pairwise = cols, cols.shape[1], pairwise
@@ -87,26 +87,23 @@ class _Sums:
                       for g in self.grids]
         # an int32 sum holds n values of at most 2**15 exactly while n < 2**16
         self.acc = np.int32 if self.n < 2**16 else np.int64
+        self.floats = [c for c, g in enumerate(self.grids) if g is None]
+        self.rows = np.ascontiguousarray(cols[self.floats].T)  # (n, f): a question's float statistics side by side
         self.at = np.empty((self.n, chunk), dtype=np.int64 if self.n >= 2**31 else np.int32)
-        self.block = np.empty((self.n, chunk)) if any(g is None for g in self.grids) and not pairwise else None
+        self.block = np.empty((self.n, chunk, len(self.floats))) if self.floats and not pairwise else None
 
     def means(self, idx: np.ndarray, out: np.ndarray) -> None:
         m, n = idx.shape
-        at = None
-        for c, (col, grid, ints) in enumerate(zip(self.cols, self.grids, self.small, strict=True)):
+        for c, (grid, ints) in enumerate(zip(self.grids, self.small, strict=True)):
             if grid is not None and ints is not None:
-                s = np.add.reduce(ints.take(idx), axis=1, dtype=self.acc)
-                out[:, c] = s * grid[1] / n
+                out[:, c] = np.add.reduce(ints.take(idx), axis=1, dtype=self.acc) * grid[1] / n
             elif self.pairwise:
-                out[:, c] = np.add.reduce(col.take(idx), axis=1) / n
-            else:
-                if at is None:
-                    at = self.at[:, :m]
-                    np.copyto(at, idx.T)
-                assert self.block is not None
-                block = self.block[:, :m]
-                col.take(at, out=block, mode="clip")  # every index is in range: no bounds copy
-                out[:, c] = np.add.reduce(block, axis=0) / n
+                out[:, c] = np.add.reduce(self.cols[c].take(idx), axis=1) / n
+        if self.block is not None:
+            at, block = self.at[:, :m], self.block[:, :m]
+            np.copyto(at, idx.T)
+            self.rows.take(at, axis=0, out=block, mode="clip")  # every index is in range: no bounds copy
+            out[:, self.floats] = np.add.reduce(block, axis=0) / n
 
 
 def _on_grid(x: np.ndarray) -> tuple[np.ndarray, float] | None:
