@@ -61,3 +61,17 @@ def test_the_same_resamples_asked_twice_are_the_same_and_the_callers_own() -> No
     rng = np.random.default_rng(9)
     assert not np.array_equal(bootstrap_means(x, 500, seed=rng), bootstrap_means(x, 500, seed=rng))  # drawn on
     assert not np.array_equal(bootstrap_means(x, 500, seed=10), again)
+
+
+@pytest.mark.parametrize("n_resamples", [256, 257, 2])
+@pytest.mark.parametrize("columns", [0, 3])
+def test_how_many_resamples_are_drawn_at_a_time_changes_no_bit(n_resamples: int, columns: int) -> None:
+    """The resamples are drawn and summed in chunks of the evaluation's choosing (a chunk of one resample
+    included: 256 = 255 + 1 for 257 questions): the means are the reference's, whatever its own chunking."""
+    gen = np.random.default_rng(13)
+    shape = (257,) if columns == 0 else (257, columns)
+    x = gen.normal(size=shape)
+    x.reshape(257, -1)[:, 0] = gen.integers(0, 2, size=257)  # a column on the grid beside float ones
+    for max_elems in (1 << 8, 1 << 12, 1 << 20):
+        got = bootstrap_means(x, n_resamples, seed=4, max_elems=max_elems)
+        assert np.array_equal(got.view(np.int64), _reference(x, n_resamples, 4, 1 << 30).view(np.int64))

@@ -47,28 +47,63 @@ def bootstrap_means(x: np.ndarray, n_resamples: int = 10_000, seed: SeedLike = N
 _DRAWN: dict[tuple[bytes, tuple[int, ...], int, int, int], np.ndarray] = {}
 
 
+#: elements of one gathered block (questions x resamples): the gather is summed while it is still in cache, and
+#: its buffers are reused (a fresh few-MB temporary per chunk costs more than the arithmetic on it)
+BLOCK_ELEMS = 1 << 16
+
+
 def _bootstrap_means(x: np.ndarray, n_resamples: int, rng: np.random.Generator, max_elems: int) -> np.ndarray:
     n = x.shape[0]
     k = int(np.prod(x.shape[1:], dtype=int)) if x.ndim > 1 else 1
-    chunk = max(1, min(n_resamples, max_elems // (n * k) or 1))
-    out = np.empty((n_resamples,) + x.shape[1:])
+    # how many resamples are drawn at a time changes no draw (one stream, row after row) and no sum (each
+    # resample's own): only the memory and the cost
+    chunk = max(1, min(n_resamples, max_elems // n, BLOCK_ELEMS // n))
+    out = np.empty((n_resamples, k))
     dtype = np.int32 if n < 2**31 else np.int64
-    cols = np.ascontiguousarray(x.reshape(n, k).T) if k > 1 else None
-    grids = [_on_grid(c) for c in cols] if cols is not None else []
-    grid = _on_grid(x) if k == 1 else None
+    cols = np.ascontiguousarray(x.reshape(n, k).T)
+    sums = _Sums(cols, chunk, pairwise=k == 1)
     for start in range(0, n_resamples, chunk):  # loop over chunks of resamples, not resamples
         m = min(chunk, n_resamples - start)
         idx = rng.integers(0, n, size=(m, n), dtype=dtype)
         if m == 1:  # one resample: numpy's own summation order is the rule
-            out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
-        elif grid is not None:
-            out[start:start + m] = (np.add.reduce(grid[0].take(idx), axis=1, dtype=np.int64) * grid[1] / n
-                                    ).reshape(out[start:start + m].shape)
-        elif cols is None:
-            out[start:start + m] = np.take(x, idx, axis=0).mean(axis=1)
+            out[start] = np.take(x, idx, axis=0).mean(axis=1).ravel()
         else:
-            out[start:start + m] = _column_means(cols, grids, idx).reshape((m,) + x.shape[1:])
-    return out
+            sums.means(idx, out[start:start + m])
+    return out.reshape((n_resamples,) + x.shape[1:])
+
+
+class _Sums:
+    """Means of each column of ``cols.T`` (``cols``: (k, n)) over the rows that index matrices (m, n) draw, with
+    the summation order of the plain gather-and-mean over the (m, n, k) array: a column of one statistic
+    (``pairwise``) is summed as numpy sums a contiguous row (pairwise), several statistics question by question
+    (the reduced axis is not the last one). A column on a grid (:func:`_on_grid`) is summed as exact integers,
+    which is the same in any order; the other columns are gathered together as an (n, m, f) block and summed
+    over its first axis (question by question), in buffers allocated once."""
+
+    def __init__(self, cols: np.ndarray, chunk: int, pairwise: bool):
+        self.cols, self.n, self.pairwise = cols, cols.shape[1], pairwise
+        self.grids = [_on_grid(c) for c in cols]
+        self.small = [None if g is None else g[0].astype(np.int8) if np.abs(g[0]).max(initial=0) < 128 else g[0]
+                      for g in self.grids]
+        # an int32 sum holds n values of at most 2**15 exactly while n < 2**16
+        self.acc = np.int32 if self.n < 2**16 else np.int64
+        self.floats = [c for c, g in enumerate(self.grids) if g is None]
+        self.rows = np.ascontiguousarray(cols[self.floats].T)  # (n, f): a question's float statistics side by side
+        self.at = np.empty((self.n, chunk), dtype=np.int64 if self.n >= 2**31 else np.int32)
+        self.block = np.empty((self.n, chunk, len(self.floats))) if self.floats and not pairwise else None
+
+    def means(self, idx: np.ndarray, out: np.ndarray) -> None:
+        m, n = idx.shape
+        for c, (grid, ints) in enumerate(zip(self.grids, self.small, strict=True)):
+            if grid is not None and ints is not None:
+                out[:, c] = np.add.reduce(ints.take(idx), axis=1, dtype=self.acc) * grid[1] / n
+            elif self.pairwise:
+                out[:, c] = np.add.reduce(self.cols[c].take(idx), axis=1) / n
+        if self.block is not None:
+            at, block = self.at[:, :m], self.block[:, :m]
+            np.copyto(at, idx.T)
+            self.rows.take(at, axis=0, out=block, mode="clip")  # every index is in range: no bounds copy
+            out[:, self.floats] = np.add.reduce(block, axis=0) / n
 
 
 def _on_grid(x: np.ndarray) -> tuple[np.ndarray, float] | None:
@@ -87,24 +122,6 @@ def _on_grid(x: np.ndarray) -> tuple[np.ndarray, float] | None:
         if np.array_equal(scaled, np.round(scaled)):
             return scaled.astype(np.int16).ravel(), 2.0**-j
     return None
-
-
-def _column_means(cols: np.ndarray, grids: list[tuple[np.ndarray, float] | None], idx: np.ndarray) -> np.ndarray:
-    """Means of each column of ``cols.T`` (``cols``: (k, n); ``grids``: each one's :func:`_on_grid`) over the rows
-    ``idx`` (m, n) draws, shape (m, k).
-
-    Each column is gathered on its own as an (n, m) block and summed over its first axis: the same additions in
-    the same order (question by question) as the mean over axis 1 of the (m, n, k) gather, so the same bits, at a
-    third of the time (no inner loop k wide). Needs m >= 2: a single resample's block would be summed pairwise."""
-    at = np.ascontiguousarray(idx.T)
-    n = idx.shape[1]
-    out = np.empty((idx.shape[0], cols.shape[0]))
-    for c, (col, grid) in enumerate(zip(cols, grids, strict=True)):
-        if grid is None:
-            out[:, c] = np.add.reduce(col.take(at), axis=0) / n
-        else:
-            out[:, c] = np.add.reduce(grid[0].take(at), axis=0, dtype=np.int64) * grid[1] / n
-    return out
 
 
 def jackknife_means(x: np.ndarray) -> np.ndarray:
