@@ -7,7 +7,6 @@ import importlib
 import sys
 
 from harness import __version__, exitcodes
-from harness.util import scipy_import
 
 #: command -> (module under harness.cli, its entry function, one line of help)
 COMMANDS = {
@@ -37,8 +36,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"abh: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     module, entry, _ = COMMANDS[cmd]
-    if cmd == "compare":  # its statistics import scipy.special as it loads: the lighter way, first
-        scipy_import.import_special()
     try:
         run = getattr(importlib.import_module(f"harness.cli.{module}"), entry)
     except KeyboardInterrupt:  # Ctrl-C while loading: nothing was started

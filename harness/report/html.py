@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from harness import __version__
 from harness.report import cost_section as cost
-from harness.report import data, identity_section, packed, plots, template_cache, words
+from harness.report import data, identity_section, packed, plots, words
 from harness.report import divergence_section as report_divergence
 from harness.report import routing_section as report_routing
 from harness.report.cost_section import CostRow, LookRow, SequentialFacts
@@ -201,8 +201,7 @@ def _csp(script: str | None) -> str:
 @functools.cache  # one per process: its templates compile once, not once per report (a test process renders many)
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True,
-                             bytecode_cache=template_cache.bytecode_cache())
+                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(pct=words.pct, pp=words.pp, ci_pp=words.ci_pp, ci_pct=words.ci_pct, pval=words.pval, effect_pp=words.effect_pp,
                        p_text=words.p_text, mass=words.mass, questions_line=words.questions_line, p_bound=words.p_bound, verdict_label=words.verdict_label,
                        colors=plots.VERDICT_COLORS, finite=data.finite)
