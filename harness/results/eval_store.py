@@ -19,19 +19,18 @@ resume (and a comparison) with one line naming the file and the line.
 from __future__ import annotations
 
 import copy
-import errno
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from harness.results import fileio, integrity, schema
 from harness.results.dirlock import DirLock
-from harness.results.prompt_store import TEXTS, TEXTS_KEY, PromptTexts, eval_prompts, packed, relative
 from harness.results.fileio import OutputError, StoreError, append_line, atomic_write_text
-from harness.results.schema import EvalMeta, EvalSummary, PromptRow, SampleRecord
+from harness.results.prompt_store import TEXTS, TEXTS_KEY, PromptTexts, eval_prompts, packed, relative
+from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
 
 if TYPE_CHECKING:
     import numpy as np
