@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import score_simulator as SIM
 
 from harness import stats as S
-from harness.stats import simulate as SIM
 
 EXPS = 2000
 ALPHA = 0.05

@@ -121,7 +121,7 @@ def test_score_tost_p_values_agree_with_the_interval():
 def test_more_repeats_never_weaken_equivalence():
     """Equivalence shown on one run per arm stays shown when the runs are repeated verbatim (no new
     evidence: the same interval) or on fresh launches (a narrower interval)."""
-    from harness.stats.simulate import Noise, SimDesign, experiment
+    from tests.helpers.score_simulator import Noise, SimDesign, experiment
 
     rng = np.random.default_rng(4)
     a3, b3 = experiment(rng, SimDesign("3 launches", 3, 1), Noise("launch", 0.02, 0.0), n=1319)

@@ -19,8 +19,7 @@
 - :mod:`.kld`: per-token divergence measures and the per-question divergence test;
 - :mod:`.kld_launches`: the launch-level divergence test (B's launches vs A's);
 - :mod:`.multiple`: Holm and Benjamini-Hochberg;
-- :mod:`.verdict`: improved / regressed / equivalent / noninferior / inconclusive / not_comparable;
-- :mod:`.simulate`: score matrices of every run design, for calibration.
+- :mod:`.verdict`: improved / regressed / equivalent / noninferior / inconclusive / not_comparable.
 """
 
 from __future__ import annotations
