@@ -1,38 +1,22 @@
 """The look statistic of a sequential run with the launch component of :mod:`.launchvar`.
 
-A question-level look (:func:`harness.stats.group_sequential.decide_look` on
-:func:`harness.stats.group_sequential.question_level_estimate`) uses SE = sd(d)/sqrt(n): a launch-wide accuracy
-shift is invisible to it, and with a fresh launch per repeat, max 6 repeats and a log-odds shift of sd 0.1
-per launch the false-positive rate is 12-13 %.
+A question-level look (SE = sd(d)/sqrt(n)) cannot see a launch-wide accuracy shift: with a fresh launch per
+repeat, max 6 repeats and a log-odds shift of sd 0.1 per launch its false-positive rate is 12-13 %.
 
-**Statistic.** At the look after r repeats (r launches per arm, plus the A/A control's launches when there
-are any), :func:`harness.stats.launchvar.launch_aware_test` gives Δ̂, SE = sqrt(V) (launch term plus
-question x arm interaction) and Satterthwaite's ν (≈ df_L = 2(r - 1) + A/A launches - 1 when the launch term
-dominates). The group-sequential boundaries are for normal statistics; a t statistic with ν df is put on
-that scale by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (the standard approximation for group-sequential
-t-tests, Jennison and Turnbull 2000, §3.8 and §11.4): the look stops for efficacy when |t| >= t_k with
-t_k = F_ν⁻¹(Φ(c_k)), c_k the look's Lan-DeMets boundary of the same design
-(:class:`harness.stats.group_sequential.SequentialDesign`: spending, α, looks). The repeated confidence interval
-is Δ̂ ± t_k SE: it excludes 0 exactly when the look stops for efficacy. Equivalence / non-inferiority use the
-one-sided margin boundaries e_k the same way. The information fraction stays r / max_repeats: with a launch
-per repeat, Var(Δ̂) ∝ 1/r whether the launch term or the question term dominates.
+**Statistic.** At the look after r repeats, :func:`harness.stats.launchvar.launch_aware_test` over every launch
+so far gives Δ̂, SE = sqrt(V) and Satterthwaite's ν. The t statistic is put on the z scale of the design's
+boundaries by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (Jennison and Turnbull 2000, §3.8 and §11.4): the
+look stops for efficacy when |t| >= t_k = F_ν⁻¹(Φ(c_k)), and the repeated confidence interval Δ̂ ± t_k SE
+excludes 0 exactly then. The margin tests use the one-sided boundaries e_k the same way; the information
+fraction stays r / max_repeats (Var(Δ̂) ∝ 1/r with a launch per repeat). Futility (superiority designs only)
+applies the design's |z| band to the z-equivalent. A look with no launch replication (df_L = 0) does not stop
+but at the last look (``inconclusive``).
 
-**Futility** (non-binding, superiority designs only): the design's |z| band (``futility_z``) applied to the
-z-equivalent; designs with a margin do not stop for futility here (stopping for futility only ever lowers
-the error rates, so leaving it out keeps them).
-
-A look with no launch replication (df_L = 0: one launch per arm and no A/A control, i.e. the first repeat)
-cannot see launch shifts and does not stop (``reason = "no_launch_replication"``), except that the last look
-is always final (``inconclusive``).
-
-**The fixed design's safeguards** hold at every look (:func:`decide_look_arms`): a declared effect
-(``design.min_effect``) must be cleared by the repeated CI for an efficacy stop (else the run goes on; the
-last look says the effect was not shown); request errors go through the gate of :mod:`.errorgate`, and when
-they depend on the arm a look stops with a verdict only if both error bounds (each arm's unanswered questions
-counted wrong, the other's right) reach the same verdict (else the run goes on, and the last look is
-``inconclusive`` because of errors). Each decision carries the stage-wise ordering p of the test that decided
-(:func:`harness.stats.group_sequential.stagewise_p`): p < α exactly when the look stopped on that test, so a
-sweep adjusts the p the verdict rests on.
+**The fixed design's safeguards** hold at every look (:func:`decide_look_arms`): an efficacy stop needs the
+repeated CI beyond the declared effect (``design.min_effect``); request errors go through the gate of
+:mod:`.errorgate`, and when they depend on the arm a look stops with a verdict only if both error bounds reach
+it. Each decision carries the stage-wise p of the test that decided
+(:func:`harness.stats.group_sequential.stagewise_p`), so a sweep adjusts the p the verdict rests on.
 """
 
 from __future__ import annotations
@@ -48,7 +32,6 @@ from .dist import t_ppf, t_sf
 from .errorgate import ErrorGate, error_gate, impute_unanswered
 from .group_sequential import (
     Z_MAX,
-    LookDecision,
     LookDetails,
     LookErrors,
     LookEstimate,
@@ -59,6 +42,7 @@ from .group_sequential import (
 )
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
+from .outcomes import LookDecision
 
 ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
              "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
@@ -88,7 +72,7 @@ def _pp(x: float) -> str:
 
 def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareResult) -> LookDecision:
     """The decision at the look after ``repeats`` repeats from a launch-aware estimate (module docstring).
-    Returns :class:`harness.stats.group_sequential.LookDecision` with ``z`` the z-equivalent, ``bound`` the
+    Returns :class:`LookDecision` with ``z`` the z-equivalent, ``bound`` the
     z-scale boundary and, in ``details``: ``t``, ``df``, ``p`` (the look's nominal two-sided p),
     ``bound_t``, ``estimator``, ``sigma2_launch``, ``df_launch``, ``variance_source``, ``qualification``."""
     d = design
