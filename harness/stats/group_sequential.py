@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NotRequired, TypedDict
+from typing import TypedDict
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -319,64 +319,6 @@ def _cp_superiority(z: float, t: float, c_last: float) -> float:
         return 1.0 if abs(z) >= c_last else 0.0
     m, s = z / math.sqrt(t), math.sqrt(1 - t)
     return float(ndtr((m - c_last) / s) + ndtr((-c_last - m) / s))
-
-
-class LookErrors(TypedDict):
-    """A look's error gate (:func:`harness.stats.launch_looks.decide_look_arms`): its action, p and discordant
-    counts, and with ``bound`` the verdict of each error bound."""
-
-    action: str
-    p: float
-    a_only: int
-    b_only: int
-    both: int
-    bounds: NotRequired[dict[str, str | None]]
-
-
-class LookDetails(TypedDict, total=False):
-    """What a launch-aware look adds (:func:`harness.stats.launch_looks.decide_launch_look`): the t statistic,
-    its df and nominal p, the t-scale boundaries, the launch variance and where it came from, the margin tests,
-    the error gate."""
-
-    t: float
-    df: float
-    p: float
-    estimator: str
-    sigma2_launch: float
-    df_launch: int
-    variance_source: str
-    qualification: str | None
-    n: int
-    bound_t: float | None
-    crossed: bool
-    margin_t: list[float]
-    margin_bound_t: float
-    p_noninferiority: float
-    p_equivalence: float
-    errors: LookErrors
-
-
-class LookEstimate(TypedDict):
-    """The estimate a look decides on, as :class:`LookDecision` keywords."""
-
-    repeats: int
-    delta: float
-    se: float
-    z: float
-    info_fraction: float
-
-
-class LookFields(LookEstimate):
-    """A look past its first repeats, as :class:`LookDecision` keywords: the estimate, the boundary and the
-    repeated CI, and what the look's tests add."""
-
-    bound: float | None
-    alpha_spent: float
-    repeated_ci: list[float] | None
-    margin_z: NotRequired[list[float]]
-    margin_bound: NotRequired[float]
-    conditional_power: NotRequired[float]
-    p: NotRequired[float]
 
 
 # ------------------------------------------------------------------------------------------ p-values

@@ -23,23 +23,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from .dist import t_ppf, t_sf
 from .errorgate import ErrorGate, error_gate, impute_unanswered
-from .group_sequential import (
-    Z_MAX,
-    LookDetails,
-    LookErrors,
-    LookEstimate,
-    LookFields,
-    SequentialDesign,
-    spend,
-    stagewise_p,
-)
+from .group_sequential import Z_MAX, SequentialDesign, spend, stagewise_p
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
 from .outcomes import LookDecision
@@ -47,6 +38,64 @@ from .outcomes import LookDecision
 ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
              "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
              "put on the z scale by matching tail probabilities")
+
+
+class LookErrors(TypedDict):
+    """A look's error gate (:func:`decide_look_arms`): its action, p and discordant
+    counts, and with ``bound`` the verdict of each error bound."""
+
+    action: str
+    p: float
+    a_only: int
+    b_only: int
+    both: int
+    bounds: NotRequired[dict[str, str | None]]
+
+
+class LookDetails(TypedDict, total=False):
+    """What a launch-aware look adds (:func:`decide_launch_look`): the t statistic,
+    its df and nominal p, the t-scale boundaries, the launch variance and where it came from, the margin tests,
+    the error gate."""
+
+    t: float
+    df: float
+    p: float
+    estimator: str
+    sigma2_launch: float
+    df_launch: int
+    variance_source: str
+    qualification: str | None
+    n: int
+    bound_t: float | None
+    crossed: bool
+    margin_t: list[float]
+    margin_bound_t: float
+    p_noninferiority: float
+    p_equivalence: float
+    errors: LookErrors
+
+
+class LookEstimate(TypedDict):
+    """The estimate a look decides on, as :class:`LookDecision` keywords."""
+
+    repeats: int
+    delta: float
+    se: float
+    z: float
+    info_fraction: float
+
+
+class LookFields(LookEstimate):
+    """A look past its first repeats, as :class:`LookDecision` keywords: the estimate, the boundary and the
+    repeated CI, and what the look's tests add."""
+
+    bound: float | None
+    alpha_spent: float
+    repeated_ci: list[float] | None
+    margin_z: NotRequired[list[float]]
+    margin_bound: NotRequired[float]
+    conditional_power: NotRequired[float]
+    p: NotRequired[float]
 
 
 def z_equivalent(t: float, df: float) -> float:

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.special import ndtr
 
-from harness.stats.group_sequential import LookEstimate, LookFields, SequentialDesign, spend
+from harness.stats.group_sequential import SequentialDesign, spend
+from harness.stats.launch_looks import LookEstimate, LookFields
 from harness.stats.outcomes import LookDecision
 
 
