@@ -1,42 +1,24 @@
 """Token-level divergence of two servers' next-token distributions, and its paired test against an A/A floor.
 
 Inputs are numpy arrays over the tokens of a reference text (arm A's greedy completion) that each server
-scored teacher-forced: for every position, the logprob of the reference token and the server's top-k
-(ids, logprobs). Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
+scored teacher-forced: per position, the logprob of the reference token and the server's top-k (ids, logprobs).
+Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
 
-**KL over the top-k with a tail bucket.** A server reports only its top-k, so the full-vocabulary
-KL(A‖B) cannot be formed. Per token, the distributions are coarsened onto the same buckets on both sides:
-one bucket per id of A's top-k whose logprob B also reported, and ONE tail bucket holding all remaining
-mass, ``1 - Σ`` of the bucketed probabilities, on each side (A's top-k ids that B did not report fall into
-the tail on both sides, as do B's ids outside A's top-k). The result is the exact KL between the two
-coarsened distributions, so 0 <= it <= the full-vocabulary KL (data-processing inequality): it can miss
-divergence hidden inside the tail, never invent it. When B scored exactly A's top-k ids (SGLang's
-``token_ids_logprob``) every A id is bucketed and only the mass outside A's top-k is lumped. Numerics: a
-tail mass below :data:`TAIL_FLOOR` (1e-6, about the rounding error of a sum of 20 float32 probabilities)
-counts as ``TAIL_FLOOR`` on that side, so two tails that are both rounding noise contribute 0; a ``-inf``
-logprob counts as :data:`MIN_LOGPROB`; per-token KL is clipped at 0 from below (rounding).
+**KL over the top-k with a tail bucket.** A server reports only its top-k, so per token both distributions are
+coarsened onto the same buckets: one per id of A's top-k that B also reported, and one tail bucket holding the
+remaining mass on each side. The exact KL of the coarsened distributions is <= the full-vocabulary KL
+(data-processing inequality): it can miss divergence inside the tail, never invent it. A tail mass below
+:data:`TAIL_FLOOR` counts as that (two tails of rounding noise contribute 0), a ``-inf`` logprob as
+:data:`MIN_LOGPROB`, and per-token KL is clipped at 0 (rounding).
 
-**Measures** (as llama.cpp's ``llama-perplexity --kl-divergence`` reports them, per token): mean KLD, KLD
-percentiles (99.9, 99, 95, 90, median), the same-top-token rate (A's argmax id equals B's argmax id), RMS
-of Δlogprob of the reference token (B − A), plus the first divergence position of two sequences.
+**Measures** as llama.cpp's ``llama-perplexity --kl-divergence`` reports them: mean KLD, percentiles, the
+same-top-token rate, RMS Δlogprob of the reference token, plus the first divergence position of two sequences.
 
-**Test.** Per question i, KLD_i is the mean KL over its tokens, for A‖B and for the A/A floor A‖A'; the
-paired difference is d_i = KLD_i(A‖B) − KLD_i(A‖A'). Under H0 (B is another draw of A's build), B and A'
-are exchangeable given A's reference pass, so each d_i is symmetric about 0 and independent across
-questions: the one-sided sign-flip randomisation test of the token-weighted mean of d (questions are the
-unit; weights = tokens per question, so the statistic equals ``kld_mean - kld_mean_aa`` in nats/token)
-is exact. Its p-value has the floor 1/(R+1) for R random sign vectors. The effect (mean KLD above the
-floor) gets a question-level bootstrap interval (BCa of the weighted mean). Verdict ``diverged`` when
-p < α and the effect is positive, else ``indistinguishable``; ``not_measured`` is decided by the caller
-when a side could not be scored (never a silent zero).
-
-The A/A floor must be drawn like B: if B runs on another server launch, A' must be a fresh launch of A,
-not a second pass of the same process, or per-launch noise shows up as divergence. Calibration by
-simulation (``tests/test_divergence_simulation.py``, 4000 experiments each): false-positive rate 5.45 %
-(pass noise), 5.60 % (pass + launch noise), 5.45 % (launch noise) at α = 5 %; an A' on A's own launch
-rejects every time. Not covered: a random noise *scale* per launch (shared by all questions of a launch)
-makes the questions dependent; with one A/A launch it inflates the false-positive rate (42 % at a
-lognormal scale sd of 0.3); only more A/A launches can measure that variance.
+**Test** (:func:`divergence_test`). d_i = KLD_i(A‖B) − KLD_i(A‖A'), per question. Under H0 B and A' are
+exchangeable given A's reference pass, so the one-sided sign-flip test of the token-weighted mean of d is exact
+(questions the unit); the effect gets a question-level BCa bootstrap interval. The A/A floor must be drawn like
+B (a fresh launch when B is one). A noise scale shared by a launch's questions makes them dependent: the
+launch-level test (:mod:`.kld_launches`) is the verdict then; calibration in docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -52,7 +34,6 @@ from .resample import DEFAULT_MAX_ELEMS, bca_interval, percentile_interval
 from .signflip import signflip_weighted
 from .verdict import ALPHA
 
-DIVERGENCE_VERDICTS = ("diverged", "indistinguishable", "not_measured")
 #: KLD percentiles reported, as llama.cpp prints them (50 = median)
 PERCENTILES = (99.9, 99.0, 95.0, 90.0, 50.0)
 #: a tail mass below this counts as this (rounding noise of a sum of k float32 probabilities)
