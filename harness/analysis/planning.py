@@ -1,55 +1,12 @@
 """The plan behind ``abh power`` (:mod:`harness.cli.power`): repeats and GPU-hours needed to detect an effect, for
-the fixed and the sequential design.
+the fixed and the sequential design, from a finished run (``--from RUN_DIR``: its evals' scores, times, GPUs) or
+from numbers (``--n``/``--p``/``--discordance``). ``--effect`` and ``--margin`` are in percentage points, accuracy
+and discordance fractions; the JSON (kind ``abh.plan``, :class:`Plan`) is in fractions, with ``effect_pp``.
 
-Two ways in:
-
-- ``abh power --from RUN_DIR --effect PP [--json]`` reads a finished run (its evals' scores, eval.json /
-  summary.json, manifest.json) and plans from what it measured: questions n, accuracy, run-to-run
-  discordance ψ within each arm (between arms as a fallback), and per-launch / per-eval times and GPUs;
-- ``abh power --n N --p P [--discordance PSI] [--repeats R] [--effect PP] [--json]``: the figures from
-  numbers (no run), as before; with ``--discordance`` and ``--effect`` it adds the plan.
-
-``--effect`` (and ``--margin`` elsewhere) is in **percentage points**; accuracy ``--p`` and discordance
-``--discordance`` are fractions. JSON output is in fractions, with ``effect_pp`` beside ``effect``.
-
-The model (a fresh launch of both arms per repeat): the per-question B - A difference of one repeat has
-variance σ² = ψ (the within-arm discordance of runs on different launches, pooled evenly over the arms:
-each arm's run variance is ψ_arm / 2). With R repeats the question-level Δ has SE sqrt(σ² / (n R)).
-
-- fixed: R = ceil((z_{1-α/2} + z_power)² σ² / (n effect²)) (:func:`harness.stats.repeats_needed`);
-- sequential (:mod:`harness.stats.group_sequential`, a look after every repeat): the smallest ``max_repeats``
-  whose power, by recursive integration with futility included, reaches the target; ``expected`` repeats
-  under the effect, ``expected_if_null`` under no effect, ``worst`` = ``max_repeats``.
-
-GPU-hours per repeat = sum over the arms of GPUs x (launch + eval + stop seconds) / 3600, from the run's
-cost records (:func:`harness.analysis.cost.cost_from_manifest`) or the ``--launch-s``/``--eval-s``/``--gpus``
-overrides (a rehearsal on the simulator has no GPUs; give the real box's numbers).
-
-JSON (``--from`` or with ``--discordance`` and ``--effect``)::
-
-    {"schema_version": 1, "kind": "abh.plan", "source": RUN_DIR | null, "simulated": bool,
-     "effect_pp": 0.3, "effect": 0.003, "alpha": 0.05, "power": 0.8, "n": 1319,
-     "accuracy": {"a": 0.945, "b": 0.948} | null,
-     "noise": {"sigma2": 0.02, "source": "...", "psi_within": {"a": .., "b": ..}, "psi_between": ..,
-               "fresh_launch_pairs": 2, "same_launch_pairs": 0},
-     "per_repeat": {"launch_s": {"a": .., "b": ..}, "eval_s": {..}, "stop_s": {..}, "gpus": {..},
-                    "gpu_hours": 0.9, "wall_s": 3700.0, "source": "recorded" | "estimated: ..." | "..."},
-     "fixed": {"repeats": 14, "power": 0.8, "gpu_hours": .., "wall_hours": ..,
-               "gpu_hours_one_launch_per_arm": ..},
-     "sequential": {"design": {"spending": "obf", "min_repeats": 1, "max_repeats": 15, "futility": true,
-                               "futility_power": 0.02, "futility_from": 0.5, "bounds": [...]},
-                    "power": 0.8, "repeats": {"expected": .., "expected_if_null": .., "worst": 15},
-                    "gpu_hours": {"expected": .., "expected_if_null": .., "worst": ..},
-                    "wall_hours": {...}} | null,
-     "repeats": {"fixed": 14, "sequential_expected": .., "sequential_expected_if_null": ..,
-                 "sequential_worst": 15},
-     "gpu_hours": {"fixed": .., "sequential_expected": .., "sequential_expected_if_null": ..,
-                   "sequential_worst": ..},
-     "scoring": {"passes": 3, "wall_s": .., "gpu_hours": .., "note": ".."} | null  (--from a run that scored),
-     "notes": ["..."]}
-
-Without ``--discordance`` or ``--effect`` (``--n``/``--p`` only) the JSON is the MDE figures of
-:func:`power_figures` (``mde_unpaired``, ``mde_paired``, ``mde_repeats``, ``repeats_needed``, ...).
+The fixed design is the fewest launches per arm whose power under the verdict's own test reaches the target
+(:func:`design_power`); the sequential one the smallest ``max_repeats`` whose power, by recursive integration
+with futility, reaches it (:func:`sequential_plan`). A repeat costs a fresh launch, an eval and a stop of each
+arm (:func:`per_repeat_cost`). The model and its calibration: docs/statistics.md, "GPU-hours to a verdict".
 """
 
 from __future__ import annotations
@@ -266,10 +223,7 @@ def power_figures(n: int, p: float, discordance: float | None = None, repeats: i
 REFERENCE = ("the comparison's launch-aware t-test: Welch's launch term, Satterthwaite's df (one launch per arm "
              "and no A/A launch: the question-level test); launch shifts with Student-t(3) tails")
 #: the launch shifts' tails the plan assumes (:data:`harness.stats.launchvar.LAUNCH_TAILS`): a few launches
-#: cannot tell their shape. With heavy tails the launch variance of a few launches is usually below its mean,
-#: so the verdict rejects more often than under normal shifts of the same variance: the plan with normal
-#: tails was 6-9 points below the power achieved under t3 shifts of sd 0.15 at 2-4 launches per arm (greedy
-#: generator, 2000 experiments; docs/calibration.md); under normal shifts the t3 plan is as far above.
+#: cannot tell their shape, and planning with normal tails fell short of the power under t3 (docs/calibration.md)
 PLAN_TAILS = "t3"
 #: launches per arm shown in ``launch.power_by_launches``
 SHOWN_LAUNCHES = range(1, 7)
@@ -650,5 +604,3 @@ def format_plan(p: Plan) -> str:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
 
-
-# ------------------------------------------------------------------------------------------ CLI

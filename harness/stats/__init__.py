@@ -75,7 +75,6 @@ if TYPE_CHECKING:  # the public names, once: at run time each comes from its own
         discordance,
         effective_repeats,
         launch_bootstrap,
-        naive_run_bootstrap_ci,
         noise_band,
     )
     from .resample import bca_interval, bootstrap_means, jackknife_means, percentile_interval
