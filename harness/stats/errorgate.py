@@ -26,10 +26,6 @@ McNemar test reject more often than alpha_gate: the safe direction (more boundin
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
-
 import numpy as np
 
 from .launches import ArmRuns
@@ -67,49 +63,3 @@ def error_gate(a: ArmRuns, b: ArmRuns, alpha: float = ALPHA) -> ErrorGate:
     return ErrorGate(na, nb, a_only, b_only, both, p, alpha, "drop",
                      f"errors do not depend on the arm ({counts}; McNemar p = {p:.3g} >= {alpha:g}): the "
                      f"{a_only + b_only + both} questions unanswered in either arm are left out")
-
-
-class _Tested(Protocol):
-    @property
-    def delta(self) -> float: ...
-
-    @property
-    def significant(self) -> bool: ...
-
-
-R = TypeVar("R", bound=_Tested)
-
-
-@dataclass(frozen=True)
-class ErrorRobust(Generic[R]):
-    """The test on the answered questions, the gate, and (``bound`` only) both bounds."""
-
-    gate: ErrorGate
-    main: R
-    bounds: dict[str, R] | None
-    #: +1 B better, -1 B worse, 0 no direction shown
-    direction: int
-    #: test | errors (the bounds disagree with the main test: inconclusive because of errors)
-    decided_by: str
-
-
-def _direction(r: _Tested) -> int:
-    return int(np.sign(r.delta)) if r.significant else 0
-
-
-def error_robust_test(a: ArmRuns, b: ArmRuns, test: Callable[[ArmRuns, ArmRuns], R],
-                      alpha_gate: float = ALPHA) -> ErrorRobust[R]:
-    """``test(a, b)`` on the questions both arms answered, gated as in the module docstring. ``test``
-    returns an object with ``delta`` and ``significant`` (e.g. a :class:`harness.stats.launchvar.LaunchAwareResult`;
-    close over the A/A control and α). With ``bound``, a direction stands only when both bounds (A's
-    unanswered right and B's wrong, and the reverse) give the same direction as the main test."""
-    gate = error_gate(a, b, alpha_gate)
-    main = test(a, b)
-    d = _direction(main)
-    if gate.action != "bound":
-        return ErrorRobust(gate, main, None, d, "test")
-    bounds = {"against_b": test(impute_unanswered(a, 1.0), impute_unanswered(b, 0.0)),
-              "against_a": test(impute_unanswered(a, 0.0), impute_unanswered(b, 1.0))}
-    if all(_direction(r) == d for r in bounds.values()):
-        return ErrorRobust(gate, main, bounds, d, "test")
-    return ErrorRobust(gate, main, bounds, 0, "errors")

@@ -76,14 +76,6 @@ def question_means(arm: ArmRuns) -> np.ndarray:
     return _nanmean(launch_means(arm), axis=0)
 
 
-def launch_accuracies(arm: ArmRuns, keep: np.ndarray | None = None) -> np.ndarray:
-    """Accuracy of each launch over the questions ``keep`` (all by default), NaN skipped."""
-    lm = launch_means(arm)
-    if keep is not None:
-        lm = lm[:, keep]
-    return _nanmean(lm, axis=1)
-
-
 def heterogeneity_q(y: np.ndarray) -> tuple[float, int, int]:
     """Cochran's Q for ``(L, n)`` launch means of one arm, over the questions every launch answered.
 
