@@ -9,9 +9,10 @@ import pytest
 from helpers import indep_generator as G
 from scipy.stats import binom
 
-from harness.stats import compare_arms, score_interval, score_p, signflip_test
+from harness.stats import compare_arms, signflip_test
 from harness.stats import consistent as C
 from harness.stats.launches import ArmRuns, question_means
+from harness.stats.tango import score_interval, score_p
 
 
 def grid(max_n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from harness.stats import effective_table, score_interval
 from harness.stats import guards as GD
 from harness.stats.launches import ArmRuns, question_means
+from harness.stats.tango import effective_table, score_interval
 
 #: every d_i = 1/3, computed from different arm means (1/3 - 0, 2/3 - 1/3, 1 - 2/3): round-off variance
 THIRDS = np.array([1 / 3, 2 / 3 - 1 / 3, 1 - 2 / 3])

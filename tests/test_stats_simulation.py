@@ -15,7 +15,12 @@ from helpers import score_simulator as SIM
 from helpers import textbook_stats as TS
 
 from harness import stats as S
-from harness.stats.resample import bootstrap_means, percentile_interval
+from harness.stats.equivalence import score_tost
+from harness.stats.multiple import benjamini_hochberg, holm
+from harness.stats.proportions import z_crit
+from harness.stats.repeats import cluster_bootstrap_ci
+from harness.stats.resample import bca_interval, bootstrap_means, jackknife_means, percentile_interval
+from harness.stats.tango import score_interval
 
 EXPS = 2000
 ALPHA = 0.05
@@ -86,8 +91,8 @@ def test_unpaired_z_test_false_positive_rate():
 def test_multiple_testing_error_rates_under_global_null():
     rng = np.random.default_rng(15)
     p = rng.uniform(0, 1, (EXPS, 10))
-    fwer = np.mean([np.any(S.holm(row) < ALPHA) for row in p])
-    fdr = np.mean([np.any(S.benjamini_hochberg(row) < ALPHA) for row in p])  # = FDR under the global null
+    fwer = np.mean([np.any(holm(row) < ALPHA) for row in p])
+    fdr = np.mean([np.any(benjamini_hochberg(row) < ALPHA) for row in p])  # = FDR under the global null
     unadjusted = np.mean(np.any(p < ALPHA, axis=1))
     assert fwer <= mc_upper() and fdr <= mc_upper()
     assert unadjusted > 0.3
@@ -101,7 +106,7 @@ def _score_tost_at_the_margin(exps: int) -> tuple[float, float]:
     t = tables(rng, n, [0.78, (psi + margin) / 2, (psi - margin) / 2, 0.10], exps=exps)
     ni = eq = 0
     for row in t:
-        r = S.score_tost(int(row[1]), int(row[2]), n, margin, ALPHA)
+        r = score_tost(int(row[1]), int(row[2]), n, margin, ALPHA)
         ni += r.noninferior
         eq += r.equivalent
     print(f"at Δ = -margin ({exps} experiments): non-inferior {ni / exps:.4f}, equivalent {eq / exps:.4f}")
@@ -128,7 +133,7 @@ def test_score_tost_error_rates_at_the_margin():
 def test_score_tost_shows_equivalence_with_no_difference_and_enough_questions():
     rng = np.random.default_rng(17)
     t0 = tables(rng, 5000, [0.78, 0.06, 0.06, 0.10], exps=300)
-    shown = np.mean([S.score_tost(int(r[1]), int(r[2]), 5000, 0.02).equivalent for r in t0])
+    shown = np.mean([score_tost(int(r[1]), int(r[2]), 5000, 0.02).equivalent for r in t0])
     assert shown > 0.9
 
 
@@ -141,16 +146,16 @@ def _paired_coverage(boot_exps: int) -> dict[str, float]:
     t = tables(rng, n, probs)
     lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
     cov = {"newcombe": np.mean((lo <= true) & (true <= hi))}
-    lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
+    lo, hi = score_interval(t[:, 1], t[:, 2], n)
     cov["tango"] = np.mean((lo <= true) & (true <= hi))
     pct = bca = 0
     for row in t[:boot_exps]:
         a, b = vectors(row)
         d = b - a
-        theta_b = S.bootstrap_means(d, 999, seed=rng)
-        lo_, hi_ = S.percentile_interval(theta_b)
+        theta_b = bootstrap_means(d, 999, seed=rng)
+        lo_, hi_ = percentile_interval(theta_b)
         pct += lo_ <= true <= hi_
-        lo_, hi_ = S.bca_interval(theta_b, float(d.mean()), S.jackknife_means(d))
+        lo_, hi_ = bca_interval(theta_b, float(d.mean()), jackknife_means(d))
         bca += lo_ <= true <= hi_
     cov["percentile"] = pct / boot_exps
     cov["bca"] = bca / boot_exps
@@ -179,7 +184,7 @@ def test_tango_covers_where_newcombe_overcovers_with_few_discordant_pairs():
     for delta in (0.0, 0.0025):
         probs = [0.9 - (psi - delta) / 2, (psi - delta) / 2, (psi + delta) / 2, 0.1 - (psi + delta) / 2]
         t = tables(rng, n, probs, exps=6000)
-        lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
+        lo, hi = score_interval(t[:, 1], t[:, 2], n)
         tango = np.mean((lo <= delta) & (delta <= hi))
         lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
         newc = np.mean((lo <= delta) & (delta <= hi))
@@ -201,7 +206,7 @@ def _cluster_and_naive_coverage(exps: int) -> tuple[float, float]:
     cluster = naive = 0
     for _ in range(exps):
         a, b = _heterogeneous_runs(rng, n, R)
-        lo, hi = S.cluster_bootstrap_ci(a, b, n_resamples=500, method="percentile", seed=rng)
+        lo, hi = cluster_bootstrap_ci(a, b, n_resamples=500, method="percentile", seed=rng)
         cluster += lo <= 0 <= hi
         lo, hi = naive_run_bootstrap_ci(a, b, n_resamples=500, seed=rng)
         naive += lo <= 0 <= hi
@@ -257,7 +262,7 @@ def test_power_at_repeats_mde_and_repeats_needed():
     b = (rng.random((EXPS, R, n)) < q + mde).mean(axis=1)
     d = b - a
     z = d.mean(axis=1) / (d.std(axis=1, ddof=1) / np.sqrt(n))
-    power = np.mean(np.abs(z) > S.z_crit())
+    power = np.mean(np.abs(z) > z_crit())
     print(f"power at repeats MDE {100 * mde:.2f} pp (psi_AA {psi_aa:.3f}, R {R}): {power:.3f}")
     assert 0.73 <= power <= 0.87
     assert S.repeats_needed(mde, n, psi_aa) == R
