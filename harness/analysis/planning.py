@@ -603,4 +603,3 @@ def format_plan(p: Plan) -> str:
     for note in p.get("notes") or []:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
-

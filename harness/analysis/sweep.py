@@ -172,9 +172,3 @@ def swept_labels(jobs: list[list[str]]) -> list[str]:
     """Each job's overrides shortened to what varies across the sweep (``a=1,b=2,c=9`` -> ``a=1,b=2``)."""
     common = set.intersection(*(set(p) for p in jobs)) if len(jobs) > 1 else set()
     return [",".join(x for x in p if x not in common) or ",".join(p) for p in jobs]
-
-
-
-
-
-

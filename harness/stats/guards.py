@@ -89,4 +89,3 @@ def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = ALPHA, powe
     if n > MAX_EXACT_N:
         return mde_paired(n, max(psi, 1.0 / n), alpha, power)
     return mde_paired_exact(n, psi, alpha, power)
-

@@ -88,4 +88,3 @@ def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA, n_re
     if method == "bca":
         return bca_interval(theta_b, float(d.mean()), jackknife_means(d), alpha)
     raise ValueError(f"unknown bootstrap method {method!r} (percentile or bca)")
-
