@@ -227,17 +227,11 @@ def _launches(record: Mapping[str, Any]) -> list[Any]:
 
 def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None = None,
                        gpus: Mapping[str, int] | None = None) -> Cost:
-    """The cost of a recorded run, from ``manifest.json`` (and each eval's ``summary.json`` under
-    ``run_dir`` for its wall time), with ``estimated`` listing what had to be inferred (an upper bound:
-    the gap before ready also holds the harness's own work and the previous server's stop).
-
-    Per launch it reads ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs): ``launch_s`` (or ``ready - spawned``),
-    ``server_s`` (or ``stopped - spawned``), ``gpus`` and ``role``. Older runs do not record them; then
-    ``ready`` comes from the instance id (``<key>@<epoch>``), ``launch_s`` is the gap between the previous
-    event (session start, the end of an eval, another server ready) and ready, ``server_s`` is ``launch_s`` plus the
-    evals it served, the role is that of its first eval, and GPUs come from ``gpus`` (by arm key) or the
-    run's config (:func:`count_gpus`).
-    """
+    """The cost of a recorded run from ``manifest.json`` (each eval's wall time from its ``summary.json`` under
+    ``run_dir``). Per launch ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs) gives ``launch_s``,
+    ``server_s``, ``gpus`` and ``role``; what older runs lack is estimated and listed in ``estimated`` (an upper
+    bound): ready from the id (``<key>@<epoch>``), ``launch_s`` the gap since the previous event, ``server_s`` that
+    plus the evals it served, GPUs from ``gpus`` (by arm key) or the run's config."""
     estimated: set[str] = set()
     evals = manifest.get("evals") or {}
     arms = manifest.get("arms") or {}

@@ -41,15 +41,9 @@ _TAIL_SD = 9.0  # an unbounded continuation region is cut this many SDs from the
 
 # ------------------------------------------------------------------------------------------ spending
 def spend(t: float | np.ndarray, alpha: float, kind: str = "obf") -> np.ndarray:
-    """Cumulative one-sided alpha spent by information fraction ``t`` (Lan and DeMets 1983; Kim and
-    DeMets 1987), for a one-sided level ``alpha``:
-
-    - ``obf`` (O'Brien-Fleming type): ``2 - 2 Φ(z_{1-α/2} / sqrt(t))``;
-    - ``pocock`` (Pocock type): ``α log(1 + (e - 1) t)``.
-
-    A two-sided symmetric design of level α spends ``spend(t, α/2)`` on each side (gsDesign's and
-    Reboussin et al.'s convention). ``t`` is clipped to [0, 1]; ``spend(1, α) = α``.
-    """
+    """Cumulative one-sided alpha spent by information fraction ``t`` (clipped to [0, 1]) at one-sided level
+    ``alpha`` (Lan and DeMets 1983): ``obf`` ``2 - 2 Φ(z_{1-α/2} / sqrt(t))``, ``pocock`` ``α log(1 + (e - 1) t)``.
+    A two-sided design of level α spends ``spend(t, α/2)`` on each side (gsDesign's convention)."""
     tt = np.clip(np.asarray(t, dtype=float), 0.0, 1.0)
     if kind == "obf":
         with np.errstate(divide="ignore"):
@@ -141,18 +135,11 @@ def exit_probabilities(t: Sequence[float] | np.ndarray, upper: Sequence[float] |
                        lower: Sequence[float] | np.ndarray | None = None,
                        drift: float = 0.0, gap: Sequence[tuple[float, float]] | None = None,
                        resolution: int = 16) -> dict[str, np.ndarray]:
-    """Probabilities of stopping at each look of a group-sequential test on the canonical process.
-
-    ``Z_k`` has ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` and mean ``drift * sqrt(t_k)`` (``t`` increasing,
-    any scale). At look k the test stops **up** when ``Z_k >= upper[k]``, **down** when ``Z_k <= lower[k]``
-    (default ``-upper``; use ``-inf`` for a one-sided test), and in the **gap** when
-    ``gap[k][0] < Z_k < gap[k][1]`` (a futility region; default none). Returns arrays ``up``, ``down``,
-    ``gap`` (per look) and ``continue`` (probability of reaching look k and going on).
-
-    Recursive numerical integration (Armitage, McPherson and Rowe 1969; Jennison and Turnbull 2000, ch.
-    19) of the score ``S_k = Z_k sqrt(t_k)``, whose increments are independent ``N(drift dt, dt)``, with
-    Simpson's rule on a grid of spacing ``sqrt(dt) / resolution``.
-    """
+    """Per look, the probabilities of stopping **up** (``Z_k >= upper[k]``), **down** (``Z_k <= lower[k]``, default
+    ``-upper``; ``-inf`` for one-sided), in the futility **gap** (``gap[k][0] < Z_k < gap[k][1]``) and of going on
+    (``continue``), for ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` and mean ``drift * sqrt(t_k)``. Recursive numerical
+    integration (Jennison and Turnbull 2000, ch. 19) of the score ``S_k = Z_k sqrt(t_k)``, whose increments are
+    independent ``N(drift dt, dt)``, by Simpson's rule on a grid of spacing ``sqrt(dt) / resolution``."""
     t_arr = np.asarray(t, dtype=float)
     k_n = t_arr.size
     up_b = np.asarray(upper, dtype=float)
@@ -323,16 +310,10 @@ def _cp_superiority(z: float, t: float, c_last: float) -> float:
 
 # ------------------------------------------------------------------------------------------ p-values
 def stagewise_p(design: SequentialDesign, repeats: int, z: float, which: str = "efficacy") -> float:
-    """The stage-wise ordering p-value (Armitage 1957; Fairbanks and Madsen 1982; Jennison and Turnbull 2000,
-    §8.4) of a look after ``repeats`` repeats with statistic ``z``: under H0, the probability of stopping with
-    the same verdict at an earlier look, or at this look with a statistic at least as extreme,
-
-        p = Σ_{j < k} P(stop at look j) + P(reach look k and |Z_k| >= |z|)     (``which="efficacy"``, two-sided)
-
-    on the design's boundaries (futility is non-binding and ignored: the p is conservative when it stops a run).
-    ``which="margin"``: the one-sided margin test (equivalence side or non-inferiority) with its boundaries e_j
-    and Z_k >= z. With the design's own boundaries, p <= α exactly when the look crosses its boundary (at the
-    last look, p = α on it), so a sweep's multiplicity adjustment acts on the p that decided."""
+    """The stage-wise ordering p-value (Jennison and Turnbull 2000, §8.4) of the look after ``repeats`` repeats
+    with statistic ``z``: Σ_{j < k} P(stop at look j) + P(reach look k and |Z_k| >= |z|) under H0 on the design's
+    boundaries (futility ignored: conservative); ``which="margin"``: one-sided, with the margin boundaries. p <= α
+    exactly when the look crosses its boundary, so a sweep's adjustment acts on the p that decided."""
     d = design
     looks = [k for k in d.looks if k <= repeats] or [repeats]
     k = len(looks)

@@ -54,25 +54,18 @@ def paired_table(a: np.ndarray, b: np.ndarray) -> PairedTable:
                        b_only=int(np.sum(~a & b)), neither=int(np.sum(~a & ~b)))
 
 
-def mcnemar_exact(a_only: np.ndarray | int, b_only: np.ndarray | int) -> np.ndarray:
-    """Exact two-sided McNemar p-value: binomial test of min(b, c) among b + c discordant pairs at 1/2.
-
-    Equal to ``scipy.stats.binomtest(c, b + c, 0.5).pvalue``; 1 when there is no discordant pair.
-    """
-    b = np.asarray(a_only)
-    c = np.asarray(b_only)
-    m = b + c
-    k = np.minimum(b, c)
-    return np.minimum(1.0, 2 * binom_cdf(k, m, 0.5))
+def mcnemar_exact(a_only: np.ndarray | int, b_only: np.ndarray | int, mid_p: bool = False) -> np.ndarray:
+    """Exact two-sided McNemar p-value: binomial test of min(b, c) among b + c discordant pairs at 1/2
+    (``scipy.stats.binomtest(c, b + c, 0.5).pvalue``; 1 when there is no discordant pair). ``mid_p``: minus
+    the probability of the observed split (less conservative)."""
+    b, c = np.asarray(a_only), np.asarray(b_only)
+    m, k = b + c, np.minimum(b, c)
+    return np.minimum(1.0, 2 * binom_cdf(k, m, 0.5) - (binom_pmf(k, m, 0.5) if mid_p else 0.0))
 
 
 def mcnemar_midp(a_only: np.ndarray | int, b_only: np.ndarray | int) -> np.ndarray:
-    """Mid-p McNemar: the exact p-value minus the probability of the observed split (less conservative)."""
-    b = np.asarray(a_only)
-    c = np.asarray(b_only)
-    m = b + c
-    k = np.minimum(b, c)
-    return np.minimum(1.0, 2 * binom_cdf(k, m, 0.5) - binom_pmf(k, m, 0.5))
+    """Mid-p McNemar: the exact p-value minus the probability of the observed split."""
+    return mcnemar_exact(a_only, b_only, mid_p=True)
 
 
 def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA, n_resamples: int = 10_000,
