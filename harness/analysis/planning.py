@@ -107,18 +107,9 @@ class FixedPlan(TypedDict):
     gpu_hours_one_launch_per_arm: float | None
 
 
-class PlanRepeats(TypedDict):
-    fixed: int
-    sequential_expected: float | None
-    sequential_expected_if_null: float | None
-    sequential_worst: int | None
-
-
-class PlanGpuHours(TypedDict):
-    fixed: float | None
-    sequential_expected: float | None
-    sequential_expected_if_null: float | None
-    sequential_worst: float | None
+#: ``repeats`` and ``gpu_hours`` of a plan: ``fixed``, ``sequential_expected``, ``sequential_expected_if_null``,
+#: ``sequential_worst``
+PlanFigures = dict[str, float | None]
 
 
 class PerRepeatCost(TypedDict):
@@ -185,8 +176,8 @@ class Plan(TypedDict):
     n: int
     fixed: FixedPlan
     sequential: SequentialPlan | None
-    repeats: PlanRepeats
-    gpu_hours: PlanGpuHours
+    repeats: PlanFigures
+    gpu_hours: PlanFigures
     per_repeat: PerRepeatCost | None
     notes: list[str]
     source: NotRequired[str]
@@ -343,8 +334,6 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
         notes.append("a fixed design that keeps one launch per arm for all its repeats costs "
                      f"{gpu_hours(one)} GPU-hours instead of {gpu_hours(every)}, "
                      "but cannot tell a launch-wide shift from the change: the plan launches afresh per repeat")
-    sr = seq["repeats"] if seq else None
-    sg = seq["gpu_hours"] if seq else None
     if seq is not None:
         notes.append("the sequential design uses a normal approximation with the launch variance known; the fixed "
                      "design uses the verdict's own t reference")
@@ -353,16 +342,18 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
         "schema_version": SCHEMA_VERSION, "kind": KIND, "effect_pp": 100 * effect, "effect": effect,
         "alpha": alpha, "power": power, "n": n,
         "fixed": fixed, "sequential": seq,
-        "repeats": {"fixed": r_fixed, "sequential_expected": None if sr is None else sr["expected"],
-                    "sequential_expected_if_null": None if sr is None else sr["expected_if_null"],
-                    "sequential_worst": None if sr is None else sr["worst"]},
-        "gpu_hours": {"fixed": fixed["gpu_hours"], "sequential_expected": None if sg is None else sg["expected"],
-                      "sequential_expected_if_null": None if sg is None else sg["expected_if_null"],
-                      "sequential_worst": None if sg is None else sg["worst"]},
+        "repeats": _beside(r_fixed, seq["repeats"] if seq else None),
+        "gpu_hours": _beside(fixed["gpu_hours"], seq["gpu_hours"] if seq else None),
         "per_repeat": None if per_repeat is None else per_repeat.copy(),
         "notes": notes,
         "launch": lp,
     }
+
+
+def _beside(fixed: float | None, seq: SequentialRepeats | SequentialHours | None) -> PlanFigures:
+    """The fixed design's figure beside the sequential one's (expected, expected if null, worst)."""
+    return {"fixed": fixed, **{f"sequential_{k}": None if seq is None else seq[k]
+                               for k in ("expected", "expected_if_null", "worst")}}
 
 
 def _hours(repeats: SequentialRepeats, per_repeat: float | None) -> SequentialHours:
@@ -461,12 +452,10 @@ def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_
     parts = []
     if cost.estimated:
         parts.append("estimated " + ", ".join(cost.estimated))
-    if launch_s is not None:
-        per["launch_s"] = {"a": launch_s, "b": launch_s}
-        parts.append("--launch-s")
-    if eval_s is not None:
-        per["eval_s"] = {"a": eval_s, "b": eval_s}
-        parts.append("--eval-s")
+    for key, value in (("launch_s", launch_s), ("eval_s", eval_s)):
+        if value is not None:
+            per[key] = {"a": value, "b": value}
+            parts.append("--" + key.replace("_", "-"))
     if gpus is not None:
         g = {"a": gpus, "b": gpus}
         parts.append("--gpus")
