@@ -172,7 +172,6 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     short = (f"; |t| = {abs(t):.2f} crossed {tc:.2f} but the repeated CI [{100 * rci[0]:+.2f}, "
              f"{100 * rci[1]:+.2f}] pp does not exclude effects smaller than the declared "
              f"{100 * bar:.2f} pp") if crossed else ""
-    margin_z = margin_bound = None
     if d.tests_margin:
         m = float(d.margin)  # type: ignore[arg-type]
         e = d.bound_at(repeats, "margin")
