@@ -13,7 +13,7 @@ import numpy as np
 
 from ._rng import SeedLike
 from .dist import binom_cdf, binom_pmf
-from .resample import DEFAULT_MAX_ELEMS, bca_interval, bootstrap_means, jackknife_means, percentile_interval
+from .resample import DEFAULT_MAX_ELEMS, bootstrap_mean_ci
 from .verdict import ALPHA
 
 
@@ -75,9 +75,4 @@ def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA, n_re
     A and B scores together. ``a``/``b`` are per-question scores (0/1, or means over repeats, which makes
     this the question-level cluster bootstrap). ``method``: ``percentile`` or ``bca``."""
     d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
-    theta_b = bootstrap_means(d, n_resamples, seed, max_elems)
-    if method == "percentile":
-        return percentile_interval(theta_b, alpha)
-    if method == "bca":
-        return bca_interval(theta_b, float(d.mean()), jackknife_means(d), alpha)
-    raise ValueError(f"unknown bootstrap method {method!r} (percentile or bca)")
+    return bootstrap_mean_ci(d, alpha, n_resamples, method, seed, max_elems)
