@@ -46,11 +46,8 @@ PAD_ID = -1
 
 # ------------------------------------------------------------------------------------------ per token
 def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
-    """The compared side's logprobs of the reference's top-k ids, shape of ``ref_ids`` (T, k).
-
-    ``cmp_ids``/``cmp_logprobs`` (T, k2) are the compared server's own top-k. Entries are NaN where the
-    compared server did not report that id (or the reference id is padding, ``PAD_ID``).
-    """
+    """The compared side's logprobs (from its own top-k ``cmp_ids``/``cmp_logprobs``, (T, k2)) of the
+    reference's top-k ids (T, k); NaN where it did not report the id or the reference id is ``PAD_ID``."""
     ref_ids = np.asarray(ref_ids)
     cmp_ids = np.asarray(cmp_ids)
     cmp_logprobs = np.asarray(cmp_logprobs, dtype=float)
@@ -67,13 +64,9 @@ def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: n
 
 
 def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
-    """KL(P‖Q) per token (nats) over the reference's top-k buckets plus one tail bucket.
-
-    ``ref_logprobs`` (T, k): log P of the reference's top-k ids (``-inf``/NaN for padding);
-    ``cmp_logprobs`` (T, k): log Q of the SAME ids (column j is the same id on both sides), NaN where the
-    compared side did not report it. Ids known on both sides are buckets of their own; everything else is
-    lumped into the tail on both sides (see the module docstring). Returns shape (T,), >= 0.
-    """
+    """KL(P‖Q) per token (nats, >= 0) over the reference's top-k buckets plus one tail bucket (module docstring):
+    ``ref_logprobs`` (T, k) log P of the reference's top-k ids (``-inf``/NaN padding), ``cmp_logprobs`` log Q of
+    the same ids, NaN where the compared side did not report one (then lumped into the tail on both sides)."""
     lp = np.asarray(ref_logprobs, dtype=float)
     lq = np.asarray(cmp_logprobs, dtype=float)
     if lp.shape != lq.shape or lp.ndim != 2:
@@ -94,12 +87,8 @@ def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
 
 def token_kl(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray,
              cmp_on_ref: np.ndarray | None = None) -> np.ndarray:
-    """Per-token lumped KL(ref‖cmp) from both sides' top-k lists.
-
-    ``cmp_on_ref`` (T, k), optional: the compared server's logprobs of exactly the reference's top-k ids
-    (SGLang ``token_ids_logprob``), NaN where missing; where given it is used, the rest is filled by matching
-    the compared server's own top-k ids.
-    """
+    """Per-token lumped KL(ref‖cmp) from both sides' top-k lists; ``cmp_on_ref`` (T, k): the compared server's
+    logprobs of exactly the reference's ids (SGLang ``token_ids_logprob``, NaN where missing), used where given."""
     aligned = align_to_reference(ref_ids, cmp_ids, cmp_logprobs)
     if cmp_on_ref is not None:
         cor = np.asarray(cmp_on_ref, dtype=float)
@@ -129,10 +118,8 @@ def same_top(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray,
 
 # ------------------------------------------------------------------------------------------ aggregation
 def segment_means(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Means of ``values`` over the segments ``[offsets[i], offsets[i+1])`` (NaN for an empty segment).
-
-    ``offsets`` is non-decreasing from 0 to ``len(values)`` (tokens sorted by question).
-    """
+    """Means of ``values`` over the segments ``[offsets[i], offsets[i+1])`` (NaN for an empty segment);
+    ``offsets`` runs non-decreasing from 0 to ``len(values)`` (tokens sorted by question)."""
     values = np.asarray(values, dtype=float)
     offsets = np.asarray(offsets, dtype=np.int64)
     if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != values.size \
@@ -164,10 +151,8 @@ def rms(x: np.ndarray) -> float | None:
 
 
 def first_divergence(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int | None:
-    """Index of the first element where two sequences (token ids, or characters) differ; None when equal.
-
-    When one is a proper prefix of the other, the length of the shorter (where the longer one goes on).
-    """
+    """Index of the first element where two sequences (token ids, or characters) differ; None when equal; the
+    shorter's length when one is a proper prefix of the other."""
     n = min(len(a), len(b))
     if isinstance(a, str) and isinstance(b, str):
         if a == b:
@@ -206,11 +191,8 @@ def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | N
 def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = ALPHA,
                      n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
                      max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
-    """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample).
-
-    ``method``: ``percentile`` or ``bca`` (jackknife acceleration of the ratio). A sample whose d are all
-    equal gives the zero-width interval [d, d].
-    """
+    """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample),
+    ``percentile`` or ``bca`` (jackknife acceleration of the ratio); equal d give [d, d]."""
     d = np.asarray(d, dtype=float)
     n = d.size
     if n < 2:
@@ -250,13 +232,9 @@ def weighted_mean_se(d: np.ndarray, weights: np.ndarray | None = None) -> float:
 def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray | None = None,
                     alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = None,
                     ci_method: str = "bca", power: float = 0.8) -> DivergenceTest:
-    """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A').
-
-    ``kld_ab``/``kld_aa``: per-question mean KL (nats/token) over the same reference tokens; ``tokens``:
-    tokens per question (the weights; None = questions weigh alike). Returns {verdict (``diverged`` |
-    ``indistinguishable``), effect (Σ w d / Σ w, nats/token), effect_ci, effect_se, effect_mde (at
-    ``power``, one-sided α), p, p_floor, p_at_floor, n_resamples, alpha, questions}.
-    """
+    """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A') (nats/token over the same
+    reference tokens), weighted by ``tokens`` per question (None: alike); the effect Σ w d / Σ w with its
+    interval, SE and MDE at ``power``."""
     kld_ab = np.asarray(kld_ab, dtype=float)
     kld_aa = np.asarray(kld_aa, dtype=float)
     if kld_ab.shape != kld_aa.shape or kld_ab.ndim != 1:

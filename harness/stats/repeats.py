@@ -49,14 +49,10 @@ def launch_deviations(table: np.ndarray) -> np.ndarray | None:
 def two_level_bootstrap_ci(center: np.ndarray, pools: list[tuple[np.ndarray, int, float]], df: float,
                            alpha: float = ALPHA, n_resamples: int = 10_000, seed: SeedLike = None,
                            max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
-    """Interval of mean(center) resampling launches, then questions: the question-level cluster bootstrap
-    (:func:`cluster_bootstrap_ci`'s resampling of questions, each with all of its runs, the arms paired)
-    with, in each resample, every ``(deviations (P, n), L, sign)`` pool adding ``sign`` x the mean of L
-    launches drawn with replacement from its P launch deviations (:func:`launch_deviations`).
-
-    With a handful of launches the bootstrap distribution has the normal's tails where the launch mean has
-    Student's t's: the percentile interval is widened about the estimate by t_{1-α/2, df} / z_{1-α/2} (``df``:
-    the launch term's df; inf leaves it as it is)."""
+    """Interval of mean(center) resampling questions (each with all of its runs, the arms paired) and, in each
+    resample, adding for every ``(deviations (P, n), L, sign)`` pool ``sign`` x the mean of L launches drawn from
+    its P launch deviations. A few launches' mean has Student's tails where the bootstrap has the normal's: the
+    percentile interval is widened about the estimate by t_{1-α/2, df} / z_{1-α/2}."""
     center = np.asarray(center, dtype=float)
     cols = [center[:, None]] + [np.asarray(d, dtype=float).T for d, _, _ in pools]
     x = np.hstack(cols)

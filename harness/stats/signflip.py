@@ -142,13 +142,9 @@ def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
 
 def signflip_weighted(d: np.ndarray, weights: np.ndarray | None = None, n_resamples: int = 9_999,
                       seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> SignFlip:
-    """One-sided randomisation test of H0: each d_i is symmetric about 0, against mean(d) > 0.
-
-    Statistic T = Σ w_i d_i / Σ w_i (``weights`` default 1). Each of ``n_resamples`` resamples flips the sign
-    of every d_i independently with probability 1/2; p = (1 + #{T* >= T}) / (R + 1), which is exact (size
-    <= α) for any distribution symmetric under H0, with the floor 1/(R+1). Resamples are drawn in chunks
-    (about ``max_elems`` signs each), never one Python iteration per resample.
-    """
+    """One-sided randomisation test of H0: each d_i is symmetric about 0, against T = Σ w_i d_i / Σ w_i > 0:
+    p = (1 + #{T* >= T}) / (R + 1) over R random sign flips (exact for any symmetric H0, floor 1/(R+1)), drawn
+    in chunks of about ``max_elems`` signs."""
     d = np.asarray(d, dtype=float)
     n = d.size
     if n == 0:

@@ -106,14 +106,9 @@ def discordant_mass(d: np.ndarray) -> tuple[np.ndarray, float, float, float]:
 
 
 def effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
-    """The table (b, c, n) that the score functions take, from per-question differences ``d`` (B - A in
-    [-1, 1]; NaN skipped) and the design's variance of Δ = mean(d) (default: the question-level
-    Σ (d_i - Δ)² / n², right when questions are independent).
-
-    Returns ``b``, ``c``, ``n`` (effective, i.e. divided by ``deff``), ``deff``, and ``b_raw``, ``c_raw``,
-    ``n_raw``. When every d_i is equal (ψ = Δ², e.g. no question differs) deff is 1: the table is taken
-    as it stands, like one run per arm.
-    """
+    """The effective table ``b``, ``c``, ``n`` (divided by ``deff``; also ``deff`` and the ``*_raw`` counts) of
+    per-question differences ``d`` (B - A; NaN skipped) and the design's variance of Δ (default Σ (d_i - Δ)² / n²,
+    questions independent); deff is 1 when every d_i is equal (ψ = Δ²)."""
     d, n, b, c = discordant_mass(d)
     delta, psi = (c - b) / n, (b + c) / n
     if variance is None:
