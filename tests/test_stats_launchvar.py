@@ -328,7 +328,8 @@ def test_planned_se_reproduces_the_observed_se():
     noise = [e / r.n for e in c.ms_resid_by_group]
     se = _planned_se((s2[0], s2[1]), (noise[0], noise[1]), r.var_heterogeneity, 3, 3)
     assert se == pytest.approx(r.se, rel=1e-6) or min(s2) < 0
-    assert _planned_se(c.sigma2, c.ms_resid / r.n, 0.0, 6, 6) < _planned_se(c.sigma2, c.ms_resid / r.n, 0.0, 3, 3)
+    noise_one = c.ms_resid / r.n
+    assert _planned_se(c.sigma2, noise_one, 0.0, 6, 6) < _planned_se(c.sigma2, noise_one, 0.0, 3, 3)
 
 
 @pytest.mark.parametrize(("la", "lb", "laa", "says"), [

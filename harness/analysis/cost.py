@@ -3,9 +3,9 @@
 verdict").
 
 A **launch** is one server start: ``launch_s`` spawn to ready, ``server_s`` spawn to stopped (its GPUs held),
-``gpus``; an **eval** one pass over the questions, ``eval_s`` its wall time. ``gpu_hours`` sums ``server_s * gpus
-/ 3600`` over an arm's launches (``aa`` only when the A/A control had launches of its own); ``total`` sums the arms.
-GPUs of an engine: :func:`count_gpus`.
+``gpus``; an **eval** one pass over the questions, ``eval_s`` its wall time. ``gpu_hours`` sums
+``server_s * gpus / 3600`` over an arm's launches (``aa`` only when the A/A control had launches of its own);
+``total`` sums the arms. GPUs of an engine: :func:`count_gpus`.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def _visible(env: Mapping[str, Any]) -> int | None:
 
 def count_gpus(engine: Mapping[str, Any], args: Sequence[str] = (), env: Mapping[str, Any] | None = None
                ) -> tuple[int, str]:
-    """(GPUs an arm's server holds, how that was found): ``engine.gpus`` when set; else for SGLang and vLLM
-    TP x PP x DP from the flags (DP attention runs inside TP: no DP), else the visible devices, else 1; 0 for the
+    """(GPUs an arm's server holds, how that was found): ``engine.gpus`` when set; else for SGLang and vLLM TP
+    x PP x DP from the flags (DP attention runs inside TP: no DP), else the visible devices, else 1; 0 for the
     other engines. ``args`` / ``env`` are the arm's own, after (and winning over) the engine's."""
     explicit = engine.get("gpus")
     if explicit is not None:
@@ -227,11 +227,12 @@ def _launches(record: Mapping[str, Any]) -> list[Any]:
 
 def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None = None,
                        gpus: Mapping[str, int] | None = None) -> Cost:
-    """The cost of a recorded run from ``manifest.json`` (each eval's wall time from its ``summary.json`` under
-    ``run_dir``). Per launch ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs) gives ``launch_s``,
-    ``server_s``, ``gpus`` and ``role``; what older runs lack is estimated and listed in ``estimated`` (an upper
-    bound): ready from the id (``<key>@<epoch>``), ``launch_s`` the gap since the previous event, ``server_s`` that
-    plus the evals it served, GPUs from ``gpus`` (by arm key) or the run's config."""
+    """The cost of a recorded run from ``manifest.json`` (each eval's wall time from its ``summary.json``
+    under ``run_dir``). Per launch ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs) gives
+    ``launch_s``, ``server_s``, ``gpus`` and ``role``; what older runs lack is estimated and listed in
+    ``estimated`` (an upper bound): ready from the id (``<key>@<epoch>``), ``launch_s`` the gap since the
+    previous event, ``server_s`` that plus the evals it served, GPUs from ``gpus`` (by arm key) or the run's
+    config."""
     estimated: set[str] = set()
     evals = manifest.get("evals") or {}
     arms = manifest.get("arms") or {}

@@ -1,7 +1,7 @@
 """Does a server answer the same question the same way twice? The share of byte-identical outputs across the
-passes of one arm, within one launch and across launches (``comparison.json`` ``identical_outputs``). ψ only sees
-answers that flip between right and wrong (a server answering at random is always wrong: ψ = 0); 0 % identical at
-temperature 0 is flagged.
+passes of one arm, within one launch and across launches (``comparison.json`` ``identical_outputs``). ψ only
+sees answers that flip between right and wrong (a server answering at random is always wrong: ψ = 0); 0 %
+identical at temperature 0 is flagged.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""A computed ``divergence`` object kept beside its reference pass (:data:`CACHE`), reused while its inputs are
-unchanged, so ``abh compare`` on a finished run does not reread every scoring pass. The key digests every input:
-each pass's ``scores.json``, ``scores.parquet`` and ``samples.jsonl`` by role, the parameters with their defaults,
-and the source of the code that computes it (another version of abh never reuses a result). A reuse puts the
-pass directories it was given in place of the stored ones; an unreadable, foreign or linked cache is ignored.
+"""A computed ``divergence`` object kept beside its reference pass (:data:`CACHE`), reused while its inputs
+are unchanged, so ``abh compare`` on a finished run does not reread every scoring pass. The key digests every
+input: each pass's ``scores.json``, ``scores.parquet`` and ``samples.jsonl`` by role, the parameters with
+their defaults, and the source of the code that computes it (another version of abh never reuses a result). A
+reuse puts the pass directories it was given in place of the stored ones; an unreadable, foreign or linked
+cache is ignored.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""The CI gate: ``--fail-on`` turns a verdict the caller refuses into exit 7, and the exit code of a comparison,
-one decision for ``abh compare``, ``abh run`` and ``abh ab``: ``regressed`` fails on ``regressed``;
-``not-noninferior`` fails unless B is shown not worse (``noninferior``, ``equivalent``, ``improved``,
-``identical``); ``any-difference`` fails on ``improved``, ``regressed`` or ``differs``. An unknown verdict word
-fails whatever ``fail_on`` says (the gate fails closed). An instances-only verdict (one launch per configuration)
-is not gated on unless ``--assume-no-launch-shift`` states the assumption it needs (:func:`gate_not_applied`).
+"""The CI gate: ``--fail-on`` turns a verdict the caller refuses into exit 7, and the exit code of a
+comparison, one decision for ``abh compare``, ``abh run`` and ``abh ab``: ``regressed`` fails on
+``regressed``; ``not-noninferior`` fails unless B is shown not worse (``noninferior``, ``equivalent``,
+``improved``, ``identical``); ``any-difference`` fails on ``improved``, ``regressed`` or ``differs``. An
+unknown verdict word fails whatever ``fail_on`` says (the gate fails closed). An instances-only verdict (one
+launch per configuration) is not gated on unless ``--assume-no-launch-shift`` states the assumption it needs
+(:func:`gate_not_applied`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The no-op proof (``stats.hypothesis=identical``): is arm B's output bit-identical to arm A's, on an engine whose
-A/A floor is exactly zero (docs/statistics.md, "The no-op proof")?
+"""The no-op proof (``stats.hypothesis=identical``): is arm B's output bit-identical to arm A's, on an engine
+whose A/A floor is exactly zero (docs/statistics.md, "The no-op proof")?
 
-First the floor: every other pass of arm A, and the A/A floor's scoring pass, must repeat A's first pass exactly,
-else ``not_deterministic`` naming the first difference. Then ``identical`` with the exact one-sided upper bound on
-the per-question difference rate (:func:`harness.stats.exact_bound.upper_bound`), else ``differs``. Each question
-whose outputs part is a :class:`Parting`, its first diverging token classified a near-tie or a divergence by the
-reference pass's logprob gap where the scoring passes ran.
+First the floor: every other pass of arm A, and the A/A floor's scoring pass, must repeat A's first pass
+exactly, else ``not_deterministic`` naming the first difference. Then ``identical`` with the exact one-sided
+upper bound on the per-question difference rate (:func:`harness.stats.exact_bound.upper_bound`), else
+``differs``. Each question whose outputs part is a :class:`Parting`, its first diverging token classified a
+near-tie or a divergence by the reference pass's logprob gap where the scoring passes ran.
 """
 
 from __future__ import annotations

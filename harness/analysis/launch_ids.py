@@ -1,6 +1,6 @@
-"""Which server launch each stored eval ran on, as the comparison counts launches (``launch`` in eval.json, older
-``instance``; a standalone ``abh eval`` records none). A missing id is not a new launch (a pass restarts no
-server): within one configuration, evals without an id count as one launch per server URL
+"""Which server launch each stored eval ran on, as the comparison counts launches (``launch`` in eval.json,
+older ``instance``; a standalone ``abh eval`` records none). A missing id is not a new launch (a pass restarts
+no server): within one configuration, evals without an id count as one launch per server URL
 (:func:`harness.serving.settings.url_identity`); without a URL the comparison is refused unless
 ``--launches-from-passes`` counts each such eval as its own launch.
 """

@@ -4,10 +4,10 @@ error rate controlled across the tasks by Holm's step-down procedure (whatever t
 
 Each task has its own comparison. Its two-sided superiority p is Holm-adjusted across the m tasks (a verdict
 that rested on another test counts with p = 1), and its ``improved`` / ``regressed`` stands only when the
-adjusted p is below α (``verdict_holm``). Overall: ``not_comparable`` when any task is; else ``regressed`` when
-any task's adjusted verdict is; else the claims of no difference by the intersection-union rule (every task must
-show it at α): ``noninferior`` (``improved`` when some task also improved) under the non-inferiority question,
-otherwise ``improved`` when any task is, ``equivalent`` when every task is, else ``inconclusive``.
+adjusted p is below α (``verdict_holm``). Overall: ``not_comparable`` when any task is; else ``regressed``
+when any task's adjusted verdict is; else the claims of no difference by the intersection-union rule (every
+task must show it at α): ``noninferior`` (``improved`` when some task also improved) under the non-inferiority
+question, otherwise ``improved`` when any task is, ``equivalent`` when every task is, else ``inconclusive``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The plan behind ``abh power`` (:mod:`harness.cli.power`): repeats and GPU-hours needed to detect an effect, for
-the fixed and the sequential design, from a finished run (``--from RUN_DIR``: its evals' scores, times, GPUs) or
-from numbers (``--n``/``--p``/``--discordance``). ``--effect`` and ``--margin`` are in percentage points, accuracy
-and discordance fractions; the JSON (kind ``abh.plan``, :class:`Plan`) is in fractions, with ``effect_pp``.
+"""The plan behind ``abh power`` (:mod:`harness.cli.power`): repeats and GPU-hours needed to detect an effect,
+for the fixed and the sequential design, from a finished run (``--from RUN_DIR``: its evals' scores, times,
+GPUs) or from numbers (``--n``/``--p``/``--discordance``). ``--effect`` and ``--margin`` are in percentage
+points, accuracy and discordance fractions; the JSON (kind ``abh.plan``, :class:`Plan`) is in fractions, with
+``effect_pp``.
 
 The fixed design is the fewest launches per arm whose power under the verdict's own test reaches the target
 (:func:`design_power`); the sequential one the smallest ``max_repeats`` whose power, by recursive integration
@@ -107,8 +108,8 @@ class FixedPlan(TypedDict):
     gpu_hours_one_launch_per_arm: float | None
 
 
-#: ``repeats`` and ``gpu_hours`` of a plan: ``fixed``, ``sequential_expected``, ``sequential_expected_if_null``,
-#: ``sequential_worst``
+#: ``repeats`` and ``gpu_hours`` of a plan: ``fixed``, ``sequential_expected``,
+#: ``sequential_expected_if_null``, ``sequential_worst``
 PlanFigures = dict[str, float | None]
 
 
@@ -214,7 +215,8 @@ def power_figures(n: int, p: float, discordance: float | None = None, repeats: i
 REFERENCE = ("the comparison's launch-aware t-test: Welch's launch term, Satterthwaite's df (one launch per arm "
              "and no A/A launch: the question-level test); launch shifts with Student-t(3) tails")
 #: the launch shifts' tails the plan assumes (:data:`harness.stats.launchvar.LAUNCH_TAILS`): a few launches
-#: cannot tell their shape, and planning with normal tails fell short of the power under t3 (docs/calibration.md)
+#: cannot tell their shape, and planning with normal tails fell short of the power under t3
+#: (docs/calibration.md)
 PLAN_TAILS = "t3"
 #: launches per arm shown in ``launch.power_by_launches``
 SHOWN_LAUNCHES = range(1, 7)

@@ -1,9 +1,10 @@
-"""The ``routing`` object of ``comparison.json``: the experts the MoE gate routed A's reference tokens to, on B's
-launches and on A's other launches (the A/A floor), from the routing passes (:mod:`harness.results.routing_store`),
-streamed a question at a time. Each pass's tally describes its side; the comparison with the reference pass
-(:mod:`harness.stats.expert_sets`) gives the verdict, the launch-level test of the mean ids moved per routed row
-(``diverged`` / ``indistinguishable``, or ``not_measured`` with the reason; None for a dense model). A defect
-(fewer than top_k in-range ids, an id out of range) is never noise: it is named per side whatever the verdict.
+"""The ``routing`` object of ``comparison.json``: the experts the MoE gate routed A's reference tokens to, on
+B's launches and on A's other launches (the A/A floor), from the routing passes
+(:mod:`harness.results.routing_store`), streamed a question at a time. Each pass's tally describes its side;
+the comparison with the reference pass (:mod:`harness.stats.expert_sets`) gives the verdict, the launch-level
+test of the mean ids moved per routed row (``diverged`` / ``indistinguishable``, or ``not_measured`` with the
+reason; None for a dense model). A defect (fewer than top_k in-range ids, an id out of range) is never noise:
+it is named per side whatever the verdict.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """One story for the question-level verdict: a p-value and an interval that never disagree.
 
-The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.tango`) are different methods, so
-"p < α" and "0 outside the interval" could disagree. Here both come from ONE family of tests φ(Δ0): φ rejects
-when Tango's score test of Δ = Δ0 rejects at α and, for Δ0 at 0 or beyond it from Δ̂, the mid-p sign-flip test
-of Δ = 0 rejects too. Its p at 0 is ``max(p_signflip, p_score(0))``; its inversion is Tango's interval extended
-to reach 0 whenever the sign-flip test does not reject (``extended``). Every φ(Δ0) rejects no more often than
-Tango's test, so the family is as valid, and exactly: p < α ⇔ both tests reject ⇔ 0 is outside the interval.
-For one run per arm the decision is exactly the mid-p McNemar test (checked exhaustively for n <= 120 in
-tests/test_stats_consistent.py). Where bisection leaves an endpoint within round-off of 0 the decision sets it
-(``nudged``), so the equivalence holds in floating point too. With repeats Tango's test runs on the effective
-table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
+The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.tango`) are different methods,
+so "p < α" and "0 outside the interval" could disagree. Here both come from ONE family of tests φ(Δ0): φ
+rejects when Tango's score test of Δ = Δ0 rejects at α and, for Δ0 at 0 or beyond it from Δ̂, the mid-p
+sign-flip test of Δ = 0 rejects too. Its p at 0 is ``max(p_signflip, p_score(0))``; its inversion is Tango's
+interval extended to reach 0 whenever the sign-flip test does not reject (``extended``). Every φ(Δ0) rejects
+no more often than Tango's test, so the family is as valid, and exactly: p < α ⇔ both tests reject ⇔ 0 is
+outside the interval. For one run per arm the decision is exactly the mid-p McNemar test (checked exhaustively
+for n <= 120 in tests/test_stats_consistent.py). Where bisection leaves an endpoint within round-off of 0 the
+decision sets it (``nudged``), so the equivalence holds in floating point too. With repeats Tango's test runs
+on the effective table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The binomial, chi-square and Student t distributions the statistics use, from ``scipy.special``'s ufuncs:
-``scipy.stats`` gives the same numbers (the tests check it) but costs about a second to import in every ``abh``
-command that compares. Arrays or scalars in, ``scipy.stats``' conventions outside the support; parameters are
-the callers' to validate.
+``scipy.stats`` gives the same numbers (the tests check it) but costs about a second to import in every
+``abh`` command that compares. Arrays or scalars in, ``scipy.stats``' conventions outside the support;
+parameters are the callers' to validate.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Non-inferiority and equivalence of arm B against arm A with a declared margin, as a :class:`Tost` (stored as
-``tost`` in comparison.json): :func:`score_tost` by Tango's score test on the (effective) table, questions the
-unit (equivalence: the (1 - 2α) interval inside ±margin; non-inferiority: the (1 - α) interval's lower bound
-above -margin; the score interval never has zero width), :func:`t_tost` by a t statistic, launches the unit.
+"""Non-inferiority and equivalence of arm B against arm A with a declared margin, as a :class:`Tost` (stored
+as ``tost`` in comparison.json): :func:`score_tost` by Tango's score test on the (effective) table, questions
+the unit (equivalence: the (1 - 2α) interval inside ±margin; non-inferiority: the (1 - α) interval's lower
+bound above -margin; the score interval never has zero width), :func:`t_tost` by a t statistic, launches the
+unit.
 """
 
 from __future__ import annotations

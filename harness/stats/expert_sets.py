@@ -1,13 +1,14 @@
 """Routing: which experts an MoE gate picked, per token and layer, in one pass and between two passes.
 
-A pass's routing is an array ``(tokens, layers, top_k)`` of expert ids (SGLang's ``routed_experts``); a row (one
-token in one layer) is *routed* when it holds more than one distinct id (rows of dense or hash-routed layers are
-constant and skipped). One pass (:class:`PassTally`): per layer the routed rows, the ids in range, the rows with
-an id out of range and which ids (exact counts: one is a defect), and each expert's load. Two passes of the same
-tokens (:class:`PairTally`): per row the expert sets' intersection, identical rows, Jaccard and the ids *moved*
-(|S \\ S_ref|), per layer, overall and per question. The test of "B's routing moves more than A's launches move
-among themselves" is the divergence's launch-level test on each launch's mean ids moved per routed row
-(:func:`harness.stats.kld_launches.launch_divergence_test`); its calibration is in docs/statistics.md.
+A pass's routing is an array ``(tokens, layers, top_k)`` of expert ids (SGLang's ``routed_experts``); a row
+(one token in one layer) is *routed* when it holds more than one distinct id (rows of dense or hash-routed
+layers are constant and skipped). One pass (:class:`PassTally`): per layer the routed rows, the ids in range,
+the rows with an id out of range and which ids (exact counts: one is a defect), and each expert's load. Two
+passes of the same tokens (:class:`PairTally`): per row the expert sets' intersection, identical rows, Jaccard
+and the ids *moved* (|S \\ S_ref|), per layer, overall and per question. The test of "B's routing moves more
+than A's launches move among themselves" is the divergence's launch-level test on each launch's mean ids moved
+per routed row (:func:`harness.stats.kld_launches.launch_divergence_test`); its calibration is in
+docs/statistics.md.
 """
 
 from __future__ import annotations

@@ -2,16 +2,17 @@
 
 A **group-sequential test with Lan-DeMets alpha spending** (O'Brien-Fleming type by default, Pocock type on
 request), look k at information fraction ``t_k = k / max_repeats``: the repeats are few, bounded and known in
-advance, so spending loses almost no power at the last look, where a confidence sequence (valid under unlimited
-monitoring, not needed here) would pay 1.5-2x wider intervals. Each repeat is a fresh launch of both arms, so
-under the null the information grows exactly with k and the boundaries need no estimate of a future variance.
+advance, so spending loses almost no power at the last look, where a confidence sequence (valid under
+unlimited monitoring, not needed here) would pay 1.5-2x wider intervals. Each repeat is a fresh launch of both
+arms, so under the null the information grows exactly with k and the boundaries need no estimate of a future
+variance.
 
 At each look (from ``min_repeats`` on; the statistic is :mod:`.launch_looks`'): **efficacy** (two-sided,
-``alpha``) stops with ``improved`` / ``regressed``; **equivalence** (or ``superiority`` with a margin) needs both
-one-sided margin statistics beyond the one-sided boundary ``e_k`` (spending ``alpha_equivalence`` per side);
-**non-inferiority** the lower one (default level ``alpha / 2``); **futility** (non-binding, so it only lowers the
-error rates) stops from ``futility_from`` on when the conditional power of every open verdict is below
-``futility_power``; the last look always stops (``inconclusive`` if undecided).
+``alpha``) stops with ``improved`` / ``regressed``; **equivalence** (or ``superiority`` with a margin) needs
+both one-sided margin statistics beyond the one-sided boundary ``e_k`` (spending ``alpha_equivalence`` per
+side); **non-inferiority** the lower one (default level ``alpha / 2``); **futility** (non-binding, so it only
+lowers the error rates) stops from ``futility_from`` on when the conditional power of every open verdict is
+below ``futility_power``; the last look always stops (``inconclusive`` if undecided).
 
 Boundaries come from the recursive numerical integration of Armitage, McPherson and Rowe (1969) over the
 canonical joint distribution ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` (:func:`exit_probabilities`); they agree
@@ -42,8 +43,9 @@ _TAIL_SD = 9.0  # an unbounded continuation region is cut this many SDs from the
 # ------------------------------------------------------------------------------------------ spending
 def spend(t: float | np.ndarray, alpha: float, kind: str = "obf") -> np.ndarray:
     """Cumulative one-sided alpha spent by information fraction ``t`` (clipped to [0, 1]) at one-sided level
-    ``alpha`` (Lan and DeMets 1983): ``obf`` ``2 - 2 Φ(z_{1-α/2} / sqrt(t))``, ``pocock`` ``α log(1 + (e - 1) t)``.
-    A two-sided design of level α spends ``spend(t, α/2)`` on each side (gsDesign's convention)."""
+    ``alpha`` (Lan and DeMets 1983): ``obf`` ``2 - 2 Φ(z_{1-α/2} / sqrt(t))``,
+    ``pocock`` ``α log(1 + (e - 1) t)``. A two-sided design of level α spends ``spend(t, α/2)`` on each side
+    (gsDesign's convention)."""
     tt = np.clip(np.asarray(t, dtype=float), 0.0, 1.0)
     if kind == "obf":
         with np.errstate(divide="ignore"):
@@ -135,11 +137,12 @@ def exit_probabilities(t: Sequence[float] | np.ndarray, upper: Sequence[float] |
                        lower: Sequence[float] | np.ndarray | None = None,
                        drift: float = 0.0, gap: Sequence[tuple[float, float]] | None = None,
                        resolution: int = 16) -> dict[str, np.ndarray]:
-    """Per look, the probabilities of stopping **up** (``Z_k >= upper[k]``), **down** (``Z_k <= lower[k]``, default
-    ``-upper``; ``-inf`` for one-sided), in the futility **gap** (``gap[k][0] < Z_k < gap[k][1]``) and of going on
-    (``continue``), for ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` and mean ``drift * sqrt(t_k)``. Recursive numerical
-    integration (Jennison and Turnbull 2000, ch. 19) of the score ``S_k = Z_k sqrt(t_k)``, whose increments are
-    independent ``N(drift dt, dt)``, by Simpson's rule on a grid of spacing ``sqrt(dt) / resolution``."""
+    """Per look, the probabilities of stopping **up** (``Z_k >= upper[k]``), **down** (``Z_k <= lower[k]``,
+    default ``-upper``; ``-inf`` for one-sided), in the futility **gap** (``gap[k][0] < Z_k < gap[k][1]``) and
+    of going on (``continue``), for ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` and mean ``drift * sqrt(t_k)``.
+    Recursive numerical integration (Jennison and Turnbull 2000, ch. 19) of the score ``S_k = Z_k sqrt(t_k)``,
+    whose increments are independent ``N(drift dt, dt)``, by Simpson's rule on a grid of spacing
+    ``sqrt(dt) / resolution``."""
     t_arr = np.asarray(t, dtype=float)
     k_n = t_arr.size
     up_b = np.asarray(upper, dtype=float)
@@ -310,10 +313,11 @@ def _cp_superiority(z: float, t: float, c_last: float) -> float:
 
 # ------------------------------------------------------------------------------------------ p-values
 def stagewise_p(design: SequentialDesign, repeats: int, z: float, which: str = "efficacy") -> float:
-    """The stage-wise ordering p-value (Jennison and Turnbull 2000, §8.4) of the look after ``repeats`` repeats
-    with statistic ``z``: Σ_{j < k} P(stop at look j) + P(reach look k and |Z_k| >= |z|) under H0 on the design's
-    boundaries (futility ignored: conservative); ``which="margin"``: one-sided, with the margin boundaries. p <= α
-    exactly when the look crosses its boundary, so a sweep's adjustment acts on the p that decided."""
+    """The stage-wise ordering p-value (Jennison and Turnbull 2000, §8.4) of the look after ``repeats``
+    repeats with statistic ``z``: Σ_{j < k} P(stop at look j) + P(reach look k and |Z_k| >= |z|) under H0 on
+    the design's boundaries (futility ignored: conservative); ``which="margin"``: one-sided, with the margin
+    boundaries. p <= α exactly when the look crosses its boundary, so a sweep's adjustment acts on the p that
+    decided."""
     d = design
     looks = [k for k in d.looks if k <= repeats] or [repeats]
     k = len(looks)

@@ -1,14 +1,14 @@
-"""Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to ~0, an
-effective table so large that the score interval has zero width, and an exact MDE whose binomial sums would
-overflow (every d_i one fraction, e.g. 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3, left a sample variance of
-~1e-33 and an effective table of ~6e32 questions).
+"""Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to ~0,
+an effective table so large that the score interval has zero width, and an exact MDE whose binomial sums would
+overflow (every d_i one fraction, e.g. 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3, left a sample variance
+of ~1e-33 and an effective table of ~6e32 questions).
 
 **Design effect** (:func:`design_effect`), deff = V̂ / ((ψ - Δ²)/n) as in
-:func:`harness.stats.tango.effective_table`: a raw deff below :data:`DEFF_ROUNDOFF` is a zero sample variance up
-to round-off, and the table is taken as it stands (deff = 1); otherwise deff is floored at 1/K, K the lattice
-denominator of the d_i (:func:`harness.stats.signflip.lattice_scale`; :data:`FLOOR_OFF_LATTICE` off a lattice):
-averaging K runs cannot shrink a difference's variance more than K-fold. The effective n is then at most K·n, and
-:func:`safe_mde_paired_exact` falls back to the normal formula past :data:`MAX_EXACT_N`.
+:func:`harness.stats.tango.effective_table`: a raw deff below :data:`DEFF_ROUNDOFF` is a zero sample variance
+up to round-off, and the table is taken as it stands (deff = 1); otherwise deff is floored at 1/K, K the
+lattice denominator of the d_i (:func:`harness.stats.signflip.lattice_scale`; :data:`FLOOR_OFF_LATTICE` off a
+lattice): averaging K runs cannot shrink a difference's variance more than K-fold. The effective n is then at
+most K·n, and :func:`safe_mde_paired_exact` falls back to the normal formula past :data:`MAX_EXACT_N`.
 """
 
 from __future__ import annotations

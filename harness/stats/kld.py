@@ -1,8 +1,8 @@
 """Token-level divergence of two servers' next-token distributions, and its paired test against an A/A floor.
 
 Inputs are numpy arrays over the tokens of a reference text (arm A's greedy completion) that each server
-scored teacher-forced: per position, the logprob of the reference token and the server's top-k (ids, logprobs).
-Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
+scored teacher-forced: per position, the logprob of the reference token and the server's top-k (ids,
+logprobs). Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
 
 **KL over the top-k with a tail bucket.** A server reports only its top-k, so per token both distributions are
 coarsened onto the same buckets: one per id of A's top-k that B also reported, and one tail bucket holding the
@@ -15,10 +15,11 @@ remaining mass on each side. The exact KL of the coarsened distributions is <= t
 same-top-token rate, RMS Δlogprob of the reference token, plus the first divergence position of two sequences.
 
 **Test** (:func:`divergence_test`). d_i = KLD_i(A‖B) − KLD_i(A‖A'), per question. Under H0 B and A' are
-exchangeable given A's reference pass, so the one-sided sign-flip test of the token-weighted mean of d is exact
-(questions the unit); the effect gets a question-level BCa bootstrap interval. The A/A floor must be drawn like
-B (a fresh launch when B is one). A noise scale shared by a launch's questions makes them dependent: the
-launch-level test (:mod:`.kld_launches`) is the verdict then; calibration in docs/statistics.md.
+exchangeable given A's reference pass, so the one-sided sign-flip test of the token-weighted mean of d is
+exact (questions the unit); the effect gets a question-level BCa bootstrap interval. The A/A floor must be
+drawn like B (a fresh launch when B is one). A noise scale shared by a launch's questions makes them
+dependent: the launch-level test (:mod:`.kld_launches`) is the verdict then; calibration in
+docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: n
 
 
 def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
-    """KL(P‖Q) per token (nats, >= 0) over the reference's top-k buckets plus one tail bucket (module docstring):
-    ``ref_logprobs`` (T, k) log P of the reference's top-k ids (``-inf``/NaN padding), ``cmp_logprobs`` log Q of
-    the same ids, NaN where the compared side did not report one (then lumped into the tail on both sides)."""
+    """KL(P‖Q) per token (nats, >= 0) over the reference's top-k buckets plus one tail bucket (module
+    docstring): ``ref_logprobs`` (T, k) log P of the reference's top-k ids (``-inf``/NaN padding),
+    ``cmp_logprobs`` log Q of the same ids, NaN where the compared side did not report one (then lumped into
+    the tail on both sides)."""
     lp = np.asarray(ref_logprobs, dtype=float)
     lq = np.asarray(cmp_logprobs, dtype=float)
     if lp.shape != lq.shape or lp.ndim != 2:
@@ -88,7 +90,8 @@ def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
 def token_kl(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray,
              cmp_on_ref: np.ndarray | None = None) -> np.ndarray:
     """Per-token lumped KL(ref‖cmp) from both sides' top-k lists; ``cmp_on_ref`` (T, k): the compared server's
-    logprobs of exactly the reference's ids (SGLang ``token_ids_logprob``, NaN where missing), used where given."""
+    logprobs of exactly the reference's ids (SGLang ``token_ids_logprob``, NaN where missing), used where
+    given."""
     aligned = align_to_reference(ref_ids, cmp_ids, cmp_logprobs)
     if cmp_on_ref is not None:
         cor = np.asarray(cmp_on_ref, dtype=float)

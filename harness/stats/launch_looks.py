@@ -3,14 +3,14 @@
 A question-level look (SE = sd(d)/sqrt(n)) cannot see a launch-wide accuracy shift: with a fresh launch per
 repeat, max 6 repeats and a log-odds shift of sd 0.1 per launch its false-positive rate is 12-13 %.
 
-**Statistic.** At the look after r repeats, :func:`harness.stats.launchvar.launch_aware_test` over every launch
-so far gives Δ̂, SE = sqrt(V) and Satterthwaite's ν. The t statistic is put on the z scale of the design's
-boundaries by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (Jennison and Turnbull 2000, §3.8 and §11.4): the
-look stops for efficacy when |t| >= t_k = F_ν⁻¹(Φ(c_k)), and the repeated confidence interval Δ̂ ± t_k SE
-excludes 0 exactly then. The margin tests use the one-sided boundaries e_k the same way; the information
-fraction stays r / max_repeats (Var(Δ̂) ∝ 1/r with a launch per repeat). Futility (superiority designs only)
-applies the design's |z| band to the z-equivalent. A look with no launch replication (df_L = 0) does not stop
-but at the last look (``inconclusive``).
+**Statistic.** At the look after r repeats, :func:`harness.stats.launchvar.launch_aware_test` over every
+launch so far gives Δ̂, SE = sqrt(V) and Satterthwaite's ν. The t statistic is put on the z scale of the
+design's boundaries by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (Jennison and Turnbull 2000, §3.8 and
+§11.4): the look stops for efficacy when |t| >= t_k = F_ν⁻¹(Φ(c_k)), and the repeated confidence interval Δ̂ ±
+t_k SE excludes 0 exactly then. The margin tests use the one-sided boundaries e_k the same way; the
+information fraction stays r / max_repeats (Var(Δ̂) ∝ 1/r with a launch per repeat). Futility (superiority
+designs only) applies the design's |z| band to the z-equivalent. A look with no launch replication (df_L = 0)
+does not stop but at the last look (``inconclusive``).
 
 **The fixed design's safeguards** hold at every look (:func:`decide_look_arms`): an efficacy stop needs the
 repeated CI beyond the declared effect (``design.min_effect``); request errors go through the gate of
@@ -53,9 +53,8 @@ class LookErrors(TypedDict):
 
 
 class LookDetails(TypedDict, total=False):
-    """What a launch-aware look adds (:func:`decide_launch_look`): the t statistic,
-    its df and nominal p, the t-scale boundaries, the launch variance and where it came from, the margin tests,
-    the error gate."""
+    """What a launch-aware look adds (:func:`decide_launch_look`): the t statistic, its df and nominal p, the
+    t-scale boundaries, the launch variance and where it came from, the margin tests, the error gate."""
 
     t: float
     df: float

@@ -77,9 +77,9 @@ def question_means(arm: ArmRuns) -> np.ndarray:
 
 
 def heterogeneity_q(y: np.ndarray) -> tuple[float, int, int]:
-    """(Q, df, questions used): Cochran's Q for ``(L, n)`` launch means of one arm over the questions every launch
-    answered, Q = (L - 1)·n·SS_launch / SS_within (exactly Cochran's for 0/1 scores; ≈ χ²(L - 1)); 0 when the
-    launches agree on every question."""
+    """(Q, df, questions used): Cochran's Q for ``(L, n)`` launch means of one arm over the questions every
+    launch answered, Q = (L - 1)·n·SS_launch / SS_within (exactly Cochran's for 0/1 scores; ≈ χ²(L - 1)); 0
+    when the launches agree on every question."""
     y = np.asarray(y, dtype=float)
     y = y[:, ~np.isnan(y).any(axis=0)]
     L, n = y.shape

@@ -10,13 +10,14 @@ With d_i = B̄_i - Ā_i over L_A and L_B launches,
 Var(Δ̂) = Var_i(μ_Bi - μ_Ai)/n + (1/L_A + 1/L_B) σ²_L + (σ²_e,A/L_A + σ²_e,B/L_B)/n.
 
 **Estimates.** A two-way ANOVA (launch x question) within each configuration over the questions every launch
-answered (:func:`variance_components`; E[MS_L] = σ²_e + n σ²_L, E[MS_E] = σ²_e, the REML estimate when positive).
-V = b + h with b = τ̂²_A/L_A + τ̂²_B/L_B (τ̂²_g = MS_L,g / n, each configuration's own: Welch's form; one with a
-single launch borrows the other's) and h = max(0, S²_d/n - e), e = (MS_E,A/L_A + MS_E,B/L_B)/n, the question x
-arm interaction. t = Δ̂ / sqrt(V) is referred to Student's t with Satterthwaite's df
-(:func:`combine_variance`, each launch term entering the df as :func:`df_weight` says); the interval inverts
-the same t, so "p < α" and "0 outside the CI" never disagree. With no configuration on two launches σ²_L cannot
-be estimated: the result is the question-level test (:mod:`.consistent`), qualified.
+answered (:func:`variance_components`; E[MS_L] = σ²_e + n σ²_L, E[MS_E] = σ²_e, the REML estimate when
+positive). V = b + h with b = τ̂²_A/L_A + τ̂²_B/L_B (τ̂²_g = MS_L,g / n, each configuration's own: Welch's
+form; one with a single launch borrows the other's) and h = max(0, S²_d/n - e),
+e = (MS_E,A/L_A + MS_E,B/L_B)/n, the question x arm interaction. t = Δ̂ / sqrt(V) is referred to Student's
+t with Satterthwaite's df (:func:`combine_variance`, each launch term entering the df as :func:`df_weight`
+says); the interval inverts the same t, so "p < α" and "0 outside the CI" never disagree. With no configuration
+on two launches σ²_L cannot be estimated: the result is the question-level test (:mod:`.consistent`),
+qualified.
 """
 
 from __future__ import annotations
@@ -165,14 +166,10 @@ def _source(la: int, laa: int, lb: int, comp: LaunchVariance) -> str:
 
 def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alpha: float = ALPHA,
                       keep: np.ndarray | None = None, include_aa_in_estimate: bool = False) -> LaunchAwareResult:
-    """Test of Δ = 0 (two-sided) and the (1 - α) interval of Δ = mean_i (B̄_i - Ā_i), with the launch
-    component estimated from every launch: arm A's, the A/A control's (``aa``, launches of A's configuration)
-    and B's (see the module docstring).
-
-    ``keep``: the questions Δ is taken over (default: those both arms answered at least once). Δ uses arm
-    A's runs only unless ``include_aa_in_estimate`` (then A's mean is over A and the A/A control, L_A counts
-    both); σ²_L always uses every launch.
-    """
+    """Test of Δ = 0 (two-sided) and the (1 - α) interval of Δ = mean_i (B̄_i - Ā_i) over ``keep`` (default:
+    the questions both arms answered), the launch component estimated from every launch, the A/A control's
+    (``aa``) included. Δ uses arm A's runs only unless ``include_aa_in_estimate`` (then L_A counts the A/A
+    launches too)."""
     am, bm = question_means(a), question_means(b)
     cfg = a if aa is None else a.concat(aa)
     if include_aa_in_estimate:
@@ -249,8 +246,8 @@ def combine_variance(tau2_a: float | np.ndarray, tau2_b: float | np.ndarray, noi
     """V = Var(Δ̂) and its Satterthwaite df ν = (b'_A + b'_B + h)² / (b'_A²/df_A + b'_B²/df_B + [h > 0]
     (S⁴_d/(n²(n - 1)) + e²/df_E)), b'_g = :func:`df_weight` / L_g, clipped to [min(df_A, df_B), n - 1 + df_L].
     ``tau2_g`` = MS_L,g / n on ``df_g`` = L_g - 1 (df 0 borrows the other's), ``noise_g`` = MS_E,g / n,
-    ``var_q`` = S²_d / n. Vectorised over ``tau2_a`` / ``tau2_b``: the planner runs the verdict's own arithmetic
-    on draws of them."""
+    ``var_q`` = S²_d / n. Vectorised over ``tau2_a`` / ``tau2_b``: the planner runs the verdict's own
+    arithmetic on draws of them."""
     ta = np.asarray(tau2_a, dtype=float)
     tb = np.asarray(tau2_b, dtype=float)
     if df_a == 0:
@@ -303,11 +300,11 @@ def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float
     launches of the A/A control, n questions.
 
     A launch's accuracy has variance τ²_g = σ²_L,g + σ²_e/n (``sigma2_launch``: one value or (A, B);
-    ``noise_per_launch`` = σ²_e/n). On the benchmark's fixed questions Δ̂ ~ N(effect, τ²_A/L_A + τ²_B/L_B), while
-    the verdict's V̂ also holds the question x arm term ``heterogeneity`` (docs/calibration.md: putting it in
-    Var(Δ̂) too under-planned). The power averages, over draws τ̂²_g = τ²_g χ²_df/df, the chance that |Δ̂|
-    clears t_{1-α/2, ν} sqrt(V̂), V̂ and ν from :func:`combine_variance`; with no configuration on two launches
-    the verdict is the question-level test: a normal test with variance e + h."""
+    ``noise_per_launch`` = σ²_e/n). On the benchmark's fixed questions Δ̂ ~ N(effect, τ²_A/L_A + τ²_B/L_B),
+    while the verdict's V̂ also holds the question x arm term ``heterogeneity`` (docs/calibration.md: putting
+    it in Var(Δ̂) too under-planned). The power averages, over draws τ̂²_g = τ²_g χ²_df/df, the chance that
+    |Δ̂| clears t_{1-α/2, ν} sqrt(V̂), V̂ and ν from :func:`combine_variance`; with no configuration on two
+    launches the verdict is the question-level test: a normal test with variance e + h."""
     s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
     tau_a, tau_b = max(s2[0], 0.0) + noise_per_launch, max(s2[1], 0.0) + noise_per_launch
     v_true = tau_a / launches_a + tau_b / launches_b

@@ -92,13 +92,10 @@ def critical_counts(m: np.ndarray, alpha: float = ALPHA, mid_p: bool = True) -> 
 
 def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = ALPHA,
                        mid_p: bool = True) -> float:
-    """Exact power of the two-sided paired sign-flip (McNemar) test, mid-p by default, for n questions.
-
-    Model of the alternative: the arms disagree by chance on ``psi_noise`` of the questions, evenly in
-    both directions, and the effect adds ``effect`` (a share of questions) on B's side, so the discordant
-    count is Binomial(n, ψ) with ψ = psi_noise + |effect|, and B's share of them (ψ_noise/2 + |effect|)/ψ.
-    Sums over every discordant count, no normal approximation.
-    """
+    """Exact power of the two-sided paired sign-flip (McNemar) test, mid-p by default, for n questions, summed
+    over every discordant count: the arms disagree by chance on ``psi_noise`` of the questions, evenly, and
+    the effect adds ``effect`` on B's side (discordant count Binomial(n, ψ_noise + |effect|), B's share
+    (ψ_noise/2 + |effect|)/ψ)."""
     e = abs(float(effect))
     psi = min(1.0, psi_noise + e)
     if psi <= 0 or n <= 0:

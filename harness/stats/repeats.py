@@ -1,6 +1,6 @@
 """Repeated runs per arm: the question-level (cluster) and two-level (launches, then questions) bootstraps,
-discordance and the A/A noise band. Runs of one arm are a matrix ``(R, n)`` of 0/1 scores; runs of one question
-are correlated, so inference resamples questions (each with all of its runs), never runs."""
+discordance and the A/A noise band. Runs of one arm are a matrix ``(R, n)`` of 0/1 scores; runs of one
+question are correlated, so inference resamples questions (each with all of its runs), never runs."""
 
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ def two_level_bootstrap_ci(center: np.ndarray, pools: list[tuple[np.ndarray, int
                            alpha: float = ALPHA, n_resamples: int = 10_000, seed: SeedLike = None,
                            max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """Interval of mean(center) resampling questions (each with all of its runs, the arms paired) and, in each
-    resample, adding for every ``(deviations (P, n), L, sign)`` pool ``sign`` x the mean of L launches drawn from
-    its P launch deviations. A few launches' mean has Student's tails where the bootstrap has the normal's: the
-    percentile interval is widened about the estimate by t_{1-α/2, df} / z_{1-α/2}."""
+    resample, adding for every ``(deviations (P, n), L, sign)`` pool ``sign`` x the mean of L launches drawn
+    from its P launch deviations. A few launches' mean has Student's tails where the bootstrap has the
+    normal's: the percentile interval is widened about the estimate by t_{1-α/2, df} / z_{1-α/2}."""
     center = np.asarray(center, dtype=float)
     cols = [center[:, None]] + [np.asarray(d, dtype=float).T for d, _, _ in pools]
     x = np.hstack(cols)

@@ -4,10 +4,10 @@
 exchangeable on every question), so T = Σ d_i is referred to Σ ±|d_i| with independent fair signs; questions
 are the unit, and verbatim repeats add no evidence. The d_i lie on a lattice (differences of means of 0/1
 scores), so the distribution is exact by convolving each distinct |d_i|'s; the p is two-sided and **mid-p** by
-default (with one run per arm the mid-p McNemar test, which Fagerland, Lydersen & Laake 2013 recommend over the
-exact test; ``mid_p=False`` gives the exact one). A lattice too fine falls back to Monte Carlo (``exact`` false,
-the p with a floor). :func:`signflip_weighted` is the one-sided Monte Carlo test of a weighted mean (the
-divergence's per-question test).
+default (with one run per arm the mid-p McNemar test, which Fagerland, Lydersen & Laake 2013 recommend over
+the exact test; ``mid_p=False`` gives the exact one). A lattice too fine falls back to Monte Carlo (``exact``
+false, the p with a floor). :func:`signflip_weighted` is the one-sided Monte Carlo test of a weighted mean
+(the divergence's per-question test).
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ arm A answers right, ``c`` only arm B). For H0: Δ = Δ0 the restricted MLE q̃ 
     Z(Δ0) = (c - b - n Δ0) / sqrt(n (2 q̃ + Δ0 - Δ0²))        (Tango 1998, Stat Med 17:891)
 
 (McNemar's z at Δ0 = 0). The interval {Δ0: |Z(Δ0)| <= z_{1-α/2}} covers near-nominally where Wald and Newcombe
-do not, and never has zero width. With repeats, :func:`effective_table` turns the per-question differences into
-such a table: b = Σ max(-d_i, 0), c = Σ max(d_i, 0), all divided by the design effect
-deff = V̂(Δ) / ((ψ - Δ²)/n) (Korn & Graubard's effective sample size; 1 for one run per arm or verbatim repeats).
+do not, and never has zero width. With repeats, :func:`effective_table` turns the per-question differences
+into such a table: b = Σ max(-d_i, 0), c = Σ max(d_i, 0), all divided by the design effect
+deff = V̂(Δ) / ((ψ - Δ²)/n) (Korn & Graubard's effective sample size; 1 for one run per arm or verbatim
+repeats).
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ def discordant_mass(d: np.ndarray) -> tuple[np.ndarray, float, float, float]:
 
 
 def effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
-    """The effective table ``b``, ``c``, ``n`` (divided by ``deff``; also ``deff`` and the ``*_raw`` counts) of
-    per-question differences ``d`` (B - A; NaN skipped) and the design's variance of Δ (default Σ (d_i - Δ)² / n²,
-    questions independent); deff is 1 when every d_i is equal (ψ = Δ²)."""
+    """The effective table ``b``, ``c``, ``n`` (divided by ``deff``; also ``deff`` and the ``*_raw`` counts)
+    of per-question differences ``d`` (B - A; NaN skipped) and the design's variance of Δ
+    (default Σ (d_i - Δ)² / n², questions independent); deff is 1 when every d_i is equal (ψ = Δ²)."""
     d, n, b, c = discordant_mass(d)
     delta, psi = (c - b) / n, (b + c) / n
     if variance is None:

@@ -1,10 +1,10 @@
-"""The one-word verdict of a comparison, with the reason behind it and the test that decided it, for the question
-``hypothesis`` asks: ``superiority`` (``improved`` / ``regressed`` when the two-sided test rejects at α; with a
-margin ``equivalent`` when shown within it), ``noninferiority`` (``noninferior`` when the (1 - α) interval's lower
-bound is above -margin, the one-sided test at α/2; ``improved`` when also significantly better; ``regressed`` only
-when significantly worse and not non-inferior), ``equivalence`` (``equivalent`` when the (1 - 2α) interval lies
-inside ±margin, TOST at α); else ``inconclusive``. A declared ``min_effect`` is judged on the interval, not the
-point estimate.
+"""The one-word verdict of a comparison, with the reason behind it and the test that decided it, for the
+question ``hypothesis`` asks: ``superiority`` (``improved`` / ``regressed`` when the two-sided test rejects at
+α; with a margin ``equivalent`` when shown within it), ``noninferiority`` (``noninferior`` when the (1 - α)
+interval's lower bound is above -margin, the one-sided test at α/2; ``improved`` when also significantly
+better; ``regressed`` only when significantly worse and not non-inferior), ``equivalence`` (``equivalent``
+when the (1 - 2α) interval lies inside ±margin, TOST at α); else ``inconclusive``. A declared ``min_effect``
+is judged on the interval, not the point estimate.
 """
 
 from __future__ import annotations

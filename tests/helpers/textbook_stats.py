@@ -1,6 +1,6 @@
 """Statistics abh does not report, kept as references its tests compare the product's methods with: the
-asymptotic McNemar test, the Wald and Newcombe paired intervals, the unpaired z-test, the normal power formula,
-launch accuracies, and the error gate applied to any test."""
+asymptotic McNemar test, the Wald and Newcombe paired intervals, the unpaired z-test, the normal power
+formula, launch accuracies, and the error gate applied to any test."""
 
 from __future__ import annotations
 
@@ -136,10 +136,11 @@ def _direction(r: _Tested) -> int:
 
 def error_robust_test(a: ArmRuns, b: ArmRuns, test: Callable[[ArmRuns, ArmRuns], R],
                       alpha_gate: float = 0.05) -> ErrorRobust[R]:
-    """``test(a, b)`` on the questions both arms answered, gated as :func:`harness.stats.errorgate.error_gate` decides. ``test``
-    returns an object with ``delta`` and ``significant`` (e.g. a :class:`harness.stats.launchvar.LaunchAwareResult`;
-    close over the A/A control and α). With ``bound``, a direction stands only when both bounds (A's
-    unanswered right and B's wrong, and the reverse) give the same direction as the main test."""
+    """``test(a, b)`` on the questions both arms answered, gated as :func:`harness.stats.errorgate.error_gate`
+    decides. ``test`` returns an object with ``delta`` and ``significant`` (e.g. a
+    :class:`harness.stats.launchvar.LaunchAwareResult`; close over the A/A control and α). With ``bound``, a
+    direction stands only when both bounds (A's unanswered right and B's wrong, and the reverse) give the same
+    direction as the main test."""
     gate = error_gate(a, b, alpha_gate)
     main = test(a, b)
     d = _direction(main)
