@@ -15,9 +15,9 @@ positive). V = b + h with b = τ̂²_A/L_A + τ̂²_B/L_B (τ̂²_g = MS_L,g / n
 form; one with a single launch borrows the other's) and h = max(0, S²_d/n - e),
 e = (MS_E,A/L_A + MS_E,B/L_B)/n, the question x arm interaction. t = Δ̂ / sqrt(V) is referred to Student's
 t with Satterthwaite's df (:func:`combine_variance`, each launch term entering the df as :func:`df_weight`
-says); the interval inverts the same t, so "p < α" and "0 outside the CI" never disagree. With no configuration
-on two launches σ²_L cannot be estimated: the result is the question-level test (:mod:`.consistent`),
-qualified.
+says); the interval inverts the same t, so "p < α" and "0 outside the CI" never disagree. With no
+configuration on two launches σ²_L cannot be estimated: the result is the question-level test
+(:mod:`.consistent`), qualified.
 """
 
 from __future__ import annotations
