@@ -156,6 +156,11 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     rci = [float(delta - tc * se), float(delta + tc * se)] if math.isfinite(tc) else [-1.0, 1.0]
     base: LookFields = {**look, "bound": c, "alpha_spent": spent, "repeated_ci": rci}
     saved = max(0, d.max_repeats - repeats)
+
+    def decided(verdict: str | None, reason: str, sentence: str) -> LookDecision:
+        return LookDecision(**base, stop=verdict is not None, verdict=verdict, reason=reason, details=details,
+                            repeats_saved=saved if verdict else 0, sentence=sentence)
+
     base["p"] = p_eff = stagewise_p(d, repeats, z)
     bar = d.min_effect or 0.0
     crossed = abs(t) >= tc
@@ -164,10 +169,10 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     if crossed and beyond:
         word = "improved" if t > 0 else "regressed"
         eff = f", beyond the declared effect ±{100 * bar:.2f} pp" if d.min_effect is not None else ""
-        return LookDecision(**base, stop=True, verdict=word, reason="efficacy", repeats_saved=saved, details=details,
-                            sentence=f"{word} {where}: Δ = {_pp(delta)}, |t| = {abs(t):.2f} >= boundary {tc:.2f} "
-                                     f"(t, {df:.1f} df; z-scale {c:.2f}; stage-wise p = {p_eff:.3g}, α spent "
-                                     f"{spent:.3g} of {d.alpha:g}){eff}")
+        return decided(word, "efficacy",
+                       f"{word} {where}: Δ = {_pp(delta)}, |t| = {abs(t):.2f} >= boundary {tc:.2f} (t, "
+                       f"{df:.1f} df; z-scale {c:.2f}; stage-wise p = {p_eff:.3g}, α spent {spent:.3g} of "
+                       f"{d.alpha:g}){eff}")
     short = (f"; |t| = {abs(t):.2f} crossed {tc:.2f} but the repeated CI [{100 * rci[0]:+.2f}, "
              f"{100 * rci[1]:+.2f}] pp does not exclude effects smaller than the declared "
              f"{100 * bar:.2f} pp") if crossed else ""
@@ -184,35 +189,30 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
         details["p_noninferiority"], details["p_equivalence"] = p_lo, p_eq
         if d.hypothesis == "noninferiority" and t_lo >= te:
             base["p"] = p_lo
-            return LookDecision(**base, stop=True, verdict="noninferior", reason="noninferiority",
-                                repeats_saved=saved, details=details,
-                                sentence=f"noninferior {where}: Δ = {_pp(delta)} > -{100 * m:.2f} pp, t = "
-                                         f"{t_lo:.2f} >= boundary {te:.2f} (one-sided α {d.eq_alpha:g}; "
-                                         f"stage-wise p = {p_lo:.3g})")
+            return decided("noninferior", "noninferiority",
+                           f"noninferior {where}: Δ = {_pp(delta)} > -{100 * m:.2f} pp, t = {t_lo:.2f} >= "
+                           f"boundary {te:.2f} (one-sided α {d.eq_alpha:g}; stage-wise p = {p_lo:.3g})")
         if d.hypothesis != "noninferiority" and min(t_lo, t_hi) >= te:
             base["p"] = p_eq
-            return LookDecision(**base, stop=True, verdict="equivalent", reason="equivalence",
-                                repeats_saved=saved, details=details,
-                                sentence=f"equivalent {where}: Δ = {_pp(delta)} within ±{100 * m:.2f} pp, both "
-                                         f"one-sided t >= boundary {te:.2f} (α {d.eq_alpha:g} per side; "
-                                         f"stage-wise p = {p_eq:.3g})")
+            return decided("equivalent", "equivalence",
+                           f"equivalent {where}: Δ = {_pp(delta)} within ±{100 * m:.2f} pp, both one-sided t "
+                           f">= boundary {te:.2f} (α {d.eq_alpha:g} per side; stage-wise p = {p_eq:.3g})")
         if d.hypothesis == "noninferiority":
             base["p"] = p_lo
         elif d.hypothesis == "equivalence":
             base["p"] = p_eq
     if last:
         why = short or f", |t| = {abs(t):.2f} < boundary {tc:.2f}"
-        return LookDecision(**base, stop=True, verdict="inconclusive", reason="max_repeats", details=details,
-                            sentence=f"inconclusive after all {repeats} repeats: Δ = {_pp(delta)}{why}")
+        return decided("inconclusive", "max_repeats",
+                       f"inconclusive after all {repeats} repeats: Δ = {_pp(delta)}{why}")
     if d.futility and not d.tests_margin and t_info >= d.futility_from:
         band = float(d.futility_z()[repeats - d.min_repeats])
         if abs(z) < band:
-            return LookDecision(**base, stop=True, verdict="inconclusive", reason="futility", repeats_saved=saved,
-                                details=details,
-                                sentence=f"inconclusive (futility) {where}: Δ = {_pp(delta)}, |z| = {abs(z):.2f} "
-                                         f"< {band:.2f}: the remaining repeats could not plausibly reach a verdict")
-    return LookDecision(**base, stop=False, verdict=None, reason="continue", details=details,
-                        sentence=f"continue {where}" + (short or f": |t| = {abs(t):.2f} < boundary {tc:.2f}"))
+            return decided("inconclusive", "futility",
+                           f"inconclusive (futility) {where}: Δ = {_pp(delta)}, |z| = {abs(z):.2f} < "
+                           f"{band:.2f}: the remaining repeats could not plausibly reach a verdict")
+    return decided(None, "continue",
+                   f"continue {where}" + (short or f": |t| = {abs(t):.2f} < boundary {tc:.2f}"))
 
 
 #: verdicts a look stops with on a test (the error bounds must reach the same one)
