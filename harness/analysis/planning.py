@@ -282,11 +282,10 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
               per_repeat: PerRepeatCost | None = None, min_repeats: int = 1, spending: str = "obf",
               futility: bool = True, notes: Sequence[str] = (), *, launch_sigma2: float | None = None,
               noise_per_launch: float | None = None, aa_launches: int = 0, launch_source: str | None = None) -> Plan:
-    """The plan (:class:`Plan`) from n, σ² (the run-to-run discordance ψ), the
-    launch variance (``launch_sigma2``, σ²_L of a launch's accuracy; None: assumed 0, said so), the A/A
-    launches of the planned design and the cost of one repeat (a fresh launch of each arm). The fixed design
-    is the fewest launches per arm whose power under the verdict's own test (:func:`design_power`) reaches
-    ``power``."""
+    """The plan (:class:`Plan`) from n, σ² (the run-to-run discordance ψ), the launch variance
+    (``launch_sigma2``, σ²_L of a launch's accuracy; None: assumed 0, said so), the A/A launches of the planned
+    design and the cost of one repeat (a fresh launch of each arm). The fixed design is the fewest launches per
+    arm whose power under the verdict's own test (:func:`design_power`) reaches ``power``."""
     if sigma2 < 0 or n < 1:
         raise PlanError("need n >= 1 and a discordance >= 0")
     notes = list(notes)
