@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import bootstrap
 
-from harness import stats as S
+from harness.stats.repeats import cluster_bootstrap_ci
 
 
 def measure(fn: Callable[[], tuple[float, float]]) -> tuple[float, float, tuple[float, float]]:
@@ -52,7 +52,7 @@ def main() -> None:
     am, bm = a_runs.mean(axis=0), b_runs.mean(axis=0)
 
     def ours(B: int, method: str) -> Callable[[], tuple[float, float]]:
-        return lambda: S.cluster_bootstrap_ci(a_runs, b_runs, n_resamples=B, method=method, seed=1)
+        return lambda: cluster_bootstrap_ci(a_runs, b_runs, n_resamples=B, method=method, seed=1)
 
     def scipy_bca(B: int) -> Callable[[], tuple[float, float]]:
         def run() -> tuple[float, float]:

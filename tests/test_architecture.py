@@ -142,8 +142,7 @@ def _code_numbers(path: Path, value: float) -> list[int]:
 
 def test_each_default_has_one_owner():
     owners = {  # value -> (the modules allowed to spell it, why)
-        1319: {"tasks/gsm8k.py", "serving/settings.py",  # the test set's size; SGLang's default parallel
-               "stats/simulate.py"},  # the simulated designs' default size (stats takes no task dependency)
+        1319: {"tasks/gsm8k.py", "serving/settings.py"},  # the test set's size; SGLang's default parallel
     }
     for value, allowed in owners.items():
         where = {str(p.relative_to(HARNESS)) for p in _modules() if _code_numbers(p, value)}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers.docs import doc
+from helpers.question_looks import decide_look
 from helpers.rundirs import build_run_dir
 
 from harness.analysis.cost import EvalTime, LaunchTime, run_cost, sum_costs
@@ -22,7 +23,7 @@ from harness.report.headline import headline
 from harness.report.sweep_text import format_sweep
 from harness.results import schema
 from harness.results.schema import Cost, SequentialRecord
-from harness.stats.group_sequential import SequentialDesign, decide_look
+from harness.stats.group_sequential import SequentialDesign
 
 
 def _text(html: str) -> str:

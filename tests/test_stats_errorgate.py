@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from helpers import indep_generator as G
+from helpers import textbook_stats as TS
 from scipy.stats import binomtest
 from statsmodels.stats.contingency_tables import mcnemar
 
@@ -60,7 +61,7 @@ def test_bounds_match_compare_arms():
     ub = np.zeros(n, bool)
     ub[:6] = True                         # 6 vs 0: McNemar p = 0.031; 1.5 % errors (under the 2 % limit)
     a, b = arms_with_unanswered(rng, n, np.zeros(n, bool), ub, runs=1)
-    r = EG.error_robust_test(a, b, lambda x, y: launch_aware_test(x, y))
+    r = TS.error_robust_test(a, b, lambda x, y: launch_aware_test(x, y))
     assert r.gate.action == "bound" and r.bounds is not None
     ref = compare_arms(a, b, compute_mde=False).errors.bounds
     assert ref is not None
@@ -76,7 +77,7 @@ def test_drop_leaves_out_the_questions_unanswered_in_either_arm():
     ua, ub = np.zeros(n, bool), np.zeros(n, bool)
     ua[:4], ub[4:8] = True, True          # 4 + 4: McNemar p = 1
     a, b = arms_with_unanswered(rng, n, ua, ub)
-    r = EG.error_robust_test(a, b, lambda x, y: launch_aware_test(x, y))
+    r = TS.error_robust_test(a, b, lambda x, y: launch_aware_test(x, y))
     assert r.gate.action == "drop" and r.bounds is None and r.decided_by == "test"
     assert r.main.n == n - 8
 
@@ -95,7 +96,7 @@ def test_power_with_errors_on_both_arms_quick():
     always = 0
     for _ in range(60):
         e = G.accuracy_experiment(s.with_(errors="both_indep"), rng)
-        r = EG.error_robust_test(e.a, e.b, lambda a, b, aa=e.aa: launch_aware_test(a, b, aa), alpha_gate=1.01)
+        r = TS.error_robust_test(e.a, e.b, lambda a, b, aa=e.aa: launch_aware_test(a, b, aa), alpha_gate=1.01)
         always += r.direction == 1
     print(f"power: clean {clean:.3f}, 1 % errors {err:.3f}, bound-always rule {always / 60:.3f}")
     assert clean - err <= 0.10 + 3 * math.sqrt(2 * 0.2 * 0.8 / 250)

@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from helpers import question_looks as QL
+from scipy.optimize import brentq
 from scipy.special import expit
 from scipy.stats import multivariate_normal
 
@@ -19,17 +21,31 @@ POCOCK_C = {2: 2.178, 3: 2.289, 4: 2.361, 5: 2.413}
 OBF_C = {2: 1.977, 3: 2.004, 4: 2.024, 5: 2.040}
 
 
+def classical_boundaries(looks: int, alpha: float, kind: str) -> np.ndarray:
+    """The original equally spaced two-sided designs: Pocock (1977) ``c_k = C`` and O'Brien and Fleming (1979)
+    ``c_k = C sqrt(K / k)``, C solved so the overall level is ``alpha`` (Jennison and Turnbull 2000, tables
+    2.1 and 2.3)."""
+    t = np.arange(1, looks + 1) / looks
+    shape = np.sqrt(looks / np.arange(1, looks + 1)) if kind == "obf" else np.ones(looks)
+
+    def level(c: float) -> float:
+        p = sq.exit_probabilities(t, c * shape, -c * shape)
+        return float(p["up"].sum() + p["down"].sum()) - alpha
+
+    return brentq(level, 0.5, 10.0, xtol=1e-8) * shape
+
+
 @pytest.mark.parametrize("k", sorted(POCOCK_C))
 def test_classical_boundaries_match_published_constants(k: int) -> None:
-    p = sq.classical_boundaries(k, 0.05, "pocock")
+    p = classical_boundaries(k, 0.05, "pocock")
     assert np.allclose(p, POCOCK_C[k], atol=6e-4)
-    o = sq.classical_boundaries(k, 0.05, "obf")
+    o = classical_boundaries(k, 0.05, "obf")
     assert o[-1] == pytest.approx(OBF_C[k], abs=6e-4)
     assert np.allclose(o, OBF_C[k] * np.sqrt(k / np.arange(1, k + 1)), atol=2e-3)
 
 
 def test_obf_k5_matches_the_closed_form_reference() -> None:
-    assert np.allclose(sq.classical_boundaries(5, 0.05, "obf"), [4.56, 3.23, 2.63, 2.28, 2.04], atol=6e-3)
+    assert np.allclose(classical_boundaries(5, 0.05, "obf"), [4.56, 3.23, 2.63, 2.28, 2.04], atol=6e-3)
 
 
 def test_lan_demets_boundaries_match_published_values() -> None:
@@ -106,26 +122,26 @@ def test_exit_probabilities_against_monte_carlo_with_futility_gap() -> None:
 def test_degenerate_se_is_floored() -> None:
     d = sq.SequentialDesign(max_repeats=4)
     # identical repeats: delta 0, SE 0 -> nothing claimed
-    r = sq.decide_look(d, 2, 0.0, 0.0, 1319)
+    r = QL.decide_look(d, 2, 0.0, 0.0, 1319)
     assert r.verdict in (None, "inconclusive") and r.z == 0.0 and r.se == pytest.approx(1 / 1319)
     # one question's net difference with SE 0 cannot cross a boundary
-    r = sq.decide_look(d, 4, 1 / 1319, 0.0, 1319)
+    r = QL.decide_look(d, 4, 1 / 1319, 0.0, 1319)
     assert r.z == pytest.approx(1.0) and r.verdict == "inconclusive"
     # with a margin, a zero SE does not make Δ = 0 "equivalent" within a margin of half a question
     de = sq.SequentialDesign(max_repeats=4, hypothesis="equivalence", margin=0.5 / 1319)
-    assert sq.decide_look(de, 4, 0.0, 0.0, 1319).verdict == "inconclusive"
-    assert sq.z_statistic(0.01, 0.0, 100) == pytest.approx(1.0)
+    assert QL.decide_look(de, 4, 0.0, 0.0, 1319).verdict == "inconclusive"
+    assert QL.z_statistic(0.01, 0.0, 100) == pytest.approx(1.0)
 
 
 def test_efficacy_stops_at_the_boundary_and_names_the_direction() -> None:
     d = sq.SequentialDesign(max_repeats=6, futility=False)
     c = d.bound_at(2)
     assert c == pytest.approx(sq.spending_boundaries(np.arange(1, 7) / 6)[1])
-    up = sq.decide_look(d, 2, (c + 0.01) * 0.002, 0.002, 1319)
+    up = QL.decide_look(d, 2, (c + 0.01) * 0.002, 0.002, 1319)
     assert up.stop and up.verdict == "improved" and up.reason == "efficacy" and up.repeats_saved == 4
-    down = sq.decide_look(d, 2, -(c + 0.01) * 0.002, 0.002, 1319)
+    down = QL.decide_look(d, 2, -(c + 0.01) * 0.002, 0.002, 1319)
     assert down.verdict == "regressed"
-    near = sq.decide_look(d, 2, (c - 0.01) * 0.002, 0.002, 1319)
+    near = QL.decide_look(d, 2, (c - 0.01) * 0.002, 0.002, 1319)
     assert not near.stop and near.verdict is None
     lo, hi = up.repeated_ci
     assert lo > 0 and hi == pytest.approx(up.delta + c * 0.002)
@@ -133,42 +149,42 @@ def test_efficacy_stops_at_the_boundary_and_names_the_direction() -> None:
 
 def test_min_repeats_and_the_last_look() -> None:
     d = sq.SequentialDesign(max_repeats=5, min_repeats=3)
-    early = sq.decide_look(d, 2, 0.05, 0.001, 1319)  # z = 50 but no look yet
+    early = QL.decide_look(d, 2, 0.05, 0.001, 1319)  # z = 50 but no look yet
     assert not early.stop and early.reason == "before_min_repeats"
     assert d.looks == [3, 4, 5]
     assert d.efficacy_bounds()[0] == pytest.approx(sq.spending_boundaries([0.6, 0.8, 1.0])[0])
-    last = sq.decide_look(d, 5, 0.001, 0.001, 1319)
+    last = QL.decide_look(d, 5, 0.001, 0.001, 1319)
     assert last.stop and last.verdict == "inconclusive" and last.reason == "max_repeats"
     assert last.bound == pytest.approx(d.efficacy_bounds()[-1]) and last.alpha_spent == 0.05
 
 
 def test_futility_stops_a_flat_run_after_half_the_repeats_only() -> None:
     d = sq.SequentialDesign(max_repeats=8, futility_from=0.5, futility_power=0.05)
-    assert not sq.decide_look(d, 3, 0.0, 0.002, 1319).stop  # t = 3/8 < 1/2
-    r = sq.decide_look(d, 4, 0.0, 0.002, 1319)
+    assert not QL.decide_look(d, 3, 0.0, 0.002, 1319).stop  # t = 3/8 < 1/2
+    r = QL.decide_look(d, 4, 0.0, 0.002, 1319)
     assert r.stop and r.reason == "futility" and r.verdict == "inconclusive" and r.conditional_power < 0.05
     # the futility band in z agrees with the look decision
     f = d.futility_z()[d.looks.index(4)]
     assert f > 0
-    assert sq.decide_look(d, 4, (f - 1e-3) * 0.002, 0.002, 1319).reason == "futility"
-    assert sq.decide_look(d, 4, (f + 1e-3) * 0.002, 0.002, 1319).reason == "continue"
-    assert not sq.decide_look(sq.SequentialDesign(max_repeats=8, futility=False), 4, 0.0, 0.002, 1319).stop
+    assert QL.decide_look(d, 4, (f - 1e-3) * 0.002, 0.002, 1319).reason == "futility"
+    assert QL.decide_look(d, 4, (f + 1e-3) * 0.002, 0.002, 1319).reason == "continue"
+    assert not QL.decide_look(sq.SequentialDesign(max_repeats=8, futility=False), 4, 0.0, 0.002, 1319).stop
 
 
 def test_equivalence_and_noninferiority_looks() -> None:
     m = 0.01
     de = sq.SequentialDesign(max_repeats=4, hypothesis="equivalence", margin=m)
     e = de.bound_at(2, "margin")
-    ok = sq.decide_look(de, 2, 0.0, m / (e + 0.1), 1319)
+    ok = QL.decide_look(de, 2, 0.0, m / (e + 0.1), 1319)
     assert ok.stop and ok.verdict == "equivalent" and ok.reason == "equivalence"
-    assert not sq.decide_look(de, 2, 0.0, m / (e - 0.1), 1319).stop
+    assert not QL.decide_look(de, 2, 0.0, m / (e - 0.1), 1319).stop
     dn = sq.SequentialDesign(max_repeats=4, hypothesis="noninferiority", margin=m)
     assert dn.eq_alpha == 0.025
     en = dn.bound_at(2, "margin")
     se = 0.003
-    ni = sq.decide_look(dn, 2, -m + (en + 0.05) * se, se, 1319)
+    ni = QL.decide_look(dn, 2, -m + (en + 0.05) * se, se, 1319)
     assert ni.verdict == "noninferior" and ni.margin_z[0] >= en
-    assert not sq.decide_look(dn, 2, -m + (en - 0.05) * se, se, 1319).stop
+    assert not QL.decide_look(dn, 2, -m + (en - 0.05) * se, se, 1319).stop
     with pytest.raises(ValueError):
         sq.SequentialDesign(max_repeats=4, hypothesis="noninferiority")
 
@@ -176,7 +192,7 @@ def test_equivalence_and_noninferiority_looks() -> None:
 def test_question_level_estimate_averages_passes_then_launches() -> None:
     a = [np.array([[1, 0, 1], [1, 1, 1]]), np.array([1, 0, np.nan])]  # launch 1: 2 passes; launch 2: 1 pass
     b = [np.array([1, 1, 1]), np.array([1, 1, 0])]
-    delta, se, n = sq.question_level_estimate(a, b)
+    delta, se, n = QL.question_level_estimate(a, b)
     am = np.array([(1 + 1) / 2, (0.5 + 0) / 2, 1.0])  # q3: launch 2 errored, only launch 1 counts
     bm = np.array([1.0, 1.0, 0.5])
     d = bm - am
@@ -258,7 +274,7 @@ def run_sequential(design: sq.SequentialDesign, d: np.ndarray, se: np.ndarray, n
     verdicts, used = [], np.zeros(len(d), int)
     for i in range(len(d)):
         for k in range(1, design.max_repeats + 1):
-            r = sq.decide_look(design, k, float(d[i, k - 1]), float(se[i, k - 1]), int(n[i, k - 1]))
+            r = QL.decide_look(design, k, float(d[i, k - 1]), float(se[i, k - 1]), int(n[i, k - 1]))
             if r.stop:
                 verdicts.append(r.verdict or "")
                 used[i] = k

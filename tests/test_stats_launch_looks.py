@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 from helpers import indep_generator as G
+from helpers import question_looks as QL
 from scipy import stats as ss
 
 from harness.stats import group_sequential as sq
@@ -61,7 +62,7 @@ def test_with_infinite_df_it_is_the_question_level_decision():
     for k in range(1, 6):
         for delta in (-0.03, -0.01, 0.0, 0.012, 0.04):
             a = SL.decide_launch_look(d, k, est(delta, 0.01, 1e9))
-            b = sq.decide_look(d, k, delta, 0.01, 1319)
+            b = QL.decide_look(d, k, delta, 0.01, 1319)
             assert (a.stop, a.verdict) == (b.stop, b.verdict) or b.reason == "futility" or a.reason == "futility"
 
 

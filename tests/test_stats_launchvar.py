@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import indep_generator as G
+from helpers import textbook_stats as TS
 from scipy import stats as ss
 
 from harness.stats import ArmRuns
 from harness.stats import launchvar as LV
-from harness.stats.launches import launch_accuracies
 
 
 def normal_table(rng: np.random.Generator, L: int, n: int, su: float, se: float) -> np.ndarray:
@@ -103,7 +103,7 @@ def test_launch_term_is_welchs_t_over_launch_accuracies():
     for k in range(120):
         a, b, _ = binary_design(rng, 3, 4, 0, shift=0.3 if k % 2 else 0.05)
         r = LV.launch_aware_test(a, b)
-        la, lb = launch_accuracies(a), launch_accuracies(b)
+        la, lb = TS.launch_accuracies(a), TS.launch_accuracies(b)
         va, vb = np.var(la, ddof=1), np.var(lb, ddof=1)
         assert r.var_launch == pytest.approx(va / 3 + vb / 4, rel=1e-9)
         c = r.components
@@ -308,6 +308,16 @@ def test_launch_shift_false_positives_quick():
     assert r["disagree"].k == 0 and r["fallback"].k == 0
 
 
+def _planned_se(sigma2_launch: float | tuple[float, float], noise_per_launch: float | tuple[float, float],
+                heterogeneity: float, launches_a: int, launches_b: int) -> float:
+    """The SE of Δ̂ for L_A and L_B launches from a run's components: sqrt((σ²_L,A + σ²_e,A/n)/L_A
+    + (σ²_L,B + σ²_e,B/n)/L_B + h); one number is both configurations'."""
+    s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
+    e2 = noise_per_launch if isinstance(noise_per_launch, tuple) else (noise_per_launch, noise_per_launch)
+    return math.sqrt((max(s2[0], 0.0) + max(e2[0], 0.0)) / launches_a
+                     + (max(s2[1], 0.0) + max(e2[1], 0.0)) / launches_b + max(heterogeneity, 0.0))
+
+
 def test_planned_se_reproduces_the_observed_se():
     rng = np.random.default_rng(12)
     a, b, aa = binary_design(rng, 3, 3, 2, shift=0.3)
@@ -316,9 +326,10 @@ def test_planned_se_reproduces_the_observed_se():
     assert c is not None
     s2 = [m / c.questions - e / r.n for m, e in zip(c.ms_launch_by_group, c.ms_resid_by_group, strict=True)]
     noise = [e / r.n for e in c.ms_resid_by_group]
-    se = LV.planned_se((s2[0], s2[1]), (noise[0], noise[1]), r.var_heterogeneity, 3, 3)
+    se = _planned_se((s2[0], s2[1]), (noise[0], noise[1]), r.var_heterogeneity, 3, 3)
     assert se == pytest.approx(r.se, rel=1e-6) or min(s2) < 0
-    assert LV.planned_se(c.sigma2, c.ms_resid / r.n, 0.0, 6, 6) < LV.planned_se(c.sigma2, c.ms_resid / r.n, 0.0, 3, 3)
+    noise_one = c.ms_resid / r.n
+    assert _planned_se(c.sigma2, noise_one, 0.0, 6, 6) < _planned_se(c.sigma2, noise_one, 0.0, 3, 3)
 
 
 @pytest.mark.parametrize(("la", "lb", "laa", "says"), [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import textbook_stats as TS
 from scipy.stats import binomtest, bootstrap
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
@@ -11,6 +12,12 @@ from statsmodels.stats.proportion import proportion_confint
 
 from harness import stats as S
 from harness.stats import tango
+from harness.stats.equivalence import t_tost
+from harness.stats.launches import heterogeneity_q
+from harness.stats.mde import mde_paired_exact, mde_t, power_paired_exact
+from harness.stats.multiple import benjamini_hochberg, holm
+from harness.stats.resample import bca_interval, bootstrap_means, jackknife_means
+from harness.stats.tango import effective_table, score_interval, score_p, score_z
 
 
 def random_tables(rng: np.random.Generator, m: int) -> np.ndarray:
@@ -45,7 +52,7 @@ def test_mcnemar_asymptotic_matches_statsmodels():
     rng = np.random.default_rng(2)
     t = random_tables(rng, 300)
     for corr in (False, True):
-        ours = S.mcnemar_asymptotic(t[:, 1], t[:, 2], correction=corr)
+        ours = TS.mcnemar_asymptotic(t[:, 1], t[:, 2], correction=corr)
         for (both, b, c, neither), p in zip(t, ours, strict=True):
             if b + c == 0:
                 continue
@@ -75,9 +82,9 @@ def test_holm_and_bh_match_statsmodels(holm_cases: int):
         if m > 3:
             p[1] = p[0]  # ties
         if it < holm_cases:  # statsmodels' holm is slow (~50 ms a call): 10 cases in the default run, 40 slow
-            np.testing.assert_allclose(S.holm(p), multipletests(p, method="holm")[1], atol=1e-12)
-        np.testing.assert_allclose(S.benjamini_hochberg(p), multipletests(p, method="fdr_bh")[1], atol=1e-12)
-        np.testing.assert_allclose(S.adjust(p, "bh"), S.benjamini_hochberg(p))
+            np.testing.assert_allclose(holm(p), multipletests(p, method="holm")[1], atol=1e-12)
+        np.testing.assert_allclose(benjamini_hochberg(p), multipletests(p, method="fdr_bh")[1], atol=1e-12)
+        np.testing.assert_allclose(S.adjust(p, "bh"), benjamini_hochberg(p))
 
 
 def test_two_proportion_z_matches_statsmodels():
@@ -86,7 +93,7 @@ def test_two_proportion_z_matches_statsmodels():
     for _ in range(100):
         n = rng.integers(20, 2000, 2)
         k = rng.binomial(n, rng.uniform(0.05, 0.95))
-        ours = float(S.two_proportion_z_test(k[0], n[0], k[1], n[1]))
+        ours = float(TS.two_proportion_z_test(k[0], n[0], k[1], n[1]))
         ref = proportions_ztest(k[::-1], n[::-1])[1]
         assert ours == pytest.approx(ref, rel=1e-9)
 
@@ -123,8 +130,8 @@ def test_bca_matches_scipy_on_same_resamples():
 
     rng = np.random.default_rng(7)
     x = rng.gamma(1.0, size=80)
-    theta_b = S.bootstrap_means(x, 5000, seed=1)
-    ours = S.bca_interval(theta_b, float(x.mean()), S.jackknife_means(x), alpha=0.1)
+    theta_b = bootstrap_means(x, 5000, seed=1)
+    ours = bca_interval(theta_b, float(x.mean()), jackknife_means(x), alpha=0.1)
     kw = {"xp": np} if "xp" in inspect.signature(_resampling._bca_interval).parameters else {}
     alphas = _resampling._bca_interval((x,), lambda v, axis=-1: v.mean(axis), axis=-1, alpha=0.05,
                                        theta_hat_b=theta_b, batch=None, **kw)[:2]
@@ -134,13 +141,13 @@ def test_bca_matches_scipy_on_same_resamples():
 
 def test_bootstrap_is_seeded_and_chunking_invariant_in_distribution():
     x = np.random.default_rng(0).integers(0, 2, 300).astype(float)
-    a = S.bootstrap_means(x, 3000, seed=5)
-    b = S.bootstrap_means(x, 3000, seed=5)
+    a = bootstrap_means(x, 3000, seed=5)
+    b = bootstrap_means(x, 3000, seed=5)
     np.testing.assert_array_equal(a, b)
-    c = S.bootstrap_means(x, 3000, seed=5, max_elems=1000)   # many small chunks
+    c = bootstrap_means(x, 3000, seed=5, max_elems=1000)   # many small chunks
     assert c.shape == a.shape
     assert abs(c.std() - a.std()) < 0.1 * a.std()
-    two = S.bootstrap_means(np.column_stack([x, 1 - x]), 500, seed=1)
+    two = bootstrap_means(np.column_stack([x, 1 - x]), 500, seed=1)
     np.testing.assert_allclose(two.sum(axis=1), 1.0)
 
 
@@ -167,7 +174,7 @@ def test_newcombe_paired_matches_reference_transcription():
     rng = np.random.default_rng(8)
     t = random_tables(rng, 300)
     t = t[t.sum(axis=1) > 0]
-    lo, hi = S.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+    lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
     for (both, a_only, b_only, neither), l_, h_ in zip(t, lo, hi, strict=True):
         # variable 1 = arm B (right = row 1), variable 2 = arm A
         rl, rh = _newcombe_scalar(both, b_only, a_only, neither)
@@ -246,27 +253,27 @@ def test_tango_at_zero_is_mcnemar_and_interval_inverts_the_test():
     for both, b, c, neither in random_tables(rng, 120):
         n = both + b + c + neither
         if b + c:
-            z = float(S.score_z(b, c, n, 0.0))
+            z = float(score_z(b, c, n, 0.0))
             sm = mcnemar(np.array([[both, b], [c, neither]]), exact=False, correction=False).statistic
             assert z**2 == pytest.approx(sm, rel=1e-9)
-        lo, hi = (float(x) for x in S.score_interval(b, c, n, 0.05))
+        lo, hi = (float(x) for x in score_interval(b, c, n, 0.05))
         assert lo <= (c - b) / n <= hi
         for bound in (lo, hi):
             if -1 < bound < 1:
-                assert float(S.score_p(b, c, n, bound)) == pytest.approx(0.05, abs=1e-6)
+                assert float(score_p(b, c, n, bound)) == pytest.approx(0.05, abs=1e-6)
     # closed form with no discordant pair: ±z²/(n + z²)
     z2 = float(ndtri(0.975)) ** 2
-    lo, hi = S.score_interval(0, 0, 1319)
+    lo, hi = score_interval(0, 0, 1319)
     assert float(hi) == pytest.approx(z2 / (1319 + z2), rel=1e-9) and float(lo) == pytest.approx(-float(hi))
 
 
 def test_effective_table_of_one_run_is_the_table_and_deff_matches_the_variance():
     d = np.r_[np.zeros(100), -np.ones(7), np.ones(12)]
-    t = S.effective_table(d)
+    t = effective_table(d)
     assert (t["b"], t["c"], t["n"], t["deff"]) == (pytest.approx(7), pytest.approx(12), pytest.approx(119), pytest.approx(1))
     rng = np.random.default_rng(15)
     d = (rng.integers(0, 4, 500) - rng.integers(0, 4, 500)) / 3
-    t = S.effective_table(d)
+    t = effective_table(d)
     # the effective table's binomial variance of Δ equals the sample variance of the mean of d
     var_tab = (t["b"] + t["c"] - (t["c"] - t["b"]) ** 2 / t["n"]) / t["n"] ** 2
     assert var_tab == pytest.approx(np.var(d) / d.size, rel=1e-9)
@@ -282,7 +289,7 @@ def test_cochrans_q_matches_statsmodels():
         L, n = int(rng.integers(2, 6)), int(rng.integers(20, 400))
         p = rng.uniform(0.2, 0.9, n)
         y = (rng.random((L, n)) < p + rng.normal(0, 0.05, (L, 1))).astype(float)
-        q, df, used = S.heterogeneity_q(y)
+        q, df, used = heterogeneity_q(y)
         ref = cochrans_q(y.T)
         assert q == pytest.approx(ref.statistic, rel=1e-9) and df == ref.df and used == n
 
@@ -303,10 +310,10 @@ def _power_by_enumeration(n: int, psi_noise: float, effect: float, alpha: float)
 
 def test_exact_power_matches_trinomial_enumeration_and_simulation():
     for n, psi, eff in ((60, 0.1, 0.08), (120, 0.03, 0.05), (200, 0.0, 0.04)):
-        assert S.power_paired_exact(n, psi, eff) == pytest.approx(_power_by_enumeration(n, psi, eff, 0.05), abs=1e-9)
+        assert power_paired_exact(n, psi, eff) == pytest.approx(_power_by_enumeration(n, psi, eff, 0.05), abs=1e-9)
     n, psi = 1319, 0.02
-    mde = S.mde_paired_exact(n, psi)
-    assert S.power_paired_exact(n, psi, mde) == pytest.approx(0.8, abs=2e-4)
+    mde = mde_paired_exact(n, psi)
+    assert power_paired_exact(n, psi, mde) == pytest.approx(0.8, abs=2e-4)
     rng = np.random.default_rng(17)
     t = rng.multinomial(n, [psi / 2, psi / 2 + mde, 1 - psi - mde], size=20000)
     sim = np.mean(S.mcnemar_midp(t[:, 0], t[:, 1]) < 0.05)
@@ -314,7 +321,7 @@ def test_exact_power_matches_trinomial_enumeration_and_simulation():
     # the normal formula's MDE at a total discordance of 2 %: the exact test has 76.6 % power there (the
     # issue's figure), which is why the MDE is computed for the test used
     d = S.mde_paired(n, 0.02)
-    assert S.power_paired_exact(n, 0.02 - d, d, mid_p=False) == pytest.approx(0.766, abs=0.002)
+    assert power_paired_exact(n, 0.02 - d, d, mid_p=False) == pytest.approx(0.766, abs=0.002)
 
 
 def test_mde_t_and_t_tost_match_statsmodels():
@@ -323,12 +330,12 @@ def test_mde_t_and_t_tost_match_statsmodels():
 
     for nobs in (10, 30, 200):
         es = TTestPower().solve_power(effect_size=None, nobs=nobs, alpha=0.05, power=0.8)
-        assert S.mde_t(1 / np.sqrt(nobs), nobs - 1) == pytest.approx(es, rel=0.03)
+        assert mde_t(1 / np.sqrt(nobs), nobs - 1) == pytest.approx(es, rel=0.03)
     rng = np.random.default_rng(18)
     for _ in range(20):
         x = rng.normal(rng.uniform(-0.01, 0.01), 0.01, int(rng.integers(5, 40)))
         se = x.std(ddof=1) / np.sqrt(x.size)
-        r = S.t_tost(float(x.mean()), float(se), x.size - 1, margin=0.01)
+        r = t_tost(float(x.mean()), float(se), x.size - 1, margin=0.01)
         p_ref = ttost_paired(x, np.zeros(x.size), -0.01, 0.01)[0]
         assert r.p_equivalence == pytest.approx(p_ref, rel=1e-9)
 
@@ -381,7 +388,7 @@ def test_score_interval_array_and_scalar_paths_agree():
     rng = np.random.default_rng(20)
     t = random_tables(rng, 200)
     n = t.sum(axis=1)
-    lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
+    lo, hi = score_interval(t[:, 1], t[:, 2], n)
     for i in range(0, 200, 7):
-        lo1, hi1 = S.score_interval(int(t[i, 1]), int(t[i, 2]), int(n[i]))
+        lo1, hi1 = score_interval(int(t[i, 1]), int(t[i, 2]), int(n[i]))
         assert float(lo1) == pytest.approx(lo[i], abs=1e-12) and float(hi1) == pytest.approx(hi[i], abs=1e-12)

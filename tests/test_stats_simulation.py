@@ -11,12 +11,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import score_simulator as SIM
+from helpers import textbook_stats as TS
 
 from harness import stats as S
-from harness.stats import simulate as SIM
+from harness.stats.equivalence import score_tost
+from harness.stats.multiple import benjamini_hochberg, holm
+from harness.stats.proportions import z_crit
+from harness.stats.repeats import cluster_bootstrap_ci
+from harness.stats.resample import bca_interval, bootstrap_means, jackknife_means, percentile_interval
+from harness.stats.tango import score_interval
 
 EXPS = 2000
 ALPHA = 0.05
+
+
+def naive_run_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, n_resamples: int,
+                           seed: np.random.Generator) -> tuple[float, float]:
+    """WRONG ON PURPOSE (for demonstration and tests): treats the R·n (run, question) pairs as independent
+    and resamples them. It ignores that runs of one question share that question's effect, so its interval
+    is too narrow whenever the effect differs between questions."""
+    a, b = np.atleast_2d(np.asarray(a_runs, dtype=float)), np.atleast_2d(np.asarray(b_runs, dtype=float))
+    if a.shape != b.shape:
+        raise ValueError("naive run-level resampling needs the same number of runs per arm")
+    d = (b - a).ravel()
+    return percentile_interval(bootstrap_means(d, n_resamples, seed), 0.05)
 
 
 def mc_upper(rate: float = ALPHA, exps: int = EXPS) -> float:
@@ -44,10 +63,10 @@ def test_null_false_positive_rates_single_run():
     b, c = t[:, 1], t[:, 2]
     exact = np.mean(S.mcnemar_exact(b, c) < ALPHA)
     midp = np.mean(S.mcnemar_midp(b, c) < ALPHA)
-    asym = np.mean(S.mcnemar_asymptotic(b, c) < ALPHA)
-    lo, hi = S.newcombe_paired_ci(t[:, 0], b, c, t[:, 3])
+    asym = np.mean(TS.mcnemar_asymptotic(b, c) < ALPHA)
+    lo, hi = TS.newcombe_paired_ci(t[:, 0], b, c, t[:, 3])
     newc = np.mean((lo > 0) | (hi < 0))
-    wlo, whi = S.paired_wald_ci(b, c, 500)
+    wlo, whi = TS.paired_wald_ci(b, c, 500)
     wald = np.mean((wlo > 0) | (whi < 0))
     print(f"FPR exact {exact:.4f} mid-p {midp:.4f} asymptotic {asym:.4f} Newcombe {newc:.4f} Wald {wald:.4f}")
     assert exact <= mc_upper()
@@ -65,15 +84,15 @@ def test_unpaired_z_test_false_positive_rate():
     rng = np.random.default_rng(13)
     ka = rng.binomial(800, 0.85, EXPS)
     kb = rng.binomial(800, 0.85, EXPS)
-    r = np.mean(S.two_proportion_z_test(ka, 800, kb, 800) < ALPHA)
+    r = np.mean(TS.two_proportion_z_test(ka, 800, kb, 800) < ALPHA)
     assert 0.035 <= r <= 0.065
 
 
 def test_multiple_testing_error_rates_under_global_null():
     rng = np.random.default_rng(15)
     p = rng.uniform(0, 1, (EXPS, 10))
-    fwer = np.mean([np.any(S.holm(row) < ALPHA) for row in p])
-    fdr = np.mean([np.any(S.benjamini_hochberg(row) < ALPHA) for row in p])  # = FDR under the global null
+    fwer = np.mean([np.any(holm(row) < ALPHA) for row in p])
+    fdr = np.mean([np.any(benjamini_hochberg(row) < ALPHA) for row in p])  # = FDR under the global null
     unadjusted = np.mean(np.any(p < ALPHA, axis=1))
     assert fwer <= mc_upper() and fdr <= mc_upper()
     assert unadjusted > 0.3
@@ -87,7 +106,7 @@ def _score_tost_at_the_margin(exps: int) -> tuple[float, float]:
     t = tables(rng, n, [0.78, (psi + margin) / 2, (psi - margin) / 2, 0.10], exps=exps)
     ni = eq = 0
     for row in t:
-        r = S.score_tost(int(row[1]), int(row[2]), n, margin, ALPHA)
+        r = score_tost(int(row[1]), int(row[2]), n, margin, ALPHA)
         ni += r.noninferior
         eq += r.equivalent
     print(f"at Δ = -margin ({exps} experiments): non-inferior {ni / exps:.4f}, equivalent {eq / exps:.4f}")
@@ -114,7 +133,7 @@ def test_score_tost_error_rates_at_the_margin():
 def test_score_tost_shows_equivalence_with_no_difference_and_enough_questions():
     rng = np.random.default_rng(17)
     t0 = tables(rng, 5000, [0.78, 0.06, 0.06, 0.10], exps=300)
-    shown = np.mean([S.score_tost(int(r[1]), int(r[2]), 5000, 0.02).equivalent for r in t0])
+    shown = np.mean([score_tost(int(r[1]), int(r[2]), 5000, 0.02).equivalent for r in t0])
     assert shown > 0.9
 
 
@@ -125,18 +144,18 @@ def _paired_coverage(boot_exps: int) -> dict[str, float]:
     n, probs = 300, [0.75, 0.06, 0.09, 0.10]
     true = probs[2] - probs[1]
     t = tables(rng, n, probs)
-    lo, hi = S.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+    lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
     cov = {"newcombe": np.mean((lo <= true) & (true <= hi))}
-    lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
+    lo, hi = score_interval(t[:, 1], t[:, 2], n)
     cov["tango"] = np.mean((lo <= true) & (true <= hi))
     pct = bca = 0
     for row in t[:boot_exps]:
         a, b = vectors(row)
         d = b - a
-        theta_b = S.bootstrap_means(d, 999, seed=rng)
-        lo_, hi_ = S.percentile_interval(theta_b)
+        theta_b = bootstrap_means(d, 999, seed=rng)
+        lo_, hi_ = percentile_interval(theta_b)
         pct += lo_ <= true <= hi_
-        lo_, hi_ = S.bca_interval(theta_b, float(d.mean()), S.jackknife_means(d))
+        lo_, hi_ = bca_interval(theta_b, float(d.mean()), jackknife_means(d))
         bca += lo_ <= true <= hi_
     cov["percentile"] = pct / boot_exps
     cov["bca"] = bca / boot_exps
@@ -165,9 +184,9 @@ def test_tango_covers_where_newcombe_overcovers_with_few_discordant_pairs():
     for delta in (0.0, 0.0025):
         probs = [0.9 - (psi - delta) / 2, (psi - delta) / 2, (psi + delta) / 2, 0.1 - (psi + delta) / 2]
         t = tables(rng, n, probs, exps=6000)
-        lo, hi = S.score_interval(t[:, 1], t[:, 2], n)
+        lo, hi = score_interval(t[:, 1], t[:, 2], n)
         tango = np.mean((lo <= delta) & (delta <= hi))
-        lo, hi = S.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+        lo, hi = TS.newcombe_paired_ci(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
         newc = np.mean((lo <= delta) & (delta <= hi))
         print(f"ψ 0.5 %, Δ {delta}: Tango {tango:.4f}, Newcombe {newc:.4f}")
         assert 0.94 <= tango <= 0.96 and newc > 0.97
@@ -187,9 +206,9 @@ def _cluster_and_naive_coverage(exps: int) -> tuple[float, float]:
     cluster = naive = 0
     for _ in range(exps):
         a, b = _heterogeneous_runs(rng, n, R)
-        lo, hi = S.cluster_bootstrap_ci(a, b, n_resamples=500, method="percentile", seed=rng)
+        lo, hi = cluster_bootstrap_ci(a, b, n_resamples=500, method="percentile", seed=rng)
         cluster += lo <= 0 <= hi
-        lo, hi = S.naive_run_bootstrap_ci(a, b, n_resamples=500, seed=rng)
+        lo, hi = naive_run_bootstrap_ci(a, b, n_resamples=500, seed=rng)
         naive += lo <= 0 <= hi
     print(f"coverage of true Δ = 0 ({exps} experiments): cluster {cluster / exps:.4f}, naive run-level {naive / exps:.4f}")
     return cluster / exps, naive / exps
@@ -216,7 +235,7 @@ def test_power_at_paired_mde():
     n, psi = 1000, 0.10
     mde = S.mde_paired(n, psi)
     t = tables(rng, n, [0.80, (psi - mde) / 2, (psi + mde) / 2, 0.10])
-    asym = np.mean(S.mcnemar_asymptotic(t[:, 1], t[:, 2]) < ALPHA)
+    asym = np.mean(TS.mcnemar_asymptotic(t[:, 1], t[:, 2]) < ALPHA)
     exact = np.mean(S.mcnemar_exact(t[:, 1], t[:, 2]) < ALPHA)
     print(f"power at paired MDE {100 * mde:.2f} pp: asymptotic {asym:.3f}, exact {exact:.3f}")
     assert 0.73 <= asym <= 0.87
@@ -229,7 +248,7 @@ def test_power_at_unpaired_mde():
     mde = S.mde_unpaired(n, p)
     ka = rng.binomial(n, p - mde / 2, EXPS)
     kb = rng.binomial(n, p + mde / 2, EXPS)
-    power = np.mean(S.two_proportion_z_test(ka, n, kb, n) < ALPHA)
+    power = np.mean(TS.two_proportion_z_test(ka, n, kb, n) < ALPHA)
     assert 0.73 <= power <= 0.87
 
 
@@ -243,7 +262,7 @@ def test_power_at_repeats_mde_and_repeats_needed():
     b = (rng.random((EXPS, R, n)) < q + mde).mean(axis=1)
     d = b - a
     z = d.mean(axis=1) / (d.std(axis=1, ddof=1) / np.sqrt(n))
-    power = np.mean(np.abs(z) > S.z_crit())
+    power = np.mean(np.abs(z) > z_crit())
     print(f"power at repeats MDE {100 * mde:.2f} pp (psi_AA {psi_aa:.3f}, R {R}): {power:.3f}")
     assert 0.73 <= power <= 0.87
     assert S.repeats_needed(mde, n, psi_aa) == R
@@ -251,7 +270,7 @@ def test_power_at_repeats_mde_and_repeats_needed():
     runs = (rng.random((6, n)) < q).astype(float)
     w = S.within_arm_psi(S.ArmRuns.one_launch_per_run(runs))
     assert w.value == pytest.approx(psi_aa, abs=0.02) and w.source == "across launches"
-    assert S.power_at(mde, np.sqrt(psi_aa / (n * R))) == pytest.approx(0.8, abs=0.001)
+    assert TS.power_at(mde, np.sqrt(psi_aa / (n * R))) == pytest.approx(0.8, abs=0.001)
 
 
 # ------------------------------------------------------------------------------ calibration of the verdict

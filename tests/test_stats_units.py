@@ -8,99 +8,103 @@ import numpy as np
 import pytest
 
 from harness import stats as S
+from harness.stats.equivalence import score_tost, t_tost
+from harness.stats.resample import bootstrap_means
+from harness.stats.tango import score_interval
+from harness.stats.verdict import VERDICTS, Evidence, decide
 
 
 def ev(delta: float, p: float, ci: tuple[float, float], *, tost_ci: tuple[float, float] | None = None,
        p_eq: float | None = None, p_ni: float | None = None, mde: float | None = 0.011,
-       p_floor: float | None = None) -> S.Evidence:
-    return S.Evidence(delta=delta, p=p, test="sign-flip", ci=ci, ci_method="score interval", ci_tost=tost_ci,
+       p_floor: float | None = None) -> Evidence:
+    return Evidence(delta=delta, p=p, test="sign-flip", ci=ci, ci_method="score interval", ci_tost=tost_ci,
                       p_equivalence=p_eq, p_noninferiority=p_ni, mde=mde, p_floor=p_floor)
 
 
 def test_verdict_rules_superiority():
-    assert S.decide(ev(0.02, 0.001, (0.01, 0.03))).word == "improved"
-    assert S.decide(ev(-0.02, 0.001, (-0.03, -0.01))).word == "regressed"
-    v = S.decide(ev(0.003, 0.54, (-0.006, 0.011)))
+    assert decide(ev(0.02, 0.001, (0.01, 0.03))).word == "improved"
+    assert decide(ev(-0.02, 0.001, (-0.03, -0.01))).word == "regressed"
+    v = decide(ev(0.003, 0.54, (-0.006, 0.011)))
     assert v.word == "inconclusive" and "1.10 pp" in v.reason and v.basis == "superiority"
     assert "95 % score interval" in v.reason
     # the level of the interval follows alpha
-    v = S.decide(ev(0.003, 0.54, (-0.006, 0.011)), alpha=0.1)
+    v = decide(ev(0.003, 0.54, (-0.006, 0.011)), alpha=0.1)
     assert "90 % score interval" in v.reason and "95 %" not in v.reason
-    v = S.decide(ev(0.003, 0.54, (-0.006, 0.011), tost_ci=(-0.004, 0.009), p_eq=0.01), margin=0.02)
+    v = decide(ev(0.003, 0.54, (-0.006, 0.011), tost_ci=(-0.004, 0.009), p_eq=0.01), margin=0.02)
     assert v.word == "equivalent" and v.basis == "equivalence" and "90 % score interval" in v.reason
-    v = S.decide(ev(0.003, 0.54, (-0.006, 0.011), tost_ci=(-0.004, 0.009), p_eq=0.3), margin=0.002)
+    v = decide(ev(0.003, 0.54, (-0.006, 0.011), tost_ci=(-0.004, 0.009), p_eq=0.3), margin=0.002)
     assert v.word == "inconclusive" and "±0.20 pp" in v.reason
     # the test and the interval disagree: no direction claimed
-    v = S.decide(ev(0.003, 0.04, (-0.0001, 0.011)))
+    v = decide(ev(0.003, 0.04, (-0.0001, 0.011)))
     assert v.word == "inconclusive" and "includes 0" in v.reason
     # not comparable beats everything
-    v = S.decide(ev(0.05, 1e-9, (0.04, 0.06)), failures=["side check of arm B failed"])
+    v = decide(ev(0.05, 1e-9, (0.04, 0.06)), failures=["side check of arm B failed"])
     assert v.word == "not_comparable" and "side check" in v.reason and v.basis is None
-    v = S.decide(ev(0.05, 1e-9, (0.04, 0.06)), error_rate=0.03, max_error_rate=0.02)
+    v = decide(ev(0.05, 1e-9, (0.04, 0.06)), error_rate=0.03, max_error_rate=0.02)
     assert v.word == "not_comparable" and "3.00 %" in v.reason
-    assert set(S.VERDICTS) == {"improved", "regressed", "equivalent", "noninferior", "inconclusive",
+    assert set(VERDICTS) == {"improved", "regressed", "equivalent", "noninferior", "inconclusive",
                                "not_comparable", "identical", "differs", "not_deterministic"}
     with pytest.raises(ValueError):
-        S.decide(ev(0, 1, (-1, 1)), hypothesis="noninferiority")      # needs a margin
+        decide(ev(0, 1, (-1, 1)), hypothesis="noninferiority")      # needs a margin
     with pytest.raises(ValueError):
-        S.decide(ev(0, 1, (-1, 1)), hypothesis="bigger")
+        decide(ev(0, 1, (-1, 1)), hypothesis="bigger")
 
 
 def test_declared_effect_is_judged_on_the_interval_not_the_point_estimate():
     # point estimate above the declared 1 pp, interval reaching below it: not shown
-    v = S.decide(ev(0.015, 0.001, (0.006, 0.024)), min_effect=0.01)
+    v = decide(ev(0.015, 0.001, (0.006, 0.024)), min_effect=0.01)
     assert v.word == "inconclusive" and "declared effect" in v.reason
-    assert S.decide(ev(0.025, 1e-6, (0.012, 0.038)), min_effect=0.01).word == "improved"
-    assert S.decide(ev(-0.025, 1e-6, (-0.038, -0.012)), min_effect=0.01).word == "regressed"
-    assert S.decide(ev(0.005, 0.001, (0.002, 0.008)), min_effect=0.01).word == "inconclusive"
+    assert decide(ev(0.025, 1e-6, (0.012, 0.038)), min_effect=0.01).word == "improved"
+    assert decide(ev(-0.025, 1e-6, (-0.038, -0.012)), min_effect=0.01).word == "regressed"
+    assert decide(ev(0.005, 0.001, (0.002, 0.008)), min_effect=0.01).word == "inconclusive"
 
 
 def test_noninferiority_is_a_verdict():
     kw = {"hypothesis": "noninferiority", "margin": 0.01}
     # the issue's table: CI [+0.04, +1.82] pp, not significant two-sided at the same level? -> noninferior
-    v = S.decide(ev(0.0093, 0.06, (-0.0004, 0.0182), p_ni=1e-5), **kw)
+    v = decide(ev(0.0093, 0.06, (-0.0004, 0.0182), p_ni=1e-5), **kw)
     assert v.word == "noninferior" and v.basis == "noninferiority" and "0.025" in v.reason
     # a significant -0.5 pp inside a 1 pp margin is noninferior, not regressed, and says it is lower
-    v = S.decide(ev(-0.005, 0.01, (-0.0088, -0.0012), p_ni=0.005), **kw)
+    v = decide(ev(-0.005, 0.01, (-0.0088, -0.0012), p_ni=0.005), **kw)
     assert v.word == "noninferior" and "significantly lower" in v.reason
     # significantly better: improved (superiority implies non-inferiority)
-    assert S.decide(ev(0.02, 1e-4, (0.01, 0.03), p_ni=1e-9), **kw).word == "improved"
+    assert decide(ev(0.02, 1e-4, (0.01, 0.03), p_ni=1e-9), **kw).word == "improved"
     # significantly worse beyond the margin: regressed
-    assert S.decide(ev(-0.02, 1e-4, (-0.03, -0.012), p_ni=0.9), **kw).word == "regressed"
+    assert decide(ev(-0.02, 1e-4, (-0.03, -0.012), p_ni=0.9), **kw).word == "regressed"
     # neither shown
-    v = S.decide(ev(-0.002, 0.5, (-0.012, 0.008), p_ni=0.04), **kw)
+    v = decide(ev(-0.002, 0.5, (-0.012, 0.008), p_ni=0.04), **kw)
     assert v.word == "inconclusive" and "non-inferiority not shown" in v.reason and v.basis == "noninferiority"
     # superiority question with the same numbers does not say noninferior
-    assert S.decide(ev(-0.005, 0.01, (-0.0088, -0.0012), p_ni=0.005), margin=0.01).word == "regressed"
+    assert decide(ev(-0.005, 0.01, (-0.0088, -0.0012), p_ni=0.005), margin=0.01).word == "regressed"
 
 
 def test_equivalence_hypothesis_puts_equivalence_first():
     e = ev(0.004, 0.01, (0.001, 0.007), tost_ci=(0.0015, 0.0065), p_eq=1e-6)
-    assert S.decide(e, margin=0.01).word == "improved"
-    assert S.decide(e, margin=0.01, hypothesis="equivalence").word == "equivalent"
-    v = S.decide(ev(0.0, 0.9, (-0.02, 0.02), tost_ci=(-0.015, 0.015), p_eq=0.4), margin=0.01,
+    assert decide(e, margin=0.01).word == "improved"
+    assert decide(e, margin=0.01, hypothesis="equivalence").word == "equivalent"
+    v = decide(ev(0.0, 0.9, (-0.02, 0.02), tost_ci=(-0.015, 0.015), p_eq=0.4), margin=0.01,
                  hypothesis="equivalence")
     assert v.word == "inconclusive" and v.basis == "equivalence"
 
 
 def test_tost_cases():
     # score form: the seed's worked example, margin 2 pp
-    r = S.score_tost(10, 14, 1319, margin=0.02)
+    r = score_tost(10, 14, 1319, margin=0.02)
     assert r.equivalent and r.noninferior and r.ci_level == pytest.approx(0.9)
     assert -0.02 < r.ci[0] < 0 < r.ci[1] < 0.02 and r.noninferiority_alpha == 0.025
     # a zero-discordance table of 20 questions shows nothing at 0.5 pp: the score interval is wide
-    r = S.score_tost(0, 0, 20, margin=0.005)
+    r = score_tost(0, 0, 20, margin=0.005)
     assert r.ci[0] < -0.05 and r.ci[1] > 0.05 and not r.equivalent and not r.noninferior
-    assert S.score_tost(0, 0, 200, margin=0.02).equivalent
+    assert score_tost(0, 0, 200, margin=0.02).equivalent
     # t form
-    r = S.t_tost(0.001, 0.002, 30, margin=0.01)
+    r = t_tost(0.001, 0.002, 30, margin=0.01)
     assert r.equivalent and r.noninferior
-    r = S.t_tost(-0.008, 0.004, 30, margin=0.01)
+    r = t_tost(-0.008, 0.004, 30, margin=0.01)
     assert not r.noninferior and not r.equivalent
-    r = S.t_tost(0.0, 0.0, 4, margin=0.01)                    # SE 0 over launches: nothing shown
+    r = t_tost(0.0, 0.0, 4, margin=0.01)                    # SE 0 over launches: nothing shown
     assert not r.equivalent and not r.noninferior and r.p_equivalence == 1.0
     with pytest.raises(ValueError):
-        S.score_tost(1, 1, 10, margin=0)
+        score_tost(1, 1, 10, margin=0)
 
 
 def test_score_tost_p_values_agree_with_the_interval():
@@ -110,18 +114,18 @@ def test_score_tost_p_values_agree_with_the_interval():
         t = rng.multinomial(n, rng.dirichlet([3, 0.5, 0.5, 1]))
         margin = float(rng.uniform(0.002, 0.2))
         alpha = float(rng.choice([0.01, 0.05, 0.1]))
-        r = S.score_tost(int(t[1]), int(t[2]), n, margin=margin, alpha=alpha)
-        lo2, _ = S.score_interval(int(t[1]), int(t[2]), n, alpha)
+        r = score_tost(int(t[1]), int(t[2]), n, margin=margin, alpha=alpha)
+        lo2, _ = score_interval(int(t[1]), int(t[2]), n, alpha)
         assert (r.p_noninferiority < alpha / 2) == r.noninferior == (float(lo2) > -margin)
         assert (r.p_equivalence < alpha) == r.equivalent
-    r, m = S.score_tost(3, 7, 100, 0.05), S.score_tost(7, 3, 100, 0.05)
+    r, m = score_tost(3, 7, 100, 0.05), score_tost(7, 3, 100, 0.05)
     assert r.p_noninferiority == pytest.approx(m.p_nonsuperiority)
 
 
 def test_more_repeats_never_weaken_equivalence():
     """Equivalence shown on one run per arm stays shown when the runs are repeated verbatim (no new
     evidence: the same interval) or on fresh launches (a narrower interval)."""
-    from harness.stats.simulate import Noise, SimDesign, experiment
+    from tests.helpers.score_simulator import Noise, SimDesign, experiment
 
     rng = np.random.default_rng(4)
     a3, b3 = experiment(rng, SimDesign("3 launches", 3, 1), Noise("launch", 0.02, 0.0), n=1319)
@@ -176,7 +180,7 @@ def test_psi_aa_is_pooled_evenly_and_warns_when_repeats_share_a_launch():
 def test_bootstrap_memory_is_bounded_by_chunking():
     x = np.random.default_rng(0).integers(0, 6, 1319) / 5
     tracemalloc.start()
-    S.bootstrap_means(x, 20_000, seed=1)
+    bootstrap_means(x, 20_000, seed=1)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     # 20k means (0.16 MB) + one chunk of ~1M indices and values; an unchunked draw would need > 300 MB
@@ -206,7 +210,7 @@ def test_detectable_floor_matches_the_tests():
 
 def test_verdict_refuses_equivalence_on_a_zero_width_interval():
     e = ev(0.0, 1.0, (0.0, 0.0), tost_ci=(0.0, 0.0), p_eq=0.0)
-    v = S.decide(e, margin=0.005)
+    v = decide(e, margin=0.005)
     assert v.word == "inconclusive" and "[+0.00, +0.00] pp" in v.reason
 
 
@@ -216,7 +220,7 @@ def test_p_value_at_monte_carlo_floor_is_a_bound():
     assert S.format_p(0.5413, floor) == "p = 0.541"
     assert S.format_p(floor) == "p = 0.0001"
     assert S.format_p(0.0) == "p < 1e-300"
-    v = S.decide(ev(0.1, floor, (0.05, 0.15), p_floor=floor))
+    v = decide(ev(0.1, floor, (0.05, 0.15), p_floor=floor))
     assert v.word == "improved" and "p < 0.0001" in v.reason and "p = " not in v.reason
 
 

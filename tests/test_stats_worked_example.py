@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import textbook_stats as TS
 
 from harness import stats as S
 from harness.analysis.planning import power_figures
+from harness.stats.mde import mde_paired_exact, z_sum
+from harness.stats.tango import score_interval
 
 N = 1319
 
@@ -19,12 +22,12 @@ def test_unpaired_interval():
 
 def test_exact_mcnemar_and_paired_se():
     assert float(S.mcnemar_exact(10, 14)) == pytest.approx(0.54, abs=0.005)
-    assert 100 * float(S.paired_se(10, 14, N)) == pytest.approx(0.37, abs=0.005)
+    assert 100 * float(TS.paired_se(10, 14, N)) == pytest.approx(0.37, abs=0.005)
     assert float(S.mcnemar_midp(10, 14)) < float(S.mcnemar_exact(10, 14))
 
 
 def test_mde_and_repeats():
-    assert S.z_sum() == pytest.approx(2.8016, abs=1e-4)
+    assert z_sum() == pytest.approx(2.8016, abs=1e-4)
     p = (1247 + 1251) / (2 * N)
     assert 100 * S.mde_unpaired(N, p) == pytest.approx(2.5, abs=0.1)
     assert round(100 * S.mde_paired(N, 0.02), 1) == 1.1
@@ -44,10 +47,10 @@ def test_table_level_results_from_vectors():
     assert t.delta == pytest.approx(4 / N)
     lo, hi = S.paired_bootstrap_ci(a, b, seed=0)
     assert lo < 0 < hi and hi - lo == pytest.approx(2 * 1.96 * 0.0037, rel=0.2)
-    nlo, nhi = S.newcombe_paired_ci(t.both, t.a_only, t.b_only, t.neither)
+    nlo, nhi = TS.newcombe_paired_ci(t.both, t.a_only, t.b_only, t.neither)
     assert nlo < 0 < nhi
     d = b.astype(float) - a.astype(float)
     assert S.signflip_test(d, mid_p=False).p == pytest.approx(0.5413, abs=1e-4)   # the exact McNemar p
     assert S.signflip_test(d).p == pytest.approx(float(S.mcnemar_midp(10, 14)))    # the verdict's mid-p
-    lo, hi = S.score_interval(10, 14, N)
-    assert lo < 0 < hi and S.mde_paired_exact(N, 20 / N) == pytest.approx(0.0127, abs=2e-4)
+    lo, hi = score_interval(10, 14, N)
+    assert lo < 0 < hi and mde_paired_exact(N, 20 / N) == pytest.approx(0.0127, abs=2e-4)

@@ -1,23 +1,11 @@
-"""What a run cost in GPU time: per arm and in total, from per-launch and per-eval timings (pure functions).
+"""What a run cost in GPU time: per arm and in total, from per-launch and per-eval timings, as
+:class:`harness.results.schema.Cost` records (``summary.json`` ``cost``; docs/statistics.md, "GPU-hours to a
+verdict").
 
-A **launch** is one server start: ``launch_s`` from spawn to ready, ``server_s`` from spawn until the
-server was stopped (its GPUs held), ``gpus`` it held. An **eval** is one pass over the questions on a
-running server: ``eval_s`` its wall time. Per arm (``a``, ``b``, and ``aa`` only when the A/A control had
-launches of its own; A/A evals served by arm A's servers count in ``a``)::
-
-    {"launches": 2, "evals": 2, "launch_s": 3600.0, "eval_s": 410.2, "server_s": 4100.7, "gpus": 8,
-     "gpu_hours": 9.113}
-
-``gpu_hours`` = sum over the arm's launches of ``server_s * gpus / 3600``; ``total`` sums the arms
-(``gpus`` there is the most any one launch held). :func:`sum_costs` adds the costs of a sweep's jobs. The
-results are :class:`harness.results.schema.Cost` records.
-
-GPUs of an engine (:func:`count_gpus`): ``engine.gpus`` when set; else, for the GPU engines (sglang,
-vllm), TP x PP x DP from the server flags (``--tp``/``--tp-size``/``--tensor-parallel-size``,
-``--pp``/``--pp-size``/``--pipeline-parallel-size``, ``--dp``/``--dp-size``/``--data-parallel-size``;
-SGLang's ``--enable-dp-attention`` runs the DP ranks inside the TP group, so DP then adds none); else the
-devices listed in ``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES``; else 1 for
-a GPU engine and 0 for CPU, simulated and external engines.
+A **launch** is one server start: ``launch_s`` spawn to ready, ``server_s`` spawn to stopped (its GPUs held),
+``gpus``; an **eval** one pass over the questions, ``eval_s`` its wall time. ``gpu_hours`` sums
+``server_s * gpus / 3600`` over an arm's launches (``aa`` only when the A/A control had launches of its own);
+``total`` sums the arms. GPUs of an engine: :func:`count_gpus`.
 """
 
 from __future__ import annotations
@@ -79,9 +67,9 @@ def _visible(env: Mapping[str, Any]) -> int | None:
 
 def count_gpus(engine: Mapping[str, Any], args: Sequence[str] = (), env: Mapping[str, Any] | None = None
                ) -> tuple[int, str]:
-    """(GPUs an arm's server holds, how that was found). ``engine`` is the merged engine config (``kind``,
-    ``args``, ``env``, optional ``gpus``); ``args`` / ``env`` are the arm's own flags and variables, which
-    come after (and win over) the engine's."""
+    """(GPUs an arm's server holds, how that was found): ``engine.gpus`` when set; else for SGLang and vLLM TP
+    x PP x DP from the flags (DP attention runs inside TP: no DP), else the visible devices, else 1; 0 for the
+    other engines. ``args`` / ``env`` are the arm's own, after (and winning over) the engine's."""
     explicit = engine.get("gpus")
     if explicit is not None:
         v = int(explicit)
@@ -239,17 +227,12 @@ def _launches(record: Mapping[str, Any]) -> list[Any]:
 
 def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None = None,
                        gpus: Mapping[str, int] | None = None) -> Cost:
-    """The cost of a recorded run, from ``manifest.json`` (and each eval's ``summary.json`` under
-    ``run_dir`` for its wall time), with ``estimated`` listing what had to be inferred (an upper bound:
-    the gap before ready also holds the harness's own work and the previous server's stop).
-
-    Per launch it reads ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs): ``launch_s`` (or ``ready - spawned``),
-    ``server_s`` (or ``stopped - spawned``), ``gpus`` and ``role``. Older runs do not record them; then
-    ``ready`` comes from the instance id (``<key>@<epoch>``), ``launch_s`` is the gap between the previous
-    event (session start, the end of an eval, another server ready) and ready, ``server_s`` is ``launch_s`` plus the
-    evals it served, the role is that of its first eval, and GPUs come from ``gpus`` (by arm key) or the
-    run's config (:func:`count_gpus`).
-    """
+    """The cost of a recorded run from ``manifest.json`` (each eval's wall time from its ``summary.json``
+    under ``run_dir``). Per launch ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs) gives
+    ``launch_s``, ``server_s``, ``gpus`` and ``role``; what older runs lack is estimated and listed in
+    ``estimated`` (an upper bound): ready from the id (``<key>@<epoch>``), ``launch_s`` the gap since the
+    previous event, ``server_s`` that plus the evals it served, GPUs from ``gpus`` (by arm key) or the run's
+    config."""
     estimated: set[str] = set()
     evals = manifest.get("evals") or {}
     arms = manifest.get("arms") or {}

@@ -1,12 +1,7 @@
-"""Does a server answer the same question the same way twice? The share of identical outputs across the passes
-of one arm.
-
-At temperature 0 a server is expected to repeat itself, pass after pass, at least on one launch; how often it
-does not is the run-to-run noise that ψ_AA (the within-arm discordance of correctness) summarises. But ψ only
-sees answers that flip between right and wrong: a server that answers at random is wrong every time and has
-ψ = 0, which reads as "no noise". The share of byte-identical outputs says what ψ cannot: 0 % at temperature 0
-is flagged (nondeterministic, or not answering the question at all), and the figure is reported within one
-launch and across launches, next to ψ in ``comparison.json`` (``identical_outputs``) and the terminal summary.
+"""Does a server answer the same question the same way twice? The share of byte-identical outputs across the
+passes of one arm, within one launch and across launches (``comparison.json`` ``identical_outputs``). ψ only
+sees answers that flip between right and wrong (a server answering at random is always wrong: ψ = 0); 0 %
+identical at temperature 0 is flagged.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""A computed ``divergence`` object kept beside its reference pass, reused while its inputs are unchanged.
-
-:func:`harness.analysis.divergence.compute_divergence` reads every scoring pass of a run token by token; ``abh
-compare`` on a finished run would redo what ``abh run`` just did. So the run stores the result in the reference
-pass's directory (:data:`CACHE`) under a key: a digest of every input the result is a function of:
-
-* the content of each pass's ``scores.json``, ``scores.parquet`` and ``samples.jsonl`` (the greedy texts), by role
-  (reference, compared, floor, further launches: the same files in other roles are another key);
-* the parameters (alpha, resamples, seed, reference arm, ...), defaults filled in;
-* the source of the code that computes it (this package's divergence, statistics and score readers): a result
-  computed by another version of abh is never reused.
-
-A lookup with any other key computes afresh. The stored result names the pass directories as the computing
-process was given them; a reuse puts the directories it was given in their place (a run directory moved or
-copied reads the same). A cache file that is unreadable, not abh's, or reached through a link is ignored.
+"""A computed ``divergence`` object kept beside its reference pass (:data:`CACHE`), reused while its inputs
+are unchanged, so ``abh compare`` on a finished run does not reread every scoring pass. The key digests every
+input: each pass's ``scores.json``, ``scores.parquet`` and ``samples.jsonl`` by role, the parameters with
+their defaults, and the source of the code that computes it (another version of abh never reuses a result). A
+reuse puts the pass directories it was given in place of the stored ones; an unreadable, foreign or linked
+cache is ignored.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""The CI gate: ``--fail-on`` turns a verdict the caller refuses into exit 7, and the exit code of a comparison.
-
-One pure decision used by ``abh compare``, ``abh run`` and ``abh ab``:
-
-- ``regressed``: fail when the verdict is ``regressed``;
-- ``not-noninferior``: fail unless B is shown not worse than A: ``noninferior``, ``equivalent``, ``improved`` or
-  (the no-op proof) ``identical`` pass, anything else (``regressed``, ``inconclusive``, ``not_comparable``,
-  ``differs``, ``not_deterministic``) fails;
-- ``any-difference``: fail when the arms are shown to differ: ``improved``, ``regressed`` or ``differs``.
-
-A verdict word the gate does not know (a newer abh's) fails whatever ``fail_on`` says: a gate fails closed.
-
-An instances-only verdict (one launch per configuration: it is about the two server instances, and a launch-wide
-accuracy shift cannot be told from the change) is not gated on: the exit code is as if no ``--fail-on`` matched,
-and :func:`gate_not_applied` says why, naming the flag that states the assumption it needs
-(``--assume-no-launch-shift``, recorded in the comparison's ``assumptions``), which makes it gated again.
+"""The CI gate: ``--fail-on`` turns a verdict the caller refuses into exit 7, and the exit code of a
+comparison, one decision for ``abh compare``, ``abh run`` and ``abh ab``: ``regressed`` fails on
+``regressed``; ``not-noninferior`` fails unless B is shown not worse (``noninferior``, ``equivalent``,
+``improved``, ``identical``); ``any-difference`` fails on ``improved``, ``regressed`` or ``differs``. An
+unknown verdict word fails whatever ``fail_on`` says (the gate fails closed). An instances-only verdict (one
+launch per configuration) is not gated on unless ``--assume-no-launch-shift`` states the assumption it needs
+(:func:`gate_not_applied`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""The no-op proof (``stats.hypothesis=identical``): is arm B's output bit-identical to arm A's, on an engine whose
-A/A floor is exactly zero?
+"""The no-op proof (``stats.hypothesis=identical``): is arm B's output bit-identical to arm A's, on an engine
+whose A/A floor is exactly zero (docs/statistics.md, "The no-op proof")?
 
-1. **The floor.** Every other pass of arm A (its repeats, the A/A control's, on their own launches) must give
-   A's first pass's outputs byte for byte, and, where scoring passes ran, the A/A floor pass must give the
-   reference pass's tokens, logprobs and top-k exactly. If not, the engine is not deterministic here: verdict
-   ``not_deterministic``, naming the first difference (question, position, both tokens). That is no failure of
-   the change; it only means no difference between A and B can be pinned on it.
-2. **A against B.** ``identical`` when every pass of B gives A's outputs on all n questions every pass
-   answered, with the exact one-sided upper bound on the per-question difference rate
-   (:func:`harness.stats.exact_bound.upper_bound`: 0 of 1319 -> 0.23 % at 95 %); else ``differs``, with every
-   differing question listed.
-
-Each question whose outputs part is a :class:`Parting`: the first differing character and each side's word
-there; where the reference pass (A scoring its own text) and the other side's pass on the same text ran, the
-token position, both candidate tokens (the reference token; the other side's argmax on the shared prefix) and
-the reference pass's logprob gap between them: a near-tie (gap <= ``near_tie_nats``) or a real divergence.
+First the floor: every other pass of arm A, and the A/A floor's scoring pass, must repeat A's first pass
+exactly, else ``not_deterministic`` naming the first difference. Then ``identical`` with the exact one-sided
+upper bound on the per-question difference rate (:func:`harness.stats.exact_bound.upper_bound`), else
+``differs``. Each question whose outputs part is a :class:`Parting`, its first diverging token classified a
+near-tie or a divergence by the reference pass's logprob gap where the scoring passes ran.
 """
 
 from __future__ import annotations

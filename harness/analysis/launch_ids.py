@@ -1,13 +1,8 @@
-"""Which server launch each stored eval ran on, as the comparison counts launches.
-
-``abh run`` and ``abh ab`` record it (``launch`` in eval.json; evals of older abh ``instance``). A standalone
-``abh eval`` records none. A missing id is not a new launch: a pass does not restart a server, and counting each
-pass as a launch of its own takes pass-to-pass noise for launch-to-launch noise, a verdict far too sure of itself
-when launches shift accuracy. So, within one configuration (arm A with its A/A evals, or arm B), evals without an
-id are counted as ONE launch per server, the server told by the URL eval.json records (as ``abh ab`` counts a
-server it did not start: :func:`harness.serving.settings.url_identity`). When the server cannot be told (no URL),
-the comparison is refused, naming the flag that says how they ran: ``--launches-from-passes`` counts each such
-eval as a launch of its own. A lone eval without an id in its configuration is one launch either way.
+"""Which server launch each stored eval ran on, as the comparison counts launches (``launch`` in eval.json,
+older ``instance``; a standalone ``abh eval`` records none). A missing id is not a new launch (a pass restarts
+no server): within one configuration, evals without an id count as one launch per server URL
+(:func:`harness.serving.settings.url_identity`); without a URL the comparison is refused unless
+``--launches-from-passes`` counts each such eval as its own launch.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Several tasks compared on the same launches: a verdict per task and one overall decision, the family-wise
-error rate controlled across the tasks by Holm's step-down procedure.
+error rate controlled across the tasks by Holm's step-down procedure (whatever their dependence;
+``tests/test_multitask.py`` checks it in simulation).
 
-Each task has its own comparison (:func:`harness.analysis.comparison.compare_dirs`, its own paired test). Then:
-
-- every task's two-sided superiority p is adjusted by Holm across the m tasks (a task whose verdict rested on
-  another test, or on none, counts with p = 1: that only makes the others' adjustment stricter);
-- a task's ``improved`` / ``regressed`` stands only when its adjusted p is below α (``verdict_holm``; otherwise
-  ``inconclusive``); its other verdicts are unchanged;
-- the overall decision: ``not_comparable`` when any task is; else ``regressed`` when any task's adjusted verdict
-  is (a regression anywhere is one; improvements elsewhere are named in the reason); else, for the claims of no
-  difference, the intersection-union rule (each task must show it at α, which needs no adjustment): with the
-  non-inferiority question, ``noninferior`` (``improved`` when some task also improved) only when every task is
-  non-inferior, equivalent or improved, else ``inconclusive``; otherwise ``improved`` when any task's adjusted
-  verdict is, ``equivalent`` when every task is equivalent, else ``inconclusive``.
-
-Under the null on every task the overall decision claims a difference with probability at most α (Holm's
-guarantee, whatever the dependence between the tasks: they share launches and servers); ``tests/test_multitask.py``
-checks it in simulation.
+Each task has its own comparison. Its two-sided superiority p is Holm-adjusted across the m tasks (a verdict
+that rested on another test counts with p = 1), and its ``improved`` / ``regressed`` stands only when the
+adjusted p is below α (``verdict_holm``). Overall: ``not_comparable`` when any task is; else ``regressed``
+when any task's adjusted verdict is; else the claims of no difference by the intersection-union rule (every
+task must show it at α): ``noninferior`` (``improved`` when some task also improved) under the non-inferiority
+question, otherwise ``improved`` when any task is, ``equivalent`` when every task is, else ``inconclusive``.
 """
 
 from __future__ import annotations

@@ -1,55 +1,13 @@
-"""The plan behind ``abh power`` (:mod:`harness.cli.power`): repeats and GPU-hours needed to detect an effect, for
-the fixed and the sequential design.
+"""The plan behind ``abh power`` (:mod:`harness.cli.power`): repeats and GPU-hours needed to detect an effect,
+for the fixed and the sequential design, from a finished run (``--from RUN_DIR``: its evals' scores, times,
+GPUs) or from numbers (``--n``/``--p``/``--discordance``). ``--effect`` and ``--margin`` are in percentage
+points, accuracy and discordance fractions; the JSON (kind ``abh.plan``, :class:`Plan`) is in fractions, with
+``effect_pp``.
 
-Two ways in:
-
-- ``abh power --from RUN_DIR --effect PP [--json]`` reads a finished run (its evals' scores, eval.json /
-  summary.json, manifest.json) and plans from what it measured: questions n, accuracy, run-to-run
-  discordance ψ within each arm (between arms as a fallback), and per-launch / per-eval times and GPUs;
-- ``abh power --n N --p P [--discordance PSI] [--repeats R] [--effect PP] [--json]``: the figures from
-  numbers (no run), as before; with ``--discordance`` and ``--effect`` it adds the plan.
-
-``--effect`` (and ``--margin`` elsewhere) is in **percentage points**; accuracy ``--p`` and discordance
-``--discordance`` are fractions. JSON output is in fractions, with ``effect_pp`` beside ``effect``.
-
-The model (a fresh launch of both arms per repeat): the per-question B - A difference of one repeat has
-variance σ² = ψ (the within-arm discordance of runs on different launches, pooled evenly over the arms:
-each arm's run variance is ψ_arm / 2). With R repeats the question-level Δ has SE sqrt(σ² / (n R)).
-
-- fixed: R = ceil((z_{1-α/2} + z_power)² σ² / (n effect²)) (:func:`harness.stats.repeats_needed`);
-- sequential (:mod:`harness.stats.group_sequential`, a look after every repeat): the smallest ``max_repeats``
-  whose power, by recursive integration with futility included, reaches the target; ``expected`` repeats
-  under the effect, ``expected_if_null`` under no effect, ``worst`` = ``max_repeats``.
-
-GPU-hours per repeat = sum over the arms of GPUs x (launch + eval + stop seconds) / 3600, from the run's
-cost records (:func:`harness.analysis.cost.cost_from_manifest`) or the ``--launch-s``/``--eval-s``/``--gpus``
-overrides (a rehearsal on the simulator has no GPUs; give the real box's numbers).
-
-JSON (``--from`` or with ``--discordance`` and ``--effect``)::
-
-    {"schema_version": 1, "kind": "abh.plan", "source": RUN_DIR | null, "simulated": bool,
-     "effect_pp": 0.3, "effect": 0.003, "alpha": 0.05, "power": 0.8, "n": 1319,
-     "accuracy": {"a": 0.945, "b": 0.948} | null,
-     "noise": {"sigma2": 0.02, "source": "...", "psi_within": {"a": .., "b": ..}, "psi_between": ..,
-               "fresh_launch_pairs": 2, "same_launch_pairs": 0},
-     "per_repeat": {"launch_s": {"a": .., "b": ..}, "eval_s": {..}, "stop_s": {..}, "gpus": {..},
-                    "gpu_hours": 0.9, "wall_s": 3700.0, "source": "recorded" | "estimated: ..." | "..."},
-     "fixed": {"repeats": 14, "power": 0.8, "gpu_hours": .., "wall_hours": ..,
-               "gpu_hours_one_launch_per_arm": ..},
-     "sequential": {"design": {"spending": "obf", "min_repeats": 1, "max_repeats": 15, "futility": true,
-                               "futility_power": 0.02, "futility_from": 0.5, "bounds": [...]},
-                    "power": 0.8, "repeats": {"expected": .., "expected_if_null": .., "worst": 15},
-                    "gpu_hours": {"expected": .., "expected_if_null": .., "worst": ..},
-                    "wall_hours": {...}} | null,
-     "repeats": {"fixed": 14, "sequential_expected": .., "sequential_expected_if_null": ..,
-                 "sequential_worst": 15},
-     "gpu_hours": {"fixed": .., "sequential_expected": .., "sequential_expected_if_null": ..,
-                   "sequential_worst": ..},
-     "scoring": {"passes": 3, "wall_s": .., "gpu_hours": .., "note": ".."} | null  (--from a run that scored),
-     "notes": ["..."]}
-
-Without ``--discordance`` or ``--effect`` (``--n``/``--p`` only) the JSON is the MDE figures of
-:func:`power_figures` (``mde_unpaired``, ``mde_paired``, ``mde_repeats``, ``repeats_needed``, ...).
+The fixed design is the fewest launches per arm whose power under the verdict's own test reaches the target
+(:func:`design_power`); the sequential one the smallest ``max_repeats`` whose power, by recursive integration
+with futility, reaches it (:func:`sequential_plan`). A repeat costs a fresh launch, an eval and a stop of each
+arm (:func:`per_repeat_cost`). The model and its calibration: docs/statistics.md, "GPU-hours to a verdict".
 """
 
 from __future__ import annotations
@@ -150,18 +108,9 @@ class FixedPlan(TypedDict):
     gpu_hours_one_launch_per_arm: float | None
 
 
-class PlanRepeats(TypedDict):
-    fixed: int
-    sequential_expected: float | None
-    sequential_expected_if_null: float | None
-    sequential_worst: int | None
-
-
-class PlanGpuHours(TypedDict):
-    fixed: float | None
-    sequential_expected: float | None
-    sequential_expected_if_null: float | None
-    sequential_worst: float | None
+#: ``repeats`` and ``gpu_hours`` of a plan: ``fixed``, ``sequential_expected``,
+#: ``sequential_expected_if_null``, ``sequential_worst``
+PlanFigures = dict[str, float | None]
 
 
 class PerRepeatCost(TypedDict):
@@ -216,7 +165,7 @@ class PlanScoring(TypedDict):
 
 
 class Plan(TypedDict):
-    """The plan (``abh power --json``, kind ``abh.plan``; the module docstring shows it). ``source`` to
+    """The plan (``abh power --json``, kind ``abh.plan``). ``source`` to
     ``scoring``: a plan from a run (:func:`plan_from_run`)."""
 
     schema_version: int
@@ -228,8 +177,8 @@ class Plan(TypedDict):
     n: int
     fixed: FixedPlan
     sequential: SequentialPlan | None
-    repeats: PlanRepeats
-    gpu_hours: PlanGpuHours
+    repeats: PlanFigures
+    gpu_hours: PlanFigures
     per_repeat: PerRepeatCost | None
     notes: list[str]
     source: NotRequired[str]
@@ -266,10 +215,8 @@ def power_figures(n: int, p: float, discordance: float | None = None, repeats: i
 REFERENCE = ("the comparison's launch-aware t-test: Welch's launch term, Satterthwaite's df (one launch per arm "
              "and no A/A launch: the question-level test); launch shifts with Student-t(3) tails")
 #: the launch shifts' tails the plan assumes (:data:`harness.stats.launchvar.LAUNCH_TAILS`): a few launches
-#: cannot tell their shape. With heavy tails the launch variance of a few launches is usually below its mean,
-#: so the verdict rejects more often than under normal shifts of the same variance: the plan with normal
-#: tails was 6-9 points below the power achieved under t3 shifts of sd 0.15 at 2-4 launches per arm (greedy
-#: generator, 2000 experiments; docs/calibration.md); under normal shifts the t3 plan is as far above.
+#: cannot tell their shape, and planning with normal tails fell short of the power under t3
+#: (docs/calibration.md)
 PLAN_TAILS = "t3"
 #: launches per arm shown in ``launch.power_by_launches``
 SHOWN_LAUNCHES = range(1, 7)
@@ -335,11 +282,10 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
               per_repeat: PerRepeatCost | None = None, min_repeats: int = 1, spending: str = "obf",
               futility: bool = True, notes: Sequence[str] = (), *, launch_sigma2: float | None = None,
               noise_per_launch: float | None = None, aa_launches: int = 0, launch_source: str | None = None) -> Plan:
-    """The plan (see the module docstring for its JSON shape) from n, σ² (the run-to-run discordance ψ), the
-    launch variance (``launch_sigma2``, σ²_L of a launch's accuracy; None: assumed 0, said so), the A/A
-    launches of the planned design and the cost of one repeat (a fresh launch of each arm). The fixed design
-    is the fewest launches per arm whose power under the verdict's own test (:func:`design_power`) reaches
-    ``power``."""
+    """The plan (:class:`Plan`) from n, σ² (the run-to-run discordance ψ), the launch variance
+    (``launch_sigma2``, σ²_L of a launch's accuracy; None: assumed 0, said so), the A/A launches of the planned
+    design and the cost of one repeat (a fresh launch of each arm). The fixed design is the fewest launches per
+    arm whose power under the verdict's own test (:func:`design_power`) reaches ``power``."""
     if sigma2 < 0 or n < 1:
         raise PlanError("need n >= 1 and a discordance >= 0")
     notes = list(notes)
@@ -389,8 +335,6 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
         notes.append("a fixed design that keeps one launch per arm for all its repeats costs "
                      f"{gpu_hours(one)} GPU-hours instead of {gpu_hours(every)}, "
                      "but cannot tell a launch-wide shift from the change: the plan launches afresh per repeat")
-    sr = seq["repeats"] if seq else None
-    sg = seq["gpu_hours"] if seq else None
     if seq is not None:
         notes.append("the sequential design uses a normal approximation with the launch variance known; the fixed "
                      "design uses the verdict's own t reference")
@@ -399,16 +343,18 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
         "schema_version": SCHEMA_VERSION, "kind": KIND, "effect_pp": 100 * effect, "effect": effect,
         "alpha": alpha, "power": power, "n": n,
         "fixed": fixed, "sequential": seq,
-        "repeats": {"fixed": r_fixed, "sequential_expected": None if sr is None else sr["expected"],
-                    "sequential_expected_if_null": None if sr is None else sr["expected_if_null"],
-                    "sequential_worst": None if sr is None else sr["worst"]},
-        "gpu_hours": {"fixed": fixed["gpu_hours"], "sequential_expected": None if sg is None else sg["expected"],
-                      "sequential_expected_if_null": None if sg is None else sg["expected_if_null"],
-                      "sequential_worst": None if sg is None else sg["worst"]},
+        "repeats": _beside(r_fixed, seq["repeats"] if seq else None),
+        "gpu_hours": _beside(fixed["gpu_hours"], seq["gpu_hours"] if seq else None),
         "per_repeat": None if per_repeat is None else per_repeat.copy(),
         "notes": notes,
         "launch": lp,
     }
+
+
+def _beside(fixed: float | None, seq: SequentialRepeats | SequentialHours | None) -> PlanFigures:
+    """The fixed design's figure beside the sequential one's (expected, expected if null, worst)."""
+    return {"fixed": fixed, **{f"sequential_{k}": None if seq is None else seq[k]
+                               for k in ("expected", "expected_if_null", "worst")}}
 
 
 def _hours(repeats: SequentialRepeats, per_repeat: float | None) -> SequentialHours:
@@ -507,12 +453,10 @@ def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_
     parts = []
     if cost.estimated:
         parts.append("estimated " + ", ".join(cost.estimated))
-    if launch_s is not None:
-        per["launch_s"] = {"a": launch_s, "b": launch_s}
-        parts.append("--launch-s")
-    if eval_s is not None:
-        per["eval_s"] = {"a": eval_s, "b": eval_s}
-        parts.append("--eval-s")
+    for key, value in (("launch_s", launch_s), ("eval_s", eval_s)):
+        if value is not None:
+            per[key] = {"a": value, "b": value}
+            parts.append("--" + key.replace("_", "-"))
     if gpus is not None:
         g = {"a": gpus, "b": gpus}
         parts.append("--gpus")
@@ -649,6 +593,3 @@ def format_plan(p: Plan) -> str:
     for note in p.get("notes") or []:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------ CLI

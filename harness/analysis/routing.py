@@ -1,16 +1,10 @@
-"""The ``routing`` object of ``comparison.json``: the experts the MoE gate routed A's reference tokens to, on B's
-launches and on A's own other launches (the A/A floor), from the routing passes beside the scoring passes
-(:mod:`harness.results.routing_store`).
-
-Each pass's own tally (exact counts: routed ids per row, ids out of range, the expert load) describes its side;
-B's passes and A's other launches' are compared with the reference pass token by token and layer by layer,
-streaming one question at a time from the stores (never a whole pass in memory): identical sets, Jaccard, ids
-moved, per layer and overall (:mod:`harness.stats.expert_sets`). **The verdict** is the launch-level test of the mean ids
-moved per routed row, B's launches against A's other launches (``diverged`` / ``indistinguishable``), or
-``not_measured`` with the reason (no routing pass on the reference launch, on B's or on an A/A launch: the engine
-cannot return routed experts, the run has no A/A launch); none at all (``None``) for a dense model, whose reference
-launch's routing pass is ``not_applicable``. A defect (a routed row with fewer than top_k in-range ids,
-an id out of range) is never noise: it is named per side whatever the verdict.
+"""The ``routing`` object of ``comparison.json``: the experts the MoE gate routed A's reference tokens to, on
+B's launches and on A's other launches (the A/A floor), from the routing passes
+(:mod:`harness.results.routing_store`), streamed a question at a time. Each pass's tally describes its side;
+the comparison with the reference pass (:mod:`harness.stats.expert_sets`) gives the verdict, the launch-level
+test of the mean ids moved per routed row (``diverged`` / ``indistinguishable``, or ``not_measured`` with the
+reason; None for a dense model). A defect (fewer than top_k in-range ids, an id out of range) is never noise:
+it is named per side whatever the verdict.
 """
 
 from __future__ import annotations

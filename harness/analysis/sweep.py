@@ -19,13 +19,9 @@ SWEEP_SUMMARY = schema.SWEEP_FILE
 
 
 def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str | None = None) -> SweepSummary:
-    """Collect each job's comparison.json under ``sweep_dir``; adjust their p by Holm or BH. ``p`` is the p that
-    decided each verdict (``comparison.json`` ``p``: a sequential run's is the stage-wise p of its deciding look,
-    p < ``test_alpha`` exactly when it stopped on that test), so the adjustment acts on what decided.
-
-    ``experiment`` names the sweep (its report's title); by default the experiment the jobs' manifests
-    record. A comparison.json of an unknown schema_version is refused (SchemaError), not misread.
-    """
+    """Collect each job's comparison.json under ``sweep_dir`` and adjust the p that decided each verdict (a
+    sequential run's stage-wise p) by Holm or BH. ``experiment`` names the sweep (default: the jobs'
+    manifests'); a comparison.json of an unknown schema_version is refused (SchemaError), not misread."""
     import numpy as np
 
     from harness.stats import adjust
@@ -172,9 +168,3 @@ def swept_labels(jobs: list[list[str]]) -> list[str]:
     """Each job's overrides shortened to what varies across the sweep (``a=1,b=2,c=9`` -> ``a=1,b=2``)."""
     common = set.intersection(*(set(p) for p in jobs)) if len(jobs) > 1 else set()
     return [",".join(x for x in p if x not in common) or ",".join(p) for p in jobs]
-
-
-
-
-
-

@@ -1,4 +1,5 @@
-"""Statistics engine: pure, vectorised, seeded functions over numpy arrays (no servers, no I/O).
+"""Statistics engine: pure, vectorised, seeded functions over numpy arrays (no servers, no I/O). The package
+names what the analysis uses; everything else is imported from its module.
 
 - :mod:`.accuracy`: the comparison of two arms' score matrices: design, test, interval, errors, verdict;
 - :mod:`.launchvar`: the accuracy test with a launch component estimated from every launch (A, A/A, B);
@@ -10,8 +11,7 @@
 - :mod:`.tango`: Tango's score test and interval of the paired Δ, the effective table of repeats;
 - :mod:`.equivalence`: non-inferiority and equivalence (TOST) by the score test or a t-test;
 - :mod:`.proportions`: per-arm Wilson and bootstrap intervals, unpaired difference;
-- :mod:`.paired`: the 2x2 table, exact / mid-p / asymptotic McNemar, Newcombe and paired bootstrap
-  intervals (diagnostics);
+- :mod:`.paired`: the 2x2 table, exact and mid-p McNemar, the paired bootstrap interval;
 - :mod:`.repeats`: per-question means, cluster bootstrap, discordance and the A/A noise band;
 - :mod:`.mde`: MDEs (exact power of the test used; normal planning formulas) and repeats needed;
 - :mod:`.group_sequential`: group-sequential boundaries (Lan-DeMets spending), looks, operating characteristics;
@@ -19,8 +19,7 @@
 - :mod:`.kld`: per-token divergence measures and the per-question divergence test;
 - :mod:`.kld_launches`: the launch-level divergence test (B's launches vs A's);
 - :mod:`.multiple`: Holm and Benjamini-Hochberg;
-- :mod:`.verdict`: improved / regressed / equivalent / noninferior / inconclusive / not_comparable;
-- :mod:`.simulate`: score matrices of every run design, for calibration.
+- :mod:`.verdict`: improved / regressed / equivalent / noninferior / inconclusive / not_comparable.
 """
 
 from __future__ import annotations
@@ -35,54 +34,23 @@ if TYPE_CHECKING:  # the public names, once: at run time each comes from its own
     # reads ``harness.stats.verdict`` alone, and a command that stops before any statistics never pays for scipy)
     from .accuracy import compare_arms, psi_aa_block, within_arm_psi
     from .consistent import consistent_paired
-    from .equivalence import score_tost, t_tost
-    from .launches import ArmRuns, heterogeneity_q
+    from .launches import ArmRuns
     from .launchvar import launch_aware_test
     from .mde import (
         mde_floor,
         mde_paired,
-        mde_paired_exact,
         mde_repeats,
-        mde_t,
         mde_unpaired,
         min_detectable_discordant,
         n_needed_paired,
-        power_at,
-        power_paired_exact,
         repeats_needed,
-        z_sum,
     )
-    from .multiple import adjust, benjamini_hochberg, holm
-    from .paired import (
-        mcnemar_asymptotic,
-        mcnemar_exact,
-        mcnemar_midp,
-        newcombe_paired_ci,
-        paired_bootstrap_ci,
-        paired_se,
-        paired_table,
-        paired_wald_ci,
-    )
-    from .proportions import (
-        accuracy_bootstrap_ci,
-        two_proportion_z_test,
-        unpaired_diff_ci,
-        wilson_interval,
-        z_crit,
-    )
-    from .repeats import (
-        LaunchBootstrap,
-        cluster_bootstrap_ci,
-        discordance,
-        effective_repeats,
-        launch_bootstrap,
-        naive_run_bootstrap_ci,
-        noise_band,
-    )
-    from .resample import bca_interval, bootstrap_means, jackknife_means, percentile_interval
+    from .multiple import adjust
+    from .paired import mcnemar_exact, mcnemar_midp, paired_bootstrap_ci, paired_table
+    from .proportions import accuracy_bootstrap_ci, unpaired_diff_ci, wilson_interval
+    from .repeats import LaunchBootstrap, discordance, effective_repeats, launch_bootstrap, noise_band
     from .signflip import signflip_test
-    from .tango import effective_table, score_interval, score_p, score_z
-    from .verdict import VERDICTS, Evidence, Verdict, decide, format_p
+    from .verdict import Verdict, format_p
 
 
 @cache

@@ -1,32 +1,15 @@
 """One story for the question-level verdict: a p-value and an interval that never disagree.
 
-The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.score`) are two different
-methods, so "p < α" and "0 outside the interval" can disagree (56 of 2000 experiments at n = 200, Δ = +5 pp).
-Here both come from ONE family of tests
-{φ(Δ0)}, and the interval is its inversion:
-
-    φ(Δ0) rejects  ⇔  Tango's score test of Δ = Δ0 rejects at α,
-                      and, for Δ0 on the far side of 0 from Δ̂ or at 0, the mid-p sign-flip test of Δ = 0
-                      rejects too.
-
-At Δ0 = 0 this is "both the mid-p sign-flip test and Tango's score test reject", whose p-value is
-``p = max(p_signflip, p_score(0))`` (the smallest α at which both reject). Every φ(Δ0) rejects no more
-often than Tango's test at Δ0, so the family is as valid as Tango's; its inversion is Tango's interval,
-extended to reach 0 whenever the sign-flip test does not reject (``extended``). Hence, exactly:
-
-    p < α  ⇔  both tests reject  ⇔  0 is outside the interval.
-
-For one run per arm (whole counts) the mid-p McNemar test never rejects where Tango's test does not
-(checked exhaustively for every table with n <= 120 at α = 0.01, 0.05, 0.1: tests/test_stats_consistent.py),
-so the decision is exactly the mid-p test and costs no power; only the interval changes, extended to 0
-in the tables where Tango alone would reject (1692 of 907,860 table-levels there). With repeats the two can
-disagree both ways and the combined test is the stricter; :func:`exact_operating` gives exact rejection
-rates and coverage for one run per arm by summing over every table. Numerically, the bisection's endpoint can sit within 1e-17 of 0 when |Z(0)| is within
-round-off of z_{1-α/2}; the interval's endpoint is then set by the test decision (``nudged``), so the
-equivalence holds in floating point too.
-
-Repeats: ``d`` are fractions; the sign-flip test runs on them exactly as alone, and Tango's on the
-effective table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
+The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.tango`) are different methods,
+so "p < α" and "0 outside the interval" could disagree. Here both come from ONE family of tests φ(Δ0): φ
+rejects when Tango's score test of Δ = Δ0 rejects at α and, for Δ0 at 0 or beyond it from Δ̂, the mid-p
+sign-flip test of Δ = 0 rejects too. Its p at 0 is ``max(p_signflip, p_score(0))``; its inversion is Tango's
+interval extended to reach 0 whenever the sign-flip test does not reject (``extended``). Every φ(Δ0) rejects
+no more often than Tango's test, so the family is as valid, and exactly: p < α ⇔ both tests reject ⇔ 0 is
+outside the interval. For one run per arm the decision is exactly the mid-p McNemar test (checked exhaustively
+for n <= 120 in tests/test_stats_consistent.py). Where bisection leaves an endpoint within round-off of 0 the
+decision sets it (``nudged``), so the equivalence holds in floating point too. With repeats Tango's test runs
+on the effective table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
 """
 
 from __future__ import annotations
@@ -36,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from .dist import binom_pmf
 from .guards import robust_effective_table
 from .paired import mcnemar_midp
 from .signflip import signflip_test
@@ -123,34 +105,3 @@ def consistent_paired(d: np.ndarray, alpha: float = ALPHA, variance: float | Non
                             p_floor=sf.p_floor, ci=(float(lo2), float(hi2)), ci_tango=(lo, hi),
                             extended=bool(ext), nudged=bool(nud), significant=bool(sig), alpha=alpha,
                             n=int(d.size), table=t)
-
-
-def exact_operating(n: int, psi: float, delta: float, alpha: float = ALPHA) -> dict[str, float]:
-    """Exact rejection rates (two-sided, at α) and coverage of Δ for one run per arm: the table is
-    multinomial with P(only A right) = (ψ - Δ)/2, P(only B right) = (ψ + Δ)/2; sums over every (b, c).
-
-    Returns the rejection rates of the mid-p sign-flip (McNemar) test, Tango's score test and the combined
-    test, and the coverage of ``delta`` by Tango's interval and by the combined one. At Δ = 0 the rejection
-    rates are the sizes."""
-    if not 0 <= psi <= 1 or abs(delta) > psi:
-        raise ValueError("need 0 <= |delta| <= psi <= 1")
-    m = np.arange(n + 1)
-    pm = binom_pmf(m, n, psi)
-    keep = pm > 1e-15
-    bs, cs, ws = [], [], []
-    share = 0.5 if psi == 0 else (psi + delta) / (2 * psi)
-    for mm, w in zip(m[keep], pm[keep], strict=True):
-        c = np.arange(mm + 1)
-        bs.append(mm - c)
-        cs.append(c)
-        ws.append(w * binom_pmf(c, mm, share))
-    b, c, w = np.concatenate(bs), np.concatenate(cs), np.concatenate(ws)
-    r = consistent_table(b, c, np.full(b.shape, n), alpha)
-    return {
-        "reject_signflip": float(np.sum(w * (r["p_signflip"] < alpha))),
-        "reject_score": float(np.sum(w * (r["p_score"] < alpha))),
-        "reject_combined": float(np.sum(w * r["significant"])),
-        "coverage_tango": float(np.sum(w * ((r["lo_tango"] <= delta) & (delta <= r["hi_tango"])))),
-        "coverage_combined": float(np.sum(w * ((r["lo"] <= delta) & (delta <= r["hi"])))),
-        "mass": float(np.sum(w)),
-    }

@@ -1,12 +1,7 @@
-"""The probability distributions the statistics use: binomial, chi-square and Student t, from
-``scipy.special``'s ufuncs.
-
-``scipy.stats`` would give the same numbers (the tests check that it does) but costs about a second to
-import, paid by every ``abh`` command that compares; ``scipy.special`` is a fraction of that. Each function
-takes numpy arrays or scalars and returns an array, or a numpy scalar for scalar inputs (as ``scipy.stats``
-does); outside the support it follows ``scipy.stats``' conventions (the binomial CDF is 0 below 0 and 1 from n
-on). Parameters are the callers' to validate: a probability outside [0, 1] or a NaN count is not turned into
-NaN here.
+"""The binomial, chi-square and Student t distributions the statistics use, from ``scipy.special``'s ufuncs:
+``scipy.stats`` gives the same numbers (the tests check it) but costs about a second to import in every
+``abh`` command that compares. Arrays or scalars in, ``scipy.stats``' conventions outside the support;
+parameters are the callers' to validate.
 """
 
 from __future__ import annotations

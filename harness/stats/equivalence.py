@@ -1,14 +1,8 @@
-"""Non-inferiority and equivalence of arm B against arm A with a declared margin.
-
-Both forms return a :class:`Tost` (stored as ``tost`` in comparison.json):
-
-- :func:`score_tost` (questions as the unit): Tango's score test at Δ0 = ∓margin on the (effective)
-  table. Equivalence when both one-sided p's are below α, equivalently the (1 - 2α) score interval lies
-  inside (-margin, +margin); non-inferiority when the one-sided p of H0 Δ <= -margin is below α/2,
-  equivalently the two-sided (1 - α) interval's lower bound is above -margin. The score interval never
-  has zero width and shrinks as data are added: no standard-error-0 degeneracy, and more repeats never
-  weaken the conclusion.
-- :func:`t_tost` (launches as the unit): the same with a t statistic on an estimate, its SE and df.
+"""Non-inferiority and equivalence of arm B against arm A with a declared margin, as a :class:`Tost` (stored
+as ``tost`` in comparison.json): :func:`score_tost` by Tango's score test on the (effective) table, questions
+the unit (equivalence: the (1 - 2α) interval inside ±margin; non-inferiority: the (1 - α) interval's lower
+bound above -margin; the score interval never has zero width), :func:`t_tost` by a t statistic, launches the
+unit.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """Routing: which experts an MoE gate picked, per token and layer, in one pass and between two passes.
 
-A pass's routing is an array ``(tokens, layers, top_k)`` of expert ids (SGLang's ``routed_experts``). A row (one
-token in one layer) is *routed* when it holds more than one distinct id: rows of layers the gate does not fill
-(dense or hash-routed) are constant and skipped, as the side check does.
-
-**One pass** (:class:`PassTally`): per layer, the routed rows, how many of each row's ids are in range
-(``0 .. num_experts - 1``: a top-6 gate that runs top-5 shows 5), the rows holding an id out of range and which
-ids (exact counts: a single out-of-range id is a defect, not noise), and the load of every expert (tokens routed
-to it).
-
-**Two passes of the same tokens** (:class:`PairTally`, the reference pass against another launch): per token and
-layer the expert sets S_ref and S, their intersection: *identical* when S = S_ref, Jaccard |S ∩ S_ref| / |S ∪
-S_ref|, and the ids *moved*, |S \\ S_ref| (a near-tie flip moves 1); per layer and overall, and per question the
-mean ids moved per routed row, the unit of the launch-level test.
-
-**The test** of "B's routing moves more than A's launches move among themselves": each launch's token-weighted
-mean ids moved per routed row against the reference pass, B's launches against A's other launches, by the
-divergence's launch-level test (:func:`harness.stats.kld_launches.launch_divergence_test`, a one-sided t-test of
-the log launch means; with one launch on each side, the per-question sign-flip test, which assumes the same noise
-scale on every launch). Its size where launch noise differs and its power for a kernel change that flips near
-ties on 2 % of the rows were measured with a generator of binomial near-tie flips, not the simulator
-(``tests/helpers/routing_generator.py``, ``benchmarks/calibrate_routing.py``, docs/statistics.md).
+A pass's routing is an array ``(tokens, layers, top_k)`` of expert ids (SGLang's ``routed_experts``); a row
+(one token in one layer) is *routed* when it holds more than one distinct id (rows of dense or hash-routed
+layers are constant and skipped). One pass (:class:`PassTally`): per layer the routed rows, the ids in range,
+the rows with an id out of range and which ids (exact counts: one is a defect), and each expert's load. Two
+passes of the same tokens (:class:`PairTally`): per row the expert sets' intersection, identical rows, Jaccard
+and the ids *moved* (|S \\ S_ref|), per layer, overall and per question. The test of "B's routing moves more
+than A's launches move among themselves" is the divergence's launch-level test on each launch's mean ids moved
+per routed row (:func:`harness.stats.kld_launches.launch_divergence_test`); its calibration is in
+docs/statistics.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
-"""Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to
-~0, an effective table so large that the score interval has zero width, and an exact MDE whose binomial
-sums would overflow.
+"""Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to ~0,
+an effective table so large that the score interval has zero width, and an exact MDE whose binomial sums would
+overflow (every d_i one fraction, e.g. 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3, left a sample variance
+of ~1e-33 and an effective table of ~6e32 questions).
 
-The case that crashed: every per-question difference equals one fraction, e.g. n = 3,
-d_i = 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3. The sample variance Σ (d_i - Δ)² / n² is then
-round-off (~1e-33), the design effect deff = V̂(Δ) / ((ψ - Δ²) / n) ~1e-32, the effective table has
-n ~ 6e32 questions, Tango's interval has zero width and :func:`harness.stats.mde.critical_counts`
-raises OverflowError converting n to int64.
-
-**Design effect** (:func:`design_effect`). deff = V̂ / ((ψ - Δ²)/n) as in :func:`harness.stats.tango.effective_table`,
-with two guards:
-
-- a raw deff below :data:`DEFF_ROUNDOFF` (1e-9) means the sample variance is zero up to round-off: the
-  data carry no variance estimate, and the table is taken as it stands, deff = 1 (the convention
-  ``effective_table`` already uses when ψ = Δ², i.e. every d_i is 0 or ±1);
-- otherwise deff is floored at 1/K, K the lattice denominator of the d_i (differences of means over K
-  runs are multiples of 1/K; :func:`harness.stats.signflip.lattice_scale`). Averaging K runs can shrink the
-  variance of a difference of means about K-fold relative to the single-run table, not more (a question's
-  d_i moves in steps of 1/K): a smaller deff would claim more independent 0/1 observations than were made.
-  Off a lattice (K unknown) the floor is :data:`FLOOR_OFF_LATTICE` (0.01).
-
-The effective n is then at most K·n (≤ 10^4 n), so the score interval keeps a positive width and the exact
-MDE stays within int64; :func:`safe_mde_paired_exact` additionally falls back to the normal planning formula
-past :data:`MAX_EXACT_N` effective questions.
+**Design effect** (:func:`design_effect`), deff = V̂ / ((ψ - Δ²)/n) as in
+:func:`harness.stats.tango.effective_table`: a raw deff below :data:`DEFF_ROUNDOFF` is a zero sample variance
+up to round-off, and the table is taken as it stands (deff = 1); otherwise deff is floored at 1/K, K the
+lattice denominator of the d_i (:func:`harness.stats.signflip.lattice_scale`; :data:`FLOOR_OFF_LATTICE` off a
+lattice): averaging K runs cannot shrink a difference's variance more than K-fold. The effective n is then at
+most K·n, and :func:`safe_mde_paired_exact` falls back to the normal formula past :data:`MAX_EXACT_N`.
 """
 
 from __future__ import annotations
@@ -103,8 +89,3 @@ def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = ALPHA, powe
     if n > MAX_EXACT_N:
         return mde_paired(n, max(psi, 1.0 / n), alpha, power)
     return mde_paired_exact(n, psi, alpha, power)
-
-
-def interval_ok(lo: float, hi: float) -> bool:
-    """An interval that can carry a verdict: finite, ordered and of positive width."""
-    return bool(math.isfinite(lo) and math.isfinite(hi) and hi > lo)

@@ -1,42 +1,25 @@
 """Token-level divergence of two servers' next-token distributions, and its paired test against an A/A floor.
 
 Inputs are numpy arrays over the tokens of a reference text (arm A's greedy completion) that each server
-scored teacher-forced: for every position, the logprob of the reference token and the server's top-k
-(ids, logprobs). Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
+scored teacher-forced: per position, the logprob of the reference token and the server's top-k (ids,
+logprobs). Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
 
-**KL over the top-k with a tail bucket.** A server reports only its top-k, so the full-vocabulary
-KL(A‖B) cannot be formed. Per token, the distributions are coarsened onto the same buckets on both sides:
-one bucket per id of A's top-k whose logprob B also reported, and ONE tail bucket holding all remaining
-mass, ``1 - Σ`` of the bucketed probabilities, on each side (A's top-k ids that B did not report fall into
-the tail on both sides, as do B's ids outside A's top-k). The result is the exact KL between the two
-coarsened distributions, so 0 <= it <= the full-vocabulary KL (data-processing inequality): it can miss
-divergence hidden inside the tail, never invent it. When B scored exactly A's top-k ids (SGLang's
-``token_ids_logprob``) every A id is bucketed and only the mass outside A's top-k is lumped. Numerics: a
-tail mass below :data:`TAIL_FLOOR` (1e-6, about the rounding error of a sum of 20 float32 probabilities)
-counts as ``TAIL_FLOOR`` on that side, so two tails that are both rounding noise contribute 0; a ``-inf``
-logprob counts as :data:`MIN_LOGPROB`; per-token KL is clipped at 0 from below (rounding).
+**KL over the top-k with a tail bucket.** A server reports only its top-k, so per token both distributions are
+coarsened onto the same buckets: one per id of A's top-k that B also reported, and one tail bucket holding the
+remaining mass on each side. The exact KL of the coarsened distributions is <= the full-vocabulary KL
+(data-processing inequality): it can miss divergence inside the tail, never invent it. A tail mass below
+:data:`TAIL_FLOOR` counts as that (two tails of rounding noise contribute 0), a ``-inf`` logprob as
+:data:`MIN_LOGPROB`, and per-token KL is clipped at 0 (rounding).
 
-**Measures** (as llama.cpp's ``llama-perplexity --kl-divergence`` reports them, per token): mean KLD, KLD
-percentiles (99.9, 99, 95, 90, median), the same-top-token rate (A's argmax id equals B's argmax id), RMS
-of Δlogprob of the reference token (B − A), plus the first divergence position of two sequences.
+**Measures** as llama.cpp's ``llama-perplexity --kl-divergence`` reports them: mean KLD, percentiles, the
+same-top-token rate, RMS Δlogprob of the reference token, plus the first divergence position of two sequences.
 
-**Test.** Per question i, KLD_i is the mean KL over its tokens, for A‖B and for the A/A floor A‖A'; the
-paired difference is d_i = KLD_i(A‖B) − KLD_i(A‖A'). Under H0 (B is another draw of A's build), B and A'
-are exchangeable given A's reference pass, so each d_i is symmetric about 0 and independent across
-questions: the one-sided sign-flip randomisation test of the token-weighted mean of d (questions are the
-unit; weights = tokens per question, so the statistic equals ``kld_mean - kld_mean_aa`` in nats/token)
-is exact. Its p-value has the floor 1/(R+1) for R random sign vectors. The effect (mean KLD above the
-floor) gets a question-level bootstrap interval (BCa of the weighted mean). Verdict ``diverged`` when
-p < α and the effect is positive, else ``indistinguishable``; ``not_measured`` is decided by the caller
-when a side could not be scored (never a silent zero).
-
-The A/A floor must be drawn like B: if B runs on another server launch, A' must be a fresh launch of A,
-not a second pass of the same process, or per-launch noise shows up as divergence. Calibration by
-simulation (``tests/test_divergence_simulation.py``, 4000 experiments each): false-positive rate 5.45 %
-(pass noise), 5.60 % (pass + launch noise), 5.45 % (launch noise) at α = 5 %; an A' on A's own launch
-rejects every time. Not covered: a random noise *scale* per launch (shared by all questions of a launch)
-makes the questions dependent; with one A/A launch it inflates the false-positive rate (42 % at a
-lognormal scale sd of 0.3); only more A/A launches can measure that variance.
+**Test** (:func:`divergence_test`). d_i = KLD_i(A‖B) − KLD_i(A‖A'), per question. Under H0 B and A' are
+exchangeable given A's reference pass, so the one-sided sign-flip test of the token-weighted mean of d is
+exact (questions the unit); the effect gets a question-level BCa bootstrap interval. The A/A floor must be
+drawn like B (a fresh launch when B is one). A noise scale shared by a launch's questions makes them
+dependent: the launch-level test (:mod:`.kld_launches`) is the verdict then; calibration in
+docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -52,7 +35,6 @@ from .resample import DEFAULT_MAX_ELEMS, bca_interval, percentile_interval
 from .signflip import signflip_weighted
 from .verdict import ALPHA
 
-DIVERGENCE_VERDICTS = ("diverged", "indistinguishable", "not_measured")
 #: KLD percentiles reported, as llama.cpp prints them (50 = median)
 PERCENTILES = (99.9, 99.0, 95.0, 90.0, 50.0)
 #: a tail mass below this counts as this (rounding noise of a sum of k float32 probabilities)
@@ -65,11 +47,8 @@ PAD_ID = -1
 
 # ------------------------------------------------------------------------------------------ per token
 def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
-    """The compared side's logprobs of the reference's top-k ids, shape of ``ref_ids`` (T, k).
-
-    ``cmp_ids``/``cmp_logprobs`` (T, k2) are the compared server's own top-k. Entries are NaN where the
-    compared server did not report that id (or the reference id is padding, ``PAD_ID``).
-    """
+    """The compared side's logprobs (from its own top-k ``cmp_ids``/``cmp_logprobs``, (T, k2)) of the
+    reference's top-k ids (T, k); NaN where it did not report the id or the reference id is ``PAD_ID``."""
     ref_ids = np.asarray(ref_ids)
     cmp_ids = np.asarray(cmp_ids)
     cmp_logprobs = np.asarray(cmp_logprobs, dtype=float)
@@ -86,13 +65,10 @@ def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: n
 
 
 def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
-    """KL(P‖Q) per token (nats) over the reference's top-k buckets plus one tail bucket.
-
-    ``ref_logprobs`` (T, k): log P of the reference's top-k ids (``-inf``/NaN for padding);
-    ``cmp_logprobs`` (T, k): log Q of the SAME ids (column j is the same id on both sides), NaN where the
-    compared side did not report it. Ids known on both sides are buckets of their own; everything else is
-    lumped into the tail on both sides (see the module docstring). Returns shape (T,), >= 0.
-    """
+    """KL(P‖Q) per token (nats, >= 0) over the reference's top-k buckets plus one tail bucket (module
+    docstring): ``ref_logprobs`` (T, k) log P of the reference's top-k ids (``-inf``/NaN padding),
+    ``cmp_logprobs`` log Q of the same ids, NaN where the compared side did not report one (then lumped into
+    the tail on both sides)."""
     lp = np.asarray(ref_logprobs, dtype=float)
     lq = np.asarray(cmp_logprobs, dtype=float)
     if lp.shape != lq.shape or lp.ndim != 2:
@@ -113,12 +89,9 @@ def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
 
 def token_kl(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray,
              cmp_on_ref: np.ndarray | None = None) -> np.ndarray:
-    """Per-token lumped KL(ref‖cmp) from both sides' top-k lists.
-
-    ``cmp_on_ref`` (T, k), optional: the compared server's logprobs of exactly the reference's top-k ids
-    (SGLang ``token_ids_logprob``), NaN where missing; where given it is used, the rest is filled by matching
-    the compared server's own top-k ids.
-    """
+    """Per-token lumped KL(ref‖cmp) from both sides' top-k lists; ``cmp_on_ref`` (T, k): the compared server's
+    logprobs of exactly the reference's ids (SGLang ``token_ids_logprob``, NaN where missing), used where
+    given."""
     aligned = align_to_reference(ref_ids, cmp_ids, cmp_logprobs)
     if cmp_on_ref is not None:
         cor = np.asarray(cmp_on_ref, dtype=float)
@@ -148,10 +121,8 @@ def same_top(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray,
 
 # ------------------------------------------------------------------------------------------ aggregation
 def segment_means(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Means of ``values`` over the segments ``[offsets[i], offsets[i+1])`` (NaN for an empty segment).
-
-    ``offsets`` is non-decreasing from 0 to ``len(values)`` (tokens sorted by question).
-    """
+    """Means of ``values`` over the segments ``[offsets[i], offsets[i+1])`` (NaN for an empty segment);
+    ``offsets`` runs non-decreasing from 0 to ``len(values)`` (tokens sorted by question)."""
     values = np.asarray(values, dtype=float)
     offsets = np.asarray(offsets, dtype=np.int64)
     if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != values.size \
@@ -183,10 +154,8 @@ def rms(x: np.ndarray) -> float | None:
 
 
 def first_divergence(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int | None:
-    """Index of the first element where two sequences (token ids, or characters) differ; None when equal.
-
-    When one is a proper prefix of the other, the length of the shorter (where the longer one goes on).
-    """
+    """Index of the first element where two sequences (token ids, or characters) differ; None when equal; the
+    shorter's length when one is a proper prefix of the other."""
     n = min(len(a), len(b))
     if isinstance(a, str) and isinstance(b, str):
         if a == b:
@@ -225,11 +194,8 @@ def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | N
 def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: float = ALPHA,
                      n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
                      max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
-    """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample).
-
-    ``method``: ``percentile`` or ``bca`` (jackknife acceleration of the ratio). A sample whose d are all
-    equal gives the zero-width interval [d, d].
-    """
+    """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample),
+    ``percentile`` or ``bca`` (jackknife acceleration of the ratio); equal d give [d, d]."""
     d = np.asarray(d, dtype=float)
     n = d.size
     if n < 2:
@@ -269,13 +235,9 @@ def weighted_mean_se(d: np.ndarray, weights: np.ndarray | None = None) -> float:
 def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray | None = None,
                     alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = None,
                     ci_method: str = "bca", power: float = 0.8) -> DivergenceTest:
-    """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A').
-
-    ``kld_ab``/``kld_aa``: per-question mean KL (nats/token) over the same reference tokens; ``tokens``:
-    tokens per question (the weights; None = questions weigh alike). Returns {verdict (``diverged`` |
-    ``indistinguishable``), effect (Σ w d / Σ w, nats/token), effect_ci, effect_se, effect_mde (at
-    ``power``, one-sided α), p, p_floor, p_at_floor, n_resamples, alpha, questions}.
-    """
+    """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A') (nats/token over the same
+    reference tokens), weighted by ``tokens`` per question (None: alike); the effect Σ w d / Σ w with its
+    interval, SE and MDE at ``power``."""
     kld_ab = np.asarray(kld_ab, dtype=float)
     kld_aa = np.asarray(kld_aa, dtype=float)
     if kld_ab.shape != kld_aa.shape or kld_ab.ndim != 1:

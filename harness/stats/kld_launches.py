@@ -1,36 +1,16 @@
 """Divergence of B from A with launches as the unit.
 
-The per-question test of :mod:`.divergence` (d_i = KLD_i(A‖B) - KLD_i(A‖A'), sign-flip over questions)
-assumes the questions are independent given A's reference pass. A noise *scale* fixed per launch (every
-question of a launch noisier, or quieter, than another launch's) is shared by all questions: it moves every
-KLD_i of a launch alike, and the test sees one launch's scale as a divergence (false-positive rate 35 % at a
-lognormal scale sd of 0.1, 45 % at 0.3, with one A/A launch).
+The per-question test of :mod:`.kld` assumes the questions independent given A's reference pass; a noise
+*scale* fixed per launch moves every KLD_i of a launch alike, and it sees that as divergence (35-45 % false
+positives with one A/A launch).
 
-**Data.** The reference is A's reference pass on A's first launch. Every other launch of A's configuration
-(arm A's other launches and the A/A control's: m_A of them) and every launch of B (m_B) scores the same
-reference text; per launch, per question, KLD_li(ref‖launch) (nats/token, mean over the question's tokens).
-
-**Test.** Per launch one number, its token-weighted mean KLD, K_l = Σ_i w_i KLD_li / Σ_i w_i (w_i tokens of
-question i). Under H0 (B is another draw of A's build), given the reference pass the m_A + m_B launches are
-independent and identically distributed, whatever each launch's noise scale: B's launches and A's other
-launches are exchangeable. The test is the one-sided pooled two-sample t-test of log K between B's
-launches and A's (Student, df = m_A + m_B - 2): a noise scale that multiplies a launch's KLD is additive on
-the log scale, where the launch-to-launch variation is close to normal. The effect is the ratio of the
-geometric means of K (B over A) with its t interval; the exact permutation p over the launch labels
-(C(m_A + m_B, m_B) arrangements, one-sided) is reported beside it (it has a floor of 1/C: 1/35 for 4 + 3
-launches). The per-question sign-flip test on launch-averaged KLDs is kept as a diagnostic.
-
-**Degenerate designs.** m_A = m_B = 1 (one A/A launch, one B launch): no launch-to-launch variance at all;
-the verdict is the per-question test and carries the qualification that it assumes a constant noise scale
-across launches. m_A = 1 with m_B >= 2: the t-test's variance comes from B's launches (exchangeable with A's
-under H0), said in the qualification. m_B = 1: one B launch against A's; the one-sided test then leans on
-the normality of log K (its right skew under a strongly varying scale makes it liberal: 7.1 % at scale sd 0.3,
-m_A = 4), also said in the qualification.
-
-Calibration (benchmarks/calibrate_stats.py, 2000 experiments per cell): size 4.7-5.7 % for m_A = 1..5 with
-m_B = 3 at scale sd 0, 0.1 and 0.3 (the per-question test: 42 % and 49 % at sd 0.1 and 0.3); the seed
-default design (A 3 launches, A/A 2, B 3: m_A = 4, m_B = 3) 4.8 % at sd 0.3, power 87 % at a KLD ratio of 2
-there (per-question test 94 %, but at 49 % false positives).
+**Test.** The reference is A's pass on A's first launch; each of A's other launches (m_A, the A/A control's
+included) and of B's (m_B) scored its text. Per launch one number, K_l = Σ_i w_i KLD_li / Σ_i w_i (w_i the
+question's tokens). Under H0 the m_A + m_B launches are exchangeable given the reference pass, whatever each
+launch's noise scale: the one-sided pooled two-sample t-test of log K (a scale is additive on the log scale),
+the effect the ratio of geometric means with its t interval, the exact permutation p beside it. With
+m_A = m_B = 1 the verdict is the per-question test, qualified; m_A = 1 or m_B = 1 are qualified too (the
+QUALIFICATION_* texts). Calibration: docs/statistics.md and docs/calibration.md.
 """
 
 from __future__ import annotations

@@ -1,68 +1,100 @@
 """The look statistic of a sequential run with the launch component of :mod:`.launchvar`.
 
-A question-level look (:func:`harness.stats.group_sequential.decide_look` on
-:func:`harness.stats.group_sequential.question_level_estimate`) uses SE = sd(d)/sqrt(n): a launch-wide accuracy
-shift is invisible to it, and with a fresh launch per repeat, max 6 repeats and a log-odds shift of sd 0.1
-per launch the false-positive rate is 12-13 %.
+A question-level look (SE = sd(d)/sqrt(n)) cannot see a launch-wide accuracy shift: with a fresh launch per
+repeat, max 6 repeats and a log-odds shift of sd 0.1 per launch its false-positive rate is 12-13 %.
 
-**Statistic.** At the look after r repeats (r launches per arm, plus the A/A control's launches when there
-are any), :func:`harness.stats.launchvar.launch_aware_test` gives Δ̂, SE = sqrt(V) (launch term plus
-question x arm interaction) and Satterthwaite's ν (≈ df_L = 2(r - 1) + A/A launches - 1 when the launch term
-dominates). The group-sequential boundaries are for normal statistics; a t statistic with ν df is put on
-that scale by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (the standard approximation for group-sequential
-t-tests, Jennison and Turnbull 2000, §3.8 and §11.4): the look stops for efficacy when |t| >= t_k with
-t_k = F_ν⁻¹(Φ(c_k)), c_k the look's Lan-DeMets boundary of the same design
-(:class:`harness.stats.group_sequential.SequentialDesign`: spending, α, looks). The repeated confidence interval
-is Δ̂ ± t_k SE: it excludes 0 exactly when the look stops for efficacy. Equivalence / non-inferiority use the
-one-sided margin boundaries e_k the same way. The information fraction stays r / max_repeats: with a launch
-per repeat, Var(Δ̂) ∝ 1/r whether the launch term or the question term dominates.
+**Statistic.** At the look after r repeats, :func:`harness.stats.launchvar.launch_aware_test` over every
+launch so far gives Δ̂, SE = sqrt(V) and Satterthwaite's ν. The t statistic is put on the z scale of the
+design's boundaries by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (Jennison and Turnbull 2000, §3.8 and
+§11.4): the look stops for efficacy when |t| >= t_k = F_ν⁻¹(Φ(c_k)), and the repeated confidence interval Δ̂ ±
+t_k SE excludes 0 exactly then. The margin tests use the one-sided boundaries e_k the same way; the
+information fraction stays r / max_repeats (Var(Δ̂) ∝ 1/r with a launch per repeat). Futility (superiority
+designs only) applies the design's |z| band to the z-equivalent. A look with no launch replication (df_L = 0)
+does not stop but at the last look (``inconclusive``).
 
-**Futility** (non-binding, superiority designs only): the design's |z| band (``futility_z``) applied to the
-z-equivalent; designs with a margin do not stop for futility here (stopping for futility only ever lowers
-the error rates, so leaving it out keeps them).
-
-A look with no launch replication (df_L = 0: one launch per arm and no A/A control, i.e. the first repeat)
-cannot see launch shifts and does not stop (``reason = "no_launch_replication"``), except that the last look
-is always final (``inconclusive``).
-
-**The fixed design's safeguards** hold at every look (:func:`decide_look_arms`): a declared effect
-(``design.min_effect``) must be cleared by the repeated CI for an efficacy stop (else the run goes on; the
-last look says the effect was not shown); request errors go through the gate of :mod:`.errorgate`, and when
-they depend on the arm a look stops with a verdict only if both error bounds (each arm's unanswered questions
-counted wrong, the other's right) reach the same verdict (else the run goes on, and the last look is
-``inconclusive`` because of errors). Each decision carries the stage-wise ordering p of the test that decided
-(:func:`harness.stats.group_sequential.stagewise_p`): p < α exactly when the look stopped on that test, so a
-sweep adjusts the p the verdict rests on.
+**The fixed design's safeguards** hold at every look (:func:`decide_look_arms`): an efficacy stop needs the
+repeated CI beyond the declared effect (``design.min_effect``); request errors go through the gate of
+:mod:`.errorgate`, and when they depend on the arm a look stops with a verdict only if both error bounds reach
+it. Each decision carries the stage-wise p of the test that decided
+(:func:`harness.stats.group_sequential.stagewise_p`), so a sweep adjusts the p the verdict rests on.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from .dist import t_ppf, t_sf
 from .errorgate import ErrorGate, error_gate, impute_unanswered
-from .group_sequential import (
-    Z_MAX,
-    LookDecision,
-    LookDetails,
-    LookErrors,
-    LookEstimate,
-    LookFields,
-    SequentialDesign,
-    spend,
-    stagewise_p,
-)
+from .group_sequential import Z_MAX, SequentialDesign, spend, stagewise_p
 from .launches import ArmRuns
 from .launchvar import LaunchAwareResult, launch_aware_test
+from .outcomes import LookDecision
 
 ESTIMATOR = ("launch-aware t: per question the passes are averaged within a launch, then the launches; "
              "Var(Δ̂) = k·(pooled variance of launch accuracies) + question x arm interaction, Satterthwaite df, "
              "put on the z scale by matching tail probabilities")
+
+
+class LookErrors(TypedDict):
+    """A look's error gate (:func:`decide_look_arms`): its action, p and discordant
+    counts, and with ``bound`` the verdict of each error bound."""
+
+    action: str
+    p: float
+    a_only: int
+    b_only: int
+    both: int
+    bounds: NotRequired[dict[str, str | None]]
+
+
+class LookDetails(TypedDict, total=False):
+    """What a launch-aware look adds (:func:`decide_launch_look`): the t statistic, its df and nominal p, the
+    t-scale boundaries, the launch variance and where it came from, the margin tests, the error gate."""
+
+    t: float
+    df: float
+    p: float
+    estimator: str
+    sigma2_launch: float
+    df_launch: int
+    variance_source: str
+    qualification: str | None
+    n: int
+    bound_t: float | None
+    crossed: bool
+    margin_t: list[float]
+    margin_bound_t: float
+    p_noninferiority: float
+    p_equivalence: float
+    errors: LookErrors
+
+
+class LookEstimate(TypedDict):
+    """The estimate a look decides on, as :class:`LookDecision` keywords."""
+
+    repeats: int
+    delta: float
+    se: float
+    z: float
+    info_fraction: float
+
+
+class LookFields(LookEstimate):
+    """A look past its first repeats, as :class:`LookDecision` keywords: the estimate, the boundary and the
+    repeated CI, and what the look's tests add."""
+
+    bound: float | None
+    alpha_spent: float
+    repeated_ci: list[float] | None
+    margin_z: NotRequired[list[float]]
+    margin_bound: NotRequired[float]
+    conditional_power: NotRequired[float]
+    p: NotRequired[float]
 
 
 def z_equivalent(t: float, df: float) -> float:
@@ -88,7 +120,7 @@ def _pp(x: float) -> str:
 
 def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareResult) -> LookDecision:
     """The decision at the look after ``repeats`` repeats from a launch-aware estimate (module docstring).
-    Returns :class:`harness.stats.group_sequential.LookDecision` with ``z`` the z-equivalent, ``bound`` the
+    Returns :class:`LookDecision` with ``z`` the z-equivalent, ``bound`` the
     z-scale boundary and, in ``details``: ``t``, ``df``, ``p`` (the look's nominal two-sided p),
     ``bound_t``, ``estimator``, ``sigma2_launch``, ``df_launch``, ``variance_source``, ``qualification``."""
     d = design
@@ -124,6 +156,11 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     rci = [float(delta - tc * se), float(delta + tc * se)] if math.isfinite(tc) else [-1.0, 1.0]
     base: LookFields = {**look, "bound": c, "alpha_spent": spent, "repeated_ci": rci}
     saved = max(0, d.max_repeats - repeats)
+
+    def decided(verdict: str | None, reason: str, sentence: str) -> LookDecision:
+        return LookDecision(**base, stop=verdict is not None, verdict=verdict, reason=reason, details=details,
+                            repeats_saved=saved if verdict else 0, sentence=sentence)
+
     base["p"] = p_eff = stagewise_p(d, repeats, z)
     bar = d.min_effect or 0.0
     crossed = abs(t) >= tc
@@ -132,14 +169,13 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
     if crossed and beyond:
         word = "improved" if t > 0 else "regressed"
         eff = f", beyond the declared effect ±{100 * bar:.2f} pp" if d.min_effect is not None else ""
-        return LookDecision(**base, stop=True, verdict=word, reason="efficacy", repeats_saved=saved, details=details,
-                            sentence=f"{word} {where}: Δ = {_pp(delta)}, |t| = {abs(t):.2f} >= boundary {tc:.2f} "
-                                     f"(t, {df:.1f} df; z-scale {c:.2f}; stage-wise p = {p_eff:.3g}, α spent "
-                                     f"{spent:.3g} of {d.alpha:g}){eff}")
+        return decided(word, "efficacy",
+                       f"{word} {where}: Δ = {_pp(delta)}, |t| = {abs(t):.2f} >= boundary {tc:.2f} (t, "
+                       f"{df:.1f} df; z-scale {c:.2f}; stage-wise p = {p_eff:.3g}, α spent {spent:.3g} of "
+                       f"{d.alpha:g}){eff}")
     short = (f"; |t| = {abs(t):.2f} crossed {tc:.2f} but the repeated CI [{100 * rci[0]:+.2f}, "
              f"{100 * rci[1]:+.2f}] pp does not exclude effects smaller than the declared "
              f"{100 * bar:.2f} pp") if crossed else ""
-    margin_z = margin_bound = None
     if d.tests_margin:
         m = float(d.margin)  # type: ignore[arg-type]
         e = d.bound_at(repeats, "margin")
@@ -153,35 +189,30 @@ def decide_launch_look(design: SequentialDesign, repeats: int, est: LaunchAwareR
         details["p_noninferiority"], details["p_equivalence"] = p_lo, p_eq
         if d.hypothesis == "noninferiority" and t_lo >= te:
             base["p"] = p_lo
-            return LookDecision(**base, stop=True, verdict="noninferior", reason="noninferiority",
-                                repeats_saved=saved, details=details,
-                                sentence=f"noninferior {where}: Δ = {_pp(delta)} > -{100 * m:.2f} pp, t = "
-                                         f"{t_lo:.2f} >= boundary {te:.2f} (one-sided α {d.eq_alpha:g}; "
-                                         f"stage-wise p = {p_lo:.3g})")
+            return decided("noninferior", "noninferiority",
+                           f"noninferior {where}: Δ = {_pp(delta)} > -{100 * m:.2f} pp, t = {t_lo:.2f} >= "
+                           f"boundary {te:.2f} (one-sided α {d.eq_alpha:g}; stage-wise p = {p_lo:.3g})")
         if d.hypothesis != "noninferiority" and min(t_lo, t_hi) >= te:
             base["p"] = p_eq
-            return LookDecision(**base, stop=True, verdict="equivalent", reason="equivalence",
-                                repeats_saved=saved, details=details,
-                                sentence=f"equivalent {where}: Δ = {_pp(delta)} within ±{100 * m:.2f} pp, both "
-                                         f"one-sided t >= boundary {te:.2f} (α {d.eq_alpha:g} per side; "
-                                         f"stage-wise p = {p_eq:.3g})")
+            return decided("equivalent", "equivalence",
+                           f"equivalent {where}: Δ = {_pp(delta)} within ±{100 * m:.2f} pp, both one-sided t "
+                           f">= boundary {te:.2f} (α {d.eq_alpha:g} per side; stage-wise p = {p_eq:.3g})")
         if d.hypothesis == "noninferiority":
             base["p"] = p_lo
         elif d.hypothesis == "equivalence":
             base["p"] = p_eq
     if last:
         why = short or f", |t| = {abs(t):.2f} < boundary {tc:.2f}"
-        return LookDecision(**base, stop=True, verdict="inconclusive", reason="max_repeats", details=details,
-                            sentence=f"inconclusive after all {repeats} repeats: Δ = {_pp(delta)}{why}")
+        return decided("inconclusive", "max_repeats",
+                       f"inconclusive after all {repeats} repeats: Δ = {_pp(delta)}{why}")
     if d.futility and not d.tests_margin and t_info >= d.futility_from:
         band = float(d.futility_z()[repeats - d.min_repeats])
         if abs(z) < band:
-            return LookDecision(**base, stop=True, verdict="inconclusive", reason="futility", repeats_saved=saved,
-                                details=details,
-                                sentence=f"inconclusive (futility) {where}: Δ = {_pp(delta)}, |z| = {abs(z):.2f} "
-                                         f"< {band:.2f}: the remaining repeats could not plausibly reach a verdict")
-    return LookDecision(**base, stop=False, verdict=None, reason="continue", details=details,
-                        sentence=f"continue {where}" + (short or f": |t| = {abs(t):.2f} < boundary {tc:.2f}"))
+            return decided("inconclusive", "futility",
+                           f"inconclusive (futility) {where}: Δ = {_pp(delta)}, |z| = {abs(z):.2f} < "
+                           f"{band:.2f}: the remaining repeats could not plausibly reach a verdict")
+    return decided(None, "continue",
+                   f"continue {where}" + (short or f": |t| = {abs(t):.2f} < boundary {tc:.2f}"))
 
 
 #: verdicts a look stops with on a test (the error bounds must reach the same one)

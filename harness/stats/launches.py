@@ -76,22 +76,10 @@ def question_means(arm: ArmRuns) -> np.ndarray:
     return _nanmean(launch_means(arm), axis=0)
 
 
-def launch_accuracies(arm: ArmRuns, keep: np.ndarray | None = None) -> np.ndarray:
-    """Accuracy of each launch over the questions ``keep`` (all by default), NaN skipped."""
-    lm = launch_means(arm)
-    if keep is not None:
-        lm = lm[:, keep]
-    return _nanmean(lm, axis=1)
-
-
 def heterogeneity_q(y: np.ndarray) -> tuple[float, int, int]:
-    """Cochran's Q for ``(L, n)`` launch means of one arm, over the questions every launch answered.
-
-    Q = (L - 1)·n·SS_launch / SS_within, SS_launch = n Σ_l (m_l - m̄)², SS_within = Σ_{l,i} (y_li - ȳ_i)²;
-    for 0/1 scores this is exactly Cochran's Q (H0: every launch has the same accuracy; per question the
-    launches are exchangeable), approximately χ²(L - 1). Returns (Q, df, questions used); Q = 0 when the
-    launches agree on every question.
-    """
+    """(Q, df, questions used): Cochran's Q for ``(L, n)`` launch means of one arm over the questions every
+    launch answered, Q = (L - 1)·n·SS_launch / SS_within (exactly Cochran's for 0/1 scores; ≈ χ²(L - 1)); 0
+    when the launches agree on every question."""
     y = np.asarray(y, dtype=float)
     y = y[:, ~np.isnan(y).any(axis=0)]
     L, n = y.shape

@@ -1,75 +1,23 @@
 """The accuracy test of B against A with a launch component estimated from every launch of the run.
 
-Why: a server launch can shift the accuracy of every question alike (something fixed for the launch:
-kernels picked, a numerics path, a cache layout). The question-level test sees none of that shift (it is
-common to all questions, so it cancels out of sd(d_i)); a pretest (Cochran's Q, p < α) switching to
-launches as the unit only when it detects the shift rarely does so with 3 launches: the false-positive rate
-is then 11-19 % under a log-odds shift of sd 0.15 per launch.
+A server launch can shift the accuracy of every question alike; the question-level test cannot see that shift
+(it cancels out of sd(d_i)), so the launch, not the pass, is the replicate. The reasons, the rules tried and
+their calibration are in docs/statistics.md ("Statistics") and docs/calibration.md.
 
-**Model.** Per configuration g (A, whose launches include the A/A control's, and B), launch l, question i,
-the launch's mean score over its passes is y_gli = μ_gi + u_gl + e_gli: μ_gi the question's expected score in
-g, u_gl ~ (0, σ²_L) the launch-wide shift, e_gli the rest (pass noise, the launch's own per-question noise).
-Passes of one launch share u_gl: the launch, not the pass, is the replicate (several passes are averaged
-into y_gli first). With d_i = B̄_i - Ā_i (Ā over arm A's L_A launches, B̄ over B's L_B) and k = 1/L_A + 1/L_B,
+**Model.** Per configuration g (A, whose launches include the A/A control's, and B), launch l, question i, the
+launch's mean score over its passes is y_gli = μ_gi + u_gl + e_gli, u_gl ~ (0, σ²_L) the launch-wide shift.
+With d_i = B̄_i - Ā_i over L_A and L_B launches,
+Var(Δ̂) = Var_i(μ_Bi - μ_Ai)/n + (1/L_A + 1/L_B) σ²_L + (σ²_e,A/L_A + σ²_e,B/L_B)/n.
 
-    Var(Δ̂) = Var_i(μ_Bi - μ_Ai)/n + k σ²_L + (σ²_e,A/L_A + σ²_e,B/L_B)/n.
-
-**Estimates.** The variance components come from a two-way ANOVA (launch x question) within each
-configuration, pooled over the configurations with two or more launches, over the questions every launch
-answered (:func:`variance_components`): MS_L = Σ_g n Σ_l (m_gl - m̄_g)² / df_L (m_gl launch accuracies),
-df_L = Σ_g (L_g - 1), MS_E the launch x question residual mean square (df_E = Σ_g (L_g - 1)(n - 1)),
-E[MS_L] = σ²_e + n σ²_L and E[MS_E] = σ²_e, so σ̂²_L = (MS_L - MS_E)/n (the REML estimate for this balanced
-design when positive; checked against statsmodels' MixedLM). The variance of Δ̂ is
-
-    V = b + h,   b = τ̂²_A / L_A + τ̂²_B / L_B   (τ̂²_g = MS_L,g / n: each configuration's variance of its launch
-                                               accuracies, from its own launches: Welch's form)
-                 h = max(0, S²_d/n - e),   e = (MS_E,A/L_A + MS_E,B/L_B)/n   (question x arm interaction)
-
-which is S²_d/n + the launch variances over the launches (the question-level paired variance plus each
-configuration's launch variance) with the truncation at 0 placed on the interaction, not on σ̂²_L. A
-configuration with one launch borrows the other's τ̂² (b = k τ̂², on that configuration's df). Pooling τ²
-over the configurations (the form before Welch's) let A's quiet launches outweigh B's noisy ones: with B's
-launch sd 6x A's it rejected 13.5 % of true nulls (normal model, tests/test_stats_launchvar.py). The
-statistic t = Δ̂ / sqrt(V) is referred to Student's t with Satterthwaite's df
-
-    ν = (b'_A + b'_B + h)² / (b'_A²/df_A + b'_B²/df_B + [h > 0] (S⁴_d/(n²(n - 1)) + e²/df_E)),
-    b'_g = [max(τ̂²_g, s_g) + (df_g / χ²_{0.05, df_g} - 1) max(0, τ̂²_g - 4 s_g)] / L_g,   s_g = MS_E,g / n,
-
-between min(df_A, df_B) and n - 1 + df_L: ≈ Welch's df when the launch terms dominate, larger when the
-question x arm interaction does. Each launch term enters the df at no less than its within-launch-noise part
-MS_E,g/(n L_g) (its value at σ²_L = 0, estimated to df_E): Satterthwaite's df from the
-realised b grow exactly when b is small by chance, i.e. when |t| is large, which made the test liberal at
-df_L <= 2 (6.8 % at df_L = 1, 2000 experiments; 0.3 % with b'). For the same reason a launch variance
-clearly above the noise (beyond 4 s_g) enters the df at its upper 95 % confidence limit: when B's launches
-are much noisier than A's (sd 6x) B's term dominates V on B's 2 df, and the df from the realised terms grew
-towards df_A + df_B exactly when B's term was small by chance (7.0 % of true nulls rejected; 6.2-6.5 % with
-the limit, coverage of the true Δ 93.0-93.6 %, :func:`df_weight`), while at no launch shift the terms sit at
-the floor and the df are unchanged but for a chance excess (power at +1.5 pp 76.0 % vs 76.3 % with no limit).
-The threshold 4 s_g, not 3 s_g: beyond 3 s_g the limit fired by chance in 5 % of B's 2-df draws at no shift and
-cost 0.8-0.9 points of power there (75.2 %), for 0.4-0.7 points of size with B's launches 6x A's (5.8-5.9 %).
-The interval Δ̂ ± t_{1-α/2,ν} sqrt(V) inverts the same t: "p < α" and "0 outside the CI" never disagree.
-
-Why this truncation (simulation of the normal model's sufficient statistics, 400,000 draws per cell):
-truncating σ̂²_L at 0 (V = S²_d/n + k max(0, σ̂²_L)) is liberal when σ²_L is of the order of the within-launch
-noise and df_L is small (7.4 % at df_L = 2), because it then falls back to the question-level variance in a
-quarter of the experiments where σ²_L > 0; the launch-level form above holds <= α for every σ²_L
-(tests/test_stats_launchvar.py on normal data; benchmarks/calibrate_stats.py on the independent generator:
-0.4-5.0 % in every design with df_L >= 1, 3.4 % under launch shifts in the seed design, 4.7 % without). The
-cost at σ²_L = 0 is the t_{df_L} reference in place of the normal one (seed design: power 83 % vs 86 % at
-+1.5 pp): the honest price of not knowing σ²_L (it is not switched on by a pretest).
-
-That price, measured on the greedy generator (seed design, no launch shift, B's effect of ~1.3 pp): power 76 %
-against the question-level test's 85.5-85.9 % (a gap of 9.5-9.6 points in two sets of 2000 experiments), all of
-it the t reference (the z test on this V rejects 86 %). Flooring σ̂²_L at 0, V = max(V, S²_d/n), an untruncated
-question x arm term and relaxing :func:`df_weight` further were each tried on 2000 experiments per row: none
-moves the power by more than a point, those that relax the df rule beyond 4 s_g reject up to 7.2 % with B's
-launches 6x A's, and no rule on (Δ̂, launch spread) holding 5 % at every σ²_L can exceed 78 % there (a linear
-programme's bound): benchmarks/calibrate_launch_df.py and docs/calibration.md, "Power with no launch shift".
-
-**Degenerate designs.** With one launch per configuration (no A/A control) df_L = 0: σ²_L cannot be estimated
-from this run; the result is the question-level test (:mod:`.consistent`) with the qualification
-"valid only if launches do not shift accuracy". With one launch per arm and an A/A control of one or more
-launches, σ²_L comes from the A/A control's launches together with A's (said in ``variance_source``).
+**Estimates.** A two-way ANOVA (launch x question) within each configuration over the questions every launch
+answered (:func:`variance_components`; E[MS_L] = σ²_e + n σ²_L, E[MS_E] = σ²_e, the REML estimate when
+positive). V = b + h with b = τ̂²_A/L_A + τ̂²_B/L_B (τ̂²_g = MS_L,g / n, each configuration's own: Welch's
+form; one with a single launch borrows the other's) and h = max(0, S²_d/n - e),
+e = (MS_E,A/L_A + MS_E,B/L_B)/n, the question x arm interaction. t = Δ̂ / sqrt(V) is referred to Student's
+t with Satterthwaite's df (:func:`combine_variance`, each launch term entering the df as :func:`df_weight`
+says); the interval inverts the same t, so "p < α" and "0 outside the CI" never disagree. With no
+configuration on two launches σ²_L cannot be estimated: the result is the question-level test
+(:mod:`.consistent`), qualified.
 """
 
 from __future__ import annotations
@@ -218,14 +166,10 @@ def _source(la: int, laa: int, lb: int, comp: LaunchVariance) -> str:
 
 def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alpha: float = ALPHA,
                       keep: np.ndarray | None = None, include_aa_in_estimate: bool = False) -> LaunchAwareResult:
-    """Test of Δ = 0 (two-sided) and the (1 - α) interval of Δ = mean_i (B̄_i - Ā_i), with the launch
-    component estimated from every launch: arm A's, the A/A control's (``aa``, launches of A's configuration)
-    and B's (see the module docstring).
-
-    ``keep``: the questions Δ is taken over (default: those both arms answered at least once). Δ uses arm
-    A's runs only unless ``include_aa_in_estimate`` (then A's mean is over A and the A/A control, L_A counts
-    both); σ²_L always uses every launch.
-    """
+    """Test of Δ = 0 (two-sided) and the (1 - α) interval of Δ = mean_i (B̄_i - Ā_i) over ``keep`` (default:
+    the questions both arms answered), the launch component estimated from every launch, the A/A control's
+    (``aa``) included. Δ uses arm A's runs only unless ``include_aa_in_estimate`` (then L_A counts the A/A
+    launches too)."""
     am, bm = question_means(a), question_means(b)
     cfg = a if aa is None else a.concat(aa)
     if include_aa_in_estimate:
@@ -299,12 +243,11 @@ class CombinedVariance:
 def combine_variance(tau2_a: float | np.ndarray, tau2_b: float | np.ndarray, noise_a: float, noise_b: float,
                      df_a: int, df_b: int, la: int, lb: int, var_q: float | np.ndarray, n: int,
                      df_e: int) -> CombinedVariance:
-    """V = Var(Δ̂) and its Satterthwaite df from each configuration's launch-accuracy variance ``tau2_g``
-    (MS_L,g / n on ``df_g`` = L_g - 1; a configuration with one launch, df 0, borrows the other's), their
-    within-launch noise ``noise_g`` = MS_E,g / n, the launches in Δ (``la``, ``lb``), the question-level
-    variance ``var_q`` = S²_d / n and the residual df ``df_e`` (see the module docstring). Vectorised over
-    ``tau2_a`` / ``tau2_b``: the planner (:func:`harness.analysis.planning.design_power`) runs the verdict's
-    own arithmetic on draws of them."""
+    """V = Var(Δ̂) and its Satterthwaite df ν = (b'_A + b'_B + h)² / (b'_A²/df_A + b'_B²/df_B + [h > 0]
+    (S⁴_d/(n²(n - 1)) + e²/df_E)), b'_g = :func:`df_weight` / L_g, clipped to [min(df_A, df_B), n - 1 + df_L].
+    ``tau2_g`` = MS_L,g / n on ``df_g`` = L_g - 1 (df 0 borrows the other's), ``noise_g`` = MS_E,g / n,
+    ``var_q`` = S²_d / n. Vectorised over ``tau2_a`` / ``tau2_b``: the planner runs the verdict's own
+    arithmetic on draws of them."""
     ta = np.asarray(tau2_a, dtype=float)
     tb = np.asarray(tau2_b, dtype=float)
     if df_a == 0:
@@ -339,18 +282,10 @@ DF_UPPER_LEVEL = 0.95
 
 def df_weight(tau2: np.ndarray, noise: float, df: int) -> np.ndarray:
     """A configuration's launch-accuracy variance as it enters Satterthwaite's df (not V): at no less than
-    its within-launch-noise part ``noise`` (its value at σ²_L = 0), and its part beyond
-    ``DF_EXCESS_OVER_NOISE`` x ``noise`` scaled up to its upper ``DF_UPPER_LEVEL`` confidence limit
-    (τ̂² df / χ²_{1-level, df}).
-
-    Why: from the realised estimates the df grow exactly when the term of the configuration with the fewer
-    launches is small by chance, i.e. when |t| is large; with B's launches 6x as noisy as A's (3 launches of
-    B, df 2) Welch's df rejected 7 % of true nulls. Taking a clear launch variance at its upper limit holds
-    the df near that configuration's own df (6.1 % there, normal model); a term at the noise floor (no
-    launch shift, where the df are earned) is left as it is, and so is one up to 4x the noise, which at no
-    shift is chance (power at +1.5 pp in the seed design 75.8 % vs 76.1 % with no limit, 74.9 % with the
-    limit beyond 3x): tests/test_stats_launchvar.py::test_df_hold_when_b_launches_dominate and
-    ::test_df_rule_keeps_the_power_without_launch_shifts."""
+    its within-launch-noise part ``noise``, and its part beyond ``DF_EXCESS_OVER_NOISE`` x ``noise`` at its
+    upper ``DF_UPPER_LEVEL`` confidence limit (τ̂² df / χ²_{1-level, df}). Why: the df from the realised
+    estimates grow exactly when the term on fewer df is small by chance, i.e. when |t| is large (7 % of true
+    nulls with B's launches 6x as noisy as A's); docs/calibration.md measures the threshold."""
     t = np.asarray(tau2, dtype=float)
     if df <= 0:
         return np.maximum(t, noise)
@@ -358,39 +293,20 @@ def df_weight(tau2: np.ndarray, noise: float, df: int) -> np.ndarray:
     return np.maximum(t, noise) + up * np.maximum(t - DF_EXCESS_OVER_NOISE * noise, 0.0)
 
 
-def planned_se(sigma2_launch: float | tuple[float, float], noise_per_launch: float | tuple[float, float],
-               heterogeneity: float, launches_a: int, launches_b: int) -> float:
-    """Planning: the SE of Δ̂ for L_A and L_B launches from a previous run's components,
-    sqrt((σ²_L,A + σ²_e,A/n)/L_A + (σ²_L,B + σ²_e,B/n)/L_B + h); a single number for σ²_L (or the noise
-    σ²_e/n, ``components.ms_resid / n``) is both configurations'; ``heterogeneity`` is the interaction term h
-    (``var_heterogeneity``). The power of the verdict's test for a design is
-    :func:`harness.analysis.planning.design_power` (its own df and pooling rule)."""
-    s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
-    e2 = noise_per_launch if isinstance(noise_per_launch, tuple) else (noise_per_launch, noise_per_launch)
-    return math.sqrt((max(s2[0], 0.0) + max(e2[0], 0.0)) / launches_a
-                     + (max(s2[1], 0.0) + max(e2[1], 0.0)) / launches_b + max(heterogeneity, 0.0))
-
-
 def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
                        launches_a: int, launches_b: int, launches_aa: int = 0, heterogeneity: float = 0.0,
                        alpha: float = ALPHA, tails: str = "normal") -> float:
-    """Power of the comparison's own test (:func:`harness.stats.launchvar.launch_aware_test`) to detect
-    ``effect`` in a design of L_A and L_B launches per arm plus L_AA launches of the A/A control, n questions.
+    """Power of :func:`launch_aware_test` to detect ``effect`` with L_A and L_B launches per arm plus L_AA
+    launches of the A/A control, n questions.
 
-    Model: a launch's accuracy has variance τ²_g = σ²_L,g + σ²_e/n (``sigma2_launch``: one value or (A, B);
-    ``noise_per_launch`` = σ²_e/n, its within-launch part), ``heterogeneity`` h the question x arm term. On the
-    benchmark's questions (fixed: the power to detect an effect ``effect`` on them) Δ̂ ~ N(effect,
-    τ²_A/L_A + τ²_B/L_B), while the verdict's V̂ also holds its estimate of h (the interval is about the
-    population of questions): the plan that put h in Var(Δ̂) too fell 4-11 points below the power achieved
-    at 3-6 launches per arm with no launch shift (greedy generator, 2000 experiments). The verdict estimates τ²_g from L_g - 1 df (A's configuration counts
-    the A/A launches): the power averages, over draws τ̂²_g = τ²_g χ²_df/df, the chance that |Δ̂| clears
-    t_{1-α/2, ν} sqrt(V̂) with V̂ and ν from :func:`harness.stats.launchvar.combine_variance` (the verdict's own
-    arithmetic: Welch's launch term, Satterthwaite's df). Without a configuration of two launches the verdict
-    is the question-level test, blind to σ²_L: its power is that of a normal test with variance e + h."""
+    A launch's accuracy has variance τ²_g = σ²_L,g + σ²_e/n (``sigma2_launch``: one value or (A, B);
+    ``noise_per_launch`` = σ²_e/n). On the benchmark's fixed questions Δ̂ ~ N(effect, τ²_A/L_A + τ²_B/L_B),
+    while the verdict's V̂ also holds the question x arm term ``heterogeneity`` (docs/calibration.md: putting
+    it in Var(Δ̂) too under-planned). The power averages, over draws τ̂²_g = τ²_g χ²_df/df, the chance that
+    |Δ̂| clears t_{1-α/2, ν} sqrt(V̂), V̂ and ν from :func:`combine_variance`; with no configuration on two
+    launches the verdict is the question-level test: a normal test with variance e + h."""
     s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
     tau_a, tau_b = max(s2[0], 0.0) + noise_per_launch, max(s2[1], 0.0) + noise_per_launch
-    # Δ̂ varies between runs of the benchmark's questions by the launches and the within-launch noise; the
-    # question x arm term h is in the verdict's V (estimated from S²_d) but fixed on a given benchmark
     v_true = tau_a / launches_a + tau_b / launches_b
     e = noise_per_launch * (1.0 / launches_a + 1.0 / launches_b)
     var_q = e + max(heterogeneity, 0.0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from scipy.special import ndtri
 
 from .dist import binom_cdf, binom_pmf, binom_sf, t_ppf
 from .verdict import ALPHA
@@ -52,14 +52,6 @@ def n_needed_paired(effect: float, psi: float, alpha: float = ALPHA, power: floa
     if effect <= 0:
         raise ValueError("effect must be positive")
     return max(1, math.ceil(z_sum(alpha, power) ** 2 * psi / effect**2 - 1e-9))
-
-
-def power_at(effect: float | np.ndarray, se: float | np.ndarray, alpha: float = ALPHA) -> np.ndarray:
-    """Power of the two-sided z-test of level α to detect ``effect`` when the estimate has standard error
-    ``se`` (both tails counted)."""
-    z = ndtri(1 - alpha / 2)
-    e = np.abs(np.asarray(effect, dtype=float)) / np.asarray(se, dtype=float)
-    return ndtr(e - z) + ndtr(-e - z)
 
 
 def min_detectable_discordant(alpha: float = ALPHA, mid_p: bool = True) -> int:
@@ -100,13 +92,10 @@ def critical_counts(m: np.ndarray, alpha: float = ALPHA, mid_p: bool = True) -> 
 
 def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = ALPHA,
                        mid_p: bool = True) -> float:
-    """Exact power of the two-sided paired sign-flip (McNemar) test, mid-p by default, for n questions.
-
-    Model of the alternative: the arms disagree by chance on ``psi_noise`` of the questions, evenly in
-    both directions, and the effect adds ``effect`` (a share of questions) on B's side, so the discordant
-    count is Binomial(n, ψ) with ψ = psi_noise + |effect|, and B's share of them (ψ_noise/2 + |effect|)/ψ.
-    Sums over every discordant count, no normal approximation.
-    """
+    """Exact power of the two-sided paired sign-flip (McNemar) test, mid-p by default, for n questions, summed
+    over every discordant count: the arms disagree by chance on ``psi_noise`` of the questions, evenly, and
+    the effect adds ``effect`` on B's side (discordant count Binomial(n, ψ_noise + |effect|), B's share
+    (ψ_noise/2 + |effect|)/ψ)."""
     e = abs(float(effect))
     psi = min(1.0, psi_noise + e)
     if psi <= 0 or n <= 0:

@@ -158,7 +158,7 @@ class LookDecision:
     margin_z: list[float] | None = None
     margin_bound: float | None = None
     repeats_saved: int = 0
-    #: what the estimator adds (a launch-aware look: ``harness.stats.group_sequential.LookDetails``); stored with
+    #: what the estimator adds (a launch-aware look: ``harness.stats.launch_looks.LookDetails``); stored with
     #: non-finite numbers as null
     details: Mapping[str, Any] = field(default_factory=dict)
     #: questions the look's estimate is over (None in looks stored before it was recorded)

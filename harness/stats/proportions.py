@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from scipy.special import ndtri
 
 from ._rng import SeedLike
 from .resample import bootstrap_mean_ci
@@ -49,14 +49,3 @@ def unpaired_diff_ci(k_a: float, n_a: float, k_b: float, n_b: float,
     se = np.sqrt(pa * (1 - pa) / n_a + pb * (1 - pb) / n_b)
     z = z_crit(alpha)
     return float(pb - pa - z * se), float(pb - pa + z * se)
-
-
-def two_proportion_z_test(k_a: np.ndarray | float, n_a: np.ndarray | float, k_b: np.ndarray | float,
-                          n_b: np.ndarray | float) -> np.ndarray:
-    """Two-sided p-value of the pooled two-proportion z-test for independent samples (vectorised)."""
-    k_a, n_a, k_b, n_b = (np.asarray(v, dtype=float) for v in (k_a, n_a, k_b, n_b))
-    pool = (k_a + k_b) / (n_a + n_b)
-    se = np.sqrt(pool * (1 - pool) * (1 / n_a + 1 / n_b))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(se > 0, (k_b / n_b - k_a / n_a) / se, 0.0)
-    return 2 * ndtr(-np.abs(z))

@@ -1,11 +1,6 @@
-"""Repeated runs per arm: per-question mean scores, the question-level (cluster) bootstrap, discordance and
-the A/A noise band.
-
-Runs of one arm are a matrix ``(R, n)`` of 0/1 scores (runs x questions, aligned by question). Runs of
-the same question are correlated, so inference resamples questions (each with all of its runs), never
-runs as if the R·n outcomes were independent (:func:`naive_run_bootstrap_ci` exists only to show why).
-The verdict's inference with repeats is in :mod:`.analysis` (launches as replicates).
-"""
+"""Repeated runs per arm: the question-level (cluster) and two-level (launches, then questions) bootstraps,
+discordance and the A/A noise band. Runs of one arm are a matrix ``(R, n)`` of 0/1 scores; runs of one
+question are correlated, so inference resamples questions (each with all of its runs), never runs."""
 
 from __future__ import annotations
 
@@ -23,15 +18,10 @@ from .resample import DEFAULT_MAX_ELEMS, bootstrap_means, percentile_interval
 from .verdict import ALPHA
 
 
-def as_runs(x: np.ndarray) -> np.ndarray:
-    """A ``(R, n)`` float matrix from one run ``(n,)`` or several runs ``(R, n)``."""
-    x = np.asarray(x, dtype=float)
-    return x[None, :] if x.ndim == 1 else x
-
-
-def per_question_means(runs: np.ndarray) -> np.ndarray:
-    """Per-question mean score over the runs of one arm, shape ``(n,)``."""
-    return as_runs(runs).mean(axis=0)
+def _question_means(runs: np.ndarray) -> np.ndarray:
+    """Per-question mean score over one run ``(n,)`` or several runs ``(R, n)`` of one arm."""
+    x = np.asarray(runs, dtype=float)
+    return x if x.ndim == 1 else x.mean(axis=0)
 
 
 def cluster_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = ALPHA,
@@ -39,7 +29,7 @@ def cluster_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = 
                          max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """Interval of Δ = mean over questions of (B mean score - A mean score), resampling questions (each
     with all of its runs of both arms) — the question-level cluster bootstrap."""
-    return paired_bootstrap_ci(per_question_means(a_runs), per_question_means(b_runs), alpha=alpha,
+    return paired_bootstrap_ci(_question_means(a_runs), _question_means(b_runs), alpha=alpha,
                                n_resamples=n_resamples, method=method, seed=seed, max_elems=max_elems)
 
 
@@ -59,14 +49,10 @@ def launch_deviations(table: np.ndarray) -> np.ndarray | None:
 def two_level_bootstrap_ci(center: np.ndarray, pools: list[tuple[np.ndarray, int, float]], df: float,
                            alpha: float = ALPHA, n_resamples: int = 10_000, seed: SeedLike = None,
                            max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
-    """Interval of mean(center) resampling launches, then questions: the question-level cluster bootstrap
-    (:func:`cluster_bootstrap_ci`'s resampling of questions, each with all of its runs, the arms paired)
-    with, in each resample, every ``(deviations (P, n), L, sign)`` pool adding ``sign`` x the mean of L
-    launches drawn with replacement from its P launch deviations (:func:`launch_deviations`).
-
-    With a handful of launches the bootstrap distribution has the normal's tails where the launch mean has
-    Student's t's: the percentile interval is widened about the estimate by t_{1-α/2, df} / z_{1-α/2} (``df``:
-    the launch term's df; inf leaves it as it is)."""
+    """Interval of mean(center) resampling questions (each with all of its runs, the arms paired) and, in each
+    resample, adding for every ``(deviations (P, n), L, sign)`` pool ``sign`` x the mean of L launches drawn
+    from its P launch deviations. A few launches' mean has Student's tails where the bootstrap has the
+    normal's: the percentile interval is widened about the estimate by t_{1-α/2, df} / z_{1-α/2}."""
     center = np.asarray(center, dtype=float)
     cols = [center[:, None]] + [np.asarray(d, dtype=float).T for d, _, _ in pools]
     x = np.hstack(cols)
@@ -158,20 +144,6 @@ def _delta_interval(am: np.ndarray, bm: np.ndarray, dev_a: np.ndarray | None, de
     pa, pb = dev_a if dev_a is not None else dev_b, dev_b if dev_b is not None else dev_a
     assert pa is not None and pb is not None
     return two_level_bootstrap_ci(bm - am, [(pb, lb, 1.0), (pa, la, -1.0)], df, alpha, n_resamples, rng)
-
-
-def naive_run_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = ALPHA,
-                           n_resamples: int = 10_000, seed: SeedLike = None,
-                           max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
-    """WRONG ON PURPOSE (for demonstration and tests): treats the R·n (run, question) pairs as independent
-    and resamples them. It ignores that runs of one question share that question's effect, so its interval
-    is too narrow whenever the effect differs between questions."""
-    a = as_runs(a_runs)
-    b = as_runs(b_runs)
-    if a.shape != b.shape:
-        raise ValueError("naive run-level resampling needs the same number of runs per arm")
-    d = (b - a).ravel()
-    return percentile_interval(bootstrap_means(d, n_resamples, seed, max_elems), alpha)
 
 
 def discordance(x: np.ndarray, y: np.ndarray) -> float:

@@ -1,10 +1,7 @@
-"""A root of a scalar function by Brent's method: ``scipy.optimize.brentq``'s algorithm, step for step.
-
-``scipy.optimize`` costs ~0.3 s to import (its linear programming, least squares, ... come with it), paid by
-every ``abh`` command whose config names a verdict; the statistics need only this one root finder. This is a
-transcription of scipy's C routine (``scipy/optimize/Zeros/brentq.c``, Brent 1973): the same steps in the same
-double arithmetic, so it returns scipy's root bit for bit (``tests/test_stats_roots.py`` checks it against
-scipy on every kind of bracket).
+"""A root of a scalar function by Brent's method, transcribed from scipy's C routine
+(``scipy/optimize/Zeros/brentq.c``, Brent 1973) step for step, so it returns scipy's root bit for bit
+(``tests/test_stats_roots.py``): ``scipy.optimize`` costs ~0.3 s to import in every command that names a
+verdict.
 """
 
 from __future__ import annotations

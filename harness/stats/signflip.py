@@ -1,20 +1,13 @@
 """Paired sign-flip (randomisation) test over questions: the verdict's test of Δ = mean_i d_i.
 
-``d_i`` is question i's difference of arm means (B - A; each arm's runs averaged, passes within a launch
-first). Under H0 the sign of each d_i is as likely + as - (the arms are exchangeable on every question),
-so the reference distribution of T = Σ d_i is that of Σ ±|d_i| with independent fair signs. Questions are
-the unit: runs that repeat verbatim leave d_i unchanged and so add no evidence.
-
-The distribution is computed exactly when the d_i lie on a lattice (they do: they are differences of
-means of 0/1 scores, multiples of 1/K for a small K), by convolving the distributions of each distinct
-|d_i| value. The p-value is two-sided and **mid-p** by default: 2 (P(T* > |t|) + ½ P(T* = |t|)). With one
-run per arm this is the mid-p McNemar test (Fagerland, Lydersen & Laake 2013 recommend it over the exact
-test, whose size is far below α when discordant pairs are few: 3.0 % at 26 expected pairs); ``mid_p=False``
-gives the exact (conservative) test, the exact McNemar test for one run per arm. When the lattice is too
-fine the distribution is drawn by Monte Carlo instead (then ``exact`` is false and the p-value has a floor).
-
-:func:`signflip_weighted` is the same test one-sided (against mean > 0) on a weighted mean, by Monte Carlo: the
-divergence's per-question test of KLD(A‖B) - KLD(A‖A'). Both return a :class:`SignFlip`.
+``d_i`` is question i's difference of arm means (B - A). Under H0 each sign is as likely + as - (the arms are
+exchangeable on every question), so T = Σ d_i is referred to Σ ±|d_i| with independent fair signs; questions
+are the unit, and verbatim repeats add no evidence. The d_i lie on a lattice (differences of means of 0/1
+scores), so the distribution is exact by convolving each distinct |d_i|'s; the p is two-sided and **mid-p** by
+default (with one run per arm the mid-p McNemar test, which Fagerland, Lydersen & Laake 2013 recommend over
+the exact test; ``mid_p=False`` gives the exact one). A lattice too fine falls back to Monte Carlo (``exact``
+false, the p with a floor). :func:`signflip_weighted` is the one-sided Monte Carlo test of a weighted mean
+(the divergence's per-question test).
 """
 
 from __future__ import annotations
@@ -149,13 +142,9 @@ def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
 
 def signflip_weighted(d: np.ndarray, weights: np.ndarray | None = None, n_resamples: int = 9_999,
                       seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> SignFlip:
-    """One-sided randomisation test of H0: each d_i is symmetric about 0, against mean(d) > 0.
-
-    Statistic T = Σ w_i d_i / Σ w_i (``weights`` default 1). Each of ``n_resamples`` resamples flips the sign
-    of every d_i independently with probability 1/2; p = (1 + #{T* >= T}) / (R + 1), which is exact (size
-    <= α) for any distribution symmetric under H0, with the floor 1/(R+1). Resamples are drawn in chunks
-    (about ``max_elems`` signs each), never one Python iteration per resample.
-    """
+    """One-sided randomisation test of H0: each d_i is symmetric about 0, against T = Σ w_i d_i / Σ w_i > 0:
+    p = (1 + #{T* >= T}) / (R + 1) over R random sign flips (exact for any symmetric H0, floor 1/(R+1)), drawn
+    in chunks of about ``max_elems`` signs."""
     d = np.asarray(d, dtype=float)
     n = d.size
     if n == 0:

@@ -1,20 +1,14 @@
-"""Tango's asymptotic score test and interval for the paired difference Δ = (c - b) / n.
-
-Notation: ``b`` questions only arm A answers right, ``c`` only arm B, n questions. For H0: Δ = Δ0 the
-restricted maximum-likelihood estimate q̃ of P(A only) solves 2n q² - W q - b Δ0 (1 - Δ0) = 0 with
-W = b (1 - 3Δ0) + c (1 - Δ0) - 2 (n - b - c) Δ0, and
+"""Tango's asymptotic score test and interval for the paired difference Δ = (c - b) / n (``b`` questions only
+arm A answers right, ``c`` only arm B). For H0: Δ = Δ0 the restricted MLE q̃ of P(A only) solves
+2n q² - W q - b Δ0 (1 - Δ0) = 0 with W = b (1 - 3Δ0) + c (1 - Δ0) - 2 (n - b - c) Δ0, and
 
     Z(Δ0) = (c - b - n Δ0) / sqrt(n (2 q̃ + Δ0 - Δ0²))        (Tango 1998, Stat Med 17:891)
 
-At Δ0 = 0 this is McNemar's z = (c - b)/sqrt(b + c). The interval {Δ0: |Z(Δ0)| <= z_{1-α/2}} has
-near-nominal coverage where Wald and Newcombe do not (95.2 % vs 98.4 % at ψ = 0.5 %, n = 1319) and never
-has zero width: with no discordant pair it is ±z²/(n + z²).
-
-Repeats: the per-question differences d_i are then fractions. :func:`effective_table` turns them into the
-table these functions take: b = Σ max(-d_i, 0), c = Σ max(d_i, 0) (so Δ = (c - b)/n still), all counts
-divided by the design effect deff = V̂(Δ) / ((ψ - Δ²)/n) (ψ = (b + c)/n), the ratio of the design's
-variance of Δ to that of one run per arm with the same table (Korn & Graubard's effective sample size).
-One run per arm has deff = 1 exactly; verbatim repeats too, so they add no evidence.
+(McNemar's z at Δ0 = 0). The interval {Δ0: |Z(Δ0)| <= z_{1-α/2}} covers near-nominally where Wald and Newcombe
+do not, and never has zero width. With repeats, :func:`effective_table` turns the per-question differences
+into such a table: b = Σ max(-d_i, 0), c = Σ max(d_i, 0), all divided by the design effect
+deff = V̂(Δ) / ((ψ - Δ²)/n) (Korn & Graubard's effective sample size; 1 for one run per arm or verbatim
+repeats).
 """
 
 from __future__ import annotations
@@ -113,14 +107,9 @@ def discordant_mass(d: np.ndarray) -> tuple[np.ndarray, float, float, float]:
 
 
 def effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
-    """The table (b, c, n) that the score functions take, from per-question differences ``d`` (B - A in
-    [-1, 1]; NaN skipped) and the design's variance of Δ = mean(d) (default: the question-level
-    Σ (d_i - Δ)² / n², right when questions are independent).
-
-    Returns ``b``, ``c``, ``n`` (effective, i.e. divided by ``deff``), ``deff``, and ``b_raw``, ``c_raw``,
-    ``n_raw``. When every d_i is equal (ψ = Δ², e.g. no question differs) deff is 1: the table is taken
-    as it stands, like one run per arm.
-    """
+    """The effective table ``b``, ``c``, ``n`` (divided by ``deff``; also ``deff`` and the ``*_raw`` counts)
+    of per-question differences ``d`` (B - A; NaN skipped) and the design's variance of Δ
+    (default Σ (d_i - Δ)² / n², questions independent); deff is 1 when every d_i is equal (ψ = Δ²)."""
     d, n, b, c = discordant_mass(d)
     delta, psi = (c - b) / n, (b + c) / n
     if variance is None:

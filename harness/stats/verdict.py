@@ -1,18 +1,10 @@
-"""The one-word verdict of a comparison, with the reason behind it and the test that decided it.
-
-The question asked is explicit (``hypothesis``):
-
-- ``superiority`` (default): does B differ from A? ``improved`` / ``regressed`` when the two-sided test
-  rejects at α; with a margin, ``equivalent`` when the arms are shown within it; else ``inconclusive``.
-- ``noninferiority``: is B no worse than A by more than the margin? ``noninferior`` when the lower bound of
-  the two-sided (1 - α) interval lies above -margin (the one-sided test at α/2, 0.025 by default, as
-  regulators use); ``improved`` when B is also significantly better; ``regressed`` only when B is
-  significantly worse AND non-inferiority is not shown.
-- ``equivalence``: are the arms within ±margin? ``equivalent`` when the (1 - 2α) interval lies inside
-  (TOST at α); else ``improved`` / ``regressed`` when significant; else ``inconclusive``.
-
-A declared practical effect (``min_effect``) is judged on the interval: ``improved`` needs the interval's
-lower bound above +min_effect (``regressed``: upper bound below -min_effect), not only the point estimate.
+"""The one-word verdict of a comparison, with the reason behind it and the test that decided it, for the
+question ``hypothesis`` asks: ``superiority`` (``improved`` / ``regressed`` when the two-sided test rejects at
+α; with a margin ``equivalent`` when shown within it), ``noninferiority`` (``noninferior`` when the (1 - α)
+interval's lower bound is above -margin, the one-sided test at α/2; ``improved`` when also significantly
+better; ``regressed`` only when significantly worse and not non-inferior), ``equivalence`` (``equivalent``
+when the (1 - 2α) interval lies inside ±margin, TOST at α); else ``inconclusive``. A declared ``min_effect``
+is judged on the interval, not the point estimate.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A second independent generator of A/B runs: greedy (temperature-0) answers that flip at heavy-tailed
 per-question rates, and launch-wide shifts on the log-odds scale.
 
-Deliberately neither :mod:`abh_simulator` nor :mod:`harness.stats.simulate` nor
+Deliberately neither :mod:`abh_simulator` nor :mod:`helpers.score_simulator` nor
 ``tests/helpers/indep_generator.py`` (which draws every answer afresh from a per-launch probability): here an
 answer is the *greedy* answer of the question unless it flips.
 

@@ -1,6 +1,6 @@
 """An independent generator of A/B runs for calibrating the statistics (issue 25, item 7).
 
-Deliberately NOT :mod:`harness.stats.simulate` (the project's simulator, whose model the statistics were
+Deliberately NOT :mod:`helpers.score_simulator` (the project's simulator, whose model the statistics were
 designed against): other difficulty distributions, outcomes drawn per pass from a per-launch probability,
 launch-wide shifts on the log-odds scale (normal or Student-t(3)), effects concentrated on a few questions,
 persistent errors that may be informative, several passes per launch, and, for the divergence test, a noise

@@ -1,6 +1,6 @@
 """A generator of stored evals for calibrating the paths a user takes (``abh ab`` with and without ``--aa``, evals
 without launch ids), written for that purpose and sharing nothing with the simulator (``abh_simulator``) or
-``harness.stats.simulate``.
+``helpers.score_simulator``.
 
 The world: question i has a log-odds difficulty b_i (normal, fixed for a world: the benchmark is fixed). A server
 launch l draws one shift u_l (Student-t with 3 df, or normal, scaled to sd ``shift_sd`` on the log-odds) applied

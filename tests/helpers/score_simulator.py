@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .launches import ArmRuns
-from .verdict import ALPHA
+from harness.stats.launches import ArmRuns
+from harness.stats.verdict import ALPHA
 
 DIFFICULTY_SD = 3.0
 
