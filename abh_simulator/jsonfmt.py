@@ -29,19 +29,27 @@ def _four_digits() -> np.ndarray:
     return four.view(np.uint32).reshape(-1)
 
 
-def _digits(n: np.ndarray, width: int) -> np.ndarray:
-    """Non-negative integers ``n`` (N,) below ``10**width`` as (N, width) ASCII digits, leading zeros included:
-    four digits at a time from a table, as one uint32 each. Remainders as ``n - (n // d) * d``: numpy divides by a
-    constant fast (libdivide) but takes a remainder by a slow division per element."""
+def _put_digits(out: np.ndarray, col: int, n: np.ndarray, width: int) -> None:
+    """Write non-negative integers ``n`` (N,) below ``10**width`` as ASCII digits, leading zeros included, into
+    columns ``col..col+width-1`` of ``out`` (N, W) uint8 (C order): four digits at a time from a table, each word
+    stored through a uint32 view of those four columns (one store per row, where copying bytes costs one per
+    digit). Remainders as ``n - (n // d) * d``: numpy divides by a constant fast (libdivide) but takes a remainder
+    by a slow division per element."""
     four = _four_digits()
-    words = (width + 3) // 4
-    out = np.empty((n.size, words), dtype=np.uint32)
+    rows, row_bytes = out.shape[0], out.strides[0]
     rest = np.asarray(n, dtype=np.int64)
-    for c in range(words - 1, -1, -1):
+    right = col + width
+    while right > col:
         q = rest // 10 ** 4
-        out[:, c] = four[rest - q * 10 ** 4]
-        rest = q
-    return out.view(np.uint8)[:, 4 * words - width:]
+        word = four[rest - q * 10 ** 4]
+        take = min(4, right - col)
+        if take == 4:  # an unaligned uint32 view of the four columns: numpy stores into it byte-safely
+            np.ndarray((rows,), np.uint32, buffer=out, offset=right - 4, strides=(row_bytes,))[...] = word
+        else:  # the leading digits: a column at a time (a strided block copy costs more per row)
+            b = word.view(np.uint8).reshape(rows, 4)
+            for j in range(take):
+                out[:, col + j] = b[:, 4 - take + j]
+        rest, right = q, right - take
 
 
 def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
@@ -61,7 +69,7 @@ def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
     width = 1 + n_int + (1 + decimals if decimals else 0)  # sign, whole digits, point, decimals
     out = np.empty((v.size, width), dtype=np.uint8)
     out[:, 0] = _SPACE
-    out[:, 1:1 + n_int] = _digits(whole, n_int)
+    _put_digits(out, 1, whole, n_int)
     # the number of whole digits of each value: leading zeros become spaces, the sign goes just before
     n_digits = np.ones(v.size, dtype=np.int64)
     for j in range(1, n_int):
@@ -69,14 +77,14 @@ def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
     first = 1 + n_int - n_digits  # column of the first digit
     minus = (v < 0) & (scaled > 0)
     for c in range(n_int):  # a column at a time (whole digits are few): spaces before the first digit, the sign
-        # just before it
+        # just before it (copyto with a mask: a masked assignment to a strided column costs ~10x more)
         col = out[:, c]
         if c:
-            col[first > c] = _SPACE
-        col[minus & (first == c + 1)] = _MINUS
+            np.copyto(col, _SPACE, where=first > c)
+        np.copyto(col, _MINUS, where=minus & (first == c + 1))
     if decimals:
         out[:, 1 + n_int] = _DOT
-        out[:, 2 + n_int:] = _digits(scaled - whole * scale, decimals)
+        _put_digits(out, 2 + n_int, scaled - whole * scale, decimals)
     return out
 
 
