@@ -22,25 +22,34 @@ _OPEN, _CLOSE, _COMMA = ord("["), ord("]"), ord(",")
 
 
 @functools.cache
-def _six_digits() -> np.ndarray:
-    """The six ASCII digits of every integer below 10**6, (10**6, 6) (6 MB, made once): the three-digit table
-    repeated (the high half) beside itself tiled (the low half), a copy instead of a division per digit."""
-    three = (_ZERO + (np.arange(1000)[:, None] // np.array([100, 10, 1])) % 10).astype(np.uint8)
-    return np.concatenate([np.repeat(three, 1000, axis=0), np.tile(three, (1000, 1))], axis=1)
+def _four_digits() -> np.ndarray:
+    """The four ASCII digits of every integer below 10**4 as one uint32 each, (10**4,) (40 KB, made once: it stays
+    in the cache, where a bigger table's rows are fetched from memory)."""
+    four = (_ZERO + (np.arange(10 ** 4)[:, None] // np.array([1000, 100, 10, 1])) % 10).astype(np.uint8)
+    return four.view(np.uint32).reshape(-1)
 
 
-def _digits(n: np.ndarray, width: int) -> np.ndarray:
-    """Non-negative integers ``n`` (N,) below ``10**width`` as (N, width) ASCII digits, leading zeros included:
-    six digits at a time from a table (``np.take``: a lookup per six digits instead of a division per digit)."""
-    six = _six_digits()
-    out = np.empty((n.size, width), dtype=np.uint8)
-    rest, right = n, width
-    while right > 0:
-        chunk = np.take(six, rest % 10 ** 6 if right > 6 else rest, axis=0)
-        take = min(6, right)
-        out[:, right - take:right] = chunk[:, 6 - take:]
-        rest, right = rest // 10 ** 6, right - take
-    return out
+def _put_digits(out: np.ndarray, col: int, n: np.ndarray, width: int) -> None:
+    """Write non-negative integers ``n`` (N,) below ``10**width`` as ASCII digits, leading zeros included, into
+    columns ``col..col+width-1`` of ``out`` (N, W) uint8 (C order): four digits at a time from a table, each word
+    stored through a uint32 view of those four columns (one store per row, where copying bytes costs one per
+    digit). Remainders as ``n - (n // d) * d``: numpy divides by a constant fast (libdivide) but takes a remainder
+    by a slow division per element."""
+    four = _four_digits()
+    rows, row_bytes = out.shape[0], out.strides[0]
+    rest = np.asarray(n, dtype=np.int64)
+    right = col + width
+    while right > col:
+        q = rest // 10 ** 4
+        word = four[rest - q * 10 ** 4]
+        take = min(4, right - col)
+        if take == 4:  # an unaligned uint32 view of the four columns: numpy stores into it byte-safely
+            np.ndarray((rows,), np.uint32, buffer=out, offset=right - 4, strides=(row_bytes,))[...] = word
+        else:  # the leading digits: a column at a time (a strided block copy costs more per row)
+            b = word.view(np.uint8).reshape(rows, 4)
+            for j in range(take):
+                out[:, col + j] = b[:, 4 - take + j]
+        rest, right = q, right - take
 
 
 def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
@@ -60,7 +69,7 @@ def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
     width = 1 + n_int + (1 + decimals if decimals else 0)  # sign, whole digits, point, decimals
     out = np.empty((v.size, width), dtype=np.uint8)
     out[:, 0] = _SPACE
-    out[:, 1:1 + n_int] = _digits(whole, n_int)
+    _put_digits(out, 1, whole, n_int)
     # the number of whole digits of each value: leading zeros become spaces, the sign goes just before
     n_digits = np.ones(v.size, dtype=np.int64)
     for j in range(1, n_int):
@@ -68,14 +77,14 @@ def fixed_numbers(values: np.ndarray, decimals: int = 0) -> np.ndarray | None:
     first = 1 + n_int - n_digits  # column of the first digit
     minus = (v < 0) & (scaled > 0)
     for c in range(n_int):  # a column at a time (whole digits are few): spaces before the first digit, the sign
-        # just before it
+        # just before it (copyto with a mask: a masked assignment to a strided column costs ~10x more)
         col = out[:, c]
         if c:
-            col[first > c] = _SPACE
-        col[minus & (first == c + 1)] = _MINUS
+            np.copyto(col, _SPACE, where=first > c)
+        np.copyto(col, _MINUS, where=minus & (first == c + 1))
     if decimals:
         out[:, 1 + n_int] = _DOT
-        out[:, 2 + n_int:] = _digits(scaled % scale, decimals)
+        _put_digits(out, 2 + n_int, scaled - whole * scale, decimals)
     return out
 
 

@@ -2,7 +2,7 @@
 zero-latency simulator: the pass's wall, this process's CPU and the simulator's CPU, per batch size, so the default
 is chosen by measurement (each size runs ``--rounds`` times, taking turns; medians).
 
-    python benchmarks/bench_batch.py [--questions 1319] [--sizes 1,4,8,16,32] [--rounds 2]
+    python benchmarks/bench_batch.py [--questions 1319] [--sizes 1,4,8,16,32] [--rounds 2] [--top-k 20]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=1319)
     ap.add_argument("--sizes", default="1,4,8,16,32")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--top-k", type=int, default=ScoringOptions().top_k, help="divergence.top_k (the demo's: 5)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     a = Sim("--build", "a", "--run-seed", "1", "--noise", "launch")
@@ -45,14 +46,15 @@ def main() -> None:
                      gsm8k.RecipeConfig(num_questions=args.questions), ClientConfig(url=a.url, parallel=1319), ev,
                      None, EvalOptions(progress=False))
             t = time.perf_counter()
-            score_pass(ev, ClientConfig(url=a.url, parallel=128), ev, ScoringOptions(progress=False))
+            score_pass(ev, ClientConfig(url=a.url, parallel=128), ev, ScoringOptions(progress=False, top_k=args.top_k))
             print(f"reference pass (batch {ScoringOptions().batch}): {time.perf_counter() - t:.1f} s")
             got: dict[int, list[tuple[float, float, float]]] = {s: [] for s in sizes}
             for r in range(args.rounds):
                 for s in sizes:
                     c0, s0, t0 = cpu_self(), b.cpu(), time.perf_counter()
                     meta = score_pass(ev, ClientConfig(url=b.url, parallel=128), root / f"b{s}_{r}",
-                                      ScoringOptions(progress=False, batch=s, reference_scores=ev))
+                                      ScoringOptions(progress=False, batch=s, reference_scores=ev,
+                                                     top_k=args.top_k))
                     assert meta["status"] == "ok", meta
                     got[s].append((time.perf_counter() - t0, cpu_self() - c0, b.cpu() - s0))
             print(f"{'batch':>5} {'wall s':>7} {'abh CPU s':>9} {'sim CPU s':>9} {'total CPU':>9}")

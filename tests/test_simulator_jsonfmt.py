@@ -91,3 +91,26 @@ def test_own_entries_are_the_lists_json() -> None:
         assert [e[1:] for e in got[1:]] == [[int(i), None] for i in ids]
         assert np.allclose([e[0] for e in got[1:]], lp, rtol=0, atol=10.0 ** -DECIMALS)
     assert own_entries(np.array([np.nan]), np.array([3]), 1) is None
+
+
+def _written(v: float, decimals: int) -> str:
+    """One value as :func:`fixed_numbers` writes it, one at a time by Python's integers (an independent reference)."""
+    scaled = int(np.rint(abs(v) * 10 ** decimals))
+    whole, frac = divmod(scaled, 10 ** decimals)
+    sign = "-" if v < 0 and scaled > 0 else ""
+    return sign + str(whole) + (f".{frac:0{decimals}d}" if decimals else "")
+
+
+@pytest.mark.parametrize("decimals", [0, 1, 3, 4, 5, 8, DECIMALS, 13])
+def test_fixed_numbers_write_every_digit_as_python_does(decimals: int) -> None:
+    rng = np.random.default_rng(decimals)
+    for scale in (1e-9, 1e-3, 1.0, 30.0, 1e4, 1e6):
+        v = rng.standard_normal(400) * scale
+        v[:4] = [0.0, -0.0, 10.0 ** -decimals, 9999.5]
+        out = fixed_numbers(v, decimals)
+        if np.abs(v).max() * 10.0 ** decimals >= 2.0 ** 62:  # beyond int64's exact integers: refused
+            assert out is None
+            continue
+        assert out is not None
+        width = out.shape[1]
+        assert [row.tobytes().decode() for row in out] == [_written(x, decimals).rjust(width) for x in v]
