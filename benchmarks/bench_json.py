@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_scoring import Sim  # noqa: E402
 
-from harness import client  # noqa: E402
 from harness.measure.divergence_pass import ScoringOptions, score_pass  # noqa: E402
 from harness.measure.evaluation import EvalOptions, run_eval  # noqa: E402
+from harness.serving import client  # noqa: E402
 from harness.serving.client import ClientConfig  # noqa: E402
 from harness.tasks import gsm8k  # noqa: E402
 from harness.tasks.gsm8k import EMBEDDED_TEST  # noqa: E402
