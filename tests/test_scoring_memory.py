@@ -14,6 +14,7 @@ from conftest import TEST_JSONL
 
 import harness.measure.divergence_pass as dp
 from harness.results import arrow_buffers as ab
+from harness.results import score_inputs
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 
@@ -83,7 +84,7 @@ print("pandas" in sys.modules)
 def test_score_inputs_read_back_with_one_int_object_per_id(tmp_path, big):
     """Equal ids of every question are one int object (8 bytes an id, not 36), with ids in a tokenizer's range
     (a table) and beyond it (a dict)."""
-    base = dp.ID_TABLE_MAX + 5 if big else 1000
+    base = score_inputs.ID_TABLE_MAX + 5 if big else 1000
     rows = {q: ([base + i for i in range(q, q + 50)], [base + 7] * (q % 3)) for q in range(0, 30, 3)}
     rows[99] = ([], [])
     dp._write_inputs(tmp_path / "in.parquet", rows)

@@ -14,6 +14,7 @@ further pass of the same text share); :func:`pass_questions` keeps only the rows
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,17 @@ class PassReader:
                if "ref_top_logprobs" in self.columns and self.ref_width else {}),
             **({"text_offset": z} if "text_offset" in self.columns and self.has_offsets else {})})
 
+    def questions(self) -> np.ndarray:
+        """Every question the pass holds rows of, ascending (its question column alone, a row group at a time)."""
+        if self._table is not None:
+            return self._table.questions
+        try:
+            got = [np.unique(numbers(self._pf.read_row_group(g, columns=["question"], use_threads=False).column(0),
+                                     np.int64)) for g in range(self._pf.num_row_groups)]
+        except (OSError, ValueError, KeyError) as e:
+            raise ScoresError(f"{self.root / SCORES}: {e}") from None
+        return np.unique(np.concatenate(got)) if got else np.empty(0, np.int64)
+
     def rest(self) -> ScoreTable:
         """Every row not handed out yet."""
         return self.upto(int(np.iinfo(np.int64).max))
@@ -334,3 +346,40 @@ def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
                       position=cat("position"), token_id=cat("token_id"), logprob=cat("logprob"),
                       top_ids=cat("top_ids"), top_logprobs=cat("top_logprobs"),
                       ref_top_logprobs=cat("ref_top_logprobs"), text_offset=cat("text_offset"), meta=parts[0].meta)
+
+
+class QuestionRows:
+    """A pass's rows of one question at a time, taken in about ascending question order (a scoring pass builds
+    its requests so): what is held is the blocks read and not yet wholly taken, never the pass. ``order``: every
+    question that will be taken; a block is let go once every question before it was taken. A question taken
+    again, or far out of order, is read anew (:func:`pass_questions`): correct, only slower."""
+
+    def __init__(self, reader: PassReader, order: Iterable[int]):
+        self._reader = reader
+        self._left = sorted({int(q) for q in order})
+        self._at = 0  # self._left[:self._at] were taken
+        self._taken: set[int] = set()
+        self._blocks: deque[ScoreTable] = deque()
+        self._read = -1  # every question <= this one was asked of the reader
+
+    def take(self, question: int) -> ScoreTable:
+        """The rows of ``question`` (none when the pass has none), arrays of their own (a block's rows picked
+        are copies: nothing keeps it alive)."""
+        q = int(question)
+        if q > self._read:
+            self._blocks.append(self._reader.upto(q))
+            self._read = q
+        got = next((_pick(b, np.flatnonzero(b.questions == q)) for b in self._blocks
+                    if b.questions.size and b.questions[0] <= q <= b.questions[-1] and q in b.questions), None)
+        if got is None:
+            src = self._reader._table if self._reader._table is not None else self._reader.root
+            got = pass_questions(src, [q], self._reader.columns)
+        self._taken.add(q)
+        while self._at < len(self._left) and self._left[self._at] in self._taken:
+            self._taken.discard(self._left[self._at])
+            self._at += 1
+        low = self._left[self._at] if self._at < len(self._left) else np.iinfo(np.int64).max
+        while self._blocks and (not self._blocks[0].questions.size or self._blocks[0].questions[-1] < low):
+            self._blocks.popleft()
+        return got
+
