@@ -366,9 +366,10 @@ class QuestionRows:
         """The rows of ``question`` (none when the pass has none), arrays of their own (a block's rows picked
         are copies: nothing keeps it alive)."""
         q = int(question)
-        if q > self._read:
-            self._blocks.append(self._reader.upto(q))
-            self._read = q
+        while q > self._read and not self._reader.exhausted:  # a row group's questions at a time, not one's
+            bound = max(q, _next_bound(self._reader))
+            self._blocks.append(self._reader.upto(bound))
+            self._read = bound
         got = next((_pick(b, np.flatnonzero(b.questions == q)) for b in self._blocks
                     if b.questions.size and b.questions[0] <= q <= b.questions[-1] and q in b.questions), None)
         if got is None:
