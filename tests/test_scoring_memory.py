@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -247,10 +248,20 @@ def test_a_pass_builds_a_request_only_when_it_may_be_sent(sim_server, tmp_path, 
 
     monkeypatch.setattr(dp._Asker, "request", counting_request)
     monkeypatch.setattr(dp, "_store", counting_store)
-    for opts in (dp.ScoringOptions(progress=False, top_k=3, batch=1),
-                 dp.ScoringOptions(progress=False, top_k=3, batch=4, reference_scores=tmp_path / "ref")):
+    ref = tmp_path / "ref"
+    for name, opts, cap, most in (
+            ("ref", dp.ScoringOptions(progress=False, top_k=3, batch=1), 256, 2),  # parallel requests of 1
+            ("ab", dp.ScoringOptions(progress=False, top_k=3, batch=4, reference_scores=ref), 256, 8),  # ... of 4
+            ("ab3", dp.ScoringOptions(progress=False, top_k=3, batch=1, parallel=8, reference_scores=ref), 3, 3)):
         built[0], stored[0] = 0, 0
         peaks.clear()
-        meta = dp.score_pass(ev, cfg, tmp_path / ("ref" if opts.reference_scores is None else "ab"), opts)
+        monkeypatch.setattr(dp, "MAX_QUESTIONS_IN_FLIGHT", cap)
+        wide = replace(cfg, parallel=8) if name == "ab3" else cfg
+        meta = dp.score_pass(ev, wide, tmp_path / name, opts)
         assert meta["status"] == "ok" and meta["questions"] == 24 and built[0] == 24
-        assert max(peaks) <= 2 * opts.batch, peaks  # parallel requests of batch questions each
+        assert max(peaks) <= most, (name, peaks)  # and the questions in flight at most MAX_QUESTIONS_IN_FLIGHT
+
+
+def test_questions_in_flight_are_capped_whatever_parallel_and_batch():
+    assert dp.in_flight(128, 16) == dp.MAX_QUESTIONS_IN_FLIGHT // 16 and dp.in_flight(3, 16) == 3
+    assert dp.in_flight(128, 1000) == 1 and dp.in_flight(1000, 1) == dp.MAX_QUESTIONS_IN_FLIGHT

@@ -784,10 +784,6 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
         with ScoresWriter(out, top_k=k, meta=meta,
                           carry=None if carried is None else out / SCORES) as writer:
 
-            # a request is built when it may be sent: the ids of the requests in flight are held as lists, and
-            # the reference pass's rows read, not every question's at once
-            admitted = asyncio.Semaphore(max(1, int(client.cfg.parallel)))
-
             async def scored(chunk: Sequence[Reference]) -> None:
                 # stored by the task that got the answers: what waits is compact arrays, not parsed JSON
                 async with admitted:
@@ -814,6 +810,9 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                 _store(writer, first, progress, k, plan.offsets)
             rest = [r for r in todo if r is not probe_ref]
             size = max(1, int(opts.batch)) if asker.batches else 1
+            # a request is built when it may be sent: the ids of the requests in flight are held as lists, and
+            # the reference pass's rows read, not every question's at once
+            admitted = asyncio.Semaphore(in_flight(int(client.cfg.parallel), size))
             tasks = [] if stop.tripped else [asyncio.ensure_future(scored(rest[at:at + size]))
                                              for at in range(0, len(rest), size)]
 
@@ -848,6 +847,19 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
         progress.close()
     written: ScoresMeta = read_json(out / SCORES_META)  # what the writer just wrote
     return written
+
+
+#: At most this many questions are asked at once (their requests built, their answers awaited), whatever
+#: ``parallel`` and ``batch``: each costs its ids as lists, its request's and answer's bytes and its parsed arrays
+#: (~35 KiB on the demo), and a server's prefill batches are full long before (256 GSM8K questions are ~250k
+#: prompt tokens)
+MAX_QUESTIONS_IN_FLIGHT = 256
+
+
+def in_flight(parallel: int, batch: int) -> int:
+    """Requests a pass has in flight at once: ``parallel``, and no more than :data:`MAX_QUESTIONS_IN_FLIGHT`
+    questions' worth of ``batch`` questions each (at least one request)."""
+    return max(1, min(int(parallel), MAX_QUESTIONS_IN_FLIGHT // max(1, int(batch))))
 
 
 def _partial_reason(planned: int, scored: int, missing: int, why: str | None) -> str:
