@@ -119,11 +119,22 @@ class PassReader:
                                     and not (c == "text_offset" and not self.has_offsets)]
         # a token stored as its top list's first entry (null) is read from the list
         read = want + [c for c in ("top_ids", "top_logprobs") if c not in want and self._top1(g)]
-        parts = [self._arrays(b, want) for b in self._pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g],
-                                                                     columns=read, use_threads=False)]
-        if len(parts) == 1:
-            return parts[0]
-        return {c: np.concatenate([p[c] for p in parts]) for c in want}
+        out: dict[str, np.ndarray] = {}
+        at = 0
+        for b in self._pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g], columns=read, use_threads=False):
+            part = self._arrays(b, want)
+            if not out:  # the group's arrays, filled batch by batch (no concatenation: its size once, not twice)
+                n = self._pf.metadata.row_group(g).num_rows
+                out = {c: np.empty((n, *v.shape[1:]), v.dtype) for c, v in part.items()}
+            m = part["question"].size
+            for c, v in part.items():
+                out[c][at:at + m] = v
+            at += m
+        q = out["question"][:at]
+        if np.all(q[1:] >= q[:-1]):
+            return {c: v[:at] for c, v in out.items()}
+        order = np.lexsort((out["position"][:at], q))  # by question once: upto hands out a prefix, no copy
+        return {c: v[:at][order] for c, v in out.items()}
 
     def _top1(self, g: int) -> bool:
         """Row group ``g`` may hold tokens stored as their top list's first entry (its statistics say so, or
@@ -172,13 +183,13 @@ class PassReader:
         except (OSError, ValueError, KeyError) as e:
             raise ScoresError(f"{self.root / SCORES}: {e}") from None
         taken, kept = [], []
-        for part in self._buf:
-            take = part["question"] <= last
-            if take.all():
+        for part in self._buf:  # each part sorted by question (_read_group): a prefix is taken, as a view
+            j = int(np.searchsorted(part["question"], last, side="right"))
+            if j == part["question"].size:
                 taken.append(part)
-            elif take.any():
-                taken.append({c: v[take] for c, v in part.items()})
-                kept.append({c: v[~take] for c, v in part.items()})
+            elif j:
+                taken.append({c: v[:j] for c, v in part.items()})
+                kept.append({c: v[j:] for c, v in part.items()})
             else:
                 kept.append(part)
         self._buf = kept
@@ -238,6 +249,12 @@ class PassReader:
             **({"ref_top_logprobs": np.empty((0, self.ref_width), np.float32)}
                if "ref_top_logprobs" in self.columns and self.ref_width else {}),
             **({"text_offset": z} if "text_offset" in self.columns and self.has_offsets else {})})
+
+    def close(self) -> None:
+        """Let go of the rows read and not handed out and of the file (the pass's metadata stays readable)."""
+        self._buf = []
+        self._pf = None
+        self._next = len(getattr(self, "_order", ()))
 
     def questions(self) -> np.ndarray:
         """Every question the pass holds rows of, ascending (its question column alone, a row group at a time)."""
