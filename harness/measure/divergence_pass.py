@@ -174,17 +174,25 @@ def _column(inputs: ScoreInputs, qs: list[int], which: int) -> tuple[np.ndarray,
     return offsets, array(values)
 
 
+#: Questions of ``score_inputs.parquet`` decoded at a time (a whole file decoded at once held ~200 MiB of pyarrow
+#: buffers and int64 copies for 13k questions)
+INPUTS_BATCH = 256
+
+
 def _read_inputs(path: Path) -> Inputs:
-    """The reference pass's ids by question, read from the columns' buffers (no Python object per id)."""
+    """The reference pass's ids by question, read :data:`INPUTS_BATCH` questions at a time from the columns'
+    buffers (no Python object per id)."""
     import pyarrow.parquet as pq
 
     # ParquetFile, not read_table: read_table imports pyarrow.dataset (33 MiB of the process's memory, for good)
-    t = pq.ParquetFile(path).read(columns=["question", "prompt_ids", "reference_ids"], use_threads=False)
-    qs = numbers(t.column("question"), np.int64)
-    prompts, refs = ((list_offsets(t.column(c)), list_values(t.column(c), np.int64))
-                     for c in ("prompt_ids", "reference_ids"))
-    del t
-    return of_columns(qs, prompts, refs)
+    pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+    out = Inputs()
+    for b in pf.iter_batches(batch_size=INPUTS_BATCH, columns=["question", "prompt_ids", "reference_ids"],
+                             use_threads=False):
+        qs = numbers(b.column(0), np.int64)
+        prompts, refs = ((list_offsets(b.column(c)), list_values(b.column(c), np.int32)) for c in (1, 2))
+        of_columns(qs, prompts, refs, out)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ asked ids

@@ -101,10 +101,11 @@ def flat(inputs: ScoreInputs, questions: Sequence[int], which: int) -> tuple[np.
 
 
 def of_columns(questions: np.ndarray, prompt: tuple[np.ndarray, np.ndarray],
-               reference: tuple[np.ndarray, np.ndarray]) -> ScoreInputs:
-    """The inputs of stored columns: per question, its ids in ``prompt`` and ``reference`` ((offsets, values)
-    each). Every row's arrays are its own (nothing keeps the columns' buffers alive)."""
-    out = ScoreInputs()
+               reference: tuple[np.ndarray, np.ndarray], out: ScoreInputs | None = None) -> ScoreInputs:
+    """The inputs of stored columns (added to ``out``, else new): per question, its ids in ``prompt`` and
+    ``reference`` ((offsets, values) each). Every row's arrays are its own (nothing keeps the columns' buffers
+    alive)."""
+    out = ScoreInputs() if out is None else out
     (po, pv), (ro, rv) = prompt, reference
     for n, q in enumerate(questions.tolist()):
         out[q] = (pv[po[n]:po[n + 1]], rv[ro[n]:ro[n + 1]])
