@@ -818,9 +818,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                 _store(writer, first, progress, k, plan.offsets)
             rest = [r for r in todo if r is not probe_ref]
             size = max(1, int(opts.batch)) if asker.batches else 1
-            # a request is built when it may be sent: the ids of the requests in flight are held as lists, and
-            # the reference pass's rows read, not every question's at once
-            admitted = asyncio.Semaphore(in_flight(int(client.cfg.parallel), size))
+            admitted = asyncio.Semaphore(in_flight(int(client.cfg.parallel), size))  # requests built when sendable
             tasks = [] if stop.tripped else [asyncio.ensure_future(scored(rest[at:at + size]))
                                              for at in range(0, len(rest), size)]
 
