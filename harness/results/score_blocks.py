@@ -9,7 +9,15 @@ when the rows are nearly in order) and only the columns asked for; the whole pas
 ``ScoreTable`` is read the same way (sliced), so one code path serves both.
 
 :func:`pass_blocks` yields a pass as successive blocks of whole questions (the streaming the divergence and any
-further pass of the same text share); :func:`pass_questions` keeps only the rows of given questions.
+further pass of the same text share); :func:`pass_questions` keeps only the rows of given questions;
+:class:`QuestionRows` hands out one question's rows at a time in about question order (what a further scoring pass
+reads of the reference pass as it builds its requests).
+
+A row group is sorted by question once when read, so each block takes a prefix of what is buffered (a view, no
+copy). How well a pass streams depends on how its rows were written: a pass that asked every question at once wrote
+row groups whose question ranges overlap (a straggler answer lowers a group's smallest question), and reading up to
+a question then reads most groups; a pass asks a bounded number of questions at a time
+(:data:`harness.measure.divergence_pass.MAX_QUESTIONS_IN_FLIGHT`) so that its groups follow the question order.
 """
 
 from __future__ import annotations
