@@ -197,7 +197,8 @@ class PassReader:
                 taken.append(part)
             elif j:
                 taken.append({c: v[:j] for c, v in part.items()})
-                kept.append({c: v[j:] for c, v in part.items()})
+                # once most of a part is handed out, its rest is copied: the view would keep all of it alive
+                kept.append({c: v[j:].copy() if 2 * j > v.shape[0] else v[j:] for c, v in part.items()})
             else:
                 kept.append(part)
         self._buf = kept
