@@ -283,3 +283,14 @@ def test_score_inputs_are_read_a_batch_of_questions_at_a_time(tmp_path):
     assert len(got) == 2000 and got[1999] == rows[1999]
     ids = sum(len(p) + len(r) for p, r in rows.values())
     assert peak < ids * 8 // 4, (peak, ids)  # the ids as int64 at once: 14 MB; held (4 bytes an own id): ~1.3 MB
+
+
+def test_release_hands_the_heaps_free_pages_back(monkeypatch):
+    """After a pass (and the divergence), glibc's heap keeps the freed arrays' pages: release() trims it too."""
+    import platform
+
+    assert ab.trim_heap() is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
+    calls: list[int] = []
+    monkeypatch.setattr(ab, "trim_heap", lambda: calls.append(1) or True)
+    ab.release()
+    assert calls == [1]
