@@ -149,3 +149,35 @@ def test_a_pass_with_an_empty_row_group_streams(tmp_path: Path) -> None:
     assert pq.ParquetFile(path).metadata.row_group(0).num_rows == 0
     qs = np.concatenate([b.questions for b in pass_blocks(PassReader(d["b"]), block_tokens=40)])
     assert np.array_equal(qs, S.load_scores(d["b"]).questions)
+
+
+def test_the_readers_hold_nothing_when_the_statistics_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the passes are streamed, their readers let go of their rows and files before the tests' resampling
+    arrays are made (which otherwise come on top of them at the peak)."""
+    import gc
+
+    from harness.stats import kld
+
+    d = _passes(tmp_path, "nearly")
+    seen: list[list[tuple[int, bool]]] = []
+    test = kld.divergence_test
+
+    def looking(*args, **kwargs):  # type: ignore[no-untyped-def]
+        readers = [o for o in gc.get_objects() if isinstance(o, PassReader)]
+        seen.append([(len(r._buf), r._pf is None) for r in readers])
+        return test(*args, **kwargs)
+
+    monkeypatch.setattr(kld, "divergence_test", looking)
+    div = compute_divergence(d["a"], d["b"], d["aa"], launches_a=[d["aa2"]], launches_b=[d["b2"]], n_resamples=99)
+    assert div.questions and len(seen) == 1 and len(seen[0]) == 5
+    assert all(n == 0 and closed for n, closed in seen[0])
+
+
+def test_a_row_group_is_read_sorted_by_question(tmp_path: Path) -> None:
+    """A row group's rows are sorted by question once when read; each block then takes a prefix of them, a view:
+    no copy of the rows kept back is made per block."""
+    d = _passes(tmp_path, "random", questions=60)
+    reader = PassReader(d["a"])
+    for g in range(len(reader._order)):
+        part = reader._read_group(reader._order[g])
+        assert np.all(np.diff(part["question"]) >= 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +15,7 @@ from conftest import TEST_JSONL
 
 import harness.measure.divergence_pass as dp
 from harness.results import arrow_buffers as ab
+from harness.results import score_inputs
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 
@@ -83,7 +85,7 @@ print("pandas" in sys.modules)
 def test_score_inputs_read_back_with_one_int_object_per_id(tmp_path, big):
     """Equal ids of every question are one int object (8 bytes an id, not 36), with ids in a tokenizer's range
     (a table) and beyond it (a dict)."""
-    base = dp.ID_TABLE_MAX + 5 if big else 1000
+    base = score_inputs.ID_TABLE_MAX + 5 if big else 1000
     rows = {q: ([base + i for i in range(q, q + 50)], [base + 7] * (q % 3)) for q in range(0, 30, 3)}
     rows[99] = ([], [])
     dp._write_inputs(tmp_path / "in.parquet", rows)
@@ -151,3 +153,144 @@ def test_a_pass_and_the_divergence_hand_pyarrow_memory_back(sim_server, tmp_path
     assert calls == ["pass", "pass"]
     d = divergence.compute_divergence(tmp_path / "ref", tmp_path / "ab", None)
     assert d.questions_total == 5 and calls == ["pass", "pass", "divergence"]
+
+
+# ------------------------------------------------------------------------------------------ bounded passes
+def _inputs_rows(n: int, shared: int = 600, own: int = 40, ref: int = 100) -> dict[int, tuple[list[int], list[int]]]:
+    """``n`` questions whose prompts repeat one ``shared``-id few-shot block, as a task's prompts do."""
+    block = [(7 * i) % 30_000 for i in range(shared)]
+    return {q: (block + [(q * 13 + i) % 30_000 for i in range(own)], [(q + 5 * i) % 30_000 for i in range(ref)])
+            for q in range(n)}
+
+
+def test_score_inputs_read_back_hold_the_shared_prompt_block_once(tmp_path):
+    """The ids read back cost about 4 bytes per id that differs between prompts, not 8 bytes per id sent (the
+    lists of shared ints held 1.4 MB for these 200 questions): the few-shot block every prompt repeats is held
+    once, and nothing keeps the file's column buffers alive."""
+    import gc
+    import tracemalloc
+
+    rows = _inputs_rows(200)
+    dp._write_inputs(tmp_path / "in.parquet", rows)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        got = dp._read_inputs(tmp_path / "in.parquet")
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    sent = sum(len(p) + len(r) for p, r in rows.values())
+    assert got == rows and sent == 148_000
+    assert held < 300_000, held  # 200 x 140 own ids x 4 bytes + a row's bookkeeping
+
+
+def test_score_inputs_make_lists_of_shared_ints_on_demand():
+    inputs = score_inputs.ScoreInputs(_inputs_rows(3, shared=5, own=2, ref=3))
+    inputs[9] = ([], [score_inputs.ID_TABLE_MAX + 3, -1, score_inputs.ID_TABLE_MAX + 3])
+    assert inputs.sizes(1) == (7, 3) and inputs.sizes(9) == (0, 3) and len(inputs) == 4 and 9 in inputs
+    a, b = inputs[0][0], inputs[1][0]
+    assert a[:5] == b[:5] and all(x is y for x, y in zip(a[:5], b[:5], strict=True))
+    big = inputs[9][1]
+    assert big == [score_inputs.ID_TABLE_MAX + 3, -1, score_inputs.ID_TABLE_MAX + 3] and big[0] is big[2]
+    p, r = inputs.arrays(2)
+    assert p.dtype == np.int32 and p.tolist() == inputs[2][0] and r.tolist() == inputs[2][1]
+
+
+def test_question_rows_hold_a_few_blocks_of_a_pass_never_the_pass(tmp_path):
+    """A compared pass takes the reference pass's rows a question at a time, in about question order: what is
+    held is the row groups read and not yet taken (a few), whatever the pass's size; a question asked again or
+    out of order is read anew, with the same rows."""
+    from harness.results.score_blocks import PassReader, QuestionRows
+    from harness.results.token_store import ScoresWriter, load_scores
+
+    with ScoresWriter(tmp_path / "p", top_k=3, row_group_rows=40) as w:
+        for q in range(300):
+            n = 3 + q % 5
+            w.add(q, np.arange(n) + q, -np.ones(n) / (q + 1), np.tile([q, 1, 2], (n, 1)), -np.ones((n, 3)))
+    whole = load_scores(tmp_path / "p")
+    order = [q for q in range(300) if q != 17]
+    rows = QuestionRows(PassReader(tmp_path / "p", ("top_ids", "top_logprobs")), order)
+    held = []
+    for q in [0, 2, 1, *range(3, 300)]:
+        got = rows.take(q)
+        want = whole.rows(q)
+        assert got.questions.tolist() == [q]
+        assert np.array_equal(got.top_ids, whole.top_ids[want]) and np.array_equal(got.token_id, whole.token_id[want])
+        held.append(sum(b.token_id.size for b in rows._blocks) + sum(p["question"].size for p in rows._reader._buf))
+    assert max(held) <= 3 * 40 and whole.tokens > 1000
+    again = rows.take(5)
+    assert np.array_equal(again.top_ids, whole.top_ids[whole.rows(5)])
+
+
+def test_a_pass_builds_a_request_only_when_it_may_be_sent(sim_server, tmp_path, monkeypatch):
+    """Each request's ids are made lists when it is built: a pass builds only the requests it may send (its
+    ``parallel``), not every question's up front (13k questions' lists held ~100 MiB)."""
+    from harness.measure.evaluation import EvalOptions, run_eval
+
+    s = sim_server("--build", "a", "--noise", "launch")
+    cfg = ClientConfig(url=s.url, api="sglang", parallel=2, retries=1, backoff_s=0.01)
+    ev = tmp_path / "a"
+    run_eval(gsm8k.load(TEST_JSONL, "test"), gsm8k.RecipeConfig(num_questions=24), cfg, ev, None,
+             EvalOptions(progress=False))
+    built, stored, peaks = [0], [0], []
+    request, store = dp._Asker.request, dp._store
+
+    async def counting_request(self, ref):  # type: ignore[no-untyped-def]
+        built[0] += 1
+        peaks.append(built[0] - stored[0])
+        return await request(self, ref)
+
+    def counting_store(*args):  # type: ignore[no-untyped-def]
+        stored[0] += 1
+        return store(*args)
+
+    monkeypatch.setattr(dp._Asker, "request", counting_request)
+    monkeypatch.setattr(dp, "_store", counting_store)
+    ref = tmp_path / "ref"
+    for name, opts, cap, most in (
+            ("ref", dp.ScoringOptions(progress=False, top_k=3, batch=1), 256, 2),  # parallel requests of 1
+            ("ab", dp.ScoringOptions(progress=False, top_k=3, batch=4, reference_scores=ref), 256, 8),  # ... of 4
+            ("ab3", dp.ScoringOptions(progress=False, top_k=3, batch=1, parallel=8, reference_scores=ref), 3, 3)):
+        built[0], stored[0] = 0, 0
+        peaks.clear()
+        monkeypatch.setattr(dp, "MAX_QUESTIONS_IN_FLIGHT", cap)
+        wide = replace(cfg, parallel=8) if name == "ab3" else cfg
+        meta = dp.score_pass(ev, wide, tmp_path / name, opts)
+        assert meta["status"] == "ok" and meta["questions"] == 24 and built[0] == 24
+        assert max(peaks) <= most, (name, peaks)  # and the questions in flight at most MAX_QUESTIONS_IN_FLIGHT
+
+
+def test_questions_in_flight_are_capped_whatever_parallel_and_batch():
+    assert dp.in_flight(128, 16) == dp.MAX_QUESTIONS_IN_FLIGHT // 16 and dp.in_flight(3, 16) == 3
+    assert dp.in_flight(128, 1000) == 1 and dp.in_flight(1000, 1) == dp.MAX_QUESTIONS_IN_FLIGHT
+
+
+def test_score_inputs_are_read_a_batch_of_questions_at_a_time(tmp_path):
+    """Reading the ids never decodes the whole file at once (13k questions' ids as int64 copies and pyarrow's
+    buffers peaked at +317 MiB): numpy's temporaries stay about a batch's."""
+    import tracemalloc
+
+    rows = _inputs_rows(2000, shared=700, own=60, ref=100)
+    dp._write_inputs(tmp_path / "in.parquet", rows)
+    tracemalloc.start()
+    try:
+        got = dp._read_inputs(tmp_path / "in.parquet")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(got) == 2000 and got[1999] == rows[1999]
+    ids = sum(len(p) + len(r) for p, r in rows.values())
+    assert peak < ids * 8 // 4, (peak, ids)  # the ids as int64 at once: 14 MB; held (4 bytes an own id): ~1.3 MB
+
+
+def test_release_hands_the_heaps_free_pages_back(monkeypatch):
+    """After a pass (and the divergence), glibc's heap keeps the freed arrays' pages: release() trims it too."""
+    import platform
+
+    assert ab.trim_heap() is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
+    calls: list[int] = []
+    monkeypatch.setattr(ab, "trim_heap", lambda: calls.append(1) or True)
+    ab.release()
+    assert calls == [1]

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harness.results.arrow_buffers import release
+from harness.results.arrow_buffers import release, trim_heap
 from harness.results.eval_store import load_samples
 from harness.results.records import JSON, finite_or_none
 from harness.results.schema import (
@@ -428,6 +428,10 @@ def _streamed(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource
         last = int(blk.questions[-1])
         _block(tally, blk, ab.upto(last), None if aa is None else aa.upto(last), [p.upto(last) for p in more_a],
                [p.upto(last) for p in more_b], texts)
+    for p in (ref, ab, aa, *more_a, *more_b):  # what the readers hold, given back before the statistics' arrays
+        if p is not None:
+            p.reader.close()
+    trim_heap()
     nq, dropped = tally.questions_total, tally.dropped
     if (short := _too_few_scored(ref.meta, nq, tally.scored_all, min_scored_share, dropped)) is not None:
         return fail(short)

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -48,6 +47,8 @@ from harness.results.fileio import read_json
 from harness.results.prompt_store import eval_prompts
 from harness.results.records import JSONObject
 from harness.results.schema import PromptRow
+from harness.results.score_blocks import PassReader, QuestionRows
+from harness.results.score_inputs import ScoreInputs, as_inputs, flat, of_columns
 from harness.results.token_store import (
     SCORES,
     SCORES_META,
@@ -56,8 +57,6 @@ from harness.results.token_store import (
     ScoresError,
     ScoresMeta,
     ScoresWriter,
-    ScoreTable,
-    load_scores,
     scores_schema,
     write_not_measured,
 )
@@ -89,6 +88,8 @@ def asked_cap(top_k: int) -> int:
     return min(DEFAULT_MAX_ASKED_IDS, -(-DEFAULT_MAX_ASKED_IDS * max(int(top_k), 1) // DEFAULT_TOP_K))
 #: The reference pass's token ids of every question's prompt and reference: what the other passes send.
 INPUTS = "score_inputs.parquet"
+#: what the other passes read of the reference pass: its top-k ids (and their logprobs, to pick the ids to ask)
+REF_COLUMNS = ("top_ids", "top_logprobs")
 
 
 # ------------------------------------------------------------------------------------------ references
@@ -137,10 +138,10 @@ def text_key(text: str | None) -> int:
 
 
 # ------------------------------------------------------------------------------------------ inputs file
-#: A question's ids: (prompt ids, reference ids), lists whose equal ids are one int object (:func:`shared_ids`)
-Inputs = dict[int, tuple[list[int], list[int]]]
+#: A question's ids: (prompt ids, reference ids), held as arrays (:class:`~harness.results.score_inputs.ScoreInputs`)
+Inputs = ScoreInputs
 #: Texts per ``/tokenize`` request of the reference pass: the answer's ids are parsed into an int object each
-#: (36 bytes an id), so a chunk at a time is made shared before the next is asked (all 1319 prompts at once held
+#: (36 bytes an id), so a chunk at a time is made arrays before the next is asked (all 1319 prompts at once held
 #: ~40 MiB of ints at the peak)
 TOKENIZE_CHUNK = 128
 
@@ -152,59 +153,46 @@ def shared_ids(ids: list[int], pool: dict[int, int]) -> list[int]:
     return list(map(get, ids, ids))
 
 
-def _write_inputs(path: Path, rows: Inputs) -> None:
+def _write_inputs(path: Path, rows: Mapping[int, tuple[Sequence[int], Sequence[int]]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    qs = sorted(rows)
+    inputs = as_inputs(rows)
+    qs = sorted(inputs)
     table = pa.table({"question": array(np.asarray(qs, dtype=np.int32)),
-                      "prompt_ids": _list_array([rows[q][0] for q in qs]),
-                      "reference_ids": _list_array([rows[q][1] for q in qs])})
+                      "prompt_ids": list_array(*_column(inputs, qs, 0)),
+                      "reference_ids": list_array(*_column(inputs, qs, 1))})
     with fileio.atomic_output(path) as f:  # a link planted at the path is refused, never written through
         # no dictionary: the prompts' shared few-shot ids are repeats zstd finds (-17 %)
         pq.write_table(table, f, compression="zstd", compression_level=ZSTD_LEVEL, use_dictionary=["question"])
 
 
-def _list_array(lists: list[list[int]]) -> Any:
-    """Id lists as an Arrow ``list<int32>`` array, built from numpy buffers (pyarrow's conversion of Python lists
+def _column(inputs: ScoreInputs, qs: list[int], which: int) -> tuple[np.ndarray, Any]:
+    """Id lists as an Arrow ``list<int32>`` array's parts, from numpy buffers (pyarrow's conversion of Python lists
     holds several times the ids in its builders, and imports pandas)."""
-    lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
-    offsets = np.zeros(len(lists) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
-    return list_array(offsets, array(values))
+    offsets, values = flat(inputs, qs, which)
+    return offsets, array(values)
+
+
+#: Questions of ``score_inputs.parquet`` decoded at a time (a whole file decoded at once held ~200 MiB of pyarrow
+#: buffers and int64 copies for 13k questions)
+INPUTS_BATCH = 256
 
 
 def _read_inputs(path: Path) -> Inputs:
-    """The reference pass's ids by question, as :func:`shared_ids` lists, read from the columns' buffers (no
-    Python object per id but the distinct ones)."""
+    """The reference pass's ids by question, read :data:`INPUTS_BATCH` questions at a time from the columns'
+    buffers (no Python object per id)."""
     import pyarrow.parquet as pq
 
     # ParquetFile, not read_table: read_table imports pyarrow.dataset (33 MiB of the process's memory, for good)
-    t = pq.ParquetFile(path).read(columns=["question", "prompt_ids", "reference_ids"], use_threads=False)
-    qs = numbers(t.column("question"), np.int64)
-    prompts, refs = (_id_lists(t.column(c)) for c in ("prompt_ids", "reference_ids"))
-    del t
-    return {int(q): (p, r) for q, p, r in zip(qs, prompts, refs, strict=True)}
-
-
-#: Up to this id, :func:`_id_lists` looks ids up in a table of their int objects (8 bytes an id up to it; a
-#: tokenizer's vocabulary is far smaller); beyond, in a dict
-ID_TABLE_MAX = 1 << 20
-
-
-def _id_lists(col: Any) -> list[list[int]]:
-    """A ``list<int>`` column as Python lists whose equal ids share one int object, made question by question
-    (no whole-column temporary)."""
-    offsets, values = list_offsets(col), list_values(col, np.int64)
-    bounds = zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
-    if values.size and 0 <= values.min() and values.max() < ID_TABLE_MAX:
-        table = np.empty(int(values.max()) + 1, dtype=object)
-        used = np.flatnonzero(np.bincount(values))
-        table[used] = used.tolist()  # one int object per distinct id
-        return [table[values[a:b]].tolist() for a, b in bounds]
-    pool: dict[int, int] = {}
-    return [shared_ids(values[a:b].tolist(), pool) for a, b in bounds]
+    pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+    out = Inputs()
+    for b in pf.iter_batches(batch_size=INPUTS_BATCH, columns=["question", "prompt_ids", "reference_ids"],
+                             use_threads=False):
+        qs = numbers(b.column(0), np.int64)
+        prompts, refs = ((list_offsets(b.column(c)), list_values(b.column(c), np.int32)) for c in (1, 2))
+        of_columns(qs, prompts, refs, out)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ asked ids
@@ -355,16 +343,15 @@ async def _tokenize(client: Client, text: str, special: bool) -> list[int] | Non
     return None
 
 
-async def _tokenize_all(client: Client, texts: list[str], special: bool,
-                        pool: dict[int, int]) -> list[list[int]] | None:
+async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[np.ndarray] | None:
     """Every text as ids (:meth:`Client.tokenize_all`), :data:`TOKENIZE_CHUNK` texts per request, each chunk's
-    ids made :func:`shared_ids` before the next is asked; None when the server does not tokenize lists."""
-    out: list[list[int]] = []
+    ids made int32 arrays before the next is asked; None when the server does not tokenize lists."""
+    out: list[np.ndarray] = []
     for at in range(0, len(texts), TOKENIZE_CHUNK):
         got = await client.tokenize_all(texts[at:at + TOKENIZE_CHUNK], special)
         if got is None:
             return None
-        out += [shared_ids(ids, pool) for ids in got]
+        out += [np.asarray(ids, dtype=np.int32) for ids in got]
         del got
     return out
 
@@ -373,33 +360,58 @@ async def _tokenize_all(client: Client, texts: list[str], special: bool,
 DETOKENIZE_CHUNK = 16_384
 
 
-async def _detokenize_each(client: Client, id_lists: list[list[int]]) -> list[list[str]] | None:
-    """Every token of every list as its own text, where the server detokenizes lists of id lists
-    (``api.detokenize_paths``), in requests of about :data:`DETOKENIZE_CHUNK` ids; None where it does not (then
-    the answers carry the texts)."""
+async def _detokenize_offsets(client: Client, refs: list[Reference],
+                              inputs: Inputs) -> dict[int, np.ndarray] | None:
+    """Where each token of each reference starts in its text, from every token detokenized alone, where the
+    server detokenizes lists of id lists (``api.detokenize_paths``); None where it does not (then the answers
+    carry the texts). Asked in requests of whole questions, about :data:`DETOKENIZE_CHUNK` ids each (a longer
+    question alone): the texts of one request at a time are held, never the pass's. A question whose token texts do
+    not make up its reference (a token that is part of a character) has no offsets."""
     api = client.api
-    flat = [[i] for ids in id_lists for i in ids]  # ints already (the tokenizer's answer, checked)
     for path in api.detokenize_paths:
-        texts: list[str] = []
+        offsets: dict[int, np.ndarray] = {}
         try:
-            for at in range(0, len(flat), DETOKENIZE_CHUNK):
-                chunk = flat[at:at + DETOKENIZE_CHUNK]
-                body: JSONObject = {"tokens": chunk, "skip_special_tokens": False}
-                if api.model:
-                    body["model"] = api.model
-                obj = await client.post_json(path, body)
-                got = obj.get("text") if isinstance(obj, dict) else None
-                if not (isinstance(got, list) and len(got) == len(chunk) and all(isinstance(x, str) for x in got)):
-                    raise ValueError(f"POST {path} answered no text per id")
-                texts += got
+            for chunk in _id_chunks(refs, inputs, DETOKENIZE_CHUNK):
+                ids = [inputs.arrays(r.question)[1] for r in chunk]
+                texts = await _detokenize(client, path, ids)
+                at = 0
+                for r, x in zip(chunk, ids, strict=True):
+                    if (o := _token_offsets(texts[at:at + x.size], r.text)) is not None:
+                        offsets[r.question] = o
+                    at += x.size
+                del texts
         except ValueError:  # a 4xx, or not one text per id: not this path (or not this server)
             continue
-        out, at = [], 0
-        for ids in id_lists:
-            out.append(texts[at:at + len(ids)])
-            at += len(ids)
-        return out
+        return offsets
     return None
+
+
+def _id_chunks(refs: list[Reference], inputs: Inputs, most: int) -> Iterator[list[Reference]]:
+    """``refs`` in runs of whole questions of about ``most`` reference ids each (at least one question)."""
+    chunk: list[Reference] = []
+    n = 0
+    for r in refs:
+        size = inputs.sizes(r.question)[1]
+        if chunk and n + size > most:
+            yield chunk
+            chunk, n = [], 0
+        chunk.append(r)
+        n += size
+    if chunk:
+        yield chunk
+
+
+async def _detokenize(client: Client, path: str, id_lists: list[np.ndarray]) -> list[str]:
+    """Every id of ``id_lists`` as its own text, by one request to ``path``; ValueError when not answered so."""
+    flat_ids = [[i] for ids in id_lists for i in ids.tolist()]
+    body: JSONObject = {"tokens": flat_ids, "skip_special_tokens": False}
+    if client.api.model:
+        body["model"] = client.api.model
+    obj = await client.post_json(path, body)
+    got = obj.get("text") if isinstance(obj, dict) else None
+    if not (isinstance(got, list) and len(got) == len(flat_ids) and all(isinstance(x, str) for x in got)):
+        raise ValueError(f"POST {path} answered no text per id")
+    return got
 
 
 def _token_offsets(texts: list[str], reference: str) -> np.ndarray | None:
@@ -516,17 +528,17 @@ async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig,
     except (OSError, ValueError, ScoringError) as e:
         return not_measured(f"the reference eval {ref_eval} cannot be read: {e}")
     meta["references_digest"] = _digest(refs)
-    ref_table = None
+    ref_table = None  # the reference pass, read a block of questions at a time as the requests are built
     inputs: Inputs | None = None
     if opts.reference_scores is not None:
         try:
-            ref_table = load_scores(opts.reference_scores)
+            ref_table = PassReader(opts.reference_scores, REF_COLUMNS)
+            scored = set(ref_table.questions().tolist())
         except NotMeasured as e:
             return not_measured(f"the reference pass was not scored: {e.reason}")
         except (ScoresError, OSError, ValueError) as e:
             return not_measured(f"the reference pass {opts.reference_scores} is unreadable: {e}")
         meta["reference_pass_id"] = ref_table.meta.get("pass_id")
-        scored = {int(q) for q in ref_table.questions}
         refs = [r for r in refs if r.question in scored]
         if (Path(opts.reference_scores) / INPUTS).exists():
             inputs = _read_inputs(Path(opts.reference_scores) / INPUTS)
@@ -572,7 +584,7 @@ class _Plan:
 
 
 async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, meta: ScoresMeta,
-                   ref_table: ScoreTable | None, inputs: Inputs | None,
+                   ref_table: PassReader | None, inputs: Inputs | None,
                    carried: _Carried | None) -> _Plan:
     """Ask the server what the pass needs (ids or text, the reference pass's tokenization); drop ``carried`` when
     this server is asked otherwise than the pass on disk was."""
@@ -591,22 +603,21 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
         if carried is not None and carried.meta.get("by_ids") != (text_reason is None):
             carried = None
         if text_reason is None:
-            inputs = dict(carried.inputs or {}) if carried is not None else {}  # tokenized once: kept
+            inputs = carried.inputs if carried is not None and carried.inputs is not None else Inputs()  # kept
             new = [r for r in refs if r.question not in inputs]
-            pool: dict[int, int] = {}
-            prompts = await _tokenize_all(client, [r.prompt for r in new], True, pool)
-            texts = await _tokenize_all(client, [r.text for r in new], False, pool) if prompts is not None else []
+            prompts = await _tokenize_all(client, [r.prompt for r in new], True)
+            texts = await _tokenize_all(client, [r.text for r in new], False) if prompts is not None else []
             if prompts is not None and texts is not None:
-                inputs.update({r.question: (p, t) for r, p, t in zip(new, prompts, texts, strict=True)})
+                for r, p, t in zip(new, prompts, texts, strict=True):
+                    inputs[r.question] = (p, t)
+                del prompts, texts
                 # the tokens' texts (where the first diverging token starts) by one request, so that the answers
                 # need none: a scoring answer with a text in each of its top-k entries takes 3x the parsing
                 # (the server's own per-token texts would be these same single-token decodes)
                 asked = [r for r in todo if r.question in inputs]
-                token_texts = await _detokenize_each(client, [inputs[r.question][1] for r in asked]) if asked else []
-                if token_texts is not None:
-                    detokenized = {r.question for r in asked}
-                    offsets = {r.question: o for r, tt in zip(asked, token_texts, strict=True)
-                               if (o := _token_offsets(tt, r.text)) is not None}
+                got = await _detokenize_offsets(client, asked, inputs) if asked else {}
+                if got is not None:
+                    detokenized, offsets = {r.question for r in asked}, got
     elif inputs is not None:
         api = client.api = api.scoring_by_ids()  # the reference pass's ids: its probe below confirms them
     if inputs is None:  # by text: how this server aligns echoed logprobs
@@ -634,7 +645,8 @@ class _Asker:
     inputs: Inputs | None
     is_reference: bool
     k: int
-    ref_table: ScoreTable | None
+    #: the reference pass's rows, a question at a time (None: this is the reference pass)
+    ref_rows: QuestionRows | None
     opts: ScoringOptions
     ask: bool
     #: why the server refused a batch of scoring requests (then every later question is asked alone)
@@ -682,6 +694,10 @@ class _Asker:
         """The scoring request of one question (None: an empty reference), the reference ids it sends and
         the reference pass's top-k ids at its positions. ValueError when it cannot be asked."""
         ref_ids = None
+        try:  # taken first, whatever follows: a block of the reference pass is let go once all its questions were
+            table = None if self.ref_rows is None else self.ref_rows.take(ref.question)
+        except ScoresError as e:
+            raise ValueError(f"the reference pass is unreadable: {e}") from None
         if self.plan.by_ids:
             assert self.inputs is not None
             if self.is_reference and ref.question not in self.inputs:
@@ -690,7 +706,7 @@ class _Asker:
                 if p_ids is None or r_ids is None:
                     raise ValueError("the server stopped tokenizing")
                 self.inputs[ref.question] = (p_ids, r_ids)
-            p_ids, r_ids = self.inputs[ref.question]
+            p_ids, r_ids = self.inputs[ref.question]  # lists only while the request is in flight
             ref_ids = r_ids
             if not r_ids:
                 return None, [], None
@@ -700,12 +716,9 @@ class _Asker:
                 return None, [], None
             req = ScoreRequest(ref.prompt, ref.text, top_k=self.k, prompt_tokens=ref.prompt_tokens)
         top = None
-        if self.ref_table is not None:
-            rows = self.ref_table.rows(ref.question)
-            top = self.ref_table.top_ids[rows]
-            table = self.ref_table
-            want = (asked_ids(top, table.top_logprobs[rows], self.opts.asked, table.token_id[rows])
-                    if self.ask else None)
+        if table is not None:
+            top = table.top_ids
+            want = asked_ids(top, table.top_logprobs, self.opts.asked, table.token_id) if self.ask else None
             # only the reference pass needs the tokens' texts (where the first diverging token starts)
             req = ScoreRequest(req.prompt, req.reference, top_k=self.k, prompt_tokens=req.prompt_tokens,
                                token_ids=want, texts=False)
@@ -742,7 +755,7 @@ class _Asker:
 
 
 async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: ScoresMeta,
-                 t0: float, ref_table: ScoreTable | None, inputs: Inputs | None,
+                 t0: float, ref_table: PassReader | None, inputs: Inputs | None,
                  stop: Stop, carried: _Carried | None) -> ScoresMeta | None:
     """The pass, or None when it was stopped before its first scoring request or by a signal (nothing changed on
     disk)."""
@@ -763,11 +776,12 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                  "resumes": 0 if carried is None else int(carried.meta.get("resumes") or 0) + 1})
     # the questions with a reference token: those the pass is to score
     planned = {r.question for r in refs
-               if (inputs[r.question][1] if by_ids and inputs is not None and r.question in inputs else r.text)}
+               if (inputs.sizes(r.question)[1] if by_ids and inputs is not None and r.question in inputs else r.text)}
     meta["questions_planned"] = len(planned)
 
-    asker = _Asker(client, plan, inputs, is_reference, k, ref_table, opts, ask)
     todo = [r for r in refs if carried is None or r.question not in carried.questions]
+    ref_rows = None if ref_table is None else QuestionRows(ref_table, (r.question for r in todo))
+    asker = _Asker(client, plan, inputs, is_reference, k, ref_rows, opts, ask)
     probe_ref = next((r for r in todo if r.text and r.question in planned), None)
     progress = Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}",
                         initial=len(refs) - len(todo), in_flight=lambda: client.in_flight)
@@ -780,7 +794,9 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
 
             async def scored(chunk: Sequence[Reference]) -> None:
                 # stored by the task that got the answers: what waits is compact arrays, not parsed JSON
-                for res in await asker.many(chunk):
+                async with admitted:
+                    got = await asker.many(chunk)
+                for res in got:
                     keep(res)
 
             def keep(res: Result) -> None:
@@ -802,6 +818,7 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
                 _store(writer, first, progress, k, plan.offsets)
             rest = [r for r in todo if r is not probe_ref]
             size = max(1, int(opts.batch)) if asker.batches else 1
+            admitted = asyncio.Semaphore(in_flight(int(client.cfg.parallel), size))  # requests built when sendable
             tasks = [] if stop.tripped else [asyncio.ensure_future(scored(rest[at:at + size]))
                                              for at in range(0, len(rest), size)]
 
@@ -836,6 +853,19 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
         progress.close()
     written: ScoresMeta = read_json(out / SCORES_META)  # what the writer just wrote
     return written
+
+
+#: At most this many questions are asked at once (their requests built, their answers awaited), whatever
+#: ``parallel`` and ``batch``: each costs its ids as lists, its request's and answer's bytes and its parsed arrays
+#: (~35 KiB on the demo), and a server's prefill batches are full long before (256 GSM8K questions are ~250k
+#: prompt tokens)
+MAX_QUESTIONS_IN_FLIGHT = 256
+
+
+def in_flight(parallel: int, batch: int) -> int:
+    """Requests a pass has in flight at once: ``parallel``, and no more than :data:`MAX_QUESTIONS_IN_FLIGHT`
+    questions' worth of ``batch`` questions each (at least one request)."""
+    return max(1, min(int(parallel), MAX_QUESTIONS_IN_FLIGHT // max(1, int(batch))))
 
 
 def _partial_reason(planned: int, scored: int, missing: int, why: str | None) -> str:

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.measure.divergence_pass import INPUTS
+from harness.measure.divergence_pass import INPUTS, _read_inputs
 from harness.measure.runner import Progress, run
 from harness.results.records import JSONObject
 from harness.results.routing_store import RoutingWriter, write_not_measured
+from harness.results.score_inputs import ScoreInputs
 from harness.serving.client import Client, ClientConfig
 from harness.serving.routed_wire import (
     RoutedAnswerError,
@@ -76,17 +77,10 @@ class _RoutingAsker:
         return parse_routed(obj, len(r), self.top_k, layers)
 
 
-def read_inputs(reference_pass: Path) -> dict[int, tuple[list[int], list[int]]]:
+def read_inputs(reference_pass: Path) -> ScoreInputs:
     """The reference pass's ``(prompt ids, reference ids)`` per question (empty when it scored by text)."""
-    import pyarrow.parquet as pq
-
     path = reference_pass / INPUTS
-    if not path.exists():
-        return {}
-    t = pq.read_table(path, columns=["question", "prompt_ids", "reference_ids"])
-    return {int(q): (list(p), list(r)) for q, p, r in zip(t.column("question").to_pylist(),
-                                                           t.column("prompt_ids").to_pylist(),
-                                                           t.column("reference_ids").to_pylist(), strict=True)}
+    return _read_inputs(path) if path.exists() else ScoreInputs()
 
 
 async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out: str | Path,
@@ -96,7 +90,7 @@ async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out
     out, t0 = Path(out), time.perf_counter()
     meta: JSONObject = {**opts.meta, "top_k": opts.top_k, "num_experts": opts.num_experts}
     inputs = read_inputs(Path(reference_pass))
-    todo = sorted(q for q, (p, r) in inputs.items() if p and r)
+    todo = sorted(q for q in inputs if all(inputs.sizes(q)))
     if not todo:
         why = ("the reference pass scored by text (no token ids to send)" if not inputs
                else "no reference has a token to route")
@@ -122,10 +116,9 @@ async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out
             admitted = asyncio.Semaphore(cfg.parallel)  # a request's body is built when it may be sent
 
             async def one(q: int) -> None:
-                p, r = inputs[q]
                 try:
-                    async with admitted:
-                        got = await ask((p, r), writer.tally.layers)
+                    async with admitted:  # the ids become lists once the request may be sent
+                        got = await ask(inputs[q], writer.tally.layers)
                 except (ValueError, RoutedAnswerError) as e:
                     writer.record_error(q, str(e)[:300])
                     progress.update(error=True)

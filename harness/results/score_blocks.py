@@ -9,11 +9,20 @@ when the rows are nearly in order) and only the columns asked for; the whole pas
 ``ScoreTable`` is read the same way (sliced), so one code path serves both.
 
 :func:`pass_blocks` yields a pass as successive blocks of whole questions (the streaming the divergence and any
-further pass of the same text share); :func:`pass_questions` keeps only the rows of given questions.
+further pass of the same text share); :func:`pass_questions` keeps only the rows of given questions;
+:class:`QuestionRows` hands out one question's rows at a time in about question order (what a further scoring pass
+reads of the reference pass as it builds its requests).
+
+A row group is sorted by question once when read, so each block takes a prefix of what is buffered (a view, no
+copy). How well a pass streams depends on how its rows were written: a pass that asked every question at once wrote
+row groups whose question ranges overlap (a straggler answer lowers a group's smallest question), and reading up to
+a question then reads most groups; a pass asks a bounded number of questions at a time
+(:data:`harness.measure.divergence_pass.MAX_QUESTIONS_IN_FLIGHT`) so that its groups follow the question order.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -118,11 +127,22 @@ class PassReader:
                                     and not (c == "text_offset" and not self.has_offsets)]
         # a token stored as its top list's first entry (null) is read from the list
         read = want + [c for c in ("top_ids", "top_logprobs") if c not in want and self._top1(g)]
-        parts = [self._arrays(b, want) for b in self._pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g],
-                                                                     columns=read, use_threads=False)]
-        if len(parts) == 1:
-            return parts[0]
-        return {c: np.concatenate([p[c] for p in parts]) for c in want}
+        out: dict[str, np.ndarray] = {}
+        at = 0
+        for b in self._pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g], columns=read, use_threads=False):
+            part = self._arrays(b, want)
+            if not out:  # the group's arrays, filled batch by batch (no concatenation: its size once, not twice)
+                n = self._pf.metadata.row_group(g).num_rows
+                out = {c: np.empty((n, *v.shape[1:]), v.dtype) for c, v in part.items()}
+            m = part["question"].size
+            for c, v in part.items():
+                out[c][at:at + m] = v
+            at += m
+        q = out["question"][:at]
+        if np.all(q[1:] >= q[:-1]):
+            return {c: v[:at] for c, v in out.items()}
+        order = np.lexsort((out["position"][:at], q))  # by question once: upto hands out a prefix, no copy
+        return {c: v[:at][order] for c, v in out.items()}
 
     def _top1(self, g: int) -> bool:
         """Row group ``g`` may hold tokens stored as their top list's first entry (its statistics say so, or
@@ -171,13 +191,14 @@ class PassReader:
         except (OSError, ValueError, KeyError) as e:
             raise ScoresError(f"{self.root / SCORES}: {e}") from None
         taken, kept = [], []
-        for part in self._buf:
-            take = part["question"] <= last
-            if take.all():
+        for part in self._buf:  # each part sorted by question (_read_group): a prefix is taken, as a view
+            j = int(np.searchsorted(part["question"], last, side="right"))
+            if j == part["question"].size:
                 taken.append(part)
-            elif take.any():
-                taken.append({c: v[take] for c, v in part.items()})
-                kept.append({c: v[~take] for c, v in part.items()})
+            elif j:
+                taken.append({c: v[:j] for c, v in part.items()})
+                # once most of a part is handed out, its rest is copied: the view would keep all of it alive
+                kept.append({c: v[j:].copy() if 2 * j > v.shape[0] else v[j:] for c, v in part.items()})
             else:
                 kept.append(part)
         self._buf = kept
@@ -237,6 +258,23 @@ class PassReader:
             **({"ref_top_logprobs": np.empty((0, self.ref_width), np.float32)}
                if "ref_top_logprobs" in self.columns and self.ref_width else {}),
             **({"text_offset": z} if "text_offset" in self.columns and self.has_offsets else {})})
+
+    def close(self) -> None:
+        """Let go of the rows read and not handed out and of the file (the pass's metadata stays readable)."""
+        self._buf = []
+        self._pf = None
+        self._next = len(getattr(self, "_order", ()))
+
+    def questions(self) -> np.ndarray:
+        """Every question the pass holds rows of, ascending (its question column alone, a row group at a time)."""
+        if self._table is not None:
+            return self._table.questions
+        try:
+            got = [np.unique(numbers(self._pf.read_row_group(g, columns=["question"], use_threads=False).column(0),
+                                     np.int64)) for g in range(self._pf.num_row_groups)]
+        except (OSError, ValueError, KeyError) as e:
+            raise ScoresError(f"{self.root / SCORES}: {e}") from None
+        return np.unique(np.concatenate(got)) if got else np.empty(0, np.int64)
 
     def rest(self) -> ScoreTable:
         """Every row not handed out yet."""
@@ -334,3 +372,41 @@ def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
                       position=cat("position"), token_id=cat("token_id"), logprob=cat("logprob"),
                       top_ids=cat("top_ids"), top_logprobs=cat("top_logprobs"),
                       ref_top_logprobs=cat("ref_top_logprobs"), text_offset=cat("text_offset"), meta=parts[0].meta)
+
+
+class QuestionRows:
+    """A pass's rows of one question at a time, taken in about ascending question order (a scoring pass builds
+    its requests so): what is held is the blocks read and not yet wholly taken, never the pass. ``order``: every
+    question that will be taken; a block is let go once every question before it was taken. A question taken
+    again, or far out of order, is read anew (:func:`pass_questions`): correct, only slower."""
+
+    def __init__(self, reader: PassReader, order: Iterable[int]):
+        self._reader = reader
+        self._left = sorted({int(q) for q in order})
+        self._at = 0  # self._left[:self._at] were taken
+        self._taken: set[int] = set()
+        self._blocks: deque[ScoreTable] = deque()
+        self._read = -1  # every question <= this one was asked of the reader
+
+    def take(self, question: int) -> ScoreTable:
+        """The rows of ``question`` (none when the pass has none), arrays of their own (a block's rows picked
+        are copies: nothing keeps it alive)."""
+        q = int(question)
+        while q > self._read and not self._reader.exhausted:  # a row group's questions at a time, not one's
+            bound = max(q, _next_bound(self._reader))
+            self._blocks.append(self._reader.upto(bound))
+            self._read = bound
+        got = next((_pick(b, np.flatnonzero(b.questions == q)) for b in self._blocks
+                    if b.questions.size and b.questions[0] <= q <= b.questions[-1] and q in b.questions), None)
+        if got is None:
+            src = self._reader._table if self._reader._table is not None else self._reader.root
+            got = pass_questions(src, [q], self._reader.columns)
+        self._taken.add(q)
+        while self._at < len(self._left) and self._left[self._at] in self._taken:
+            self._taken.discard(self._left[self._at])
+            self._at += 1
+        low = self._left[self._at] if self._at < len(self._left) else np.iinfo(np.int64).max
+        while self._blocks and (not self._blocks[0].questions.size or self._blocks[0].questions[-1] < low):
+            self._blocks.popleft()
+        return got
+
