@@ -242,6 +242,13 @@ def test_nothing_below_orchestrate_imports_omegaconf_or_hydra():
     assert orchestrate == set(), orchestrate
 
 
+def test_only_results_arrow_imports_pyarrow():
+    """pyarrow comes in through one door, harness.results.arrow, which points its memory pool at the C heap the
+    rest of the process uses (a module importing pyarrow itself could allocate from pyarrow's own pool first)."""
+    imports = outside_imports(HARNESS)
+    assert {m for m, names in imports.items() if "pyarrow" in names} == {"harness.results.arrow"}
+
+
 def test_harness_config_imports_no_http_client_nor_hydra():
     import subprocess
     import sys

@@ -4,9 +4,12 @@ ids share one int object."""
 
 from __future__ import annotations
 
+import functools
+import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +21,8 @@ from harness.results import arrow_buffers as ab
 from harness.results import score_inputs
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------------ buffers
@@ -153,6 +158,19 @@ def test_a_pass_and_the_divergence_hand_pyarrow_memory_back(sim_server, tmp_path
     assert calls == ["pass", "pass"]
     d = divergence.compute_divergence(tmp_path / "ref", tmp_path / "ab", None)
     assert d.questions_total == 5 and calls == ["pass", "pass", "divergence"]
+
+
+def test_pyarrow_allocates_from_the_c_heap_unless_a_pool_is_named() -> None:
+    """Through harness.results.arrow pyarrow's buffers come from the system allocator, whose freed memory the
+    numpy arrays that follow reuse (mimalloc kept it apart: the demo peaked ~35 MiB higher); a pool the user
+    names in ARROW_DEFAULT_MEMORY_POOL is kept."""
+    code = ("from harness.results.arrow import pa, pq; import pyarrow; "
+            "print(pa.default_memory_pool().backend_name, pq.write_table.__module__)")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    run = functools.partial(subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=ROOT)
+    assert run(env=env).stdout.split() == ["system", "pyarrow.parquet.core"]
+    assert run(env={**env, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}).stdout.split()[0] == "mimalloc"
 
 
 # ------------------------------------------------------------------------------------------ bounded passes

@@ -154,8 +154,7 @@ def shared_ids(ids: list[int], pool: dict[int, int]) -> list[int]:
 
 
 def _write_inputs(path: Path, rows: Mapping[int, tuple[Sequence[int], Sequence[int]]]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from harness.results.arrow import pa, pq
 
     inputs = as_inputs(rows)
     qs = sorted(inputs)
@@ -182,7 +181,7 @@ INPUTS_BATCH = 256
 def _read_inputs(path: Path) -> Inputs:
     """The reference pass's ids by question, read :data:`INPUTS_BATCH` questions at a time from the columns'
     buffers (no Python object per id)."""
-    import pyarrow.parquet as pq
+    from harness.results.arrow import pq
 
     # ParquetFile, not read_table: read_table imports pyarrow.dataset (33 MiB of the process's memory, for good)
     pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
@@ -473,7 +472,7 @@ def _carried(out: Path, meta: ScoresMeta, max_asked_ids: int) -> _Carried | None
     """The pass in ``out`` that this one continues: written by abh (a kind and version it reads) for the same
     references, reference pass and top_k, with its rows on disk (and its ids, for a reference pass by ids);
     None: score afresh."""
-    import pyarrow.parquet as pq
+    from harness.results.arrow import pq
 
     try:
         old = cast(ScoresMeta, schema.check(read_json(out / SCORES_META), schema.SCORES, out / SCORES_META))

@@ -116,7 +116,7 @@ def export_samples(root: Path) -> list[Path]:
         if table is None:  # an answer that is not a whole number: pandas' types decide (and refuse)
             _frame(rows).to_parquet(f, index=False)
         else:
-            import pyarrow.parquet as pq
+            from harness.results.arrow import pq
 
             pq.write_table(table, f, compression="snappy")
     atomic_write_text(root / CSV, to_csv(rows))
@@ -139,7 +139,7 @@ def arrow_table(rows: list[ExportRow]) -> Any:
     pandas' conversion decides, as it did."""
     import importlib.metadata
 
-    import pyarrow as pa
+    from harness.results.arrow import pa
 
     cols: dict[str, list[Any]] = {c: [r[c] for r in rows] for c, _, _, _ in _ARROW}  # type: ignore[literal-required]
     if any(not (x is None or (isinstance(x, int) and not isinstance(x, bool))) for c in _WHOLE for x in cols[c]):
@@ -161,7 +161,8 @@ def _column(values: list[Any], kind: str) -> Any:
     """One column as a pyarrow array of type ``kind`` (int64, bool_ or large_string; None is null), from its
     buffers."""
     import numpy as np
-    import pyarrow as pa
+
+    from harness.results.arrow import pa
 
     n = len(values)
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)

@@ -49,7 +49,7 @@ def numbers(arr: Any, dtype: Any, fill: Any = None) -> np.ndarray:
 
 
 def _dtype_of(t: Any) -> np.dtype:
-    import pyarrow as pa
+    from harness.results.arrow import pa
 
     for kind, dt in ((pa.int32(), np.int32), (pa.int64(), np.int64), (pa.float32(), np.float32),
                      (pa.float64(), np.float64), (pa.int16(), np.int16), (pa.int8(), np.int8),
@@ -76,7 +76,7 @@ def list_values(arr: Any, dtype: Any) -> np.ndarray:
 
 def array(values: np.ndarray, null: np.ndarray | None = None) -> Any:
     """A 1-d numpy array of fixed-width numbers as a pyarrow array (``null``: True where the entry is null)."""
-    import pyarrow as pa
+    from harness.results.arrow import pa
 
     values = np.ascontiguousarray(values)
     kind = pa.from_numpy_dtype(values.dtype)
@@ -86,7 +86,7 @@ def array(values: np.ndarray, null: np.ndarray | None = None) -> Any:
 def list_array(offsets: np.ndarray, values: Any, null: np.ndarray | None = None) -> Any:
     """A ``list<values' type>`` array: entry i is ``values[offsets[i]:offsets[i + 1]]`` (``values`` a pyarrow
     array, ``offsets`` int32-sized), null where ``null`` is True."""
-    import pyarrow as pa
+    from harness.results.arrow import pa
 
     offs = np.ascontiguousarray(offsets, dtype=np.int32)
     return pa.Array.from_buffers(pa.list_(values.type), offs.size - 1, [_bitmap(null), pa.py_buffer(offs)],
@@ -94,7 +94,7 @@ def list_array(offsets: np.ndarray, values: Any, null: np.ndarray | None = None)
 
 
 def _bitmap(null: np.ndarray | None) -> Any:
-    import pyarrow as pa
+    from harness.results.arrow import pa
 
     if null is None or not np.any(null):
         return None
@@ -102,12 +102,13 @@ def _bitmap(null: np.ndarray | None) -> Any:
 
 
 def release() -> None:
-    """Hand the memory pyarrow and the C heap freed back to the system. pyarrow's default pool (mimalloc) keeps
-    what a pass's reads and writes freed (25-50 MiB after a scoring pass of the demo) for pyarrow's next
-    allocation, while the Python objects that come next cannot use it; glibc's heap keeps the pages of freed
-    numpy arrays and request buffers between live blocks (its threshold for giving large blocks their own
-    mapping rises with every large block freed), so the process's RSS stays at the pass's peak."""
-    import pyarrow as pa
+    """Hand the memory pyarrow and the C heap freed back to the system. A pool of pyarrow's own (mimalloc,
+    when ``ARROW_DEFAULT_MEMORY_POOL`` names it: :mod:`harness.results.arrow`) keeps what a pass's reads and
+    writes freed (25-50 MiB after a scoring pass of the demo) for pyarrow's next allocation; glibc's heap keeps
+    the pages of freed numpy arrays and request buffers between live blocks (its threshold for giving large
+    blocks their own mapping rises with every large block freed), so the process's RSS stays at the pass's
+    peak."""
+    from harness.results.arrow import pa
 
     pa.default_memory_pool().release_unused()
     trim_heap()

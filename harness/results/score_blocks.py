@@ -73,7 +73,7 @@ class PassReader:
                 src.ref_top_logprobs.shape[1]
             self.has_offsets = src.text_offset is not None
             return
-        import pyarrow.parquet as pq
+        from harness.results.arrow import pq
 
         self.root = Path(src)
         status, reason = scores_status(self.root)

@@ -101,7 +101,7 @@ class NotMeasured(ScoresError):  # noqa: N818 - a state, not a failure
 
 def scores_schema() -> Any:
     """The columns of ``scores.parquet`` (module docstring)."""
-    import pyarrow as pa
+    from harness.results.arrow import pa
 
     return pa.schema([
         ("question", pa.int32()),
@@ -152,7 +152,7 @@ class ScoresWriter:
 
     def __init__(self, root: str | Path, *, top_k: int, meta: ScoresMeta | None = None,
                  row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, carry: str | Path | None = None):
-        import pyarrow.parquet as pq
+        from harness.results.arrow import pq
 
         self.root = fileio.make_dirs(root)
         self.top_k = int(top_k)
@@ -186,7 +186,7 @@ class ScoresWriter:
 
     def _carry(self, path: Path) -> None:
         """Copy the rows of ``path`` (a pass this one resumes), one row group at a time."""
-        import pyarrow.parquet as pq
+        from harness.results.arrow import pq
 
         pf = pq.ParquetFile(path)
         for g in range(pf.num_row_groups):
@@ -248,7 +248,7 @@ class ScoresWriter:
         self.errors[int(question)] = str(message)[:500]
 
     def _flush(self) -> None:
-        import pyarrow as pa
+        from harness.results.arrow import pa
 
         if not self._buf:
             return
@@ -449,7 +449,7 @@ def _fill_lists(dst: np.ndarray, col: Any, start: int, fill: Any) -> None:
 def load_scores(root: str | Path) -> ScoreTable:
     """Read ``root/scores.parquet`` into a :class:`ScoreTable` (raises :class:`NotMeasured` when the pass
     was not scored, :class:`ScoresError` when the file is inconsistent)."""
-    import pyarrow.parquet as pq
+    from harness.results.arrow import pq
 
     root = Path(root)
     status, reason = scores_status(root)
