@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import harness.results.arrow  # noqa: F401 - pyarrow's memory pool chosen before any other thread runs
 from harness import exitcodes
 from harness.analysis import identity
 from harness.analysis.compare_settings import CompareError
