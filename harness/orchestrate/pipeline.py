@@ -759,7 +759,8 @@ def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunL
             run.refuse(bad, preflights, checks)
             return exitcodes.OK
         run.refuse(bad, preflights)
-        import harness.results.arrow  # noqa: F401 - pyarrow's memory pool chosen before any other thread runs
+        if run.scoring is not None:  # pyarrow's memory pool chosen before any other thread runs
+            import harness.results.arrow  # noqa: F401
         run.measure()
         interrupts.check()  # a signal that arrived while the last servers were being stopped
         return run.finish()
