@@ -1,5 +1,7 @@
-"""The benchmarks and scripts are not imported by the test run: each name they import from abh's packages must
-still exist (a module that moved broke ``benchmarks/bench_json.py`` at import, unseen)."""
+"""The benchmarks and scripts are not imported by the test run, nor are the slow tests' helpers by the default
+run: each name they import from abh's packages must still exist (a module that moved broke
+``benchmarks/bench_json.py`` at import, unseen), and the test helpers import nothing relatively (a helper moved
+out of harness.stats kept ``from .accuracy import``, which failed only in the slow suite)."""
 
 from __future__ import annotations
 
@@ -36,3 +38,9 @@ def test_every_name_the_benchmarks_and_scripts_import_from_abh_exists() -> None:
     missing = [f"{f.relative_to(ROOT)}: from {m} import {n}" for f in files for m, n in _imports(f)
                if not _resolves(m, n)]
     assert missing == []
+
+
+def test_the_test_helpers_import_nothing_relatively() -> None:
+    relative = [f"{f.relative_to(ROOT)}:{node.lineno}" for f in sorted((ROOT / "tests").rglob("*.py"))
+                for node in ast.walk(ast.parse(f.read_text())) if isinstance(node, ast.ImportFrom) and node.level]
+    assert relative == []

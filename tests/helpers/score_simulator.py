@@ -151,7 +151,7 @@ def calibrate(design: SimDesign, noise: Noise, experiments: int = 2000, *, seed:
     the fixed point: the mean MDE reported at Δ = MDE_0 (the null runs' mean MDE) is the effect simulated.
     MDEs are computed on every ``mde_every``-th experiment (they cost more than the test).
     """
-    from .accuracy import compare_arms
+    from harness.stats.accuracy import compare_arms
 
     rng = np.random.default_rng(seed)
     ability = solve_ability(accuracy)
