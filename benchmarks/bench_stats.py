@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import bootstrap
 
-from harness.stats.repeats import cluster_bootstrap_ci
+from harness.stats.paired import paired_bootstrap_ci
 
 
 def measure(fn: Callable[[], tuple[float, float]]) -> tuple[float, float, tuple[float, float]]:
@@ -52,7 +52,8 @@ def main() -> None:
     am, bm = a_runs.mean(axis=0), b_runs.mean(axis=0)
 
     def ours(B: int, method: str) -> Callable[[], tuple[float, float]]:
-        return lambda: cluster_bootstrap_ci(a_runs, b_runs, n_resamples=B, method=method, seed=1)
+        # the question-level cluster bootstrap: questions resampled with all of their runs
+        return lambda: paired_bootstrap_ci(am, bm, n_resamples=B, method=method, seed=1)
 
     def scipy_bca(B: int) -> Callable[[], tuple[float, float]]:
         def run() -> tuple[float, float]:

@@ -29,16 +29,16 @@ from harness.analysis import cost as C
     ({"kind": "sglang", "env": {"CUDA_VISIBLE_DEVICES": "0,1"}}, ["--tp", "1"], {}, 1),       # flags over devices
 ])
 def test_count_gpus(engine: dict, args: list, env: dict, expected: int) -> None:
-    assert C.engine_gpus(engine, args, env) == expected
+    assert C.count_gpus(engine, args, env)[0] == expected
 
 
 def test_count_gpus_names_its_source_and_refuses_nonsense() -> None:
     assert C.count_gpus({"kind": "sglang", "args": ["--tp", "8", "--dp", "8", "--enable-dp-attention"]})[1] \
         == "tp 8 x pp 1 (dp attention inside tp)"
     with pytest.raises(ValueError, match="tensor parallel"):
-        C.engine_gpus({"kind": "sglang", "args": ["--tp", "eight"]})
+        C.count_gpus({"kind": "sglang", "args": ["--tp", "eight"]})
     with pytest.raises(ValueError):
-        C.engine_gpus({"kind": "sglang", "gpus": -1})
+        C.count_gpus({"kind": "sglang", "gpus": -1})
 
 
 def doc_of_cost(*args, **kwargs):

@@ -73,8 +73,9 @@ def test_repeats_fractional_d_never_disagree():
         R = int(rng.integers(1, 4))
         pa = rng.uniform(0, 1, n)
         pb = np.clip(pa + rng.normal(0.1, 0.2, n), 0, 1)
-        a = ArmRuns.one_launch_per_run((rng.random((R, n)) < pa).astype(float))
-        b = ArmRuns.one_launch_per_run((rng.random((R, n)) < pb).astype(float))
+        runs = tuple(f"run{i}" for i in range(R))  # a launch per run
+        a = ArmRuns((rng.random((R, n)) < pa).astype(float), runs)
+        b = ArmRuns((rng.random((R, n)) < pb).astype(float), runs)
         d = question_means(b) - question_means(a)
         for alpha in (0.05, 0.1):
             r = C.consistent_paired(d, alpha)

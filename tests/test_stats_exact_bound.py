@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from harness.stats.exact_bound import upper_bound
+from harness.stats.proportions import upper_bound
 
 
 def test_zero_of_1319_is_0_23_percent():

@@ -17,8 +17,8 @@ from helpers import textbook_stats as TS
 from harness import stats as S
 from harness.stats.equivalence import score_tost
 from harness.stats.multiple import benjamini_hochberg, holm
+from harness.stats.paired import paired_bootstrap_ci
 from harness.stats.proportions import z_crit
-from harness.stats.repeats import cluster_bootstrap_ci
 from harness.stats.resample import bca_interval, bootstrap_means, jackknife_means, percentile_interval
 from harness.stats.tango import score_interval
 
@@ -206,7 +206,9 @@ def _cluster_and_naive_coverage(exps: int) -> tuple[float, float]:
     cluster = naive = 0
     for _ in range(exps):
         a, b = _heterogeneous_runs(rng, n, R)
-        lo, hi = cluster_bootstrap_ci(a, b, n_resamples=500, method="percentile", seed=rng)
+        # the question-level cluster bootstrap: questions resampled with all of their runs
+        lo, hi = paired_bootstrap_ci(a.mean(axis=0), b.mean(axis=0), n_resamples=500, method="percentile",
+                                     seed=rng)
         cluster += lo <= 0 <= hi
         lo, hi = naive_run_bootstrap_ci(a, b, n_resamples=500, seed=rng)
         naive += lo <= 0 <= hi
@@ -268,7 +270,7 @@ def test_power_at_repeats_mde_and_repeats_needed():
     assert S.repeats_needed(mde, n, psi_aa) == R
     # the empirical A/A discordance across launches recovers ψ_AA
     runs = (rng.random((6, n)) < q).astype(float)
-    w = S.within_arm_psi(S.ArmRuns.one_launch_per_run(runs))
+    w = S.within_arm_psi(S.ArmRuns(runs, tuple(f"run{i}" for i in range(len(runs)))))
     assert w.value == pytest.approx(psi_aa, abs=0.02) and w.source == "across launches"
     assert TS.power_at(mde, np.sqrt(psi_aa / (n * R))) == pytest.approx(0.8, abs=0.001)
 

@@ -1,18 +1,12 @@
-"""What a run cost in GPU time: per arm and in total, from per-launch and per-eval timings, as
-:class:`harness.results.schema.Cost` records (``summary.json`` ``cost``; docs/statistics.md, "GPU-hours to a
-verdict").
-
-A **launch** is one server start: ``launch_s`` spawn to ready, ``server_s`` spawn to stopped (its GPUs held),
-``gpus``; an **eval** one pass over the questions, ``eval_s`` its wall time. ``gpu_hours`` sums
-``server_s * gpus / 3600`` over an arm's launches (``aa`` only when the A/A control had launches of its own);
-``total`` sums the arms. GPUs of an engine: :func:`count_gpus`.
-"""
+"""What a run cost in GPU time, per arm and in total (``summary.json`` ``cost``): ``gpu_hours`` sums
+``server_s * gpus / 3600`` over an arm's launches (``server_s`` spawn to stopped, ``launch_s`` spawn to
+ready), ``aa`` only when the A/A control had launches of its own."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +90,6 @@ def count_gpus(engine: Mapping[str, Any], args: Sequence[str] = (), env: Mapping
     return 1, f"{kind} default (1 GPU)"
 
 
-def engine_gpus(engine: Mapping[str, Any], args: Sequence[str] = (), env: Mapping[str, Any] | None = None) -> int:
-    """GPUs of an engine config (see :func:`count_gpus`)."""
-    return count_gpus(engine, args, env)[0]
-
-
 # ------------------------------------------------------------------------------------------ costs
 @dataclass(frozen=True)
 class LaunchTime:
@@ -143,8 +132,8 @@ def arm_cost(launches: Iterable[LaunchTime], evals: Iterable[EvalTime],
 
 def run_cost(launches: Iterable[LaunchTime], evals: Iterable[EvalTime], estimated: Iterable[str] = (),
              scoring: Iterable[ScoringRecord] = ()) -> Cost:
-    """The value of ``summary.json``'s ``cost``: per role (``aa`` only when the A/A control had launches of its
-    own; its evals on arm A's servers count in ``a``) and the total."""
+    """The value of ``summary.json``'s ``cost``: per role (``aa`` only when the A/A control had launches of
+    its own; its evals on arm A's servers count in ``a``) and the total."""
     ls, es, ss = list(launches), list(evals), list(scoring)
     records: list[LaunchTime | EvalTime | ScoringRecord] = [*ls, *es, *ss]
     for r in records:
@@ -163,13 +152,11 @@ def run_cost(launches: Iterable[LaunchTime], evals: Iterable[EvalTime], estimate
 
 
 def _add(blocks: Sequence[CostBlock]) -> CostBlock:
-    return CostBlock(launches=sum(b.launches for b in blocks), evals=sum(b.evals for b in blocks),
-                     launch_s=float(sum(b.launch_s for b in blocks)), eval_s=float(sum(b.eval_s for b in blocks)),
-                     server_s=float(sum(b.server_s for b in blocks)), gpus=max((b.gpus for b in blocks), default=0),
-                     gpu_hours=float(sum(b.gpu_hours for b in blocks)),
-                     scoring_passes=sum(b.scoring_passes for b in blocks),
-                     scoring_s=float(sum(b.scoring_s for b in blocks)),
-                     scoring_gpu_hours=float(sum(b.scoring_gpu_hours for b in blocks)))
+    """The blocks summed field by field (the GPUs: the most any held)."""
+    zero = CostBlock()
+    return CostBlock(**{f.name: max((b.gpus for b in blocks), default=0) if f.name == "gpus"
+                        else sum((getattr(b, f.name) for b in blocks), getattr(zero, f.name))
+                        for f in fields(CostBlock)})
 
 
 def sum_costs(costs: Iterable[Cost | None]) -> Cost:
@@ -227,12 +214,10 @@ def _launches(record: Mapping[str, Any]) -> list[Any]:
 
 def cost_from_manifest(manifest: Mapping[str, Any], run_dir: str | Path | None = None,
                        gpus: Mapping[str, int] | None = None) -> Cost:
-    """The cost of a recorded run from ``manifest.json`` (each eval's wall time from its ``summary.json``
-    under ``run_dir``). Per launch ``manifest.arms.<key>.launches[]`` (``instances[]`` in older runs) gives
-    ``launch_s``, ``server_s``, ``gpus`` and ``role``; what older runs lack is estimated and listed in
-    ``estimated`` (an upper bound): ready from the id (``<key>@<epoch>``), ``launch_s`` the gap since the
-    previous event, ``server_s`` that plus the evals it served, GPUs from ``gpus`` (by arm key) or the run's
-    config."""
+    """The cost of a recorded run from ``manifest.json`` and each eval's ``summary.json`` under ``run_dir``.
+    What older runs lack is estimated and listed in ``estimated`` (an upper bound): ready from the id
+    (``<key>@<epoch>``), ``launch_s`` the gap since the previous event, ``server_s`` that plus the evals it
+    served."""
     estimated: set[str] = set()
     evals = manifest.get("evals") or {}
     arms = manifest.get("arms") or {}
@@ -322,6 +307,6 @@ def config_gpus(cfg: Mapping[str, Any], arm_key: str) -> int:
     arm = (cfg.get("arms") or {}).get(arm_key) or {}
     engine.update(arm.get("engine") or {})
     try:
-        return engine_gpus(engine, arm.get("args") or [], arm.get("env") or {})
+        return count_gpus(engine, arm.get("args") or [], arm.get("env") or {})[0]
     except ValueError:
         return 0

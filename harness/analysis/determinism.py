@@ -1,8 +1,6 @@
 """Does a server answer the same question the same way twice? The share of byte-identical outputs across the
-passes of one arm, within one launch and across launches (``comparison.json`` ``identical_outputs``). ψ only
-sees answers that flip between right and wrong (a server answering at random is always wrong: ψ = 0); 0 %
-identical at temperature 0 is flagged.
-"""
+passes of one arm, within and across launches: ψ only sees answers that flip between right and wrong (a server
+answering at random is always wrong: ψ = 0), so 0 % identical at temperature 0 is flagged."""
 
 from __future__ import annotations
 
@@ -30,7 +28,7 @@ def _share(x: Sequence[str | bytes | None], y: Sequence[str | bytes | None]) -> 
 
 
 def arm_identity(passes: Sequence[Pass]) -> IdenticalShare:
-    """One arm's shares: overall, within a launch and across launches (None where no pair of passes is such)."""
+    """One arm's shares: overall, within a launch and across launches (None where no pair is such)."""
     sums = {"all": [0, 0], "within_launch": [0, 0], "across_launches": [0, 0]}
     pairs = 0
     for (la, xa), (lb, xb) in combinations(passes, 2):
@@ -39,16 +37,13 @@ def arm_identity(passes: Sequence[Pass]) -> IdenticalShare:
         for key in ("all", "within_launch" if la == lb else "across_launches"):
             sums[key][0] += same
             sums[key][1] += n
-    return {"share": sums["all"][0] / sums["all"][1] if sums["all"][1] else None,
-            "within_launch": sums["within_launch"][0] / sums["within_launch"][1] if sums["within_launch"][1] else None,
-            "across_launches": (sums["across_launches"][0] / sums["across_launches"][1]
-                                if sums["across_launches"][1] else None),
-            "pairs": pairs, "questions": sums["all"][1]}
+    share = {k: (s / m if m else None) for k, (s, m) in sums.items()}
+    return {"share": share["all"], "within_launch": share["within_launch"],
+            "across_launches": share["across_launches"], "pairs": pairs, "questions": sums["all"][1]}
 
 
 def identical_outputs(arms: Mapping[Role, Sequence[Pass]], temperature: float | None) -> IdenticalOutputs:
-    """Each arm's :func:`arm_identity`, the sampling temperature, and the arms flagged: no output identical
-    across passes at temperature 0."""
+    """Each arm's :func:`arm_identity` and the arms flagged: no output identical at temperature 0."""
     out: IdenticalOutputs = {}
     for role, passes in arms.items():
         out[role] = arm_identity(passes)
@@ -70,8 +65,8 @@ def warnings(block: IdenticalOutputs) -> list[str]:
 
 
 def summary_line(block: IdenticalOutputs) -> str | None:
-    """``identical outputs across passes: A 100.00 % (within a launch 100.00 %, across launches 99.10 %), ...``;
-    None when no arm has two passes."""
+    """``identical outputs across passes: A 100.00 % (within a launch 100.00 %, across launches 99.10 %),
+    ...``; None when no arm has two passes."""
     parts = []
     roles: tuple[Role, ...] = ("a", "b")
     for role in roles:

@@ -1,45 +1,26 @@
-"""The ``divergence`` object of ``comparison.json``: how far arm B's next-token distributions are from arm
-A's on A's own greedy text, against the A/A floor (A scored again on fresh launches).
+"""The ``divergence`` object of ``comparison.json``: how far arm B's next-token distributions are from arm A's
+on A's own greedy text, against the A/A floor (A scored again on fresh launches).
 
-:func:`compute_divergence` reads scoring passes of the same reference text (A's greedy completions) from
-``scores.parquet`` (:mod:`harness.results.token_store`): A's reference pass, B's (A/B), A''s floor (A/A) and
-the passes on every other launch the run holds (A's other launches, the A/A control's, B's others), and the
-greedy texts of the three first evals (``samples.jsonl`` ``output``). Questions are aligned by index; a question
-missing from a pass, or whose reference token ids differ between passes (another tokenizer), is dropped and
-counted. Per-token measures and the tests are :mod:`harness.stats.kld` and :mod:`harness.stats.kld_launches`;
-this module only reads, aligns (in chunks of tokens, never per-token Python objects) and assembles the JSON.
-
-**The verdict** is the launch-level test when the run scored three or more launches besides the reference's:
-each launch's token-weighted mean KLD, B's launches against A's (one-sided t-test of log KLD; its size holds
-when the noise scale varies from launch to launch). With one A/A launch and one B launch it is the per-question
-test (sign-flip over questions of KLD_i(A‖B) - KLD_i(A‖A′)) and it says it assumes the noise scale is the same
-on every launch; otherwise that test is kept as a diagnostic (``per_question``). The per-token measures (KLD
-mean and percentiles, same top token, first divergence) are those of the first B pass and the floor.
-
-Verdict ``not_measured`` (with ``verdict_reason``) whenever a pass is missing, partial or was not scorable, or
-fewer than ``min_scored_share`` (``divergence.min_scored_share``) of the questions the reference pass was to
-score were scored by every pass (request errors, a server that died): the A/B measures are still filled when
-only the A/A floor is missing; nothing is ever reported as a silent zero, nor decided on a handful of questions.
-"""
+The scoring passes (:mod:`harness.results.token_store`) are streamed together in blocks of questions, aligned
+by question (a question missing from a pass, or scored on other reference tokens, is dropped and counted); the
+measures and tests are :mod:`harness.stats.kld` and :mod:`harness.stats.kld_launches`. The verdict is the
+launch-level test when three or more launches besides the reference's were scored, else the per-question test,
+qualified. ``not_measured`` (with the reason) whenever a pass is missing or unreadable, or fewer than
+``min_scored_share`` of the questions were scored by every pass: nothing is reported as a silent zero."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from harness.results.arrow_buffers import release, trim_heap
 from harness.results.eval_store import load_samples
 from harness.results.records import JSON, finite_or_none
-from harness.results.schema import (
-    Divergence,
-    Histogram,
-    KldHistogram,
-    TopQuestion,
-)
+from harness.results.schema import Divergence, Histogram, KldHistogram, TopQuestion
 from harness.results.score_blocks import BLOCK_TOKENS, PassReader, pass_blocks
 from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
 from harness.stats import kld as dv
@@ -59,8 +40,7 @@ REF_COLUMNS = ("logprob", "top_ids", "top_logprobs", "text_offset")
 CMP_COLUMNS = ("logprob", "top_ids", "top_logprobs", "ref_top_logprobs")
 LAUNCH_COLUMNS = ("top_ids", "top_logprobs", "ref_top_logprobs")
 #: what ``scoring`` copies from each pass's scores.json
-ScoringKey = Literal["wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch"]
-SCORING_KEYS: tuple[ScoringKey, ...] = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch")
+SCORING_KEYS = ("wall_s", "errors", "questions", "tokens", "top_k", "engine", "url", "launch")
 #: the assumption of each design the launch-level test cannot cover (one clause of the verdict)
 QUALIFIED_ONE_EACH = "assumes the noise scale is the same on every launch (one A/A launch, one B launch)"
 QUALIFIED_ONE_A = "one A launch besides the reference's: the launch-to-launch variance comes from B's launches"
@@ -98,11 +78,14 @@ def _match(ref: ScoreTable, cmp: ScoreTable) -> tuple[np.ndarray, np.ndarray, np
     return present, same, pos_c
 
 
-def _pair_measures(ref: ScoreTable, cmp: ScoreTable, r_rows: np.ndarray,
-                   c_rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-token KL, same-top, Δlogprob and the compared side's argmax id, over aligned rows (chunked)."""
+def _pair_measures(ref: ScoreTable, cmp: ScoreTable, r_rows: np.ndarray, c_rows: np.ndarray,
+                   kl_only: bool = False) -> dict[str, np.ndarray]:
+    """Per-token KL and, unless ``kl_only``, same-top, Δlogprob and the compared side's argmax id, over
+    aligned rows (chunked)."""
     m = r_rows.size
-    out = {"kl": np.empty(m), "same": np.empty(m, bool), "dlp": np.empty(m), "cmp_top": np.empty(m, np.int64)}
+    out = {"kl": np.empty(m)}
+    if not kl_only:
+        out.update(same=np.empty(m, bool), dlp=np.empty(m), cmp_top=np.empty(m, np.int64))
     k = ref.top_k
     for s in range(0, m, CHUNK_TOKENS):
         r, c = r_rows[s:s + CHUNK_TOKENS], c_rows[s:s + CHUNK_TOKENS]
@@ -114,6 +97,8 @@ def _pair_measures(ref: ScoreTable, cmp: ScoreTable, r_rows: np.ndarray,
         r_ids, r_lps = ref.top_ids[r], ref.top_logprobs[r]
         c_ids, c_lps = cmp.top_ids[c], cmp.top_logprobs[c]
         out["kl"][s:s + r.size] = dv.token_kl(r_ids, r_lps, c_ids, c_lps, cor)
+        if kl_only:
+            continue
         out["same"][s:s + r.size] = dv.same_top(r_ids, r_lps, c_ids, c_lps)
         out["dlp"][s:s + r.size] = cmp.logprob[c].astype(float) - ref.logprob[r].astype(float)
         out["cmp_top"][s:s + r.size] = dv.top_id(c_ids, c_lps)
@@ -121,27 +106,15 @@ def _pair_measures(ref: ScoreTable, cmp: ScoreTable, r_rows: np.ndarray,
 
 
 def _question_kld(ref: ScoreTable, cmp: ScoreTable) -> np.ndarray:
-    """Per reference question, the mean per-token KL(ref‖cmp) over its tokens; NaN where ``cmp`` lacks the
-    question or scored other reference tokens (chunked like :func:`_pair_measures`)."""
+    """Per reference question, the mean per-token KL(ref‖cmp); NaN where ``cmp`` lacks the question or scored
+    other reference tokens."""
     present, same, pos = _match(ref, cmp)
     idx = np.flatnonzero(present & same)
     out = np.full(ref.questions.size, np.nan)
-    if idx.size == 0:
-        return out
-    r_rows, off = _ranges(ref.offsets, idx)
-    c_rows, _ = _ranges(cmp.offsets, pos[idx])
-    kl_tok = np.empty(r_rows.size)
-    k = ref.top_k
-    for s in range(0, r_rows.size, CHUNK_TOKENS):
-        r, c = r_rows[s:s + CHUNK_TOKENS], c_rows[s:s + CHUNK_TOKENS]
-        cor = None
-        if cmp.ref_top_logprobs is not None:
-            cor = np.full((r.size, k), np.nan)
-            w = min(k, cmp.ref_top_logprobs.shape[1])
-            cor[:, :w] = cmp.ref_top_logprobs[c, :w]
-        kl_tok[s:s + r.size] = dv.token_kl(ref.top_ids[r], ref.top_logprobs[r], cmp.top_ids[c], cmp.top_logprobs[c],
-                                           cor)
-    out[idx] = dv.segment_means(kl_tok, off)
+    if idx.size:
+        r_rows, off = _ranges(ref.offsets, idx)
+        kl_tok = _pair_measures(ref, cmp, r_rows, _ranges(cmp.offsets, pos[idx])[0], kl_only=True)["kl"]
+        out[idx] = dv.segment_means(kl_tok, off)
     return out
 
 
@@ -254,10 +227,8 @@ class FirstDivergence:
 
 def _first_div(q: int, row: slice, ref: ScoreTable, cmp_top: np.ndarray | None, rows_in_pair: slice | None,
                t_ref: Mapping[int, str | None], t_cmp: Mapping[int, str | None]) -> FirstDivergence:
-    """First divergence of the two greedy texts of question q: the character index, the token index (from the
-    reference pass's ``text_offset`` when stored, else the first position where the compared server's
-    argmax leaves the reference tokens) with its source, and the diverging reference token's character span
-    in the reference text (``text_offset`` only)."""
+    """Where the two greedy texts of question q part: the character, the token (by the reference pass's
+    ``text_offset`` when stored, else where the compared server's argmax leaves the reference tokens)."""
     a, b = t_ref.get(q), t_cmp.get(q)
     if a is None or b is None:
         return FirstDivergence()
@@ -293,18 +264,12 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
                        top_n: int = DEFAULT_TOP_N, reference: str = "a",
                        min_scored_share: float = DEFAULT_MIN_SCORED_SHARE,
                        block_tokens: int = BLOCK_TOKENS) -> Divergence:
-    """The ``divergence`` object of comparison.json.
-
-    ``ref_dir``: A's reference scoring pass (A scoring its own greedy text); ``ab_dir``: B scoring the same
-    text; ``aa_dir``: A again (fresh pass or launch) (:mod:`harness.results.token_store` directories);
-    ``launches_a`` / ``launches_b``: the passes on A's and B's other launches, for the launch-level test (a
-    launch scored already is left out). ``texts_*``: greedy outputs by question index of A's, B's and the A/A
-    eval (None: read from ``samples.jsonl`` there). ``top_n`` questions that diverge most (largest d_i) are listed in ``top_questions``.
-    ``reference``: which arm's greedy texts the passes scored (``b`` turns the roles around).
-    ``min_scored_share``: below this share of the questions the reference pass was to score scored by every
-    pass, the verdict is not_measured. ``block_tokens``: the passes are streamed together, question block by
-    question block of about this many reference tokens (:mod:`harness.results.score_blocks`): the memory
-    held is a few blocks and a few numbers per token, whatever the number of passes."""
+    """The ``divergence`` object of comparison.json from A's reference scoring pass (``ref_dir``), B's pass of
+    the same text (``ab_dir``), the A/A floor's (``aa_dir``) and the passes on A's and B's other launches for
+    the launch-level test (a launch scored already is left out). ``texts_*``: greedy outputs by question index
+    (None: read from ``samples.jsonl``). ``reference``: which arm's greedy texts the passes scored. The passes
+    are streamed together in blocks of about ``block_tokens`` reference tokens: the memory held is a few
+    blocks and a few numbers per token, whatever the number of passes."""
     dirs = {"ref": _name(ref_dir), "ab": _name(ab_dir), "aa": _name(aa_dir)}
 
     def texts(d: PassSource | None, given: Mapping[int, str | None] | None) -> Mapping[int, str | None]:
@@ -409,7 +374,7 @@ def _streamed(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource
               texts: tuple[Mapping[int, str | None], ...], fail: Any, broken: Mapping[str, str], *, alpha: float,
               n_resamples: int, seed: int, top_n: int, dirs: dict[str, str | None], reference: str,
               min_scored_share: float, block_tokens: int, text_rates: tuple[Any, ...]) -> Divergence:
-    """:func:`compute_divergence` over the passes streamed together (``broken``: passes to take as unreadable)."""
+    """:func:`compute_divergence` over the passes streamed together, ``broken`` ones taken as unreadable."""
     try:
         ref, ab, aa, aa_reason = _open_passes(ref_dir, ab_dir, aa_dir, broken)
     except _Unmeasured as e:
@@ -485,8 +450,8 @@ def _ref_blocks(ref: _Pass, block_tokens: int) -> Iterator[ScoreTable]:
 
 def _decide(div: Divergence, pq: DivergenceTest, ka: np.ndarray, kb: np.ndarray, tokens_q: np.ndarray,
             alpha: float, n_resamples: int, dirs_a: list[str], dirs_b: list[str]) -> Divergence:
-    """The verdict: the per-question test ``pq`` with one A/A and one B launch, else the launch-level test over
-    A's launches ``ka`` and B's ``kb`` (per-question KLD, one row per launch; ``dirs_*`` their passes)."""
+    """The verdict: the per-question test ``pq`` with one A/A and one B launch, else the launch-level test
+    over A's launches ``ka`` and B's ``kb`` (per-question KLD, one row per launch)."""
     if ka.shape[0] + kb.shape[0] < 3:  # one A/A launch, one B launch: the per-question test decides
         div = replace(div, verdict=pq.verdict, p=pq.p, p_floor=pq.p_floor, p_at_floor=pq.p_at_floor,
                       n_resamples=n_resamples, test=pq.test, effect=pq.effect, effect_ci=pq.effect_ci,
@@ -581,8 +546,7 @@ def _too_few_scored(meta: Mapping[str, Any], questions: int, scored: int, least:
                     dropped: dict[str, int]) -> str | None:
     """Why ``scored`` questions (scored by every pass) are too few for a verdict: under ``least`` of those the
     reference pass (``meta``, holding ``questions``) was to score; None when they are enough."""
-    planned = meta.get("questions_planned")
-    errors = meta.get("errors")
+    planned, errors = meta.get("questions_planned"), meta.get("errors")
     if not isinstance(planned, int) or isinstance(planned, bool):  # a pass that did not record it
         planned = questions + (errors if isinstance(errors, int) and not isinstance(errors, bool) else 0)
     planned = max(planned, questions)
@@ -601,8 +565,9 @@ def has_pass(d: str | Path) -> bool:
 
 def pass_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path], aa_dirs: Sequence[str | Path] = ()
               ) -> tuple[Path, Path | None, Path | None, list[Path], list[Path]]:
-    """The passes of a comparison of these eval directories: (reference, compared, floor, A's further passes,
-    B's further passes), as :func:`divergence_of_dirs` reads them."""
+    """(reference, compared, floor, A's further passes, B's further passes) of these eval directories: the
+    first A and B directories that record a pass (the reference: else A's first, so the verdict says it was
+    not scored), the floor the first A/A one (else A's next one)."""
     a = [Path(d) for d in a_dirs if has_pass(d)]
     b = [Path(d) for d in b_dirs if has_pass(d)]
     aa = [Path(d) for d in aa_dirs if has_pass(d)]
@@ -612,12 +577,8 @@ def pass_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path], aa_dir
 
 def divergence_of_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path],
                        aa_dirs: Sequence[str | Path] = (), **kwargs: Any) -> Divergence | None:
-    """The ``divergence`` object for a comparison of these eval directories, or None when none of them
-    records a scoring pass: the reference pass is the first A directory that records one (else arm A's first
-    directory, so the verdict says it was not scored), the compared pass the first such B directory, the floor
-    the first such A/A directory (else A's next one), and every further pass on A's, the A/A control's and B's
-    directories goes to the launch-level test. ``kwargs`` go to :func:`compute_divergence`; a result stored
-    beside the reference pass for the same inputs is reused (:mod:`harness.analysis.divergence_cache`)."""
+    """The ``divergence`` object for a comparison of these eval directories (the passes :func:`pass_dirs`
+    picks), or None when none of them records a scoring pass; ``kwargs`` go to :func:`compute_divergence`."""
     if not any(has_pass(d) for d in (*a_dirs, *b_dirs, *aa_dirs)):
         return None
     from harness.analysis.divergence_cache import cached

@@ -1,10 +1,6 @@
-"""A computed ``divergence`` object kept beside its reference pass (:data:`CACHE`), reused while its inputs
-are unchanged, so ``abh compare`` on a finished run does not reread every scoring pass. The key digests every
-input: each pass's ``scores.json``, ``scores.parquet`` and ``samples.jsonl`` by role, the parameters with
-their defaults, and the source of the code that computes it (another version of abh never reuses a result). A
-reuse puts the pass directories it was given in place of the stored ones; an unreadable, foreign or linked
-cache is ignored.
-"""
+"""A computed ``divergence`` object kept beside its reference pass, reused while its inputs are unchanged, so
+``abh compare`` on a finished run does not reread every scoring pass. The key digests every input file, the
+parameters and the source of the code that computes it; an unreadable, foreign or linked cache is ignored."""
 
 from __future__ import annotations
 
@@ -79,8 +75,8 @@ def cache_key(compute: Callable[..., Any], roles: list[tuple[str, Path | None]],
 
 
 def _replace_paths(doc: JSON, old_new: list[tuple[str, str]]) -> JSON:
-    """``doc`` with each old directory name replaced by its new one in every string (longest first: a name that
-    holds another is replaced whole; through placeholders, so a new name is never replaced again)."""
+    """``doc`` with each old directory name replaced by its new one in every string (longest first: a name
+    that holds another is replaced whole; through placeholders, so a new name is never replaced again)."""
     pairs = sorted(((o, n) for o, n in old_new if o != n), key=lambda p: -len(p[0]))
     if not pairs:
         return doc
@@ -106,8 +102,8 @@ def _replace_paths(doc: JSON, old_new: list[tuple[str, str]]) -> JSON:
 
 def cached(compute: Callable[..., Divergence], ref: Path, ab: Path | None, aa: Path | None,
            more_a: Sequence[Path], more_b: Sequence[Path], *, store: bool, **params: Any) -> Divergence:
-    """``compute(ref, ab, aa, launches_a=more_a, launches_b=more_b, **params)``, or the result stored beside ``ref``
-    under the same key; ``store``: write the result there when it was computed (never fails the caller)."""
+    """``compute(ref, ab, aa, launches_a=more_a, launches_b=more_b, **params)``, or the result stored beside
+    ``ref`` under the same key; ``store``: write it there when computed (never fails the caller)."""
     roles = _roles(ref, ab, aa, more_a, more_b)
     key = cache_key(compute, roles, params)
     names = [(r, None if d is None else str(d)) for r, d in roles]

@@ -1,11 +1,7 @@
-"""The CI gate: ``--fail-on`` turns a verdict the caller refuses into exit 7, and the exit code of a
-comparison, one decision for ``abh compare``, ``abh run`` and ``abh ab``: ``regressed`` fails on
-``regressed``; ``not-noninferior`` fails unless B is shown not worse (``noninferior``, ``equivalent``,
-``improved``, ``identical``); ``any-difference`` fails on ``improved``, ``regressed`` or ``differs``. An
-unknown verdict word fails whatever ``fail_on`` says (the gate fails closed). An instances-only verdict (one
-launch per configuration) is not gated on unless ``--assume-no-launch-shift`` states the assumption it needs
-(:func:`gate_not_applied`).
-"""
+"""The CI gate: ``--fail-on`` turns a verdict the caller refuses into exit 7, one decision for ``abh
+compare``, ``abh run`` and ``abh ab``. An unknown verdict fails whatever ``fail_on`` says (the gate fails
+closed); an instances-only verdict is not gated on unless ``--assume-no-launch-shift`` states the assumption
+it needs."""
 
 from __future__ import annotations
 
@@ -41,12 +37,8 @@ def gate_exit(verdict: str | None, fail_on: str | None) -> int:
 
 
 def comparison_exit(c: Comparison, fail_on: str | None = None, recorded_failure: int = exitcodes.OK) -> int:
-    """The exit code of a finished comparison, the same for ``abh run``, ``abh ab`` and ``abh compare``.
-
-    In order: a failure the evals record (``recorded_failure``: 3 side assertion, 4 server failure); 5 when
-    the share of questions lost to request errors exceeds ``max_error_rate``; 7 when the ``--fail-on`` gate
-    fails; else 0.
-    """
+    """The exit code of a finished comparison, in order: a failure the evals record (3 side assertion, 4
+    server failure); 5 when request errors exceed ``max_error_rate``; 7 when the ``--fail-on`` gate fails."""
     if recorded_failure != exitcodes.OK:
         return recorded_failure
     if c.error_rate_exceeded:
@@ -62,8 +54,8 @@ ASSUME_KEY = "stats.assume_no_launch_shift"
 
 
 def gated(c: Comparison) -> bool:
-    """Whether ``--fail-on`` acts on the comparison's verdict: not on an instances-only one (a not-comparable
-    verdict is not about launches: it is gated), unless the user stated that launches do not shift accuracy."""
+    """Whether ``--fail-on`` acts on the verdict: not on an instances-only one (a not-comparable one is not
+    about launches: it is gated), unless the user stated that launches do not shift accuracy."""
     return c.verdict == "not_comparable" or not c.instances_only or "no_launch_shift" in c.assumptions
 
 
@@ -74,8 +66,8 @@ SECOND_LAUNCH = {"run": ("experiment.aa_control=true", f"{ASSUME_KEY}=true"),
 
 
 def gate_not_applied(c: Comparison, fail_on: str | None, command: str = "run") -> str | None:
-    """Why ``--fail-on`` did not act on the verdict (one line), None when it did or none was given; the remedy in
-    the flags of ``command`` (``run``, ``ab``, ``compare``)."""
+    """Why ``--fail-on`` did not act on the verdict (one line), None when it did or none was given; the remedy
+    in the flags of ``command`` (``run``, ``ab``, ``compare``)."""
     if fail_on is None or gated(c) or c.error_rate_exceeded:
         return None
     second, assume = SECOND_LAUNCH[command]

@@ -1,12 +1,7 @@
 """The no-op proof (``stats.hypothesis=identical``): is arm B's output bit-identical to arm A's, on an engine
-whose A/A floor is exactly zero (docs/statistics.md, "The no-op proof")?
-
-First the floor: every other pass of arm A, and the A/A floor's scoring pass, must repeat A's first pass
-exactly, else ``not_deterministic`` naming the first difference. Then ``identical`` with the exact one-sided
-upper bound on the per-question difference rate (:func:`harness.stats.exact_bound.upper_bound`), else
-``differs``. Each question whose outputs part is a :class:`Parting`, its first diverging token classified a
-near-tie or a divergence by the reference pass's logprob gap where the scoring passes ran.
-"""
+whose A/A floor is exactly zero? ``not_deterministic`` when the floor is not zero, else ``identical`` with the
+exact upper bound on the per-question difference rate, or ``differs``, each parting classified a near-tie or a
+divergence by the reference pass's logprob gap (docs/statistics.md, "The no-op proof")."""
 
 from __future__ import annotations
 
@@ -24,7 +19,7 @@ from harness.results.schema import Comparison, Identity, Parting, PartingCounts
 from harness.results.score_blocks import pass_questions
 from harness.results.token_store import PAD_ID, ScoresError, ScoreTable
 from harness.stats import kld as dv
-from harness.stats.exact_bound import upper_bound
+from harness.stats.proportions import upper_bound
 
 #: one pass's outputs by question index (None: errored or missing)
 Texts = Mapping[int, str | None]
@@ -39,7 +34,7 @@ def texts_of(d: str | Path) -> dict[int, str | None]:
 
 
 def _word(text: str, c: int) -> str:
-    """The word of ``text`` that holds character ``c`` (from its start: both texts share what precedes ``c``)."""
+    """The word of ``text`` that holds character ``c`` (from its start: both texts share what precedes)."""
     start = c
     while start > 0 and not text[start - 1].isspace():
         start -= 1
@@ -148,11 +143,9 @@ def _parting_words(p: Parting, other: str) -> str:
 def prove(a: Sequence[Texts], b: Sequence[Texts], aa: Sequence[Texts] = (), *, ref: PassSource | None = None,
           ab: PassSource | None = None, floor: PassSource | None = None, alpha: float = 0.05,
           near_tie_nats: float = 0.5, logprobs: bool = True) -> Identity:
-    """The no-op proof over the passes' outputs (``a``: arm A's passes, its first the reference; ``b``: B's;
-    ``aa``: the A/A control's) and, where given and scored, the reference pass (``ref``), B's pass on the same
-    text (``ab``) and the A/A floor pass (``floor``). ``logprobs=False``: the passes' scores are not compared
-    bit for bit (``floor_logprobs``/``logprobs_ab`` say not_scored; the passes may hold only the parted
-    questions)."""
+    """The no-op proof over the passes' outputs (arm A's first the reference) and, where scored, the reference
+    pass, B's pass of the same text and the A/A floor pass. ``logprobs=False``: the passes' scores are not
+    compared bit for bit (they may hold only the parted questions)."""
     others_a = [*aa, *a[1:]]  # the A/A control's first: the floor pass scored its launch
     passes = [*a, *aa, *b]
     questions = sorted(q for q in a[0] if all(p.get(q) is not None for p in passes))
@@ -214,9 +207,8 @@ def prove_dirs(a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path], aa_di
                passes: tuple[PassSource | None, PassSource | None, PassSource | None] = (None, None, None),
                alpha: float = 0.05, near_tie_nats: float = 0.5, texts: Mapping[str, Texts] | None = None,
                partings_only: bool = False) -> Identity:
-    """:func:`prove` of eval directories (their ``samples.jsonl``, unless ``texts`` holds a directory's outputs
-    already); ``passes``: (reference, B's, the floor). ``partings_only``: only the partings are wanted, so of the
-    passes only the parted questions' rows are read and their scores are not compared bit for bit."""
+    """:func:`prove` of eval directories (``texts``: outputs already loaded); ``passes``: (reference, B's, the
+    floor). ``partings_only``: of the passes only the parted questions' rows are read (not compared)."""
     a, b, aa = ([texts[str(d)] if texts is not None and str(d) in texts else texts_of(d) for d in dirs]
                 for dirs in (a_dirs, b_dirs, aa_dirs))
     ref, ab, floor = passes
@@ -241,10 +233,8 @@ def first_divergences(c: Comparison, a_dirs: Sequence[str | Path], b_dirs: Seque
                       aa_dirs: Sequence[str | Path],
                       passes: tuple[PassSource | None, PassSource | None, PassSource | None],
                       near_tie_nats: float = 0.5, texts: Mapping[str, Texts] | None = None) -> Comparison:
-    """Any comparison with a measured divergence: the questions whose greedy texts part, A vs B and A vs A', by
-    their first diverging token (near-tie, real divergence, unclassified), as the no-op proof counts them.
-    ``texts``: the outputs already loaded, by eval directory (the others are read); of the passes only the
-    parted questions' rows are read."""
+    """Any comparison with a measured divergence: the questions whose greedy texts part, A vs B and A vs A',
+    by their first diverging token, as the no-op proof counts them (``texts``: outputs already loaded)."""
     div = c.divergence
     if (div is None or div.verdict not in ("diverged", "indistinguishable") or div.reference != "a" or not a_dirs
             or not b_dirs):  # the passes classify A's texts: with B's as the reference they would not
@@ -265,7 +255,7 @@ def _parted(a: Sequence[Texts], others: Sequence[Texts]) -> list[int]:
 
 
 def _few(src: PassSource | None, questions: Sequence[int]) -> ScoreTable | None:
-    """The rows of ``questions`` of a pass (None when it was not scored or cannot be read, as :func:`_table`)."""
+    """The rows of ``questions`` of a pass (None when it was not scored or cannot be read)."""
     if src is None:
         return None
     try:

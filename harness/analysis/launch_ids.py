@@ -1,9 +1,6 @@
-"""Which server launch each stored eval ran on, as the comparison counts launches (``launch`` in eval.json,
-older ``instance``; a standalone ``abh eval`` records none). A missing id is not a new launch (a pass restarts
-no server): within one configuration, evals without an id count as one launch per server URL
-(:func:`harness.serving.settings.url_identity`); without a URL the comparison is refused unless
-``--launches-from-passes`` counts each such eval as its own launch.
-"""
+"""Which server launch each stored eval ran on, as the comparison counts launches. A missing id is not a new
+launch: evals without one count as one launch per server URL, and without a URL the comparison is refused
+unless ``--launches-from-passes`` counts each as its own launch."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ FLAG = "--launches-from-passes"
 
 
 class LaunchesUnknown(CompareError):
-    """Evals of one configuration record neither a launch id nor a server URL, and no flag says how they ran."""
+    """Evals of one configuration record neither a launch id nor a URL, and no flag says how they ran."""
 
 
 def recorded(run: ScoredEval) -> str | None:
@@ -33,9 +30,9 @@ def recorded(run: ScoredEval) -> str | None:
 
 def launch_ids(configs: Sequence[Sequence[ScoredEval]], from_passes: bool = False
                ) -> tuple[list[list[str]], str | None]:
-    """Each eval's launch id, per configuration (``configs``: e.g. [A's evals + the A/A evals, B's evals]), and
-    how evals without one were counted (``PER_SERVER``, ``PER_PASS``, or None when no configuration has two
-    evals without an id). LaunchesUnknown when such evals name no server and ``from_passes`` is off."""
+    """Each eval's launch id, per configuration (``configs``: e.g. [A's evals + the A/A evals, B's evals]),
+    and how evals without one were counted (``PER_SERVER``, ``PER_PASS``, or None when no configuration has
+    two evals without an id). LaunchesUnknown when such evals name no server and ``from_passes`` is off."""
     out: list[list[str]] = []
     how: str | None = None
     for runs in configs:

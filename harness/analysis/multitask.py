@@ -1,14 +1,7 @@
 """Several tasks compared on the same launches: a verdict per task and one overall decision, the family-wise
-error rate controlled across the tasks by Holm's step-down procedure (whatever their dependence;
-``tests/test_multitask.py`` checks it in simulation).
-
-Each task has its own comparison. Its two-sided superiority p is Holm-adjusted across the m tasks (a verdict
-that rested on another test counts with p = 1), and its ``improved`` / ``regressed`` stands only when the
-adjusted p is below α (``verdict_holm``). Overall: ``not_comparable`` when any task is; else ``regressed``
-when any task's adjusted verdict is; else the claims of no difference by the intersection-union rule (every
-task must show it at α): ``noninferior`` (``improved`` when some task also improved) under the non-inferiority
-question, otherwise ``improved`` when any task is, ``equivalent`` when every task is, else ``inconclusive``.
-"""
+error rate held across the tasks by Holm's step-down procedure on each task's superiority p
+(``verdict_holm``). Overall: ``not_comparable`` or ``regressed`` when any task is; the claims of no difference
+need every task to show them (intersection-union); else ``improved`` when any task is, or ``inconclusive``."""
 
 from __future__ import annotations
 
@@ -165,8 +158,7 @@ def apply_holm(c: Comparison, row: TaskRow) -> Comparison:
 def format_tasks(tc: TasksComparison) -> str:
     """The per-task table and the overall decision, for the terminal."""
     lines = ["*** SIMULATED: results come from the simulated engine, not a real server ***"] if tc.simulated else []
-    wk = max([4, *(len(r.key) for r in tc.rows)])
-    wr = max([6, *(len(r.recipe) for r in tc.rows)])
+    wk, wr = max([4, *(len(r.key) for r in tc.rows)]), max([6, *(len(r.recipe) for r in tc.rows)])
     head = f"{'task':<{wk}} {'recipe':<{wr}} {'n':>5} {'A':>7} {'B':>7} {'Δ pp':>7} {'p':>8} {'p Holm':>8}  verdict"
     lines += [f"per task ({tc.correction} across {len(tc.rows)} tasks, α = {tc.alpha:g}):", head]
     for r in tc.rows:

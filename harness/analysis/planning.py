@@ -1,14 +1,7 @@
-"""The plan behind ``abh power`` (:mod:`harness.cli.power`): repeats and GPU-hours needed to detect an effect,
-for the fixed and the sequential design, from a finished run (``--from RUN_DIR``: its evals' scores, times,
-GPUs) or from numbers (``--n``/``--p``/``--discordance``). ``--effect`` and ``--margin`` are in percentage
-points, accuracy and discordance fractions; the JSON (kind ``abh.plan``, :class:`Plan`) is in fractions, with
-``effect_pp``.
-
-The fixed design is the fewest launches per arm whose power under the verdict's own test reaches the target
-(:func:`design_power`); the sequential one the smallest ``max_repeats`` whose power, by recursive integration
-with futility, reaches it (:func:`sequential_plan`). A repeat costs a fresh launch, an eval and a stop of each
-arm (:func:`per_repeat_cost`). The model and its calibration: docs/statistics.md, "GPU-hours to a verdict".
-"""
+"""The plan behind ``abh power``: repeats and GPU-hours to detect an effect with the fixed design (the fewest
+launches per arm whose power under the verdict's own test reaches the target) and the sequential one (the
+smallest ``max_repeats`` that does), from a finished run or from numbers. The JSON (kind ``abh.plan``) is in
+fractions. The model and its calibration: docs/statistics.md, "GPU-hours to a verdict"."""
 
 from __future__ import annotations
 
@@ -89,8 +82,8 @@ class SequentialHours(TypedDict):
 
 
 class SequentialPlan(TypedDict):
-    """``sequential`` of a plan: the design found, its power and false positive rate, its repeats and their cost
-    (the cost added by :func:`make_plan`)."""
+    """``sequential`` of a plan: the design found, its power and false positive rate, its repeats and their
+    cost (the cost added by :func:`make_plan`)."""
 
     design: SequentialPlanDesign
     power: float
@@ -139,8 +132,8 @@ class NoiseEstimate(TypedDict):
 
 
 class LaunchPlan(TypedDict):
-    """``launch`` of a plan: the launch-to-launch variance the plan assumes and the verdict's reference it plans
-    with (:func:`design_power`)."""
+    """``launch`` of a plan: the launch-to-launch variance the plan assumes and the verdict's reference it
+    plans with (:func:`design_power`)."""
 
     #: sd of a launch's accuracy shift (fraction) and its square; where it came from
     sd: float
@@ -232,12 +225,10 @@ def effect_heterogeneity(effect: float, n: int) -> float:
 def design_power(effect: float, n: int, sigma2_launch: float | tuple[float, float], noise_per_launch: float,
                  launches_a: int, launches_b: int, launches_aa: int = 0, alpha: float = ALPHA,
                  heterogeneity: float | None = None, tails: str = PLAN_TAILS) -> float:
-    """Power of the verdict's own test for the design (:func:`harness.stats.launchvar.power_launch_aware`),
-    with the effect's heterogeneity (:func:`effect_heterogeneity`) unless given, launch shifts with
-    ``tails`` (:data:`PLAN_TAILS`)."""
+    """Power of the verdict's own test for the design, with the effect's heterogeneity unless given."""
     h = effect_heterogeneity(effect, n) if heterogeneity is None else heterogeneity
     return launchvar.power_launch_aware(effect, n, sigma2_launch, noise_per_launch, launches_a, launches_b,
-                                              launches_aa, h, alpha, tails)
+                                        launches_aa, h, alpha, tails)
 
 
 def launch_plan(effect: float, n: int, sigma2_launch: float, noise_per_launch: float, aa_launches: int,
@@ -282,10 +273,8 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
               per_repeat: PerRepeatCost | None = None, min_repeats: int = 1, spending: str = "obf",
               futility: bool = True, notes: Sequence[str] = (), *, launch_sigma2: float | None = None,
               noise_per_launch: float | None = None, aa_launches: int = 0, launch_source: str | None = None) -> Plan:
-    """The plan (:class:`Plan`) from n, σ² (the run-to-run discordance ψ), the launch variance
-    (``launch_sigma2``, σ²_L of a launch's accuracy; None: assumed 0, said so), the A/A launches of the planned
-    design and the cost of one repeat (a fresh launch of each arm). The fixed design is the fewest launches per
-    arm whose power under the verdict's own test (:func:`design_power`) reaches ``power``."""
+    """The plan from n, σ² (the run-to-run discordance ψ), the launch variance (``launch_sigma2``; None:
+    assumed 0, said so), the A/A launches of the planned design and the cost of one repeat."""
     if sigma2 < 0 or n < 1:
         raise PlanError("need n >= 1 and a discordance >= 0")
     notes = list(notes)
@@ -300,7 +289,7 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
                      "the A/A control on fresh launches); launches that shift accuracy need more repeats")
     h = effect_heterogeneity(effect, n)
     found = launchvar.launches_needed(effect, n, s2l, noise, aa_launches, h, alpha, power,
-                                            most=MAX_SEQUENTIAL_REPEATS, tails=PLAN_TAILS)
+                                      most=MAX_SEQUENTIAL_REPEATS, tails=PLAN_TAILS)
     if found is None:
         notes.append(f"no design of up to {MAX_SEQUENTIAL_REPEATS} launches per arm reaches "
                      f"{100 * power:g} % power: the launch variance is too large for this effect")
@@ -338,17 +327,12 @@ def make_plan(effect: float, n: int, sigma2: float, alpha: float = ALPHA, power:
     if seq is not None:
         notes.append("the sequential design uses a normal approximation with the launch variance known; the fixed "
                      "design uses the verdict's own t reference")
-    lp = launch_plan(effect, n, s2l, noise, aa_launches, str(launch_source), alpha)
-    return {
-        "schema_version": SCHEMA_VERSION, "kind": KIND, "effect_pp": 100 * effect, "effect": effect,
-        "alpha": alpha, "power": power, "n": n,
-        "fixed": fixed, "sequential": seq,
-        "repeats": _beside(r_fixed, seq["repeats"] if seq else None),
-        "gpu_hours": _beside(fixed["gpu_hours"], seq["gpu_hours"] if seq else None),
-        "per_repeat": None if per_repeat is None else per_repeat.copy(),
-        "notes": notes,
-        "launch": lp,
-    }
+    return {"schema_version": SCHEMA_VERSION, "kind": KIND, "effect_pp": 100 * effect, "effect": effect,
+            "alpha": alpha, "power": power, "n": n, "fixed": fixed, "sequential": seq,
+            "repeats": _beside(r_fixed, seq["repeats"] if seq else None),
+            "gpu_hours": _beside(fixed["gpu_hours"], seq["gpu_hours"] if seq else None),
+            "per_repeat": None if per_repeat is None else per_repeat.copy(), "notes": notes,
+            "launch": launch_plan(effect, n, s2l, noise, aa_launches, str(launch_source), alpha)}
 
 
 def _beside(fixed: float | None, seq: SequentialRepeats | SequentialHours | None) -> PlanFigures:
@@ -465,9 +449,8 @@ def cost_per_repeat_from_run(manifest: Mapping[str, Any], run_dir: Path, launch_
 
 
 def launch_from_runs(runs: Sequence[ScoredEval]) -> tuple[float | None, float | None, int, str]:
-    """(σ²_L, σ²_e / n, A/A launches, source) the verdict's own variance components measure in the run
-    (:func:`harness.stats.launchvar.launch_aware_test`: A's launches with the A/A control's, and B's);
-    σ²_L None when no configuration has two launches."""
+    """(σ²_L, σ²_e / n, A/A launches, source) the verdict's own variance components measure in the run; σ²_L
+    None when no configuration has two launches."""
     def arm(roles: tuple[str, ...]) -> stats.ArmRuns | None:
         rs = [r for r in runs if _role(r) in roles]
         return stats.ArmRuns(np.vstack([r.scores for r in rs]), tuple(r.launch for r in rs)) if rs else None

@@ -1,11 +1,7 @@
-"""The ``routing`` object of ``comparison.json``: the experts the MoE gate routed A's reference tokens to, on
-B's launches and on A's other launches (the A/A floor), from the routing passes
-(:mod:`harness.results.routing_store`), streamed a question at a time. Each pass's tally describes its side;
-the comparison with the reference pass (:mod:`harness.stats.expert_sets`) gives the verdict, the launch-level
-test of the mean ids moved per routed row (``diverged`` / ``indistinguishable``, or ``not_measured`` with the
-reason; None for a dense model). A defect (fewer than top_k in-range ids, an id out of range) is never noise:
-it is named per side whatever the verdict.
-"""
+"""The ``routing`` object of ``comparison.json``: the experts the MoE gate routed A's reference tokens to on
+B's launches and on A's other launches (the floor), streamed a question at a time; the verdict is the
+launch-level test of the mean ids moved per routed row (:mod:`harness.stats.expert_sets`). A defect (an id out
+of range, fewer than top_k ids) is never noise: it is named per side whatever the verdict."""
 
 from __future__ import annotations
 
@@ -39,8 +35,8 @@ def share_words(x: float | None) -> str:
 
 
 def defect_words(t: PassTally) -> tuple[str | None, int, int]:
-    """(what is wrong with a pass's routing in words or None, layers with an out-of-range id, layers with a short
-    row)."""
+    """(what is wrong with a pass's routing in words or None, layers with an out-of-range id, layers with a
+    short row)."""
     routed_layers = int((t.routed > 0).sum())
     short = t.in_range[:, :t.top_k].sum(axis=1)
     layers_short = int(((short > 0) & (t.routed > 0)).sum())
@@ -114,9 +110,8 @@ def _layers(ref: PassTally, b: PassTally | None, pair: PairTally, floor: PairTal
 def compute_routing(ref_dir: Path, other_dirs: Sequence[Path], same_dirs: Sequence[Path], *,
                     labels: dict[str, str], reference: str = "a", alpha: float = ALPHA, seed: int = 0,
                     top_n: int = DEFAULT_TOP_N) -> Routing | None:
-    """The routing comparison of a run (module docstring): ``other_dirs`` B's passes (the compared pass first),
-    ``same_dirs`` A's other launches' (the floor first); ``labels`` each arm's words ("without fix"). None for a
-    dense model."""
+    """The routing comparison of a run: ``other_dirs`` B's passes (the compared pass first), ``same_dirs`` A's
+    other launches' (the floor first). None for a dense model."""
     if routing_status(ref_dir)[0] == "not_applicable":
         return None
     other_key = "b" if reference == "a" else "a"
@@ -169,12 +164,8 @@ def compute_routing(ref_dir: Path, other_dirs: Sequence[Path], same_dirs: Sequen
         top_questions=[x[2] for x in sorted(top, key=lambda x: (-x[0], x[1]))])
     if not floors:
         reason = "no routing on an A/A launch (the floor)" + (f": {why[0]}" if why else ": the run has no A/A launch")
-        return _finish(_replace(out, verdict="not_measured", verdict_reason=reason))
+        return _finish(replace(out, verdict="not_measured", verdict_reason=reason))
     return _finish(_tested(out, pairs, floors, alpha, seed))
-
-
-def _replace(r: Routing, **kw: object) -> Routing:
-    return replace(r, **kw)  # type: ignore[arg-type]
 
 
 def _rel(d: Path, run_dir: Path) -> str:
@@ -212,14 +203,14 @@ def _tested(out: Routing, pairs: list[PairTally], floors: list[PairTally], alpha
     moved_b = [p.per_question()[keep] for p in pairs]
     moved_a = [p.per_question()[keep] for p in floors]
     if not keep.any():
-        return _replace(out, verdict="not_measured", verdict_reason="no routed row in the reference pass")
+        return replace(out, verdict="not_measured", verdict_reason="no routed row in the reference pass")
     res = launch_test(moved_a, moved_b, rows[keep], alpha=alpha, seed=seed)
     res = replace(res, method=res.method.replace("mean KLD", "mean ids moved per routed row"))
     verdict = res.verdict
     reason = (f"{res.method}: mean ids moved per routed row, B {_num(res.effect + _mean(res.kld_launch_a))} vs A's "
               f"other launches {_num(_mean(res.kld_launch_a))}, p = {res.p:.3g}"
               + (f"; {res.qualification}" if res.qualification else ""))
-    return _replace(out, verdict=verdict, verdict_reason=reason, p=finite_or_none(res.p), launch_test=res)
+    return replace(out, verdict=verdict, verdict_reason=reason, p=finite_or_none(res.p), launch_test=res)
 
 
 def _mean(x: Sequence[float]) -> float:
@@ -231,11 +222,12 @@ def _num(x: float) -> str:
 
 
 def _finish(r: Routing) -> Routing:
-    return _replace(r, sentence=sentence(r))
+    return replace(r, sentence=sentence(r))
 
 
 def sentence(r: Routing) -> str:
-    """The routing in one clause: each side's defect (or its ids in range), B's identical sets and the floor's."""
+    """The routing in one clause: each side's defect (or its ids in range), B's identical sets and the
+    floor's."""
     parts = []
     defects = any(s.defect for s in r.sides.values())
     if defects:

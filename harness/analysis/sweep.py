@@ -1,8 +1,5 @@
-"""Sweeps: after a Hydra multirun, one table of every comparison with p adjusted across the sweep.
-
-Registered as a Hydra callback in configs/config.yaml; also usable on its own over a sweep directory
-(``summarize_sweep(dir, method)``). Reads stored ``comparison.json`` files; never talks to servers.
-"""
+"""Sweeps: after a Hydra multirun (a callback in configs/config.yaml), one table of every comparison with p
+adjusted across the sweep, from the stored ``comparison.json`` files."""
 
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ SWEEP_SUMMARY = schema.SWEEP_FILE
 
 
 def summarize_sweep(sweep_dir: str | Path, method: str = "holm", experiment: str | None = None) -> SweepSummary:
-    """Collect each job's comparison.json under ``sweep_dir`` and adjust the p that decided each verdict (a
-    sequential run's stage-wise p) by Holm or BH. ``experiment`` names the sweep (default: the jobs'
-    manifests'); a comparison.json of an unknown schema_version is refused (SchemaError), not misread."""
+    """Collect each job's comparison.json under ``sweep_dir`` and adjust the p that decided each verdict by
+    Holm or BH (a comparison.json of an unknown schema_version is refused, not misread)."""
     import numpy as np
 
     from harness.stats import adjust
@@ -73,9 +69,8 @@ MEASURED = ("diverged", "indistinguishable")
 
 
 def adjust_divergence(rows: list[SweepRow], method: str) -> list[SweepRow]:
-    """The rows with each measured divergence's p adjusted across the jobs that measured one (a job that produced
-    no comparison counts with p = 1, as for accuracy) and its verdict "diverged" only when the adjusted p is
-    below α: a sweep of many jobs stars no divergence that one job in twenty would show by chance."""
+    """The rows with each measured divergence's p adjusted across the jobs (a missing job counts with p = 1)
+    and "diverged" only below α: a sweep stars no divergence that one job in twenty would show by chance."""
     import numpy as np
 
     from harness.stats import adjust
@@ -147,8 +142,8 @@ def _experiment_of(root: Path) -> str | None:
 
 
 def job_overrides(job: Path) -> list[str]:
-    """The overrides a job ran with, as its manifest's last session recorded its command (``abh run K=V ...``);
-    [] for a job that recorded none."""
+    """The overrides a job ran with, as its manifest's last session recorded its command (``abh run K=V
+    ...``); [] for a job that recorded none."""
     try:
         sessions = schema.load_manifest(job / schema.MANIFEST_FILE).get("sessions") or []
     except (OSError, schema.SchemaError):
@@ -160,7 +155,7 @@ def job_overrides(job: Path) -> list[str]:
 
 
 def _dirname_overrides(job: str) -> list[str]:
-    """The overrides of a job directory named by Hydra's override_dirname (``job3_a=1,b=2``: abh before 0.2)."""
+    """The overrides of a job directory named by Hydra's override_dirname (``job3_a=1,b=2``)."""
     return job.split("_", 1)[1].split(",") if "_" in job else [job]
 
 

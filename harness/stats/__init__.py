@@ -1,25 +1,5 @@
-"""Statistics engine: pure, vectorised, seeded functions over numpy arrays (no servers, no I/O). The package
-names what the analysis uses; everything else is imported from its module.
-
-- :mod:`.accuracy`: the comparison of two arms' score matrices: design, test, interval, errors, verdict;
-- :mod:`.launchvar`: the accuracy test with a launch component estimated from every launch (A, A/A, B);
-- :mod:`.consistent`: the question-level test whose p and interval never disagree (no launch replication);
-- :mod:`.errorgate`: do request errors depend on the arm? (drop the unanswered questions, or bound);
-- :mod:`.guards`: the design effect, effective table and exact MDE guarded against round-off and overflow;
-- :mod:`.launches`: runs grouped by server launch, per-question arm means, launch heterogeneity;
-- :mod:`.signflip`: the paired sign-flip test over questions (exact, mid-p);
-- :mod:`.tango`: Tango's score test and interval of the paired Δ, the effective table of repeats;
-- :mod:`.equivalence`: non-inferiority and equivalence (TOST) by the score test or a t-test;
-- :mod:`.proportions`: per-arm Wilson and bootstrap intervals, unpaired difference;
-- :mod:`.paired`: the 2x2 table, exact and mid-p McNemar, the paired bootstrap interval;
-- :mod:`.repeats`: per-question means, cluster bootstrap, discordance and the A/A noise band;
-- :mod:`.mde`: MDEs (exact power of the test used; normal planning formulas) and repeats needed;
-- :mod:`.group_sequential`: group-sequential boundaries (Lan-DeMets spending), looks, operating characteristics;
-- :mod:`.launch_looks`: the sequential look statistic with the launch component;
-- :mod:`.kld`: per-token divergence measures and the per-question divergence test;
-- :mod:`.kld_launches`: the launch-level divergence test (B's launches vs A's);
-- :mod:`.multiple`: Holm and Benjamini-Hochberg;
-- :mod:`.verdict`: improved / regressed / equivalent / noninferior / inconclusive / not_comparable.
+"""Statistics engine: pure, vectorised, seeded functions over numpy arrays (no servers, no I/O), one method
+per module. The package names what the analysis uses; everything else is imported from its module.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """The comparison of two arms' score matrices: the design, the test, the interval, errors and the verdict.
 
-Per question, each arm's mean (passes averaged within a launch, then launches; errored runs skipped),
-d_i = B_i - A_i and Δ = mean d_i over the questions both arms answered. The test of Δ = 0 has a launch
-component estimated from every launch the run has (:mod:`.launchvar`): arm A's, the A/A control's (launches
-of A's configuration) and B's, pooled in a launch x question analysis of variance; Var(Δ̂) = (1/L_A + 1/L_B) ×
-the launch variance + the question x arm interaction, Student's t with Satterthwaite's df, and the interval
-Δ̂ ± t·SE inverts the same t (``p < α`` ⇔ 0 outside the interval). It is never switched on by a pretest:
-Cochran's Q over launches stays in ``design`` as a diagnostic.
-
-- **one launch per arm with an A/A control** (or one arm with one launch): the launch variance comes from the
-  other configuration's launches (the A/A control's, with A's one); the verdict says so (``qualification``: it
-  assumes B's launches vary as A's do);
-- **one launch per configuration** (no A/A control, or one that shares A's launch): the launch variance
-  cannot be estimated. The test is the question-level one (:mod:`.consistent`: the mid-p sign-flip test and
-  Tango's score test, p = the larger; the interval is Tango's, extended to 0 when the sign-flip test does not
-  reject, so p and interval agree), and the verdict sentence carries "valid only if launches do not shift
-  accuracy". Runs that repeat verbatim on one launch add no evidence.
-
-Errors (:mod:`.errorgate`): an exact McNemar test of the arms' per-question unanswered indicators says whether
-the errors depend on the arm. When they do not (or nothing is unanswered), the questions unanswered in either
-arm are left out and the test runs on the rest. When they do, the verdict is recomputed with each arm's
-unanswered questions counted wrong and the other's right, both ways; if either changes it, it becomes
-``inconclusive`` and the reason says why, and the MDE includes the adverse bound's shift of Δ. A question with
-some answered runs uses them (its errored runs are skipped), so repeats make transient errors nearly free.
+Δ is the mean over the questions both arms answered of B's minus A's per-question mean (passes averaged within
+a launch, then launches). The test has a launch component estimated from every launch (:mod:`.launchvar`);
+with no configuration on two launches it is the question-level test (:mod:`.consistent`), and the verdict says
+it holds only if launches do not shift accuracy. Request errors go through the gate of :mod:`.errorgate`:
+dropped when they do not depend on the arm, else the verdict must hold under both error bounds.
+docs/statistics.md has the reasons and the calibration.
 """
 
 from __future__ import annotations
@@ -97,9 +80,7 @@ class PsiAA:
 
 @dataclass(frozen=True)
 class Analysis:
-    """Statistics of B against A over the questions both arms answered at least once (no verdict): the
-    paired set ``keep``, per-question means, Δ, the test that applies to the design (name, p), the (1 - α)
-    interval, TOST / non-inferiority when a margin is set, the MDE and the design."""
+    """Statistics of B against A over the questions both arms answered (``keep``), no verdict."""
 
     keep: np.ndarray
     n: int
@@ -133,15 +114,14 @@ class Analysis:
         lv = self.launch
         if lv is None:
             return None
-        comp = lv.components
         measured = lv.df_launch > 0
         return LaunchVarianceEstimate(
             sigma2=lv.sigma2_launch if measured else None,
             sd=math.sqrt(lv.sigma2_launch) if measured else None, df_launch=lv.df_launch,
             source=lv.variance_source, var_launch=lv.var_launch, var_heterogeneity=lv.var_heterogeneity,
-            var_question=lv.var_question, k=lv.k, launches={"a": lv.launches_a, "aa": lv.launches_aa,
-                                                           "b": lv.launches_b},
-            questions=comp.questions if comp is not None else 0)
+            var_question=lv.var_question, k=lv.k,
+            launches={"a": lv.launches_a, "aa": lv.launches_aa, "b": lv.launches_b},
+            questions=lv.components.questions if lv.components is not None else 0)
 
     def evidence(self) -> Evidence:
         t = self.tost
@@ -163,9 +143,7 @@ class ArmsComparison:
 
 # ------------------------------------------------------------------------------------------ design
 def describe_design(a: ArmRuns, b: ArmRuns, heterogeneity: LaunchHeterogeneity | None, lv: LaunchAwareResult) -> Design:
-    """Which design was run (launches per arm, passes per launch) and what it cannot resolve: only where the
-    design (a configuration with one launch, whose launch variance is borrowed or unknown) or the data (too
-    few questions answered by every launch) warrant it."""
+    """Which design was run (launches per arm, passes per launch) and what it cannot resolve."""
     la, lb = len(a.launch_ids()), len(b.launch_ids())
     pa, pb = a.passes_per_launch(), b.passes_per_launch()
     if la == 1 and lb == 1:
@@ -238,8 +216,7 @@ def _qualification(lv: LaunchAwareResult) -> str | None:
 
 def analyse(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, alpha: float = ALPHA,
             margin: float | None = None, compute_mde: bool = True) -> Analysis:
-    """Statistics of B against A over the questions both arms answered at least once (no verdict); see the
-    module docstring for the test."""
+    """:class:`Analysis` of B against A (no verdict)."""
     am, bm = question_means(a), question_means(b)
     keep = ~(np.isnan(am) | np.isnan(bm))
     n = int(keep.sum())
@@ -277,10 +254,8 @@ def error_rates(arm: ArmRuns) -> float:
 
 
 def error_block(a: ArmRuns, b: ArmRuns, alpha: float = ALPHA) -> Errors:
-    """Per-arm error rates (share of runs x questions errored or missing), the questions each arm has no
-    answer for, the gate (do the errors depend on the arm: :func:`harness.stats.errorgate.error_gate`) and,
-    as a diagnostic, the paired sign-flip test (mid-p) over questions of whether the arms' error shares
-    differ."""
+    """Per-arm error rates (share of runs x questions errored or missing), unanswered questions, the gate and,
+    as a diagnostic, the paired sign-flip test (mid-p) over questions of the arms' error shares."""
     ea, eb = np.isnan(a.scores).mean(axis=0), np.isnan(b.scores).mean(axis=0)
     gate = error_gate(a, b, alpha)
     return Errors(rate_a=error_rates(a), rate_b=error_rates(b), unanswered_a=int(unanswered(a).sum()),
@@ -300,8 +275,7 @@ def compare_arms(a: ArmRuns, b: ArmRuns, *, aa: ArmRuns | None = None, hypothesi
                  alpha: float = ALPHA, margin: float | None = None, min_effect: float | None = None,
                  failures: Sequence[str] = (), max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
                  compute_mde: bool = True) -> ArmsComparison:
-    """Analysis and verdict of B against A, with the error gate and, when the errors depend on the arm, the
-    error bounds (see the module docstring)."""
+    """Analysis and verdict of B against A, with the error bounds when the errors depend on the arm."""
     if a.scores.shape[1] != b.scores.shape[1]:
         raise ValueError("arms are not aligned by question")
     res = analyse(a, b, aa=aa, alpha=alpha, margin=margin, compute_mde=compute_mde)

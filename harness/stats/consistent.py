@@ -1,15 +1,12 @@
-"""One story for the question-level verdict: a p-value and an interval that never disagree.
+"""The question-level verdict: a p-value and an interval that never disagree.
 
 The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.tango`) are different methods,
-so "p < α" and "0 outside the interval" could disagree. Here both come from ONE family of tests φ(Δ0): φ
-rejects when Tango's score test of Δ = Δ0 rejects at α and, for Δ0 at 0 or beyond it from Δ̂, the mid-p
-sign-flip test of Δ = 0 rejects too. Its p at 0 is ``max(p_signflip, p_score(0))``; its inversion is Tango's
-interval extended to reach 0 whenever the sign-flip test does not reject (``extended``). Every φ(Δ0) rejects
-no more often than Tango's test, so the family is as valid, and exactly: p < α ⇔ both tests reject ⇔ 0 is
-outside the interval. For one run per arm the decision is exactly the mid-p McNemar test (checked exhaustively
-for n <= 120 in tests/test_stats_consistent.py). Where bisection leaves an endpoint within round-off of 0 the
-decision sets it (``nudged``), so the equivalence holds in floating point too. With repeats Tango's test runs
-on the effective table with the guarded design effect (:func:`harness.stats.guards.robust_effective_table`).
+so "p < α" and "0 outside the interval" could disagree. Both come here from one family of tests φ(Δ0): Tango's
+score test of Δ = Δ0 rejects at α and, for Δ0 at 0 or beyond it from Δ̂, the sign-flip test of Δ = 0 rejects
+too. Its p is ``max(p_signflip, p_score(0))``, its inversion Tango's interval extended to 0 whenever the
+sign-flip test does not reject (``extended``); φ rejects no more often than Tango's test, so it is as valid.
+For one run per arm the decision is the mid-p McNemar test. An endpoint bisection leaves within round-off of 0
+is set by the decision (``nudged``), so the equivalence holds in floating point too.
 """
 
 from __future__ import annotations
@@ -61,21 +58,17 @@ def _combine(delta: np.ndarray, p_sf: np.ndarray, p_sc: np.ndarray, lo: np.ndarr
     sig = p < alpha
     sf_keeps = p_sf >= alpha
     extended = sf_keeps & ((lo > 0) | (hi < 0))
-    lo2 = np.where(sf_keeps, np.minimum(lo, 0.0), lo)
-    hi2 = np.where(sf_keeps, np.maximum(hi, 0.0), hi)
+    lo2, hi2 = np.where(sf_keeps, np.minimum(lo, 0.0), lo), np.where(sf_keeps, np.maximum(hi, 0.0), hi)
     # Tango rejects Δ0 = 0 (p_score < α) but bisection left an endpoint at ~0: the decision sets it
     tiny = np.nextafter(0.0, 1.0)
     up, down = sig & (delta > 0) & (lo2 <= 0), sig & (delta < 0) & (hi2 >= 0)
-    lo2 = np.where(up, tiny, lo2)
-    hi2 = np.where(down, -tiny, hi2)
+    lo2, hi2 = np.where(up, tiny, lo2), np.where(down, -tiny, hi2)
     return p, lo2, hi2, sig, extended, up | down
 
 
 def consistent_table(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> dict[str, np.ndarray]:
-    """The decision for one run per arm from whole counts (vectorised over tables): ``b`` questions only
-    A answered right, ``c`` only B, ``n`` questions. The sign-flip test is then the mid-p McNemar test.
-    Returns arrays ``p``, ``p_signflip``, ``p_score``, ``lo``, ``hi``, ``lo_tango``, ``hi_tango``,
-    ``significant``, ``extended``, ``nudged``."""
+    """The decision for one run per arm from whole counts, vectorised over tables (``b`` questions only A
+    answered right, ``c`` only B, ``n`` questions): the sign-flip test is then the mid-p McNemar test."""
     b, c, n = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (b, c, n)))
     p_sf = np.asarray(mcnemar_midp(b.astype(np.int64), c.astype(np.int64)), dtype=float)
     p_sc = np.asarray(score_p(b, c, n, 0.0), dtype=float)
@@ -87,9 +80,8 @@ def consistent_table(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> dict[str, 
 
 
 def consistent_paired(d: np.ndarray, alpha: float = ALPHA, variance: float | None = None) -> ConsistentResult:
-    """The question-level decision from per-question differences ``d`` (B - A; NaN skipped): the mid-p
-    sign-flip test of mean(d) = 0, Tango's score test and interval of the effective table (``variance``:
-    the design's V̂(Δ), default question-level), combined as in the module docstring."""
+    """The question-level decision from per-question differences ``d`` (B - A; NaN skipped); ``variance``: the
+    design's V̂(Δ) for the effective table (default question-level)."""
     d = np.asarray(d, dtype=float)
     d = d[~np.isnan(d)]
     if d.size == 0:

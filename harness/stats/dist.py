@@ -1,7 +1,6 @@
-"""The binomial, chi-square and Student t distributions the statistics use, from ``scipy.special``'s ufuncs:
-``scipy.stats`` gives the same numbers (the tests check it) but costs about a second to import in every
-``abh`` command that compares. Arrays or scalars in, ``scipy.stats``' conventions outside the support;
-parameters are the callers' to validate.
+"""The binomial, chi-square and Student t distributions from ``scipy.special``'s ufuncs: ``scipy.stats`` gives
+the same numbers (the tests check it) but costs about a second to import in every ``abh`` command that
+compares.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ def binom_pmf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
 
 
 def _binom_tail(ufunc: np.ufunc, k: ArrayLike, n: ArrayLike, p: ArrayLike, below: float, above: float) -> np.ndarray:
-    """``ufunc`` (bdtr or bdtrc) at floor(k) inside 0 <= k < n; ``below`` for k < 0 and ``above`` for k >= n."""
+    """``ufunc`` (bdtr or bdtrc) at floor(k) inside 0 <= k < n, ``below`` for k < 0, ``above`` for k >= n."""
     k, n, p = np.broadcast_arrays(np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float),
                                   np.asarray(p, dtype=float))
     inside = (k >= 0) & (k < n)

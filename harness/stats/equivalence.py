@@ -1,8 +1,5 @@
-"""Non-inferiority and equivalence of arm B against arm A with a declared margin, as a :class:`Tost` (stored
-as ``tost`` in comparison.json): :func:`score_tost` by Tango's score test on the (effective) table, questions
-the unit (equivalence: the (1 - 2α) interval inside ±margin; non-inferiority: the (1 - α) interval's lower
-bound above -margin; the score interval never has zero width), :func:`t_tost` by a t statistic, launches the
-unit.
+"""Non-inferiority and equivalence (TOST) with a declared margin: by Tango's score test on the (effective)
+table, questions the unit, or by a t statistic, launches the unit.
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ def _result(method: str, margin: float, alpha: float, p_lower: float, p_upper: f
 
 
 def score_tost(b: float, c: float, n: float, margin: float, alpha: float = ALPHA) -> Tost:
-    """TOST and non-inferiority of Δ = (c - b)/n by Tango's score test (b: A-only, c: B-only counts,
-    possibly effective, i.e. fractional)."""
+    """TOST and non-inferiority of Δ = (c - b)/n by Tango's score test (counts possibly effective)."""
     if margin <= 0:
         raise ValueError("margin must be positive")
     p_lower = float(score_p(b, c, n, -margin, "greater"))   # H0: Δ <= -margin
@@ -36,14 +32,12 @@ def score_tost(b: float, c: float, n: float, margin: float, alpha: float = ALPHA
 
 
 def t_tost(delta: float, se: float, df: float, margin: float, alpha: float = ALPHA) -> Tost:
-    """TOST and non-inferiority of an estimate with standard error ``se`` (> 0) and ``df`` degrees of
-    freedom (t statistics). With ``se`` 0 nothing is shown (p's 1)."""
+    """TOST and non-inferiority of an estimate by t statistics; with ``se`` 0 nothing is shown (p's 1)."""
     if margin <= 0:
         raise ValueError("margin must be positive")
     if not se > 0:
         return _result("t-test", margin, alpha, 1.0, 1.0, [delta, delta], [delta, delta], degenerate=True)
-    p_lower = float(t_sf((delta + margin) / se, df))
-    p_upper = float(t_cdf((delta - margin) / se, df))
+    p_lower, p_upper = float(t_sf((delta + margin) / se, df)), float(t_cdf((delta - margin) / se, df))
     t1, t2 = float(t_ppf(1 - alpha, df)), float(t_ppf(1 - alpha / 2, df))
     return _result("t-test", margin, alpha, p_lower, p_upper, [delta - t1 * se, delta + t1 * se],
                    [delta - t2 * se, delta + t2 * se])

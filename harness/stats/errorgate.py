@@ -1,13 +1,8 @@
-"""Do request errors depend on the arm? The gate that decides between dropping unanswered questions and
-bounding the verdict by them (each arm's unanswered questions counted wrong and the other's right, both ways;
-``inconclusive`` when a bound changes the verdict). Bounding always would cost most of the power under errors
-that do not depend on the arm (13 % instead of 84 % at 1 % errors on both arms).
-
-**Gate.** u_Ai = 1 when arm A answered question i in no run (u_Bi for B). When the errors do not depend on the
-arm the discordant questions split Binomial(b + c, 1/2): the exact McNemar test of u_A against u_B at
-``alpha_gate``. No unanswered question: ``none``; not rejected: ``drop`` (the questions unanswered in either
-arm are left out, the pairs that remain still exchangeable under H0); rejected: ``bound``. Errors clustered by
-launch make it reject more often: the safe direction.
+"""Do request errors depend on the arm? The exact McNemar test of the arms' per-question unanswered indicators
+at ``alpha``: ``none`` (nothing unanswered), ``drop`` (not rejected: the questions unanswered in either arm
+are left out, the pairs that remain still exchangeable under H0) or ``bound`` (rejected: the verdict must hold
+with each arm's unanswered questions counted wrong and the other's right). Bounding always would cost most of
+the power under errors that do not depend on the arm (13 % instead of 84 % at 1 % errors on both arms).
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ from .paired import mcnemar_exact
 from .verdict import ALPHA
 
 
-# the same two helpers as harness.stats.accuracy (not imported from there: analysis is to call this module)
 def unanswered(arm: ArmRuns) -> np.ndarray:
     """Questions the arm has no answer for in any run (errored or missing everywhere)."""
     return np.isnan(arm.scores).all(axis=0)
@@ -32,7 +26,7 @@ def impute_unanswered(arm: ArmRuns, value: float) -> ArmRuns:
 
 
 def error_gate(a: ArmRuns, b: ArmRuns, alpha: float = ALPHA) -> ErrorGate:
-    """The gate of the module docstring for two arms aligned by question."""
+    """The gate (module docstring) for two arms aligned by question."""
     if a.scores.shape[1] != b.scores.shape[1]:
         raise ValueError("arms are not aligned by question")
     ua, ub = unanswered(a), unanswered(b)

@@ -1,14 +1,11 @@
 """Routing: which experts an MoE gate picked, per token and layer, in one pass and between two passes.
 
-A pass's routing is an array ``(tokens, layers, top_k)`` of expert ids (SGLang's ``routed_experts``); a row
-(one token in one layer) is *routed* when it holds more than one distinct id (rows of dense or hash-routed
-layers are constant and skipped). One pass (:class:`PassTally`): per layer the routed rows, the ids in range,
-the rows with an id out of range and which ids (exact counts: one is a defect), and each expert's load. Two
-passes of the same tokens (:class:`PairTally`): per row the expert sets' intersection, identical rows, Jaccard
-and the ids *moved* (|S \\ S_ref|), per layer, overall and per question. The test of "B's routing moves more
+A pass's routing is an array ``(tokens, layers, top_k)`` of expert ids; a row (one token in one layer) is
+*routed* when it holds more than one distinct id (rows of dense or hash-routed layers are constant and
+skipped). :class:`PassTally` counts one pass (ids out of range are exact counts: one is a defect),
+:class:`PairTally` two passes of the same tokens (identical sets, Jaccard, ids moved). "B's routing moves more
 than A's launches move among themselves" is the divergence's launch-level test on each launch's mean ids moved
-per routed row (:func:`harness.stats.kld_launches.launch_divergence_test`); its calibration is in
-docs/statistics.md.
+per routed row.
 """
 
 from __future__ import annotations
@@ -18,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._rng import SeedLike
 from .kld_launches import launch_divergence_test
 from .outcomes import LaunchDivergence
+from .resample import SeedLike
 from .verdict import ALPHA
 
 #: at most this many distinct out-of-range ids are listed per pass (their count is exact)
@@ -41,10 +38,9 @@ def _distinct(sorted_ids: np.ndarray) -> np.ndarray:
 
 
 def overlap(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of two routings of the same tokens ``(tokens, layers, k)``: (|S_ref|, |S|, |S_ref ∩ S|), as sets
-    (a repeated id counts once)."""
-    a = np.sort(np.asarray(ref), axis=-1)
-    b = np.sort(np.asarray(other), axis=-1)
+    """Per row of two routings of the same tokens ``(tokens, layers, k)``: (|S_ref|, |S|, |S_ref ∩ S|), as
+    sets (a repeated id counts once)."""
+    a, b = np.sort(np.asarray(ref), axis=-1), np.sort(np.asarray(other), axis=-1)
     if a.shape[:-1] != b.shape[:-1]:
         raise ValueError(f"routings of different tokens or layers: {a.shape} and {b.shape}")
     fa, fb = _distinct(a), _distinct(b)
@@ -54,8 +50,7 @@ def overlap(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray,
 
 @dataclass
 class PassTally:
-    """One pass's routing, tallied as it streams in (see the module docstring). ``num_experts``: None when the
-    expert count is unknown (nothing is then out of range, and the load is kept for every id seen)."""
+    """One pass's routing, tallied as it streams in (``num_experts`` None: nothing is out of range)."""
 
     top_k: int
     layers: int
@@ -120,8 +115,8 @@ class PassTally:
 
 @dataclass
 class PairTally:
-    """Another launch's routing of the reference tokens against the reference pass's, tallied per question (see
-    the module docstring). Rows the reference left unrouted are skipped."""
+    """Another launch's routing of the reference tokens against the reference pass's, tallied per question;
+    rows the reference left unrouted are skipped."""
 
     layers: int
     rows: np.ndarray = field(init=False)
@@ -139,7 +134,7 @@ class PairTally:
         self.moved = np.zeros(self.layers, np.int64)
 
     def add(self, ref: np.ndarray, other: np.ndarray) -> np.ndarray:
-        """Tally one question; returns the ids moved per token and layer ``(tokens, layers)`` (0 on skipped rows)."""
+        """Tally one question; the ids moved per token and layer ``(tokens, layers)``, 0 on skipped rows."""
         na, nb, inter = overlap(ref, other)
         keep = routed_rows(ref)
         moved = np.where(keep, nb - inter, 0)
@@ -154,8 +149,7 @@ class PairTally:
 
     def per_question(self) -> np.ndarray:
         """Mean ids moved per routed row, per question (NaN for a question without a routed row)."""
-        r = np.asarray(self.question_rows, dtype=float)
-        m = np.asarray(self.question_moved, dtype=float)
+        r, m = np.asarray(self.question_rows, dtype=float), np.asarray(self.question_moved, dtype=float)
         return np.divide(m, r, out=np.full(r.shape, np.nan), where=r > 0)
 
 
@@ -167,7 +161,7 @@ def share(num: np.ndarray | int, den: np.ndarray | int) -> float | None:
 
 def launch_test(moved_a: Sequence[np.ndarray], moved_b: Sequence[np.ndarray], rows: np.ndarray, *,
                 alpha: float = ALPHA, seed: SeedLike = 0, n_resamples: int = 9_999) -> LaunchDivergence:
-    """B's launches against A's other launches on the mean ids moved per routed row (module docstring):
-    ``moved_a`` / ``moved_b`` per launch, per question; ``rows`` routed rows per question (the weights)."""
+    """B's launches against A's other launches on the mean ids moved per routed row, per question weighted by
+    its routed ``rows``."""
     return launch_divergence_test(np.vstack(moved_a), np.vstack(moved_b), rows, alpha=alpha,
                                   n_resamples=n_resamples, seed=seed)

@@ -1,22 +1,13 @@
-"""Sequential repeats: look after every repeat of both arms and stop as soon as the verdict is decided.
+"""Sequential repeats: a group-sequential test with Lan-DeMets alpha spending (O'Brien-Fleming type by
+default, Pocock on request), a look after every repeat at information fraction ``t_k = k / max_repeats``.
 
-A **group-sequential test with Lan-DeMets alpha spending** (O'Brien-Fleming type by default, Pocock type on
-request), look k at information fraction ``t_k = k / max_repeats``: the repeats are few, bounded and known in
-advance, so spending loses almost no power at the last look, where a confidence sequence (valid under
-unlimited monitoring, not needed here) would pay 1.5-2x wider intervals. Each repeat is a fresh launch of both
-arms, so under the null the information grows exactly with k and the boundaries need no estimate of a future
-variance.
-
-At each look (from ``min_repeats`` on; the statistic is :mod:`.launch_looks`'): **efficacy** (two-sided,
-``alpha``) stops with ``improved`` / ``regressed``; **equivalence** (or ``superiority`` with a margin) needs
-both one-sided margin statistics beyond the one-sided boundary ``e_k`` (spending ``alpha_equivalence`` per
-side); **non-inferiority** the lower one (default level ``alpha / 2``); **futility** (non-binding, so it only
-lowers the error rates) stops from ``futility_from`` on when the conditional power of every open verdict is
-below ``futility_power``; the last look always stops (``inconclusive`` if undecided).
-
-Boundaries come from the recursive numerical integration of Armitage, McPherson and Rowe (1969) over the
-canonical joint distribution ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` (:func:`exit_probabilities`); they agree
-with the published O'Brien-Fleming and Pocock constants and with scipy's multivariate normal (tests).
+The repeats are few, bounded and known in advance, so spending loses almost no power at the last look, where a
+confidence sequence would pay 1.5-2x wider intervals; each repeat is a fresh launch of both arms, so the
+information grows exactly with k. Looks stop for efficacy (two-sided), equivalence / non-inferiority
+(one-sided margin boundaries), or futility (non-binding: conditional power below ``futility_power``); the last
+look always stops. Boundaries come from the recursive numerical integration of Armitage, McPherson and Rowe
+(1969) over ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)``; they agree with the published O'Brien-Fleming and Pocock
+constants.
 """
 
 from __future__ import annotations
@@ -42,10 +33,9 @@ _TAIL_SD = 9.0  # an unbounded continuation region is cut this many SDs from the
 
 # ------------------------------------------------------------------------------------------ spending
 def spend(t: float | np.ndarray, alpha: float, kind: str = "obf") -> np.ndarray:
-    """Cumulative one-sided alpha spent by information fraction ``t`` (clipped to [0, 1]) at one-sided level
-    ``alpha`` (Lan and DeMets 1983): ``obf`` ``2 - 2 Φ(z_{1-α/2} / sqrt(t))``,
-    ``pocock`` ``α log(1 + (e - 1) t)``. A two-sided design of level α spends ``spend(t, α/2)`` on each side
-    (gsDesign's convention)."""
+    """Cumulative one-sided alpha spent by information fraction ``t`` (Lan and DeMets 1983):
+    ``obf`` ``2 - 2 Φ(z_{1-α/2} / sqrt(t))``, ``pocock`` ``α log(1 + (e - 1) t)``. A two-sided design of
+    level α spends ``spend(t, α/2)`` on each side (gsDesign's convention)."""
     tt = np.clip(np.asarray(t, dtype=float), 0.0, 1.0)
     if kind == "obf":
         with np.errstate(divide="ignore"):
@@ -117,8 +107,7 @@ class _Recursion:
             self.grid = np.zeros(1), np.zeros(1), np.zeros(1)
             self.t_prev = tk
             return False
-        y = np.concatenate([q[0] for q in pieces])
-        wy = np.concatenate([q[1] for q in pieces])
+        y, wy = np.concatenate([q[0] for q in pieces]), np.concatenate([q[1] for q in pieces])
         if self.grid is None:
             fy = np.exp(-0.5 * ((y - mean_k) / sk) ** 2) / (sk * math.sqrt(2 * math.pi))
         else:
@@ -138,11 +127,9 @@ def exit_probabilities(t: Sequence[float] | np.ndarray, upper: Sequence[float] |
                        drift: float = 0.0, gap: Sequence[tuple[float, float]] | None = None,
                        resolution: int = 16) -> dict[str, np.ndarray]:
     """Per look, the probabilities of stopping **up** (``Z_k >= upper[k]``), **down** (``Z_k <= lower[k]``,
-    default ``-upper``; ``-inf`` for one-sided), in the futility **gap** (``gap[k][0] < Z_k < gap[k][1]``) and
-    of going on (``continue``), for ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` and mean ``drift * sqrt(t_k)``.
-    Recursive numerical integration (Jennison and Turnbull 2000, ch. 19) of the score ``S_k = Z_k sqrt(t_k)``,
-    whose increments are independent ``N(drift dt, dt)``, by Simpson's rule on a grid of spacing
-    ``sqrt(dt) / resolution``."""
+    default ``-upper``), in the futility **gap** (``gap[k][0] < Z_k < gap[k][1]``) and of going on, for
+    ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)`` and mean ``drift * sqrt(t_k)``: recursive numerical integration
+    (Jennison and Turnbull 2000, ch. 19) of the score ``S_k = Z_k sqrt(t_k)`` by Simpson's rule."""
     t_arr = np.asarray(t, dtype=float)
     k_n = t_arr.size
     up_b = np.asarray(upper, dtype=float)
@@ -199,12 +186,9 @@ def _spending_boundaries(t: tuple[float, ...], alpha: float, kind: str, sides: i
 
 def spending_boundaries(t: Sequence[float], alpha: float = ALPHA, kind: str = "obf",
                         sides: int = 2) -> np.ndarray:
-    """Lan-DeMets boundaries ``c_k`` (z scale) at information fractions ``t`` (increasing, in (0, 1]).
-
-    ``sides=2``: a symmetric two-sided test of level ``alpha`` (stop when ``|Z_k| >= c_k``; each side spends
-    ``spend(t, alpha/2)``); ``sides=1``: a one-sided test of level ``alpha`` (stop when ``Z_k >= c_k``).
-    A look at ``t = 1`` spends whatever is left, so the overall level is exactly ``alpha``.
-    """
+    """Lan-DeMets boundaries ``c_k`` (z scale) at information fractions ``t`` (increasing, in (0, 1]) of a
+    symmetric two-sided (``sides=2``) or one-sided test of level ``alpha``; a look at ``t = 1`` spends
+    whatever is left, so the overall level is exactly ``alpha``."""
     tt = tuple(float(min(1.0, v)) for v in t)
     if any(b <= a for a, b in zip(tt, tt[1:], strict=False)) or not tt or tt[0] <= 0:
         raise ValueError("information fractions must be increasing in (0, 1]")
@@ -221,8 +205,7 @@ class SequentialDesign:
     spending: str = "obf"
     hypothesis: str = "superiority"
     margin: float | None = None
-    #: one-sided level of each equivalence / non-inferiority test (None: alpha for equivalence, as the
-    #: fixed design's TOST; alpha / 2 for non-inferiority)
+    #: one-sided level of each margin test (None: alpha for equivalence, alpha / 2 for non-inferiority)
     alpha_equivalence: float | None = None
     futility: bool = True
     futility_power: float = 0.02
@@ -250,7 +233,6 @@ class SequentialDesign:
 
     @property
     def looks(self) -> list[int]:
-        """The planned looks: after repeat min_repeats, min_repeats + 1, ..., max_repeats."""
         return list(range(self.min_repeats, self.max_repeats + 1))
 
     def info(self, repeats: int) -> float:
@@ -267,11 +249,9 @@ class SequentialDesign:
         return self.margin is not None
 
     def efficacy_bounds(self) -> np.ndarray:
-        """Two-sided efficacy boundaries at the planned looks (z scale)."""
         return spending_boundaries([self.info(k) for k in self.looks], self.alpha, self.spending, 2)
 
     def margin_bounds(self) -> np.ndarray:
-        """One-sided boundaries of the equivalence / non-inferiority tests at the planned looks."""
         return spending_boundaries([self.info(k) for k in self.looks], self.eq_alpha, self.spending, 1)
 
     def bound_at(self, repeats: int, which: str = "efficacy") -> float:
@@ -314,10 +294,8 @@ def _cp_superiority(z: float, t: float, c_last: float) -> float:
 # ------------------------------------------------------------------------------------------ p-values
 def stagewise_p(design: SequentialDesign, repeats: int, z: float, which: str = "efficacy") -> float:
     """The stage-wise ordering p-value (Jennison and Turnbull 2000, §8.4) of the look after ``repeats``
-    repeats with statistic ``z``: Σ_{j < k} P(stop at look j) + P(reach look k and |Z_k| >= |z|) under H0 on
-    the design's boundaries (futility ignored: conservative); ``which="margin"``: one-sided, with the margin
-    boundaries. p <= α exactly when the look crosses its boundary, so a sweep's adjustment acts on the p that
-    decided."""
+    repeats with statistic ``z`` under H0 on the design's boundaries (futility ignored: conservative);
+    ``margin``: one-sided on the margin boundaries. p <= α exactly when the look crosses its boundary."""
     d = design
     looks = [k for k in d.looks if k <= repeats] or [repeats]
     k = len(looks)
@@ -335,8 +313,6 @@ def stagewise_p(design: SequentialDesign, repeats: int, z: float, which: str = "
 
 # ------------------------------------------------------------------------------------------ planning
 class OperatingCharacteristics(TypedDict):
-    """Power, rejection rate and expected repeats of a design at one drift, and the stopping probability of each
-    look (:func:`operating_characteristics`)."""
 
     power: float
     reject: float
@@ -350,12 +326,9 @@ class OperatingCharacteristics(TypedDict):
 
 def operating_characteristics(design: SequentialDesign, drift: float,
                               info: Sequence[float] | None = None) -> OperatingCharacteristics:
-    """Power and expected repeats of a superiority design (margin-free) when ``E[Z] = drift sqrt(t)``.
-
-    ``drift`` is the effect over the SE of the estimate at ``max_repeats`` (``effect / se_K``). ``info``:
-    the true information fractions at the planned looks when they are not ``k / K`` (an effect that
-    differs between questions); the boundaries stay those of the plan. Futility is included.
-    """
+    """Power and expected repeats of a superiority design when ``E[Z] = drift sqrt(t)`` (``drift``: the effect
+    over the SE at ``max_repeats``), futility included. ``info``: the true information fractions at the
+    planned looks when they are not ``k / K``; the boundaries stay those of the plan."""
     looks = design.looks
     t = np.asarray(info if info is not None else [design.info(k) for k in looks], dtype=float)
     c = design.efficacy_bounds()

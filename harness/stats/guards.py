@@ -1,14 +1,9 @@
 """Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to ~0,
 an effective table so large that the score interval has zero width, and an exact MDE whose binomial sums would
-overflow (every d_i one fraction, e.g. 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3, left a sample variance
-of ~1e-33 and an effective table of ~6e32 questions).
+overflow (d_i of 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3 left a sample variance of ~1e-33).
 
-**Design effect** (:func:`design_effect`), deff = V̂ / ((ψ - Δ²)/n) as in
-:func:`harness.stats.tango.effective_table`: a raw deff below :data:`DEFF_ROUNDOFF` is a zero sample variance
-up to round-off, and the table is taken as it stands (deff = 1); otherwise deff is floored at 1/K, K the
-lattice denominator of the d_i (:func:`harness.stats.signflip.lattice_scale`; :data:`FLOOR_OFF_LATTICE` off a
-lattice): averaging K runs cannot shrink a difference's variance more than K-fold. The effective n is then at
-most K·n, and :func:`safe_mde_paired_exact` falls back to the normal formula past :data:`MAX_EXACT_N`.
+The design effect is floored at 1/K, K the lattice denominator of the d_i: averaging K runs cannot shrink a
+difference's variance more than K-fold.
 """
 
 from __future__ import annotations
@@ -46,8 +41,7 @@ class DesignEffect:
 
 
 def design_effect(d: np.ndarray, variance: float | None = None) -> DesignEffect:
-    """Guarded design effect of Δ = mean(d) (see the module docstring). ``variance``: the design's V̂(Δ)
-    (default Σ (d_i - Δ)² / n², questions independent). NaN entries are skipped."""
+    """Guarded design effect of Δ = mean(d); ``variance``: the design's V̂(Δ) (default: independent)."""
     d, n, b, c = discordant_mass(d)
     delta, psi = (c - b) / n, (b + c) / n
     if variance is None:
@@ -70,9 +64,8 @@ def design_effect(d: np.ndarray, variance: float | None = None) -> DesignEffect:
 
 
 def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
-    """:func:`harness.stats.tango.effective_table` with the guarded design effect: the same keys (``b``,
-    ``c``, ``n`` effective; ``deff``; ``b_raw``, ``c_raw``, ``n_raw``) plus ``deff_raw`` and ``deff_guarded``
-    (1.0 when the guard replaced the raw value, else 0.0)."""
+    """:func:`harness.stats.tango.effective_table` with the guarded design effect, plus ``deff_raw`` and
+    ``deff_guarded`` (1.0 when the guard replaced the raw value)."""
     d, n, b, c = discordant_mass(d)
     de = design_effect(d, variance)
     return {"b": b / de.deff, "c": c / de.deff, "n": n / de.deff, "deff": de.deff, "b_raw": b, "c_raw": c,
@@ -80,9 +73,8 @@ def robust_effective_table(d: np.ndarray, variance: float | None = None) -> dict
 
 
 def safe_mde_paired_exact(n: float, psi_noise: float, alpha: float = ALPHA, power: float = 0.8) -> float:
-    """:func:`harness.stats.mde.mde_paired_exact`, but never raising on a huge or non-finite n: past
-    :data:`MAX_EXACT_N` effective questions the normal formula z·sqrt(max(ψ, 1/n)/n) (identical there to
-    within 1e-3 relative), and ``inf`` for n that is not finite or below 1."""
+    """:func:`harness.stats.mde.mde_paired_exact`, never raising on a huge or non-finite n: the normal formula
+    past :data:`MAX_EXACT_N` (identical there to within 1e-3), ``inf`` for n not finite or below 1."""
     if not math.isfinite(n) or n < 1 or not math.isfinite(psi_noise):
         return float("inf")
     psi = min(max(float(psi_noise), 0.0), 1.0)

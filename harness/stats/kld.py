@@ -1,25 +1,12 @@
 """Token-level divergence of two servers' next-token distributions, and its paired test against an A/A floor.
 
-Inputs are numpy arrays over the tokens of a reference text (arm A's greedy completion) that each server
-scored teacher-forced: per position, the logprob of the reference token and the server's top-k (ids,
-logprobs). Nothing here does I/O; :mod:`harness.analysis.divergence` reads the stored scores and calls this.
-
-**KL over the top-k with a tail bucket.** A server reports only its top-k, so per token both distributions are
-coarsened onto the same buckets: one per id of A's top-k that B also reported, and one tail bucket holding the
-remaining mass on each side. The exact KL of the coarsened distributions is <= the full-vocabulary KL
-(data-processing inequality): it can miss divergence inside the tail, never invent it. A tail mass below
-:data:`TAIL_FLOOR` counts as that (two tails of rounding noise contribute 0), a ``-inf`` logprob as
-:data:`MIN_LOGPROB`, and per-token KL is clipped at 0 (rounding).
-
-**Measures** as llama.cpp's ``llama-perplexity --kl-divergence`` reports them: mean KLD, percentiles, the
-same-top-token rate, RMS Δlogprob of the reference token, plus the first divergence position of two sequences.
-
-**Test** (:func:`divergence_test`). d_i = KLD_i(A‖B) − KLD_i(A‖A'), per question. Under H0 B and A' are
-exchangeable given A's reference pass, so the one-sided sign-flip test of the token-weighted mean of d is
-exact (questions the unit); the effect gets a question-level BCa bootstrap interval. The A/A floor must be
-drawn like B (a fresh launch when B is one). A noise scale shared by a launch's questions makes them
-dependent: the launch-level test (:mod:`.kld_launches`) is the verdict then; calibration in
-docs/statistics.md.
+A server reports only its top-k, so per token both distributions are coarsened onto the same buckets: A's
+top-k ids that B also reported and one tail bucket with the rest of the mass on each side. The KL of the
+coarsened distributions is at most the full-vocabulary KL (data-processing inequality): it can miss divergence
+in the tail, never invent it. The measures are llama.cpp's ``--kl-divergence`` ones. The test of
+d_i = KLD_i(A‖B) - KLD_i(A‖A′) is a one-sided sign-flip over questions (B and A′ exchangeable under H0); a
+noise scale shared by a launch's questions makes them dependent, and the launch-level test
+(:mod:`.kld_launches`) decides then.
 """
 
 from __future__ import annotations
@@ -29,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ._rng import SeedLike, as_rng
 from .outcomes import DivergenceTest
-from .resample import DEFAULT_MAX_ELEMS, bca_interval, percentile_interval
+from .resample import DEFAULT_MAX_ELEMS, SeedLike, as_rng, bca_interval, percentile_interval
 from .signflip import signflip_weighted
 from .verdict import ALPHA
 
@@ -47,10 +33,9 @@ PAD_ID = -1
 
 # ------------------------------------------------------------------------------------------ per token
 def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
-    """The compared side's logprobs (from its own top-k ``cmp_ids``/``cmp_logprobs``, (T, k2)) of the
-    reference's top-k ids (T, k); NaN where it did not report the id or the reference id is ``PAD_ID``."""
-    ref_ids = np.asarray(ref_ids)
-    cmp_ids = np.asarray(cmp_ids)
+    """The compared side's logprobs (from its own top-k, (T, k2)) of the reference's top-k ids (T, k); NaN
+    where it did not report the id or the reference id is ``PAD_ID``."""
+    ref_ids, cmp_ids = np.asarray(ref_ids), np.asarray(cmp_ids)
     cmp_logprobs = np.asarray(cmp_logprobs, dtype=float)
     if ref_ids.ndim != 2 or cmp_ids.shape != cmp_logprobs.shape or cmp_ids.shape[0] != ref_ids.shape[0]:
         raise ValueError(f"misaligned top-k arrays: {ref_ids.shape}, {cmp_ids.shape}, {cmp_logprobs.shape}")
@@ -65,22 +50,17 @@ def align_to_reference(ref_ids: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: n
 
 
 def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
-    """KL(P‖Q) per token (nats, >= 0) over the reference's top-k buckets plus one tail bucket (module
-    docstring): ``ref_logprobs`` (T, k) log P of the reference's top-k ids (``-inf``/NaN padding),
-    ``cmp_logprobs`` log Q of the same ids, NaN where the compared side did not report one (then lumped into
-    the tail on both sides)."""
-    lp = np.asarray(ref_logprobs, dtype=float)
-    lq = np.asarray(cmp_logprobs, dtype=float)
+    """KL(P‖Q) per token (nats, >= 0) over the reference's top-k buckets plus one tail bucket:
+    ``ref_logprobs`` (T, k) log P of the reference's top-k ids, ``cmp_logprobs`` log Q of the same ids, NaN
+    where the compared side did not report one (then lumped into the tail on both sides)."""
+    lp, lq = np.asarray(ref_logprobs, dtype=float), np.asarray(cmp_logprobs, dtype=float)
     if lp.shape != lq.shape or lp.ndim != 2:
         raise ValueError(f"ref and cmp logprobs must be (T, k) of one shape, got {lp.shape} and {lq.shape}")
     known = np.isfinite(lp) & ~np.isnan(lq)
-    lp_k = np.where(known, lp, 0.0)
-    lq_k = np.where(known, np.maximum(lq, MIN_LOGPROB), 0.0)
-    p = np.where(known, np.exp(lp_k), 0.0)
-    q = np.where(known, np.exp(lq_k), 0.0)
+    lp_k, lq_k = np.where(known, lp, 0.0), np.where(known, np.maximum(lq, MIN_LOGPROB), 0.0)
+    p, q = np.where(known, np.exp(lp_k), 0.0), np.where(known, np.exp(lq_k), 0.0)
     head = np.sum(p * (lp_k - lq_k), axis=1)
-    p_tail = np.maximum(1.0 - p.sum(axis=1), TAIL_FLOOR)
-    q_tail = np.maximum(1.0 - q.sum(axis=1), TAIL_FLOOR)
+    p_tail, q_tail = np.maximum(1.0 - p.sum(axis=1), TAIL_FLOOR), np.maximum(1.0 - q.sum(axis=1), TAIL_FLOOR)
     tail = p_tail * (np.log(p_tail) - np.log(q_tail))
     # both tails at the floor: rounding noise on both sides, no contribution
     tail = np.where((p_tail <= TAIL_FLOOR) & (q_tail <= TAIL_FLOOR), 0.0, tail)
@@ -90,8 +70,7 @@ def lumped_kl(ref_logprobs: np.ndarray, cmp_logprobs: np.ndarray) -> np.ndarray:
 def token_kl(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray, cmp_logprobs: np.ndarray,
              cmp_on_ref: np.ndarray | None = None) -> np.ndarray:
     """Per-token lumped KL(ref‖cmp) from both sides' top-k lists; ``cmp_on_ref`` (T, k): the compared server's
-    logprobs of exactly the reference's ids (SGLang ``token_ids_logprob``, NaN where missing), used where
-    given."""
+    logprobs of exactly the reference's ids (NaN where missing), used where given."""
     aligned = align_to_reference(ref_ids, cmp_ids, cmp_logprobs)
     if cmp_on_ref is not None:
         cor = np.asarray(cmp_on_ref, dtype=float)
@@ -114,17 +93,14 @@ def top_id(ids: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
 def same_top(ref_ids: np.ndarray, ref_logprobs: np.ndarray, cmp_ids: np.ndarray,
              cmp_logprobs: np.ndarray) -> np.ndarray:
     """Per token: both sides' most likely id is the same (bool, shape (T,)); False when either is empty."""
-    a = top_id(ref_ids, ref_logprobs)
-    b = top_id(cmp_ids, cmp_logprobs)
+    a, b = top_id(ref_ids, ref_logprobs), top_id(cmp_ids, cmp_logprobs)
     return (a == b) & (a != PAD_ID)
 
 
 # ------------------------------------------------------------------------------------------ aggregation
 def segment_means(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Means of ``values`` over the segments ``[offsets[i], offsets[i+1])`` (NaN for an empty segment);
-    ``offsets`` runs non-decreasing from 0 to ``len(values)`` (tokens sorted by question)."""
-    values = np.asarray(values, dtype=float)
-    offsets = np.asarray(offsets, dtype=np.int64)
+    """Means of ``values`` over the segments ``[offsets[i], offsets[i+1])`` (NaN for an empty segment)."""
+    values, offsets = np.asarray(values, dtype=float), np.asarray(offsets, dtype=np.int64)
     if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != values.size \
             or np.any(np.diff(offsets) < 0):
         raise ValueError("offsets must run non-decreasing from 0 to len(values)")
@@ -147,15 +123,14 @@ def kld_percentiles(kl: np.ndarray, percentiles: Sequence[float] = PERCENTILES) 
 
 
 def rms(x: np.ndarray) -> float | None:
-    """Root mean square over the finite values (a server may give no logprob for a token: NaN); None if none."""
+    """Root mean square over the finite values (a token may have no logprob: NaN); None if none."""
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
     return float(np.sqrt(np.mean(x**2))) if x.size else None
 
 
 def first_divergence(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int | None:
-    """Index of the first element where two sequences (token ids, or characters) differ; None when equal; the
-    shorter's length when one is a proper prefix of the other."""
+    """Index of the first element where two sequences (token ids, or characters) differ; None when equal."""
     n = min(len(a), len(b))
     if isinstance(a, str) and isinstance(b, str):
         if a == b:
@@ -168,8 +143,7 @@ def first_divergence(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int | No
             else:
                 hi = mid - 1
         return lo
-    x = np.asarray(a[:n])
-    y = np.asarray(b[:n])
+    x, y = np.asarray(a[:n]), np.asarray(b[:n])
     ne = np.flatnonzero(x != y)
     if ne.size:
         return int(ne[0])
@@ -184,8 +158,8 @@ def char_to_token(char_index: int | None, text_offsets: np.ndarray | None) -> in
 
 
 def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | None:
-    """First position where the compared server's argmax is not the reference token: where its greedy
-    decode of the reference prefix would leave the reference text. None when it never does."""
+    """First position where the compared server's argmax is not the reference token (where its greedy decode
+    would leave the reference text), else None."""
     miss = np.flatnonzero(np.asarray(cmp_top) != np.asarray(ref_token_ids))
     return int(miss[0]) if miss.size else None
 
@@ -195,7 +169,7 @@ def weighted_mean_ci(d: np.ndarray, weights: np.ndarray | None = None, alpha: fl
                      n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
                      max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
     """(1 - α) question-level bootstrap interval of Σ w d / Σ w (the ratio re-formed in each resample),
-    ``percentile`` or ``bca`` (jackknife acceleration of the ratio); equal d give [d, d]."""
+    ``percentile`` or ``bca``."""
     d = np.asarray(d, dtype=float)
     n = d.size
     if n < 2:
@@ -235,11 +209,9 @@ def weighted_mean_se(d: np.ndarray, weights: np.ndarray | None = None) -> float:
 def divergence_test(kld_ab: np.ndarray, kld_aa: np.ndarray, tokens: np.ndarray | None = None,
                     alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = None,
                     ci_method: str = "bca", power: float = 0.8) -> DivergenceTest:
-    """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A') (nats/token over the same
-    reference tokens), weighted by ``tokens`` per question (None: alike); the effect Σ w d / Σ w with its
-    interval, SE and MDE at ``power``."""
-    kld_ab = np.asarray(kld_ab, dtype=float)
-    kld_aa = np.asarray(kld_aa, dtype=float)
+    """The paired test of per-question KLD(A‖B) against the A/A floor KLD(A‖A'), weighted by ``tokens`` per
+    question; the effect Σ w d / Σ w with its interval, SE and MDE at ``power``."""
+    kld_ab, kld_aa = np.asarray(kld_ab, dtype=float), np.asarray(kld_aa, dtype=float)
     if kld_ab.shape != kld_aa.shape or kld_ab.ndim != 1:
         raise ValueError(f"per-question KLDs must be 1-D of one shape, got {kld_ab.shape} and {kld_aa.shape}")
     if np.isnan(kld_ab).any() or np.isnan(kld_aa).any():

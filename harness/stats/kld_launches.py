@@ -1,16 +1,11 @@
 """Divergence of B from A with launches as the unit.
 
-The per-question test of :mod:`.kld` assumes the questions independent given A's reference pass; a noise
-*scale* fixed per launch moves every KLD_i of a launch alike, and it sees that as divergence (35-45 % false
-positives with one A/A launch).
-
-**Test.** The reference is A's pass on A's first launch; each of A's other launches (m_A, the A/A control's
-included) and of B's (m_B) scored its text. Per launch one number, K_l = Σ_i w_i KLD_li / Σ_i w_i (w_i the
-question's tokens). Under H0 the m_A + m_B launches are exchangeable given the reference pass, whatever each
-launch's noise scale: the one-sided pooled two-sample t-test of log K (a scale is additive on the log scale),
-the effect the ratio of geometric means with its t interval, the exact permutation p beside it. With
-m_A = m_B = 1 the verdict is the per-question test, qualified; m_A = 1 or m_B = 1 are qualified too (the
-QUALIFICATION_* texts). Calibration: docs/statistics.md and docs/calibration.md.
+A noise *scale* fixed per launch moves every KLD_i of a launch alike, which the per-question test of
+:mod:`.kld` sees as divergence (35-45 % false positives with one A/A launch). Per launch one number, the
+token-weighted mean KLD K_l against A's reference pass; under H0 the launches of A and B are exchangeable
+whatever each one's noise scale: a one-sided pooled t-test of log K (a scale is additive on the log scale),
+the effect the ratio of geometric means, the exact permutation p beside it. With one launch on each side the
+per-question test decides.
 """
 
 from __future__ import annotations
@@ -23,10 +18,10 @@ from scipy.special import nctdtr
 
 from harness.stats.roots import brentq
 
-from ._rng import SeedLike
 from .dist import t_ppf, t_sf
 from .kld import divergence_test
 from .outcomes import LaunchDivergence
+from .resample import SeedLike
 from .verdict import ALPHA
 
 #: a launch mean KLD below this (nats/token) counts as this on the log scale (bit-identical launches)
@@ -85,14 +80,10 @@ def permutation_p(x_b: np.ndarray, x_a: np.ndarray) -> tuple[float | None, int |
 def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndarray | None = None, *,
                            alpha: float = ALPHA, n_resamples: int = 9_999, seed: SeedLike = 0,
                            per_question: bool = True) -> LaunchDivergence:
-    """B's launches against A's other launches (see the module docstring).
-
-    ``kld_a``: ``(m_A, n)`` per-question KLD against the reference of each of A's launches other than the
-    reference's own (arm A's others and the A/A control's); ``kld_b``: ``(m_B, n)`` of each of B's launches;
-    ``tokens``: tokens per question (weights). ``per_question``: also run the per-question diagnostic
-    (always run when m_A = m_B = 1, where it is the verdict)."""
-    ka = np.atleast_2d(np.asarray(kld_a, dtype=float))
-    kb = np.atleast_2d(np.asarray(kld_b, dtype=float))
+    """B's launches (``kld_b``, ``(m_B, n)`` per-question KLD against the reference) against A's other
+    launches (``kld_a``, ``(m_A, n)``), questions weighted by ``tokens``. ``per_question``: also run the
+    per-question diagnostic (always run when m_A = m_B = 1, where it is the verdict)."""
+    ka, kb = np.atleast_2d(np.asarray(kld_a, dtype=float)), np.atleast_2d(np.asarray(kld_b, dtype=float))
     if ka.shape[1] != kb.shape[1] or ka.shape[0] < 1 or kb.shape[0] < 1:
         raise ValueError(f"per-launch KLDs must be (m, n) over the same questions, got {ka.shape} and {kb.shape}")
     if np.isnan(ka).any() or np.isnan(kb).any():
@@ -100,8 +91,7 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
     ma, mb = ka.shape[0], kb.shape[0]
     la, lb = launch_means(ka, tokens), launch_means(kb, tokens)
     xa, xb = np.log(np.maximum(la, KLD_FLOOR)), np.log(np.maximum(lb, KLD_FLOOR))
-    ratio = float(math.exp(xb.mean() - xa.mean()))
-    effect = float(lb.mean() - la.mean())
+    ratio, effect = float(math.exp(xb.mean() - xa.mean())), float(lb.mean() - la.mean())
     pq = None
     if per_question or (ma == 1 and mb == 1):
         pq = divergence_test(kb.mean(axis=0), ka.mean(axis=0), tokens, alpha=alpha, n_resamples=n_resamples,
@@ -137,9 +127,8 @@ def launch_divergence_test(kld_a: np.ndarray, kld_b: np.ndarray, tokens: np.ndar
 
 
 def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, alpha: float = ALPHA) -> float:
-    """Power of the launch-level test (one-sided pooled t on log launch-mean KLD) when B's launches have
-    ``ratio`` times A's mean KLD (geometric) and log K varies from launch to launch with sd ``sd_log``
-    (noncentral t: ncp = log(ratio) / (sd_log sqrt(1/m_A + 1/m_B)), df = m_A + m_B - 2)."""
+    """Power of the launch-level test when B's launches have ``ratio`` times A's mean KLD (geometric) and log
+    K varies with sd ``sd_log``: noncentral t, ncp = log(ratio) / (sd_log sqrt(1/m_A + 1/m_B))."""
     df = launches_a + launches_b - 2
     if df < 1 or ratio <= 0 or not sd_log > 0:
         raise ValueError("need m_A + m_B >= 3, a positive ratio and a positive sd")
@@ -153,8 +142,7 @@ def launch_power(ratio: float, sd_log: float, launches_a: int, launches_b: int, 
 
 def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float = 0.8, alpha: float = ALPHA,
                     most: int = 64) -> int | None:
-    """Fewest A launches (besides the reference's) for ``power`` at ``ratio`` with ``launches_b`` B launches
-    (None when even ``most`` do not reach it)."""
+    """Fewest A launches (besides the reference's) for ``power`` at ``ratio``; None beyond ``most``."""
     for m in range(1, most + 1):
         if m + launches_b >= 3 and launch_power(ratio, sd_log, m, launches_b, alpha) >= power:
             return m
@@ -162,9 +150,8 @@ def launches_needed(ratio: float, sd_log: float, launches_b: int, power: float =
 
 
 def mde_ratio(sd_log: float, launches_a: int, launches_b: int, alpha: float = ALPHA, power: float = 0.8) -> float | None:
-    """The smallest KLD ratio B/A (geometric) the launch-level test detects with ``power`` when log K varies
-    with sd ``sd_log`` across launches (inverts :func:`launch_power`); None when it cannot be planned (fewer
-    than 3 launches, a zero or non-finite sd)."""
+    """The smallest KLD ratio B/A the launch-level test detects with ``power`` (inverts :func:`launch_power`);
+    None when it cannot be planned (fewer than 3 launches, a zero or non-finite sd)."""
     if launches_a + launches_b < 3 or not (math.isfinite(sd_log) and sd_log > 0):
         return None
     f = lambda x: launch_power(math.exp(x), sd_log, launches_a, launches_b, alpha) - power  # noqa: E731

@@ -1,9 +1,8 @@
-"""Runs grouped by server launch: per-question arm means, launch accuracies, launch-to-launch variation.
+"""Runs grouped by server launch: an arm's ``(R, n)`` scores (NaN = errored or missing) with one launch id per
+run.
 
-An arm's runs are a ``(R, n)`` matrix of 0/1 scores (NaN = errored or missing) with one launch id per run.
-Runs of one launch are passes over the questions on the same server; noise fixed for a launch repeats in
-all of them, so a launch, not a run, is the replicate. Per question an arm's mean is the mean over its
-launches of each launch's mean over its passes (NaN skipped: a question uses the runs it has).
+Noise fixed for a launch repeats in all its passes, so a launch, not a run, is the replicate: per question an
+arm's mean is the mean over its launches of each launch's mean over its passes (NaN skipped).
 """
 
 from __future__ import annotations
@@ -32,12 +31,6 @@ class ArmRuns:
         object.__setattr__(self, "launches", tuple(str(x) for x in self.launches))
         if len(self.launches) != s.shape[0]:
             raise ValueError(f"{s.shape[0]} runs but {len(self.launches)} launch ids")
-
-    @classmethod
-    def one_launch_per_run(cls, scores: np.ndarray, prefix: str = "run") -> ArmRuns:
-        s = np.asarray(scores, dtype=float)
-        s = s[None, :] if s.ndim == 1 else s
-        return cls(s, tuple(f"{prefix}{i}" for i in range(s.shape[0])))
 
     @property
     def n_runs(self) -> int:
@@ -93,16 +86,12 @@ def heterogeneity_q(y: np.ndarray) -> tuple[float, int, int]:
 
 
 def launch_heterogeneity(arms: Sequence[ArmRuns]) -> LaunchHeterogeneity | None:
-    """Do launches of the same configuration differ in accuracy more than question-level noise explains?
-
-    Cochran's Q of each configuration with two or more launches, summed (independent configurations);
-    p from χ² with the summed df. None when no configuration has two launches (nothing to resolve it).
-    """
+    """Do launches of one configuration differ in accuracy more than question-level noise explains? Cochran's
+    Q of each configuration with two or more launches, summed; None when no configuration has two launches."""
     qs = [heterogeneity_q(launch_means(a)) for a in arms if len(a.launch_ids()) >= 2]
     qs = [q for q in qs if q[1] > 0]
     if not qs:
         return None
-    q = sum(x[0] for x in qs)
-    df = sum(x[1] for x in qs)
+    q, df = sum(x[0] for x in qs), sum(x[1] for x in qs)
     return {"test": "Cochran's Q over launches of each arm (questions as blocks)", "q": float(q), "df": int(df),
             "p": float(chi2_sf(q, df))}

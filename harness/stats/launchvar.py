@@ -1,23 +1,12 @@
 """The accuracy test of B against A with a launch component estimated from every launch of the run.
 
-A server launch can shift the accuracy of every question alike; the question-level test cannot see that shift
-(it cancels out of sd(d_i)), so the launch, not the pass, is the replicate. The reasons, the rules tried and
-their calibration are in docs/statistics.md ("Statistics") and docs/calibration.md.
-
-**Model.** Per configuration g (A, whose launches include the A/A control's, and B), launch l, question i, the
-launch's mean score over its passes is y_gli = μ_gi + u_gl + e_gli, u_gl ~ (0, σ²_L) the launch-wide shift.
-With d_i = B̄_i - Ā_i over L_A and L_B launches,
-Var(Δ̂) = Var_i(μ_Bi - μ_Ai)/n + (1/L_A + 1/L_B) σ²_L + (σ²_e,A/L_A + σ²_e,B/L_B)/n.
-
-**Estimates.** A two-way ANOVA (launch x question) within each configuration over the questions every launch
-answered (:func:`variance_components`; E[MS_L] = σ²_e + n σ²_L, E[MS_E] = σ²_e, the REML estimate when
-positive). V = b + h with b = τ̂²_A/L_A + τ̂²_B/L_B (τ̂²_g = MS_L,g / n, each configuration's own: Welch's
-form; one with a single launch borrows the other's) and h = max(0, S²_d/n - e),
-e = (MS_E,A/L_A + MS_E,B/L_B)/n, the question x arm interaction. t = Δ̂ / sqrt(V) is referred to Student's
-t with Satterthwaite's df (:func:`combine_variance`, each launch term entering the df as :func:`df_weight`
-says); the interval inverts the same t, so "p < α" and "0 outside the CI" never disagree. With no
-configuration on two launches σ²_L cannot be estimated: the result is the question-level test
-(:mod:`.consistent`), qualified.
+A launch can shift the accuracy of every question alike, which cancels out of sd(d_i): the launch, not the
+pass, is the replicate. Model: a launch's mean score y_gli = μ_gi + u_gl + e_gli, u_gl ~ (0, σ²_L,g), g the
+configuration (A with the A/A control's launches, and B). A launch x question ANOVA per configuration gives
+V = τ̂²_A/L_A + τ̂²_B/L_B + h (τ̂²_g = MS_L,g / n, Welch's form; h the question x arm interaction), and t is
+referred to Student's t with Satterthwaite's df, the interval inverting the same t. With no configuration on
+two launches the result is the question-level test (:mod:`.consistent`), qualified. The reasons, the rules
+tried and their calibration: docs/statistics.md and docs/calibration.md.
 """
 
 from __future__ import annotations
@@ -68,8 +57,8 @@ class LaunchVariance:
 
 
 def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | None = None) -> LaunchVariance:
-    """σ²_L and σ²_e from per-configuration ``(L_g, n)`` tables of launch means over the same n questions
-    (no NaN). Configurations with one launch add nothing (df 0). See the module docstring."""
+    """σ²_L and σ²_e from per-configuration ``(L_g, n)`` tables of launch means over the same n questions (no
+    NaN); a configuration with one launch adds nothing."""
     ys = [np.atleast_2d(np.asarray(y, dtype=float)) for y in tables]
     names = tuple(names) if names is not None else tuple(f"g{j}" for j in range(len(ys)))
     if not ys or any(y.shape[1] != ys[0].shape[1] for y in ys):
@@ -87,8 +76,7 @@ def variance_components(tables: Sequence[np.ndarray], names: Sequence[str] | Non
             by_group.append(None)
             launch_by_group.append(None)
             continue
-        m = y.mean(axis=1)
-        q = y.mean(axis=0)
+        m, q = y.mean(axis=1), y.mean(axis=0)
         g = float(y.mean())
         sl = n * float(np.sum((m - g) ** 2))
         se = float(np.sum((y - m[:, None] - q[None, :] + g) ** 2))
@@ -140,14 +128,6 @@ class LaunchAwareResult:
     df_launch_term: float | None = None
 
 
-def _complete(tables: Sequence[np.ndarray]) -> np.ndarray:
-    """Columns (questions) with no NaN in any table."""
-    ok = np.ones(tables[0].shape[1], dtype=bool)
-    for y in tables:
-        ok &= ~np.isnan(y).any(axis=0)
-    return ok
-
-
 def _source(la: int, laa: int, lb: int, comp: LaunchVariance) -> str:
     la_cfg = comp.launches[0]
     parts = []
@@ -166,17 +146,15 @@ def _source(la: int, laa: int, lb: int, comp: LaunchVariance) -> str:
 
 def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alpha: float = ALPHA,
                       keep: np.ndarray | None = None, include_aa_in_estimate: bool = False) -> LaunchAwareResult:
-    """Test of Δ = 0 (two-sided) and the (1 - α) interval of Δ = mean_i (B̄_i - Ā_i) over ``keep`` (default:
-    the questions both arms answered), the launch component estimated from every launch, the A/A control's
-    (``aa``) included. Δ uses arm A's runs only unless ``include_aa_in_estimate`` (then L_A counts the A/A
-    launches too)."""
+    """Two-sided test of Δ = 0 and the (1 - α) interval of Δ = mean_i (B̄_i - Ā_i) over ``keep`` (default: the
+    questions both arms answered), the launch variance from every launch, the A/A control's included. Δ uses
+    arm A's runs only unless ``include_aa_in_estimate`` (then L_A counts the A/A launches too)."""
     am, bm = question_means(a), question_means(b)
     cfg = a if aa is None else a.concat(aa)
     if include_aa_in_estimate:
         am = question_means(cfg)
-    if keep is None:
-        keep = ~(np.isnan(am) | np.isnan(bm))
-    keep = np.asarray(keep, dtype=bool) & ~(np.isnan(am) | np.isnan(bm))
+    answered = ~(np.isnan(am) | np.isnan(bm))
+    keep = answered if keep is None else np.asarray(keep, dtype=bool) & answered
     n = int(keep.sum())
     if n < 2:
         raise ValueError(f"only {n} question(s) answered by both arms; nothing to compare")
@@ -188,7 +166,7 @@ def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alph
     laa = len(cfg.launch_ids()) - len(a.launch_ids())
     k = 1.0 / la + 1.0 / lb
     tabs = [launch_means(cfg)[:, keep], launch_means(b)[:, keep]]
-    ok = _complete(tabs)
+    ok = ~np.isnan(np.vstack(tabs)).any(axis=0)  # the questions every launch answered
     comp = variance_components([t[:, ok] for t in tabs], ("A", "B")) if ok.sum() >= 2 else None
 
     if comp is None or comp.df_launch == 0:
@@ -201,8 +179,7 @@ def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alph
                                  c.significant, n, la, lb, laa, k, 0.0, var_q, var_q, math.nan, math.nan, 0,
                                  "none: no configuration with two launches", METHOD_QUESTION, why, comp)
 
-    mse_a = comp.ms_resid_by_group[0] if comp.ms_resid_by_group[0] is not None else comp.ms_resid
-    mse_b = comp.ms_resid_by_group[1] if comp.ms_resid_by_group[1] is not None else comp.ms_resid
+    mse_a, mse_b = (comp.ms_resid if m is None else m for m in comp.ms_resid_by_group)
     n_c = comp.questions
     # each configuration's variance of a launch accuracy over the n questions of Δ: MS_L,g / n_c, adjusted
     # for the questions some launch missed (σ̂²_L,g + MS_E / n = MS_L,g / n when n_c = n)
@@ -218,10 +195,8 @@ def launch_aware_test(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None = None, *, alph
     p = min(1.0, 2 * float(t_sf(abs(t), df)))
     q = float(t_ppf(1 - alpha / 2, df))
     ci = (max(-1.0, delta - q * se), min(1.0, delta + q * se))
-    qual = None
-    if la == 1 and lb == 1:
-        qual = ("one launch per arm: σ²_L comes from the A/A control's launches only; it assumes B's launches "
-                "vary as A's do")
+    qual = ("one launch per arm: σ²_L comes from the A/A control's launches only; it assumes B's launches "
+            "vary as A's do") if la == 1 and lb == 1 else None
     src = _source(len(a.launch_ids()), laa, lb, comp)
     return LaunchAwareResult(delta, se, df, t, p, ci, alpha, p < alpha, n, la, lb, laa, k, var_l, het, var_q,
                              noise, comp.sigma2, comp.df_launch, src, METHOD, qual, comp,
@@ -248,8 +223,7 @@ def combine_variance(tau2_a: float | np.ndarray, tau2_b: float | np.ndarray, noi
     ``tau2_g`` = MS_L,g / n on ``df_g`` = L_g - 1 (df 0 borrows the other's), ``noise_g`` = MS_E,g / n,
     ``var_q`` = S²_d / n. Vectorised over ``tau2_a`` / ``tau2_b``: the planner runs the verdict's own
     arithmetic on draws of them."""
-    ta = np.asarray(tau2_a, dtype=float)
-    tb = np.asarray(tau2_b, dtype=float)
+    ta, tb = np.asarray(tau2_a, dtype=float), np.asarray(tau2_b, dtype=float)
     if df_a == 0:
         ta = tb
     if df_b == 0:
@@ -269,8 +243,7 @@ def combine_variance(tau2_a: float | np.ndarray, tau2_b: float | np.ndarray, noi
     with np.errstate(divide="ignore", invalid="ignore"):   # identical launches: no variance, the launch df
         df = np.where(den > 0, (fa + fb + het) ** 2 / den, float(df_a + df_b))
         df_l = np.where(den_l > 0, (fa + fb) ** 2 / den_l, float(df_a + df_b))
-    df = np.clip(df, low, float(n - 1 + df_a + df_b))
-    df_l = np.clip(df_l, low, float(df_a + df_b))
+    df, df_l = np.clip(df, low, float(n - 1 + df_a + df_b)), np.clip(df_l, low, float(df_a + df_b))
     return CombinedVariance(v, df, var_l, np.broadcast_to(het, v.shape).copy(), df_l)
 
 
@@ -297,14 +270,10 @@ def power_launch_aware(effect: float, n: int, sigma2_launch: float | tuple[float
                        launches_a: int, launches_b: int, launches_aa: int = 0, heterogeneity: float = 0.0,
                        alpha: float = ALPHA, tails: str = "normal") -> float:
     """Power of :func:`launch_aware_test` to detect ``effect`` with L_A and L_B launches per arm plus L_AA
-    launches of the A/A control, n questions.
-
-    A launch's accuracy has variance τ²_g = σ²_L,g + σ²_e/n (``sigma2_launch``: one value or (A, B);
-    ``noise_per_launch`` = σ²_e/n). On the benchmark's fixed questions Δ̂ ~ N(effect, τ²_A/L_A + τ²_B/L_B),
-    while the verdict's V̂ also holds the question x arm term ``heterogeneity`` (docs/calibration.md: putting
-    it in Var(Δ̂) too under-planned). The power averages, over draws τ̂²_g = τ²_g χ²_df/df, the chance that
-    |Δ̂| clears t_{1-α/2, ν} sqrt(V̂), V̂ and ν from :func:`combine_variance`; with no configuration on two
-    launches the verdict is the question-level test: a normal test with variance e + h."""
+    launches of the A/A control, n questions: a launch's accuracy has variance σ²_L,g + ``noise_per_launch``,
+    and Δ̂ ~ N(effect, τ²_A/L_A + τ²_B/L_B) while the verdict's V̂ also holds the question x arm term
+    ``heterogeneity`` (putting it in Var(Δ̂) too under-planned). The power averages the chance that |Δ̂|
+    clears t_{1-α/2, ν} sqrt(V̂) over draws τ̂²_g = τ²_g χ²_df/df, V̂ and ν from :func:`combine_variance`."""
     s2 = sigma2_launch if isinstance(sigma2_launch, tuple) else (sigma2_launch, sigma2_launch)
     tau_a, tau_b = max(s2[0], 0.0) + noise_per_launch, max(s2[1], 0.0) + noise_per_launch
     v_true = tau_a / launches_a + tau_b / launches_b
@@ -335,11 +304,9 @@ LAUNCH_TAILS = ("normal", "t3")
 
 def _power_simulated(effect: float, tau_s: tuple[float, float], noise: float, la: int, lb: int, laa: int,
                      var_q: float, n: int, alpha: float, tails: str) -> float:
-    """The verdict's rejection rate on simulated launch accuracies: each launch of configuration g is
-    σ_L,g U + sqrt(noise) Z (U of unit variance with the given tails, Z normal), Δ̂ = effect + B's launch mean -
-    arm A's, τ̂²_g their sample variances (A's over its and the A/A control's launches), V̂ and ν from
-    :func:`combine_variance`. With heavy tails the sample variance of a few launches is usually below σ²_L
-    (and Δ̂ large with it when it is not): the verdict rejects more often than under normal shifts."""
+    """The verdict's rejection rate on simulated launch accuracies σ_L,g U + sqrt(noise) Z (U of unit variance
+    with the given tails): with heavy tails the sample variance of a few launches is usually below σ²_L (and
+    Δ̂ large with it when it is not), so the verdict rejects more often than under normal shifts."""
     if tails not in LAUNCH_TAILS:
         raise ValueError(f"launch tails must be one of {', '.join(LAUNCH_TAILS)}: got {tails!r}")
     rng = np.random.default_rng(0)
@@ -374,15 +341,13 @@ def launches_needed(effect: float, n: int, sigma2_launch: float | tuple[float, f
                     launches_aa: int = 0, heterogeneity: float = 0.0, alpha: float = ALPHA, power: float = 0.8,
                     most: int = 200, tails: str = "normal") -> int | None:
     """Fewest launches per arm (a fresh launch per repeat) whose :func:`power_launch_aware` reaches ``power``;
-    None beyond ``most`` (a launch variance too large for the effect, or an interaction h that launches
-    cannot average away)."""
+    None beyond ``most``."""
     def enough(launches: int) -> bool:
         return power_launch_aware(effect, n, sigma2_launch, noise_per_launch, launches, launches, launches_aa,
                                   heterogeneity, alpha, tails) >= power
 
     # one launch per arm without an A/A launch is the question-level test, whose power can exceed that of two
-    # launches on 2 df: asked apart; from two launches on, power grows with the launches (more df, less
-    # variance), so a bisection finds the fewest
+    # launches on 2 df; from two launches on, power grows with the launches, so a bisection finds the fewest
     if enough(1):
         return 1
     # doubling from 2 first: a plan's cost grows with the launches it simulates, and most answers are small

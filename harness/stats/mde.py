@@ -1,12 +1,6 @@
-"""Power and minimum detectable effect (MDE) for a two-sided test at level alpha.
-
-The comparison's MDE is that of the test it uses: :func:`mde_paired_exact` sums the exact power of the
-paired sign-flip (McNemar) test over every discordant count (:func:`power_paired_exact`), and
-:func:`mde_t` serves the t-test over launches. :func:`mde_floor` is not an MDE: it is the smallest effect
-the test can detect at all, at any power.
-
-Planning formulas (normal approximation): MDE = (z_{1-α/2} + z_{power}) · SE, with z_{0.975} + z_{0.8} =
-2.8016: unpaired sqrt(2p(1-p)/n), paired sqrt(ψ/n), R repeats per arm sqrt(ψ_AA/(nR)).
+"""Power and minimum detectable effect (MDE) for a two-sided test at level alpha: exact for the paired
+sign-flip (McNemar) test and for the t-test the comparison uses, the normal formulas (z_{1-α/2} + z_{power}) ·
+SE for planning.
 """
 
 from __future__ import annotations
@@ -80,8 +74,7 @@ def critical_counts(m: np.ndarray, alpha: float = ALPHA, mid_p: bool = True) -> 
     lo = (m + 1) // 2          # p(lo) >= alpha or lo rejects already (only when m tiny: never)
     hi = m + 1                 # sentinel: not rejecting
     rej_top = p_at(m) < alpha
-    hi = np.where(rej_top, m, hi)
-    lo = np.where(rej_top, lo, m + 1)
+    hi, lo = np.where(rej_top, m, hi), np.where(rej_top, lo, m + 1)
     while np.any(hi - lo > 1):
         mid = (lo + hi) // 2
         r = p_at(mid) < alpha
@@ -92,10 +85,9 @@ def critical_counts(m: np.ndarray, alpha: float = ALPHA, mid_p: bool = True) -> 
 
 def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = ALPHA,
                        mid_p: bool = True) -> float:
-    """Exact power of the two-sided paired sign-flip (McNemar) test, mid-p by default, for n questions, summed
-    over every discordant count: the arms disagree by chance on ``psi_noise`` of the questions, evenly, and
-    the effect adds ``effect`` on B's side (discordant count Binomial(n, ψ_noise + |effect|), B's share
-    (ψ_noise/2 + |effect|)/ψ)."""
+    """Exact power of the two-sided paired sign-flip (McNemar) test for n questions, summed over every
+    discordant count: the arms disagree by chance on ``psi_noise`` of the questions and the effect adds
+    ``effect`` on B's side."""
     e = abs(float(effect))
     psi = min(1.0, psi_noise + e)
     if psi <= 0 or n <= 0:
@@ -113,8 +105,7 @@ def power_paired_exact(n: int, psi_noise: float, effect: float, alpha: float = A
 
 def mde_paired_exact(n: float, psi_noise: float, alpha: float = ALPHA, power: float = 0.8,
                      mid_p: bool = True) -> float:
-    """Smallest effect (share of questions) the paired sign-flip test detects with the given power
-    (:func:`power_paired_exact`, n rounded to a whole number of questions); bisection on the effect."""
+    """Smallest effect the paired sign-flip test detects with the given power (bisection on the effect)."""
     n_int = max(1, int(round(n)))
     top = max(1e-9, 1.0 - psi_noise)
     guess = z_sum(alpha, power) * math.sqrt(max(psi_noise, 1.0 / n_int) / n_int)   # normal approximation

@@ -9,12 +9,8 @@ from typing import Any, TypedDict
 
 
 def _omit_none() -> Any:
-    """A field left out of the stored document while it is None (``harness.results.records`` reads the key)."""
+    """A field left out of the stored document while it is None (``harness.results.records`` reads it)."""
     return field(default=None, metadata={"omit_none": True})
-
-
-#: the test of :func:`harness.stats.errorgate.error_gate`
-ERROR_GATE_TEST = "exact McNemar test of the per-question unanswered indicators (A vs B)"
 
 
 @dataclass(frozen=True)
@@ -33,11 +29,12 @@ class ErrorGate:
     #: none | drop | bound
     action: str
     reason: str
-    test: str = ERROR_GATE_TEST
+    test: str = "exact McNemar test of the per-question unanswered indicators (A vs B)"
 
 
 class LaunchHeterogeneity(TypedDict):
-    """Cochran's Q over the launches of each arm, summed (:func:`harness.stats.launches.launch_heterogeneity`)."""
+    """Cochran's Q over the launches of each arm, summed
+    (:func:`harness.stats.launches.launch_heterogeneity`)."""
 
     test: str
     q: float
@@ -64,9 +61,8 @@ class Design:
 
 @dataclass(frozen=True)
 class LaunchVarianceEstimate:
-    """The launch component of the accuracy test (:func:`harness.stats.launchvar.launch_aware_test`): σ²_L
-    estimated from every launch (A's, the A/A control's, B's), where it came from, and the parts of Var(Δ̂)
-    (fractions²). ``sigma2`` None: no configuration with two launches (the question-level test, qualified)."""
+    """The launch component of the accuracy test: σ²_L, where it came from, and the parts of Var(Δ̂);
+    ``sigma2`` None: no configuration with two launches (the question-level test, qualified)."""
 
     sigma2: float | None
     #: sd of a launch's accuracy shift, sqrt(sigma2) (fraction)
@@ -139,8 +135,8 @@ class Tost:
 
 @dataclass(frozen=True)
 class LookDecision:
-    """The outcome of one look of a sequential run (:mod:`harness.stats.group_sequential`), as made and as stored
-    in the ``sequential`` record. ``stop`` false means: run another repeat of both arms."""
+    """The outcome of one look of a sequential run (:mod:`harness.stats.group_sequential`), as made and as
+    stored in the ``sequential`` record. ``stop`` false means: run another repeat of both arms."""
 
     repeats: int
     stop: bool
@@ -170,10 +166,8 @@ class LookDecision:
 
 @dataclass(frozen=True)
 class DivergenceTest:
-    """The per-question divergence test (:func:`harness.stats.kld.divergence_test`): d_i = KLD_i(A‖B) -
-    KLD_i(A‖A′), one-sided sign-flip over questions, ``effect`` and its interval in nats/token. Stored as
-    comparison.json ``divergence.per_question``: the verdict's test with one A/A and one B launch, else a
-    diagnostic."""
+    """The per-question divergence test (:func:`harness.stats.kld.divergence_test`), stored as comparison.json
+    ``divergence.per_question``: the verdict's test with one A/A and one B launch, else a diagnostic."""
 
     test: str
     p: float
@@ -193,11 +187,9 @@ class DivergenceTest:
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchDivergence:
-    """The launch-level divergence test (:func:`harness.stats.kld_launches.launch_divergence_test`): each
-    launch's token-weighted mean KLD against the reference pass, B's launches against A's other launches (the
-    floor's, A's other repeats', the A/A control's), a one-sided t-test of log mean KLD. Stored as
+    """The launch-level divergence test (:func:`harness.stats.kld_launches.launch_divergence_test`), stored as
     comparison.json ``divergence.launch_test`` with what the analysis adds (``ratio_mde``, ``sd_log``, the
-    passes' directories, its own qualification)."""
+    dirs)."""
 
     method: str
     p: float

@@ -1,8 +1,5 @@
-"""Paired comparison of two arms on the same questions: the 2x2 table, McNemar, paired intervals.
-
-Notation (as in the brief): n questions, ``both`` = a, ``a_only`` = b, ``b_only`` = c, ``neither`` = d;
-Δ = (b_only - a_only) / n (positive when arm B is better); ψ = (a_only + b_only) / n is the discordance.
-All functions taking counts are vectorised over numpy arrays of tables.
+"""Paired comparison of two arms on the same questions: the 2x2 table, McNemar, the paired bootstrap interval.
+Δ = (b_only - a_only) / n (positive when B is better); the count functions are vectorised over tables.
 """
 
 from __future__ import annotations
@@ -11,9 +8,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._rng import SeedLike
 from .dist import binom_cdf, binom_pmf
-from .resample import DEFAULT_MAX_ELEMS, bootstrap_mean_ci
+from .resample import DEFAULT_MAX_ELEMS, SeedLike, bootstrap_mean_ci
 from .verdict import ALPHA
 
 
@@ -46,8 +42,7 @@ class PairedTable:
 
 def paired_table(a: np.ndarray, b: np.ndarray) -> PairedTable:
     """The 2x2 table of two aligned 0/1 (bool) correctness vectors."""
-    a = np.asarray(a, dtype=bool)
-    b = np.asarray(b, dtype=bool)
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
     if a.shape != b.shape:
         raise ValueError(f"arms are not aligned: {a.shape} vs {b.shape}")
     return PairedTable(both=int(np.sum(a & b)), a_only=int(np.sum(a & ~b)),
@@ -71,8 +66,7 @@ def mcnemar_midp(a_only: np.ndarray | int, b_only: np.ndarray | int) -> np.ndarr
 def paired_bootstrap_ci(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA, n_resamples: int = 10_000,
                         method: str = "bca", seed: SeedLike = None,
                         max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
-    """Paired bootstrap interval of mean(b) - mean(a): questions are resampled, keeping each question's
-    A and B scores together. ``a``/``b`` are per-question scores (0/1, or means over repeats, which makes
-    this the question-level cluster bootstrap). ``method``: ``percentile`` or ``bca``."""
+    """Paired bootstrap interval of mean(b) - mean(a) over per-question scores: questions are resampled, each
+    question's A and B scores together."""
     d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
     return bootstrap_mean_ci(d, alpha, n_resamples, method, seed, max_elems)

@@ -1,6 +1,6 @@
-"""Repeated runs per arm: the question-level (cluster) and two-level (launches, then questions) bootstraps,
-discordance and the A/A noise band. Runs of one arm are a matrix ``(R, n)`` of 0/1 scores; runs of one
-question are correlated, so inference resamples questions (each with all of its runs), never runs."""
+"""Repeated runs per arm: the question-level and two-level (launches, then questions) bootstraps, discordance
+and the A/A noise band. Runs of one question are correlated, so inference resamples questions, never runs.
+"""
 
 from __future__ import annotations
 
@@ -9,28 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
-from ._rng import SeedLike, as_rng
 from .dist import t_ppf
 from .launches import ArmRuns, launch_means, question_means
-from .paired import paired_bootstrap_ci
 from .proportions import z_crit
-from .resample import DEFAULT_MAX_ELEMS, bootstrap_means, percentile_interval
+from .resample import DEFAULT_MAX_ELEMS, SeedLike, as_rng, bootstrap_means, percentile_interval
 from .verdict import ALPHA
-
-
-def _question_means(runs: np.ndarray) -> np.ndarray:
-    """Per-question mean score over one run ``(n,)`` or several runs ``(R, n)`` of one arm."""
-    x = np.asarray(runs, dtype=float)
-    return x if x.ndim == 1 else x.mean(axis=0)
-
-
-def cluster_bootstrap_ci(a_runs: np.ndarray, b_runs: np.ndarray, alpha: float = ALPHA,
-                         n_resamples: int = 10_000, method: str = "bca", seed: SeedLike = None,
-                         max_elems: int = DEFAULT_MAX_ELEMS) -> tuple[float, float]:
-    """Interval of Δ = mean over questions of (B mean score - A mean score), resampling questions (each
-    with all of its runs of both arms) — the question-level cluster bootstrap."""
-    return paired_bootstrap_ci(_question_means(a_runs), _question_means(b_runs), alpha=alpha,
-                               n_resamples=n_resamples, method=method, seed=seed, max_elems=max_elems)
 
 
 def launch_deviations(table: np.ndarray) -> np.ndarray | None:
@@ -86,11 +69,9 @@ class LaunchBootstrap:
 def launch_bootstrap(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarray, df: float,
                      alpha: float = ALPHA, n_resamples: int = 10_000,
                      seed: SeedLike = None) -> LaunchBootstrap | None:
-    """:func:`two_level_bootstrap_ci` of Δ = mean over ``keep`` of (B̄_i - Ā_i) and of each arm's accuracy.
-    A's launches are drawn from its configuration's (arm A's and the A/A control's: launches of the same
-    server); a configuration with one launch borrows the other's deviations for Δ (the verdict's assumption).
-    ``df``: the verdict's df (its launch and question parts, Satterthwaite). None when no configuration has two
-    launches."""
+    """:func:`two_level_bootstrap_ci` of Δ and of each arm's accuracy, A's launches drawn from its
+    configuration's (arm A's and the A/A control's); a configuration with one launch borrows the other's
+    deviations for Δ (the verdict's assumption). None when no configuration has two launches."""
     keep = np.asarray(keep, dtype=bool)
     cfg, dev_a, dev_b = _configuration_deviations(a, b, aa, keep)
     if dev_a is None and dev_b is None:
@@ -148,8 +129,7 @@ def _delta_interval(am: np.ndarray, bm: np.ndarray, dev_a: np.ndarray | None, de
 
 def discordance(x: np.ndarray, y: np.ndarray) -> float:
     """Share of questions answered differently (right vs wrong) by two runs; NaN entries are skipped."""
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = ~(np.isnan(x) | np.isnan(y))
     if not ok.any():
         return float("nan")

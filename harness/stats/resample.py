@@ -1,8 +1,5 @@
-"""Vectorised, chunked bootstrap of a mean, with percentile and BCa intervals.
-
-Resampling units are the rows of ``x`` (questions). Resamples are drawn ``chunk`` at a time as an index
-matrix, so memory stays bounded (about ``max_elems`` indices) whatever the number of resamples; there is no
-Python loop over individual resamples.
+"""Vectorised bootstrap of a mean over the rows of ``x`` (questions), with percentile and BCa intervals: the
+resamples are drawn in chunks as index matrices, so memory stays bounded whatever their number.
 """
 
 from __future__ import annotations
@@ -12,8 +9,17 @@ import hashlib
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from ._rng import SeedLike, as_rng
 from .verdict import ALPHA
+
+SeedLike = int | np.random.Generator | None
+
+
+def as_rng(seed: SeedLike) -> np.random.Generator:
+    """A numpy Generator from an int seed, an existing Generator (used as is) or None (fresh entropy)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.default_rng(seed)
+
 
 #: indices drawn per chunk (rows x resamples); ~1M int32 + 1M float64 gathered = ~12 MB peak per chunk
 DEFAULT_MAX_ELEMS = 1 << 20
@@ -21,12 +27,8 @@ DEFAULT_MAX_ELEMS = 1 << 20
 
 def bootstrap_means(x: np.ndarray, n_resamples: int = 10_000, seed: SeedLike = None,
                     max_elems: int = DEFAULT_MAX_ELEMS) -> np.ndarray:
-    """Means of ``n_resamples`` bootstrap resamples of the rows of ``x``.
-
-    ``x`` has shape ``(n,)`` or ``(n, k)`` (k statistics resampled with the same row indices, e.g. the
-    per-question scores of arm A, arm B and their difference). Returns shape ``(n_resamples,)`` or
-    ``(n_resamples, k)``.
-    """
+    """Means of ``n_resamples`` bootstrap resamples of the rows of ``x`` (``(n,)``, or ``(n, k)``: k
+    statistics resampled with the same row indices)."""
     x = np.asarray(x, dtype=float)
     n = x.shape[0]
     if n == 0:
@@ -73,12 +75,12 @@ def _bootstrap_means(x: np.ndarray, n_resamples: int, rng: np.random.Generator, 
 
 
 class _Sums:
-    """Means of each column of ``cols.T`` (``cols``: (k, n)) over the rows that index matrices (m, n) draw, with
-    the summation order of the plain gather-and-mean over the (m, n, k) array: a column of one statistic
-    (``pairwise``) is summed as numpy sums a contiguous row (pairwise), several statistics question by question
-    (the reduced axis is not the last one). A column on a grid (:func:`_on_grid`) is summed as exact integers,
-    which is the same in any order; the other columns are gathered together as an (n, m, f) block and summed
-    over its first axis (question by question), in buffers allocated once."""
+    """Means of each column of ``cols.T`` (``cols``: (k, n)) over the rows that index matrices (m, n) draw,
+    with the summation order of the plain gather-and-mean over the (m, n, k) array: a column of one statistic
+    (``pairwise``) is summed as numpy sums a contiguous row (pairwise), several statistics question by
+    question (the reduced axis is not the last one). A column on a grid (:func:`_on_grid`) is summed as exact
+    integers, which is the same in any order; the other columns are gathered together as an (n, m, f) block
+    and summed over its first axis (question by question), in buffers allocated once."""
 
     def __init__(self, cols: np.ndarray, chunk: int, pairwise: bool):
         self.cols, self.n, self.pairwise = cols, cols.shape[1], pairwise
@@ -107,8 +109,8 @@ class _Sums:
 
 
 def _on_grid(x: np.ndarray) -> tuple[np.ndarray, float] | None:
-    """``x`` as small integers and the power of two they are multiples of (``x = ints * step``), when it is one
-    (0/1 outcomes, the means of two runs, their differences), else None.
+    """``x`` as small integers and the power of two they are multiples of (``x = ints * step``), when it is
+    one (0/1 outcomes, the means of two runs, their differences), else None.
 
     On such a grid every partial sum of a resample is exact, whatever the order of the additions: its mean
     (the exact sum over n) is the same bits as the float sum's, and the sum is taken over small integers at
@@ -141,14 +143,10 @@ def percentile_interval(theta_b: np.ndarray, alpha: float = ALPHA) -> tuple[floa
 
 def bca_interval(theta_b: np.ndarray, theta_hat: float, jack: np.ndarray,
                  alpha: float = ALPHA) -> tuple[float, float]:
-    """Bias-corrected and accelerated (BCa) interval (Efron 1987), as ``scipy.stats.bootstrap`` computes it.
-
-    Bias correction z0 from the mid-rank share of resamples below the estimate; acceleration from the
-    jackknife values ``jack``. Falls back to the percentile interval when the distribution is degenerate.
-    """
+    """Bias-corrected and accelerated (BCa) interval (Efron 1987), as ``scipy.stats.bootstrap`` computes it;
+    the percentile interval when the distribution is degenerate."""
     theta_b = np.asarray(theta_b, dtype=float)
-    below = np.mean(theta_b < theta_hat)
-    below_eq = np.mean(theta_b <= theta_hat)
+    below, below_eq = np.mean(theta_b < theta_hat), np.mean(theta_b <= theta_hat)
     prop = (below + below_eq) / 2
     if not 0 < prop < 1 or np.ptp(theta_b) == 0:
         return percentile_interval(theta_b, alpha)

@@ -1,7 +1,5 @@
-"""A root of a scalar function by Brent's method, transcribed from scipy's C routine
-(``scipy/optimize/Zeros/brentq.c``, Brent 1973) step for step, so it returns scipy's root bit for bit
-(``tests/test_stats_roots.py``): ``scipy.optimize`` costs ~0.3 s to import in every command that names a
-verdict.
+"""Brent's method, transcribed step for step from scipy's C routine (``brentq.c``) so that it returns scipy's
+root bit for bit: ``scipy.optimize`` costs ~0.3 s to import in every command that names a verdict.
 """
 
 from __future__ import annotations

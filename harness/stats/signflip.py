@@ -1,13 +1,9 @@
-"""Paired sign-flip (randomisation) test over questions: the verdict's test of Δ = mean_i d_i.
+"""Paired sign-flip (randomisation) test over questions: the verdict's test of Δ = mean_i d_i (B - A).
 
-``d_i`` is question i's difference of arm means (B - A). Under H0 each sign is as likely + as - (the arms are
-exchangeable on every question), so T = Σ d_i is referred to Σ ±|d_i| with independent fair signs; questions
-are the unit, and verbatim repeats add no evidence. The d_i lie on a lattice (differences of means of 0/1
-scores), so the distribution is exact by convolving each distinct |d_i|'s; the p is two-sided and **mid-p** by
-default (with one run per arm the mid-p McNemar test, which Fagerland, Lydersen & Laake 2013 recommend over
-the exact test; ``mid_p=False`` gives the exact one). A lattice too fine falls back to Monte Carlo (``exact``
-false, the p with a floor). :func:`signflip_weighted` is the one-sided Monte Carlo test of a weighted mean
-(the divergence's per-question test).
+Under H0 each d_i is as likely + as -, so Σ d_i is referred to Σ ±|d_i|; questions are the unit, and verbatim
+repeats add no evidence. The d_i lie on a lattice (differences of means of 0/1 scores), so the distribution is
+exact by convolution; the p is two-sided and mid-p by default (with one run per arm the mid-p McNemar test,
+Fagerland, Lydersen & Laake 2013). A lattice too fine falls back to Monte Carlo, with a floor.
 """
 
 from __future__ import annotations
@@ -18,9 +14,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._rng import SeedLike, as_rng
 from .dist import binom_pmf
-from .resample import DEFAULT_MAX_ELEMS
+from .resample import DEFAULT_MAX_ELEMS, SeedLike, as_rng
 
 #: largest support (2 Σ K|d_i| + 1 points) convolved exactly; finer lattices fall back to Monte Carlo
 MAX_SUPPORT = 4_000_000
@@ -53,11 +48,8 @@ def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def null_distribution(x: np.ndarray) -> tuple[np.ndarray, int]:
-    """Exact distribution of Σ ±x_i (fair independent signs) for non-negative integers ``x``.
-
-    Returns (pmf, offset): pmf[j] = P(T = j - offset). Each distinct value v with multiplicity c
-    contributes v·(2·Binomial(c, ½) - c); the groups are convolved.
-    """
+    """Exact distribution of Σ ±x_i for non-negative integers ``x``, (pmf, offset) with pmf[j] = P(T = j -
+    offset): each distinct value v with multiplicity c contributes v·(2·Binomial(c, ½) - c)."""
     x = np.asarray(x, dtype=np.int64)
     x = x[x > 0]
     pmf = np.ones(1)
@@ -73,16 +65,14 @@ def _tail_p(pmf: np.ndarray, offset: int, t: int, mid_p: bool) -> float:
     """Two-sided p: twice the one-sided P(T > |t|) + (½ or 1)·P(T = |t|), capped at 1 (the McNemar
     convention: 1 when t = 0)."""
     values = np.arange(pmf.size) - offset
-    more = float(pmf[values > abs(t)].sum())
-    equal = float(pmf[values == abs(t)].sum())
+    more, equal = float(pmf[values > abs(t)].sum()), float(pmf[values == abs(t)].sum())
     return min(1.0, 2 * (more + (0.5 if mid_p else 1.0) * equal))
 
 
 @dataclass(frozen=True)
 class SignFlip:
-    """A sign-flip test's outcome: ``p`` (two-sided mid-p, or one-sided for :func:`signflip_weighted`), the
-    statistic (mean d, or the weighted mean), and ``p_floor`` (None when the distribution was enumerated,
-    ``exact``; else the Monte Carlo p's smallest possible value)."""
+    """A sign-flip test's outcome; ``p_floor``: None when the distribution was enumerated (``exact``), else
+    the Monte Carlo p's smallest possible value."""
 
     p: float
     statistic: float
@@ -142,9 +132,8 @@ def signflip_test(d: np.ndarray, mid_p: bool = True, n_resamples: int = 100_000,
 
 def signflip_weighted(d: np.ndarray, weights: np.ndarray | None = None, n_resamples: int = 9_999,
                       seed: SeedLike = None, max_elems: int = DEFAULT_MAX_ELEMS) -> SignFlip:
-    """One-sided randomisation test of H0: each d_i is symmetric about 0, against T = Σ w_i d_i / Σ w_i > 0:
-    p = (1 + #{T* >= T}) / (R + 1) over R random sign flips (exact for any symmetric H0, floor 1/(R+1)), drawn
-    in chunks of about ``max_elems`` signs."""
+    """One-sided randomisation test of H0 "each d_i is symmetric about 0" against T = Σ w_i d_i / Σ w_i > 0:
+    p = (1 + #{T* >= T}) / (R + 1) over R random sign flips."""
     d = np.asarray(d, dtype=float)
     n = d.size
     if n == 0:

@@ -1,14 +1,8 @@
-"""Tango's asymptotic score test and interval for the paired difference Δ = (c - b) / n (``b`` questions only
-arm A answers right, ``c`` only arm B). For H0: Δ = Δ0 the restricted MLE q̃ of P(A only) solves
-2n q² - W q - b Δ0 (1 - Δ0) = 0 with W = b (1 - 3Δ0) + c (1 - Δ0) - 2 (n - b - c) Δ0, and
-
-    Z(Δ0) = (c - b - n Δ0) / sqrt(n (2 q̃ + Δ0 - Δ0²))        (Tango 1998, Stat Med 17:891)
-
-(McNemar's z at Δ0 = 0). The interval {Δ0: |Z(Δ0)| <= z_{1-α/2}} covers near-nominally where Wald and Newcombe
-do not, and never has zero width. With repeats, :func:`effective_table` turns the per-question differences
-into such a table: b = Σ max(-d_i, 0), c = Σ max(d_i, 0), all divided by the design effect
-deff = V̂(Δ) / ((ψ - Δ²)/n) (Korn & Graubard's effective sample size; 1 for one run per arm or verbatim
-repeats).
+"""Tango's score test and interval for the paired difference Δ = (c - b) / n (``b`` questions only A answers
+right, ``c`` only B): Z(Δ0) = (c - b - n Δ0) / sqrt(n (2 q̃ + Δ0 - Δ0²)), q̃ the restricted MLE of P(A only)
+(Tango 1998, Stat Med 17:891). Its interval covers near-nominally where Wald and Newcombe do not, and never
+has zero width. With repeats :func:`effective_table` divides the discordant masses by the design effect (Korn
+& Graubard's effective sample size).
 """
 
 from __future__ import annotations
@@ -98,7 +92,8 @@ def score_interval(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> tuple[np.nda
 
 
 def discordant_mass(d: np.ndarray) -> tuple[np.ndarray, float, float, float]:
-    """``d`` without its NaN entries, their count n, and the mass of the differences favouring A (b) and B (c)."""
+    """``d`` without its NaN entries, their count n, and the mass of the differences favouring A (b) and B
+    (c)."""
     d = np.asarray(d, dtype=float)
     d = d[~np.isnan(d)]
     if d.size == 0:
@@ -107,9 +102,8 @@ def discordant_mass(d: np.ndarray) -> tuple[np.ndarray, float, float, float]:
 
 
 def effective_table(d: np.ndarray, variance: float | None = None) -> dict[str, float]:
-    """The effective table ``b``, ``c``, ``n`` (divided by ``deff``; also ``deff`` and the ``*_raw`` counts)
-    of per-question differences ``d`` (B - A; NaN skipped) and the design's variance of Δ
-    (default Σ (d_i - Δ)² / n², questions independent); deff is 1 when every d_i is equal (ψ = Δ²)."""
+    """The effective table ``b``, ``c``, ``n`` (divided by ``deff``; the ``*_raw`` counts beside) of
+    per-question differences ``d`` and the design's variance of Δ (default: questions independent)."""
     d, n, b, c = discordant_mass(d)
     delta, psi = (c - b) / n, (b + c) / n
     if variance is None:

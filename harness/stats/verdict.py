@@ -1,10 +1,6 @@
-"""The one-word verdict of a comparison, with the reason behind it and the test that decided it, for the
-question ``hypothesis`` asks: ``superiority`` (``improved`` / ``regressed`` when the two-sided test rejects at
-α; with a margin ``equivalent`` when shown within it), ``noninferiority`` (``noninferior`` when the (1 - α)
-interval's lower bound is above -margin, the one-sided test at α/2; ``improved`` when also significantly
-better; ``regressed`` only when significantly worse and not non-inferior), ``equivalence`` (``equivalent``
-when the (1 - 2α) interval lies inside ±margin, TOST at α); else ``inconclusive``. A declared ``min_effect``
-is judged on the interval, not the point estimate.
+"""The one-word verdict of a comparison, the reason behind it and the test that decided it, for the question
+``hypothesis`` asks (superiority, non-inferiority, equivalence). A declared ``min_effect`` is judged on the
+interval, not the point estimate.
 """
 
 from __future__ import annotations
@@ -97,7 +93,10 @@ def not_comparable(failures: Sequence[str], error_rate: float, max_error_rate: f
 def decide(e: Evidence, *, hypothesis: str = "superiority", alpha: float = ALPHA, margin: float | None = None,
            min_effect: float | None = None, failures: Sequence[str] = (), error_rate: float = 0.0,
            max_error_rate: float = DEFAULT_MAX_ERROR_RATE) -> Verdict:
-    """Verdict of B against A for the question ``hypothesis`` (see the module docstring)."""
+    """Verdict of B against A: ``improved`` / ``regressed`` when the two-sided test rejects at α
+    (``regressed`` under non-inferiority only when not non-inferior); ``noninferior`` when the (1 - α)
+    interval's lower bound is above -margin; ``equivalent`` when the (1 - 2α) interval lies inside ±margin
+    (TOST); else ``inconclusive``."""
     if hypothesis not in HYPOTHESES:
         raise ValueError(f"unknown hypothesis {hypothesis!r} ({' | '.join(HYPOTHESES)})")
     if hypothesis != "superiority" and margin is None:

@@ -7,13 +7,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NotRequired, TypedDict
 
 import numpy as np
 from scipy.special import ndtr
 
 from harness.stats.group_sequential import SequentialDesign, spend
-from harness.stats.launch_looks import LookEstimate, LookFields
 from harness.stats.outcomes import LookDecision
+
+
+class LookEstimate(TypedDict):
+    """The estimate a look decides on, as :class:`LookDecision` keywords."""
+
+    repeats: int
+    delta: float
+    se: float
+    z: float
+    info_fraction: float
+
+
+class LookFields(LookEstimate):
+    """A look past its first repeats, as :class:`LookDecision` keywords: the estimate, the boundary and the
+    repeated CI, and what the look's tests add."""
+
+    bound: float | None
+    alpha_spent: float
+    repeated_ci: list[float] | None
+    margin_z: NotRequired[list[float]]
+    margin_bound: NotRequired[float]
+    conditional_power: NotRequired[float]
+    p: NotRequired[float]
 
 
 def se_floor(n: int) -> float:
