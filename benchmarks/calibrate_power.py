@@ -24,11 +24,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from helpers import greedy_generator as G  # noqa: E402
+from helpers.vectorised_stats import launch_bootstrap_delta  # noqa: E402
 
 from harness.analysis.planning import design_power  # noqa: E402
 from harness.stats.consistent import consistent_paired  # noqa: E402
 from harness.stats.launchvar import launch_aware_test  # noqa: E402
-from harness.stats.repeats import launch_bootstrap_delta  # noqa: E402
 
 EFFECT = 0.015
 FLIP = 0.2

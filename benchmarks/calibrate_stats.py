@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from helpers import indep_generator as G  # noqa: E402
+from helpers.vectorised_stats import consistent_table  # noqa: E402
 
-from harness.stats.consistent import consistent_table  # noqa: E402
 from harness.stats.kld_launches import launch_power, launches_needed  # noqa: E402
 
 SEED_DEFAULT = G.AccuracyScenario()   # n 1319, beta difficulty, 90 %, A 3 + B 3 launches + A/A 2, 1 pass

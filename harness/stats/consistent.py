@@ -12,12 +12,10 @@ is set by the decision (``nudged``), so the equivalence holds in floating point 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from .guards import robust_effective_table
-from .paired import mcnemar_midp
 from .signflip import signflip_test
 from .tango import score_interval, score_p
 from .verdict import ALPHA
@@ -64,19 +62,6 @@ def _combine(delta: np.ndarray, p_sf: np.ndarray, p_sc: np.ndarray, lo: np.ndarr
     up, down = sig & (delta > 0) & (lo2 <= 0), sig & (delta < 0) & (hi2 >= 0)
     lo2, hi2 = np.where(up, tiny, lo2), np.where(down, -tiny, hi2)
     return p, lo2, hi2, sig, extended, up | down
-
-
-def consistent_table(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> dict[str, np.ndarray]:
-    """The decision for one run per arm from whole counts, vectorised over tables (``b`` questions only A
-    answered right, ``c`` only B, ``n`` questions): the sign-flip test is then the mid-p McNemar test."""
-    b, c, n = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (b, c, n)))
-    p_sf = np.asarray(mcnemar_midp(b.astype(np.int64), c.astype(np.int64)), dtype=float)
-    p_sc = np.asarray(score_p(b, c, n, 0.0), dtype=float)
-    lo, hi = score_interval(b, c, n, alpha)
-    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
-    p, lo2, hi2, sig, ext, nud = _combine((c - b) / n, p_sf, p_sc, lo, hi, alpha)
-    return {"p": p, "p_signflip": p_sf, "p_score": p_sc, "lo": lo2, "hi": hi2, "lo_tango": lo, "hi_tango": hi,
-            "significant": sig, "extended": ext, "nudged": nud}
 
 
 def consistent_paired(d: np.ndarray, alpha: float = ALPHA, variance: float | None = None) -> ConsistentResult:

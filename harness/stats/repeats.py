@@ -106,18 +106,6 @@ def _configuration_deviations(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: 
     return cfg, launch_deviations(launch_means(cfg)[:, keep]), launch_deviations(launch_means(b)[:, keep])
 
 
-def launch_bootstrap_delta(a: ArmRuns, b: ArmRuns, aa: ArmRuns | None, keep: np.ndarray, df: float,
-                           alpha: float = ALPHA, n_resamples: int = 10_000,
-                           seed: SeedLike = None) -> tuple[float, float] | None:
-    """:func:`launch_bootstrap`'s interval of Δ alone (its draws, without the arms' intervals)."""
-    keep = np.asarray(keep, dtype=bool)
-    cfg, dev_a, dev_b = _configuration_deviations(a, b, aa, keep)
-    if dev_a is None and dev_b is None:
-        return None
-    return _delta_interval(question_means(a)[keep], question_means(b)[keep], dev_a, dev_b, len(a.launch_ids()),
-                           len(b.launch_ids()), df, alpha, n_resamples, as_rng(seed))
-
-
 def _delta_interval(am: np.ndarray, bm: np.ndarray, dev_a: np.ndarray | None, dev_b: np.ndarray | None, la: int,
                     lb: int, df: float, alpha: float, n_resamples: int,
                     rng: np.random.Generator) -> tuple[float, float]:
