@@ -325,23 +325,6 @@ class _NotScorable(Exception):
     """The server cannot score: the pass is recorded not measured, with this reason."""
 
 
-async def _tokenize(client: Client, text: str, special: bool) -> list[int] | None:
-    """``text`` as ids by the server's tokenize endpoint; None when it serves none (scored by text then)."""
-    api = client.api
-    body: JSONObject = {"prompt": text, "add_special_tokens": special}
-    if api.model:
-        body["model"] = api.model
-    for path in api.tokenize_paths:
-        try:
-            obj = await client.post_json(path, body)
-        except ValueError:  # 4xx: not this path (or not this server)
-            continue
-        tokens = obj.get("tokens") if isinstance(obj, dict) else None
-        if isinstance(tokens, list) and all(isinstance(x, int) for x in tokens):
-            return [int(x) for x in tokens]
-    return None
-
-
 async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[np.ndarray] | None:
     """Every text as ids (:meth:`Client.tokenize_all`), :data:`TOKENIZE_CHUNK` texts per request, each chunk's
     ids made int32 arrays before the next is asked; None when the server does not tokenize lists."""
@@ -427,8 +410,8 @@ async def _by_ids(client: Client, api: Api, ref: Reference, k: int) -> tuple[Api
     ids (:meth:`Api.scoring_by_ids`) comes back per id, token for token (:meth:`Api.confirm_id_scores`).
     (the protocol to score with, None) if so; else (``api``, why the pass is scored by text). Sets the client's
     protocol to the one returned."""
-    p_ids = await _tokenize(client, ref.prompt, True)
-    r_ids = await _tokenize(client, ref.text, False) if p_ids is not None else None
+    p_ids = await client.tokenize(ref.prompt, True)
+    r_ids = await client.tokenize(ref.text, False) if p_ids is not None else None
     if p_ids is None or r_ids is None:
         paths = ", ".join(f"POST {p}" for p in api.tokenize_paths) or "none"
         return api, f"the server does not tokenize (tokenize endpoints tried: {paths})"
