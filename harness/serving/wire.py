@@ -759,7 +759,7 @@ class VLLMApi(OpenAIApi):
 
 class ChatApi(OpenAIApi):
     """The OpenAI chat API, no scoring: the prompt is one user message under the server's chat template; a
-    reasoning model's reasoning, returned apart (``reasoning_content``, vLLM's ``reasoning``), is kept apart."""
+    reasoning model's reasoning, returned apart (``reasoning_content``, vLLM's ``reasoning``), stays apart."""
 
     name: ClassVar[str] = "chat"
     generate_path: ClassVar[str] = "/v1/chat/completions"
