@@ -29,13 +29,10 @@ text_offset         int32              nullable: character offset of the token's
                                        reference completion text (for "first diverging token")
 ==================  =================  ==========================================================
 
-A question whose reference completion has no token has no row; a question the server failed to score is
-left out and counted in ``errors`` (:meth:`ScoresWriter.record_error`). Rows may arrive in any question order (answers come back as they finish); :func:`load_scores` returns
-them sorted by (question, position). An engine that cannot score writes ``scores.json`` with
-``status: "not_measured"`` and a reason (:func:`write_not_measured`), never an empty or zero file.
-
-Memory: the writer holds at most one row group of numpy arrays; the reader fills preallocated numpy
-arrays one row group at a time. No per-token Python object is kept for the whole pass.
+A question whose reference has no token has no row; one the server failed to score is left out and counted
+in ``errors``. Rows arrive in any question order; :func:`load_scores` sorts them by (question, position). An
+engine that cannot score writes ``status: "not_measured"`` and a reason, never an empty file. The writer holds
+one row group of numpy arrays at most, the reader fills preallocated arrays: no per-token object is kept.
 """
 
 from __future__ import annotations
@@ -66,9 +63,8 @@ BYTE_STREAM_SPLIT = ("token_id", "logprob", "top_ids.list.element", "top_logprob
                      "ref_top_logprobs.list.element")
 
 
-#: ``scores.json``: the writer's own keys (see the module docstring), then those of the caller's meta that abh's
-#: scoring passes set (harness.measure.divergence_pass, harness.orchestrate.divergence_phase); functional syntax, for
-#: the key ``pass``
+#: ``scores.json``: the writer's own keys, then those of the caller's meta that abh's scoring passes set;
+#: functional syntax, for the key ``pass``
 ScoresMeta = TypedDict("ScoresMeta", {
     "schema_version": int, "kind": str, "status": str, "reason": str | None,
     # the caller's meta: which pass, of which arm and launch, against which reference, how it was asked
@@ -79,9 +75,7 @@ ScoresMeta = TypedDict("ScoresMeta", {
     # written by ScoresWriter.close (status ok)
     "top_k": int, "questions": int, "tokens": int, "top_width": int, "ref_width": int, "text_offsets": bool,
     "errors": int, "error_examples": dict[str, str], "partial": bool,
-    # the caller's, for a resume: this pass's id (kept by a resume), the reference pass's it scored against,
-    # the questions it was to score (those with a reference token) and those not asked when it stopped, and the
-    # sessions that added to it
+    # the caller's, for a resume: this pass's id, the reference pass's, the questions planned and missing
     "pass_id": str, "reference_pass_id": str | None, "questions_planned": int, "missing": int, "resumes": int,
     "references_digest": str,
 }, total=False)
@@ -103,16 +97,10 @@ def scores_schema() -> Any:
     """The columns of ``scores.parquet`` (module docstring)."""
     from harness.results.arrow import pa
 
-    return pa.schema([
-        ("question", pa.int32()),
-        ("position", pa.int32()),
-        ("token_id", pa.int32()),
-        ("logprob", pa.float32()),
-        ("top_ids", pa.list_(pa.int32())),
-        ("top_logprobs", pa.list_(pa.float32())),
-        ("ref_top_logprobs", pa.list_(pa.float32())),
-        ("text_offset", pa.int32()),
-    ])
+    return pa.schema([("question", pa.int32()), ("position", pa.int32()), ("token_id", pa.int32()),
+                      ("logprob", pa.float32()), ("top_ids", pa.list_(pa.int32())),
+                      ("top_logprobs", pa.list_(pa.float32())), ("ref_top_logprobs", pa.list_(pa.float32())),
+                      ("text_offset", pa.int32())])
 
 
 def _as_2d(rows: Any, dtype: Any, fill: Any) -> np.ndarray:
@@ -142,13 +130,9 @@ class _Chunk(TypedDict):
 
 
 class ScoresWriter:
-    """Stream one scoring pass to ``root/scores.parquet``, one question at a time, in any order.
-
-    Written to a hidden partial file and renamed on :meth:`close`, with ``scores.json`` written last: a
-    crash leaves no ``scores.parquet`` and no ``status: ok`` (what was published before stays as it was). Use as
-    a context manager; on an exception the partial file is removed. ``carry``: a ``scores.parquet`` whose rows
-    this pass keeps (a resumed pass: its questions are not added again).
-    """
+    """Stream one scoring pass to ``root/scores.parquet``, one question at a time, in any order: a hidden
+    partial file renamed on :meth:`close`, ``scores.json`` written last, so a crash publishes nothing (as a
+    context manager, an exception removes the partial file). ``carry``: a scores.parquet to keep."""
 
     def __init__(self, root: str | Path, *, top_k: int, meta: ScoresMeta | None = None,
                  row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, carry: str | Path | None = None):
@@ -161,11 +145,8 @@ class ScoresWriter:
         self._partial = self.root / f".{SCORES}.partial"
         # written through a descriptor that followed no link (pyarrow would open a planted one's target)
         self._file = fileio.open_new(self._partial)
-        # dictionary encoding only where values repeat (a question's index on each of its rows): on the logprob
-        # and id columns it costs ~40 % of the write for 1 % of the size. The logprobs and ids are stored byte
-        # stream split (each value's bytes in four streams: zstd finds the exponents' and high bytes' repeats),
-        # lossless: 7 % smaller and faster to read than plain
-        # zstd level 6: 2 % smaller than its default level for a few ms per pass
+        # dictionary encoding only where values repeat (on logprobs and ids: ~40 % of the write for 1 % of the
+        # size); logprobs and ids byte stream split (7 % smaller and faster to read than plain)
         self._writer = pq.ParquetWriter(self._file, scores_schema(), compression="zstd",
                                         compression_level=ZSTD_LEVEL, use_dictionary=["question"],
                                         use_byte_stream_split=list(BYTE_STREAM_SPLIT))
@@ -207,11 +188,8 @@ class ScoresWriter:
             top_ids: Sequence[Sequence[int]] | np.ndarray, top_logprobs: Sequence[Sequence[float]] | np.ndarray,
             ref_top_logprobs: Sequence[Sequence[float]] | np.ndarray | None = None,
             text_offsets: Sequence[int] | np.ndarray | None = None) -> None:
-        """Add the scores of one question's reference completion (T tokens).
-
-        ``top_ids``/``top_logprobs``: (T, k) arrays or per-token lists (a shorter list is padded with id
-        ``PAD_ID`` and logprob ``-inf``); ``ref_top_logprobs`` (T, k_ref) NaN-padded; ``text_offsets`` (T,).
-        """
+        """Add one question's scores (T tokens). ``top_ids``/``top_logprobs``: (T, k) arrays or per-token
+        lists (padded with ``PAD_ID`` and ``-inf``); ``ref_top_logprobs`` (T, k_ref) NaN-padded."""
         if self._closed:
             raise ScoresError("writer is closed")
         q = int(question)
@@ -290,9 +268,8 @@ class ScoresWriter:
         self._buffered = 0
 
     def close(self, partial: str | None = None) -> Path:
-        """Flush, publish ``scores.parquet`` and write ``scores.json`` (status ok); return the parquet path.
-        ``partial``: why the pass stopped before every question was asked: published all the same, with status
-        not_measured, ``partial: true`` and that reason (a rerun resumes it)."""
+        """Flush, publish ``scores.parquet`` and write ``scores.json`` (status ok). ``partial``: why the
+        pass stopped before every question was asked (then not_measured, ``partial: true``, for a resume)."""
         if self._closed:
             return self.root / SCORES
         self._flush()
@@ -361,13 +338,9 @@ def scores_status(root: str | Path) -> tuple[str, str | None]:
 
 @dataclass
 class ScoreTable:
-    """One scoring pass as numpy columns, tokens sorted by (question, position).
-
-    Question ``questions[i]`` owns rows ``offsets[i]:offsets[i+1]``. ``top_ids`` (N, k) is padded with
-    ``PAD_ID`` and ``top_logprobs`` with -inf where a position had fewer than k alternatives;
-    ``ref_top_logprobs`` (N, k_ref) is NaN where missing and None when the pass has none; ``text_offset``
-    is None when the pass has none (-1 where a row lacks it).
-    """
+    """One scoring pass as numpy columns, tokens sorted by (question, position): ``questions[i]`` owns rows
+    ``offsets[i]:offsets[i+1]``; ``top_ids`` / ``top_logprobs`` (N, k) padded with ``PAD_ID`` / -inf;
+    ``ref_top_logprobs`` (N, k_ref) NaN, ``text_offset`` -1 where missing (None: the pass has none)."""
 
     questions: np.ndarray
     offsets: np.ndarray
@@ -378,7 +351,6 @@ class ScoreTable:
     top_logprobs: np.ndarray
     ref_top_logprobs: np.ndarray | None
     text_offset: np.ndarray | None
-    #: ``scores.json`` of the pass
     meta: ScoresMeta = field(default_factory=ScoresMeta)
 
     @property
@@ -414,9 +386,8 @@ def _is_top1(tok: np.ndarray, lp: np.ndarray, ids: np.ndarray, tlp: np.ndarray) 
 
 
 def with_top1(col: Any, first: np.ndarray, dtype: Any) -> np.ndarray:
-    """A ``token_id`` or ``logprob`` column as stored, as an array: a null is the token's top-1 entry
-    (:class:`ScoresWriter` stores a token that is its top list's first entry once, in the list), taken from
-    ``first`` (each row's first top id or top logprob). A file without nulls (an older writer's) reads as it is."""
+    """A ``token_id`` or ``logprob`` column as an array, a null (the token is its top list's first entry)
+    taken from ``first``; a file without nulls (an older writer's) reads as it is."""
     vals = numbers(col, dtype)
     ok = valid(col)
     return vals if ok is None else np.where(ok, vals, first).astype(dtype, copy=False)
@@ -447,8 +418,7 @@ def _fill_lists(dst: np.ndarray, col: Any, start: int, fill: Any) -> None:
 
 
 def load_scores(root: str | Path) -> ScoreTable:
-    """Read ``root/scores.parquet`` into a :class:`ScoreTable` (raises :class:`NotMeasured` when the pass
-    was not scored, :class:`ScoresError` when the file is inconsistent)."""
+    """``root/scores.parquet`` as a :class:`ScoreTable` (:class:`NotMeasured`: the pass was not scored)."""
     from harness.results.arrow import pq
 
     root = Path(root)
