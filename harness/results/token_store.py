@@ -175,9 +175,9 @@ class ScoresWriter:
             self._writer.write_table(t, row_group_size=max(t.num_rows, 1))
             self._seen.update(np.unique(numbers(t.column("question"), np.int64)).tolist())
             self.tokens += t.num_rows
-            self._width = max(self._width, _list_width(t.column("top_ids")))
-            self._ref_width = max(self._ref_width, _list_width(t.column("ref_top_logprobs")))
-            self._offsets = self._offsets or t.column("text_offset").null_count < t.num_rows
+            k, k_ref, offsets = _widths(t)
+            self._width, self._ref_width = max(self._width, k), max(self._ref_width, k_ref)
+            self._offsets = self._offsets or offsets
 
     @property
     def questions(self) -> set[int]:
@@ -369,6 +369,23 @@ class ScoreTable:
         return slice(0, 0)
 
 
+def pass_widths(meta: ScoresMeta, pf: Any) -> tuple[int, int, bool]:
+    """(top-k width, reference width, whether text offsets are stored) of a pass: its ``scores.json``'s, else
+    (written by another tool) one read of the list columns of its Parquet file ``pf``."""
+    if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
+        return int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
+    k, k_ref, has_off = 0, 0, False
+    for g in range(pf.num_row_groups):
+        w = _widths(pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"]))
+        k, k_ref, has_off = max(k, w[0]), max(k_ref, w[1]), has_off or w[2]
+    return k, k_ref, has_off
+
+
+def _widths(t: Any) -> tuple[int, int, bool]:
+    return (_list_width(t.column("top_ids")), _list_width(t.column("ref_top_logprobs")),
+            t.column("text_offset").null_count < t.num_rows)
+
+
 def _list_width(col: Any) -> int:
     """The longest list of a list column (0 when every entry is null or empty)."""
     lens = np.diff(list_offsets(col))
@@ -428,15 +445,7 @@ def load_scores(root: str | Path) -> ScoreTable:
     meta: ScoresMeta = read_json(root / SCORES_META)  # parsed JSON: scores_status read it, status ok
     pf = pq.ParquetFile(root / SCORES)
     n = pf.metadata.num_rows
-    if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
-        k, k_ref, has_off = int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
-    else:   # written by another tool: one pass over the list columns for their widths
-        k, k_ref, has_off = 0, 0, False
-        for g in range(pf.num_row_groups):
-            t = pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
-            k = max(k, _list_width(t.column("top_ids")))
-            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs")))
-            has_off = has_off or t.column("text_offset").null_count < t.num_rows
+    k, k_ref, has_off = pass_widths(meta, pf)
     question = np.empty(n, np.int32)
     position = np.empty(n, np.int32)
     token_id = np.empty(n, np.int32)
@@ -465,23 +474,27 @@ def load_scores(root: str | Path) -> ScoreTable:
             text_off[start:start + m] = numbers(t.column("text_offset"), np.int32, fill=-1)
         start += m
         del t
-    order = np.lexsort((position, question))
-    if not np.all(order[1:] > order[:-1]):   # not already sorted: permute, one column at a time
-        question = question[order]
-        position = position[order]
-        token_id = token_id[order]
-        logprob = logprob[order]
-        top_ids = top_ids[order]
-        top_lps = top_lps[order]
-        ref_lps = ref_lps[order] if ref_lps is not None else None
-        text_off = text_off[order] if text_off is not None else None
+    rows: dict[str, Any] = {"question": question, "position": position, "token_id": token_id,
+                            "logprob": logprob, "top_ids": top_ids, "top_logprobs": top_lps,
+                            "ref_top_logprobs": ref_lps, "text_offset": text_off}
+    del question, position, token_id, logprob, top_ids, top_lps, ref_lps, text_off  # sorted in the dict alone
+    qs, offsets = sort_rows(rows, root / SCORES)
+    del rows["question"]
+    return ScoreTable(questions=qs, offsets=offsets, meta=meta, **rows)
+
+
+def sort_rows(rows: dict[str, Any], where: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Sort the columns ``rows`` (None: one the pass lacks) by (question, position) in place, a column at a
+    time; the questions and their row offsets. ScoresError unless a question's positions are 0..T-1."""
+    order = np.lexsort((rows["position"], rows["question"]))
+    if not np.all(order[1:] > order[:-1]):
+        for c, v in rows.items():
+            rows[c] = None if v is None else v[order]
     del order
-    qs, first = np.unique(question, return_index=True)
+    n = rows["question"].size
+    qs, first = np.unique(rows["question"], return_index=True)
     offsets = np.append(first, n).astype(np.int64)
-    expect = np.arange(n) - np.repeat(first, np.diff(offsets))
-    if not np.array_equal(position, expect):
-        raise ScoresError(f"{root / SCORES}: positions are not 0..T-1 within each question "
+    if not np.array_equal(rows["position"], np.arange(n) - np.repeat(first, np.diff(offsets))):
+        raise ScoresError(f"{where}: positions are not 0..T-1 within each question "
                           "(a question written twice, or rows lost)")
-    return ScoreTable(questions=qs.astype(np.int64), offsets=offsets, position=position, token_id=token_id,
-                      logprob=logprob, top_ids=top_ids, top_logprobs=top_lps, ref_top_logprobs=ref_lps,
-                      text_offset=text_off, meta=meta)
+    return qs.astype(np.int64), offsets
