@@ -97,7 +97,7 @@ def flat(inputs: ScoreInputs, questions: Sequence[int], which: int) -> tuple[np.
 
 def of_columns(questions: np.ndarray, prompt: tuple[np.ndarray, np.ndarray],
                reference: tuple[np.ndarray, np.ndarray], out: ScoreInputs | None = None) -> ScoreInputs:
-    """The inputs of stored columns ((offsets, values) each), added to ``out`` (else new), arrays of their own."""
+    """The inputs of stored columns ((offsets, values) each), added to ``out`` (else a new one)."""
     out = ScoreInputs() if out is None else out
     (po, pv), (ro, rv) = prompt, reference
     for n, q in enumerate(questions.tolist()):
