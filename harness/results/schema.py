@@ -17,8 +17,8 @@ file                    kind                      model
 
 ``samples.jsonl`` and ``prompts.jsonl`` rows have their ``eval.json``'s ``schema_version``. A document of
 another kind, or of a ``schema_version`` this abh does not read, is a one-line :class:`SchemaError` (exit 2):
-a future format is refused, never misread. Computed results are frozen :class:`~harness.results.records.Record`
-dataclasses, every field checked on loading; the eval's own files are ``TypedDict`` (``total=False``).
+a future format is refused, never misread. Computed results are frozen ``Record`` dataclasses, every field
+checked on loading; the eval's own files are ``TypedDict`` (``total=False``).
 """
 
 from __future__ import annotations
