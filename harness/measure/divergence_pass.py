@@ -65,8 +65,7 @@ __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "Sco
 
 T = TypeVar("T")
 
-#: At most this many of the reference pass's top-k ids are asked of the other passes per question (SGLang), at the
-#: default ``top_k``; a smaller ``top_k`` asks proportionally fewer (:func:`asked_cap`).
+#: The reference pass's top-k ids asked of the other passes per question (SGLang) at the default ``top_k``
 DEFAULT_MAX_ASKED_IDS = 32
 
 
@@ -124,11 +123,9 @@ def text_key(text: str | None) -> int:
 
 
 # ------------------------------------------------------------------------------------------ inputs file
-#: A question's ids: (prompt ids, reference ids), held as arrays (:class:`~harness.results.score_inputs.ScoreInputs`)
+#: A question's ids: (prompt ids, reference ids), held as arrays
 Inputs = ScoreInputs
-#: Texts per ``/tokenize`` request of the reference pass: the answer's ids are parsed into an int object each
-#: (36 bytes an id), so a chunk at a time is made arrays before the next is asked (all 1319 prompts at once held
-#: ~40 MiB of ints at the peak)
+#: Texts per ``/tokenize`` request: a chunk's ids (int objects) are made arrays before the next is asked
 TOKENIZE_CHUNK = 128
 
 
@@ -159,8 +156,7 @@ def _column(inputs: ScoreInputs, qs: list[int], which: int) -> tuple[np.ndarray,
     return offsets, array(values)
 
 
-#: Questions of ``score_inputs.parquet`` decoded at a time (a whole file decoded at once held ~200 MiB of pyarrow
-#: buffers and int64 copies for 13k questions)
+#: Questions of ``score_inputs.parquet`` decoded at a time (a whole file at once: ~200 MiB for 13k questions)
 INPUTS_BATCH = 256
 
 
@@ -410,8 +406,7 @@ def _digest(refs: list[Reference]) -> str:
     return h.hexdigest()
 
 
-#: scores.json keys a resumed pass must share with the pass on disk (the protocol's are checked once asked); the
-#: reference pass by its id, not its path (a run directory may move)
+#: scores.json keys a resumed pass shares with the pass on disk (the reference pass by id: directories move)
 _RESUME_KEYS = ("requested_top_k", "reference_pass_id", "references_digest")
 
 

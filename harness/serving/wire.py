@@ -112,11 +112,9 @@ class TokenScores:
     id_logprobs: list[dict[int, float]] = field(default_factory=list)
     text_offsets: list[int | None] = field(default_factory=list)
     input_tokens: int | None = None
-    #: ``top_ids`` and ``top_logprobs`` as (T, k) arrays, when the parser built them so (the scoring pass then
-    #: stores them without a Python object per alternative; the lists are made from them only when asked for)
+    #: ``top_ids`` and ``top_logprobs`` as (T, k) arrays, when the parser built them so (lists made on demand)
     dense_top: tuple[np.ndarray, np.ndarray] | None = None
-    #: the asked ids' logprobs as a (T, m) array, column j for ``asked_ids[j]`` (NaN: not given), when the
-    #: parser read them so; ``id_logprobs`` is then empty
+    #: the asked ids' logprobs as (T, m), column j for ``asked_ids[j]``, when so read (``id_logprobs`` empty)
     dense_asked: np.ndarray | None = None
     asked_ids: tuple[int, ...] = ()
     _top_ids: list[list[int | None]] | None = field(default=None, repr=False)
@@ -161,19 +159,15 @@ class Api(ABC):
     health_path: ClassVar[str]
     #: GET: the served models, when the protocol needs a model name in each request.
     models_path: ClassVar[str | None] = None
-    #: ``health_path`` answers 200 only once the server can generate (SGLang's /health_generate runs a 1-token
-    #: generation); otherwise readiness is shown by a 1-token completion.
+    #: ``health_path`` answers 200 only once the server can generate (else a 1-token completion shows it)
     health_means_ready: ClassVar[bool] = False
     #: The server's own generation endpoint takes SGLang's request fields (e.g. ``return_routed_experts``).
     native_sglang: ClassVar[bool] = False
-    #: POST ``{"prompt", "add_special_tokens"}`` -> ``{"tokens": [...]}``: text to token ids (tried in order;
-    #: a server that serves none of them is scored by text).
+    #: POST ``{"prompt", "add_special_tokens"}`` -> ``{"tokens": [...]}``, tried in order (none: by text)
     tokenize_paths: ClassVar[tuple[str, ...]] = ("/tokenize", "/v1/tokenize")
-    #: POST ``{"tokens": [[id], ...], "skip_special_tokens": false}`` -> ``{"text": [...]}``: each token's text,
-    #: for a scoring pass that asks for no text in its answers (tried in order; none: the answers carry texts).
+    #: POST ``{"tokens": [[id], ...], "skip_special_tokens": false}`` -> ``{"text": [...]}``, tried in order
     detokenize_paths: ClassVar[tuple[str, ...]] = ()
-    #: A scoring request can also ask for the logprobs of given ids at every position (SGLang's
-    #: ``token_ids_logprob``; :attr:`ScoreRequest.token_ids`).
+    #: A scoring request can ask for given ids' logprobs at every position (:attr:`ScoreRequest.token_ids`)
     scores_given_ids: ClassVar[bool] = False
     #: The prompt is sent as a chat message (the server applies its chat template), not as raw text.
     chat: ClassVar[bool] = False
@@ -534,8 +528,7 @@ class OpenAIApi(Api):
     #: vLLM's; llama-cpp-python has none there (it is scored by text)
     tokenize_paths: ClassVar[tuple[str, ...]] = ("/tokenize",)
     model_name: str = ""
-    #: 0: echo entry i holds token i's logprob and distribution (OpenAI, vLLM); 1: entry i holds the
-    #: distribution of token i+1 (llama-cpp-python without BOS). Learnt by :meth:`with_scoring_probe`.
+    #: 0: echo entry i holds token i's distribution (OpenAI, vLLM); 1: token i+1's (llama-cpp-python, no BOS)
     echo_shift: int = 0
     #: Id requests ask for vLLM's ``prompt_logprobs`` (per input position a dict keyed by token id), set by
     #: :meth:`scoring_by_ids`. Otherwise an id request is echoed and read by position, a text request by text
@@ -653,8 +646,7 @@ class OpenAIApi(Api):
             if own is None:
                 raise MalformedResponse(f"prompt_logprobs[{i}] lacks the input token {tid}")
             alts.sort(key=itemgetter(2), reverse=True)  # by logprob (a dict's order is no promise); stable
-            # the top-k (and the input token, when no rank says it is not one of them), each id once however its
-            # key is spelt
+            # the top-k (and the input token unless its rank says otherwise), each id once however spelt
             problem = top_problem([a[0] for a in alts], [a[2] for a in alts], k, where, spare=1)
             if problem is not None:
                 raise MalformedResponse(problem)
