@@ -571,10 +571,7 @@ class OpenAIApi(Api):
             raise MalformedResponse("choices[0].text is not a string")
         if not isinstance(choice, dict):
             raise MalformedResponse("choices[0] is not an object")
-        usage = _object(obj.get("usage"), "usage")
-        return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
-                          _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-                          _count(usage.get("completion_tokens"), "usage.completion_tokens"))
+        return _choice_generation(obj, choice, text)
 
     def reply_tokens(self, body: Mapping[str, Any]) -> int:
         """``max_tokens`` with their ``logprobs`` alternatives; with ``echo`` or vLLM's ``prompt_logprobs`` the
@@ -612,10 +609,7 @@ class OpenAIApi(Api):
         if not isinstance(rows, list) or len(rows) != len(ids):
             n = len(rows) if isinstance(rows, list) else "no"
             raise MalformedResponse(f"{n} prompt_logprobs entries for an input of {len(ids)} tokens")
-        usage = obj.get("usage") if isinstance(obj, dict) else None
-        n_in = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        _ids_sent(req, n_in)
-        out = TokenScores(input_tokens=n_in if isinstance(n_in, int) else None)
+        out = _counted_input(obj, req)
         k = req.top_k
         for i in range(len(req.prompt), len(ids)):
             tid, entry = ids[i], rows[i]
@@ -679,10 +673,7 @@ class OpenAIApi(Api):
             first, end = (picked[0], picked[-1] + 1) if picked else (0, 0)
         if end > len(tokens):
             raise MalformedResponse(f"{len(tokens)} echoed tokens for a reference ending at token {end}")
-        usage = obj.get("usage") or {}
-        n_in = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        _ids_sent(req, n_in)
-        out = TokenScores(input_tokens=n_in if isinstance(n_in, int) else None)
+        out = _counted_input(obj, req)
         for i in range(first, end):
             where = f"at reference token {i - first}"
             tid, text = _token_id_or_text(tokens[i])
@@ -783,10 +774,7 @@ class ChatApi(OpenAIApi):
         reasoning = message.get("reasoning_content")
         if not isinstance(reasoning, str):
             reasoning = message.get("reasoning") if isinstance(message.get("reasoning"), str) else None
-        usage = _object(obj.get("usage"), "usage")
-        return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
-                          _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-                          _count(usage.get("completion_tokens"), "usage.completion_tokens"), reasoning or None)
+        return _choice_generation(obj, choice, text, reasoning or None)
 
     def scoring_body(self, req: ScoreRequest) -> JSONObject:
         raise ValueError("the chat API has no teacher-forced scoring (run the divergence with engine.api=openai)")
@@ -815,6 +803,15 @@ def for_api(name: str, model: str = "") -> Api:
 
 
 # ---------------------------------------------------------------------------------------- helpers
+def _choice_generation(obj: dict[str, Any], choice: dict[str, Any], text: str,
+                       reasoning: str | None = None) -> Generation:
+    """An OpenAI answer's generation: ``text``, and the finish reason and token counts it gives."""
+    usage = _object(obj.get("usage"), "usage")
+    return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
+                      _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+                      _count(usage.get("completion_tokens"), "usage.completion_tokens"), reasoning)
+
+
 def _object(x: Any, what: str) -> dict[str, Any]:
     """An optional JSON object of a reply (absent or null: empty); anything else is a malformed reply."""
     if x is None:
@@ -1053,12 +1050,16 @@ def _num(x: Any, where: str = "") -> float:
     return -math.inf if v is None else v
 
 
-def _ids_sent(req: ScoreRequest, counted: Any) -> None:
-    """MalformedResponse when an answer to the id request ``req`` counts another input length."""
+def _counted_input(obj: Any, req: ScoreRequest) -> TokenScores:
+    """No scores yet, with the input tokens an OpenAI answer counts (``usage.prompt_tokens``);
+    MalformedResponse when an answer to the id request ``req`` counts another input length."""
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     sent = len(req.prompt) + len(req.reference)
     if req.by_ids and isinstance(counted, int) and counted != sent:
         raise MalformedResponse(f"{NOT_THIS_REQUEST}: prompt_tokens {counted} for an input of {sent} "
                                 "token ids")
+    return TokenScores(input_tokens=counted if isinstance(counted, int) else None)
 
 
 def _logprob(x: Any, where: str) -> float | None:
