@@ -129,13 +129,6 @@ Inputs = ScoreInputs
 TOKENIZE_CHUNK = 128
 
 
-def shared_ids(ids: list[int], pool: dict[int, int]) -> list[int]:
-    """``ids`` with each id the one int object ``pool`` holds for it (added if new). A pass holds ~1 M prompt ids
-    of a few thousand distinct values: a list of shared ints costs 8 bytes an id, of its own ints 36."""
-    get = pool.setdefault
-    return list(map(get, ids, ids))
-
-
 def _write_inputs(path: Path, rows: Mapping[int, tuple[Sequence[int], Sequence[int]]]) -> None:
     from harness.results.arrow import pa, pq
 
@@ -600,8 +593,6 @@ class _Asker:
     async def many(self, refs: Sequence[Reference]) -> list[Result]:
         """Several questions' results in order, in one request where the server takes a batch (a 4xx refusal:
         one question per request from then on, ``batch_refused`` saying why)."""
-        if len(refs) == 1 or not self.batches:
-            return list(await asyncio.gather(*(self.one(r) for r in refs)))
         out: dict[int, Result] = {}
         asked: list[tuple[int, ScoreRequest, list[int] | None, np.ndarray | None]] = []
         for i, ref in enumerate(refs):
@@ -616,15 +607,7 @@ class _Asker:
                 asked.append((i, req, ref_ids, top))
         if asked:
             reqs = [a[1] for a in asked]
-            try:
-                replies = await self.client.score_batch(reqs) if len(reqs) > 1 else [await self.client.score(reqs[0])]
-            except ValueError:  # not one batch (some ask for texts, some not): each alone
-                replies = list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
-            status = replies[0].status
-            if len(reqs) > 1 and status is not None and 400 <= status < 500:
-                self.batch_refused = (f"{self.client.cfg.url} refused a batch of {len(reqs)} scoring requests "
-                                      f"({replies[0].error}): one question per request")
-                replies = list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
+            replies = await self._score(reqs)
             for (i, _, ref_ids, top), reply in zip(asked, replies, strict=True):
                 out[i] = (refs[i], reply, ref_ids, top, None)
         return [out[i] for i in range(len(refs))]
@@ -664,14 +647,18 @@ class _Asker:
         self.plan.api.scoring_body(req)  # raises ValueError now if this request cannot be asked
         return req, ref_ids, top
 
-    async def one(self, ref: Reference) -> Result:
-        try:
-            req, ref_ids, top = await self.request(ref)
-        except ValueError as e:
-            return ref, None, None, None, str(e)
-        if req is None:
-            return ref, None, ref_ids, None, None
-        return ref, await self.client.score(req), ref_ids, top, None
+    async def _score(self, reqs: list[ScoreRequest]) -> list[ScoreReply]:
+        if len(reqs) > 1 and self.batches:
+            try:
+                replies = await self.client.score_batch(reqs)
+            except ValueError:  # not one batch (some ask for texts, some not): each alone
+                return list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
+            status = replies[0].status
+            if status is None or not 400 <= status < 500:
+                return replies
+            self.batch_refused = (f"{self.client.cfg.url} refused a batch of {len(reqs)} scoring requests "
+                                  f"({replies[0].error}): one question per request")
+        return list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
 
     async def probe(self, ref: Reference) -> Result:
         """One question alone, first: a server that cannot score says so here (not measured)."""
