@@ -93,17 +93,11 @@ class ScoreRequest:
 
 @dataclass
 class TokenScores:
-    """Scores of the reference tokens; every list has one entry per reference token ``i``.
-
-    ``ids[i]`` / ``texts[i]``: the token (None where the API does not give it); ``logprobs[i]``: logprob of
-    that token given everything before it (None where the server gives none, e.g. the very first token of
-    the input, or a realigned llama-cpp-python token outside the top-k); ``top_ids[i]`` / ``top_texts[i]`` /
-    ``top_logprobs[i]``: the top-k alternatives at that position, most likely first, at most k of them;
-    ``id_logprobs[i]``: SGLang ``token_ids_logprob`` answers, {id: logprob} (empty otherwise);
-    ``text_offsets[i]``: where the token starts, in characters from the start of the reference text (None
-    where unknown; a first offset other than 0 means a token straddles the prompt/reference boundary);
-    ``input_tokens``: tokens the server counted in the whole input (prompt + reference), when it says.
-    """
+    """Scores of the reference tokens, every list one entry per token: the token (``ids``, ``texts``; None
+    where not given), its logprob given all before it (None where none is given, e.g. the input's first
+    token), the top-k alternatives most likely first, SGLang's asked ids' ``{id: logprob}``, where it
+    starts in the reference text (None where unknown); ``input_tokens``: what the server counted in the
+    whole input."""
 
     ids: list[int | None] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
