@@ -93,11 +93,9 @@ class ScoreRequest:
 
 @dataclass
 class TokenScores:
-    """Scores of the reference tokens, every list one entry per token: the token (``ids``, ``texts``; None
-    where not given), its logprob given all before it (None where none is given, e.g. the input's first
-    token), the top-k alternatives most likely first, SGLang's asked ids' ``{id: logprob}``, where it
-    starts in the reference text (None where unknown); ``input_tokens``: what the server counted in the
-    whole input."""
+    """Scores of the reference tokens, one entry per token in every list: the token (None where not given), its
+    logprob given all before it (None where none is given), the top-k alternatives most likely first, SGLang's
+    asked ids' ``{id: logprob}``, where it starts in the reference text; ``input_tokens``: the input's count."""
 
     ids: list[int | None] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
