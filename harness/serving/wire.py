@@ -93,9 +93,10 @@ class ScoreRequest:
 
 @dataclass
 class TokenScores:
-    """Scores of the reference tokens, one entry per token in every list: the token (None where not given), its
-    logprob given all before it (None where none is given), the top-k alternatives most likely first, SGLang's
-    asked ids' ``{id: logprob}``, where it starts in the reference text; ``input_tokens``: the input's count."""
+    """Scores of the reference tokens, one entry per token in every list: the token (None where not given),
+    its logprob given all before it (None where none is given), the top-k alternatives most likely first,
+    SGLang's asked ids' ``{id: logprob}``, where it starts in the reference text; ``input_tokens``: the
+    input's count."""
 
     ids: list[int | None] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
