@@ -228,18 +228,13 @@ class ScoringOptions:
 
 
 # ------------------------------------------------------------------------------------------ one answer
-@dataclass
-class _Rows:
-    token_id: np.ndarray
-    logprob: np.ndarray
-    top_ids: np.ndarray
-    top_logprobs: np.ndarray
-    ref_top_logprobs: np.ndarray | None
-    text_offsets: np.ndarray | None
+#: one answer's arrays, in :meth:`ScoresWriter.add`'s order: token_id, logprob, top_ids, top_logprobs,
+#: ref_top_logprobs, text_offsets
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]
 
 
 def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.ndarray | None,
-          reference_text: str, offsets: np.ndarray | None = None) -> _Rows:
+          reference_text: str, offsets: np.ndarray | None = None) -> Rows:
     """One answer as the writer's arrays: ids where the server gave ids everywhere, else text keys; this
     server's logprobs of ``ref_top`` (the reference pass's top-k ids) lined up with it; ``offsets``: the
     tokens' text offsets where the answer has no texts."""
@@ -284,7 +279,7 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
             offs = np.asarray(sc.text_offsets, dtype=np.int64)
         elif all(x is not None for x in sc.texts):
             offs = _token_offsets([str(x) for x in sc.texts], reference_text)
-    return _Rows(tok, lp, ids, tlp, ref_lp, offs)
+    return tok, lp, ids, tlp, ref_lp, offs
 
 
 # ------------------------------------------------------------------------------------------ the pass
@@ -810,9 +805,8 @@ def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int, offset
         progress.update(error=True)
         return
     rows = _rows(reply.scores, ref_ids, k, top, ref.text, offsets.get(ref.question))
-    if rows.token_id.size:
-        writer.add(ref.question, rows.token_id, rows.logprob, rows.top_ids, rows.top_logprobs,
-                   rows.ref_top_logprobs, rows.text_offsets)
+    if rows[0].size:
+        writer.add(ref.question, *rows)
     progress.update(error=False)
 
 
