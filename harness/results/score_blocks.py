@@ -26,6 +26,7 @@ from harness.results.arrow_buffers import numbers
 from harness.results.fileio import read_json
 from harness.results.token_store import (
     PAD_ID,
+    ROW_COLUMNS,
     SCORES,
     SCORES_META,
     NotMeasured,
@@ -284,12 +285,7 @@ def split_blocks(t: ScoreTable, block_tokens: int) -> Iterator[ScoreTable]:
         j = int(np.searchsorted(t.offsets, t.offsets[i] + max(1, block_tokens), side="left"))
         j = min(max(j, i + 1), nq)
         a, b = int(t.offsets[i]), int(t.offsets[j])
-        yield ScoreTable(questions=t.questions[i:j], offsets=t.offsets[i:j + 1] - a, position=t.position[a:b],
-                         token_id=t.token_id[a:b], logprob=t.logprob[a:b] if t.logprob.size else t.logprob,
-                         top_ids=t.top_ids[a:b] if t.top_ids.size else t.top_ids,
-                         top_logprobs=t.top_logprobs[a:b] if t.top_logprobs.size else t.top_logprobs,
-                         ref_top_logprobs=None if t.ref_top_logprobs is None else t.ref_top_logprobs[a:b],
-                         text_offset=None if t.text_offset is None else t.text_offset[a:b], meta=t.meta)
+        yield t.select(t.questions[i:j], t.offsets[i:j + 1] - a, slice(a, b))
         i = j
 
 
@@ -311,14 +307,7 @@ def _pick(t: ScoreTable, idx: np.ndarray) -> ScoreTable:
     starts = t.offsets[idx]
     off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     rows = (np.repeat(starts - off[:-1], lens) + np.arange(off[-1])).astype(np.int64)
-
-    def take(v: np.ndarray | None) -> Any:
-        return None if v is None else (v[rows] if v.shape[0] == t.token_id.size else v)
-
-    return ScoreTable(questions=t.questions[idx], offsets=off, position=take(t.position),
-                      token_id=take(t.token_id), logprob=take(t.logprob), top_ids=take(t.top_ids),
-                      top_logprobs=take(t.top_logprobs), ref_top_logprobs=take(t.ref_top_logprobs),
-                      text_offset=take(t.text_offset), meta=t.meta)
+    return t.select(t.questions[idx], off, rows)
 
 
 def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
@@ -333,10 +322,8 @@ def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
         vals = [getattr(p, name) for p in parts]
         return None if vals[0] is None else np.concatenate(vals)
 
-    return ScoreTable(questions=np.concatenate([p.questions for p in parts]), offsets=offsets,
-                      position=cat("position"), token_id=cat("token_id"), logprob=cat("logprob"),
-                      top_ids=cat("top_ids"), top_logprobs=cat("top_logprobs"),
-                      ref_top_logprobs=cat("ref_top_logprobs"), text_offset=cat("text_offset"), meta=parts[0].meta)
+    return ScoreTable(questions=np.concatenate([p.questions for p in parts]), offsets=offsets, meta=parts[0].meta,
+                      **{c: cat(c) for c in ROW_COLUMNS})
 
 
 class QuestionRows:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -58,6 +58,9 @@ PAD_ID = -1
 ZSTD_LEVEL = 6
 DEFAULT_ROW_GROUP_ROWS = 65_536
 MAX_ERROR_EXAMPLES = 5
+#: a :class:`ScoreTable`'s columns of one entry per row
+ROW_COLUMNS = ("position", "token_id", "logprob", "top_ids", "top_logprobs", "ref_top_logprobs",
+               "text_offset")
 #: the columns stored byte stream split (:class:`ScoresWriter`), by their Parquet paths
 BYTE_STREAM_SPLIT = ("token_id", "logprob", "top_ids.list.element", "top_logprobs.list.element",
                      "ref_top_logprobs.list.element")
@@ -367,6 +370,15 @@ class ScoreTable:
         if i < self.questions.size and self.questions[i] == question:
             return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
         return slice(0, 0)
+
+    def select(self, questions: np.ndarray, offsets: np.ndarray, rows: slice | np.ndarray) -> ScoreTable:
+        """The table of ``questions`` (``offsets`` into their rows), its rows this one's ``rows`` (a column
+        without rows, one not read, stays as it is)."""
+        def take(v: Any) -> Any:
+            return None if v is None else (v[rows] if v.shape[0] == self.token_id.size else v)
+
+        rows_of = {c: take(getattr(self, c)) for c in ROW_COLUMNS}
+        return replace(self, questions=questions, offsets=offsets, **rows_of)
 
 
 def pass_widths(meta: ScoresMeta, pf: Any) -> tuple[int, int, bool]:
