@@ -322,8 +322,8 @@ def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
         vals = [getattr(p, name) for p in parts]
         return None if vals[0] is None else np.concatenate(vals)
 
-    return ScoreTable(questions=np.concatenate([p.questions for p in parts]), offsets=offsets, meta=parts[0].meta,
-                      **{c: cat(c) for c in ROW_COLUMNS})
+    return ScoreTable(questions=np.concatenate([p.questions for p in parts]), offsets=offsets,
+                      meta=parts[0].meta, **{c: cat(c) for c in ROW_COLUMNS})
 
 
 class QuestionRows:
