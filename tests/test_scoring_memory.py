@@ -15,13 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import TEST_JSONL
+from helpers.ids import shared_ids
 
 import harness.measure.divergence_pass as dp
 from harness.results import arrow_buffers as ab
 from harness.results import score_inputs
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
-from helpers.ids import shared_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 
