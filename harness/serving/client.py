@@ -21,7 +21,7 @@ import re
 import resource
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from email.utils import parsedate_to_datetime
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -608,11 +608,7 @@ class Client:
         not this request's (an attempt's error, retried), or None."""
         reply = Reply()
         gen: Generation | None = await self._with_retries(reply, lambda: self._once(body, check))
-        if gen is not None:
-            reply.text, reply.finish_reason = gen.text, gen.finish_reason
-            reply.prompt_tokens, reply.completion_tokens = gen.prompt_tokens, gen.completion_tokens
-            reply.reasoning = gen.reasoning
-        return reply
+        return reply if gen is None else replace(reply, **vars(gen))
 
     # ------------------------------------------------------------------ teacher-forced scoring
     #: The text of the alignment probe (:meth:`prepare_scoring`).
