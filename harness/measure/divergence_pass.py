@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -62,8 +62,6 @@ from harness.serving.wire import (
 
 __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_cap", "asked_ids",
            "load_references", "score_pass", "score_pass_async", "text_key"]
-
-T = TypeVar("T")
 
 #: The reference pass's top-k ids asked of the other passes per question (SGLang) at the default ``top_k``
 DEFAULT_MAX_ASKED_IDS = 32
