@@ -95,8 +95,8 @@ class ScoreRequest:
 class TokenScores:
     """Scores of the reference tokens, one entry per token in every list: the token (None where not given),
     its logprob given all before it (None where none is given), the top-k alternatives most likely first,
-    SGLang's asked ids' ``{id: logprob}``, where it starts in the reference text; ``input_tokens``: the
-    input's count."""
+    SGLang's asked ids' ``{id: logprob}``, where it starts in the reference text (``input_tokens``: the
+    whole input's count)."""
 
     ids: list[int | None] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
@@ -326,8 +326,7 @@ class SGLangApi(Api):
 
     def batch_scoring_body(self, reqs: Sequence[ScoreRequest]) -> JSONObject:
         """Several scoring requests in one ``/generate`` body, answered by a JSON list in order (SGLang's
-        ``GenerateReqInput`` takes a value per item but for ``sampling_params`` and
-        ``return_text_in_logprobs``)."""
+        ``GenerateReqInput``: a value per item, but one ``sampling_params`` and ``return_text_in_logprobs``)."""
         if not reqs or any(not r.by_ids for r in reqs) or len({r.texts for r in reqs}) != 1:
             raise ValueError("a scoring batch is one or more requests by token ids, all with or all without texts")
         asked = [r.token_ids is not None for r in reqs]
@@ -711,8 +710,7 @@ class OpenAIApi(Api):
 @dataclass(frozen=True)
 class VLLMApi(OpenAIApi):
     """vLLM's completions API with every ``SamplingParams`` field set as SGLang's recipe means it (vLLM fills
-    an omitted one from ``generation_config.json``: a ``repetition_penalty`` there would apply even at
-    temperature 0)."""
+    an omitted one from ``generation_config.json``, whose ``repetition_penalty`` applies even greedy)."""
 
     name: ClassVar[str] = "vllm"
 
@@ -782,8 +780,7 @@ API_NAMES: tuple[str, ...] = tuple(_APIS)
 
 
 def can_send(api: str, recipe_apis: Sequence[str]) -> bool:
-    """Whether a recipe written for ``recipe_apis`` can be sent by ``api``: its own, or ``vllm`` for a
-    completions recipe."""
+    """Whether a recipe for ``recipe_apis`` can be sent by ``api``: its own, or vllm for a completions one."""
     return api in recipe_apis or (api == VLLMApi.name and OpenAIApi.name in recipe_apis)
 
 
