@@ -326,7 +326,7 @@ class SGLangApi(Api):
 
     def batch_scoring_body(self, reqs: Sequence[ScoreRequest]) -> JSONObject:
         """Several scoring requests in one ``/generate`` body, answered by a JSON list in order (SGLang's
-        ``GenerateReqInput``: a value per item, but one ``sampling_params`` and ``return_text_in_logprobs``)."""
+        ``GenerateReqInput``: a value per item, one ``sampling_params`` and ``return_text_in_logprobs``)."""
         if not reqs or any(not r.by_ids for r in reqs) or len({r.texts for r in reqs}) != 1:
             raise ValueError("a scoring batch is one or more requests by token ids, all with or all without texts")
         asked = [r.token_ids is not None for r in reqs]
