@@ -52,7 +52,7 @@ def _answer(rec: SampleRecord) -> tuple[Any, ...]:
 
 def verify(path: Path, rows: Mapping[int, tuple[int, SampleRecord]], reference: Reference | None,
            score: Scorer | None) -> None:
-    """Each answered row's claims checked (``score`` None: not rescored); StoreError at the first false one."""
+    """Each answered row's claims checked (``score`` None: not rescored); StoreError at the first false."""
     for lineno, rec in sorted(rows.values(), key=lambda x: x[0]):
         if rec.error is not None or rec.output is None:
             continue
