@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import TEST_JSONL
+from helpers.ids import shared_ids
 
 import harness.measure.divergence_pass as dp
 from harness.results import arrow_buffers as ab
@@ -104,9 +105,9 @@ def test_score_inputs_read_back_with_one_int_object_per_id(tmp_path, big):
 
 def test_shared_ids_keep_the_values_and_share_their_objects():
     pool: dict[int, int] = {}
-    a = dp.shared_ids([int("100000"), 5, int("100000")], pool)
-    b = dp.shared_ids([int("100000")], pool)
-    assert a == [100000, 5, 100000] and a[0] is a[2] is b[0] and dp.shared_ids([], pool) == []
+    a = shared_ids([int("100000"), 5, int("100000")], pool)
+    b = shared_ids([int("100000")], pool)
+    assert a == [100000, 5, 100000] and a[0] is a[2] is b[0] and shared_ids([], pool) == []
 
 
 def test_the_reference_pass_tokenizes_in_chunks_with_the_same_ids(sim_server, tmp_path, monkeypatch):

@@ -1,3 +1,2 @@
-"""Measurements against one running server: :mod:`~harness.measure.evaluation` (one eval of a task),
-:mod:`~harness.measure.divergence_pass` (the teacher-forced scoring pass the divergence reads), and the one
-async runner both use (:mod:`~harness.measure.runner`: event loop, signals, watchdogs, progress)."""
+"""Measurements against one running server (an eval of a task, a scoring or routing pass), on the one async
+runner (:mod:`~harness.measure.runner`: event loop, signals, watchdogs, progress)."""

@@ -1,28 +1,17 @@
-"""The scoring pass: one server scores the reference completions teacher-forced, into an eval directory.
+"""The scoring pass: one server scores the reference completions (one arm's greedy outputs, after exactly the
+prompts that eval sent) teacher-forced, per token its logprob and top-k alternatives, into ``scores.parquet``
+/ ``scores.json`` of an eval directory; a server that cannot score writes ``status: not_measured`` and why.
 
-The references are one arm's greedy completions (``samples.jsonl``, arm A's r1 by default) after exactly the
-prompts that eval sent (``prompts.jsonl``, checked by ``prompt_sha256``). Per reference token the server returns
-its logprob and top-k alternatives; the answers stream into ``scores.parquet`` / ``scores.json``
-(:class:`~harness.results.token_store.ScoresWriter`); a server that cannot score writes ``status: not_measured``
-and the reason, never an empty pass.
+Three passes make a divergence measurement: the **reference pass** (the reference arm's server scores its own
+text; where the server tokenizes, prompt and reference become ids once, stored in ``score_inputs.parquet``),
+the **compared pass** (B) and the **floor pass** (a fresh launch of the reference arm). Both send the same ids
+and, where the protocol can (SGLang), the reference pass's top-k ids of the question (at most
+``max_asked_ids``), so KL is computed on the same ids on both sides. A server that does not score ids (asked
+once, by the reference pass: :func:`_by_ids`) is scored by text, tokens keyed by :func:`text_key` in every
+pass.
 
-Three passes make a divergence measurement (:func:`harness.analysis.divergence.compute_divergence`): the
-**reference pass** (the reference arm's server scores its own text; where the server tokenizes, the prompt, with
-its special tokens, and the reference, without, become ids once, stored in ``score_inputs.parquet``), then the
-**compared pass** (B) and the **floor pass** (a fresh launch of the reference arm: the launch-to-launch noise B's
-launch carries). Both send the same ids and, where the protocol can (SGLang's ``token_ids_logprob``, one id list
-per request), the union of the reference pass's top-k ids over the question, capped at ``max_asked_ids``, so KL
-is computed on the same ids on both sides.
-
-Whether a server scores ids is asked once, by the reference pass (:func:`_by_ids`). Otherwise (llama-cpp-python;
-an OpenAI server without ``/tokenize`` or ``prompt_logprobs``) it is scored by text, ``by_text_reason`` says why,
-and tokens are keyed by :func:`text_key` in every pass. The text path picks the reference's tokens by
-``text_offset``, which a BOS token shifts on vLLM: ids are the path that holds there.
-
-A question that still fails after its retries is an error; the requests that failed with a dying server are
-*missing*. A pass stopped by a dead or hung server keeps what it scored (``partial: true``, ``not_measured``);
-the next pass for the same references, reference pass and top_k resumes it (``pass_id`` kept, ``resumes``
-counted). A signal keeps nothing of the session. Wall time: ``wall_s``, summed over its sessions.
+A pass stopped by a dead or hung server keeps what it scored (``partial: true``, ``not_measured``) and the
+next pass for the same references, reference pass and top_k resumes it; a signal keeps nothing of the session.
 """
 
 from __future__ import annotations
@@ -34,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -74,17 +63,13 @@ from harness.serving.wire import (
 __all__ = ["DEFAULT_MAX_ASKED_IDS", "DEFAULT_TOP_K", "INPUTS", "Reference", "ScoringOptions", "asked_cap", "asked_ids",
            "load_references", "score_pass", "score_pass_async", "text_key"]
 
-T = TypeVar("T")
-
-#: At most this many of the reference pass's top-k ids are asked of the other passes per question (SGLang), at the
-#: default ``top_k``; a smaller ``top_k`` asks proportionally fewer (:func:`asked_cap`).
+#: The reference pass's top-k ids asked of the other passes per question (SGLang) at the default ``top_k``
 DEFAULT_MAX_ASKED_IDS = 32
 
 
 def asked_cap(top_k: int) -> int:
-    """The ids asked per question at ``top_k``: :data:`DEFAULT_MAX_ASKED_IDS` scaled by ``top_k`` over the default
-    top_k (rounded up), never more. Every asked id costs an entry at every position of the answer, so the ids asked
-    stay in the same proportion to the top-k the reference pass reports."""
+    """:data:`DEFAULT_MAX_ASKED_IDS` scaled by ``top_k`` over the default (rounded up, never more): every
+    asked id costs an entry at every position of the answer."""
     return min(DEFAULT_MAX_ASKED_IDS, -(-DEFAULT_MAX_ASKED_IDS * max(int(top_k), 1) // DEFAULT_TOP_K))
 #: The reference pass's token ids of every question's prompt and reference: what the other passes send.
 INPUTS = "score_inputs.parquet"
@@ -109,10 +94,8 @@ class ScoringError(RuntimeError):
 
 
 def load_references(eval_dir: str | Path) -> list[Reference]:
-    """The answered questions of ``eval_dir`` as references, by question index. A question with a request
-    error has no reference; an empty completion is kept (it has no token to score)."""
+    """The answered questions of ``eval_dir`` as references (an empty completion kept: no token to score)."""
     root = Path(eval_dir)
-    # a row without its hash (or its text) cannot be checked against the answer: as good as no prompt
     prompts: dict[int, PromptRow] = {row["index"]: row for row in eval_prompts(root)}
     out = []
     for s in load_samples(root):
@@ -138,19 +121,10 @@ def text_key(text: str | None) -> int:
 
 
 # ------------------------------------------------------------------------------------------ inputs file
-#: A question's ids: (prompt ids, reference ids), held as arrays (:class:`~harness.results.score_inputs.ScoreInputs`)
+#: A question's ids: (prompt ids, reference ids), held as arrays
 Inputs = ScoreInputs
-#: Texts per ``/tokenize`` request of the reference pass: the answer's ids are parsed into an int object each
-#: (36 bytes an id), so a chunk at a time is made arrays before the next is asked (all 1319 prompts at once held
-#: ~40 MiB of ints at the peak)
+#: Texts per ``/tokenize`` request: a chunk's ids (int objects) are made arrays before the next is asked
 TOKENIZE_CHUNK = 128
-
-
-def shared_ids(ids: list[int], pool: dict[int, int]) -> list[int]:
-    """``ids`` with each id the one int object ``pool`` holds for it (added if new). A pass holds ~1 M prompt ids
-    of a few thousand distinct values: a list of shared ints costs 8 bytes an id, of its own ints 36."""
-    get = pool.setdefault
-    return list(map(get, ids, ids))
 
 
 def _write_inputs(path: Path, rows: Mapping[int, tuple[Sequence[int], Sequence[int]]]) -> None:
@@ -173,14 +147,12 @@ def _column(inputs: ScoreInputs, qs: list[int], which: int) -> tuple[np.ndarray,
     return offsets, array(values)
 
 
-#: Questions of ``score_inputs.parquet`` decoded at a time (a whole file decoded at once held ~200 MiB of pyarrow
-#: buffers and int64 copies for 13k questions)
+#: Questions of ``score_inputs.parquet`` decoded at a time (a whole file at once: ~200 MiB for 13k questions)
 INPUTS_BATCH = 256
 
 
 def _read_inputs(path: Path) -> Inputs:
-    """The reference pass's ids by question, read :data:`INPUTS_BATCH` questions at a time from the columns'
-    buffers (no Python object per id)."""
+    """The reference pass's ids by question, :data:`INPUTS_BATCH` questions at a time (no object per id)."""
     from harness.results.arrow import pq
 
     # ParquetFile, not read_table: read_table imports pyarrow.dataset (33 MiB of the process's memory, for good)
@@ -197,10 +169,8 @@ def _read_inputs(path: Path) -> Inputs:
 # ------------------------------------------------------------------------------------------ asked ids
 def asked_ids(top_ids: np.ndarray, top_logprobs: np.ndarray, cap: int,
               reference: np.ndarray | None = None) -> list[int]:
-    """The ids to ask at every position of one question (SGLang ``token_ids_logprob``): the union of the
-    reference pass's top-k ids ``top_ids`` (T, k) over the positions, at most ``cap`` of them, those with the
-    highest logprob at some position first. A position's own reference token (``reference`` (T,)) is left
-    out there: every pass returns its logprob anyway."""
+    """The ids to ask at every position of one question: the union of the reference pass's top-k ids (T, k),
+    at most ``cap``, highest logprob first; a position's own ``reference`` token left out."""
     top_ids = np.asarray(top_ids)
     ids = top_ids.reshape(-1)
     lps = np.asarray(top_logprobs, dtype=float).reshape(-1)
@@ -232,16 +202,14 @@ def _first_distinct(ids: np.ndarray, lps: np.ndarray, cap: int) -> list[int]:
 @dataclass
 class ScoringOptions:
     top_k: int = DEFAULT_TOP_K
-    #: Scoring requests in flight at once, at most the client's ``parallel`` (``divergence.parallel``): a
-    #: server's prefill batches are full long before 1319, and each request in flight is a connection and an
-    #: answer held by the client.
+    #: Scoring requests in flight, at most the client's ``parallel``: a server's prefill batches are full long
+    #: before 1319, and each request in flight is a connection and an answer held.
     parallel: int = SCORING_PARALLEL
     #: The reference pass's directory; None: this pass IS the reference pass (it scores its own text).
     reference_scores: Path | None = None
     #: None: :func:`asked_cap` of ``top_k``
     max_asked_ids: int | None = None
-    #: Questions per scoring request where the protocol takes a batch (SGLang's ``/generate``; ``divergence.batch``):
-    #: fewer, larger requests cost both processes less per question. 1: one question per request.
+    #: Questions per scoring request where the protocol takes a batch: fewer, larger requests cost less.
     batch: int = SCORING_BATCH
     progress: bool = True
     #: Polled about twice a second; a reason (e.g. "server process exited") stops the pass (ServerGone).
@@ -258,22 +226,16 @@ class ScoringOptions:
 
 
 # ------------------------------------------------------------------------------------------ one answer
-@dataclass
-class _Rows:
-    token_id: np.ndarray
-    logprob: np.ndarray
-    top_ids: np.ndarray
-    top_logprobs: np.ndarray
-    ref_top_logprobs: np.ndarray | None
-    text_offsets: np.ndarray | None
+#: one answer's arrays, in :meth:`ScoresWriter.add`'s order: token_id, logprob, top_ids, top_logprobs,
+#: ref_top_logprobs, text_offsets
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]
 
 
 def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.ndarray | None,
-          reference_text: str, offsets: np.ndarray | None = None) -> _Rows:
-    """One answer as the writer's arrays. Ids where the server gave ids at every place, else text keys (the
-    same choice in every pass of a protocol). ``ref_top`` (T, k_ref): the reference pass's top-k ids, whose
-    logprobs this server gave (``id_logprobs``) are lined up with it. ``offsets``: the tokens' text offsets
-    where the answer has no texts (from :func:`_token_offsets`)."""
+          reference_text: str, offsets: np.ndarray | None = None) -> Rows:
+    """One answer as the writer's arrays: ids where the server gave ids everywhere, else text keys; this
+    server's logprobs of ``ref_top`` (the reference pass's top-k ids) lined up with it; ``offsets``: the
+    tokens' text offsets where the answer has no texts."""
     t = len(sc)
     dense = sc.dense_top
     by_id = dense is not None or (all(i is not None for i in sc.ids)
@@ -296,8 +258,6 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
         tlp[i, :w] = sc.top_logprobs[i][:w]
     ref_lp = None
     if ref_top is not None and ref_top.shape[0] == t:
-        # this server's logprobs of the reference pass's top-k ids: asked ones (token_ids_logprob), and the
-        # reference token itself (its logprob comes with every answer)
         ref_lp = np.full(ref_top.shape, np.nan)
         if sc.dense_asked is not None and sc.asked_ids:  # the asked ids' columns, looked up by id
             asked = np.asarray(sc.asked_ids, dtype=np.int64)
@@ -317,7 +277,7 @@ def _rows(sc: TokenScores, ref_ids: Sequence[int] | None, k: int, ref_top: np.nd
             offs = np.asarray(sc.text_offsets, dtype=np.int64)
         elif all(x is not None for x in sc.texts):
             offs = _token_offsets([str(x) for x in sc.texts], reference_text)
-    return _Rows(tok, lp, ids, tlp, ref_lp, offs)
+    return tok, lp, ids, tlp, ref_lp, offs
 
 
 # ------------------------------------------------------------------------------------------ the pass
@@ -325,26 +285,8 @@ class _NotScorable(Exception):
     """The server cannot score: the pass is recorded not measured, with this reason."""
 
 
-async def _tokenize(client: Client, text: str, special: bool) -> list[int] | None:
-    """``text`` as ids by the server's tokenize endpoint; None when it serves none (scored by text then)."""
-    api = client.api
-    body: JSONObject = {"prompt": text, "add_special_tokens": special}
-    if api.model:
-        body["model"] = api.model
-    for path in api.tokenize_paths:
-        try:
-            obj = await client.post_json(path, body)
-        except ValueError:  # 4xx: not this path (or not this server)
-            continue
-        tokens = obj.get("tokens") if isinstance(obj, dict) else None
-        if isinstance(tokens, list) and all(isinstance(x, int) for x in tokens):
-            return [int(x) for x in tokens]
-    return None
-
-
 async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[np.ndarray] | None:
-    """Every text as ids (:meth:`Client.tokenize_all`), :data:`TOKENIZE_CHUNK` texts per request, each chunk's
-    ids made int32 arrays before the next is asked; None when the server does not tokenize lists."""
+    """Every text as int32 ids, :data:`TOKENIZE_CHUNK` texts a request; None: no list is tokenized."""
     out: list[np.ndarray] = []
     for at in range(0, len(texts), TOKENIZE_CHUNK):
         got = await client.tokenize_all(texts[at:at + TOKENIZE_CHUNK], special)
@@ -361,11 +303,9 @@ DETOKENIZE_CHUNK = 16_384
 
 async def _detokenize_offsets(client: Client, refs: list[Reference],
                               inputs: Inputs) -> dict[int, np.ndarray] | None:
-    """Where each token of each reference starts in its text, from every token detokenized alone, where the
-    server detokenizes lists of id lists (``api.detokenize_paths``); None where it does not (then the answers
-    carry the texts). Asked in requests of whole questions, about :data:`DETOKENIZE_CHUNK` ids each (a longer
-    question alone): the texts of one request at a time are held, never the pass's. A question whose token texts do
-    not make up its reference (a token that is part of a character) has no offsets."""
+    """Where each token of each reference starts in its text, from every token detokenized alone (in requests
+    of whole questions, about :data:`DETOKENIZE_CHUNK` ids each); None where the server does not detokenize
+    lists (the answers carry the texts then). A question whose token texts do not make it up has none."""
     api = client.api
     for path in api.detokenize_paths:
         offsets: dict[int, np.ndarray] = {}
@@ -414,8 +354,8 @@ async def _detokenize(client: Client, path: str, id_lists: list[np.ndarray]) -> 
 
 
 def _token_offsets(texts: list[str], reference: str) -> np.ndarray | None:
-    """Where each token's text starts in ``reference``, when the texts make it up exactly (a token that is
-    part of a character decodes to a replacement character alone: then None, as for texts in the answer)."""
+    """Where each token's text starts in ``reference``; None unless the texts make it up exactly (a token that
+    is part of a character decodes to a replacement character)."""
     if not texts or "".join(texts) != reference:
         return None
     lens = np.fromiter((len(x) for x in texts), dtype=np.int64, count=len(texts))
@@ -423,12 +363,10 @@ def _token_offsets(texts: list[str], reference: str) -> np.ndarray | None:
 
 
 async def _by_ids(client: Client, api: Api, ref: Reference, k: int) -> tuple[Api, str | None]:
-    """Whether this server scores token ids: it tokenizes (``api.tokenize_paths``), and one request of ``ref``'s
-    ids (:meth:`Api.scoring_by_ids`) comes back per id, token for token (:meth:`Api.confirm_id_scores`).
-    (the protocol to score with, None) if so; else (``api``, why the pass is scored by text). Sets the client's
-    protocol to the one returned."""
-    p_ids = await _tokenize(client, ref.prompt, True)
-    r_ids = await _tokenize(client, ref.text, False) if p_ids is not None else None
+    """(the protocol to score with, None) when this server tokenizes and answers one request of ``ref``'s ids
+    per id; else (``api``, why the pass is scored by text). Sets ``client.api``."""
+    p_ids = await client.tokenize(ref.prompt, True)
+    r_ids = await client.tokenize(ref.text, False) if p_ids is not None else None
     if p_ids is None or r_ids is None:
         paths = ", ".join(f"POST {p}" for p in api.tokenize_paths) or "none"
         return api, f"the server does not tokenize (tokenize endpoints tried: {paths})"
@@ -454,8 +392,7 @@ def _digest(refs: list[Reference]) -> str:
     return h.hexdigest()
 
 
-#: scores.json keys a resumed pass must share with the pass on disk (the protocol's are checked once asked); the
-#: reference pass by its id, not its path (a run directory may move)
+#: scores.json keys a resumed pass shares with the pass on disk (the reference pass by id: directories move)
 _RESUME_KEYS = ("requested_top_k", "reference_pass_id", "references_digest")
 
 
@@ -469,9 +406,8 @@ class _Carried:
 
 
 def _carried(out: Path, meta: ScoresMeta, max_asked_ids: int) -> _Carried | None:
-    """The pass in ``out`` that this one continues: written by abh (a kind and version it reads) for the same
-    references, reference pass and top_k, with its rows on disk (and its ids, for a reference pass by ids);
-    None: score afresh."""
+    """The pass in ``out`` this one continues (for the same references, reference pass and top_k, with its
+    rows and ids on disk); None: score afresh."""
     from harness.results.arrow import pq
 
     try:
@@ -495,16 +431,12 @@ def _carried(out: Path, meta: ScoresMeta, max_asked_ids: int) -> _Carried | None
 
 async def score_pass_async(reference_eval: str | Path, client_cfg: ClientConfig, out_dir: str | Path,
                            opts: ScoringOptions | None = None) -> ScoresMeta:
-    """Score the reference completions of ``reference_eval`` on the server of ``client_cfg`` into
-    ``out_dir``; return what ``scores.json`` says (``status`` ok or not_measured).
+    """Score the reference completions of ``reference_eval`` on the server of ``client_cfg`` into ``out_dir``
+    (resuming a pass there for the same references, reference pass and top_k); what ``scores.json`` says.
 
-    A pass already in ``out_dir`` for the same references, reference pass and top_k is resumed: its questions
-    are kept and only the others asked (those it stopped before, and its request errors).
-
-    Raises :class:`~harness.serving.client.ServerGone` (:class:`~harness.serving.client.ServerStalled`) when the
-    server dies or hangs: then ``out_dir`` holds the questions scored so far as a partial pass (``partial: true``,
-    status not_measured), which a rerun resumes; :class:`~harness.measure.runner.Interrupted` on SIGINT/SIGTERM
-    (``out_dir`` as it was before).
+    :class:`~harness.serving.client.ServerGone` when the server dies or hangs (``out_dir`` then holds a
+    partial pass); :class:`~harness.measure.runner.Interrupted` on SIGINT/SIGTERM (``out_dir`` as it was
+    before).
     """
     opts = opts or ScoringOptions()
     if opts.parallel < client_cfg.parallel:
@@ -575,8 +507,7 @@ class _Plan:
     api: Api
     by_ids: bool
     inputs: Inputs | None
-    #: questions whose tokens' texts came from the server's detokenizer (their answers need none), and where
-    #: each of their tokens starts in the reference text
+    #: questions whose tokens' texts came from the detokenizer, and where each of their tokens starts
     detokenized: set[int]
     offsets: dict[int, np.ndarray]
     carried: _Carried | None
@@ -585,8 +516,7 @@ class _Plan:
 async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, meta: ScoresMeta,
                    ref_table: PassReader | None, inputs: Inputs | None,
                    carried: _Carried | None) -> _Plan:
-    """Ask the server what the pass needs (ids or text, the reference pass's tokenization); drop ``carried`` when
-    this server is asked otherwise than the pass on disk was."""
+    """Ask the server what the pass needs (ids or text); drop ``carried`` when it was asked otherwise."""
     if opts.wait_ready_s > 0:
         await client.wait_ready(opts.wait_ready_s)
     api = await client.prepare()
@@ -610,9 +540,7 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
                 for r, p, t in zip(new, prompts, texts, strict=True):
                     inputs[r.question] = (p, t)
                 del prompts, texts
-                # the tokens' texts (where the first diverging token starts) by one request, so that the answers
-                # need none: a scoring answer with a text in each of its top-k entries takes 3x the parsing
-                # (the server's own per-token texts would be these same single-token decodes)
+                # the tokens' texts by one request, so that the answers need none (3x the parsing with texts)
                 asked = [r for r in todo if r.question in inputs]
                 got = await _detokenize_offsets(client, asked, inputs) if asked else {}
                 if got is not None:
@@ -636,8 +564,7 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
 
 @dataclass
 class _Asker:
-    """How a pass asks one question: the request (by token ids or by text, with the reference pass's top-k ids
-    to ask about), and the first question asked alone (a server that cannot score says so there)."""
+    """How a pass asks its questions (by ids or by text, with the reference pass's top-k ids to ask about)."""
 
     client: Client
     plan: _Plan
@@ -657,11 +584,8 @@ class _Asker:
                 and self.batch_refused is None)
 
     async def many(self, refs: Sequence[Reference]) -> list[Result]:
-        """Several questions, in one request where the server takes a batch (else one request each); their
-        results in order. A server that refuses the batch (HTTP 4xx) is asked one question per request from then
-        on, ``batch_refused`` saying why."""
-        if len(refs) == 1 or not self.batches:
-            return list(await asyncio.gather(*(self.one(r) for r in refs)))
+        """Several questions' results in order, in one request where the server takes a batch (a 4xx refusal:
+        one question per request from then on, ``batch_refused`` saying why)."""
         out: dict[int, Result] = {}
         asked: list[tuple[int, ScoreRequest, list[int] | None, np.ndarray | None]] = []
         for i, ref in enumerate(refs):
@@ -676,22 +600,14 @@ class _Asker:
                 asked.append((i, req, ref_ids, top))
         if asked:
             reqs = [a[1] for a in asked]
-            try:
-                replies = await self.client.score_batch(reqs) if len(reqs) > 1 else [await self.client.score(reqs[0])]
-            except ValueError:  # not one batch (some ask for texts, some not): each alone
-                replies = list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
-            status = replies[0].status
-            if len(reqs) > 1 and status is not None and 400 <= status < 500:
-                self.batch_refused = (f"{self.client.cfg.url} refused a batch of {len(reqs)} scoring requests "
-                                      f"({replies[0].error}): one question per request")
-                replies = list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
+            replies = await self._score(reqs)
             for (i, _, ref_ids, top), reply in zip(asked, replies, strict=True):
                 out[i] = (refs[i], reply, ref_ids, top, None)
         return [out[i] for i in range(len(refs))]
 
     async def request(self, ref: Reference) -> tuple[ScoreRequest | None, list[int] | None, np.ndarray | None]:
-        """The scoring request of one question (None: an empty reference), the reference ids it sends and
-        the reference pass's top-k ids at its positions. ValueError when it cannot be asked."""
+        """The scoring request of one question (None: an empty reference), the reference ids it sends and the
+        reference pass's top-k ids at its positions; ValueError when it cannot be asked."""
         ref_ids = None
         try:  # taken first, whatever follows: a block of the reference pass is let go once all its questions were
             table = None if self.ref_rows is None else self.ref_rows.take(ref.question)
@@ -700,8 +616,8 @@ class _Asker:
         if self.plan.by_ids:
             assert self.inputs is not None
             if self.is_reference and ref.question not in self.inputs:
-                p_ids = await _tokenize(self.client, ref.prompt, True)
-                r_ids = await _tokenize(self.client, ref.text, False)
+                p_ids = await self.client.tokenize(ref.prompt, True)
+                r_ids = await self.client.tokenize(ref.text, False)
                 if p_ids is None or r_ids is None:
                     raise ValueError("the server stopped tokenizing")
                 self.inputs[ref.question] = (p_ids, r_ids)
@@ -724,14 +640,18 @@ class _Asker:
         self.plan.api.scoring_body(req)  # raises ValueError now if this request cannot be asked
         return req, ref_ids, top
 
-    async def one(self, ref: Reference) -> Result:
-        try:
-            req, ref_ids, top = await self.request(ref)
-        except ValueError as e:
-            return ref, None, None, None, str(e)
-        if req is None:
-            return ref, None, ref_ids, None, None
-        return ref, await self.client.score(req), ref_ids, top, None
+    async def _score(self, reqs: list[ScoreRequest]) -> list[ScoreReply]:
+        if len(reqs) > 1 and self.batches:
+            try:
+                replies = await self.client.score_batch(reqs)
+            except ValueError:  # not one batch (some ask for texts, some not): each alone
+                return list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
+            status = replies[0].status
+            if status is None or not 400 <= status < 500:
+                return replies
+            self.batch_refused = (f"{self.client.cfg.url} refused a batch of {len(reqs)} scoring requests "
+                                  f"({replies[0].error}): one question per request")
+        return list(await asyncio.gather(*(self.client.score(r) for r in reqs)))
 
     async def probe(self, ref: Reference) -> Result:
         """One question alone, first: a server that cannot score says so here (not measured)."""
@@ -756,7 +676,7 @@ class _Asker:
 async def _score(client: Client, refs: list[Reference], out: Path, opts: ScoringOptions, meta: ScoresMeta,
                  t0: float, ref_table: PassReader | None, inputs: Inputs | None,
                  stop: Stop, carried: _Carried | None) -> ScoresMeta | None:
-    """The pass, or None when it was stopped before its first scoring request or by a signal (nothing changed on
+    """The pass; None when stopped before its first scoring request or by a signal (nothing changed on
     disk)."""
     plan = await stop.race(_prepare(client, refs, opts, meta, ref_table, inputs, carried))
     if plan is None:
@@ -854,16 +774,13 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     return written
 
 
-#: At most this many questions are asked at once (their requests built, their answers awaited), whatever
-#: ``parallel`` and ``batch``: each costs its ids as lists, its request's and answer's bytes and its parsed arrays
-#: (~35 KiB on the demo), and a server's prefill batches are full long before (256 GSM8K questions are ~250k
-#: prompt tokens)
+#: At most this many questions are asked at once whatever ``parallel`` and ``batch``: each costs ~35 KiB in
+#: flight, and a server's prefill batches are full long before (256 GSM8K questions are ~250k prompt tokens)
 MAX_QUESTIONS_IN_FLIGHT = 256
 
 
 def in_flight(parallel: int, batch: int) -> int:
-    """Requests a pass has in flight at once: ``parallel``, and no more than :data:`MAX_QUESTIONS_IN_FLIGHT`
-    questions' worth of ``batch`` questions each (at least one request)."""
+    """Requests in flight at once: ``parallel``, at most :data:`MAX_QUESTIONS_IN_FLIGHT` questions' worth."""
     return max(1, min(int(parallel), MAX_QUESTIONS_IN_FLIGHT // max(1, int(batch))))
 
 
@@ -886,9 +803,8 @@ def _store(writer: ScoresWriter, res: Result, progress: Progress, k: int, offset
         progress.update(error=True)
         return
     rows = _rows(reply.scores, ref_ids, k, top, ref.text, offsets.get(ref.question))
-    if rows.token_id.size:
-        writer.add(ref.question, rows.token_id, rows.logprob, rows.top_ids, rows.top_logprobs,
-                   rows.ref_top_logprobs, rows.text_offsets)
+    if rows[0].size:
+        writer.add(ref.question, *rows)
     progress.update(error=False)
 
 

@@ -1,13 +1,7 @@
-"""Is this answer the answer to this question? What one server's tokenizer makes of each prompt, so that every
-generation's ``prompt_tokens`` (SGLang ``meta_info.prompt_tokens``, OpenAI ``usage.prompt_tokens``) is checked
-against its own prompt.
-
-A server or proxy that answers a request with another request's answer (the previous one's, say) sends the right
-shape for the wrong question: graded, it is a wrong answer, and the comparison a regression. Its
-``prompt_tokens`` gives it away: it counts the other prompt. The count a prompt must have on a server comes from
-the server's tokenizer (``/tokenize`` of every prompt, in one request, where the protocol and server allow it:
-not the chat API, whose count includes the chat template), else from the server's first answer to that prompt,
-which every later pass on the same launch must repeat. A mismatch is that request's error, retried as any other.
+"""Is this answer the answer to this question? A server or proxy that answers a request with another request's
+answer would be graded a wrong answer; its ``prompt_tokens`` gives it away, checked against the count the
+server's tokenizer makes of the prompt (not the chat API's: its count includes the template), else its first
+answer to that prompt on the same launch. A mismatch is that request's error, retried as any other.
 """
 
 from __future__ import annotations
@@ -39,7 +33,7 @@ class PromptTokens:
 
     def check(self, key: str, got: int | None) -> str | None:
         """Why an answer counting ``got`` prompt tokens cannot answer the prompt ``key``, or None (the first
-        answer to a prompt of unknown count sets it; an answer without a count cannot be checked)."""
+        answer to a prompt of unknown count sets it)."""
         if got is None:
             return None
         have = self._counts.setdefault(key, (got, BY_FIRST_ANSWER))

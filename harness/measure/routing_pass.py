@@ -1,15 +1,10 @@
-"""The routing pass: which experts one server's gate routes the reference tokens to, teacher-forced, streamed to the
-routing store (:mod:`harness.results.routing_store`).
+"""The routing pass: which experts one server's gate routes the reference tokens to, teacher-forced, streamed
+to the routing store, right after the launch's scoring pass and with its inputs (``score_inputs.parquet``).
 
-It runs on a launch right after that launch's scoring pass (:mod:`harness.orchestrate.divergence_phase`), with the
-same inputs: the reference pass's token ids of every prompt and reference (``score_inputs.parquet``), one request
-per question (:func:`harness.serving.routed_wire.routing_body`: nothing generated, one row per reference token). A pass
-of its own rather than a field of the scoring request: the scoring answer is read by a byte-level fast path that
-another field would slow for every pass, and the routing answer is as large as the scores (61 layers x 6 ids per
-token); the price is one more prefill of the references on each launch, no extra launch.
-
-A server that cannot answer (not SGLang's native API, no ``--enable-return-routed-experts``, a 4xx) writes
-``status: not_measured`` with the reason; a question whose answer is malformed is an error (counted, kept out).
+A pass of its own rather than a field of the scoring request: the scoring answer is read by a byte-level fast
+path that another field would slow, and the routing answer is as large as the scores; the price is one more
+prefill of the references a launch. A server that cannot answer writes ``status: not_measured`` with the
+reason; a malformed answer is that question's error.
 """
 
 from __future__ import annotations
@@ -61,8 +56,7 @@ class _RoutingClient(Client):
 
 @dataclass
 class _RoutingAsker:
-    """One question's routing request and answer, in the server's protocol: SGLang's native ``/generate``, or
-    vLLM's ``/v1/completions`` (harness.serving.routed_wire)."""
+    """One question's routing request and answer (SGLang's ``/generate``, or vLLM's ``/v1/completions``)."""
 
     client: Client
     api: Any
@@ -86,7 +80,7 @@ def read_inputs(reference_pass: Path) -> ScoreInputs:
 async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out: str | Path,
                              opts: RoutingOptions) -> JSONObject:
     """Route every reference of ``reference_pass`` on the server of ``ccfg`` into ``out``; what ``routing.json``
-    holds. ServerGone when the server dies on the way (nothing is published)."""
+    holds. ServerGone when the server dies on the way (nothing published)."""
     out, t0 = Path(out), time.perf_counter()
     meta: JSONObject = {**opts.meta, "top_k": opts.top_k, "num_experts": opts.num_experts}
     inputs = read_inputs(Path(reference_pass))
@@ -112,8 +106,7 @@ async def routing_pass_async(reference_pass: str | Path, ccfg: ClientConfig, out
         with RoutingWriter(out, opts.top_k, ids.shape[1], opts.num_experts, meta) as writer:
             writer.add(first, ids)
             progress.update(error=False)
-
-            admitted = asyncio.Semaphore(cfg.parallel)  # a request's body is built when it may be sent
+            admitted = asyncio.Semaphore(cfg.parallel)
 
             async def one(q: int) -> None:
                 try:

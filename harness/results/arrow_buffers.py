@@ -1,10 +1,6 @@
-"""numpy arrays to and from pyarrow arrays through their buffers.
-
-pyarrow's own conversions (``pa.array`` of a numpy array or a list, ``Array.to_numpy``, ``fill_null``) import
-pandas the first time they run, even when no pandas object is involved: 30 MiB of the process's anonymous memory
-and 14 MiB of its mapped libraries, kept to the end of the run, for converting a few int32 columns. Reading and
-writing the stored columns (fixed-width numbers and lists of them, with or without nulls) through their buffers
-takes none of that and makes no Python object per value.
+"""numpy arrays to and from pyarrow arrays through their buffers: pyarrow's own conversions import pandas the
+first time they run (~44 MiB kept to the end of the run); through the buffers, no Python object is made per
+value.
 """
 
 from __future__ import annotations
@@ -102,12 +98,8 @@ def _bitmap(null: np.ndarray | None) -> Any:
 
 
 def release() -> None:
-    """Hand the memory pyarrow and the C heap freed back to the system. A pool of pyarrow's own (mimalloc,
-    when ``ARROW_DEFAULT_MEMORY_POOL`` names it: :mod:`harness.results.arrow`) keeps what a pass's reads and
-    writes freed (25-50 MiB after a scoring pass of the demo) for pyarrow's next allocation; glibc's heap keeps
-    the pages of freed numpy arrays and request buffers between live blocks (its threshold for giving large
-    blocks their own mapping rises with every large block freed), so the process's RSS stays at the pass's
-    peak."""
+    """Hand the memory pyarrow's pool and the C heap freed back to the system (glibc keeps the pages of freed
+    arrays between live blocks, so the process's RSS would stay at the pass's peak)."""
     from harness.results.arrow import pa
 
     pa.default_memory_pool().release_unused()

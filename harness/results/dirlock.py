@@ -1,19 +1,11 @@
 """One abh process per directory: an exclusive ``flock`` on a run, eval or comparison directory.
 
-Two ``abh run hydra.run.dir=SAME`` at once would each start servers, resume over each other's files and record
-each other's launches; two ``abh eval --out SAME`` would interleave their rows. The second process therefore
-stops at once (exit 2) and names the holder's pid, which the holder writes into the lock file
-``<dir>/.abh.lock`` for as long as it holds it.
-
-The lock is the kernel's (``fcntl.flock`` on the lock file), so a holder that dies, even of SIGKILL, releases
-it. The file is removed on release, so a finished directory holds no trace of it; removing a lock file races
-with a process that opened it just before (it would lock a file no longer in the directory), so an acquirer
-checks that the file it locked is still the one at the path, and tries again if not. A file system that does
-not support ``flock``, or a directory where no lock file can be made (read-only, full: its writes will fail and
-say so), runs unlocked. A lock file that is a symbolic link is refused (PlantedLink), never opened through.
-
-While locked, the directory is an output directory of this process (:func:`harness.results.fileio.hold`): no
-write under it descends into a symbolic link.
+Two processes on one directory would resume over each other's files, so the second stops at once (exit 2),
+naming the holder's pid, written in ``<dir>/.abh.lock``. The lock is the kernel's, so a holder that dies (even
+of SIGKILL) releases it; the file is removed on release, and an acquirer checks that the file it locked is
+still the one at the path (a removal races with an open). Where ``flock`` or a lock file cannot be had, it
+runs unlocked. While locked, the directory is an output directory of this process
+(:func:`harness.results.fileio.hold`).
 """
 
 from __future__ import annotations
@@ -49,8 +41,8 @@ class DirLock:
         return self._fd is not None
 
     def acquire(self) -> DirLock:
-        """Take the lock (the directory must exist); DirectoryInUse when another process holds it, PlantedLink when
-        the lock file (or a directory on the way to it, inside an output directory held already) is a link."""
+        """Take the lock (the directory must exist); DirectoryInUse when another process holds it, PlantedLink
+        when the lock file is a link."""
         fileio.check(self.path)
         while self._fd is None:
             try:

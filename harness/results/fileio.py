@@ -1,14 +1,10 @@
-"""Crash-safe file writes, JSON and JSONL reads: the primitives every stored result goes through.
+"""Crash-safe file writes, JSON and JSONL reads: the primitives every stored result goes through (stdlib only,
+importing nothing of the harness).
 
-Stdlib only and importing nothing of the harness, so the schema (:mod:`harness.results.schema`) and the eval
-store (:mod:`harness.results.eval_store`) can both build on it. (The arm-side launcher keeps its own copy: it runs in
-the arm's interpreter, where the harness may not be importable.)
-
-No write follows a symbolic link planted in an output directory (a run, eval or comparison directory: the
-directories this process holds, :func:`hold`): every file is opened with ``O_NOFOLLOW`` (or made anew and renamed
-into place), and every directory between the output directory and the file is checked to be a real directory
-(:func:`check`); a link is :class:`PlantedLink`, one line naming it, and nothing is written through it. The output
-directory itself may be a link: the user named it.
+No write follows a symbolic link planted in an output directory (one this process holds, :func:`hold`): every
+file is opened with ``O_NOFOLLOW`` (or made anew and renamed into place), and every directory between the
+output directory and the file is checked (:func:`check`); a link is :class:`PlantedLink`, naming it. The
+output directory itself may be a link: the user named it.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ class StoreError(RuntimeError):
 
 
 class OutputError(StoreError):
-    """A file cannot be written (disk full, read-only, permissions): one line naming it and the OS error. What
-    was written before stays as it was (writes are atomic or appended whole lines), so a rerun resumes."""
+    """A file cannot be written: one line naming it and the OS error (what was written before stays)."""
 
     def __init__(self, path: str | Path, error: OSError):
         why = error.strerror or str(error) or type(error).__name__
@@ -43,8 +38,7 @@ class OutputError(StoreError):
 
 
 class PlantedLink(StoreError):
-    """A symbolic link where abh would write (a file, or a directory on the way to one, inside an output directory):
-    refused, naming it, before anything is written through it."""
+    """A symbolic link where abh would write in an output directory: refused before anything is written."""
 
     def __init__(self, path: str | Path):
         try:
@@ -66,9 +60,7 @@ def _spellings(root: str | Path) -> set[str]:
 
 
 def hold(root: str | Path) -> None:
-    """``root`` is an output directory of this process: every directory between it and a file written under it is
-    checked (:func:`check`) until :func:`let_go`. (The directory lock, :class:`harness.results.dirlock.DirLock`,
-    holds the directory it locks.)"""
+    """``root`` is an output directory of this process: paths below it are checked until :func:`let_go`."""
     with _ROOTS_LOCK:
         for r in _spellings(root):
             _ROOTS[r] = _ROOTS.get(r, 0) + 1
@@ -84,8 +76,7 @@ def let_go(root: str | Path) -> None:
 
 
 def _below_root(path: Path) -> list[Path]:
-    """The paths from the outermost held output directory containing ``path`` (exclusive) down to ``path``
-    (inclusive); none when no held directory contains it."""
+    """The paths from the outermost held output directory containing ``path`` (exclusive) down to ``path``."""
     p = os.path.abspath(path)
     with _ROOTS_LOCK:
         roots = [r for r in _ROOTS if p.startswith(r.rstrip(os.sep) + os.sep)]
@@ -98,8 +89,7 @@ def _below_root(path: Path) -> list[Path]:
 
 def check(path: str | Path) -> Path:
     """``path``, after checking that neither it nor a directory between its output directory and it is a symbolic
-    link (PlantedLink naming the first link otherwise); what does not exist yet is not a link. A path under no held
-    output directory is not checked (a file opened by :func:`open_nofollow` still follows no link)."""
+    link (PlantedLink naming the first); a path under no held output directory is not checked."""
     for p in _below_root(Path(path)):
         try:
             if os.lstat(p).st_mode & 0o170000 == 0o120000:  # S_IFLNK
@@ -110,8 +100,7 @@ def check(path: str | Path) -> Path:
 
 
 def check_dir(path: str | Path) -> Path:
-    """``path`` checked (:func:`check`), and no entry directly inside it a symbolic link: every file an output
-    directory holds is abh's own, so a link in it was planted (PlantedLink naming it)."""
+    """``path`` checked (:func:`check`), and no entry directly inside it a symbolic link (it was planted)."""
     check(path)
     with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(path) as entries:
         for e in entries:
@@ -121,8 +110,7 @@ def check_dir(path: str | Path) -> Path:
 
 
 def check_tree(path: str | Path) -> Path:
-    """:func:`check_dir` of ``path`` and of every directory below it: a tree abh alone writes (a run's ``evals/``)
-    holds no link at any depth."""
+    """:func:`check_dir` of ``path`` and of every directory below it (a tree abh alone writes)."""
     for top, dirs, files in os.walk(check_dir(path)):  # a link to a directory is among the files: not descended
         for name in (*dirs, *files):
             if os.path.islink(os.path.join(top, name)):
@@ -139,8 +127,7 @@ def make_dirs(path: str | Path) -> Path:
 
 
 def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
-    """``os.open`` of a file under an output directory, without following a link at ``path`` or on the way to it:
-    PlantedLink for a link, OutputError for any other OS error."""
+    """``os.open`` following no link at ``path`` or on the way (PlantedLink); other OS errors: OutputError."""
     check(path)
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
@@ -151,8 +138,7 @@ def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
 
 
 def read_own(path: str | Path) -> bytes:
-    """The bytes of a file abh wrote in an output directory, read without following a link at ``path`` (PlantedLink):
-    what a link points to is not abh's to read into its own files."""
+    """The bytes of a file abh wrote, read following no link at ``path`` (PlantedLink)."""
     with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as f:
         return f.read()
 
@@ -163,8 +149,8 @@ def open_append(path: str | Path) -> IO[bytes]:
 
 
 def open_append_whole(path: str | Path) -> IO[bytes]:
-    """:func:`open_append` for a JSONL file a crash or a full disk may have left with a torn (unterminated) last
-    line: that tail is cut first, so the next row starts a line of its own instead of joining the torn one."""
+    """:func:`open_append` for a JSONL file, a torn (unterminated) last line cut first so that the next row
+    starts a line of its own."""
     fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
@@ -200,13 +186,9 @@ def append_text(path: str | Path, text: str) -> None:
 
 @contextlib.contextmanager
 def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
-    """A binary file to write ``path`` through: a temp file beside it, fsynced and renamed over ``path`` when the
-    block ends (removed if it raises), so readers see the old file or the new one, never half; a link at ``path``
-    or on the way to it is PlantedLink, an OS error (a full disk) the OutputError of ``path``.
-
-    ``mkstemp`` creates the temp file 0600 (and never through a link); it is given the mode a plain write would have
-    (the umask's, or the replaced file's), so a reviewer on the same cluster can open what the harness wrote.
-    """
+    """A binary file to write ``path`` through: a temp file beside it, fsynced and renamed over ``path`` when
+    the block ends (removed if it raises): readers see the old file or the new one, never half. It gets the
+    mode a plain write would have (``mkstemp`` makes 0600), so others on a cluster can read it."""
     path = check(path)
     make_dirs(path.parent)
     with writing(path):
@@ -234,9 +216,8 @@ def replace(src: str | Path, dst: str | Path) -> None:
 
 
 class RunLogHandler(logging.FileHandler):
-    """The logging handler of a run's ``run.log`` (configs/hydra/job_logging): appends without following a link,
-    opened at the first record. A ``run.log`` that is a planted link gets no record (the run refuses it, naming
-    it, as it opens the run directory)."""
+    """The handler of a run's ``run.log`` (configs/hydra/job_logging): appends following no link (a planted
+    one gets no record: the run refuses it, naming it)."""
 
     def __init__(self, filename: str, encoding: str = "utf-8") -> None:
         super().__init__(filename, mode="a", encoding=encoding, delay=True)
@@ -283,9 +264,7 @@ def _mode_for(path: Path) -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, rename (:func:`atomic_output`): readers see old or new,
-    never half; an OS error (a full disk) is the OutputError of ``path``, and the old file stays; a planted link
-    is PlantedLink."""
+    """Write ``text`` through :func:`atomic_output`."""
     with atomic_output(path) as f:
         f.write(text.encode("utf-8"))
 
@@ -301,9 +280,8 @@ def read_json(path: Path) -> Any:
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) of a JSONL file, read as a stream (a file of 1319 answers never has to fit in memory
-    twice). A torn (unterminated, unparsable) last line from a crash is skipped; any other line that is not a
-    JSON object is a StoreError naming the file and the line."""
+    """(line number, row) of a JSONL file as a stream; a torn last line from a crash is skipped, any other
+    line that is not a JSON object is a StoreError naming it."""
     p = Path(path)
     if not p.exists():
         return
@@ -333,8 +311,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def append_line(f: IO[bytes], path: Path, obj: Mapping[str, Any]) -> None:
-    """One JSON line, written whole or failing with OutputError (a short write of a full disk leaves a torn last
-    line, which a resume drops)."""
+    """One JSON line, written whole or failing with OutputError (a torn last line is dropped by a resume)."""
     view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
     with writing(path):
         while view:

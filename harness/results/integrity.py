@@ -1,22 +1,8 @@
-"""What a stored eval's rows claim, checked before anything counts them.
-
-``samples.jsonl`` is a plain text file: anyone can flip ``correct`` to true, relabel an answer as another
-question's or paste a row twice. Read back for a comparison or a resume, every row is therefore
-
-* type-checked (:meth:`~harness.results.schema.SampleRecord.from_dict`): a row ``{}``, ``[1, 2]``, an index
-  ``"5"`` or ``correct: "yes"`` is refused;
-* unique: two different answers to one question are refused (an error row is superseded by an answer, as the
-  resume rule says; identical copies are one row);
-
-and, given the task's :data:`RowCheck` (the task owns what "correct" means and what its prompts are:
-:func:`harness.tasks.row_check.row_check`, or the questions of the eval being resumed),
-
-* rescored: ``correct`` and ``invalid`` recomputed from the stored output and label by the task's scorer must be
-  the stored values;
-* matched to its question: its ``prompt_sha256`` must be the hash of that question's prompt, and its label the
-  dataset's.
-
-Anything else is a :class:`~harness.results.fileio.StoreError` naming the file and the line: the CLI exits 2.
+"""What a stored eval's rows claim, checked before anything counts them: ``samples.jsonl`` is a plain text
+file anyone can edit. Read back, every row is type-checked and unique (an error row is superseded by an
+answer), and, given the task's :data:`RowCheck`, rescored by the task's scorer and matched to its question
+(prompt hash and label). Anything else is a :class:`~harness.results.fileio.StoreError` naming the file and
+the line (exit 2).
 """
 
 from __future__ import annotations
@@ -43,9 +29,8 @@ _HINT = "the file was edited, or holds another eval's rows: restore it, or delet
 
 
 def read_rows(path: Path) -> dict[int, tuple[int, SampleRecord]]:
-    """The rows of ``samples.jsonl`` by index, with their line numbers: each type-checked, duplicates resolved
-    (an answer supersedes an error row; identical answers are one); StoreError for a malformed row or two
-    different answers to one question."""
+    """The rows of ``samples.jsonl`` by index, with their line numbers, type-checked and duplicates resolved;
+    StoreError for a malformed row or two different answers to one question."""
     out: dict[int, tuple[int, SampleRecord]] = {}
     for lineno, row in iter_jsonl(path):
         try:
@@ -67,8 +52,7 @@ def _answer(rec: SampleRecord) -> tuple[Any, ...]:
 
 def verify(path: Path, rows: Mapping[int, tuple[int, SampleRecord]], reference: Reference | None,
            score: Scorer | None) -> None:
-    """Each answered row's claims checked (see the module docstring; ``score`` None: its grading is not
-    redone); StoreError at the first that is false."""
+    """Each answered row's claims checked (``score`` None: not rescored); StoreError at the first false."""
     for lineno, rec in sorted(rows.values(), key=lambda x: x[0]):
         if rec.error is not None or rec.output is None:
             continue
@@ -92,8 +76,7 @@ def _js(x: Any) -> str:
 
 
 def prompt_hashes(root: Path) -> dict[int, str]:
-    """index -> sha256 of the prompt the eval recorded for it (its text hashed: a row whose text is not there is
-    left out)."""
+    """index -> sha256 of the prompt text the eval recorded for it."""
     return {row["index"]: hashlib.sha256(row["prompt"].encode()).hexdigest() for row in eval_prompts(root)}
 
 

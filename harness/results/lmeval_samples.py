@@ -1,13 +1,10 @@
 """lm-evaluation-harness's per-document samples (``lm_eval ... --log_samples``) as abh evals.
 
-lm-eval writes, per task, ``<output_path>/<model>/samples_<task>_<date>.jsonl``: one line per (document, filter),
-``{"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics": [names],
-"doc_hash", "prompt_hash", "target_hash", <metric>: value, ...}`` (``lm_eval/evaluator.py``;
-``loggers/evaluation_tracker.py`` ``save_results_samples``, lm-eval 0.4.x). Every (task, filter, metric) whose
-values lie in [0, 1] (exact_match, acc, ...) is one comparable "task" here, keyed ``<task>/<filter>/<metric>``
-(``gsm8k/strict-match/exact_match``). :func:`to_eval_dir` writes it as an abh eval directory (``eval.json``,
-``samples.jsonl``, ``prompts.jsonl``, ``summary.json``) whose questions are the documents by ``doc_id``, so the
-paired statistics, report and markdown are abh's own.
+lm-eval writes, per task, ``<output_path>/<model>/samples_<task>_<date>.jsonl``: one line per (document,
+filter), ``{"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics": [names],
+"doc_hash", <metric>: value, ...}`` (lm-eval 0.4.x). Every (task, filter, metric) whose values lie in [0, 1]
+is one comparable task, keyed ``<task>/<filter>/<metric>``; :func:`to_eval_dir` writes it as an abh eval
+directory whose questions are the documents by ``doc_id``.
 """
 
 from __future__ import annotations
@@ -76,8 +73,7 @@ def _prompt(arguments: Any) -> str:
 
 
 def sample_files(path: Path) -> list[Path]:
-    """The samples files ``path`` names: the file itself, or every ``samples_*.jsonl`` under a directory (the
-    newest of each task, when a directory holds several runs)."""
+    """The samples files ``path`` names: the file, or the newest ``samples_*.jsonl`` of each task under it."""
     if path.is_file():
         return [path]
     if not path.is_dir():
@@ -164,8 +160,7 @@ def pair(a: dict[str, Series], b: dict[str, Series]) -> list[tuple[str, Series, 
 
 
 def to_eval_dir(s: Series, doc_ids: list[int], out: Path, arm: str) -> Path:
-    """Write ``s`` as an abh eval directory over the documents ``doc_ids`` (a document this side lacks is
-    missing: counted as an error, as a request that never came back)."""
+    """Write ``s`` as an abh eval directory over ``doc_ids`` (a document this side lacks: an error)."""
     digest = hashlib.sha256(json.dumps([[i, s.docs[i].doc_hash if i in s.docs else None] for i in doc_ids]
                                        ).encode()).hexdigest()
     meta: EvalMeta = {

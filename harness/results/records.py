@@ -1,14 +1,10 @@
 """Typed result records: frozen dataclasses built once, serialised by one function and read back by one.
 
-A :class:`Record` is a frozen dataclass whose fields are JSON values, other records, lists / string-keyed
-dicts of them, or ``TypedDict`` JSON objects (a block of declared keys, kept as the dict it is). Any frozen
-dataclass of such fields is stored the same way: the statistics' results (``harness.stats``) are plain
-dataclasses that know nothing of storage. :func:`to_doc` turns one into the JSON object that is stored
-(fields in declaration order; a field whose metadata holds ``omit_none``, as :func:`omit_none` declares, is
-left out while it is None, so optional blocks appear only when set); :func:`from_doc` reads one back, checking every field against its declared type, so a hand-edited or
-truncated file is refused with the field's path (``arms.a.accuracy: expected a number, found "x"``) instead of
-misread. Keys a record does not declare are ignored on reading (an older abh reading a newer file of the same
-schema_version never happens: the version is checked first).
+A :class:`Record` (or any frozen dataclass, as the statistics' results) has fields that are JSON values, other
+records, lists / string-keyed dicts of them, or ``TypedDict`` JSON objects. :func:`to_doc` makes the stored
+JSON object (fields in declaration order, an :func:`omit_none` field left out while None); :func:`from_doc`
+reads one back, every field checked against its type, so a hand-edited file is refused with the field's path
+(``arms.a.accuracy: expected a number, found "x"``). Undeclared keys are ignored on reading.
 """
 
 from __future__ import annotations
@@ -143,16 +139,15 @@ def _convert(tp: Any, v: Any, where: str) -> Any:
 
 @functools.cache
 def _required_keys(tp: Any) -> frozenset[str]:
-    """The keys the TypedDict ``tp`` requires. (Its ``__required_keys__`` counts a ``NotRequired[...]`` key as
-    required when the module has ``from __future__ import annotations``: Python 3.11 sees the string.)"""
+    """The keys the TypedDict ``tp`` requires (Python 3.11's ``__required_keys__`` misses a ``NotRequired``
+    under ``from __future__ import annotations``)."""
     origins = {k: typing.get_origin(v) for k, v in typing.get_type_hints(tp, include_extras=True).items()}
     return frozenset(k for k, o in origins.items() if o is typing.Required
                      or (o is not typing.NotRequired and k in tp.__required_keys__))
 
 
 def _typed_dict(tp: Any, v: Any, where: str) -> JSONObject:
-    """A JSON object read as the TypedDict ``tp``: its declared keys checked (a required one missing is an
-    error), the others kept as they are; the keys stay in the stored order."""
+    """A JSON object read as the TypedDict ``tp``: its declared keys checked, the others kept as stored."""
     if not isinstance(v, dict):
         raise RecordError(f"{where}: expected an object, found {_describe(v)}")
     hints = _hints(tp)

@@ -1,12 +1,9 @@
 """The routing store: one pass's routed experts, per reference question, as compact ids on disk.
 
 ``routing.bin`` holds every question's ``(tokens, layers, top_k)`` ids back to back, C order, each question in
-the narrowest of uint8, uint16 and int32 that holds its ids (a DeepSeek-class model's 384 experts and its shared
-marker fit uint16); ``routing.json`` (kind ``abh.routing``) the index (question, byte offset, tokens, dtype), the
-shape, the pass's identity and its :class:`~harness.stats.expert_sets.PassTally` (tallied as the answers arrive).
-The writer holds the index and the tally only, never the ids: a pass of 1319 questions x 300 tokens x 60 layers x
-8 ids streams through in the memory of one answer. The reader reads one question at a time (a slice of the
-file). A pass that could not be asked writes ``status: not_measured`` and the reason.
+the narrowest of uint8, uint16 and int32 that holds them; ``routing.json`` (kind ``abh.routing``) the index
+(question, byte offset, tokens, dtype), the shape, the pass's identity and its
+:class:`~harness.stats.expert_sets.PassTally`. Writer and reader hold one question's ids at a time.
 """
 
 from __future__ import annotations
@@ -130,8 +127,7 @@ def tally_of(doc: dict[str, Any]) -> PassTally:
 
 def write_not_measured(out: str | Path, reason: str, meta: JSONObject | None = None, *,
                        status: str = "not_measured") -> None:
-    """Record that this launch's routing was not measured, and why: ``not_applicable`` where nothing the run knows
-    says the model routes tokens to experts (a dense model: no routing to measure), else ``not_measured``."""
+    """Record that this launch's routing was not measured, and why (``not_applicable``: a dense model)."""
     root = fileio.check_dir(Path(out))
     (root / ROUTING).unlink(missing_ok=True)
     atomic_write_json(root / ROUTING_META, {"schema_version": SCHEMA_VERSION, "kind": KIND, **(meta or {}),
@@ -139,8 +135,7 @@ def write_not_measured(out: str | Path, reason: str, meta: JSONObject | None = N
 
 
 def routing_status(out: str | Path) -> tuple[str, str | None]:
-    """("ok", None), ("not_applicable", why) for a model with no routed experts, or ("not_measured", why) for a
-    directory without a usable routing pass."""
+    """("ok", None), ("not_applicable", why) for a dense model, or ("not_measured", why)."""
     try:
         doc = read_json(Path(out) / ROUTING_META)
     except FileNotFoundError:

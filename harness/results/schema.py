@@ -15,13 +15,10 @@ file                    kind                      model
 ``tasks.json``          ``abh.tasks``             :class:`TasksComparison` (several tasks of one run)
 ======================  ========================  ==============================================
 
-``samples.jsonl`` and ``prompts.jsonl`` rows belong to their ``eval.json``: its ``schema_version`` is
-theirs. A loader refuses a document of another kind, or of a ``schema_version`` this abh does not read,
-with a one-line :class:`SchemaError` (the CLI exits 2 on it): a future format is refused, never misread.
-
-Computed results are frozen :class:`~harness.results.records.Record` dataclasses (their plain JSON blocks of
-known keys ``TypedDict``), every field checked on loading; the eval's own files, written as events happen, are
-``TypedDict`` (``total=False``); the manifest is declared by its writer (``harness.orchestrate.rundir``).
+``samples.jsonl`` and ``prompts.jsonl`` rows have their ``eval.json``'s ``schema_version``. A document of
+another kind, or of a ``schema_version`` this abh does not read, is a one-line :class:`SchemaError` (exit 2):
+a future format is refused, never misread. Computed results are frozen ``Record`` dataclasses, every field
+checked on loading; the eval's own files are ``TypedDict`` (``total=False``).
 """
 
 from __future__ import annotations
@@ -56,9 +53,8 @@ RUN_SUMMARY = "abh.run.summary"
 COMPARISON = "abh.comparison"
 SWEEP = "abh.sweep"
 TASKS = "abh.tasks"
-#: a scoring pass's ``scores.json`` (harness.results.token_store), ``abh power --json``'s plan
-#: (harness.analysis.planning) and a launch's fingerprint, written by the stdlib-only launcher in the arm's own
-#: interpreter (harness/engines/launcher.py keeps its own copy of the version; a test holds them equal)
+#: a scoring pass's ``scores.json``, ``abh power --json``'s plan and a launch's fingerprint (harness/engines/
+#: launcher.py keeps its own copy of the version; a test holds them equal)
 SCORES = "abh.scores"
 PLAN = "abh.plan"
 FINGERPRINT = "abh.fingerprint"
@@ -67,15 +63,12 @@ FINGERPRINT = "abh.fingerprint"
 SCHEMA_VERSION = 1
 WRITES: dict[str, int] = {k: SCHEMA_VERSION for k in (EVAL, EVAL_SUMMARY, MANIFEST, RUN_SUMMARY, COMPARISON, SWEEP,
                                                        TASKS, SCORES, PLAN, FINGERPRINT)}
-#: comparison and run summary v2: the question-level statistics (``test`` and ``p`` decide the verdict; the
-#: v1 keys ``p_value``, ``mcnemar_p``, ... are gone or under ``diagnostics``), ``design``, ``errors``, ``cost``
+#: comparison and run summary v2: ``test`` and ``p`` decide the verdict (v1's ``p_value``, ... are gone)
 WRITES[COMPARISON] = WRITES[RUN_SUMMARY] = 2
-#: eval v2: ``prompts.jsonl`` rows name their prompt by hash, the text in the run's text store that ``eval.json``
-#: names (``prompt_texts``; harness.results.prompt_store); v1 (each row with its text) is still read
+#: eval v2: ``prompts.jsonl`` rows name their prompt by hash, the text in ``prompt_texts``; v1 is still read
 WRITES[EVAL] = 2
-#: scores v2: ``scores.parquet`` stores a token that is its top list's first entry once (``token_id`` and
-#: ``logprob`` null, read from the list); an abh that reads only v1 would take the nulls for values, so it must
-#: refuse; v1 files (no nulls) are still read
+#: scores v2: a token that is its top list's first entry is stored null (an abh reading v1 only would misread
+#: it); v1 is still read
 WRITES[SCORES] = 2
 READS: dict[str, frozenset[int]] = {k: frozenset({v}) for k, v in WRITES.items()}
 READS[EVAL] = frozenset({1, 2})
@@ -141,8 +134,7 @@ class EvalMeta(TypedDict, total=False):
     upstream: str
     #: each index's group (MMLU: its subject), aligned with ``indices``
     groups: list[str]
-    #: times each question is asked (GPQA); index = row * repeats + repeat, and a question's score is the mean
-    #: of its repeats
+    #: times each question is asked (GPQA; index = row * repeats + repeat; its score: the mean of its repeats)
     repeats: int
     #: the text store of the prompts, relative to the eval directory (schema 2; harness.results.prompt_store)
     prompt_texts: str
@@ -150,8 +142,7 @@ class EvalMeta(TypedDict, total=False):
     url: str
     #: requests in flight asked for (``client.parallel``, ``--parallel``)
     parallel: int
-    #: requests in flight the last session used: ``parallel`` unless the open-file limit allowed fewer sockets
-    #: (absent in evals written before it was recorded)
+    #: requests in flight the last session used (fewer than ``parallel`` where the open-file limit said so)
     parallel_used: int
     simulated: bool
     server: ServerFacts
@@ -159,8 +150,7 @@ class EvalMeta(TypedDict, total=False):
     arm: str
     role: str
     repeat: int
-    #: which server launch served the eval (abh run: ``<arm>-<n>``; abh ab: ``url:...``); runs that share one
-    #: are not independent
+    #: which server launch served the eval (``<arm>-<n>``, ``url:...``); evals sharing one are not independent
     launch: str
     instance: str
     # bookkeeping of resumes
@@ -233,8 +223,7 @@ _OPTIONAL_SAMPLE_FIELDS = frozenset({"error", "score", "reasoning"})
 
 @dataclass
 class SampleRecord:
-    """One row of ``samples.jsonl``: one question's answer (or its request error). Each field carries the check
-    a row read back must pass."""
+    """One row of ``samples.jsonl``: one question's answer (or its request error), each field checked."""
 
     index: int = _checked(lambda x: _whole(x) and x >= 0, "a whole number >= 0")
     prompt_sha256: str = _checked(lambda x: isinstance(x, str), "a string")
@@ -260,8 +249,8 @@ class SampleRecord:
 
     @classmethod
     def from_dict(cls, d: Any) -> SampleRecord:
-        """A row read back, every field checked (a row is data anyone could have edited): ValueError naming
-        the first field that is wrong. Unknown keys are ignored (a newer writer's)."""
+        """A row read back, every field checked (anyone could have edited it): ValueError naming the first
+        field that is wrong; unknown keys ignored."""
         if not isinstance(d, dict):
             raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
         for name, ok, says in _SAMPLE_CHECKS:
@@ -278,9 +267,8 @@ class SampleRecord:
         return rec
 
     def to_row(self) -> dict[str, Any]:
-        """The ``samples.jsonl`` row: every field in order, but ``score`` and ``reasoning`` only when set. Every
-        field is a scalar (each one's check says so), so a shallow copy is ``asdict``'s row at a tenth of its cost
-        (an eval writes one row per question)."""
+        """The ``samples.jsonl`` row: every field in order, ``score`` and ``reasoning`` only when set (a
+        shallow copy: every field is a scalar, at a tenth of ``asdict``'s cost)."""
         row = {name: getattr(self, name) for name, _, _ in _SAMPLE_CHECKS}
         for key in ("score", "reasoning"):
             if row[key] is None:
@@ -321,10 +309,9 @@ class ArmResult(Record):
     launches: list[str]
     error_rate: float
     dirs: list[str]
-    #: what ``bootstrap`` resamples: questions only (the launch-to-launch variation is not in it)
+    #: what ``bootstrap`` resamples (questions only: not the launch-to-launch variation)
     bootstrap_kind: str | None = omit_none()
-    #: the two-level (launches, then questions) bootstrap interval; absent when the arm's configuration has
-    #: one launch
+    #: the two-level (launches, then questions) bootstrap interval; absent with one launch
     bootstrap_launch: list[float] | None = omit_none()
 
 
@@ -376,10 +363,8 @@ class KldHistogram(Record):
 
 @dataclass(frozen=True)
 class Divergence(Record):
-    """``comparison.json`` ``divergence``: the reference arm's greedy texts scored teacher-forced by its own
-    server, by the other arm's and by a fresh launch of its own (the A/A floor); computed by
-    :func:`harness.analysis.divergence.compute_divergence`. KLD in nats per reference token; ``*_aa`` are the
-    floor's."""
+    """``comparison.json`` ``divergence``: the reference arm's greedy texts scored by its own server, the
+    other arm's and a fresh launch of its own (the A/A floor, ``*_aa``); KLD in nats per reference token."""
 
     verdict: str  # diverged | indistinguishable | not_measured
     verdict_reason: str
@@ -423,17 +408,15 @@ class Divergence(Record):
     scoring: dict[str, dict[str, JSON]] = field(default_factory=dict)
     #: whose greedy texts are the reference (``a`` unless ``divergence.reference`` says ``b``)
     reference: str = "a"
-    #: the launch-level test over every scored launch (the verdict's when there are 3 or more launches besides
-    #: the reference's), the per-question test (the verdict's with one A/A and one B launch, else a diagnostic)
+    #: the launch-level test (the verdict's with 3+ launches besides the reference's), the per-question test
     launch_test: LaunchDivergence | None = omit_none()
     per_question: DivergenceTest | None = omit_none()
     #: the assumption the verdict rests on (e.g. one A/A launch: a constant noise scale across launches)
     qualification: str | None = omit_none()
     #: passes left out of the launch-level test, and why (not scored, a launch scored twice)
     launches_skipped: dict[str, str] = field(default_factory=dict)
-    #: the questions whose greedy texts part, A vs B and A vs A', by their first diverging token: a near-tie
-    #: (the reference pass's logprob gap between the two tokens within ``near_tie_nats``), a real divergence, or
-    #: unclassified (:func:`harness.analysis.identity.first_divergences`)
+    #: the questions whose greedy texts part (A vs B, A vs A') by their first diverging token: a near-tie (a
+    #: logprob gap within ``near_tie_nats``), a real divergence, or unclassified
     partings: PartingCounts | None = omit_none()
     partings_aa: PartingCounts | None = omit_none()
     near_tie_nats: float | None = omit_none()
@@ -441,10 +424,9 @@ class Divergence(Record):
 
 @dataclass(frozen=True)
 class Parting(Record):
-    """Where one question's two outputs part (:mod:`harness.analysis.identity`): the first differing character
-    and each text's word there; with scoring passes, the token position in the reference completion, both
-    candidate tokens (the reference token, the other side's argmax on the shared prefix) and the reference pass's
-    logprob gap between them, classified ``near_tie`` (within ``Identity.near_tie_nats``) or ``divergence``."""
+    """Where one question's two outputs part: the first differing character and each text's word there; with
+    scoring passes, the token position, both candidate tokens and the reference pass's logprob gap between
+    them, classified ``near_tie`` or ``divergence``."""
 
     question: int
     #: first differing character of the two output texts (None: the texts are equal and the logprobs differ)
@@ -455,8 +437,7 @@ class Parting(Record):
     position: int | None = None
     token_a: int | None = None
     token_b: int | None = None
-    #: nats, the reference pass's logprob of token_a minus that of token_b (negative: it ranks token_b higher; |gap|
-    #: against Identity.near_tie_nats decides the kind)
+    #: nats, the reference pass's logprob of token_a minus token_b's (|gap| against near_tie_nats: the kind)
     gap: float | None = None
     #: token_b is not in the reference pass's top-k: ``gap`` is a lower bound
     gap_is_bound: bool = False
@@ -476,10 +457,9 @@ class PartingCounts(Record):
 
 @dataclass(frozen=True)
 class Identity(Record):
-    """``comparison.json`` ``identity`` (``stats.hypothesis=identical``): the no-op proof. First the floor (every
-    other pass of arm A, the A/A control's included, bit-identical to A's first: outputs, and the scoring passes'
-    logprobs where they ran), then A against B: identical on every compared question, with the exact one-sided
-    upper bound on the per-question difference rate, or every differing question listed."""
+    """``comparison.json`` ``identity`` (``stats.hypothesis=identical``): the no-op proof. First the floor
+    (every other pass of arm A bit-identical to A's first), then A against B: identical on every compared
+    question, with the exact upper bound on the per-question difference rate, or the differing ones listed."""
 
     verdict: str  # identical | differs | not_deterministic | not_measured
     reason: str
@@ -505,8 +485,7 @@ class Identity(Record):
 
 
 class IdenticalShare(TypedDict):
-    """One arm's share of outputs identical between two of its passes (:func:`harness.analysis.determinism.
-    arm_identity`): overall, within a launch, across launches (None where no pair of passes is such)."""
+    """One arm's share of outputs identical between two of its passes: overall, within, across launches."""
 
     share: float | None
     within_launch: float | None
@@ -516,9 +495,8 @@ class IdenticalShare(TypedDict):
 
 
 class IdenticalOutputs(TypedDict, total=False):
-    """``comparison.json`` ``identical_outputs`` (:func:`harness.analysis.determinism.identical_outputs`): each
-    arm's :class:`IdenticalShare`, the sampling temperature, the arms flagged (no output identical across passes at
-    temperature 0) and what the shares are."""
+    """``comparison.json`` ``identical_outputs``: each arm's :class:`IdenticalShare`, the temperature and the
+    arms flagged (no output identical across passes at temperature 0)."""
 
     a: IdenticalShare
     b: IdenticalShare
@@ -530,13 +508,9 @@ class IdenticalOutputs(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class Comparison(Record):
-    """``comparison.json``: arm B against arm A over stored evals (proportions as fractions).
-
-    :func:`harness.analysis.comparison.compare_dirs` computes the statistics; its callers (``abh compare``,
-    ``abh run``, ``abh ab``) add what only they know with :func:`dataclasses.replace`: ``arm_names``,
-    ``command``, ``divergence``, and a sequential run's decision (``sequential``, with the fixed design's
-    verdict kept as ``verdict_fixed``). ``test`` and ``p`` are the test and p that decided the verdict.
-    """
+    """``comparison.json``: arm B against arm A over stored evals (proportions as fractions). ``compare_dirs``
+    computes the statistics; its callers add what only they know (``arm_names``, ``command``, ``divergence``,
+    a sequential decision). ``test`` and ``p`` are the test and p that decided the verdict."""
 
     simulated: bool
     hypothesis: str
@@ -610,22 +584,18 @@ class Comparison(Record):
     sequential: SequentialRecord | None = omit_none()
     verdict_fixed: str | None = omit_none()
     verdict_reason_fixed: str | None = omit_none()
-    #: per arm, the share of outputs identical across its passes (within a launch, across launches), and the arms
-    #: flagged for none at temperature 0 (harness.analysis.determinism); absent from comparisons written before it
+    #: per arm, the share of outputs identical across its passes; the arms with none at temperature 0
     identical_outputs: IdenticalOutputs | None = omit_none()
     #: the fixed design's test, p and interval of the same data, when the sequential decision replaced them
     test_fixed: str | None = omit_none()
     p_fixed: float | None = omit_none()
     delta_ci_fixed: list[float] | None = omit_none()
-    #: the verdict is about these two server instances only: no configuration has two launches, so a launch-wide
-    #: accuracy shift cannot be told from the change (``--fail-on`` does not act on it unless ``assumptions``
-    #: holds ``no_launch_shift``)
+    #: the verdict is about these two server instances only (no configuration has two launches): ``--fail-on``
+    #: does not act on it unless ``assumptions`` holds ``no_launch_shift``
     instances_only: bool = False
-    #: what the user stated and the verdict may rest on: ``no_launch_shift`` (``--assume-no-launch-shift``,
-    #: ``stats.assume_no_launch_shift``: launches do not shift accuracy, so an instances-only verdict is gated on)
+    #: what the user stated and the verdict may rest on: ``no_launch_shift`` (``--assume-no-launch-shift``)
     assumptions: list[str] = field(default_factory=list)
-    #: how launches were counted for evals that record no launch id (None: every eval records one):
-    #: ``per_server`` (passes of one server URL are one launch) or ``per_pass`` (``--launches-from-passes``)
+    #: how launches were counted for evals that record no launch id: ``per_server`` or ``per_pass``
     launch_ids_missing: str | None = omit_none()
     #: the no-op proof (``hypothesis: identical``); absent otherwise
     identity: Identity | None = omit_none()
@@ -643,8 +613,7 @@ class CostBlock(Record):
     server_s: float = 0.0
     gpus: int = 0
     gpu_hours: float = 0.0
-    #: the divergence's scoring passes this role's servers ran: how many, their wall time and its GPU-hours (part
-    #: of ``gpu_hours``: they ran on the role's launches)
+    #: the divergence's scoring passes this role's servers ran (their GPU-hours are part of ``gpu_hours``)
     scoring_passes: int = 0
     scoring_s: float = 0.0
     scoring_gpu_hours: float = 0.0
@@ -724,8 +693,7 @@ class RunSummary(Record):
     sequential: SequentialRecord | None = omit_none()
     #: the verdict in the one line every surface shows (harness.report.headline)
     headline: str | None = omit_none()
-    #: a run of several tasks: each task's verdict after the Holm adjustment across them (``verdict`` is then
-    #: the overall decision; tasks.json holds the per-task table)
+    #: a run of several tasks: each task's verdict after Holm (``verdict`` is then the overall decision)
     tasks: dict[str, str] | None = omit_none()
 
 
@@ -807,13 +775,11 @@ class SweepRow(Record):
     p_value_at_floor: bool = False
     p_adjusted: float | None = None
     mde: float | None = None
-    #: divergence (when the job scored): its verdict after the sweep's adjustment of its p (as accuracy's), and
-    #: the mean KLD A‖B and A‖A' (nats/token)
+    #: divergence (when the job scored): its verdict after the sweep's adjustment, the mean KLD A‖B and A‖A'
     divergence: str | None = None
     kld: float | None = None
     kld_aa: float | None = None
-    #: the divergence test's p, adjusted across the jobs that measured divergence (Holm or BH, as ``p``), and the
-    #: job's own verdict before the adjustment
+    #: the divergence test's p, adjusted across the jobs that measured it, and the verdict before adjustment
     divergence_p: float | None = omit_none()
     divergence_p_adjusted: float | None = omit_none()
     divergence_unadjusted: str | None = omit_none()
@@ -823,8 +789,7 @@ class SweepRow(Record):
     test_alpha: float | None = None
     simulated: bool = False
     gpu_hours: float | None = None
-    #: the test whose p is adjusted (a sequential run's: the stage-wise p of the look that decided), and the
-    #: condition the comparison's verdict holds under (e.g. "valid only if launches do not shift accuracy")
+    #: the test whose p is adjusted, and the condition the comparison's verdict holds under
     test: str | None = None
     qualification: str | None = None
 
@@ -876,8 +841,7 @@ def check(doc: Any, kind: str, where: str | Path) -> JSONObject:
 
 
 def load(path: str | Path, kind: str) -> JSONObject:
-    """Read and check one stored document. A missing file raises FileNotFoundError; anything unreadable
-    (not JSON, not UTF-8, wrong kind, unknown version) raises SchemaError."""
+    """Read and check one stored document: FileNotFoundError, or SchemaError for anything unreadable."""
     p = Path(path)
     try:
         doc = read_json(p)
@@ -918,8 +882,7 @@ def load_eval_summary(path: str | Path) -> EvalSummary:
 
 
 def load_manifest(path: str | Path) -> dict[str, Any]:
-    """``manifest.json``, checked for its kind and version; its one declaration is the writer's
-    (``harness.orchestrate.rundir.RunManifest``), which readers here below it read key by key."""
+    """``manifest.json``, checked for its kind and version (declared by ``harness.orchestrate.rundir``)."""
     return load(path, MANIFEST)
 
 
@@ -940,8 +903,7 @@ write_tasks: Callable[[str | Path, TasksComparison], None] = partial(dump_record
 def run_summary(c: Comparison, *, experiment: str, repeats: int, aa_control: bool, exit_code: int,
                 design: dict[str, JSON] | None = None, cost: Cost | None = None,
                 sequential: SequentialRecord | None = None, headline: str | None = None) -> RunSummary:
-    """``summary.json`` of a run directory (``abh run``, ``abh ab``): the verdict, the test and p that decided
-    it, the accuracies and the exit code, taken from its comparison, and what only the run knows."""
+    """A run directory's ``summary.json``: verdict, test, p, accuracies and exit code from its comparison."""
     div = c.divergence
     return RunSummary(
         experiment=experiment, simulated=c.simulated, verdict=c.verdict, verdict_reason=c.verdict_reason,

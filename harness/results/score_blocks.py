@@ -1,23 +1,16 @@
 """One stored scoring pass read a block of questions at a time, in question order, in bounded memory.
 
-``scores.parquet`` rows arrive in the order the server answered (:mod:`harness.results.token_store`): nearly
-question order, never exactly. :class:`PassReader` reads the row groups in the order of their smallest question
-(the Parquet statistics say it without decoding a row) and hands out, on :meth:`PassReader.upto`, every row of the
-questions up to a bound as a small :class:`~harness.results.token_store.ScoreTable`: a question is complete once
-no unread row group can hold it. What stays in memory is the rows read but not yet handed out (about a row group
-when the rows are nearly in order) and only the columns asked for; the whole pass is never held. An in-memory
-``ScoreTable`` is read the same way (sliced), so one code path serves both.
+``scores.parquet`` rows arrive in nearly question order, never exactly. :class:`PassReader` reads the row
+groups in the order of their smallest question (from the Parquet statistics) and hands out, on
+:meth:`PassReader.upto`, every row of the questions up to a bound: a question is complete once no unread row
+group can hold it. What stays in memory is the rows read but not yet handed out, of the columns asked for. An
+in-memory ``ScoreTable`` is read the same way (sliced). :func:`pass_blocks` yields a pass as blocks of whole
+questions; :func:`pass_questions` keeps the rows of given questions; :class:`QuestionRows` hands out one
+question's rows at a time.
 
-:func:`pass_blocks` yields a pass as successive blocks of whole questions (the streaming the divergence and any
-further pass of the same text share); :func:`pass_questions` keeps only the rows of given questions;
-:class:`QuestionRows` hands out one question's rows at a time in about question order (what a further scoring pass
-reads of the reference pass as it builds its requests).
-
-A row group is sorted by question once when read, so each block takes a prefix of what is buffered (a view, no
-copy). How well a pass streams depends on how its rows were written: a pass that asked every question at once wrote
-row groups whose question ranges overlap (a straggler answer lowers a group's smallest question), and reading up to
-a question then reads most groups; a pass asks a bounded number of questions at a time
-(:data:`harness.measure.divergence_pass.MAX_QUESTIONS_IN_FLIGHT`) so that its groups follow the question order.
+A pass that asked every question at once wrote row groups whose question ranges overlap, and reading up to a
+question then reads most groups: a pass asks a bounded number of questions at a time so that its groups follow
+the question order.
 """
 
 from __future__ import annotations
@@ -33,6 +26,7 @@ from harness.results.arrow_buffers import numbers
 from harness.results.fileio import read_json
 from harness.results.token_store import (
     PAD_ID,
+    ROW_COLUMNS,
     SCORES,
     SCORES_META,
     NotMeasured,
@@ -40,8 +34,9 @@ from harness.results.token_store import (
     ScoresMeta,
     ScoreTable,
     _fill_lists,
-    _list_width,
+    pass_widths,
     scores_status,
+    sort_rows,
     with_top1,
 )
 
@@ -57,10 +52,8 @@ BATCH_ROWS = 8_192
 
 class PassReader:
     """Rows of one scoring pass (its directory, or a table already loaded), question by question in order.
-
-    ``columns``: which of :data:`DATA_COLUMNS` the blocks carry (the others are empty arrays, or None for the
-    nullable ones). Raises :class:`~harness.results.token_store.NotMeasured` for a pass that was not scored and
-    :class:`~harness.results.token_store.ScoresError` for an unreadable one, here or at any later read."""
+    ``columns``: which of :data:`DATA_COLUMNS` the blocks carry. :class:`NotMeasured` for a pass that was not
+    scored, :class:`ScoresError` for an unreadable one, here or at any later read."""
 
     def __init__(self, src: str | Path | ScoreTable, columns: Iterable[str] = DATA_COLUMNS):
         self.columns = tuple(c for c in DATA_COLUMNS if c in set(columns))
@@ -83,7 +76,7 @@ class PassReader:
             self.meta = read_json(self.root / SCORES_META)
             self._pf = pq.ParquetFile(self.root / SCORES, pre_buffer=False, buffer_size=1 << 20)
             self._ranges = [self._group_range(g) for g in range(self._pf.num_row_groups)]
-            self.top_k, self.ref_width, self.has_offsets = self._widths()
+            self.top_k, self.ref_width, self.has_offsets = pass_widths(self.meta, self._pf)
         except ScoresError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow's errors are ValueError/OSError
@@ -105,23 +98,10 @@ class PassReader:
         q = numbers(self._pf.read_row_group(g, columns=["question"], use_threads=False).column(0), np.int64)
         return int(q.min()), int(q.max())
 
-    def _widths(self) -> tuple[int, int, bool]:
-        meta = self.meta
-        if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
-            return int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
-        k, k_ref, has_off = 0, 0, False  # written by another tool: one pass over the list columns
-        for g in range(self._pf.num_row_groups):
-            t = self._pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
-            k = max(k, _list_width(t.column("top_ids")))
-            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs")))
-            has_off = has_off or t.column("text_offset").null_count < t.num_rows
-        return k, k_ref, has_off
-
     # -------------------------------------------------------------------------------- reading
     def _read_group(self, g: int) -> dict[str, np.ndarray]:
-        """Row group ``g``'s asked-for columns as numpy arrays (lists padded as :func:`load_scores` pads them),
-        decoded a batch of :data:`BATCH_ROWS` rows at a time: a whole row group decoded at once costs pyarrow
-        several times its size in buffers it keeps."""
+        """Row group ``g``'s asked-for columns as numpy arrays, decoded :data:`BATCH_ROWS` rows at a time (a
+        whole row group at once costs pyarrow several times its size in buffers it keeps)."""
         want = list(KEY_COLUMNS) + [c for c in self.columns
                                     if not (c == "ref_top_logprobs" and not self.ref_width)
                                     and not (c == "text_offset" and not self.has_offsets)]
@@ -145,8 +125,7 @@ class PassReader:
         return {c: v[:at][order] for c, v in out.items()}
 
     def _top1(self, g: int) -> bool:
-        """Row group ``g`` may hold tokens stored as their top list's first entry (its statistics say so, or
-        it has none)."""
+        """Row group ``g`` may hold tokens stored as their top list's first entry (null ``token_id``)."""
         rg = self._pf.metadata.row_group(g)
         for i in range(rg.num_columns):
             if rg.column(i).path_in_schema == "token_id":
@@ -178,8 +157,7 @@ class PassReader:
         return out
 
     def upto(self, last: int) -> ScoreTable:
-        """Every row of the questions after the previous call's bound up to ``last`` (inclusive), sorted by
-        (question, position); ``last`` never decreases from call to call."""
+        """Every row of the questions after the previous call's bound up to ``last`` (inclusive), sorted."""
         lo = self._done
         self._done = max(self._done, last)
         if self._table is not None:
@@ -210,18 +188,8 @@ class PassReader:
 
     def _table_of(self, rows: dict[str, np.ndarray]) -> ScoreTable:
         """The rows as a sorted table, checked as :func:`load_scores` checks a whole pass."""
-        question, position = rows["question"], rows["position"]
-        order = np.lexsort((position, question))
-        if not np.all(order[1:] > order[:-1]):
-            rows = {c: v[order] for c, v in rows.items()}
-            question, position = rows["question"], rows["position"]
-        n = question.size
-        qs, first = np.unique(question, return_index=True)
-        offsets = np.append(first, n).astype(np.int64)
-        if not np.array_equal(position, np.arange(n) - np.repeat(first, np.diff(offsets))):
-            raise ScoresError(f"{self.root / SCORES}: positions are not 0..T-1 within each question "
-                              "(a question written twice, or rows lost)")
-        return self._assemble(qs.astype(np.int64), offsets, rows)
+        qs, offsets = sort_rows(rows, self.root / SCORES)
+        return self._assemble(qs, offsets, rows)
 
     def _assemble(self, qs: np.ndarray, offsets: np.ndarray, rows: dict[str, Any]) -> ScoreTable:
         def col(c: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -260,7 +228,7 @@ class PassReader:
             **({"text_offset": z} if "text_offset" in self.columns and self.has_offsets else {})})
 
     def close(self) -> None:
-        """Let go of the rows read and not handed out and of the file (the pass's metadata stays readable)."""
+        """Let go of the rows read and not handed out and of the file (the metadata stays)."""
         self._buf = []
         self._pf = None
         self._next = len(getattr(self, "_order", ()))
@@ -289,8 +257,7 @@ class PassReader:
 
 
 def pass_blocks(reader: PassReader, block_tokens: int = BLOCK_TOKENS) -> Iterator[ScoreTable]:
-    """The pass as successive blocks of whole questions in question order, each about ``block_tokens`` tokens
-    (at least one question): every question exactly once."""
+    """The pass as blocks of whole questions in question order, of about ``block_tokens`` tokens each."""
     while not reader.exhausted:
         big = reader.upto(_next_bound(reader))
         if big.questions.size == 0:
@@ -318,19 +285,13 @@ def split_blocks(t: ScoreTable, block_tokens: int) -> Iterator[ScoreTable]:
         j = int(np.searchsorted(t.offsets, t.offsets[i] + max(1, block_tokens), side="left"))
         j = min(max(j, i + 1), nq)
         a, b = int(t.offsets[i]), int(t.offsets[j])
-        yield ScoreTable(questions=t.questions[i:j], offsets=t.offsets[i:j + 1] - a, position=t.position[a:b],
-                         token_id=t.token_id[a:b], logprob=t.logprob[a:b] if t.logprob.size else t.logprob,
-                         top_ids=t.top_ids[a:b] if t.top_ids.size else t.top_ids,
-                         top_logprobs=t.top_logprobs[a:b] if t.top_logprobs.size else t.top_logprobs,
-                         ref_top_logprobs=None if t.ref_top_logprobs is None else t.ref_top_logprobs[a:b],
-                         text_offset=None if t.text_offset is None else t.text_offset[a:b], meta=t.meta)
+        yield t.select(t.questions[i:j], t.offsets[i:j + 1] - a, slice(a, b))
         i = j
 
 
 def pass_questions(src: str | Path | ScoreTable, questions: Iterable[int],
                    columns: Iterable[str] = DATA_COLUMNS) -> ScoreTable:
-    """Only the rows of ``questions`` of a pass, read block by block (what a few questions' classification
-    needs, without holding the pass)."""
+    """Only the rows of ``questions`` of a pass, read block by block (without holding the pass)."""
     want = np.unique(np.fromiter((int(q) for q in questions), dtype=np.int64))
     reader = PassReader(src, columns)
     parts = []
@@ -346,14 +307,7 @@ def _pick(t: ScoreTable, idx: np.ndarray) -> ScoreTable:
     starts = t.offsets[idx]
     off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     rows = (np.repeat(starts - off[:-1], lens) + np.arange(off[-1])).astype(np.int64)
-
-    def take(v: np.ndarray | None) -> Any:
-        return None if v is None else (v[rows] if v.shape[0] == t.token_id.size else v)
-
-    return ScoreTable(questions=t.questions[idx], offsets=off, position=take(t.position),
-                      token_id=take(t.token_id), logprob=take(t.logprob), top_ids=take(t.top_ids),
-                      top_logprobs=take(t.top_logprobs), ref_top_logprobs=take(t.ref_top_logprobs),
-                      text_offset=take(t.text_offset), meta=t.meta)
+    return t.select(t.questions[idx], off, rows)
 
 
 def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
@@ -369,16 +323,13 @@ def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
         return None if vals[0] is None else np.concatenate(vals)
 
     return ScoreTable(questions=np.concatenate([p.questions for p in parts]), offsets=offsets,
-                      position=cat("position"), token_id=cat("token_id"), logprob=cat("logprob"),
-                      top_ids=cat("top_ids"), top_logprobs=cat("top_logprobs"),
-                      ref_top_logprobs=cat("ref_top_logprobs"), text_offset=cat("text_offset"), meta=parts[0].meta)
+                      meta=parts[0].meta, **{c: cat(c) for c in ROW_COLUMNS})
 
 
 class QuestionRows:
-    """A pass's rows of one question at a time, taken in about ascending question order (a scoring pass builds
-    its requests so): what is held is the blocks read and not yet wholly taken, never the pass. ``order``: every
-    question that will be taken; a block is let go once every question before it was taken. A question taken
-    again, or far out of order, is read anew (:func:`pass_questions`): correct, only slower."""
+    """A pass's rows of one question at a time, taken in about ascending question order: the blocks read and
+    not yet wholly taken are held, never the pass (a block goes once every question of ``order`` before it was
+    taken). A question taken again, or far out of order, is read anew: correct, only slower."""
 
     def __init__(self, reader: PassReader, order: Iterable[int]):
         self._reader = reader
@@ -389,8 +340,7 @@ class QuestionRows:
         self._read = -1  # every question <= this one was asked of the reader
 
     def take(self, question: int) -> ScoreTable:
-        """The rows of ``question`` (none when the pass has none), arrays of their own (a block's rows picked
-        are copies: nothing keeps it alive)."""
+        """The rows of ``question``, copies (nothing keeps a block alive)."""
         q = int(question)
         while q > self._read and not self._reader.exhausted:  # a row group's questions at a time, not one's
             bound = max(q, _next_bound(self._reader))

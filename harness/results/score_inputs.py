@@ -1,12 +1,8 @@
 """The token ids a scoring pass sends: every question's prompt ids and reference ids, held as int32 arrays.
 
-The reference pass tokenizes every prompt (with its special tokens) and every reference (without) once and stores
-them in ``score_inputs.parquet``; the other passes of the run read them and send the same ids. Held as Python
-lists, the ids cost 8 bytes each even with one int object per distinct id (~100 MiB for 13k GSM8K questions);
-here they are int32 arrays, and a prompt's prefix shared with the first prompt (the few-shot block every prompt
-of a task repeats) is held once: about 4 bytes per id of what differs. A question's ids become lists only when
-its request is built (:meth:`ScoreInputs.__getitem__`), with one int object per distinct id, so the requests in
-flight cost 8 bytes an id too.
+Held as int32 arrays, a prompt's prefix shared with the first prompt (the few-shot block) once: about 4 bytes
+an id of what differs (lists: 8 bytes an id, ~100 MiB for 13k GSM8K questions). A question's ids become lists,
+with one int object per distinct id, only when its request is built (``inputs[q]``).
 """
 
 from __future__ import annotations
@@ -91,8 +87,7 @@ class ScoreInputs(Mapping[int, tuple[list[int], list[int]]]):
 
 
 def flat(inputs: ScoreInputs, questions: Sequence[int], which: int) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, values) of the prompt (``which`` 0) or reference (1) ids of ``questions``, end to end (what the
-    stored ``list<int32>`` column is made of)."""
+    """(offsets, values) of the prompt (``which`` 0) or reference (1) ids of ``questions``, end to end."""
     parts = [inputs.arrays(q)[which] for q in questions]
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([p.size for p in parts], out=offsets[1:])
@@ -102,9 +97,7 @@ def flat(inputs: ScoreInputs, questions: Sequence[int], which: int) -> tuple[np.
 
 def of_columns(questions: np.ndarray, prompt: tuple[np.ndarray, np.ndarray],
                reference: tuple[np.ndarray, np.ndarray], out: ScoreInputs | None = None) -> ScoreInputs:
-    """The inputs of stored columns (added to ``out``, else new): per question, its ids in ``prompt`` and
-    ``reference`` ((offsets, values) each). Every row's arrays are its own (nothing keeps the columns' buffers
-    alive)."""
+    """The inputs of stored columns ((offsets, values) each), added to ``out`` (else a new one)."""
     out = ScoreInputs() if out is None else out
     (po, pv), (ro, rv) = prompt, reference
     for n, q in enumerate(questions.tolist()):

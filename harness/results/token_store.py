@@ -29,20 +29,17 @@ text_offset         int32              nullable: character offset of the token's
                                        reference completion text (for "first diverging token")
 ==================  =================  ==========================================================
 
-A question whose reference completion has no token has no row; a question the server failed to score is
-left out and counted in ``errors`` (:meth:`ScoresWriter.record_error`). Rows may arrive in any question order (answers come back as they finish); :func:`load_scores` returns
-them sorted by (question, position). An engine that cannot score writes ``scores.json`` with
-``status: "not_measured"`` and a reason (:func:`write_not_measured`), never an empty or zero file.
-
-Memory: the writer holds at most one row group of numpy arrays; the reader fills preallocated numpy
-arrays one row group at a time. No per-token Python object is kept for the whole pass.
+A question whose reference has no token has no row; one the server failed to score is left out and counted
+in ``errors``. Rows arrive in any question order; :func:`load_scores` sorts them by (question, position). An
+engine that cannot score writes ``status: "not_measured"`` and a reason, never an empty file. The writer holds
+one row group of numpy arrays at most, the reader fills preallocated arrays: no per-token object is kept.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -61,14 +58,16 @@ PAD_ID = -1
 ZSTD_LEVEL = 6
 DEFAULT_ROW_GROUP_ROWS = 65_536
 MAX_ERROR_EXAMPLES = 5
+#: a :class:`ScoreTable`'s columns of one entry per row
+ROW_COLUMNS = ("position", "token_id", "logprob", "top_ids", "top_logprobs", "ref_top_logprobs",
+               "text_offset")
 #: the columns stored byte stream split (:class:`ScoresWriter`), by their Parquet paths
 BYTE_STREAM_SPLIT = ("token_id", "logprob", "top_ids.list.element", "top_logprobs.list.element",
                      "ref_top_logprobs.list.element")
 
 
-#: ``scores.json``: the writer's own keys (see the module docstring), then those of the caller's meta that abh's
-#: scoring passes set (harness.measure.divergence_pass, harness.orchestrate.divergence_phase); functional syntax, for
-#: the key ``pass``
+#: ``scores.json``: the writer's own keys, then those of the caller's meta that abh's scoring passes set;
+#: functional syntax, for the key ``pass``
 ScoresMeta = TypedDict("ScoresMeta", {
     "schema_version": int, "kind": str, "status": str, "reason": str | None,
     # the caller's meta: which pass, of which arm and launch, against which reference, how it was asked
@@ -79,9 +78,7 @@ ScoresMeta = TypedDict("ScoresMeta", {
     # written by ScoresWriter.close (status ok)
     "top_k": int, "questions": int, "tokens": int, "top_width": int, "ref_width": int, "text_offsets": bool,
     "errors": int, "error_examples": dict[str, str], "partial": bool,
-    # the caller's, for a resume: this pass's id (kept by a resume), the reference pass's it scored against,
-    # the questions it was to score (those with a reference token) and those not asked when it stopped, and the
-    # sessions that added to it
+    # the caller's, for a resume: this pass's id, the reference pass's, the questions planned and missing
     "pass_id": str, "reference_pass_id": str | None, "questions_planned": int, "missing": int, "resumes": int,
     "references_digest": str,
 }, total=False)
@@ -103,16 +100,10 @@ def scores_schema() -> Any:
     """The columns of ``scores.parquet`` (module docstring)."""
     from harness.results.arrow import pa
 
-    return pa.schema([
-        ("question", pa.int32()),
-        ("position", pa.int32()),
-        ("token_id", pa.int32()),
-        ("logprob", pa.float32()),
-        ("top_ids", pa.list_(pa.int32())),
-        ("top_logprobs", pa.list_(pa.float32())),
-        ("ref_top_logprobs", pa.list_(pa.float32())),
-        ("text_offset", pa.int32()),
-    ])
+    return pa.schema([("question", pa.int32()), ("position", pa.int32()), ("token_id", pa.int32()),
+                      ("logprob", pa.float32()), ("top_ids", pa.list_(pa.int32())),
+                      ("top_logprobs", pa.list_(pa.float32())), ("ref_top_logprobs", pa.list_(pa.float32())),
+                      ("text_offset", pa.int32())])
 
 
 def _as_2d(rows: Any, dtype: Any, fill: Any) -> np.ndarray:
@@ -142,13 +133,9 @@ class _Chunk(TypedDict):
 
 
 class ScoresWriter:
-    """Stream one scoring pass to ``root/scores.parquet``, one question at a time, in any order.
-
-    Written to a hidden partial file and renamed on :meth:`close`, with ``scores.json`` written last: a
-    crash leaves no ``scores.parquet`` and no ``status: ok`` (what was published before stays as it was). Use as
-    a context manager; on an exception the partial file is removed. ``carry``: a ``scores.parquet`` whose rows
-    this pass keeps (a resumed pass: its questions are not added again).
-    """
+    """Stream one scoring pass to ``root/scores.parquet``, one question at a time, in any order: a hidden
+    partial file renamed on :meth:`close`, ``scores.json`` written last, so a crash publishes nothing (as a
+    context manager, an exception removes the partial file). ``carry``: a scores.parquet to keep."""
 
     def __init__(self, root: str | Path, *, top_k: int, meta: ScoresMeta | None = None,
                  row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, carry: str | Path | None = None):
@@ -161,11 +148,8 @@ class ScoresWriter:
         self._partial = self.root / f".{SCORES}.partial"
         # written through a descriptor that followed no link (pyarrow would open a planted one's target)
         self._file = fileio.open_new(self._partial)
-        # dictionary encoding only where values repeat (a question's index on each of its rows): on the logprob
-        # and id columns it costs ~40 % of the write for 1 % of the size. The logprobs and ids are stored byte
-        # stream split (each value's bytes in four streams: zstd finds the exponents' and high bytes' repeats),
-        # lossless: 7 % smaller and faster to read than plain
-        # zstd level 6: 2 % smaller than its default level for a few ms per pass
+        # dictionary encoding only where values repeat (on logprobs and ids: ~40 % of the write for 1 % of the
+        # size); logprobs and ids byte stream split (7 % smaller and faster to read than plain)
         self._writer = pq.ParquetWriter(self._file, scores_schema(), compression="zstd",
                                         compression_level=ZSTD_LEVEL, use_dictionary=["question"],
                                         use_byte_stream_split=list(BYTE_STREAM_SPLIT))
@@ -194,9 +178,9 @@ class ScoresWriter:
             self._writer.write_table(t, row_group_size=max(t.num_rows, 1))
             self._seen.update(np.unique(numbers(t.column("question"), np.int64)).tolist())
             self.tokens += t.num_rows
-            self._width = max(self._width, _list_width(t.column("top_ids")))
-            self._ref_width = max(self._ref_width, _list_width(t.column("ref_top_logprobs")))
-            self._offsets = self._offsets or t.column("text_offset").null_count < t.num_rows
+            k, k_ref, offsets = _widths(t)
+            self._width, self._ref_width = max(self._width, k), max(self._ref_width, k_ref)
+            self._offsets = self._offsets or offsets
 
     @property
     def questions(self) -> set[int]:
@@ -207,11 +191,8 @@ class ScoresWriter:
             top_ids: Sequence[Sequence[int]] | np.ndarray, top_logprobs: Sequence[Sequence[float]] | np.ndarray,
             ref_top_logprobs: Sequence[Sequence[float]] | np.ndarray | None = None,
             text_offsets: Sequence[int] | np.ndarray | None = None) -> None:
-        """Add the scores of one question's reference completion (T tokens).
-
-        ``top_ids``/``top_logprobs``: (T, k) arrays or per-token lists (a shorter list is padded with id
-        ``PAD_ID`` and logprob ``-inf``); ``ref_top_logprobs`` (T, k_ref) NaN-padded; ``text_offsets`` (T,).
-        """
+        """Add one question's scores (T tokens). ``top_ids``/``top_logprobs``: (T, k) arrays or per-token
+        lists (padded with ``PAD_ID`` and ``-inf``); ``ref_top_logprobs`` (T, k_ref) NaN-padded."""
         if self._closed:
             raise ScoresError("writer is closed")
         q = int(question)
@@ -290,9 +271,8 @@ class ScoresWriter:
         self._buffered = 0
 
     def close(self, partial: str | None = None) -> Path:
-        """Flush, publish ``scores.parquet`` and write ``scores.json`` (status ok); return the parquet path.
-        ``partial``: why the pass stopped before every question was asked: published all the same, with status
-        not_measured, ``partial: true`` and that reason (a rerun resumes it)."""
+        """Flush, publish ``scores.parquet`` and write ``scores.json`` (status ok). ``partial``: why the
+        pass stopped before every question was asked (then not_measured, ``partial: true``, for a resume)."""
         if self._closed:
             return self.root / SCORES
         self._flush()
@@ -361,13 +341,9 @@ def scores_status(root: str | Path) -> tuple[str, str | None]:
 
 @dataclass
 class ScoreTable:
-    """One scoring pass as numpy columns, tokens sorted by (question, position).
-
-    Question ``questions[i]`` owns rows ``offsets[i]:offsets[i+1]``. ``top_ids`` (N, k) is padded with
-    ``PAD_ID`` and ``top_logprobs`` with -inf where a position had fewer than k alternatives;
-    ``ref_top_logprobs`` (N, k_ref) is NaN where missing and None when the pass has none; ``text_offset``
-    is None when the pass has none (-1 where a row lacks it).
-    """
+    """One scoring pass as numpy columns, tokens sorted by (question, position): ``questions[i]`` owns rows
+    ``offsets[i]:offsets[i+1]``; ``top_ids`` / ``top_logprobs`` (N, k) padded with ``PAD_ID`` / -inf;
+    ``ref_top_logprobs`` (N, k_ref) NaN, ``text_offset`` -1 where missing (None: the pass has none)."""
 
     questions: np.ndarray
     offsets: np.ndarray
@@ -378,7 +354,6 @@ class ScoreTable:
     top_logprobs: np.ndarray
     ref_top_logprobs: np.ndarray | None
     text_offset: np.ndarray | None
-    #: ``scores.json`` of the pass
     meta: ScoresMeta = field(default_factory=ScoresMeta)
 
     @property
@@ -395,6 +370,32 @@ class ScoreTable:
         if i < self.questions.size and self.questions[i] == question:
             return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
         return slice(0, 0)
+
+    def select(self, questions: np.ndarray, offsets: np.ndarray, rows: slice | np.ndarray) -> ScoreTable:
+        """The table of ``questions`` (``offsets`` into their rows), its rows this one's ``rows`` (a column
+        without rows, one not read, stays as it is)."""
+        def take(v: Any) -> Any:
+            return None if v is None else (v[rows] if v.shape[0] == self.token_id.size else v)
+
+        rows_of = {c: take(getattr(self, c)) for c in ROW_COLUMNS}
+        return replace(self, questions=questions, offsets=offsets, **rows_of)
+
+
+def pass_widths(meta: ScoresMeta, pf: Any) -> tuple[int, int, bool]:
+    """(top-k width, reference width, whether text offsets are stored) of a pass: its ``scores.json``'s, else
+    (written by another tool) one read of the list columns of its Parquet file ``pf``."""
+    if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
+        return int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
+    k, k_ref, has_off = 0, 0, False
+    for g in range(pf.num_row_groups):
+        w = _widths(pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"]))
+        k, k_ref, has_off = max(k, w[0]), max(k_ref, w[1]), has_off or w[2]
+    return k, k_ref, has_off
+
+
+def _widths(t: Any) -> tuple[int, int, bool]:
+    return (_list_width(t.column("top_ids")), _list_width(t.column("ref_top_logprobs")),
+            t.column("text_offset").null_count < t.num_rows)
 
 
 def _list_width(col: Any) -> int:
@@ -414,9 +415,8 @@ def _is_top1(tok: np.ndarray, lp: np.ndarray, ids: np.ndarray, tlp: np.ndarray) 
 
 
 def with_top1(col: Any, first: np.ndarray, dtype: Any) -> np.ndarray:
-    """A ``token_id`` or ``logprob`` column as stored, as an array: a null is the token's top-1 entry
-    (:class:`ScoresWriter` stores a token that is its top list's first entry once, in the list), taken from
-    ``first`` (each row's first top id or top logprob). A file without nulls (an older writer's) reads as it is."""
+    """A ``token_id`` or ``logprob`` column as an array, a null (the token is its top list's first entry)
+    taken from ``first``; a file without nulls (an older writer's) reads as it is."""
     vals = numbers(col, dtype)
     ok = valid(col)
     return vals if ok is None else np.where(ok, vals, first).astype(dtype, copy=False)
@@ -447,8 +447,7 @@ def _fill_lists(dst: np.ndarray, col: Any, start: int, fill: Any) -> None:
 
 
 def load_scores(root: str | Path) -> ScoreTable:
-    """Read ``root/scores.parquet`` into a :class:`ScoreTable` (raises :class:`NotMeasured` when the pass
-    was not scored, :class:`ScoresError` when the file is inconsistent)."""
+    """``root/scores.parquet`` as a :class:`ScoreTable` (:class:`NotMeasured`: the pass was not scored)."""
     from harness.results.arrow import pq
 
     root = Path(root)
@@ -458,15 +457,7 @@ def load_scores(root: str | Path) -> ScoreTable:
     meta: ScoresMeta = read_json(root / SCORES_META)  # parsed JSON: scores_status read it, status ok
     pf = pq.ParquetFile(root / SCORES)
     n = pf.metadata.num_rows
-    if all(isinstance(meta.get(key), int | bool) for key in ("top_width", "ref_width", "text_offsets")):
-        k, k_ref, has_off = int(meta["top_width"]), int(meta["ref_width"]), bool(meta["text_offsets"])
-    else:   # written by another tool: one pass over the list columns for their widths
-        k, k_ref, has_off = 0, 0, False
-        for g in range(pf.num_row_groups):
-            t = pf.read_row_group(g, columns=["top_ids", "ref_top_logprobs", "text_offset"])
-            k = max(k, _list_width(t.column("top_ids")))
-            k_ref = max(k_ref, _list_width(t.column("ref_top_logprobs")))
-            has_off = has_off or t.column("text_offset").null_count < t.num_rows
+    k, k_ref, has_off = pass_widths(meta, pf)
     question = np.empty(n, np.int32)
     position = np.empty(n, np.int32)
     token_id = np.empty(n, np.int32)
@@ -495,23 +486,27 @@ def load_scores(root: str | Path) -> ScoreTable:
             text_off[start:start + m] = numbers(t.column("text_offset"), np.int32, fill=-1)
         start += m
         del t
-    order = np.lexsort((position, question))
-    if not np.all(order[1:] > order[:-1]):   # not already sorted: permute, one column at a time
-        question = question[order]
-        position = position[order]
-        token_id = token_id[order]
-        logprob = logprob[order]
-        top_ids = top_ids[order]
-        top_lps = top_lps[order]
-        ref_lps = ref_lps[order] if ref_lps is not None else None
-        text_off = text_off[order] if text_off is not None else None
+    rows: dict[str, Any] = {"question": question, "position": position, "token_id": token_id,
+                            "logprob": logprob, "top_ids": top_ids, "top_logprobs": top_lps,
+                            "ref_top_logprobs": ref_lps, "text_offset": text_off}
+    del question, position, token_id, logprob, top_ids, top_lps, ref_lps, text_off  # sorted in the dict alone
+    qs, offsets = sort_rows(rows, root / SCORES)
+    del rows["question"]
+    return ScoreTable(questions=qs, offsets=offsets, meta=meta, **rows)
+
+
+def sort_rows(rows: dict[str, Any], where: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Sort the columns ``rows`` (None: one the pass lacks) by (question, position) in place, a column at a
+    time; the questions and their row offsets. ScoresError unless a question's positions are 0..T-1."""
+    order = np.lexsort((rows["position"], rows["question"]))
+    if not np.all(order[1:] > order[:-1]):
+        for c, v in rows.items():
+            rows[c] = None if v is None else v[order]
     del order
-    qs, first = np.unique(question, return_index=True)
+    n = rows["question"].size
+    qs, first = np.unique(rows["question"], return_index=True)
     offsets = np.append(first, n).astype(np.int64)
-    expect = np.arange(n) - np.repeat(first, np.diff(offsets))
-    if not np.array_equal(position, expect):
-        raise ScoresError(f"{root / SCORES}: positions are not 0..T-1 within each question "
+    if not np.array_equal(rows["position"], np.arange(n) - np.repeat(first, np.diff(offsets))):
+        raise ScoresError(f"{where}: positions are not 0..T-1 within each question "
                           "(a question written twice, or rows lost)")
-    return ScoreTable(questions=qs.astype(np.int64), offsets=offsets, position=position, token_id=token_id,
-                      logprob=logprob, top_ids=top_ids, top_logprobs=top_lps, ref_top_logprobs=ref_lps,
-                      text_offset=text_off, meta=meta)
+    return qs.astype(np.int64), offsets

@@ -1,16 +1,13 @@
-"""High-concurrency HTTP client for one eval: one aiohttp session, `parallel` requests in flight.
+"""High-concurrency HTTP client for one eval: one aiohttp session, `parallel` requests in flight, sending what
+its :class:`harness.serving.wire.Api` builds.
 
-The protocol is a :class:`harness.serving.wire.Api` chosen once, here: the client sends what it builds.
-Requests that queue behind a full batch can wait for minutes, so the read timeout is long; connection
-errors, timeouts, 429, 5xx (but 501) and unparsable bodies are retried with exponential backoff (or after the
-server's ``Retry-After``), other 4xx and 501 never. A request that still fails comes back as a :class:`Reply`
-with ``error`` set: the caller records it as an error, never as a wrong answer. Whatever a server sends (a torn
-or mis-chunked body, JSON nested 100 000 deep, a body larger than the request can need, a body trickled a byte
-at a time, a field of the wrong type) is that one request's error, never the eval's.
+Connection errors, timeouts, 429, 5xx (but 501) and unparsable bodies are retried with exponential backoff (or
+after ``Retry-After``), other 4xx never. A request that still fails is a :class:`Reply` with ``error`` set (an
+error, never a wrong answer): whatever a server sends (a torn body, JSON nested 100 000 deep, a body too large
+or trickled, a field of the wrong type) is that one request's error, never the eval's.
 
-Credentials: a URL's userinfo (``http://user:pw@host``) is sent as basic auth and removed from the URL the
-client records; ``api_key`` (or the environment variable ``api_key_env`` names) is sent as
-``Authorization: Bearer`` and never recorded (it wins over userinfo).
+Credentials: a URL's userinfo is sent as basic auth, removed from the URL the client records; ``api_key`` (or
+the variable ``api_key_env`` names) is sent as ``Authorization: Bearer`` (winning over userinfo), never kept.
 """
 
 from __future__ import annotations
@@ -24,9 +21,9 @@ import re
 import resource
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -51,8 +48,7 @@ from harness.serving.wire import loads_body as _loads
 NOT_SERVED = (404, 405, 501)
 #: Every answer may be this large whatever it asks for (headers of the JSON, an error page, model listings).
 BODY_FLOOR_BYTES = 1 << 20
-#: File descriptors kept free of sockets when the parallelism is fitted to the open-file limit (the interpreter,
-#: the eval's files, the resolver, the event loop).
+#: File descriptors kept free of sockets when the parallelism is fitted to the open-file limit
 RESERVED_FDS = 64
 
 
@@ -69,8 +65,7 @@ class WrongServer(ServerGone):
 
 
 class Redirected(Exception):  # noqa: N818 - what the server did, as ServerGone
-    """The server answered a 3xx: abh follows no redirect of an inference server (the request's credentials
-    would go wherever it points). The message names the ``Location``."""
+    """The server answered a 3xx: abh follows no redirect (the request's credentials would follow it)."""
 
 
 def redirect_error(method: str, path: str, status: int, location: str | None) -> str:
@@ -125,16 +120,14 @@ def _dumps_body(obj: Any) -> str:
 
 
 def bearer_headers(settings: ClientSettings) -> dict[str, str]:
-    """``Authorization: Bearer <api key>`` from ``api_key``, else the variable ``api_key_env`` names; never
-    recorded."""
+    """``Authorization: Bearer`` with ``api_key``, else the variable ``api_key_env`` names; never recorded."""
     key = settings.api_key or (os.environ.get(settings.api_key_env, "") if settings.api_key_env else "")
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def check_url(url: str) -> str:
-    """``url`` without a trailing slash; ValueError unless it is a server's base URL,
-    ``http(s)://[user:password@]host[:port][/path]`` (no query, no fragment). The message never repeats a
-    password."""
+    """``url`` without a trailing slash; ValueError (never repeating a password) unless it is a server's base
+    URL, ``http(s)://[user:password@]host[:port][/path]``."""
     shown = printable(redact_userinfo(url), one_line=True)
     try:
         parts = urlsplit(url)
@@ -168,8 +161,7 @@ def redact_userinfo(url: str) -> str:
 
 
 def _open(url: str, path: str, headers: Mapping[str, str], timeout_s: float) -> Any:
-    """GET ``path`` of the server at ``url`` with the stdlib (no proxy, as the client), userinfo as basic auth;
-    :class:`Redirected` for a 3xx (no redirect is followed)."""
+    """GET ``path`` of ``url`` by the stdlib (no proxy, userinfo as basic auth); 3xx: :class:`Redirected`."""
     import urllib.error
     import urllib.request
 
@@ -191,8 +183,7 @@ def _open(url: str, path: str, headers: Mapping[str, str], timeout_s: float) -> 
 
 
 def unreachable(url: str, timeout_s: float = 10.0, headers: Mapping[str, str] | None = None) -> str | None:
-    """None when something answers HTTP at ``url`` (any status but a redirect: :class:`Redirected`), else why
-    not (refused, no route, timeout)."""
+    """None when something answers HTTP at ``url`` (a redirect: :class:`Redirected`), else why not."""
     import urllib.error
 
     try:
@@ -207,9 +198,8 @@ def unreachable(url: str, timeout_s: float = 10.0, headers: Mapping[str, str] | 
 
 
 def served_model(url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> str | None:
-    """The model the server at ``url`` says it serves: ``model_path`` of ``/model_info`` (``/get_model_info``),
-    else the first id of ``/v1/models``; None when it says none (best effort, before an eval; a redirect is
-    :class:`Redirected`, never followed)."""
+    """The model the server at ``url`` says it serves (``/model_info``, else ``/v1/models``); None when it
+    says none (best effort; a redirect is :class:`Redirected`)."""
     for path, pick in (("/model_info", lambda o: o.get("model_path")), ("/get_model_info", lambda o: o.get("model_path")),
                        ("/v1/models", lambda o: ((o.get("data") or [{}])[0] or {}).get("id"))):
         try:
@@ -239,9 +229,8 @@ def retry_after_s(value: str | None) -> float | None:
 
 @dataclass
 class Outcome:
-    """How one request went, after its retries (``error`` None: it succeeded). ``refused``: the last attempt
-    found nothing listening; ``lost``: it got no HTTP answer at all (refused, reset, timed out);
-    ``server``: the last response's ``Server`` header."""
+    """How one request went, after its retries (``error`` None: it succeeded). ``refused``: nothing listened
+    at the last attempt; ``lost``: it got no HTTP answer at all; ``server``: the last ``Server`` header."""
 
     latency_s: float = 0.0
     attempts: int = 0
@@ -292,8 +281,7 @@ class _Fatal(Exception):
 
 
 def raise_nofile_limit() -> int:
-    """Let one process hold thousands of sockets (parallel 1319 needs more than the usual 1024): the soft
-    open-file limit raised to the hard one; returns the soft limit now in force."""
+    """The soft open-file limit, raised to the hard one (parallel 1319 needs over 1024 sockets)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         try:
@@ -304,8 +292,7 @@ def raise_nofile_limit() -> int:
 
 
 def fit_parallelism(parallel: int) -> tuple[int, str | None]:
-    """``parallel`` as the open-file limit allows it (each request in flight holds a socket), after raising
-    the soft limit to the hard one: (the parallelism to use, a warning when it had to be capped)."""
+    """(``parallel`` as the open-file limit allows it, a warning when it had to be capped)."""
     soft = raise_nofile_limit()
     if soft == resource.RLIM_INFINITY or parallel + RESERVED_FDS <= soft:
         return parallel, None
@@ -318,8 +305,7 @@ _TAGS = re.compile(rb"<(script|style)[^>]*>.*?</\1>|<[^>]+>", re.S | re.I)
 
 
 def snippet(raw: bytes, limit: int) -> str:
-    """A response body shortened for one line: HTML tags dropped, whitespace collapsed, control characters
-    (ANSI/OSC sequences of a hostile page) escaped."""
+    """A response body on one line: HTML tags dropped, whitespace collapsed, control characters escaped."""
     text = _TAGS.sub(b" ", raw) if raw.lstrip()[:1] == b"<" else raw
     return printable(" ".join(text.decode(errors="replace").split())[:limit], one_line=True)
 
@@ -337,8 +323,7 @@ def _server_header(r: aiohttp.ClientResponse) -> str | None:
 
 
 class Client:
-    """Async client; use as ``async with Client(cfg) as c: await c.generate(body)``. ``api`` carries the OpenAI
-    model name after :meth:`prepare`."""
+    """Async client: ``async with Client(cfg) as c: await c.generate(body)``."""
 
     def __init__(self, cfg: ClientConfig):
         self.cfg = cfg
@@ -392,7 +377,6 @@ class Client:
 
     # ------------------------------------------------------------------ simple calls
     async def get_json(self, path: str, timeout_s: float = 30.0) -> Any:
-        """GET ``path``: its JSON (ValueError for a body that is not JSON or is over 1 MiB)."""
         async with self.session.get(self.cfg.url + path, timeout=aiohttp.ClientTimeout(total=timeout_s),
                                     allow_redirects=False) as r:
             _refuse_redirect(r, "GET", path)
@@ -401,8 +385,7 @@ class Client:
             return _loads(raw)
 
     async def _body(self, r: aiohttp.ClientResponse, cap: int) -> bytes:
-        """The body of ``r``, read within ``read_timeout_s`` of its headers and never past ``cap`` bytes
-        (_Retryable otherwise: a body trickled or too large is that request's error)."""
+        """The body of ``r``, read within ``read_timeout_s`` of its headers and never past ``cap`` bytes."""
         length = r.content_length
         if length is not None and length > cap:
             r.close()
@@ -424,9 +407,8 @@ class Client:
         return bytes(buf)
 
     async def prepare(self) -> Api:
-        """Learn what the protocol needs before the first request (the OpenAI model name, from
-        ``/v1/models``). Raises :class:`WrongServer` when the URL does not serve that endpoint and
-        :class:`ServerGone` when it cannot be asked."""
+        """Learn the OpenAI model name before the first request; :class:`WrongServer` when the URL does not
+        serve the endpoint, :class:`ServerGone` when it cannot be asked."""
         path = self.api.models_path
         if not self.api.needs_model or path is None:
             return self.api
@@ -450,8 +432,7 @@ class Client:
         return self.api
 
     async def probe_health(self, timeout_s: float) -> str | None:
-        """None when the health endpoint answers (200, or 404/405: it has none but the server answers
-        HTTP); else what went wrong, for a message."""
+        """None when the health endpoint answers (200, or 404/405: there is none), else what went wrong."""
         try:
             return await self._health(timeout_s)
         except Redirected as e:
@@ -480,8 +461,7 @@ class Client:
     async def wait_ready(self, timeout_s: float, on_status: Callable[[str], None] | None = None,
                          every_s: float = 10.0) -> None:
         """Poll the health endpoint until it answers 200; ServerGone after ``timeout_s``, :class:`WrongServer` at
-        once for a redirect (no server is behind this URL itself). ``on_status`` gets a "waiting for the server
-        to load" line about every ``every_s`` seconds."""
+        once for a redirect. ``on_status`` gets a line about every ``every_s`` seconds."""
         t0 = time.monotonic()
         last = t0 - every_s
         while True:
@@ -501,11 +481,9 @@ class Client:
 
     # ------------------------------------------------------------------ stall watchdog
     async def watch_stall(self) -> str:
-        """Return (a reason) only when the server looks hung: no answer for ``stall_timeout_s`` while
-        requests are in flight, and its health endpoint does not answer; or no answer for
-        ``progress_timeout_s``, whatever the health endpoint says (progress is counted in answers: a server
-        whose /health answers while it trickles or drops every request is not serving). Runs until cancelled
-        otherwise."""
+        """A reason, once the server looks hung: no answer for ``stall_timeout_s`` with requests in flight and
+        no health answer, or none for ``progress_timeout_s`` whatever /health says (a server that drops every
+        request is not serving). Runs until cancelled otherwise."""
         limit, most = self.cfg.stall_timeout_s, self.cfg.progress_timeout_s
         periods = [x for x in (limit, most) if x > 0]
         if not periods:
@@ -532,14 +510,12 @@ class Client:
 
     # ------------------------------------------------------------------ generation
     def reply_cap(self, body: Mapping[str, Any]) -> int:
-        """The most bytes an answer to ``body`` may have: 1 MiB plus ``max_bytes_per_token`` for every token
-        entry it can hold (:meth:`~harness.serving.wire.Api.reply_tokens`)."""
+        """The most bytes an answer to ``body`` may have: 1 MiB plus ``max_bytes_per_token`` a token entry."""
         return BODY_FLOOR_BYTES + self.api.reply_tokens(body) * self.cfg.max_bytes_per_token
 
     async def _post(self, path: str, body: JSONObject, decode: Callable[[bytes], Any] | None = None) -> Any:
-        """One attempt: the parsed JSON of a 2xx answer (or what ``decode`` makes of its bytes, when it makes
-        anything); _Retryable or _Fatal otherwise, whatever the server sends (the transport's and the parser's
-        errors included)."""
+        """One attempt: the parsed JSON of a 2xx answer (or what ``decode`` makes of its bytes); _Retryable or
+        _Fatal otherwise, whatever the server sends."""
         if self._in_flight == 0:
             self._last_answer = time.monotonic()  # the stall clock starts when something is asked
         self._in_flight += 1
@@ -610,8 +586,7 @@ class Client:
             return result
 
     async def _back_off(self, attempt: int, retry_after: float | None) -> None:
-        """Wait before another attempt: the server's ``Retry-After`` when it gave one (capped by the request
-        timeout; said once, and in the progress line while requests wait), else exponential backoff."""
+        """Wait the server's ``Retry-After`` (capped by the request timeout), else back off exponentially."""
         if retry_after is None:
             delay = min(self.cfg.backoff_max_s, self.cfg.backoff_s * 2 ** (attempt - 1))
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
@@ -629,26 +604,19 @@ class Client:
             self._waiting -= 1
 
     async def generate(self, body: JSONObject, check: Callable[[Generation], str | None] | None = None) -> Reply:
-        """Send one generation request (``body`` from ``self.api``) with retries; never raises for HTTP.
-        ``check``: why a parsed answer is not the answer to this request (e.g. it counts another prompt's
-        tokens), or None; an answer it refuses is that attempt's error, retried like any other."""
+        """Send one generation request with retries; never raises for HTTP. ``check``: why a parsed answer is
+        not this request's (an attempt's error, retried), or None."""
         reply = Reply()
         gen: Generation | None = await self._with_retries(reply, lambda: self._once(body, check))
-        if gen is not None:
-            reply.text, reply.finish_reason = gen.text, gen.finish_reason
-            reply.prompt_tokens, reply.completion_tokens = gen.prompt_tokens, gen.completion_tokens
-            reply.reasoning = gen.reasoning
-        return reply
+        return reply if gen is None else replace(reply, **vars(gen))
 
     # ------------------------------------------------------------------ teacher-forced scoring
     #: The text of the alignment probe (:meth:`prepare_scoring`).
     PROBE_TEXT = "Question: Tom has 3 apples and buys 4 more. How many apples does he have?\nAnswer:"
 
     async def prepare_scoring(self) -> Api:
-        """Learn how this server aligns echoed logprobs, where the protocol needs to (OpenAI: one greedy
-        token, then the scoring of the text followed by it). Raises :class:`ServerGone` when the server
-        cannot be asked and ``ValueError`` when it cannot score (e.g. llama-cpp-python without
-        ``--logits_all true``): the caller reports divergence as not measured."""
+        """Learn how this server aligns echoed logprobs (OpenAI: one greedy token, then the text scored with
+        it). :class:`ServerGone` when it cannot be asked, ``ValueError`` when it cannot score."""
         probe = self.api.scoring_probe(self.PROBE_TEXT)
         if probe is None:
             return self.api
@@ -668,8 +636,7 @@ class Client:
         return self.api
 
     async def post_json(self, path: str, body: JSONObject) -> Any:
-        """POST ``body`` as JSON with the usual retries; the parsed answer. ServerGone if it still fails,
-        ValueError on a 4xx (or 501)."""
+        """POST ``body`` with retries: the answer; ServerGone if it still fails, ValueError on a 4xx/501."""
         out = Outcome()
         obj = await self._with_retries(out, lambda: self._post(path, body))
         if out.error is not None:
@@ -678,11 +645,9 @@ class Client:
             raise ServerGone(f"POST {self.cfg.url}{path} failed: {out.error}")
         return obj
 
-    async def tokenize_all(self, texts: list[str], special: bool) -> list[list[int]] | None:
-        """Every text as ids by the server's tokenizer, in one request where it takes a list (SGLang, the
-        simulator); None when it does not (no tokenize endpoint, or one text per request: vLLM). ServerGone when
-        the server cannot be asked."""
-        body: JSONObject = {"prompt": texts, "add_special_tokens": special}
+    async def _tokens(self, prompt: str | list[str], special: bool, good: Callable[[list[Any]], bool]) -> Any:
+        """``tokens`` of the first tokenize endpoint whose answer to ``prompt`` is ``good``; None: none is."""
+        body: JSONObject = {"prompt": prompt, "add_special_tokens": special}
         if self.api.model:
             body["model"] = self.api.model
         for path in self.api.tokenize_paths:
@@ -691,14 +656,25 @@ class Client:
             except ValueError:  # 4xx: not this path (or not this server)
                 continue
             tokens = obj.get("tokens") if isinstance(obj, dict) else None
-            if (isinstance(tokens, list) and len(tokens) == len(texts)
-                    and all(isinstance(t, list) and set(map(type, t)) <= {int} for t in tokens)):
-                return tokens  # lists of ints (not bools) as parsed
+            if isinstance(tokens, list) and good(tokens):
+                return tokens
         return None
 
+    async def tokenize(self, text: str, special: bool) -> list[int] | None:
+        """``text`` as ids by the server's tokenizer; None when it serves none."""
+        got = await self._tokens(text, special, lambda t: all(isinstance(x, int) for x in t))
+        return None if got is None else [int(x) for x in got]
+
+    async def tokenize_all(self, texts: list[str], special: bool) -> list[list[int]] | None:
+        """Every text as ids by the server's tokenizer, in one request; None when it takes no list."""
+        def good(tokens: list[Any]) -> bool:  # lists of ints (not bools) as parsed
+            return len(tokens) == len(texts) and all(isinstance(t, list) and set(map(type, t)) <= {int}
+                                                     for t in tokens)
+
+        return cast(list[list[int]] | None, await self._tokens(texts, special, good))
+
     async def score(self, req: ScoreRequest) -> ScoreReply:
-        """Score one reference teacher-forced (same session, concurrency and retry rules as
-        :meth:`generate`); never raises for HTTP. Call :meth:`prepare_scoring` once first."""
+        """Score one reference teacher-forced, as :meth:`generate` (after :meth:`prepare_scoring`)."""
         reply = ScoreReply()
         body = self.api.scoring_body(req)
 
@@ -715,10 +691,8 @@ class Client:
         return reply
 
     async def score_batch(self, reqs: Sequence[ScoreRequest]) -> list[ScoreReply]:
-        """Score several references in one request where the protocol takes a batch (SGLang's ``/generate``):
-        one reply per request, in order, sharing the request's outcome (an answer of the wrong length, or one
-        item not its request's, is the error of every request in it). ``status`` 4xx: the server refuses the
-        batch (the caller asks one at a time then)."""
+        """Score several references in one request (SGLang): one reply per request, in order, sharing its
+        outcome (``status`` 4xx: the server refuses batches)."""
         outcome = Outcome()
         body = self.api.batch_scoring_body(reqs)
 

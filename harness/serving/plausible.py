@@ -1,12 +1,9 @@
 """What a scoring answer's numbers must be before they are data: the rules every protocol's parser applies, on
 one value, one position's alternatives, or a whole answer's arrays at once (numpy, for the fast parser).
 
-A logprob is the log of a probability: finite and at most 0 (:data:`LOGPROB_ROUNDOFF` above it is round-off of a
-near-certain token). A NaN would compare as nothing and make a divergence INDISTINGUISHABLE, a +Infinity makes a
-KL divergence exactly 0 (a broken server looks perfect), a positive value is an impossible probability; a token
-id twice among one position's alternatives counts its mass twice. An engine's top-k is k distinct ids sorted by
-logprob (ties in any order), one list per position asked. Each check returns why the numbers cannot be a
-server's (a message naming the value and the position), or None; the parser raises it as the request's error.
+A logprob is finite and at most 0 (a NaN would make a divergence INDISTINGUISHABLE, a +Infinity a KL of
+exactly 0); a top-k is k distinct ids sorted by logprob. Each check returns why the numbers cannot be a
+server's, naming the value and the position, or None; the parser raises it as the request's error.
 """
 
 from __future__ import annotations
@@ -33,9 +30,8 @@ def logprob_problem(value: Any, where: str) -> str | None:
 
 def top_problem(ids: Sequence[int | None], logprobs: Sequence[float], k: int, where: str, *,
                 ordered: bool = True, exact: bool = True, spare: int = 0) -> str | None:
-    """Why one position's alternatives (ids, logprobs: each already a logprob or -inf for a null) are not a
-    top-``k``, or None: a token id twice, fewer (``exact``) or more than ``k`` (+ ``spare``: the token itself,
-    which some protocols add), not sorted by logprob descending (``ordered``: a list the engine sorts)."""
+    """Why one position's alternatives (logprobs, -inf for a null) are not a top-``k``, or None: an id twice,
+    fewer (``exact``) or more than ``k`` (+ ``spare``: the token itself), not sorted (``ordered``)."""
     if len(logprobs) > k + spare or (exact and len(logprobs) < k):
         return f"{len(logprobs)} alternatives {where} where {k} were asked"
     given = [i for i in ids if i is not None]
@@ -51,8 +47,8 @@ def top_problem(ids: Sequence[int | None], logprobs: Sequence[float], k: int, wh
 
 
 def array_problem(x: np.ndarray, name: str = "", row0: int = 0) -> str | None:
-    """:func:`logprob_problem` over every value of ``x`` at once, its first axis the reference token (the first
-    row is token ``row0``); ``name`` says which logprobs they are ("of an alternative ")."""
+    """:func:`logprob_problem` over ``x`` at once, its first axis the reference token (from ``row0``);
+    ``name`` says which logprobs they are."""
     import numpy as np
     ok = np.isfinite(x) & (x <= LOGPROB_ROUNDOFF)
     if ok.all():
@@ -63,9 +59,8 @@ def array_problem(x: np.ndarray, name: str = "", row0: int = 0) -> str | None:
 
 def dense_problem(lp: np.ndarray, top_lp: np.ndarray, top_ids: np.ndarray, k: int,
                   asked: np.ndarray | None = None) -> str | None:
-    """:func:`logprob_problem` and :func:`top_problem` over a whole answer at once: ``lp`` (T,) the reference
-    tokens' logprobs, ``top_lp``/``top_ids`` (T, w) the alternatives in the server's order, ``asked`` (T, m) the
-    asked ids' logprobs (a given number each). Positions are counted in the reference."""
+    """:func:`logprob_problem` and :func:`top_problem` over a whole answer: ``lp`` (T,),
+    ``top_lp``/``top_ids`` (T, w) in the server's order, ``asked`` (T, m) the asked ids' logprobs."""
     import numpy as np
     for name, x in (("", lp), ("of an alternative ", top_lp), ("of an asked id ", asked)):
         problem = None if x is None else array_problem(x, name)
@@ -88,8 +83,7 @@ def dense_problem(lp: np.ndarray, top_lp: np.ndarray, top_ids: np.ndarray, k: in
 
 
 def asked_problem(ids: Sequence[int | None], want: Sequence[int] | None, where: str) -> str | None:
-    """Why the asked ids' entries at one position (their ``ids``, in the answer's order) are not one per id asked
-    (``want``, in the order asked; None: none were asked), or None."""
+    """Why the asked ids' entries at one position are not one per id asked (``want``; None: none), or None."""
     if want is None or list(ids) == list(want):
         return None
     return f"{len(ids)} asked-id entries {where} ({list(ids)[:4]}...) where the {len(want)} ids {list(want)[:4]}... were asked"

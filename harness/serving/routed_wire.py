@@ -1,21 +1,15 @@
-"""Routed experts on the wire: the request that asks a server which experts route a teacher-forced input, and the
-numpy reading of its answer (untrusted: every shape and id checked here).
+"""Routed experts on the wire: the request that asks a server which experts route a teacher-forced input, and
+the numpy reading of its answer (untrusted: every shape and id checked here).
 
-**SGLang** (``--enable-return-routed-experts``; PR #12162): ``POST /generate`` with ``return_routed_experts: true``
+**SGLang** (``--enable-return-routed-experts``; PR #12162): ``POST /generate`` with ``return_routed_experts``
 and ``routed_experts_start_len``; ``meta_info["routed_experts"]`` is base64 of a flat C-order array
-``[positions, layers, top_k]``, row p the routing of input position ``routed_experts_start_len + p`` (the forward
-that produced token p + 1), ``prompt_tokens + completion_tokens - 1 - routed_experts_start_len`` rows; its dtype is
-``meta_info["routed_experts_dtype"]`` (``int32``, ``uint16`` or ``uint8`` by ``SGLANG_ROUTED_EXPERTS_DTYPE``; int32
-when the answer does not say: python/sglang/srt/layers/moe/routed_experts_capturer.py,
-``encode_routed_experts_for_wire`` and ``extract_routed_experts_from_meta_info``). ``layers`` is the model's
-``num_hidden_layers``: dense and hash-routed layers are rows of zeros.
+``[positions, layers, top_k]`` (row p: input position ``routed_experts_start_len + p``) of
+``meta_info["routed_experts_dtype"]`` (int32 when unsaid; ``routed_experts_capturer.py``); dense and
+hash-routed layers are rows of zeros.
 
-**vLLM** (``--enable-return-routed-experts``; PR #28284; 0.32.0): ``POST /v1/completions`` with
-``routed_experts_prompt_start`` (prompt tokens to skip); each choice's ``routed_experts`` is base64 of the ``.npy``
-bytes of an array ``(num_tokens - 1 - routed_experts_prompt_start, moe_layers, top_k)``, dtype uint8, uint16 or
-int32 (vllm/entrypoints/openai/completion/protocol.py ``CompletionResponseChoice.routed_experts``;
-vllm/utils/serial_utils.py ``numpy2base64``: ``np.save(..., allow_pickle=False)``). vLLM generates at least one token,
-so the answer holds one row more than the reference; it is read without pickles.
+**vLLM** (``--enable-return-routed-experts``; PR #28284): ``POST /v1/completions`` with
+``routed_experts_prompt_start``; each choice's ``routed_experts`` is base64 of the ``.npy`` bytes of an array
+``(positions, moe_layers, top_k)``, read without pickles; it holds a row for the one token vLLM must generate.
 """
 
 from __future__ import annotations
@@ -39,9 +33,8 @@ class RoutedAnswerError(ValueError):
 
 
 def routing_body(prompt_ids: Sequence[int], reference_ids: Sequence[int]) -> JSONObject:
-    """SGLang: the routing of the forward passes that predict each reference token, teacher-forced: the prompt and
-    the reference as ids, nothing generated, rows from the prompt's last position (``len(prompt) - 1``): one row
-    per reference token, lined up with the scoring pass's tokens."""
+    """SGLang: the routing of the forward passes that predict each reference token, teacher-forced, nothing
+    generated: one row per reference token, from the prompt's last position."""
     if not prompt_ids:
         raise ValueError("a routing request needs a prompt of at least one token")
     return {"input_ids": [*prompt_ids, *reference_ids], "sampling_params": {"max_new_tokens": 0},
@@ -49,8 +42,8 @@ def routing_body(prompt_ids: Sequence[int], reference_ids: Sequence[int]) -> JSO
 
 
 def parse_routed(obj: Any, tokens: int, top_k: int, layers: int | None = None) -> np.ndarray:
-    """The ``(tokens, layers, top_k)`` int32 ids of an answer to :func:`routing_body` for ``tokens`` reference
-    tokens; ``layers`` when known (the pass's first answer sets it). RoutedAnswerError otherwise."""
+    """The ``(tokens, layers, top_k)`` int32 ids of an answer to :func:`routing_body` (``layers``: when
+    known); RoutedAnswerError otherwise."""
     if isinstance(obj, list) and len(obj) == 1:
         obj = obj[0]
     meta = obj.get("meta_info") if isinstance(obj, dict) else None
@@ -99,8 +92,7 @@ def decode_routed(value: Any, dtype: Any) -> np.ndarray:
 
 
 def vllm_routing_body(model: str, prompt_ids: Sequence[int], reference_ids: Sequence[int]) -> JSONObject:
-    """vLLM: the same rows as :func:`routing_body` (from the prompt's last position), one greedy token generated
-    (vLLM's least), its routing row dropped by :func:`parse_vllm_routed`."""
+    """vLLM: the rows of :func:`routing_body`, and one greedy token (vLLM's least) whose row is dropped."""
     if not prompt_ids:
         raise ValueError("a routing request needs a prompt of at least one token")
     return {"model": model, "prompt": [*prompt_ids, *reference_ids], "max_tokens": 1, "temperature": 0.0,
@@ -108,8 +100,7 @@ def vllm_routing_body(model: str, prompt_ids: Sequence[int], reference_ids: Sequ
 
 
 def parse_vllm_routed(obj: Any, tokens: int, top_k: int, layers: int | None = None) -> np.ndarray:
-    """The ``(tokens, layers, top_k)`` int32 ids of a vLLM answer to :func:`vllm_routing_body` (its first
-    ``tokens`` rows: the generated token's row is dropped). RoutedAnswerError otherwise."""
+    """:func:`parse_routed` of a vLLM answer to :func:`vllm_routing_body` (its first ``tokens`` rows)."""
     choices = obj.get("choices") if isinstance(obj, dict) else None
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         raise RoutedAnswerError("the answer has no single choice")

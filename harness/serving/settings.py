@@ -1,6 +1,5 @@
-"""How the client talks to a server, whichever server it is: the ``client:`` config group's schema, with each
-setting's default and range on its field (the config and the flags of ``abh eval`` and ``abh ab`` read them here).
-No HTTP client is imported: the config reads this module."""
+"""The ``client:`` config group's schema, each setting's default and range on its field (no HTTP client
+imported: the config reads this module)."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ class ClientSettings:
     progress_timeout_s: float = ranged(1200.0, 0)
 
     def problems(self) -> list[str]:
-        """What is wrong with these values, one ``name ...`` line each (empty when valid): every number finite
-        and in its field's range, so a bad value stops before any server starts."""
+        """What is wrong with these values, one ``name ...`` line each (empty when valid)."""
         out = problems(self)
         if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
             out.append(f"api_key_env must name an environment variable, not {self.api_key_env!r}")
@@ -59,8 +57,7 @@ class ClientSettings:
 
 
 def url_identity(url: str) -> str:
-    """A stable id of the server at ``url`` (one URL is one launch): ``url:`` and the scheme, host (lower
-    case), port and path, without credentials."""
+    """A stable id of the server at ``url`` (one URL is one launch), without credentials."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:  # IPv6

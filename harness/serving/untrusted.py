@@ -1,11 +1,7 @@
-"""Untrusted text made safe to print or write: control characters shown as escapes (the serving room owns it:
-the client is where a server's text first comes in; everything that prints a name or a server's words uses it).
-
-A server's error page, a model's output or a name from a command line may carry ANSI/OSC sequences (a window
-title, a screen clear, an OSC-8 link), C1 controls or bidirectional overrides. Printed raw they act on the
-reader's terminal; written raw into markdown they survive into a pasted review. :func:`printable` turns every
-such character into its visible escape (``\\x1b``, ``\\x9b``, ``\\u202e``), so the text still says what was sent
-and does nothing.
+"""Untrusted text made safe to print or write: a server's error page, a model's output or a name from a
+command line may carry ANSI/OSC sequences, C1 controls or bidirectional overrides, which act on the reader's
+terminal. :func:`printable` turns each into its visible escape (``\\x1b``): the text says what was sent, and
+does nothing.
 """
 
 from __future__ import annotations

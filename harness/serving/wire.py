@@ -1,14 +1,10 @@
-"""The wire protocols a server speaks: SGLang's native API, the OpenAI completions API, vLLM's superset of it and
-the OpenAI chat API.
+"""The wire protocols a server speaks (SGLang's native API, OpenAI completions, vLLM's superset of it, OpenAI
+chat): one object per protocol, chosen once by :func:`for_api`, builds the request bodies and parses the
+answers; no I/O.
 
-One object per protocol, chosen once by :func:`for_api`: the endpoints, the request bodies (generation, warm-up,
-teacher-forced scoring) and the parsing of the answers; no I/O. Nothing else in the harness tests the protocol's
-name.
-
-Sampling params are always given in SGLang's vocabulary (the task's recipe, every field SGLang's frontend
-sends); :class:`OpenAIApi` and :class:`ChatApi` map the fields their API has, and pass on the OpenAI-only
-fields a recipe may set (:data:`OPENAI_EXTRAS`: ``seed``, ``min_p``, ``repetition_penalty``) when it sets them;
-:class:`VLLMApi` sends every field vLLM takes (it fills an omitted one from the model's ``generation_config.json``).
+Sampling params are always in SGLang's vocabulary (the recipe); :class:`OpenAIApi` and :class:`ChatApi` map
+the fields their API has plus the recipe's :data:`OPENAI_EXTRAS`; :class:`VLLMApi` sends every field vLLM
+takes (it fills an omitted one from the model's ``generation_config.json``).
 """
 
 from __future__ import annotations
@@ -69,17 +65,11 @@ SCORING_BATCH = 16
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Teacher-forced scoring of ``reference`` after ``prompt``: the server generates nothing new and
-    returns, per reference token, its logprob and the ``top_k`` most likely tokens at that position.
-
-    ``prompt`` and ``reference`` are both text or both token ids; ids make two servers score exactly the
-    same tokens (SGLang ``input_ids``, vLLM ``prompt`` as a list; llama-cpp-python takes text only).
-    ``prompt_tokens``: SGLang with text only, and required there: how many tokens the server makes of
-    ``prompt`` (``meta_info.prompt_tokens`` of the eval's own generation), so logprobs start at the reference.
-    ``token_ids``: SGLang only: also the logprob of each of these ids at every reference position
-    (``token_ids_logprob``), e.g. the other arm's top-k ids. ``texts``: SGLang: also each token's text
-    (``return_text_in_logprobs``; off makes the answer smaller where ids are enough).
-    """
+    """Teacher-forced scoring of ``reference`` after ``prompt``: per reference token, its logprob and the
+    ``top_k`` most likely tokens there. ``prompt`` and ``reference`` are both text or both token ids (ids make
+    two servers score exactly the same tokens). SGLang only: ``prompt_tokens`` (required with text: the
+    server's token count of ``prompt``, so logprobs start at the reference), ``token_ids`` (also these ids'
+    logprobs at every position) and ``texts`` (also each token's text)."""
 
     prompt: str | Sequence[int]
     reference: str | Sequence[int]
@@ -103,17 +93,10 @@ class ScoreRequest:
 
 @dataclass
 class TokenScores:
-    """Scores of the reference tokens; every list has one entry per reference token ``i``.
-
-    ``ids[i]`` / ``texts[i]``: the token (None where the API does not give it); ``logprobs[i]``: logprob of
-    that token given everything before it (None where the server gives none, e.g. the very first token of
-    the input, or a realigned llama-cpp-python token outside the top-k); ``top_ids[i]`` / ``top_texts[i]`` /
-    ``top_logprobs[i]``: the top-k alternatives at that position, most likely first, at most k of them;
-    ``id_logprobs[i]``: SGLang ``token_ids_logprob`` answers, {id: logprob} (empty otherwise);
-    ``text_offsets[i]``: where the token starts, in characters from the start of the reference text (None
-    where unknown; a first offset other than 0 means a token straddles the prompt/reference boundary);
-    ``input_tokens``: tokens the server counted in the whole input (prompt + reference), when it says.
-    """
+    """Scores of the reference tokens, one entry per token in every list: the token (None where not given),
+    its logprob given all before it (None where none is given), the top-k alternatives most likely first,
+    SGLang's asked ids' ``{id: logprob}``, where it starts in the reference text (``input_tokens``: the
+    whole input's count)."""
 
     ids: list[int | None] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
@@ -122,11 +105,9 @@ class TokenScores:
     id_logprobs: list[dict[int, float]] = field(default_factory=list)
     text_offsets: list[int | None] = field(default_factory=list)
     input_tokens: int | None = None
-    #: ``top_ids`` and ``top_logprobs`` as (T, k) arrays, when the parser built them so (the scoring pass then
-    #: stores them without a Python object per alternative; the lists are made from them only when asked for)
+    #: ``top_ids`` and ``top_logprobs`` as (T, k) arrays, when the parser built them so (lists made on demand)
     dense_top: tuple[np.ndarray, np.ndarray] | None = None
-    #: the asked ids' logprobs as a (T, m) array, column j for ``asked_ids[j]`` (NaN: not given), when the
-    #: parser read them so; ``id_logprobs`` is then empty
+    #: the asked ids' logprobs as (T, m), column j for ``asked_ids[j]``, when so read (``id_logprobs`` empty)
     dense_asked: np.ndarray | None = None
     asked_ids: tuple[int, ...] = ()
     _top_ids: list[list[int | None]] | None = field(default=None, repr=False)
@@ -171,19 +152,15 @@ class Api(ABC):
     health_path: ClassVar[str]
     #: GET: the served models, when the protocol needs a model name in each request.
     models_path: ClassVar[str | None] = None
-    #: ``health_path`` answers 200 only once the server can generate (SGLang's /health_generate runs a 1-token
-    #: generation); otherwise readiness is shown by a 1-token completion.
+    #: ``health_path`` answers 200 only once the server can generate (else a 1-token completion shows it)
     health_means_ready: ClassVar[bool] = False
     #: The server's own generation endpoint takes SGLang's request fields (e.g. ``return_routed_experts``).
     native_sglang: ClassVar[bool] = False
-    #: POST ``{"prompt", "add_special_tokens"}`` -> ``{"tokens": [...]}``: text to token ids (tried in order;
-    #: a server that serves none of them is scored by text).
+    #: POST ``{"prompt", "add_special_tokens"}`` -> ``{"tokens": [...]}``, tried in order (none: by text)
     tokenize_paths: ClassVar[tuple[str, ...]] = ("/tokenize", "/v1/tokenize")
-    #: POST ``{"tokens": [[id], ...], "skip_special_tokens": false}`` -> ``{"text": [...]}``: each token's text,
-    #: for a scoring pass that asks for no text in its answers (tried in order; none: the answers carry texts).
+    #: POST ``{"tokens": [[id], ...], "skip_special_tokens": false}`` -> ``{"text": [...]}``, tried in order
     detokenize_paths: ClassVar[tuple[str, ...]] = ()
-    #: A scoring request can also ask for the logprobs of given ids at every position (SGLang's
-    #: ``token_ids_logprob``; :attr:`ScoreRequest.token_ids`).
+    #: A scoring request can ask for given ids' logprobs at every position (:attr:`ScoreRequest.token_ids`)
     scores_given_ids: ClassVar[bool] = False
     #: The prompt is sent as a chat message (the server applies its chat template), not as raw text.
     chat: ClassVar[bool] = False
@@ -238,21 +215,17 @@ class Api(ABC):
 
     @abstractmethod
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
-        """The reference tokens' scores in a 2xx answer to :meth:`scoring_body` (raises
-        :class:`MalformedResponse`)."""
+        """The reference tokens' scores in a 2xx answer to :meth:`scoring_body` (or MalformedResponse)."""
 
     def scoring_by_ids(self) -> Api:
-        """This protocol asking scoring requests of token ids the way it reads the answers per id (SGLang:
-        itself; OpenAI-compatible servers: vLLM's ``prompt_logprobs``), to be confirmed on the server by one
-        request (:meth:`confirm_id_scores`) before a pass relies on it; a server that answers otherwise is scored
-        by text."""
+        """This protocol asking id scoring requests so the answers are per id (OpenAI servers: vLLM's
+        ``prompt_logprobs``), to be confirmed by one request (:meth:`confirm_id_scores`)."""
         return self
 
     @staticmethod
     def confirm_id_scores(scores: TokenScores, req: ScoreRequest) -> None:
-        """Raise :class:`MalformedResponse` (saying how) unless ``scores`` answer the id request ``req`` token
-        for token: one entry per reference id, the same ids, a logprob for each (but a first token that has no
-        context)."""
+        """MalformedResponse unless ``scores`` answer the id request ``req`` token for token: the same ids, a
+        logprob for each (but a first token that has no context)."""
         want = [int(x) for x in req.reference]
         if scores.ids != want:
             got = scores.ids[:8]
@@ -264,19 +237,17 @@ class Api(ABC):
                                     f"{missing[0]})")
 
     def reply_tokens(self, body: Mapping[str, Any]) -> int:
-        """The most token entries an answer to ``body`` can hold (a token, or one of its listed alternatives): what
-        bounds the answer's size. This base case is a request that generates nothing: ``/tokenize`` (one per
-        character of its text at most) or ``/detokenize`` (one text per id)."""
+        """The most token entries (a token, or a listed alternative) an answer to ``body`` can hold: what
+        bounds its size. Here a request that generates nothing (``/tokenize``, ``/detokenize``)."""
         return _length(body.get("prompt", body.get("text", body.get("tokens"))))
 
     def scoring_probe(self, text: str) -> JSONObject | None:
-        """A greedy one-token generation of ``text`` with its logprob, to learn how this server aligns
-        echoed logprobs (see :meth:`with_scoring_probe`); None when the protocol needs no probe."""
+        """A greedy one-token generation of ``text`` to learn how this server aligns echoed logprobs
+        (:meth:`with_scoring_probe`); None when the protocol needs no probe."""
         return None
 
     def with_scoring_probe(self, text: str, generation: Any, scoring: Any) -> Api:
-        """This protocol, aligned by the answers to :meth:`scoring_probe` and to the scoring of ``text``
-        followed by the generated token."""
+        """This protocol, aligned by the answers to :meth:`scoring_probe` and to the scoring of its text."""
         return self
 
 
@@ -292,17 +263,14 @@ class SGLangApi(Api):
     native_sglang: ClassVar[bool] = True
     scores_given_ids: ClassVar[bool] = True
     scores_in_batches: ClassVar[bool] = True
-    #: ``POST /detokenize`` takes a list of id lists and returns one text each (python/sglang/srt/entrypoints/
-    #: openai/serving_tokenize.py, ``OpenAIServingDetokenize``; SGLang 0.5)
+    #: ``POST /detokenize`` takes a list of id lists and returns one text each (``OpenAIServingDetokenize``)
     detokenize_paths: ClassVar[tuple[str, ...]] = ("/detokenize", "/v1/detokenize")
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
         return {"text": prompt, "sampling_params": {k: v for k, v in sampling.items() if k != "openai_extras"}}
 
     def warmup_body(self, shots: str, first_prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
-        """SGLang's frontend, byte for byte: ``RuntimeEndpoint.cache_prefix`` (python/sglang/lang/backend/
-        runtime_endpoint.py) posts the traced prefix (the few-shot block) with ``max_new_tokens: 0`` and no other
-        sampling field."""
+        """SGLang's frontend byte for byte (``RuntimeEndpoint.cache_prefix``): the shots, no new token."""
         return {"text": shots, "sampling_params": {"max_new_tokens": 0}}
 
     def parse_generation(self, obj: Any) -> Generation:
@@ -334,9 +302,8 @@ class SGLangApi(Api):
 
     @staticmethod
     def _start(req: ScoreRequest) -> tuple[int, int]:
-        """(``logprob_start_len``, entries to skip). SGLang's entry 0 is always ``null`` (the scheduler pads
-        the first input position and drops the last), so scoring the reference after a P-token prompt starts
-        at P - 1 and skips that entry; with an empty prompt the first reference token has no logprob."""
+        """(``logprob_start_len``, entries to skip). SGLang's entry 0 is always ``null``, so scoring after a
+        P-token prompt starts at P - 1 and skips it; with an empty prompt the first token has no logprob."""
         if req.by_ids:
             p = len(req.prompt)
         elif req.prompt_tokens is None:
@@ -346,8 +313,7 @@ class SGLangApi(Api):
         return (p - 1, 1) if p > 0 else (0, 0)
 
     def scoring_body(self, req: ScoreRequest) -> JSONObject:
-        """``input_ids`` (or ``text``), ``max_new_tokens: 0``, logprobs from the first reference token on
-        (``logprob_start_len`` = prompt tokens - 1: see :meth:`_start`)."""
+        """``input_ids`` (or ``text``), no new token, logprobs from the first reference token on."""
         start, _ = self._start(req)
         body: JSONObject = ({"input_ids": [*req.prompt, *req.reference]} if req.by_ids
                                 else {"text": str(req.prompt) + str(req.reference)})
@@ -359,11 +325,8 @@ class SGLangApi(Api):
         return body
 
     def batch_scoring_body(self, reqs: Sequence[ScoreRequest]) -> JSONObject:
-        """Several scoring requests in one ``/generate`` body, answered by a JSON list in the same order. SGLang's
-        ``GenerateReqInput`` (python/sglang/srt/managers/io_struct.py, ``normalize_batch_and_arguments`` and
-        ``_normalize_logprob_params``) takes ``input_ids`` as a list of id lists, ``logprob_start_len`` and
-        ``top_logprobs_num`` as one int per item, ``token_ids_logprob`` as one id list per item and a shared
-        ``sampling_params``; ``return_text_in_logprobs`` is one bool for the batch."""
+        """Several scoring requests in one ``/generate`` body, answered by a JSON list in order (SGLang's
+        ``GenerateReqInput``: a value per item, one ``sampling_params`` and ``return_text_in_logprobs``)."""
         if not reqs or any(not r.by_ids for r in reqs) or len({r.texts for r in reqs}) != 1:
             raise ValueError("a scoring batch is one or more requests by token ids, all with or all without texts")
         asked = [r.token_ids is not None for r in reqs]
@@ -380,15 +343,13 @@ class SGLangApi(Api):
 
     def decode_scores(self, raw: bytes, req: ScoreRequest) -> TokenScores | None:
         """An answer without token texts read by numpy: the three logprob arrays cut out and parsed as flat
-        numbers, the rest of the body as JSON. Taken only when every check holds (each key once, no string in the
-        arrays, k entries of [logprob, whole id >= 0, null] per position, the rest SGLang's shape); else None."""
+        numbers, the rest as JSON; None unless every check of :meth:`_decode` holds."""
         got = self._decode(raw, [req], batched=False)
         return None if got is None else got[0]
 
     def decode_batch_scores(self, raw: bytes, reqs: Sequence[ScoreRequest]) -> list[TokenScores] | None:
-        """:meth:`decode_scores` of a batch's answer (a JSON list, one answer per request, in order): each key
-        once per answer, the i-th of each key in the i-th answer's ``meta_info``. MalformedResponse when an answer
-        is not its request's (another length, another order): the error of every request of the batch."""
+        """:meth:`decode_scores` of a batch's answer (a JSON list in order); MalformedResponse when an answer
+        is not its request's: the error of every request of the batch."""
         return self._decode(raw, reqs, batched=True)
 
     def parse_batch_scores(self, obj: Any, reqs: Sequence[ScoreRequest]) -> list[TokenScores]:
@@ -496,10 +457,9 @@ class SGLangApi(Api):
                            asked_ids=tuple(int(x) for x in (req.token_ids or [])))
 
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
-        """``meta_info.input_token_logprobs``: ``[[logprob|null, id, text|null], ...]``, one per input
-        position from ``logprob_start_len`` on (the first always ``null``, skipped: it is the prompt's last
-        token); ``input_top_logprobs`` and ``input_token_ids_logprobs``: per position ``null`` or
-        ``[[logprob, id, text|null], ...]``; ``prompt_tokens``: the whole input."""
+        """``meta_info.input_token_logprobs`` (``[logprob|null, id, text|null]`` per input position from
+        ``logprob_start_len`` on), ``input_top_logprobs`` and ``input_token_ids_logprobs`` (per position
+        ``null`` or a list of such entries), ``prompt_tokens`` (the whole input)."""
         if isinstance(obj, list) and obj:
             obj = obj[0]
         meta = obj.get("meta_info") if isinstance(obj, dict) else None
@@ -528,9 +488,8 @@ class SGLangApi(Api):
 
     def _not_this_request(self, req: ScoreRequest, ids: Sequence[int | None], total: Any,
                           n_rows: int) -> str | None:
-        """Why a scoring answer cannot be the answer to ``req`` (a proxy or a server that mixes answers up), or
-        None: it holds one entry per input position from ``logprob_start_len`` on (``n_rows``) of the
-        ``prompt_tokens`` it counts; asked by ids, it counts the ids sent and scores exactly the reference's."""
+        """Why a scoring answer cannot be the answer to ``req``, or None: one entry (``n_rows``) per input
+        position from ``logprob_start_len`` on; by ids, it counts the ids sent and scores the reference's."""
         start, _ = self._start(req)
         counted = isinstance(total, int) and not isinstance(total, bool)
         if counted and n_rows != total - start:
@@ -558,19 +517,14 @@ class OpenAIApi(Api):
     score_path: ClassVar[str] = "/v1/completions"
     health_path: ClassVar[str] = "/health"
     models_path: ClassVar[str | None] = "/v1/models"
-    #: vLLM's tokenizer endpoint (``POST /tokenize``: ``{"model", "prompt", "add_special_tokens"}`` ->
-    #: ``{"tokens"}``); llama-cpp-python has none there (its ``/extras/tokenize`` takes other fields), so it is
-    #: scored by text.
+    #: vLLM's; llama-cpp-python has none there (it is scored by text)
     tokenize_paths: ClassVar[tuple[str, ...]] = ("/tokenize",)
     model_name: str = ""
-    #: 0: echo entry i holds token i's logprob and distribution (OpenAI, vLLM); 1: entry i holds the
-    #: distribution of token i+1 (llama-cpp-python without BOS). Learnt by :meth:`with_scoring_probe`.
+    #: 0: echo entry i holds token i's distribution (OpenAI, vLLM); 1: token i+1's (llama-cpp-python, no BOS)
     echo_shift: int = 0
-    #: Requests of token ids ask for ``prompt_logprobs`` (vLLM's extension: per input position a dict keyed by
-    #: token id, so the tokens are exactly the ids sent and the text offsets play no part); set by
-    #: :meth:`scoring_by_ids` and kept once a first request confirmed it. Otherwise an id request is echoed
-    #: and read by position, and a text request by text offset (which a tokenizer that adds a BOS token shifts:
-    #: vLLM's ``text_offset`` counts the BOS text the echoed ``text`` does not hold).
+    #: Id requests ask for vLLM's ``prompt_logprobs`` (per input position a dict keyed by token id), set by
+    #: :meth:`scoring_by_ids`. Otherwise an id request is echoed and read by position, a text request by text
+    #: offset (which a BOS token shifts on vLLM).
     ids_scoring: bool = False
 
     @property
@@ -591,8 +545,7 @@ class OpenAIApi(Api):
         return replace(self, model_name=name)
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
-        """The same request as SGLang's (greedy, same stops and length) in the fields this API has: those the
-        sampling params give, then the OpenAI-only ones a recipe sets (:data:`OPENAI_EXTRAS`)."""
+        """SGLang's request in the fields this API has, then the recipe's :data:`OPENAI_EXTRAS`."""
         return {"model": self.model_name, "prompt": prompt, **_openai_fields(sampling, COMPLETION_FIELDS),
                 "stream": False}
 
@@ -610,10 +563,7 @@ class OpenAIApi(Api):
             raise MalformedResponse("choices[0].text is not a string")
         if not isinstance(choice, dict):
             raise MalformedResponse("choices[0] is not an object")
-        usage = _object(obj.get("usage"), "usage")
-        return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
-                          _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-                          _count(usage.get("completion_tokens"), "usage.completion_tokens"))
+        return _choice_generation(obj, choice, text)
 
     def reply_tokens(self, body: Mapping[str, Any]) -> int:
         """``max_tokens`` with their ``logprobs`` alternatives; with ``echo`` or vLLM's ``prompt_logprobs`` the
@@ -630,8 +580,7 @@ class OpenAIApi(Api):
         return replace(self, ids_scoring=True)
 
     def scoring_body(self, req: ScoreRequest) -> JSONObject:
-        """``echo`` returns the input's tokens with their logprobs, or (ids, :attr:`ids_scoring`) vLLM's
-        ``prompt_logprobs`` the distribution at every input position, keyed by id. One token is generated and
+        """``echo`` (or, by ids with :attr:`ids_scoring`, ``prompt_logprobs``); one token is generated and
         ignored: llama-cpp-python reads ``max_tokens: 0`` as "no limit" (and older vLLM refuses it)."""
         if req.by_ids and self.ids_scoring:
             return {"model": self.model_name, "prompt": [*req.prompt, *req.reference], "max_tokens": 1,
@@ -642,9 +591,8 @@ class OpenAIApi(Api):
                 "echo": True, "logprobs": req.top_k, "stream": False}
 
     def _parse_prompt_logprobs(self, obj: Any, req: ScoreRequest) -> TokenScores:
-        """``choices[0].prompt_logprobs``: one entry per input token, ``null`` (the first) or ``{"<id>":
-        {"logprob", "rank", "decoded_token"}}`` holding the top-k and the input token itself (k or k+1 keys;
-        ``rank`` is 1-based over the vocabulary). vLLM: ``vllm/entrypoints/openai/completion/serving.py``."""
+        """``choices[0].prompt_logprobs``: per input token ``null`` (the first) or ``{"<id>": {"logprob",
+        "rank", "decoded_token"}}`` holding the top-k and the input token itself (``rank`` 1-based)."""
         try:
             rows = obj["choices"][0]["prompt_logprobs"]
         except (KeyError, IndexError, TypeError):
@@ -653,10 +601,7 @@ class OpenAIApi(Api):
         if not isinstance(rows, list) or len(rows) != len(ids):
             n = len(rows) if isinstance(rows, list) else "no"
             raise MalformedResponse(f"{n} prompt_logprobs entries for an input of {len(ids)} tokens")
-        usage = obj.get("usage") if isinstance(obj, dict) else None
-        n_in = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        _ids_sent(req, n_in)
-        out = TokenScores(input_tokens=n_in if isinstance(n_in, int) else None)
+        out = _counted_input(obj, req)
         k = req.top_k
         for i in range(len(req.prompt), len(ids)):
             tid, entry = ids[i], rows[i]
@@ -687,8 +632,7 @@ class OpenAIApi(Api):
             if own is None:
                 raise MalformedResponse(f"prompt_logprobs[{i}] lacks the input token {tid}")
             alts.sort(key=itemgetter(2), reverse=True)  # by logprob (a dict's order is no promise); stable
-            # the top-k (and the input token, when no rank says it is not one of them), each id once however its
-            # key is spelt
+            # the top-k (and the input token unless its rank says otherwise), each id once however spelt
             problem = top_problem([a[0] for a in alts], [a[2] for a in alts], k, where, spare=1)
             if problem is not None:
                 raise MalformedResponse(problem)
@@ -696,11 +640,9 @@ class OpenAIApi(Api):
         return out
 
     def parse_scores(self, obj: Any, req: ScoreRequest) -> TokenScores:
-        """``choices[0].logprobs``: ``tokens`` (text), ``token_logprobs`` (float|null), ``top_logprobs`` (per
-        entry null or {token text: logprob}, k or k+1 of them), ``text_offset`` (characters into the echoed
-        text), one entry per input token (plus the generated one on some servers); ``usage.prompt_tokens``.
-        Reference tokens are picked by position (ids) or by text offset (text); with :attr:`ids_scoring`, an
-        id request's answer is vLLM's ``prompt_logprobs`` instead (:meth:`_parse_prompt_logprobs`)."""
+        """``choices[0].logprobs``: ``tokens``, ``token_logprobs``, ``top_logprobs`` (per entry null or {token
+        text: logprob}), ``text_offset``, one entry per input token (plus the generated one on some servers).
+        Reference tokens are picked by position (ids) or by text offset (text)."""
         if req.by_ids and self.ids_scoring:
             return self._parse_prompt_logprobs(obj, req)
         try:
@@ -723,10 +665,7 @@ class OpenAIApi(Api):
             first, end = (picked[0], picked[-1] + 1) if picked else (0, 0)
         if end > len(tokens):
             raise MalformedResponse(f"{len(tokens)} echoed tokens for a reference ending at token {end}")
-        usage = obj.get("usage") or {}
-        n_in = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        _ids_sent(req, n_in)
-        out = TokenScores(input_tokens=n_in if isinstance(n_in, int) else None)
+        out = _counted_input(obj, req)
         for i in range(first, end):
             where = f"at reference token {i - first}"
             tid, text = _token_id_or_text(tokens[i])
@@ -746,9 +685,8 @@ class OpenAIApi(Api):
                 "stream": False}
 
     def with_scoring_probe(self, text: str, generation: Any, scoring: Any) -> OpenAIApi:
-        """Which echo entry holds a token's distribution: the generated token's logprob must reappear when
-        ``text`` + that token is scored, at the token's own entry (OpenAI's semantics) or at the entry before
-        it (llama-cpp-python with a model that adds no BOS token: abetlen/llama-cpp-python#1983)."""
+        """Which echo entry holds a token's distribution: the generated token's logprob reappears at its own
+        entry (OpenAI) or at the one before (llama-cpp-python without BOS: abetlen/llama-cpp-python#1983)."""
         try:
             choice = generation["choices"][0]
             token, target = choice["logprobs"]["tokens"][0], float(choice["logprobs"]["token_logprobs"][0])
@@ -771,19 +709,14 @@ class OpenAIApi(Api):
 
 @dataclass(frozen=True)
 class VLLMApi(OpenAIApi):
-    """vLLM's OpenAI-compatible server: the completions API plus its ``SamplingParams`` fields. vLLM fills every
-    sampling field a request leaves out from the model's ``generation_config.json`` (a ``repetition_penalty``
-    there would apply even at temperature 0), so the body sets every one, as SGLang's recipe means them."""
+    """vLLM's completions API with every ``SamplingParams`` field set as SGLang's recipe means it (vLLM fills
+    an omitted one from ``generation_config.json``, whose ``repetition_penalty`` applies even greedy)."""
 
     name: ClassVar[str] = "vllm"
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
-        """SGLang's sampling params in vLLM's names: ``min_new_tokens`` -> ``min_tokens``, ``max_new_tokens`` ->
-        ``max_tokens``; ``repetition_penalty`` 1.0 where the recipe has none (SGLang's ``SamplingParams``
-        default, python/sglang/srt/sampling/sampling_params.py), ``seed`` 0 (no effect at temperature 0; above
-        it, repeatable draws); the matched stop string is trimmed as SGLang does
-        (``include_stop_str_in_output: false``). ``stop_regex``, ``regex``, ``json_schema``: SGLang sends
-        empty ones, which vLLM has no fields for."""
+        """SGLang's sampling params in vLLM's names, SGLang's defaults where the recipe has none, ``seed`` 0
+        (repeatable draws above temperature 0), the matched stop string trimmed as SGLang does."""
         return {"model": self.model_name, "prompt": prompt, "max_tokens": sampling["max_new_tokens"],
                 "min_tokens": sampling.get("min_new_tokens", 0), "n": sampling["n"],
                 "temperature": sampling["temperature"], "top_p": sampling["top_p"],
@@ -799,18 +732,15 @@ class VLLMApi(OpenAIApi):
 
 
 class ChatApi(OpenAIApi):
-    """The OpenAI chat API (vLLM, SGLang's OpenAI server, llama.cpp): ``POST /v1/chat/completions``; the prompt is
-    one user message and the server applies its own chat template. A reasoning model's reasoning, when the
-    server returns it apart (``message.reasoning_content``, or vLLM's ``message.reasoning``), is kept apart
-    from the answer. Scoring (teacher-forced logprobs) is the completions API's: this one has no echo."""
+    """The OpenAI chat API, no scoring: the prompt is one user message under the server's chat template; a
+    reasoning model's reasoning, returned apart (``reasoning_content``, vLLM's ``reasoning``), stays apart."""
 
     name: ClassVar[str] = "chat"
     generate_path: ClassVar[str] = "/v1/chat/completions"
     chat: ClassVar[bool] = True
 
     def generation_body(self, prompt: str, sampling: Mapping[str, Any]) -> JSONObject:
-        """``messages`` (one user message), ``model``, then the sampling fields the recipe gives (an empty stop
-        list is left out: chat recipes send none)."""
+        """One user message, then the recipe's sampling fields (an empty stop list left out)."""
         fields = _openai_fields(sampling, CHAT_FIELDS)
         if not fields.get("stop"):
             fields.pop("stop", None)
@@ -835,10 +765,7 @@ class ChatApi(OpenAIApi):
         reasoning = message.get("reasoning_content")
         if not isinstance(reasoning, str):
             reasoning = message.get("reasoning") if isinstance(message.get("reasoning"), str) else None
-        usage = _object(obj.get("usage"), "usage")
-        return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
-                          _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-                          _count(usage.get("completion_tokens"), "usage.completion_tokens"), reasoning or None)
+        return _choice_generation(obj, choice, text, reasoning or None)
 
     def scoring_body(self, req: ScoreRequest) -> JSONObject:
         raise ValueError("the chat API has no teacher-forced scoring (run the divergence with engine.api=openai)")
@@ -853,8 +780,7 @@ API_NAMES: tuple[str, ...] = tuple(_APIS)
 
 
 def can_send(api: str, recipe_apis: Sequence[str]) -> bool:
-    """Whether a recipe written for the protocols ``recipe_apis`` can be sent by ``api``: its own, or ``vllm``
-    for a completions recipe (:class:`VLLMApi` is the OpenAI completions API with every sampling field set)."""
+    """Whether a recipe for ``recipe_apis`` can be sent by ``api``: its own, or vllm for a completions one."""
     return api in recipe_apis or (api == VLLMApi.name and OpenAIApi.name in recipe_apis)
 
 
@@ -867,6 +793,15 @@ def for_api(name: str, model: str = "") -> Api:
 
 
 # ---------------------------------------------------------------------------------------- helpers
+def _choice_generation(obj: dict[str, Any], choice: dict[str, Any], text: str,
+                       reasoning: str | None = None) -> Generation:
+    """An OpenAI answer's generation: ``text``, and the finish reason and token counts it gives."""
+    usage = _object(obj.get("usage"), "usage")
+    return Generation(text, _finish(choice.get("finish_reason"), "choices[0].finish_reason"),
+                      _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+                      _count(usage.get("completion_tokens"), "usage.completion_tokens"), reasoning)
+
+
 def _object(x: Any, what: str) -> dict[str, Any]:
     """An optional JSON object of a reply (absent or null: empty); anything else is a malformed reply."""
     if x is None:
@@ -884,8 +819,7 @@ def _finish(x: Any, what: str) -> str | None:
 
 
 def _count(x: Any, what: str) -> int | None:
-    """A token count: null, or a whole number >= 0 (``12.0`` is 12); ``"12"``, ``1.5``, ``-3`` or ``true`` are
-    a malformed reply, never stored."""
+    """A token count: null, or a whole number >= 0 (``12.0`` is 12); anything else is a malformed reply."""
     if x is None:
         return None
     if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0 or x != int(x):
@@ -907,8 +841,7 @@ def _int(x: Any, default: int) -> int:
 
 
 def _length(x: Any) -> int:
-    """Tokens a request's text or id list can make at most: its ids, or its characters; for a batch (a list of
-    texts or of id lists, as ``/tokenize`` takes), the sum over its members."""
+    """Tokens a request's text or id list can make at most (its characters, or ids); a batch's: their sum."""
     if isinstance(x, str):
         return len(x)
     if isinstance(x, list | tuple):
@@ -926,13 +859,12 @@ COMPLETION_FIELDS: tuple[tuple[str, str], ...] = (
 CHAT_FIELDS: tuple[tuple[str, str], ...] = (
     ("max_tokens", "max_new_tokens"), ("temperature", "temperature"), ("top_p", "top_p"), ("stop", "stop"))
 #: OpenAI-only request fields a recipe may set (vLLM's gsm8k_eval sends ``seed``, sgl-eval ``min_p`` and
-#: ``repetition_penalty``); sent only when the sampling params hold them.
+#: ``repetition_penalty``)
 OPENAI_EXTRAS: tuple[str, ...] = ("seed", "min_p", "repetition_penalty")
 
 
 def _openai_fields(sampling: Mapping[str, Any], table: tuple[tuple[str, str], ...]) -> JSONObject:
-    """The OpenAI body fields of SGLang-style ``sampling``: those of ``table`` it holds, then the extras it holds
-    under ``openai_extras`` (a recipe's OpenAI-only fields)."""
+    """The OpenAI body fields of ``sampling``: those of ``table`` it holds, then its :func:`_extras`."""
     return {**{field_: sampling[key] for field_, key in table if key in sampling}, **_extras(sampling)}
 
 
@@ -943,9 +875,8 @@ def _extras(sampling: Mapping[str, Any]) -> JSONObject:
 
 
 def loads_body(raw: bytes) -> Any:
-    """A response body's JSON: orjson (a scoring pass's bodies run to ~100 MiB: 1.6x faster than the stdlib's,
-    ``benchmarks/bench_json.py``), the stdlib's for what orjson refuses (``NaN``/``-Infinity``, which Python's own
-    json writes). ValueError for anything that is not JSON, nested too deep included."""
+    """A response body's JSON by orjson (bodies run to ~100 MiB), by the stdlib's what orjson refuses
+    (``NaN``); ValueError for anything that is not JSON, nested too deep included."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -961,10 +892,9 @@ _OPEN, _CLOSE = ord("["), ord("]")
 
 
 def _array_extent(raw: bytes, key: bytes, depth: int, start: int = 0) -> tuple[int, int] | None:
-    """Where the JSON array of ``depth`` levels after ``key`` (``"name":``) starts and ends in ``raw`` (at the
-    first ``]`` * depth); None when the key is absent. A key inside a JSON string cannot match (its quotes would
-    be escaped); a string inside, a wrong end or the key twice are caught by the caller's checks. ``start``: where
-    to look from (the next answer of a batch)."""
+    """Where the JSON array of ``depth`` levels after ``key`` (``"name":``) starts and ends in ``raw``, from
+    ``start`` on; None when absent. A key inside a string cannot match (its quotes would be escaped); a string
+    inside, a wrong end or the key twice are caught by the caller's checks."""
     i = raw.find(key, start)
     if i < 0:
         return None
@@ -989,10 +919,8 @@ _NULL = 9.0
 
 def _numbers(raw: bytes, flat: bytearray, span: tuple[int, int]) -> tuple[np.ndarray, int] | None:
     """Every number of the string-free JSON array (of arrays) at ``span`` of ``raw``, flat, a ``null`` as
-    :data:`_NULL`, and how many nulls it holds (the caller checks they are where nulls belong, so a stray n is
-    never taken for a 9); None when anything else is in it. ``flat``: ``raw`` translated by
-    :data:`_NULL_TO_NUMBER`, read by orjson as one flat list without a copy (3x numpy's text parser:
-    ``benchmarks/bench_scoring.py``)."""
+    :data:`_NULL`, and how many nulls it holds (the caller checks where); None when anything else is in it.
+    ``flat``: ``raw`` translated by :data:`_NULL_TO_NUMBER`, read by orjson as a flat list without a copy."""
     import numpy as np
     a, b = span
     if raw.find(b'"', a, b) >= 0:  # a string (the only JSON value orjson reads that numpy would take)
@@ -1006,9 +934,8 @@ def _numbers(raw: bytes, flat: bytearray, span: tuple[int, int]) -> tuple[np.nda
 
 
 def _pairs(raw: bytes, flat: bytearray, span: tuple[int, int], skip: int) -> np.ndarray | None:
-    """Every ``[logprob, id, null]`` entry of the JSON array at ``span`` (:func:`_numbers`) as a (logprob, id)
-    row, (N, 2); None when anything else is in it, or a null anywhere but in the text place and the first
-    ``skip`` entries' logprob place (there it reads as :data:`_NULL`)."""
+    """Every ``[logprob, id, null]`` entry at ``span`` as a (logprob, id) row; None when anything else is in
+    it, or a null but in the text place and the first ``skip`` entries' logprob place."""
     got = _numbers(raw, flat, span)
     if got is None or got[0].size % 3:
         return None
@@ -1023,9 +950,8 @@ def _all_null(x: np.ndarray) -> bool:
 
 
 def _triples(raw: bytes, flat: bytearray, span: tuple[int, int], skip: int, t: int) -> np.ndarray | None:
-    """The per-position array of ``[logprob, id, null]`` entries at ``span`` (:func:`_numbers`), the first
-    ``skip`` positions null, as (t, k, 2) (logprob, id); None unless every later position holds the same k >= 1
-    entries of that shape, with a null nowhere but in the text place."""
+    """The per-position lists of ``[logprob, id, null]`` at ``span``, the first ``skip`` positions null, as
+    (t, k, 2); None unless every later position holds k >= 1 such entries."""
     got = _numbers(raw, flat, span)
     if got is None or t < 1 or got[0].size <= skip or not _all_null(got[0][:skip]):
         return None
@@ -1045,8 +971,8 @@ def _ids_ok(x: np.ndarray) -> bool:
 
 
 def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
-    """Per-position lists of SGLang ``[logprob, id, text]`` entries as one (T, k, 3) object array, or None when
-    they are not that regular (ragged, nulls, short entries: the careful path parses them)."""
+    """Per-position lists of SGLang ``[logprob, id, text]`` entries as one (T, k, 3) object array; None when
+    not that regular."""
     import numpy as np
     if not x:
         return None
@@ -1061,8 +987,8 @@ def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
 
 def _dense_sglang(rows: list[Any], tops: list[Any], by_id: list[Any], req: ScoreRequest,
                   total: int | None) -> TokenScores | None:
-    """:meth:`SGLangApi.parse_scores` on a regular answer (the same number of alternatives everywhere, no null
-    logprob) in a few numpy operations; None when it is not regular (the entry-by-entry parser reads it)."""
+    """:meth:`SGLangApi.parse_scores` of a regular answer (k alternatives everywhere, no null) by numpy; None
+    when it is not regular."""
     import numpy as np
     if not rows:
         return None
@@ -1114,13 +1040,16 @@ def _num(x: Any, where: str = "") -> float:
     return -math.inf if v is None else v
 
 
-def _ids_sent(req: ScoreRequest, counted: Any) -> None:
-    """Raise :class:`MalformedResponse` when an answer to the id request ``req`` counts another input length
-    (``usage.prompt_tokens``): the answer to another request."""
+def _counted_input(obj: Any, req: ScoreRequest) -> TokenScores:
+    """No scores yet, with the input tokens an OpenAI answer counts (``usage.prompt_tokens``);
+    MalformedResponse when an answer to the id request ``req`` counts another input length."""
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     sent = len(req.prompt) + len(req.reference)
     if req.by_ids and isinstance(counted, int) and counted != sent:
         raise MalformedResponse(f"{NOT_THIS_REQUEST}: prompt_tokens {counted} for an input of {sent} "
                                 "token ids")
+    return TokenScores(input_tokens=counted if isinstance(counted, int) else None)
 
 
 def _logprob(x: Any, where: str) -> float | None:
@@ -1150,8 +1079,8 @@ def _triple(x: Any, where: str = "") -> tuple[float | None, int | None, str | No
 
 
 def _alternatives(entries: Any, where: str = "") -> list[tuple[int | None, str | None, float]]:
-    """A list of SGLang ``[logprob, token_id, text]`` entries as ``(id, text, logprob)`` (a null logprob: -inf),
-    in the server's order: :func:`_triple`'s checks, in one pass (a scoring pass parses ~40 per token)."""
+    """SGLang ``[logprob, token_id, text]`` entries as ``(id, text, logprob)`` (a null logprob: -inf), with
+    :func:`_triple`'s checks in one pass."""
     if not entries:
         return []
     try:
@@ -1171,8 +1100,7 @@ def _alternatives(entries: Any, where: str = "") -> list[tuple[int | None, str |
 
 def _sglang_entries(rows: list[Any], tops: list[Any], by_id: list[Any], req: ScoreRequest,
                     total: int | None) -> TokenScores:
-    """:meth:`SGLangApi.parse_scores` entry by entry (an answer :func:`_dense_sglang` does not take: texts, nulls,
-    ragged lists), each checked, naming the first entry that is not a server's."""
+    """:meth:`SGLangApi.parse_scores` entry by entry, each checked, naming the first that is wrong."""
     out = TokenScores(input_tokens=total)
     want = None if req.token_ids is None else [int(x) for x in req.token_ids]
     for i, (row, top, asked) in enumerate(zip(rows, tops, by_id, strict=True)):
