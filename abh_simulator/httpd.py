@@ -163,11 +163,18 @@ def _body_length(headers: dict[str, str]) -> int:
     return n
 
 
-def _keep_alive(v11: bool, headers: dict[str, str]) -> bool:
+KEEP = b""
+KEEP_1_0 = b"Connection: keep-alive\r\n"
+CLOSE = b"Connection: close\r\n"
+
+
+def _connection(v11: bool, headers: dict[str, str]) -> bytes:
+    """The answer's Connection header: none (HTTP/1.1 keeps the connection), keep-alive (HTTP/1.0 asking to keep it)
+    or close."""
     tokens = headers.get("connection", "").lower()
     if v11:
-        return "close" not in tokens
-    return "keep-alive" in tokens
+        return CLOSE if "close" in tokens else KEEP
+    return KEEP_1_0 if "keep-alive" in tokens else CLOSE
 
 
 class HttpConnection(asyncio.Protocol):
@@ -178,8 +185,8 @@ class HttpConnection(asyncio.Protocol):
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
-        #: the head of a request whose body is still arriving: (method, path, query, keep-alive, headers, length)
-        self.pending: tuple[str, str, str, bool, dict[str, str], int] | None = None
+        #: the head of a request whose body is still arriving: (method, path, query, Connection, headers, length)
+        self.pending: tuple[str, str, str, bytes, dict[str, str], int] | None = None
         self.task: asyncio.Task[None] | None = None
         self.closing = False
         self.paused = False
@@ -219,11 +226,11 @@ class HttpConnection(asyncio.Protocol):
             try:
                 req = self._next_request()
             except _Refused as e:
-                self._write(HttpReply(e.status, f"{e.status}: {e}".encode(), TEXT_UTF8), False, False)
+                self._write(HttpReply(e.status, f"{e.status}: {e}".encode(), TEXT_UTF8), CLOSE, False)
                 return
             if req is None:
                 return
-            request, keep = req
+            request, connection = req
             handler = self.routes.find(request.method, request.path)
             try:
                 got = self.routes.not_found(request.method, request.path) if handler is None else handler(request)
@@ -231,12 +238,12 @@ class HttpConnection(asyncio.Protocol):
                 got = _internal_error()
             head_only = request.method == "HEAD"
             if isinstance(got, HttpReply):
-                self._write(got, keep, head_only)
+                self._write(got, connection, head_only)
             else:
-                self.task = asyncio.get_running_loop().create_task(self._finish(got, keep, head_only))
+                self.task = asyncio.get_running_loop().create_task(self._finish(got, connection, head_only))
 
-    def _next_request(self) -> tuple[HttpRequest, bool] | None:
-        """The next whole request in the buffer and whether to keep the connection after it (None: not all here)."""
+    def _next_request(self) -> tuple[HttpRequest, bytes] | None:
+        """The next whole request in the buffer and its answer's Connection header (None: not all here)."""
         if self.pending is None:
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
@@ -248,18 +255,18 @@ class HttpConnection(asyncio.Protocol):
             method, path, query, v11, headers = _parse_head(bytes(self.buf[:end]))
             length = _body_length(headers)
             del self.buf[:end + 4]
-            self.pending = (method, path, query, _keep_alive(v11, headers), headers, length)
+            self.pending = (method, path, query, _connection(v11, headers), headers, length)
             if length > len(self.buf) and v11 and headers.get("expect", "").lower() == "100-continue":
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
-        method, path, query, keep, headers, length = self.pending
+        method, path, query, connection, headers, length = self.pending
         if len(self.buf) < length:
             return None
         body = bytes(self.buf[:length])
         del self.buf[:length]
         self.pending = None
-        return HttpRequest(method, path, query, headers, body), keep
+        return HttpRequest(method, path, query, headers, body), connection
 
-    async def _finish(self, got: Awaitable[HttpReply], keep: bool, head_only: bool) -> None:
+    async def _finish(self, got: Awaitable[HttpReply], connection: bytes, head_only: bool) -> None:
         try:
             reply = await got
         except asyncio.CancelledError:
@@ -269,24 +276,24 @@ class HttpConnection(asyncio.Protocol):
         self.task = None
         if self.closing:
             return
-        self._write(reply, keep, head_only)
+        self._write(reply, connection, head_only)
         if not self.closing:
             if self.paused:
                 self.paused = False
                 self.transport.resume_reading()  # type: ignore[union-attr]
             self._serve_buffered()
 
-    def _write(self, reply: HttpReply, keep: bool, head_only: bool) -> None:
+    def _write(self, reply: HttpReply, connection: bytes, head_only: bool) -> None:
         t = self.transport
         assert t is not None
-        head = head_of(reply, len(reply.body), b"" if keep else b"Connection: close\r\n")
+        head = head_of(reply, len(reply.body), connection)
         if head_only or not reply.body:
             t.write(head)
         elif len(reply.body) < 65536:
             t.write(head + reply.body)
         else:
             t.writelines((head, reply.body))
-        if not keep:
+        if connection is CLOSE:
             self.closing = True
             t.close()
 
