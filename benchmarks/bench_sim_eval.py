@@ -6,7 +6,7 @@ One server per side (``python -m abh_simulator --run-seed 1 --latency-s 0`` from
 this checkout's ``abh eval``), taking turns, a fresh server per round. The server first answers one untimed eval (its
 memos filled, as in the demo's second eval on a server); then its CPU seconds (from /proc) over one more ``abh
 eval``. The answers: every /generate request of the eval (and a few side endpoints and errors) sent once more by a
-plain client, status, content type and body bytes compared (request ids and latencies blanked).
+plain client, status, content type and body bytes compared (request ids and latencies blanked; the time in "created" too).
 
     python benchmarks/bench_sim_eval.py [--baseline REV] [--rounds 3]
 """
@@ -32,8 +32,8 @@ import requests
 from harness.tasks import gsm8k
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The fields of an answer that differ from one request to the next whatever the code (its id, its latency)
-VOLATILE = re.compile(rb'"(id|e2e_latency)":("[^"]*"|[0-9.e-]+)')
+#: The fields of an answer that differ from one request to the next whatever the code (its id, its latency, the time)
+VOLATILE = re.compile(rb'"(id|e2e_latency|created)":("[^"]*"|[0-9.e-]+)')
 SP = {"max_new_tokens": 512, "temperature": 0, "stop": ["Question", "Assistant:", "<|separator|>"]}
 #: Requests beside the eval's whose answers must be the same too: (method, path, body)
 EXTRA: list[tuple[str, str, Any]] = [
