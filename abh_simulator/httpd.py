@@ -21,7 +21,6 @@ import traceback
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -78,7 +77,8 @@ class Routes:
 
 
 _STATUS_LINES: dict[int, bytes] = {}
-_date: list[Any] = [0, b""]
+#: (the second, the Date and Server header lines of an answer made in it): made once a second
+_date: list[tuple[int, bytes]] = [(0, b"")]
 
 
 def _status_line(status: int) -> bytes:
@@ -94,9 +94,11 @@ def _status_line(status: int) -> bytes:
 
 def _date_header() -> bytes:
     now = int(time.time())
-    if now != _date[0]:
-        _date[0], _date[1] = now, f"Date: {formatdate(now, usegmt=True)}\r\nServer: {SERVER}\r\n".encode("ascii")
-    return _date[1]  # type: ignore[no-any-return]
+    second, lines = _date[0]
+    if now != second:
+        lines = f"Date: {formatdate(now, usegmt=True)}\r\nServer: {SERVER}\r\n".encode("ascii")
+        _date[0] = (now, lines)
+    return lines
 
 
 def head_of(reply: HttpReply, length: int, connection: bytes) -> bytes:
