@@ -24,6 +24,8 @@ from http import HTTPStatus
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: an idle connection (no request being read or answered) is closed after this long
+IDLE_TIMEOUT_S = 75.0
 #: bytes buffered past a request whose answer waits before reading pauses
 PAUSE_BYTES = MAX_BODY_BYTES + MAX_HEAD_BYTES
 JSON = "application/json"
@@ -192,21 +194,28 @@ class HttpConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.closing = False
         self.paused = False
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     # ---------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.connections.add(self)
+        self._arm_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
         # a request being answered runs to its end (a simulated latency then counts it done), as aiohttp's
         # handlers do when their client goes; its answer is dropped
         self.connections.discard(self)
         self.closing = True
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         self.buf += data
         if self.task is None:
             self._serve_buffered()
@@ -231,6 +240,8 @@ class HttpConnection(asyncio.Protocol):
                 self._write(HttpReply(e.status, f"{e.status}: {e}".encode(), TEXT_UTF8), CLOSE, False)
                 return
             if req is None:
+                if self.idle:
+                    self._arm_idle()
                 return
             request, connection = req
             handler = self.routes.find(request.method, request.path)
@@ -298,6 +309,16 @@ class HttpConnection(asyncio.Protocol):
         if connection is CLOSE:
             self.closing = True
             t.close()
+
+    def _arm_idle(self) -> None:
+        """Close the connection if it stays idle ``IDLE_TIMEOUT_S`` (as aiohttp's keep-alive timeout did)."""
+        self.idle_timer = asyncio.get_running_loop().call_later(IDLE_TIMEOUT_S, self._close_idle)
+
+    def _close_idle(self) -> None:
+        self.idle_timer = None
+        if self.idle and not self.closing:
+            self.closing = True
+            self.transport.close()  # type: ignore[union-attr]
 
     def abort(self) -> None:
         self.closing = True
