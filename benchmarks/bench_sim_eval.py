@@ -33,7 +33,7 @@ from harness.tasks import gsm8k
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The fields of an answer that differ from one request to the next whatever the code (its id, its latency, the time)
-VOLATILE = re.compile(rb'"(id|e2e_latency|created)":("[^"]*"|[0-9.e-]+)')
+VOLATILE = re.compile(rb'"(id|e2e_latency|created)": ?("[^"]*"|[0-9.e-]+)')
 SP = {"max_new_tokens": 512, "temperature": 0, "stop": ["Question", "Assistant:", "<|separator|>"]}
 #: Requests beside the eval's whose answers must be the same too: (method, path, body)
 EXTRA: list[tuple[str, str, Any]] = [
@@ -87,7 +87,7 @@ async def _answers(url: str) -> list[tuple[int, str, bytes]]:
         async def one(method: str, path: str, body: Any) -> tuple[int, str, bytes]:
             kw = {"data": body} if isinstance(body, bytes) else {"json": body} if body is not None else {}
             async with s.request(method, url + path, **kw) as r:
-                return r.status, r.headers.get("Content-Type", ""), VOLATILE.sub(rb'"\1":0', await r.read())
+                return r.status, r.headers.get("Content-Type", ""), VOLATILE.sub(rb'"\1": 0', await r.read())
         got = list(await asyncio.gather(*(one(*c) for c in calls)))
         for c in EXTRA:  # one by one: /flush_cache and the counters' order matter
             got.append(await one(*c))
