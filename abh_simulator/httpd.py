@@ -3,7 +3,7 @@
 Request line, headers, ``Content-Length`` bodies (up to 64 MiB, else 413), keep-alive (HTTP/1.1's default; HTTP/1.0
 with ``Connection: keep-alive``), ``Connection: close``, ``Expect: 100-continue``, pipelined requests (answered in
 order), ``HEAD`` on every ``GET`` route. A chunked request body is answered 411 (no client of the simulator sends
-one: send ``Content-Length``); a malformed request line or header 400, a head over 64 KiB 431; each of those closes
+one: send ``Content-Length``); a malformed request line or header, or an HTTP/1.1 request without ``Host``, 400; a head over 64 KiB 431; each of those closes
 the connection. An unknown path is 404, a known one with another method 405 (with ``Allow``), as aiohttp answers.
 
 A handler returns its :class:`HttpReply`, or an awaitable of it when it must wait (a simulated latency, the
@@ -149,6 +149,8 @@ def _parse_head(head: bytes) -> tuple[str, str, str, bool, dict[str, str]]:
             headers[key] = value if key == "content-length" else headers[key] + ", " + value
         else:
             headers[key] = value
+    if v11 and "host" not in headers:  # RFC 9112 3.2; aiohttp refused it too
+        raise _Refused(400, "HTTP/1.1 request without a Host header")
     path, _, query = target.partition("?")
     return method, path, query, v11, headers
 

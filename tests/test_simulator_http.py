@@ -71,7 +71,7 @@ def _post(path: str, body: bytes, extra: str = "") -> bytes:
 def test_kept_alive_pipelined_requests_are_answered_in_order_until_connection_close():
     gen = json.dumps({"text": "Question: 1+1?\nAnswer:", "sampling_params": {"max_new_tokens": 5}}).encode()
     got = _answers(_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + _post("/generate", gen)
-                             + b"GET /nowhere HTTP/1.1\r\n\r\n" + CLOSE))
+                             + b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n" + CLOSE))
     assert [a[0] for a in got] == ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK", "HTTP/1.1 404 Not Found", "HTTP/1.1 200 OK"]
     assert got[0][1]["content-type"] == "text/plain; charset=utf-8" and got[0][2] == b""
     assert got[1][1]["content-type"] == "application/json"
@@ -106,7 +106,7 @@ def test_http_1_0_closes_unless_asked_to_keep_alive():
 
 
 def test_head_and_a_method_not_allowed():
-    got = _answers(_exchange(b"HEAD /version HTTP/1.1\r\n\r\n" + b"DELETE /health HTTP/1.1\r\n\r\n" + CLOSE),
+    got = _answers(_exchange(b"HEAD /version HTTP/1.1\r\nHost: x\r\n\r\n" + b"DELETE /health HTTP/1.1\r\nHost: x\r\n\r\n" + CLOSE),
                    heads=(0,))
     assert got[0][0] == "HTTP/1.1 200 OK" and got[0][1]["content-length"] == "49" and got[0][2] == b""
     assert got[1][0] == "HTTP/1.1 405 Method Not Allowed" and got[1][1]["allow"] == "GET,HEAD"
@@ -114,13 +114,14 @@ def test_head_and_a_method_not_allowed():
 
 
 @pytest.mark.parametrize("raw,status", [
-    (b"POST /generate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411),
-    (b"POST /generate HTTP/1.1\r\nContent-Length: ten\r\n\r\n", 400),
-    (b"POST /generate HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413),
+    (b"POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411),
+    (b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", 400),
+    (b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n", 413),
     (b"NONSENSE\r\n\r\n", 400),
     (b"GET /health HTTP/2.0\r\n\r\n", 505),
-    (b"GET /health HTTP/1.1\r\nBad Header\r\n\r\n", 400),
-], ids=["chunked", "bad-length", "too-large", "bad-line", "version", "bad-header"])
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\r\n\r\n", 400),
+], ids=["chunked", "bad-length", "too-large", "bad-line", "version", "bad-header", "no-host"])
 def test_what_it_does_not_read_is_refused_and_the_connection_closed(raw, status):
     got = _answers(_exchange(raw))
     assert len(got) == 1 and got[0][0].startswith(f"HTTP/1.1 {status} ")
