@@ -10,8 +10,8 @@ Modules: ``config`` (SimConfig: every knob and its default), ``model`` (question
 outcomes, run-to-run noise), ``text`` (the answers it writes), ``state`` (one launch: data, outcomes per pass,
 generation), ``tokens`` (toy tokenizer), ``logprobs`` (next-token model for teacher-forced scoring),
 ``experts`` (MoE routing for ``return_routed_experts``), ``hashing`` (stable hashes they share),
-``protocol`` (SGLang and OpenAI/vLLM request and response shapes, documented there), ``server`` (aiohttp app
-and handlers), ``__main__`` (command line -> SimConfig).
+``protocol`` (SGLang and OpenAI/vLLM request and response shapes, documented there), ``server`` (handlers and
+routes), ``httpd`` (the lean HTTP/1.1 server they run on), ``__main__`` (command line -> SimConfig).
 
 A request's question is the LAST ``Question: ...\\nAnswer:`` block of its prompt
 (:func:`harness.tasks.gsm8k.question_from_prompt`); unknown questions get a random (wrong) number. Output
@@ -19,7 +19,7 @@ text is a GSM8K-style rationale ending in ``#### N`` followed, like a base model
 ``Question: ...`` blocks and then EOS; stop strings (``"Question"`` in SGLang's recipe) trim it, and
 ``max_new_tokens`` truncates it.
 
-This package imports nothing heavy: the server itself (aiohttp) lives in ``abh_simulator.server``.
+This package imports nothing heavy: the server itself lives in ``abh_simulator.server``.
 """
 
 from abh_simulator.sim_config import SimConfig

@@ -73,7 +73,7 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     cfg = parse_args(args)
-    from abh_simulator.server import serve  # aiohttp: after the flags are known good
+    from abh_simulator.server import serve  # orjson and the data: after the flags are known good
 
     _raise_nofile()
     try:

@@ -21,15 +21,32 @@ def mix(x: int) -> int:
 
 
 def mix_np(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic); a new array (``x`` is not changed), the
-    steps in place on it (the simulator hashes ~100 keys per scored token)."""
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic); a new array (``x`` is not changed)."""
+    return _mix_into(x >> _S30, x)
+
+
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix_into(out: np.ndarray, x: np.ndarray | None = None) -> np.ndarray:
+    """splitmix64's finaliser of ``x`` into ``out`` (uint64, x's shape; ``x`` None: of ``out`` itself), each step in
+    place with one scratch array: the simulator hashes ~100 keys per scored token, and a fresh array per step cost
+    as much as the arithmetic. ``out`` may hold ``x >> 30`` already (then pass ``x``)."""
     with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-        return x
+        if x is None:
+            tmp = out >> _S30
+            out ^= tmp
+        else:
+            out ^= x  # out held x >> 30
+            tmp = np.empty_like(out)
+        out *= _C1
+        np.right_shift(out, _S27, out=tmp)
+        out ^= tmp
+        out *= _C2
+        np.right_shift(out, _S31, out=tmp)
+        out ^= tmp
+        return out
 
 
 def key_of(*parts: object) -> int:
@@ -71,27 +88,33 @@ def context_states(ids: Sequence[int], seed: int) -> list[int]:
 
 
 _TWO_TO_MINUS_53 = 2.0 ** -53
+#: 2 pi / 2**53: a product by it is the product by 2**-53 (exact: a power of two) then by 2 pi, rounded once alike
+_TWO_PI_TO_MINUS_53 = 2.0 * math.pi * _TWO_TO_MINUS_53
+
+
+def _unit(m: np.ndarray, scale: float) -> np.ndarray:
+    """((mix(m) >> 11) + 0.5) * scale as float64 (``m``: keys, uint64, overwritten)."""
+    _mix_into(m)
+    m >>= _S11
+    u = np.add(m, 0.5, dtype=np.float64)  # the same conversion as astype (exact: below 2**53), then + 0.5
+    u *= scale
+    return u
 
 
 def uniform(keys: np.ndarray) -> np.ndarray:
     """U(0, 1) (never 0) from uint64 keys: ((mix >> 11) + 0.5) / 2**53, each step in place (the division as a
     product by 2**-53: exact for a power of two, and cheaper)."""
-    m = mix_np(keys)
-    m >>= np.uint64(11)
-    u = m.astype(np.float64)
-    u += 0.5
-    u *= _TWO_TO_MINUS_53
-    return u
+    return _unit(keys.copy(), _TWO_TO_MINUS_53)
 
 
-def normal(keys: np.ndarray) -> np.ndarray:
-    """N(0, 1) from uint64 keys (Box-Muller on two derived uniforms): sqrt(-2 log u1) cos(2 pi u2), in place."""
-    u1 = uniform(keys ^ np.uint64(0x5851F42D4C957F2D))
-    u2 = uniform(keys ^ np.uint64(0x14057B7EF767814F))
+def normal(keys: np.ndarray, salt: int = 0) -> np.ndarray:
+    """N(0, 1) from uint64 keys (Box-Muller on two derived uniforms): sqrt(-2 log u1) cos(2 pi u2), in place.
+    ``salt``: the keys are ``keys ^ salt`` (without an array for them)."""
+    u1 = _unit(keys ^ np.uint64((0x5851F42D4C957F2D ^ salt) & M64), _TWO_TO_MINUS_53)
+    u2 = _unit(keys ^ np.uint64((0x14057B7EF767814F ^ salt) & M64), _TWO_PI_TO_MINUS_53)
     np.log(u1, out=u1)
     u1 *= -2.0
     np.sqrt(u1, out=u1)
-    u2 *= 2.0 * math.pi
     np.cos(u2, out=u2)
     u1 *= u2
     return u1

@@ -171,31 +171,46 @@ class NextTokenModel:
         """(candidates (n, K), their duplicates, their logprobs, the tail's logprob (n,)) of positions whose
         context states are ``s`` and tokens ``target``; ``pass_salt``: per position, its pass noise's key."""
         k_c, span = CANDIDATES, self.vocab_size - N_SPECIAL
-        cols = np.arange(1, k_c, dtype=np.uint64)
+        n = s.shape[0]
         with np.errstate(over="ignore"):
-            alt_keys = mix_np(s[:, None] * np.uint64(GOLDEN) + cols[None, :] * np.uint64(0xD1B54A32D192ED03))
-        alts = (N_SPECIAL + (alt_keys % np.uint64(span)).astype(np.int64))
-        cand = np.concatenate([target[:, None], alts], axis=1)  # (n, K)
+            alt_keys = mix_np(s[:, None] * np.uint64(GOLDEN) + _COLS[None, :] * np.uint64(0xD1B54A32D192ED03))
+        cand = np.empty((n, k_c), dtype=np.int64)
+        cand[:, 0] = target
+        np.remainder(alt_keys, np.uint64(span), out=cand[:, 1:], casting="unsafe")  # < span: exact as int64
+        cand[:, 1:] += N_SPECIAL
         dup = _duplicates(cand)
-        # base logits: alternatives decay with their column, the token at p leads by a random margin
-        alt_logit = -2.0 - 0.08 * np.arange(1, k_c)[None, :] + normal(alt_keys ^ np.uint64(0xA5A5A5A5))
-        alt_logit = np.where(dup[:, 1:], -np.inf, alt_logit)
+        # base logits: alternatives decay with their column, the token at p leads by a random margin. Each step in
+        # place, in the order (and so with the values) of the plain expressions: a - b + z as (a - b) + z, x + c * z
+        # as x + (c * z); where a dropped candidate's -inf is set by a mask instead of np.where
+        logits = np.empty((n, k_c))
+        alt_logit = logits[:, 1:]
+        np.add(_ALT_BASE[None, :], normal(alt_keys, 0xA5A5A5A5), out=alt_logit)
+        alt_dup = dup[:, 1:]
+        any_dup = bool(alt_dup.any())
+        if any_dup:
+            alt_logit[alt_dup] = -np.inf
         margin = -MARGIN_MEAN * np.log(uniform(s ^ np.uint64(0x3C6EF372FE94F82B)))
-        logits = np.concatenate([(alt_logit.max(axis=1) + margin)[:, None], alt_logit], axis=1)
-        if self.logit_shift > 0:
-            logits = logits + self.logit_shift * normal(pair_keys(s, cand, self._build_key))
-        if self._sd_launch > 0:
-            logits = logits + self._sd_launch * normal(pair_keys(s, cand, self._launch_key))
-        if pass_salt is not None:
-            logits = logits + self._sd_pass * normal(pair_keys(s, cand, pass_salt))
-        logits = np.where(dup, -np.inf, logits)
-        n_cand = (~dup).sum(axis=1)
+        np.add(alt_logit.max(axis=1), margin, out=logits[:, 0])
+        for sd, salt in ((self.logit_shift, self._build_key), (self._sd_launch, self._launch_key),
+                         (self._sd_pass, pass_salt)):
+            if sd > 0 and salt is not None:
+                z = normal(pair_keys(s, cand, salt))
+                z *= sd
+                logits += z
+        if any_dup:
+            logits[dup] = -np.inf
+            n_cand = k_c - dup.sum(axis=1)
+        else:
+            n_cand = np.full(n, k_c)
         tail_log_mass = np.log((self.vocab_size - n_cand).astype(np.float64)) + TAIL_LOGIT
         top = logits.max(axis=1)
-        log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1) + np.exp(tail_log_mass - top))
+        e = logits - top[:, None]
+        np.exp(e, out=e)
+        log_z = top + np.log(e.sum(axis=1) + np.exp(tail_log_mass - top))
         # on the wire a logprob has DECIMALS decimals (abh_simulator.jsonfmt writes them so): every protocol
         # answers these same values, the server's own logprob of a token and its entry among the top-k alike
-        lp = np.round(logits - log_z[:, None], DECIMALS)
+        logits -= log_z[:, None]
+        lp = np.round(logits, DECIMALS, out=logits)
         lp_tail = np.round(TAIL_LOGIT - log_z, DECIMALS)
         return cand, dup, lp, lp_tail
 
@@ -232,6 +247,11 @@ class NextTokenModel:
                 taken.add(i)
                 out.append((i, lp_tail))
         return out
+
+
+#: The alternatives' columns 1..K-1 (their hash keys' salt) and their base logits, decaying with the column
+_COLS = np.arange(1, CANDIDATES, dtype=np.uint64)
+_ALT_BASE = -2.0 - 0.08 * np.arange(1, CANDIDATES)
 
 
 def _duplicates(cand: np.ndarray) -> np.ndarray:

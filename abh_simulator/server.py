@@ -1,4 +1,5 @@
-"""The simulated engine's HTTP server (aiohttp): SGLang's and OpenAI's wire protocols plus the side endpoints.
+"""The simulated engine's HTTP server: SGLang's and OpenAI's wire protocols plus the side endpoints, served by
+``abh_simulator.httpd`` (a lean HTTP/1.1 server on asyncio's Protocol API).
 
 Routes: ``POST /generate`` (SGLang), ``POST /v1/completions`` (OpenAI/vLLM), ``POST /v1/chat/completions`` (the
 OpenAI chat API; the last user message is the prompt), ``POST /tokenize`` and
@@ -15,17 +16,18 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from aiohttp import web
 
 from abh_simulator import protocol
+from abh_simulator.httpd import JSON, JSON_UTF8, TEXT_UTF8, HttpReply, HttpRequest, Routes, listen, shut_down
 from abh_simulator.sim_config import SimConfig
 from abh_simulator.state import SIM_VERSION, SimError, SimState
 
 Work = Callable[..., Any]
+Answer = HttpReply | Awaitable[HttpReply]
 
 
 def _dumps(obj: Any) -> bytes:
@@ -35,13 +37,21 @@ def _dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
-def _err(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "code": status, "object": "error"},
-                              "object": "error", "message": message, "code": status}, status=status)
+def _json(obj: Any, status: int = 200) -> HttpReply:
+    """A small answer written by the stdlib's json, as aiohttp's ``json_response`` wrote it (same bytes)."""
+    return HttpReply(status, json.dumps(obj).encode(), JSON_UTF8)
 
 
-async def _read_json(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+def _text(text: str, status: int = 200) -> HttpReply:
+    return HttpReply(status, text.encode(), TEXT_UTF8)
+
+
+def _err(status: int, message: str) -> HttpReply:
+    return _json({"error": {"message": message, "code": status, "object": "error"},
+                  "object": "error", "message": message, "code": status}, status=status)
+
+
+def _read_json(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)  # a scoring request carries ~1000 ids: 5x faster than the stdlib's parser
     except orjson.JSONDecodeError:
@@ -54,8 +64,9 @@ async def _read_json(request: web.Request) -> dict[str, Any]:
     return body
 
 
-async def _forever() -> None:
+async def _forever() -> HttpReply:
     await asyncio.Event().wait()
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Handlers:
@@ -63,51 +74,64 @@ class Handlers:
         self.st = st
 
     # -------------------------------------------------------------- fault/admission wrapper
-    async def _serve(self, request: web.Request, work: Work) -> web.StreamResponse:
+    def _serve(self, request: HttpRequest, work: Work) -> Answer:
+        """The answer to a generation request, at once unless it must wait (a latency, the concurrency limit, a
+        hang: then an awaitable of it)."""
         st, cfg = self.st, self.st.cfg
         if st.starting():
             return _err(503, "simulated server is starting (--startup-s)")
         try:
-            body = await _read_json(request)
+            body = _read_json(request.body)
             prepared = work(body, validate_only=True)
         except SimError as e:
             return _err(e.status, str(e))
         st.received += 1
         if cfg.hang_after > 0 and st.received > cfg.hang_after:
-            await _forever()  # simulated hang: never answers
+            return _forever()  # simulated hang: never answers
         if cfg.crash_after > 0 and st.received > cfg.crash_after:
-            await _forever()  # the process is about to exit
+            return _forever()  # the process is about to exit
         t0 = time.perf_counter()
+        if cfg.error_rate > 0 and st.fault_rng.random() < cfg.error_rate:
+            status = st.fault_rng.choice([500, 503])
+            return self._done(_err(status, f"simulated fault (--error-rate {cfg.error_rate})"))
+        if st.sem is None and cfg.latency_s <= 0:
+            return self._done(self._run(work, body, prepared, t0))
+        return self._waited(work, body, prepared, t0)
+
+    async def _waited(self, work: Work, body: dict[str, Any], prepared: Any, t0: float) -> HttpReply:
+        cfg = self.st.cfg
+        if self.st.sem is not None:
+            async with self.st.sem:
+                if cfg.latency_s > 0:
+                    await asyncio.sleep(cfg.latency_s)
+                reply = self._run(work, body, prepared, t0)
+        else:
+            await asyncio.sleep(cfg.latency_s)
+            reply = self._run(work, body, prepared, t0)
+        return self._done(reply)
+
+    def _run(self, work: Work, body: dict[str, Any], prepared: Any, t0: float) -> HttpReply:
+        st, cfg = self.st, self.st.cfg
         try:
-            if cfg.error_rate > 0 and st.fault_rng.random() < cfg.error_rate:
-                status = st.fault_rng.choice([500, 503])
-                resp: web.Response = _err(status, f"simulated fault (--error-rate {cfg.error_rate})")
-            else:
-                if st.sem is not None:
-                    async with st.sem:
-                        if cfg.latency_s > 0:
-                            await asyncio.sleep(cfg.latency_s)
-                        obj = work(body, prepared=prepared, t0=t0)
-                else:
-                    if cfg.latency_s > 0:
-                        await asyncio.sleep(cfg.latency_s)
-                    obj = work(body, prepared=prepared, t0=t0)
-                payload = _dumps(obj)
-                if cfg.malformed_rate > 0 and st.fault_rng.random() < cfg.malformed_rate:
-                    if st.fault_rng.random() < 0.5:
-                        payload = payload[: max(1, len(payload) // 2)]
-                    else:
-                        payload = b"<html><body>502 Bad Gateway (simulated)</body></html>"
-                resp = web.Response(body=payload, content_type="application/json")
+            payload = _dumps(work(body, prepared=prepared, t0=t0))
         except SimError as e:
-            resp = _err(e.status, str(e))
+            return _err(e.status, str(e))
+        if cfg.malformed_rate > 0 and st.fault_rng.random() < cfg.malformed_rate:
+            if st.fault_rng.random() < 0.5:
+                payload = payload[: max(1, len(payload) // 2)]
+            else:
+                payload = b"<html><body>502 Bad Gateway (simulated)</body></html>"
+        return HttpReply(200, payload, JSON)
+
+    def _done(self, reply: HttpReply) -> HttpReply:
+        st, cfg = self.st, self.st.cfg
         st.completed += 1
         if cfg.crash_after > 0 and st.completed >= cfg.crash_after and not st.exiting:
             st.exiting = True
             print(f"simulated crash: exiting after {st.completed} generate requests (--crash-after)",
                   file=sys.stderr, flush=True)
             asyncio.get_running_loop().call_later(0.05, os._exit, 1)
-        return resp
+        return reply
 
     # -------------------------------------------------------------- SGLang /generate
     def _sglang(self, body: dict[str, Any], validate_only: bool = False, prepared: Any = None,
@@ -121,8 +145,8 @@ class Handlers:
         protocol.write_pending(pending)
         return out if (batched or n > 1) else out[0]
 
-    async def generate(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, self._sglang)
+    def generate(self, request: HttpRequest) -> Answer:
+        return self._serve(request, self._sglang)
 
     # -------------------------------------------------------------- OpenAI /v1/completions
     def _openai(self, body: dict[str, Any], validate_only: bool = False, prepared: Any = None,
@@ -131,8 +155,8 @@ class Handlers:
             return protocol.parse_completions(self.st, body)
         return protocol.completions_response(self.st, prepared)
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, self._openai)
+    def completions(self, request: HttpRequest) -> Answer:
+        return self._serve(request, self._openai)
 
     # -------------------------------------------------------------- OpenAI /v1/chat/completions
     def _chat(self, body: dict[str, Any], validate_only: bool = False, prepared: Any = None,
@@ -141,98 +165,81 @@ class Handlers:
             return protocol.parse_chat(self.st, body)
         return protocol.chat_response(self.st, prepared)
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, self._chat)
+    def chat(self, request: HttpRequest) -> Answer:
+        return self._serve(request, self._chat)
 
     # -------------------------------------------------------------- tokenizer
-    async def _plain(self, request: web.Request, fn: Callable[[SimState, dict[str, Any]], Any]) -> web.Response:
+    def _plain(self, request: HttpRequest, fn: Callable[[SimState, dict[str, Any]], Any]) -> HttpReply:
         if self.st.starting():
             return _err(503, "simulated server is starting (--startup-s)")
         try:
             # orjson: a tokenize answer for a whole pass holds ~1.5 million ids
-            return web.Response(body=_dumps(fn(self.st, await _read_json(request))), content_type="application/json")
+            return HttpReply(200, _dumps(fn(self.st, _read_json(request.body))), JSON)
         except SimError as e:
             return _err(e.status, str(e))
 
-    async def tokenize(self, request: web.Request) -> web.Response:
-        return await self._plain(request, protocol.tokenize)
+    def tokenize(self, request: HttpRequest) -> HttpReply:
+        return self._plain(request, protocol.tokenize)
 
-    async def detokenize(self, request: web.Request) -> web.Response:
-        return await self._plain(request, protocol.detokenize)
+    def detokenize(self, request: HttpRequest) -> HttpReply:
+        return self._plain(request, protocol.detokenize)
 
     # -------------------------------------------------------------- side endpoints
-    async def health(self, request: web.Request) -> web.Response:
+    def health(self, request: HttpRequest) -> Answer:
         """``/health`` and ``/health_generate``: one handler, as in SGLang: 503 until ready, silent when hung."""
         if self.st.starting():
-            return web.Response(status=503, text="starting (simulated)")
+            return _text("starting (simulated)", 503)
         if self.st.hung():
-            await _forever()
-        return web.Response(text="")
+            return _forever()
+        return _text("")
 
-    async def server_info(self, request: web.Request) -> web.Response:
-        return web.json_response(self.st.server_info())
+    def server_info(self, request: HttpRequest) -> HttpReply:
+        return _json(self.st.server_info())
 
-    async def model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({"model_path": self.st.cfg.model_path, "tokenizer_path": self.st.cfg.model_path,
-                                  "is_generation": True, "simulated": True, "engine": "simulated",
-                                  "build": self.st.cfg.build})
+    def model_info(self, request: HttpRequest) -> HttpReply:
+        return _json({"model_path": self.st.cfg.model_path, "tokenizer_path": self.st.cfg.model_path,
+                      "is_generation": True, "simulated": True, "engine": "simulated", "build": self.st.cfg.build})
 
-    async def flush_cache(self, request: web.Request) -> web.Response:
+    def flush_cache(self, request: HttpRequest) -> HttpReply:
         self.st.prefix_cache.clear()
-        return web.Response(text="Cache flushed (simulated).\n")
+        return _text("Cache flushed (simulated).\n")
 
-    async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{
+    def models(self, request: HttpRequest) -> HttpReply:
+        return _json({"object": "list", "data": [{
             "id": self.st.cfg.model_path, "object": "model", "created": int(time.time()),
             "owned_by": "simulated", "root": self.st.cfg.model_path, "max_model_len": 32768}]})
 
-    async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": SIM_VERSION, "simulated": True})
+    def version(self, request: HttpRequest) -> HttpReply:
+        return _json({"version": SIM_VERSION, "simulated": True})
 
 
-def build_app(cfg: SimConfig, argv: list[str] | None = None) -> web.Application:
-    """The simulated engine as an aiohttp application (loads the data and draws this launch's outcomes)."""
-    st = SimState(cfg, argv)
-    h = Handlers(st)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app["sim"] = st
-
-    async def _on_startup(app: web.Application) -> None:
-        st.t0 = time.monotonic()
-
-    app.on_startup.append(_on_startup)
-    r = app.router
-    r.add_post("/generate", h.generate)
-    r.add_post("/v1/completions", h.completions)
-    r.add_post("/v1/chat/completions", h.chat)
-    r.add_get("/health", h.health)
-    r.add_get("/health_generate", h.health)
+def build_routes(h: Handlers) -> Routes:
+    """Every endpoint of the simulated engine, routed to ``h``."""
+    r = Routes()
+    r.add("POST", "/generate", h.generate)
+    r.add("POST", "/v1/completions", h.completions)
+    r.add("POST", "/v1/chat/completions", h.chat)
+    r.add("GET", "/health", h.health)
+    r.add("GET", "/health_generate", h.health)
     for p in ("/get_server_info", "/server_info"):
-        r.add_get(p, h.server_info)
+        r.add("GET", p, h.server_info)
     for p in ("/get_model_info", "/model_info"):
-        r.add_get(p, h.model_info)
-    r.add_route("POST", "/flush_cache", h.flush_cache)
-    r.add_get("/flush_cache", h.flush_cache)
-    r.add_get("/v1/models", h.models)
-    r.add_get("/version", h.version)
+        r.add("GET", p, h.model_info)
+    r.add("POST", "/flush_cache", h.flush_cache)
+    r.add("GET", "/flush_cache", h.flush_cache)
+    r.add("GET", "/v1/models", h.models)
+    r.add("GET", "/version", h.version)
     for prefix in ("", "/v1"):
-        r.add_post(prefix + "/tokenize", h.tokenize)
-        r.add_post(prefix + "/detokenize", h.detokenize)
-    return app
+        r.add("POST", prefix + "/tokenize", h.tokenize)
+        r.add("POST", prefix + "/detokenize", h.detokenize)
+    return r
 
 
 async def serve(cfg: SimConfig, argv: list[str] | None = None) -> None:
     """Serve until SIGTERM/SIGINT; prints ``simulated server ready on http://HOST:PORT`` once listening."""
-    app = build_app(cfg, argv)
-    st: SimState = app["sim"]
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port, backlog=4096, reuse_address=True)
-    await site.start()
-    port = cfg.port
-    server = getattr(site, "_server", None)
-    if server is not None and getattr(server, "sockets", None):
-        port = server.sockets[0].getsockname()[1]
+    st = SimState(cfg, argv)  # loads the data and draws this launch's outcomes
+    server, connections, port = await listen(build_routes(Handlers(st)), cfg.host, cfg.port)
+    st.t0 = time.monotonic()
     cfg.port = port
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -249,4 +256,4 @@ async def serve(cfg: SimConfig, argv: list[str] | None = None) -> None:
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await shut_down(server, connections)
