@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from harness.results import prompt_store
 from harness.results.fileio import StoreError, iter_lines
 from harness.results.prompt_store import eval_prompts
 from harness.results.schema import SampleRecord, usual_record
@@ -124,6 +125,5 @@ def prompt_hashes(root: Path) -> dict[int, str]:
 
 def first_prompt(root: Path) -> tuple[int, str] | None:
     """(index, prompt) of the first prompt the eval recorded (None when it holds none)."""
-    for row in eval_prompts(root):
-        return row["index"], row["prompt"]
-    return None
+    row = prompt_store.first_prompt(root)
+    return None if row is None else (row["index"], row["prompt"])
