@@ -315,7 +315,7 @@ def usual_record(d: Any) -> SampleRecord | None:
     check it field by field (and accept or refuse it). Accepts only what those checks accept."""
     if not _USUAL or type(d) is not dict or not d.keys() >= _REQUIRED_SAMPLE_FIELDS:
         return None
-    g = d.get
+    g: Callable[[str], Any] = d.get
     (index, sha, output, pred, label, correct, invalid, finish, p_tok, c_tok, lat, attempts, error, score,
      reasoning) = map(g, _USUAL_FIELDS)
     if not (type(index) is int and index >= 0 and type(sha) is str and type(output) in _STR_NONE
