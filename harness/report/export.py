@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import operator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -89,7 +90,9 @@ def to_csv(rows: list[ExportRow]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
-    w.writerows(_line(r) for r in rows)
+    # the csv module writes None as an empty field, as _cell does: only a float answer or label is converted
+    cells = operator.itemgetter(*COLUMNS)
+    w.writerows(_line(r) if isinstance(r["answer"], float) or isinstance(r["label"], float) else cells(r) for r in rows)
     return buf.getvalue()
 
 

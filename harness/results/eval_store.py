@@ -243,7 +243,21 @@ def load_eval(root: str | Path, check: integrity.RowCheck | None = None
     if check is not None and check not in loaded.checked:  # parsed once; each check run once on the rows
         integrity.verify(root / SAMPLES, loaded.rows, *check(root, loaded.meta))
         loaded.checked.append(check)
-    return copy.deepcopy(loaded.meta), list(loaded.samples), copy.deepcopy(loaded.summary)
+    return _copy(loaded.meta), list(loaded.samples), _copy(loaded.summary)
+
+
+#: the JSON values a copy shares (immutable)
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy(v: Any) -> Any:
+    """A deep copy of a parsed JSON value: what ``copy.deepcopy`` makes of one, without its bookkeeping (an eval's
+    meta holds a list of every question index, and a comparison reads each eval several times)."""
+    if type(v) is dict:
+        return {k: x if type(x) in _ATOMS else _copy(x) for k, x in v.items()}
+    if type(v) is list:
+        return [x if type(x) in _ATOMS else _copy(x) for x in v]
+    return copy.deepcopy(v)
 
 
 def _stamp(root: Path) -> tuple[tuple[int, int, int], ...]:

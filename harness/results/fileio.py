@@ -289,9 +289,10 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield from iter_lines(f, p)
 
 
-def iter_lines(f: Iterable[bytes], p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """:func:`iter_jsonl` of the lines of an open binary file ``f`` (``p``: its name in an error)."""
-    for lineno, raw in enumerate(f, 1):
+def iter_lines(f: Iterable[bytes], p: Path, start: int = 1) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`iter_jsonl` of the lines of an open binary file ``f`` (``p``: its name in an error; ``start``: the
+    number of its first line)."""
+    for lineno, raw in enumerate(f, start):
         if not raw.strip():
             continue
         try:

@@ -8,13 +8,16 @@ the line (exit 2).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.results.fileio import StoreError, iter_jsonl
+import orjson
+
+from harness.results import prompt_store
+from harness.results.fileio import StoreError, iter_lines
 from harness.results.prompt_store import eval_prompts
-from harness.results.schema import SampleRecord
+from harness.results.schema import SampleRecord, usual_record
 
 #: index -> (the sha256 of its prompt, or None where unknown; its label, or None where unknown)
 Reference = Mapping[int, tuple[str | None, Any]]
@@ -32,11 +35,7 @@ def read_rows(path: Path) -> dict[int, tuple[int, SampleRecord]]:
     """The rows of ``samples.jsonl`` by index, with their line numbers, type-checked and duplicates resolved;
     StoreError for a malformed row or two different answers to one question."""
     out: dict[int, tuple[int, SampleRecord]] = {}
-    for lineno, row in iter_jsonl(path):
-        try:
-            rec = SampleRecord.from_dict(row)
-        except ValueError as e:
-            raise StoreError(f"{path}: line {lineno}: {e}") from None
+    for lineno, rec in _records(path):
         seen = out.get(rec.index)
         if seen is None or seen[1].error is not None:
             out[rec.index] = (lineno, rec)
@@ -44,6 +43,33 @@ def read_rows(path: Path) -> dict[int, tuple[int, SampleRecord]]:
             raise StoreError(f"{path}: lines {seen[0]} and {lineno} are two different answers to question "
                              f"{rec.index}; {_HINT}")
     return out
+
+
+def _records(path: Path) -> Iterator[tuple[int, SampleRecord]]:
+    """(line number, record) of each row of ``path``, as :func:`~harness.results.fileio.iter_jsonl` reads the rows
+    and :meth:`SampleRecord.from_dict` checks them (the same records, the same errors). A row is parsed by orjson
+    (a third of the stdlib's cost: a comparison reads thousands); a row orjson refuses, or whose record is not of
+    the usual types (orjson reads an integer past 64 bits as a float), is read again the stdlib's way."""
+    if not path.exists():
+        return
+    lines = path.read_bytes().split(b"\n")
+    last = len(lines) - 1  # the unterminated tail: b"" when the file ends with a newline
+    for k, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            rec = usual_record(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            rec = None
+        if rec is None:
+            row = next((r for _, r in iter_lines([raw + b"\n" if k < last else raw], path, start=k + 1)), None)
+            if row is None:  # the torn last line a crash leaves
+                return
+            try:
+                rec = SampleRecord.from_dict(row)
+            except ValueError as e:
+                raise StoreError(f"{path}: line {k + 1}: {e}") from None
+        yield k + 1, rec
 
 
 def _answer(rec: SampleRecord) -> tuple[Any, ...]:
@@ -82,6 +108,5 @@ def prompt_hashes(root: Path) -> dict[int, str]:
 
 def first_prompt(root: Path) -> tuple[int, str] | None:
     """(index, prompt) of the first prompt the eval recorded (None when it holds none)."""
-    for row in eval_prompts(root):
-        return row["index"], row["prompt"]
-    return None
+    row = prompt_store.first_prompt(root)
+    return None if row is None else (row["index"], row["prompt"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -163,17 +164,23 @@ def relative(store: Path, eval_dir: Path) -> str:
     return os.path.relpath(store, eval_dir)
 
 
-def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
-    """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
-    without a text of its hash is left out)."""
-    texts: dict[str, str] | None = None
+def _prompt_rows(eval_dir: Path) -> Iterator[tuple[int, str, str | None]]:
+    """(index, prompt_sha256, the text it holds or None) of each well-formed ``prompts.jsonl`` row, in file order."""
     plain = eval_dir / PROMPTS_FILE
     rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
     for row in rows:
         i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
         if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
             continue
-        if not isinstance(text, str):
+        yield i, sha, text if isinstance(text, str) else None
+
+
+def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
+    """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
+    without a text of its hash is left out)."""
+    texts: dict[str, str] | None = None
+    for i, sha, text in _prompt_rows(eval_dir):
+        if text is None:
             if texts is None:
                 store = texts_path(eval_dir)
                 texts = read_texts(store) if store is not None and exists(store) else {}
@@ -181,3 +188,28 @@ def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
             if text is None:
                 continue
         yield PromptRow(index=i, prompt_sha256=sha, prompt=text)
+
+
+def first_prompt(eval_dir: Path) -> PromptRow | None:
+    """The first row :func:`eval_prompts` yields, the text store read only as far as that row's text (one prompt
+    needs no store read whole: the default run's holds 1319)."""
+    for i, sha, text in _prompt_rows(eval_dir):
+        if text is None:
+            store = texts_path(eval_dir)
+            text = _text_of(store, sha) if store is not None and exists(store) else None
+            if text is None:  # not in the store: the next rows as eval_prompts reads them
+                return next(eval_prompts(eval_dir), None)
+        return PromptRow(index=i, prompt_sha256=sha, prompt=text)
+    return None
+
+
+def _text_of(path: Path, sha: str) -> str | None:
+    """``read_texts(path).get(sha)``, reading the store at ``path`` (packed, then plain) only up to that text."""
+    key = (str(path.resolve()), _stamp(path), _stamp(packed(path)))
+    if key in _READ:
+        return _READ[key].get(sha)
+    for row in itertools.chain(iter_packed(packed(path)), (row for _, row in iter_jsonl(path))):
+        text = row.get("prompt")
+        if row.get("prompt_sha256") == sha and isinstance(text, str) and sha256(text) == sha:
+            return text
+    return None

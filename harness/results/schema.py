@@ -251,6 +251,9 @@ class SampleRecord:
     def from_dict(cls, d: Any) -> SampleRecord:
         """A row read back, every field checked (anyone could have edited it): ValueError naming the first
         field that is wrong; unknown keys ignored."""
+        rec = usual_record(d)
+        if rec is not None:
+            return rec
         if not isinstance(d, dict):
             raise ValueError(f"a row is a JSON object, not {type(d).__name__}")
         for name, ok, says in _SAMPLE_CHECKS:
@@ -279,6 +282,45 @@ class SampleRecord:
 #: (name, check, what the check asks) of every SampleRecord field, in order: read once, used for every row
 _SAMPLE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = tuple(
     (f.name, f.metadata["ok"], f.metadata["says"]) for f in fields(SampleRecord))
+
+
+#: the fields :func:`usual_record` reads, in order (another list of fields: every row checked field by field)
+_USUAL_FIELDS = ("index", "prompt_sha256", "output", "pred", "label", "correct", "invalid", "finish_reason",
+                 "prompt_tokens", "completion_tokens", "latency_s", "attempts", "error", "score", "reasoning")
+_REQUIRED_SAMPLE_FIELDS = frozenset(_USUAL_FIELDS) - _OPTIONAL_SAMPLE_FIELDS
+_USUAL = tuple(name for name, _, _ in _SAMPLE_CHECKS) == _USUAL_FIELDS
+_NONE = type(None)
+_STR_NONE = frozenset({str, _NONE})
+_FLAG = frozenset({bool, _NONE})
+_PLAIN_SCALAR = frozenset({int, str})
+#: a float of this size may be a whole number a JSON parser other than the stdlib's read as a float
+_BIG = 2.0**63
+
+
+def usual_record(d: Any) -> SampleRecord | None:
+    """The record of a row whose every field is of the usual type (a few type tests, where the field-by-field
+    checks call a function each: an eval has a row per question), or None, for :meth:`SampleRecord.from_dict` to
+    check it field by field (and accept or refuse it). Accepts only what those checks accept."""
+    if not _USUAL or type(d) is not dict or not d.keys() >= _REQUIRED_SAMPLE_FIELDS:
+        return None
+    g: Callable[[str], Any] = d.get
+    (index, sha, output, pred, label, correct, invalid, finish, p_tok, c_tok, lat, attempts, error, score,
+     reasoning) = map(g, _USUAL_FIELDS)
+    if not (type(index) is int and index >= 0 and type(sha) is str and type(output) in _STR_NONE
+            and (type(pred) in _PLAIN_SCALAR or pred is None or (type(pred) is float and abs(pred) < _BIG))
+            and (type(label) in _PLAIN_SCALAR or (type(label) is float and abs(label) < _BIG))
+            and type(correct) in _FLAG and type(invalid) in _FLAG and type(finish) in _STR_NONE
+            and (p_tok is None or (type(p_tok) is int and p_tok >= 0))
+            and (c_tok is None or (type(c_tok) is int and c_tok >= 0))
+            and (lat is None or (type(lat) in (int, float) and 0 <= lat < _BIG))
+            and type(attempts) is int and attempts >= 0 and type(error) in _STR_NONE
+            and (score is None or (type(score) in (int, float) and 0 <= score <= 1)) and type(reasoning) in _STR_NONE):
+        return None
+    if error is None and (output is None or correct is None or invalid is None) or (error is not None
+                                                                                    and correct is not None):
+        return None
+    return SampleRecord(index, sha, output, pred, label, correct, invalid, finish, p_tok, c_tok, lat, attempts, error,
+                        score, reasoning)
 
 
 class PromptRow(TypedDict):

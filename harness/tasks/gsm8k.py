@@ -225,8 +225,11 @@ def last_literal(answer_str: str, pattern: str) -> Any:
     numbers = re.findall(pattern, answer_str.replace(",", ""))
     if not numbers:
         return INVALID
+    last = numbers[-1]
+    if last.isascii() and last.isdigit() and len(last) < 4000 and (last[0] != "0" or not last.strip("0")):
+        return int(last)  # what literal_eval makes of a decimal literal, without parsing Python (every answer has one)
     try:
-        return ast.literal_eval(numbers[-1])
+        return ast.literal_eval(last)
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         return INVALID
 
