@@ -1,8 +1,7 @@
-"""Engines: what serves an arm. ``create_engine`` picks the implementation by ``engine.kind``: the module of
-that name under ``harness/engines/``, which exposes ``ENGINE`` (an :class:`~harness.engines.base.Engine`
-subclass); its schema is ``harness.config.ENGINE_SCHEMAS``'s (else :class:`~harness.config.EngineConfig`).
-Adding an engine is one module here, its schema and ``configs/engine/NAME.yaml``.
-"""
+"""Engines: what serves an arm. ``engine.kind`` names the module here that exposes ``ENGINE`` (an
+:class:`~harness.engines.base.Engine` subclass); its schema is ``harness.config.ENGINE_SCHEMAS``'s (else
+:class:`~harness.config.EngineConfig`). Adding an engine is one module here, its schema and
+``configs/engine/NAME.yaml``."""
 
 from __future__ import annotations
 

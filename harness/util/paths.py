@@ -1,7 +1,4 @@
-"""Where abh may write: an output directory is checked before anything is made in it.
-
-:func:`output_problem` says why a directory is no place for results, in one line, or None.
-"""
+"""Where abh may write: an output directory is checked (:func:`output_problem`) before anything is made."""
 
 from __future__ import annotations
 
