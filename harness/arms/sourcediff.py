@@ -146,8 +146,7 @@ def package_dir(arm: ResolvedArm) -> Path:
 
 
 def file_hashes(root: str | Path, rel_to: str | Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (caches skipped, symlinks by target), keyed by its path relative
-    to ``rel_to`` in POSIX form."""
+    """sha256 of every file under ``root`` (caches skipped, links by target) by its path from ``rel_to``."""
     root, rel_to = Path(root), Path(rel_to)
     out: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):

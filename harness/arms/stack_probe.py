@@ -87,8 +87,7 @@ def module_origin(name: str) -> str | None:
 
 
 def _assignments(path: str) -> dict[str, Scalar]:
-    """Module-level ``NAME = literal`` of a file, read from its syntax tree (literals that are a string, a
-    number, a bool or None)."""
+    """Module-level ``NAME = literal`` (a string, number, bool or None) of a file, from its syntax tree."""
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())

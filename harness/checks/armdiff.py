@@ -7,7 +7,7 @@ differs (:func:`server_info_diff`: shown and recorded, not enforced). A GPU engi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, NotRequired, TypedDict
 
 from harness.arms import stack
@@ -154,8 +154,7 @@ def _differing(flat: Mapping[str, Mapping[str, JSON]]) -> list[ArmDiffRow]:
 
 
 def disallowed(diffs: Iterable[ArmDiffRow], allowed: Iterable[str]) -> list[ArmDiffRow]:
-    """The differences not covered by ``allowed`` (dotted prefixes: ``source``, ``env.SGLANG_X``, ``args``,
-    ``engine.accuracy``, ``fingerprint.files`` ...)."""
+    """The differences not covered by ``allowed`` (dotted prefixes: ``source``, ``env.SGLANG_X`` ...)."""
     allowed = [str(a) for a in allowed]
     return [d.copy() for d in diffs if not matches(str(d["key"]), allowed)]
 

@@ -26,8 +26,7 @@ SOURCE_PROBE = Path(source_probe.__file__).resolve()
 
 def probe_source(arm: ResolvedArm, module: str, obj: str, env: Mapping[str, str] | None = None,
                  timeout_s: float = SOURCE_PROBE_TIMEOUT_S) -> JSONObject:
-    """Run the source probe in the arm's own interpreter (with its PYTHONPATH and env, in its source tree): what
-    it printed (:class:`~harness.checks.source_probe.SourceProbeResult`), or ``{"error": ...}``."""
+    """What the source probe prints in the arm's own interpreter (with its env, in its tree), or an error."""
     cwd = arm.source.tree if arm.source.tree and Path(arm.source.tree).is_dir() else None
     return run_probe(arm, SOURCE_PROBE, [json.dumps({"module": module, "object": obj, "launcher": str(LAUNCHER)})],
                      env=arm.process_env(env), marker=source_probe.MARKER, timeout_s=timeout_s,

@@ -98,8 +98,7 @@ def parse_server_flags(arm: ResolvedArm, module: str, argv: Sequence[str], env: 
 
 
 def vllm_distribution(arm: ResolvedArm, stack: JSONObject) -> Preflight:
-    """The arm's interpreter has ``vllm`` distribution metadata for its ``vllm`` package (see the module
-    docstring); ``stack``: :func:`harness.arms.stack.arm_stack` of the arm."""
+    """The arm's interpreter has ``vllm`` distribution metadata for its ``vllm`` package."""
     what = "vllm distribution"
     if stack.get("error"):
         return Preflight(arm.key, what, False, detail=str(stack["error"]))

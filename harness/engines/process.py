@@ -67,9 +67,8 @@ _PORT_HEADROOM = 512  # room above a picked port for the ports a server derives 
 
 
 def pick_free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing holds on ``host``, below the ephemeral range: there, thousands of client connections
-    (a parallel-1319 eval) cannot take it, or a port the server derives from it, between the pick and the
-    bind. The kernel's own pick when that range is too small."""
+    """A port nothing holds on ``host``, below the ephemeral range (there, no client connection can take it,
+    or a port derived from it, before the bind); the kernel's own pick when that range is too small."""
     lo, _ = ephemeral_ports()
     top = lo - _PORT_HEADROOM
     if top > 10_000:
@@ -410,11 +409,9 @@ class ServerProcess:
     def stop(self, stop_timeout_s: float = 60.0, on_status: StatusFn | None = None, host: str | None = None,
              port: int | None = None, release_timeout_s: float = 300.0, settle: bool = True,
              interrupt_after_s: float | None = None) -> StopInfo:
-        """Stop the server (idempotent): SIGTERM to the group, wait, SIGKILL; then (``settle``) wait for port and
-        GPUs (an interrupted run does not: a GPU tool that hangs would hold Ctrl-C for its timeouts).
-
-        ``interrupt_after_s``: a server still running that long after SIGTERM gets SIGINT, within the same
-        ``stop_timeout_s`` (uvicorn's "force quit": after SIGTERM it waits for every busy request to finish)."""
+        """Stop the server (idempotent): SIGTERM to the group, SIGINT after ``interrupt_after_s`` (uvicorn's
+        "force quit"), SIGKILL after ``stop_timeout_s``; then (``settle``: not for an interrupted run, a hung
+        GPU tool would hold Ctrl-C) wait for port and GPUs."""
         if self.stop_info is not None:
             return self.stop_info
         info: StopInfo = {"pid": self.pid}

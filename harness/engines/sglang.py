@@ -51,9 +51,8 @@ def _dp(f: dict[str, str | bool]) -> int:
 
 
 def dp_attention_ranks(args: Sequence[str]) -> int:
-    """How many DP attention ranks a server started with ``args`` runs, each with its own scheduler (a request
-    lands on one of them; SGLang's ``routed_dp_rank`` picks it): ``--dp``/``--dp-size N`` with
-    ``--enable-dp-attention``, or ``--attn-dp-size N`` (current SGLang's spelling of the two); else 1."""
+    """How many DP attention ranks (each with its own scheduler) a server started with ``args`` runs: ``--dp
+    N`` with ``--enable-dp-attention``, or ``--attn-dp-size N`` (current SGLang's spelling); else 1."""
     f = _flags(args)
     attn = _int(f.get("--attn-dp-size"), 0)
     if attn > 0:

@@ -120,8 +120,7 @@ def _hides(name: str, value: object, text: bool = True) -> bool:
 
 
 def redact_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """Copy of ``env`` with the values of secret-looking names replaced by ``***REDACTED***``, and secret-looking
-    values (:func:`scrub`) under any name."""
+    """Copy of ``env``: the values of secret names redacted, secret values (:func:`scrub`) under any."""
     return {k: (REDACTED if is_secret_name(k) else scrub(v) if isinstance(v, str) else v)
             for k, v in (env or {}).items()}
 
@@ -131,8 +130,7 @@ def _is_flag(tok: str) -> bool:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Copy of ``argv`` with the values of secret-looking flags redacted: ``--api-key X`` (unless X is a flag)
-    and ``--api-key=X``."""
+    """Copy of ``argv``, secret flags' values redacted: ``--api-key X`` (X not a flag), ``--api-key=X``."""
     out: list[str] = []
     redact_next = False
     for tok in argv:
@@ -311,8 +309,7 @@ class Redactor:
 
 
 def redact_text(text: str) -> str:
-    """Free text (log tails, overrides, printed config and server args) with the values of secret-looking names
-    redacted."""
+    """Free text (log tails, printed config, server args) with the values of secret-looking names redacted."""
     return Redactor().text(text)
 
 

@@ -62,9 +62,8 @@ def _redacting_excepthook(secrets: set[str]) -> Any:
 
 @contextlib.contextmanager
 def redacted_stdio(argv: Sequence[str] = ()) -> Iterator[None]:
-    """While the block runs, ``sys.stdout`` and ``sys.stderr`` redact secrets: by name (``HF_TOKEN: x``,
-    ``--api-key x``, YAML lists and blocks under a secret key) and, literally, the secret values ``argv``
-    carries (:func:`~harness.util.redact.secret_values`), which Hydra may repeat without their name."""
+    """While the block runs, ``sys.stdout`` and ``sys.stderr`` redact secrets by name and, literally, the
+    secret values ``argv`` carries (:func:`~harness.util.redact.secret_values`), which Hydra may repeat."""
     secrets = secret_values(argv)
     saved = sys.stdout, sys.stderr
     # one Redactor per stream: each keeps its own line state
