@@ -1,10 +1,9 @@
 """An arm: which server software one side of the comparison runs, turned from config into something launchable.
 
 :func:`resolve_arm` makes a :class:`ResolvedArm` of an :class:`~harness.config.ArmConfig`, its source
-``installed`` (the interpreter's package), ``pythonpath`` (a source tree put FIRST on PYTHONPATH: the fast path
-for pure-Python fixes) or ``git`` (a worktree of ``path`` at ``ref`` under the run directory, ``patches`` applied).
-:class:`ResolvedArm` owns how the arm's own processes are started (interpreter, environment). This module imports
-no engine: engines take a ResolvedArm.
+``installed`` (the interpreter's package), ``pythonpath`` (a source tree put FIRST on PYTHONPATH) or ``git``
+(a worktree of ``path`` at ``ref`` under the run directory, ``patches`` applied). :class:`ResolvedArm` owns
+how the arm's own processes are started (interpreter, environment).
 """
 
 from __future__ import annotations
@@ -83,9 +82,8 @@ class ResolvedArm:
         return self.python or sys.executable
 
     def env_delta(self, base: Mapping[str, Any] | None = None, extra_pythonpath: Sequence[str] = ()) -> dict[str, str]:
-        """What the arm's processes get on top of the inherited environment: ``base`` (the engine's env), then
-        the arm's env, and PYTHONPATH with the arm's entries, then ``extra_pythonpath``, first (before the
-        PYTHONPATH those set, else the inherited one)."""
+        """What the arm's processes get on top of the inherited environment: ``base`` (the engine's env), the
+        arm's env, and PYTHONPATH with the arm's entries, then ``extra_pythonpath``, first."""
         delta = {**{str(k): str(v) for k, v in (base or {}).items()}, **{str(k): str(v) for k, v in self.env.items()}}
         entries = [*self.pythonpath, *extra_pythonpath]
         if entries:
@@ -204,9 +202,8 @@ def _apply_patches(key: str, wt: Path, patches: Iterable[str], arms_root: str | 
 def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Path | None = None, *,
                 strict: bool = True, unset_env: str | None = None) -> ResolvedArm:
     """Prepare arm ``key`` (``cfg.arms[key]``: ArmConfig or a mapping) for a run in ``run_dir``; ``unset_env``:
-    the environment variable its ``source.path`` was to come from, unset (the path is then a placeholder).
-    ``git`` arms get a worktree under ``run_dir/worktrees/KEY`` with their patches (:func:`find_arm_file`)
-    applied. With ``strict=False`` (dry runs) a missing source tree is recorded in ``source.problems``."""
+    the unset environment variable its ``source.path`` was to come from (the path is then a placeholder). With
+    ``strict=False`` (dry runs) a missing source tree is recorded in ``source.problems``."""
     a = _arm_config(arm_cfg)
     run_dir = Path(run_dir).resolve()
     root = str(Path(arms_root).resolve()) if arms_root is not None else None
@@ -234,8 +231,7 @@ def resolve_arm(key: str, arm_cfg: Any, run_dir: str | Path, arms_root: str | Pa
 
     if s.kind == "pythonpath":
         tree = Path(s.path).expanduser().resolve()
-        src.path = str(tree)
-        src.tree = str(tree)
+        src.path = src.tree = str(tree)
         if exists(tree, "source tree"):
             src.commit, src.dirty = git_state(tree)
     elif s.kind == "git":

@@ -1,15 +1,8 @@
-"""The source diff between the two arms, computed (not declared) and held against the files the fix may touch.
-
-* git arms of one repository: ``git diff --name-only`` of the two commits (a worktree the harness patched, or
-  a dirty one, is diffed as the tree its files make, so a patch counts too);
-* any other pair of source trees: a file-by-file sha256 comparison under each tree's package dir (the
-  ``source.subdir`` that goes on PYTHONPATH, e.g. ``python``), paths relative to the tree's root;
-* an ``installed`` arm has no tree to diff: the diff cannot be computed.
-
-:func:`compute` gives a :class:`SourceDiff`, whose :meth:`SourceDiff.line` is the one line the dry run
-prints and the manifest records (``source diff between the arms: python/sglang/.../topk.py (...)``).
-:func:`enforce` stops the run (:class:`SourceDiffError`, exit 6) when the experiment declares
-``experiment.fix_files`` and a file outside them changed, or when the diff cannot be computed at all.
+"""The source diff between the two arms, computed (not declared) and held against the files the fix may touch:
+``git diff`` of the two trees for git arms of one repository (a patched or dirty worktree as the tree its
+files make), else a file-by-file sha256 comparison under each tree's package dir (``source.subdir``); an
+``installed`` arm has no tree to diff. :func:`enforce` stops the run (exit 6) when a file outside
+``experiment.fix_files`` changed, or the diff cannot be computed.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ import fnmatch
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, cast
@@ -112,40 +105,37 @@ def _common_dir(path: str | Path) -> Path | None:
     return Path(r.stdout.strip()).resolve() if r.returncode == 0 and r.stdout.strip() else None
 
 
+def _git_out(args: Sequence[str], checkout: str | Path, env: Mapping[str, str] | None = None) -> str:
+    """The output of ``git args`` in ``checkout``; RuntimeError naming both when it fails."""
+    r = git(args, checkout, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed in {checkout}: {r.stderr.strip()}")
+    return r.stdout
+
+
 def tree_of(checkout: str | Path) -> str:
     """The git tree id of a checkout's files as they are: its HEAD commit when clean, else the tree its
     tracked and untracked files (ignored ones and caches excepted) make, written through a throw-away index
     so neither the checkout's index nor its refs change."""
-    status = git(["status", "--porcelain"], checkout)
-    if status.returncode != 0:
-        raise RuntimeError(f"git status failed in {checkout}: {status.stderr.strip()}")
-    head = git(["rev-parse", "HEAD"], checkout)
-    if head.returncode != 0:
-        raise RuntimeError(f"no HEAD commit in {checkout}: {head.stderr.strip()}")
-    dirty = [ln for ln in status.stdout.splitlines()
+    status = _git_out(["status", "--porcelain"], checkout)
+    head = _git_out(["rev-parse", "HEAD"], checkout).strip()
+    dirty = [ln for ln in status.splitlines()
              if not any(part in SKIP_DIRS for part in Path(ln[3:].strip('"')).parts)
              and not ln.rstrip().endswith(SKIP_SUFFIXES)]
     if not dirty:
-        return head.stdout.strip()
+        return head
     with tempfile.TemporaryDirectory(prefix="abh-index-") as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        for args in (["read-tree", "HEAD"],
-                     ["add", "-A", "--", ".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc"]):
-            r = git(args, checkout, env=env)
-            if r.returncode != 0:
-                raise RuntimeError(f"git {' '.join(args)} failed in {checkout}: {r.stderr.strip()}")
-        r = git(["write-tree"], checkout, env=env)
-        if r.returncode != 0:
-            raise RuntimeError(f"git write-tree failed in {checkout}: {r.stderr.strip()}")
-        return r.stdout.strip()
+        _git_out(["read-tree", "HEAD"], checkout, env)
+        _git_out(["add", "-A", "--", ".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc"],
+                 checkout, env)
+        return _git_out(["write-tree"], checkout, env).strip()
 
 
 def git_changed_files(repo: str | Path, a: str, b: str) -> list[str]:
     """``git diff --name-only --no-renames a b`` (commits or trees of ``repo``), sorted."""
-    r = git(["diff", "--name-only", "--no-renames", "-z", a, b], repo)
-    if r.returncode != 0:
-        raise RuntimeError(f"git diff {a} {b} failed in {repo}: {r.stderr.strip()}")
-    return sorted(p for p in r.stdout.split("\0") if p)
+    out = _git_out(["diff", "--name-only", "--no-renames", "-z", a, b], repo)
+    return sorted(p for p in out.split("\0") if p)
 
 
 # --------------------------------------------------------------------------------------- sha256
@@ -156,8 +146,7 @@ def package_dir(arm: ResolvedArm) -> Path:
 
 
 def file_hashes(root: str | Path, rel_to: str | Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (caches skipped, symlinks by target), keyed by its path relative
-    to ``rel_to`` in POSIX form."""
+    """sha256 of every file under ``root`` (caches skipped, links by target) by its path from ``rel_to``."""
     root, rel_to = Path(root), Path(rel_to)
     out: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):

@@ -1,14 +1,6 @@
 """The software an arm's server really runs on, for the record a reviewer needs (and the arm diff compares):
-
-* :func:`arm_stack`: the stack as the arm's own interpreter sees it, with the arm's env and PYTHONPATH
-  (``stack_probe.py`` run by path): versions of torch (and the CUDA / HIP it was built for), triton, aiter,
-  mori, sglang, sgl-kernel ..., where their modules come from, the ROCm / CUDA toolkit on the machine;
-* :func:`container`: whether the harness runs in a container and, when it can be known, the image and its
-  digest (podman's ``/run/.containerenv``, or ``ABH_IMAGE`` / ``ABH_IMAGE_DIGEST`` set by whoever started the
-  container: ``docker inspect --format '{{.Image}}' NAME`` gives the digest on the host);
-* :func:`model_revision`: the model's revision: the Hugging Face cache's ``refs/<revision>`` for a hub id, or
-  the local path (and its snapshot name when it is one) for a directory, with ``HF_HUB_OFFLINE``;
-* :func:`describe`: all three for one arm's launch (a section of :func:`harness.checks.armdiff.describe_launch`).
+the stack as the arm's own interpreter sees it (:func:`arm_stack`), the container (:func:`container`), the
+model's revision (:func:`model_revision`); :func:`describe` gives all three for one arm's launch.
 """
 
 from __future__ import annotations
@@ -33,8 +25,7 @@ _CACHE: dict[str, JSONObject] = {}
 
 def arm_stack(arm: ResolvedArm, env: Mapping[str, Any] | None = None,
               timeout_s: float = STACK_PROBE_TIMEOUT_S) -> JSONObject:
-    """The stack probe's report in the arm's interpreter with its env (``env``: the engine's env); cached per
-    interpreter and environment for the life of the process."""
+    """The stack probe's report in the arm's interpreter with its env and ``env`` (the engine's), cached."""
     delta = arm.env_delta(env)
     key = json.dumps([arm.interpreter, sorted(delta.items())])
     if key in _CACHE:
@@ -54,7 +45,8 @@ def _read(path: str | Path) -> str | None:
 
 
 def container(environ: Mapping[str, str] | None = None, root: str | Path = "/") -> JSONObject:
-    """Whether this process runs in a container, and its image (name, id/digest) where that can be known."""
+    """Whether this process runs in a container, and its image and digest where they can be known (podman's
+    ``/run/.containerenv``, or ``ABH_IMAGE`` / ``ABH_IMAGE_DIGEST`` set by whoever started the container)."""
     env = os.environ if environ is None else environ
     root = Path(root)
     out: JSONObject = {"in_container": False, "runtime": None, "image": None, "digest": None}
@@ -95,15 +87,14 @@ def model_revision(model_path: str, env: Mapping[str, str] | None = None,
                    requested: str | None = None) -> JSONObject:
     """The model's revision as the server will resolve it, from the local disk only (no network)."""
     env = dict(os.environ if env is None else env)
-    out: JSONObject = {"model_path": model_path, "hf_hub_offline": env.get("HF_HUB_OFFLINE") in ("1", "true",
-                                                                                                    "True"),
-                           "requested_revision": requested, "revision": None}
+    offline = env.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+    out: JSONObject = {"model_path": model_path, "hf_hub_offline": offline, "requested_revision": requested,
+                       "revision": None}
     if not model_path:
         return out
     p = Path(model_path).expanduser()
     if p.is_dir():
-        out["local"] = True
-        out["path"] = str(p.resolve())
+        out.update(local=True, path=str(p.resolve()))
         if p.resolve().parent.name == "snapshots":
             out["revision"] = p.resolve().name
         cfg = p / "config.json"
@@ -126,11 +117,8 @@ def model_revision(model_path: str, env: Mapping[str, str] | None = None,
 
 
 def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
-    """The ``stack`` section of an arm's launch description: its interpreter's stack (the engine's and the
-    arm's env applied), the container, the model's revision."""
+    """The ``stack`` section of an arm's launch description."""
     env = {str(k): str(v) for k, v in (engine_cfg.get("env") or {}).items()}
-    args = [str(a) for a in (*engine_cfg.get("args", []), *arm.args)]
-    full_env = arm.process_env(env)
-    revision = first_flag_value(args, "--revision")
+    revision = first_flag_value([str(a) for a in (*engine_cfg.get("args", []), *arm.args)], "--revision")
     return {"interpreter": arm_stack(arm, env), "container": container(),
-            "model": model_revision(str(engine_cfg.get("model_path") or ""), full_env, revision)}
+            "model": model_revision(str(engine_cfg.get("model_path") or ""), arm.process_env(env), revision)}

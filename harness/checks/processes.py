@@ -1,12 +1,9 @@
 """Side checks that read the serving processes themselves, not what the HTTP process says about them.
 
-* ``process_env``: the environment of the server's processes (``/proc/<pid>/environ`` of the launcher's
-  descendants, through psutil), optionally only those whose command line contains ``process`` (SGLang names
-  its scheduler processes ``sglang::scheduler...``). Variable ``key`` must match ``equals`` / ``contains`` /
-  ``lacks`` in every such process, and at least ``min_count`` processes must be there. The environment a
-  process was started with is what its imports saw (SGLang's topk.py reads ``SGLANG_USE_AITER`` at import).
-* ``log_line``: the server's log since this launch must contain ``contains`` at least ``min_count`` times and
-  must not contain ``lacks`` (SGLang logs ``Shared experts fusion optimization enabled.`` when it fuses).
+* ``process_env``: variable ``key`` in the environment of at least ``min_count`` of the server's processes
+  (those whose command line contains ``process``, when given), each as expected: what its imports saw.
+* ``log_line``: the server's log since this launch contains ``contains`` at least ``min_count`` times and not
+  ``lacks``.
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ def server_processes(root_pid: int) -> list[psutil.Process]:
 
 def _cmdline(p: psutil.Process) -> str:
     try:
-        parts = [x for x in p.cmdline() if x]
-        return " ".join(parts) or p.name()
+        return " ".join(x for x in p.cmdline() if x) or p.name()
     except psutil.Error:
         return ""
 

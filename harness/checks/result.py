@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from harness.config import CheckConfig
 from harness.results.records import JSON, JSONObject
@@ -55,9 +55,8 @@ class CheckResult:
     what: str = ""
 
     def to_dict(self) -> CheckResultDoc:
-        d = dataclasses.asdict(self)  # deep copies (a dataclass in a custom check's evidence becomes a dict)
-        return CheckResultDoc(name=self.name, kind=self.kind, passed=self.passed, expected=d["expected"],
-                              found=d["found"], evidence=d["evidence"], arm=self.arm, what=self.what)
+        # deep copies (a dataclass in a custom check's evidence becomes a dict)
+        return cast(CheckResultDoc, dataclasses.asdict(self))
 
     def describe(self) -> str:
         what = f"{self.kind}: {self.what}" if self.what else self.kind
@@ -68,10 +67,8 @@ class CheckResult:
 
 
 class SideAssertionError(Exception):
-    """A side assertion failed: the arm's server is not on the side of the fix it claims (exit 3).
-
-    Not a ValueError/RuntimeError, so no handler of bad config or engine errors can mistake it for one.
-    """
+    """A side assertion failed: the arm's server is not on the side of the fix it claims (exit 3). Not a
+    ValueError/RuntimeError, so no handler of bad config or engine errors can mistake it for one."""
 
     def __init__(self, failures: Sequence[CheckResult], arm: str = ""):
         self.failures = list(failures)

@@ -1,25 +1,12 @@
 """Side check ``routed_experts``: which experts the server's MoE gate really picks, per token and layer.
 
-One short ``POST /generate`` with ``"return_routed_experts": true`` (the server needs
-``--enable-return-routed-experts``) per DP attention rank; the answer's layout is
-:mod:`harness.serving.routed_wire`'s, captured as the gate returns it, before a fused shared expert is
-appended (python/sglang/srt/layers/moe/topk.py):
+One short ``POST /generate`` with ``"return_routed_experts": true`` per DP attention rank (each has its own
+scheduler; ``dp_ranks`` picks some), and each must pass. Ids are decoded in the dtype :func:`wire_dtype`
+names, and read through the physical -> logical expert map where the server has one (:func:`expert_map_for`:
+with redundant experts an id >= ``num_experts`` may be a replica, not a shared marker).
 
-* **DP ranks.** With DP attention (``--dp N --enable-dp-attention``, or ``--attn-dp-size N``) every rank has its
-  own scheduler: the check asks every rank (``routed_dp_rank``: 0 .. N-1, or its older name
-  ``data_parallel_rank``; ``dp_ranks`` to pick some), and each must pass.
-* **Wire dtype.** What ``meta_info["routed_experts_dtype"]`` says, else the server's launch environment's
-  ``SGLANG_ROUTED_EXPERTS_DTYPE``, else int32.
-* **Logical ids.** Where the server maps logical expert ids to physical slots (``topk_ids_logical_to_physical``:
-  EPLB, ``--ep-num-redundant-experts``), a returned id may be a physical slot: with redundant experts the
-  physical space is ``num_experts + redundant`` wide, and an id in ``num_experts ..`` is a replica, not a shared
-  marker. The check maps ids through the physical -> logical map (``expert_map``, else the server's
-  ``--init-expert-location`` JSON); with redundant experts and no map it refuses to judge.
-* **Positions.** ``routed_experts_start_len`` (0 here unless set) and the row count: ``prompt_tokens +
-  completion_tokens - 1 - start`` positions, times the layers, times ``top_k``.
-
-Each row (one position in one layer) holds ``top_k`` ids. A row whose ids are all equal is a layer the gate
-did not fill (dense or hash-routed layers stay zero) and is skipped. For the others:
+Each row (one position in one layer) holds ``top_k`` ids; a row whose ids are all equal is a layer the gate
+did not fill, and is skipped. For the others:
 
 * ``routed_per_token``: the row's ids in ``0 .. num_experts-1`` must number exactly this many;
 * ``out_of_range: true``: the row must hold an id outside that range (a shared-expert marker);
@@ -27,7 +14,7 @@ did not fill (dense or hash-routed layers stay zero) and is skipped. For the oth
 * ``out_of_range: false``: no id outside the range may appear in any row, whatever ``min_share`` says.
 
 The seed's gate, before the fix, spends one of its 6 routed slots on its own shared marker (id 384 for 384
-routed experts): 5 routed ids and an out-of-range one per token. After the fix it returns 6 routed ids.
+routed experts); after the fix it returns 6 routed ids.
 """
 
 from __future__ import annotations
@@ -74,9 +61,9 @@ def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
     counts = Counter(in_range)
     marker_ids = sorted({x for o in outside for x in o})
     ev: JSONObject = {"rows": len(rows), "routed_rows": len(routed), "skipped_rows": len(rows) - len(routed),
-                          "in_range_per_row": {str(m): v for m, v in sorted(counts.items())},
-                          "rows_with_out_of_range": sum(bool(o) for o in outside),
-                          "out_of_range_ids": marker_ids[:16], "first_rows": routed[:_SHOW]}
+                      "in_range_per_row": {str(m): v for m, v in sorted(counts.items())},
+                      "rows_with_out_of_range": sum(bool(o) for o in outside),
+                      "out_of_range_ids": marker_ids[:16], "first_rows": routed[:_SHOW]}
     desc = (f"{len(routed)} routed row(s) of {k}: in-range ids per row "
             + ", ".join(f"{m}: {v} row(s)" for m, v in sorted(counts.items()))
             + (f"; ids outside 0..{n - 1}: {marker_ids[:8]} in {ev['rows_with_out_of_range']} row(s)"
@@ -224,17 +211,15 @@ def routed_experts_check(arm: ResolvedArm, engine: Engine, c: CheckConfig, index
 
 def _one_rank(url: str, c: CheckConfig, rank: int | None, launch_env: dict[str, str],
               emap: ExpertMap | None, headers: dict[str, str]) -> tuple[bool, str, JSONObject]:
-    """(passed, found, evidence) of one request, pinned to DP ``rank`` (None: not pinned); ``headers``: the
-    server's Authorization, when it wants one."""
-    body: JSONObject = {"text": c.prompt, "sampling_params": {"max_new_tokens": int(c.max_new_tokens),
-                                                              "temperature": 0},
-                        "return_routed_experts": True}
+    """(passed, found, evidence) of one request, pinned to DP ``rank`` (None: not pinned)."""
+    sampling = {"max_new_tokens": int(c.max_new_tokens), "temperature": 0}
+    body: JSONObject = {"text": c.prompt, "sampling_params": sampling, "return_routed_experts": True}
     if c.routed_experts_start_len:
         body["routed_experts_start_len"] = int(c.routed_experts_start_len)
     ev: JSONObject = {}
+    if rank is not None:
+        body["routed_dp_rank"] = rank
     try:
-        if rank is not None:
-            body["routed_dp_rank"] = rank
         r = requests.post(url, json=body, timeout=300, headers=headers, allow_redirects=False)
         if rank is not None and r.status_code == 400 and "routed_dp_rank" in r.text:
             body.pop("routed_dp_rank")

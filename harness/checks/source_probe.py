@@ -1,14 +1,12 @@
-"""Source probe, run BY FILE PATH in an arm's own interpreter (stdlib only: the harness need not be installed
-there) by :func:`harness.checks.static.probe_source`::
+"""Source probe, run BY FILE PATH in an arm's own interpreter (stdlib only) by
+:func:`harness.checks.static.probe_source`::
 
     python source_probe.py '{"module": "sglang.srt.layers.moe.topk", "object": "select_experts",
                              "launcher": "/path/to/harness/engines/launcher.py"}'
 
-Imports ``module`` and takes the dotted ``object`` inside it, and reports its source, the file it comes from
-and its first line. When the module does not import in this interpreter (e.g. no GPU libraries), it finds
-the module's file with the launcher's own lookup (the one the live fingerprint uses) and reads the object's
-source from the file's syntax tree instead (``"mode": "ast"``). Prints one line
-``ABH-PROBE-RESULT:{json}`` last.
+Imports ``module``, takes the dotted ``object`` inside it, and reports its source, file and first line. When
+the module does not import here (no GPU libraries), it finds the module's file with the launcher's own lookup
+(the live fingerprint's) and reads the object's source from the file's syntax tree (``"mode": "ast"``).
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ if TYPE_CHECKING:  # for the type checker only: this file runs on whatever Pytho
 
 
 def _behave_like_dash_c() -> None:
-    """Run by path, Python puts this file's folder first on sys.path, where its sibling modules could shadow
-    the arm's imports; put the working directory there instead, as ``python -c`` and ``python -m`` do."""
+    """The working directory first on sys.path, not this file's folder (its siblings would shadow imports)."""
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or os.curdir) == here:
         sys.path[0] = ""

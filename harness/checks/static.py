@@ -1,9 +1,6 @@
 """Side checks that need no server (kind ``source``), each run in the arm's OWN interpreter with the arm's
-environment: import ``module``, take the dotted ``object``, check that its source contains / lacks a text
-and that the module file lies under ``file_under``.
-
-The arm's interpreter runs ``source_probe.py`` (stdlib only) by path; it reuses the launcher's module lookup,
-so a module that does not import there (no GPU libraries) is found where the serving process would find it.
+environment (``source_probe.py``, by path): import ``module``, take the dotted ``object``, check that its
+source contains / lacks a text and that the module file lies under ``file_under``.
 """
 
 from __future__ import annotations
@@ -29,32 +26,16 @@ SOURCE_PROBE = Path(source_probe.__file__).resolve()
 
 def probe_source(arm: ResolvedArm, module: str, obj: str, env: Mapping[str, str] | None = None,
                  timeout_s: float = SOURCE_PROBE_TIMEOUT_S) -> JSONObject:
-    """Run the source probe in the arm's own interpreter (with its PYTHONPATH and env, in its source tree): what
-    it printed (:class:`~harness.checks.source_probe.SourceProbeResult`), or ``{"error": ...}``."""
-    cwd = arm.source.tree or None
-    if cwd and not Path(cwd).is_dir():
-        cwd = None
+    """What the source probe prints in the arm's own interpreter (with its env, in its tree), or an error."""
+    cwd = arm.source.tree if arm.source.tree and Path(arm.source.tree).is_dir() else None
     return run_probe(arm, SOURCE_PROBE, [json.dumps({"module": module, "object": obj, "launcher": str(LAUNCHER)})],
                      env=arm.process_env(env), marker=source_probe.MARKER, timeout_s=timeout_s,
                      what="source probe", cwd=cwd, timeout_hint=f" (importing {module})")
 
 
 def _resolve_under(arm: ResolvedArm, file_under: str) -> Path:
-    p = Path(file_under).expanduser()
-    if p.is_absolute():
-        return p.resolve()
-    base = Path(arm.source.tree) if arm.source.tree else Path.cwd()
-    return (base / p).resolve()
-
-
-def _is_under(path: str | None, root: Path) -> bool:
-    if not path:
-        return False
-    try:
-        Path(path).resolve().relative_to(root)
-        return True
-    except ValueError:
-        return False
+    """``file_under`` as given when absolute, else under the arm's source tree (or the working directory)."""
+    return (Path(arm.source.tree or Path.cwd()) / Path(file_under).expanduser()).resolve()
 
 
 def _matching_lines(src: str, text: str, first_line: int, limit: int = 3) -> list[str]:
@@ -67,11 +48,8 @@ def _matching_lines(src: str, text: str, first_line: int, limit: int = 3) -> lis
 def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str, str] | None) -> CheckResult:
     name = check_name(c, index)
     target = f"{c.module}.{c.object}" if c.object else c.module
-    exp: list[str] = []
-    if c.contains is not None:
-        exp.append(f"source of {target} contains {short(c.contains)}")
-    if c.lacks is not None:
-        exp.append(f"source of {target} lacks {short(c.lacks)}")
+    exp = [f"source of {target} {verb} {short(text)}"
+           for verb, text in (("contains", c.contains), ("lacks", c.lacks)) if text is not None]
     under = _resolve_under(arm, c.file_under) if c.file_under else None
     if under is not None:
         exp.append(f"module file under {under}")
@@ -97,12 +75,9 @@ def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str
                 ev[where] = _matching_lines(src, text, first)
     mfile = res.get("module_file")
     mfile = mfile if isinstance(mfile, str) else None
-    if under is not None:
-        inside = _is_under(mfile, under)
-        ok &= inside
-        found.append(f"module file {mfile}" + ("" if inside else f" (not under {under})"))
-    else:
-        found.append(f"module file {mfile}")
+    inside = under is None or bool(mfile and Path(mfile).resolve().is_relative_to(under))
+    ok &= inside
+    found.append(f"module file {mfile}" + ("" if inside else f" (not under {under})"))
     if res.get("mode") == "ast":
         found.append("read from the file: the module does not import in this interpreter "
                      f"({short(res.get('import_error', ''), 120)})")
@@ -110,9 +85,6 @@ def _source_check(arm: ResolvedArm, c: CheckConfig, index: int, env: Mapping[str
 
 
 def run_static_checks(arm: ResolvedArm, env: Mapping[str, str] | None = None) -> list[CheckResult]:
-    """The checks that need no server (kind ``source``), each in the arm's own interpreter.
-
-    ``env``: extra environment (e.g. the engine's ``env``) the arm's processes get; the arm's own env and
-    PYTHONPATH are always applied.
-    """
+    """The checks that need no server, each in the arm's own interpreter; ``env``: extra environment (the
+    engine's ``env``) on top of the arm's own env and PYTHONPATH."""
     return [_source_check(arm, c, i, env) for i, c in enumerate(arm.checks) if c.kind in STATIC_KINDS]

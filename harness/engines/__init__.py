@@ -1,8 +1,7 @@
-"""Engines: what serves an arm. ``create_engine`` picks the implementation by ``engine.kind``: the module of
-that name under ``harness/engines/``, which exposes ``ENGINE`` (an :class:`~harness.engines.base.Engine`
-subclass); its schema is ``harness.config.ENGINE_SCHEMAS``'s (else :class:`~harness.config.EngineConfig`).
-Adding an engine is one module here, its schema and ``configs/engine/NAME.yaml``.
-"""
+"""Engines: what serves an arm. ``engine.kind`` names the module here that exposes ``ENGINE`` (an
+:class:`~harness.engines.base.Engine` subclass); its schema is ``harness.config.ENGINE_SCHEMAS``'s (else
+:class:`~harness.config.EngineConfig`). Adding an engine is one module here, its schema and
+``configs/engine/NAME.yaml``."""
 
 from __future__ import annotations
 
@@ -60,7 +59,6 @@ def engine_config(engine_cfg: Any, overrides: JSONObject | None = None) -> Any:
 
 
 def create_engine(engine_cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str) -> Engine:
-    """The engine serving ``arm``: ``engine_cfg`` (``cfg.engine``, possibly already merged with the arm's
-    ``engine:`` overrides, or a schema dataclass); the arm's overrides are applied (again: idempotent)."""
+    """The engine serving ``arm`` (``engine_cfg``: ``cfg.engine`` or its dataclass; overrides applied)."""
     cfg = engine_config(engine_cfg, arm.engine_overrides)
     return engine_class(cfg.kind)(cfg, arm, run_dir, label)

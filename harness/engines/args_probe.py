@@ -1,14 +1,11 @@
-"""Server-flags probe, run BY FILE PATH in an arm's own interpreter with the arm's env and PYTHONPATH (stdlib only:
-the harness need not be installed there) by :func:`harness.engines.preflight.parse_server_flags`::
+"""Server-flags probe, run BY FILE PATH in an arm's own interpreter (stdlib only) by
+:func:`harness.engines.preflight.parse_server_flags`::
 
     python args_probe.py '{"module": "sglang.srt.server_args", "argv": ["--model-path", "M", ...]}'
 
-Parses ``argv`` with that SGLang's own parser, built as its ``prepare_server_args`` builds it, and reports
-without starting anything (:class:`ArgsProbeResult`): what argparse refuses (``error``: the server would exit
-at launch), deprecated flags (a ``Deprecated*Action`` or a help that says so), flags argparse only took as the
-abbreviation of another (``allow_abbrev``: a renamed flag can slide into another that way), flags that parse
-into no ``ServerArgs`` field (the server never sees them), and every warning printed. One line
-``ABH-ARGS-RESULT:{json}`` last.
+Parses ``argv`` with that SGLang's own parser, without starting anything, and reports what argparse refuses,
+deprecated flags, flags argparse only took as the abbreviation of another (a renamed flag can slide into
+another so), flags that parse into no ``ServerArgs`` field, and every warning printed.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _behave_like_dash_c() -> None:
-    """Run by path, Python puts this file's folder first on sys.path, where its sibling modules (sglang.py,
-    vllm.py, ...) would shadow the arm's packages: put the working directory there instead."""
+    """The working directory first on sys.path, not this file's folder (its siblings would shadow imports)."""
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or os.curdir) == here:
         sys.path[0] = ""
@@ -56,8 +52,7 @@ if TYPE_CHECKING:  # for the type checker only: this file runs on whatever Pytho
         dest: str
 
     class ArgsProbeResult(TypedDict, total=False):
-        """What :func:`parse` reports (see the module docstring); ``import_error`` instead of the rest when the
-        module does not import."""
+        """What :func:`parse` reports; ``import_error`` instead of the rest when the module cannot import."""
 
         module: str
         error: str | None
@@ -116,12 +111,11 @@ def parse(module_name: str, argv: list[str]) -> ArgsProbeResult:
 
     parser.error = refuse  # type: ignore[method-assign]
     actions = {opt: a for a in parser._actions for opt in a.option_strings}
-    handler = _Collect()
+    handler, printed = _Collect(), io.StringIO()
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
-    printed = io.StringIO()
     ns = None
     try:
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed), \
@@ -154,8 +148,7 @@ def parse(module_name: str, argv: list[str]) -> ArgsProbeResult:
         if type(action).__name__.startswith("Deprecated") or "deprecated" in help_text[:60].lower():
             said = [m for m in out["messages"] if flag in m]
             out["deprecated"].append({"flag": flag, "message": said[0] if said else help_text})
-        if ns is not None and fields is not None and action.dest not in fields and action.dest not in (
-                "help", "config"):
+        if ns is not None and fields is not None and action.dest not in (*fields, "help", "config"):
             out["ignored"].append({"flag": flag, "dest": action.dest})
     return out
 
@@ -164,8 +157,7 @@ def main() -> None:
     _behave_like_dash_c()
     request = json.loads(sys.argv[1])
     result = parse(str(request["module"]), [str(a) for a in request["argv"]])
-    sys.stdout.write("\n" + MARKER + json.dumps(result, default=str) + "\n")
-    sys.stdout.flush()
+    print("\n" + MARKER + json.dumps(result, default=str), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,16 @@
 """The one engine interface: build a launch, launch, wait until ready, probe, stop, tell whether it serves.
 
-An engine module subclasses :class:`Engine` (or :class:`LaunchedEngine` for anything started as
-``python -m MODULE``), sets ``kind``, and implements ``server_args()`` and ``ready_check()``. The
-registry in ``harness.engines`` finds it by module name, so adding an engine is one module plus one file
-``configs/engine/NAME.yaml``.
+An engine module subclasses :class:`Engine` (or :class:`LaunchedEngine` for anything started as ``python -m
+MODULE``), sets ``kind``, and implements ``server_args()`` and ``ready_check()``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypedDict
@@ -42,8 +40,7 @@ from harness.serving.wire import Api, for_api
 from harness.util.cmdline import command_line, shell_command
 from harness.util.redact import redact_argv, redact_env
 
-#: The stdlib-only launcher, run by file path with the arm's interpreter (the source probe borrows its module
-#: lookup).
+#: The stdlib-only launcher, run by path with the arm's interpreter (the source probe borrows its lookup).
 LAUNCHER = Path(__file__).resolve().with_name("launcher.py")
 
 __all__ = ["Engine", "EngineError", "LaunchSpec", "LaunchedEngine", "LAUNCHER", "refuse_redirect"]
@@ -131,8 +128,8 @@ class Engine:
     stack_probe: ClassVar[bool] = False
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff
     #: ignores them (shown under ``harness`` in :func:`harness.checks.armdiff.describe_launch`).
-    diff_ignore: ClassVar[tuple[str, ...]] = ("port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s", "gpus",
-                                              "release_timeout_s")
+    diff_ignore: ClassVar[tuple[str, ...]] = (
+        "port", "ready_timeout_s", "poll_interval_s", "stop_timeout_s", "gpus", "release_timeout_s")
 
     def __init__(self, cfg: Any, arm: ResolvedArm, run_dir: str | Path, label: str):
         self.cfg = cfg
@@ -144,9 +141,8 @@ class Engine:
         self._spec: LaunchSpec | None = None
         self._simulated_seen = False
         self.ready_s: float | None = None
-        self._wire: Api | None = None
-        #: headers the harness's own requests to the server carry (the client's ``Authorization``: a server that
-        #: wants an API key wants it for its health and info endpoints too); set by the run, never recorded
+        #: headers of the harness's own requests (the client's ``Authorization``: health and info endpoints
+        #: want it too); set by the run, never recorded
         self.http_headers: dict[str, str] = {}
 
     # ------------------------------------------------------------------ identity
@@ -165,12 +161,10 @@ class Engine:
     def api(self) -> str:
         return str(self.cfg.api)
 
-    @property
+    @functools.cached_property
     def wire(self) -> Api:
         """The protocol object of :attr:`api` (chosen once, here: nothing else tests the name)."""
-        if self._wire is None:
-            self._wire = for_api(self.api)
-        return self._wire
+        return for_api(self.api)
 
     @property
     def simulated(self) -> bool:
@@ -186,8 +180,7 @@ class Engine:
     #: what ``engine.deterministic`` adds to the command line and the environment
     deterministic_flags: ClassVar[tuple[str, ...]] = ()
     deterministic_env: ClassVar[dict[str, str]] = {}
-    #: where the engine promises deterministic inference, with the upstream source that says so (the dry run
-    #: prints it)
+    #: where the engine promises deterministic inference, with the upstream source that says so
     deterministic_promise: ClassVar[str] = "no deterministic mode known"
 
     @property
@@ -195,7 +188,6 @@ class Engine:
         return bool(getattr(self.cfg, "deterministic", False))
 
     def deterministic_args(self) -> list[str]:
-        """The flags of deterministic inference (none unless ``engine.deterministic``)."""
         return list(self.deterministic_flags) if self.deterministic else []
 
     def deterministic_caveat(self) -> str | None:
@@ -222,15 +214,14 @@ class Engine:
         raise NotImplementedError
 
     def prepare_launch(self) -> None:
-        """What a launch asks before it starts anything (the GPUs' use, from a vendor tool that can take seconds):
-        called outside the section a signal must not cut, so Ctrl-C acts at once; :meth:`launch` asks it itself
-        when it was not called."""
+        """Ask what a launch needs first (the GPUs' use: a vendor tool can take seconds) outside the section a
+        signal must not cut, so Ctrl-C acts at once; :meth:`launch` calls it when nobody did."""
 
     def launch(self) -> None:
         raise NotImplementedError
 
     def ready_check(self) -> tuple[bool, str]:
-        """(ready, what the last poll saw). Called repeatedly by :meth:`wait_ready`."""
+        """(ready, what the last poll saw)."""
         raise NotImplementedError
 
     def wait_ready(self, on_status: StatusFn | None = None) -> float:
@@ -242,7 +233,7 @@ class Engine:
         return None
 
     def alive(self) -> str | None:
-        """None while the server serves; otherwise the reason it does not (for EvalOptions.abort_check)."""
+        """None while the server serves; otherwise the reason it does not."""
         return None
 
     def log_tail(self, lines: int = 40) -> str:
@@ -253,15 +244,14 @@ class Engine:
         return None, 0
 
     def derived_ports(self) -> list[int]:
-        """Ports the server opens besides ``port`` that follow from its flags (checked free before launch)."""
+        """Ports the server opens besides ``port`` because of its flags (checked free before launch)."""
         return []
 
     def fingerprint(self) -> JSONObject | None:
         return None
 
     def preflight(self) -> Preflight | None:
-        """What the arm's own software says of this launch before it starts (:mod:`harness.engines.preflight`);
-        None: nothing to ask."""
+        """What the arm's own software says of this launch before it starts; None: nothing to ask."""
         return None
 
     # ------------------------------------------------------------------ HTTP helpers
@@ -284,7 +274,7 @@ class Engine:
         return None
 
     def openai_model(self) -> str:
-        """The served model name: first of /v1/models, else engine.model_path."""
+        """The first model of /v1/models, else engine.model_path."""
         try:
             data = self.get_json("/v1/models", timeout=self.probe_timeout_s)
             return str(data["data"][0]["id"])
@@ -315,7 +305,6 @@ class Engine:
         return True, "1-token /v1/completions works"
 
     def probe(self) -> ServerProbe:
-        """Snapshot of the running server: server info, model info, models, fingerprint."""
         # the current names first; the deprecated ones for older servers
         server_info = self._first_json("/server_info", "/get_server_info")
         model_info = self._first_json("/model_info", "/get_model_info")
@@ -365,20 +354,16 @@ class LaunchedEngine(Engine):
     interrupt_after_s: ClassVar[float | None] = None
 
     # ------------------------------------------------------------------ launch spec
-    def _check_reserved(self, args: list[str]) -> None:
-        for tok in args:
-            name = tok.split("=", 1)[0]
+    def user_args(self) -> list[str]:
+        args = [str(a) for a in (*self.cfg.args, *self.arm.args)]
+        for name in (tok.split("=", 1)[0] for tok in args):
             if name in ("--host", "--port"):
                 raise EngineError(f"arm {self.arm.key!r}: set engine.{name[2:]} instead of passing {name} in "
                                   f"args (the harness must know where the server listens)")
-
-    def user_args(self) -> list[str]:
-        args = [str(a) for a in (*self.cfg.args, *self.arm.args)]
-        self._check_reserved(args)
         return args
 
     def env_delta(self) -> dict[str, str]:
-        """The engine's env, the arm's env and PYTHONPATH (see :meth:`ResolvedArm.env_delta`), unbuffered output."""
+        """:meth:`ResolvedArm.env_delta` of the engine's env, with unbuffered output."""
         delta = self.arm.env_delta({**(self.deterministic_env if self.deterministic else {}), **self.cfg.env},
                                    self.extra_pythonpath())
         delta.setdefault("PYTHONUNBUFFERED", "1")
@@ -445,13 +430,12 @@ class LaunchedEngine(Engine):
     def prepare_launch(self) -> None:
         self._gpu_baseline = (gpu_snapshot(),)
 
-    def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
+    def wait_ready(self, on_status: StatusFn | None = None) -> float:
         if self.proc is None:
             raise EngineError(f"{self.label}: wait_ready() before launch()")
-        self.ready_s = wait_until_ready(self.proc, self.ready_check, f"{self.ready_what} at {self.url}",
-                                        float(self.cfg.ready_timeout_s), float(self.cfg.poll_interval_s),
-                                        on_status,
-                                        status_every_s=max(1.0, min(5.0, 10 * float(self.cfg.poll_interval_s))))
+        poll, what = float(self.cfg.poll_interval_s), f"{self.ready_what} at {self.url}"
+        self.ready_s = wait_until_ready(self.proc, self.ready_check, what, float(self.cfg.ready_timeout_s),
+                                        poll, on_status, max(1.0, min(5.0, 10 * poll)))
         return self.ready_s
 
     def stop(self, on_status: StatusFn | None = None, settle: bool = True) -> StopInfo | None:
@@ -476,9 +460,7 @@ class LaunchedEngine(Engine):
         return self.proc.tail(lines) if self.proc else ""
 
     def log_location(self) -> tuple[str | None, int]:
-        if self.proc is None:
-            return None, 0
-        return str(self.proc.log_path), self.proc.log_offset
+        return (str(self.proc.log_path), self.proc.log_offset) if self.proc else (None, 0)
 
     def fingerprint(self) -> JSONObject | None:
         spec = self.launch_spec()

@@ -1,13 +1,11 @@
-"""External: a server someone already started, given by ``engine.url``; nothing is launched or stopped. Ready
-per its API's health endpoint, else a 1-token ``/v1/completions``; gone after three failed TCP connects in a
-row.
+"""External: a server someone already started, given by ``engine.url``; nothing is launched or stopped.
+Ready per its API's health endpoint, else a 1-token /v1/completions; gone after 3 failed connects in a row.
 """
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -52,9 +50,8 @@ class ExternalEngine(Engine):
 
     def launch_spec(self) -> LaunchSpec:
         if self._spec is None:
-            self._spec = LaunchSpec(argv=[], server_argv=[], env_delta={}, env={}, cwd="", log_path="",
-                                    fingerprint_path=None, host=self.host, port=self.port, url=self.url,
-                                    launched=False)
+            self._spec = LaunchSpec(argv=[], server_argv=[], env_delta={}, env={}, host=self.host,
+                                    port=self.port, url=self.url, launched=False)
         return self._spec
 
     def launch(self) -> None:
@@ -65,7 +62,7 @@ class ExternalEngine(Engine):
             return self._check_health(self.wire.health_path)
         return self._check_one_token()
 
-    def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
+    def wait_ready(self, on_status: StatusFn | None = None) -> float:
         t0 = time.monotonic()
         timeout = float(self.cfg.ready_timeout_s)
         last = -1e9
@@ -90,18 +87,14 @@ class ExternalEngine(Engine):
 
     def alive(self) -> str | None:
         now = time.monotonic()
-        if now - self._last_check < 5.0:
-            return None if self._failures < 3 else self._reason()
-        self._last_check = now
-        try:
-            with socket.create_connection((self.host, self.port), timeout=1.0):
-                self._failures = 0
-        except OSError:
-            self._failures += 1
-        return None if self._failures < 3 else self._reason()
-
-    def _reason(self) -> str:
-        return f"external server {self.url} is not accepting connections"
+        if now - self._last_check >= 5.0:
+            self._last_check = now
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1.0):
+                    self._failures = 0
+            except OSError:
+                self._failures += 1
+        return None if self._failures < 3 else f"external server {self.url} is not accepting connections"
 
 
 ENGINE = ExternalEngine

@@ -1,8 +1,6 @@
-"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``); nothing without
-one: the inventory a run's provenance records, and the snapshot taken before a server starts that
-:func:`wait_gpu_release` compares with after a stop (best effort, bounded), so the next arm does not start on
-a full GPU.
-"""
+"""GPUs, through whichever vendor tool exists (``nvidia-smi``, ``amd-smi``, ``rocm-smi``): the inventory a run
+records, and the snapshot taken before a server starts that :func:`wait_gpu_release` compares with after a
+stop, so the next arm does not start on a full GPU."""
 
 from __future__ import annotations
 
@@ -43,10 +41,7 @@ TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi")
 
 def gpu_tool() -> str | None:
     """The first vendor tool on PATH, or None."""
-    for tool in TOOLS:
-        if shutil.which(tool):
-            return tool
-    return None
+    return next((tool for tool in TOOLS if shutil.which(tool)), None)
 
 
 def gpu_inventory() -> list[dict[str, str]] | None:
@@ -62,9 +57,8 @@ def gpu_inventory() -> list[dict[str, str]] | None:
             return None
         return [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(",")), strict=False))
                 for line in out.splitlines() if line.strip()]
-    args = [tool, "static", "--asic", "--driver"] if tool == "amd-smi" else [tool, "--showproductname",
-                                                                              "--showdriverversion"]
-    out = run_tool(args, timeout=20)
+    amd = ["static", "--asic", "--driver"] if "amd" in tool else ["--showproductname", "--showdriverversion"]
+    out = run_tool([tool, *amd], timeout=20)
     return None if out is None else [{"tool": tool, "report": out[-4000:]}]
 
 
@@ -95,8 +89,7 @@ def gpu_snapshot() -> GpuSnapshot | None:
 def wait_gpu_release(server_pids: set[int], baseline: GpuSnapshot | None, timeout_s: float,
                      on_status: StatusFn | None = None, slack_mib: float = 1024.0,
                      poll_s: float = 1.0) -> GpuRelease:
-    """Wait until no server pid holds a GPU and used memory is back near its pre-launch level (best effort),
-    asking the GPU tool every ``poll_s`` seconds."""
+    """Wait until no server pid holds a GPU and used memory is back near its pre-launch level."""
     t0 = time.monotonic()
     snap = gpu_snapshot()
     if snap is None:
@@ -114,10 +107,9 @@ def wait_gpu_release(server_pids: set[int], baseline: GpuSnapshot | None, timeou
         if not holders and not over:
             return {"tool": snap["tool"], "released": True, "waited_s": waited}
         if waited >= timeout_s:
-            msg = (f"GPU memory not released after {timeout_s:.0f} s ({snap['tool']}): "
-                   f"server pids still on a GPU {holders}, MiB above the pre-launch level {over}")
             if on_status:
-                on_status(msg)
+                on_status(f"GPU memory not released after {timeout_s:.0f} s ({snap['tool']}): "
+                          f"server pids still on a GPU {holders}, MiB above the pre-launch level {over}")
             return {"tool": snap["tool"], "released": False, "waited_s": waited, "holders": holders,
                     "over_mib": over}
         if on_status and time.monotonic() - last_note > 10:

@@ -1,19 +1,10 @@
-"""Stdlib-only launcher: fingerprint the serving process from inside, guard against orphaning, hand over.
+"""Stdlib-only launcher, run BY FILE PATH with the arm's own interpreter (see :data:`USAGE`).
 
-Run BY FILE PATH with the arm's own interpreter (the harness need not be installed there)::
-
-    python launcher.py --fingerprint FP.json [--dist sglang] [--module sglang.srt.layers.moe.topk]...
-                       [--hash python/sglang/srt/layers/moe/topk.py]... [--tree DIR] [--no-pdeathsig]
-                       -m sglang.launch_server --model-path ... --port ...
-
-1. Records, in the process that then becomes the server, a JSON fingerprint (:func:`fingerprint`):
-   interpreter, installed versions, the file each ``--module`` resolves to on this ``sys.path``, the sha256 of each
-   ``--hash`` file (relative to ``--tree``, absolute, or a dotted module name), the git state of ``--tree``.
+1. Records, in the process that then becomes the server, a JSON fingerprint (:func:`fingerprint`).
 2. Makes sure the server never outlives the harness, even one killed with SIGKILL: a daemon thread kills the
    process group when the parent pid changes; on Linux ``PR_SET_PDEATHSIG`` kills this process when the thread
-   that started it exits (the harness launches from one that lives as long as the server); a forked watchdog
-   in the group (ignoring SIGTERM/SIGINT) kills the group once this process or the harness is gone, so the
-   server's own children go too.
+   that started it exits; a forked watchdog in the group (ignoring SIGTERM/SIGINT) kills the group once this
+   process or the harness is gone, so the server's own children go too.
 3. Hands over with ``runpy.run_module(MODULE, run_name="__main__", alter_sys=True)``: exactly ``python -m``.
 """
 
@@ -27,6 +18,7 @@ if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
     sys.path[0] = os.getcwd()
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
@@ -43,7 +35,7 @@ USAGE = ("usage: launcher.py --fingerprint FILE [--dist NAME]... [--module-dists
 
 
 def parse(argv):
-    """(the launcher's own flags, the module, the server's arguments): everything after ``-m MODULE``."""
+    """(the launcher's own flags, the module, the server's arguments: everything after ``-m MODULE``)."""
     if "-m" not in argv or argv.index("-m") + 1 >= len(argv):
         sys.exit(f"launcher: missing -m MODULE\n{USAGE}")
     i = argv.index("-m")
@@ -61,12 +53,12 @@ def parse(argv):
 
 
 # ------------------------------------------------------------------------------------ orphan guard
-def _proc_ppid(pid):
-    """Parent pid of ``pid`` from /proc (None where there is no /proc or the process is gone)."""
+def _proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name (None without /proc or the process)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
 
 
@@ -77,11 +69,8 @@ def _pid_gone(pid):
         return True
     except PermissionError:
         return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return False
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] in ("Z", "X")
 
 
 def _kill_group():
@@ -98,9 +87,8 @@ def set_pdeathsig():
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        return libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
     except Exception:  # noqa: BLE001 - best effort; the watchdogs below still work
         return False
 
@@ -133,7 +121,8 @@ def fork_watchdog(harness_pid):
             time.sleep(0.2)
             if os.getppid() != server_pid:
                 break  # the server process exited (or was killed)
-            ppid = _proc_ppid(server_pid)
+            stat = _proc_stat(server_pid)
+            ppid = int(stat[1]) if stat else None
             if (ppid is not None and ppid != harness_pid) or (ppid is None and _pid_gone(harness_pid)):
                 break  # the harness is gone
         _kill_group()
@@ -143,7 +132,7 @@ def fork_watchdog(harness_pid):
 
 # ------------------------------------------------------------------------------------- fingerprint
 def find_module_file(name):
-    """(file, how): the file ``import name`` would load on this sys.path, without importing it if possible."""
+    """(file, how): the file ``import name`` would load on this sys.path, not imported if possible."""
     parts = name.split(".")
     for entry in sys.path:
         base = os.path.join(entry or os.getcwd(), *parts)
@@ -176,11 +165,9 @@ def source_version(pkg_file):
     """``__version__`` from the package's version.py / _version.py next to its __init__ (no import)."""
     if not pkg_file:
         return None
-    d = os.path.dirname(pkg_file)
     for fn in ("version.py", "_version.py", "__init__.py"):
-        p = os.path.join(d, fn)
         try:
-            with open(p, encoding="utf-8", errors="replace") as f:
+            with open(os.path.join(os.path.dirname(pkg_file), fn), encoding="utf-8", errors="replace") as f:
                 m = re.search(r"^__version__\s*(?::\s*str\s*)?=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
         except OSError:
             continue
@@ -225,8 +212,8 @@ def git_state(tree):
             return {"tree": tree, "commit": None, "dirty": None, "error": "not a git checkout"}
         status = git("status", "--porcelain", "--untracked-files=no")
         return {"tree": tree, "toplevel": top, "commit": git("rev-parse", "HEAD"),
-                "dirty": None if status is None else bool(status), "describe": git("describe", "--always",
-                                                                                     "--dirty", "--tags")}
+                "dirty": None if status is None else bool(status),
+                "describe": git("describe", "--always", "--dirty", "--tags")}
     except (OSError, subprocess.SubprocessError) as e:
         return {"tree": tree, "commit": None, "dirty": None, "error": f"{type(e).__name__}: {e}"}
 
@@ -236,8 +223,7 @@ def resolve_hash_target(spec, tree):
         if os.path.isabs(spec):
             return spec
         return os.path.join(tree, spec) if tree else os.path.abspath(spec)
-    path, _how = find_module_file(spec)
-    return path
+    return find_module_file(spec)[0]
 
 
 def fingerprint(opts, module, args, harness_pid):
@@ -250,35 +236,22 @@ def fingerprint(opts, module, args, harness_pid):
     files = {}
     for spec in opts["hash"]:
         path = resolve_hash_target(spec, tree)
-        entry = {"path": path}
         try:
-            entry["sha256"] = sha256_file(path)
-            entry["size"] = os.path.getsize(path)
+            files[spec] = {"path": path, "sha256": sha256_file(path), "size": os.path.getsize(path)}
         except (OSError, TypeError) as e:
-            entry["sha256"] = None
-            entry["error"] = f"{type(e).__name__}: {e}"
-        files[spec] = entry
+            files[spec] = {"path": path, "sha256": None, "error": f"{type(e).__name__}: {e}"}
     git_tree = tree or (os.path.dirname(os.path.dirname(modules[top]["file"])) if modules[top]["file"] else None)
     return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "abh.fingerprint",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "pid": os.getpid(),
-        "ppid": harness_pid,
-        "python": {"executable": sys.executable, "version": sys.version.split()[0],
-                   "prefix": sys.prefix},
-        "cwd": os.getcwd(),
-        "module": module,
+        "schema_version": SCHEMA_VERSION, "kind": "abh.fingerprint", "pid": os.getpid(), "ppid": harness_pid,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cwd": os.getcwd(), "module": module,
+        "python": {"executable": sys.executable, "version": sys.version.split()[0], "prefix": sys.prefix},
         # the argv itself may carry secrets (--api-key); the harness records it redacted, this proves identity
         "argv_sha256": hashlib.sha256("\0".join([module, *args]).encode()).hexdigest(),
         "dist": {d: dist_version(d) for d in opts["dist"]},
         "module_dists": ({name: module_distributions(name) for name in dict.fromkeys([top, *opts["dist"]])}
                          if opts["module_dists"] else None),
-        "version": source_version(modules[top]["file"]),
-        "modules": modules,
-        "files": files,
-        "git": git_state(git_tree),
-        "sys_path": list(sys.path),
+        "version": source_version(modules[top]["file"]), "modules": modules, "files": files,
+        "git": git_state(git_tree), "sys_path": list(sys.path),
         "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
 
@@ -286,8 +259,7 @@ def fingerprint(opts, module, args, harness_pid):
 def write_atomic(path, obj):
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    # Same as harness.results.fileio.atomic_write_json, which this stdlib-only file (run in the arm's interpreter,
-    # where the harness may not be installed) cannot import.
+    # harness.results.fileio.atomic_write_json, which this stdlib-only file cannot import
     fd, tmp = tempfile.mkstemp(prefix=".fingerprint.", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -297,10 +269,8 @@ def write_atomic(path, obj):
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

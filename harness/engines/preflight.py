@@ -1,9 +1,6 @@
-"""The preflight: what an arm's own software says of its launch, before any server starts (before a GPU is
-booked), in the arm's own interpreter, environment and source tree: SGLang's parser on the launch's flags
-(:func:`parse_server_flags`: a refused flag stops the run, deprecated, abbreviated and ignored ones are
-reported), vLLM's distribution metadata (:func:`vllm_distribution`). Each is a :class:`Preflight`, printed and
-kept in ``manifest.json`` ``preflight``; one that cannot run (no torch in the arm's interpreter) says so and
-stops nothing. See docs/engines.md, "The preflight".
+"""The preflight: what an arm's own software says of its launch before any server starts, in the arm's own
+interpreter, environment and source tree: SGLang's parser on the launch's flags (:func:`parse_server_flags`),
+vLLM's distribution metadata (:func:`vllm_distribution`). See docs/engines.md, "The preflight".
 """
 
 from __future__ import annotations
@@ -101,19 +98,15 @@ def parse_server_flags(arm: ResolvedArm, module: str, argv: Sequence[str], env: 
 
 
 def vllm_distribution(arm: ResolvedArm, stack: JSONObject) -> Preflight:
-    """The arm's interpreter has ``vllm`` distribution metadata for its ``vllm`` package (see the module
-    docstring); ``stack``: :func:`harness.arms.stack.arm_stack` of the arm."""
+    """The arm's interpreter has ``vllm`` distribution metadata for its ``vllm`` package."""
     what = "vllm distribution"
     if stack.get("error"):
         return Preflight(arm.key, what, False, detail=str(stack["error"]))
-    dists = stack.get("distributions")
-    modules = stack.get("modules")
-    by = stack.get("provided_by")
+    dists, modules, by = (stack.get(k) for k in ("distributions", "modules", "provided_by"))
     dists = dists if isinstance(dists, dict) else {}
-    found = isinstance(modules, dict) and "vllm" in modules
     providers = by.get("vllm") if isinstance(by, dict) else None
     names = ", ".join(f"{d} {dists.get(d, '?')}" for d in providers) if isinstance(providers, list) else "?"
-    if not found:
+    if not (isinstance(modules, dict) and "vllm" in modules):
         return Preflight(arm.key, what, True, [f"the arm's interpreter {arm.interpreter} has no vllm package"],
                          detail="no module vllm")
     if "vllm" not in dists:

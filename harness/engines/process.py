@@ -67,9 +67,8 @@ _PORT_HEADROOM = 512  # room above a picked port for the ports a server derives 
 
 
 def pick_free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing holds on ``host``, below the ephemeral range: there, thousands of client connections
-    (a parallel-1319 eval) cannot take it, or a port the server derives from it, between the pick and the
-    bind. The kernel's own pick when that range is too small."""
+    """A port nothing holds on ``host``, below the ephemeral range (there, no client connection can take it,
+    or a port derived from it, before the bind); the kernel's own pick when that range is too small."""
     lo, _ = ephemeral_ports()
     top = lo - _PORT_HEADROOM
     if top > 10_000:
@@ -103,8 +102,7 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def busy_ports(ports: Sequence[int], host: str = "127.0.0.1") -> list[int]:
-    """The ports of ``ports`` something listens on or has bound (on ``host``; loopback by default, where
-    SGLang binds its derived ports)."""
+    """The ports of ``ports`` taken on ``host`` (by default loopback, where SGLang binds derived ports)."""
     out = []
     for p in ports:
         try:
@@ -116,8 +114,7 @@ def busy_ports(ports: Sequence[int], host: str = "127.0.0.1") -> list[int]:
 
 
 def check_ports_free(ports: Sequence[int], why: str, host: str = "127.0.0.1") -> None:
-    """:class:`PortInUseError` naming every port of ``ports`` (``why``: how the server comes to use them)
-    that is taken."""
+    """:class:`PortInUseError` naming each taken port of ``ports`` (``why``: how the server uses them)."""
     busy = busy_ports(ports, host)
     if busy:
         raise PortInUseError(f"port(s) {', '.join(map(str, busy))} on {host} ({why}) already in use: the server "
@@ -164,9 +161,8 @@ def read_log_tail(path: str | Path | None, start: int = 0, lines: int = 40, max_
     return "\n".join(text.splitlines()[-lines:])
 
 
-#: Lines of a server's log that say nothing about why it failed: model loading (llama.cpp's tensor and metadata
-#: dump, safetensors shards), progress bars, answered requests' access lines (not 5xx), blank lines. Dropped from the tail printed on a failure (the log
-#: file keeps them).
+#: Lines of a server's log that say nothing about why it failed (model loading, progress bars, access lines of
+#: answered requests, blank lines): left out of the tail printed on a failure (the log file keeps them).
 LOG_NOISE = re.compile(
     r"^\s*$"
     # llama.cpp's loading and per-request dumps
@@ -182,15 +178,11 @@ LOG_NOISE = re.compile(
 
 def quiet_tail(text: str, lines: int) -> str:
     """The last ``lines`` lines of ``text`` that are not :data:`LOG_NOISE`, with how many were left out."""
-    kept, dropped = [], 0
-    for line in text.splitlines():
-        if LOG_NOISE.search(line):
-            dropped += 1
-        else:
-            kept.append(line)
-    out = kept[-lines:]
-    return "\n".join(out + ([f"({dropped} loading and progress line(s) left out; the log file has them)"]
-                             if dropped else []))
+    every = text.splitlines()
+    kept = [line for line in every if not LOG_NOISE.search(line)]
+    dropped = len(every) - len(kept)
+    note = [f"({dropped} loading and progress line(s) left out; the log file has them)"] if dropped else []
+    return "\n".join(kept[-lines:] + note)
 
 
 #: The last line of a Python traceback: ``SomeError: message`` (a worker's ``(EngineCore_DP0 pid=12)`` prefix and a
@@ -224,10 +216,8 @@ SIGNAL_CAUSES = {
 
 
 def describe_exit(code: int, sigill_hint: str = "") -> str:
-    """How a server process ended, in one line: the exit code, or the signal and what it usually means.
-
-    A death by signal N is ``-N`` from Popen, or ``128 + N`` when a shell or wrapper reported it; ``sigill_hint``
-    (the engine's rebuild command) follows a SIGILL."""
+    """How a server process ended, in one line: the exit code, or the signal (``-N`` from Popen, ``128 + N``
+    from a shell) and what it usually means; ``sigill_hint`` (a rebuild command) follows a SIGILL."""
     signum = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
     try:
         sig = signal.Signals(signum) if signum else None
@@ -373,13 +363,10 @@ class ServerProcess:
     def _alive_known(self) -> list[int]:
         out = []
         for pid, ctime in self._known.items():
-            try:
-                p = psutil.Process(pid)
-                if (ctime and abs(p.create_time() - ctime) > 0.01) or p.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                out.append(pid)
-            except psutil.Error:
-                continue
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)  # a pid reused by another process has another create_time
+                if not (ctime and abs(p.create_time() - ctime) > 0.01) and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
         return out
 
     def _signal_group(self, sig: int) -> None:
@@ -422,11 +409,9 @@ class ServerProcess:
     def stop(self, stop_timeout_s: float = 60.0, on_status: StatusFn | None = None, host: str | None = None,
              port: int | None = None, release_timeout_s: float = 300.0, settle: bool = True,
              interrupt_after_s: float | None = None) -> StopInfo:
-        """Stop the server (idempotent): SIGTERM to the group, wait, SIGKILL; then (``settle``) wait for port and
-        GPUs (an interrupted run does not: a GPU tool that hangs would hold Ctrl-C for its timeouts).
-
-        ``interrupt_after_s``: a server still running that long after SIGTERM gets SIGINT, within the same
-        ``stop_timeout_s`` (uvicorn's "force quit": after SIGTERM it waits for every busy request to finish)."""
+        """Stop the server (idempotent): SIGTERM to the group, SIGINT after ``interrupt_after_s`` (uvicorn's
+        "force quit"), SIGKILL after ``stop_timeout_s``; then (``settle``: not for an interrupted run, a hung
+        GPU tool would hold Ctrl-C) wait for port and GPUs."""
         if self.stop_info is not None:
             return self.stop_info
         info: StopInfo = {"pid": self.pid}
@@ -447,7 +432,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 if on_status:
                     on_status(f"{self.name} (pid {self.proc.pid}) ignored SIGTERM for {stop_timeout_s:.0f} s: "
-                              f"SIGKILL")
+                              "SIGKILL")
                 self._signal_group(signal.SIGKILL)
                 info["how"] = "SIGKILL"
                 try:

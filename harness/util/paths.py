@@ -1,7 +1,4 @@
-"""Where abh may write: an output directory is checked before anything is made in it.
-
-:func:`output_problem` says why a directory is no place for results, in one line, or None.
-"""
+"""Where abh may write: an output directory is checked (:func:`output_problem`) before anything is made."""
 
 from __future__ import annotations
 
@@ -22,9 +19,8 @@ def _under(path: str, roots: tuple[str, ...]) -> str | None:
 
 
 def output_problem(path: str | Path, what: str = "--out") -> str | None:
-    """Why ``path`` cannot be an output directory (None when it can): the root or a system directory, under a
-    pseudo file system, a regular file (or under one), or not writable. Symlinks are followed: where it lands
-    is what counts."""
+    """Why ``path`` cannot be an output directory (None when it can): a system directory (or under one), a
+    file (or under one), or not writable; symlinks are followed, where it lands is what counts."""
     p = Path(path).expanduser()
     real = os.path.realpath(p)
     shown = f"{what} {path}" + (f" (that is {real})" if real != str(p) and real != os.path.abspath(p) else "")

@@ -1,24 +1,16 @@
 """Redaction of secrets in what the harness shows and stores: environment variables, command-line flags, free
 text (logs, Hydra's printed config and errors), whole trees.
 
-What is secret is decided by NAME, word by word (``OPENAI_API_KEY`` is OPENAI, API, KEY; ``apiKey`` is API, KEY):
+What is secret is decided by NAME, word by word (``OPENAI_API_KEY`` is OPENAI, API, KEY; ``apiKey`` is API,
+KEY): a word containing PASSWORD, PASSWD, PASSPHRASE, SECRET or CREDENTIAL, or a LAST word TOKEN or KEY after
+a qualifier (``HF_TOKEN``, ``--api-key``, fused ``apikey``; ``token`` alone as an identifier, not as a word of
+prose). Not secret: TOKEN or KEY that is not the last word (``token_ids``), words that merely contain them
+(``tokenizer_path``), the bare word ``key`` (the checks' own field), special tokens and counters
+(``eos_token``, ``#new-token: 6``), and in text a number under a TOKEN/KEY name (a count, never a credential).
 
-- a word containing PASSWORD, PASSWD, PASSPHRASE, SECRET or CREDENTIAL: ``password``, ``DB_PASSWORD``,
-  ``my_secret``, ``AWS_SECRET_ACCESS_KEY``;
-- a name whose LAST word is TOKEN or KEY after a qualifier: ``HF_TOKEN``, ``api_key``, ``--api-key``,
-  ``x-api-key``, ``access_token``, fused ones such as ``apikey``; the name ``token`` alone also counts as an
-  identifier (a dict key, ``--token``, ``token=...``), but not as a word in prose (``EOS token = 2``).
-
-Not secret: TOKEN or KEY that is not the last word (``token_ids``, ``num_key_value_heads``), other words that
-merely contain them (``tokenizer_path``, ``max_new_tokens``, ``monkey``), the bare word ``key`` (the harness's
-own ``key: build`` check fields), special tokens and counters (``eos_token``, ``pad_token``, ``#new-token: 6``),
-and in text a number under a TOKEN/KEY name (a count, never a credential).
-
-Whatever the name, two kinds of VALUE are secret too (:func:`scrub`): the userinfo of a URL
-(``http://user:pw@host`` shows as ``http://host``: abh sends it as basic auth and records the bare URL), and
-values in the format of a known credential: Hugging Face (``hf_...``), OpenAI/Anthropic (``sk-...``), GitHub
-(``ghp_...``, ``github_pat_...``), AWS access key ids (``AKIA...``), JWTs (``eyJ...``), Slack (``xox?-...``),
-GitLab (``glpat-...``). ``MY_SETTING=hf_...`` is redacted although ``MY_SETTING`` names no secret.
+Whatever the name, two kinds of VALUE are secret too (:func:`scrub`): the userinfo of a URL (abh sends it as
+basic auth and records the bare URL), and values in the format of a known credential (``hf_...``, ``sk-...``,
+``ghp_...``, ``AKIA...``, JWTs, ...).
 """
 
 from __future__ import annotations
@@ -97,8 +89,7 @@ def _is_token_or_key_name(words: list[str]) -> bool:
 def is_secret_name(name: str) -> bool:
     """True when an env var, flag, config key or override name looks like it holds a secret (a dotted override:
     pass the last part; a flag's leading dashes are ignored)."""
-    words = _words(name)
-    return any(_STRONG.search(w) for w in words) or _is_token_or_key_name(words)
+    return _is_strong(name) or _is_token_or_key_name(_words(name))
 
 
 def _is_strong(name: str) -> bool:
@@ -129,8 +120,7 @@ def _hides(name: str, value: object, text: bool = True) -> bool:
 
 
 def redact_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """Copy of ``env`` with the values of secret-looking names replaced by ``***REDACTED***``, and secret-looking
-    values (:func:`scrub`) under any name."""
+    """Copy of ``env``: the values of secret names redacted, secret values (:func:`scrub`) under any."""
     return {k: (REDACTED if is_secret_name(k) else scrub(v) if isinstance(v, str) else v)
             for k, v in (env or {}).items()}
 
@@ -140,8 +130,7 @@ def _is_flag(tok: str) -> bool:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Copy of ``argv`` with the values of secret-looking flags redacted: ``--api-key X`` (unless X is a flag)
-    and ``--api-key=X``."""
+    """Copy of ``argv``, secret flags' values redacted: ``--api-key X`` (X not a flag), ``--api-key=X``."""
     out: list[str] = []
     redact_next = False
     for tok in argv:
@@ -320,8 +309,7 @@ class Redactor:
 
 
 def redact_text(text: str) -> str:
-    """Free text (log tails, overrides, printed config and server args) with the values of secret-looking names
-    redacted."""
+    """Free text (log tails, printed config, server args) with the values of secret-looking names redacted."""
     return Redactor().text(text)
 
 

@@ -1,13 +1,9 @@
-"""Secrets redacted in everything written to ``sys.stdout`` / ``sys.stderr`` while a block runs.
+"""Secrets redacted in everything written to ``sys.stdout`` / ``sys.stderr`` while a block runs: Hydra prints
+the config and repeats overrides in its errors on the standard streams, before any of the harness's code runs.
 
-Hydra prints the config itself (``--cfg job``, ``--resolve``, ``--help``, ``--info``) and repeats overrides in
-its errors ("unrecognized arguments", "Error parsing override", "Could not append to config"), all on the
-standard streams and before any of the harness's code runs. :func:`redacted_stdio` swaps both streams for
-:class:`RedactingWriter` s for the duration: text is redacted a line at a time (a line ends at ``\\n`` or
-``\\r``), and a ``flush()`` forwards the pending part of a line at once, so progress bars (tqdm writes
-``\\r...`` and flushes) and prompts show as before. Everything else (``isatty``, ``fileno``, ``encoding``) is
-the wrapped stream's. An exception that leaves the block (``HYDRA_FULL_ERROR=1``, a bug) has its traceback,
-printed later by the interpreter, redacted too.
+Text is redacted a line at a time (a line ends at ``\\n`` or ``\\r``), and a ``flush()`` forwards the pending
+part of a line at once, so progress bars and prompts show as before. A traceback that leaves the block is
+redacted too.
 """
 
 from __future__ import annotations
@@ -30,10 +26,6 @@ class RedactingWriter:
         self._redactor = redactor
         self._pending = ""
         self._lock = threading.RLock()  # reentrant: a signal handler may print while a write is under way
-
-    @property
-    def target(self) -> TextIO:
-        return self._target
 
     def write(self, s: str) -> int:
         with self._lock:
@@ -70,9 +62,8 @@ def _redacting_excepthook(secrets: set[str]) -> Any:
 
 @contextlib.contextmanager
 def redacted_stdio(argv: Sequence[str] = ()) -> Iterator[None]:
-    """While the block runs, ``sys.stdout`` and ``sys.stderr`` redact secrets: by name (``HF_TOKEN: x``,
-    ``--api-key x``, YAML lists and blocks under a secret key) and, literally, the secret values ``argv``
-    carries (:func:`~harness.util.redact.secret_values`), which Hydra may repeat without their name."""
+    """While the block runs, ``sys.stdout`` and ``sys.stderr`` redact secrets by name and, literally, the
+    secret values ``argv`` carries (:func:`~harness.util.redact.secret_values`), which Hydra may repeat."""
     secrets = secret_values(argv)
     saved = sys.stdout, sys.stderr
     # one Redactor per stream: each keeps its own line state
