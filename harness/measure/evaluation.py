@@ -250,7 +250,18 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                 write(*held)
         write(q, reply)
 
-    tasks = [] if stop.event.is_set() else [asyncio.ensure_future(one(q)) for q in pending]
+    queue = iter(pending)
+
+    async def worker() -> None:
+        # the pending questions in order, one at a time per worker: as many in flight as the client sends at
+        # once, without a waiting task per question (13k of them were ~40 MiB)
+        for q in queue:
+            if stop.event.is_set():
+                return
+            await one(q)
+
+    workers = min(client.parallel, len(pending))
+    tasks = [] if stop.event.is_set() else [asyncio.ensure_future(worker()) for _ in range(workers)]
     try:
         with progress.ticking():
             finished = bool(tasks) and await stop.race(asyncio.gather(*tasks)) is not None
