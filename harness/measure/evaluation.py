@@ -254,7 +254,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
 
     async def worker() -> None:
         # the pending questions in order, one at a time per worker: as many in flight as the client sends at
-        # once, without a waiting task per question (13k of them were ~40 MiB)
+        # once, without a task (and its request body) made up front for every question
         for q in queue:
             if stop.event.is_set():
                 return
@@ -280,7 +280,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                 f"from {cfg.url} (counted as request errors), e.g. {mixed[0]}")
         wall = time.perf_counter() - t0 + warm_s
         store.close_files()
-        samples = load_samples(out)
+        samples = load_samples(out, cached=False)  # the summary about to be written makes a cached copy stale
         prev_wall = float(store.meta.get("wall_s_total", 0.0))
         described = task.describe()
         summary = {**summarize(samples, n_items, wall),
