@@ -156,6 +156,8 @@ def test_all_1319_prompts_match_the_brief_byte_for_byte(test_set, rows):
         assert q.label == sglang_reference_parser(rows[i]["answer"])
     assert task.questions[0].prompt.endswith("Answer:")
     assert task.few_shot == shots
+    # the block is held once by the task, not once per question: each prompt is made from it when asked for
+    assert all(q.head is task.few_shot for q in task.questions)
 
 
 def test_sampling_fields_and_warmup_match_the_brief(test_set):

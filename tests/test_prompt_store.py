@@ -170,3 +170,19 @@ def test_packing_refuses_a_planted_link_and_reads_nothing_through_it(tmp_path: P
     with pytest.raises(PlantedLink, match="is a symbolic link"):
         pack_prompts(d) if which == "prompts" else pack(store)
     assert link.is_symlink() and not packed(link).exists() and outside.read_bytes()
+
+
+def test_texts_read_back_whole_hold_a_shared_prefix_once() -> None:
+    """The reader holds a prefix consecutive prompts share (a few-shot block) once, and gives every text back
+    exactly; texts that share nothing long are held as they are."""
+    from harness.results.prompt_store import HEAD_MIN_CHARS, Texts
+
+    shots = "Question: 1 + 1?\nAnswer: 2\n\n" * (HEAD_MIN_CHARS // 10)
+    few_shot = [shots + f"Question: {i} + 2 ’?\nAnswer:" for i in range(50)]
+    apart = [f"{i} " * 3 for i in range(20)]
+    rows = [(_sha(t), t) for t in [*few_shot, *apart]]
+    texts = Texts(rows)
+    assert dict(texts.items()) == dict(rows) and list(texts) == [s for s, _ in rows] and len(texts) == len(rows)
+    assert texts.get("missing") is None and "missing" not in texts
+    assert sum(len(t) for _, t in texts._tails.values()) < len(shots) + sum(len(t) - len(shots) for t in few_shot) \
+        + sum(len(t) for t in apart)

@@ -33,9 +33,8 @@ from harness.results import fileio, schema
 from harness.results.arrow_buffers import array, list_array, list_offsets, list_values, numbers, release
 from harness.results.eval_store import PROMPTS, load_samples
 from harness.results.fileio import read_json
-from harness.results.prompt_store import eval_prompts
+from harness.results.prompt_store import prompt_sources
 from harness.results.records import JSONObject
-from harness.results.schema import PromptRow
 from harness.results.score_blocks import PassReader, QuestionRows
 from harness.results.score_inputs import ScoreInputs, as_inputs, flat, of_columns
 from harness.results.token_store import (
@@ -80,13 +79,20 @@ REF_COLUMNS = ("top_ids", "top_logprobs")
 # ------------------------------------------------------------------------------------------ references
 @dataclass(frozen=True)
 class Reference:
-    """One question's reference: the prompt the eval sent and the greedy completion it got."""
+    """One question's reference: the prompt the eval sent (``prompts[prompt_sha256]``, made when asked for: a
+    pass holds every question's reference, and 13k few-shot prompts whole are ~60 MiB) and the greedy completion
+    it got."""
 
     question: int
-    prompt: str
     text: str
     #: tokens the server counted in the prompt (the eval's ``prompt_tokens``), when it said
     prompt_tokens: int | None = None
+    prompt_sha256: str = ""
+    prompts: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def prompt(self) -> str:
+        return self.prompts[self.prompt_sha256]
 
 
 class ScoringError(RuntimeError):
@@ -96,7 +102,8 @@ class ScoringError(RuntimeError):
 def load_references(eval_dir: str | Path) -> list[Reference]:
     """The answered questions of ``eval_dir`` as references (an empty completion kept: no token to score)."""
     root = Path(eval_dir)
-    prompts: dict[int, PromptRow] = {row["index"]: row for row in eval_prompts(root)}
+    # a row without its hash (or its text) cannot be checked against the answer: as good as no prompt
+    prompts = {i: (sha, texts) for i, sha, texts in prompt_sources(root)}
     out = []
     for s in load_samples(root):
         if s.error is not None or s.output is None:
@@ -104,10 +111,10 @@ def load_references(eval_dir: str | Path) -> list[Reference]:
         p = prompts.get(s.index)
         if p is None:
             raise ScoringError(f"{root / PROMPTS} has no prompt for question {s.index}")
-        if p.get("prompt_sha256") != s.prompt_sha256:
+        if p[0] != s.prompt_sha256:
             raise ScoringError(f"{root / PROMPTS}: the prompt of question {s.index} is not the one answered "
                                "(prompt_sha256 differs)")
-        out.append(Reference(s.index, p["prompt"], s.output, s.prompt_tokens))
+        out.append(Reference(s.index, s.output, s.prompt_tokens, p[0], p[1]))
     return out
 
 

@@ -250,7 +250,18 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                 write(*held)
         write(q, reply)
 
-    tasks = [] if stop.event.is_set() else [asyncio.ensure_future(one(q)) for q in pending]
+    queue = iter(pending)
+
+    async def worker() -> None:
+        # the pending questions in order, one at a time per worker: as many in flight as the client sends at
+        # once, without a task (and its request body) made up front for every question
+        for q in queue:
+            if stop.event.is_set():
+                return
+            await one(q)
+
+    workers = min(client.parallel, len(pending))
+    tasks = [] if stop.event.is_set() else [asyncio.ensure_future(worker()) for _ in range(workers)]
     try:
         with progress.ticking():
             finished = bool(tasks) and await stop.race(asyncio.gather(*tasks)) is not None
@@ -269,7 +280,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
                 f"from {cfg.url} (counted as request errors), e.g. {mixed[0]}")
         wall = time.perf_counter() - t0 + warm_s
         store.close_files()
-        samples = load_samples(out)
+        samples = load_samples(out, cached=False)  # the summary about to be written makes a cached copy stale
         prev_wall = float(store.meta.get("wall_s_total", 0.0))
         described = task.describe()
         summary = {**summarize(samples, n_items, wall),

@@ -201,11 +201,13 @@ class EvalStore:
 
 
 # ------------------------------------------------------------------------------------------ reading
-def load_samples(root: str | Path) -> list[SampleRecord]:
+def load_samples(root: str | Path, cached: bool = True) -> list[SampleRecord]:
     """All samples of an eval directory, one per index, sorted by index: each row type-checked, an answer
-    superseding an error row; StoreError for a malformed row or two different answers to one question."""
+    superseding an error row; StoreError for a malformed row or two different answers to one question.
+    ``cached`` False: read past :func:`load_eval`'s cache and not kept there (an eval reading its rows just
+    before it writes its summary: that version of its files is never asked for again)."""
     root = Path(root)
-    if (root / META).exists():  # an eval's: read once per version of its files (load_eval's cache)
+    if cached and (root / META).exists():  # an eval's: read once per version of its files (load_eval's cache)
         try:
             return load_eval(root)[1]
         except (StoreError, OSError, ValueError):
@@ -236,6 +238,8 @@ def load_eval(root: str | Path, check: integrity.RowCheck | None = None
         raise StoreError(f"{root} is not an eval directory (no {META}){_evals_below(root)}")
     key = (root.resolve(), _stamp(root))
     if key not in _LOADED:
+        for old in [k for k in _LOADED if k[0] == key[0]]:  # an older version of its files: never asked again
+            del _LOADED[old]
         if len(_LOADED) >= 32:
             _LOADED.pop(next(iter(_LOADED)))
         _LOADED[key] = _load_eval(root)

@@ -23,7 +23,7 @@ import hashlib
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,7 +51,7 @@ def exists(path: Path) -> bool:
     return path.is_file() or packed(path).is_file()
 
 
-def read_texts(path: Path) -> dict[str, str]:
+def read_texts(path: Path) -> Mapping[str, str]:
     """sha256 -> text of every row of the text store at ``path`` (packed, then plain) whose text has that hash
     (none: empty). Read once per version of its files: the evals of a run share one store (not to be changed)."""
     key = (str(path.resolve()), _stamp(path), _stamp(packed(path)))
@@ -59,6 +59,14 @@ def read_texts(path: Path) -> dict[str, str]:
         _READ.clear()  # one store at a time: a run's
         _READ[key] = _read_texts(path)
     return _READ[key]
+
+
+def stored_hashes(path: Path) -> set[str]:
+    """The hashes of :func:`read_texts` (every row whose text has its hash), without keeping the texts."""
+    key = (str(path.resolve()), _stamp(path), _stamp(packed(path)))
+    if key in _READ:
+        return set(_READ[key])
+    return {sha for sha, _ in _checked_rows(path)}
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:
@@ -70,16 +78,78 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 
 
 #: the text store last read, by its path and its files' stamps
-_READ: dict[tuple[str, tuple[int, int, int], tuple[int, int, int]], dict[str, str]] = {}
+_READ: dict[tuple[str, tuple[int, int, int], tuple[int, int, int]], Texts] = {}
 
 
-def _read_texts(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for row in [*iter_packed(packed(path)), *read_jsonl(path)]:
+def _checked_rows(path: Path) -> Iterator[tuple[str, str]]:
+    """(hash, text) of each row of the store at ``path`` (packed, then plain) whose text has its hash, each hash
+    once."""
+    seen: set[str] = set()
+    for row in itertools.chain(iter_packed(packed(path)), read_jsonl(path)):
         sha, text = row.get("prompt_sha256"), row.get("prompt")
-        if isinstance(sha, str) and isinstance(text, str) and sha not in out and sha256(text) == sha:
-            out[sha] = text
-    return out
+        if isinstance(sha, str) and isinstance(text, str) and sha not in seen and sha256(text) == sha:
+            seen.add(sha)
+            yield sha, text
+
+
+#: a prefix this long or longer that a text shares with the one before it is held once for every text it starts
+HEAD_MIN_CHARS = 256
+#: the shared prefixes looked for in each text (a run's store has one per few-shot task)
+HEADS_MOST = 8
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (a binary search of slices, not a loop per
+    character)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class Texts(Mapping[str, str]):
+    """sha256 -> text of a store, each text held as a prefix it shares with the others and its own tail: the
+    prompts of a few-shot task repeat one block (13k 5-shot GSM8K prompts are ~55 MB whole, ~5 MB this way); a
+    text is made whole when asked for."""
+
+    def __init__(self, rows: Iterable[tuple[str, str]]):
+        self._heads: list[str] = []
+        self._tails: dict[str, tuple[int, str]] = {}  # sha -> (head number, or -1 for none; the rest)
+        previous = ""
+        for sha, text in rows:
+            self._tails[sha] = self._split(text, previous)
+            previous = text
+
+    def _split(self, text: str, previous: str) -> tuple[int, str]:
+        for h in range(len(self._heads) - 1, -1, -1):
+            if text.startswith(self._heads[h]):
+                return h, text[len(self._heads[h]):]
+        n = _shared_prefix(text, previous) if len(self._heads) < HEADS_MOST else 0
+        if n < HEAD_MIN_CHARS:
+            return -1, text
+        self._heads.append(text[:n])
+        return len(self._heads) - 1, text[n:]
+
+    def __getitem__(self, sha: str) -> str:
+        h, tail = self._tails[sha]
+        return tail if h < 0 else self._heads[h] + tail
+
+    def __contains__(self, sha: object) -> bool:
+        return sha in self._tails
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tails)
+
+    def __len__(self) -> int:
+        return len(self._tails)
+
+
+def _read_texts(path: Path) -> Texts:
+    return Texts(_checked_rows(path))
 
 
 def iter_packed(path: Path) -> Iterator[dict[str, Any]]:
@@ -130,7 +200,7 @@ class PromptTexts:
 
     def __init__(self, path: Path):
         self.path = path
-        self._known = set(read_texts(path)) if exists(path) else set()  # a copy: the writer adds to it
+        self._known = stored_hashes(path) if exists(path) else set()  # hashes only: the texts are not kept
         self._f: IO[bytes] | None = None
 
     def add(self, sha: str, text: str) -> None:
@@ -164,37 +234,44 @@ def relative(store: Path, eval_dir: Path) -> str:
     return os.path.relpath(store, eval_dir)
 
 
-def _prompt_rows(eval_dir: Path) -> Iterator[tuple[int, str, str | None]]:
-    """(index, prompt_sha256, the text it holds or None) of each well-formed ``prompts.jsonl`` row, in file order."""
+def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
+    """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
+    without a text of its hash is left out)."""
+    for i, sha, texts in prompt_sources(eval_dir):
+        yield PromptRow(index=i, prompt_sha256=sha, prompt=texts[sha])
+
+
+def prompt_sources(eval_dir: Path) -> Iterator[tuple[int, str, Mapping[str, str]]]:
+    """(index, prompt_sha256, where its text is) of the rows :func:`eval_prompts` yields, the text
+    ``texts[prompt_sha256]`` not made yet: a reader that keeps every question's prompt (a scoring pass's
+    references) holds the store's shared prefixes once instead of each prompt whole."""
+    texts: Mapping[str, str] | None = None
     plain = eval_dir / PROMPTS_FILE
     rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
     for row in rows:
         i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
         if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
             continue
-        yield i, sha, text if isinstance(text, str) else None
-
-
-def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
-    """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
-    without a text of its hash is left out)."""
-    texts: dict[str, str] | None = None
-    for i, sha, text in _prompt_rows(eval_dir):
-        if text is None:
-            if texts is None:
-                store = texts_path(eval_dir)
-                texts = read_texts(store) if store is not None and exists(store) else {}
-            text = texts.get(sha)
-            if text is None:
-                continue
-        yield PromptRow(index=i, prompt_sha256=sha, prompt=text)
+        if isinstance(text, str):  # the row's own text (schema 1), as it is
+            yield i, sha, {sha: text}
+            continue
+        if texts is None:
+            store = texts_path(eval_dir)
+            texts = read_texts(store) if store is not None and exists(store) else {}
+        if sha in texts:
+            yield i, sha, texts
 
 
 def first_prompt(eval_dir: Path) -> PromptRow | None:
     """The first row :func:`eval_prompts` yields, the text store read only as far as that row's text (one prompt
     needs no store read whole: the default run's holds 1319)."""
-    for i, sha, text in _prompt_rows(eval_dir):
-        if text is None:
+    plain = eval_dir / PROMPTS_FILE
+    rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
+    for row in rows:
+        i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
+        if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
+            continue
+        if not isinstance(text, str):
             store = texts_path(eval_dir)
             text = _text_of(store, sha) if store is not None and exists(store) else None
             if text is None:  # not in the store: the next rows as eval_prompts reads them

@@ -235,12 +235,18 @@ def last_literal(answer_str: str, pattern: str) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ recipes
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Question(Item):
     """One GSM8K question: an :class:`~harness.tasks.interface.Item` with its question and answer text."""
 
     question: str = ""
     answer: str = ""
+
+    def __init__(self, index: int, prompt: str, label: Any, row: int, group: str | None = None, head: str = "",
+                 question: str = "", answer: str = "") -> None:
+        Item.__init__(self, index, prompt, label, row, group, head)
+        object.__setattr__(self, "question", question)
+        object.__setattr__(self, "answer", answer)
 
 
 def one_example(row: dict[str, str], include_answer: bool) -> str:
@@ -312,13 +318,14 @@ class GSM8K(Task):
         if n > len(test.rows):
             raise DatasetError(f"{n} questions asked for; the test set has {len(test.rows)}")
         self.questions: list[Question] = [
-            self.question(i, self.few_shot + one_example(row, False), get_answer_value(row["answer"]))
+            self.question(i, one_example(row, False), get_answer_value(row["answer"]), self.few_shot)
             for i, row in enumerate(test.rows[:n])]
 
-    def question(self, i: int, prompt: str, label: Any) -> Question:
-        """Test row ``i`` asked by ``prompt``, graded against ``label``."""
+    def question(self, i: int, ask: str, label: Any, head: str = "") -> Question:
+        """Test row ``i`` asked by the prompt ``head + ask`` (``head``: the block every question shares, held
+        once), graded against ``label``."""
         row = self.test.rows[i]
-        return Question(index=i, prompt=prompt, row=i, label=label, question=row["question"],
+        return Question(index=i, prompt=ask, head=head, row=i, label=label, question=row["question"],
                         answer=row["answer"])
 
     def new_tokens(self, asked: int | None) -> int | None:

@@ -44,8 +44,8 @@ class SimpleEvalGSM8K(GSM8K):
         rest = len(test.rows) - k
         if n > rest:
             raise DatasetError(f"{n} questions asked for; the test set has {rest} after its {k} shots")
-        self.questions = [self.question(i, self.few_shot + one_example(test.rows[i], False),
-                                        simple_eval_answer_value(test.rows[i]["answer"]))
+        self.questions = [self.question(i, one_example(test.rows[i], False),
+                                        simple_eval_answer_value(test.rows[i]["answer"]), self.few_shot)
                           for i in range(k, k + n)]
 
     def stop(self) -> list[str]:
@@ -193,8 +193,8 @@ class SglEvalChatGSM8K(GSM8K):
         if n > len(test.rows):
             raise DatasetError(f"{n} questions asked for; the test set has {len(test.rows)}")
         self.few_shot = ""
-        self.questions = [self.question(i, SGL_EVAL_INSTRUCTION + test.rows[i]["question"],
-                                        sgl_eval_expected(test.rows[i]["answer"])) for i in range(n)]
+        self.questions = [self.question(i, test.rows[i]["question"], sgl_eval_expected(test.rows[i]["answer"]),
+                                        SGL_EVAL_INSTRUCTION) for i in range(n)]
 
     def stop(self) -> list[str]:
         return []

@@ -110,17 +110,33 @@ class RecipeConfig:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Item:
     """One request of an eval: its index in the eval (unique; ``samples.jsonl``'s ``index``), the prompt text
-    (the whole prompt for a completion, the user message for chat), the label it is graded against, the
-    dataset row it asks and, for a task with a breakdown (MMLU), the row's group (its subject)."""
+    (the whole prompt for a completion, the user message for chat: :attr:`prompt`), the label it is graded
+    against, the dataset row it asks and, for a task with a breakdown (MMLU), the row's group (its subject).
+
+    The prompt is held as ``head + ask``: ``head`` the part every item of the task shares (GSM8K's few-shot
+    block: one string for the whole task), ``ask`` the item's own; it is made whole when asked for, so a task of
+    13k few-shot questions does not hold its block 13k times."""
 
     index: int
-    prompt: str
+    ask: str
     label: Any
     row: int
     group: str | None = None
+    head: str = ""
+
+    def __init__(self, index: int, prompt: str, label: Any, row: int, group: str | None = None,
+                 head: str = "") -> None:
+        """``prompt``: the item's prompt after ``head`` (the whole prompt when there is no shared head)."""
+        for name, value in (("index", index), ("ask", prompt), ("label", label), ("row", row), ("group", group),
+                            ("head", head)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def prompt(self) -> str:
+        return self.head + self.ask if self.head else self.ask
 
     @property
     def prompt_sha256(self) -> str:
