@@ -139,13 +139,10 @@ class SimulatedEngineConfig(SimConfig, EngineConfig):
     stop_timeout_s: float = 10.0
 
 
-ENGINE_SCHEMAS: dict[str, type[EngineConfig]] = {
-    "sglang": SGLangEngineConfig,
-    "vllm": VLLMEngineConfig,
-    "llamacpp": LlamaCppEngineConfig,
-    "external": ExternalEngineConfig,
-    "simulated": SimulatedEngineConfig,
-}
+ENGINE_SCHEMAS: dict[str, type[EngineConfig]] = {"sglang": SGLangEngineConfig, "vllm": VLLMEngineConfig,
+                                                 "llamacpp": LlamaCppEngineConfig,
+                                                 "external": ExternalEngineConfig,
+                                                 "simulated": SimulatedEngineConfig}
 
 
 # --------------------------------------------------------------------------------------------- arms

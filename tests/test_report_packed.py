@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.packed_rows import rows_of, unpack
 from helpers.rundirs import BOLD, build_run_dir
 
 from harness.report import packed, write_report
@@ -26,7 +27,7 @@ def _rows(n: int) -> list[QuestionRow]:
 def test_columns_give_every_row_back_with_each_text_once() -> None:
     rows = _rows(200)
     cols = packed.columns(rows)
-    assert packed.rows_of(cols) == rows
+    assert rows_of(cols) == rows
     assert len(cols["s"]) == len(set(cols["s"]))  # each distinct text once
     assert len(cols["s"]) < 200  # the outputs both arms share and the repeated questions are not stored again
 
@@ -34,11 +35,11 @@ def test_columns_give_every_row_back_with_each_text_once() -> None:
 def test_small_stays_plain_and_large_is_packed(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = _rows(30)
     text, enc = packed.pack(rows)
-    assert enc is None and packed.unpack(text, enc) == rows
+    assert enc is None and unpack(text, enc) == rows
     monkeypatch.setattr(packed, "PACK_ABOVE", 100)
     text, enc = packed.pack(rows)
     assert enc == packed.ENCODING and re.fullmatch(r"[A-Za-z0-9+/=]+", text)  # nothing can end a script element
-    assert packed.unpack(text, enc) == rows
+    assert unpack(text, enc) == rows
 
 
 def _block(html: str) -> tuple[str | None, str]:
@@ -57,8 +58,8 @@ def test_a_large_report_packs_its_questions(tmp_path: Path, monkeypatch: pytest.
     small = write_report(root).read_text()
     enc2, text2 = _block(small)
     assert enc2 == packed.ENCODING
-    assert packed.unpack(text2, enc2) == packed.unpack(text, None)  # the same rows, planted markup included
-    assert any(BOLD in r["a"]["o"] + r["b"]["o"] for r in packed.unpack(text2, enc2))
+    assert unpack(text2, enc2) == unpack(text, None)  # the same rows, planted markup included
+    assert any(BOLD in r["a"]["o"] + r["b"]["o"] for r in unpack(text2, enc2))
     assert len(text2) < len(text)
 
 

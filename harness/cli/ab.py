@@ -1,11 +1,9 @@
 """``abh ab URL_A URL_B --out DIR``: evaluate two servers that are already running, then compare them.
 
-A run of the pipeline (:func:`harness.orchestrate.pipeline.run_job`) over the experiment ``ab``
-(``configs/experiment/ab.yaml``: the external engine, one server per arm given by its URL), composed by Hydra
-from this command line, with ``abh run``'s schedule, resume rule, outputs and exit codes (docs/commands.md).
-Every eval of one URL counts as one launch (``url:...``); ``--aa URL_A2`` adds a second launch of A, the A/A
-control. What would make the run meaningless is refused before any question: URLs swapped on a rerun, a server
-that does not answer (exit 4), servers of different models (exit 2).
+A run of the pipeline over experiment ``ab`` (configs/experiment/ab.yaml: the external engine) composed from
+this command line, with ``abh run``'s schedule, resume rule, outputs and exit codes. Every eval of one URL is
+one launch; ``--aa URL_A2`` adds a second launch of A. Refused before any question: URLs swapped on a rerun, a
+server that does not answer (exit 4), servers of different models (exit 2).
 """
 
 from __future__ import annotations
@@ -19,14 +17,7 @@ from pathlib import Path
 
 from harness import exitcodes
 from harness.analysis.gate import ASSUME_FLAG, FAIL_ON
-from harness.cli.flags import (
-    HelpFormatter,
-    add_api_flag,
-    add_client_flags,
-    add_task_flags,
-    add_verdict_flags,
-    as_flags,
-)
+from harness.cli import flags
 from harness.config import ConfigError, validate
 from harness.exitcodes import Failure
 from harness.serving.settings import ClientSettings
@@ -50,7 +41,7 @@ def hydra_value(value: object) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="abh ab", formatter_class=HelpFormatter,
+        prog="abh ab", formatter_class=flags.HelpFormatter,
         description="Evaluate two running servers (interleaved: A r1, B r1, A r2, ...) and compare them; "
                     "rerun the same command to resume. Effects and margins are in percentage points (pp).")
     ap.add_argument("url_a", metavar="URL_A", help="base URL of arm A's server (the baseline)")
@@ -62,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
                          "without it the accuracy verdict is about the two server instances only and divergence "
                          "is not measured")
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory")
-    add_api_flag(ap)
+    flags.add_api_flag(ap)
     ap.add_argument("--task", default=None, metavar="NAME[,NAME...]",
                     help="the task (a file of configs/task/: gsm8k, gsm8k_vllm, mmlu, mgsm_en, gpqa_diamond, ...; default "
                          "gsm8k); several, comma-separated, are each evaluated on every eval of both servers, with a "
@@ -74,11 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", action="append", default=None, metavar="[TASK=]PATH",
                     help="the task's data: a file or directory, hf:REPO[:CONFIG] or an URL (GSM8K: test JSONL; default: "
                          "the embedded copy); with several tasks, TASK=PATH for each (repeat the option)")
-    add_task_flags(ap)
-    add_client_flags(ap)
+    flags.add_task_flags(ap)
+    flags.add_client_flags(ap)
     ap.add_argument("--wait-ready", type=float, metavar="S", default=60.0,
                     help="wait up to this many seconds for each server to serve before its first eval")
-    add_verdict_flags(ap, "the question asked (noninferiority and equivalence need --margin)")
+    flags.add_verdict_flags(ap, "the question asked (noninferiority and equivalence need --margin)")
     ap.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE, metavar="FRACTION",
                     help="share of questions lost to request errors above which the arms are not comparable "
                          f"(exit {exitcodes.TOO_MANY_ERRORS})")
@@ -332,7 +323,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
                               stall_timeout_s=a.stall_timeout, progress_timeout_s=a.progress_timeout,
                               max_bytes_per_token=a.max_bytes_per_token).problems()
     if problems:  # the settings' own ranges, before any server is asked anything
-        ap.error(as_flags(problems[0]))
+        ap.error(flags.as_flags(problems[0]))
     try:
         if a.out.exists() and not a.out.is_dir():
             raise Failure(exitcodes.BAD_CONFIG, f"--out {a.out} exists and is not a directory")

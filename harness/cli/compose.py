@@ -11,36 +11,26 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import (
-    CONFIG_DIR,
-    ENGINE_SCHEMAS,
-    ArmConfig,
-    Config,
-    ConfigError,
-    DivergenceConfig,
-    StatsConfig,
-    TaskSpec,
-    name_problem,
-)
+from harness import config
 
 
 def register() -> None:
     cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    for name, schema in ENGINE_SCHEMAS.items():
+    cs.store(name="config_schema", node=config.Config)
+    for name, schema in config.ENGINE_SCHEMAS.items():
         cs.store(group="engine", name=f"{name}_schema", node=schema)
-    cs.store(group="task", name="task_schema", node=TaskSpec)
-    cs.store(group="stats", name="stats_schema", node=StatsConfig)
-    cs.store(group="divergence", name="divergence_schema", node=DivergenceConfig)
-    cs.store(group="arms", name="arm_schema", node=ArmConfig)
+    cs.store(group="task", name="task_schema", node=config.TaskSpec)
+    cs.store(group="stats", name="stats_schema", node=config.StatsConfig)
+    cs.store(group="divergence", name="divergence_schema", node=config.DivergenceConfig)
+    cs.store(group="arms", name="arm_schema", node=config.ArmConfig)
 
 
 def _run_name(name: Any) -> str:
     """``experiment.name`` where it names a directory (``hydra.run.dir``, ``hydra.sweep.dir``): checked as
     Hydra resolves the directory, before it makes it (``../../x`` would make a directory of the caller's choosing)."""
-    problem = name_problem(name)
+    problem = config.name_problem(name)
     if problem:
-        raise ConfigError(problem)
+        raise config.ConfigError(problem)
     return str(name)
 
 
@@ -54,7 +44,7 @@ def compose_config(argv_overrides: list[str], with_hydra: bool = False) -> DictC
     ``hydra`` node)."""
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3", job_name="abh_ab"):
+    with initialize_config_dir(str(config.CONFIG_DIR), version_base="1.3", job_name="abh_ab"):
         return compose("config", overrides=argv_overrides, return_hydra_config=with_hydra)
 
 

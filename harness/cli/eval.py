@@ -63,14 +63,7 @@ def _parser() -> argparse.ArgumentParser:
 def _eval(argv: list[str]) -> int:
     from pathlib import Path
 
-    from harness.measure.evaluation import (
-        EvalOptions,
-        Interrupted,
-        ServerGone,
-        WrongServer,
-        format_summary,
-        run_task_eval_async,
-    )
+    from harness.measure import evaluation
     from harness.measure.runner import run
     from harness.results.eval_store import OutputError, StoreError
     from harness.serving.client import ClientConfig
@@ -108,35 +101,32 @@ def _eval(argv: list[str]) -> int:
     except (DatasetError, ValueError) as e:
         print(f"abh eval: error: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
-    opts = EvalOptions(progress=not a.no_progress, wait_ready_s=a.wait_ready,
-                       on_status=lambda s: print(f"abh eval: {s}", file=sys.stderr))
+    opts = evaluation.EvalOptions(progress=not a.no_progress, wait_ready_s=a.wait_ready,
+                                  on_status=lambda s: print(f"abh eval: {s}", file=sys.stderr))
     try:
-        summary = run(run_task_eval_async(lambda mp: registry.build(spec, data, a.model_path or mp), ccfg, out,
-                                          opts))
-    except WrongServer as e:
-        print(f"abh eval: error: {e}", file=sys.stderr)
-        return exitcodes.BAD_CONFIG
-    except ServerGone as e:
-        kept = f"; answers so far are in {a.out}, rerun the same command to resume" if out.is_dir() else ""
-        print(f"abh eval: server failure: {e}{kept}", file=sys.stderr)
-        return exitcodes.SERVER_FAILURE
-    except Interrupted as e:
-        print(f"abh eval: interrupted by {e}; answers so far are in {a.out}. Rerun the same command to resume."
-              if out.is_dir() else f"abh eval: interrupted by {e} before any answer; nothing was written.",
-              file=sys.stderr)
-        return 128 + e.signum
+        summary = run(evaluation.run_task_eval_async(
+            lambda mp: registry.build(spec, data, a.model_path or mp), ccfg, out, opts))
     except OutputError as e:  # one clear line, not a traceback, for operational errors
         kept = (f"; the answers written before it are kept in {a.out}: free space (or fix the permissions) "
                 "and rerun the same command to resume") if out.is_dir() else ""
         print(f"abh eval: error: {e}{kept}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
-    except (StoreError, DatasetError) as e:
+    except (evaluation.WrongServer, StoreError, DatasetError) as e:  # WrongServer before its base ServerGone
         print(f"abh eval: error: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
+    except evaluation.ServerGone as e:
+        kept = f"; answers so far are in {a.out}, rerun the same command to resume" if out.is_dir() else ""
+        print(f"abh eval: server failure: {e}{kept}", file=sys.stderr)
+        return exitcodes.SERVER_FAILURE
+    except evaluation.Interrupted as e:
+        print(f"abh eval: interrupted by {e}; answers so far are in {a.out}. Rerun the same command to resume."
+              if out.is_dir() else f"abh eval: interrupted by {e} before any answer; nothing was written.",
+              file=sys.stderr)
+        return 128 + e.signum
     except OSError as e:  # a directory that cannot be made or opened
         print(f"abh eval: error: {a.out}: {e.strerror or e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
-    print(format_summary(summary))
+    print(evaluation.format_summary(summary))
     if summary["errors"]:
         print(f"{summary['errors']} request(s) failed after retries; rerun the same command to retry them.",
               file=sys.stderr)

@@ -1,9 +1,5 @@
-"""Hydra's composition errors in abh's one-line style.
-
-Hydra reports a mistyped key, a missing config option or an unreadable override in 7-13 lines: its exception,
-the OmegaConf cause with ``full_key`` / ``object_type`` lines, the config search path and a hint about
-``HYDRA_FULL_ERROR``; for an unknown key it suggests ``+key=value``, which abh refuses (an unknown key is a
-typo). :func:`one_line` turns each into one sentence naming the key as typed and the closest one that exists.
+"""Hydra's composition errors (7-13 lines each, suggesting ``+key=value`` for an unknown key, which abh
+refuses as a typo) in abh's one-line style, naming the key as typed and the closest one that exists.
 """
 
 from __future__ import annotations

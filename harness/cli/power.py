@@ -10,15 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.analysis.planning import (
-    Plan,
-    PlanError,
-    format_plan,
-    make_plan,
-    per_repeat_cost,
-    plan_from_run,
-    power_figures,
-)
+from harness.analysis import planning
 from harness.cli.flags import HelpFormatter
 from harness.stats import group_sequential as sq
 
@@ -91,20 +83,20 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     if a.aa_launches is not None and a.aa_launches < 0:
         ap.error("--aa-launches must be >= 0")
     launch_sd = None if a.launch_sd is None else a.launch_sd / 100
-    plan: Plan | None  # the sequential plan, when one is asked for
+    plan: planning.Plan | None  # the sequential plan, when one is asked for
     if a.run_dir is not None:
         if a.effect is None:
             ap.error("--from needs --effect PP")
         if a.n is not None or a.p is not None or a.discordance is not None:
             ap.error("--from reads n, accuracy and discordance from the run; drop --n/--p/--discordance")
         try:
-            plan = plan_from_run(a.run_dir, _effect_fraction(ap, a.effect, None), a.alpha, a.power, a.launch_s,
-                                 a.eval_s, a.gpus, a.min_repeats, a.spending, not a.no_futility, launch_sd,
-                                 a.aa_launches)
-        except PlanError as e:
+            plan = planning.plan_from_run(a.run_dir, _effect_fraction(ap, a.effect, None), a.alpha, a.power,
+                                          a.launch_s, a.eval_s, a.gpus, a.min_repeats, a.spending,
+                                          not a.no_futility, launch_sd, a.aa_launches)
+        except planning.PlanError as e:
             print(f"abh power: {e}", file=sys.stderr)
             return 2
-        print(json.dumps(plan, indent=2) if a.json else format_plan(plan))
+        print(json.dumps(plan, indent=2) if a.json else planning.format_plan(plan))
         return 0
     if a.n is None or a.p is None:
         ap.error("give --from RUN_DIR, or --n and --p")
@@ -115,18 +107,19 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         ap.error("--n and --repeats must be positive")
     alpha = 0.05 if a.alpha is None else a.alpha
     effect = None if a.effect is None else _effect_fraction(ap, a.effect, a.n)
-    f = power_figures(a.n, a.p, a.discordance, a.repeats, effect, alpha, a.power)
+    f = planning.power_figures(a.n, a.p, a.discordance, a.repeats, effect, alpha, a.power)
     plan = None
     if effect is not None and a.discordance is not None:
         per_repeat = None
         if a.launch_s is not None or a.eval_s is not None or a.gpus is not None:
             ls, es, g = a.launch_s or 0.0, a.eval_s or 0.0, a.gpus or 0
-            per_repeat = per_repeat_cost({"a": ls, "b": ls}, {"a": es, "b": es}, {"a": 0.0, "b": 0.0},
-                                         {"a": g, "b": g}, "options")
-        plan = make_plan(effect, a.n, a.discordance, alpha, a.power, per_repeat, a.min_repeats, a.spending,
-                         not a.no_futility, launch_sigma2=None if launch_sd is None else launch_sd**2,
-                         aa_launches=a.aa_launches or 0,
-                         launch_source=None if launch_sd is None else f"assumed: --launch-sd {a.launch_sd:g} pp")
+            per_repeat = planning.per_repeat_cost({"a": ls, "b": ls}, {"a": es, "b": es},
+                                                  {"a": 0.0, "b": 0.0}, {"a": g, "b": g}, "options")
+        plan = planning.make_plan(effect, a.n, a.discordance, alpha, a.power, per_repeat, a.min_repeats,
+                                  a.spending, not a.no_futility,
+                                  launch_sigma2=None if launch_sd is None else launch_sd**2,
+                                  aa_launches=a.aa_launches or 0, launch_source=None if launch_sd is None
+                                  else f"assumed: --launch-sd {a.launch_sd:g} pp")
     if a.json:
         print(json.dumps({**f, "plan": plan} if plan else f, indent=2))
         return 0
@@ -146,7 +139,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     elif effect is not None:
         print("  repeats needed: give --discordance PSI (the A/A discordance)")
     if plan is not None:
-        print(format_plan(plan))
+        print(planning.format_plan(plan))
     return 0
 
 

@@ -7,15 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import exitcodes
-from harness.report import (
-    ReportError,
-    detect,
-    export_samples,
-    write_markdown,
-    write_report,
-    write_sweep_report,
-)
+from harness import exitcodes, report
 from harness.results.schema import SchemaError
 
 
@@ -33,7 +25,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--screenshot", type=Path, default=None, metavar="PNG",
                     help="also render the page in headless Chromium and save a full-page screenshot")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    kind = detect(args.dir)
+    kind = report.detect(args.dir)
     if kind is None:
         why = "does not exist" if not args.dir.exists() else \
             "holds no manifest.json (run), comparison.json (comparison) or sweep_summary.json (sweep)"
@@ -42,22 +34,22 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     written: list[Path] = []
     try:
         if kind == "sweep":
-            written += [write_sweep_report(args.dir), write_markdown(args.dir)]
+            written += [report.write_sweep_report(args.dir), report.write_markdown(args.dir)]
         else:
-            written.append(write_report(args.dir))
+            written.append(report.write_report(args.dir))
             if kind == "tasks":  # several tasks: each task's own files, then the run's markdown
                 from harness.results import schema
 
                 for sub in sorted((args.dir / schema.TASKS_DIR).glob(f"*/{schema.COMPARISON_FILE}")):
-                    written += [write_report(sub.parent), write_markdown(sub.parent)]
-                written.append(write_markdown(args.dir))
+                    written += [report.write_report(sub.parent), report.write_markdown(sub.parent)]
+                written.append(report.write_markdown(args.dir))
             elif (args.dir / "comparison.json").exists():
-                written.append(write_markdown(args.dir))
+                written.append(report.write_markdown(args.dir))
                 if args.export:
-                    written += export_samples(args.dir)
+                    written += report.export_samples(args.dir)
             elif args.export:
-                raise ReportError(f"{args.dir} holds no comparison.json: nothing to export")
-    except (ReportError, SchemaError) as e:
+                raise report.ReportError(f"{args.dir} holds no comparison.json: nothing to export")
+    except (report.ReportError, SchemaError) as e:
         print(f"abh report: {e}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     for path in written:

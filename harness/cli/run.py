@@ -1,8 +1,6 @@
-"""``abh run``: the Hydra app. It hands the overrides to Hydra, runs the pipeline
-(:func:`harness.orchestrate.pipeline.run_experiment`) as the Hydra job, and maps every way out to abh's exit codes.
-
-Exit codes (:mod:`harness.exitcodes`) leave through the job's return value: the job returns the code and the
-:class:`ExitCode` callback (configs/config.yaml) raises :class:`RunExit` with it at the end of the run (or sweep).
+"""``abh run``: the Hydra app. It runs the pipeline as the Hydra job; the job returns the exit code and the
+:class:`ExitCode` callback (configs/config.yaml) raises :class:`RunExit` with it at the end of the run or
+sweep.
 """
 
 from __future__ import annotations

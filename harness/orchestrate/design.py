@@ -1,10 +1,7 @@
-"""The design a run is about to execute, stated before the first server starts: server launches per arm, passes
-(evals) per launch, whether launch-to-launch noise is sampled, and the expected GPU cost when earlier sessions
-timed launches and evals.
-
-Why: reusing a launch for several passes is much cheaper where a launch costs tens of minutes, but then the
-repeats share whatever the launch fixed (autotuning, memory layout), so a launch-wide shift cannot be told
-from the change. The harness does not pick silently: it prints the trade-off and its cost.
+"""The design a run is about to execute, stated before the first server starts: launches per arm, passes per
+launch, whether launch-to-launch noise is sampled, and the expected GPU cost. Reusing a launch is much
+cheaper, but its repeats then share whatever the launch fixed, so a launch-wide shift cannot be told from the
+change: the harness prints the trade-off rather than pick silently.
 """
 
 from __future__ import annotations

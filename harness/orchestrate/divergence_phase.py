@@ -1,14 +1,10 @@
 """The divergence's scoring passes in ``abh run``: the reference arm's greedy texts (repeat 1) scored
-teacher-forced (:mod:`harness.measure.divergence_pass`) on the launches
-:func:`harness.orchestrate.schedule.with_scoring` places them on, each pass into that launch's eval directory
-(the floor of reference ``a`` into ``evals/aa/r1/``, of ``b`` into ``evals/bb/r1/``) and into the manifest's
-``scoring``. What the passes measure, and why the floor needs a fresh launch: docs/statistics.md,
-"Divergence".
+teacher-forced on the launches :func:`harness.orchestrate.schedule.with_scoring` places them on, each into
+that launch's eval directory and the manifest's ``scoring`` (why the floor needs a fresh launch:
+docs/statistics.md).
 
-A pass is kept on a rerun when it scored the same reference texts at the same ``top_k``, every question it was
-to, against the reference pass as it is now; a second pass on one launch (a server abh did not start is one
-launch whatever the schedule planned) is not scored. A server that dies or hangs stops the run as in an eval
-(exit 4), the questions scored so far kept as a partial pass.
+A pass is kept on a rerun when it scored the same reference texts at the same ``top_k`` against the reference
+pass as it is now. A server that dies or hangs stops the run as in an eval (exit 4), its partial pass kept.
 """
 
 from __future__ import annotations
@@ -118,9 +114,8 @@ class ScoringPhase:
         self.manifest.record("scoring", scoring)
         ccfg = ClientConfig.of(cfg.client, url=engine.url, api=engine.api)
         opts = ScoringOptions(top_k=self.top_k, parallel=cfg.divergence.parallel, batch=cfg.divergence.batch,
-                              reference_scores=ref_scores,
-                              progress=cfg.progress,
-                              abort_check=engine.alive, meta=meta)
+                              reference_scores=ref_scores, progress=cfg.progress, abort_check=engine.alive,
+                              meta=meta)
         try:
             result = self.interrupts.run_async(score_pass_async(ref_eval, ccfg, out, opts))
         except Interrupted:

@@ -30,56 +30,21 @@ from harness.analysis.multitask import format_tasks
 from harness.analysis.routing import compute_routing
 from harness.arms import sourcediff
 from harness.arms.arm import ArmError, ResolvedArm, resolve_arm
-from harness.checks.armdiff import (
-    ArmDiffRow,
-    LaunchDescription,
-    arm_diff,
-    describe_launch,
-    disallowed,
-    server_info_diff,
-    static_description,
-)
+from harness.checks import armdiff
 from harness.checks.result import CheckResult, SideAssertionError, assert_checks
 from harness.checks.static import run_static_checks
-from harness.config import (
-    SETTING_KEYS,
-    Config,
-    ConfigError,
-    EngineConfig,
-    SimulatedEngineConfig,
-    arms_root,
-)
+from harness.config import SETTING_KEYS, Config, ConfigError, EngineConfig, SimulatedEngineConfig, arms_root
 from harness.engines import Engine, EngineError, LaunchSpec, PortInUseError, create_engine, engine_class
 from harness.engines.preflight import Preflight
 from harness.exitcodes import Failure
 from harness.measure.evaluation import EvalOptions, ServerGone, WrongServer, run_task_eval_async
-from harness.orchestrate import resumed_design
+from harness.orchestrate import resumed_design, rundir, tasks_phase
 from harness.orchestrate.design import SequentialSchedule, describe, format_design, times_from_cost
 from harness.orchestrate.divergence_phase import ScoringPhase
 from harness.orchestrate.interrupts import Interrupted, Interrupts
-from harness.orchestrate.rundir import (
-    COMPARISON,
-    RUN_LOG,
-    RUN_SUMMARY,
-    DatasetRecord,
-    Manifest,
-    RunLog,
-    check_resume,
-    config_digest,
-    non_semantic_keys,
-    refuse_planted_links,
-    write_failure_summary,
-)
 from harness.orchestrate.schedule import Step, schedule, sequential_schedule, with_scoring
 from harness.orchestrate.sequential import Looks, apply_to_comparison, design_of
 from harness.orchestrate.servers import Launch, ServerPool
-from harness.orchestrate.tasks_phase import (
-    RunTask,
-    combined_summary,
-    compare_run_tasks,
-    load_tasks,
-    write_task_outputs,
-)
 from harness.report import write_markdown, write_report
 from harness.report.cost_section import sequential_line
 from harness.report.divergence_section import terminal_line
@@ -148,14 +113,14 @@ class Run:
     """One experiment in its run directory, phase by phase (see the module docstring). Every event goes to
     the manifest as it happens; every line to the user goes through ``log``."""
 
-    def __init__(self, cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunLog,
+    def __init__(self, cfg: Config, run_dir: Path, interrupts: Interrupts, log: rundir.RunLog,
                  command: list[str] | None = None, unset_env: dict[str, str] | None = None):
         #: arm key -> the environment variable its source path was to come from, unset (the path: a placeholder)
         self.unset_env = unset_env or {}
         #: the command line that asked for the run, when it was not ``abh run`` (``abh ab``: shown in the report)
         self.command = command
         #: every task of the run with its data, loaded and built once (bad data stops here, before any server)
-        self.tasks: list[RunTask] = load_tasks(cfg)
+        self.tasks: list[tasks_phase.RunTask] = tasks_phase.load_tasks(cfg)
         self.test = next((t.data.test for t in self.tasks if t.spec.name == "gsm8k"), self.tasks[0].data.test)
         #: the simulator's answer key for the tasks whose prompts it does not parse (written by :meth:`_open`)
         self.answer_key = ""
@@ -174,7 +139,7 @@ class Run:
         # one process per run directory, before anything in it is read or written (released by run_experiment)
         self.lock = DirLock(run_dir, "run directory").acquire()
         try:
-            refuse_planted_links(run_dir)  # before anything in it is read, and before any server
+            rundir.refuse_planted_links(run_dir)  # before anything in it is read, and before any server
             self._open(cfg, run_dir, command)
         except BaseException:
             self.lock.release()
@@ -190,13 +155,13 @@ class Run:
             self.answer_key = str(written) if written else ""
         resolved = dataclasses.asdict(cfg)  # what manifest.json stores as ``config``
         ignores = engine_class(cfg.engine.kind).diff_ignore
-        digest = config_digest(resolved, non_semantic_keys(ignores, list(cfg.arms)))
-        self.manifest = Manifest(run_dir, enabled=not cfg.dry_run)
+        digest = rundir.config_digest(resolved, rundir.non_semantic_keys(ignores, list(cfg.arms)))
+        self.manifest = rundir.Manifest(run_dir, enabled=not cfg.dry_run)
         if not cfg.dry_run:  # abh ab names its run directory --out
-            check_resume(self.manifest.data, digest, run_dir,
-                         "--out" if self.command_name == "ab" else "hydra.run.dir")
-        dataset: DatasetRecord = {"sha256": self.test.sha256, "source": self.test.source,
-                                  "canonical": self.test.canonical, "rows": len(self.test)}
+            rundir.check_resume(self.manifest.data, digest, run_dir,
+                                "--out" if self.command_name == "ab" else "hydra.run.dir")
+        dataset: rundir.DatasetRecord = {"sha256": self.test.sha256, "source": self.test.source,
+                                         "canonical": self.test.canonical, "rows": len(self.test)}
         if self.several:
             dataset["tasks"] = {t.key: {"task": t.spec.name, "recipe": t.probe.recipe.name,
                                         "sha256": t.data.test.sha256, "source": t.data.test.source,
@@ -240,19 +205,20 @@ class Run:
         engine.http_headers = bearer_headers(self.cfg.client)
         return arm, engine
 
-    def prepare_arms(self) -> tuple[list[ArmDiffRow], list[ArmDiffRow]]:
+    def prepare_arms(self) -> tuple[list[armdiff.ArmDiffRow], list[armdiff.ArmDiffRow]]:
         """Resolve each arm and its engine; return (differences between the static launches, the disallowed)."""
-        descs: dict[str, LaunchDescription] = {}
+        descs: dict[str, armdiff.LaunchDescription] = {}
         try:
             for role, key in self.keys.items():
                 self.arms[key], self.engines[key] = self.resolve(key, f"{role}-{key}")
-                descs[key] = static_description(describe_launch(self.arms[key], self.engines[key]))
+                launch = armdiff.describe_launch(self.arms[key], self.engines[key])
+                descs[key] = armdiff.static_description(launch)
             if self.aa_key is not None:  # the floor's own server (abh ab --aa): not one of the compared arms
                 self.arms[self.aa_key], self.engines[self.aa_key] = self.resolve(self.aa_key, f"aa-{self.aa_key}")
         except (ArmError, EngineError, OSError) as e:
             raise ConfigError(f"cannot prepare arms: {e}") from None
-        diffs = arm_diff(descs)
-        bad = disallowed(diffs, self.allowed)
+        diffs = armdiff.arm_diff(descs)
+        bad = armdiff.disallowed(diffs, self.allowed)
         self.manifest.record_arms({k: {"launch": descs[k], "name": printable(self.arms[k].name, one_line=True),
                                        "side": printable(self.arms[k].side, one_line=True),
                                        "deterministic": self.engines[k].deterministic_record()}
@@ -282,7 +248,7 @@ class Run:
         self.manifest.record("preflight", {p.arm: p.to_doc() for p in results})
         return results
 
-    def refuse(self, bad: list[ArmDiffRow], preflights: list[Preflight],
+    def refuse(self, bad: list[armdiff.ArmDiffRow], preflights: list[Preflight],
                checks: dict[str, list[CheckResult]] | None = None) -> None:
         """What stops a run before its first server, in order: the preflight (2), a disallowed difference
         between the arms (6), a source outside ``experiment.fix_files`` (6), a static side check (3). A dry
@@ -310,7 +276,7 @@ class Run:
         self.manifest.record_static_checks({k: [r.to_dict() for r in rs] for k, rs in results.items()})
         return results
 
-    def print_dry_run(self, diffs: list[ArmDiffRow], checks: dict[str, list[CheckResult]]) -> None:
+    def print_dry_run(self, diffs: list[armdiff.ArmDiffRow], checks: dict[str, list[CheckResult]]) -> None:
         for role, key in self.keys.items():
             print_launch(role, self.arms[key], self.engines[key].launch_spec())
         print("\ndeterministic inference (engine.deterministic):")
@@ -337,12 +303,12 @@ class Run:
         launch = self.pool.acquire(item.arm_key, item.role, fresh=item.fresh, label=label)
         if not self.live_diff_checked and self.pool.launched >= set(self.keys.values()):
             self.live_diff_checked = True
-            full = {k: describe_launch(self.arms[k], self.engines[k]) for k in self.keys.values()}
-            diffs = arm_diff(full)
-            bad = disallowed(diffs, self.allowed)
+            full = {k: armdiff.describe_launch(self.arms[k], self.engines[k]) for k in self.keys.values()}
+            diffs = armdiff.arm_diff(full)
+            bad = armdiff.disallowed(diffs, self.allowed)
             self.manifest.record_live_diff(full, diffs, bad)
             # /server_info of both arms, diffed like the launch: shown and recorded, not enforced
-            info_diff = server_info_diff({k: self.server_info(k) for k in self.keys.values()})
+            info_diff = armdiff.server_info_diff({k: self.server_info(k) for k in self.keys.values()})
             self.manifest.record("server_info_diff", info_diff)
             if info_diff:  # one line; each difference is in run.log and manifest.json
                 keys = [str(d["key"]) for d in info_diff]
@@ -532,7 +498,7 @@ class Run:
                     acc = summaries[-1]["accuracy"]
                     self.log.say(f"  {rel}/{t.key}: accuracy {acc:.4f}, errors {summaries[-1]['errors']}"
                                  if acc is not None else f"  {rel}/{t.key}: no answers")
-            summary = summaries[0] if not self.several else combined_summary(summaries)
+            summary = summaries[0] if not self.several else tasks_phase.combined_summary(summaries)
         except Interrupted:
             self.manifest.eval_ended(rel, "interrupted")
             raise
@@ -633,7 +599,7 @@ class Run:
                                                 len(m.data.get("sessions", [])))
         if changed:  # said in the result as in the plan
             comparison = replace(comparison, warnings=[*comparison.warnings, changed])
-        schema.write_comparison(run_dir / COMPARISON, comparison)
+        schema.write_comparison(run_dir / rundir.COMPARISON, comparison)
         gate = self.cfg.fail_on
         code = comparison_exit(comparison, gate)  # 5, or 7 for --fail-on
         line = headline(comparison)
@@ -641,7 +607,7 @@ class Run:
                                      repeats=int(x.repeats) if seq is None else seq.repeats_run,
                                      aa_control=bool(x.aa_control), exit_code=code, design=self._design(),
                                      cost=cost, sequential=seq, headline=line)
-        schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
+        schema.write_run_summary(run_dir / rundir.RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
         if self.cfg.verbose:  # the statistician's summary, then the cost (arm names are anyone's text)
             print(printable(format_table(summary, comparison)))
@@ -661,10 +627,10 @@ class Run:
         tasks.json, summary.json (its verdict: the overall decision)."""
         x, run_dir, m = self.x, self.run_dir, self.manifest
         names = schema.ArmNames(a=self.arms[x.a].name, b=self.arms[x.b].name)
-        comparisons, tc = compare_run_tasks(self.tasks, dirs, names=names,
-                                            command=list(self.command) if self.command else None,
-                                            **self._compare_settings())
-        write_task_outputs(run_dir, comparisons, tc, report=False)
+        comparisons, tc = tasks_phase.compare_run_tasks(self.tasks, dirs, names=names,
+                                                        command=list(self.command) if self.command else None,
+                                                        **self._compare_settings())
+        tasks_phase.write_task_outputs(run_dir, comparisons, tc, report=False)
         cost = self.cost()
         m.record("cost", cost.to_doc())
         gate = self.cfg.fail_on
@@ -677,7 +643,7 @@ class Run:
             simulated=tc.simulated, accuracy={}, arms={"a": names.a, "b": names.b}, repeats=int(x.repeats),
             aa_control=bool(x.aa_control), design=self._design(tasks=[t.key for t in self.tasks]), cost=cost,
             tasks={r.key: r.verdict_holm for r in tc.rows})
-        schema.write_run_summary(run_dir / RUN_SUMMARY, summary)
+        schema.write_run_summary(run_dir / rundir.RUN_SUMMARY, summary)
         m.record_status(code, summary.verdict)
         print(f"experiment {x.name}: {names.a} (A) vs {names.b} (B), {len(self.tasks)} tasks x {x.repeats} "
               "repeat(s), every task on every launch")
@@ -700,7 +666,7 @@ class Run:
         run_dir = self.run_dir
         try:
             if tasks is not None:
-                write_task_outputs(run_dir, *tasks, report=True)
+                tasks_phase.write_task_outputs(run_dir, *tasks, report=True)
             self.log.say(f"report: {write_report(run_dir)}, {write_markdown(run_dir)}")
         except OutputError as e:  # a full disk: the measured verdict is in comparison.json already
             self.log.say(f"report not written: {e}")
@@ -708,7 +674,7 @@ class Run:
         except Exception as e:  # noqa: BLE001 - a report bug must not take the measured verdict with it
             self.log.write(traceback.format_exc())
             self.log.say(f"report not written: unexpected error (this is a bug): {type(e).__name__}: {e}; "
-                         f"traceback in {run_dir / RUN_LOG}")
+                         f"traceback in {run_dir / rundir.RUN_LOG}")
             return code or exitcodes.UNEXPECTED
         return code
 
@@ -733,14 +699,14 @@ def _cannot_compare(e: CompareError) -> Failure:
                    "retry the failed requests.")
 
 
-def refuse_disallowed(bad: list[ArmDiffRow], what: str = "the arms differ") -> None:
+def refuse_disallowed(bad: list[armdiff.ArmDiffRow], what: str = "the arms differ") -> None:
     if bad:
         raise Failure(exitcodes.ARMS_DIFFER, f"{what} in something the experiment does not allow: "
                       + "; ".join(d["key"] for d in bad)
                       + ". Nothing is measured; declare it in experiment.allowed_differences if intended.")
 
 
-def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: RunLog,
+def run_experiment(cfg: Config, run_dir: Path, interrupts: Interrupts, log: rundir.RunLog,
                    command: list[str] | None = None, unset_env: dict[str, str] | None = None) -> int:
     """Run (or resume) the experiment in ``run_dir``; return the exit code (failures raise)."""
     run = Run(cfg, run_dir, interrupts, log, command, unset_env)
@@ -790,7 +756,7 @@ def exit_for(e: BaseException) -> tuple[int, str] | None:
 
 def refuse_config(e: ConfigError, run_dir: Path, dry_run: bool) -> int:
     """A config the door refused: its one line (in run.log too), exit 2; a dry run leaves no directory."""
-    RunLog(None if dry_run else run_dir).say(f"error: {e}")
+    rundir.RunLog(None if dry_run else run_dir).say(f"error: {e}")
     if dry_run:
         with contextlib.suppress(OSError):
             run_dir.rmdir()
@@ -803,7 +769,7 @@ def run_job(cfg: Config, run_dir: Path, command: list[str] | None = None,
     exit code and one line (a bug: its traceback in run.log), and a failed run leaves its failure summary.
     ``command``: the (redacted) command line that asked for it, recorded with the results; ``unset_env``: see
     :class:`Run`."""
-    log = RunLog(None if cfg.dry_run else run_dir, verbose=cfg.verbose)  # a dry run writes nothing
+    log = rundir.RunLog(None if cfg.dry_run else run_dir, verbose=cfg.verbose)  # a dry run writes nothing
     with Interrupts() as interrupts:
         try:
             code = run_experiment(cfg, run_dir, interrupts, log, command, unset_env)
@@ -822,7 +788,7 @@ def run_job(cfg: Config, run_dir: Path, command: list[str] | None = None,
                 if log.path is None:  # a dry run: no run.log
                     traceback.print_exc()
                 line = (f"abh: unexpected error (this is a bug): {type(e).__name__}: {e}; traceback "
-                        + (f"in {run_dir / RUN_LOG}" if log.path is not None else "above"))
+                        + (f"in {run_dir / rundir.RUN_LOG}" if log.path is not None else "above"))
                 print(redact_text(line), file=sys.stderr, flush=True)
                 log.write(line)
                 reason = f"unexpected error (a bug): {type(e).__name__}: {e}"
@@ -832,7 +798,7 @@ def run_job(cfg: Config, run_dir: Path, command: list[str] | None = None,
                 reason = line
             if code not in (exitcodes.BAD_CONFIG, *INTERRUPTED_CODES) and not cfg.dry_run:
                 with contextlib.suppress(Exception):  # the failure is reported already; this is the record
-                    write_failure_summary(run_dir, cfg.experiment.name, code, reason)
+                    rundir.write_failure_summary(run_dir, cfg.experiment.name, code, reason)
     if cfg.dry_run:  # Hydra made the run directory for it: a dry run leaves none behind (one that holds files stays)
         with contextlib.suppress(OSError):
             run_dir.rmdir()

@@ -1,10 +1,7 @@
 """The routing passes of ``abh run``: right after each divergence scoring pass, on the same launch, the routed
-experts of the same reference tokens (:mod:`harness.measure.routing_pass`), into the same directory.
-
-The routing's shape (``top_k``, experts) comes from what the run knows, first found wins: the arm's
-``routed_experts`` side check, the simulated engine's knobs, the model's ``config.json``. Where none names a
-``top_k`` the model is dense and the pass ``not_applicable``; an MoE whose routing cannot be read is
-``not_measured`` with the reason.
+experts of the same reference tokens, into the same directory. The routing's shape comes from the arm's
+``routed_experts`` check, the simulated engine or the model's ``config.json`` (first found wins); no ``top_k``
+anywhere: a dense model, ``not_applicable``.
 """
 
 from __future__ import annotations

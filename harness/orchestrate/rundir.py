@@ -41,10 +41,10 @@ RUN_LOG = "run.log"
 #: Config keys (dotted prefixes) that do not change what is measured: a rerun may change them and resume.
 #: Statistics are recomputed from the stored answers; scheduling options change when, not what, is asked;
 #: the scoring passes (``divergence``) record what they scored and are redone when it changed.
-NON_SEMANTIC = ("progress", "verbose", "report", "dry_run", "fail_on", "stats", "client.request_timeout_s", "client.retries",
-                "client.backoff_s", "client.stall_timeout_s", "client.api_key", "client.api_key_env",
-                "client.max_bytes_per_token", "client.read_timeout_s", "client.progress_timeout_s",
-                "experiment.description", "experiment.order",
+NON_SEMANTIC = ("progress", "verbose", "report", "dry_run", "fail_on", "stats", "client.request_timeout_s",
+                "client.retries", "client.backoff_s", "client.stall_timeout_s", "client.api_key",
+                "client.api_key_env", "client.max_bytes_per_token", "client.read_timeout_s",
+                "client.progress_timeout_s", "experiment.description", "experiment.order",
                 "experiment.concurrent_servers", "experiment.restart_per_repeat", "experiment.aa_fresh_launch",
                 "experiment.allowed_differences", "experiment.fix_files", "divergence")
 
@@ -186,8 +186,7 @@ ScoringRecord = TypedDict("ScoringRecord", {
 
 
 class RunManifest(TypedDict, total=False):
-    """``manifest.json`` as this module builds it, event by event (:class:`Manifest`), and as it is read back
-    (a run recorded by an older abh may lack keys); what is written is its redacted copy."""
+    """``manifest.json`` as :class:`Manifest` builds it and reads it back (written: its redacted copy)."""
 
     kind: str
     schema_version: int
@@ -273,9 +272,8 @@ def check_resume(recorded: RunManifest, digest: ConfigDigest, run_dir: Path,
 
 
 def refuse_planted_links(run_dir: Path) -> None:
-    """PlantedLink naming a symbolic link among the run directory's files or anywhere in its ``evals/`` (all abh's
-    own: a link there was planted, and a resume would read or write through it); its ``worktrees/`` (source
-    trees) may hold links."""
+    """PlantedLink naming a symbolic link among the run directory's files or in its ``evals/`` (abh's own: a
+    link there was planted); its ``worktrees/`` (source trees) may hold links."""
     fileio.check_tree(fileio.check_dir(run_dir) / "evals")
 
 
@@ -290,15 +288,9 @@ def _git(*args: str) -> str | None:
 
 def provenance() -> Provenance:
     """Where and with what the run was made: harness version and commit, host, platform, Python, GPUs."""
-    return {
-        "harness_version": __version__,
-        "harness_commit": _git("rev-parse", "HEAD"),
-        "harness_dirty": bool(_git("status", "--porcelain")),
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "gpus": gpu_inventory(),
-    }
+    return {"harness_version": __version__, "harness_commit": _git("rev-parse", "HEAD"),
+            "harness_dirty": bool(_git("status", "--porcelain")), "host": socket.gethostname(),
+            "platform": platform.platform(), "python": sys.version.split()[0], "gpus": gpu_inventory()}
 
 
 # ------------------------------------------------------------------------------------ the manifest
@@ -315,11 +307,8 @@ class Manifest:
         self.run_dir = run_dir
         self.path = run_dir / MANIFEST
         self.enabled = enabled
-        # A manifest this abh cannot read (another kind, an unknown schema_version) raises SchemaError.
-        # Read back as the shape this class builds (the parse boundary: a run recorded by an older abh may lack
-        # fields, which is why they are optional).
-        self.data: RunManifest = (cast(RunManifest, dict(schema.load_manifest(self.path))) if self.path.exists()
-                                  else {})
+        # SchemaError for a manifest this abh cannot read; an older abh's may lack fields (hence all optional)
+        self.data = cast(RunManifest, dict(schema.load_manifest(self.path)) if self.path.exists() else {})
         self.session: SessionRecord = {}
         #: the redacted copies of the parts a session sets once and never changes (the resolved config): the
         #: manifest is rewritten at every event, and redacting them again each time was most of its cost
@@ -351,9 +340,8 @@ class Manifest:
         m = self.data
         self.session = {"started": time.time(), "pid": os.getpid(), "argv": list(sys.argv if argv is None else argv),
                         "resume": any(self.run_dir.glob("evals/*/*/samples.jsonl"))}
-        m.update({"experiment": experiment, "config": config,
-                  "config_sha256": digest["sha256"], "config_semantic": digest["semantic"],
-                  "provenance": provenance(), "dataset": dataset})
+        m.update({"experiment": experiment, "config": config, "config_sha256": digest["sha256"],
+                  "config_semantic": digest["semantic"], "provenance": provenance(), "dataset": dataset})
         m.setdefault("sessions", []).append(self.session)
         m.setdefault("evals", {})
         m.setdefault("arms", {})
@@ -386,8 +374,7 @@ class Manifest:
     def record(self, key: Literal["cost", "sequential"], value: JSONObject) -> None: ...
 
     def record(self, key: Literal["source_diff", "preflight", "planned_design", "planned_design_first",
-                                  "server_info_diff", "scoring",
-                                  "cost", "sequential"], value: Any) -> None:
+                                  "server_info_diff", "scoring", "cost", "sequential"], value: Any) -> None:
         """A run-level fact (``source_diff``, ``server_info_diff``, ...) under ``key``."""
         self.data[key] = value
         self._commit()

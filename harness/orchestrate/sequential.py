@@ -1,12 +1,10 @@
 """The looks of a sequential run (``experiment.sequential=true``): after every repeat of both arms, estimate,
 decide, record; stop as soon as the verdict is decided or at ``experiment.max_repeats``.
 
-Each look is :func:`harness.stats.launch_looks.decide_look_arms` on the evals of repeats 1..r (the design:
-:func:`design_of`). The decision is pure, so a resumed run continues from the recorded looks (:class:`Looks`,
-built from the manifest's ``sequential`` record); a rerun whose design or estimator differs is refused, since
-the error rates hold only for the design the looks were made with. Each repeat is a fresh launch of both arms
-(the information fraction ``r / max_repeats`` needs i.i.d. repeats: :mod:`harness.stats.group_sequential`),
-and the A/A control runs after the looks, so a look's launch variance comes from the arms' own launches.
+The decision is pure, so a resumed run continues from the manifest's recorded looks; a rerun whose design
+differs is refused, since the error rates hold only for the design the looks were made with. Each repeat is a
+fresh launch of both arms (the information fraction needs i.i.d. repeats) and the A/A control runs after the
+looks, so a look's launch variance comes from the arms' own launches.
 """
 
 from __future__ import annotations

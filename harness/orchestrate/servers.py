@@ -42,14 +42,10 @@ class ServerPool:
     def __init__(self, engines: dict[str, Engine], arms: dict[str, ResolvedArm], manifest: Manifest,
                  interrupts: Interrupts, say: Callable[[str], None], *, concurrent: bool,
                  detail: Callable[[str], None] | None = None):
-        self.engines = engines
-        self.arms = arms
-        self.manifest = manifest
-        self.interrupts = interrupts
-        self.say = say
+        self.engines, self.arms, self.manifest = engines, arms, manifest
+        self.interrupts, self.say, self.concurrent = interrupts, say, concurrent
         #: the lines a default terminal leaves to run.log (waiting, checks that passed, stops)
         self.detail = detail or say
-        self.concurrent = concurrent
         self.live: dict[str, Launch] = {}
         #: Arms whose server was launched (and passed its live checks) in this session.
         self.launched: set[str] = set()

@@ -45,12 +45,10 @@ class RunTask:
 
 def load_tasks(cfg: Config) -> list[RunTask]:
     """Every task of the config with its data, each built once so bad data or options stop before any server."""
-    specs = task_specs(cfg)
-    several = bool(cfg.tasks)
     out = []
-    for where, spec in specs:
+    for where, spec in task_specs(cfg):
         data = load_data(spec)
-        out.append(RunTask(where.split(".", 1)[1] if several else "", spec, data, build(spec, data)))
+        out.append(RunTask(where.split(".", 1)[1] if cfg.tasks else "", spec, data, build(spec, data)))
     return out
 
 

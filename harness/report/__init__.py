@@ -1,14 +1,6 @@
-"""What a reviewer reads, written from stored files only (``abh report DIR`` rewrites them):
-
-- :func:`write_report`: ``report.html`` of a run directory (``abh run``) or a comparison directory
-  (``abh compare``);
-- :func:`write_markdown`: ``comparison.md``, the paste-ready result (:mod:`harness.report.markdown`);
-- :func:`export_samples`: ``samples.parquet`` / ``samples.csv``, every answer of every run in one table
-  (:mod:`harness.report.export`);
-- :func:`write_sweep_report`: ``report.html`` of a sweep directory holding ``sweep_summary.json``.
-
-The page has inline CSS, inline SVG plots and one tiny inline script (table filter); it makes no network
-request and opens from ``file://``. Model output is untrusted and always escaped.
+"""What a reviewer reads, written from stored files only (``abh report DIR`` rewrites them): ``report.html``
+of a run, comparison or sweep directory, ``comparison.md`` and ``samples.parquet`` / ``samples.csv``. The page
+makes no network request and opens from ``file://``; model output is untrusted and always escaped.
 """
 
 from __future__ import annotations

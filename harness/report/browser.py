@@ -1,9 +1,6 @@
-"""Open a report in headless Chromium and see what a reader sees: DOM text, console errors, network
-requests, a full-page screenshot.
-
-Drives Chromium through the DevTools protocol over a pipe (``--remote-debugging-pipe``: commands on the
-child's fd 3, replies on fd 4, NUL-separated JSON), so it needs no Python package beyond the standard
-library and opens no port. Used by the browser tests and by ``abh report DIR --screenshot PNG``.
+"""Open a report in headless Chromium and see what a reader sees: DOM text, console errors, network requests,
+a full-page screenshot. The DevTools protocol runs over a pipe (``--remote-debugging-pipe``: commands on fd 3,
+replies on fd 4, NUL-separated JSON): no package beyond the standard library, no port.
 """
 
 from __future__ import annotations

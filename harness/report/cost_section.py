@@ -1,9 +1,5 @@
-"""What a run cost in GPU time, and how a sequential run stopped, as the report and comparison.md show them.
-
-Read from stored files only: the run's ``summary.json`` (``cost``, ``sequential``), else its manifest
-(where ``abh run`` records both as they happen), else the comparison (``sequential``, which ``abh run``
-copies there so every reader of the verdict sees how it was reached). A record that does not load is left
-out, never a crash.
+"""What a run cost in GPU time, and how a sequential run stopped, for the report and comparison.md: from the
+run's ``summary.json``, else its manifest, else the comparison; a record that does not load is left out.
 """
 
 from __future__ import annotations

@@ -15,23 +15,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from harness.report import views
 from harness.report.texts import first_difference, split_at, word_end
-from harness.report.views import (
-    Answer,
-    ArmView,
-    BrowserArm,
-    CheckRow,
-    CommandLine,
-    DiffRow,
-    DiffView,
-    FlipRow,
-    InstanceRow,
-    KvRow,
-    QuestionRow,
-    RunRow,
-    ServerView,
-    TextRow,
-)
 from harness.results import schema
 from harness.results.eval_store import load_eval
 from harness.results.prompt_store import eval_prompts
@@ -91,7 +76,7 @@ def is_block(v: Any) -> bool:
     return isinstance(v, dict | list) or (isinstance(v, str) and ("\n" in v or len(v) > 120))
 
 
-def kv_rows(d: Any, skip: Iterable[str] = ()) -> list[KvRow]:
+def kv_rows(d: Any, skip: Iterable[str] = ()) -> list[views.KvRow]:
     """[{key, text, block}] of a dict (or of a list, by position)."""
     skip = set(skip)
     if isinstance(d, dict):
@@ -146,13 +131,13 @@ class LoadedEval:
         except Exception as e:  # noqa: BLE001 - shown in the report instead
             self.error = f"cannot read {path}: {e}"
 
-    def server(self) -> ServerView:
+    def server(self) -> views.ServerView:
         """Which server answered: its URL, build and version, as the eval recorded them."""
         facts = self.meta.get("server") or schema.ServerFacts()
         return {"url": self.meta.get("url"), "build": facts.get("build"), "version": facts.get("version"),
                 "model_path": facts.get("model_path")}
 
-    def row(self, label: str) -> RunRow:
+    def row(self, label: str) -> views.RunRow:
         s = self.summary
         lat = [r.latency_s for r in self.samples.values() if isinstance(r.latency_s, int | float)]
         q = statistics.quantiles(lat, n=10) if len(lat) >= 2 else None
@@ -160,15 +145,13 @@ class LoadedEval:
         if self.path is not None and self.base is not None:
             with contextlib.suppress(ValueError):
                 shown = str(self.path.resolve().relative_to(self.base.resolve()))
-        return {
-            "role": self.role, "label": label, "repeat": self.repeat, "dir": shown,
-            "error": self.error, "accuracy": s.get("accuracy"), "correct": s.get("correct"),
-            "answered": s.get("answered", s.get("n")), "n": s.get("n"), "invalid": s.get("invalid"),
-            "errors": s.get("errors"), "latency_s": s.get("latency_s"),
-            "throughput": s.get("output_throughput"), "output_tokens": s.get("output_tokens"),
-            "p50": statistics.median(lat) if lat else None, "p90": q[-1] if q else None,
-            "complete": s.get("complete"), "resumed": s.get("resumed"), "server": self.server(),
-        }
+        return {"role": self.role, "label": label, "repeat": self.repeat, "dir": shown, "error": self.error,
+                "accuracy": s.get("accuracy"), "correct": s.get("correct"),
+                "answered": s.get("answered", s.get("n")), "n": s.get("n"), "invalid": s.get("invalid"),
+                "errors": s.get("errors"), "latency_s": s.get("latency_s"),
+                "throughput": s.get("output_throughput"), "output_tokens": s.get("output_tokens"),
+                "p50": statistics.median(lat) if lat else None, "p90": q[-1] if q else None,
+                "complete": s.get("complete"), "resumed": s.get("resumed"), "server": self.server()}
 
 
 def load_runs(c: Comparison, base: Path) -> dict[str, list[LoadedEval]]:
@@ -220,7 +203,7 @@ def _cut(s: str | None) -> tuple[str, bool]:
     return (s[:MAX_OUTPUT_CHARS], True) if len(s) > MAX_OUTPUT_CHARS else (s, False)
 
 
-def _answer(rec: SampleRecord | None, repeat: int) -> Answer:
+def _answer(rec: SampleRecord | None, repeat: int) -> views.Answer:
     if rec is None:
         return {"repeat": repeat, "missing": True, "correct": None, "pred": "—", "output": "", "cut": False,
                 "finish": None, "error": None}
@@ -230,25 +213,33 @@ def _answer(rec: SampleRecord | None, repeat: int) -> Answer:
             "finish": rec.finish_reason, "error": rec.error}
 
 
-def flipped_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> tuple[list[FlipRow], int]:
-    """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped.
-
-    Returns (rows, total) with at most MAX_FLIPS rows.
-    """
-    a_runs = [r for r in runs["a"] if r.error is None]
-    b_runs = [r for r in runs["b"] if r.error is None]
+def _readable(runs: dict[str, list[LoadedEval]]) -> tuple[list[LoadedEval], list[LoadedEval], list[int]]:
+    """Arm A's and arm B's evals that could be read, and the question indices (empty: nothing to pair)."""
+    a_runs, b_runs = [r for r in runs["a"] if r.error is None], [r for r in runs["b"] if r.error is None]
     if not a_runs or not b_runs:
-        return [], 0
-    idx = a_runs[0].meta.get("indices") or sorted(a_runs[0].samples)
+        return [], [], []
+    return a_runs, b_runs, [int(i) for i in (a_runs[0].meta.get("indices") or sorted(a_runs[0].samples))]
+
+
+def _means(sa: list[SampleRecord | None], sb: list[SampleRecord | None]) -> tuple[float, float] | None:
+    """Each arm's share of right answers on one question; None when it is dropped from the paired analysis
+    (a request error or a missing answer)."""
+    if any(s is None or s.correct is None for s in sa + sb):
+        return None
+    return sum(bool(s and s.correct) for s in sa) / len(sa), sum(bool(s and s.correct) for s in sb) / len(sb)
+
+
+def flipped_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> tuple[list[views.FlipRow], int]:
+    """Questions on which the arms disagree: per-question mean score differs, or repeat 1 flipped; (at most
+    MAX_FLIPS rows, how many there are)."""
+    a_runs, b_runs, idx = _readable(runs)
     flips_r1 = set(c.flips)
     chosen: list[tuple[int, str, float]] = []
     for i in idx:
-        sa = [r.samples.get(i) for r in a_runs]
-        sb = [r.samples.get(i) for r in b_runs]
-        if any(s is None or s.correct is None for s in sa + sb):
-            continue  # dropped from the paired analysis (request error or missing)
-        ma = sum(bool(s.correct) for s in sa) / len(sa)  # type: ignore[union-attr]
-        mb = sum(bool(s.correct) for s in sb) / len(sb)  # type: ignore[union-attr]
+        means = _means([r.samples.get(i) for r in a_runs], [r.samples.get(i) for r in b_runs])
+        if means is None:
+            continue
+        ma, mb = means
         if ma == mb and i not in flips_r1:
             continue
         cat = "b" if (ma == 0 and mb == 1) else "a" if (ma == 1 and mb == 0) else "mixed"
@@ -259,7 +250,7 @@ def flipped_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> tuple
     chosen.sort(key=lambda t: (order[t[1]], -abs(t[2]), t[0]))
     chosen = chosen[:MAX_FLIPS]
     texts = question_texts(a_runs + b_runs, {i for i, _, _ in chosen})
-    rows: list[FlipRow] = []
+    rows: list[views.FlipRow] = []
     for i, cat, _ in chosen:
         rec_a = next((r.samples.get(i) for r in a_runs), None)
         # Lead with a repeat in which the arms disagree, so the two outputs shown first differ in outcome.
@@ -270,19 +261,16 @@ def flipped_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> tuple
         answers_a = [_answer(r.samples.get(i), r.repeat) for r in a_ord]
         answers_b = [_answer(r.samples.get(i), r.repeat) for r in b_ord]
         _mark_parting(answers_a[0], answers_b[0])
-        rows.append({
-            "index": i, "cat": cat, "question": texts.get(i, "(question text not available)"),
-            "label": rec_a.label if rec_a is not None else "—",
-            "score_a": f"{sum(bool(r.samples[i].correct) for r in a_runs)}/{len(a_runs)}",
-            "score_b": f"{sum(bool(r.samples[i].correct) for r in b_runs)}/{len(b_runs)}",
-            "mean_a": sum(bool(r.samples[i].correct) for r in a_runs) / len(a_runs),
-            "mean_b": sum(bool(r.samples[i].correct) for r in b_runs) / len(b_runs),
-            "a": answers_a, "b": answers_b,
-        })
+        right_a, right_b = (sum(bool(r.samples[i].correct) for r in rs) for rs in (a_runs, b_runs))
+        rows.append({"index": i, "cat": cat, "question": texts.get(i, "(question text not available)"),
+                     "label": rec_a.label if rec_a is not None else "—",
+                     "score_a": f"{right_a}/{len(a_runs)}", "score_b": f"{right_b}/{len(b_runs)}",
+                     "mean_a": right_a / len(a_runs), "mean_b": right_b / len(b_runs),
+                     "a": answers_a, "b": answers_b})
     return rows, total
 
 
-def _mark_parting(a: Answer, b: Answer) -> None:
+def _mark_parting(a: views.Answer, b: views.Answer) -> None:
     """Split the two outputs shown first at the word where they part (``split``: before, mark, after)."""
     d = first_difference(a["output"], b["output"])
     for ans in (a, b):
@@ -298,30 +286,21 @@ OUTCOMES = {"b": "only B right", "a": "only A right", "mixed": "mixed across rep
 BROWSER_OUTPUT_CHARS = 1500
 
 
-def all_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> list[QuestionRow]:
+def all_questions(c: Comparison, runs: dict[str, list[LoadedEval]]) -> list[views.QuestionRow]:
     """Every question of the comparison, for the report's question browser: index, outcome (:data:`OUTCOMES`),
     question, label, and per arm each repeat's parsed answer and correctness with repeat 1's output. Short
     keys: the page embeds all of them as JSON."""
-    a_runs = [r for r in runs["a"] if r.error is None]
-    b_runs = [r for r in runs["b"] if r.error is None]
-    if not a_runs or not b_runs:
-        return []
-    idx = [int(i) for i in (a_runs[0].meta.get("indices") or sorted(a_runs[0].samples))]
+    a_runs, b_runs, idx = _readable(runs)
     texts = question_texts(a_runs + b_runs, set(idx))
-    out: list[QuestionRow] = []
+    out: list[views.QuestionRow] = []
     for i in idx:
-        sa = [r.samples.get(i) for r in a_runs]
-        sb = [r.samples.get(i) for r in b_runs]
-        if any(s is None or s.correct is None for s in sa + sb):
-            cat = "dropped"
-        else:
-            ma = sum(bool(s.correct) for s in sa) / len(sa)  # type: ignore[union-attr]
-            mb = sum(bool(s.correct) for s in sb) / len(sb)  # type: ignore[union-attr]
-            cat = ("both" if ma == mb == 1 else "neither" if ma == mb == 0 else "b" if (ma, mb) == (0, 1)
-                   else "a" if (ma, mb) == (1, 0) else "mixed")
+        sa, sb = [r.samples.get(i) for r in a_runs], [r.samples.get(i) for r in b_runs]
+        means = _means(sa, sb)
+        cat = ("dropped" if means is None else "both" if means == (1, 1) else "neither" if means == (0, 0)
+               else "b" if means == (0, 1) else "a" if means == (1, 0) else "mixed")
         first = next((s for s in sa + sb if s is not None), None)
 
-        def arm(samples: list[SampleRecord | None]) -> BrowserArm:
+        def arm(samples: list[SampleRecord | None]) -> views.BrowserArm:
             s0 = samples[0]
             text = (s0.output or "") if s0 is not None else ""
             return {"p": [_answer(s, k + 1)["pred"] for k, s in enumerate(samples)],
@@ -347,10 +326,10 @@ def _find_arm_key(role: str, manifest: Mapping[str, Any], names: dict[str, str])
     return str(keys[pos]) if len(keys) > pos else None
 
 
-def _checks(v: Any) -> list[CheckRow]:
+def _checks(v: Any) -> list[views.CheckRow]:
     if not isinstance(v, list):
         return []
-    out: list[CheckRow] = []
+    out: list[views.CheckRow] = []
     for ch in v:
         if not isinstance(ch, dict):
             out.append({"name": as_text(ch), "kind": "", "passed": None, "expected": "", "found": "",
@@ -372,20 +351,20 @@ def _line_key(line: str) -> str:
     return "--port" if text.startswith("--port ") or text.startswith("--port=") else text
 
 
-def _launch(arm: JSONObject) -> tuple[str, list[TextRow], list[KvRow]]:
+def _launch(arm: JSONObject) -> tuple[str, list[views.TextRow], list[views.KvRow]]:
     """An arm's server command (shell form, environment first, redacted), its environment and the launch's
     other recorded fields."""
     launch = arm.get("launch")
     env: Any = None
     argv: Any = None
-    other: list[KvRow] = []
+    other: list[views.KvRow] = []
     if isinstance(launch, dict):
         argv = launch.get("argv", launch.get("command", launch.get("cmd")))
         env = launch.get("env", launch.get("env_delta"))
         other = kv_rows(launch, skip=("argv", "command", "cmd", "env", "env_delta"))
     elif launch is not None:
         other = kv_rows(launch)
-    env_rows: list[TextRow] = []
+    env_rows: list[views.TextRow] = []
     if isinstance(env, dict):
         env_rows = [{"key": k, "text": v} for k, v in redact_env({str(k): as_text(v) for k, v in env.items()}).items()]
     command = shell_command(argv if isinstance(argv, str | list | tuple) else None,
@@ -393,7 +372,7 @@ def _launch(arm: JSONObject) -> tuple[str, list[TextRow], list[KvRow]]:
     return command, env_rows, other
 
 
-def _instances(launches: JSON) -> list[InstanceRow]:
+def _instances(launches: JSON) -> list[views.InstanceRow]:
     if not isinstance(launches, list):
         return []
     return [{"id": as_text(i.get("id")), "url": as_text(i.get("url")),
@@ -401,7 +380,7 @@ def _instances(launches: JSON) -> list[InstanceRow]:
             if isinstance(i, dict) else {"id": as_text(i), "url": "", "probe": ""} for i in launches]
 
 
-def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[ArmView]:
+def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[views.ArmView]:
     arms = obj(manifest.get("arms"))
     found: list[tuple[str, str, JSONObject]] = []  # (role, key, the manifest's record of the arm)
     for role in ("a", "b"):
@@ -414,30 +393,30 @@ def arm_views(manifest: Mapping[str, Any], names: dict[str, str]) -> list[ArmVie
     # launch is not a difference between the arms).
     norm = [{_line_key(ln) for ln in command.splitlines()} for command, _, _ in launches]
     known = {"name", "side", "launch", "static_checks", "live_checks", "instances", "launches"}
-    views: list[ArmView] = []
+    out: list[views.ArmView] = []
     for j, ((role, key, arm), (command, env_rows, other)) in enumerate(zip(found, launches, strict=True)):
         theirs = norm[1 - j] if len(found) == 2 else None
-        lines: list[CommandLine] = [{"text": ln, "differs": theirs is not None and _line_key(ln) not in theirs}
-                                    for ln in command.splitlines()]
-        views.append({
-            "role": role, "key": key, "name": str(arm.get("name") or names.get(role) or key), "side": arm.get("side"),
-            "command": command, "env": env_rows, "launch_other": other,
-            "static_checks": _checks(arm.get("static_checks")), "live_checks": _checks(arm.get("live_checks")),
-            "instances": _instances(arm.get("launches", arm.get("instances"))),
-            "extra": kv_rows({k: v for k, v in arm.items() if k not in known}),
-            "command_lines": lines,
-        })
-    return views
+        lines: list[views.CommandLine] = [
+            {"text": ln, "differs": theirs is not None and _line_key(ln) not in theirs}
+            for ln in command.splitlines()]
+        out.append({"role": role, "key": key, "name": str(arm.get("name") or names.get(role) or key),
+                    "side": arm.get("side"), "command": command, "env": env_rows, "launch_other": other,
+                    "static_checks": _checks(arm.get("static_checks")),
+                    "live_checks": _checks(arm.get("live_checks")),
+                    "instances": _instances(arm.get("launches", arm.get("instances"))),
+                    "extra": kv_rows({k: v for k, v in arm.items() if k not in known}),
+                    "command_lines": lines})
+    return out
 
 
-def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> DiffView | None:
+def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> views.DiffView | None:
     ad = manifest.get("arm_diff")
     if not isinstance(ad, dict):
         return None
     key_a, key_b = _find_arm_key("a", manifest, names), _find_arm_key("b", manifest, names)
     dis = ad.get("disallowed") or []
     dis_keys: set[Any] = {d.get("key") if isinstance(d, dict) else d for d in dis}
-    rows: list[DiffRow] = []
+    rows: list[views.DiffRow] = []
     for d in ad.get("differences") or []:
         if not isinstance(d, dict):
             rows.append({"key": as_text(d), "a": "", "b": "", "others": [], "allowed": str(d) not in dis_keys})
@@ -445,7 +424,8 @@ def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> DiffView | 
         vals = obj(d.get("values"))
         if str(d.get("key", "")).rsplit(".", 1)[-1] in TYPE_FLAGS:  # llama.cpp's KV types: ids, shown named
             vals = {k: named(v) for k, v in vals.items()}
-        others: list[TextRow] = [{"key": str(k), "text": as_text(v)} for k, v in vals.items() if k not in (key_a, key_b)]
+        others: list[views.TextRow] = [{"key": str(k), "text": as_text(v)} for k, v in vals.items()
+                                       if k not in (key_a, key_b)]
         others += kv_rows({k: v for k, v in d.items() if k not in ("key", "values")})
         rows.append({"key": as_text(d.get("key")),
                      "a": as_text(vals.get(key_a)) if key_a in vals else "(not set)",
@@ -465,8 +445,8 @@ def diff_view(manifest: Mapping[str, Any], names: dict[str, str]) -> DiffView | 
 
 # ------------------------------------------------------------------------------------------ provenance
 def provenance_rows(manifest: Mapping[str, Any], runs: dict[str, list[LoadedEval]],
-                    c: Comparison | None) -> list[KvRow]:
-    rows: list[KvRow] = []
+                    c: Comparison | None) -> list[views.KvRow]:
+    rows: list[views.KvRow] = []
     prov = manifest.get("provenance")
     rows += kv_rows(prov)
     ds = manifest.get("dataset")

@@ -1,10 +1,6 @@
-"""The report's divergence section: the verdict in words, the KLD distribution plot (A/B against A/A) and
-the questions whose outputs diverge most, with both arms' texts and the first diverging token marked.
-
-Input is the ``divergence`` record of ``comparison.json`` (:func:`harness.analysis.divergence.compute_divergence`);
-KLD is in nats per token; a number that is not there says "n/a". Model text is
-returned as plain strings (split into before / marked / after) for the autoescaping template; the plot
-holds numbers only.
+"""The report's divergence section: the verdict in words, the KLD distribution plot (A/B against A/A) and the
+questions whose outputs diverge most, the first diverging token marked. KLD is in nats per token; model text
+is returned as plain strings for the autoescaping template.
 """
 
 from __future__ import annotations
@@ -339,13 +335,10 @@ def top_rows(div: Divergence, texts_a: Mapping[int, str | None] | None = None,
         a_start, a_end = (span[0], span[1]) if span and len(span) == 2 else (c, None)
         text_a, text_b = ta.get(q.question), tb.get(q.question)
         b_end = word_end(text_b, c) if text_b is not None and c is not None else None
-        rows.append({
-            "question": q.question, "tokens": q.tokens, "text_identical": q.text_identical,
-            "kld_text": kld(q.kld), "kld_aa_text": kld(q.kld_aa), "d_text": kld(q.d),
-            "same_top_text": pct(q.same_top_rate, 1),
-            "a": split_at(text_a, a_start, a_end),
-            "b": split_at(text_b, a_start, b_end),
-        })
+        rows.append({"question": q.question, "tokens": q.tokens, "text_identical": q.text_identical,
+                     "kld_text": kld(q.kld), "kld_aa_text": kld(q.kld_aa), "d_text": kld(q.d),
+                     "same_top_text": pct(q.same_top_rate, 1), "a": split_at(text_a, a_start, a_end),
+                     "b": split_at(text_b, a_start, b_end)})
     return rows
 
 
@@ -353,14 +346,9 @@ def section(div: Divergence | None) -> DivergenceView:
     """Everything the template's divergence section shows."""
     word = div.verdict if div is not None else "not_measured"
     measured = div is not None and word in ("diverged", "indistinguishable")
-    return {
-        "verdict": word,
-        "reference": div.reference if div is not None else "a",
-        "label": verdict_label(word),
-        "color": VERDICT_COLORS.get(word, "#333333"),
-        "sentence": sentence(div),
-        "facts": facts(div) if div is not None else [],
-        "percentiles": percentile_rows(div) if div is not None and measured else [],
-        "svg": kld_svg(div) if div is not None and measured else None,
-        "rows": top_rows(div) if div is not None and measured else [],
-    }
+    return {"verdict": word, "reference": div.reference if div is not None else "a",
+            "label": verdict_label(word), "color": VERDICT_COLORS.get(word, "#333333"),
+            "sentence": sentence(div), "facts": facts(div) if div is not None else [],
+            "percentiles": percentile_rows(div) if div is not None and measured else [],
+            "svg": kld_svg(div) if div is not None and measured else None,
+            "rows": top_rows(div) if div is not None and measured else []}

@@ -1,13 +1,10 @@
-"""The per-question answers of a comparison as one table: ``samples.parquet`` and ``samples.csv``.
-
-One row per (question, arm run): every eval the comparison used (A and B repeats, A/A runs), each with all
-of its questions, joined long-form for pandas users::
+"""The per-question answers of a comparison as one long-form table, ``samples.parquet`` and ``samples.csv``:
+one row per (question, eval the comparison used)::
 
     question_index  arm       role  repeat  correct  invalid  error  missing  answer  label  output
     17              baseline  a     1       True     False    None   False    42      42     "... 42."
 
-``correct`` is empty (null) for a request error or a question missing from samples.jsonl (``missing``);
-``answer`` is the parsed answer (null when none could be parsed); ``arm`` is the comparison's arm name.
+``correct`` is null for a request error or a missing question; ``answer`` is null when none could be parsed.
 """
 
 from __future__ import annotations

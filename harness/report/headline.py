@@ -1,22 +1,10 @@
-"""The verdict in one plain sentence, the same on every surface: the terminal's last line, ``run.log``,
-``summary.json`` (``headline``), ``comparison.md``'s first line and the report's hero.
+"""The verdict in one plain sentence, the same on every surface (terminal, ``run.log``, ``summary.json``,
+``comparison.md``, the report's hero): ``[SIMULATED] IMPROVED +1.9 pp: B gets more questions right (95 % CI
++0.9 to +2.9 pp) · assumes B's launches vary like A's · outputs within relaunch noise``.
 
-``[SIMULATED] IMPROVED +1.9 pp: B gets more questions right (95 % CI +0.9 to +2.9 pp) · assumes B's launches
-vary like A's · outputs within relaunch noise``
-
-(relaunch noise: how far a fresh launch of A moves A's own outputs, the A/A floor)
-
-Two layers of words: this line is for an engineer reading in five seconds (what changed, by how much, how
-sure); the test, its degrees of freedom, the variance components and ψ are under "How this was decided"
-(:mod:`harness.report.words` ``how_decided``). A qualifier that changes what the verdict means stays here, in
-words: SIMULATED, a verdict about two server instances only (``[instances only]``; ``[assumes no launch
-shift]`` with ``--assume-no-launch-shift``), an assumption about launches, request errors that could decide
-it, a sequential stop.
-
-The line is composed of plain verdict sentences, one per measurement (:data:`SENTENCES`: accuracy, then the
-outputs' divergence), each a function of the comparison that returns its sentence or None; a new measurement
-adds its function there. What the margin shows is said only when a margin was asked and it adds to the verdict
-(never "equivalent" beside IMPROVED). Reads a stored comparison only.
+It is read in five seconds; the test's details are under "How this was decided" (``words.how_decided``). A
+qualifier that changes what the verdict means stays here, in words. One sentence per measurement
+(:data:`SENTENCES`): a new measurement adds its function there.
 """
 
 from __future__ import annotations

@@ -348,15 +348,13 @@ def sweep_context(root: Path) -> SweepContext:
                      "link": (Path(r.job) / "report.html").as_posix() if link is not None and
                      link.parent.parent.resolve() == Path(root).resolve() else None,
                      "color": plots.VERDICT_COLORS.get(r.verdict, "#333333"), "kld": report_divergence.kld_cell(r)})
-    return {
-        "title": f"Sweep: {s.experiment}" if s.experiment else f"Sweep in {Path(root).resolve().name}",
-        "experiment": s.experiment, "simulated": s.simulated,
-        "sentence": words.sweep_sentence(s), "rows": rows, "correction": s.correction,
-        "forest_svg": Markup(plots.forest_svg(s.comparisons)) if rows else None, "root": str(root),
-        "kld": any(r.divergence for r in s.comparisons),
-        "cost_rows": cost.cost_rows(s.cost) if s.cost else [],
-        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__, "csp": _csp(None),
-    }
+    return {"title": f"Sweep: {s.experiment}" if s.experiment else f"Sweep in {Path(root).resolve().name}",
+            "experiment": s.experiment, "simulated": s.simulated, "sentence": words.sweep_sentence(s),
+            "rows": rows, "correction": s.correction,
+            "forest_svg": Markup(plots.forest_svg(s.comparisons)) if rows else None, "root": str(root),
+            "kld": any(r.divergence for r in s.comparisons),
+            "cost_rows": cost.cost_rows(s.cost) if s.cost else [],
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "version": __version__, "csp": _csp(None)}
 
 
 def render_sweep(root: Path) -> str:

@@ -1,12 +1,5 @@
-"""``comparison.md``: the paste-ready result of a comparison, in GitHub-flavoured markdown.
-
-Written beside ``comparison.json`` by ``abh compare`` (and ``abh report``): the arms' table (accuracy,
-invalid answers, request errors), Δ with its interval, the test and p that decided the verdict, the verdict
-sentence, the side checks and each arm's source refs (from the run's manifest when there is one; for a
-comparison of stored evals, the servers' URL, build and version from eval.json), and the commands.
-
-Everything here reads stored files only. Table cells are escaped (``|``, ``<``, ``>``, newlines), so an arm
-name or a check's text cannot break the table or inject markup.
+"""``comparison.md``: the paste-ready result of a comparison in GitHub-flavoured markdown, from stored files
+only. Table cells are escaped, so an arm name or a check's text cannot break the table or inject markup.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The question browser's data packed small inside the one self-contained page.
 
-Up to about :data:`PACK_ABOVE` characters the rows are embedded as plain JSON. Above it (a run of thousands of
-questions) they are embedded as one base64 string of zlib-deflated JSON that the page's own script inflates with
-the browser's ``DecompressionStream("deflate")``: no network, nothing but the page's hashed script runs. Inside,
-the rows are columns and every text (question, output, parsed answer) is stored once in a string table the
-columns index: deflate's 32 KiB window never sees a text repeated far apart (the same output of both arms, of the
-same question asked again, of a common answer), the table does.
-
-Packed form (before deflate)::
+Up to :data:`PACK_ABOVE` characters the rows are plain JSON; above, one base64 string of zlib-deflated JSON
+that the page's script inflates (``DecompressionStream("deflate")``). Inside, rows are columns and every text
+is stored once in a string table, since deflate's 32 KiB window misses a text repeated far apart. Packed
+form::
 
     {"s": [text, ...], "i": [index, ...], "c": [outcome, ...], "q": [text id, ...], "l": [label, ...],
      "a": {"p": [[text id per repeat], ...], "ok": [[bool|null per repeat], ...], "o": [text id, ...]}, "b": {...}}
@@ -55,18 +51,6 @@ def columns(rows: list[QuestionRow]) -> dict[str, Any]:
     return {"s": list(s.ids), **out}
 
 
-def rows_of(cols: dict[str, Any]) -> list[QuestionRow]:
-    """The rows back from :func:`columns` (what the page's script does, for the tests)."""
-    s = cols["s"]
-
-    def arm(key: str, n: int) -> BrowserArm:
-        x = cols[key]
-        return {"p": [s[k] for k in x["p"][n]], "ok": x["ok"][n], "o": s[x["o"][n]]}
-
-    return [{"i": i, "c": cols["c"][n], "q": s[cols["q"][n]], "l": cols["l"][n], "a": arm("a", n), "b": arm("b", n)}
-            for n, i in enumerate(cols["i"])]
-
-
 def pack(rows: list[QuestionRow]) -> tuple[str, str | None]:
     """The browser's block: (its text, its encoding); encoding None: plain JSON (escaped for a script element
     by the caller); else :data:`ENCODING` (base64: no character that could end the element)."""
@@ -80,11 +64,3 @@ def _size(rows: list[QuestionRow]) -> int:
     """About the characters of the rows as JSON (their texts and a row's keys), without writing it."""
     return sum(len(r["q"]) + len(r["a"]["o"]) + len(r["b"]["o"]) + 16 * (len(r["a"]["p"]) + len(r["b"]["p"])) + 60
                for r in rows)
-
-
-def unpack(text: str, encoding: str | None) -> list[QuestionRow]:
-    """The rows of a block as :func:`pack` wrote it."""
-    if encoding is None:
-        rows: list[QuestionRow] = json.loads(text)
-        return rows
-    return rows_of(json.loads(zlib.decompress(base64.b64decode(text))))

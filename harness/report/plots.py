@@ -1,8 +1,5 @@
-"""The report's plots as inline SVG strings written by :mod:`harness.report.svg`: the comparison's accuracy and
-Δ, the sweep's forest plot.
-
-Each SVG is generated from numbers and the labels configuration gives (escaped), so it holds no model text and
-needs no network access.
+"""The report's plots as inline SVG (:mod:`harness.report.svg`): the comparison's accuracy and Δ, the sweep's
+forest plot; numbers and escaped labels only.
 """
 
 from __future__ import annotations
@@ -17,17 +14,9 @@ from harness.results.schema import ArmResult, Comparison, SweepRow
 
 COLOR_A = "#4c72b0"
 COLOR_B = "#dd8452"
-VERDICT_COLORS = {
-    "improved": "#2e7d32",
-    "regressed": "#c62828",
-    "equivalent": "#1565c0",
-    "noninferior": "#00838f",
-    "inconclusive": "#616161",
-    "not_comparable": "#b26a00",
-    "identical": "#2e7d32",
-    "differs": "#c62828",
-    "not_deterministic": "#b26a00",
-}
+VERDICT_COLORS = {"improved": "#2e7d32", "regressed": "#c62828", "equivalent": "#1565c0",
+                  "noninferior": "#00838f", "inconclusive": "#616161", "not_comparable": "#b26a00",
+                  "identical": "#2e7d32", "differs": "#c62828", "not_deterministic": "#b26a00"}
 
 
 class ArmPlot(TypedDict):

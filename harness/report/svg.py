@@ -1,10 +1,6 @@
-"""A small SVG writer for the report's plots: shapes and text placed on linear or logarithmic axes, written as
-one inline ``<svg>`` string.
-
-Importing and driving matplotlib cost ``abh compare`` about a second of CPU for three small figures; these plots
-are a few lines, points and labels each, which this writes directly. Every attribute is a presentation attribute
-(no ``style``), so the page's Content-Security-Policy needs nothing for them; every text is XML-escaped, and the
-figure holds numbers and the labels it is given, nothing else.
+"""A small SVG writer for the report's plots: shapes and text on linear or logarithmic axes, as one inline
+``<svg>`` string (matplotlib would cost a second of CPU for a few lines and points). Only presentation
+attributes (no ``style``, so the page's Content-Security-Policy needs nothing) and XML-escaped text.
 """
 
 from __future__ import annotations

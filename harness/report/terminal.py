@@ -1,8 +1,5 @@
-"""The result on the terminal, in two layers: by default a few plain lines (the arms' accuracy, the difference and
-how sure, the questions, the detectable effect, the outputs, the cost) above the headline; with ``--verbose`` the
-statistician's summary (:func:`harness.analysis.comparison.format_summary`) and the cost per arm.
-
-Reads a comparison (and the run's cost) only; the headline itself is printed last by the command.
+"""The result on the terminal: by default a few plain lines above the headline (which the command prints
+last); with ``--verbose`` the statistician's summary and the cost per arm.
 """
 
 from __future__ import annotations

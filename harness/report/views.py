@@ -1,8 +1,6 @@
 """The rows of the comparison page and of ``comparison.md`` as :mod:`harness.report.data` builds them: one
-TypedDict per shape the templates read (``row.key`` or ``row["key"]``; a TypedDict is a dict at run time).
-
-Text fields are display text made from stored files; a field typed :data:`~harness.results.records.JSON` is a
-stored value passed through as it was read (the report shows what is there, whatever its shape).
+TypedDict per shape the templates read. A field typed ``JSON`` is a stored value passed through as it was
+read.
 """
 
 from __future__ import annotations

@@ -13,20 +13,11 @@ from harness.analysis.identity import detail as identity_detail
 from harness.results.schema import Comparison, SweepSummary
 from harness.stats.verdict import at_floor
 
-VERDICT_LABELS = {
-    "improved": "IMPROVED",
-    "regressed": "REGRESSED",
-    "equivalent": "EQUIVALENT",
-    "noninferior": "NON-INFERIOR",
-    "inconclusive": "INCONCLUSIVE",
-    "not_comparable": "NOT COMPARABLE",
-    "identical": "IDENTICAL",
-    "differs": "DIFFERS",
-    "not_deterministic": "NOT DETERMINISTIC",
-    "diverged": "DIVERGED",
-    "indistinguishable": "INDISTINGUISHABLE",
-    "not_measured": "NOT MEASURED",
-}
+VERDICT_LABELS = {"improved": "IMPROVED", "regressed": "REGRESSED", "equivalent": "EQUIVALENT",
+                  "noninferior": "NON-INFERIOR", "inconclusive": "INCONCLUSIVE",
+                  "not_comparable": "NOT COMPARABLE", "identical": "IDENTICAL", "differs": "DIFFERS",
+                  "not_deterministic": "NOT DETERMINISTIC", "diverged": "DIVERGED",
+                  "indistinguishable": "INDISTINGUISHABLE", "not_measured": "NOT MEASURED"}
 
 
 def _num(x: Any) -> float | None:
