@@ -1,10 +1,11 @@
 """A lean HTTP/1.1 server on asyncio's Protocol API: what the simulated engine needs and no more.
 
-Request line, headers, ``Content-Length`` bodies (up to 64 MiB, else 413), keep-alive (HTTP/1.1's default; HTTP/1.0
-with ``Connection: keep-alive``), ``Connection: close``, ``Expect: 100-continue``, pipelined requests (answered in
-order), ``HEAD`` on every ``GET`` route. A chunked request body is answered 411 (no client of the simulator sends
-one: send ``Content-Length``); a malformed request line or header, or an HTTP/1.1 request without ``Host``, 400; a head over 64 KiB 431; each of those closes
-the connection. An unknown path is 404, a known one with another method 405 (with ``Allow``), as aiohttp answers.
+Request line, headers, ``Content-Length`` bodies (up to 64 MiB, else 413), keep-alive (HTTP/1.1's default;
+HTTP/1.0 with ``Connection: keep-alive``), ``Connection: close``, ``Expect: 100-continue``, pipelined requests
+(answered in order), ``HEAD`` on every ``GET`` route. A chunked request body is answered 411 (no client of the
+simulator sends one: send ``Content-Length``); a malformed request line or header, or an HTTP/1.1 request
+without ``Host``, 400; a head over 64 KiB 431; each of those closes the connection. An unknown path is 404, a
+known one with another method 405 (with ``Allow``), as aiohttp answers.
 
 A handler returns its :class:`HttpReply`, or an awaitable of it when it must wait (a simulated latency, the
 concurrency limit, a hang): a reply at hand is written at once, without a task (an eval's thousands of requests
