@@ -234,6 +234,17 @@ def relative(store: Path, eval_dir: Path) -> str:
     return os.path.relpath(store, eval_dir)
 
 
+def _prompt_rows(eval_dir: Path) -> Iterator[tuple[int, str, str | None]]:
+    """(index, prompt_sha256, the text the row holds or None) of each well-formed ``prompts.jsonl`` row, in file
+    order (either layout)."""
+    plain = eval_dir / PROMPTS_FILE
+    rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
+    for row in rows:
+        i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
+        if isinstance(i, int) and not isinstance(i, bool) and isinstance(sha, str):
+            yield i, sha, text if isinstance(text, str) else None
+
+
 def eval_prompts(eval_dir: Path) -> Iterator[PromptRow]:
     """Every ``prompts.jsonl`` row of the eval in ``eval_dir`` with its text, in file order (either layout; a row
     without a text of its hash is left out)."""
@@ -246,13 +257,8 @@ def prompt_sources(eval_dir: Path) -> Iterator[tuple[int, str, Mapping[str, str]
     ``texts[prompt_sha256]`` not made yet: a reader that keeps every question's prompt (a scoring pass's
     references) holds the store's shared prefixes once instead of each prompt whole."""
     texts: Mapping[str, str] | None = None
-    plain = eval_dir / PROMPTS_FILE
-    rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
-    for row in rows:
-        i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
-        if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
-            continue
-        if isinstance(text, str):  # the row's own text (schema 1), as it is
+    for i, sha, text in _prompt_rows(eval_dir):
+        if text is not None:  # the row's own text (schema 1), as it is
             yield i, sha, {sha: text}
             continue
         if texts is None:
@@ -265,13 +271,8 @@ def prompt_sources(eval_dir: Path) -> Iterator[tuple[int, str, Mapping[str, str]
 def first_prompt(eval_dir: Path) -> PromptRow | None:
     """The first row :func:`eval_prompts` yields, the text store read only as far as that row's text (one prompt
     needs no store read whole: the default run's holds 1319)."""
-    plain = eval_dir / PROMPTS_FILE
-    rows = iter_packed(packed(plain)) if not plain.exists() else (row for _, row in iter_jsonl(plain))
-    for row in rows:
-        i, sha, text = row.get("index"), row.get("prompt_sha256"), row.get("prompt")
-        if not isinstance(i, int) or isinstance(i, bool) or not isinstance(sha, str):
-            continue
-        if not isinstance(text, str):
+    for i, sha, text in _prompt_rows(eval_dir):
+        if text is None:
             store = texts_path(eval_dir)
             text = _text_of(store, sha) if store is not None and exists(store) else None
             if text is None:  # not in the store: the next rows as eval_prompts reads them
