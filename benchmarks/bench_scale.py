@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_demo import export
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: ``abh`` as ``python -m harness.cli.main``, writing its own peak RSS (KiB) and CPU seconds to argv[1] at exit
@@ -110,12 +112,6 @@ def run_abh(tree: Path, env: dict[str, str], data: Path, n: int, divergence: boo
         if keep is not None:
             subprocess.run(["cp", "-a", str(run), str(keep / label)], check=False)
         return got
-
-
-def export(rev: str, dest: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def main() -> None:

@@ -17,17 +17,15 @@ import argparse
 import asyncio
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import requests
+from bench_sim_scoring import start
 
 from harness.tasks import gsm8k
 
@@ -46,25 +44,6 @@ EXTRA: list[tuple[str, str, Any]] = [
     ("POST", "/tokenize", {"prompt": ["a b", "Question: c"]}), ("POST", "/v1/detokenize", {"tokens": [5, 6, 7]}),
     ("POST", "/flush_cache", None),
 ]
-
-
-def start(tree: Path, cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "abh_simulator", "--port", str(port), "--run-seed", "1",
-                          "--latency-s", "0"], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=cwd,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(1200):
-        try:
-            if requests.get(url + "/health", timeout=1).status_code == 200:
-                return p, url
-        except requests.RequestException:
-            pass
-        time.sleep(0.05)
-    p.kill()
-    sys.exit(f"the simulator from {tree} did not start")
 
 
 def cpu_s(pid: int) -> float:
@@ -96,7 +75,7 @@ async def _answers(url: str) -> list[tuple[int, str, bytes]]:
 
 def measure(tree: Path, cwd: Path, compare: bool) -> tuple[float, list[tuple[int, str, bytes]]]:
     """(the server's CPU seconds over one warm eval, its answers when ``compare``)."""
-    p, url = start(tree, cwd)
+    p, url = start(tree, cwd, "--latency-s", "0")
     try:
         abh_eval(url, cwd / "warm")
         c0 = cpu_s(p.pid)

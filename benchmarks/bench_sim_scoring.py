@@ -35,12 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = re.compile(rb'"(id|e2e_latency)":("[^"]*"|[0-9.e-]+)')
 
 
-def start(tree: Path, cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(tree: Path, cwd: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The simulator of ``tree`` on a free port (run seed 1, and ``flags``), once it answers ``/health``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "abh_simulator", "--port", str(port), "--noise", "pass",
-                          "--run-seed", "1"],
+    p = subprocess.Popen([sys.executable, "-m", "abh_simulator", "--port", str(port), "--run-seed", "1", *flags],
                          env={**os.environ, "PYTHONPATH": str(tree)}, cwd=cwd, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -79,7 +79,7 @@ def bodies(url: str, a: argparse.Namespace) -> list[dict]:
 
 def measure(tree: Path, a: argparse.Namespace, cwd: Path) -> tuple[float, list[bytes]]:
     """(the server's CPU seconds over the scoring requests, its answers with the volatile fields blanked)."""
-    p, url = start(tree, cwd)
+    p, url = start(tree, cwd, "--noise", "pass")
     try:
         batches = bodies(url, a)
         requests.post(url + "/generate", json=batches[0], timeout=600)  # first use: numpy, the tokenizer
