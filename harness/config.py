@@ -134,6 +134,9 @@ class SimulatedEngineConfig(SimConfig, EngineConfig):
 
     kind: str = "simulated"
     module: str = "abh_simulator"
+    #: with a run_seed >= 0, each launch's seed is drawn from (run_seed, launch id): the run is reproducible
+    #: and its launches still differ as real relaunches do (one fixed seed would make every launch identical)
+    seed_by_launch: bool = False
     ready_timeout_s: float = 60.0
     poll_interval_s: float = 0.1
     stop_timeout_s: float = 10.0

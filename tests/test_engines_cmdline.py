@@ -245,6 +245,23 @@ def test_simulated_knobs_become_flags(tmp_path):
     assert str(hc.PROJECT_ROOT) in spec.env_delta["PYTHONPATH"].split(":")
 
 
+def test_seed_by_launch_gives_each_launch_its_own_reproducible_seed(tmp_path):
+    """With seed_by_launch, the seed a launch gets depends on run_seed and its launch id only: the same id, the
+    same seed (a rerun reproduces the run); another launch, another seed (an A/A launch differs from A's)."""
+    def seed_of(launch_id: str, **kw) -> str:
+        e = create_engine(SimulatedEngineConfig(**kw), arm(), tmp_path, "x")
+        e.launch_id = launch_id
+        argv = e.launch_spec().server_argv
+        return argv[argv.index("--run-seed") + 1] if "--run-seed" in argv else "absent"
+
+    seeds = {i: seed_of(i, run_seed=0, seed_by_launch=True) for i in ("a-1", "a-2", "a-3", "b-1")}
+    assert len(set(seeds.values())) == 4 and all(int(v) >= 0 for v in seeds.values())
+    assert seed_of("a-2", run_seed=0, seed_by_launch=True) == seeds["a-2"]
+    assert seed_of("a-2", run_seed=1, seed_by_launch=True) != seeds["a-2"]
+    assert seed_of("a-2", run_seed=5) == seed_of("a-3", run_seed=5) == "5"      # off: one seed for every launch
+    assert seed_of("a-2", seed_by_launch=True) == "absent"                      # run_seed -1: random per launch
+
+
 def test_engine_config_from_dictconfig_with_unknown_override(tmp_path):
     from omegaconf import OmegaConf
 

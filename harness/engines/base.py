@@ -144,6 +144,8 @@ class Engine:
         #: headers of the harness's own requests (the client's ``Authorization``: health and info endpoints
         #: want it too); set by the run, never recorded
         self.http_headers: dict[str, str] = {}
+        #: the id of the launch being started (``a-1``), set by the run's server pool before :meth:`launch`
+        self.launch_id = ""
 
     # ------------------------------------------------------------------ identity
     @property

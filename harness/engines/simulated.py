@@ -6,8 +6,18 @@ SIMULATED: ``simulated`` is True and the simulator's own /get_server_info report
 
 from __future__ import annotations
 
+import hashlib
+
 from harness.config import PROJECT_ROOT
 from harness.engines.base import LaunchedEngine
+
+
+def launch_seed(run_seed: int, launch_id: str) -> int:
+    """A launch's own seed drawn from the run's ``run_seed`` and its launch id (a negative run_seed stays
+    negative: random per launch)."""
+    if run_seed < 0:
+        return run_seed
+    return int.from_bytes(hashlib.sha256(f"{run_seed}/{launch_id}".encode()).digest()[:4], "little") >> 1
 
 
 class SimulatedEngine(LaunchedEngine):
@@ -41,8 +51,18 @@ class SimulatedEngine(LaunchedEngine):
         from abh_simulator.sim_config import SimConfig, to_argv
 
         values = {f.name: getattr(self.cfg, f.name) for f in fields(SimConfig) if hasattr(self.cfg, f.name)}
-        values.update(host=self.host, port=self.port)
+        values.update(host=self.host, port=self.port, run_seed=self.run_seed())
         return to_argv(values)
+
+    def run_seed(self) -> int:
+        """The launch's ``--run-seed``: engine.run_seed, or with ``seed_by_launch`` :func:`launch_seed`."""
+        seed = int(self.cfg.run_seed)
+        return launch_seed(seed, self.launch_id) if self.cfg.seed_by_launch and self.launch_id else seed
+
+    def launch(self) -> None:
+        if self.cfg.seed_by_launch:
+            self._spec = None  # the command carries this launch's seed
+        super().launch()
 
     def ready_check(self) -> tuple[bool, str]:
         return self._check_health("/health_generate")

@@ -78,6 +78,7 @@ class ServerPool:
         self.say(f"{label + ' ' if label else ''}{verb} arm {key} ({engine.kind}), launch {launch.id}")
         spawned = time.time()
         engine.prepare_launch()  # a GPU tool's answer can take seconds: Ctrl-C meanwhile acts at once
+        engine.launch_id = launch.id
         with self.interrupts.deferred():
             engine.launch()
             self.live[key] = launch
