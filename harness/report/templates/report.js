@@ -77,8 +77,8 @@
   if (flipsData && byId('flips')) { inflate(flipsData, drawFlips); } else { flipFilter(); }
   function titled(e, title) { e.title = title; return e; }
   function markOf(ok) {  // right, wrong or no answer: as the template's mark()
-    return ok === true ? titled(el('span', '✓', 'mark r'), 'right') : ok === false ? titled(el('span', '✗', 'mark w'), 'wrong')
-      : titled(el('span', '–', 'mark e'), 'no answer');
+    return ok === true ? titled(el('span', '✓', 'mark r'), 'right')
+      : ok === false ? titled(el('span', '✗', 'mark w'), 'wrong') : titled(el('span', '–', 'mark e'), 'no answer');
   }
   function add(parent, items) {  // strings as text nodes, never markup
     items.forEach(function (x) { parent.appendChild(typeof x === 'string' ? document.createTextNode(x) : x); });
@@ -86,8 +86,9 @@
   }
   function outputPre(ans, split) {
     var pre = el('pre');
-    if (split) { add(pre, [split.before, titled(el('mark', split.mark, 'fd'), 'where the two outputs part'), split.after]); }
-    else { pre.textContent = ans.output; }
+    if (split) {
+      add(pre, [split.before, titled(el('mark', split.mark, 'fd'), 'where the two outputs part'), split.after]);
+    } else { pre.textContent = ans.output; }
     if (ans.cut) { pre.appendChild(document.createTextNode(' …[cut]')); }
     return pre;
   }
@@ -102,10 +103,13 @@
     }
     if (many) {
       var line = el('div', 'repeats: ', 'muted');
-      side.forEach(function (a, k) { add(line, ['r' + a.repeat + ' ', markOf(a.correct), ' ' + a.pred + (k < side.length - 1 ? ' · ' : '')]); });
+      side.forEach(function (a, k) {
+        add(line, ['r' + a.repeat + ' ', markOf(a.correct), ' ' + a.pred + (k < side.length - 1 ? ' · ' : '')]);
+      });
       var d = add(el('details'), [el('summary', "other repeats' outputs")]);
       side.slice(1).forEach(function (a) {
-        add(d, [add(el('div'), ['r' + a.repeat + ': ', markOf(a.correct), ' parsed ', el('span', a.pred, 'pred')]), outputPre(a, null)]);
+        var head = add(el('div'), ['r' + a.repeat + ': ', markOf(a.correct), ' parsed ', el('span', a.pred, 'pred')]);
+        add(d, [head, outputPre(a, null)]);
       });
       add(td, [line, d]);
     }
@@ -119,7 +123,9 @@
       tr.setAttribute('data-cat', f.cat);
       var num = add(el('td', null, 'num'), [String(f.index), el('br'), el('span', cat[0], 'cat ' + cat[1])]);
       num.setAttribute('data-v', String(f.index));
-      if (f.a.length > 1 || f.b.length > 1) { add(num, [el('br'), add(el('span', null, 'cat muted'), ['A ' + f.score_a, el('br'), 'B ' + f.score_b])]); }
+      if (f.a.length > 1 || f.b.length > 1) {
+        add(num, [el('br'), add(el('span', null, 'cat muted'), ['A ' + f.score_a, el('br'), 'B ' + f.score_b])]);
+      }
       var label = add(el('td', null, 'num'), [el('strong', f.label)]);
       label.setAttribute('data-v', String(f.label));
       add(tr, [num, el('td', f.question, 'q'), label,
