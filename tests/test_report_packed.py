@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.packed_rows import rows_of, unpack
-from helpers.rundirs import BOLD, build_run_dir
+from helpers.rundirs import BOLD, SCRIPT_TITLE, build_run_dir
 
 from harness.report import data, packed, write_report
 from harness.report.views import QuestionRow
@@ -154,4 +154,4 @@ def test_packed_flipped_rows_draw_the_templates_table_in_chromium(tmp_path: Path
     assert _markup(rows) == _markup(drawn.values["flips"][0])  # the same table, cell by cell
     assert rows.count('<tr class="flip"') == int(shown) >= 2 and '<mark class="fd"' in rows
     assert filtered == "1" and markup == 0  # the planted <b>, <img>, <script> are text, not elements
-    assert BOLD in res.text
+    assert BOLD in res.text and SCRIPT_TITLE in res.text and "pwned" not in res.title  # shown, never run
