@@ -1,16 +1,21 @@
 """The question browser's data packed (harness.report.packed): every row back exactly, each distinct text once, the
-packed block in the page, and (slow) the page inflating it in headless Chromium and searching every question."""
+packed block in the page, and (slow) the page inflating it in headless Chromium and searching every question. A
+large run's flipped questions packed too: the page stays a few hundred bytes a question, and (slow) the script draws
+the same table the template draws for a small run, model output as text."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import zlib
 from pathlib import Path
 
 import pytest
 from helpers.packed_rows import rows_of, unpack
-from helpers.rundirs import BOLD, build_run_dir
+from helpers.rundirs import BOLD, SCRIPT_TITLE, build_run_dir
 
-from harness.report import packed, write_report
+from harness.report import data, packed, write_report
 from harness.report.views import QuestionRow
 
 
@@ -85,3 +90,68 @@ def test_a_packed_report_opens_and_searches_in_chromium(tmp_path: Path, monkeypa
     assert res.console_errors == [] and [r for r in res.requests if r != res.url] == []
     first, hit, escaped = res.values["search"]
     assert first == "50 of 120" and hit >= 1 and escaped
+
+
+def _flips_block(html: str) -> str | None:
+    m = re.search(r'<script type="application/json" id="flips-data" data-encoding="deflate-base64">(.*?)</script>',
+                  html, re.S)
+    return m.group(1) if m is not None else None
+
+
+def test_a_small_runs_flipped_rows_are_drawn_by_the_template(tmp_path: Path) -> None:
+    root = build_run_dir(tmp_path / "run", n=80, repeats=2, aa=True)
+    html = write_report(root).read_text()
+    assert '<tr class="flip"' in html and _flips_block(html) is None
+
+
+def test_a_large_runs_flipped_rows_are_packed_and_its_report_stays_small(tmp_path: Path) -> None:
+    """600 flipped rows drawn as markup were ~800 bytes a question of a 1500-question run (3.6 MB at 13k GSM8K
+    questions); packed, every row is still in the page, whole, and the page is under 200 bytes a question."""
+    n = 1500
+    root = build_run_dir(tmp_path / "run", n=n, repeats=2, p_a=0.5, p_b=0.9)  # B right on ~40 % more: 600 listed
+    report = write_report(root)
+    html = report.read_text()
+    c = data.load_comparison(root)
+    assert c is not None
+    rows, total = data.flipped_questions(c, data.load_runs(c, root))
+    assert len(rows) == data.MAX_FLIPS and total > len(rows)
+    block = _flips_block(html)
+    assert block is not None and '<tr class="flip"' not in html
+    assert json.loads(zlib.decompress(base64.b64decode(block))) == rows  # every row, every repeat's answer
+    assert f"Showing the first {len(rows)} of {total}." in html
+    assert report.stat().st_size <= 200 * n
+
+
+#: the flipped table's rows once drawn (by the template, or by the script from the packed rows), as markup without
+#: the whitespace between tags; then the filter run on a planted output's words
+FLIPS_JS = """(async function(){for (var k=0; k<600 && !document.querySelector('#flips tbody tr'); k++) {
+await new Promise(function(r){setTimeout(r,50)}); }
+var html=document.querySelector('#flips tbody').innerHTML, q=document.getElementById('flip-q'), n=document.getElementById('flip-n');
+var all=n.textContent; q.value='bold claim'; q.dispatchEvent(new Event('input'));
+return [html, all, n.textContent, document.querySelectorAll('#flips b, #flips img, #flips i, #flips script').length]})()"""
+
+
+def _markup(html: str) -> str:
+    """Rows' markup as the reader gets it: no layout whitespace, numbers as numbers (the template writes 1.0)."""
+    html = re.sub(r"\s+", " ", re.sub(r"\s+<", "<", re.sub(r">\s+", ">", html)))
+    return re.sub(r'data-v="(-?\d+)\.0"', r'data-v="\1"', html)
+
+
+@pytest.mark.slow
+def test_packed_flipped_rows_draw_the_templates_table_in_chromium(tmp_path: Path, chromium: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.report.browser import render_page
+
+    root = build_run_dir(tmp_path / "run", n=120, repeats=2, aa=True)
+    drawn = render_page(write_report(root), executable=chromium, evaluate={"flips": FLIPS_JS})
+    monkeypatch.setattr(packed, "FLIPS_PACK_ABOVE", 0)
+    report = write_report(root)
+    html = report.read_text()
+    assert _flips_block(html) is not None and '<tr class="flip"' not in html
+    res = render_page(report, executable=chromium, evaluate={"flips": FLIPS_JS})
+    assert res.console_errors == [] and [r for r in res.requests if r != res.url] == []
+    rows, shown, filtered, markup = res.values["flips"]
+    assert _markup(rows) == _markup(drawn.values["flips"][0])  # the same table, cell by cell
+    assert rows.count('<tr class="flip"') == int(shown) >= 2 and '<mark class="fd"' in rows
+    assert filtered == "1" and markup == 0  # the planted <b>, <img>, <script> are text, not elements
+    assert BOLD in res.text and SCRIPT_TITLE in res.text and "pwned" not in res.title  # shown, never run

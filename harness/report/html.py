@@ -121,6 +121,9 @@ class ComparisonContext(TypedDict):
     run_rows: list[RunRow]
     perf: list[PerfRow]
     flips: list[FlipRow]
+    #: a large run's flipped rows packed (:func:`harness.report.packed.pack_flips`), drawn by the page's script
+    #: instead of the template; None: the template draws them
+    flips_data: Markup | None
     flips_total: int
     flip_counts: dict[str, int]
     max_flips: int
@@ -187,6 +190,12 @@ def _questions_block(questions: list[QuestionRow]) -> tuple[Markup | None, str |
         return None, None
     text, encoding = packed.pack(questions)
     return _script_safe(text), encoding
+
+
+def _flips_block(flips: list[FlipRow]) -> Markup | None:
+    """The flipped rows packed for the page's script when too many for the template (base64: nothing to escape)."""
+    text = packed.pack_flips(flips)
+    return None if text is None else Markup(text)
 
 
 def _csp(script: str | None) -> str:
@@ -292,7 +301,8 @@ def comparison_context(root: Path) -> ComparisonContext:
         "acc_svg": acc_svg, "delta_svg": delta_svg, "div": div,
         "routing": routing_view(c),
         "identity": identity_view(c), "run_rows": run_rows, "perf": perf,
-        "flips": flips, "flips_total": flips_total, "flip_counts": counts, "max_flips": data.MAX_FLIPS,
+        "flips": flips, "flips_data": _flips_block(flips), "flips_total": flips_total, "flip_counts": counts,
+        "max_flips": data.MAX_FLIPS,
         "cost_rows": cost.cost_rows(run_cost) if run_cost else [],
         "cost_estimated": run_cost.estimated if run_cost else [],
         "seq": cost.sequential_facts(seq) if seq else None, "look_rows": cost.look_rows(seq) if seq else [],

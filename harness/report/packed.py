@@ -1,4 +1,5 @@
-"""The question browser's data packed small inside the one self-contained page.
+"""The question browser's data, and a large run's flipped questions, packed small inside the one self-contained
+page.
 
 Up to :data:`PACK_ABOVE` characters the rows are plain JSON; above, one base64 string of zlib-deflated JSON
 that the page's script inflates (``DecompressionStream("deflate")``). Inside, rows are columns and every text
@@ -7,6 +8,11 @@ form::
 
     {"s": [text, ...], "i": [index, ...], "c": [outcome, ...], "q": [text id, ...], "l": [label, ...],
      "a": {"p": [[text id per repeat], ...], "ok": [[bool|null per repeat], ...], "o": [text id, ...]}, "b": {...}}
+
+The flipped questions are drawn by the page's template up to :data:`FLIPS_PACK_ABOVE` characters (readable
+without script; the demo's are about half of it); above, their rows (``FlipRow``, as the template reads them) go deflated in one base64 string too and the
+script draws the same table from it: a 13k-question run's 600 flipped rows as markup were ~1.6 MB of the page, and
+deflated they are ~0.2 MB (neighbouring repeats' outputs are mostly the same text).
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import json
 import zlib
 from typing import Any
 
-from harness.report.views import BrowserArm, QuestionRow
+from harness.report.views import Answer, BrowserArm, FlipRow, QuestionRow
 
 #: plain JSON up to this many characters; above, packed
 PACK_ABOVE = 256 * 1024
+#: the flipped questions drawn by the template up to about this many characters; above, packed
+FLIPS_PACK_ABOVE = 512 * 1024
 #: the ``data-encoding`` of a packed block, as the page's script reads it
 ENCODING = "deflate-base64"
 
@@ -56,11 +64,32 @@ def pack(rows: list[QuestionRow]) -> tuple[str, str | None]:
     by the caller); else :data:`ENCODING` (base64: no character that could end the element)."""
     if _size(rows) <= PACK_ABOVE:
         return json.dumps(rows, ensure_ascii=False, separators=(",", ":")), None
-    packed = json.dumps(columns(rows), ensure_ascii=False, separators=(",", ":")).encode()
-    return base64.b64encode(zlib.compress(packed, 9)).decode("ascii"), ENCODING
+    return deflate(columns(rows)), ENCODING
+
+
+def pack_flips(rows: list[FlipRow]) -> str | None:
+    """The flipped rows for the page's script to draw (:data:`ENCODING`), or None: few enough for the template."""
+    if sum(_flip_size(r) for r in rows) <= FLIPS_PACK_ABOVE:
+        return None
+    return deflate(rows)
+
+
+def deflate(value: object) -> str:
+    """``value`` as JSON, zlib-deflated, in base64 (no character that could end a script element)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    return base64.b64encode(zlib.compress(text, 9)).decode("ascii")
 
 
 def _size(rows: list[QuestionRow]) -> int:
     """About the characters of the rows as JSON (their texts and a row's keys), without writing it."""
     return sum(len(r["q"]) + len(r["a"]["o"]) + len(r["b"]["o"]) + 16 * (len(r["a"]["p"]) + len(r["b"]["p"])) + 60
                for r in rows)
+
+
+def _flip_size(row: FlipRow) -> int:
+    """About the characters the template draws for a flipped row: its texts, and the markup around each answer
+    (marks, parsed answer, repeat) and around the row."""
+    def answer(a: Answer) -> int:
+        return len(a["output"]) + len(a["pred"]) + 300
+
+    return len(row["question"]) + sum(answer(a) for a in row["a"] + row["b"]) + 600

@@ -55,8 +55,88 @@
     });
   });
 
+  // A packed block (data-encoding="deflate-base64"): deflated JSON in base64, inflated by the browser's
+  // DecompressionStream; else plain JSON.
+  function inflate(dataEl, done) {
+    if (dataEl.getAttribute('data-encoding') !== 'deflate-base64') { done(JSON.parse(dataEl.textContent)); return; }
+    var bin = atob(dataEl.textContent.trim()), bytes = new Uint8Array(bin.length);
+    for (var k = 0; k < bin.length; k++) { bytes[k] = bin.charCodeAt(k); }
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
+    new Response(stream).text().then(function (text) { done(JSON.parse(text)); });
+  }
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined && text !== null) { e.textContent = String(text); }
+    if (cls) { e.className = cls; }
+    return e;
+  }
+
+  // A large run's flipped questions come packed (harness/report/packed.py): drawn here as the template draws a
+  // small run's, every text by textContent (model output is untrusted), then the filter is set up on the rows.
+  var flipsData = byId('flips-data');
+  if (flipsData && byId('flips')) { inflate(flipsData, drawFlips); } else { flipFilter(); }
+  function titled(e, title) { e.title = title; return e; }
+  function markOf(ok) {  // right, wrong or no answer: as the template's mark()
+    return ok === true ? titled(el('span', '✓', 'mark r'), 'right')
+      : ok === false ? titled(el('span', '✗', 'mark w'), 'wrong') : titled(el('span', '–', 'mark e'), 'no answer');
+  }
+  function add(parent, items) {  // strings as text nodes, never markup
+    items.forEach(function (x) { parent.appendChild(typeof x === 'string' ? document.createTextNode(x) : x); });
+    return parent;
+  }
+  function outputPre(ans, split) {
+    var pre = el('pre');
+    if (split) {
+      add(pre, [split.before, titled(el('mark', split.mark, 'fd'), 'where the two outputs part'), split.after]);
+    } else { pre.textContent = ans.output; }
+    if (ans.cut) { pre.appendChild(document.createTextNode(' …[cut]')); }
+    return pre;
+  }
+  function flipAnswers(side, mean, arm) {
+    var td = el('td', null, 'ans'), first = side[0], many = side.length > 1;
+    td.setAttribute('data-v', String(mean)); td.setAttribute('data-arm', arm);
+    if (first) {
+      var head = add(el('div'), [markOf(first.correct), ' parsed ', el('span', first.pred, 'pred')]);
+      if (many) { add(head, [' ', el('span', 'r' + first.repeat, 'muted')]); }
+      if (first.finish && first.finish !== 'stop') { add(head, [' ', el('span', 'finish: ' + first.finish, 'muted')]); }
+      add(td, [head, outputPre(first, first.split)]);
+    }
+    if (many) {
+      var line = el('div', 'repeats: ', 'muted');
+      side.forEach(function (a, k) {
+        add(line, ['r' + a.repeat + ' ', markOf(a.correct), ' ' + a.pred + (k < side.length - 1 ? ' · ' : '')]);
+      });
+      var d = add(el('details'), [el('summary', "other repeats' outputs")]);
+      side.slice(1).forEach(function (a) {
+        var head = add(el('div'), ['r' + a.repeat + ': ', markOf(a.correct), ' parsed ', el('span', a.pred, 'pred')]);
+        add(d, [head, outputPre(a, null)]);
+      });
+      add(td, [line, d]);
+    }
+    return td;
+  }
+  function drawFlips(rows) {
+    var body = byId('flips').tBodies[0], heads = byId('flips').tHead.rows[0].cells;
+    var cats = {b: ['B right', 'ok'], a: ['A right', 'no'], mixed: ['mixed', 'muted']};
+    rows.forEach(function (f) {
+      var tr = el('tr', null, 'flip'), cat = cats[f.cat] || [f.cat, 'muted'];
+      tr.setAttribute('data-cat', f.cat);
+      var num = add(el('td', null, 'num'), [String(f.index), el('br'), el('span', cat[0], 'cat ' + cat[1])]);
+      num.setAttribute('data-v', String(f.index));
+      if (f.a.length > 1 || f.b.length > 1) {
+        add(num, [el('br'), add(el('span', null, 'cat muted'), ['A ' + f.score_a, el('br'), 'B ' + f.score_b])]);
+      }
+      var label = add(el('td', null, 'num'), [el('strong', f.label)]);
+      label.setAttribute('data-v', String(f.label));
+      add(tr, [num, el('td', f.question, 'q'), label,
+               flipAnswers(f.a, f.mean_a, heads[3].textContent), flipAnswers(f.b, f.mean_b, heads[4].textContent)]);
+      body.appendChild(tr);
+    });
+    flipFilter();
+  }
+
   // The flipped questions: filter by text and outcome.
-  (function () {
+  function flipFilter() {
     var q = byId('flip-q'), s = byId('flip-cat'), n = byId('flip-n');
     if (!q || !s || !n) { return; }
     var rows = Array.prototype.slice.call(document.querySelectorAll('#flips tbody tr.flip'));
@@ -72,17 +152,13 @@
     q.addEventListener('input', apply);
     s.addEventListener('change', apply);
     apply();
-  })();
+  }
 
-  // The question browser's rows: plain JSON, or (a large run) deflated JSON in base64, columns over a table of
-  // distinct texts (harness/report/packed.py), inflated here by the browser's DecompressionStream.
+  // The question browser's rows: plain JSON, or (a large run) packed as columns over a table of distinct texts.
   function questionRows(dataEl, done) {
-    if (dataEl.getAttribute('data-encoding') !== 'deflate-base64') { done(JSON.parse(dataEl.textContent)); return; }
-    var bin = atob(dataEl.textContent.trim()), bytes = new Uint8Array(bin.length);
-    for (var k = 0; k < bin.length; k++) { bytes[k] = bin.charCodeAt(k); }
-    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
-    new Response(stream).text().then(function (text) {
-      var p = JSON.parse(text), S = p.s;
+    if (dataEl.getAttribute('data-encoding') !== 'deflate-base64') { inflate(dataEl, done); return; }
+    inflate(dataEl, function (p) {
+      var S = p.s;
       function str(id) { return S[id]; }
       function arm(x, n) { return {p: x.p[n].map(str), ok: x.ok[n], o: S[x.o[n]]}; }
       done(p.i.map(function (i, n) {
@@ -98,12 +174,6 @@
   function questionBrowser(all) {
     var body = byId('qb-rows'), labels = JSON.parse(byId('qb-outcomes').textContent);
     var q = byId('qb-q'), s = byId('qb-cat'), n = byId('qb-n'), more = byId('qb-more'), PAGE = 50, shown = PAGE;
-    function el(tag, text, cls) {
-      var e = document.createElement(tag);
-      if (text !== undefined && text !== null) { e.textContent = String(text); }
-      if (cls) { e.className = cls; }
-      return e;
-    }
     var heads = document.querySelectorAll('#qb thead th');
     function armCell(arm, k) {
       var td = el('td', null, 'ans');
