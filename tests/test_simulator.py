@@ -121,13 +121,12 @@ def _other_value(name: str, default):
 def test_every_simconfig_knob_is_an_engine_key_with_the_same_default():
     """SimConfig is the only source of the simulator's defaults: each field is engine.<field> with the same
     default, settable from the command line, and reaches the simulator's flags unchanged (round trip)."""
-    from abh_simulator.__main__ import parse_args
-    from abh_simulator.sim_config import knob_types, to_argv
-    from harness.config import SimulatedEngineConfig
-
     from omegaconf import OmegaConf
 
     import harness.config as hc
+    from abh_simulator.__main__ import parse_args
+    from abh_simulator.sim_config import knob_types, to_argv
+    from harness.config import SimulatedEngineConfig
 
     engine = _compose().engine
     names = [f.name for f in fields(SimConfig)]
