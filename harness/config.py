@@ -1,17 +1,5 @@
 """The config's schema (dataclasses) and its one validation pass; values live in YAML under configs/.
 
-Tree::
-
-    configs/config.yaml          primary config: defaults list + top-level knobs
-    configs/experiment/*.yaml    one file per experiment (package _global_): engine, arms a/b, repeats...
-    configs/engine/*.yaml        one file per engine, extending its schema below
-    configs/task/*.yaml          one file per task and recipe (GSM8K's, MMLU, GPQA-diamond, MGSM-en); several at once:
-                                 ``task=[gsm8k,mmlu]`` (``tasks.<file>`` below)
-    configs/stats/*.yaml         statistics settings
-    configs/divergence/*.yaml    the divergence measurement after the accuracy evals
-    configs/hydra/launcher/*     SLURM (submitit) launchers
-    arms/**/*.yaml               arm definitions (group ``arms`` through Hydra's search path)
-
 Each setting's default and range are declared once, on its field (:func:`harness.util.ranges.ranged`). Hydra
 composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports no Hydra);
 :func:`validate` turns the composed tree into typed objects (:class:`Config`) once, at the door, with the
@@ -142,10 +130,9 @@ class SimulatedEngineConfig(SimConfig, EngineConfig):
     stop_timeout_s: float = 10.0
 
 
-ENGINE_SCHEMAS: dict[str, type[EngineConfig]] = {"sglang": SGLangEngineConfig, "vllm": VLLMEngineConfig,
-                                                 "llamacpp": LlamaCppEngineConfig,
-                                                 "external": ExternalEngineConfig,
-                                                 "simulated": SimulatedEngineConfig}
+ENGINE_SCHEMAS: dict[str, type[EngineConfig]] = {
+    "sglang": SGLangEngineConfig, "vllm": VLLMEngineConfig, "llamacpp": LlamaCppEngineConfig,
+    "external": ExternalEngineConfig, "simulated": SimulatedEngineConfig}
 
 
 # --------------------------------------------------------------------------------------------- arms
