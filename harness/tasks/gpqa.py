@@ -1,6 +1,5 @@
 """GPQA-diamond, as openai/simple-evals runs it: each question asked ``repeats`` times, each time with its own
-seeded order of the four choices; a question's score is the mean over its repeats (within one eval, i.e. one
-launch), which the paired statistics take as the per-question score in [0, 1].
+seeded order of the four choices; a question's score is the mean over its repeats within one eval.
 
 Recipe ``simple_evals``: ``openai/simple-evals gpqa_eval.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e``: one
 ``random.Random(0)`` for the whole eval; ``num_questions`` set = ``rng.sample(rows, n)`` first; then the rows are
@@ -8,13 +7,12 @@ repeated (``examples * n_repeats``: every row once, then every row again, ...) a
 ``rng.sample(range(4), 4)`` in that order; choices ``[Correct, Incorrect 1, 2, 3]`` permuted, the simple-evals
 multiple-choice prompt as one chat message, the answer read by ``(?i)Answer[ \\t]*:[ \\t]*\\$?([A-D])\\$?``
 (``re.search``: the first match), right when it is the correct choice's letter. ``repeats`` defaults to 8
-(SGLang's GPQA-diamond runs, ``--repeat 8``; sgl-eval's ``default_n_repeats``); sampling as SGLang's run_eval:
-``max_tokens`` 2048 (reasoning models need far more: set ``task.max_new_tokens``), temperature 0, ``top_p`` 1.0.
+(SGLang's ``--repeat 8``; sgl-eval's ``default_n_repeats``); sampling as SGLang's run_eval: ``max_tokens`` 2048
+(reasoning models need far more), temperature 0, ``top_p`` 1.0.
 
-Data: never shipped: GPQA's authors ask that its questions not be posted in plain text. ``task.data_path`` =
-your local ``gpqa_diamond.csv`` (simple-evals' or the dataset's own; columns ``Question``, ``Correct Answer``,
-``Incorrect Answer 1..3``), its URL, or ``hf:Idavidrein/gpqa`` (config ``gpqa_diamond``; the dataset is gated:
-accept its terms and log in first).
+Data is never shipped (its authors ask that its questions not be posted in plain text): a local
+``gpqa_diamond.csv`` (columns ``Question``, ``Correct Answer``, ``Incorrect Answer 1..3``), its URL, or
+``hf:Idavidrein/gpqa`` (config ``gpqa_diamond``; gated: accept its terms and log in first).
 """
 
 from __future__ import annotations

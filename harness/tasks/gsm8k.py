@@ -1,24 +1,17 @@
 """GSM8K, exactly as SGLang's ``benchmark/gsm8k/bench_sglang.py`` runs it, and the other recipes maintainers run.
 
-The recipes of this module (the others follow their own upstream files in :mod:`harness.tasks.gsm8k_recipes`):
+Recipes here (the others follow their own upstream files in :mod:`harness.tasks.gsm8k_recipes`):
 
 * ``sglang`` (default): ``sgl-project/sglang benchmark/gsm8k/bench_sglang.py`` (and
   ``python/sglang/test/few_shot_gsm8k.py``, same helpers): shots are test rows ``0..k-1`` and evaluated
-  questions start at row 0, so the first k evaluated questions are leaked into the prompt. Kept for
-  comparability with numbers people already quote.
-* ``sglang_8shot``: the same script with ``--num-shots 8`` (``docs/basic_usage/deepseek_v32.md``:
-  ``--num-shots 8 --num-questions 1319 --parallel 1319``).
+  questions start at row 0, so the first k evaluated questions leak into the prompt; kept for comparability
+  with numbers people already quote.
+* ``sglang_8shot``: the same with ``--num-shots 8`` (SGLang's ``docs/basic_usage/deepseek_v32.md``).
 * ``heldout``: shots are train rows ``0..k-1``; no evaluated question is leaked.
 
-Data: the canonical test split ships inside the package (``data/gsm8k/test.jsonl``, MIT licence, sha256
-checked on every read) and is the default, so a fresh offline machine runs everything. Other copies:
-``task.data_path`` / ``--data`` = a JSONL file or a directory with ``test.jsonl``/``train.jsonl``, or
-``hf:openai/gsm8k`` (any ``hf:REPO[:CONFIG]``) through `datasets`. The train split (the ``heldout`` recipe's
-shots) is not shipped: ``task.train_path`` (default: ``train.jsonl`` beside a local test file, or the same
-``hf:`` dataset).
-
-Nothing here talks to a server: this module builds prompts and request bodies, parses answers, and is the
-one parser of its own prompts (:func:`question_from_prompt`).
+The canonical test split ships inside the package (``data/gsm8k/test.jsonl``, MIT, sha256 checked on every read),
+so a fresh offline machine runs everything; the train split does not (docs/tasks.md). This module is the one
+parser of its own prompts (:func:`question_from_prompt`).
 """
 
 from __future__ import annotations
@@ -114,13 +107,9 @@ def _from_hf(r: dict[str, Any]) -> dict[str, str]:  # pragma: no cover - needs t
 
 
 def load(path: str | Path | None = None, split: str = "test", allow_noncanonical: bool = False) -> Dataset:
-    """Load a GSM8K split and check it is the canonical one.
-
-    ``path``: unset (None or "") = the embedded test set (there is no embedded train set); ``hf:REPO[:CONFIG]``
-    = that dataset through `datasets`; otherwise a JSONL file, or a directory holding ``test.jsonl`` /
-    ``train.jsonl``. A set whose row count or content hash differs from the canonical split is refused unless
-    ``allow_noncanonical`` (the Dataset then says ``canonical=False``).
-    """
+    """A GSM8K split from ``path``: unset = the embedded test set; ``hf:REPO[:CONFIG]``; a JSONL file, or a
+    directory holding ``test.jsonl`` / ``train.jsonl``. A set that is not the canonical split (row count, content
+    hash) is refused unless ``allow_noncanonical`` (the Dataset then says ``canonical=False``)."""
     spec = "" if path is None else str(path)
     lines: list[int] | None = None
     if not spec:
@@ -212,10 +201,8 @@ def question_from_prompt(prompt: str) -> str | None:
 
 # ------------------------------------------------------------------------------------------ parsing
 def get_answer_value(answer_str: str) -> int:
-    """SGLang's parser: drop commas, take the last run of digits; none or a SyntaxError is INVALID.
-
-    Signs and decimals are lost on purpose (``-5`` scores 5, ``3.50`` scores 50), as in SGLang.
-    """
+    """SGLang's parser: the last run of digits, commas dropped (signs and decimals lost as in SGLang: ``-5``
+    scores 5, ``3.50`` scores 50); none or a SyntaxError is INVALID."""
     return last_literal(answer_str, r"\d+")
 
 
@@ -349,25 +336,12 @@ class GSM8K(Task):
         ``RuntimeEndpoint.generate`` (python/sglang/lang/backend/runtime_endpoint.py) puts the two special-token
         flags first, then ``SglSamplingParams.to_srt_kwargs()`` (python/sglang/lang/ir.py), with the values
         benchmark/gsm8k/bench_sglang.py gives (``max_tokens=512``, its stop list, ``temperature=0``)."""
-        return {
-            "skip_special_tokens": True,
-            "spaces_between_special_tokens": True,
-            "max_new_tokens": self.new_tokens(max_new_tokens),
-            "min_new_tokens": 0,
-            "n": 1,
-            "stop": self.stop(),
-            "stop_token_ids": [],
-            "stop_regex": [],
-            "temperature": 0,  # an int: bench_sglang.py passes temperature=0 to run_batch
-            "top_p": 1.0,
-            "top_k": -1,
-            "min_p": 0.0,
-            "frequency_penalty": 0.0,
-            "presence_penalty": 0.0,
-            "ignore_eos": False,
-            "regex": None,
-            "json_schema": None,
-        }
+        return {"skip_special_tokens": True, "spaces_between_special_tokens": True,
+                "max_new_tokens": self.new_tokens(max_new_tokens), "min_new_tokens": 0, "n": 1, "stop": self.stop(),
+                "stop_token_ids": [], "stop_regex": [],
+                "temperature": 0,  # an int: bench_sglang.py passes temperature=0 to run_batch
+                "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+                "ignore_eos": False, "regex": None, "json_schema": None}
 
     @property
     def warms_up(self) -> bool:
@@ -377,8 +351,7 @@ class GSM8K(Task):
         return len(self.questions) > 1 and len(self.few_shot) > 64
 
     def warmup_body(self) -> JSONObject:
-        """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone, zero
-        new tokens); the body itself is built by :mod:`harness.serving.wire`, which owns the protocols."""
+        """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone)."""
         from harness.serving.wire import SGLangApi
 
         return SGLangApi().warmup_body(self.few_shot, self.questions[0].prompt if self.questions else "",

@@ -1,10 +1,8 @@
 """The task interface: what an eval needs to know about a benchmark, and nothing about servers.
 
-A task is a :class:`Dataset` (loaded by :mod:`harness.tasks.sources`), a :class:`RecipeConfig` (which upstream
-script's prompts, shots, sampling and parser to follow), the :class:`Item` s it sends, the sampling params in
-SGLang's vocabulary with the protocols it may be sent by, and a grader (:meth:`Task.grade`, a score in [0, 1]).
-The per-question score of an eval is the mean of its items' scores (one item per question unless the task
-repeats questions): the paired statistics, resume, sweeps, report and markdown work on it for every task.
+A task is a :class:`Dataset`, a :class:`RecipeConfig` (which upstream script's prompts, shots, sampling and parser
+to follow), the :class:`Item` s it sends and a grader (:meth:`Task.grade`, a score in [0, 1]). An eval's
+per-question score is the mean of its items' scores: the statistics, resume, sweeps and reports work on it alone.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Every task abh knows, its recipes, how its data is loaded and how a recipe is built over it; the one place a
-task name is looked up (config validation, ``abh run``, ``abh ab``, ``abh eval``).
+"""Every task abh knows and its recipes: the one place a task name is looked up.
 
-A task is asked for by a :class:`TaskSpec` (the ``task:`` config group's fields): loading its data
-(:func:`load_data`) happens once, before any server starts, so a missing file or a bad name stops the run with one
-line (exit 2); building the recipe (:func:`build`) happens per eval, once the server has said which model it
+Data is loaded (:func:`load_data`) once, before any server starts, so a missing file or a bad name stops the run
+with one line (exit 2); the recipe is built (:func:`build`) per eval, once the server has said which model it
 serves (the GSM8K ``sglang`` recipe's stop strings depend on it).
 """
 
