@@ -1,9 +1,7 @@
-"""The pipeline of a whole arm comparison (``abh run``'s and ``abh ab``'s job; :mod:`harness.cli.run` is its
-Hydra entry): prepare (the config's data, the run directory, each arm and its engine, the arms' diff); the
-static checks, before any server (a dry run stops there, with the exit code a real run would have); measure
-(each schedule item's eval on its launch from the :class:`ServerPool`, the divergence's scoring passes on the
-same launches); finish (``comparison.json``, ``summary.json``, the terminal's table, ``report.html``).
-
+"""The pipeline of a whole arm comparison (``abh run``'s and ``abh ab``'s job): prepare (data, run directory,
+arms, engines, the arms' diff); the static checks before any server (a dry run stops there, with the exit code
+a real run would have); measure (each schedule item's eval on its launch from the :class:`ServerPool`, the
+scoring passes on the same launches); finish (``comparison.json``, ``summary.json``, table, ``report.html``).
 Every failure is an exception; :func:`exit_for` maps the expected ones to an exit code and one line.
 """
 

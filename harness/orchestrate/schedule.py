@@ -1,14 +1,12 @@
 """The order of a run's evals and scoring passes, and which of them need a server launch of their own.
 
-The divergence's scoring passes ride on launches the evals hold, so they cost no launch of their own wherever
-the design allows: the **reference** pass right after the reference arm's repeat 1, the **compared** pass
-right after the other arm's repeat 1, each on that eval's launch; the **floor** (A/A) pass on the first later
-*fresh* launch of the reference arm (the A/A control's first eval, else its next fresh repeat; failing both, a
-launch for the floor alone, which the printed design shows); a **launch** pass on every other launch the run
-holds, right after its first eval that follows the reference pass. Never a second pass on the reference pass's
-own launch: it would miss the launch-to-launch noise the compared pass carries, and the test would reject
-every time. Launches whose evals all ran before the reference texts existed (blocked order, reference B) are
-not scored.
+The divergence's scoring passes ride on launches the evals hold wherever the design allows: the **reference**
+and **compared** passes right after each arm's repeat 1, on that eval's launch; the **floor** (A/A) pass on
+the first later *fresh* launch of the reference arm (else a launch of its own, which the printed design
+shows); a **launch** pass on every other launch, after its first eval that follows the reference pass (a
+launch whose evals all ran before the reference texts existed is not scored). Never a second pass on the
+reference pass's own launch: it would miss the launch-to-launch noise the compared pass carries, and the test
+would reject every time.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 decide, record; stop as soon as the verdict is decided or at ``experiment.max_repeats``.
 
 The decision is pure, so a resumed run continues from the manifest's recorded looks; a rerun whose design
-differs is refused, since the error rates hold only for the design the looks were made with. Each repeat is a
-fresh launch of both arms (the information fraction needs i.i.d. repeats) and the A/A control runs after the
-looks, so a look's launch variance comes from the arms' own launches.
+differs is refused (the error rates hold only for the design the looks were made with). Each repeat is a fresh
+launch of both arms, and the A/A control runs after the looks, so a look's launch variance is the arms' own.
 """
 
 from __future__ import annotations
