@@ -1,12 +1,11 @@
 """The ``divergence`` object of ``comparison.json``: how far arm B's next-token distributions are from arm A's
 on A's own greedy text, against the A/A floor (A scored again on fresh launches).
 
-The scoring passes (:mod:`harness.results.token_store`) are streamed together in blocks of questions, aligned
-by question (a question missing from a pass, or scored on other reference tokens, is dropped and counted); the
-measures and tests are :mod:`harness.stats.kld` and :mod:`harness.stats.kld_launches`. The verdict is the
-launch-level test when three or more launches besides the reference's were scored, else the per-question test,
-qualified. ``not_measured`` (with the reason) whenever a pass is missing or unreadable, or fewer than
-``min_scored_share`` of the questions were scored by every pass: nothing is reported as a silent zero."""
+The scoring passes are streamed together in blocks of questions, aligned by question (a question missing from
+a pass, or scored on other reference tokens, is dropped and counted). The verdict is the launch-level test
+when three or more launches besides the reference's were scored, else the per-question test, qualified;
+``not_measured`` (with the reason) whenever the data cannot support one: nothing is reported as a silent zero.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The plan behind ``abh power``: repeats and GPU-hours to detect an effect with the fixed design (the fewest
-launches per arm whose power under the verdict's own test reaches the target) and the sequential one (the
-smallest ``max_repeats`` that does), from a finished run or from numbers. The JSON (kind ``abh.plan``) is in
-fractions. The model and its calibration: docs/statistics.md, "GPU-hours to a verdict"."""
+"""The plan behind ``abh power``: repeats and GPU-hours to detect an effect with the fixed design and the
+sequential one, from a finished run or from numbers; the JSON (kind ``abh.plan``) is in fractions. The model
+and its calibration: docs/statistics.md, "GPU-hours to a verdict".
+"""
 
 from __future__ import annotations
 
