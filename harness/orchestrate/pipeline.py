@@ -96,8 +96,7 @@ def table_title(summary: schema.RunSummary, c: schema.Comparison) -> str:
 
 
 def format_table(summary: schema.RunSummary, c: schema.Comparison) -> str:
-    """The result on the terminal with ``--verbose``: the line naming the experiment and arms, then the same
-    summary ``abh compare`` and ``abh ab`` print (:func:`harness.analysis.comparison.format_summary`)."""
+    """The result on the terminal with ``--verbose``: the title, then what ``abh compare`` prints."""
     lines = [table_title(summary, c), format_summary(c)]
     if c.divergence is not None:
         lines.append(terminal_line(c.divergence))
@@ -180,8 +179,7 @@ class Run:
 
     @property
     def command_name(self) -> str:
-        """The abh command this run is: ``ab`` (its command line is recorded) or ``run``; its advice names its
-        own flags."""
+        """``ab`` (its command line is recorded) or ``run``: the advice names the command's own flags."""
         return "ab" if self.command and len(self.command) > 1 and self.command[1] == "ab" else "run"
 
     @property
@@ -346,8 +344,7 @@ class Run:
         return cost_from_manifest(self.manifest.data, self.run_dir, gpus=self.gpus)
 
     def print_design(self, items: list[Step]) -> None:
-        """Before the first launch: launches per arm, passes per launch, whether launch noise is sampled and
-        the expected cost when earlier launches of this run directory were timed (harness.orchestrate.design)."""
+        """The design before the first launch, with its cost when this run directory's launches were timed."""
         x, a = self.x, self.keys["a"]
         gpus = {"a": self.gpus[a], "b": self.gpus[self.keys["b"]], "aa": self.gpus[a]}
         times = None
@@ -517,9 +514,8 @@ class Run:
 
     # ------------------------------------------------------------------ statistics and report
     def finish(self) -> int:
-        """Compare the arms (each task, then Holm across them, in a run of several), write comparison.json (or
-        the per-task files and tasks.json) and summary.json, print the table, the report, and the verdict last;
-        the exit code."""
+        """Compare the arms (each task, then Holm across them), write the comparison, summary.json and the
+        reports, print the verdict last; the exit code."""
         dirs = {role: [self.run_dir / rel for rel in self.manifest.evals_of(role)] for role in ("a", "b", "aa")}
         with contextlib.suppress(OutputError):  # a full disk: what is not packed stays plain, as readable
             pack(self.run_dir / TEXTS)  # no eval appends any more: the prompts stored gzip'd

@@ -87,8 +87,7 @@ def eval_rel_dir(role: str, repeat: int) -> str:
 
 
 def floor_dir(reference: str) -> str:
-    """Where the floor pass of reference arm ``reference`` is written: the A/A control's eval directory for A
-    (``evals/aa/r1``), ``evals/bb/r1`` for B."""
+    """Where reference arm ``reference``'s floor pass goes: ``evals/aa/r1`` for A, ``evals/bb/r1`` for B."""
     return eval_rel_dir(reference * 2, 1)
 
 
