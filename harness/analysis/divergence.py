@@ -470,8 +470,7 @@ def _decide(div: Divergence, pq: DivergenceTest, ka: np.ndarray, kb: np.ndarray,
 
 def _open_passes(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource | None,
                  broken: Mapping[str, str]) -> tuple[_Pass, _Pass, _Pass | None, str | None]:
-    """The reference's and B's passes opened (_Unmeasured when either cannot be measured), and the A/A pass or
-    why there is none."""
+    """The reference's and B's passes opened (else _Unmeasured), and the A/A pass or why there is none."""
     ref = _open_pass(ref_dir, REF_COLUMNS, broken, "arm A's reference pass was not scored", "arm A's reference scores")
     if ab_dir is None:
         raise _Unmeasured("arm B was not scored (no scoring pass)")

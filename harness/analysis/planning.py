@@ -158,8 +158,7 @@ class PlanScoring(TypedDict):
 
 
 class Plan(TypedDict):
-    """The plan (``abh power --json``, kind ``abh.plan``). ``source`` to
-    ``scoring``: a plan from a run (:func:`plan_from_run`)."""
+    """The plan (``abh power --json``, kind ``abh.plan``); ``source`` to ``scoring``: a plan from a run."""
 
     schema_version: int
     kind: str
@@ -185,8 +184,7 @@ class Plan(TypedDict):
 # ------------------------------------------------------------------------------------------ figures
 def power_figures(n: int, p: float, discordance: float | None = None, repeats: int | None = None,
                   effect: float | None = None, alpha: float = ALPHA, power: float = 0.8) -> PowerFigures:
-    """MDEs (fractions) for n questions at accuracy p, and the repeats / questions needed for ``effect``
-    (a fraction)."""
+    """MDEs for n questions at accuracy p, and the repeats / questions needed for ``effect`` (fractions)."""
     mde_unpaired = stats.mde_unpaired(n, p, alpha, power)
     mde_paired = mde_repeats = None
     needed = n_paired = None
