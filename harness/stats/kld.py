@@ -156,8 +156,7 @@ def char_to_token(char_index: int | None, text_offsets: np.ndarray | None) -> in
 
 
 def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | None:
-    """First position where the compared server's argmax is not the reference token (where its greedy decode
-    would leave the reference text), else None."""
+    """First position where the compared server's argmax is not the reference token, else None."""
     miss = np.flatnonzero(np.asarray(cmp_top) != np.asarray(ref_token_ids))
     return int(miss[0]) if miss.size else None
 
