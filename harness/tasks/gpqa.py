@@ -67,8 +67,7 @@ def load(data_path: str | None) -> Dataset:
         raise DatasetError(f"{where} holds no GPQA rows")
     sources.refuse_conflicting_duplicates(rows, where, lambda r: r["Question"], lambda r: r["Correct Answer"], lines)
     rows = [{k: r[k] for k in COLUMNS} for r in rows]
-    return Dataset(rows=rows, source=where, sha256=sources.content_hash(rows, COLUMNS),
-                   canonical=None)
+    return Dataset(rows=rows, source=where, sha256=sources.content_hash(rows, COLUMNS), canonical=None)
 
 
 class GPQA(ChatTask):

@@ -358,7 +358,6 @@ class GSM8K(Task):
                                        self.sampling_params())
 
     def generate_body(self, q: Question) -> JSONObject:
-        """``q`` as SGLang's ``/generate`` body."""
         from harness.serving.wire import SGLangApi
 
         return SGLangApi().generation_body(q.prompt, self.sampling_params())
