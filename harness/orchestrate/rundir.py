@@ -320,7 +320,6 @@ class Manifest:
             schema.write_manifest(self.path, out)  # type: ignore[arg-type]
 
     def _redact(self, key: str, value: object) -> object:
-        """The redacted copy of the manifest's part ``key``."""
         if key not in _SET_ONCE:
             return redact_tree(value)
         seen = self._redacted.get(key)
@@ -375,7 +374,6 @@ class Manifest:
 
     def record(self, key: Literal["source_diff", "preflight", "planned_design", "planned_design_first",
                                   "server_info_diff", "scoring", "cost", "sequential"], value: Any) -> None:
-        """A run-level fact under ``key``."""
         self.data[key] = value
         self._commit()
 
