@@ -304,7 +304,6 @@ class Redactor:
         return scrub(out) + end
 
     def text(self, text: str) -> str:
-        """Several lines, in order."""
         return "".join(self.line(ln) for ln in text.splitlines(keepends=True))
 
 
