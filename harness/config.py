@@ -171,8 +171,7 @@ class CheckConfig:
     file_under: str | None = None
     # fingerprint / http: a dotted key into the fingerprint or the JSON of `path`.
     key: str = ""
-    #: http: the endpoint; ``/server_info`` and ``/model_info`` fall back to their deprecated names
-    #: ``/get_server_info`` / ``/get_model_info`` on servers that lack them (and the other way round).
+    #: http: the endpoint (``/server_info``, ``/model_info`` or their older ``/get_*`` names, which answers).
     path: str = "/server_info"
     equals: Any = None
     # custom: "module:function", called with the server URL; returns True/False or (ok, evidence).
@@ -245,11 +244,9 @@ class StatsConfig:
     #: State that server launches do not shift accuracy: ``fail_on`` then acts on a verdict with one launch
     #: per configuration (recorded in comparison.json ``assumptions``).
     assume_no_launch_shift: bool = False
-    #: Sequential runs (experiment.sequential): alpha spending of the group-sequential design, obf
-    #: (O'Brien-Fleming type: almost nothing spent at early looks) or pocock (even spending).
+    #: Sequential runs: alpha spending, obf (O'Brien-Fleming type: little spent early) or pocock (even).
     spending: str = "obf"
-    #: Sequential runs: stop for futility (non-binding) from half the repeats on, when the remaining repeats
-    #: could not plausibly reach a verdict.
+    #: Sequential runs: stop for futility (non-binding) from half the repeats on, a verdict out of reach.
     futility: bool = True
 
 
@@ -276,8 +273,7 @@ class DivergenceConfig:
     #: The no-op proof's first diverging tokens (``stats.hypothesis=identical``): a gap in the reference pass's
     #: logprobs between the two candidate tokens at most this (nats) is a near-tie, above it a real divergence.
     near_tie_nats: float = ranged(0.5, 0)
-    #: Also route the reference tokens on each scoring pass's launch (the MoE routed experts, where the engine
-    #: returns them: ``comparison.json`` ``routing``; harness.orchestrate.routing_phase).
+    #: Also route the reference tokens on each scoring pass's launch (``comparison.json`` ``routing``).
     routing: bool = True
     #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
     #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
@@ -340,8 +336,7 @@ class Config:
     #: Write report.html at the end.
     report: bool = True
     progress: bool = True
-    #: The terminal shows every detail (``abh run --verbose``): servers waited for, checks passed, stops, and the
-    #: statistician's summary; run.log has them always.
+    #: Every detail on the terminal too, as in run.log (``abh run --verbose``: servers waited for, stops).
     verbose: bool = False
     #: CI gate (``abh run --fail-on X``): exit 7 when the verdict is one to fail on: regressed | not-noninferior |
     #: any-difference (harness.analysis.gate); None = never
