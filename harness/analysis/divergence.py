@@ -266,9 +266,8 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
     """The ``divergence`` object of comparison.json from A's reference scoring pass (``ref_dir``), B's pass of
     the same text (``ab_dir``), the A/A floor's (``aa_dir``) and the passes on A's and B's other launches for
     the launch-level test (a launch scored already is left out). ``texts_*``: greedy outputs by question index
-    (None: read from ``samples.jsonl``). ``reference``: which arm's greedy texts the passes scored. The passes
-    are streamed together in blocks of about ``block_tokens`` reference tokens: the memory held is a few
-    blocks and a few numbers per token, whatever the number of passes."""
+    (None: read from ``samples.jsonl``). The passes are streamed together in blocks of about ``block_tokens``
+    reference tokens, so the memory held does not grow with the number of passes."""
     dirs = {"ref": _name(ref_dir), "ab": _name(ab_dir), "aa": _name(aa_dir)}
 
     def texts(d: PassSource | None, given: Mapping[int, str | None] | None) -> Mapping[int, str | None]:
