@@ -110,13 +110,10 @@ class RecipeConfig:
 
 @dataclass(frozen=True, slots=True, init=False)
 class Item:
-    """One request of an eval: its index in the eval (unique; ``samples.jsonl``'s ``index``), the prompt text
-    (the whole prompt for a completion, the user message for chat: :attr:`prompt`), the label it is graded
-    against, the dataset row it asks and, for a task with a breakdown (MMLU), the row's group (its subject).
-
-    The prompt is held as ``head + ask``: ``head`` the part every item of the task shares (GSM8K's few-shot
-    block: one string for the whole task), ``ask`` the item's own; it is made whole when asked for, so a task of
-    13k few-shot questions does not hold its block 13k times."""
+    """One request of an eval: its index in the eval (unique; ``samples.jsonl``'s ``index``), the prompt (the
+    user message for chat), the label it is graded against, the dataset row it asks and, for a task with a
+    breakdown (MMLU), the row's group. The prompt is held as ``head + ask``, ``head`` the part every item
+    shares (GSM8K's few-shot block), so a task of 13k questions does not hold its block 13k times."""
 
     index: int
     ask: str
