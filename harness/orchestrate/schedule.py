@@ -166,11 +166,9 @@ def schedule(a: str, b: str, repeats: int, order: str, aa_control: bool, *, rest
              aa_fresh_launch: bool = True, aa_arm: str | None = None) -> list[Step]:
     """``interleaved``: A1 B1 A2 B2 ... (drift hits both arms alike); ``blocked``: A1 A2 ... B1 B2 ...; then
     the A/A control's two baseline runs, each on a fresh launch of arm A unless ``aa_fresh_launch`` is off, so
-    the control samples the launch-to-launch noise the arms' runs see.
-
-    ``aa_arm``: the A/A control runs on that arm's server instead (``abh ab --aa URL_A2``: a second launch of A
-    abh did not start), one eval per repeat in the arms' order (A1 B1 A2'1 A2 B2 A2'2 ...), so drift hits it
-    as it hits the arms."""
+    the control samples the launch-to-launch noise the arms' runs see. ``aa_arm``: the A/A control runs on
+    that arm's server instead (``abh ab --aa URL_A2``), one eval per repeat in the arms' order (A1 B1 A2'1 A2
+    B2 A2'2 ...), so drift hits it as it hits the arms."""
     fresh = restart_per_repeat
     aa = aa_arm if aa_control else None
     rounds = [[Step("a", a, r, fresh), Step("b", b, r, fresh)] + ([Step("aa", aa, r)] if aa else [])
