@@ -39,7 +39,7 @@ def decode_routed_experts(value: Any, dtype: str = "int32") -> list[int]:
 
 
 def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
-    """(passed, found, evidence) for the flat ``ids`` under check ``c`` (see the module docstring)."""
+    """(passed, found, evidence) for the flat ``ids`` under check ``c`` (the rules: the fields of CheckConfig)."""
     k, n = int(c.top_k), int(c.num_experts)
     if not ids:
         return False, "no routed experts in the reply", {}
