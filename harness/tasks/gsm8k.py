@@ -47,8 +47,7 @@ CANONICAL_TRAIN_HASH = "9556bf9d7dba73d7fcaaeff6ca814c71684db1d8e8d485d83ec62f1c
 #: The stop list SGLang's frontend always sends for GSM8K.
 BASE_STOP = ["Question", "Assistant:", "<|separator|>"]
 
-#: Every GSM8K recipe: this module's (SGLang's bench_sglang with 5 or 8 shots, heldout) and
-#: :mod:`harness.tasks.gsm8k_recipes`' (each named for the upstream it follows).
+#: Every GSM8K recipe: this module's and :mod:`harness.tasks.gsm8k_recipes`' (each named for its upstream).
 RECIPES = ("sglang", "sglang_8shot", "heldout", "simple_eval", "vllm", "lm_eval_strict", "lm_eval_flexible",
            "sgl_eval_chat")
 #: The recipes whose shots come from the train split (and need it).
@@ -181,8 +180,7 @@ EMBEDDED_TRAIN_HEAD_SHA256 = "8743e4cee831ece07b9770395c33f3244bbed3eee140d67801
 
 
 def train_head() -> Dataset:
-    """The embedded first rows of the canonical train split (a Dataset that is canonical as a prefix: its rows
-    are the train split's first rows byte for byte)."""
+    """The embedded first rows of the canonical train split (canonical as a prefix, byte for byte)."""
     rows = _read_embedded(EMBEDDED_TRAIN_HEAD, EMBEDDED_TRAIN_HEAD_SHA256, "train head")
     return Dataset(rows=rows, source=str(EMBEDDED_TRAIN_HEAD), sha256=content_hash(rows), canonical=True)
 
@@ -309,8 +307,7 @@ class GSM8K(Task):
             for i, row in enumerate(test.rows[:n])]
 
     def question(self, i: int, ask: str, label: Any, head: str = "") -> Question:
-        """Test row ``i`` asked by the prompt ``head + ask`` (``head``: the block every question shares, held
-        once), graded against ``label``."""
+        """Test row ``i`` asked by ``head + ask`` (``head``: shared by all questions), graded by ``label``."""
         row = self.test.rows[i]
         return Question(index=i, prompt=ask, head=head, row=i, label=label, question=row["question"],
                         answer=row["answer"])

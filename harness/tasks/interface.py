@@ -49,8 +49,7 @@ class RecipeDict(TypedDict):
 
 
 class OpenAIExtras(TypedDict, total=False):
-    """OpenAI-only request fields a recipe sets (sent as they are by the OpenAI protocols of
-    :mod:`harness.serving.wire`)."""
+    """OpenAI-only request fields a recipe sets, sent as they are by :mod:`harness.serving.wire`."""
 
     seed: int
     min_p: float
@@ -95,8 +94,7 @@ class RecipeConfig:
     #: model path reported by the server (``/get_model_info``); picks the chat-template stop string.
     model_path: str | None = None
     extra_stop: list[str] = field(default_factory=list)
-    #: times each question is asked (GPQA: each time with its own choice order); None: the task's default (1 for
-    #: most tasks)
+    #: times each question is asked (GPQA: each with its own choice order); None: the task's default
     repeats: int | None = None
 
     def to_dict(self) -> RecipeDict:

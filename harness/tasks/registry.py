@@ -38,9 +38,8 @@ class TaskSpec:
     allow_noncanonical: bool = False
     #: times each question is asked (GPQA: each with its own choice order; None: the task's default)
     repeats: int | None = None
-    #: the protocol the task is sent by: sglang | openai | chat (``harness.serving.wire`` names); empty: the
-    #: engine's api when the recipe speaks it, else the recipe's own (MMLU, GPQA, MGSM and sgl_eval_chat are chat
-    #: recipes)
+    #: the protocol the task is sent by: sglang | openai | chat; empty: the engine's api when the recipe
+    #: speaks it, else the recipe's own (MMLU, GPQA, MGSM and sgl_eval_chat are chat recipes)
     api: str = ""
 
     def recipe_config(self, model_path: str | None = None) -> RecipeConfig:
