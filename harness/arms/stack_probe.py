@@ -15,8 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 MARKER = "ABH-STACK-RESULT:"
-#: Distribution names (normalised: lower case, '-' for '_') that make up the stack, and the module each
-#: provides.
+#: The stack's distribution names (normalised: lower case, '-' for '_') and the module each provides.
 DISTS = {
     "torch": "torch", "triton": "triton", "pytorch-triton-rocm": "triton", "triton-rocm": "triton",
     "amd-aiter": "aiter", "aiter": "aiter", "mori": "mori", "amd-mori": "mori", "sglang": "sglang",
