@@ -205,9 +205,8 @@ def power_figures(n: int, p: float, discordance: float | None = None, repeats: i
 # ------------------------------------------------------------------------------------------ the verdict's power
 REFERENCE = ("the comparison's launch-aware t-test: Welch's launch term, Satterthwaite's df (one launch per arm "
              "and no A/A launch: the question-level test); launch shifts with Student-t(3) tails")
-#: the launch shifts' tails the plan assumes (:data:`harness.stats.launchvar.LAUNCH_TAILS`): a few launches
-#: cannot tell their shape, and planning with normal tails fell short of the power under t3
-#: (docs/calibration.md)
+#: the launch shifts' tails the plan assumes: a few launches cannot tell their shape, and planning with normal
+#: tails fell short of the power under t3 (docs/calibration.md)
 PLAN_TAILS = "t3"
 #: launches per arm shown in ``launch.power_by_launches``
 SHOWN_LAUNCHES = range(1, 7)
