@@ -1,17 +1,5 @@
 """The config's schema (dataclasses) and its one validation pass; values live in YAML under configs/.
 
-Tree::
-
-    configs/config.yaml          primary config: defaults list + top-level knobs
-    configs/experiment/*.yaml    one file per experiment (package _global_): engine, arms a/b, repeats...
-    configs/engine/*.yaml        one file per engine, extending its schema below
-    configs/task/*.yaml          one file per task and recipe (GSM8K's, MMLU, GPQA-diamond, MGSM-en); several at once:
-                                 ``task=[gsm8k,mmlu]`` (``tasks.<file>`` below)
-    configs/stats/*.yaml         statistics settings
-    configs/divergence/*.yaml    the divergence measurement after the accuracy evals
-    configs/hydra/launcher/*     SLURM (submitit) launchers
-    arms/**/*.yaml               arm definitions (group ``arms`` through Hydra's search path)
-
 Each setting's default and range are declared once, on its field (:func:`harness.util.ranges.ranged`). Hydra
 composes the YAML over these schemas (registered by :mod:`harness.cli.compose`: this module imports no Hydra);
 :func:`validate` turns the composed tree into typed objects (:class:`Config`) once, at the door, with the
@@ -142,10 +130,9 @@ class SimulatedEngineConfig(SimConfig, EngineConfig):
     stop_timeout_s: float = 10.0
 
 
-ENGINE_SCHEMAS: dict[str, type[EngineConfig]] = {"sglang": SGLangEngineConfig, "vllm": VLLMEngineConfig,
-                                                 "llamacpp": LlamaCppEngineConfig,
-                                                 "external": ExternalEngineConfig,
-                                                 "simulated": SimulatedEngineConfig}
+ENGINE_SCHEMAS: dict[str, type[EngineConfig]] = {
+    "sglang": SGLangEngineConfig, "vllm": VLLMEngineConfig, "llamacpp": LlamaCppEngineConfig,
+    "external": ExternalEngineConfig, "simulated": SimulatedEngineConfig}
 
 
 # --------------------------------------------------------------------------------------------- arms
@@ -184,8 +171,7 @@ class CheckConfig:
     file_under: str | None = None
     # fingerprint / http: a dotted key into the fingerprint or the JSON of `path`.
     key: str = ""
-    #: http: the endpoint; ``/server_info`` and ``/model_info`` fall back to their deprecated names
-    #: ``/get_server_info`` / ``/get_model_info`` on servers that lack them (and the other way round).
+    #: http: the endpoint (``/server_info``, ``/model_info`` or their older ``/get_*`` names, which answers).
     path: str = "/server_info"
     equals: Any = None
     # custom: "module:function", called with the server URL; returns True/False or (ok, evidence).
@@ -258,11 +244,9 @@ class StatsConfig:
     #: State that server launches do not shift accuracy: ``fail_on`` then acts on a verdict with one launch
     #: per configuration (recorded in comparison.json ``assumptions``).
     assume_no_launch_shift: bool = False
-    #: Sequential runs (experiment.sequential): alpha spending of the group-sequential design, obf
-    #: (O'Brien-Fleming type: almost nothing spent at early looks) or pocock (even spending).
+    #: Sequential runs: alpha spending, obf (O'Brien-Fleming type: little spent early) or pocock (even).
     spending: str = "obf"
-    #: Sequential runs: stop for futility (non-binding) from half the repeats on, when the remaining repeats
-    #: could not plausibly reach a verdict.
+    #: Sequential runs: stop for futility (non-binding) from half the repeats on, a verdict out of reach.
     futility: bool = True
 
 
@@ -289,8 +273,7 @@ class DivergenceConfig:
     #: The no-op proof's first diverging tokens (``stats.hypothesis=identical``): a gap in the reference pass's
     #: logprobs between the two candidate tokens at most this (nats) is a near-tie, above it a real divergence.
     near_tie_nats: float = ranged(0.5, 0)
-    #: Also route the reference tokens on each scoring pass's launch (the MoE routed experts, where the engine
-    #: returns them: ``comparison.json`` ``routing``; harness.orchestrate.routing_phase).
+    #: Also route the reference tokens on each scoring pass's launch (``comparison.json`` ``routing``).
     routing: bool = True
     #: With ``enabled: false``: why divergence is not measured, recorded in the comparison as its verdict's
     #: reason (``abh ab`` without ``--aa``); empty: no divergence object at all.
@@ -353,8 +336,7 @@ class Config:
     #: Write report.html at the end.
     report: bool = True
     progress: bool = True
-    #: The terminal shows every detail (``abh run --verbose``): servers waited for, checks passed, stops, and the
-    #: statistician's summary; run.log has them always.
+    #: Every detail on the terminal too, as in run.log (``abh run --verbose``: servers waited for, stops).
     verbose: bool = False
     #: CI gate (``abh run --fail-on X``): exit 7 when the verdict is one to fail on: regressed | not-noninferior |
     #: any-difference (harness.analysis.gate); None = never

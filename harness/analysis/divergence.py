@@ -1,12 +1,11 @@
 """The ``divergence`` object of ``comparison.json``: how far arm B's next-token distributions are from arm A's
 on A's own greedy text, against the A/A floor (A scored again on fresh launches).
 
-The scoring passes (:mod:`harness.results.token_store`) are streamed together in blocks of questions, aligned
-by question (a question missing from a pass, or scored on other reference tokens, is dropped and counted); the
-measures and tests are :mod:`harness.stats.kld` and :mod:`harness.stats.kld_launches`. The verdict is the
-launch-level test when three or more launches besides the reference's were scored, else the per-question test,
-qualified. ``not_measured`` (with the reason) whenever a pass is missing or unreadable, or fewer than
-``min_scored_share`` of the questions were scored by every pass: nothing is reported as a silent zero."""
+The scoring passes are streamed together in blocks of questions, aligned by question (a question missing from
+a pass, or scored on other reference tokens, is dropped and counted). The verdict is the launch-level test
+when three or more launches besides the reference's were scored, else the per-question test, qualified;
+``not_measured`` (with the reason) whenever the data cannot support one: nothing is reported as a silent zero.
+"""
 
 from __future__ import annotations
 
@@ -267,9 +266,8 @@ def compute_divergence(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: P
     """The ``divergence`` object of comparison.json from A's reference scoring pass (``ref_dir``), B's pass of
     the same text (``ab_dir``), the A/A floor's (``aa_dir``) and the passes on A's and B's other launches for
     the launch-level test (a launch scored already is left out). ``texts_*``: greedy outputs by question index
-    (None: read from ``samples.jsonl``). ``reference``: which arm's greedy texts the passes scored. The passes
-    are streamed together in blocks of about ``block_tokens`` reference tokens: the memory held is a few
-    blocks and a few numbers per token, whatever the number of passes."""
+    (None: read from ``samples.jsonl``). The passes are streamed together in blocks of about ``block_tokens``
+    reference tokens, so the memory held does not grow with the number of passes."""
     dirs = {"ref": _name(ref_dir), "ab": _name(ab_dir), "aa": _name(aa_dir)}
 
     def texts(d: PassSource | None, given: Mapping[int, str | None] | None) -> Mapping[int, str | None]:
@@ -471,8 +469,7 @@ def _decide(div: Divergence, pq: DivergenceTest, ka: np.ndarray, kb: np.ndarray,
 
 def _open_passes(ref_dir: PassSource, ab_dir: PassSource | None, aa_dir: PassSource | None,
                  broken: Mapping[str, str]) -> tuple[_Pass, _Pass, _Pass | None, str | None]:
-    """The reference's and B's passes opened (_Unmeasured when either cannot be measured), and the A/A pass or
-    why there is none."""
+    """The reference's and B's passes opened (else _Unmeasured), and the A/A pass or why there is none."""
     ref = _open_pass(ref_dir, REF_COLUMNS, broken, "arm A's reference pass was not scored", "arm A's reference scores")
     if ab_dir is None:
         raise _Unmeasured("arm B was not scored (no scoring pass)")

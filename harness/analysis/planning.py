@@ -1,7 +1,7 @@
-"""The plan behind ``abh power``: repeats and GPU-hours to detect an effect with the fixed design (the fewest
-launches per arm whose power under the verdict's own test reaches the target) and the sequential one (the
-smallest ``max_repeats`` that does), from a finished run or from numbers. The JSON (kind ``abh.plan``) is in
-fractions. The model and its calibration: docs/statistics.md, "GPU-hours to a verdict"."""
+"""The plan behind ``abh power``: repeats and GPU-hours to detect an effect with the fixed design and the
+sequential one, from a finished run or from numbers; the JSON (kind ``abh.plan``) is in fractions. The model
+and its calibration: docs/statistics.md, "GPU-hours to a verdict".
+"""
 
 from __future__ import annotations
 
@@ -158,8 +158,7 @@ class PlanScoring(TypedDict):
 
 
 class Plan(TypedDict):
-    """The plan (``abh power --json``, kind ``abh.plan``). ``source`` to
-    ``scoring``: a plan from a run (:func:`plan_from_run`)."""
+    """The plan (``abh power --json``, kind ``abh.plan``); ``source`` to ``scoring``: a plan from a run."""
 
     schema_version: int
     kind: str
@@ -185,8 +184,7 @@ class Plan(TypedDict):
 # ------------------------------------------------------------------------------------------ figures
 def power_figures(n: int, p: float, discordance: float | None = None, repeats: int | None = None,
                   effect: float | None = None, alpha: float = ALPHA, power: float = 0.8) -> PowerFigures:
-    """MDEs (fractions) for n questions at accuracy p, and the repeats / questions needed for ``effect``
-    (a fraction)."""
+    """MDEs for n questions at accuracy p, and the repeats / questions needed for ``effect`` (fractions)."""
     mde_unpaired = stats.mde_unpaired(n, p, alpha, power)
     mde_paired = mde_repeats = None
     needed = n_paired = None
@@ -207,9 +205,8 @@ def power_figures(n: int, p: float, discordance: float | None = None, repeats: i
 # ------------------------------------------------------------------------------------------ the verdict's power
 REFERENCE = ("the comparison's launch-aware t-test: Welch's launch term, Satterthwaite's df (one launch per arm "
              "and no A/A launch: the question-level test); launch shifts with Student-t(3) tails")
-#: the launch shifts' tails the plan assumes (:data:`harness.stats.launchvar.LAUNCH_TAILS`): a few launches
-#: cannot tell their shape, and planning with normal tails fell short of the power under t3
-#: (docs/calibration.md)
+#: the launch shifts' tails the plan assumes: a few launches cannot tell their shape, and planning with normal
+#: tails fell short of the power under t3 (docs/calibration.md)
 PLAN_TAILS = "t3"
 #: launches per arm shown in ``launch.power_by_launches``
 SHOWN_LAUNCHES = range(1, 7)

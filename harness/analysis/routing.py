@@ -35,8 +35,7 @@ def share_words(x: float | None) -> str:
 
 
 def defect_words(t: PassTally) -> tuple[str | None, int, int]:
-    """(what is wrong with a pass's routing in words or None, layers with an out-of-range id, layers with a
-    short row)."""
+    """(a pass's routing defect in words or None, layers with an id out of range, layers short of ids)."""
     routed_layers = int((t.routed > 0).sum())
     short = t.in_range[:, :t.top_k].sum(axis=1)
     layers_short = int(((short > 0) & (t.routed > 0)).sum())
@@ -226,8 +225,7 @@ def _finish(r: Routing) -> Routing:
 
 
 def sentence(r: Routing) -> str:
-    """The routing in one clause: each side's defect (or its ids in range), B's identical sets and the
-    floor's."""
+    """The routing in one clause: each side's defect (or ids in range), B's identical sets and the floor's."""
     parts = []
     defects = any(s.defect for s in r.sides.values())
     if defects:

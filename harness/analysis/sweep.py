@@ -142,8 +142,7 @@ def _experiment_of(root: Path) -> str | None:
 
 
 def job_overrides(job: Path) -> list[str]:
-    """The overrides a job ran with, as its manifest's last session recorded its command (``abh run K=V
-    ...``); [] for a job that recorded none."""
+    """The overrides a job ran with, from the last command its manifest recorded (``abh run K=V ...``)."""
     try:
         sessions = schema.load_manifest(job / schema.MANIFEST_FILE).get("sessions") or []
     except (OSError, schema.SchemaError):

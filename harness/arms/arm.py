@@ -1,9 +1,6 @@
-"""An arm: which server software one side of the comparison runs, turned from config into something launchable.
-
-:func:`resolve_arm` makes a :class:`ResolvedArm` of an :class:`~harness.config.ArmConfig`, its source
-``installed`` (the interpreter's package), ``pythonpath`` (a source tree put FIRST on PYTHONPATH) or ``git``
-(a worktree of ``path`` at ``ref`` under the run directory, ``patches`` applied). :class:`ResolvedArm` owns
-how the arm's own processes are started (interpreter, environment).
+"""An arm: which server software one side of the comparison runs, turned from config into something
+launchable. :class:`ResolvedArm` owns how the arm's own processes are started (interpreter, environment,
+source tree).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The software an arm's server really runs on, for the record a reviewer needs (and the arm diff compares):
-the stack as the arm's own interpreter sees it (:func:`arm_stack`), the container (:func:`container`), the
-model's revision (:func:`model_revision`); :func:`describe` gives all three for one arm's launch.
+the stack as the arm's own interpreter sees it, the container and the model's revision.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Stack probe, run BY FILE PATH in an arm's own interpreter with the arm's environment (stdlib only) by
-:func:`harness.arms.stack.arm_stack`. Reports, without importing any of them (importing torch would initialise
-GPU libraries): the installed distributions of a GPU inference stack, where the arm's interpreter finds their
-modules (a source tree on PYTHONPATH shadows an installed copy), torch's own build record (its CUDA or HIP
-version), and the ROCm / CUDA toolkit versions on this machine.
+:func:`harness.arms.stack.arm_stack`. It imports none of the packages it reports (importing torch would
+initialise GPU libraries): their distributions, where the arm finds their modules (a source tree on PYTHONPATH
+shadows an installed copy), torch's build record and the ROCm / CUDA toolkit versions.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 MARKER = "ABH-STACK-RESULT:"
-#: Distribution names (normalised: lower case, '-' for '_') that make up the stack, and the module each
-#: provides.
+#: The stack's distribution names (normalised: lower case, '-' for '_') and the module each provides.
 DISTS = {
     "torch": "torch", "triton": "triton", "pytorch-triton-rocm": "triton", "triton-rocm": "triton",
     "amd-aiter": "aiter", "aiter": "aiter", "mori": "mori", "amd-mori": "mori", "sglang": "sglang",

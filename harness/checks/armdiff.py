@@ -1,7 +1,6 @@
 """What each arm's launch is (:func:`describe_launch`), how two launches differ (:func:`arm_diff`), which
 differences the experiment allows (:func:`disallowed`), and how the running servers' own ``/server_info``
-differs (:func:`server_info_diff`: shown and recorded, not enforced). A GPU engine's launch also carries its
-``stack`` (:mod:`harness.arms.stack`), so a difference there is a difference of arms.
+differs (:func:`server_info_diff`: shown and recorded, not enforced).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Side checks that read the serving processes themselves, not what the HTTP process says about them.
-
-* ``process_env``: variable ``key`` in the environment of at least ``min_count`` of the server's processes
-  (those whose command line contains ``process``, when given), each as expected: what its imports saw.
-* ``log_line``: the server's log since this launch contains ``contains`` at least ``min_count`` times and not
-  ``lacks``.
+"""Side checks that read the serving processes themselves, not what the HTTP process says about them:
+``process_env`` (a variable in the environment of the server's processes: what their imports saw) and
+``log_line`` (the server's log since this launch).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Side check ``routed_experts``: which experts the server's MoE gate really picks, per token and layer.
 
 One short ``POST /generate`` with ``"return_routed_experts": true`` per DP attention rank (each has its own
-scheduler; ``dp_ranks`` picks some), and each must pass. Ids are decoded in the dtype :func:`wire_dtype`
-names, and read through the physical -> logical expert map where the server has one (:func:`expert_map_for`:
-with redundant experts an id >= ``num_experts`` may be a replica, not a shared marker).
-
-Each row (one position in one layer) holds ``top_k`` ids; a row whose ids are all equal is a layer the gate
-did not fill, and is skipped. For the others:
-
-* ``routed_per_token``: the row's ids in ``0 .. num_experts-1`` must number exactly this many;
-* ``out_of_range: true``: the row must hold an id outside that range (a shared-expert marker);
-* both must hold in at least ``min_share`` of the routed rows;
-* ``out_of_range: false``: no id outside the range may appear in any row, whatever ``min_share`` says.
-
-The seed's gate, before the fix, spends one of its 6 routed slots on its own shared marker (id 384 for 384
-routed experts); after the fix it returns 6 routed ids.
+scheduler), each of which must pass. Ids are decoded in the dtype :func:`wire_dtype` names and read through
+the physical -> logical expert map where the server has one (:func:`expert_map_for`: with redundant experts an
+id >= ``num_experts`` may be a replica, not a shared marker). A row whose ids are all equal is a layer the
+gate did not fill, and is skipped; the rules on the others are the fields of
+:class:`~harness.config.CheckConfig`.
 """
 
 from __future__ import annotations
@@ -48,7 +39,7 @@ def decode_routed_experts(value: Any, dtype: str = "int32") -> list[int]:
 
 
 def judge(ids: Sequence[int], c: CheckConfig) -> tuple[bool, str, JSONObject]:
-    """(passed, found, evidence) for the flat ``ids`` under check ``c`` (see the module docstring)."""
+    """(passed, found, evidence) for the flat ``ids`` under check ``c`` (the rules: the fields of CheckConfig)."""
     k, n = int(c.top_k), int(c.num_experts)
     if not ids:
         return False, "no routed experts in the reply", {}

@@ -4,9 +4,9 @@
     python source_probe.py '{"module": "sglang.srt.layers.moe.topk", "object": "select_experts",
                              "launcher": "/path/to/harness/engines/launcher.py"}'
 
-Imports ``module``, takes the dotted ``object`` inside it, and reports its source, file and first line. When
-the module does not import here (no GPU libraries), it finds the module's file with the launcher's own lookup
-(the live fingerprint's) and reads the object's source from the file's syntax tree (``"mode": "ast"``).
+Reports the dotted ``object``'s source, file and first line. When the module does not import here (no GPU
+libraries), it finds the file with the launcher's own lookup and reads the source from its syntax tree
+(``"mode": "ast"``).
 """
 
 from __future__ import annotations

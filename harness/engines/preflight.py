@@ -1,6 +1,5 @@
 """The preflight: what an arm's own software says of its launch before any server starts, in the arm's own
-interpreter, environment and source tree: SGLang's parser on the launch's flags (:func:`parse_server_flags`),
-vLLM's distribution metadata (:func:`vllm_distribution`). See docs/engines.md, "The preflight".
+interpreter, environment and source tree (docs/engines.md, "The preflight").
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""SIMULATED engine: the project's GSM8K server simulator (``python -m abh_simulator``) as a real process.
-
-Every SimConfig knob of the engine config becomes a flag; ready when ``GET /health_generate`` is 200. It says
-SIMULATED: ``simulated`` is True and the simulator's own /get_server_info reports ``"simulated": true``.
+"""SIMULATED engine: the project's GSM8K server simulator (``python -m abh_simulator``) as a real process,
+every SimConfig knob a flag. It says SIMULATED: ``simulated`` is True and its /get_server_info reports it.
 """
 
 from __future__ import annotations

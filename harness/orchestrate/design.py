@@ -1,7 +1,6 @@
 """The design a run is about to execute, stated before the first server starts: launches per arm, passes per
-launch, whether launch-to-launch noise is sampled, and the expected GPU cost. Reusing a launch is much
-cheaper, but its repeats then share whatever the launch fixed, so a launch-wide shift cannot be told from the
-change: the harness prints the trade-off rather than pick silently.
+launch, whether launch-to-launch noise is sampled, and the expected GPU cost. Reusing a launch is cheaper, but
+a launch-wide shift then cannot be told from the change: the harness prints the trade-off rather than pick.
 """
 
 from __future__ import annotations

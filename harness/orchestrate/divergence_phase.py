@@ -1,10 +1,8 @@
 """The divergence's scoring passes in ``abh run``: the reference arm's greedy texts (repeat 1) scored
 teacher-forced on the launches :func:`harness.orchestrate.schedule.with_scoring` places them on, each into
-that launch's eval directory and the manifest's ``scoring`` (why the floor needs a fresh launch:
-docs/statistics.md).
-
-A pass is kept on a rerun when it scored the same reference texts at the same ``top_k`` against the reference
-pass as it is now. A server that dies or hangs stops the run as in an eval (exit 4), its partial pass kept.
+that launch's eval directory and the manifest's ``scoring``. A pass is kept on a rerun when it scored the same
+reference texts at the same ``top_k``; a server that dies or hangs stops the run as in an eval (exit 4), its
+partial pass kept.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Ctrl-C, SIGTERM and SIGHUP during ``abh run``, honoured in every phase (:data:`~harness.measure.runner.SIGNALS`).
+"""Ctrl-C, SIGTERM and SIGHUP during ``abh run``, honoured in every phase
+(:data:`~harness.measure.runner.SIGNALS`).
 
-A signal sets a flag and, in synchronous code, raises :class:`Interrupted` at once (the run's ``finally``
-clauses stop the servers); inside :meth:`Interrupts.deferred` (starting or stopping a server) the flag is
-checked when the section ends; inside the eval's event loop, where an exception raised by a handler would be
-swallowed, it cancels the eval's task, which writes what it has. A second signal while the first is handled is
-ignored, so stopping the servers can finish.
+A signal raises :class:`Interrupted` at once in synchronous code (the run's ``finally`` clauses stop the
+servers); inside :meth:`Interrupts.deferred` (starting or stopping a server) when the section ends; inside the
+eval's event loop, where a handler's exception would be swallowed, it cancels the eval's task, which writes
+what it has. A second signal while the first is handled is ignored, so stopping the servers can finish.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The pipeline of a whole arm comparison (``abh run``'s and ``abh ab``'s job; :mod:`harness.cli.run` is its
-Hydra entry): prepare (the config's data, the run directory, each arm and its engine, the arms' diff); the
-static checks, before any server (a dry run stops there, with the exit code a real run would have); measure
-(each schedule item's eval on its launch from the :class:`ServerPool`, the divergence's scoring passes on the
-same launches); finish (``comparison.json``, ``summary.json``, the terminal's table, ``report.html``).
-
+"""The pipeline of a whole arm comparison (``abh run``'s and ``abh ab``'s job): prepare (data, run directory,
+arms, engines, the arms' diff); the static checks before any server (a dry run stops there, with the exit code
+a real run would have); measure (each schedule item's eval on its launch from the :class:`ServerPool`, the
+scoring passes on the same launches); finish (``comparison.json``, ``summary.json``, table, ``report.html``).
 Every failure is an exception; :func:`exit_for` maps the expected ones to an exit code and one line.
 """
 
@@ -98,8 +96,7 @@ def table_title(summary: schema.RunSummary, c: schema.Comparison) -> str:
 
 
 def format_table(summary: schema.RunSummary, c: schema.Comparison) -> str:
-    """The result on the terminal with ``--verbose``: the line naming the experiment and arms, then the same
-    summary ``abh compare`` and ``abh ab`` print (:func:`harness.analysis.comparison.format_summary`)."""
+    """The result on the terminal with ``--verbose``: the title, then what ``abh compare`` prints."""
     lines = [table_title(summary, c), format_summary(c)]
     if c.divergence is not None:
         lines.append(terminal_line(c.divergence))
@@ -182,8 +179,7 @@ class Run:
 
     @property
     def command_name(self) -> str:
-        """The abh command this run is: ``ab`` (its command line is recorded) or ``run``; its advice names its
-        own flags."""
+        """``ab`` (its command line is recorded) or ``run``: the advice names the command's own flags."""
         return "ab" if self.command and len(self.command) > 1 and self.command[1] == "ab" else "run"
 
     @property
@@ -348,8 +344,7 @@ class Run:
         return cost_from_manifest(self.manifest.data, self.run_dir, gpus=self.gpus)
 
     def print_design(self, items: list[Step]) -> None:
-        """Before the first launch: launches per arm, passes per launch, whether launch noise is sampled and
-        the expected cost when earlier launches of this run directory were timed (harness.orchestrate.design)."""
+        """The design before the first launch, with its cost when this run directory's launches were timed."""
         x, a = self.x, self.keys["a"]
         gpus = {"a": self.gpus[a], "b": self.gpus[self.keys["b"]], "aa": self.gpus[a]}
         times = None
@@ -519,9 +514,8 @@ class Run:
 
     # ------------------------------------------------------------------ statistics and report
     def finish(self) -> int:
-        """Compare the arms (each task, then Holm across them, in a run of several), write comparison.json (or
-        the per-task files and tasks.json) and summary.json, print the table, the report, and the verdict last;
-        the exit code."""
+        """Compare the arms (each task, then Holm across them), write the comparison, summary.json and the
+        reports, print the verdict last; the exit code."""
         dirs = {role: [self.run_dir / rel for rel in self.manifest.evals_of(role)] for role in ("a", "b", "aa")}
         with contextlib.suppress(OutputError):  # a full disk: what is not packed stays plain, as readable
             pack(self.run_dir / TEXTS)  # no eval appends any more: the prompts stored gzip'd

@@ -1,7 +1,6 @@
 """A resumed run whose design changes, said in the plan and in the result: a server does not outlive its
-session, so the evals run after an interruption are on a new launch, and an arm planned on one launch ends up
-on two. The verdict takes launches as its unit, so its interval and detectable effect are those of the design
-that ran.
+session, so an arm planned on one launch ends up on two, and the verdict (launches its unit) is that of the
+design that ran.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The routing passes of ``abh run``: right after each divergence scoring pass, on the same launch, the routed
-experts of the same reference tokens, into the same directory. The routing's shape comes from the arm's
+"""The routing passes of ``abh run``: right after each divergence scoring pass, on the same launch and into
+the same directory, the routed experts of the same reference tokens. The routing's shape comes from the arm's
 ``routed_experts`` check, the simulated engine or the model's ``config.json`` (first found wins); no ``top_k``
 anywhere: a dense model, ``not_applicable``.
 """

@@ -310,8 +310,8 @@ class Manifest:
         # SchemaError for a manifest this abh cannot read; an older abh's may lack fields (hence all optional)
         self.data = cast(RunManifest, dict(schema.load_manifest(self.path)) if self.path.exists() else {})
         self.session: SessionRecord = {}
-        #: the redacted copies of the parts a session sets once and never changes (the resolved config): the
-        #: manifest is rewritten at every event, and redacting them again each time was most of its cost
+        #: redacted copies of the parts a session sets once (the resolved config): redacting them at every
+        #: rewrite of the manifest was most of its cost
         self._redacted: dict[str, tuple[Any, Any]] = {}
 
     def _commit(self) -> None:
@@ -320,7 +320,6 @@ class Manifest:
             schema.write_manifest(self.path, out)  # type: ignore[arg-type]
 
     def _redact(self, key: str, value: object) -> object:
-        """The redacted copy of the manifest's part ``key``."""
         if key not in _SET_ONCE:
             return redact_tree(value)
         seen = self._redacted.get(key)
@@ -375,7 +374,6 @@ class Manifest:
 
     def record(self, key: Literal["source_diff", "preflight", "planned_design", "planned_design_first",
                                   "server_info_diff", "scoring", "cost", "sequential"], value: Any) -> None:
-        """A run-level fact (``source_diff``, ``server_info_diff``, ...) under ``key``."""
         self.data[key] = value
         self._commit()
 
@@ -395,8 +393,7 @@ class Manifest:
 
     def record_launch(self, key: str, launch_id: str, *, role: str, url: str, spawned: float,
                       probe: ServerProbe | None, live_checks: list[CheckResultDoc]) -> None:
-        """A server launch that is ready: when it was spawned and became ready (``launch_s`` between them, for
-        the cost accounting), the role of the eval it was started for, its probe and live checks."""
+        """A server launch that is ready (``launch_s`` since it was spawned: the cost accounting)."""
         ready = time.time()
         self._arm(key).setdefault("launches", []).append(
             {"id": launch_id, "role": role, "url": url, "spawned": spawned, "ready": ready,
@@ -461,8 +458,7 @@ class Manifest:
         self._commit()
 
     def design(self) -> dict[str, dict[str, int]]:
-        """The run design as it actually ran, from the launch ids recorded per eval: how many server launches
-        served each role, and the most passes over the questions one launch served."""
+        """The design as it ran (by each eval's launch ids): launches per role, most passes per launch."""
         evals = self.data.get("evals", {})
         passes: dict[str, int] = {}
         for ev in evals.values():
@@ -504,9 +500,8 @@ class RunLog:
         self.write(f"[abh] {line}")
 
     def detail(self, msg: str) -> None:
-        """A line for run.log, on the terminal only when verbose: waiting for a server, a side check that
-        passed, a server stopped, an eval's URL. The default terminal keeps the plan, the progress and the
-        result."""
+        """A line for run.log, on the terminal only when verbose (waiting for a server, a side check that
+        passed): the default terminal keeps the plan, the progress and the result."""
         if self.verbose:
             self.say(msg)
         else:

@@ -1,14 +1,12 @@
 """The order of a run's evals and scoring passes, and which of them need a server launch of their own.
 
-The divergence's scoring passes ride on launches the evals hold, so they cost no launch of their own wherever
-the design allows: the **reference** pass right after the reference arm's repeat 1, the **compared** pass
-right after the other arm's repeat 1, each on that eval's launch; the **floor** (A/A) pass on the first later
-*fresh* launch of the reference arm (the A/A control's first eval, else its next fresh repeat; failing both, a
-launch for the floor alone, which the printed design shows); a **launch** pass on every other launch the run
-holds, right after its first eval that follows the reference pass. Never a second pass on the reference pass's
-own launch: it would miss the launch-to-launch noise the compared pass carries, and the test would reject
-every time. Launches whose evals all ran before the reference texts existed (blocked order, reference B) are
-not scored.
+The divergence's scoring passes ride on launches the evals hold wherever the design allows: the **reference**
+and **compared** passes right after each arm's repeat 1, on that eval's launch; the **floor** (A/A) pass on
+the first later *fresh* launch of the reference arm (else a launch of its own, which the printed design
+shows); a **launch** pass on every other launch, after its first eval that follows the reference pass (a
+launch whose evals all ran before the reference texts existed is not scored). Never a second pass on the
+reference pass's own launch: it would miss the launch-to-launch noise the compared pass carries, and the test
+would reject every time.
 """
 
 from __future__ import annotations
@@ -89,8 +87,7 @@ def eval_rel_dir(role: str, repeat: int) -> str:
 
 
 def floor_dir(reference: str) -> str:
-    """Where the floor pass of reference arm ``reference`` is written: the A/A control's eval directory for A
-    (``evals/aa/r1``), ``evals/bb/r1`` for B."""
+    """Where reference arm ``reference``'s floor pass goes: ``evals/aa/r1`` for A, ``evals/bb/r1`` for B."""
     return eval_rel_dir(reference * 2, 1)
 
 
@@ -169,11 +166,9 @@ def schedule(a: str, b: str, repeats: int, order: str, aa_control: bool, *, rest
              aa_fresh_launch: bool = True, aa_arm: str | None = None) -> list[Step]:
     """``interleaved``: A1 B1 A2 B2 ... (drift hits both arms alike); ``blocked``: A1 A2 ... B1 B2 ...; then
     the A/A control's two baseline runs, each on a fresh launch of arm A unless ``aa_fresh_launch`` is off, so
-    the control samples the launch-to-launch noise the arms' runs see.
-
-    ``aa_arm``: the A/A control runs on that arm's server instead (``abh ab --aa URL_A2``: a second launch of A
-    abh did not start), one eval per repeat in the arms' order (A1 B1 A2'1 A2 B2 A2'2 ...), so drift hits it
-    as it hits the arms."""
+    the control samples the launch-to-launch noise the arms' runs see. ``aa_arm``: the A/A control runs on
+    that arm's server instead (``abh ab --aa URL_A2``), one eval per repeat in the arms' order (A1 B1 A2'1 A2
+    B2 A2'2 ...), so drift hits it as it hits the arms."""
     fresh = restart_per_repeat
     aa = aa_arm if aa_control else None
     rounds = [[Step("a", a, r, fresh), Step("b", b, r, fresh)] + ([Step("aa", aa, r)] if aa else [])

@@ -2,9 +2,8 @@
 decide, record; stop as soon as the verdict is decided or at ``experiment.max_repeats``.
 
 The decision is pure, so a resumed run continues from the manifest's recorded looks; a rerun whose design
-differs is refused, since the error rates hold only for the design the looks were made with. Each repeat is a
-fresh launch of both arms (the information fraction needs i.i.d. repeats) and the A/A control runs after the
-looks, so a look's launch variance comes from the arms' own launches.
+differs is refused (the error rates hold only for the design the looks were made with). Each repeat is a fresh
+launch of both arms, and the A/A control runs after the looks, so a look's launch variance is the arms' own.
 """
 
 from __future__ import annotations
@@ -120,8 +119,7 @@ class Looks:
         return self.last.repeats if self.last else 0
 
     def wants(self, repeats: int) -> bool:
-        """Whether repeat ``repeats`` of both arms is to be run: nothing decided before it, and within
-        max_repeats."""
+        """Whether repeat ``repeats`` of both arms runs: nothing decided before it, within max_repeats."""
         return repeats <= self.design.max_repeats and not any(v.stop and v.repeats < repeats for v in self.looks)
 
     # ------------------------------------------------------------------ a look
@@ -151,9 +149,8 @@ class Looks:
 
     # ------------------------------------------------------------------ the record
     def record(self, cost: Cost | None = None) -> SequentialRecord:
-        """The ``sequential`` record (manifest, summary.json, comparison.json): design, looks, outcome, and
-        what stopping saved against running every repeat (GPU-hours from ``cost``: the arms' GPU-hours
-        per repeat run)."""
+        """The ``sequential`` record: design, looks, outcome, and what stopping saved against running every
+        repeat (``cost``: the arms' GPU-hours per repeat)."""
         last = self.last
         stopped = self.decided and last is not None
         saved = last.repeats_saved if stopped and last is not None else 0

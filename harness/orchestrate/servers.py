@@ -2,8 +2,8 @@
 
 A :class:`ServerPool` holds at most one live launch per arm. Each launch has an id (``<arm>-<n>`` over the run
 directory's sessions; ``url:...`` for a server abh did not start), recorded with every eval it serves, so the
-statistics know which runs shared a launch. Unless servers may run concurrently, acquiring an arm's server
-stops the other arms' first (one GPU box runs one server at a time).
+statistics know which runs shared a launch. Unless concurrent, acquiring an arm's server stops the others
+first.
 """
 
 from __future__ import annotations

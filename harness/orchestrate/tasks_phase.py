@@ -1,7 +1,6 @@
-"""The tasks of a run: each one's data (loaded once, before any server starts), its eval directory per schedule
-item and its protocol. Several tasks (``abh run task=[gsm8k,mmlu]``) are each evaluated on every launch into
-``evals/<role>/r<k>/<task>/``; the finish writes each task's comparison under ``tasks/<task>/`` and
-``tasks.json`` (Holm across the tasks, the overall decision: the run's verdict).
+"""The tasks of a run: each one's data (loaded once, before any server starts), its eval directory per
+schedule item and its protocol. Several tasks are each evaluated on every launch into
+``evals/<role>/r<k>/<task>/``.
 """
 
 from __future__ import annotations

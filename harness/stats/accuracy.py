@@ -1,10 +1,7 @@
 """The comparison of two arms' score matrices: the design, the test, the interval, errors and the verdict.
 
 Δ is the mean over the questions both arms answered of B's minus A's per-question mean (passes averaged within
-a launch, then launches). The test has a launch component estimated from every launch (:mod:`.launchvar`);
-with no configuration on two launches it is the question-level test (:mod:`.consistent`), and the verdict says
-it holds only if launches do not shift accuracy. Request errors go through the gate of :mod:`.errorgate`:
-dropped when they do not depend on the arm, else the verdict must hold under both error bounds.
+a launch, then launches). The test is :mod:`.launchvar`'s, request errors pass the gate of :mod:`.errorgate`;
 docs/statistics.md has the reasons and the calibration.
 """
 

@@ -1,12 +1,10 @@
 """The question-level verdict: a p-value and an interval that never disagree.
 
-The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.tango`) are different methods,
-so "p < α" and "0 outside the interval" could disagree. Both come here from one family of tests φ(Δ0): Tango's
-score test of Δ = Δ0 rejects at α and, for Δ0 at 0 or beyond it from Δ̂, the sign-flip test of Δ = 0 rejects
-too. Its p is ``max(p_signflip, p_score(0))``, its inversion Tango's interval extended to 0 whenever the
-sign-flip test does not reject (``extended``); φ rejects no more often than Tango's test, so it is as valid.
-For one run per arm the decision is the mid-p McNemar test. An endpoint bisection leaves within round-off of 0
-is set by the decision (``nudged``), so the equivalence holds in floating point too.
+The mid-p sign-flip test (:mod:`.signflip`) and Tango's score interval (:mod:`.tango`) could disagree about "p
+< α" and "0 outside the interval". Here p is ``max(p_signflip, p_score(0))`` and the interval Tango's,
+extended to 0 whenever the sign-flip test does not reject (``extended``): one family of tests that rejects no
+more often than Tango's, so as valid. An endpoint bisection leaves within round-off of 0 is set by the
+decision (``nudged``).
 """
 
 from __future__ import annotations

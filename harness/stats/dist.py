@@ -1,6 +1,5 @@
 """The binomial, chi-square and Student t distributions from ``scipy.special``'s ufuncs: ``scipy.stats`` gives
-the same numbers (the tests check it) but costs about a second to import in every ``abh`` command that
-compares.
+the same numbers but costs about a second to import in every ``abh`` command that compares.
 """
 
 from __future__ import annotations

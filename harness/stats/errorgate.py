@@ -1,8 +1,8 @@
-"""Do request errors depend on the arm? The exact McNemar test of the arms' per-question unanswered indicators
-at ``alpha``: ``none`` (nothing unanswered), ``drop`` (not rejected: the questions unanswered in either arm
-are left out, the pairs that remain still exchangeable under H0) or ``bound`` (rejected: the verdict must hold
-with each arm's unanswered questions counted wrong and the other's right). Bounding always would cost most of
-the power under errors that do not depend on the arm (13 % instead of 84 % at 1 % errors on both arms).
+"""Do request errors depend on the arm? The exact McNemar test of the arms' per-question unanswered
+indicators: ``none`` (nothing unanswered), ``drop`` (not rejected: questions unanswered in either arm are left
+out) or ``bound`` (rejected: the verdict must hold with each arm's unanswered questions counted wrong and the
+other's right). Bounding always would cost most of the power (13 % instead of 84 % at 1 % errors on both
+arms).
 """
 
 from __future__ import annotations

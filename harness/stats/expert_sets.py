@@ -2,10 +2,8 @@
 
 A pass's routing is an array ``(tokens, layers, top_k)`` of expert ids; a row (one token in one layer) is
 *routed* when it holds more than one distinct id (rows of dense or hash-routed layers are constant and
-skipped). :class:`PassTally` counts one pass (ids out of range are exact counts: one is a defect),
-:class:`PairTally` two passes of the same tokens (identical sets, Jaccard, ids moved). "B's routing moves more
-than A's launches move among themselves" is the divergence's launch-level test on each launch's mean ids moved
-per routed row.
+skipped). :class:`PassTally` counts one pass (an id out of range is a defect), :class:`PairTally` two passes
+of the same tokens.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Sequential repeats: a group-sequential test with Lan-DeMets alpha spending (O'Brien-Fleming type by
 default, Pocock on request), a look after every repeat at information fraction ``t_k = k / max_repeats``.
 
-The repeats are few, bounded and known in advance, so spending loses almost no power at the last look, where a
-confidence sequence would pay 1.5-2x wider intervals; each repeat is a fresh launch of both arms, so the
-information grows exactly with k. Looks stop for efficacy (two-sided), equivalence / non-inferiority
-(one-sided margin boundaries), or futility (non-binding: conditional power below ``futility_power``); the last
-look always stops. Boundaries come from the recursive numerical integration of Armitage, McPherson and Rowe
-(1969) over ``Corr(Z_j, Z_k) = sqrt(t_j / t_k)``; they agree with the published O'Brien-Fleming and Pocock
-constants.
+Looks stop for efficacy (two-sided), equivalence / non-inferiority (one-sided margin boundaries) or futility
+(non-binding: conditional power below ``futility_power``); the last look always stops. Boundaries come from
+the recursive numerical integration of Armitage, McPherson and Rowe (1969) over ``Corr(Z_j, Z_k) = sqrt(t_j /
+t_k)``; why spending rather than a confidence sequence: docs/statistics.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to ~0,
-an effective table so large that the score interval has zero width, and an exact MDE whose binomial sums would
-overflow (d_i of 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3 left a sample variance of ~1e-33).
-
-The design effect is floored at 1/K, K the lattice denominator of the d_i: averaging K runs cannot shrink a
-difference's variance more than K-fold.
+"""Guards for degenerate inputs of the question-level statistics: a design effect that round-off drives to ~0
+(d_i of 1/3 computed as 1/3 - 0, 2/3 - 1/3 and 1 - 2/3 left a sample variance of ~1e-33), an effective table
+so large that the score interval has zero width, and an exact MDE whose binomial sums would overflow.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Token-level divergence of two servers' next-token distributions, and its paired test against an A/A floor.
 
 A server reports only its top-k, so per token both distributions are coarsened onto the same buckets: A's
-top-k ids that B also reported and one tail bucket with the rest of the mass on each side. The KL of the
-coarsened distributions is at most the full-vocabulary KL (data-processing inequality): it can miss divergence
-in the tail, never invent it. The measures are llama.cpp's ``--kl-divergence`` ones. The test of
-d_i = KLD_i(A‖B) - KLD_i(A‖A′) is a one-sided sign-flip over questions (B and A′ exchangeable under H0); a
-noise scale shared by a launch's questions makes them dependent, and the launch-level test
-(:mod:`.kld_launches`) decides then.
+top-k ids that B also reported and one tail bucket with the rest of the mass on each side. That KL is at most
+the full-vocabulary KL (data-processing inequality): it can miss divergence in the tail, never invent it. The
+per-question test of KLD_i(A‖B) - KLD_i(A‖A′) is a one-sided sign-flip; :mod:`.kld_launches` decides when
+launches can be the unit.
 """
 
 from __future__ import annotations
@@ -158,8 +156,7 @@ def char_to_token(char_index: int | None, text_offsets: np.ndarray | None) -> in
 
 
 def first_argmax_miss(ref_token_ids: np.ndarray, cmp_top: np.ndarray) -> int | None:
-    """First position where the compared server's argmax is not the reference token (where its greedy decode
-    would leave the reference text), else None."""
+    """First position where the compared server's argmax is not the reference token, else None."""
     miss = np.flatnonzero(np.asarray(cmp_top) != np.asarray(ref_token_ids))
     return int(miss[0]) if miss.size else None
 

@@ -1,11 +1,9 @@
 """Divergence of B from A with launches as the unit.
 
 A noise *scale* fixed per launch moves every KLD_i of a launch alike, which the per-question test of
-:mod:`.kld` sees as divergence (35-45 % false positives with one A/A launch). Per launch one number, the
-token-weighted mean KLD K_l against A's reference pass; under H0 the launches of A and B are exchangeable
-whatever each one's noise scale: a one-sided pooled t-test of log K (a scale is additive on the log scale),
-the effect the ratio of geometric means, the exact permutation p beside it. With one launch on each side the
-per-question test decides.
+:mod:`.kld` sees as divergence (35-45 % false positives with one A/A launch). Per launch one number, its
+token-weighted mean KLD against A's reference pass; a one-sided pooled t-test of log K (a scale is additive on
+the log scale), the exact permutation p beside it. With one launch on each side the per-question test decides.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The look statistic of a sequential run with the launch component of :mod:`.launchvar`.
 
-A question-level look cannot see a launch-wide accuracy shift (12-13 % false positives with a fresh launch per
-repeat, max 6 repeats, a log-odds shift of sd 0.1). The launch-aware t over every launch so far is put on the
-z scale of the design's boundaries by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (Jennison and Turnbull
-2000, §3.8), so the repeated CI Δ̂ ± t_k SE excludes 0 exactly when the look stops. The fixed design's
-safeguards hold at every look: the declared effect, and the error gate of :mod:`.errorgate`. Each decision
+A question-level look cannot see a launch-wide accuracy shift. The launch-aware t over every launch so far is
+put on the z scale of the design's boundaries by matching tail probabilities, z = Φ⁻¹(F_ν(t)) (Jennison and
+Turnbull 2000, §3.8), so the repeated CI Δ̂ ± t_k SE excludes 0 exactly when the look stops. Each decision
 carries the stage-wise p of the test that decided, so a sweep adjusts the p the verdict rests on.
 """
 

@@ -1,5 +1,4 @@
-"""Runs grouped by server launch: an arm's ``(R, n)`` scores (NaN = errored or missing) with one launch id per
-run.
+"""Runs grouped by server launch: an arm's ``(R, n)`` scores (NaN: errored or missing), a launch id per run.
 
 Noise fixed for a launch repeats in all its passes, so a launch, not a run, is the replicate: per question an
 arm's mean is the mean over its launches of each launch's mean over its passes (NaN skipped).

@@ -1,12 +1,10 @@
 """The accuracy test of B against A with a launch component estimated from every launch of the run.
 
 A launch can shift the accuracy of every question alike, which cancels out of sd(d_i): the launch, not the
-pass, is the replicate. Model: a launch's mean score y_gli = μ_gi + u_gl + e_gli, u_gl ~ (0, σ²_L,g), g the
-configuration (A with the A/A control's launches, and B). A launch x question ANOVA per configuration gives
-V = τ̂²_A/L_A + τ̂²_B/L_B + h (τ̂²_g = MS_L,g / n, Welch's form; h the question x arm interaction), and t is
-referred to Student's t with Satterthwaite's df, the interval inverting the same t. With no configuration on
-two launches the result is the question-level test (:mod:`.consistent`), qualified. The reasons, the rules
-tried and their calibration: docs/statistics.md and docs/calibration.md.
+pass, is the replicate. A launch x question ANOVA per configuration g (A with the A/A control's launches, and
+B) gives V = τ̂²_A/L_A + τ̂²_B/L_B + h (τ̂²_g = MS_L,g / n; h the question x arm interaction), referred to
+Student's t with Satterthwaite's df. With no configuration on two launches the result is the question-level
+test (:mod:`.consistent`), qualified. Reasons and calibration: docs/statistics.md and docs/calibration.md.
 """
 
 from __future__ import annotations

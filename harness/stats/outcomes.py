@@ -33,8 +33,7 @@ class ErrorGate:
 
 
 class LaunchHeterogeneity(TypedDict):
-    """Cochran's Q over the launches of each arm, summed
-    (:func:`harness.stats.launches.launch_heterogeneity`)."""
+    """Cochran's Q over each arm's launches, summed (:func:`harness.stats.launches.launch_heterogeneity`)."""
 
     test: str
     q: float

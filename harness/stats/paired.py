@@ -28,7 +28,6 @@ class PairedTable:
 
     @property
     def delta(self) -> float:
-        """Δ = (b_only - a_only) / n."""
         return (self.b_only - self.a_only) / self.n if self.n else 0.0
 
     @property

@@ -1,9 +1,8 @@
 """Paired sign-flip (randomisation) test over questions: the verdict's test of Δ = mean_i d_i (B - A).
 
-Under H0 each d_i is as likely + as -, so Σ d_i is referred to Σ ±|d_i|; questions are the unit, and verbatim
-repeats add no evidence. The d_i lie on a lattice (differences of means of 0/1 scores), so the distribution is
-exact by convolution; the p is two-sided and mid-p by default (with one run per arm the mid-p McNemar test,
-Fagerland, Lydersen & Laake 2013). A lattice too fine falls back to Monte Carlo, with a floor.
+Under H0 each d_i is as likely + as -; questions are the unit, so verbatim repeats add no evidence. The d_i
+lie on a lattice, so the distribution is exact by convolution; the p is two-sided and mid-p by default (with
+one run per arm the mid-p McNemar test). A lattice too fine falls back to Monte Carlo, with a floor.
 """
 
 from __future__ import annotations

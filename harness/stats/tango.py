@@ -37,8 +37,7 @@ def score_z(b: Any, c: Any, n: Any, delta0: Any) -> np.ndarray:
 
 
 def score_p(b: Any, c: Any, n: Any, delta0: Any = 0.0, alternative: str = "two-sided") -> np.ndarray:
-    """p-value of the score test of H0: Δ = Δ0 against Δ ≠ Δ0 (``two-sided``), Δ > Δ0 (``greater``)
-    or Δ < Δ0 (``less``)."""
+    """p of the score test of Δ = Δ0 against Δ ≠ Δ0 (``two-sided``), Δ > Δ0 (``greater``) or Δ < Δ0."""
     z = score_z(b, c, n, delta0)
     if alternative == "two-sided":
         return np.minimum(1.0, 2 * ndtr(-np.abs(z)))
@@ -92,8 +91,7 @@ def score_interval(b: Any, c: Any, n: Any, alpha: float = ALPHA) -> tuple[np.nda
 
 
 def discordant_mass(d: np.ndarray) -> tuple[np.ndarray, float, float, float]:
-    """``d`` without its NaN entries, their count n, and the mass of the differences favouring A (b) and B
-    (c)."""
+    """``d`` without NaN, its count n, and the mass of the differences favouring A (b) and B (c)."""
     d = np.asarray(d, dtype=float)
     d = d[~np.isnan(d)]
     if d.size == 0:

@@ -16,8 +16,7 @@ DEFAULT_MAX_ERROR_RATE = 0.02
 #: verdict (divergence.min_scored_share)
 DEFAULT_MIN_SCORED_SHARE = 0.95
 #: the no-op question (``stats.hypothesis=identical``): are B's outputs bit-identical to A's, on an engine whose
-#: A/A floor is exactly zero? Decided by :mod:`harness.analysis.identity`; the accuracy test beside it is
-#: superiority's
+#: A/A floor is exactly zero? (:mod:`harness.analysis.identity`; the accuracy test beside it: superiority's)
 IDENTICAL = "identical"
 IDENTITY_VERDICTS = ("identical", "differs", "not_deterministic")
 VERDICTS = ("improved", "regressed", "equivalent", "noninferior", "inconclusive", "not_comparable",

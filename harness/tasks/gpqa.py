@@ -1,20 +1,16 @@
 """GPQA-diamond, as openai/simple-evals runs it: each question asked ``repeats`` times, each time with its own
-seeded order of the four choices; a question's score is the mean over its repeats (within one eval, i.e. one
-launch), which the paired statistics take as the per-question score in [0, 1].
+seeded order of the four choices; a question's score is the mean over its repeats within one eval.
 
 Recipe ``simple_evals``: ``openai/simple-evals gpqa_eval.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e``: one
-``random.Random(0)`` for the whole eval; ``num_questions`` set = ``rng.sample(rows, n)`` first; then the rows are
-repeated (``examples * n_repeats``: every row once, then every row again, ...) and each copy draws its permutation
-``rng.sample(range(4), 4)`` in that order; choices ``[Correct, Incorrect 1, 2, 3]`` permuted, the simple-evals
-multiple-choice prompt as one chat message, the answer read by ``(?i)Answer[ \\t]*:[ \\t]*\\$?([A-D])\\$?``
-(``re.search``: the first match), right when it is the correct choice's letter. ``repeats`` defaults to 8
-(SGLang's GPQA-diamond runs, ``--repeat 8``; sgl-eval's ``default_n_repeats``); sampling as SGLang's run_eval:
-``max_tokens`` 2048 (reasoning models need far more: set ``task.max_new_tokens``), temperature 0, ``top_p`` 1.0.
+``random.Random(0)`` for the whole eval draws the sample (``num_questions`` set), then each copy's permutation
+of ``[Correct, Incorrect 1, 2, 3]`` in upstream's order (every row once, then every row again, ...); the
+answer is the first match of ``ANSWER_PATTERN_MULTICHOICE``. ``repeats`` defaults to 8 (SGLang's
+``--repeat 8``; sgl-eval's ``default_n_repeats``); sampling as SGLang's run_eval (``max_tokens`` 2048:
+reasoning models need far more).
 
-Data: never shipped: GPQA's authors ask that its questions not be posted in plain text. ``task.data_path`` =
-your local ``gpqa_diamond.csv`` (simple-evals' or the dataset's own; columns ``Question``, ``Correct Answer``,
-``Incorrect Answer 1..3``), its URL, or ``hf:Idavidrein/gpqa`` (config ``gpqa_diamond``; the dataset is gated:
-accept its terms and log in first).
+Data is never shipped (its authors ask that its questions not be posted in plain text): a local
+``gpqa_diamond.csv`` (columns ``Question``, ``Correct Answer``, ``Incorrect Answer 1..3``), its URL, or
+``hf:Idavidrein/gpqa`` (config ``gpqa_diamond``; gated: accept its terms and log in first).
 """
 
 from __future__ import annotations
@@ -69,8 +65,7 @@ def load(data_path: str | None) -> Dataset:
         raise DatasetError(f"{where} holds no GPQA rows")
     sources.refuse_conflicting_duplicates(rows, where, lambda r: r["Question"], lambda r: r["Correct Answer"], lines)
     rows = [{k: r[k] for k in COLUMNS} for r in rows]
-    return Dataset(rows=rows, source=where, sha256=sources.content_hash(rows, COLUMNS),
-                   canonical=None)
+    return Dataset(rows=rows, source=where, sha256=sources.content_hash(rows, COLUMNS), canonical=None)
 
 
 class GPQA(ChatTask):

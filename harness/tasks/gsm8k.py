@@ -1,24 +1,17 @@
 """GSM8K, exactly as SGLang's ``benchmark/gsm8k/bench_sglang.py`` runs it, and the other recipes maintainers run.
 
-The recipes of this module (the others follow their own upstream files in :mod:`harness.tasks.gsm8k_recipes`):
+Recipes here (the others follow their own upstream files in :mod:`harness.tasks.gsm8k_recipes`):
 
 * ``sglang`` (default): ``sgl-project/sglang benchmark/gsm8k/bench_sglang.py`` (and
   ``python/sglang/test/few_shot_gsm8k.py``, same helpers): shots are test rows ``0..k-1`` and evaluated
-  questions start at row 0, so the first k evaluated questions are leaked into the prompt. Kept for
-  comparability with numbers people already quote.
-* ``sglang_8shot``: the same script with ``--num-shots 8`` (``docs/basic_usage/deepseek_v32.md``:
-  ``--num-shots 8 --num-questions 1319 --parallel 1319``).
+  questions start at row 0, so the first k evaluated questions leak into the prompt; kept for comparability
+  with numbers people already quote.
+* ``sglang_8shot``: the same with ``--num-shots 8`` (SGLang's ``docs/basic_usage/deepseek_v32.md``).
 * ``heldout``: shots are train rows ``0..k-1``; no evaluated question is leaked.
 
-Data: the canonical test split ships inside the package (``data/gsm8k/test.jsonl``, MIT licence, sha256
-checked on every read) and is the default, so a fresh offline machine runs everything. Other copies:
-``task.data_path`` / ``--data`` = a JSONL file or a directory with ``test.jsonl``/``train.jsonl``, or
-``hf:openai/gsm8k`` (any ``hf:REPO[:CONFIG]``) through `datasets`. The train split (the ``heldout`` recipe's
-shots) is not shipped: ``task.train_path`` (default: ``train.jsonl`` beside a local test file, or the same
-``hf:`` dataset).
-
-Nothing here talks to a server: this module builds prompts and request bodies, parses answers, and is the
-one parser of its own prompts (:func:`question_from_prompt`).
+The canonical test split ships inside the package (``data/gsm8k/test.jsonl``, MIT, sha256 checked on every read),
+so a fresh offline machine runs everything; the train split does not (docs/tasks.md). This module is the one
+parser of its own prompts (:func:`question_from_prompt`).
 """
 
 from __future__ import annotations
@@ -54,8 +47,7 @@ CANONICAL_TRAIN_HASH = "9556bf9d7dba73d7fcaaeff6ca814c71684db1d8e8d485d83ec62f1c
 #: The stop list SGLang's frontend always sends for GSM8K.
 BASE_STOP = ["Question", "Assistant:", "<|separator|>"]
 
-#: Every GSM8K recipe: this module's (SGLang's bench_sglang with 5 or 8 shots, heldout) and
-#: :mod:`harness.tasks.gsm8k_recipes`' (each named for the upstream it follows).
+#: Every GSM8K recipe: this module's and :mod:`harness.tasks.gsm8k_recipes`' (each named for its upstream).
 RECIPES = ("sglang", "sglang_8shot", "heldout", "simple_eval", "vllm", "lm_eval_strict", "lm_eval_flexible",
            "sgl_eval_chat")
 #: The recipes whose shots come from the train split (and need it).
@@ -114,13 +106,9 @@ def _from_hf(r: dict[str, Any]) -> dict[str, str]:  # pragma: no cover - needs t
 
 
 def load(path: str | Path | None = None, split: str = "test", allow_noncanonical: bool = False) -> Dataset:
-    """Load a GSM8K split and check it is the canonical one.
-
-    ``path``: unset (None or "") = the embedded test set (there is no embedded train set); ``hf:REPO[:CONFIG]``
-    = that dataset through `datasets`; otherwise a JSONL file, or a directory holding ``test.jsonl`` /
-    ``train.jsonl``. A set whose row count or content hash differs from the canonical split is refused unless
-    ``allow_noncanonical`` (the Dataset then says ``canonical=False``).
-    """
+    """A GSM8K split from ``path``: unset = the embedded test set; ``hf:REPO[:CONFIG]``; a JSONL file, or a
+    directory holding ``test.jsonl`` / ``train.jsonl``. A set that is not the canonical split (row count, content
+    hash) is refused unless ``allow_noncanonical`` (the Dataset then says ``canonical=False``)."""
     spec = "" if path is None else str(path)
     lines: list[int] | None = None
     if not spec:
@@ -192,8 +180,7 @@ EMBEDDED_TRAIN_HEAD_SHA256 = "8743e4cee831ece07b9770395c33f3244bbed3eee140d67801
 
 
 def train_head() -> Dataset:
-    """The embedded first rows of the canonical train split (a Dataset that is canonical as a prefix: its rows
-    are the train split's first rows byte for byte)."""
+    """The embedded first rows of the canonical train split (canonical as a prefix, byte for byte)."""
     rows = _read_embedded(EMBEDDED_TRAIN_HEAD, EMBEDDED_TRAIN_HEAD_SHA256, "train head")
     return Dataset(rows=rows, source=str(EMBEDDED_TRAIN_HEAD), sha256=content_hash(rows), canonical=True)
 
@@ -212,10 +199,8 @@ def question_from_prompt(prompt: str) -> str | None:
 
 # ------------------------------------------------------------------------------------------ parsing
 def get_answer_value(answer_str: str) -> int:
-    """SGLang's parser: drop commas, take the last run of digits; none or a SyntaxError is INVALID.
-
-    Signs and decimals are lost on purpose (``-5`` scores 5, ``3.50`` scores 50), as in SGLang.
-    """
+    """SGLang's parser: the last run of digits, commas dropped (signs and decimals lost as in SGLang: ``-5``
+    scores 5, ``3.50`` scores 50); none or a SyntaxError is INVALID."""
     return last_literal(answer_str, r"\d+")
 
 
@@ -322,8 +307,7 @@ class GSM8K(Task):
             for i, row in enumerate(test.rows[:n])]
 
     def question(self, i: int, ask: str, label: Any, head: str = "") -> Question:
-        """Test row ``i`` asked by the prompt ``head + ask`` (``head``: the block every question shares, held
-        once), graded against ``label``."""
+        """Test row ``i`` asked by ``head + ask`` (``head``: shared by all questions), graded by ``label``."""
         row = self.test.rows[i]
         return Question(index=i, prompt=ask, head=head, row=i, label=label, question=row["question"],
                         answer=row["answer"])
@@ -349,25 +333,12 @@ class GSM8K(Task):
         ``RuntimeEndpoint.generate`` (python/sglang/lang/backend/runtime_endpoint.py) puts the two special-token
         flags first, then ``SglSamplingParams.to_srt_kwargs()`` (python/sglang/lang/ir.py), with the values
         benchmark/gsm8k/bench_sglang.py gives (``max_tokens=512``, its stop list, ``temperature=0``)."""
-        return {
-            "skip_special_tokens": True,
-            "spaces_between_special_tokens": True,
-            "max_new_tokens": self.new_tokens(max_new_tokens),
-            "min_new_tokens": 0,
-            "n": 1,
-            "stop": self.stop(),
-            "stop_token_ids": [],
-            "stop_regex": [],
-            "temperature": 0,  # an int: bench_sglang.py passes temperature=0 to run_batch
-            "top_p": 1.0,
-            "top_k": -1,
-            "min_p": 0.0,
-            "frequency_penalty": 0.0,
-            "presence_penalty": 0.0,
-            "ignore_eos": False,
-            "regex": None,
-            "json_schema": None,
-        }
+        return {"skip_special_tokens": True, "spaces_between_special_tokens": True,
+                "max_new_tokens": self.new_tokens(max_new_tokens), "min_new_tokens": 0, "n": 1, "stop": self.stop(),
+                "stop_token_ids": [], "stop_regex": [],
+                "temperature": 0,  # an int: bench_sglang.py passes temperature=0 to run_batch
+                "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+                "ignore_eos": False, "regex": None, "json_schema": None}
 
     @property
     def warms_up(self) -> bool:
@@ -377,15 +348,13 @@ class GSM8K(Task):
         return len(self.questions) > 1 and len(self.few_shot) > 64
 
     def warmup_body(self) -> JSONObject:
-        """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone, zero
-        new tokens); the body itself is built by :mod:`harness.serving.wire`, which owns the protocols."""
+        """The frontend's prefix-cache warm-up as SGLang's ``/generate`` body (the few-shot block alone)."""
         from harness.serving.wire import SGLangApi
 
         return SGLangApi().warmup_body(self.few_shot, self.questions[0].prompt if self.questions else "",
                                        self.sampling_params())
 
     def generate_body(self, q: Question) -> JSONObject:
-        """``q`` as SGLang's ``/generate`` body."""
         from harness.serving.wire import SGLangApi
 
         return SGLangApi().generation_body(q.prompt, self.sampling_params())

@@ -1,10 +1,5 @@
 """The GSM8K recipes SGLang's and vLLM's maintainers run besides ``bench_sglang.py`` (:mod:`harness.tasks.gsm8k`),
 each as its upstream file has it: prompts, shots, sampling, parser and equivalence.
-
-* ``simple_eval`` (:class:`SimpleEvalGSM8K`): SGLang's ``run_eval --eval-name gsm8k`` completion mode.
-* ``vllm`` (:class:`VllmGSM8K`): vLLM's ``tests/evals/gsm8k/gsm8k_eval.py``.
-* ``lm_eval_strict`` / ``lm_eval_flexible`` (:class:`LmEvalGSM8K`): lm-evaluation-harness's ``gsm8k`` task.
-* ``sgl_eval_chat`` (:class:`SglEvalChatGSM8K`): SGLang's current chat GSM8K (``sgl-eval run gsm8k``).
 """
 
 from __future__ import annotations
@@ -21,13 +16,9 @@ from harness.tasks.mathgrade import math_equal, require_math_verify, search_boxe
 class SimpleEvalGSM8K(GSM8K):
     """``sglang==0.5.23 python/sglang/test/simple_eval_mixed_prefix_gsm8k.py`` (``GSM8KEval``) through
     ``python/sglang/test/run_eval.py`` (completion mode, ``--api completion``; also its chat and generate modes).
-
-    Shots are test rows ``0..k-1`` and the evaluated questions are the rows after them (``all_lines[num_shots:]``:
-    1314 for 5 shots), so none is leaked; the parser keeps the sign and decimals (``-?\\d+\\.?\\d*``, last match,
-    ``ast.literal_eval``; SyntaxError and ValueError are invalid) and an answer is right when it ``==`` the label
-    (``160.0 == 160``). Sampling (``run_eval_once``): ``max_tokens`` 2048, temperature 0, ``top_p`` 1.0; the stop
-    list of bench_sglang in completion and generate mode, none in chat mode.
-    """
+    Shots are test rows ``0..k-1`` and the evaluated questions the rows after them (``all_lines[num_shots:]``), so
+    none is leaked; the parser keeps sign and decimals and an answer is right when it ``==`` the label
+    (``160.0 == 160``); sampling as ``run_eval_once``."""
 
     upstream = ("sglang==0.5.23 python/sglang/test/simple_eval_mixed_prefix_gsm8k.py (GSM8KEval) via "
                 "python/sglang/test/run_eval.py")
@@ -69,12 +60,9 @@ def simple_eval_answer_value(answer_str: str) -> Any:
 
 
 class VllmGSM8K(GSM8K):
-    """``vllm-project/vllm tests/evals/gsm8k/gsm8k_eval.py @ 03e09605209f4dc33df2e3be7b24c05f0e3142cb``.
-
-    Shots are train rows ``0..k-1`` (the first rows, no randomness; ``gen_prefix`` empty), so abh ships the first
-    train rows for it; questions are test rows ``0..n-1``; the parser is SGLang's (``\\d+``, last match). Request
-    (completions, its default): ``max_tokens`` 256, the bench_sglang stop list, temperature 0, ``seed`` 42.
-    """
+    """``vllm-project/vllm tests/evals/gsm8k/gsm8k_eval.py @ 03e09605209f4dc33df2e3be7b24c05f0e3142cb``: shots
+    are train rows ``0..k-1`` (no randomness, so abh ships the first train rows), questions test rows ``0..n-1``,
+    SGLang's parser; sent as completions, its default."""
 
     upstream = "vllm-project/vllm tests/evals/gsm8k/gsm8k_eval.py @ 03e09605209f4dc33df2e3be7b24c05f0e3142cb"
     apis = ("openai", "chat")
@@ -84,8 +72,8 @@ class VllmGSM8K(GSM8K):
         return list(BASE_STOP)
 
     def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
-        return {"max_new_tokens": self.new_tokens(max_new_tokens),
-                "stop": self.stop(), "temperature": 0.0, "openai_extras": {"seed": 42}}
+        return {"max_new_tokens": self.new_tokens(max_new_tokens), "stop": self.stop(), "temperature": 0.0,
+                "openai_extras": {"seed": 42}}
 
 
 #: lm-eval's ``gsm8k.yaml`` (version 3.0): filters, metric and generation settings.
@@ -120,15 +108,9 @@ def lm_eval_normalise(text: str) -> str:
 class LmEvalGSM8K(GSM8K):
     """``lm-eval==0.4.13 lm_eval/tasks/gsm8k/gsm8k.yaml`` (``gsm8k``, version 3.0), as ``lm_eval --model
     local-completions`` runs it; ``lm_eval_strict`` scores the ``strict-match`` filter, ``lm_eval_flexible`` the
-    ``flexible-extract`` one.
-
-    Shots: ``random.Random(1234)`` (``fewshot_random_seed``), one generator shared by the questions in order,
-    ``rng.sample(train, k)`` per question (``lm_eval/api/samplers.py``), so it needs the whole train split.
-    Prompt: ``"Question: {q}\\nAnswer:" + " " + answer`` per shot, joined by ``"\\n\\n"``, then the question.
-    Request: ``max_tokens`` 256 (lm-eval's ``max_gen_toks``), temperature 0, ``stop`` = the yaml's ``until``,
-    ``seed`` 1234. Grading: the filter's regex (strict: first ``#### (-?[0-9.,]+)``; flexible: the last number-ish
-    match), then ``exact_match`` against the whole answer with ``regexes_to_ignore`` and ``ignore_case``.
-    """
+    ``flexible-extract`` one. Shots: one ``random.Random(1234)`` (``fewshot_random_seed``) shared by the questions
+    in order, ``rng.sample(train, k)`` per question (``lm_eval/api/samplers.py``), so it needs the whole train
+    split. Grading: the filter's regex, then ``exact_match`` against the whole answer."""
 
     upstream = "lm-eval==0.4.13 lm_eval/tasks/gsm8k/gsm8k.yaml (+ api/samplers.py, filters/extraction.py, api/metrics.py)"
     apis = ("openai",)
@@ -176,10 +158,8 @@ class SglEvalChatGSM8K(GSM8K):
     """``sgl-eval==0.1.3`` ``gsm8k`` (what ``sgl-eval run gsm8k`` and sglang's ``run_sgl_eval`` run; SGLang's
     nightly chat GSM8K): zero-shot chat, one user message (``prompts/math.yaml``, no system message), all 1319
     rows; the answer is the content of the last ``\\boxed{}`` and is graded by NeMo-Skills' ``math_equal``
-    (math-verify) against the expected number (:mod:`harness.tasks.mathgrade`). Request (``sampler.py``,
-    ``GenConfig``): temperature 0, ``top_p`` 0.95, ``min_p`` 0, ``repetition_penalty`` 1.0, ``max_tokens`` 2048
-    (``run_sgl_eval``'s), no stop strings.
-    """
+    (math-verify) against the expected number (:mod:`harness.tasks.mathgrade`); sampling as ``sampler.py``'s
+    ``GenConfig``, ``max_tokens`` as ``run_sgl_eval``'s."""
 
     upstream = ("sgl-eval==0.1.3 sgl_eval/evals/_registry.py (gsm8k), _vendored/nemo_skills/prompts/math.yaml, "
                 "dataset/gsm8k/prepare.py, math_grader.py, sampler.py")

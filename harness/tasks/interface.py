@@ -1,10 +1,8 @@
 """The task interface: what an eval needs to know about a benchmark, and nothing about servers.
 
-A task is a :class:`Dataset` (loaded by :mod:`harness.tasks.sources`), a :class:`RecipeConfig` (which upstream
-script's prompts, shots, sampling and parser to follow), the :class:`Item` s it sends, the sampling params in
-SGLang's vocabulary with the protocols it may be sent by, and a grader (:meth:`Task.grade`, a score in [0, 1]).
-The per-question score of an eval is the mean of its items' scores (one item per question unless the task
-repeats questions): the paired statistics, resume, sweeps, report and markdown work on it for every task.
+A task is a :class:`Dataset`, a :class:`RecipeConfig` (which upstream script's prompts, shots, sampling and parser
+to follow), the :class:`Item` s it sends and a grader (:meth:`Task.grade`, a score in [0, 1]). An eval's
+per-question score is the mean of its items' scores: the statistics, resume, sweeps and reports work on it alone.
 """
 
 from __future__ import annotations
@@ -51,8 +49,7 @@ class RecipeDict(TypedDict):
 
 
 class OpenAIExtras(TypedDict, total=False):
-    """OpenAI-only request fields a recipe sets (sent as they are by the OpenAI protocols of
-    :mod:`harness.serving.wire`)."""
+    """OpenAI-only request fields a recipe sets, sent as they are by :mod:`harness.serving.wire`."""
 
     seed: int
     min_p: float
@@ -97,8 +94,7 @@ class RecipeConfig:
     #: model path reported by the server (``/get_model_info``); picks the chat-template stop string.
     model_path: str | None = None
     extra_stop: list[str] = field(default_factory=list)
-    #: times each question is asked (GPQA: each time with its own choice order); None: the task's default (1 for
-    #: most tasks)
+    #: times each question is asked (GPQA: each with its own choice order); None: the task's default
     repeats: int | None = None
 
     def to_dict(self) -> RecipeDict:
@@ -112,13 +108,10 @@ class RecipeConfig:
 
 @dataclass(frozen=True, slots=True, init=False)
 class Item:
-    """One request of an eval: its index in the eval (unique; ``samples.jsonl``'s ``index``), the prompt text
-    (the whole prompt for a completion, the user message for chat: :attr:`prompt`), the label it is graded
-    against, the dataset row it asks and, for a task with a breakdown (MMLU), the row's group (its subject).
-
-    The prompt is held as ``head + ask``: ``head`` the part every item of the task shares (GSM8K's few-shot
-    block: one string for the whole task), ``ask`` the item's own; it is made whole when asked for, so a task of
-    13k few-shot questions does not hold its block 13k times."""
+    """One request of an eval: its index in the eval (unique; ``samples.jsonl``'s ``index``), the prompt (the
+    user message for chat), the label it is graded against, the dataset row it asks and, for a task with a
+    breakdown (MMLU), the row's group. The prompt is held as ``head + ask``, ``head`` the part every item
+    shares (GSM8K's few-shot block), so a task of 13k questions does not hold its block 13k times."""
 
     index: int
     ask: str

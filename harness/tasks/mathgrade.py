@@ -1,11 +1,10 @@
 """sgl-eval's math grading: the last ``\\boxed{}`` of an answer, and equivalence with the expected answer.
 
-A port of ``sgl-eval==0.1.3 sgl_eval/_vendored/nemo_skills/math_grader.py`` (itself vendored from
+A port of ``sgl-eval==0.1.3 sgl_eval/_vendored/nemo_skills/math_grader.py`` (vendored from
 NVIDIA/NeMo-Skills@645cf567ff08c0ae9cc3fc8e1edbb975b3067816, ``nemo_skills/evaluation/math_grader.py``;
-Copyright (c) 2025 NVIDIA CORPORATION, Apache License 2.0): ``search_boxed`` and ``math_equal`` with the
-settings sgl-eval's gsm8k uses (``extract_from_boxed=True``, ``relaxed=False``, no ``take_modulo``). The symbolic
-comparison is the real ``math-verify`` package's (``pip install 'abh[math]'``), imported only when an answer
-needs it; math-verify's timeout uses SIGALRM, so grading runs in the main thread (the eval's event loop).
+Copyright (c) 2025 NVIDIA CORPORATION, Apache License 2.0) with the settings sgl-eval's gsm8k uses
+(``extract_from_boxed=True``, ``relaxed=False``, no ``take_modulo``). The symbolic comparison is ``math-verify``'s
+(``abh[math]``), imported only when needed; its timeout uses SIGALRM, so grading runs in the main thread.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """MGSM-en: the English split of MGSM, as openai/simple-evals and SGLang's run_eval ask and grade it.
 
 Recipe ``simple_evals``: ``openai/simple-evals mgsm_eval.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e`` (=
-``sglang==0.5.23 python/sglang/test/simple_eval_mgsm.py``, what SGLang's accuracy CI runs: ``mgsm_en`` score >
-0.835): ``LANG_TO_INSTRUCTIONS["en"]`` with the question as one chat message; ``parse_answer`` (the text after the
-last ``"Answer"``, its last number, commas dropped, a trailing ``.`` removed; no ``"Answer"`` at all: "")
-and ``score_mgsm`` (trailing zeros of a decimal dropped, then string equality with the target, commas dropped).
-SGLang's run_eval: ``max_tokens`` 2048, temperature 0, ``top_p`` 1.0, all 250 examples.
+``sglang==0.5.23 python/sglang/test/simple_eval_mgsm.py``, what SGLang's accuracy CI runs): the English
+instruction with the question as one chat message, upstream's ``parse_answer`` and ``score_mgsm``;
+``max_tokens`` 2048, temperature 0, ``top_p`` 1.0, all 250 examples.
 
-Data: MGSM's English inputs are GSM8K test rows 0..249 byte for byte and its targets their final answers
-(checked against ``google-research/url-nlp mgsm/mgsm_en.tsv`` @ 452a21ad3dae5668c06ceeac21ff073e1e40f9be, CC BY
-4.0), so by default the rows are made from the embedded GSM8K test set (MIT); ``task.data_path`` = an
-``mgsm_en.tsv`` (``question<TAB>target`` per line, no header; a path or its URL) reads another copy.
+MGSM's English inputs are GSM8K test rows 0..249 byte for byte and its targets their final answers (checked
+against ``google-research/url-nlp mgsm/mgsm_en.tsv`` @ 452a21ad3dae5668c06ceeac21ff073e1e40f9be, CC BY 4.0),
+so by default the rows are made from the embedded GSM8K test set; ``task.data_path`` = an ``mgsm_en.tsv``
+(``question<TAB>target``, no header) reads another copy.
 """
 
 from __future__ import annotations

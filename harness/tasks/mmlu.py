@@ -1,22 +1,16 @@
 """MMLU (Hendrycks et al.), as SGLang's ``run_eval --eval-name mmlu`` and openai/simple-evals run it.
 
-Recipes:
-
 * ``sglang`` (default): ``sglang<=0.5.18 python/sglang/test/simple_eval_mmlu.py`` with ``simple_eval_common.py``
-  (what SGLang's accuracy CI ran, ``test/registered/eval/test_eval_accuracy_large.py``: 5000 examples): simple-evals'
-  prompt as one chat message, the answer read by ``(?i)Answer\\s*:\\s*([A-D])`` on the raw response (the first
-  match), ``max_tokens`` 2048, temperature 0, ``top_p`` 1.0.
+  (what SGLang's accuracy CI ran, ``test/registered/eval/test_eval_accuracy_large.py``: 5000 examples):
+  simple-evals' prompt as one chat message, the first match of ``SGLANG_ANSWER_PATTERN`` on the raw response.
 * ``simple_evals``: ``openai/simple-evals mmlu_eval.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e``: the same
   prompt; the response normalised (``normalize_response``), then the multilingual answer regexes in turn.
 
 Both: ``num_questions`` unset = every row; set = ``random.Random(0).sample(rows, n)`` (upstream's
-``num_examples``). A right answer is the extracted letter ``==`` the row's ``Answer`` (case-sensitive). Each row
-keeps its subject: the report breaks accuracy down by subject and by simple-evals' category.
-
-Data (MIT licence, ``hendrycks/test``): not embedded in this abh (no copy could be verified on the machine it was
-built on); ``task.data_path`` = simple-evals' ``mmlu.csv`` (columns ``Question, A, B, C, D, Answer, Subject``; a
-local path or its URL), a directory of Hendrycks' ``*_test.csv`` files (no header; the subject is the file name),
-or ``hf:cais/mmlu`` (config ``all``, split ``test``).
+``num_examples``); a right answer is the extracted letter ``==`` the row's ``Answer``; the report breaks
+accuracy down by subject. Data (MIT) is not embedded: simple-evals' ``mmlu.csv`` (with its header), a
+directory of Hendrycks' ``*_test.csv`` files (no header; the subject is the file name), or ``hf:cais/mmlu``
+(config ``all``, split ``test``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Four-choice questions as openai/simple-evals asks and reads them (MMLU, GPQA).
 
-Upstream: ``openai/simple-evals common.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e``
-(``QUERY_TEMPLATE_MULTICHOICE``, ``ANSWER_PATTERN_MULTICHOICE``, ``MULTILINGUAL_ANSWER_PATTERN_TEMPLATE``,
-``MULTILINGUAL_ANSWER_REGEXES``, ``normalize_response``, ``normalize_extracted_answer``; MIT licence), and SGLang's
+Upstream: ``openai/simple-evals common.py @ ee3b0318d8d1d9d72755a4120879be65f7c07e9e`` (MIT licence), and SGLang's
 copy of it (``sglang<=0.5.18 python/sglang/test/simple_eval_common.py``: the same template, the pattern
 ``(?i)Answer\\s*:\\s*([A-D])`` on the raw response).
 """

@@ -1,9 +1,7 @@
-"""Every task abh knows, its recipes, how its data is loaded and how a recipe is built over it; the one place a
-task name is looked up (config validation, ``abh run``, ``abh ab``, ``abh eval``).
+"""Every task abh knows and its recipes: the one place a task name is looked up.
 
-A task is asked for by a :class:`TaskSpec` (the ``task:`` config group's fields): loading its data
-(:func:`load_data`) happens once, before any server starts, so a missing file or a bad name stops the run with one
-line (exit 2); building the recipe (:func:`build`) happens per eval, once the server has said which model it
+Data is loaded (:func:`load_data`) once, before any server starts, so a missing file or a bad name stops the run
+with one line (exit 2); the recipe is built (:func:`build`) per eval, once the server has said which model it
 serves (the GSM8K ``sglang`` recipe's stop strings depend on it).
 """
 
@@ -40,9 +38,8 @@ class TaskSpec:
     allow_noncanonical: bool = False
     #: times each question is asked (GPQA: each with its own choice order; None: the task's default)
     repeats: int | None = None
-    #: the protocol the task is sent by: sglang | openai | chat (``harness.serving.wire`` names); empty: the
-    #: engine's api when the recipe speaks it, else the recipe's own (MMLU, GPQA, MGSM and sgl_eval_chat are chat
-    #: recipes)
+    #: the protocol the task is sent by: sglang | openai | chat; empty: the engine's api when the recipe
+    #: speaks it, else the recipe's own (MMLU, GPQA, MGSM and sgl_eval_chat are chat recipes)
     api: str = ""
 
     def recipe_config(self, model_path: str | None = None) -> RecipeConfig:

@@ -1,11 +1,9 @@
-"""What the stored rows of a GSM8K eval must hold: the :data:`~harness.results.integrity.RowCheck`
-of this task, for :func:`~harness.results.integrity.verify`.
+"""What the stored rows of a GSM8K eval must hold (this task's :data:`~harness.results.integrity.RowCheck`).
 
-Each question's label and the hash of its prompt come from the dataset the eval names, found by its content hash
-(the embedded canonical set, or the file at its ``dataset_source``), with the few-shot block its recipe makes
-(SGLang's: the test rows' first k; otherwise the block a recorded prompt starts with, trusted when its hash is the
-``shots_sha256`` eval.json records). Where the dataset cannot be found, the prompts the eval's ``prompts.jsonl``
-recorded give the hashes (no labels). Scoring is :meth:`~harness.tasks.gsm8k.GSM8K.score`.
+Each question's label and prompt hash come from the dataset the eval names, found by its content hash, with the
+few-shot block its recipe makes (SGLang's: the test rows' first k; otherwise the block a recorded prompt starts
+with, trusted when its hash is the ``shots_sha256`` eval.json records). Where the dataset cannot be found, the
+prompts ``prompts.jsonl`` recorded give the hashes (no labels).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""What SGLang's frontend (``sglang.lang``) adds to a ``/generate`` request of its own: the chat template's stop
-strings, chosen by the model path the server reports.
+"""The stop strings SGLang's frontend (``sglang.lang``) adds to its ``/generate`` requests: the chat template's,
+chosen by the model path the server reports.
 
-Upstream: ``sglang==0.5.23 python/sglang/lang/chat_template.py`` (the templates' ``stop_str`` and the matching
-functions, tried in registration order; the first that names a template wins, else ``default``) and
-``python/sglang/lang/interpreter.py`` (``clone.stop += self.chat_template.stop_str``: every stop string of the
-template is appended to the program's own, in the template's order, without removing duplicates).
+Upstream: ``sglang==0.5.23 python/sglang/lang/chat_template.py`` (the templates' ``stop_str``; matching functions
+tried in registration order, the first that names a template wins, else ``default``) and
+``python/sglang/lang/interpreter.py`` (``clone.stop += self.chat_template.stop_str``: appended to the program's
+own, in the template's order, duplicates kept).
 """
 
 from __future__ import annotations

@@ -6,11 +6,8 @@ KEY): a word containing PASSWORD, PASSWD, PASSPHRASE, SECRET or CREDENTIAL, or a
 a qualifier (``HF_TOKEN``, ``--api-key``, fused ``apikey``; ``token`` alone as an identifier, not as a word of
 prose). Not secret: TOKEN or KEY that is not the last word (``token_ids``), words that merely contain them
 (``tokenizer_path``), the bare word ``key`` (the checks' own field), special tokens and counters
-(``eos_token``, ``#new-token: 6``), and in text a number under a TOKEN/KEY name (a count, never a credential).
-
-Whatever the name, two kinds of VALUE are secret too (:func:`scrub`): the userinfo of a URL (abh sends it as
-basic auth and records the bare URL), and values in the format of a known credential (``hf_...``, ``sk-...``,
-``ghp_...``, ``AKIA...``, JWTs, ...).
+(``eos_token``, ``#new-token: 6``). Whatever the name, a URL's userinfo and values in the format of a known
+credential are secret too (:func:`scrub`).
 """
 
 from __future__ import annotations
@@ -304,7 +301,6 @@ class Redactor:
         return scrub(out) + end
 
     def text(self, text: str) -> str:
-        """Several lines, in order."""
         return "".join(self.line(ln) for ln in text.splitlines(keepends=True))
 
 

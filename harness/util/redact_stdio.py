@@ -1,9 +1,7 @@
 """Secrets redacted in everything written to ``sys.stdout`` / ``sys.stderr`` while a block runs: Hydra prints
 the config and repeats overrides in its errors on the standard streams, before any of the harness's code runs.
-
-Text is redacted a line at a time (a line ends at ``\\n`` or ``\\r``), and a ``flush()`` forwards the pending
-part of a line at once, so progress bars and prompts show as before. A traceback that leaves the block is
-redacted too.
+Text is redacted a line at a time; a ``flush()`` forwards the pending part of a line at once, so progress bars
+and prompts show as before.
 """
 
 from __future__ import annotations
