@@ -9,12 +9,17 @@ For each side (this checkout; ``--baseline REV`` exported by ``git archive`` int
   single process), the run directory's size (and its prompt texts and scores in it), and each scoring pass's wall
   over the mean wall of an eval (``scores.json`` / ``summary.json`` ``wall_s``);
 * ``abh eval`` of 1319 questions at parallel 1319 against one simulated server, and a bare aiohttp client sending
-  the same requests to the same server: the wall of each whole process and their ratio. The server answers one
-  untimed eval first (its memos filled), and the two clients take turns going first.
+  the same requests to the same server: the wall and CPU of each whole process and their ratio, ``--eval-rounds``
+  times per side (a ratio of two ~1 s processes on a loaded 2-core machine moves by +-0.2 from one round to the
+  next: one round proves nothing). The server answers one untimed eval first (its memos filled); the two clients
+  take turns going first; both run with a warm bytecode cache of their own (``PYTHONPYCACHEPREFIX``, filled by an
+  untimed run of each: with ``PYTHONDONTWRITEBYTECODE`` abh would compile its ~100 modules on every run, the bare
+  client its few, which is no cost of abh's a user pays twice).
 
-    python benchmarks/bench_demo.py [--baseline 25f941a] [--rounds 1]
+    python benchmarks/bench_demo.py [--baseline 25f941a] [--rounds 1] [--eval-rounds 9]
 
-Prints one table: each figure for both sides and their ratio (this / baseline), medians over the rounds.
+Prints one table: each figure for both sides, medians over the rounds with their spread [min, max], and the ratio
+of the medians (this / baseline).
 """
 
 from __future__ import annotations
@@ -123,7 +128,13 @@ def start_simulator(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     sys.exit("the simulator did not start")
 
 
-def client(tree: Path, env: dict[str, str], url: str, bare_first: bool = False) -> dict[str, float]:
+def client_env(env: dict[str, str], cache: Path) -> dict[str, str]:
+    """``env`` with a bytecode cache of its own at ``cache`` (and bytecode written there)."""
+    out = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**out, "PYTHONPYCACHEPREFIX": str(cache)}
+
+
+def client(env: dict[str, str], url: str, bare_first: bool = False) -> dict[str, float]:
     """``abh eval`` and the bare client against the (warm) simulator at ``url``, in turn (``bare_first``: the bare
     client's turn first, so neither always runs on the heels of the other)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,7 +149,9 @@ def client(tree: Path, env: dict[str, str], url: str, bare_first: bool = False) 
             bare, abh = bare_client(), abh_eval()
         else:
             abh, bare = abh_eval(), bare_client()
-    return {"abh eval wall / bare aiohttp wall": abh[0] / bare[0], "abh eval CPU / bare aiohttp CPU": abh[1] / bare[1]}
+    return {"abh eval wall / bare aiohttp wall": abh[0] / bare[0], "abh eval CPU / bare aiohttp CPU": abh[1] / bare[1],
+            "  abh eval wall s": abh[0], "  bare aiohttp wall s": bare[0], "  abh eval CPU s": abh[1],
+            "  bare aiohttp CPU s": bare[1]}
 
 
 def export(rev: str, dest: Path) -> Path:
@@ -151,25 +164,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", default="25f941a", metavar="REV")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--eval-rounds", type=int, default=9, help="rounds of abh eval against the bare client per side")
     ap.add_argument("--skip-demo", action="store_true", help="only abh eval against the bare client")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"baseline": export(a.baseline, Path(tmp)), "this": ROOT}
         envs = {k: {**os.environ, "PYTHONPATH": str(t)} for k, t in trees.items()}
+        clients = {k: client_env(e, Path(tmp) / "pycache") for k, e in envs.items()}
         figures: dict[str, dict[str, list[float]]] = {k: {} for k in trees}
+
+        def keep(side: str, got: dict[str, float]) -> None:
+            for k, v in got.items():
+                figures[side].setdefault(k, []).append(v)
+            print(f"[{side}] " + ", ".join(f"{k.strip()} {v:.2f}" for k, v in got.items()), file=sys.stderr)
+
         sim, url = start_simulator(envs["this"])  # one server for every client: what differs is the client
         try:
-            # the server's first eval fills its memos (each prompt's tokens, each answer's text): paid here, untimed,
-            # not by whichever client happens to go first
-            with tempfile.TemporaryDirectory() as empty:  # (python -c imports from its working directory first)
-                run_tree([sys.executable, "-c", BARE_CLIENT, url, "1319"], Path(empty), envs["this"])
-            for r in range(a.rounds):
+            # the server's first eval fills its memos (each prompt's tokens, each answer's text), and each client's
+            # first run its bytecode cache: paid here, untimed, not by whichever client happens to go first
+            for side in trees:
+                client(clients[side], url)
+            for _ in range(a.rounds if not a.skip_demo else 0):
                 for side in ("baseline", "this"):
-                    got = {} if a.skip_demo else demo(trees[side], envs[side])
-                    got.update(client(trees[side], envs[side], url, bare_first=bool(r % 2)))
-                    for k, v in got.items():
-                        figures[side].setdefault(k, []).append(v)
-                    print(f"[{side}] " + ", ".join(f"{k.strip()} {v:.2f}" for k, v in got.items()), file=sys.stderr)
+                    keep(side, demo(trees[side], envs[side]))
+            for r in range(a.eval_rounds):
+                for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
+                    keep(side, client(clients[side], url, bare_first=bool((r // 2) % 2)))
         finally:
             sim.terminate()
             sim.wait(30)
@@ -177,12 +197,20 @@ def main() -> None:
 
 
 def print_table(figures: dict[str, dict[str, list[float]]], baseline: str, rounds: int, width: int) -> None:
-    """Each figure's median on both sides and their ratio (this / baseline)."""
-    print(f"\nmedian of {rounds} round(s); baseline {baseline}, this checkout; ratio this / baseline\n")
-    print(f"{'figure':<{width}} {'baseline':>10} {'this':>10} {'ratio':>7}")
+    """Each figure's median on both sides (and its spread [min, max] over its rounds, when more than one) and the
+    ratio of the medians (this / baseline)."""
+    print(f"\nmedians of {rounds} round(s) (each figure's own count where it says n); baseline {baseline}, this "
+          "checkout; ratio this / baseline\n")
+    print(f"{'figure':<{width}} {'baseline':>19} {'this':>19} {'ratio':>7} {'n':>3}")
     for k in figures["this"]:
         b, t = statistics.median(figures["baseline"][k]), statistics.median(figures["this"][k])
-        print(f"{k:<{width}} {b:>10.2f} {t:>10.2f} {t / b if b else float('nan'):>7.2f}")
+        print(f"{k:<{width}} {_spread(figures['baseline'][k]):>19} {_spread(figures['this'][k]):>19} "
+              f"{t / b if b else float('nan'):>7.2f} {len(figures['this'][k]):>3}")
+
+
+def _spread(values: list[float]) -> str:
+    med = f"{statistics.median(values):.2f}"
+    return med if len(values) < 2 else f"{med} [{min(values):.2f},{max(values):.2f}]"
 
 
 if __name__ == "__main__":

@@ -632,18 +632,21 @@ class _Asker:
             ref_ids = r_ids
             if not r_ids:
                 return None, [], None
-            req = ScoreRequest(p_ids, r_ids, top_k=self.k, texts=ref.question not in self.plan.detokenized)
+            prompt: str | list[int] = p_ids
+            reference: str | list[int] = r_ids
+            prompt_tokens = None
         else:
             if not ref.text:
                 return None, [], None
-            req = ScoreRequest(ref.prompt, ref.text, top_k=self.k, prompt_tokens=ref.prompt_tokens)
-        top = None
+            prompt, reference, prompt_tokens = ref.prompt, ref.text, ref.prompt_tokens
+        top, want = None, None
         if table is not None:
             top = table.top_ids
             want = asked_ids(top, table.top_logprobs, self.opts.asked, table.token_id) if self.ask else None
-            # only the reference pass needs the tokens' texts (where the first diverging token starts)
-            req = ScoreRequest(req.prompt, req.reference, top_k=self.k, prompt_tokens=req.prompt_tokens,
-                               token_ids=want, texts=False)
+        # only the reference pass needs the tokens' texts (where the first diverging token starts); the request is
+        # made once (each one checks its fields)
+        texts = table is None and (not self.plan.by_ids or ref.question not in self.plan.detokenized)
+        req = ScoreRequest(prompt, reference, top_k=self.k, prompt_tokens=prompt_tokens, token_ids=want, texts=texts)
         self.plan.api.scoring_body(req)  # raises ValueError now if this request cannot be asked
         return req, ref_ids, top
 

@@ -310,6 +310,20 @@ def _pick(t: ScoreTable, idx: np.ndarray) -> ScoreTable:
     return t.select(t.questions[idx], off, rows)
 
 
+def _one(t: ScoreTable, q: int) -> ScoreTable | None:
+    """The rows of question ``q`` of a sorted table (its questions unique: :func:`sort_rows`), copies; None when it
+    has none. Found by bisection and cut by its two offsets: a question at a time, a scan of the block's questions
+    and offsets per question cost as much as the rest of a request's building."""
+    qs = t.questions
+    if not qs.size or not qs[0] <= q <= qs[-1]:
+        return None
+    i = int(np.searchsorted(qs, q))
+    if qs[i] != q:
+        return None
+    a, b = int(t.offsets[i]), int(t.offsets[i + 1])
+    return t.select(qs[i:i + 1].copy(), np.array([0, b - a], dtype=np.int64), np.arange(a, b, dtype=np.int64))
+
+
 def _concat(parts: list[ScoreTable], reader: PassReader) -> ScoreTable:
     if not parts:
         return reader._empty()
@@ -346,8 +360,7 @@ class QuestionRows:
             bound = max(q, _next_bound(self._reader))
             self._blocks.append(self._reader.upto(bound))
             self._read = bound
-        got = next((_pick(b, np.flatnonzero(b.questions == q)) for b in self._blocks
-                    if b.questions.size and b.questions[0] <= q <= b.questions[-1] and q in b.questions), None)
+        got = next((r for b in self._blocks if (r := _one(b, q)) is not None), None)
         if got is None:
             src = self._reader._table if self._reader._table is not None else self._reader.root
             got = pass_questions(src, [q], self._reader.columns)

@@ -28,21 +28,27 @@ class ScoreInputs(Mapping[int, tuple[list[int], list[int]]]):
         self._table = np.empty(0, dtype=object)  # id -> its one int object (filled as ids are met)
         self._known = np.zeros(0, bool)
         self._pool: dict[int, int] = {}
+        self._base_ints: list[int] | None = None  # the first prompt as a list, made when first asked for
         for q, (p, r) in (rows or {}).items():
             self[q] = (p, r)
 
     def __setitem__(self, question: int, ids: tuple[IdSeq, IdSeq]) -> None:
         prompt, reference = (np.asarray(x, dtype=np.int64) for x in ids)
         if not self._rows:
-            self._base = prompt.astype(np.int32)
+            self._base, self._base_ints = prompt.astype(np.int32), None
         m = min(prompt.size, self._base.size)
         differ = np.flatnonzero(prompt[:m] != self._base[:m])
         shared = int(differ[0]) if differ.size else m
         self._rows[int(question)] = (shared, prompt[shared:].astype(np.int32), reference.astype(np.int32))
 
     def __getitem__(self, question: int) -> tuple[list[int], list[int]]:
-        prompt, reference = self.arrays(question)
-        return self._ints(prompt), self._ints(reference)
+        shared, tail, reference = self._rows[question]
+        if not shared:
+            return self._ints(tail), self._ints(reference)
+        if self._base_ints is None:
+            self._base_ints = self._ints(self._base)
+        # the shared prefix (a few-shot block: most of a prompt's ids) made a list once, not once a question
+        return self._base_ints[:shared] + self._ints(tail), self._ints(reference)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._rows)

@@ -410,6 +410,9 @@ class SGLangApi(Api):
         metas = cast(list[dict[str, Any]], got_metas)
         # each answer holds each key once and the spans are in order: the i-th span of a key is the i-th answer's
         flat = bytearray(raw.translate(_NULL_TO_NUMBER))
+        together = _decode_together(raw, flat, reqs, metas, cuts, [self._start(r) for r in reqs])
+        if together is not None:
+            return together
         out = []
         for i, (req, meta) in enumerate(zip(reqs, metas, strict=True)):
             got = self._decode_one(raw, flat, req, meta, {k: v[i] for k, v in cuts.items()})
@@ -968,6 +971,122 @@ def _ids_ok(x: np.ndarray) -> bool:
     """Token ids read as floats: whole numbers >= 0 (below 2**53, exact in a float; a NaN or a null is not)."""
     import numpy as np
     return bool(((x >= 0) & (x < 2 ** 53)).all() and (x == np.floor(x)).all())
+
+
+def _joined(raw: bytes, flat: bytearray, spans: Sequence[tuple[int, int]]) -> tuple[Any, list[int], list[int]] | None:
+    """Every number of the string-free arrays at ``spans`` (:func:`_numbers` of each, end to end) by one
+    parse, with how many numbers and nulls each holds (its commas tell how many numbers: the parse checks the
+    total); None when anything else is in them."""
+    import numpy as np
+    parts, counts, nulls = [], [], []
+    for a, b in spans:
+        if raw.find(b'"', a, b) >= 0:
+            return None
+        inner = flat[a + 1:b - 1]
+        n = inner.count(b",") + 1 if inner.strip() else 0
+        if n:
+            parts.append(inner)
+        counts.append(n)
+        nulls.append(raw.count(b"n", a, b))
+    try:
+        values = orjson.loads(b"[" + b",".join(parts) + b"]")
+        if len(values) != sum(counts):
+            return None
+        return np.fromiter(values, dtype=np.float64, count=len(values)), counts, nulls
+    except (orjson.JSONDecodeError, TypeError, ValueError, OverflowError):
+        return None
+
+
+def _entry_lists(got: tuple[Any, list[int], list[int]], skips: Any, ts: Any) -> Any:
+    """The per-position lists of ``[logprob, id, null]`` of every answer (:func:`_triples` of each), their
+    first ``skips`` positions null, as one (sum t, k, 3) array; None unless every answer holds the same
+    k >= 1 at each."""
+    import numpy as np
+    values, counts, nulls = got
+    rest = np.asarray(counts) - skips
+    if (rest <= 0).any() or (rest % (3 * ts)).any():
+        return None
+    ks = rest // (3 * ts)
+    k = int(ks[0])
+    if (ks != k).any() or not np.array_equal(nulls, skips + ts * k):
+        return None
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    keep = np.ones(values.size, dtype=bool)
+    keep[starts[skips > 0]] = False
+    if not _all_null(values[~keep]):
+        return None
+    out = values[keep].reshape(-1, k, 3)
+    if not (_all_null(out[:, :, 2]) and _ids_ok(out[:, :, 1])):
+        return None
+    return out
+
+
+def _decode_together(raw: bytes, flat: bytearray, reqs: Sequence[ScoreRequest], metas: Sequence[dict[str, Any]],
+                     cuts: dict[str, list[tuple[int, int]]],
+                     starts: Sequence[tuple[int, int]]) -> list[TokenScores] | None:
+    """Every answer of a scoring body read at once: each array kind parsed once over all the answers and
+    checked once (a question at a time, a batch of 16 cost ~25 numpy calls an answer, as much as the parse).
+    None unless every answer passes every check of :meth:`SGLangApi._decode_one` with the same widths: then
+    each is read alone, which says what is wrong. ``starts``: each request's (``logprob_start_len``, entries
+    to skip)."""
+    import numpy as np
+    if not reqs:
+        return None
+    ts = np.array([len(r.reference) for r in reqs], dtype=np.int64)
+    skips = np.array([s for _, s in starts], dtype=np.int64)
+    asks = [list(r.token_ids or []) for r in reqs]
+    asked_cut = cuts.get("input_token_ids_logprobs")
+    if not ts.all() or (asked_cut is None) != (not any(asks)) or (asked_cut is not None and not all(asks)):
+        return None
+    own, top = (_joined(raw, flat, cuts[key]) for key in ("input_token_logprobs", "input_top_logprobs"))
+    asked_got = _joined(raw, flat, asked_cut) if asked_cut is not None else None
+    if own is None or top is None or (asked_cut is not None and asked_got is None):
+        return None
+    values, counts, nulls = own
+    if not np.array_equal(counts, 3 * (skips + ts)):
+        return None
+    rows = values.reshape(-1, 3)
+    first = np.concatenate([[0], np.cumsum(skips + ts)[:-1]])  # each answer's first row
+    extra = (skips > 0) & (rows[first, 0] == _NULL)  # its null logprob, where it skips one
+    if not (_all_null(rows[:, 2]) and np.array_equal(nulls, skips + ts + extra)):
+        return None
+    keep = np.ones(rows.shape[0], dtype=bool)
+    keep[first[skips > 0]] = False
+    rows = rows[keep]
+    tops = _entry_lists(top, skips, ts)
+    if tops is None or not _ids_ok(rows[:, 1]):
+        return None
+    asked = None
+    if asked_got is not None:
+        asked = _entry_lists(asked_got, skips, ts)
+        m = {len(w) for w in asks}
+        if asked is None or len(m) != 1 or asked.shape[1] != m.pop():
+            return None
+        if not (asked[:, :, 1] == np.repeat(np.asarray(asks, dtype=np.float64), ts, axis=0)).all():
+            return None
+    lp, ids = rows[:, 0], rows[:, 1].astype(np.int64)
+    top_lp, top_ids = tops[:, :, 0], tops[:, :, 1].astype(np.int64)
+    asked_lp = None if asked is None else asked[:, :, 0]
+    k = {r.top_k for r in reqs}
+    sent = np.concatenate([np.asarray(r.reference, dtype=np.int64) for r in reqs])
+    if len(k) != 1 or not np.array_equal(ids, sent) or dense_problem(lp, top_lp, top_ids, k.pop(), asked_lp):
+        return None
+    out = []
+    at = 0
+    for i, (req, meta) in enumerate(zip(reqs, metas, strict=True)):
+        total, t = meta.get("prompt_tokens"), int(ts[i])
+        counted = isinstance(total, int) and not isinstance(total, bool)
+        if isinstance(total, int) and counted and (int(skips[i]) + t != total - starts[i][0]
+                                                   or total != len(req.prompt) + t):
+            return None  # (:meth:`SGLangApi._not_this_request`'s counts)
+        rows_i = slice(at, at + t)
+        at += t
+        out.append(TokenScores(ids=ids[rows_i].tolist(), texts=[None] * t, logprobs=lp[rows_i].tolist(),
+                               top_texts=[[None] * top_ids.shape[1]] * t, id_logprobs=[], text_offsets=[None] * t,
+                               input_tokens=total if counted else None, dense_top=(top_ids[rows_i], top_lp[rows_i]),
+                               dense_asked=None if asked_lp is None else asked_lp[rows_i],
+                               asked_ids=tuple(int(x) for x in (req.token_ids or []))))
+    return out
 
 
 def _entries(x: Any, width: int | None = None) -> np.ndarray | None:
