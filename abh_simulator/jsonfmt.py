@@ -19,6 +19,8 @@ __all__ = ["DECIMALS", "as_array", "entry_rows", "fixed_numbers", "own_array", "
 DECIMALS = 12
 _SPACE, _MINUS, _DOT, _ZERO = ord(" "), ord("-"), ord("."), ord("0")
 _OPEN, _CLOSE, _COMMA = ord("["), ord("]"), ord(",")
+#: what follows an entry's id: its null text, its close and separator
+_TAIL = np.frombuffer(b",null],", dtype=np.uint8)
 
 
 @functools.cache
@@ -108,12 +110,17 @@ def entry_rows(logprobs: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
     e = wn + wi + 9  # "[" lp "," id ",null],"
     rows = np.empty((n, 2 + k * e), dtype=np.uint8)
     rows[:, 0] = _OPEN
-    entries = rows[:, 1:1 + k * e].reshape(n, k, e)
-    entries[:, :, 0] = _OPEN
-    entries[:, :, 1:1 + wn] = nums.reshape(n, k, wn)
-    entries[:, :, 1 + wn] = _COMMA
-    entries[:, :, 2 + wn:2 + wn + wi] = idt.reshape(k, wi) if tid.ndim == 1 else idt.reshape(n, k, wi)
-    entries[:, :, 2 + wn + wi:] = np.frombuffer(b",null],", dtype=np.uint8)
+    # an entry as one record of its fields' bytes: a number is copied whole, not a byte column at a time
+    entry = np.dtype({"names": ["open", "lp", "comma", "id", "tail"],
+                      "formats": ["u1", f"V{wn}", "u1", f"V{wi}", f"V{_TAIL.size}"],
+                      "offsets": [0, 1, 1 + wn, 2 + wn, 2 + wn + wi], "itemsize": e})
+    entries = rows[:, 1:1 + k * e].view(entry)  # (n, k)
+    entries["open"] = _OPEN
+    entries["lp"] = nums.view(f"V{wn}").reshape(n, k)
+    entries["comma"] = _COMMA
+    ids_v = idt.view(f"V{wi}")
+    entries["id"] = ids_v.reshape(k) if tid.ndim == 1 else ids_v.reshape(n, k)
+    entries["tail"] = _TAIL.view(f"V{_TAIL.size}")[0]
     rows[:, -2] = _CLOSE  # the last entry's separator closes the row
     rows[:, -1] = _COMMA
     return rows

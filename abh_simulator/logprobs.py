@@ -309,7 +309,9 @@ def _lookup(cand: np.ndarray, lp: np.ndarray, lp_tail: np.ndarray, want: np.ndar
     """(n, R) logprobs of the ids ``want`` (n, R) among each row's candidates (:func:`_asked_one`)."""
     eq = cand[:, None, :] == want[:, :, None]  # (n, R, K)
     at = eq.argmax(axis=2)
-    return np.where(eq.any(axis=2), np.take_along_axis(lp, at, axis=1), lp_tail[:, None])
+    # found: the first match's own mark (one element per id where eq.any read all K of them)
+    found = np.take_along_axis(eq, at[:, :, None], axis=2)[:, :, 0]
+    return np.where(found, np.take_along_axis(lp, at, axis=1), lp_tail[:, None])
 
 
 def _asked(cand: np.ndarray, lp: np.ndarray, lp_tail: np.ndarray, asks: Sequence[Ask],

@@ -270,9 +270,9 @@ def prescore(st: SimState, items: list[Item], n: int) -> Iterator[tuple[list[int
     known before any item runs); None for any other (each item is scored as it runs)."""
     if not items or any(not it.return_logprob or it.gen["max_new"] > 0 for it in items):
         return None
-    from abh_simulator.hashing import context_states
+    from abh_simulator.hashing import context_states_many
 
-    states = [context_states(it.ids, st.cfg.seed) for it in items for _ in range(n)]
+    states = [x for x in context_states_many([it.ids for it in items], st.cfg.seed) for _ in range(n)]
     asks = [(it.ids, _start(it) + 1, it.top_logprobs_num, it.token_ids_logprob, states[j])
             for j, it in enumerate(it for it in items for _ in range(n))]
     return iter(zip(states, st.score_many(asks), strict=True))

@@ -419,6 +419,32 @@ def test_context_states_are_the_rolling_hash_whatever_was_hashed_before():
         assert context_states(ids, 77) == ref(ids, 77)
 
 
+def test_context_states_of_many_sequences_side_by_side_are_each_ones_own():
+    """context_states_many (a request's sequences hashed side by side, as lanes of one int) gives every sequence's
+    context_states: sequences sharing a prefix or not, shorter, longer, equal or empty, big ids, whatever the
+    cache held before; and the cache it leaves serves the next call right."""
+    from abh_simulator import hashing
+    from abh_simulator.hashing import context_states_many
+
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        base = [int(x) for x in rng.integers(0, 50, int(rng.integers(0, 12)))]
+        seqs = [base[:int(rng.integers(0, len(base) + 1))] + [int(x) for x in rng.integers(0, 2 ** 40, int(rng.integers(0, 9)))]
+                for _ in range(int(rng.integers(0, 7)))]
+        if seqs and trial % 3 == 0:
+            seqs += [list(seqs[0]), seqs[0][:max(0, len(seqs[0]) - 2)]]
+        for before in (None, base):
+            hashing._LAST.clear()
+            if before is not None:
+                context_states(before, 5)
+            got = context_states_many(seqs, 5)
+            hashing._LAST.clear()
+            assert got == [context_states(s, 5) for s in seqs]
+            if before is not None:
+                context_states_many(seqs, 5)
+                assert context_states(base + [7, 8], 5) == (hashing._LAST.clear() or context_states(base + [7, 8], 5))
+
+
 def test_scoring_many_sequences_asking_as_many_ids_each_gives_each_ones_scores():
     """Sequences that each ask the same number of ids (a scoring batch's shape: their asked ids looked up at once) and
     ask a different top-k each: every one's scores are those it gets alone."""
