@@ -209,7 +209,9 @@ def _csp(script: str | None) -> str:
 
 @functools.cache  # one per process: its templates compile once, not once per report (a test process renders many)
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+    # optimized=False: jinja's constant folding costs a fifth of compiling report.html.j2 (each command that
+    # writes a report pays it) and renders the same page
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True, optimized=False,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(pct=words.pct, pp=words.pp, ci_pp=words.ci_pp, ci_pct=words.ci_pct, pval=words.pval, effect_pp=words.effect_pp,
                        p_text=words.p_text, mass=words.mass, questions_line=words.questions_line, p_bound=words.p_bound, verdict_label=words.verdict_label,

@@ -77,7 +77,8 @@ def pack_flips(rows: list[FlipRow]) -> str | None:
 def deflate(value: object) -> str:
     """``value`` as JSON, zlib-deflated, in base64 (no character that could end a script element)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-    return base64.b64encode(zlib.compress(text, 9)).decode("ascii")
+    # level 6: 0.5 % larger than 9 on the demo's rows at two thirds of the CPU
+    return base64.b64encode(zlib.compress(text, 6)).decode("ascii")
 
 
 def _size(rows: list[QuestionRow]) -> int:
