@@ -4,8 +4,8 @@ in one run.
 Each side (this checkout; ``--baseline REV`` exported by ``git archive`` into a temp dir) compares a demo run made
 by its own code (``abh run`` in an empty directory, or the run directories given by ``--runs BASE THIS``): the
 divergence a run stores is reused only by the code that computed it, so each side reads its own. The compares
-take turns (baseline, this, baseline, ...; a drift of the loaded machine hits both), each a fresh process timed
-by ``wait4`` (CPU user + sys, wall, peak RSS).
+take turns (baseline, this, this, baseline, ...; a drift of the loaded machine hits both), each a fresh process
+with a warm bytecode cache of its side's own, timed by ``wait4`` (CPU user + sys, wall, peak RSS).
 
     python benchmarks/bench_compare.py [--baseline b3039bf] [--rounds 3] [--runs BASE_RUN THIS_RUN]
 
@@ -25,7 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_demo import export, print_table, run_tree  # this directory is on the path of a script run from it
+# this directory is on the path of a script run from it
+from bench_demo import client_env, export, print_table, run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALS = ("--a", "evals/a/r1", "--a", "evals/a/r2", "--b", "evals/b/r1", "--b", "evals/b/r2",
@@ -76,15 +77,20 @@ def main() -> None:
         base = Path(tmp) / "baseline"
         base.mkdir()
         trees = {"baseline": export(a.baseline, base), "this": ROOT}
-        envs = {k: {**os.environ, "PYTHONPATH": str(t)} for k, t in trees.items()}
+        # each side's own warm bytecode cache (filled by the untimed first compare below): with
+        # PYTHONDONTWRITEBYTECODE set the exported tree would compile every module in every timed run
+        envs = {k: client_env({**os.environ, "PYTHONPATH": str(t)}, Path(tmp) / f"pycache-{k}")
+                for k, t in trees.items()}
         runs = dict(zip(trees, a.runs, strict=True)) if a.runs else {}
         for side in trees:
             if side not in runs:
                 (Path(tmp) / f"run-{side}").mkdir()
                 runs[side] = demo_run(envs[side], Path(tmp) / f"run-{side}")
         figures: dict[str, dict[str, list[float]]] = {k: {} for k in trees}
+        for side in trees:
+            compare(runs[side].resolve(), envs[side], Path(tmp) / f"out-{side}-warm")
         for r in range(a.rounds):
-            for side in trees:
+            for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
                 got = compare(runs[side].resolve(), envs[side], Path(tmp) / f"out-{side}-{r}")
                 for k, v in got.items():
                     figures[side].setdefault(k, []).append(v)
