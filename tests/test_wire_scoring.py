@@ -352,3 +352,128 @@ def test_an_answer_without_texts_read_from_its_bytes_is_the_json_parsers(asked: 
            json.dumps({"text": "", "meta_info": {"prompt_tokens": 3}, "x": meta}).encode()]
     for b in bad:
         assert SGLangApi().decode_scores(b, req) is None, b[:60]
+
+
+def _sglang_item(rng: Any, prompt: list[int], t: int, k: int, ask: list[int] | None) -> tuple[dict, ScoreRequest]:
+    """One regular SGLang answer without texts (as the compared passes get them) and the request it answers."""
+    import numpy as np
+    lps = -np.sort(-np.minimum(np.round(rng.normal(-3, 1, (t, k)), 2), 0.0), axis=1)
+    ids = np.stack([rng.choice(50_000, k, replace=False) for _ in range(t)])
+    meta: dict[str, Any] = {
+        "prompt_tokens": len(prompt) + t,
+        "input_token_logprobs": [[None, prompt[-1], None]] + [[float(lps[i, 0]), int(ids[i, 0]), None]
+                                                              for i in range(t)],
+        "input_top_logprobs": [None] + [[[float(lps[i, j]), int(ids[i, j]), None] for j in range(k)]
+                                        for i in range(t)]}
+    if ask is not None:
+        meta["input_token_ids_logprobs"] = [None] + [[[float(-i - j / 10), a, None] for j, a in enumerate(ask)]
+                                                     for i in range(t)]
+    req = ScoreRequest(prompt, [int(x) for x in ids[:, 0]], top_k=k, token_ids=ask, texts=False)
+    return {"text": "", "meta_info": {"id": "x", **meta, "e2e_latency": 0.1}}, req
+
+
+def _hostile_batches(items: list[dict]) -> list[tuple[str, bytes]]:
+    """The batch ``items`` as bodies with one answer made irregular, impossible or another request's, each way a
+    server can get it wrong (answer 1 of the batch: the others stay regular)."""
+    import copy
+
+    def one(name: str, change: Any) -> tuple[str, bytes]:
+        got = copy.deepcopy(items)
+        change(got[1]["meta_info"], got)
+        return name, json.dumps(got).encode()
+
+    raw = json.dumps(items).encode()
+    second = raw.index(b'"e2e_latency"', raw.index(b'"e2e_latency"') + 1)
+    twice = raw[:second] + b'"input_top_logprobs": null, ' + raw[second:]  # JSON keeps the last: none
+
+    def put(path: tuple[Any, ...], value: Any) -> Any:
+        def change(meta: dict, _: list) -> None:
+            at = meta
+            for p in path[:-1]:
+                at = at[p]
+            at[path[-1]] = value
+        return change
+
+    return [one("positive logprob", put(("input_token_logprobs", 2, 0), 0.5)),
+            one("positive alternative", put(("input_top_logprobs", 3, 0, 0), 1.5)),
+            one("alternatives out of order", put(("input_top_logprobs", 2, -1, 0), 0.0)),
+            one("an id twice among the alternatives",
+                lambda m, _: m["input_top_logprobs"][2][1].__setitem__(1, m["input_top_logprobs"][2][0][1])),
+            one("a reference token that was not sent", put(("input_token_logprobs", 1, 1), 7)),
+            one("a negative id", put(("input_token_logprobs", 1, 1), -1)),
+            one("a float id", put(("input_token_logprobs", 1, 1), 3.5)),
+            one("a null logprob", put(("input_token_logprobs", 2, 0), None)),
+            one("a string logprob", put(("input_top_logprobs", 2, 0, 0), "x")),
+            one("too few alternatives", lambda m, _: m["input_top_logprobs"][2].pop()),
+            one("too many alternatives",
+                lambda m, _: m["input_top_logprobs"][2].append([-30.0, 49_999_999, None])),
+            one("a position missing", lambda m, _: (m["input_token_logprobs"].pop(), m["input_top_logprobs"].pop())),
+            one("the wrong prompt_tokens", put(("prompt_tokens",), 3)),
+            one("prompt_tokens a string", put(("prompt_tokens",), "9")),
+            *([one("an asked id's logprob for another id", put(("input_token_ids_logprobs", 2, 0, 1), 12345))]
+              if "input_token_ids_logprobs" in items[1]["meta_info"] else []),
+            one("an answer that is not an object", lambda _, b: b.__setitem__(1, [1, 2])),
+            one("two answers swapped", lambda _, b: b.__setitem__(slice(0, 2), b[1::-1])),
+            one("an answer missing", lambda _, b: b.pop()),
+            one("an answer more", lambda _, b: b.append(b[0])),
+            ("the top-k key twice in an answer", twice)]
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_batch_read_at_once_gives_what_each_answer_read_alone_gives(monkeypatch: pytest.MonkeyPatch,
+                                                                      asked: bool) -> None:
+    """A regular batch answer is read at once, every answer's arrays parsed and checked together; any irregular
+    answer sends the batch to the answer-by-answer reading. On a regular batch and on every hostile one the two
+    readings give the same scores, or the same refusal, or both leave the body to the JSON parser."""
+    import numpy as np
+
+    from harness.serving import wire
+
+    rng = np.random.default_rng(11)
+    ask = [3, 17, 40_001] if asked else None
+    pairs = [_sglang_item(rng, list(range(1, 2 + i)), t, 5, ask) for i, t in enumerate((7, 12, 3, 9))]
+    items, reqs = [p[0] for p in pairs], [p[1] for p in pairs]
+    api = SGLangApi()
+
+    def outcome(body: bytes) -> Any:
+        try:
+            got = api.decode_batch_scores(body, reqs)
+        except MalformedResponse as e:
+            return "refused", str(e)
+        if got is None:
+            return None
+        return [(s.ids, s.logprobs, s.top_ids, s.top_logprobs, s.input_tokens, s.asked_ids, s.id_logprobs)
+                for s in got]
+
+    together = []
+    real = wire._decode_together
+
+    def spy(*a: Any) -> Any:
+        got = real(*a)
+        together.append(got is not None)
+        return got
+
+    monkeypatch.setattr(wire, "_decode_together", spy)
+    regular = json.dumps(items).encode()
+    assert outcome(regular) is not None and together == [True]  # the regular batch was read at once
+    for name, body in [("regular", regular), *_hostile_batches(items)]:
+        monkeypatch.setattr(wire, "_decode_together", spy)
+        at_once = outcome(body)
+        monkeypatch.setattr(wire, "_decode_together", lambda *a: None)
+        alone = outcome(body)
+        assert at_once == alone, name
+        if name == "a null logprob":  # kept as none given (the pass counts the position as not measured)
+            assert at_once is None or at_once[1][1][1] is None
+        elif name not in ("regular", "prompt_tokens a string"):  # a count that is not one is read as none given
+            assert at_once is None or at_once[0] == "refused", name  # never scores from a hostile answer
+    # what the numpy reading leaves to the JSON parser, the JSON parser refuses; and it does not leave everything
+    monkeypatch.setattr(wire, "_decode_together", real)
+    left = []
+    for name, body in _hostile_batches(items):
+        if name == "a null logprob":
+            assert api.parse_batch_scores(json.loads(body), reqs)[1].logprobs[1] is None
+        elif outcome(body) is None and name != "prompt_tokens a string":
+            left.append(name)
+            with pytest.raises(MalformedResponse):
+                api.parse_batch_scores(json.loads(body), reqs)
+    assert "positive logprob" not in left and "a reference token that was not sent" not in left, left
