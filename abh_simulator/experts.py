@@ -1,4 +1,4 @@
-"""The simulated engine's MoE routing, as SGLang returns it with ``return_routed_experts`` (issue 12).
+"""The simulated engine's MoE routing, as SGLang returns it with ``return_routed_experts``.
 
 Per token and layer the gate picks ``topk`` distinct routed experts out of ``num_experts`` (ids
 ``0..num_experts-1``), drawn from (seed, the token's context hash, layer). The seed's shared-slot bug is

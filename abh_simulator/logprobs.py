@@ -1,4 +1,4 @@
-"""The simulated engine's next-token model, for teacher-forced scoring (issue 11's divergence measures).
+"""The simulated engine's next-token model, for teacher-forced scoring (the divergence measures).
 
 For a token sequence ``ids`` the model gives, at every position ``p >= 1``, a distribution over the whole
 vocabulary for the token at ``p`` given ``ids[:p]``. It is built so that the measures a client computes mean
