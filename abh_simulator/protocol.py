@@ -80,6 +80,7 @@ text``); ``usage.completion_tokens`` counts every generated token (stop string a
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -632,6 +633,7 @@ def detokenize(st: SimState, body: dict[str, Any]) -> dict[str, Any]:
     skip = body.get("skip_special_tokens", True) is not False
     if tokens is not None and _is_ids(tokens):
         return {"text": st.tokenizer.decode(tokens, skip)}
-    if isinstance(tokens, list) and all(_is_ids(t) for t in tokens):
-        return {"text": [st.tokenizer.decode(t, skip) for t in tokens]}
+    if isinstance(tokens, list) and all(isinstance(t, list) for t in tokens) and set(
+            map(type, itertools.chain.from_iterable(tokens))) <= {int}:  # _is_ids of each, in one pass
+        return {"text": st.tokenizer.decode_each(tokens, skip)}
     raise SimError(400, "tokens must be a list of token ids or a list of such lists")

@@ -238,6 +238,9 @@ def build_routes(h: Handlers) -> Routes:
 async def serve(cfg: SimConfig, argv: list[str] | None = None) -> None:
     """Serve until SIGTERM/SIGINT; prints ``simulated server ready on http://HOST:PORT`` once listening."""
     st = SimState(cfg, argv)  # loads the data and draws this launch's outcomes
+    # the scoring model's modules (numpy, ~0.15 s) before the server says ready, as an engine loads its model: the
+    # first scoring request would otherwise pay them inside a scoring pass
+    from abh_simulator import jsonfmt, logprobs  # noqa: F401
     server, connections, port = await listen(build_routes(Handlers(st)), cfg.host, cfg.port)
     st.t0 = time.monotonic()
     cfg.port = port
