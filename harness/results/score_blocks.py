@@ -142,7 +142,7 @@ class PassReader:
                                       ("ref_top_logprobs", np.float32, self.ref_width, np.nan)):
             if c in names:
                 out[c] = np.full((m, width), fill, dtype)
-                _fill_lists(out[c], t.column(c), 0, fill)
+                _fill_lists(out[c], t.column(c))
         for c in ("question", "position"):
             out[c] = numbers(t.column(c), np.int32)
         for c, top, dtype in (("token_id", "top_ids", np.int32), ("logprob", "top_logprobs", np.float32)):
@@ -187,7 +187,7 @@ class PassReader:
         return self._table_of(rows)
 
     def _table_of(self, rows: dict[str, np.ndarray]) -> ScoreTable:
-        """The rows as a sorted table, checked as :func:`load_scores` checks a whole pass."""
+        """The rows as a sorted table, every question's positions checked (:func:`sort_rows`)."""
         qs, offsets = sort_rows(rows, self.root / SCORES)
         return self._assemble(qs, offsets, rows)
 
@@ -254,6 +254,11 @@ class PassReader:
         if self._table is not None:
             return self._done >= (int(self._table.questions[-1]) if self._table.questions.size else -np.inf)
         return self._next >= len(self._order) and not self._buf
+
+
+def load_scores(root: str | Path) -> ScoreTable:
+    """``root/scores.parquet`` whole, sorted (:class:`NotMeasured`: the pass was not scored)."""
+    return PassReader(root).rest()
 
 
 def pass_blocks(reader: PassReader, block_tokens: int = BLOCK_TOKENS) -> Iterator[ScoreTable]:
