@@ -217,15 +217,12 @@ class PassReader:
         return self._assemble(t.questions[i:j], t.offsets[i:j + 1] - a, rows)
 
     def _empty(self) -> ScoreTable:
+        """No rows, of the columns asked for (the others as :meth:`_assemble` fills them)."""
         z = np.empty(0, np.int32)
-        return self._assemble(np.empty(0, np.int64), np.zeros(1, np.int64), {
-            "question": z, "position": z, "token_id": z,
-            **{c: np.empty((0, self.top_k), np.int32 if c == "top_ids" else np.float32)
-               for c in ("top_ids", "top_logprobs") if c in self.columns},
-            **({"logprob": np.empty(0, np.float32)} if "logprob" in self.columns else {}),
-            **({"ref_top_logprobs": np.empty((0, self.ref_width), np.float32)}
-               if "ref_top_logprobs" in self.columns and self.ref_width else {}),
-            **({"text_offset": z} if "text_offset" in self.columns and self.has_offsets else {})})
+        rows = {"question": z, "position": z, "token_id": z, "text_offset": z,
+                "ref_top_logprobs": np.empty((0, self.ref_width), np.float32)}
+        return self._assemble(np.empty(0, np.int64), np.zeros(1, np.int64),
+                              {c: v for c, v in rows.items() if c in KEY_COLUMNS or c in self.columns})
 
     def close(self) -> None:
         """Let go of the rows read and not handed out and of the file (the metadata stays)."""
