@@ -14,6 +14,7 @@ from test_divergence import World, three_passes, write_samples
 from harness.analysis import divergence_cache as C
 from harness.analysis.divergence import compute_divergence, divergence_of_dirs
 from harness.results import token_store as S
+from harness.results.score_blocks import load_scores
 
 
 class Counted:
@@ -52,7 +53,7 @@ def test_any_changed_input_computes_afresh(tmp_path, monkeypatch, change):
     kwargs = {"n_resamples": 99}
     roles = (ref, ab, aa)
     if change == "scores":  # one logprob of B's pass rewritten
-        t = S.load_scores(ab)
+        t = load_scores(ab)
         (ab / S.SCORES).unlink()
         with S.ScoresWriter(ab, top_k=t.top_k, meta={"engine": "test", "wall_s": 1.5}) as w:
             for i, q in enumerate(t.questions):

@@ -12,7 +12,7 @@ from scipy.special import log_softmax
 
 from harness.analysis.divergence import compute_divergence
 from harness.results import token_store as S
-from harness.results.score_blocks import PassReader, pass_blocks, pass_questions
+from harness.results.score_blocks import PassReader, load_scores, pass_blocks, pass_questions
 
 V, K = 30, 6
 
@@ -62,7 +62,7 @@ def test_streamed_equals_whole_arrays(tmp_path: Path, order: str) -> None:
     kw = {"texts_ref": texts, "texts_b": texts, "texts_aa": texts, "n_resamples": 999}
     streamed = compute_divergence(d["a"], d["b"], d["aa"], launches_a=[d["aa2"]], launches_b=[d["b2"]],
                                   block_tokens=7, **kw)
-    tables = {k: S.load_scores(v) for k, v in d.items()}
+    tables = {k: load_scores(v) for k, v in d.items()}
     whole = compute_divergence(tables["a"], tables["b"], tables["aa"], launches_a=[tables["aa2"]],
                                launches_b=[tables["b2"]], block_tokens=10**9, **kw)
     a, b = asdict(streamed), asdict(whole)
@@ -80,7 +80,7 @@ def test_streamed_equals_whole_arrays(tmp_path: Path, order: str) -> None:
 @pytest.mark.parametrize("order", ["nearly", "random"])
 def test_blocks_cover_every_question_once_in_order(tmp_path: Path, order: str) -> None:
     d = _passes(tmp_path, order)
-    whole = S.load_scores(d["b"])
+    whole = load_scores(d["b"])
     reader = PassReader(d["b"])
     blocks = list(pass_blocks(reader, block_tokens=50))
     qs = np.concatenate([b.questions for b in blocks])
@@ -103,7 +103,7 @@ def test_nearly_ordered_pass_holds_about_a_row_group(tmp_path: Path) -> None:
 
 def test_a_few_questions_only(tmp_path: Path) -> None:
     d = _passes(tmp_path, "random")
-    whole = S.load_scores(d["aa"])
+    whole = load_scores(d["aa"])
     few = pass_questions(d["aa"], [3, 77, 119, 500])
     assert list(few.questions) == [3, 77, 119]
     for q in (3, 77, 119):
@@ -127,8 +127,8 @@ def test_partings_from_the_parted_rows_only_match_the_whole_passes(tmp_path: Pat
         return out
 
     b, aa = parted(4, 2), parted(9, 0)
-    whole = identity.prove([ref], [b], [aa], ref=S.load_scores(d["a"]), ab=S.load_scores(d["b"]),
-                           floor=S.load_scores(d["aa"]))
+    whole = identity.prove([ref], [b], [aa], ref=load_scores(d["a"]), ab=load_scores(d["b"]),
+                           floor=load_scores(d["aa"]))
     few = identity.prove_dirs(["A"], ["B"], ["AA"], (d["a"], d["b"], d["aa"]), texts={"A": ref, "B": b, "AA": aa},
                               partings_only=True)
     assert whole.counts.parted == 30 and whole.counts.unclassified < 30  # tokens were classified
@@ -148,7 +148,7 @@ def test_a_pass_with_an_empty_row_group_streams(tmp_path: Path) -> None:
         w.write_table(t, row_group_size=50)
     assert pq.ParquetFile(path).metadata.row_group(0).num_rows == 0
     qs = np.concatenate([b.questions for b in pass_blocks(PassReader(d["b"]), block_tokens=40)])
-    assert np.array_equal(qs, S.load_scores(d["b"]).questions)
+    assert np.array_equal(qs, load_scores(d["b"]).questions)
 
 
 def test_the_readers_hold_nothing_when_the_statistics_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ from helpers.fake_vllm import BOS_ID, BOS_TEXT, FakeVLLM
 
 from harness.measure.divergence_pass import INPUTS, ScoringOptions, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.results.token_store import load_scores
+from harness.results.score_blocks import load_scores
 from harness.serving.client import ClientConfig
 from harness.serving.wire import MalformedResponse, OpenAIApi, ScoreRequest, VLLMApi
 from harness.tasks import gsm8k

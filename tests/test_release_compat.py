@@ -13,7 +13,7 @@ from harness.cli.main import main as abh
 from harness.results import schema
 from harness.results.eval_store import eval_done, load_eval
 from harness.results.fileio import read_json
-from harness.results.token_store import load_scores
+from harness.results.score_blocks import load_scores
 
 RELEASE = Path(__file__).resolve().parent / "data" / "release-0.1.0"
 

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.results import token_store as S
+from harness.results.score_blocks import load_scores
 
 
 def test_round_trip_sorted_padded_and_columnar(tmp_path):
@@ -34,7 +35,7 @@ def test_round_trip_sorted_padded_and_columnar(tmp_path):
     assert pf.num_row_groups >= 2                       # streamed in row groups, not one blob
     assert [f.name for f in pf.schema_arrow] == ["question", "position", "token_id", "logprob", "top_ids",
                                                  "top_logprobs", "ref_top_logprobs", "text_offset"]
-    t = S.load_scores(tmp_path)
+    t = load_scores(tmp_path)
     assert list(t.questions) == sorted(qs) and t.tokens == sum(len(v[0]) for v in data.values())
     assert t.top_k == 4 and t.ref_top_logprobs is None and t.text_offset is not None
     for q, (tok, lp, ids, tlp) in data.items():
@@ -52,7 +53,7 @@ def test_ragged_top_k_and_ref_top_logprobs_are_padded(tmp_path):
     with S.ScoresWriter(tmp_path, top_k=3) as w:
         w.add(0, [5, 6], [-0.1, -0.2], [[5, 1, 2], [6]], [[-0.1, -2.0, -3.0], [-0.2]],
               ref_top_logprobs=[[-0.1, np.nan, -3.5], [-0.3, -1.0, -2.0]])
-    t = S.load_scores(tmp_path)
+    t = load_scores(tmp_path)
     np.testing.assert_array_equal(t.top_ids, [[5, 1, 2], [6, S.PAD_ID, S.PAD_ID]])
     assert np.isneginf(t.top_logprobs[1, 1:]).all()
     assert np.isnan(t.ref_top_logprobs[0, 1]) and t.ref_top_logprobs[1, 2] == pytest.approx(-2.0)
@@ -76,7 +77,7 @@ def test_crash_leaves_no_scores_and_no_ok_status(tmp_path):
     assert list(tmp_path.iterdir()) == []
     assert S.scores_status(tmp_path)[0] == "not_measured"
     with pytest.raises(S.NotMeasured, match="no scoring pass"):
-        S.load_scores(tmp_path)
+        load_scores(tmp_path)
 
 
 def test_not_measured_is_recorded_with_its_reason(tmp_path):
@@ -88,7 +89,7 @@ def test_not_measured_is_recorded_with_its_reason(tmp_path):
     status, reason = S.scores_status(tmp_path)
     assert status == "not_measured" and "logits_all" in reason
     with pytest.raises(S.NotMeasured) as e:
-        S.load_scores(tmp_path)
+        load_scores(tmp_path)
     assert "logits_all" in e.value.reason
 
 
@@ -101,7 +102,7 @@ def test_inconsistent_positions_are_an_error(tmp_path):
     t = t.set_column(1, "position", pa.array(np.array([0, 2], np.int32)))
     pq.write_table(t, tmp_path / S.SCORES)
     with pytest.raises(S.ScoresError, match="positions"):
-        S.load_scores(tmp_path)
+        load_scores(tmp_path)
 
 
 def test_reader_scans_widths_when_scores_json_lacks_them(tmp_path):
@@ -110,11 +111,11 @@ def test_reader_scans_widths_when_scores_json_lacks_them(tmp_path):
               ref_top_logprobs=[[-0.1, -0.2], [-0.3, -1.0]], text_offsets=[0, 2])
     meta = json.loads((tmp_path / S.SCORES_META).read_text())
     assert (meta["top_width"], meta["ref_width"], meta["text_offsets"]) == (3, 2, True)
-    fast = S.load_scores(tmp_path)
+    fast = load_scores(tmp_path)
     for key in ("top_width", "ref_width", "text_offsets"):
         del meta[key]
     (tmp_path / S.SCORES_META).write_text(json.dumps(meta))
-    slow = S.load_scores(tmp_path)
+    slow = load_scores(tmp_path)
     for col in ("top_ids", "top_logprobs", "ref_top_logprobs", "text_offset"):
         np.testing.assert_array_equal(getattr(fast, col), getattr(slow, col))
 
@@ -134,7 +135,7 @@ def test_logprobs_and_ids_are_stored_byte_stream_split_and_read_back_bit_for_bit
     ref = (-rng.exponential(5.0, (t, 3))).astype(np.float32)
     with S.ScoresWriter(tmp_path, top_k=k) as w:
         w.add(3, ids[:, 0], lp, ids, tops, ref)
-    table = S.load_scores(tmp_path)
+    table = load_scores(tmp_path)
     for got, want in ((table.logprob, lp), (table.top_logprobs, tops), (table.ref_top_logprobs, ref)):
         assert got is not None and got.tobytes() == want.tobytes()
     assert np.array_equal(table.top_ids, ids) and np.array_equal(table.token_id, ids[:, 0])
@@ -165,7 +166,7 @@ def test_a_token_that_is_its_top_lists_first_entry_is_stored_once_and_read_back_
         w.add(0, tok, lp, ids, tops)
     stored = pq.read_table(tmp_path / "new" / S.SCORES)
     assert stored.column("token_id").null_count == t - 3 == stored.column("logprob").null_count
-    for table in (S.load_scores(tmp_path / "new"), PassReader(tmp_path / "new").upto(0)):
+    for table in (load_scores(tmp_path / "new"), PassReader(tmp_path / "new").upto(0)):
         assert table.token_id.tobytes() == tok.tobytes() and table.logprob.tobytes() == lp.tobytes()
     logprob_only = PassReader(tmp_path / "new", columns=["logprob"]).upto(0)  # its lists read all the same
     assert logprob_only.token_id.tobytes() == tok.tobytes() and logprob_only.logprob.tobytes() == lp.tobytes()
@@ -176,5 +177,5 @@ def test_a_token_that_is_its_top_lists_first_entry_is_stored_once_and_read_back_
     (tmp_path / "old" / S.SCORES_META).write_text(json.dumps({**meta, "schema_version": 1}))
     old = stored.set_column(2, "token_id", pa.array(tok)).set_column(3, "logprob", pa.array(lp))
     pq.write_table(old, tmp_path / "old" / S.SCORES)
-    for table in (S.load_scores(tmp_path / "old"), PassReader(tmp_path / "old").upto(0)):
+    for table in (load_scores(tmp_path / "old"), PassReader(tmp_path / "old").upto(0)):
         assert table.token_id.tobytes() == tok.tobytes() and table.logprob.tobytes() == lp.tobytes()

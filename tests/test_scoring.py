@@ -26,7 +26,8 @@ from harness.measure.divergence_pass import (
 )
 from harness.measure.evaluation import EvalOptions, run_eval
 from harness.results.fileio import read_json
-from harness.results.token_store import load_scores, scores_status
+from harness.results.score_blocks import load_scores
+from harness.results.token_store import scores_status
 from harness.serving.client import ClientConfig
 from harness.tasks import gsm8k
 

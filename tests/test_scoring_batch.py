@@ -17,7 +17,7 @@ from helpers.waiting import PATIENCE_S
 
 from harness.measure.divergence_pass import ScoringOptions, _read_inputs, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
-from harness.results.token_store import load_scores
+from harness.results.score_blocks import load_scores
 from harness.serving.client import ClientConfig
 from harness.serving.wire import NOT_THIS_REQUEST, MalformedResponse, ScoreRequest, SGLangApi
 from harness.tasks import gsm8k

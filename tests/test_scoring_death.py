@@ -23,7 +23,8 @@ from harness.analysis.divergence import compute_divergence as divergence_of
 from harness.measure.divergence_pass import ScoringOptions, _read_inputs, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
 from harness.results.fileio import read_json
-from harness.results.token_store import ScoresWriter, load_scores, scores_status
+from harness.results.score_blocks import load_scores
+from harness.results.token_store import ScoresWriter, scores_status
 from harness.serving.client import ClientConfig, ServerGone
 from harness.stats.verdict import DEFAULT_MIN_SCORED_SHARE
 from harness.tasks import gsm8k

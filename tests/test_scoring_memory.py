@@ -64,8 +64,8 @@ def test_scores_and_score_inputs_are_read_and_written_without_importing_pandas(t
 import sys
 from pathlib import Path
 import numpy as np
-from harness.results.token_store import ScoresWriter, load_scores
-from harness.results.score_blocks import PassReader, pass_blocks
+from harness.results.token_store import ScoresWriter
+from harness.results.score_blocks import PassReader, load_scores, pass_blocks
 from harness.measure.divergence_pass import _read_inputs, _write_inputs
 root = Path({str(tmp_path)!r})
 with ScoresWriter(root / "p", top_k=3, row_group_rows=4) as w:
@@ -224,8 +224,8 @@ def test_question_rows_hold_a_few_blocks_of_a_pass_never_the_pass(tmp_path):
     """A compared pass takes the reference pass's rows a question at a time, in about question order: what is
     held is the row groups read and not yet taken (a few), whatever the pass's size; a question asked again or
     out of order is read anew, with the same rows."""
-    from harness.results.score_blocks import PassReader, QuestionRows
-    from harness.results.token_store import ScoresWriter, load_scores
+    from harness.results.score_blocks import PassReader, QuestionRows, load_scores
+    from harness.results.token_store import ScoresWriter
 
     with ScoresWriter(tmp_path / "p", top_k=3, row_group_rows=40) as w:
         for q in range(300):

@@ -21,7 +21,7 @@ from harness.engines import create_engine
 from harness.measure.divergence_pass import INPUTS, ScoringOptions, score_pass
 from harness.measure.evaluation import EvalOptions, run_eval
 from harness.results.fileio import read_json
-from harness.results.token_store import load_scores
+from harness.results.score_blocks import load_scores
 from harness.serving.client import ClientConfig
 from harness.serving.wire import OpenAIApi, ScoreRequest, VLLMApi
 from harness.tasks import gsm8k

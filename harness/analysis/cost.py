@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results.schema import Cost, CostBlock
+from harness.util.cmdline import flag_value
 
 GPU_ENGINES = ("sglang", "vllm")
 TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
@@ -23,20 +24,6 @@ ROLES = ("a", "b", "aa")
 
 
 # ------------------------------------------------------------------------------------------ GPUs
-def flag_value(args: Sequence[str], names: Sequence[str]) -> str | None:
-    """The value of the last of ``names`` in ``args`` (``--tp 8`` or ``--tp=8``), else None."""
-    value = None
-    argv = [str(a) for a in args]
-    for i, a in enumerate(argv):
-        flag, eq, rest = a.partition("=")
-        if flag in names:
-            if eq:
-                value = rest
-            elif i + 1 < len(argv):
-                value = argv[i + 1]
-    return value
-
-
 def _positive_int(text: str | None, what: str) -> int | None:
     if text is None:
         return None

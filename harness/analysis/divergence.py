@@ -20,8 +20,8 @@ from harness.results.arrow_buffers import release, trim_heap
 from harness.results.eval_store import load_samples
 from harness.results.records import JSON, finite_or_none
 from harness.results.schema import Divergence, Histogram, KldHistogram, TopQuestion
-from harness.results.score_blocks import BLOCK_TOKENS, PassReader, pass_blocks
-from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable, load_scores
+from harness.results.score_blocks import BLOCK_TOKENS, PassReader, load_scores, pass_blocks
+from harness.results.token_store import SCORES_META, NotMeasured, ScoresError, ScoreTable
 from harness.stats import kld as dv
 from harness.stats import kld_launches as kl
 from harness.stats.outcomes import DivergenceTest

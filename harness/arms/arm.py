@@ -5,7 +5,6 @@ source tree).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -50,9 +49,6 @@ class SourceInfo:
     patches: list[dict[str, str]] = field(default_factory=list)
     #: Problems found while resolving with ``strict=False`` (a dry run): e.g. the tree does not exist.
     problems: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> JSONObject:
-        return dataclasses.asdict(self)
 
 
 @dataclass

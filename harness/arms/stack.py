@@ -14,7 +14,7 @@ from typing import Any
 from harness.arms import stack_probe
 from harness.arms.arm import ResolvedArm, run_probe, sha256_file
 from harness.results.records import JSONObject
-from harness.util.cmdline import first_flag_value
+from harness.util.cmdline import flag_value
 
 #: The probe program, run by file path with the arm's interpreter.
 STACK_PROBE = Path(stack_probe.__file__).resolve()
@@ -118,6 +118,6 @@ def model_revision(model_path: str, env: Mapping[str, str] | None = None,
 def describe(arm: ResolvedArm, engine_cfg: Mapping[str, Any]) -> JSONObject:
     """The ``stack`` section of an arm's launch description."""
     env = {str(k): str(v) for k, v in (engine_cfg.get("env") or {}).items()}
-    revision = first_flag_value([str(a) for a in (*engine_cfg.get("args", []), *arm.args)], "--revision")
+    revision = flag_value([*engine_cfg.get("args", []), *arm.args], ("--revision",))
     return {"interpreter": arm_stack(arm, env), "container": container(),
             "model": model_revision(str(engine_cfg.get("model_path") or ""), arm.process_env(env), revision)}

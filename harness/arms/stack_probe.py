@@ -57,15 +57,11 @@ def _behave_like_dash_c() -> None:
         sys.path[0] = ""
 
 
-def _norm(name: str) -> str:
-    return name.lower().replace("_", "-")
-
-
 def distributions() -> dict[str, str]:
     """{distribution: version} of the stack's installed distributions."""
     out: dict[str, str] = {}
     for d in md.distributions():
-        name = _norm(d.metadata["Name"] or "")
+        name = (d.metadata["Name"] or "").lower().replace("_", "-")
         if name in DISTS and name not in out:
             out[name] = d.version
     return dict(sorted(out.items()))

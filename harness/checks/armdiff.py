@@ -5,6 +5,7 @@ differs (:func:`server_info_diff`: shown and recorded, not enforced).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NotRequired, TypedDict
@@ -83,7 +84,7 @@ class ArmDiffRow(TypedDict):
 def describe_launch(arm: ResolvedArm, engine: Engine) -> LaunchDescription:
     """What an arm's launch is (secrets redacted; the live fingerprint None before launch)."""
     spec = engine.launch_spec()
-    cfg = engine.config_dict()
+    cfg = dataclasses.asdict(engine.cfg)
     user_args = [str(a) for a in (*cfg.get("args", []), *arm.args)]
     env = {**{str(k): str(v) for k, v in (cfg.get("env") or {}).items()}, **arm.env}
     fp = engine.fingerprint()
@@ -101,7 +102,7 @@ def describe_launch(arm: ResolvedArm, engine: Engine) -> LaunchDescription:
         "engine": {k: v for k, v in cfg.items() if k not in ("args", "env") and k not in ignore},
         # how the harness drives the server (timeouts, simulated fault injection): not a difference of arms
         "harness": {k: v for k, v in cfg.items() if k in ignore},
-        "args": parse_flags(redact_argv(user_args)), "env": redact_env(env), "source": arm.source.to_dict(),
+        "args": parse_flags(redact_argv(user_args)), "env": redact_env(env), "source": dataclasses.asdict(arm.source),
         "fingerprint": fp_view, "stack": stack.describe(arm, cfg) if engine.stack_probe else None,
         "normalize": {"<source>": arm.source.tree, "<run_dir>": str(engine.run_dir),
                       "<worktree>": arm.source.worktree},

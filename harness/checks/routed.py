@@ -26,7 +26,7 @@ from harness.engines.base import Engine, refuse_redirect
 from harness.engines.sglang import dp_attention_ranks
 from harness.results.records import JSONObject
 from harness.serving.routed_wire import decode_routed
-from harness.util.cmdline import first_flag_value
+from harness.util.cmdline import flag_value
 
 #: Rows shown in the evidence.
 _SHOW = 4
@@ -136,10 +136,10 @@ def load_expert_map(path: str, tree: str | None) -> ExpertMap:
 def expert_map_for(c: CheckConfig, args: Sequence[str], tree: str | None) -> tuple[ExpertMap | None, str | None]:
     """(the map to read logical ids with, or None; why the check cannot judge, or None)."""
     path = c.expert_map or ""
-    init = first_flag_value(args, "--init-expert-location")
+    init = flag_value(args, ("--init-expert-location",))
     if not path and init and init.endswith(".json"):
         path = init
-    redundant = int(first_flag_value(args, "--ep-num-redundant-experts") or 0)
+    redundant = int(flag_value(args, ("--ep-num-redundant-experts",)) or 0)
     if path:
         try:
             return load_expert_map(path, tree), None

@@ -73,10 +73,6 @@ def in_multirun() -> bool:
         return False
 
 
-def in_submitit() -> bool:
-    return "SUBMITIT_EXECUTOR" in os.environ or "SLURM_JOB_ID" in os.environ
-
-
 def task(cfg: DictConfig) -> int:
     """The Hydra job: run the experiment in Hydra's output directory; return the exit code."""
     hc = HydraConfig.get()
@@ -96,7 +92,7 @@ def task(cfg: DictConfig) -> int:
     code = run_job(config, run_dir, ["abh", "run", *overrides], unset_env(cfg))  # a sweep job's own: reruns it alone
     if code in INTERRUPTED_CODES and in_multirun():
         raise RunExit(code)  # Ctrl-C / SIGTERM / SIGHUP stops the whole sweep, not just this job
-    if code and in_submitit():
+    if code and ("SUBMITIT_EXECUTOR" in os.environ or "SLURM_JOB_ID" in os.environ):
         raise RunExit(code)  # the job fails, so submitit/SLURM see it
     return code
 

@@ -174,9 +174,6 @@ class Engine:
     def pid(self) -> int | None:
         return None
 
-    def config_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.cfg)
-
     #: what ``engine.deterministic`` adds to the command line and the environment
     deterministic_flags: ClassVar[tuple[str, ...]] = ()
     deterministic_env: ClassVar[dict[str, str]] = {}

@@ -62,10 +62,7 @@ class ScoringPhase:
         """Whether ``item``'s pass is on disk, whole (not partial, no request error), and scored the same reference
         texts at the same ``top_k`` against the reference pass as it is now."""
         ref_scores = None if item.scoring == "ref" else self.ref_dir
-        return self._current(self.run_dir / item.rel_dir, _sha256(self.ref_dir / SAMPLES), ref_scores)
-
-    def _current(self, out: Path, texts: str | None, ref_scores: Path | None) -> bool:
-        fileio.check_dir(out)  # a pass read or written through a planted link is refused, naming it
+        out = fileio.check_dir(self.run_dir / item.rel_dir)  # a planted link on the way: refused, named
         try:
             meta = read_json(out / SCORES_META)
             ref = read_json(ref_scores / SCORES_META) if ref_scores is not None else None
@@ -76,7 +73,8 @@ class ScoringPhase:
                 or meta.get("questions_planned", ref.get("questions")) != ref.get("questions")):
             return False  # the reference pass was scored again, or resumed with more questions, since
         return (not meta.get("transient") and not meta.get("partial") and not meta.get("errors")
-                and meta.get("requested_top_k") == self.top_k and meta.get("reference_sha256") == texts
+                and meta.get("requested_top_k") == self.top_k
+                and meta.get("reference_sha256") == _sha256(self.ref_dir / SAMPLES)
                 # the reference pass by its place in the run directory, so a moved or copied run resumes
                 and meta.get("reference_pass") == self._rel(ref_scores))
 

@@ -7,7 +7,6 @@ the line (exit 2).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,7 +102,7 @@ def _js(x: Any) -> str:
 
 def prompt_hashes(root: Path) -> dict[int, str]:
     """index -> sha256 of the prompt text the eval recorded for it."""
-    return {row["index"]: hashlib.sha256(row["prompt"].encode()).hexdigest() for row in eval_prompts(root)}
+    return {row["index"]: prompt_store.sha256(row["prompt"]) for row in eval_prompts(root)}
 
 
 def first_prompt(root: Path) -> tuple[int, str] | None:

@@ -1,19 +1,16 @@
 """The prompts an eval sent, each text written once per run.
 
-An eval's ``prompts.jsonl`` says which prompt each question was sent: ``{"index", "prompt_sha256"}`` (eval.json
-schema 2), and the text lives in a text store, ``prompt_texts.jsonl`` (``{"prompt_sha256", "prompt"}``, one row per
-distinct prompt), which every eval of a run shares (in the run directory; a lone eval's is in its own
-directory). ``eval.json`` names the store by its path relative to the eval directory (``prompt_texts``). The six
-evals of the default run send the same 1319 prompts: written once instead of six times (3.45 MB each).
+An eval's ``prompts.jsonl`` says which prompt each question was sent: ``{"index", "prompt_sha256"}``
+(eval.json schema 2); the text lives in a text store, ``prompt_texts.jsonl`` (``{"prompt_sha256", "prompt"}``,
+one row per distinct prompt), shared by every eval of a run (a lone eval keeps its own), named in
+``eval.json`` (``prompt_texts``) relative to the eval directory: a run's evals send the same prompts.
 
-A finished run packs its store (:func:`pack`) and each eval's ``prompts.jsonl`` (:func:`pack_prompts`):
-``prompt_texts.jsonl.gz``, the same rows gzip'd (3.4 MB -> 0.2 MB for
-the default run; every prompt repeats the few-shot block). Readers and a resumed run's writer take the packed rows
-and any plain ones appended since (:func:`read_texts`); the plain store of an older run is read as it is.
-
-Readers take either layout (:func:`eval_prompts`): a row that holds its ``prompt`` (schema 1, lm-eval imports) is
-read as it is; any other row's text comes from the store, and only when its hash is the row's (a text that is
-not there, or not the one hashed, is as good as no prompt).
+A finished run gzips its store (:func:`pack`: ``prompt_texts.jsonl.gz``; every prompt repeats the few-shot
+block) and each eval's ``prompts.jsonl`` (:func:`pack_prompts`). Readers and a resumed run's writer take the
+packed rows and any plain ones appended since (:func:`read_texts`), an older run's plain store as it is. A row
+that holds its ``prompt`` (schema 1, lm-eval imports) is read as it is (:func:`eval_prompts`); any other row's
+text comes from the store, and only when its hash is the row's (a text not there, or not the one hashed, is as
+good as none).
 """
 
 from __future__ import annotations

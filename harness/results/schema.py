@@ -282,13 +282,8 @@ class SampleRecord:
 #: (name, check, what the check asks) of every SampleRecord field, in order: read once, used for every row
 _SAMPLE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = tuple(
     (f.name, f.metadata["ok"], f.metadata["says"]) for f in fields(SampleRecord))
-
-
-#: the fields :func:`usual_record` reads, in order (another list of fields: every row checked field by field)
-_USUAL_FIELDS = ("index", "prompt_sha256", "output", "pred", "label", "correct", "invalid", "finish_reason",
-                 "prompt_tokens", "completion_tokens", "latency_s", "attempts", "error", "score", "reasoning")
-_REQUIRED_SAMPLE_FIELDS = frozenset(_USUAL_FIELDS) - _OPTIONAL_SAMPLE_FIELDS
-_USUAL = tuple(name for name, _, _ in _SAMPLE_CHECKS) == _USUAL_FIELDS
+_SAMPLE_FIELDS = tuple(name for name, _, _ in _SAMPLE_CHECKS)
+_REQUIRED_SAMPLE_FIELDS = frozenset(_SAMPLE_FIELDS) - _OPTIONAL_SAMPLE_FIELDS
 _NONE = type(None)
 _STR_NONE = frozenset({str, _NONE})
 _FLAG = frozenset({bool, _NONE})
@@ -301,11 +296,11 @@ def usual_record(d: Any) -> SampleRecord | None:
     """The record of a row whose every field is of the usual type (a few type tests, where the field-by-field
     checks call a function each: an eval has a row per question), or None, for :meth:`SampleRecord.from_dict` to
     check it field by field (and accept or refuse it). Accepts only what those checks accept."""
-    if not _USUAL or type(d) is not dict or not d.keys() >= _REQUIRED_SAMPLE_FIELDS:
+    if type(d) is not dict or not d.keys() >= _REQUIRED_SAMPLE_FIELDS:
         return None
     g: Callable[[str], Any] = d.get
     (index, sha, output, pred, label, correct, invalid, finish, p_tok, c_tok, lat, attempts, error, score,
-     reasoning) = map(g, _USUAL_FIELDS)
+     reasoning) = map(g, _SAMPLE_FIELDS)
     if not (type(index) is int and index >= 0 and type(sha) is str and type(output) in _STR_NONE
             and (type(pred) in _PLAIN_SCALAR or pred is None or (type(pred) is float and abs(pred) < _BIG))
             and (type(label) in _PLAIN_SCALAR or (type(label) is float and abs(label) < _BIG))

@@ -142,7 +142,7 @@ class PassReader:
                                       ("ref_top_logprobs", np.float32, self.ref_width, np.nan)):
             if c in names:
                 out[c] = np.full((m, width), fill, dtype)
-                _fill_lists(out[c], t.column(c), 0, fill)
+                _fill_lists(out[c], t.column(c))
         for c in ("question", "position"):
             out[c] = numbers(t.column(c), np.int32)
         for c, top, dtype in (("token_id", "top_ids", np.int32), ("logprob", "top_logprobs", np.float32)):
@@ -187,7 +187,7 @@ class PassReader:
         return self._table_of(rows)
 
     def _table_of(self, rows: dict[str, np.ndarray]) -> ScoreTable:
-        """The rows as a sorted table, checked as :func:`load_scores` checks a whole pass."""
+        """The rows as a sorted table, every question's positions checked (:func:`sort_rows`)."""
         qs, offsets = sort_rows(rows, self.root / SCORES)
         return self._assemble(qs, offsets, rows)
 
@@ -217,15 +217,12 @@ class PassReader:
         return self._assemble(t.questions[i:j], t.offsets[i:j + 1] - a, rows)
 
     def _empty(self) -> ScoreTable:
+        """No rows, of the columns asked for (the others as :meth:`_assemble` fills them)."""
         z = np.empty(0, np.int32)
-        return self._assemble(np.empty(0, np.int64), np.zeros(1, np.int64), {
-            "question": z, "position": z, "token_id": z,
-            **{c: np.empty((0, self.top_k), np.int32 if c == "top_ids" else np.float32)
-               for c in ("top_ids", "top_logprobs") if c in self.columns},
-            **({"logprob": np.empty(0, np.float32)} if "logprob" in self.columns else {}),
-            **({"ref_top_logprobs": np.empty((0, self.ref_width), np.float32)}
-               if "ref_top_logprobs" in self.columns and self.ref_width else {}),
-            **({"text_offset": z} if "text_offset" in self.columns and self.has_offsets else {})})
+        rows = {"question": z, "position": z, "token_id": z, "text_offset": z,
+                "ref_top_logprobs": np.empty((0, self.ref_width), np.float32)}
+        return self._assemble(np.empty(0, np.int64), np.zeros(1, np.int64),
+                              {c: v for c, v in rows.items() if c in KEY_COLUMNS or c in self.columns})
 
     def close(self) -> None:
         """Let go of the rows read and not handed out and of the file (the metadata stays)."""
@@ -254,6 +251,11 @@ class PassReader:
         if self._table is not None:
             return self._done >= (int(self._table.questions[-1]) if self._table.questions.size else -np.inf)
         return self._next >= len(self._order) and not self._buf
+
+
+def load_scores(root: str | Path) -> ScoreTable:
+    """``root/scores.parquet`` whole, sorted (:class:`NotMeasured`: the pass was not scored)."""
+    return PassReader(root).rest()
 
 
 def pass_blocks(reader: PassReader, block_tokens: int = BLOCK_TOKENS) -> Iterator[ScoreTable]:

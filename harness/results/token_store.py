@@ -30,9 +30,9 @@ text_offset         int32              nullable: character offset of the token's
 ==================  =================  ==========================================================
 
 A question whose reference has no token has no row; one the server failed to score is left out and counted
-in ``errors``. Rows arrive in any question order; :func:`load_scores` sorts them by (question, position). An
-engine that cannot score writes ``status: "not_measured"`` and a reason, never an empty file. The writer holds
-one row group of numpy arrays at most, the reader fills preallocated arrays: no per-token object is kept.
+in ``errors``. Rows arrive in any question order (:mod:`harness.results.score_blocks` reads them by question
+and position). An engine that cannot score writes ``status: "not_measured"`` and a reason, never an empty
+file. The writer holds one row group of numpy arrays at most: no per-token object is kept.
 """
 
 from __future__ import annotations
@@ -422,8 +422,8 @@ def with_top1(col: Any, first: np.ndarray, dtype: Any) -> np.ndarray:
     return vals if ok is None else np.where(ok, vals, first).astype(dtype, copy=False)
 
 
-def _fill_lists(dst: np.ndarray, col: Any, start: int, fill: Any) -> None:
-    """Copy a list column into dst[start:start+len, :] (rows shorter than the width keep ``fill``)."""
+def _fill_lists(dst: np.ndarray, col: Any) -> None:
+    """Copy a list column into ``dst``, filled beforehand (rows shorter than its width keep their fill)."""
     n = len(col)
     if n == 0:
         return
@@ -436,63 +436,11 @@ def _fill_lists(dst: np.ndarray, col: Any, start: int, fill: Any) -> None:
     if ok is not None:
         lens = np.where(ok, lens, 0)
     if np.all(lens == k):
-        dst[start:start + n] = values.reshape(n, k)
+        dst[:] = values.reshape(n, k)
         return
-    block = np.full((n, k), fill, dtype=dst.dtype)
     rows = np.repeat(np.arange(n), lens)
     cols = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
-    src = np.repeat(offsets[:-1] - base, lens) + cols
-    block[rows, cols] = values[src]
-    dst[start:start + n] = block
-
-
-def load_scores(root: str | Path) -> ScoreTable:
-    """``root/scores.parquet`` as a :class:`ScoreTable` (:class:`NotMeasured`: the pass was not scored)."""
-    from harness.results.arrow import pq
-
-    root = Path(root)
-    status, reason = scores_status(root)
-    if status != "ok":
-        raise NotMeasured(reason or "not measured")
-    meta: ScoresMeta = read_json(root / SCORES_META)  # parsed JSON: scores_status read it, status ok
-    pf = pq.ParquetFile(root / SCORES)
-    n = pf.metadata.num_rows
-    k, k_ref, has_off = pass_widths(meta, pf)
-    question = np.empty(n, np.int32)
-    position = np.empty(n, np.int32)
-    token_id = np.empty(n, np.int32)
-    logprob = np.empty(n, np.float32)
-    top_ids = np.full((n, k), PAD_ID, np.int32)
-    top_lps = np.full((n, k), -np.inf, np.float32)
-    ref_lps = np.full((n, k_ref), np.nan, np.float32) if k_ref else None
-    text_off = np.full(n, -1, np.int32) if has_off else None
-    start = 0
-    for g in range(pf.num_row_groups):
-        t = pf.read_row_group(g, use_threads=False)
-        m = t.num_rows
-        question[start:start + m] = numbers(t.column("question"), np.int32)
-        position[start:start + m] = numbers(t.column("position"), np.int32)
-        _fill_lists(top_ids, t.column("top_ids").combine_chunks(), start, PAD_ID)
-        _fill_lists(top_lps, t.column("top_logprobs").combine_chunks(), start, -np.inf)
-        if k:
-            token_id[start:start + m] = with_top1(t.column("token_id"), top_ids[start:start + m, 0], np.int32)
-            logprob[start:start + m] = with_top1(t.column("logprob"), top_lps[start:start + m, 0], np.float32)
-        else:
-            token_id[start:start + m] = numbers(t.column("token_id"), np.int32)
-            logprob[start:start + m] = numbers(t.column("logprob"), np.float32)
-        if ref_lps is not None:
-            _fill_lists(ref_lps, t.column("ref_top_logprobs").combine_chunks(), start, np.nan)
-        if text_off is not None:
-            text_off[start:start + m] = numbers(t.column("text_offset"), np.int32, fill=-1)
-        start += m
-        del t
-    rows: dict[str, Any] = {"question": question, "position": position, "token_id": token_id,
-                            "logprob": logprob, "top_ids": top_ids, "top_logprobs": top_lps,
-                            "ref_top_logprobs": ref_lps, "text_offset": text_off}
-    del question, position, token_id, logprob, top_ids, top_lps, ref_lps, text_off  # sorted in the dict alone
-    qs, offsets = sort_rows(rows, root / SCORES)
-    del rows["question"]
-    return ScoreTable(questions=qs, offsets=offsets, meta=meta, **rows)
+    dst[rows, cols] = values[np.repeat(offsets[:-1] - base, lens) + cols]
 
 
 def sort_rows(rows: dict[str, Any], where: Path) -> tuple[np.ndarray, np.ndarray]:

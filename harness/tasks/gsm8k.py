@@ -277,6 +277,8 @@ class GSM8K(Task):
     apis: tuple[str, ...] = ("sglang", "openai", "chat")
     #: the recipe's upstream (shots, max new tokens) where :data:`SGLANG_DEFAULTS` names none
     DEFAULTS: tuple[int, int] = (5, 512)
+    #: a recipe's own stop list, sent as it is (None: :meth:`stop` builds bench_sglang's)
+    STOPS: tuple[str, ...] | None = None
 
     def default_questions(self, test: Dataset, shots: int) -> int:
         """Questions when the recipe does not say: the whole test set."""
@@ -322,8 +324,11 @@ class GSM8K(Task):
 
     # ------------------------------------------------------------------ request bodies
     def stop(self) -> list[str]:
-        """bench_sglang's stop list, then every stop string of the chat template SGLang's frontend picks for the
-        model (``interpreter.py``: ``clone.stop += chat_template.stop_str``), then the recipe's extra stops."""
+        """:attr:`STOPS`, else bench_sglang's stop list, then every stop string of the chat template SGLang's
+        frontend picks for the model (``interpreter.py``: ``clone.stop += chat_template.stop_str``), then the
+        recipe's extra stops."""
+        if self.STOPS is not None:
+            return list(self.STOPS)
         stop = [*BASE_STOP, *chat_stops_for_model(self.recipe.model_path)]
         stop.extend(s for s in self.recipe.extra_stop if s not in stop)
         return stop

@@ -24,6 +24,7 @@ class SimpleEvalGSM8K(GSM8K):
                 "python/sglang/test/run_eval.py")
     apis = ("openai", "chat", "sglang")
     DEFAULTS = (5, 2048)
+    STOPS = tuple(BASE_STOP)
 
     def default_questions(self, test: Dataset, shots: int) -> int:
         return max(1, len(test.rows) - shots)
@@ -38,9 +39,6 @@ class SimpleEvalGSM8K(GSM8K):
         self.questions = [self.question(i, one_example(test.rows[i], False),
                                         simple_eval_answer_value(test.rows[i]["answer"]), self.few_shot)
                           for i in range(k, k + n)]
-
-    def stop(self) -> list[str]:
-        return list(BASE_STOP)
 
     def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
         out: SamplingParams = {"max_new_tokens": self.new_tokens(max_new_tokens), "temperature": 0.0,
@@ -67,9 +65,7 @@ class VllmGSM8K(GSM8K):
     upstream = "vllm-project/vllm tests/evals/gsm8k/gsm8k_eval.py @ 03e09605209f4dc33df2e3be7b24c05f0e3142cb"
     apis = ("openai", "chat")
     DEFAULTS = (5, 256)
-
-    def stop(self) -> list[str]:
-        return list(BASE_STOP)
+    STOPS = tuple(BASE_STOP)
 
     def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
         return {"max_new_tokens": self.new_tokens(max_new_tokens), "stop": self.stop(), "temperature": 0.0,
@@ -115,6 +111,7 @@ class LmEvalGSM8K(GSM8K):
     upstream = "lm-eval==0.4.13 lm_eval/tasks/gsm8k/gsm8k.yaml (+ api/samplers.py, filters/extraction.py, api/metrics.py)"
     apis = ("openai",)
     DEFAULTS = (5, 256)
+    STOPS = tuple(LM_EVAL_UNTIL)
 
     def build(self, test: Dataset, train: Dataset | None, n: int, k: int) -> None:
         assert train is not None
@@ -129,9 +126,6 @@ class LmEvalGSM8K(GSM8K):
             shots = rng.sample(train.rows, k)
             prompt = "".join(one_example(r, True) + "\n\n" for r in shots) + one_example(test.rows[i], False)
             self.questions.append(self.question(i, prompt, test.rows[i]["answer"]))
-
-    def stop(self) -> list[str]:
-        return list(LM_EVAL_UNTIL)
 
     def sampling_params(self, chat: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
         return {"max_new_tokens": self.new_tokens(max_new_tokens),
@@ -165,6 +159,7 @@ class SglEvalChatGSM8K(GSM8K):
                 "dataset/gsm8k/prepare.py, math_grader.py, sampler.py")
     apis = ("chat",)
     DEFAULTS = (0, 2048)
+    STOPS = ()
 
     def build(self, test: Dataset, train: Dataset | None, n: int, k: int) -> None:
         require_math_verify()
@@ -175,9 +170,6 @@ class SglEvalChatGSM8K(GSM8K):
         self.few_shot = ""
         self.questions = [self.question(i, test.rows[i]["question"], sgl_eval_expected(test.rows[i]["answer"]),
                                         SGL_EVAL_INSTRUCTION) for i in range(n)]
-
-    def stop(self) -> list[str]:
-        return []
 
     def sampling_params(self, chat: bool = True, max_new_tokens: int | None = None) -> SamplingParams:
         return {"max_new_tokens": self.new_tokens(max_new_tokens),

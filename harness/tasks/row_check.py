@@ -9,12 +9,12 @@ prompts ``prompts.jsonl`` recorded give the hashes (no labels).
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.results.integrity import Reference, Scorer, first_prompt, prompt_hashes
+from harness.results.prompt_store import sha256
 from harness.tasks import gsm8k, sources
 
 #: the GSM8K recipes :meth:`~harness.tasks.gsm8k.GSM8K.score` grades (the others grade as their upstream does)
@@ -44,11 +44,11 @@ def reference_for(root: Path, meta: Mapping[str, Any]) -> Reference | None:
 
 
 @functools.lru_cache(maxsize=1 << 15)
-def _question(source: str, sha256: str, shots: str | None, i: int) -> tuple[str | None, int]:
-    """(the sha256 of question ``i``'s prompt after ``shots``, its label) in the dataset of hash ``sha256``: the
+def _question(source: str, digest: str, shots: str | None, i: int) -> tuple[str | None, int]:
+    """(the sha256 of question ``i``'s prompt after ``shots``, its label) in the dataset of hash ``digest``: the
     evals of a comparison share them (computed once, not once per eval)."""
-    row = (_dataset_rows(source, sha256) or [])[i]
-    return None if shots is None else _sha(shots + gsm8k.one_example(row, False)), gsm8k.get_answer_value(row["answer"])
+    row = (_dataset_rows(source, digest) or [])[i]
+    return None if shots is None else sha256(shots + gsm8k.one_example(row, False)), gsm8k.get_answer_value(row["answer"])
 
 
 @functools.lru_cache(maxsize=1 << 15)
@@ -63,10 +63,6 @@ def score(output: str, label: Any) -> tuple[int, bool, bool]:
         return _cached_score(output, label)
     except TypeError:  # an unhashable label (a tampered row): graded as it is, and found false
         return gsm8k.GSM8K.score(output, label)
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @functools.lru_cache(maxsize=8)
@@ -95,4 +91,4 @@ def _few_shot(root: Path, meta: Mapping[str, Any], rows: list[dict[str, str]]) -
         suffix = gsm8k.one_example(rows[recorded[0]], False)
         if recorded[1].endswith(suffix):
             candidates.append(recorded[1][:-len(suffix)])
-    return next((shots for shots in candidates if want is None or _sha(shots) == want), None)
+    return next((shots for shots in candidates if want is None or sha256(shots) == want), None)

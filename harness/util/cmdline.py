@@ -24,14 +24,19 @@ def is_flag(tok: str) -> bool:
     return tok.startswith("-") and len(tok) > 1 and not _NUMBER.fullmatch(tok)
 
 
-def first_flag_value(args: Sequence[str], name: str) -> str | None:
-    """The value of ``name`` in a command line (``--flag value`` or ``--flag=value``, the first), or None."""
-    for i, tok in enumerate(args):
-        if tok == name and i + 1 < len(args):
-            return str(args[i + 1])
-        if tok.startswith(name + "="):
-            return tok.split("=", 1)[1]
-    return None
+def flag_value(args: Sequence[Any], names: tuple[str, ...]) -> str | None:
+    """The value of the last of ``names`` in ``args`` (``--tp 8`` or ``--tp=8``: the one a server's parser
+    keeps), else None."""
+    value = None
+    argv = [str(a) for a in args]
+    for i, a in enumerate(argv):
+        flag, eq, rest = a.partition("=")
+        if flag in names:
+            if eq:
+                value = rest
+            elif i + 1 < len(argv):
+                value = argv[i + 1]
+    return value
 
 
 def parse_flags(argv: Sequence[str]) -> dict[str, FlagValue]:
