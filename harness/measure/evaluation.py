@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,17 +171,25 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
         # a resumed one checks its directory first (a mismatch is refused before any request).
         fresh = not (out / META).exists()
         warm_s = 0.0
-        if fresh and opts.warmup and task.warms_up:
-            warm_s = await warm_up()
-        if stop.event.is_set():
-            return {}
-        # the rows kept must be answers to these questions, scored as this task scores
-        done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.items}, scorer(task))
-        pending = [q for q in task.items if q.index not in done]
-        if not fresh and opts.warmup and pending and task.warms_up:
-            warm_s = await warm_up()
         counts = opts.prompt_tokens if opts.prompt_tokens is not None else PromptTokens()
-        await stop.race(_learn_prompt_tokens(client, counts, pending))
+        # a fresh eval sends every question: their counts are asked while the warm-up runs (its answer is
+        # awaited either way, and no answer is checked before they are learnt)
+        learning = asyncio.ensure_future(_learn_prompt_tokens(client, counts, task.items)) if fresh else None
+        try:
+            if fresh and opts.warmup and task.warms_up:
+                warm_s = await warm_up()
+            if stop.event.is_set():
+                return {}
+            # the rows kept must be answers to these questions, scored as this task scores
+            done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.items}, scorer(task))
+            pending = [q for q in task.items if q.index not in done]
+            if not fresh and opts.warmup and pending and task.warms_up:
+                warm_s = await warm_up()
+            await stop.race(learning if learning is not None else _learn_prompt_tokens(client, counts, pending))
+        finally:
+            if learning is not None and not learning.done():  # refused or stopped before they were learnt
+                learning.cancel()
+                await asyncio.gather(learning, return_exceptions=True)
         # interrupted or not: the directory is open, and _ask writes its summary however it ends
         return await _ask(task, client, store, pending, done, opts, stop, simulated, warm_s, counts)
 
@@ -191,7 +199,7 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
 TOKENIZE_BATCH = 512
 
 
-async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: list[Item]) -> None:
+async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: Sequence[Item]) -> None:
     """The pending prompts' token counts by the server's tokenizer, :data:`TOKENIZE_BATCH` a request where it takes a list (not
     for the chat API: its count includes the template); nothing learnt where it cannot (then the first answer to
     each prompt on this launch sets its count)."""
@@ -230,7 +238,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
         if rec.error is not None and rec.error.startswith(NOT_THIS_REQUEST):
             mixed.append(rec.error)
         try:
-            store.append(rec, q.prompt)
+            store.append(rec, q.prompt, q.head)
         except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
             stop.fail(e)
             return

@@ -175,16 +175,17 @@ class EvalStore:
         self.close()
 
     # ------------------------------------------------------------------ writing
-    def append(self, rec: SampleRecord, prompt: str | None = None) -> None:
+    def append(self, rec: SampleRecord, prompt: str | None = None, head: str = "") -> None:
         """Append one sample (and its prompt), written through, so a crash loses at most the line being written;
-        OutputError when it cannot be written (then for every later append too)."""
+        OutputError when it cannot be written (then for every later append too). ``head``: a prefix of
+        ``prompt`` its eval's prompts share (the text store escapes it once)."""
         assert self._samples_f is not None, "open() first"
         if self.failed is not None:
             raise self.failed
         try:
             if prompt is not None and self._prompts_f is not None:
                 if self._texts is not None:
-                    self._texts.add(rec.prompt_sha256, prompt)
+                    self._texts.add(rec.prompt_sha256, prompt, head)
                 append_line(self._prompts_f, self._prompts_path,
                             {"index": rec.index, "prompt_sha256": rec.prompt_sha256})
             append_line(self._samples_f, self._samples_path, rec.to_row())

@@ -313,7 +313,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def append_line(f: IO[bytes], path: Path, obj: Mapping[str, Any]) -> None:
     """One JSON line, written whole or failing with OutputError (a torn last line is dropped by a resume)."""
-    view = memoryview((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
+    append_made_line(f, path, json.dumps(obj, ensure_ascii=False) + "\n")
+
+
+def append_made_line(f: IO[bytes], path: Path, text: str) -> None:
+    """:func:`append_line` of a line already made (``text``: its JSON and the newline)."""
+    view = memoryview(text.encode("utf-8"))
     with writing(path):
         while view:
             n = f.write(view)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.results import fileio
-from harness.results.fileio import append_line, atomic_output, iter_jsonl, read_json, read_jsonl
+from harness.results.fileio import atomic_output, iter_jsonl, read_json, read_jsonl
 from harness.results.schema import EVAL_FILE, PROMPTS_FILE, PromptRow
 
 #: The text store's file name (in the run directory, or in a lone eval's own)
@@ -202,15 +202,29 @@ class PromptTexts:
         self.path = path
         self._known = stored_hashes(path) if exists(path) else set()  # hashes only: the texts are not kept
         self._f: IO[bytes] | None = None
+        #: the last shared head given and its JSON string without the closing quote
+        self._head, self._head_json = "", ""
 
-    def add(self, sha: str, text: str) -> None:
-        """Store ``text`` (of hash ``sha``) unless the store holds it (a row written whole, or OutputError)."""
+    def add(self, sha: str, text: str, head: str = "") -> None:
+        """Store ``text`` (of hash ``sha``) unless the store holds it (a row written whole, or OutputError).
+        ``head``: a prefix of ``text`` many prompts share (the few-shot block), escaped once for all of them."""
         if sha in self._known:
             return
         if self._f is None:
             self._f = fileio.open_append_whole(self.path)  # a full disk may have torn its last row
-        append_line(self._f, self.path, {"prompt_sha256": sha, "prompt": text})
+        fileio.append_made_line(self._f, self.path, self._row(sha, text, head))
         self._known.add(sha)
+
+    def _row(self, sha: str, text: str, head: str) -> str:
+        """``json.dumps({"prompt_sha256": sha, "prompt": text}, ensure_ascii=False)`` and a newline. JSON escapes
+        a string character by character, so the string of ``head + rest`` is the head's (escaped once, kept)
+        joined to the rest's: the same bytes at a fraction of the cost (the head is ~90 % of a 5-shot prompt)."""
+        if not head or not text.startswith(head):
+            return json.dumps({"prompt_sha256": sha, "prompt": text}, ensure_ascii=False) + "\n"
+        if head != self._head:
+            self._head, self._head_json = head, json.dumps(head, ensure_ascii=False)[:-1]
+        rest = json.dumps(text[len(head):], ensure_ascii=False)[1:]
+        return f'{{"prompt_sha256": {json.dumps(sha, ensure_ascii=False)}, "prompt": {self._head_json}{rest}}}\n'
 
     def close(self) -> None:
         if self._f is not None and not self._f.closed:
