@@ -13,10 +13,10 @@ from typing import Any
 
 from harness.measure.prompt_tokens import PromptTokens
 from harness.measure.runner import Interrupted, Progress, Refusals, Stop, run, signals_to, watchdogs
+from harness.results.eval_schema import SampleRecord
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
 from harness.results.integrity import Scorer
-from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
 from harness.serving.wire import NOT_THIS_REQUEST
 from harness.tasks.gsm8k import Dataset, RecipeConfig

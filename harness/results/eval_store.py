@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from harness.results import fileio, integrity, schema
+from harness.results import eval_schema as schema
+from harness.results import fileio, integrity
 from harness.results.dirlock import DirLock
+from harness.results.eval_schema import EvalMeta, EvalSummary, SampleRecord
 from harness.results.fileio import OutputError, StoreError, append_line, atomic_write_text
 from harness.results.prompt_store import TEXTS, TEXTS_KEY, PromptTexts, eval_prompts, packed, relative
-from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
 
 if TYPE_CHECKING:
     import numpy as np

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.results import fileio
+from harness.results.eval_schema import EVAL_FILE, PROMPTS_FILE, PromptRow
 from harness.results.fileio import atomic_output, iter_jsonl, read_json, read_jsonl
-from harness.results.schema import EVAL_FILE, PROMPTS_FILE, PromptRow
 
 #: The text store's file name (in the run directory, or in a lone eval's own)
 TEXTS = "prompt_texts.jsonl"
