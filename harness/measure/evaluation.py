@@ -197,37 +197,43 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
 #: prompts per /tokenize request: every prompt's ids at once are ~30 bytes a token as Python ints (400 MB for 13k
 #: 5-shot GSM8K prompts), of which only the counts are kept
 TOKENIZE_BATCH = 512
-#: /tokenize requests in flight at once: the server makes one batch's answer while the last one's is read (the
-#: ids of at most this many batches held at a time)
+#: /tokenize requests in flight at once once the first batch was answered: the server makes one batch's answer while
+#: the last one's is read (the ids of at most this many batches held at a time)
 TOKENIZE_IN_FLIGHT = 2
 
 
 async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: Sequence[Item]) -> None:
     """The pending prompts' token counts by the server's tokenizer, :data:`TOKENIZE_BATCH` a request where it takes a list (not
     for the chat API: its count includes the template); nothing more learnt once it cannot (then the first answer
-    to each prompt on this launch sets its count)."""
+    to each prompt on this launch sets its count). The first batch alone (a server that takes no list is asked
+    once), then :data:`TOKENIZE_IN_FLIGHT` at a time."""
     if not pending or client.api.chat:
         return
-    gate = asyncio.Semaphore(TOKENIZE_IN_FLIGHT)
     cannot = False
 
     async def learn(part: Sequence[Item]) -> None:
         nonlocal cannot
-        async with gate:
-            if cannot:
-                return
-            try:
-                ids = await client.tokenize_all([q.prompt for q in part], True)
-            except ServerGone:  # the generation requests find out whether the server is gone
-                ids = None
-            if ids is None:
-                cannot = True
-                return
-            counts.learn([PromptTokens.key(client.api.name, q.prompt_sha256) for q in part], [len(x) for x in ids])
-            del ids  # only the counts kept
+        if cannot:
+            return
+        try:
+            ids = await client.tokenize_all([q.prompt for q in part], True)
+        except ServerGone:  # the generation requests find out whether the server is gone
+            ids = None
+        if ids is None:
+            cannot = True
+            return
+        counts.learn([PromptTokens.key(client.api.name, q.prompt_sha256) for q in part], [len(x) for x in ids])
+        del ids  # only the counts kept
 
-    await asyncio.gather(*(learn(pending[start:start + TOKENIZE_BATCH])
-                           for start in range(0, len(pending), TOKENIZE_BATCH)))
+    parts = [pending[start:start + TOKENIZE_BATCH] for start in range(0, len(pending), TOKENIZE_BATCH)]
+    await learn(parts[0])
+    gate = asyncio.Semaphore(TOKENIZE_IN_FLIGHT)
+
+    async def gated(part: Sequence[Item]) -> None:
+        async with gate:
+            await learn(part)
+
+    await asyncio.gather(*(gated(part) for part in parts[1:]))
 
 
 async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item],

@@ -220,11 +220,11 @@ class PromptTexts:
         a string character by character, so the string of ``head + rest`` is the head's (escaped once, kept)
         joined to the rest's: the same bytes at a fraction of the cost (the head is ~90 % of a 5-shot prompt)."""
         if not head or not text.startswith(head):
-            return json.dumps({"prompt_sha256": sha, "prompt": text}, ensure_ascii=False) + "\n"
+            return fileio.dumps_unicode({"prompt_sha256": sha, "prompt": text}) + "\n"
         if head != self._head:
-            self._head, self._head_json = head, json.dumps(head, ensure_ascii=False)[:-1]
-        rest = json.dumps(text[len(head):], ensure_ascii=False)[1:]
-        return f'{{"prompt_sha256": {json.dumps(sha, ensure_ascii=False)}, "prompt": {self._head_json}{rest}}}\n'
+            self._head, self._head_json = head, fileio.dumps_unicode(head)[:-1]
+        rest = fileio.dumps_unicode(text[len(head):])[1:]
+        return f'{{"prompt_sha256": {fileio.dumps_unicode(sha)}, "prompt": {self._head_json}{rest}}}\n'
 
     def close(self) -> None:
         if self._f is not None and not self._f.closed:
