@@ -252,15 +252,30 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
     refusals: Refusals[tuple[Item, Reply]] = Refusals(cfg.url, stop)  # unanswered: errors if the server lives
     mixed: list[str] = []  # errors of answers that were another request's
 
+    loop = asyncio.get_running_loop()
+    flushing: asyncio.Handle | None = None
+
+    def flush() -> None:
+        """Write the rows queued this turn of the loop (one write a file for every answer that arrived in it)."""
+        nonlocal flushing
+        flushing = None
+        try:
+            store.flush()
+        except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
+            stop.fail(e)
+
     def write(q: Item, reply: Reply) -> None:
+        nonlocal flushing
         rec = _record(task, q, reply)
         if rec.error is not None and rec.error.startswith(NOT_THIS_REQUEST):
             mixed.append(rec.error)
         try:
-            store.append(rec, q.prompt, q.head)
-        except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
+            store.queue(rec, q.prompt, q.head)
+        except OutputError as e:  # a write failed already: stop asking
             stop.fail(e)
             return
+        if flushing is None:
+            flushing = loop.call_soon(flush)
         progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
     async def one(q: Item) -> None:
@@ -305,6 +320,9 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
             (opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr)))(
                 f"warning: {len(mixed)} question(s) of {out.parent.name}/{out.name} got answers to other requests "
                 f"from {cfg.url} (counted as request errors), e.g. {mixed[0]}")
+        if flushing is not None:
+            flushing.cancel()
+        flush()  # what the last turn queued
         wall = time.perf_counter() - t0 + warm_s
         store.close_files()
         samples = load_samples(out, cached=False)  # the summary about to be written makes a cached copy stale

@@ -204,16 +204,34 @@ class PromptTexts:
         self._f: IO[bytes] | None = None
         #: the last shared head given and its JSON string without the closing quote
         self._head, self._head_json = "", ""
+        #: (hash, row) of the texts queued and not yet written (:meth:`queue`)
+        self._queued: list[tuple[str, str]] = []
 
     def add(self, sha: str, text: str, head: str = "") -> None:
         """Store ``text`` (of hash ``sha``) unless the store holds it (a row written whole, or OutputError).
         ``head``: a prefix of ``text`` many prompts share (the few-shot block), escaped once for all of them."""
+        self.queue(sha, text, head)
+        self.flush()
+
+    def queue(self, sha: str, text: str, head: str = "") -> None:
+        """:meth:`add`, the row held until :meth:`flush` (which writes every row queued at once)."""
         if sha in self._known:
             return
-        if self._f is None:
-            self._f = fileio.open_append_whole(self.path)  # a full disk may have torn its last row
-        fileio.append_made_line(self._f, self.path, self._row(sha, text, head))
+        self._queued.append((sha, self._row(sha, text, head)))
         self._known.add(sha)
+
+    def flush(self) -> None:
+        """Write the queued rows in one write (whole, or OutputError: the store then holds none of them)."""
+        if not self._queued:
+            return
+        queued, self._queued = self._queued, []
+        try:
+            if self._f is None:
+                self._f = fileio.open_append_whole(self.path)  # a full disk may have torn its last row
+            fileio.append_made_line(self._f, self.path, "".join(row for _, row in queued))
+        except BaseException:
+            self._known.difference_update(sha for sha, _ in queued)
+            raise
 
     def _row(self, sha: str, text: str, head: str) -> str:
         """``json.dumps({"prompt_sha256": sha, "prompt": text}, ensure_ascii=False)`` and a newline. JSON escapes
