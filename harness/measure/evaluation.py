@@ -47,17 +47,21 @@ class EvalOptions:
 
 
 async def _server_facts(client: Client) -> dict[str, Any]:
-    """Best-effort ``/get_model_info`` and ``/get_server_info`` (SGLang names, then the newer ones)."""
+    """Best-effort ``/get_model_info`` and ``/get_server_info`` (SGLang names, then the newer ones), both asked at
+    once."""
     facts: dict[str, Any] = {}
-    for key, paths in (("model_info", ("/get_model_info", "/model_info")),
-                       ("server_info", ("/get_server_info", "/server_info"))):
+
+    async def ask(key: str, paths: tuple[str, ...]) -> None:
         for p in paths:
             try:
                 facts[key] = await client.get_json(p)
-                break
+                return
             except Exception:  # noqa: BLE001 - optional endpoints; absence is fine
                 continue
-    return facts
+
+    await asyncio.gather(ask("model_info", ("/get_model_info", "/model_info")),
+                         ask("server_info", ("/get_server_info", "/server_info")))
+    return {k: facts[k] for k in ("model_info", "server_info") if k in facts}
 
 
 def scorer(task: Task) -> Scorer:
@@ -236,6 +240,37 @@ async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: Se
     await asyncio.gather(*(gated(part) for part in parts[1:]))
 
 
+class _TurnWriter:
+    """An eval's rows, queued as the answers arrive and written once a turn of the event loop: one write a file
+    for all the answers of a turn (a crash loses that turn's: a resume asks them again). A write that fails (a
+    full disk) stops the eval; what is on disk stays, a rerun sends the rest."""
+
+    def __init__(self, store: EvalStore, stop: Stop):
+        self.store, self.stop = store, stop
+        self._due: asyncio.Handle | None = None
+
+    def write(self, rec: SampleRecord, q: Item) -> bool:
+        """Queue ``rec`` (the answer to ``q``), written at the end of this turn; False when a write failed."""
+        try:
+            self.store.queue(rec, q.prompt, q.head)
+        except OutputError as e:  # an earlier write failed
+            self.stop.fail(e)
+            return False
+        if self._due is None:
+            self._due = asyncio.get_running_loop().call_soon(self.flush)
+        return True
+
+    def flush(self) -> None:
+        """Write what is queued now."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        try:
+            self.store.flush()
+        except OutputError as e:
+            self.stop.fail(e)
+
+
 async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item],
                done: dict[int, SampleRecord], opts: EvalOptions, stop: Stop,
                simulated: bool, warm_s: float, counts: PromptTokens) -> dict[str, Any]:
@@ -252,31 +287,14 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
     refusals: Refusals[tuple[Item, Reply]] = Refusals(cfg.url, stop)  # unanswered: errors if the server lives
     mixed: list[str] = []  # errors of answers that were another request's
 
-    loop = asyncio.get_running_loop()
-    flushing: asyncio.Handle | None = None
-
-    def flush() -> None:
-        """Write the rows queued this turn of the loop (one write a file for every answer that arrived in it)."""
-        nonlocal flushing
-        flushing = None
-        try:
-            store.flush()
-        except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
-            stop.fail(e)
+    rows = _TurnWriter(store, stop)
 
     def write(q: Item, reply: Reply) -> None:
-        nonlocal flushing
         rec = _record(task, q, reply)
         if rec.error is not None and rec.error.startswith(NOT_THIS_REQUEST):
             mixed.append(rec.error)
-        try:
-            store.queue(rec, q.prompt, q.head)
-        except OutputError as e:  # a write failed already: stop asking
-            stop.fail(e)
-            return
-        if flushing is None:
-            flushing = loop.call_soon(flush)
-        progress.update(error=rec.error is not None, correct=bool(rec.correct))
+        if rows.write(rec, q):
+            progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
     async def one(q: Item) -> None:
         key = PromptTokens.key(api.name, q.prompt_sha256)
@@ -320,9 +338,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
             (opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr)))(
                 f"warning: {len(mixed)} question(s) of {out.parent.name}/{out.name} got answers to other requests "
                 f"from {cfg.url} (counted as request errors), e.g. {mixed[0]}")
-        if flushing is not None:
-            flushing.cancel()
-        flush()  # what the last turn queued
+        rows.flush()  # what the last turn queued
         wall = time.perf_counter() - t0 + warm_s
         store.close_files()
         samples = load_samples(out, cached=False)  # the summary about to be written makes a cached copy stale
