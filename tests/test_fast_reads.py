@@ -1,5 +1,5 @@
 """The fast readers of a comparison read what the plain ones did: samples.jsonl rows parsed by orjson and checked by
-type (:func:`harness.results.schema.usual_record`), the first prompt without the whole text store, a decimal
+type (:func:`harness.results.eval_schema.usual_record`), the first prompt without the whole text store, a decimal
 answer without ``ast.literal_eval``, the samples CSV from the rows' cells."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.results import integrity, prompt_store, schema
+from harness.results import eval_schema, integrity, prompt_store, schema
 from harness.results.fileio import StoreError, iter_jsonl
 from harness.results.schema import PROMPTS_FILE, SampleRecord
 from harness.tasks.gsm8k import INVALID, last_literal
@@ -40,7 +40,7 @@ EDITS: list[dict[str, Any]] = [
 def _checked_one_by_one(row: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """``from_dict`` with the type check left out: the record or the refusal of the field-by-field checks."""
     with monkeypatch.context() as m:
-        m.setattr(schema, "usual_record", lambda d: None)
+        m.setattr(eval_schema, "usual_record", lambda d: None)  # where SampleRecord.from_dict reads it
         try:
             return SampleRecord.from_dict(row)
         except ValueError as e:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from harness.measure.evaluation import TOKENIZE_BATCH, _learn_prompt_tokens
+from harness.measure.evaluation import TOKENIZE_BATCH, TOKENIZE_IN_FLIGHT, _learn_prompt_tokens
 from harness.measure.prompt_tokens import PromptTokens
 
 
@@ -39,3 +39,26 @@ def test_a_server_that_cannot_tokenize_a_list_is_asked_once() -> None:
     pending = [SimpleNamespace(prompt="p", prompt_sha256=f"h{i}") for i in range(3 * TOKENIZE_BATCH)]
     asyncio.run(_learn_prompt_tokens(client, PromptTokens(), pending))  # type: ignore[arg-type]
     assert calls == [TOKENIZE_BATCH]
+
+
+def test_after_the_first_batch_two_are_asked_at_once() -> None:
+    """The first batch alone, then the server makes one batch's answer while the last one's is read: never more
+    than TOKENIZE_IN_FLIGHT batches' ids held, every prompt's count learnt."""
+    in_flight, seen = 0, []
+
+    async def tokenize_all(texts: list[str], special: bool) -> list[list[int]]:
+        nonlocal in_flight
+        in_flight += 1
+        seen.append(in_flight)
+        await asyncio.sleep(0)  # another batch may be sent meanwhile
+        in_flight -= 1
+        return [[7] * len(t) for t in texts]
+
+    client = SimpleNamespace(api=SimpleNamespace(chat=False, name="sglang"), tokenize_all=tokenize_all)
+    n = 5 * TOKENIZE_BATCH
+    pending = [SimpleNamespace(prompt="x" * (i % 7 + 1), prompt_sha256=f"h{i}") for i in range(n)]
+    counts = PromptTokens()
+    asyncio.run(_learn_prompt_tokens(client, counts, pending))  # type: ignore[arg-type]
+    assert seen[0] == 1 and max(seen) == TOKENIZE_IN_FLIGHT == 2 and len(seen) == 5
+    for i in range(n):
+        assert counts.check(PromptTokens.key("sglang", f"h{i}"), i % 7 + 2) is not None

@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.measure.prompt_tokens import PromptTokens
 from harness.measure.runner import Interrupted, Progress, Refusals, Stop, run, signals_to, watchdogs
+from harness.results.eval_schema import SampleRecord
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
 from harness.results.integrity import Scorer
-from harness.results.schema import SampleRecord
 from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
 from harness.serving.wire import NOT_THIS_REQUEST
 from harness.tasks.gsm8k import Dataset, RecipeConfig
@@ -47,17 +47,21 @@ class EvalOptions:
 
 
 async def _server_facts(client: Client) -> dict[str, Any]:
-    """Best-effort ``/get_model_info`` and ``/get_server_info`` (SGLang names, then the newer ones)."""
+    """Best-effort ``/get_model_info`` and ``/get_server_info`` (SGLang names, then the newer ones), both asked at
+    once."""
     facts: dict[str, Any] = {}
-    for key, paths in (("model_info", ("/get_model_info", "/model_info")),
-                       ("server_info", ("/get_server_info", "/server_info"))):
+
+    async def ask(key: str, paths: tuple[str, ...]) -> None:
         for p in paths:
             try:
                 facts[key] = await client.get_json(p)
-                break
+                return
             except Exception:  # noqa: BLE001 - optional endpoints; absence is fine
                 continue
-    return facts
+
+    await asyncio.gather(ask("model_info", ("/get_model_info", "/model_info")),
+                         ask("server_info", ("/get_server_info", "/server_info")))
+    return {k: facts[k] for k in ("model_info", "server_info") if k in facts}
 
 
 def scorer(task: Task) -> Scorer:
@@ -171,17 +175,25 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
         # a resumed one checks its directory first (a mismatch is refused before any request).
         fresh = not (out / META).exists()
         warm_s = 0.0
-        if fresh and opts.warmup and task.warms_up:
-            warm_s = await warm_up()
-        if stop.event.is_set():
-            return {}
-        # the rows kept must be answers to these questions, scored as this task scores
-        done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.items}, scorer(task))
-        pending = [q for q in task.items if q.index not in done]
-        if not fresh and opts.warmup and pending and task.warms_up:
-            warm_s = await warm_up()
         counts = opts.prompt_tokens if opts.prompt_tokens is not None else PromptTokens()
-        await stop.race(_learn_prompt_tokens(client, counts, pending))
+        # a fresh eval sends every question: their counts are asked while the warm-up runs (its answer is
+        # awaited either way, and no answer is checked before they are learnt)
+        learning = asyncio.ensure_future(_learn_prompt_tokens(client, counts, task.items)) if fresh else None
+        try:
+            if fresh and opts.warmup and task.warms_up:
+                warm_s = await warm_up()
+            if stop.event.is_set():
+                return {}
+            # the rows kept must be answers to these questions, scored as this task scores
+            done = store.open(meta, {q.index: (q.prompt_sha256, q.label) for q in task.items}, scorer(task))
+            pending = [q for q in task.items if q.index not in done]
+            if not fresh and opts.warmup and pending and task.warms_up:
+                warm_s = await warm_up()
+            await stop.race(learning if learning is not None else _learn_prompt_tokens(client, counts, pending))
+        finally:
+            if learning is not None and not learning.done():  # refused or stopped before they were learnt
+                learning.cancel()
+                await asyncio.gather(learning, return_exceptions=True)
         # interrupted or not: the directory is open, and _ask writes its summary however it ends
         return await _ask(task, client, store, pending, done, opts, stop, simulated, warm_s, counts)
 
@@ -189,24 +201,74 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
 #: prompts per /tokenize request: every prompt's ids at once are ~30 bytes a token as Python ints (400 MB for 13k
 #: 5-shot GSM8K prompts), of which only the counts are kept
 TOKENIZE_BATCH = 512
+#: /tokenize requests in flight at once once the first batch was answered: the server makes one batch's answer while
+#: the last one's is read (the ids of at most this many batches held at a time)
+TOKENIZE_IN_FLIGHT = 2
 
 
-async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: list[Item]) -> None:
+async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: Sequence[Item]) -> None:
     """The pending prompts' token counts by the server's tokenizer, :data:`TOKENIZE_BATCH` a request where it takes a list (not
-    for the chat API: its count includes the template); nothing learnt where it cannot (then the first answer to
-    each prompt on this launch sets its count)."""
+    for the chat API: its count includes the template); nothing more learnt once it cannot (then the first answer
+    to each prompt on this launch sets its count). The first batch alone (a server that takes no list is asked
+    once), then :data:`TOKENIZE_IN_FLIGHT` at a time."""
     if not pending or client.api.chat:
         return
-    for start in range(0, len(pending), TOKENIZE_BATCH):  # the ids of a batch at a time, only the counts kept
-        part = pending[start:start + TOKENIZE_BATCH]
+    cannot = False
+
+    async def learn(part: Sequence[Item]) -> None:
+        nonlocal cannot
+        if cannot:
+            return
         try:
             ids = await client.tokenize_all([q.prompt for q in part], True)
         except ServerGone:  # the generation requests find out whether the server is gone
-            return
+            ids = None
         if ids is None:
+            cannot = True
             return
         counts.learn([PromptTokens.key(client.api.name, q.prompt_sha256) for q in part], [len(x) for x in ids])
-        del ids
+        del ids  # only the counts kept
+
+    parts = [pending[start:start + TOKENIZE_BATCH] for start in range(0, len(pending), TOKENIZE_BATCH)]
+    await learn(parts[0])
+    gate = asyncio.Semaphore(TOKENIZE_IN_FLIGHT)
+
+    async def gated(part: Sequence[Item]) -> None:
+        async with gate:
+            await learn(part)
+
+    await asyncio.gather(*(gated(part) for part in parts[1:]))
+
+
+class _TurnWriter:
+    """An eval's rows, queued as the answers arrive and written once a turn of the event loop: one write a file
+    for all the answers of a turn (a crash loses that turn's: a resume asks them again). A write that fails (a
+    full disk) stops the eval; what is on disk stays, a rerun sends the rest."""
+
+    def __init__(self, store: EvalStore, stop: Stop):
+        self.store, self.stop = store, stop
+        self._due: asyncio.Handle | None = None
+
+    def write(self, rec: SampleRecord, q: Item) -> bool:
+        """Queue ``rec`` (the answer to ``q``), written at the end of this turn; False when a write failed."""
+        try:
+            self.store.queue(rec, q.prompt, q.head)
+        except OutputError as e:  # an earlier write failed
+            self.stop.fail(e)
+            return False
+        if self._due is None:
+            self._due = asyncio.get_running_loop().call_soon(self.flush)
+        return True
+
+    def flush(self) -> None:
+        """Write what is queued now."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        try:
+            self.store.flush()
+        except OutputError as e:
+            self.stop.fail(e)
 
 
 async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item],
@@ -225,16 +287,14 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
     refusals: Refusals[tuple[Item, Reply]] = Refusals(cfg.url, stop)  # unanswered: errors if the server lives
     mixed: list[str] = []  # errors of answers that were another request's
 
+    rows = _TurnWriter(store, stop)
+
     def write(q: Item, reply: Reply) -> None:
         rec = _record(task, q, reply)
         if rec.error is not None and rec.error.startswith(NOT_THIS_REQUEST):
             mixed.append(rec.error)
-        try:
-            store.append(rec, q.prompt)
-        except OutputError as e:  # a full disk: stop asking; what is on disk stays, a rerun sends the rest
-            stop.fail(e)
-            return
-        progress.update(error=rec.error is not None, correct=bool(rec.correct))
+        if rows.write(rec, q):
+            progress.update(error=rec.error is not None, correct=bool(rec.correct))
 
     async def one(q: Item) -> None:
         key = PromptTokens.key(api.name, q.prompt_sha256)
@@ -278,6 +338,7 @@ async def _ask(task: Task, client: Client, store: EvalStore, pending: list[Item]
             (opts.on_status or (lambda s: print(f"abh: {s}", file=sys.stderr)))(
                 f"warning: {len(mixed)} question(s) of {out.parent.name}/{out.name} got answers to other requests "
                 f"from {cfg.url} (counted as request errors), e.g. {mixed[0]}")
+        rows.flush()  # what the last turn queued
         wall = time.perf_counter() - t0 + warm_s
         store.close_files()
         samples = load_samples(out, cached=False)  # the summary about to be written makes a cached copy stale

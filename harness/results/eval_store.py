@@ -6,7 +6,8 @@ One directory per eval::
     prompts.jsonl   {"index", "prompt_sha256"}: which prompt each question was sent; the texts are in the
                     run's text store, each once (:mod:`harness.results.prompt_store`); gzip'd
                     (``prompts.jsonl.gz``) once its run has finished
-    samples.jsonl   one SampleRecord per question, appended and flushed as each answer arrives
+    samples.jsonl   one SampleRecord per question, appended as the answers arrive (an eval writes each turn
+                    of its event loop's answers at once)
     summary.json    EvalSummary, written atomically at the end (and after a resume)
 
 Rerunning into the same directory resumes: questions with an answered row are kept, rows that carry a
@@ -22,15 +23,17 @@ import copy
 import hashlib
 import json
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from harness.results import fileio, integrity, schema
+from harness.results import eval_schema as schema
+from harness.results import fileio, integrity
 from harness.results.dirlock import DirLock
-from harness.results.fileio import OutputError, StoreError, append_line, atomic_write_text
+from harness.results.eval_schema import EvalMeta, EvalSummary, SampleRecord
+from harness.results.fileio import OutputError, StoreError, append_made_line, atomic_write_text, dumps_unicode
 from harness.results.prompt_store import TEXTS, TEXTS_KEY, PromptTexts, eval_prompts, packed, relative
-from harness.results.schema import EvalMeta, EvalSummary, SampleRecord
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,6 +76,9 @@ class EvalStore:
         #: the first write that failed (a full disk): every later append raises it again, so no torn line
         #: follows another and what was written stays resumable
         self.failed: OutputError | None = None
+        #: prompts.jsonl's and samples.jsonl's rows queued and not yet written (:meth:`queue`)
+        self._queued_prompts: list[str] = []
+        self._queued_samples: list[str] = []
         self._lock = DirLock(self.root, "eval directory")
 
     def lock(self) -> None:
@@ -147,7 +153,7 @@ class EvalStore:
         new[TEXTS_KEY] = relative(self.texts_path, self.root)
         self.meta = schema.stamp(schema.EVAL, new)
         self.save_meta()
-        # unbuffered: a line is on disk (or its write failed) when append returns; nothing waits in a buffer
+        # unbuffered: a line is on disk (or its write failed) when append or flush returns; only queue holds rows back
         self._samples_f = fileio.open_append(self.root / SAMPLES)
         self._prompts_f = fileio.open_append(self.root / PROMPTS)
         if self._texts is None:
@@ -155,7 +161,10 @@ class EvalStore:
         return done
 
     def close_files(self) -> None:
-        """Stop appending (the directory stays locked: the summary is still to be written)."""
+        """Stop appending, what is queued written first (the directory stays locked: the summary is still to be
+        written). A write that fails here is :attr:`failed`'s (the caller's own error, if any, is the one told)."""
+        with suppress(OutputError):
+            self.flush()
         for f in (self._samples_f, self._prompts_f):
             if f is not None and not f.closed:
                 f.close()
@@ -175,19 +184,39 @@ class EvalStore:
         self.close()
 
     # ------------------------------------------------------------------ writing
-    def append(self, rec: SampleRecord, prompt: str | None = None) -> None:
+    def append(self, rec: SampleRecord, prompt: str | None = None, head: str = "") -> None:
         """Append one sample (and its prompt), written through, so a crash loses at most the line being written;
-        OutputError when it cannot be written (then for every later append too)."""
+        OutputError when it cannot be written (then for every later append too). ``head``: a prefix of
+        ``prompt`` its eval's prompts share (the text store escapes it once)."""
+        self.queue(rec, prompt, head)
+        self.flush()
+
+    def queue(self, rec: SampleRecord, prompt: str | None = None, head: str = "") -> None:
+        """:meth:`append`, the rows held until :meth:`flush`: an eval flushes once a turn of its event loop, one
+        write a file for all the answers of that turn (a crash loses that turn's answers: a resume asks them
+        again)."""
         assert self._samples_f is not None, "open() first"
         if self.failed is not None:
             raise self.failed
+        if prompt is not None and self._prompts_f is not None:
+            if self._texts is not None:
+                self._texts.queue(rec.prompt_sha256, prompt, head)
+            self._queued_prompts.append(dumps_unicode({"index": rec.index, "prompt_sha256": rec.prompt_sha256}) + "\n")
+        self._queued_samples.append(dumps_unicode(rec.to_row()) + "\n")
+
+    def flush(self) -> None:
+        """Write what :meth:`queue` holds: the texts, then the prompts, then the samples (a sample's row is on disk
+        after its prompt's and its text's); OutputError when it cannot (then for every later append too)."""
+        if self.failed is not None:
+            raise self.failed
         try:
-            if prompt is not None and self._prompts_f is not None:
-                if self._texts is not None:
-                    self._texts.add(rec.prompt_sha256, prompt)
-                append_line(self._prompts_f, self._prompts_path,
-                            {"index": rec.index, "prompt_sha256": rec.prompt_sha256})
-            append_line(self._samples_f, self._samples_path, rec.to_row())
+            if self._texts is not None:
+                self._texts.flush()
+            for f, path, rows in ((self._prompts_f, self._prompts_path, self._queued_prompts),
+                                  (self._samples_f, self._samples_path, self._queued_samples)):
+                if rows and f is not None:
+                    append_made_line(f, path, "".join(rows))
+                rows.clear()
         except OutputError as e:
             self.failed = e
             raise

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 
 from harness.results import prompt_store
+from harness.results.eval_schema import SampleRecord, usual_record
 from harness.results.fileio import StoreError, iter_lines
 from harness.results.prompt_store import eval_prompts
-from harness.results.schema import SampleRecord, usual_record
 
 #: index -> (the sha256 of its prompt, or None where unknown; its label, or None where unknown)
 Reference = Mapping[int, tuple[str | None, Any]]

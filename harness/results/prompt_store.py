@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.results import fileio
-from harness.results.fileio import append_line, atomic_output, iter_jsonl, read_json, read_jsonl
-from harness.results.schema import EVAL_FILE, PROMPTS_FILE, PromptRow
+from harness.results.eval_schema import EVAL_FILE, PROMPTS_FILE, PromptRow
+from harness.results.fileio import atomic_output, iter_jsonl, read_json, read_jsonl
 
 #: The text store's file name (in the run directory, or in a lone eval's own)
 TEXTS = "prompt_texts.jsonl"
@@ -199,15 +199,47 @@ class PromptTexts:
         self.path = path
         self._known = stored_hashes(path) if exists(path) else set()  # hashes only: the texts are not kept
         self._f: IO[bytes] | None = None
+        #: the last shared head given and its JSON string without the closing quote
+        self._head, self._head_json = "", ""
+        #: (hash, row) of the texts queued and not yet written (:meth:`queue`)
+        self._queued: list[tuple[str, str]] = []
 
-    def add(self, sha: str, text: str) -> None:
-        """Store ``text`` (of hash ``sha``) unless the store holds it (a row written whole, or OutputError)."""
+    def add(self, sha: str, text: str, head: str = "") -> None:
+        """Store ``text`` (of hash ``sha``) unless the store holds it (a row written whole, or OutputError).
+        ``head``: a prefix of ``text`` many prompts share (the few-shot block), escaped once for all of them."""
+        self.queue(sha, text, head)
+        self.flush()
+
+    def queue(self, sha: str, text: str, head: str = "") -> None:
+        """:meth:`add`, the row held until :meth:`flush` (which writes every row queued at once)."""
         if sha in self._known:
             return
-        if self._f is None:
-            self._f = fileio.open_append_whole(self.path)  # a full disk may have torn its last row
-        append_line(self._f, self.path, {"prompt_sha256": sha, "prompt": text})
+        self._queued.append((sha, self._row(sha, text, head)))
         self._known.add(sha)
+
+    def flush(self) -> None:
+        """Write the queued rows in one write (whole, or OutputError: the store then holds none of them)."""
+        if not self._queued:
+            return
+        queued, self._queued = self._queued, []
+        try:
+            if self._f is None:
+                self._f = fileio.open_append_whole(self.path)  # a full disk may have torn its last row
+            fileio.append_made_line(self._f, self.path, "".join(row for _, row in queued))
+        except BaseException:
+            self._known.difference_update(sha for sha, _ in queued)
+            raise
+
+    def _row(self, sha: str, text: str, head: str) -> str:
+        """``json.dumps({"prompt_sha256": sha, "prompt": text}, ensure_ascii=False)`` and a newline. JSON escapes
+        a string character by character, so the string of ``head + rest`` is the head's (escaped once, kept)
+        joined to the rest's: the same bytes at a fraction of the cost (the head is ~90 % of a 5-shot prompt)."""
+        if not head or not text.startswith(head):
+            return fileio.dumps_unicode({"prompt_sha256": sha, "prompt": text}) + "\n"
+        if head != self._head:
+            self._head, self._head_json = head, fileio.dumps_unicode(head)[:-1]
+        rest = fileio.dumps_unicode(text[len(head):])[1:]
+        return f'{{"prompt_sha256": {fileio.dumps_unicode(sha)}, "prompt": {self._head_json}{rest}}}\n'
 
     def close(self) -> None:
         if self._f is not None and not self._f.closed:

@@ -521,24 +521,24 @@ class Client:
         self._in_flight += 1
         try:
             async with self.session.post(self.cfg.url + path, json=body, allow_redirects=False) as r:
-                server = _server_header(r)
                 if 300 <= r.status < 400:  # never followed: that request's error, not retried
-                    raise _Fatal(redirect_error("POST", path, r.status, r.headers.get("Location")), r.status, server)
+                    raise _Fatal(redirect_error("POST", path, r.status, r.headers.get("Location")), r.status,
+                                 _server_header(r))
                 raw = await self._body(r, self.reply_cap(body))
                 self._last_answer = time.monotonic()
                 if r.status == 429 or (r.status >= 500 and r.status not in NOT_SERVED):
-                    raise _Retryable(f"HTTP {r.status}: {snippet(raw, 200)}", server=server,
+                    raise _Retryable(f"HTTP {r.status}: {snippet(raw, 200)}", server=_server_header(r),
                                      retry_after=retry_after_s(r.headers.get("Retry-After")))
                 if r.status >= 400:
-                    raise _Fatal(f"HTTP {r.status}: {snippet(raw, 500)}", r.status, server)
+                    raise _Fatal(f"HTTP {r.status}: {snippet(raw, 500)}", r.status, _server_header(r))
                 try:
                     decoded = decode(raw) if decode is not None else None
                     return _loads(raw) if decoded is None else decoded
                 except MalformedResponse as e:  # read, and impossible (a NaN logprob, another request's answer)
-                    raise _Retryable(str(e), server=server) from None
+                    raise _Retryable(str(e), server=_server_header(r)) from None
                 except ValueError as e:  # not JSON, not UTF-8, nested too deep
                     raise _Retryable(f"malformed JSON body ({len(raw)} bytes; {type(e).__name__}: "
-                                     f"{str(e)[:60]}): {raw[:80]!r}", server=server) from None
+                                     f"{str(e)[:60]}): {raw[:80]!r}", server=_server_header(r)) from None
         except aiohttp.ClientConnectorError as e:  # nothing listens there (any more)
             raise _Retryable(f"{type(e).__name__}: {e}".rstrip(": "), refused=True) from None
         except (TimeoutError, aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, OSError) as e:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from harness.results.schema import EvalMeta
+from harness.results.eval_schema import EvalMeta
 from harness.tasks import sources
 from harness.tasks.interface import (
     ChatTask,

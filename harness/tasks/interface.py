@@ -119,12 +119,14 @@ class Item:
     row: int
     group: str | None = None
     head: str = ""
+    #: the prompt's digest once made (an eval asks for it at every step of a question: its key, row, store)
+    _sha256: str = field(default="", init=False, repr=False, compare=False)
 
     def __init__(self, index: int, prompt: str, label: Any, row: int, group: str | None = None,
                  head: str = "") -> None:
         """``prompt``: the item's prompt after ``head`` (the whole prompt when there is no shared head)."""
         for name, value in (("index", index), ("ask", prompt), ("label", label), ("row", row), ("group", group),
-                            ("head", head)):
+                            ("head", head), ("_sha256", "")):
             object.__setattr__(self, name, value)
 
     @property
@@ -133,7 +135,9 @@ class Item:
 
     @property
     def prompt_sha256(self) -> str:
-        return hashlib.sha256(self.prompt.encode()).hexdigest()
+        if not self._sha256:
+            object.__setattr__(self, "_sha256", hashlib.sha256(self.prompt.encode()).hexdigest())
+        return self._sha256
 
 
 @dataclass(frozen=True)

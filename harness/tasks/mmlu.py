@@ -19,7 +19,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from harness.results.schema import EvalMeta
+from harness.results.eval_schema import EvalMeta
 from harness.tasks import sources
 from harness.tasks.interface import (
     ChatTask,
