@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from harness.measure.evaluation import TOKENIZE_BATCH, TOKENIZE_IN_FLIGHT, _learn_prompt_tokens
+from harness.measure.evaluation import TOKENIZE_BATCH, _learn_prompt_tokens
 from harness.measure.prompt_tokens import PromptTokens
+from harness.measure.runner import PREPARE_IN_FLIGHT
 
 
 def test_counts_are_learnt_a_batch_at_a_time() -> None:
@@ -43,7 +44,7 @@ def test_a_server_that_cannot_tokenize_a_list_is_asked_once() -> None:
 
 def test_after_the_first_batch_two_are_asked_at_once() -> None:
     """The first batch alone, then the server makes one batch's answer while the last one's is read: never more
-    than TOKENIZE_IN_FLIGHT batches' ids held, every prompt's count learnt."""
+    than PREPARE_IN_FLIGHT batches' ids held, every prompt's count learnt."""
     in_flight, seen = 0, []
 
     async def tokenize_all(texts: list[str], special: bool) -> list[list[int]]:
@@ -59,6 +60,6 @@ def test_after_the_first_batch_two_are_asked_at_once() -> None:
     pending = [SimpleNamespace(prompt="x" * (i % 7 + 1), prompt_sha256=f"h{i}") for i in range(n)]
     counts = PromptTokens()
     asyncio.run(_learn_prompt_tokens(client, counts, pending))  # type: ignore[arg-type]
-    assert seen[0] == 1 and max(seen) == TOKENIZE_IN_FLIGHT == 2 and len(seen) == 5
+    assert seen[0] == 1 and max(seen) == PREPARE_IN_FLIGHT == 2 and len(seen) == 5
     for i in range(n):
         assert counts.check(PromptTokens.key("sglang", f"h{i}"), i % 7 + 2) is not None

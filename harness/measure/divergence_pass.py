@@ -28,7 +28,7 @@ from typing import Any, cast
 import numpy as np
 import orjson
 
-from harness.measure.runner import Progress, Refusals, Stop, run, signals_to, watchdogs
+from harness.measure.runner import Progress, Refusals, Stop, in_turn, run, signals_to, watchdogs
 from harness.results import fileio, schema
 from harness.results.arrow_buffers import array, list_array, list_offsets, list_values, numbers, release
 from harness.results.eval_store import PROMPTS, load_samples
@@ -292,42 +292,13 @@ class _NotScorable(Exception):
     """The server cannot score: the pass is recorded not measured, with this reason."""
 
 
-#: Requests of a pass's preparation (tokenize, detokenize) in flight at once after the first: the server answers
-#: one while the client reads the one before (one at a time, each side waits for the other)
-PREPARE_IN_FLIGHT = 2
-
-
-async def _in_turn(chunks: Sequence[Any], ask: Callable[[Any], Any]) -> list[Any] | None:
-    """``await ask(chunk)`` of every chunk, in order: the first alone (a server that does not answer it, None, is
-    asked no more), then :data:`PREPARE_IN_FLIGHT` at a time; None when any answer is None."""
-    if not chunks:
-        return []
-    first = await ask(chunks[0])
-    if first is None:
-        return None
-    admitted = asyncio.Semaphore(PREPARE_IN_FLIGHT)
-
-    async def one(chunk: Any) -> Any:
-        async with admitted:
-            return await ask(chunk)
-
-    tasks = [asyncio.ensure_future(one(c)) for c in chunks[1:]]
-    try:
-        rest = await asyncio.gather(*tasks)
-    finally:  # one failed (or the pass stops): the others are not left running
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return None if any(x is None for x in rest) else [first, *rest]
-
-
 async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list[np.ndarray] | None:
     """Every text as int32 ids, :data:`TOKENIZE_CHUNK` texts a request; None: no list is tokenized."""
     async def ask(chunk: list[str]) -> list[np.ndarray] | None:
         got = await client.tokenize_all(chunk, special)
         return None if got is None else [np.asarray(ids, dtype=np.int32) for ids in got]
 
-    parts = await _in_turn([texts[at:at + TOKENIZE_CHUNK] for at in range(0, len(texts), TOKENIZE_CHUNK)], ask)
+    parts = await in_turn([texts[at:at + TOKENIZE_CHUNK] for at in range(0, len(texts), TOKENIZE_CHUNK)], ask)
     return None if parts is None else [x for part in parts for x in part]
 
 
@@ -356,7 +327,7 @@ async def _detokenize_offsets(client: Client, refs: list[Reference],
             return True
 
         try:
-            await _in_turn(chunks, ask)
+            await in_turn(chunks, ask)
         except ValueError:  # a 4xx, or not one text per id: not this path (or not this server)
             continue
         return offsets

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.measure.prompt_tokens import PromptTokens
-from harness.measure.runner import Interrupted, Progress, Refusals, Stop, run, signals_to, watchdogs
+from harness.measure.runner import Interrupted, Progress, Refusals, Stop, in_turn, run, signals_to, watchdogs
 from harness.results.eval_schema import SampleRecord
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
@@ -201,43 +201,25 @@ async def _run(build_task: TaskBuilder, client: Client, store: EvalStore, opts: 
 #: prompts per /tokenize request: every prompt's ids at once are ~30 bytes a token as Python ints (400 MB for 13k
 #: 5-shot GSM8K prompts), of which only the counts are kept
 TOKENIZE_BATCH = 512
-#: /tokenize requests in flight at once once the first batch was answered: the server makes one batch's answer while
-#: the last one's is read (the ids of at most this many batches held at a time)
-TOKENIZE_IN_FLIGHT = 2
-
-
 async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: Sequence[Item]) -> None:
-    """The pending prompts' token counts by the server's tokenizer, :data:`TOKENIZE_BATCH` a request where it takes a list (not
-    for the chat API: its count includes the template); nothing more learnt once it cannot (then the first answer
-    to each prompt on this launch sets its count). The first batch alone (a server that takes no list is asked
-    once), then :data:`TOKENIZE_IN_FLIGHT` at a time."""
+    """The pending prompts' token counts by the server's tokenizer, :data:`TOKENIZE_BATCH` a request where it takes
+    a list (not for the chat API: its count includes the template), the first batch alone and then
+    :data:`~harness.measure.runner.PREPARE_IN_FLIGHT` at a time (:func:`~harness.measure.runner.in_turn`);
+    nothing more learnt once it cannot (then the first answer to each prompt on this launch sets its count)."""
     if not pending or client.api.chat:
         return
-    cannot = False
 
-    async def learn(part: Sequence[Item]) -> None:
-        nonlocal cannot
-        if cannot:
-            return
+    async def learn(part: Sequence[Item]) -> bool | None:
         try:
             ids = await client.tokenize_all([q.prompt for q in part], True)
         except ServerGone:  # the generation requests find out whether the server is gone
-            ids = None
+            return None
         if ids is None:
-            cannot = True
-            return
+            return None
         counts.learn([PromptTokens.key(client.api.name, q.prompt_sha256) for q in part], [len(x) for x in ids])
-        del ids  # only the counts kept
+        return True  # only the counts kept
 
-    parts = [pending[start:start + TOKENIZE_BATCH] for start in range(0, len(pending), TOKENIZE_BATCH)]
-    await learn(parts[0])
-    gate = asyncio.Semaphore(TOKENIZE_IN_FLIGHT)
-
-    async def gated(part: Sequence[Item]) -> None:
-        async with gate:
-            await learn(part)
-
-    await asyncio.gather(*(gated(part) for part in parts[1:]))
+    await in_turn([pending[start:start + TOKENIZE_BATCH] for start in range(0, len(pending), TOKENIZE_BATCH)], learn)
 
 
 class _TurnWriter:

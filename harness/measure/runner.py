@@ -8,7 +8,7 @@ import asyncio
 import gc
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Generic, TypeVar
 
@@ -263,3 +263,32 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+#: requests of a measurement's preparation (/tokenize, /detokenize) in flight at once after the first: the server
+#: answers one while the client reads the one before (one at a time, each side waits for the other)
+PREPARE_IN_FLIGHT = 2
+
+
+async def in_turn(chunks: Sequence[Any], ask: Callable[[Any], Awaitable[Any]]) -> list[Any] | None:
+    """``await ask(chunk)`` of every chunk, in order: the first alone (a server that does not answer it, None, is
+    asked no more), then :data:`PREPARE_IN_FLIGHT` at a time; None when any answer is None."""
+    if not chunks:
+        return []
+    first = await ask(chunks[0])
+    if first is None:
+        return None
+    admitted = asyncio.Semaphore(PREPARE_IN_FLIGHT)
+
+    async def one(chunk: Any) -> Any:
+        async with admitted:
+            return await ask(chunk)
+
+    tasks = [asyncio.ensure_future(one(c)) for c in chunks[1:]]
+    try:
+        rest = await asyncio.gather(*tasks)
+    finally:  # one failed (or the measurement stops): the others are not left running
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return None if any(x is None for x in rest) else [first, *rest]
