@@ -7,7 +7,8 @@ For each side (this checkout; ``--baseline REV`` exported by ``git archive`` int
 * ``abh run`` in an empty directory, as a newcomer runs it: CPU seconds of every process (abh and the simulated
   servers it launches and waits for: ``wait4``'s rusage of the whole tree), the wall, abh's peak RSS (the largest
   single process), the run directory's size (and its prompt texts and scores in it), and each scoring pass's wall
-  over the mean wall of an eval (``scores.json`` / ``summary.json`` ``wall_s``);
+  over the mean wall of an eval (``scores.json`` / ``summary.json`` ``wall_s``); each side with a bytecode cache of
+  its own, as a newcomer's python keeps one;
 * ``abh eval`` of 1319 questions at parallel 1319 against one simulated server, and a bare aiohttp client sending
   the same requests to the same server: the wall and CPU of each whole process and their ratio, ``--eval-rounds``
   times per side (a ratio of two ~1 s processes on a loaded 2-core machine moves by +-0.2 from one round to the
@@ -185,8 +186,8 @@ def main() -> None:
             for side in trees:
                 client(clients[side], url)
             for _ in range(a.rounds if not a.skip_demo else 0):
-                for side in ("baseline", "this"):
-                    keep(side, demo(trees[side], envs[side]))
+                for side in ("baseline", "this"):  # with each side's bytecode cache (as a newcomer's python keeps)
+                    keep(side, demo(trees[side], clients[side]))
             for r in range(a.eval_rounds):
                 for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
                     keep(side, client(clients[side], url, bare_first=bool((r // 2) % 2)))
