@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from harness import __version__, exitcodes
+from harness.util import blas
 
 #: command -> (module under harness.cli, its entry function, one line of help)
 COMMANDS = {
@@ -28,12 +29,14 @@ USAGE = "\n".join(["usage: abh <command> [options]    (abh --version)", "", "com
 def _load(module: str, entry: str, whole_process: bool) -> Any:
     """The command's entry function. ``whole_process`` (the ``abh`` script: the process is this command): what the
     imports make lives as long as the process, so no collection runs while they load and none walks it again
-    afterwards (frozen): the collector would walk it a hundred times (~0.07 s of CPU) to find little garbage."""
+    afterwards (frozen): the collector would walk it a hundred times (~0.07 s of CPU) to find little garbage; and
+    OpenBLAS's idle threads sleep at once (:mod:`harness.util.blas`)."""
     if not whole_process:
         return getattr(importlib.import_module(f"harness.cli.{module}"), entry)
     gc.disable()
     try:
-        return getattr(importlib.import_module(f"harness.cli.{module}"), entry)
+        with blas.idle_threads_sleep():  # numpy's and scipy's OpenBLAS load with the command's imports
+            return getattr(importlib.import_module(f"harness.cli.{module}"), entry)
     finally:
         gc.freeze()
         gc.enable()
