@@ -122,10 +122,6 @@ class Engine:
     ready_what: ClassVar[str] = "the server to answer"
     #: Per-request timeout of readiness polls (SGLang's /health_generate runs a generation).
     probe_timeout_s: ClassVar[float] = 30.0
-    #: How long the client may keep an idle connection to this engine's server across the evals of one launch,
-    #: safely within the server's own keep-alive (None: each eval opens its own connections; a server that closes
-    #: one the client is about to reuse would cost that request a retry)
-    pooled_keepalive_s: ClassVar[float | None] = None
     #: The GPU engines record the arm's software stack (torch, ROCm/CUDA...: :mod:`harness.arms.stack`).
     stack_probe: ClassVar[bool] = False
     #: Config fields that say how the harness drives the server, not what the server is: the arm diff

@@ -23,8 +23,6 @@ class SimulatedEngine(LaunchedEngine):
     dist = "abh"
     ready_what = "GET /health_generate = 200 (SIMULATED)"
     probe_timeout_s = 10.0
-    #: the simulator closes a connection idle for 75 s (``abh_simulator.httpd.IDLE_TIMEOUT_S``)
-    pooled_keepalive_s = 60.0
     #: Fault injection simulates what happens to a server, not what an arm is: not an arm difference.
     diff_ignore = (*LaunchedEngine.diff_ignore, "startup_s", "crash_after", "hang_after", "error_rate",
                    "malformed_rate", "ignore_sigterm")

@@ -17,15 +17,7 @@ from harness.results.eval_schema import SampleRecord
 from harness.results.eval_store import META, EvalStore, load_samples, summarize
 from harness.results.fileio import OutputError, StoreError
 from harness.results.integrity import Scorer
-from harness.serving.client import (
-    Client,
-    ClientConfig,
-    ConnectionPool,
-    Reply,
-    ServerGone,
-    ServerStalled,
-    WrongServer,
-)
+from harness.serving.client import Client, ClientConfig, Reply, ServerGone, ServerStalled, WrongServer
 from harness.serving.wire import NOT_THIS_REQUEST
 from harness.tasks.gsm8k import Dataset, RecipeConfig
 from harness.tasks.interface import Item, Task
@@ -52,9 +44,6 @@ class EvalOptions:
     prompt_tokens: PromptTokens | None = None
     #: The text store the prompts go to, shared by a run's evals (None: one in the eval's own directory)
     prompt_texts: Path | None = None
-    #: The launch's connections, kept for its next eval (None: the eval opens its own and closes them); the eval
-    #: must then run in the launch's event loop
-    connections: ConnectionPool | None = None
 
 
 async def _server_facts(client: Client) -> dict[str, Any]:
@@ -130,7 +119,7 @@ async def run_task_eval_async(build_task: TaskBuilder, client_cfg: ClientConfig,
         store.lock()  # a second process into this directory stops here, before it asks anything
     try:
         with signals_to(stop):
-            async with Client(client_cfg, opts.connections) as client:
+            async with Client(client_cfg) as client:
                 for notice in client.notices:  # the parallelism fitted to the open-file limit
                     tell(f"warning: {notice}")
                 client.on_notice = lambda s: tell(f"note: {s}")

@@ -41,31 +41,6 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             gc.enable()
 
 
-class EventLoop:
-    """One event loop kept across several measurements (the evals of one launch, whose connections outlive each
-    eval: :class:`~harness.serving.client.ConnectionPool`); each :meth:`run` as :func:`run` runs one."""
-
-    def __init__(self) -> None:
-        self._runner: asyncio.Runner | None = None
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._runner is None:
-            self._runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if HAVE_UVLOOP else None)
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            return self._runner.run(coro)
-        finally:
-            if was:
-                gc.enable()
-
-    def close(self) -> None:
-        """Close the loop (its tasks cancelled); a later :meth:`run` opens a new one."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            runner.close()
-
-
 class Interrupted(BaseException):
     """SIGINT, SIGTERM or SIGHUP: what was measured is on disk and everything is resumable; the command exits
     128 + the signal's number (``abh run`` stops its servers first: :mod:`harness.orchestrate.interrupts`)."""

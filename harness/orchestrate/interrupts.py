@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
-from harness.measure.runner import SIGNALS, EventLoop, Interrupted, run
+from harness.measure.runner import SIGNALS, Interrupted, run
 
 __all__ = ["Interrupted", "Interrupts"]
 
@@ -68,10 +68,10 @@ class Interrupts:
         finally:
             self._raise = old
 
-    def run_async(self, coro: Coroutine[Any, Any, T], loop: EventLoop | None = None) -> T:
-        """Run ``coro`` in a fresh event loop (:func:`harness.measure.runner.run`), or in ``loop`` (a launch's); a
-        signal cancels it and comes out as :class:`Interrupted` once the coroutine has cleaned up (a
-        measurement's own signal handler raises the same :class:`Interrupted`)."""
+    def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` in a fresh event loop (:func:`harness.measure.runner.run`); a signal cancels it and comes
+        out as :class:`Interrupted` once the coroutine has cleaned up (a measurement's own signal handler raises
+        the same :class:`Interrupted`)."""
 
         async def guarded() -> T:
             task = asyncio.ensure_future(coro)
@@ -85,7 +85,7 @@ class Interrupts:
 
         with self.deferred():
             try:
-                result = run(guarded()) if loop is None else loop.run(guarded())
+                result = run(guarded())
             except Interrupted as e:  # the measurement's own handler caught the signal: ours must know it too
                 self.signum = self.signum or e.signum
                 raise

@@ -487,10 +487,8 @@ class Run:
                 opts = EvalOptions(progress=cfg.progress, abort_check=engine.alive,
                                    extra_meta={**meta, **({"task_key": t.key} if t.key else {})},
                                    on_status=lambda line: self.log.say(f"  {line}"),
-                                   prompt_tokens=launch.prompt_tokens, prompt_texts=self.run_dir / TEXTS,
-                                   connections=launch.connections)
-                loop = launch.loop if launch.connections is not None else None  # the connections' own loop
-                summaries.append(self.interrupts.run_async(run_task_eval_async(t.builder(), ccfg, out, opts), loop))
+                                   prompt_tokens=launch.prompt_tokens, prompt_texts=self.run_dir / TEXTS)
+                summaries.append(self.interrupts.run_async(run_task_eval_async(t.builder(), ccfg, out, opts)))
                 if self.several:
                     acc = summaries[-1]["accuracy"]
                     self.log.say(f"  {rel}/{t.key}: accuracy {acc:.4f}, errors {summaries[-1]['errors']}"

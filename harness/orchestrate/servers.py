@@ -18,11 +18,9 @@ from harness.checks.result import assert_checks
 from harness.engines import Engine
 from harness.engines.process import StopInfo
 from harness.measure.prompt_tokens import PromptTokens
-from harness.measure.runner import EventLoop
 from harness.orchestrate.interrupts import Interrupts
 from harness.orchestrate.rundir import Manifest
 from harness.results.fileio import OutputError
-from harness.serving.client import ConnectionPool
 
 
 @dataclass
@@ -36,23 +34,6 @@ class Launch:
     passes: int = 0
     #: What this launch's tokenizer makes of each prompt: every pass's answers are checked against it.
     prompt_tokens: PromptTokens = field(default_factory=PromptTokens)
-    #: The connections its evals keep for the next (None: the engine's server may close an idle one any time),
-    #: and the event loop they live in; both closed when the launch stops
-    connections: ConnectionPool | None = None
-    loop: EventLoop = field(default_factory=EventLoop)
-
-    def __post_init__(self) -> None:
-        keepalive = getattr(self.engine, "pooled_keepalive_s", None)  # a test double may not say
-        if self.connections is None and keepalive is not None:
-            self.connections = ConnectionPool(keepalive)
-
-    def close_connections(self) -> None:
-        """Close the kept connections and their event loop."""
-        try:
-            if self.connections is not None:
-                self.loop.run(self.connections.close())
-        finally:
-            self.loop.close()
 
 
 class ServerPool:
@@ -124,10 +105,6 @@ class ServerPool:
         else:
             self.detail(f"done with arm {key}'s server (launch {launch.id}): abh did not start it, it keeps running")
         with self.interrupts.deferred():
-            try:
-                launch.close_connections()  # before the server goes: the client closes them, not the server
-            except Exception as e:  # noqa: BLE001 - the server is stopped all the same
-                self.detail(f"  closing the connections to launch {launch.id} failed: {type(e).__name__}: {e}")
             # interrupted: the server is stopped, but its port and GPU memory are not waited for (nothing is
             # launched next; a hung GPU tool would hold Ctrl-C for its timeouts)
             info = launch.engine.stop(on_status=self.detail, settle=self.interrupts.signum is None)

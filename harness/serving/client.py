@@ -322,42 +322,11 @@ def _server_header(r: aiohttp.ClientResponse) -> str | None:
     return None if value is None else printable(value, one_line=True)[:100]
 
 
-class ConnectionPool:
-    """The keep-alive connections to one server launch, kept across its evals: an eval at parallel 1319 opens 1319
-    connections, a fifth of the client's CPU, which the next eval on the launch then need not open again. Made in
-    the event loop of the first eval that uses it and used only in that loop (the launch's); closed with the
-    launch. A connection idle longer than ``keepalive_s`` is closed rather than reused (it must be within the
-    server's own keep-alive, so the server never closes one the client is about to send on)."""
-
-    def __init__(self, keepalive_s: float):
-        self.keepalive_s = keepalive_s
-        self._connector: aiohttp.TCPConnector | None = None
-
-    def usable(self, parallel: int) -> bool:
-        """Whether the open-file limit leaves room for the idle connections of two launches besides ``parallel``
-        sockets of an eval (else each eval opens and closes its own)."""
-        soft = raise_nofile_limit()
-        return soft == resource.RLIM_INFINITY or 4 * (parallel + RESERVED_FDS) <= soft
-
-    def connector(self) -> aiohttp.TCPConnector:
-        if self._connector is None or self._connector.closed:
-            self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False,
-                                                   keepalive_timeout=self.keepalive_s)
-        return self._connector
-
-    async def close(self) -> None:
-        if self._connector is not None:
-            await self._connector.close()
-            self._connector = None
-
-
 class Client:
-    """Async client: ``async with Client(cfg) as c: await c.generate(body)``. ``pool``: the launch's connections,
-    used (and left open) instead of the client's own."""
+    """Async client: ``async with Client(cfg) as c: await c.generate(body)``."""
 
-    def __init__(self, cfg: ClientConfig, pool: ConnectionPool | None = None):
+    def __init__(self, cfg: ClientConfig):
         self.cfg = cfg
-        self._pool = pool
         self.api: Api = for_api(cfg.api, cfg.model)  # the one place the protocol's name is read
         self._session: aiohttp.ClientSession | None = None
         #: ``cfg.parallel``, unless the open-file limit allows fewer sockets
@@ -374,12 +343,9 @@ class Client:
 
     async def __aenter__(self) -> Client:
         # limit=0: no hidden cap below `parallel`; the semaphore is the only limit.
-        pooled = self._pool is not None and self._pool.usable(self.parallel)
-        connector = (self._pool.connector() if self._pool is not None and pooled else
-                     aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False))
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
         timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s, sock_connect=self.cfg.connect_timeout_s)
-        self._session = aiohttp.ClientSession(connector=connector, connector_owner=not pooled, timeout=timeout,
-                                              json_serialize=_dumps_body,
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, json_serialize=_dumps_body,
                                               headers={**self.cfg.headers, **self.cfg.auth_headers})
         return self
 
