@@ -63,3 +63,24 @@ def test_after_the_first_batch_two_are_asked_at_once() -> None:
     assert seen[0] == 1 and max(seen) == PREPARE_IN_FLIGHT == 2 and len(seen) == 5
     for i in range(n):
         assert counts.check(PromptTokens.key("sglang", f"h{i}"), i % 7 + 2) is not None
+
+
+def test_a_second_pass_on_a_launch_asks_only_the_prompts_not_counted_yet() -> None:
+    """Every pass on one launch shares its counts: what its tokenizer counted for an earlier pass is not asked again,
+    while a count only an answer set (not the tokenizer) still is."""
+    asked: list[list[str]] = []
+
+    async def tokenize_all(texts: list[str], special: bool) -> list[list[int]]:
+        asked.append(texts)
+        return [[7] * len(t) for t in texts]
+
+    client = SimpleNamespace(api=SimpleNamespace(chat=False, name="sglang"), tokenize_all=tokenize_all)
+    items = [SimpleNamespace(prompt="x" * (i + 1), prompt_sha256=f"h{i}") for i in range(6)]
+    counts = PromptTokens()
+    asyncio.run(_learn_prompt_tokens(client, counts, items[:3]))  # type: ignore[arg-type]
+    assert counts.check(PromptTokens.key("sglang", "h4"), 5) is None  # set by an answer, not by the tokenizer
+    asyncio.run(_learn_prompt_tokens(client, counts, items))  # type: ignore[arg-type]
+    assert asked == [["x", "xx", "xxx"], ["xxxx", "xxxxx", "xxxxxx"]]
+    asyncio.run(_learn_prompt_tokens(client, counts, items))  # type: ignore[arg-type]
+    assert len(asked) == 2
+    assert all(counts.check(PromptTokens.key("sglang", f"h{i}"), i + 2) is not None for i in range(6))

@@ -103,3 +103,18 @@ def test_a_generation_reads_only_the_pieces_its_stops_need_and_answers_as_with_a
     assert {r["finish"]["type"] for r in lazy} == {"stop", "length"}
     recipe = [(512, 0, ["Question", "Assistant:", "<|separator|>"], [])] * 10
     assert answers(True, recipe)[1] < answers(False, recipe)[1] - 10  # the blocks past the stop were never split
+
+
+def test_piece_set_is_the_set_of_every_texts_pieces() -> None:
+    """The known pieces, each distinct word split once, are every piece of every text, whatever its whitespace."""
+    from abh_simulator.state import known_texts, load_rows
+    from abh_simulator.tokens import piece_set
+
+    rows = load_rows("")
+    texts = known_texts(rows)
+    assert piece_set(texts) == {p for t in texts for p in pieces(t)}
+    rnd = random.Random(11)
+    alphabet = [" ", "  ", "\n", "\t", "\r", "a", "Z", "é", "1", "²", "٣", "_", ".", "$", ",", "\u00a0", "\u2003"]
+    for _ in range(5000):
+        some = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))) for _ in range(rnd.randint(0, 3))]
+        assert piece_set(some) == {p for t in some for p in pieces(t)}, some

@@ -205,8 +205,13 @@ async def _learn_prompt_tokens(client: Client, counts: PromptTokens, pending: Se
     """The pending prompts' token counts by the server's tokenizer, :data:`TOKENIZE_BATCH` a request where it takes
     a list (not for the chat API: its count includes the template), the first batch alone and then
     :data:`~harness.measure.runner.PREPARE_IN_FLIGHT` at a time (:func:`~harness.measure.runner.in_turn`);
-    nothing more learnt once it cannot (then the first answer to each prompt on this launch sets its count)."""
-    if not pending or client.api.chat:
+    nothing more learnt once it cannot (then the first answer to each prompt on this launch sets its count). A
+    prompt the tokenizer of this launch has already counted (an earlier pass on it) is not asked again: its ids
+    are ~8 MB of JSON an eval, made, sent and read for a count already known."""
+    if client.api.chat:
+        return
+    pending = [q for q in pending if not counts.tokenized(PromptTokens.key(client.api.name, q.prompt_sha256))]
+    if not pending:
         return
 
     async def learn(part: Sequence[Item]) -> bool | None:

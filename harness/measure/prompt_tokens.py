@@ -31,6 +31,11 @@ class PromptTokens:
         for key, n in zip(keys, counts, strict=True):
             self._counts[key] = (n, BY_TOKENIZER)
 
+    def tokenized(self, key: str) -> bool:
+        """Whether the server's tokenizer has counted the prompt ``key`` (its count need not be asked again)."""
+        have = self._counts.get(key)
+        return have is not None and have[1] == BY_TOKENIZER
+
     def check(self, key: str, got: int | None) -> str | None:
         """Why an answer counting ``got`` prompt tokens cannot answer the prompt ``key``, or None (the first
         answer to a prompt of unknown count sets it)."""
