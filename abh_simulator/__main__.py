@@ -7,6 +7,12 @@ bad flag, value or data file, with one line on stderr.
 
 from __future__ import annotations
 
+import os
+
+# numpy's OpenBLAS spins an idle worker ~0.1 s of CPU once it loads; the simulator barely calls BLAS, and the
+# thread count (so every product's bits) is unchanged. Set before numpy loads; a value the user set is kept.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
 import argparse
 import asyncio
 import resource
