@@ -29,24 +29,6 @@ def _raise_nofile() -> None:
         pass
 
 
-#: glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def _reuse_freed_memory() -> None:
-    """Have glibc's malloc keep what a request frees for the next one: a scoring request's numpy temporaries are
-    ~0.5 MiB each, over the dynamic mmap threshold until it has grown, and a heap trimmed after each request; every
-    fresh page is a fault (~60k a scoring pass: ~10 % of the simulator's CPU). Its RSS stays near its peak."""
-    try:
-        import ctypes
-
-        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: libc's where it is glibc
-    except (OSError, AttributeError):  # musl, macOS: their allocators as they are
-        return
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest dynamic threshold, from the start
-    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m abh_simulator",
@@ -94,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     from abh_simulator.server import serve  # orjson and the data: after the flags are known good
 
     _raise_nofile()
-    _reuse_freed_memory()
     try:
         _run(serve(cfg, [sys.argv[0], *args]))
     except ValueError as e:  # DatasetError included: bad data is one line, exit 2
