@@ -346,8 +346,9 @@ async def _tokenize_into(client: Client, refs: Sequence[Reference], inputs: Inpu
 
 
 #: chunks of :class:`_Feed` asked at once: ahead of the scoring requests that wait for them (two at a time fell
-#: behind, each answer queued after the scoring requests in flight), their ids made arrays as they come
-FEED_IN_FLIGHT = 8
+#: behind, each answer queued after the scoring requests in flight; eight at a time, the client read their answers
+#: while the server waited for scoring requests), their ids made arrays as they come
+FEED_IN_FLIGHT = 4
 
 
 @dataclass
@@ -362,18 +363,23 @@ class _Feed:
     paths: tuple[str, ...]
     #: per question of ``chunks``, set once its ids are asked (not in the inputs after: it is tokenized alone)
     ready: dict[int, asyncio.Event] = field(default_factory=dict)
+    #: set by the first request that waits for the feed: the requests of the first chunk go out before it (the
+    #: client reading every chunk's answer at once held them back while the server had nothing to do)
+    wanted: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.ready = {r.question: asyncio.Event() for chunk in self.chunks for r in chunk}
 
     async def wait(self, question: int) -> None:
         event = self.ready.get(question)
-        if event is not None:
+        if event is not None and not event.is_set():
+            self.wanted.set()
             await event.wait()
 
     async def run(self, client: Client, plan: _Plan, stop: Stop) -> None:
         """Every chunk, :data:`FEED_IN_FLIGHT` at a time in order. The server gone stops the pass as it stops its
         scoring requests (what it scored is kept); any other error as it stopped its preparation (nothing kept)."""
+        await self.wanted.wait()
         admitted = asyncio.Semaphore(FEED_IN_FLIGHT)
 
         async def one(chunk: list[Reference]) -> None:
