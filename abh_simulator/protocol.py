@@ -182,7 +182,7 @@ def parse_generate(st: SimState, body: dict[str, Any]) -> tuple[list[Item], int,
             raise SimError(400, "input_ids must be a non-empty list of ints or a list of such lists")
         for ids in lists:
             _check_vocab(st, ids, "input_ids")
-        prompts = [(st.tokenizer.decode(ids), list(ids)) for ids in lists]
+        prompts = [(st.tokenizer.decode(ids, in_vocab=True), list(ids)) for ids in lists]  # checked above
     sp = body.get("sampling_params") or {}
     if isinstance(sp, list):
         sp = sp[0] if sp else {}
@@ -472,13 +472,13 @@ def parse_completions(st: SimState, body: dict[str, Any]) -> dict[str, Any]:
         prompts = [(prompt, st.tokenizer.encode(prompt))]
     elif _is_ids(prompt) and prompt:
         _check_vocab(st, prompt, "prompt")
-        prompts = [(st.tokenizer.decode(prompt), list(prompt))]
+        prompts = [(st.tokenizer.decode(prompt, in_vocab=True), list(prompt))]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
         prompts = [(p, st.tokenizer.encode(p)) for p in prompt]
     elif isinstance(prompt, list) and prompt and all(_is_ids(p) and p for p in prompt):
         for p in prompt:
             _check_vocab(st, p, "prompt")
-        prompts = [(st.tokenizer.decode(p), list(p)) for p in prompt]
+        prompts = [(st.tokenizer.decode(p, in_vocab=True), list(p)) for p in prompt]
     else:
         raise SimError(400, "prompt must be a string, a list of strings, a list of token ids or a list of such lists")
     check_common(body.get("temperature"), body.get("top_p"))

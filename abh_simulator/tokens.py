@@ -202,11 +202,12 @@ class Tokenizer:
             self._texts = (named, blank)
         return self._texts[1] if skip_special_tokens else self._texts[0]
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, *, in_vocab: bool = False) -> str:
         """The text of ``ids`` (:meth:`token_text` of each; the special ids left out with
-        ``skip_special_tokens``): one list lookup per id (a scoring request sends ~1000)."""
+        ``skip_special_tokens``): one list lookup per id (a scoring request sends ~1000). ``in_vocab``: the caller
+        checked that every id is in the vocabulary (not again here: a scan of the ids costs as much as the lookups)."""
         table = self._table(skip_special_tokens)
-        if ids and (min(ids) < 0 or max(ids) >= len(table)):  # ids past the vocabulary: named one by one
+        if not in_vocab and ids and (min(ids) < 0 or max(ids) >= len(table)):  # ids past the vocabulary: named one by one
             return "".join([self.token_text(i) for i in ids if not (skip_special_tokens and i in SPECIAL)])
         return "".join(map(table.__getitem__, ids))
 

@@ -116,6 +116,42 @@ def test_a_reference_pass_that_dies_resumes_with_the_ids_it_tokenized(served, si
     assert _read_inputs(ev / "score_inputs.parquet") == _read_inputs(shared / "score_inputs.parquet")
 
 
+def test_a_reference_pass_whose_server_goes_while_it_tokenizes_resumes_as_unbroken(served, tmp_path, monkeypatch):
+    """The reference pass tokenizes its first chunk of questions, then the others while it scores: the server gone
+    on a later chunk's /tokenize stops it as a dying server stops its scoring (ServerGone, a partial pass with the
+    ids it has), and the resumed pass ends as the unbroken one did."""
+    import harness.measure.divergence_pass as dp
+
+    a, shared = served
+    ev = tmp_path / "a"
+    shutil.copytree(shared, ev)
+    for name in ("scores.json", "scores.parquet", "score_inputs.parquet"):
+        (ev / name).unlink()
+    calls: list[int] = []
+
+    class Dying(dp.Client):  # type: ignore[misc,valid-type]
+        async def tokenize_all(self, texts, special):  # type: ignore[no-untyped-def]
+            calls.append(len(texts))
+            if len(calls) == 3:  # the first chunk's prompts and references, then the server is gone
+                raise ServerGone("the server went away")
+            return await super().tokenize_all(texts, special)
+
+    monkeypatch.setattr(dp, "TOKENIZE_CHUNK", 4)
+    monkeypatch.setattr(dp, "Client", Dying)
+    with pytest.raises(ServerGone, match="went away"):
+        score_pass(ev, _cfg(a.url), ev, ScoringOptions(progress=False, batch=1))
+    meta = read_json(ev / "scores.json")
+    assert meta["partial"] is True and meta["by_ids"] is True and meta["missing"] > 0
+    assert meta["questions"] < N and (ev / "score_inputs.parquet").is_file()
+    resumed = score_pass(ev, _cfg(a.url), ev, ScoringOptions(progress=False, batch=1))
+    assert resumed["status"] == "ok" and resumed["questions"] == N and resumed["resumes"] == 1
+    assert resumed["questions_planned"] == read_json(shared / "scores.json")["questions_planned"]
+    got, want = load_scores(ev), load_scores(shared)
+    for col in ("questions", "offsets", "token_id", "logprob", "top_ids", "top_logprobs", "text_offset"):
+        np.testing.assert_array_equal(getattr(got, col), getattr(want, col), err_msg=col)
+    assert _read_inputs(ev / "score_inputs.parquet") == _read_inputs(shared / "score_inputs.parquet")
+
+
 def test_a_pass_whose_reference_pass_changed_is_scored_afresh(served, tmp_path):
     """The rows a pass keeps are those of the reference pass it scored against: a new reference pass (its
     ``pass_id``) makes the next pass start over."""

@@ -48,7 +48,7 @@ from harness.results.token_store import (
     scores_schema,
     write_not_measured,
 )
-from harness.serving.client import Client, ClientConfig, ScoreReply
+from harness.serving.client import Client, ClientConfig, ScoreReply, ServerGone, ServerStalled
 from harness.serving.wire import (
     DEFAULT_TOP_K,
     SCORING_BATCH,
@@ -306,14 +306,13 @@ async def _tokenize_all(client: Client, texts: list[str], special: bool) -> list
 DETOKENIZE_CHUNK = 16_384
 
 
-async def _detokenize_offsets(client: Client, refs: list[Reference],
-                              inputs: Inputs) -> dict[int, np.ndarray] | None:
-    """Where each token of each reference starts in its text, from every token detokenized alone (in requests
-    of whole questions, about :data:`DETOKENIZE_CHUNK` ids each); None where the server does not detokenize
-    lists (the answers carry the texts then). A question whose token texts do not make it up has none."""
-    api = client.api
+async def _detokenize_offsets(client: Client, refs: list[Reference], inputs: Inputs,
+                              paths: Sequence[str]) -> tuple[str, dict[int, np.ndarray]] | None:
+    """(the first of ``paths`` that detokenizes lists, where each token of each reference starts in its text), from
+    every token detokenized alone (in requests of whole questions, about :data:`DETOKENIZE_CHUNK` ids each); None
+    where none does (the answers carry the texts then). A question whose token texts do not make it up has none."""
     chunks = list(_id_chunks(refs, inputs, DETOKENIZE_CHUNK))
-    for path in api.detokenize_paths:
+    for path in paths:
         offsets: dict[int, np.ndarray] = {}
 
         async def ask(chunk: list[Reference], path: str = path, offsets: dict[int, np.ndarray] = offsets) -> bool:
@@ -330,8 +329,92 @@ async def _detokenize_offsets(client: Client, refs: list[Reference],
             await in_turn(chunks, ask)
         except ValueError:  # a 4xx, or not one text per id: not this path (or not this server)
             continue
-        return offsets
+        return path, offsets
     return None
+
+
+async def _tokenize_into(client: Client, refs: Sequence[Reference], inputs: Inputs) -> bool:
+    """Each of ``refs``' prompt and reference as ids into ``inputs``; False (none stored) when the server does not
+    tokenize lists."""
+    prompts = await _tokenize_all(client, [r.prompt for r in refs], True)
+    texts = await _tokenize_all(client, [r.text for r in refs], False) if prompts is not None else None
+    if prompts is None or texts is None:
+        return False
+    for r, p, t in zip(refs, prompts, texts, strict=True):
+        inputs[r.question] = (p, t)
+    return True
+
+
+#: chunks of :class:`_Feed` asked at once: ahead of the scoring requests that wait for them (two at a time fell
+#: behind, each answer queued after the scoring requests in flight; eight at a time, the client read their answers
+#: while the server waited for scoring requests), their ids made arrays as they come
+FEED_IN_FLIGHT = 4
+
+
+@dataclass
+class _Feed:
+    """The reference pass's ids of the questions past its first :data:`TOKENIZE_CHUNK`, asked while the first are
+    scored (the server tokenizes a chunk while the client reads an answer, and the other way round: with all of
+    them asked first, each side waited for the other for a fifth of the pass), a chunk and then its tokens' texts
+    (``paths``: the detokenize endpoints still to try; none: the answers carry the texts)."""
+
+    chunks: list[list[Reference]]
+    todo: set[int]
+    paths: tuple[str, ...]
+    #: per question of ``chunks``, set once its ids are asked (not in the inputs after: it is tokenized alone)
+    ready: dict[int, asyncio.Event] = field(default_factory=dict)
+    #: set by the first request that waits for the feed: the requests of the first chunk go out before it (the
+    #: client reading every chunk's answer at once held them back while the server had nothing to do)
+    wanted: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.ready = {r.question: asyncio.Event() for chunk in self.chunks for r in chunk}
+
+    async def wait(self, question: int) -> None:
+        event = self.ready.get(question)
+        if event is not None and not event.is_set():
+            self.wanted.set()
+            await event.wait()
+
+    async def run(self, client: Client, plan: _Plan, stop: Stop) -> None:
+        """Every chunk, :data:`FEED_IN_FLIGHT` at a time in order. The server gone stops the pass as it stops its
+        scoring requests (what it scored is kept); any other error as it stopped its preparation (nothing kept)."""
+        await self.wanted.wait()
+        admitted = asyncio.Semaphore(FEED_IN_FLIGHT)
+
+        async def one(chunk: list[Reference]) -> None:
+            async with admitted:
+                await self._chunk(client, plan, chunk)
+            for r in chunk:
+                self.ready[r.question].set()
+
+        tasks = [asyncio.ensure_future(one(c)) for c in self.chunks]
+        try:
+            await asyncio.gather(*tasks)
+        except ServerGone as e:
+            stop.trip(str(e), stalled=isinstance(e, ServerStalled))
+        except Exception as e:  # noqa: BLE001 - raised by the pass, as it was before its first scoring request
+            stop.fail(e)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _chunk(self, client: Client, plan: _Plan, chunk: list[Reference]) -> None:
+        assert plan.inputs is not None
+        if not await _tokenize_into(client, chunk, plan.inputs):
+            return
+        asked = [r for r in chunk if r.question in self.todo]
+        if not (asked and self.paths):
+            return
+        try:
+            got = await _detokenize_offsets(client, asked, plan.inputs, self.paths)
+        except ValueError:  # not one text per id of this chunk: its answers carry the texts
+            return
+        if got is not None:
+            self.paths = (got[0],)
+            plan.offsets.update(got[1])
+            plan.detokenized.update(r.question for r in asked)
 
 
 def _id_chunks(refs: list[Reference], inputs: Inputs, most: int) -> Iterator[list[Reference]]:
@@ -520,6 +603,8 @@ class _Plan:
     detokenized: set[int]
     offsets: dict[int, np.ndarray]
     carried: _Carried | None
+    #: the reference pass's ids still to ask, while it scores
+    feed: _Feed | None = None
 
 
 async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, meta: ScoresMeta,
@@ -534,6 +619,7 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
     probe_ref = next((r for r in todo if r.text), None) or next(r for r in refs if r.text)
     k = int(opts.top_k)
     text_reason: str | None = None
+    feed: _Feed | None = None
     detokenized: set[int] = set()
     offsets: dict[int, np.ndarray] = {}
     if is_reference:
@@ -543,17 +629,18 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
         if text_reason is None:
             inputs = carried.inputs if carried is not None and carried.inputs is not None else Inputs()  # kept
             new = [r for r in refs if r.question not in inputs]
-            prompts = await _tokenize_all(client, [r.prompt for r in new], True)
-            texts = await _tokenize_all(client, [r.text for r in new], False) if prompts is not None else []
-            if prompts is not None and texts is not None:
-                for r, p, t in zip(new, prompts, texts, strict=True):
-                    inputs[r.question] = (p, t)
-                del prompts, texts
+            # the first chunk alone: whether the server tokenizes lists; the others while the pass scores (_Feed)
+            if await _tokenize_into(client, new[:TOKENIZE_CHUNK], inputs):
                 # the tokens' texts by one request, so that the answers need none (3x the parsing with texts)
                 asked = [r for r in todo if r.question in inputs]
-                got = await _detokenize_offsets(client, asked, inputs) if asked else {}
+                paths = tuple(api.detokenize_paths)
+                got = await _detokenize_offsets(client, asked, inputs, paths) if asked else ("", {})
                 if got is not None:
-                    detokenized, offsets = {r.question for r in asked}, got
+                    detokenized, offsets = {r.question for r in asked}, got[1]
+                rest = new[TOKENIZE_CHUNK:]
+                if rest:
+                    feed = _Feed([rest[at:at + TOKENIZE_CHUNK] for at in range(0, len(rest), TOKENIZE_CHUNK)],
+                                 {r.question for r in todo}, () if got is None else (got[0],) if got[0] else paths)
     elif inputs is not None:
         api = client.api = api.scoring_by_ids()  # the reference pass's ids: its probe below confirms them
     if inputs is None:  # by text: how this server aligns echoed logprobs
@@ -568,7 +655,7 @@ async def _prepare(client: Client, refs: list[Reference], opts: ScoringOptions, 
     ask = api.scores_given_ids and ref_table is not None and opts.asked > 0
     meta.update({"api": api.name, "by_ids": by_ids, "by_text_reason": text_reason if not by_ids else None,
                  "echo_shift": getattr(api, "echo_shift", None), "asked_ids": opts.asked if ask else 0})
-    return _Plan(api, by_ids, inputs, detokenized, offsets, carried)
+    return _Plan(api, by_ids, inputs, detokenized, offsets, carried, feed)
 
 
 @dataclass
@@ -618,6 +705,8 @@ class _Asker:
         """The scoring request of one question (None: an empty reference), the reference ids it sends and the
         reference pass's top-k ids at its positions; ValueError when it cannot be asked."""
         ref_ids = None
+        if self.plan.feed is not None:  # its ids asked first
+            await self.plan.feed.wait(ref.question)
         try:  # taken first, whatever follows: a block of the reference pass is let go once all its questions were
             table = None if self.ref_rows is None else self.ref_rows.take(ref.question)
         except ScoresError as e:
@@ -705,15 +794,45 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
     ask = bool(meta.get("asked_ids"))
     meta.update({"pass_id": uuid.uuid4().hex if carried is None else str(carried.meta.get("pass_id")),
                  "resumes": 0 if carried is None else int(carried.meta.get("resumes") or 0) + 1})
-    # the questions with a reference token: those the pass is to score
-    planned = {r.question for r in refs
-               if (inputs.sizes(r.question)[1] if by_ids and inputs is not None and r.question in inputs else r.text)}
+    feeding = None if plan.feed is None else asyncio.ensure_future(plan.feed.run(client, plan, stop))
+
+    def scorable(r: Reference) -> bool:  # a question with a reference token: one the pass is to score
+        return bool(inputs.sizes(r.question)[1] if by_ids and inputs is not None and r.question in inputs else r.text)
+
+    planned = {r.question for r in refs if scorable(r)}  # (made again once every question's ids are in)
     meta["questions_planned"] = len(planned)
 
     todo = [r for r in refs if carried is None or r.question not in carried.questions]
     ref_rows = None if ref_table is None else QuestionRows(ref_table, (r.question for r in todo))
     asker = _Asker(client, plan, inputs, is_reference, k, ref_rows, opts, ask)
-    probe_ref = next((r for r in todo if r.text and r.question in planned), None)
+    try:
+        probe_ref = await stop.race(_probe_ref(todo, plan.feed, scorable))
+        return await _scored_pass(client, refs, todo, out, opts, meta, t0, plan, asker, probe_ref, planned, stop,
+                                  carried, scorable, feeding)
+    finally:
+        if feeding is not None:
+            feeding.cancel()
+            await asyncio.gather(feeding, return_exceptions=True)
+
+
+async def _probe_ref(todo: list[Reference], feed: _Feed | None,
+                     scorable: Callable[[Reference], bool]) -> Reference | None:
+    """The first question of ``todo`` with a reference token (its ids asked first, where they are still to come)."""
+    for r in todo:
+        if r.text:
+            if feed is not None:
+                await feed.wait(r.question)
+            if scorable(r):
+                return r
+    return None
+
+
+async def _scored_pass(client: Client, refs: list[Reference], todo: list[Reference], out: Path, opts: ScoringOptions,
+                       meta: ScoresMeta, t0: float, plan: _Plan, asker: _Asker, probe_ref: Reference | None,
+                       planned: set[int], stop: Stop, carried: _Carried | None, scorable: Callable[[Reference], bool],
+                       feeding: asyncio.Future[None] | None) -> ScoresMeta | None:
+    """:func:`_score`'s requests and what they store, from its probe on."""
+    k = int(opts.top_k)
     progress = Progress(len(refs), opts.progress, f"scoring {out.parent.name}/{out.name}",
                         initial=len(refs) - len(todo), in_flight=lambda: client.in_flight)
     refusals: Refusals[Result] = Refusals(client.cfg.url, stop)  # unanswered: errors if the server lives
@@ -770,8 +889,12 @@ async def _score(client: Client, refs: list[Reference], out: Path, opts: Scoring
             if finished and not stop.tripped:  # (the last request may be the one that tripped it)
                 for held in refusals.release():
                     _store(writer, held, progress, k, plan.offsets)
-            if is_reference and inputs is not None:
-                _write_inputs(out / INPUTS, inputs)
+            if feeding is not None and finished and not stop.tripped:
+                await feeding  # done: every question's request was made
+                planned = {r.question for r in refs if scorable(r)}
+                writer.meta["questions_planned"] = len(planned)
+            if opts.reference_scores is None and plan.inputs is not None:
+                _write_inputs(out / INPUTS, plan.inputs)
             if stop.tripped:  # no HTTP answer while the server was dying: missing, asked again by a resume
                 for q in unanswered:
                     writer.errors.pop(q, None)
